@@ -1,0 +1,124 @@
+//! Host functions: what a SUB worker runs.
+
+use std::any::TypeId;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use crate::callable::identity::{Descriptor, host_fn_descriptor};
+use crate::ipc::host_args::HostArgs;
+
+/// What a host function returns: `Ok(())`, or any error (its message fails the task).
+pub type HostResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// A host function as a plain `fn` pointer.
+pub type HostFnPtr = for<'a, 'b> fn(&'a HostArgs<'b>) -> HostResult;
+
+type Closure = dyn for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync;
+
+/// A host function to register on a Worker; SUB workers run it with typed access to the
+/// task's tensors and scalars.
+///
+/// [`HostFn::new`] takes a plain `fn` and may be registered before or after `init`;
+/// [`HostFn::closure`] takes a closure and must be registered before `init` (it reaches the
+/// forked SUB workers through the fork snapshot; a live worker cannot receive new code).
+///
+/// ```
+/// use simpler::{HostArgs, HostFn, HostResult};
+///
+/// fn scale(args: &HostArgs<'_>) -> HostResult {
+///     let k = args.scalar_f32(0)?;
+///     for v in args.output::<f32>(0)? {
+///         *v *= k;
+///     }
+///     Ok(())
+/// }
+/// let f = HostFn::new("scale", scale);
+/// assert_eq!(f.name(), "scale");
+/// let offset = 3u64;
+/// let g = HostFn::closure("add_offset", move |args: &HostArgs<'_>| {
+///     for v in args.output::<u64>(0)? {
+///         *v += offset;
+///     }
+///     Ok(())
+/// });
+/// assert!(g.is_closure());
+/// ```
+#[derive(Clone)]
+pub struct HostFn {
+    name: Arc<str>,
+    body: Body,
+    descriptor: Descriptor,
+}
+
+#[derive(Clone)]
+pub(crate) enum Body {
+    Ptr(HostFnPtr),
+    Closure(Arc<Closure>),
+}
+
+impl std::fmt::Debug for HostFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostFn")
+            .field("name", &self.name)
+            .field("closure", &self.is_closure())
+            .field("digest", &self.descriptor.digest())
+            .finish()
+    }
+}
+
+fn type_hash<T: 'static>() -> u64 {
+    // A fixed-key hasher: the same binary gives the same value in every process.
+    let mut h =
+        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().build_hasher();
+    TypeId::of::<T>().hash(&mut h);
+    h.finish()
+}
+
+impl HostFn {
+    /// A host function from a plain `fn` (registrable before or after `init`).
+    pub fn new(name: &str, f: HostFnPtr) -> HostFn {
+        let descriptor = host_fn_descriptor(name, "fn", f as usize as u64);
+        HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
+    }
+
+    /// A host function from a closure (registrable only before `init`).
+    pub fn closure<F>(name: &str, f: F) -> HostFn
+    where
+        F: for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync + 'static,
+    {
+        let descriptor = host_fn_descriptor(name, std::any::type_name::<F>(), type_hash::<F>());
+        HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor }
+    }
+
+    /// Rebuilds a `fn`-pointer host function from its descriptor (post-init registration in a
+    /// child).
+    pub(crate) fn from_parts(f: HostFnPtr, descriptor: Descriptor) -> HostFn {
+        HostFn { name: "".into(), body: Body::Ptr(f), descriptor }
+    }
+
+    /// The name given at construction.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True for [`HostFn::closure`].
+    pub fn is_closure(&self) -> bool {
+        matches!(self.body, Body::Closure(_))
+    }
+
+    pub(crate) fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    pub(crate) fn body(&self) -> &Body {
+        &self.body
+    }
+
+    /// Calls the function.
+    pub(crate) fn call(&self, args: &HostArgs<'_>) -> HostResult {
+        match &self.body {
+            Body::Ptr(f) => f(args),
+            Body::Closure(f) => f(args),
+        }
+    }
+}

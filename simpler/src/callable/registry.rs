@@ -1,0 +1,320 @@
+//! Per-target callable registry: digest -> private local slot, with reference counts.
+//!
+//! Each target process (a chip, a SUB child, a nested-`Worker` dispatch loop) keeps one
+//! [`Registry`]. Senders address callables by [`Digest`]; the registry maps each digest to a
+//! small local slot number that never leaves the process, counts how many registrations refer to
+//! it, and refuses a digest that arrives with a descriptor other than the one already installed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::identity::Digest;
+use crate::error::{Error, ErrorKind, Result};
+
+/// One installed callable.
+#[derive(Debug, Clone)]
+struct Entry<T> {
+    digest: Digest,
+    descriptor: Box<[u8]>,
+    refs: u32,
+    value: T,
+}
+
+/// Per-target registry: digest -> private local slot, with refcounts.
+///
+/// Lookups by digest are one hash-map probe plus one vector index. Freed slot numbers are reused,
+/// lowest first. Cloning copies every entry (used for the fork snapshot).
+#[derive(Debug, Clone)]
+pub(crate) struct Registry<T> {
+    /// Digest -> slot number (an index into `slots`).
+    index: HashMap<Digest, u32>,
+    /// Slot number -> entry; `None` for freed slots.
+    slots: Vec<Option<Entry<T>>>,
+    /// Freed slot numbers, lowest first.
+    free: BinaryHeap<Reverse<u32>>,
+    /// The most slots that may be in use at once.
+    max_slots: usize,
+}
+
+impl<T> Registry<T> {
+    /// Creates an empty registry with room for at most `max_slots` callables at once.
+    pub(crate) fn new(max_slots: usize) -> Registry<T> {
+        Registry {
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: BinaryHeap::new(),
+            // Slot numbers are u32: 0..=u32::MAX.
+            max_slots: max_slots.min(u32::MAX as usize + 1),
+        }
+    }
+
+    /// Installs `value` under the descriptor's digest.
+    ///
+    /// `digest` is what the sender claims; it must equal sha256(`descriptor`), else an
+    /// [`ErrorKind::Callable`] error starting with `HASHID_DESCRIPTOR_MISMATCH`. If the digest is
+    /// already installed with the same descriptor bytes, its refcount goes up (the new value is
+    /// dropped) and the existing slot is returned; with different descriptor bytes it is a
+    /// `HASHID_DESCRIPTOR_MISMATCH` error. When all slots are in use it is an
+    /// [`ErrorKind::Callable`] error starting with `LOCAL_SLOT_EXHAUSTED`. Returns the local slot
+    /// number.
+    pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], value: T) -> Result<u32> {
+        let actual = Digest::of(descriptor);
+        if actual != digest {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!(
+                    "HASHID_DESCRIPTOR_MISMATCH: claimed digest {digest} but the {}-byte \
+                     descriptor hashes to {actual}",
+                    descriptor.len()
+                ),
+            ));
+        }
+        if let Some(&slot) = self.index.get(&digest) {
+            let entry = self.entry_mut(slot);
+            if *entry.descriptor != *descriptor {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!(
+                        "HASHID_DESCRIPTOR_MISMATCH: {digest} is already installed with a \
+                         different descriptor ({} bytes installed, {} bytes offered)",
+                        entry.descriptor.len(),
+                        descriptor.len()
+                    ),
+                ));
+            }
+            entry.refs = entry.refs.checked_add(1).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Callable,
+                    format!("{digest} is installed too many times (refcount overflow)"),
+                )
+            })?;
+            return Ok(slot);
+        }
+        let entry = Entry { digest, descriptor: descriptor.into(), refs: 1, value };
+        let slot = if let Some(Reverse(slot)) = self.free.pop() {
+            self.slots[slot as usize] = Some(entry);
+            slot
+        } else if self.slots.len() < self.max_slots {
+            // `max_slots <= u32::MAX + 1`, so every slot index fits in a u32.
+            let slot = u32::try_from(self.slots.len()).map_err(|_| self.exhausted(&digest))?;
+            self.slots.push(Some(entry));
+            slot
+        } else {
+            return Err(self.exhausted(&digest));
+        };
+        self.index.insert(digest, slot);
+        Ok(slot)
+    }
+
+    /// The error for a full registry.
+    fn exhausted(&self, digest: &Digest) -> Error {
+        Error::new(
+            ErrorKind::Callable,
+            format!(
+                "LOCAL_SLOT_EXHAUSTED: all {} local callable slots are in use; cannot install {}",
+                self.max_slots,
+                digest.short()
+            ),
+        )
+    }
+
+    /// The entry in an occupied `slot` (one the index points at).
+    fn entry_mut(&mut self, slot: u32) -> &mut Entry<T> {
+        self.slots[slot as usize].as_mut().expect("indexed slot is occupied")
+    }
+
+    /// The entry installed under `digest`.
+    fn entry(&self, digest: &Digest) -> Option<&Entry<T>> {
+        let slot = *self.index.get(digest)?;
+        self.slots[slot as usize].as_ref()
+    }
+
+    /// Drops one reference to `digest`; frees its slot at zero (slot numbers are reused).
+    ///
+    /// Returns true when the slot was freed. An unknown digest is an [`ErrorKind::Callable`]
+    /// error naming the digest.
+    pub(crate) fn release(&mut self, digest: &Digest) -> Result<bool> {
+        let Some(&slot) = self.index.get(digest) else {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!("cannot release {digest}: it is not installed in this registry"),
+            ));
+        };
+        let entry = self.entry_mut(slot);
+        entry.refs -= 1;
+        if entry.refs > 0 {
+            return Ok(false);
+        }
+        self.slots[slot as usize] = None;
+        self.index.remove(digest);
+        self.free.push(Reverse(slot));
+        Ok(true)
+    }
+
+    /// The value installed under `digest`.
+    pub(crate) fn get(&self, digest: &Digest) -> Option<&T> {
+        self.entry(digest).map(|e| &e.value)
+    }
+
+    /// The local slot of `digest`.
+    pub(crate) fn slot_of(&self, digest: &Digest) -> Option<u32> {
+        self.index.get(digest).copied()
+    }
+
+    /// The value installed in local `slot`.
+    pub(crate) fn by_slot(&self, slot: u32) -> Option<&T> {
+        let entry = self.slots.get(usize::try_from(slot).ok()?)?.as_ref()?;
+        Some(&entry.value)
+    }
+
+    /// The reference count of `digest`; 0 when it is not installed.
+    pub(crate) fn refs(&self, digest: &Digest) -> u32 {
+        self.entry(digest).map_or(0, |e| e.refs)
+    }
+
+    /// Whether `digest` is installed.
+    pub(crate) fn contains(&self, digest: &Digest) -> bool {
+        self.index.contains_key(digest)
+    }
+
+    /// The number of installed callables (occupied slots).
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no callable is installed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The installed callables as `(digest, descriptor bytes, value)`, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Digest, &[u8], &T)> {
+        self.slots.iter().flatten().map(|e| (&e.digest, &*e.descriptor, &e.value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callable::identity::{host_fn_descriptor, orch_fn_descriptor};
+
+    fn desc(name: &str) -> (Digest, Vec<u8>) {
+        let d = host_fn_descriptor(name, "tests::f", 1);
+        (d.digest(), d.bytes().to_vec())
+    }
+
+    #[test]
+    fn install_refcount_release_and_slot_reuse() {
+        let mut reg = Registry::new(8);
+        assert!(reg.is_empty());
+        let (a, da) = desc("a");
+        let (b, db) = desc("b");
+        let (c, dc) = desc("c");
+
+        assert_eq!(reg.install(a, &da, "A").unwrap(), 0);
+        assert_eq!(reg.install(b, &db, "B").unwrap(), 1);
+        // Same digest and descriptor: refcount up, first value kept.
+        assert_eq!(reg.install(a, &da, "A2").unwrap(), 0);
+        assert_eq!(reg.refs(&a), 2);
+        assert_eq!(reg.refs(&b), 1);
+        assert_eq!(reg.get(&a), Some(&"A"));
+        assert_eq!(reg.by_slot(0), Some(&"A"));
+        assert_eq!(reg.by_slot(1), Some(&"B"));
+        assert_eq!(reg.by_slot(2), None);
+        assert_eq!(reg.slot_of(&b), Some(1));
+        assert_eq!(reg.len(), 2);
+        assert!(!reg.is_empty());
+        let listed: Vec<_> = reg.iter().map(|(d, bytes, v)| (*d, bytes.to_vec(), *v)).collect();
+        assert_eq!(listed, vec![(a, da.clone(), "A"), (b, db.clone(), "B")]);
+
+        assert!(!reg.release(&a).unwrap());
+        assert_eq!(reg.refs(&a), 1);
+        assert!(reg.release(&a).unwrap());
+        assert!(!reg.contains(&a));
+        assert_eq!(reg.refs(&a), 0);
+        assert_eq!(reg.get(&a), None);
+        assert_eq!(reg.slot_of(&a), None);
+        assert_eq!(reg.by_slot(0), None);
+        assert_eq!(reg.len(), 1);
+
+        // Slot 0 is reused by the next install.
+        assert_eq!(reg.install(c, &dc, "C").unwrap(), 0);
+        assert_eq!(reg.by_slot(0), Some(&"C"));
+        // And reinstalling `a` gets a fresh slot.
+        assert_eq!(reg.install(a, &da, "A3").unwrap(), 2);
+        assert_eq!(reg.get(&a), Some(&"A3"));
+
+        assert!(reg.release(&b).unwrap());
+        assert!(reg.release(&c).unwrap());
+        assert!(reg.release(&a).unwrap());
+        assert!(reg.is_empty());
+        assert_eq!(reg.iter().count(), 0);
+        // Freed slots are reused lowest first.
+        assert_eq!(reg.install(b, &db, "B").unwrap(), 0);
+        assert_eq!(reg.install(c, &dc, "C").unwrap(), 1);
+    }
+
+    #[test]
+    fn claimed_digest_must_match_descriptor() {
+        let mut reg = Registry::new(4);
+        let (a, _) = desc("a");
+        let (_, db) = desc("b");
+        let err = reg.install(a, &db, ()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        assert!(err.message().starts_with("HASHID_DESCRIPTOR_MISMATCH: "), "{err}");
+        assert!(err.message().contains(&a.to_string()), "{err}");
+        assert!(reg.is_empty());
+    }
+
+    #[test]
+    fn same_digest_different_descriptor_is_refused() {
+        let mut reg = Registry::new(4);
+        let (a, da) = desc("a");
+        reg.install(a, &da, 1).unwrap();
+        // A genuine sha256 collision cannot be built for a test, so plant a different descriptor
+        // under `a` the way a corrupted registry would hold one.
+        let other = orch_fn_descriptor("a", "tests::f", 1);
+        let slot = reg.slot_of(&a).unwrap();
+        reg.entry_mut(slot).descriptor = other.bytes().into();
+        let err = reg.install(a, &da, 2).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        assert!(err.message().starts_with("HASHID_DESCRIPTOR_MISMATCH: "), "{err}");
+        assert_eq!(reg.refs(&a), 1);
+        assert_eq!(reg.get(&a), Some(&1));
+    }
+
+    #[test]
+    fn slots_run_out() {
+        let mut reg = Registry::new(2);
+        let (a, da) = desc("a");
+        let (b, db) = desc("b");
+        let (c, dc) = desc("c");
+        reg.install(a, &da, ()).unwrap();
+        reg.install(b, &db, ()).unwrap();
+        // Re-installing a present digest needs no new slot.
+        reg.install(a, &da, ()).unwrap();
+        let err = reg.install(c, &dc, ()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        assert!(err.message().starts_with("LOCAL_SLOT_EXHAUSTED: "), "{err}");
+        assert!(!reg.contains(&c));
+        assert!(reg.release(&b).unwrap());
+        assert_eq!(reg.install(c, &dc, ()).unwrap(), 1);
+
+        let mut none = Registry::new(0);
+        let err = none.install(a, &da, ()).unwrap_err();
+        assert!(err.message().starts_with("LOCAL_SLOT_EXHAUSTED: "), "{err}");
+    }
+
+    #[test]
+    fn release_unknown_names_the_digest() {
+        let mut reg = Registry::<()>::new(2);
+        let (a, da) = desc("a");
+        let err = reg.release(&a).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        assert!(err.message().contains(&a.to_string()), "{err}");
+        // Releasing past zero is also unknown.
+        reg.install(a, &da, ()).unwrap();
+        assert!(reg.release(&a).unwrap());
+        assert!(reg.release(&a).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! Buffers: owned backing memory with a canonical identity.
+//!
+//! A [`BufferDesc`] is the self-describing, address-free description that travels with every
+//! tensor: who minted the buffer ([`Identity`]), where its bytes live ([`Backing`]), what access it
+//! grants ([`Access`]) and how large it is. Each receiving process resolves a descriptor to a
+//! local address itself (map-once per identity); no address crosses a process boundary except
+//! the fork-inherited heap-ring base of a [`Backing::HeapSlab`].
+//!
+//! A [`Buffer`] owns the backing of a POSIX shared-memory host buffer made by
+//! `Worker::create_buffer`; dropping the last clone unlinks it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::data::dtype::{DataType, Element};
+use crate::data::tensor::{Tensor, TensorView};
+use crate::error::{Error, Result};
+use crate::ipc::mem::{as_bytes, as_bytes_mut};
+use crate::ipc::shm::PosixShm;
+
+/// The canonical identity of a buffer: invariant across every process and level it travels to.
+///
+/// `owner` is a random nonce minted when the owning Worker starts, `buffer_id` counts up per
+/// owner (0 is reserved) and `generation` starts at 1 (0 is invalid).
+///
+/// ```
+/// use simpler::Identity;
+/// let id = Identity::new(0xfeed, 1, 1).unwrap();
+/// assert_eq!(id.buffer_id(), 1);
+/// assert!(Identity::new(0xfeed, 1, 0).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identity {
+    owner: u64,
+    buffer_id: u64,
+    generation: u32,
+}
+
+impl Identity {
+    /// Builds an identity; a zero `buffer_id` or `generation` is an error.
+    pub fn new(owner: u64, buffer_id: u64, generation: u32) -> Result<Identity> {
+        if buffer_id == 0 {
+            return Err(Error::invalid("buffer identity: buffer_id 0 is reserved"));
+        }
+        if generation == 0 {
+            return Err(Error::invalid("buffer identity: generation 0 is invalid"));
+        }
+        Ok(Identity { owner, buffer_id, generation })
+    }
+
+    /// The owner nonce.
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// The per-owner buffer number.
+    pub fn buffer_id(&self) -> u64 {
+        self.buffer_id
+    }
+
+    /// The generation (starts at 1).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}:{}:{}", self.owner, self.buffer_id, self.generation)
+    }
+}
+
+/// The access a buffer (or a view of it handed to a task) grants.
+///
+/// ```
+/// use simpler::Access;
+/// assert!(Access::ReadWrite.allows(Access::Read));
+/// assert!(!Access::Read.allows(Access::Write));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Access {
+    /// Read only.
+    Read = 0,
+    /// Write only.
+    Write = 1,
+    /// Read and write.
+    ReadWrite = 2,
+}
+
+impl Access {
+    /// True when holding `self` permits an access of kind `needed`.
+    pub fn allows(self, needed: Access) -> bool {
+        self == Access::ReadWrite || self == needed
+    }
+
+    /// True when this access may write.
+    pub fn can_write(self) -> bool {
+        self != Access::Read
+    }
+
+    /// True when this access may read.
+    pub fn can_read(self) -> bool {
+        self != Access::Write
+    }
+
+    /// Parses a wire value.
+    pub fn from_u8(v: u8) -> Result<Access> {
+        match v {
+            0 => Ok(Access::Read),
+            1 => Ok(Access::Write),
+            2 => Ok(Access::ReadWrite),
+            _ => Err(Error::decode(format!("unknown access {v} (known: 0..=2)"))),
+        }
+    }
+}
+
+/// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
+pub const SHM_NAME_MAX: usize = 31;
+
+/// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
+///
+/// ```
+/// use simpler::ShmName;
+/// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
+/// assert!(ShmName::new("a/b").is_err());
+/// assert!(ShmName::new("").is_err());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShmName {
+    len: u8,
+    bytes: [u8; SHM_NAME_MAX],
+}
+
+impl ShmName {
+    /// Validates and stores a name.
+    pub fn new(name: &str) -> Result<ShmName> {
+        ShmName::from_bytes(name.as_bytes())
+    }
+
+    /// Validates and stores a name given as bytes.
+    pub fn from_bytes(name: &[u8]) -> Result<ShmName> {
+        if name.is_empty() || name.len() > SHM_NAME_MAX {
+            return Err(Error::invalid(format!(
+                "shm name must be 1..={SHM_NAME_MAX} bytes, got {}",
+                name.len()
+            )));
+        }
+        if let Some(bad) = name.iter().find(|b| !b.is_ascii_graphic() || **b == b'/') {
+            return Err(Error::invalid(format!(
+                "shm name may hold only printable ASCII without '/' or space, found byte {bad:#04x}"
+            )));
+        }
+        let mut bytes = [0u8; SHM_NAME_MAX];
+        bytes[..name.len()].copy_from_slice(name);
+        Ok(ShmName { len: name.len() as u8, bytes })
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        // Validated as ASCII at construction.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    /// The name as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Debug for ShmName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ShmName({:?})", self.as_str())
+    }
+}
+
+impl fmt::Display for ShmName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a buffer's bytes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backing {
+    /// A slab carved from a heap ring that was mapped `MAP_SHARED` before any fork: every process
+    /// of the tree sees it at the same virtual address `addr`.
+    HeapSlab {
+        /// Base virtual address of the slab.
+        addr: u64,
+    },
+    /// A named POSIX shared-memory object, mapped once per identity by each process that uses it.
+    PosixShm {
+        /// The object's name.
+        name: ShmName,
+    },
+}
+
+impl Backing {
+    /// The wire number of this backend kind.
+    pub fn kind_u8(&self) -> u8 {
+        match self {
+            Backing::HeapSlab { .. } => 0,
+            Backing::PosixShm { .. } => 1,
+        }
+    }
+}
+
+/// The address-free description of a buffer that travels with every tensor.
+///
+/// ```
+/// use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+/// let desc = BufferDesc::new(
+///     Identity::new(7, 1, 1).unwrap(),
+///     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+///     Access::ReadWrite,
+///     4096,
+/// )
+/// .unwrap();
+/// assert_eq!(desc.nbytes(), 4096);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BufferDesc {
+    identity: Identity,
+    backing: Backing,
+    access: Access,
+    nbytes: u64,
+}
+
+impl BufferDesc {
+    /// Builds a descriptor, validating the backing.
+    pub fn new(identity: Identity, backing: Backing, access: Access, nbytes: u64) -> Result<BufferDesc> {
+        if let Backing::HeapSlab { addr } = backing
+            && addr == 0
+        {
+            return Err(Error::invalid("heap slab buffer: base address is null"));
+        }
+        Ok(BufferDesc { identity, backing, access, nbytes })
+    }
+
+    /// The canonical identity.
+    pub fn identity(&self) -> Identity {
+        self.identity
+    }
+
+    /// The backing.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// The granted access.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Size in bytes.
+    pub fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+
+    /// A copy with the access narrowed to `access` (used when a view is handed to a task).
+    pub(crate) fn with_access(mut self, access: Access) -> BufferDesc {
+        self.access = access;
+        self
+    }
+}
+
+/// A host buffer in POSIX shared memory, owned by the caller.
+///
+/// Made by `Worker::create_buffer`. Clones share the backing; the last drop unmaps it and
+/// unlinks the name. Tensors made from it keep it alive while tasks use them.
+///
+/// ```no_run
+/// # fn main() -> simpler::Result<()> {
+/// use simpler::{DataType, Worker};
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// worker.init()?;
+/// let buf = worker.create_buffer(16)?;
+/// buf.write(0, &[1.0f32, 2.0, 3.0, 4.0])?;
+/// let t = buf.tensor(&[4], DataType::Float32)?;
+/// assert_eq!(t.view().shape(), &[4]);
+/// assert_eq!(buf.read::<f32>(0, 4)?, vec![1.0, 2.0, 3.0, 4.0]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Buffer {
+    inner: Arc<BufferInner>,
+}
+
+pub(crate) struct BufferInner {
+    desc: BufferDesc,
+    shm: PosixShm,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer").field("desc", &self.inner.desc).finish()
+    }
+}
+
+impl Buffer {
+    pub(crate) fn from_shm(identity: Identity, shm: PosixShm) -> Result<Buffer> {
+        let desc = BufferDesc::new(
+            identity,
+            Backing::PosixShm { name: *shm.name() },
+            Access::ReadWrite,
+            shm.len() as u64,
+        )?;
+        Ok(Buffer { inner: Arc::new(BufferInner { desc, shm }) })
+    }
+
+    /// The descriptor.
+    pub fn desc(&self) -> &BufferDesc {
+        &self.inner.desc
+    }
+
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.inner.shm.len()
+    }
+
+    /// A contiguous row-major tensor over the whole start of the buffer.
+    pub fn tensor(&self, shape: &[u32], dtype: DataType) -> Result<Tensor> {
+        self.view(TensorView::new(0, shape, None, dtype)?)
+    }
+
+    /// A tensor with an explicit view (byte offset, shape, element strides).
+    pub fn view(&self, view: TensorView) -> Result<Tensor> {
+        Tensor::with_keepalive(self.inner.desc, view, Some(self.inner.clone()))
+    }
+
+    /// Copies `values` into the buffer starting at element index `offset` (in units of `T`).
+    pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
+        let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
+        self.inner.shm.write_bytes(start, as_bytes(values))
+    }
+
+    /// Reads `len` elements of `T` starting at element index `offset`.
+    pub fn read<T: Element>(&self, offset: usize, len: usize) -> Result<Vec<T>> {
+        let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
+        let mut out = vec![T::ZERO; len];
+        self.inner.shm.read_bytes(start, as_bytes_mut(&mut out))?;
+        Ok(out)
+    }
+}

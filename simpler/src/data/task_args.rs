@@ -1,0 +1,253 @@
+//! Task arguments: tensors with a tag each, then `u64` scalars, plus explicit dependencies.
+
+use smallvec::SmallVec;
+
+use crate::data::buffer::Access;
+use crate::data::tensor::Tensor;
+use crate::error::{Error, Result};
+
+/// How a task uses a tensor argument; drives dependency inference at submit.
+///
+/// | Tag | waits for earlier writers | becomes the writer | access required |
+/// | --- | --- | --- | --- |
+/// | `Input` | yes (read-after-write) | no | read |
+/// | `InOut` | yes (RaW and WaW) | yes | read-write |
+/// | `Output` | no (pure overwrite) | yes | write |
+/// | `OutputExisting` | no | yes | write |
+/// | `NoDep` | no | no | none checked |
+///
+/// Nothing waits for earlier *readers*: a write after an unordered read (WaR) needs an explicit
+/// dependency ([`TaskArgs::add_dep_wait`]) or `InOut`.
+///
+/// ```
+/// use simpler::Tag;
+/// assert!(Tag::InOut.reads() && Tag::InOut.writes());
+/// assert!(!Tag::Output.reads());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Tag {
+    /// Read; waits for the current writer.
+    Input = 0,
+    /// Written without reading; does not wait.
+    Output = 1,
+    /// Read and written; waits for the current writer and becomes the writer.
+    InOut = 2,
+    /// Writes into existing memory; same dependency rules as `Output`.
+    OutputExisting = 3,
+    /// No dependency tracking at all.
+    NoDep = 4,
+}
+
+impl Tag {
+    /// True when the tag looks up the current writer (waits for it).
+    pub fn reads(self) -> bool {
+        matches!(self, Tag::Input | Tag::InOut)
+    }
+
+    /// True when the tag makes the task the new writer.
+    pub fn writes(self) -> bool {
+        matches!(self, Tag::Output | Tag::InOut | Tag::OutputExisting)
+    }
+
+    /// The access a task holding this tag is given to the tensor's bytes.
+    pub fn access(self) -> Access {
+        match self {
+            Tag::Input => Access::Read,
+            Tag::Output | Tag::OutputExisting => Access::Write,
+            Tag::InOut | Tag::NoDep => Access::ReadWrite,
+        }
+    }
+}
+
+/// A handle to a submitted task, valid within the run that submitted it.
+///
+/// Returned by every `submit_*`; pass it to [`TaskArgs::add_dep`] or
+/// [`TaskArgs::add_dep_wait`] to order a later task after it.
+///
+/// ```no_run
+/// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+/// use simpler::TaskArgs;
+/// let first = orch.submit_sub(f, TaskArgs::new())?;
+/// let mut args = TaskArgs::new();
+/// args.add_dep_wait(first);
+/// orch.submit_sub(f, args)?; // runs after `first` completes
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskHandle {
+    pub(crate) run: u64,
+    pub(crate) index: u32,
+}
+
+impl TaskHandle {
+    /// The run this task belongs to.
+    pub fn run_id(&self) -> u64 {
+        self.run
+    }
+
+    /// The task's number within its run (0 for the first submit).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+}
+
+/// An explicit dependency on an earlier task of the same run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dep {
+    /// The producer.
+    pub task: TaskHandle,
+    /// `true`: the producer is retained until this task completes (`add_dep`);
+    /// `false`: ordering only (`add_dep_wait`).
+    pub retain: bool,
+}
+
+/// Arguments of one task: tensors with a [`Tag`] each, then `u64` scalars.
+///
+/// Tensors must come before scalars; adding a tensor after a scalar is an error.
+///
+/// ```
+/// use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tag, TaskArgs, Tensor, TensorView};
+/// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+/// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+/// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+/// let mut args = TaskArgs::new();
+/// args.input(&a)?.output(&b)?.scalar(8);
+/// assert_eq!(args.tensor_count(), 2);
+/// assert_eq!(args.tag(1), Some(Tag::Output));
+/// assert!(args.input(&a).is_err()); // a tensor after a scalar
+/// # Ok::<(), simpler::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct TaskArgs {
+    pub(crate) tensors: SmallVec<[Tensor; 4]>,
+    pub(crate) tags: SmallVec<[Tag; 4]>,
+    pub(crate) scalars: SmallVec<[u64; 4]>,
+    pub(crate) deps: SmallVec<[Dep; 2]>,
+}
+
+impl std::fmt::Debug for TaskArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskArgs")
+            .field("tensors", &self.tensors.iter().zip(&self.tags).collect::<Vec<_>>())
+            .field("scalars", &self.scalars)
+            .field("deps", &self.deps)
+            .finish()
+    }
+}
+
+impl TaskArgs {
+    /// Empty arguments.
+    pub fn new() -> TaskArgs {
+        TaskArgs::default()
+    }
+
+    /// Adds a tensor with a tag. Errors when a scalar was already added.
+    pub fn add_tensor(&mut self, tensor: &Tensor, tag: Tag) -> Result<&mut TaskArgs> {
+        if !self.scalars.is_empty() {
+            return Err(Error::invalid(format!(
+                "TaskArgs: cannot add tensor {} after a scalar; add every tensor before the first scalar",
+                self.tensors.len()
+            )));
+        }
+        self.tensors.push(tensor.clone());
+        self.tags.push(tag);
+        Ok(self)
+    }
+
+    /// Adds a tensor tagged [`Tag::Input`].
+    pub fn input(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
+        self.add_tensor(tensor, Tag::Input)
+    }
+
+    /// Adds a tensor tagged [`Tag::Output`].
+    pub fn output(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
+        self.add_tensor(tensor, Tag::Output)
+    }
+
+    /// Adds a tensor tagged [`Tag::InOut`].
+    pub fn inout(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
+        self.add_tensor(tensor, Tag::InOut)
+    }
+
+    /// Adds a `u64` scalar.
+    pub fn scalar(&mut self, value: u64) -> &mut TaskArgs {
+        self.scalars.push(value);
+        self
+    }
+
+    /// Adds an `f32` scalar as its IEEE bits, zero-extended.
+    pub fn scalar_f32(&mut self, value: f32) -> &mut TaskArgs {
+        self.scalar(u64::from(value.to_bits()))
+    }
+
+    /// Orders this task after `task` and keeps `task` retained until this one completes.
+    pub fn add_dep(&mut self, task: TaskHandle) -> &mut TaskArgs {
+        self.deps.push(Dep { task, retain: true });
+        self
+    }
+
+    /// Orders this task after `task` without retaining it.
+    pub fn add_dep_wait(&mut self, task: TaskHandle) -> &mut TaskArgs {
+        self.deps.push(Dep { task, retain: false });
+        self
+    }
+
+    /// Number of tensors.
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Number of scalars.
+    pub fn scalar_count(&self) -> usize {
+        self.scalars.len()
+    }
+
+    /// The tensor at `i`.
+    pub fn tensor(&self, i: usize) -> Option<&Tensor> {
+        self.tensors.get(i)
+    }
+
+    /// The tag of tensor `i`.
+    pub fn tag(&self, i: usize) -> Option<Tag> {
+        self.tags.get(i).copied()
+    }
+
+    /// Changes the tag of tensor `i`.
+    pub fn set_tag(&mut self, i: usize, tag: Tag) -> Result<()> {
+        let n = self.tags.len();
+        let slot = self.tags.get_mut(i).ok_or_else(|| {
+            Error::invalid(format!("TaskArgs: tensor index {i} out of range ({n} tensors)"))
+        })?;
+        *slot = tag;
+        Ok(())
+    }
+
+    /// The scalar at `i`.
+    pub fn scalar_at(&self, i: usize) -> Option<u64> {
+        self.scalars.get(i).copied()
+    }
+
+    /// All tensors.
+    pub fn tensors(&self) -> &[Tensor] {
+        &self.tensors
+    }
+
+    /// All scalars.
+    pub fn scalars(&self) -> &[u64] {
+        &self.scalars
+    }
+
+    /// The explicit dependencies.
+    pub fn deps(&self) -> &[Dep] {
+        &self.deps
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) {
+        self.tensors.clear();
+        self.tags.clear();
+        self.scalars.clear();
+        self.deps.clear();
+    }
+}

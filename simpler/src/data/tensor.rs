@@ -1,0 +1,428 @@
+//! Tensors: a buffer descriptor plus a strided view, and the overlap test between views.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::data::buffer::BufferDesc;
+use crate::data::dtype::DataType;
+use crate::error::{Error, Result};
+
+/// The most dimensions a tensor view may have.
+pub const MAX_TENSOR_DIMS: usize = 5;
+
+/// A strided view into a buffer: byte offset, shape, element strides and element type.
+///
+/// Validation: 1..=5 dimensions, every shape and stride > 0, the byte offset a multiple of the
+/// element size. `strides: None` means row-major contiguous. Whether the view fits inside its
+/// buffer is checked when it is attached to one ([`Tensor::new`]).
+///
+/// ```
+/// use simpler::{DataType, TensorView};
+/// let v = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
+/// assert_eq!(v.strides(), &[3, 1]);
+/// assert_eq!(v.extent_bytes(), 24);
+/// assert!(TensorView::new(2, &[4], None, DataType::Float32).is_err()); // misaligned offset
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorView {
+    byte_offset: u64,
+    ndims: u8,
+    shape: [u32; MAX_TENSOR_DIMS],
+    strides: [u32; MAX_TENSOR_DIMS],
+    dtype: DataType,
+}
+
+impl TensorView {
+    /// Builds and validates a view. `strides` are in elements; `None` means row-major contiguous.
+    pub fn new(
+        byte_offset: u64,
+        shape: &[u32],
+        strides: Option<&[u32]>,
+        dtype: DataType,
+    ) -> Result<TensorView> {
+        let nd = shape.len();
+        if nd == 0 || nd > MAX_TENSOR_DIMS {
+            return Err(Error::invalid(format!(
+                "tensor must have 1..={MAX_TENSOR_DIMS} dimensions, got {nd}"
+            )));
+        }
+        let mut s = [0u32; MAX_TENSOR_DIMS];
+        let mut st = [0u32; MAX_TENSOR_DIMS];
+        s[..nd].copy_from_slice(shape);
+        match strides {
+            Some(given) => {
+                if given.len() != nd {
+                    return Err(Error::invalid(format!(
+                        "tensor has {nd} dimensions but {} strides",
+                        given.len()
+                    )));
+                }
+                st[..nd].copy_from_slice(given);
+            }
+            None => {
+                let mut acc: u64 = 1;
+                for i in (0..nd).rev() {
+                    st[i] = u32::try_from(acc).map_err(|_| {
+                        Error::invalid(format!("tensor shape {shape:?} is too large for u32 strides"))
+                    })?;
+                    acc = acc.saturating_mul(u64::from(shape[i].max(1)));
+                }
+            }
+        }
+        let view = TensorView { byte_offset, ndims: nd as u8, shape: s, strides: st, dtype };
+        view.validate()?;
+        Ok(view)
+    }
+
+    /// Re-checks every rule (used after decoding).
+    pub(crate) fn validate(&self) -> Result<()> {
+        let nd = usize::from(self.ndims);
+        if nd == 0 || nd > MAX_TENSOR_DIMS {
+            return Err(Error::invalid(format!(
+                "tensor must have 1..={MAX_TENSOR_DIMS} dimensions, got {nd}"
+            )));
+        }
+        for i in 0..nd {
+            if self.shape[i] == 0 {
+                return Err(Error::invalid(format!("tensor shape[{i}] is 0; every dimension must be > 0")));
+            }
+            if self.strides[i] == 0 {
+                return Err(Error::invalid(format!("tensor stride[{i}] is 0; every stride must be > 0")));
+            }
+        }
+        for i in nd..MAX_TENSOR_DIMS {
+            if self.shape[i] != 0 || self.strides[i] != 0 {
+                return Err(Error::invalid(format!("tensor slot {i} past ndims={nd} must be zero")));
+            }
+        }
+        let es = self.dtype.size() as u64;
+        if self.byte_offset % es != 0 {
+            return Err(Error::invalid(format!(
+                "tensor byte offset {} is not a multiple of the {} element size {es}",
+                self.byte_offset, self.dtype
+            )));
+        }
+        if self.extent_bytes_checked().is_none() {
+            return Err(Error::invalid("tensor view extent overflows u64"));
+        }
+        Ok(())
+    }
+
+    /// Byte offset of the first element within the buffer.
+    pub fn byte_offset(&self) -> u64 {
+        self.byte_offset
+    }
+
+    /// The shape (one entry per dimension).
+    pub fn shape(&self) -> &[u32] {
+        &self.shape[..usize::from(self.ndims)]
+    }
+
+    /// The strides in elements (one entry per dimension).
+    pub fn strides(&self) -> &[u32] {
+        &self.strides[..usize::from(self.ndims)]
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn num_elements(&self) -> u64 {
+        self.shape().iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// True when the view is row-major contiguous.
+    pub fn is_contiguous(&self) -> bool {
+        let mut expect: u64 = 1;
+        for i in (0..usize::from(self.ndims)).rev() {
+            if self.shape[i] != 1 && u64::from(self.strides[i]) != expect {
+                return false;
+            }
+            expect *= u64::from(self.shape[i]);
+        }
+        true
+    }
+
+    fn extent_bytes_checked(&self) -> Option<u64> {
+        let mut last: u64 = 0;
+        for i in 0..usize::from(self.ndims) {
+            let span = u64::from(self.shape[i]).checked_sub(1)?.checked_mul(u64::from(self.strides[i]))?;
+            last = last.checked_add(span)?;
+        }
+        last.checked_add(1)?.checked_mul(self.dtype.size() as u64)
+    }
+
+    /// Bytes from the first to one past the last element: `(Σ (shape_i-1)·stride_i + 1) · elem`.
+    pub fn extent_bytes(&self) -> u64 {
+        self.extent_bytes_checked().unwrap_or(u64::MAX)
+    }
+
+    /// The byte range `[offset, offset + extent)` the view touches.
+    pub fn byte_range(&self) -> (u64, u64) {
+        (self.byte_offset, self.byte_offset.saturating_add(self.extent_bytes()))
+    }
+
+    /// Raw parts for the wire codec.
+    pub(crate) fn raw(&self) -> (u64, u8, [u32; MAX_TENSOR_DIMS], [u32; MAX_TENSOR_DIMS], DataType) {
+        (self.byte_offset, self.ndims, self.shape, self.strides, self.dtype)
+    }
+
+    /// Rebuilds a view from raw parts and validates it.
+    pub(crate) fn from_raw(
+        byte_offset: u64,
+        ndims: u8,
+        shape: [u32; MAX_TENSOR_DIMS],
+        strides: [u32; MAX_TENSOR_DIMS],
+        dtype: DataType,
+    ) -> Result<TensorView> {
+        let v = TensorView { byte_offset, ndims, shape, strides, dtype };
+        v.validate()?;
+        Ok(v)
+    }
+}
+
+impl fmt::Debug for TensorView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}@{} strides {:?}", self.dtype, self.shape(), self.byte_offset, self.strides())
+    }
+}
+
+/// How two views of the same buffer relate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// No byte is shared.
+    None,
+    /// Some bytes may be shared (conservative for views whose geometry cannot be compared).
+    Partial,
+    /// The second view's bytes are all inside the first's.
+    Covered,
+}
+
+/// Compares the bytes `a` and `b` touch. Returns [`Overlap::Covered`] when every byte of `b` is
+/// touched by `a` (so a write through `a` replaces everything `b` had).
+///
+/// Stage 1 compares bounding byte ranges. Stage 2, only for views that share dtype, rank and
+/// strides that nest as exact multiples down to 1, intersects per-axis intervals; anything
+/// else that the bounding ranges cannot separate counts as [`Overlap::Partial`].
+///
+/// ```
+/// use simpler::{overlap, DataType, Overlap, TensorView};
+/// let whole = TensorView::new(0, &[4, 4], None, DataType::Float32).unwrap();
+/// let left = TensorView::new(0, &[4, 2], Some(&[4, 1]), DataType::Float32).unwrap();
+/// let right = TensorView::new(8, &[4, 2], Some(&[4, 1]), DataType::Float32).unwrap();
+/// assert_eq!(overlap(&left, &right), Overlap::None); // interleaved rows, disjoint columns
+/// assert_eq!(overlap(&whole, &left), Overlap::Covered);
+/// ```
+pub fn overlap(a: &TensorView, b: &TensorView) -> Overlap {
+    let (a0, a1) = a.byte_range();
+    let (b0, b1) = b.byte_range();
+    if a1 <= b0 || b1 <= a0 {
+        return Overlap::None;
+    }
+    if a.is_contiguous() && a0 <= b0 && b1 <= a1 {
+        return Overlap::Covered;
+    }
+    match lattice_overlap(a, b) {
+        Some(o) => o,
+        None => Overlap::Partial,
+    }
+}
+
+/// Per-axis comparison for views on the same lattice; `None` when the geometry does not allow it.
+fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
+    if a.dtype != b.dtype || a.ndims != b.ndims || a.strides() != b.strides() {
+        return None;
+    }
+    let nd = usize::from(a.ndims);
+    let st = a.strides();
+    if st[nd - 1] != 1 {
+        return None;
+    }
+    for i in 0..nd - 1 {
+        if st[i] % st[i + 1] != 0 || st[i] < st[i + 1] {
+            return None;
+        }
+    }
+    // Decompose each origin (in elements) into per-axis coordinates on the lattice.
+    let es = a.dtype.size() as u64;
+    let coords = |off: u64| -> Option<[u64; MAX_TENSOR_DIMS]> {
+        let mut rem = off / es;
+        let mut c = [0u64; MAX_TENSOR_DIMS];
+        for i in 0..nd {
+            let s = u64::from(st[i]);
+            c[i] = rem / s;
+            rem %= s;
+        }
+        (rem == 0).then_some(c)
+    };
+    let ca = coords(a.byte_offset)?;
+    let cb = coords(b.byte_offset)?;
+    // Each axis except the outermost must stay inside its parent stride to be a true lattice.
+    for i in 1..nd {
+        let room = u64::from(st[i - 1]) / u64::from(st[i]);
+        if ca[i] + u64::from(a.shape[i]) > room || cb[i] + u64::from(b.shape[i]) > room {
+            return None;
+        }
+    }
+    let mut covered = true;
+    for i in 0..nd {
+        let (lo_a, hi_a) = (ca[i], ca[i] + u64::from(a.shape[i]));
+        let (lo_b, hi_b) = (cb[i], cb[i] + u64::from(b.shape[i]));
+        if hi_a <= lo_b || hi_b <= lo_a {
+            return Some(Overlap::None);
+        }
+        if !(lo_a <= lo_b && hi_b <= hi_a) {
+            covered = false;
+        }
+    }
+    Some(if covered { Overlap::Covered } else { Overlap::Partial })
+}
+
+/// A tensor: a buffer descriptor and a validated view that fits inside it.
+///
+/// Tensors carry no address. Cloning is cheap. A tensor made from an owned [`Buffer`] keeps
+/// that buffer alive, so tasks that still name it never see it unlinked.
+///
+/// [`Buffer`]: crate::Buffer
+///
+/// ```
+/// use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+/// let desc = BufferDesc::new(
+///     Identity::new(1, 1, 1).unwrap(),
+///     Backing::PosixShm { name: ShmName::new("sp-doc").unwrap() },
+///     Access::ReadWrite,
+///     64,
+/// ).unwrap();
+/// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32).unwrap()).unwrap();
+/// assert_eq!(t.view().num_elements(), 16);
+/// // A view past the end of the buffer is refused.
+/// assert!(Tensor::new(desc, TensorView::new(4, &[16], None, DataType::Float32).unwrap()).is_err());
+/// ```
+#[derive(Clone)]
+pub struct Tensor {
+    desc: BufferDesc,
+    view: TensorView,
+    keepalive: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Tensor {
+    /// Attaches a view to a buffer descriptor; the view must lie inside the buffer.
+    pub fn new(desc: BufferDesc, view: TensorView) -> Result<Tensor> {
+        Tensor::with_keepalive(desc, view, None)
+    }
+
+    pub(crate) fn with_keepalive(
+        desc: BufferDesc,
+        view: TensorView,
+        keepalive: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Result<Tensor> {
+        let (_, end) = view.byte_range();
+        if end > desc.nbytes() {
+            return Err(Error::invalid(format!(
+                "tensor view {view:?} ends at byte {end}, past the end of its {}-byte buffer",
+                desc.nbytes()
+            )));
+        }
+        Ok(Tensor { desc, view, keepalive })
+    }
+
+    /// The buffer descriptor.
+    pub fn desc(&self) -> &BufferDesc {
+        &self.desc
+    }
+
+    /// The view.
+    pub fn view(&self) -> &TensorView {
+        &self.view
+    }
+
+    /// Another view of the same buffer (keeps the same owner alive).
+    pub fn reshape(&self, view: TensorView) -> Result<Tensor> {
+        Tensor::with_keepalive(self.desc, view, self.keepalive.clone())
+    }
+
+    pub(crate) fn set_desc(&mut self, desc: BufferDesc) {
+        self.desc = desc;
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({} {:?})", self.desc.identity(), self.view)
+    }
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.desc == other.desc && self.view == other.view
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::buffer::{Access, Backing, Identity, ShmName};
+
+    fn f32v(off: u64, shape: &[u32], strides: Option<&[u32]>) -> TensorView {
+        TensorView::new(off, shape, strides, DataType::Float32).unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_views() {
+        assert!(TensorView::new(0, &[], None, DataType::Float32).is_err());
+        assert!(TensorView::new(0, &[1, 1, 1, 1, 1, 1], None, DataType::Float32).is_err());
+        assert!(TensorView::new(0, &[0], None, DataType::Float32).is_err());
+        assert!(TensorView::new(0, &[4], Some(&[0]), DataType::Float32).is_err());
+        assert!(TensorView::new(0, &[4], Some(&[1, 1]), DataType::Float32).is_err());
+        assert!(TensorView::new(6, &[4], None, DataType::Float32).is_err());
+        assert!(TensorView::new(6, &[4], None, DataType::Int16).is_ok());
+    }
+
+    #[test]
+    fn extent_of_strided_view() {
+        let v = f32v(0, &[2, 2], Some(&[8, 2]));
+        // last element at 8 + 2 = 10 elements -> (10 + 1) * 4 bytes
+        assert_eq!(v.extent_bytes(), 44);
+        assert!(!v.is_contiguous());
+    }
+
+    #[test]
+    fn view_must_fit_buffer() {
+        let desc = BufferDesc::new(
+            Identity::new(1, 1, 1).unwrap(),
+            Backing::PosixShm { name: ShmName::new("x").unwrap() },
+            Access::ReadWrite,
+            16,
+        )
+        .unwrap();
+        assert!(Tensor::new(desc, f32v(0, &[4], None)).is_ok());
+        assert!(Tensor::new(desc, f32v(4, &[4], None)).is_err());
+    }
+
+    #[test]
+    fn overlap_cases() {
+        let a = f32v(0, &[8], None);
+        let b = f32v(32, &[8], None);
+        assert_eq!(overlap(&a, &b), Overlap::None);
+        let half = f32v(0, &[4], None);
+        assert_eq!(overlap(&a, &half), Overlap::Covered);
+        assert_eq!(overlap(&half, &a), Overlap::Partial);
+        // Row blocks of a 4x4 matrix.
+        let top = f32v(0, &[2, 4], Some(&[4, 1]));
+        let bottom = f32v(32, &[2, 4], Some(&[4, 1]));
+        assert_eq!(overlap(&top, &bottom), Overlap::None);
+        // Column blocks interleave in bytes but not in elements.
+        let left = f32v(0, &[4, 2], Some(&[4, 1]));
+        let right = f32v(8, &[4, 2], Some(&[4, 1]));
+        assert_eq!(overlap(&left, &right), Overlap::None);
+        let mid = f32v(4, &[4, 2], Some(&[4, 1]));
+        assert_eq!(overlap(&left, &mid), Overlap::Partial);
+        // Different strides: conservative.
+        let odd = f32v(4, &[2], Some(&[2]));
+        let even = f32v(0, &[2], Some(&[2]));
+        assert_eq!(overlap(&odd, &even), Overlap::Partial);
+    }
+}

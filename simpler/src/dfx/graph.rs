@@ -1,0 +1,135 @@
+//! A run's DAG, captured at submit time, as a `petgraph` graph with DOT export.
+
+use std::fmt::Write as _;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+
+use crate::callable::identity::Digest;
+use crate::data::buffer::Identity;
+
+/// One task of a captured run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskNode {
+    /// The task's number within its run.
+    pub index: u32,
+    /// The callable's name.
+    pub callable: String,
+    /// The callable's digest.
+    pub digest: Digest,
+    /// Where it was placed (`sub`, `worker 0`, `worker 0, worker 1`, ...).
+    pub target: String,
+    /// Number of members (1 unless a group).
+    pub members: u32,
+}
+
+/// Why one task waits for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EdgeReason {
+    /// The consumer's tensor argument `arg` overlaps bytes the producer writes in `buffer`.
+    Tensor {
+        /// Argument index in the consumer.
+        arg: u32,
+        /// The buffer both name.
+        buffer: Identity,
+    },
+    /// An explicit `add_dep` (`retain: true`) or `add_dep_wait` (`retain: false`).
+    Explicit {
+        /// Whether the producer is retained until the consumer completes.
+        retain: bool,
+    },
+}
+
+/// The DAG of one run: tasks and the dependency behind every edge.
+///
+/// ```no_run
+/// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+/// use simpler::{CallConfig, TaskArgs};
+/// let run = worker.submit_captured(|orch, _, _| {
+///     let a = orch.submit_sub(f, TaskArgs::new())?;
+///     let mut args = TaskArgs::new();
+///     args.add_dep(a);
+///     orch.submit_sub(f, args)?;
+///     Ok(())
+/// }, TaskArgs::new(), CallConfig::default())?;
+/// run.wait()?;
+/// let dag = run.dag().unwrap();
+/// assert_eq!(dag.graph().edge_count(), 1);
+/// println!("{}", dag.to_dot());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RunDag {
+    graph: DiGraph<TaskNode, EdgeReason>,
+}
+
+impl RunDag {
+    /// The graph: node weights are tasks, edge weights the reason for each dependency.
+    pub fn graph(&self) -> &DiGraph<TaskNode, EdgeReason> {
+        &self.graph
+    }
+
+    /// The node of task `index`.
+    pub fn node(&self, index: u32) -> Option<NodeIndex> {
+        self.graph.node_indices().find(|&n| self.graph[n].index == index)
+    }
+
+    /// True when an edge `from -> to` exists (by task index).
+    pub fn has_edge(&self, from: u32, to: u32) -> bool {
+        match (self.node(from), self.node(to)) {
+            (Some(a), Some(b)) => self.graph.contains_edge(a, b),
+            _ => false,
+        }
+    }
+
+    /// Graphviz DOT text: one node per task (`t<index>`), one edge per dependency.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph run {\n  rankdir=LR;\n");
+        for n in self.graph.node_indices() {
+            let t = &self.graph[n];
+            let _ = writeln!(s, "  t{} [label=\"{}: {}\\n{}\"];", t.index, t.index, t.callable, t.target);
+        }
+        for e in self.graph.edge_indices() {
+            let (a, b) = self.graph.edge_endpoints(e).expect("edge exists");
+            let label = match self.graph[e] {
+                EdgeReason::Tensor { arg, buffer } => format!("arg {arg} ({})", buffer.buffer_id()),
+                EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
+                EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
+            };
+            let _ =
+                writeln!(s, "  t{} -> t{} [label=\"{label}\"];", self.graph[a].index, self.graph[b].index);
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+/// Capture buffer filled by the Orchestrator.
+#[derive(Default)]
+pub(crate) struct DagCapture {
+    nodes: Vec<TaskNode>,
+    edges: Vec<(u32, u32, EdgeReason)>,
+}
+
+impl DagCapture {
+    pub(crate) fn record(&mut self, node: TaskNode, incoming: Vec<(u32, EdgeReason)>) {
+        let to = node.index;
+        self.nodes.push(node);
+        for (from, why) in incoming {
+            if !self.edges.iter().any(|&(a, b, _)| a == from && b == to) {
+                self.edges.push((from, to, why));
+            }
+        }
+    }
+
+    pub(crate) fn to_dag(&self) -> RunDag {
+        let mut graph = DiGraph::new();
+        let idx: Vec<NodeIndex> = self.nodes.iter().map(|n| graph.add_node(n.clone())).collect();
+        let find = |i: u32| self.nodes.iter().position(|n| n.index == i).map(|p| idx[p]);
+        for &(a, b, why) in &self.edges {
+            if let (Some(x), Some(y)) = (find(a), find(b)) {
+                graph.add_edge(x, y, why);
+            }
+        }
+        RunDag { graph }
+    }
+}

@@ -1,0 +1,3 @@
+//! Observability: DAG capture and export, run statistics.
+
+pub(crate) mod graph;

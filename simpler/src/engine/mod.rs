@@ -1,0 +1,521 @@
+//! One level's engine: Orchestrator, Scheduler and the lanes to its workers.
+//!
+//! The engine is the same at every level. It talks to its workers only through the
+//! [`Endpoint`](endpoint::Endpoint) trait; it never names a mailbox or a process.
+//!
+//! # The scheduler role
+//!
+//! The Scheduler is a role, not a thread: whoever holds the `sched` mutex runs the loop
+//! (drain completions, then dispatch). A thread that waits — on a run
+//! ([`RunHandle::wait`](run::RunHandle::wait)), on ring back-pressure, on pipeline admission —
+//! takes the role and drives until its condition holds ([`Engine::drive_until`]). A background
+//! thread holds the role only while work is outstanding and nobody waits. The rules:
+//!
+//! 1. Only the role holder touches the scheduler's queues and lanes.
+//! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
+//!    child's death) rings the engine doorbell; the holder sleeps on it only after a pass that
+//!    made no progress (spin, yield, then futex: never a fixed sleep).
+//! 3. A thread that wants the role and cannot take it announces itself (`role_wanted`) and rings
+//!    the doorbell; the background holder gives the role up at its next wake. Every release of
+//!    the role and every finished run rings `events`, on which such threads sleep.
+//! 4. When the role is released with work outstanding and nobody wanting it, or when work is
+//!    published while nobody holds it, `bg_bell` wakes the background thread. Both sides use
+//!    sequentially consistent operations (publish, then check the holder; release, then check
+//!    the work), so one of them always sees the other.
+
+pub(crate) mod endpoint;
+pub(crate) mod orchestrator;
+pub(crate) mod ring;
+pub(crate) mod run;
+pub(crate) mod scheduler;
+pub(crate) mod slot;
+pub(crate) mod tensor_map;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::callable::identity::{CallableKind, Digest};
+use crate::engine::ring::{HEAP_RINGS, HeapRing, TaskWindow};
+use crate::engine::run::RunState;
+use crate::engine::scheduler::Scheduler;
+use crate::engine::slot::{Slot, State};
+use crate::engine::tensor_map::TensorMap;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::futex::Doorbell;
+
+/// Sizing and limits of one engine.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineConfig {
+    /// Live slots at most (submitted, not yet consumed).
+    pub(crate) task_window: usize,
+    /// Bytes per heap ring (0 disables `orch.alloc`).
+    pub(crate) heap_ring_size: u64,
+    /// Runs admitted at once (one executing, the rest built and waiting).
+    pub(crate) pipeline_depth: usize,
+    /// How long a full task window or heap ring waits before failing.
+    pub(crate) backpressure_timeout: Duration,
+    /// Number of NEXT_LEVEL workers (ids 0..n).
+    pub(crate) next_level_workers: usize,
+    /// Number of SUB workers.
+    pub(crate) sub_workers: usize,
+    /// The kind of callable NEXT_LEVEL workers run (chips run chip callables, nested Workers
+    /// run orchestration functions).
+    pub(crate) next_level_kind: CallableKind,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            task_window: 16384,
+            heap_ring_size: 1 << 30,
+            pipeline_depth: 2,
+            backpressure_timeout: Duration::from_secs(10),
+            next_level_workers: 0,
+            sub_workers: 0,
+            next_level_kind: CallableKind::Chip,
+        }
+    }
+}
+
+/// Where the engine doorbell lives: in the shared mailbox region (children ring it) or on the
+/// heap (in-process engines).
+pub(crate) enum Bell {
+    Shared(Arc<dyn AsRef<Doorbell> + Send + Sync>),
+    Local(Box<Doorbell>),
+}
+
+impl Bell {
+    fn get(&self) -> &Doorbell {
+        match self {
+            Bell::Shared(r) => (**r).as_ref(),
+            Bell::Local(b) => b,
+        }
+    }
+}
+
+/// One level's engine.
+pub(crate) struct Engine {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) window: TaskWindow,
+    pub(crate) heaps: Vec<HeapRing>,
+    pub(crate) tensor_map: TensorMap,
+    /// The scheduler role (rule 1).
+    sched: Mutex<Scheduler>,
+    inbox_tx: Sender<Arc<Slot>>,
+    inbox_len: AtomicUsize,
+    bell: Bell,
+    events: Doorbell,
+    bg_bell: Doorbell,
+    role_wanted: AtomicU32,
+    role_held: AtomicBool,
+    /// Tasks dispatched and not yet completed (kept by the holder, read by anyone).
+    in_flight: AtomicUsize,
+    /// Admitted runs in FIFO order; the front one dispatches.
+    runs: Mutex<VecDeque<Arc<RunState>>>,
+    head_run: AtomicU64,
+    next_run_id: AtomicU64,
+    /// Serializes graph building (one orchestration function at a time).
+    pub(crate) building: Mutex<()>,
+    closed: AtomicBool,
+    stopping: AtomicBool,
+    /// Callables registered on this level, with their kind.
+    pub(crate) callables: RwLock<HashMap<Digest, CallableKind>>,
+    /// Owner nonce of buffers minted by this engine.
+    pub(crate) nonce: u64,
+    pub(crate) next_buffer_id: AtomicU64,
+}
+
+impl Engine {
+    pub(crate) fn new(cfg: EngineConfig, bell: Bell, nonce: u64) -> Result<Engine> {
+        if cfg.task_window == 0 {
+            return Err(Error::invalid("task_window must be at least 1"));
+        }
+        if cfg.pipeline_depth == 0 {
+            return Err(Error::invalid("pipeline_depth must be at least 1"));
+        }
+        let heaps = (0..HEAP_RINGS).map(|_| HeapRing::new(cfg.heap_ring_size)).collect::<Result<Vec<_>>>()?;
+        let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
+        Ok(Engine {
+            window: TaskWindow::new(cfg.task_window),
+            heaps,
+            tensor_map: TensorMap::default(),
+            sched: Mutex::new(Scheduler::new(&cfg, inbox_rx)),
+            inbox_tx,
+            inbox_len: AtomicUsize::new(0),
+            bell,
+            events: Doorbell::new(),
+            bg_bell: Doorbell::new(),
+            role_wanted: AtomicU32::new(0),
+            role_held: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            runs: Mutex::new(VecDeque::new()),
+            head_run: AtomicU64::new(0),
+            next_run_id: AtomicU64::new(1),
+            building: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            callables: RwLock::new(HashMap::new()),
+            nonce,
+            next_buffer_id: AtomicU64::new(1),
+            cfg,
+        })
+    }
+
+    /// Gives the scheduler its lanes (before any run).
+    pub(crate) fn attach_lanes(&self, lanes: Vec<scheduler::Lane>) {
+        self.lock_sched().attach(lanes);
+    }
+
+    fn lock_sched(&self) -> std::sync::MutexGuard<'_, Scheduler> {
+        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn doorbell(&self) -> &Doorbell {
+        self.bell.get()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    // ------------------------------------------------------------------ runs and admission
+
+    /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live.
+    pub(crate) fn begin_run(&self, capture: bool) -> Result<Arc<RunState>> {
+        let depth = self.cfg.pipeline_depth;
+        let room = || self.runs.lock().unwrap_or_else(|e| e.into_inner()).len() < depth;
+        if !room() {
+            self.drive_until(room, None);
+        }
+        let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
+        let run = Arc::new(RunState::new(id, capture));
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.push_back(run.clone());
+        self.head_run.store(runs.front().map_or(0, |r| r.id), Ordering::Release);
+        Ok(run)
+    }
+
+    /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
+    pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
+        {
+            let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            runs.retain(|r| !Arc::ptr_eq(r, run));
+            self.head_run.store(runs.front().map_or(0, |r| r.id), Ordering::Release);
+        }
+        tracing::debug!(target: "simpler::run", run_id = run.id, ok = run.first_error().is_none(), "run finished");
+        self.events.ring();
+        // A new head may have ready tasks: make sure someone drives.
+        self.doorbell().ring();
+        self.wake_background_if_needed();
+    }
+
+    pub(crate) fn head_run(&self) -> u64 {
+        self.head_run.load(Ordering::Acquire)
+    }
+
+    /// Live runs (for close).
+    pub(crate) fn live_runs(&self) -> Vec<Arc<RunState>> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    // ------------------------------------------------------------------ the role
+
+    /// Publishes a READY task from a non-holder thread (rule 4).
+    pub(crate) fn publish_ready(&self, slot: Arc<Slot>) {
+        self.inbox_len.fetch_add(1, Ordering::SeqCst);
+        // The receiver lives as long as the engine, so this cannot fail.
+        let _ = self.inbox_tx.send(slot);
+        self.doorbell().ring();
+        if !self.role_held.load(Ordering::SeqCst) {
+            // Nobody drives: take the role for one pass if we can, else wake the background.
+            if let Ok(mut sched) = self.sched.try_lock() {
+                self.role_held.store(true, Ordering::SeqCst);
+                sched.pass(self);
+                drop(sched);
+                self.release_role();
+            } else {
+                self.wake_background_if_needed();
+            }
+        }
+    }
+
+    pub(crate) fn inbox_taken(&self, n: usize) {
+        self.inbox_len.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_in_flight(&self, n: usize) {
+        self.in_flight.store(n, Ordering::SeqCst);
+    }
+
+    fn outstanding(&self) -> bool {
+        self.inbox_len.load(Ordering::SeqCst) > 0 || self.in_flight.load(Ordering::SeqCst) > 0
+    }
+
+    fn release_role(&self) {
+        self.role_held.store(false, Ordering::SeqCst);
+        self.events.ring();
+        self.wake_background_if_needed();
+    }
+
+    fn wake_background_if_needed(&self) {
+        if !self.role_held.load(Ordering::SeqCst)
+            && self.role_wanted.load(Ordering::SeqCst) == 0
+            && self.outstanding()
+        {
+            self.bg_bell.ring();
+        }
+    }
+
+    /// Drives the scheduler until `cond` holds or `deadline` passes; returns whether `cond` held.
+    ///
+    /// The calling thread takes the scheduler role when it is free (rule 3), so a waiter pays
+    /// no thread handoff per task.
+    pub(crate) fn drive_until(&self, cond: impl Fn() -> bool, deadline: Option<Instant>) -> bool {
+        loop {
+            if cond() {
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            let seen_events = self.events.seq();
+            match self.sched.try_lock() {
+                Ok(mut sched) => {
+                    self.role_held.store(true, Ordering::SeqCst);
+                    let ok = loop {
+                        let seen = self.doorbell().seq();
+                        let progressed = sched.pass(self);
+                        if cond() {
+                            break true;
+                        }
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            break false;
+                        }
+                        if !progressed {
+                            self.doorbell().wait(seen, deadline);
+                        }
+                    };
+                    drop(sched);
+                    self.release_role();
+                    return ok;
+                }
+                Err(_) => {
+                    self.role_wanted.fetch_add(1, Ordering::SeqCst);
+                    self.doorbell().ring();
+                    if !cond() {
+                        self.events.wait(seen_events, deadline);
+                    }
+                    self.role_wanted.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// The background thread's loop: hold the role while work is outstanding and nobody waits.
+    pub(crate) fn background_loop(&self) {
+        loop {
+            let seen = self.bg_bell.seq();
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let wanted = self.role_wanted.load(Ordering::SeqCst) > 0;
+            if !wanted && self.outstanding() {
+                if let Ok(mut sched) = self.sched.try_lock() {
+                    self.role_held.store(true, Ordering::SeqCst);
+                    loop {
+                        let bell_seen = self.doorbell().seq();
+                        let progressed = sched.pass(self);
+                        if self.stopping.load(Ordering::SeqCst)
+                            || self.role_wanted.load(Ordering::SeqCst) > 0
+                            || !self.outstanding()
+                        {
+                            break;
+                        }
+                        if !progressed {
+                            self.doorbell().wait(bell_seen, None);
+                        }
+                    }
+                    drop(sched);
+                    self.release_role();
+                    continue;
+                }
+            }
+            self.bg_bell.sleep(seen, None);
+        }
+    }
+
+    /// Stops the background thread (close).
+    pub(crate) fn stop_background(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.bg_bell.ring();
+        self.doorbell().ring();
+    }
+
+    /// Shuts every lane down (close), after the background thread stopped.
+    pub(crate) fn shutdown_lanes(&self) {
+        self.lock_sched().shutdown();
+    }
+
+    // ------------------------------------------------------------------ completion side
+
+    /// A task finished (or was failed without running): settle it, release or poison its
+    /// consumers, drop its references. Newly ready consumers are appended to `ready`.
+    pub(crate) fn complete(
+        &self,
+        slot: &Arc<Slot>,
+        result: std::result::Result<(), Error>,
+        ready: &mut Vec<Arc<Slot>>,
+    ) {
+        let (fanout, retained) = {
+            let mut l = slot.lock();
+            match &result {
+                Ok(()) => slot.set_state(State::Completed),
+                Err(e) => {
+                    slot.set_state(State::Failed);
+                    l.failure = Some(e.clone());
+                }
+            }
+            (std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained))
+        };
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, ok = result.is_ok(), "completion");
+        match result {
+            Ok(()) => {
+                for consumer in fanout {
+                    self.release_fanin(&consumer, ready);
+                }
+            }
+            Err(err) => {
+                slot.run.failed.fetch_add(1, Ordering::Relaxed);
+                slot.run.record_error(err.clone());
+                self.poison_all(fanout, slot, &err);
+            }
+        }
+        for p in retained {
+            self.release_ref(&p);
+        }
+        self.release_ref(slot);
+    }
+
+    fn release_fanin(&self, consumer: &Arc<Slot>, ready: &mut Vec<Arc<Slot>>) {
+        let mut l = consumer.lock();
+        l.fanin_released += 1;
+        if consumer.state() == State::Pending
+            && l.fanin_released >= l.fanin_count
+            && consumer.cas(State::Pending, State::Ready)
+        {
+            drop(l);
+            ready.push(consumer.clone());
+        }
+    }
+
+    /// Rule 3 of the slot module, over the whole downstream cone (iteratively).
+    fn poison_all(&self, first: smallvec::SmallVec<[Arc<Slot>; 4]>, producer: &Arc<Slot>, cause: &Error) {
+        let mut work: Vec<(Arc<Slot>, String)> =
+            first.into_iter().map(|c| (c, producer.describe())).collect();
+        while let Some((victim, by)) = work.pop() {
+            let poison = Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run: {by} failed: {}", victim.describe(), cause.message()),
+            );
+            let taken = {
+                let mut l = victim.lock();
+                match victim.state() {
+                    State::Building => {
+                        if l.poisoned.is_none() {
+                            l.poisoned = Some(poison);
+                        }
+                        None
+                    }
+                    s @ (State::Pending | State::Ready) if victim.cas(s, State::Failed) => {
+                        l.failure = Some(poison);
+                        for m in l.members.iter_mut() {
+                            *m = slot::Member::Skipped;
+                        }
+                        Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((fanout, retained)) = taken {
+                victim.run.failed.fetch_add(1, Ordering::Relaxed);
+                let name = victim.describe();
+                work.extend(fanout.into_iter().map(|c| (c, name.clone())));
+                for p in retained {
+                    self.release_ref(&p);
+                }
+                self.release_ref(&victim);
+            }
+        }
+    }
+
+    /// Fails every not-yet-running task of a run (the orchestration function returned an
+    /// error): they never run, and are released and consumed normally.
+    pub(crate) fn cancel_unstarted(&self, slots: &[Arc<Slot>], cause: &Error) {
+        for s in slots {
+            let taken = {
+                let mut l = s.lock();
+                match s.state() {
+                    st @ (State::Pending | State::Ready) if s.cas(st, State::Failed) => {
+                        l.failure = Some(cause.clone());
+                        Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((fanout, retained)) = taken {
+                self.poison_all(fanout, s, cause);
+                for p in retained {
+                    self.release_ref(&p);
+                }
+                self.release_ref(s);
+            }
+        }
+    }
+
+    /// Drops one reference on `slot`; consumes it when it was the last (rule 4).
+    pub(crate) fn release_ref(&self, slot: &Arc<Slot>) {
+        let consume = {
+            let mut l = slot.lock();
+            l.fanout_released += 1;
+            slot::consumable(slot.state(), &l)
+        };
+        if consume {
+            self.consume(slot);
+        }
+    }
+
+    fn consume(&self, slot: &Arc<Slot>) {
+        let from = slot.state();
+        if !matches!(from, State::Completed | State::Failed) || !slot.cas(from, State::Consumed) {
+            return;
+        }
+        let (written, retained) = {
+            let mut l = slot.lock();
+            (std::mem::take(&mut l.written), std::mem::take(&mut l.retained))
+        };
+        for p in retained {
+            self.release_ref(&p);
+        }
+        if !written.is_empty() {
+            self.tensor_map.erase(slot.run.id, &written, slot);
+        }
+        if let Some((ring, block, id)) = slot.heap {
+            self.tensor_map.erase(slot.run.id, &[id], slot);
+            self.heaps[ring].release(block);
+        }
+        self.window.release();
+        if slot.run.slot_consumed() {
+            self.run_finished(&slot.run);
+        } else {
+            self.events.ring();
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Runs: the state of one `Worker::submit`, and the handle the caller waits on.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::dfx::graph::{DagCapture, RunDag};
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Statistics of a finished run.
+///
+/// ```no_run
+/// # fn demo(handle: simpler::RunHandle) -> simpler::Result<()> {
+/// handle.wait()?;
+/// let stats = handle.stats().expect("finished runs have statistics");
+/// println!("{} tasks in {:?}", stats.tasks, stats.wall);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunStats {
+    /// Tasks submitted (allocations not counted).
+    pub tasks: u64,
+    /// Tasks that failed or were poisoned.
+    pub failed: u64,
+    /// Time from `submit` to the last task's completion.
+    pub wall: Duration,
+}
+
+/// The engine-side state of one run.
+pub(crate) struct RunState {
+    pub(crate) id: u64,
+    /// Live slots (submitted, not yet consumed), allocations included.
+    active: AtomicU64,
+    submission_closed: AtomicBool,
+    done: AtomicBool,
+    first_error: OnceLock<Error>,
+    pub(crate) tasks: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    started: Instant,
+    finished: OnceLock<Instant>,
+    pub(crate) capture: Option<Mutex<DagCapture>>,
+}
+
+impl RunState {
+    pub(crate) fn new(id: u64, capture: bool) -> RunState {
+        RunState {
+            id,
+            active: AtomicU64::new(0),
+            submission_closed: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            first_error: OnceLock::new(),
+            tasks: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            started: Instant::now(),
+            finished: OnceLock::new(),
+            capture: capture.then(|| Mutex::new(DagCapture::default())),
+        }
+    }
+
+    /// Records the run's error; the first one wins.
+    pub(crate) fn record_error(&self, err: Error) {
+        let _ = self.first_error.set(err);
+    }
+
+    pub(crate) fn first_error(&self) -> Option<&Error> {
+        self.first_error.get()
+    }
+
+    pub(crate) fn slot_created(&self) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Returns true when this consumption finished the run.
+    pub(crate) fn slot_consumed(&self) -> bool {
+        let left = self.active.fetch_sub(1, Ordering::SeqCst) - 1;
+        left == 0 && self.try_finish()
+    }
+
+    /// Closes submission; returns true when that finished the run.
+    pub(crate) fn close_submission(&self) -> bool {
+        self.submission_closed.store(true, Ordering::SeqCst);
+        self.try_finish()
+    }
+
+    fn try_finish(&self) -> bool {
+        if self.submission_closed.load(Ordering::SeqCst)
+            && self.active.load(Ordering::SeqCst) == 0
+            && self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        {
+            let _ = self.finished.set(Instant::now());
+            return true;
+        }
+        false
+    }
+
+    /// Marks the run finished without waiting for its tasks (only when closing a Worker that
+    /// could not drain it).
+    pub(crate) fn abandon(&self, err: Error) {
+        self.record_error(err);
+        if self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let _ = self.finished.set(Instant::now());
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn result(&self) -> Result<()> {
+        match self.first_error.get() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Option<RunStats> {
+        let end = self.finished.get()?;
+        Some(RunStats {
+            tasks: self.tasks.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            wall: end.duration_since(self.started),
+        })
+    }
+}
+
+/// A submitted run: wait on it, poll it, read its statistics and captured DAG.
+///
+/// The handle keeps the engine alive; dropping it does not cancel the run.
+///
+/// ```no_run
+/// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
+/// use std::time::Duration;
+/// use simpler::{CallConfig, TaskArgs};
+/// let run = worker.submit(|_orch, _args, _cfg| Ok(()), TaskArgs::new(), CallConfig::default())?;
+/// if run.wait_timeout(Duration::from_secs(1)).is_err() {
+///     // still running: the run is intact, wait again later
+///     run.wait()?;
+/// }
+/// assert!(run.is_done());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RunHandle {
+    pub(crate) run: Arc<RunState>,
+    pub(crate) engine: Arc<Engine>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle").field("id", &self.run.id).field("done", &self.is_done()).finish()
+    }
+}
+
+impl RunHandle {
+    /// The run's id (counts up from 1 per Worker).
+    pub fn id(&self) -> u64 {
+        self.run.id
+    }
+
+    /// Blocks until every task of the run is terminal; returns the run's first error.
+    ///
+    /// The waiting thread drives the scheduler itself while it waits.
+    pub fn wait(&self) -> Result<()> {
+        self.wait_until(None)
+    }
+
+    /// Like [`wait`](Self::wait) with a time limit. On expiry returns an error of kind
+    /// [`ErrorKind::Timeout`] and leaves the run intact.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        self.wait_until(Some(Instant::now() + timeout))
+    }
+
+    fn wait_until(&self, deadline: Option<Instant>) -> Result<()> {
+        if !self.run.is_done() {
+            if self.engine.is_closed() {
+                return Err(Error::state(format!(
+                    "run {} cannot be waited on: its Worker is closed",
+                    self.run.id
+                )));
+            }
+            let _span = tracing::debug_span!(target: "simpler::run", "wait", run_id = self.run.id).entered();
+            let run = &self.run;
+            if !self.engine.drive_until(|| run.is_done(), deadline) {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("run {} did not finish in time; it is still running", run.id),
+                ));
+            }
+        }
+        self.run.result()
+    }
+
+    /// True once every task of the run is terminal.
+    pub fn is_done(&self) -> bool {
+        self.run.is_done()
+    }
+
+    /// Statistics, once the run is done.
+    pub fn stats(&self) -> Option<RunStats> {
+        self.run.stats()
+    }
+
+    /// The captured DAG, when the run was submitted with capture on
+    /// (`Worker::submit_captured`) and has finished building.
+    pub fn dag(&self) -> Option<RunDag> {
+        let cap = self.run.capture.as_ref()?;
+        Some(cap.lock().unwrap_or_else(|e| e.into_inner()).to_dag())
+    }
+}

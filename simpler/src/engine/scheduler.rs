@@ -1,0 +1,377 @@
+//! The Scheduler: ready queues, lanes, dispatch and completion.
+//!
+//! Queues are partitioned by run; only the run at the head of the admission FIFO dispatches,
+//! so two runs' effects never interleave. Per pass: drain completions first (which may make
+//! consumers READY), take newly published READY tasks from the inbox, then dispatch: the
+//! NEXT_LEVEL group FIFO head (all targets idle, or it reserves them against new singles), each
+//! idle and unreserved NEXT_LEVEL worker's own FIFO head, then SUB work on any idle SUB worker
+//! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+
+use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::engine::slot::{Member, Slot, State, Target};
+use crate::engine::{Engine, EngineConfig};
+use crate::error::{Error, ErrorKind};
+
+/// What kind of worker a lane drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LaneKind {
+    /// A SUB worker (host functions), numbered from 0.
+    Sub(u32),
+    /// A NEXT_LEVEL worker with this stable id.
+    NextLevel(u32),
+}
+
+impl std::fmt::Display for LaneKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaneKind::Sub(i) => write!(f, "sub worker {i}"),
+            LaneKind::NextLevel(i) => write!(f, "worker {i}"),
+        }
+    }
+}
+
+/// One worker as the scheduler drives it.
+pub(crate) struct Lane {
+    pub(crate) kind: LaneKind,
+    endpoint: Box<dyn Endpoint>,
+    busy: Option<(Arc<Slot>, u32)>,
+    dead: Option<String>,
+}
+
+impl Lane {
+    pub(crate) fn new(kind: LaneKind, endpoint: Box<dyn Endpoint>) -> Lane {
+        Lane { kind, endpoint, busy: None, dead: None }
+    }
+
+    fn idle(&self) -> bool {
+        self.busy.is_none() && self.dead.is_none()
+    }
+}
+
+#[derive(Default)]
+struct Partition {
+    sub: VecDeque<Arc<Slot>>,
+    single: Vec<VecDeque<Arc<Slot>>>,
+    groups: VecDeque<Arc<Slot>>,
+}
+
+/// The scheduler's state; owned by the role holder.
+pub(crate) struct Scheduler {
+    lanes: Vec<Lane>,
+    /// Lane index of each NEXT_LEVEL worker id.
+    next_level: Vec<usize>,
+    /// Lane indices of SUB workers.
+    sub: Vec<usize>,
+    reserved: Vec<bool>,
+    parts: BTreeMap<u64, Partition>,
+    inbox: Receiver<Arc<Slot>>,
+    in_flight: usize,
+    ready: Vec<Arc<Slot>>,
+}
+
+impl Scheduler {
+    pub(crate) fn new(cfg: &EngineConfig, inbox: Receiver<Arc<Slot>>) -> Scheduler {
+        Scheduler {
+            lanes: Vec::new(),
+            next_level: Vec::new(),
+            sub: Vec::new(),
+            reserved: vec![false; cfg.next_level_workers],
+            parts: BTreeMap::new(),
+            inbox,
+            in_flight: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    pub(crate) fn attach(&mut self, lanes: Vec<Lane>) {
+        for lane in lanes {
+            let idx = self.lanes.len();
+            match lane.kind {
+                LaneKind::Sub(_) => self.sub.push(idx),
+                LaneKind::NextLevel(id) => {
+                    let id = id as usize;
+                    if self.next_level.len() <= id {
+                        self.next_level.resize(id + 1, usize::MAX);
+                        self.reserved.resize(id + 1, false);
+                    }
+                    self.next_level[id] = idx;
+                }
+            }
+            self.lanes.push(lane);
+        }
+    }
+
+    pub(crate) fn shutdown(&mut self) {
+        for lane in &mut self.lanes {
+            lane.endpoint.shutdown();
+        }
+    }
+
+    /// One scheduler pass. Returns whether anything happened.
+    pub(crate) fn pass(&mut self, eng: &Engine) -> bool {
+        let mut progress = self.drain_completions(eng);
+        let mut taken = 0;
+        while let Ok(slot) = self.inbox.try_recv() {
+            taken += 1;
+            self.route(slot);
+        }
+        if taken > 0 {
+            eng.inbox_taken(taken);
+            progress = true;
+        }
+        progress |= self.dispatch(eng);
+        eng.set_in_flight(self.in_flight);
+        progress
+    }
+
+    fn route(&mut self, slot: Arc<Slot>) {
+        let n_next = self.next_level.len();
+        let part = self.parts.entry(slot.run.id).or_insert_with(|| Partition {
+            single: (0..n_next).map(|_| VecDeque::new()).collect(),
+            ..Partition::default()
+        });
+        let task = slot.task();
+        match &task.target {
+            Target::Sub => part.sub.push_back(slot),
+            Target::NextLevel(_) if task.group => part.groups.push_back(slot),
+            Target::NextLevel(ws) => {
+                let w = ws[0] as usize;
+                part.single[w].push_back(slot);
+            }
+        }
+    }
+
+    fn drain_completions(&mut self, eng: &Engine) -> bool {
+        let mut progress = false;
+        for i in 0..self.lanes.len() {
+            if self.lanes[i].busy.is_none() {
+                continue;
+            }
+            let Some(outcome) = self.lanes[i].endpoint.poll() else { continue };
+            progress = true;
+            let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
+            self.in_flight -= 1;
+            let lane_name = self.lanes[i].kind;
+            let result = match outcome {
+                Outcome::Success => Ok(()),
+                Outcome::TaskFailure(msg) => Err(Error::new(
+                    ErrorKind::TaskFailed,
+                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
+                )),
+                Outcome::EndpointFailure(msg) => {
+                    self.lanes[i].dead = Some(msg.clone());
+                    Err(Error::new(
+                        ErrorKind::WorkerDied,
+                        format!("{} failed: {lane_name} {msg}", slot.describe()),
+                    ))
+                }
+            };
+            self.finish_member(eng, &slot, member, result);
+        }
+        progress |= !self.ready.is_empty();
+        for slot in std::mem::take(&mut self.ready) {
+            self.route(slot);
+        }
+        progress
+    }
+
+    /// Records one member's (or a single task's) end; completes the slot when all ended.
+    fn finish_member(&mut self, eng: &Engine, slot: &Arc<Slot>, member: u32, result: Result<(), Error>) {
+        if !slot.task().group {
+            eng.complete(slot, result, &mut self.ready);
+            return;
+        }
+        let all_done = {
+            let mut l = slot.lock();
+            let m = &mut l.members[member as usize];
+            *m = if result.is_ok() { Member::Success } else { Member::Failed };
+            if let Err(e) = &result
+                && l.failure.is_none()
+            {
+                l.failure = Some(e.clone());
+            }
+            l.members.iter().all(|m| !matches!(m, Member::Running | Member::NotDispatched))
+        };
+        if all_done {
+            let failure = slot.lock().failure.clone();
+            eng.complete(slot, failure.map_or(Ok(()), Err), &mut self.ready);
+        }
+    }
+
+    /// Fails a task that cannot be placed (dead or missing target).
+    fn fail_unplaceable(&mut self, eng: &Engine, slot: &Arc<Slot>, why: String) {
+        if slot.cas(State::Ready, State::Running) {
+            let err = Error::new(ErrorKind::WorkerDied, format!("{} cannot run: {why}", slot.describe()));
+            eng.complete(slot, Err(err), &mut self.ready);
+        }
+    }
+
+    fn start_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, member: u32) {
+        let task = slot.task();
+        let d = Dispatch {
+            callable: &task.callable,
+            args: &task.args[member as usize],
+            config: &task.config,
+            run: slot.run.id,
+            task: slot.index,
+            member,
+        };
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].kind, "dispatch");
+        match self.lanes[lane].endpoint.start(&d) {
+            Ok(()) => {
+                self.lanes[lane].busy = Some((slot.clone(), member));
+                self.in_flight += 1;
+            }
+            Err(e) => {
+                let name = self.lanes[lane].kind;
+                let err = Error::new(
+                    e.kind(),
+                    format!("{} could not start on {name}: {}", slot.describe(), e.message()),
+                );
+                self.finish_member(eng, slot, member, Err(err));
+            }
+        }
+    }
+
+    fn dispatch(&mut self, eng: &Engine) -> bool {
+        let head = eng.head_run();
+        // Partitions of runs that are no longer live hold only stale entries.
+        while let Some((&id, _)) = self.parts.first_key_value() {
+            if id < head || head == 0 {
+                self.parts.pop_first();
+            } else {
+                break;
+            }
+        }
+        let Some(mut part) = self.parts.remove(&head) else { return false };
+        let mut progress = false;
+        progress |= self.dispatch_group_head(eng, &mut part);
+        progress |= self.dispatch_singles(eng, &mut part);
+        progress |= self.dispatch_sub(eng, &mut part);
+        self.parts.insert(head, part);
+        progress
+    }
+
+    fn dispatch_group_head(&mut self, eng: &Engine, part: &mut Partition) -> bool {
+        let mut progress = false;
+        loop {
+            let Some(slot) = part.groups.front().cloned() else { break };
+            if slot.state() != State::Ready {
+                part.groups.pop_front();
+                continue;
+            }
+            let Target::NextLevel(targets) = &slot.task().target else {
+                unreachable!("groups are NEXT_LEVEL")
+            };
+            let lanes: Vec<usize> = targets.iter().map(|&w| self.next_level[w as usize]).collect();
+            if let Some(dead) = lanes.iter().find_map(|&l| self.lanes[l].dead.clone().map(|m| (l, m))) {
+                part.groups.pop_front();
+                let name = self.lanes[dead.0].kind;
+                self.fail_unplaceable(eng, &slot, format!("{name} is dead ({})", dead.1));
+                progress = true;
+                continue;
+            }
+            if lanes.iter().all(|&l| self.lanes[l].idle()) {
+                part.groups.pop_front();
+                for &w in targets {
+                    self.reserved[w as usize] = false;
+                }
+                if slot.cas(State::Ready, State::Running) {
+                    for m in slot.lock().members.iter_mut() {
+                        *m = Member::Running;
+                    }
+                    for (i, &lane) in lanes.iter().enumerate() {
+                        self.start_on(eng, lane, &slot, i as u32);
+                    }
+                    progress = true;
+                }
+                continue;
+            }
+            for &w in targets {
+                self.reserved[w as usize] = true;
+            }
+            break;
+        }
+        progress
+    }
+
+    fn dispatch_singles(&mut self, eng: &Engine, part: &mut Partition) -> bool {
+        let mut progress = false;
+        for w in 0..self.next_level.len() {
+            let lane = self.next_level[w];
+            if self.reserved[w] {
+                continue;
+            }
+            while let Some(slot) = part.single[w].front().cloned() {
+                if slot.state() != State::Ready {
+                    part.single[w].pop_front();
+                    continue;
+                }
+                if let Some(msg) = self.lanes[lane].dead.clone() {
+                    part.single[w].pop_front();
+                    let name = self.lanes[lane].kind;
+                    self.fail_unplaceable(eng, &slot, format!("{name} is dead ({msg})"));
+                    progress = true;
+                    continue;
+                }
+                if !self.lanes[lane].idle() {
+                    break;
+                }
+                part.single[w].pop_front();
+                if slot.cas(State::Ready, State::Running) {
+                    self.start_on(eng, lane, &slot, 0);
+                    progress = true;
+                }
+                break;
+            }
+        }
+        progress
+    }
+
+    fn dispatch_sub(&mut self, eng: &Engine, part: &mut Partition) -> bool {
+        let mut progress = false;
+        while let Some(slot) = part.sub.front().cloned() {
+            if slot.state() != State::Ready {
+                part.sub.pop_front();
+                continue;
+            }
+            let need = slot.task().args.len();
+            let live = self.sub.iter().filter(|&&l| self.lanes[l].dead.is_none()).count();
+            if live < need {
+                part.sub.pop_front();
+                let why = if self.sub.is_empty() {
+                    "this Worker has no SUB workers (WorkerBuilder::sub_workers)".to_string()
+                } else {
+                    format!("it needs {need} SUB workers but only {live} are alive")
+                };
+                self.fail_unplaceable(eng, &slot, why);
+                progress = true;
+                continue;
+            }
+            let idle: Vec<usize> =
+                self.sub.iter().copied().filter(|&l| self.lanes[l].idle()).take(need).collect();
+            if idle.len() < need {
+                break;
+            }
+            part.sub.pop_front();
+            if !slot.cas(State::Ready, State::Running) {
+                continue;
+            }
+            if slot.task().group {
+                for m in slot.lock().members.iter_mut() {
+                    *m = Member::Running;
+                }
+            }
+            for (i, lane) in idle.into_iter().enumerate() {
+                self.start_on(eng, lane, &slot, i as u32);
+            }
+            progress = true;
+        }
+        progress
+    }
+}

@@ -1,0 +1,94 @@
+//! The TensorMap: who last wrote which bytes, per run.
+//!
+//! Keyed by (run, buffer identity); each key holds the live writers' view footprints. A lookup
+//! returns every live writer whose footprint overlaps the view (see [`crate::overlap`]), so
+//! disjoint views of one buffer stay independent. An insert drops the entries the new view
+//! covers wholly and keeps partially covered ones (they still wrote some bytes). Keys never match
+//! across runs. The creator of an `orch.alloc` buffer stays under its key with a whole-buffer
+//! footprint until it is consumed, so every task that names the allocation can retain it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use smallvec::SmallVec;
+
+use crate::data::buffer::Identity;
+use crate::data::tensor::{Overlap, TensorView, overlap};
+use crate::engine::slot::Slot;
+
+struct Entry {
+    /// `None`: the whole buffer (an allocation's creator).
+    view: Option<TensorView>,
+    slot: Arc<Slot>,
+}
+
+/// The map; one mutex (the Orchestrator inserts and looks up, consumption erases).
+#[derive(Default)]
+pub(crate) struct TensorMap {
+    map: Mutex<HashMap<(u64, Identity), SmallVec<[Entry; 2]>>>,
+}
+
+/// What a lookup found for one tensor.
+#[derive(Default)]
+pub(crate) struct Found {
+    /// Live writers whose bytes overlap the view.
+    pub(crate) writers: SmallVec<[Arc<Slot>; 2]>,
+    /// The allocation that owns the buffer, if it is an `orch.alloc` buffer of this run.
+    pub(crate) creator: Option<Arc<Slot>>,
+}
+
+impl TensorMap {
+    /// Looks up the writers of `view` (when `want_writers`) and the buffer's creator.
+    pub(crate) fn lookup(&self, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = Found::default();
+        if let Some(entries) = map.get(&(run, id)) {
+            for e in entries {
+                match &e.view {
+                    None => found.creator = Some(e.slot.clone()),
+                    Some(v) if want_writers && overlap(v, view) != Overlap::None => {
+                        found.writers.push(e.slot.clone())
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Records `slot` as the writer of `view`, dropping entries it covers wholly.
+    pub(crate) fn insert(&self, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = map.entry((run, id)).or_default();
+        entries.retain(|e| match &e.view {
+            None => true,
+            Some(old) => overlap(&view, old) != Overlap::Covered,
+        });
+        entries.push(Entry { view: Some(view), slot });
+    }
+
+    /// Records an allocation's creator with a whole-buffer footprint.
+    pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry((run, id)).or_default().push(Entry { view: None, slot });
+    }
+
+    /// Removes every entry still owned by `slot` under the given keys.
+    pub(crate) fn erase(&self, run: u64, keys: &[Identity], slot: &Arc<Slot>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for id in keys {
+            if let Some(entries) = map.get_mut(&(run, *id)) {
+                entries.retain(|e| !Arc::ptr_eq(&e.slot, slot));
+                if entries.is_empty() {
+                    map.remove(&(run, *id));
+                }
+            }
+        }
+    }
+
+    /// Number of keys (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+}

@@ -1,0 +1,171 @@
+//! The one error type of the crate.
+//!
+//! [`Error`] is opaque: it carries an [`ErrorKind`] that callers can match on and a message that
+//! names what the user wrote (the callable, the worker id, the tensor index). Everything is
+//! `Send + Sync + 'static`, so errors cross threads and are stored in run handles.
+
+use std::fmt;
+
+/// The result type used throughout `simpler`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The broad category of an [`Error`].
+///
+/// ```
+/// use simpler::{DataType, ErrorKind, Tensor, TensorView};
+/// let err = TensorView::new(0, &[], None, DataType::Float32).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A value passed by the caller is malformed (a bad tensor, shape, tag order, worker id...).
+    InvalidArgument,
+    /// The operation is not allowed in the current state (before `init`, after `close`, ...).
+    InvalidState,
+    /// A callable handle is unknown to its target, or of the wrong kind for it.
+    Callable,
+    /// A task failed: its function returned an error or panicked.
+    TaskFailed,
+    /// A task never ran because a task it depends on failed.
+    Poisoned,
+    /// A worker process died or broke the mailbox protocol.
+    WorkerDied,
+    /// Waiting ran out of time (ring back-pressure, a run's `wait_timeout`, startup).
+    Timeout,
+    /// Bytes received over the wire are malformed.
+    Decode,
+    /// An operating-system call failed (mapping memory, forking, shared memory).
+    Os,
+}
+
+impl ErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::InvalidState => "invalid state",
+            ErrorKind::Callable => "callable error",
+            ErrorKind::TaskFailed => "task failed",
+            ErrorKind::Poisoned => "task poisoned",
+            ErrorKind::WorkerDied => "worker died",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Decode => "decode error",
+            ErrorKind::Os => "os error",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error type of `simpler`.
+///
+/// ```
+/// use simpler::{Error, ErrorKind};
+/// let err = Error::new(ErrorKind::Timeout, "ring 0 is full");
+/// assert!(err.is_timeout());
+/// assert_eq!(err.to_string(), "ring 0 is full");
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    message: Box<str>,
+}
+
+impl Error {
+    /// Creates an error of `kind` with a message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into().into_boxed_str() }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub(crate) fn state(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidState, message)
+    }
+
+    pub(crate) fn decode(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Decode, message)
+    }
+
+    pub(crate) fn os(what: &str, err: impl fmt::Display) -> Error {
+        Error::new(ErrorKind::Os, format!("{what}: {err}"))
+    }
+
+    /// The category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Returns a copy of this error whose message is prefixed with `context: `.
+    pub(crate) fn context(&self, context: impl fmt::Display) -> Error {
+        Error::new(self.kind, format!("{context}: {}", self.message))
+    }
+
+    /// True for [`ErrorKind::InvalidArgument`].
+    pub fn is_invalid_argument(&self) -> bool {
+        self.kind == ErrorKind::InvalidArgument
+    }
+
+    /// True for [`ErrorKind::InvalidState`].
+    pub fn is_invalid_state(&self) -> bool {
+        self.kind == ErrorKind::InvalidState
+    }
+
+    /// True for [`ErrorKind::TaskFailed`].
+    pub fn is_task_failed(&self) -> bool {
+        self.kind == ErrorKind::TaskFailed
+    }
+
+    /// True for [`ErrorKind::WorkerDied`].
+    pub fn is_worker_died(&self) -> bool {
+        self.kind == ErrorKind::WorkerDied
+    }
+
+    /// True for [`ErrorKind::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({}: {})", self.kind, self.message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert_bounds<T: Send + Sync + 'static>() {}
+        assert_bounds::<Error>();
+    }
+
+    #[test]
+    fn context_keeps_kind() {
+        let e = Error::invalid("bad").context("tensor 2");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(e.message(), "tensor 2: bad");
+    }
+}

@@ -1,0 +1,56 @@
+//! `MailboxEndpoint`: the engine's [`Endpoint`] for a forked child behind a mailbox.
+
+use std::sync::Arc;
+
+use crate::data::wire::{encode_args, encode_config};
+use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::error::Result;
+use crate::ipc::mailbox::MailboxRegion;
+use crate::ipc::process::ExitBoard;
+
+/// Drives one child through its mailbox's task frame.
+pub(crate) struct MailboxEndpoint {
+    region: Arc<MailboxRegion>,
+    index: usize,
+    pid: i32,
+    exits: Arc<ExitBoard>,
+}
+
+impl MailboxEndpoint {
+    pub(crate) fn new(
+        region: Arc<MailboxRegion>,
+        index: usize,
+        pid: i32,
+        exits: Arc<ExitBoard>,
+    ) -> MailboxEndpoint {
+        MailboxEndpoint { region, index, pid, exits }
+    }
+}
+
+impl Endpoint for MailboxEndpoint {
+    fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+        let mb = self.region.mailbox(self.index);
+        mb.post_task(d.callable.digest().as_bytes(), |config, payload| {
+            encode_config(d.config, config);
+            encode_args(
+                d.args.tensors.iter().zip(d.args.tags.iter().map(|t| t.access())),
+                &d.args.scalars,
+                payload,
+            )
+        })
+    }
+
+    fn poll(&mut self) -> Option<Outcome> {
+        let mb = self.region.mailbox(self.index);
+        if let Some(r) = mb.take_task_result() {
+            return Some(match r {
+                Ok(()) => Outcome::Success,
+                Err(e) => Outcome::TaskFailure(e.message),
+            });
+        }
+        // Dead only after checking the frame: a child may finish its task and then die.
+        self.exits.exit_of(self.index).map(|how| {
+            Outcome::EndpointFailure(format!("(process {}) died: the worker process {how}", self.pid))
+        })
+    }
+}

@@ -1,0 +1,1189 @@
+//! Mailboxes: the local endpoint wire contract between a parent and its forked children.
+//!
+//! One anonymous [`SharedRegion`] (rule R2 of `ipc::mem`), mapped before fork, holds a parent
+//! [`Doorbell`] and `N` mailboxes, one per child. The parent doorbell is rung by every child when
+//! it finishes a task or a control request (and may be rung by in-process parties), so one
+//! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
+//! sleeps on it; the parent rings it after posting a task, a control request, or shutdown), a
+//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and one **task
+//! frame**.
+//!
+//! # Layout
+//!
+//! All `#[repr(C)]`, native endianness (parent and children are one binary on one host); the
+//! offsets are checked at compile time.
+//!
+//! Region:
+//!
+//! | Offset | Size | Field |
+//! | ------ | ---- | ----- |
+//! | 0 | 64 | parent [`Doorbell`] (`seq` u32 @0, `sleepers` u32 @4) |
+//! | 64 + i × [`MAILBOX_SIZE`] | [`MAILBOX_SIZE`] = 131 200 | mailbox `i` |
+//!
+//! Mailbox:
+//!
+//! | Offset | Size | Field |
+//! | ------ | ---- | ----- |
+//! | 0 | 64 | child [`Doorbell`] |
+//! | 64 | 4 | `shutdown` u32: 0 → 1 only, written by the parent, never cleared |
+//! | 68 | 4 | `child_pid` u32 |
+//! | 128 | 65 536 | base frame (startup + control) |
+//! | 65 664 | 65 536 | task frame |
+//!
+//! Frame ([`FRAME_SIZE`] = 64 KiB, 64-byte aligned):
+//!
+//! | Offset | Size | Field |
+//! | ------ | ---- | ----- |
+//! | 0 | 4 | `state` u32 (atomic): one of the state constants below |
+//! | 4 | 4 | `error_code` i32 (atomic): 0 = success |
+//! | 8 | 8 | `command` u64: control sub-command (base frame) |
+//! | 16 | 8 | `arg0` u64: control argument |
+//! | 24 | 8 | `result` u64: control result |
+//! | 32 | 32 | `digest`: callable digest (task) or control digest |
+//! | 64 | 1 144 | `config`: opaque bytes, an encoded `CallConfig` ([`CONFIG_BYTES`]) |
+//! | 1 208 | 4 | `payload_len` u32 |
+//! | 1 212 | 4 | reserved (0) |
+//! | 1 216 | 63 808 | `payload`: the TaskArgs blob or control payload ([`ARGS_CAPACITY`]) |
+//! | 65 024 | 512 | `error_msg`: NUL-terminated, truncated ([`ERROR_MSG_CAPACITY`]) |
+//!
+//! States: [`IDLE`] = 0, [`TASK_READY`] = 1, [`TASK_DONE`] = 2, [`CONTROL_REQUEST`] = 4,
+//! [`CONTROL_DONE`] = 5, [`INIT_READY`] = 6, [`INIT_FAILED`] = 7, and [`BUSY`] = 8: claimed by
+//! one party that is filling or draining the frame (a transient state nobody waits for long).
+//!
+//! Protocols:
+//!
+//! * Task: parent `IDLE → BUSY → TASK_READY` ([`Mailbox::post_task`]), child
+//!   `TASK_READY → BUSY → TASK_DONE` ([`Mailbox::finish_task`]), parent
+//!   `TASK_DONE → BUSY → IDLE` ([`Mailbox::take_task_result`]).
+//! * Control: the same on the base frame with `CONTROL_REQUEST` / `CONTROL_DONE`
+//!   ([`Mailbox::post_control`], [`Mailbox::finish_control`], [`Mailbox::wait_control_done`]).
+//! * Startup: child `IDLE → INIT_READY`, or `IDLE → BUSY → INIT_FAILED` with a message
+//!   ([`Mailbox::publish_init`]); the parent returns `INIT_READY` to `IDLE`
+//!   ([`Mailbox::wait_init`]); `INIT_FAILED` is terminal.
+//! * Shutdown: the parent sets the sticky shutdown word and rings the child doorbell
+//!   ([`Mailbox::request_shutdown`]); the child checks it at the top of every loop iteration.
+//!
+//! # Rules
+//!
+//! * **M1 (layout).** The region is one zero-filled, page-aligned `MAP_SHARED` mapping made
+//!   before fork (rules R1, R2 of `ipc::mem`), so every process of the tree sees it at the same
+//!   address, and it lives as long as the [`MailboxRegion`] that every [`Mailbox`] borrows. Every
+//!   field is an atomic or an `UnsafeCell` of integers or bytes: all-zero bytes are a valid
+//!   value of every type (every frame `IDLE`, doorbells at zero), a shared reference to the
+//!   layout never asserts that the non-atomic bytes are immutable, and all offsets are multiples
+//!   of the fields' alignment.
+//! * **M2 (ownership by state).** A frame's non-atomic fields (`command`, `arg0`, `result`,
+//!   `digest`, `config`, `payload_len`, `payload`, `error_msg`) belong to the party the state
+//!   word names, and only that party accesses them:
+//!   `IDLE` — nobody (the parent may claim it; on the base frame before startup is reported, the
+//!   child may too); `BUSY` — whoever moved the frame into `BUSY`; `TASK_READY`,
+//!   `CONTROL_REQUEST` — the child; `TASK_DONE`, `CONTROL_DONE` — nobody until the parent claims
+//!   it; `INIT_READY` — nobody (no fields carried); `INIT_FAILED` — terminal: nobody writes any
+//!   field again, anyone may read.
+//! * **M3 (claims).** A party takes a frame it may claim (parent: `IDLE`, `TASK_DONE`,
+//!   `CONTROL_DONE`; child: `TASK_READY`, `CONTROL_REQUEST` before replying, and the base
+//!   frame's `IDLE` before startup is reported) only by a compare-exchange of the state word to
+//!   `BUSY`, never by a load followed by writes; so two threads can never both own a frame, and a
+//!   claim that loses a race fails without touching a field.
+//! * **M4 (hand-over).** An owner gives a frame up by a Release store of the next state after
+//!   its last access to the fields. A party that then observes that state with an Acquire load
+//!   or an Acquire compare-exchange sees every field write made before the store. Parent to
+//!   child: `TASK_READY`, `CONTROL_REQUEST`; child to parent: `TASK_DONE`, `CONTROL_DONE`,
+//!   `INIT_READY`, `INIT_FAILED`; back to nobody: `IDLE`.
+//! * **M5 (one child loop).** The child-side methods of a mailbox ([`Mailbox::task_request`],
+//!   [`Mailbox::finish_task`], [`Mailbox::control_request`], [`Mailbox::finish_control`],
+//!   [`Mailbox::publish_init`]) are called by one thread, the child loop, and a
+//!   [`TaskRequest`] is not used after [`Mailbox::finish_task`] on the same mailbox. The child
+//!   reads the request fields of a frame in `TASK_READY` / `CONTROL_REQUEST` (it never writes
+//!   them) and writes the reply fields only after claiming (M3). This is the one rule the types
+//!   do not enforce: a `TaskRequest` borrows the region for `'a`, not the frame's ownership, and
+//!   the parent may rewrite the request fields once the task is collected.
+//! * **M6 (untrusted contents).** No value read from a frame can cause an out-of-bounds access:
+//!   `payload_len` is clamped to [`ARGS_CAPACITY`], an error message stops at the first NUL or
+//!   at [`ERROR_MSG_CAPACITY`] and is decoded lossily, and unknown states are reported, not
+//!   trusted. A child that writes garbage makes the parent read garbage bytes, never UB.
+//! * **M7 (wake-ups).** Every state change a peer may sleep on is followed by a wake:
+//!   posting a task, a control request or shutdown rings the child doorbell after the Release
+//!   store; finishing a task or control rings the parent doorbell; [`Mailbox::finish_control`]
+//!   and [`Mailbox::publish_init`] also futex-wake the base state word, where
+//!   [`Mailbox::wait_control_done`] and [`Mailbox::wait_init`] sleep. A waiter on a doorbell
+//!   follows rule D3 of `ipc::futex` (read `seq`, check the states, then wait), so no post is
+//!   missed.
+//!
+//! # Memory ordering
+//!
+//! * The state word carries the frame: Release stores hand a frame over and Acquire loads or
+//!   compare-exchanges take it (M4). Claims use Acquire on success so that the claimer's writes
+//!   cannot be reordered before the previous owner's hand-over (M3).
+//! * `error_code` is atomic only so that it may be read without `unsafe`; it is written and read
+//!   by the frame's owner alone, so its accesses are Relaxed and ordered by the state word.
+//! * `shutdown` is a Release store (0 → 1) by the parent, read with Acquire by the child;
+//!   `child_pid` likewise.
+//! * Wake-ups go through [`Doorbell`] (SeqCst Dekker pairing, rules D1–D3 of `ipc::futex`) or a
+//!   shared futex on the state word, whose compare-and-block the kernel does atomically with
+//!   respect to the wake.
+
+#![allow(unsafe_code)] // Typed views of a frame layout that forked processes share.
+
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::ipc::futex::{Doorbell, futex_wait, futex_wake, spin_then_yield};
+use crate::ipc::mem::SharedRegion;
+
+/// Size of one frame in bytes.
+pub(crate) const FRAME_SIZE: usize = 65536;
+/// Bytes of the NUL-terminated error message in a frame (511 characters of text at most).
+pub(crate) const ERROR_MSG_CAPACITY: usize = 512;
+/// Bytes of the opaque config field (the packed size of a `CallConfig`).
+pub(crate) const CONFIG_BYTES: usize = 1144;
+/// Offset of the payload inside a frame.
+const PAYLOAD_OFFSET: usize = 1216;
+/// Payload bytes per frame: the largest TaskArgs blob or control payload (63 808).
+pub(crate) const ARGS_CAPACITY: usize = FRAME_SIZE - PAYLOAD_OFFSET - ERROR_MSG_CAPACITY;
+/// Size of one mailbox (child doorbell, words, base frame, task frame) in bytes.
+pub(crate) const MAILBOX_SIZE: usize = size_of::<Slot>();
+/// Offset of mailbox 0 in the region (after the parent doorbell).
+const SLOTS_OFFSET: usize = size_of::<Doorbell>();
+
+/// How often a parent wait re-checks its `give_up` condition (a dead child must not hang it).
+pub(crate) const GIVE_UP_POLL: Duration = Duration::from_millis(50);
+
+/// Frame state: free; the parent may post.
+pub(crate) const IDLE: u32 = 0;
+/// Task frame state: a task was posted; the child owns the frame.
+pub(crate) const TASK_READY: u32 = 1;
+/// Task frame state: the child finished the task; the error code and message are valid.
+pub(crate) const TASK_DONE: u32 = 2;
+/// Base frame state: a control request was posted; the child owns the frame.
+pub(crate) const CONTROL_REQUEST: u32 = 4;
+/// Base frame state: the child answered the control request.
+pub(crate) const CONTROL_DONE: u32 = 5;
+/// Base frame state: the child started up and is ready.
+pub(crate) const INIT_READY: u32 = 6;
+/// Base frame state: the child failed to start; the error message says why (terminal).
+pub(crate) const INIT_FAILED: u32 = 7;
+/// Frame state: claimed by one party that is filling or draining it (rule M3).
+pub(crate) const BUSY: u32 = 8;
+
+/// The name of a state value, for messages (`"UNKNOWN"` for garbage).
+pub(crate) fn state_name(state: u32) -> &'static str {
+    match state {
+        IDLE => "IDLE",
+        TASK_READY => "TASK_READY",
+        TASK_DONE => "TASK_DONE",
+        CONTROL_REQUEST => "CONTROL_REQUEST",
+        CONTROL_DONE => "CONTROL_DONE",
+        INIT_READY => "INIT_READY",
+        INIT_FAILED => "INIT_FAILED",
+        BUSY => "BUSY",
+        _ => "UNKNOWN",
+    }
+}
+
+/// One 64 KiB frame (see the module docs for the layout and rules M1–M4).
+#[repr(C, align(64))]
+struct Frame {
+    state: AtomicU32,
+    error_code: AtomicI32,
+    command: UnsafeCell<u64>,
+    arg0: UnsafeCell<u64>,
+    result: UnsafeCell<u64>,
+    digest: UnsafeCell<[u8; 32]>,
+    config: UnsafeCell<[u8; CONFIG_BYTES]>,
+    payload_len: UnsafeCell<u32>,
+    reserved: UnsafeCell<u32>,
+    payload: UnsafeCell<[u8; ARGS_CAPACITY]>,
+    error_msg: UnsafeCell<[u8; ERROR_MSG_CAPACITY]>,
+}
+
+// SAFETY: rules M2–M5 — the non-atomic fields are accessed only by the single owner the state
+// word names, ownership is taken by compare-exchange (M3) and handed over by Release/Acquire on
+// the state word (M4), and the child side is one thread (M5); the atomics are Sync themselves.
+unsafe impl Sync for Frame {}
+
+// A panic cannot leave a frame half-handed-over: every transition is one atomic store, and a
+// writer that unwinds while filling a claimed frame hands it back through `Handover` (M4).
+impl std::panic::RefUnwindSafe for Frame {}
+
+/// One mailbox (see the module docs for the layout).
+#[repr(C, align(64))]
+struct Slot {
+    doorbell: Doorbell,
+    shutdown: AtomicU32,
+    child_pid: AtomicU32,
+    base: Frame,
+    task: Frame,
+}
+
+const _: () = {
+    assert!(size_of::<Frame>() == FRAME_SIZE);
+    assert!(offset_of!(Frame, state) == 0);
+    assert!(offset_of!(Frame, error_code) == 4);
+    assert!(offset_of!(Frame, command) == 8);
+    assert!(offset_of!(Frame, arg0) == 16);
+    assert!(offset_of!(Frame, result) == 24);
+    assert!(offset_of!(Frame, digest) == 32);
+    assert!(offset_of!(Frame, config) == 64);
+    assert!(offset_of!(Frame, payload_len) == 1208);
+    assert!(offset_of!(Frame, reserved) == 1212);
+    assert!(offset_of!(Frame, payload) == PAYLOAD_OFFSET);
+    assert!(offset_of!(Frame, error_msg) == FRAME_SIZE - ERROR_MSG_CAPACITY);
+    assert!(ARGS_CAPACITY == 63808);
+    assert!(offset_of!(Slot, doorbell) == 0);
+    assert!(offset_of!(Slot, shutdown) == 64);
+    assert!(offset_of!(Slot, child_pid) == 68);
+    assert!(offset_of!(Slot, base) == 128);
+    assert!(offset_of!(Slot, task) == 128 + FRAME_SIZE);
+    assert!(MAILBOX_SIZE == 131_200);
+    assert!(SLOTS_OFFSET == 64);
+    assert!(MAILBOX_SIZE.is_multiple_of(align_of::<Slot>()));
+    assert!(SLOTS_OFFSET.is_multiple_of(align_of::<Slot>()));
+};
+
+/// Stores `next` into a claimed frame's state word (Release) when dropped: the hand-over of rule
+/// M4, which also happens if the code filling the frame unwinds.
+struct Handover<'f> {
+    state: &'f AtomicU32,
+    next: u32,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        self.state.store(self.next, Ordering::Release);
+    }
+}
+
+impl Frame {
+    /// Claims the frame by moving it from `from` to `BUSY` (rule M3). `Err` holds the state
+    /// found instead.
+    fn claim(&self, from: u32) -> std::result::Result<(), u32> {
+        self.state.compare_exchange(from, BUSY, Ordering::Acquire, Ordering::Acquire).map(drop)
+    }
+
+    /// Writes the error code and message (truncated on a character boundary, NUL-terminated).
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame's fields (rules M2, M3).
+    unsafe fn write_error(&self, code: i32, message: &str) {
+        self.error_code.store(code, Ordering::Relaxed);
+        let mut n = message.len().min(ERROR_MSG_CAPACITY - 1);
+        while !message.is_char_boundary(n) {
+            n -= 1;
+        }
+        // SAFETY: rule M2 — the caller owns the fields, so nobody else accesses `error_msg`.
+        let buf = unsafe { &mut *self.error_msg.get() };
+        buf[..n].copy_from_slice(&message.as_bytes()[..n]);
+        buf[n] = 0;
+    }
+
+    /// Reads the error message: up to the first NUL or the capacity, lossy UTF-8 (rule M6).
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame's fields (rule M2), or the frame is `INIT_FAILED` (terminal).
+    unsafe fn read_message(&self) -> String {
+        // SAFETY: rule M2 — owned by the caller or terminal, so nobody writes it meanwhile; the
+        // bytes are copied out, so no reference into the frame outlives this call.
+        let bytes: [u8; ERROR_MSG_CAPACITY] = unsafe { *self.error_msg.get() };
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(ERROR_MSG_CAPACITY);
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    }
+
+    /// Reads the error code, and the message if the code is not 0.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame's fields (rule M2).
+    unsafe fn read_error(&self) -> std::result::Result<(), FrameError> {
+        match self.error_code.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            // SAFETY: rule M2 — forwarded from this function's contract.
+            code => Err(FrameError { code, message: unsafe { self.read_message() } }),
+        }
+    }
+
+    /// Writes a request's digest and payload (and its length).
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the frame's fields (rules M2, M3) and `payload.len() <= ARGS_CAPACITY`.
+    unsafe fn write_request(&self, digest: &[u8; 32], payload: &[u8]) {
+        // SAFETY: rule M2 — the caller owns the fields; the length fits (this function's
+        // contract), so the copy stays inside `payload`.
+        unsafe {
+            *self.digest.get() = *digest;
+            *self.payload_len.get() = payload.len() as u32;
+            (&mut *self.payload.get())[..payload.len()].copy_from_slice(payload);
+        }
+    }
+
+    /// The request's payload, its length clamped to the capacity (rule M6).
+    ///
+    /// # Safety
+    ///
+    /// The caller may read the request fields (rules M2, M5) for as long as the slice lives.
+    unsafe fn payload(&self) -> &[u8] {
+        // SAFETY: rules M2, M5 — forwarded from this function's contract; the length is clamped
+        // to the array (M6), so the slice stays inside the frame.
+        unsafe {
+            let len = (*self.payload_len.get() as usize).min(ARGS_CAPACITY);
+            &(&*self.payload.get())[..len]
+        }
+    }
+}
+
+/// The shared region holding the parent doorbell and `count` mailboxes.
+///
+/// Made before fork (zero-filled: every frame `IDLE`); parent and children use the same value.
+pub(crate) struct MailboxRegion {
+    region: SharedRegion,
+    count: usize,
+}
+
+impl MailboxRegion {
+    /// Maps a region for `count` mailboxes (64 + `count` × [`MAILBOX_SIZE`] bytes), all `IDLE`.
+    pub(crate) fn new(count: usize) -> Result<MailboxRegion> {
+        let len = count
+            .checked_mul(MAILBOX_SIZE)
+            .and_then(|n| n.checked_add(SLOTS_OFFSET))
+            .ok_or_else(|| Error::invalid(format!("{count} mailboxes do not fit in memory")))?;
+        let region =
+            SharedRegion::new(len, false).map_err(|e| e.context(format!("mapping {count} mailboxes")))?;
+        Ok(MailboxRegion { region, count })
+    }
+
+    /// The parent doorbell: rung by every child when it finishes a task or a control request.
+    pub(crate) fn doorbell(&self) -> &Doorbell {
+        // SAFETY: rule M1 — the region starts with a Doorbell at offset 0 (page-aligned, all-zero
+        // bytes valid, atomics only) and lives as long as `self`, which the result borrows.
+        unsafe { &*self.region.as_ptr().cast::<Doorbell>() }
+    }
+
+    /// A view of mailbox `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()` (an internal invariant: mailbox indices come from the lanes that
+    /// created the region).
+    pub(crate) fn mailbox(&self, i: usize) -> Mailbox<'_> {
+        assert!(i < self.count, "mailbox {i} is out of range: the region holds {}", self.count);
+        // SAFETY: rule M1 — `i < count`, so the Slot at 64 + i * MAILBOX_SIZE lies inside the
+        // region, is 64-byte aligned, is valid for any bytes, and lives as long as `self`.
+        let slot = unsafe { &*self.region.as_ptr().add(SLOTS_OFFSET + i * MAILBOX_SIZE).cast::<Slot>() };
+        Mailbox { slot }
+    }
+
+    /// The number of mailboxes.
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+}
+
+impl fmt::Debug for MailboxRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MailboxRegion").field("region", &self.region).field("count", &self.count).finish()
+    }
+}
+
+/// A typed view of one mailbox in a [`MailboxRegion`] (`Copy`, `Send + Sync`).
+///
+/// Parent-side methods may be called from any thread (every claim is a compare-exchange, rule
+/// M3); child-side methods belong to the child loop (rule M5).
+#[derive(Clone, Copy)]
+pub(crate) struct Mailbox<'a> {
+    slot: &'a Slot,
+}
+
+/// What a child found in its task frame.
+///
+/// The slices point into the shared frame; they are valid while the child owns the frame (state
+/// `TASK_READY`, before [`Mailbox::finish_task`]), rule M5.
+#[derive(Debug)]
+pub(crate) struct TaskRequest<'a> {
+    /// The callable digest.
+    pub(crate) digest: [u8; 32],
+    /// The config bytes (an encoded `CallConfig`), [`CONFIG_BYTES`] long.
+    pub(crate) config: &'a [u8],
+    /// The args blob (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
+    pub(crate) args: &'a [u8],
+}
+
+/// What a child found in its base frame: a control request (copied out of the frame).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ControlRequest {
+    /// The control sub-command.
+    pub(crate) command: u64,
+    /// The control argument.
+    pub(crate) arg0: u64,
+    /// The digest slot (a callable digest, or other 32 bytes the command defines).
+    pub(crate) digest: [u8; 32],
+    /// The payload (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
+    pub(crate) payload: Vec<u8>,
+}
+
+/// A failure reported through a frame: a non-zero code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrameError {
+    /// The error code; never 0 once read back (0 means success on the wire).
+    pub(crate) code: i32,
+    /// The message, at most [`ERROR_MSG_CAPACITY`] − 1 bytes once read back.
+    pub(crate) message: String,
+}
+
+impl FrameError {
+    /// A frame error with `code` and `message`.
+    pub(crate) fn new(code: i32, message: impl Into<String>) -> FrameError {
+        FrameError { code, message: message.into() }
+    }
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// The code written for an `Err` whose code is 0, so it is never mistaken for success.
+const FALLBACK_CODE: i32 = -1;
+
+/// What a parent learned about a child's startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum InitStatus {
+    /// Not reported yet (the deadline passed or the caller gave up).
+    Pending,
+    /// The child is ready; the base frame is `IDLE` again.
+    Ready,
+    /// The child failed to start, with its message.
+    Failed(String),
+}
+
+impl<'a> Mailbox<'a> {
+    // ---- parent side ----
+
+    /// Posts a task: claims the `IDLE` task frame, copies the digest, lets `write` fill the config
+    /// bytes (zeroed first) and the args payload and return the payload length, then publishes
+    /// `TASK_READY` (Release) and rings the child doorbell.
+    ///
+    /// Errors: [`ErrorKind::InvalidState`](crate::error::ErrorKind) when the frame is not
+    /// `IDLE`; [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) when the returned length
+    /// exceeds [`ARGS_CAPACITY`]; any error of `write`. On error (or if `write` panics) the frame
+    /// goes back to `IDLE`.
+    pub(crate) fn post_task(
+        &self,
+        digest: &[u8; 32],
+        write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
+    ) -> Result<()> {
+        let frame = &self.slot.task;
+        frame.claim(IDLE).map_err(|s| {
+            Error::state(format!("cannot post a task: the task frame is {} (not IDLE)", state_name(s)))
+        })?;
+        let mut handover = Handover { state: &frame.state, next: IDLE };
+        // SAFETY: rule M3 — we claimed the frame, so we own every field until `handover` stores
+        // the next state (M4); the references die before that.
+        let (config, payload) = unsafe { (&mut *frame.config.get(), &mut *frame.payload.get()) };
+        config.fill(0);
+        let len = write(config, payload)?;
+        if len > ARGS_CAPACITY {
+            return Err(Error::invalid(format!(
+                "args blob exceeds mailbox capacity: {len} bytes, at most {ARGS_CAPACITY}"
+            )));
+        }
+        // SAFETY: rule M3 — still claimed; `len <= ARGS_CAPACITY` was checked above.
+        unsafe {
+            *frame.digest.get() = *digest;
+            *frame.payload_len.get() = len as u32;
+        }
+        frame.error_code.store(0, Ordering::Relaxed);
+        handover.next = TASK_READY;
+        drop(handover);
+        self.slot.doorbell.ring();
+        Ok(())
+    }
+
+    /// Collects a finished task: if the task frame is `TASK_DONE`, reads the error code and
+    /// message, returns the frame to `IDLE` and returns `Some(Ok(()))` or `Some(Err(..))`;
+    /// otherwise `None`. Never blocks.
+    pub(crate) fn take_task_result(&self) -> Option<std::result::Result<(), FrameError>> {
+        let frame = &self.slot.task;
+        if frame.state.load(Ordering::Relaxed) != TASK_DONE || frame.claim(TASK_DONE).is_err() {
+            return None;
+        }
+        // SAFETY: rule M3 — we claimed the frame from TASK_DONE, so we own its fields, and the
+        // Acquire claim sees the child's writes (M4).
+        let result = unsafe { frame.read_error() };
+        frame.state.store(IDLE, Ordering::Release);
+        Some(result)
+    }
+
+    /// The task frame's state word (Acquire).
+    pub(crate) fn task_state(&self) -> u32 {
+        self.slot.task.state.load(Ordering::Acquire)
+    }
+
+    /// The base frame's state word (Acquire), for diagnostics.
+    pub(crate) fn base_state(&self) -> u32 {
+        self.slot.base.state.load(Ordering::Acquire)
+    }
+
+    /// Posts a control request: claims the `IDLE` base frame, writes `command`, `arg0`, `digest`
+    /// and `payload`, publishes `CONTROL_REQUEST` (Release) and rings the child doorbell.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) when the payload exceeds
+    /// [`ARGS_CAPACITY`]; [`ErrorKind::InvalidState`](crate::error::ErrorKind) when the base
+    /// frame is not `IDLE` (startup not collected yet, or a control still in flight).
+    pub(crate) fn post_control(
+        &self,
+        command: u64,
+        arg0: u64,
+        digest: &[u8; 32],
+        payload: &[u8],
+    ) -> Result<()> {
+        if payload.len() > ARGS_CAPACITY {
+            return Err(Error::invalid(format!(
+                "control payload exceeds mailbox capacity: {} bytes, at most {ARGS_CAPACITY}",
+                payload.len()
+            )));
+        }
+        let frame = &self.slot.base;
+        frame.claim(IDLE).map_err(|s| {
+            Error::state(format!(
+                "cannot post control {command}: the base frame is {} (not IDLE)",
+                state_name(s)
+            ))
+        })?;
+        // SAFETY: rule M3 — we claimed the frame, so we own its fields until the Release store
+        // below (M4); the payload length was checked above.
+        unsafe {
+            *frame.command.get() = command;
+            *frame.arg0.get() = arg0;
+            *frame.result.get() = 0;
+            frame.write_request(digest, payload);
+        }
+        frame.error_code.store(0, Ordering::Relaxed);
+        frame.state.store(CONTROL_REQUEST, Ordering::Release);
+        self.slot.doorbell.ring();
+        Ok(())
+    }
+
+    /// Waits until the base frame is `CONTROL_DONE` (spin, yield, then futex on its state word),
+    /// reads the result or error and returns the frame to `IDLE`.
+    ///
+    /// Returns `None` when the deadline passes or `give_up()` returns true (checked at least
+    /// every [`GIVE_UP_POLL`], so a dead child cannot hang the caller); the request then stays in
+    /// flight. Returns `Some(Err(..))` with code −1 when no control request is in flight.
+    pub(crate) fn wait_control_done(
+        &self,
+        deadline: Option<Instant>,
+        give_up: impl Fn() -> bool,
+    ) -> Option<std::result::Result<u64, FrameError>> {
+        let frame = &self.slot.base;
+        spin_then_yield(deadline, || frame.state.load(Ordering::Acquire) == CONTROL_DONE);
+        loop {
+            let state = frame.state.load(Ordering::Acquire);
+            match state {
+                CONTROL_DONE => {
+                    if frame.claim(CONTROL_DONE).is_ok() {
+                        // SAFETY: rule M3 — we claimed the frame from CONTROL_DONE, so we own its
+                        // fields, and the Acquire claim sees the child's writes (M4).
+                        let result = unsafe {
+                            match frame.read_error() {
+                                Ok(()) => Ok(*frame.result.get()),
+                                Err(e) => Err(e),
+                            }
+                        };
+                        frame.state.store(IDLE, Ordering::Release);
+                        return Some(result);
+                    }
+                    continue;
+                }
+                CONTROL_REQUEST | BUSY => {}
+                other => {
+                    return Some(Err(FrameError::new(
+                        FALLBACK_CODE,
+                        format!("no control request in flight: the base frame is {}", state_name(other)),
+                    )));
+                }
+            }
+            let timeout = bounded_timeout(deadline, &give_up)?;
+            futex_wait(&frame.state, state, Some(timeout));
+        }
+    }
+
+    /// Waits for the child's startup report (`INIT_READY` / `INIT_FAILED` on the base frame)
+    /// until `deadline`, sleeping on the base state word.
+    ///
+    /// `Pending` when the deadline passes or `give_up()` returns true (checked at least every
+    /// [`GIVE_UP_POLL`]). On `Ready` the base frame goes back to `IDLE`; `INIT_FAILED` stays.
+    pub(crate) fn wait_init(&self, deadline: Instant, give_up: impl Fn() -> bool) -> InitStatus {
+        let frame = &self.slot.base;
+        loop {
+            let state = frame.state.load(Ordering::Acquire);
+            match state {
+                INIT_READY => {
+                    if frame
+                        .state
+                        .compare_exchange(INIT_READY, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return InitStatus::Ready;
+                    }
+                    continue;
+                }
+                INIT_FAILED => {
+                    // SAFETY: rule M2 — INIT_FAILED is terminal: nobody writes the fields again,
+                    // and the Acquire load above sees the child's message (M4).
+                    return InitStatus::Failed(unsafe { frame.read_message() });
+                }
+                _ => {}
+            }
+            let Some(timeout) = bounded_timeout(Some(deadline), &give_up) else {
+                return InitStatus::Pending;
+            };
+            futex_wait(&frame.state, state, Some(timeout));
+        }
+    }
+
+    /// Sets the sticky shutdown word (Release) and rings the child doorbell.
+    pub(crate) fn request_shutdown(&self) {
+        self.slot.shutdown.store(1, Ordering::Release);
+        self.slot.doorbell.ring();
+    }
+
+    // ---- child side ----
+
+    /// True once the parent has requested shutdown (Acquire; sticky).
+    pub(crate) fn shutdown_requested(&self) -> bool {
+        self.slot.shutdown.load(Ordering::Acquire) != 0
+    }
+
+    /// The child doorbell: the child sleeps on it; the parent rings it after every post.
+    pub(crate) fn child_doorbell(&self) -> &'a Doorbell {
+        &self.slot.doorbell
+    }
+
+    /// Records the child's pid (Release).
+    pub(crate) fn set_child_pid(&self, pid: u32) {
+        self.slot.child_pid.store(pid, Ordering::Release);
+    }
+
+    /// The recorded child pid (Acquire; 0 if none was recorded).
+    pub(crate) fn child_pid(&self) -> u32 {
+        self.slot.child_pid.load(Ordering::Acquire)
+    }
+
+    /// The posted task, if the task frame is `TASK_READY`: digest, config bytes and
+    /// `payload[..payload_len]` (the length clamped to [`ARGS_CAPACITY`]).
+    ///
+    /// The slices stay valid until [`finish_task`](Mailbox::finish_task) (rule M5).
+    pub(crate) fn task_request(&self) -> Option<TaskRequest<'a>> {
+        let frame: &'a Frame = &self.slot.task;
+        if frame.state.load(Ordering::Acquire) != TASK_READY {
+            return None;
+        }
+        // SAFETY: rules M2, M5 — in TASK_READY the child side owns the frame and only reads the
+        // request fields, which the parent wrote before its Release store (M4) and does not touch
+        // again before collecting the result, which the child loop's finish_task allows only
+        // once this request is no longer used (M5); the payload length is clamped (M6).
+        let (digest, config, args) = unsafe { (*frame.digest.get(), &*frame.config.get(), frame.payload()) };
+        Some(TaskRequest { digest, config, args })
+    }
+
+    /// Finishes the task in the task frame: claims it from `TASK_READY`, writes the error code
+    /// and message (truncated to fit, NUL-terminated; an `Err` with code 0 is written as −1),
+    /// publishes `TASK_DONE` (Release) and rings `parent`.
+    ///
+    /// Does nothing if the frame is not `TASK_READY`.
+    pub(crate) fn finish_task(&self, result: std::result::Result<(), FrameError>, parent: &Doorbell) {
+        let frame = &self.slot.task;
+        if frame.claim(TASK_READY).is_err() {
+            return;
+        }
+        let (code, message) = reply_code(&result);
+        // SAFETY: rule M3 — we claimed the frame from TASK_READY, so we own its fields.
+        unsafe { frame.write_error(code, message) };
+        frame.state.store(TASK_DONE, Ordering::Release);
+        parent.ring();
+    }
+
+    /// The posted control request, if the base frame is `CONTROL_REQUEST` (copied out).
+    pub(crate) fn control_request(&self) -> Option<ControlRequest> {
+        let frame = &self.slot.base;
+        if frame.state.load(Ordering::Acquire) != CONTROL_REQUEST {
+            return None;
+        }
+        // SAFETY: rules M2, M5 — in CONTROL_REQUEST the child side owns the frame and only reads
+        // the request fields, written by the parent before its Release store (M4); everything
+        // is copied out before returning; the payload length is clamped (M6).
+        let request = unsafe {
+            ControlRequest {
+                command: *frame.command.get(),
+                arg0: *frame.arg0.get(),
+                digest: *frame.digest.get(),
+                payload: frame.payload().to_vec(),
+            }
+        };
+        Some(request)
+    }
+
+    /// Answers the control request in the base frame: claims it from `CONTROL_REQUEST`, writes
+    /// the result or the error (as [`finish_task`](Mailbox::finish_task) does), publishes
+    /// `CONTROL_DONE` (Release), futex-wakes the base state word and rings `parent`.
+    ///
+    /// Does nothing if the frame is not `CONTROL_REQUEST`.
+    pub(crate) fn finish_control(&self, result: std::result::Result<u64, FrameError>, parent: &Doorbell) {
+        let frame = &self.slot.base;
+        if frame.claim(CONTROL_REQUEST).is_err() {
+            return;
+        }
+        let value = *result.as_ref().unwrap_or(&0);
+        let (code, message) = reply_code(&result);
+        // SAFETY: rule M3 — we claimed the frame from CONTROL_REQUEST, so we own its fields.
+        unsafe {
+            *frame.result.get() = value;
+            frame.write_error(code, message);
+        }
+        frame.state.store(CONTROL_DONE, Ordering::Release);
+        futex_wake(&frame.state, i32::MAX);
+        parent.ring();
+    }
+
+    /// Reports startup on the base frame: `INIT_READY`, or `INIT_FAILED` with the message
+    /// (truncated to fit), then futex-wakes the base state word.
+    ///
+    /// Does nothing if the base frame is not `IDLE` (startup already reported, or a premature
+    /// control request won the frame: the parent's [`wait_init`](Mailbox::wait_init) then times
+    /// out).
+    pub(crate) fn publish_init(&self, result: std::result::Result<(), &str>) {
+        let frame = &self.slot.base;
+        match result {
+            Ok(()) => {
+                let _ = frame.state.compare_exchange(IDLE, INIT_READY, Ordering::Release, Ordering::Relaxed);
+            }
+            Err(message) => {
+                if frame.claim(IDLE).is_err() {
+                    return;
+                }
+                // SAFETY: rule M3 — we claimed the base frame from IDLE before startup was
+                // reported, so we own its fields until the Release store below (M4).
+                unsafe { frame.write_error(FALLBACK_CODE, message) };
+                frame.state.store(INIT_FAILED, Ordering::Release);
+            }
+        }
+        futex_wake(&frame.state, i32::MAX);
+    }
+}
+
+impl fmt::Debug for Mailbox<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("base", &state_name(self.base_state()))
+            .field("task", &state_name(self.task_state()))
+            .field("shutdown", &self.shutdown_requested())
+            .field("child_pid", &self.child_pid())
+            .finish()
+    }
+}
+
+/// The code and message to write for a reply (rule: 0 only for success).
+fn reply_code<T>(result: &std::result::Result<T, FrameError>) -> (i32, &str) {
+    match result {
+        Ok(_) => (0, ""),
+        Err(e) if e.code == 0 => (FALLBACK_CODE, e.message.as_str()),
+        Err(e) => (e.code, e.message.as_str()),
+    }
+}
+
+/// The next futex timeout of a parent wait: at most [`GIVE_UP_POLL`], at most the time left.
+/// `None` when the caller gives up or the deadline has passed.
+fn bounded_timeout(deadline: Option<Instant>, give_up: &impl Fn() -> bool) -> Option<Duration> {
+    if give_up() {
+        return None;
+    }
+    match deadline {
+        None => Some(GIVE_UP_POLL),
+        Some(d) => match d.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Some(left.min(GIVE_UP_POLL)),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::ipc::test_fork::fork_child;
+
+    const LONG: Duration = Duration::from_secs(10);
+
+    fn soon() -> Instant {
+        Instant::now() + LONG
+    }
+
+    /// Posts a task whose payload is `text` and whose config starts with `tag`.
+    fn post_text(mb: Mailbox<'_>, digest: u8, tag: u8, text: &str) -> Result<()> {
+        mb.post_task(&[digest; 32], |config, payload| {
+            config[0] = tag;
+            payload[..text.len()].copy_from_slice(text.as_bytes());
+            Ok(text.len())
+        })
+    }
+
+    /// Waits on the parent doorbell (rule D3) until the task result arrives.
+    fn wait_task(region: &MailboxRegion, mb: Mailbox<'_>) -> std::result::Result<(), FrameError> {
+        let deadline = soon();
+        loop {
+            let seen = region.doorbell().seq();
+            if let Some(result) = mb.take_task_result() {
+                return result;
+            }
+            assert!(Instant::now() < deadline, "no task result within {LONG:?}");
+            region.doorbell().wait(seen, Some(deadline));
+        }
+    }
+
+    /// The child loop of the echo child: a task whose payload starts with "ok" succeeds, any
+    /// other fails with a message echoing the payload, digest and config; control returns
+    /// command + arg0 + payload length, or fails for command 13.
+    fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
+        let mb = region.mailbox(i);
+        mb.set_child_pid(std::process::id());
+        mb.publish_init(Ok(()));
+        let bell = mb.child_doorbell();
+        loop {
+            let seen = bell.seq();
+            if mb.shutdown_requested() {
+                return 0;
+            }
+            if let Some(req) = mb.task_request() {
+                let text = String::from_utf8_lossy(req.args).into_owned();
+                let result = if text.starts_with("ok") {
+                    Ok(())
+                } else {
+                    Err(FrameError::new(
+                        7,
+                        format!(
+                            "echo {text} digest {} config {} len {}",
+                            req.digest[0],
+                            req.config[0],
+                            req.config.len()
+                        ),
+                    ))
+                };
+                mb.finish_task(result, region.doorbell());
+                continue;
+            }
+            if let Some(ctl) = mb.control_request() {
+                let result = if ctl.command == 13 {
+                    Err(FrameError::new(13, format!("control refused, digest {}", ctl.digest[0])))
+                } else {
+                    Ok(ctl.command + ctl.arg0 + ctl.payload.len() as u64)
+                };
+                mb.finish_control(result, region.doorbell());
+                continue;
+            }
+            bell.wait(seen, None);
+        }
+    }
+
+    #[test]
+    fn layout_constants() {
+        assert_eq!(ARGS_CAPACITY, 63_808);
+        assert_eq!(MAILBOX_SIZE, 131_200);
+        let region = MailboxRegion::new(3).unwrap();
+        assert_eq!(region.len(), 3);
+        for i in 0..3 {
+            assert_eq!(region.mailbox(i).task_state(), IDLE);
+            assert_eq!(region.mailbox(i).base_state(), IDLE);
+            assert!(!region.mailbox(i).shutdown_requested());
+        }
+        let base = region.region.addr();
+        let m1 = region.mailbox(1).slot as *const Slot as u64;
+        assert_eq!(m1 - base, (SLOTS_OFFSET + MAILBOX_SIZE) as u64);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn mailbox_index_out_of_range_panics() {
+        let region = MailboxRegion::new(1).unwrap();
+        let _ = region.mailbox(1);
+    }
+
+    #[test]
+    fn mailbox_is_send_sync() {
+        fn assert_bounds<T: Send + Sync>() {}
+        assert_bounds::<Mailbox<'_>>();
+        assert_bounds::<MailboxRegion>();
+    }
+
+    #[test]
+    fn forked_child_serves_tasks_controls_and_shutdown() {
+        let region = MailboxRegion::new(2).unwrap();
+        let mut child = fork_child(|| echo_child(&region, 1));
+        let mb = region.mailbox(1);
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+        assert_eq!(mb.base_state(), IDLE);
+        assert_eq!(mb.child_pid(), child.pid().as_raw() as u32);
+
+        for k in 0..5u8 {
+            post_text(mb, k, 100 + k, &format!("task-{k}")).unwrap();
+            let err = wait_task(&region, mb).unwrap_err();
+            assert_eq!(err.code, 7);
+            assert_eq!(
+                err.message,
+                format!("echo task-{k} digest {k} config {} len {CONFIG_BYTES}", 100 + k)
+            );
+            assert_eq!(mb.task_state(), IDLE);
+        }
+        post_text(mb, 9, 0, "ok fine").unwrap();
+        assert_eq!(wait_task(&region, mb), Ok(()));
+
+        // An empty payload, and a full-capacity one.
+        post_text(mb, 1, 2, "").unwrap();
+        assert_eq!(
+            wait_task(&region, mb).unwrap_err().message,
+            format!("echo  digest 1 config 2 len {CONFIG_BYTES}")
+        );
+        mb.post_task(&[3; 32], |_, payload| {
+            payload.fill(b'x');
+            payload[..2].copy_from_slice(b"ok");
+            Ok(payload.len())
+        })
+        .unwrap();
+        assert_eq!(wait_task(&region, mb), Ok(()));
+
+        mb.post_control(40, 2, &[5; 32], b"abc").unwrap();
+        assert_eq!(mb.wait_control_done(Some(soon()), || false), Some(Ok(45)));
+        mb.post_control(13, 0, &[6; 32], &[]).unwrap();
+        assert_eq!(
+            mb.wait_control_done(None, || false),
+            Some(Err(FrameError::new(13, "control refused, digest 6")))
+        );
+        assert_eq!(mb.base_state(), IDLE);
+
+        // The other mailbox was never touched.
+        assert_eq!(region.mailbox(0).task_state(), IDLE);
+
+        mb.request_shutdown();
+        assert!(mb.shutdown_requested());
+        assert_eq!(child.wait_timeout(LONG), 0);
+    }
+
+    #[test]
+    fn forked_child_reports_init_failure() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mut child = fork_child(|| {
+            region.mailbox(0).publish_init(Err("no chip 3"));
+            0
+        });
+        let mb = region.mailbox(0);
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
+        assert_eq!(mb.base_state(), INIT_FAILED);
+        // Terminal: no control can be posted, and a second look says the same.
+        assert!(mb.post_control(1, 0, &[0; 32], &[]).unwrap_err().is_invalid_state());
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
+        assert_eq!(child.wait_timeout(LONG), 0);
+    }
+
+    #[test]
+    fn waits_time_out_and_give_up() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let start = Instant::now();
+        assert_eq!(mb.wait_init(start + Duration::from_millis(30), || false), InitStatus::Pending);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+
+        // give_up is polled at least every GIVE_UP_POLL even without a deadline's help.
+        let flag = AtomicBool::new(false);
+        let start = Instant::now();
+        let status = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                flag.store(true, Ordering::SeqCst);
+            });
+            mb.wait_init(start + LONG, || flag.load(Ordering::SeqCst))
+        });
+        assert_eq!(status, InitStatus::Pending);
+        assert!(start.elapsed() < LONG / 2);
+
+        mb.publish_init(Ok(()));
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+
+        mb.post_control(1, 2, &[0; 32], b"x").unwrap();
+        let start = Instant::now();
+        assert_eq!(mb.wait_control_done(Some(start + Duration::from_millis(30)), || false), None);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert_eq!(mb.wait_control_done(None, || true), None);
+        // The request stays in flight; a second post is refused.
+        assert_eq!(mb.base_state(), CONTROL_REQUEST);
+        assert!(mb.post_control(1, 2, &[0; 32], b"x").unwrap_err().is_invalid_state());
+        // A late answer is still collected.
+        let ctl = mb.control_request().unwrap();
+        assert_eq!((ctl.command, ctl.arg0, ctl.digest, ctl.payload.as_slice()), (1, 2, [0; 32], &b"x"[..]));
+        mb.finish_control(Ok(99), region.doorbell());
+        assert_eq!(mb.wait_control_done(None, || false), Some(Ok(99)));
+        // Nothing in flight now.
+        assert_eq!(mb.wait_control_done(None, || false).unwrap().unwrap_err().code, FALLBACK_CODE);
+    }
+
+    #[test]
+    fn post_task_requires_an_idle_frame() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        post_text(mb, 1, 1, "first").unwrap();
+        assert_eq!(mb.task_state(), TASK_READY);
+        let err = post_text(mb, 2, 2, "second").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidState);
+        assert!(err.message().contains("TASK_READY"), "{err}");
+        assert!(mb.take_task_result().is_none());
+        // The first task is intact.
+        {
+            let req = mb.task_request().unwrap();
+            assert_eq!((req.digest, req.args), ([1; 32], &b"first"[..]));
+        }
+        mb.finish_task(Ok(()), region.doorbell());
+        assert_eq!(mb.task_state(), TASK_DONE);
+        let err = post_text(mb, 2, 2, "second").unwrap_err();
+        assert!(err.message().contains("TASK_DONE"), "{err}");
+        assert_eq!(mb.take_task_result(), Some(Ok(())));
+        assert!(mb.take_task_result().is_none());
+        post_text(mb, 2, 2, "second").unwrap();
+    }
+
+    #[test]
+    fn failed_or_panicking_writers_leave_the_frame_idle() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let err = mb.post_task(&[0; 32], |_, p| Ok(p.len() + 1)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("exceeds mailbox capacity"), "{err}");
+        assert_eq!(mb.task_state(), IDLE);
+        let err = mb.post_task(&[0; 32], |_, _| Err(Error::decode("bad tensor"))).unwrap_err();
+        assert_eq!(err.message(), "bad tensor");
+        assert_eq!(mb.task_state(), IDLE);
+        let panicked = std::panic::catch_unwind(|| mb.post_task(&[0; 32], |_, _| panic!("writer panicked")));
+        assert!(panicked.is_err());
+        assert_eq!(mb.task_state(), IDLE);
+        assert!(
+            mb.post_control(0, 0, &[0; 32], &vec![0; ARGS_CAPACITY + 1]).unwrap_err().is_invalid_argument()
+        );
+        assert_eq!(mb.base_state(), IDLE);
+        // Config bytes are zeroed for every post.
+        post_text(mb, 0, 77, "a").unwrap();
+        mb.finish_task(Ok(()), region.doorbell());
+        mb.take_task_result().unwrap().unwrap();
+        mb.post_task(&[0; 32], |config, _| {
+            assert!(config.iter().all(|b| *b == 0));
+            Ok(0)
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn long_messages_are_truncated() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        post_text(mb, 0, 0, "x").unwrap();
+        // 'é' is two bytes: 511 bytes of text would split one, so 510 are kept.
+        let long = "é".repeat(1000);
+        mb.finish_task(Err(FrameError::new(3, long.clone())), region.doorbell());
+        let err = mb.take_task_result().unwrap().unwrap_err();
+        assert_eq!(err.code, 3);
+        assert_eq!(err.message.len(), 510);
+        assert!(long.starts_with(&err.message));
+
+        post_text(mb, 0, 0, "x").unwrap();
+        let ascii = "a".repeat(2000);
+        mb.finish_task(Err(FrameError::new(0, ascii)), region.doorbell());
+        let err = mb.take_task_result().unwrap().unwrap_err();
+        assert_eq!(err.code, FALLBACK_CODE, "an Err with code 0 must not read back as success");
+        assert_eq!(err.message, "a".repeat(ERROR_MSG_CAPACITY - 1));
+
+        // A short message after a long one is not polluted by the old bytes.
+        post_text(mb, 0, 0, "x").unwrap();
+        mb.finish_task(Err(FrameError::new(4, "short")), region.doorbell());
+        assert_eq!(mb.take_task_result(), Some(Err(FrameError::new(4, "short"))));
+    }
+
+    #[test]
+    fn garbage_frame_contents_are_read_safely() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        post_text(mb, 0, 0, "x").unwrap();
+        let frame = &mb.slot.task;
+        // Play a misbehaving child: claim the frame and fill the message with invalid UTF-8 and
+        // no NUL, and the payload length with nonsense.
+        frame.claim(TASK_READY).unwrap();
+        // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
+        unsafe {
+            (*frame.error_msg.get()).fill(0xFF);
+            *frame.payload_len.get() = u32::MAX;
+        }
+        frame.error_code.store(-5, Ordering::Relaxed);
+        frame.state.store(TASK_DONE, Ordering::Release);
+        let err = mb.take_task_result().unwrap().unwrap_err();
+        assert_eq!(err.code, -5);
+        assert_eq!(err.message.chars().count(), ERROR_MSG_CAPACITY);
+        assert!(err.message.chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+
+        // A payload length past the capacity is clamped.
+        frame.claim(IDLE).unwrap();
+        // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
+        unsafe { *frame.payload_len.get() = u32::MAX };
+        frame.state.store(TASK_READY, Ordering::Release);
+        assert_eq!(mb.task_request().unwrap().args.len(), ARGS_CAPACITY);
+
+        // Unknown states are neither collected nor served.
+        frame.state.store(0xDEAD, Ordering::Release);
+        assert!(mb.take_task_result().is_none());
+        assert!(mb.task_request().is_none());
+        assert_eq!(state_name(mb.task_state()), "UNKNOWN");
+        assert!(post_text(mb, 0, 0, "x").unwrap_err().message().contains("UNKNOWN"));
+    }
+
+    #[test]
+    fn child_side_calls_out_of_turn_do_nothing() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let seen = region.doorbell().seq();
+        mb.finish_task(Ok(()), region.doorbell());
+        mb.finish_control(Ok(1), region.doorbell());
+        assert_eq!((mb.task_state(), mb.base_state()), (IDLE, IDLE));
+        assert_eq!(region.doorbell().seq(), seen, "nothing finished, nothing rung");
+        assert!(mb.task_request().is_none());
+        assert!(mb.control_request().is_none());
+        mb.publish_init(Ok(()));
+        mb.publish_init(Err("too late"));
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+    }
+
+    #[test]
+    fn posts_ring_the_child_doorbell() {
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let bell = mb.child_doorbell();
+        let seen = bell.seq();
+        post_text(mb, 0, 0, "x").unwrap();
+        assert_eq!(bell.seq(), seen + 1);
+        mb.publish_init(Ok(()));
+        mb.wait_init(soon(), || false);
+        mb.post_control(0, 0, &[0; 32], &[]).unwrap();
+        assert_eq!(bell.seq(), seen + 2);
+        mb.request_shutdown();
+        assert_eq!(bell.seq(), seen + 3);
+        let parent_seen = region.doorbell().seq();
+        mb.finish_task(Ok(()), region.doorbell());
+        mb.finish_control(Ok(0), region.doorbell());
+        assert_eq!(region.doorbell().seq(), parent_seen + 2);
+    }
+}

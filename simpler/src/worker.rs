@@ -1,0 +1,586 @@
+//! `Worker`: builder, registration, `init` (fork ordering), runs, buffers and `close`.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::callable::host::{Body, HostFn};
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::callable::registry::Registry;
+use crate::data::buffer::{Buffer, Identity, ShmName};
+use crate::data::call_config::CallConfig;
+use crate::data::task_args::TaskArgs;
+use crate::engine::orchestrator::Orchestrator;
+use crate::engine::run::RunHandle;
+use crate::engine::scheduler::{Lane, LaneKind};
+use crate::engine::{Bell, Engine, EngineConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, SubChild};
+use crate::ipc::endpoint::MailboxEndpoint;
+use crate::ipc::futex::Doorbell;
+use crate::ipc::mailbox::{InitStatus, MailboxRegion};
+use crate::ipc::process::{Monitor, fork_child};
+use crate::ipc::shm::PosixShm;
+use crate::level::Level;
+
+/// Most callables one target keeps installed at once.
+const MAX_CALLABLES: usize = 1024;
+
+/// Configures a [`Worker`]. Construction never forks or maps anything; `init` does.
+///
+/// ```
+/// use std::time::Duration;
+/// use simpler::{Level, Worker};
+/// let worker = Worker::builder()
+///     .level(Level::Node)
+///     .sub_workers(2)
+///     .heap_ring_size(64 << 20)
+///     .backpressure_timeout(Duration::from_secs(5))
+///     .build()
+///     .unwrap();
+/// assert_eq!(worker.sub_workers(), 2);
+/// assert!(!worker.is_ready());
+/// ```
+#[derive(Debug, Clone)]
+pub struct WorkerBuilder {
+    level: Level,
+    engine: EngineConfig,
+    startup_timeout: Duration,
+    close_timeout: Duration,
+}
+
+impl WorkerBuilder {
+    /// The level this Worker runs at (default [`Level::Node`], L3).
+    pub fn level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Number of forked SUB workers that run host functions (default 0).
+    pub fn sub_workers(mut self, n: usize) -> Self {
+        self.engine.sub_workers = n;
+        self
+    }
+
+    /// Bytes per heap ring for `orch.alloc` (default 1 GiB each, four rings, lazily backed;
+    /// 0 disables the heap).
+    pub fn heap_ring_size(mut self, bytes: u64) -> Self {
+        self.engine.heap_ring_size = bytes;
+        self
+    }
+
+    /// Live tasks at most before `submit` waits (default 16384).
+    pub fn task_window(mut self, n: usize) -> Self {
+        self.engine.task_window = n;
+        self
+    }
+
+    /// Runs admitted at once: one executing, the others built and waiting (default 2).
+    pub fn pipeline_depth(mut self, n: usize) -> Self {
+        self.engine.pipeline_depth = n;
+        self
+    }
+
+    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    pub fn backpressure_timeout(mut self, t: Duration) -> Self {
+        self.engine.backpressure_timeout = t;
+        self
+    }
+
+    /// One deadline for starting every child process (default 300 s).
+    pub fn startup_timeout(mut self, t: Duration) -> Self {
+        self.startup_timeout = t;
+        self
+    }
+
+    /// How long `close` waits for runs in flight before abandoning them (default 10 s).
+    pub fn close_timeout(mut self, t: Duration) -> Self {
+        self.close_timeout = t;
+        self
+    }
+
+    /// Validates the configuration and returns an uninitialized Worker.
+    pub fn build(self) -> Result<Worker> {
+        if self.level != Level::Node {
+            return Err(Error::invalid(format!(
+                "{} Workers are not supported yet; this release runs L3 (node) Workers",
+                self.level
+            )));
+        }
+        if self.engine.task_window == 0 {
+            return Err(Error::invalid("task_window must be at least 1"));
+        }
+        if self.engine.pipeline_depth == 0 {
+            return Err(Error::invalid("pipeline_depth must be at least 1"));
+        }
+        if self.startup_timeout.is_zero() {
+            return Err(Error::invalid("startup_timeout must be greater than zero"));
+        }
+        Ok(Worker {
+            cfg: self,
+            registry: Registry::new(MAX_CALLABLES),
+            handles: HashMap::new(),
+            phase: Phase::New,
+        })
+    }
+}
+
+struct RegionBell(Arc<MailboxRegion>);
+
+impl AsRef<Doorbell> for RegionBell {
+    fn as_ref(&self) -> &Doorbell {
+        self.0.doorbell()
+    }
+}
+
+struct Live {
+    engine: Arc<Engine>,
+    region: Arc<MailboxRegion>,
+    pids: Vec<i32>,
+    monitor: Monitor,
+    background: Option<JoinHandle<()>>,
+    shm_prefix: String,
+}
+
+enum Phase {
+    New,
+    Ready(Box<Live>),
+    Closed,
+}
+
+/// One level of the hierarchy: its engine and its forked workers.
+///
+/// Lifecycle: [`Worker::builder`] → [`register`](Worker::register) host functions →
+/// [`init`](Worker::init) (maps shared memory, forks the children) → [`submit`](Worker::submit)
+/// / [`run`](Worker::run) orchestration functions → [`close`](Worker::close) (or drop).
+///
+/// ```no_run
+/// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+///
+/// fn hello(_args: &HostArgs<'_>) -> HostResult {
+///     Ok(())
+/// }
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// let hello = worker.register(HostFn::new("hello", hello))?;
+/// worker.init()?;
+/// worker.run(|orch, _, _| orch.submit_sub(&hello, TaskArgs::new()).map(|_| ()), TaskArgs::new(), CallConfig::default())?;
+/// worker.close()?;
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    cfg: WorkerBuilder,
+    registry: Registry<HostFn>,
+    handles: HashMap<Digest, CallableHandle>,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let phase = match self.phase {
+            Phase::New => "new",
+            Phase::Ready(_) => "ready",
+            Phase::Closed => "closed",
+        };
+        f.debug_struct("Worker")
+            .field("level", &self.cfg.level)
+            .field("sub_workers", &self.cfg.engine.sub_workers)
+            .field("phase", &phase)
+            .finish()
+    }
+}
+
+fn random_u64() -> u64 {
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now()))
+}
+
+impl Worker {
+    /// A builder with the defaults.
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder {
+            level: Level::Node,
+            engine: EngineConfig::default(),
+            startup_timeout: Duration::from_secs(300),
+            close_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The level this Worker runs at.
+    pub fn level(&self) -> Level {
+        self.cfg.level
+    }
+
+    /// Number of SUB workers.
+    pub fn sub_workers(&self) -> usize {
+        self.cfg.engine.sub_workers
+    }
+
+    /// True between a successful `init` and `close`.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.phase, Phase::Ready(_))
+    }
+
+    fn live(&self, api: &str) -> Result<&Live> {
+        match &self.phase {
+            Phase::Ready(live) if !live.engine.is_closed() => Ok(live),
+            Phase::New => {
+                Err(Error::state(format!("Worker.{api}: the Worker is not initialized; call init() first")))
+            }
+            _ => Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+        }
+    }
+
+    /// Registers a host function; returns the handle tasks use to name it.
+    ///
+    /// Before `init` the function goes into the snapshot every forked worker starts with.
+    /// After `init` (only `fn`-pointer functions, see [`HostFn`]) it is sent to every live SUB
+    /// worker, and this returns once all of them installed it. Registering the same function
+    /// twice returns the same handle and counts a second reference.
+    pub fn register(&mut self, f: HostFn) -> Result<CallableHandle> {
+        let desc = f.descriptor().clone();
+        let digest = desc.digest();
+        let handle = CallableHandle::new(digest, CallableKind::HostFn, f.name());
+        match &self.phase {
+            Phase::Closed => return Err(Error::state("Worker.register: the Worker is closed")),
+            Phase::New => {}
+            Phase::Ready(live) => {
+                let Body::Ptr(ptr) = f.body() else {
+                    return Err(Error::new(
+                        ErrorKind::Callable,
+                        format!(
+                            "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
+                        ),
+                    ));
+                };
+                if self.cfg.engine.sub_workers == 0 {
+                    return Err(Error::invalid(format!(
+                        "Worker.register: {handle} is a host function but this Worker has no SUB workers"
+                    )));
+                }
+                let addr = *ptr as usize as u64;
+                broadcast_control(live, &self.cfg, |mb| {
+                    mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes())
+                })
+                .map_err(|e| e.context(format!("Worker.register of {handle}")))?;
+            }
+        }
+        self.registry.install(digest, desc.bytes(), f)?;
+        self.handles.insert(digest, handle.clone());
+        if let Phase::Ready(live) = &self.phase {
+            live.engine
+                .callables
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(digest, CallableKind::HostFn);
+        }
+        Ok(handle)
+    }
+
+    /// Drops one registration of `handle`. The caller must not unregister a callable that a
+    /// run in flight may still use.
+    pub fn unregister(&mut self, handle: &CallableHandle) -> Result<()> {
+        let digest = handle.digest();
+        if !self.registry.contains(&digest) {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!("Worker.unregister: {handle} is not registered"),
+            ));
+        }
+        if let Phase::Ready(live) = &self.phase {
+            broadcast_control(live, &self.cfg, |mb| {
+                mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[])
+            })
+            .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
+        }
+        if self.registry.release(&digest)? {
+            self.handles.remove(&digest);
+            if let Phase::Ready(live) = &self.phase {
+                live.engine.callables.write().unwrap_or_else(|e| e.into_inner()).remove(&digest);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the Worker: maps the heap rings and mailboxes, forks every SUB worker (before any
+    /// engine thread exists), waits until each reports ready, then starts the engine.
+    pub fn init(&mut self) -> Result<()> {
+        match self.phase {
+            Phase::New => {}
+            Phase::Ready(_) => return Err(Error::state("Worker.init: already initialized")),
+            Phase::Closed => return Err(Error::state("Worker.init: the Worker is closed")),
+        }
+        let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
+            .entered();
+        let deadline = Instant::now() + self.cfg.startup_timeout;
+        let n = self.cfg.engine.sub_workers;
+        let region = Arc::new(MailboxRegion::new(n)?);
+        let nonce = random_u64();
+        let engine =
+            Engine::new(self.cfg.engine.clone(), Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
+        let heaps: Vec<(u64, u64)> = engine.heaps.iter().filter_map(|h| h.span()).collect();
+
+        let mut pids = Vec::with_capacity(n);
+        let mut failure = None;
+        for i in 0..n {
+            let child = SubChild {
+                region: region.clone(),
+                index: i,
+                registry: self.registry.clone(),
+                heaps: heaps.clone(),
+            };
+            match fork_child(move || child.run()) {
+                Ok(pid) => pids.push(pid),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let monitor = Monitor::start(pids.clone(), {
+            let region = region.clone();
+            move |_| region.doorbell().ring()
+        });
+        let monitor = match (monitor, failure) {
+            (Ok(m), None) => m,
+            (Ok(mut m), Some(e)) => {
+                abort_children(&region, &mut m, &pids);
+                return Err(e);
+            }
+            (Err(e), _) => {
+                for &pid in &pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                }
+                return Err(e);
+            }
+        };
+        let mut monitor = monitor;
+        for (i, &pid) in pids.iter().enumerate() {
+            let board = monitor.board.clone();
+            let status = region.mailbox(i).wait_init(deadline, || board.exit_of(i).is_some());
+            let err = match status {
+                InitStatus::Ready => continue,
+                InitStatus::Failed(msg) => format!("sub worker {i} (process {pid}) failed to start: {msg}"),
+                InitStatus::Pending => match monitor.board.exit_of(i) {
+                    Some(how) => format!("sub worker {i} (process {pid}) {how} during startup"),
+                    None => format!(
+                        "sub worker {i} (process {pid}) did not report ready within the startup timeout of {:?}",
+                        self.cfg.startup_timeout
+                    ),
+                },
+            };
+            abort_children(&region, &mut monitor, &pids);
+            return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
+        }
+
+        let lanes = (0..n)
+            .map(|i| {
+                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
+                Lane::new(LaneKind::Sub(i as u32), Box::new(ep))
+            })
+            .collect();
+        engine.attach_lanes(lanes);
+        {
+            let mut known = engine.callables.write().unwrap_or_else(|e| e.into_inner());
+            for d in self.handles.keys() {
+                known.insert(*d, CallableKind::HostFn);
+            }
+        }
+        let engine = Arc::new(engine);
+        let bg_engine = engine.clone();
+        let background = std::thread::Builder::new()
+            .name("simpler-scheduler".into())
+            .spawn(move || bg_engine.background_loop())
+            .map_err(|e| Error::os("spawn scheduler thread", e))?;
+        let shm_prefix = format!("sp-{:08x}", nonce as u32);
+        self.phase = Phase::Ready(Box::new(Live {
+            engine,
+            region,
+            pids,
+            monitor,
+            background: Some(background),
+            shm_prefix,
+        }));
+        tracing::debug!(target: "simpler::worker", sub_workers = n, "worker ready");
+        Ok(())
+    }
+
+    /// Creates a host buffer of `nbytes` in POSIX shared memory, visible to every worker.
+    ///
+    /// The buffer is unlinked when the last clone (and the last tensor made from it) drops.
+    pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
+        let live = self.live("create_buffer")?;
+        if nbytes == 0 {
+            return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
+        }
+        let id = live.engine.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = ShmName::new(&format!("{}-{}-b{id}", live.shm_prefix, std::process::id()))?;
+        let shm = PosixShm::create(&name, nbytes)?;
+        Buffer::from_shm(Identity::new(live.engine.nonce, id, 1)?, shm)
+    }
+
+    /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a
+    /// handle without waiting. Building is serialized; while `pipeline_depth` runs are in
+    /// flight this first waits for the oldest to finish.
+    ///
+    /// If `orch_fn` returns an error, every task of the run that has not started is failed,
+    /// the run settles, and the error is returned.
+    #[track_caller]
+    pub fn submit<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        self.submit_inner(orch_fn, args, config, false)
+    }
+
+    /// Like [`submit`](Worker::submit), and records the run's DAG ([`RunHandle::dag`]).
+    #[track_caller]
+    pub fn submit_captured<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        self.submit_inner(orch_fn, args, config, true)
+    }
+
+    fn submit_inner<F>(
+        &self,
+        orch_fn: F,
+        args: TaskArgs,
+        config: CallConfig,
+        capture: bool,
+    ) -> Result<RunHandle>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        let live = self.live("submit")?;
+        config.validate()?;
+        let eng = &live.engine;
+        let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        let run = eng.begin_run(capture)?;
+        let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
+        let mut orch = Orchestrator::new(eng, run.clone());
+        let outcome = catch_unwind(AssertUnwindSafe(|| orch_fn(&mut orch, &args, &config)));
+        let handle = RunHandle { run: run.clone(), engine: eng.clone() };
+        match outcome {
+            Ok(Ok(())) => {
+                orch.finish(None);
+                Ok(handle)
+            }
+            Ok(Err(e)) => {
+                orch.finish(Some(&e));
+                eng.drive_until(|| run.is_done(), None);
+                Err(e)
+            }
+            Err(panic) => {
+                orch.finish(Some(&Error::new(ErrorKind::TaskFailed, "the orchestration function panicked")));
+                eng.drive_until(|| run.is_done(), None);
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// `submit` then `wait`: builds the run and drives it to completion on this thread.
+    #[track_caller]
+    pub fn run<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<()>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        self.submit(orch_fn, args, config)?.wait()
+    }
+
+    /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
+    /// engine, shuts every child down and reaps it. Idempotent; dropping a Worker closes it.
+    pub fn close(&mut self) -> Result<()> {
+        let phase = std::mem::replace(&mut self.phase, Phase::Closed);
+        let Phase::Ready(mut live) = phase else { return Ok(()) };
+        let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
+        let eng = live.engine.clone();
+        eng.mark_closed();
+        let deadline = Instant::now() + self.cfg.close_timeout;
+        let mut abandoned = 0;
+        for run in eng.live_runs() {
+            if !eng.drive_until(|| run.is_done(), Some(deadline)) {
+                abandoned += 1;
+                run.abandon(Error::state(format!(
+                    "run {} was abandoned: the Worker closed before it finished",
+                    run.id
+                )));
+            }
+        }
+        eng.stop_background();
+        if let Some(t) = live.background.take() {
+            let _ = t.join();
+        }
+        abort_children(&live.region, &mut live.monitor, &live.pids);
+        eng.shutdown_lanes();
+        if abandoned > 0 {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "Worker.close: {abandoned} run(s) did not finish within {:?} and were abandoned",
+                    self.cfg.close_timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sends one control request to every SUB child and waits for all replies.
+fn broadcast_control(
+    live: &Live,
+    cfg: &WorkerBuilder,
+    post: impl Fn(crate::ipc::mailbox::Mailbox<'_>) -> Result<()>,
+) -> Result<()> {
+    let _ = cfg;
+    for i in 0..live.pids.len() {
+        let mb = live.region.mailbox(i);
+        if live.monitor.board.exit_of(i).is_some() {
+            continue; // a dead worker can run nothing; it needs no copy
+        }
+        post(mb)?;
+        let board = live.monitor.board.clone();
+        match mb.wait_control_done(None, || board.exit_of(i).is_some()) {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!("sub worker {i} refused: {}", e.message),
+                ));
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::WorkerDied,
+                    format!("sub worker {i} died during the request"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
+fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
+    for i in 0..pids.len() {
+        region.mailbox(i).request_shutdown();
+    }
+    let all: Vec<usize> = (0..pids.len()).collect();
+    if !monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5)) {
+        monitor.kill_all();
+        monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5));
+    }
+    monitor.stop();
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
