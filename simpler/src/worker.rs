@@ -219,6 +219,21 @@ impl Worker {
         self.cfg.engine.sub_workers
     }
 
+    /// Process ids of the forked workers (empty before `init` and after `close`).
+    ///
+    /// For tests and diagnostics: e.g. to check that `close` reaped every child.
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().sub_workers(1).build().unwrap();
+    /// assert!(worker.child_pids().is_empty()); // nothing forked before init
+    /// ```
+    pub fn child_pids(&self) -> Vec<i32> {
+        match &self.phase {
+            Phase::Ready(live) => live.pids.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// True between a successful `init` and `close`.
     pub fn is_ready(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))
@@ -462,7 +477,22 @@ impl Worker {
         let live = self.live("submit")?;
         config.validate()?;
         let eng = &live.engine;
+        let me = std::thread::current().id();
+        if *eng.builder.lock().unwrap_or_else(|e| e.into_inner()) == Some(me) {
+            return Err(Error::state(
+                "Worker.submit: called from inside an orchestration function of the same Worker; \
+                 submit tasks through the Orchestrator instead",
+            ));
+        }
         let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        *eng.builder.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        struct ClearBuilder<'a>(&'a std::sync::Mutex<Option<std::thread::ThreadId>>);
+        impl Drop for ClearBuilder<'_> {
+            fn drop(&mut self) {
+                *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+        }
+        let _clear = ClearBuilder(&eng.builder);
         let run = eng.begin_run(capture)?;
         let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
         let mut orch = Orchestrator::new(eng, run.clone());
@@ -492,6 +522,9 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
+        let live = self.live("run")?;
+        // This thread will drive the run: keep the background thread asleep meanwhile.
+        let _intent = live.engine.announce_waiter();
         self.submit(orch_fn, args, config)?.wait()
     }
 

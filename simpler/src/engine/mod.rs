@@ -97,6 +97,18 @@ impl Bell {
     }
 }
 
+/// See [`Engine::announce_waiter`].
+pub(crate) struct WaiterIntent<'a> {
+    eng: &'a Engine,
+}
+
+impl Drop for WaiterIntent<'_> {
+    fn drop(&mut self) {
+        self.eng.role_wanted.fetch_sub(1, Ordering::SeqCst);
+        self.eng.wake_background_if_needed();
+    }
+}
+
 /// One level's engine.
 pub(crate) struct Engine {
     pub(crate) cfg: EngineConfig,
@@ -114,12 +126,16 @@ pub(crate) struct Engine {
     role_held: AtomicBool,
     /// Tasks dispatched and not yet completed (kept by the holder, read by anyone).
     in_flight: AtomicUsize,
+    /// READY tasks waiting in the scheduler's queues (kept by the holder).
+    queued: AtomicUsize,
     /// Admitted runs in FIFO order; the front one dispatches.
     runs: Mutex<VecDeque<Arc<RunState>>>,
     head_run: AtomicU64,
     next_run_id: AtomicU64,
     /// Serializes graph building (one orchestration function at a time).
     pub(crate) building: Mutex<()>,
+    /// The thread building right now (to refuse a re-entrant submit instead of deadlocking).
+    pub(crate) builder: Mutex<Option<std::thread::ThreadId>>,
     closed: AtomicBool,
     stopping: AtomicBool,
     /// Callables registered on this level, with their kind.
@@ -152,10 +168,12 @@ impl Engine {
             role_wanted: AtomicU32::new(0),
             role_held: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             runs: Mutex::new(VecDeque::new()),
             head_run: AtomicU64::new(0),
             next_run_id: AtomicU64::new(1),
             building: Mutex::new(()),
+            builder: Mutex::new(None),
             closed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             callables: RwLock::new(HashMap::new()),
@@ -251,12 +269,24 @@ impl Engine {
         self.inbox_len.fetch_sub(n, Ordering::SeqCst);
     }
 
-    pub(crate) fn set_in_flight(&self, n: usize) {
-        self.in_flight.store(n, Ordering::SeqCst);
+    /// Published by the holder after each pass: tasks running and READY tasks queued.
+    pub(crate) fn set_outstanding(&self, in_flight: usize, queued: usize) {
+        self.in_flight.store(in_flight, Ordering::SeqCst);
+        self.queued.store(queued, Ordering::SeqCst);
     }
 
     fn outstanding(&self) -> bool {
-        self.inbox_len.load(Ordering::SeqCst) > 0 || self.in_flight.load(Ordering::SeqCst) > 0
+        self.inbox_len.load(Ordering::SeqCst) > 0
+            || self.in_flight.load(Ordering::SeqCst) > 0
+            || self.queued.load(Ordering::SeqCst) > 0
+    }
+
+    /// Announces that this thread will soon wait (and drive): until the guard drops, published
+    /// work does not wake the background thread, so the waiter does not have to take the role
+    /// back from it.
+    pub(crate) fn announce_waiter(&self) -> WaiterIntent<'_> {
+        self.role_wanted.fetch_add(1, Ordering::SeqCst);
+        WaiterIntent { eng: self }
     }
 
     fn release_role(&self) {
@@ -515,7 +545,9 @@ impl Engine {
         if slot.run.slot_consumed() {
             self.run_finished(&slot.run);
         } else {
+            // Room in the window or a heap ring: wake whoever waits on back-pressure.
             self.events.ring();
+            self.doorbell().ring();
         }
     }
 }

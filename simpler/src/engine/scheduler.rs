@@ -60,6 +60,12 @@ struct Partition {
     groups: VecDeque<Arc<Slot>>,
 }
 
+impl Partition {
+    fn len(&self) -> usize {
+        self.sub.len() + self.groups.len() + self.single.iter().map(VecDeque::len).sum::<usize>()
+    }
+}
+
 /// The scheduler's state; owned by the role holder.
 pub(crate) struct Scheduler {
     lanes: Vec<Lane>,
@@ -71,6 +77,8 @@ pub(crate) struct Scheduler {
     parts: BTreeMap<u64, Partition>,
     inbox: Receiver<Arc<Slot>>,
     in_flight: usize,
+    /// READY entries in the partitions (stale ones included until popped).
+    queued: usize,
     ready: Vec<Arc<Slot>>,
 }
 
@@ -84,6 +92,7 @@ impl Scheduler {
             parts: BTreeMap::new(),
             inbox,
             in_flight: 0,
+            queued: 0,
             ready: Vec::new(),
         }
     }
@@ -125,11 +134,12 @@ impl Scheduler {
             progress = true;
         }
         progress |= self.dispatch(eng);
-        eng.set_in_flight(self.in_flight);
+        eng.set_outstanding(self.in_flight, self.queued);
         progress
     }
 
     fn route(&mut self, slot: Arc<Slot>) {
+        self.queued += 1;
         let n_next = self.next_level.len();
         let part = self.parts.entry(slot.run.id).or_insert_with(|| Partition {
             single: (0..n_next).map(|_| VecDeque::new()).collect(),
@@ -243,7 +253,9 @@ impl Scheduler {
         // Partitions of runs that are no longer live hold only stale entries.
         while let Some((&id, _)) = self.parts.first_key_value() {
             if id < head || head == 0 {
-                self.parts.pop_first();
+                if let Some((_, stale)) = self.parts.pop_first() {
+                    self.queued -= stale.len();
+                }
             } else {
                 break;
             }
@@ -263,6 +275,7 @@ impl Scheduler {
             let Some(slot) = part.groups.front().cloned() else { break };
             if slot.state() != State::Ready {
                 part.groups.pop_front();
+                self.queued -= 1;
                 continue;
             }
             let Target::NextLevel(targets) = &slot.task().target else {
@@ -271,6 +284,7 @@ impl Scheduler {
             let lanes: Vec<usize> = targets.iter().map(|&w| self.next_level[w as usize]).collect();
             if let Some(dead) = lanes.iter().find_map(|&l| self.lanes[l].dead.clone().map(|m| (l, m))) {
                 part.groups.pop_front();
+                self.queued -= 1;
                 let name = self.lanes[dead.0].kind;
                 self.fail_unplaceable(eng, &slot, format!("{name} is dead ({})", dead.1));
                 progress = true;
@@ -278,6 +292,7 @@ impl Scheduler {
             }
             if lanes.iter().all(|&l| self.lanes[l].idle()) {
                 part.groups.pop_front();
+                self.queued -= 1;
                 for &w in targets {
                     self.reserved[w as usize] = false;
                 }
@@ -310,10 +325,12 @@ impl Scheduler {
             while let Some(slot) = part.single[w].front().cloned() {
                 if slot.state() != State::Ready {
                     part.single[w].pop_front();
+                    self.queued -= 1;
                     continue;
                 }
                 if let Some(msg) = self.lanes[lane].dead.clone() {
                     part.single[w].pop_front();
+                    self.queued -= 1;
                     let name = self.lanes[lane].kind;
                     self.fail_unplaceable(eng, &slot, format!("{name} is dead ({msg})"));
                     progress = true;
@@ -323,6 +340,7 @@ impl Scheduler {
                     break;
                 }
                 part.single[w].pop_front();
+                self.queued -= 1;
                 if slot.cas(State::Ready, State::Running) {
                     self.start_on(eng, lane, &slot, 0);
                     progress = true;
@@ -338,12 +356,14 @@ impl Scheduler {
         while let Some(slot) = part.sub.front().cloned() {
             if slot.state() != State::Ready {
                 part.sub.pop_front();
+                self.queued -= 1;
                 continue;
             }
             let need = slot.task().args.len();
             let live = self.sub.iter().filter(|&&l| self.lanes[l].dead.is_none()).count();
             if live < need {
                 part.sub.pop_front();
+                self.queued -= 1;
                 let why = if self.sub.is_empty() {
                     "this Worker has no SUB workers (WorkerBuilder::sub_workers)".to_string()
                 } else {
@@ -359,6 +379,7 @@ impl Scheduler {
                 break;
             }
             part.sub.pop_front();
+            self.queued -= 1;
             if !slot.cas(State::Ready, State::Running) {
                 continue;
             }

@@ -372,7 +372,7 @@ impl MailboxRegion {
     /// If `i >= self.len()` (an internal invariant: mailbox indices come from the lanes that
     /// created the region).
     pub(crate) fn mailbox(&self, i: usize) -> Mailbox<'_> {
-        assert!(i < self.count, "mailbox {i} is out of range: the region holds {}", self.count);
+        assert!(i < self.len(), "mailbox {i} is out of range: the region holds {}", self.len());
         // SAFETY: rule M1 — `i < count`, so the Slot at 64 + i * MAILBOX_SIZE lies inside the
         // region, is 64-byte aligned, is valid for any bytes, and lives as long as `self`.
         let slot = unsafe { &*self.region.as_ptr().add(SLOTS_OFFSET + i * MAILBOX_SIZE).cast::<Slot>() };
@@ -976,6 +976,40 @@ mod tests {
 
         mb.request_shutdown();
         assert!(mb.shutdown_requested());
+        assert_eq!(child.wait_timeout(LONG), 0);
+    }
+
+    #[test]
+    fn forked_child_round_trips_without_lost_wake_ups() {
+        // Many quick round trips race every post against the child going to sleep (rule D2);
+        // a lost wake-up would stall a round trip until the 10 s deadline and fail.
+        let region = MailboxRegion::new(1).unwrap();
+        let mut child = fork_child(|| echo_child(&region, 0));
+        let mb = region.mailbox(0);
+        assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+        for k in 0..2_000u32 {
+            if k % 8 == 0 {
+                // Let the child fall asleep in the kernel, so posts also take the futex path.
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            post_text(mb, 0, 0, if k % 2 == 0 { "ok" } else { "no" }).unwrap();
+            let result = if k % 3 == 0 {
+                // Sleep at once (no spin), so the child's ring must wake us through the futex.
+                let deadline = soon();
+                loop {
+                    let seen = region.doorbell().seq();
+                    if let Some(result) = mb.take_task_result() {
+                        break result;
+                    }
+                    assert!(Instant::now() < deadline, "no task result within {LONG:?}");
+                    region.doorbell().sleep(seen, Some(deadline));
+                }
+            } else {
+                wait_task(&region, mb)
+            };
+            assert_eq!(result.is_ok(), k % 2 == 0);
+        }
+        mb.request_shutdown();
         assert_eq!(child.wait_timeout(LONG), 0);
     }
 

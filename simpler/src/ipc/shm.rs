@@ -170,7 +170,7 @@ impl PosixShm {
             Ok(())
         } else {
             Err(Error::invalid(format!(
-                "shared memory object {}: {what} of {count} bytes at offset {offset} exceeds its size of {len} bytes",
+                "shm object {}: {what} of {count} bytes at offset {offset} exceeds its size of {len} bytes",
                 self.name
             )))
         }
