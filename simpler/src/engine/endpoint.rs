@@ -45,11 +45,13 @@ pub(crate) trait Endpoint: Send {
 pub(crate) mod testing {
     //! In-process endpoints for engine tests: each runs tasks on its own thread.
 
-    use std::sync::Arc;
+    use std::collections::VecDeque;
     use std::sync::mpsc;
+    use std::sync::{Arc, Mutex, MutexGuard};
     use std::thread;
 
     use super::*;
+    use crate::engine::scheduler::LaneKind;
     use crate::ipc::futex::Doorbell;
 
     /// What a test endpoint does with a task: `Ok` or a failure message.
@@ -104,6 +106,142 @@ pub(crate) mod testing {
             if let Some(h) = self.handle.take() {
                 let _ = h.join();
             }
+        }
+    }
+
+    /// A task as a lane dispatched it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Started {
+        pub(crate) lane: LaneKind,
+        pub(crate) name: String,
+        pub(crate) run: u64,
+        pub(crate) task: u32,
+        pub(crate) member: u32,
+        pub(crate) scalars: Vec<u64>,
+    }
+
+    impl Started {
+        fn new(lane: LaneKind, d: &Dispatch<'_>) -> Started {
+            Started {
+                lane,
+                name: d.callable.name().to_string(),
+                run: d.run,
+                task: d.task,
+                member: d.member,
+                scalars: d.args.scalars().to_vec(),
+            }
+        }
+
+        /// The first scalar (tests use it as the task's id).
+        pub(crate) fn id(&self) -> u64 {
+            self.scalars.first().copied().unwrap_or(0)
+        }
+    }
+
+    /// Dispatches in the order the scheduler made them, across lanes.
+    pub(crate) type StartLog = Arc<Mutex<Vec<Started>>>;
+
+    /// Records every dispatch synchronously (inside the scheduler pass), then forwards it.
+    pub(crate) struct Logged {
+        inner: Box<dyn Endpoint>,
+        lane: LaneKind,
+        log: StartLog,
+    }
+
+    impl Logged {
+        pub(crate) fn new(lane: LaneKind, log: StartLog, inner: Box<dyn Endpoint>) -> Logged {
+            Logged { inner, lane, log }
+        }
+    }
+
+    impl Endpoint for Logged {
+        fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            self.log.lock().unwrap_or_else(|e| e.into_inner()).push(Started::new(self.lane, d));
+            self.inner.start(d)
+        }
+
+        fn poll(&mut self) -> Option<Outcome> {
+            self.inner.poll()
+        }
+
+        fn shutdown(&mut self) {
+            self.inner.shutdown();
+        }
+    }
+
+    #[derive(Default)]
+    struct ManualState {
+        running: Option<Started>,
+        outcomes: VecDeque<Outcome>,
+        history: Vec<Started>,
+    }
+
+    /// An endpoint whose tasks end only when the test says so ([`ManualControl::finish`]).
+    /// Everything happens on the scheduler's thread, so tests are fully deterministic.
+    pub(crate) struct ManualEndpoint {
+        lane: LaneKind,
+        state: Arc<Mutex<ManualState>>,
+    }
+
+    /// The test's side of a [`ManualEndpoint`].
+    #[derive(Clone)]
+    pub(crate) struct ManualControl {
+        state: Arc<Mutex<ManualState>>,
+        bell: Arc<Doorbell>,
+    }
+
+    impl ManualEndpoint {
+        pub(crate) fn new(lane: LaneKind, bell: Arc<Doorbell>) -> (ManualEndpoint, ManualControl) {
+            let state = Arc::new(Mutex::new(ManualState::default()));
+            (ManualEndpoint { lane, state: state.clone() }, ManualControl { state, bell })
+        }
+    }
+
+    impl ManualControl {
+        fn lock(&self) -> MutexGuard<'_, ManualState> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// The task this lane runs now (started and not yet finished by the test).
+        pub(crate) fn running(&self) -> Option<Started> {
+            self.lock().running.clone()
+        }
+
+        /// Every task this lane was given, in order.
+        pub(crate) fn history(&self) -> Vec<Started> {
+            self.lock().history.clone()
+        }
+
+        /// Ends the running task with `outcome` and rings the engine doorbell.
+        pub(crate) fn finish(&self, outcome: Outcome) -> Started {
+            let started = {
+                let mut st = self.lock();
+                let t = st.running.take().expect("ManualControl::finish: no task is running on this lane");
+                st.outcomes.push_back(outcome);
+                t
+            };
+            self.bell.ring();
+            started
+        }
+    }
+
+    impl Endpoint for ManualEndpoint {
+        fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let s = Started::new(self.lane, d);
+            assert!(
+                st.running.is_none() && st.outcomes.is_empty(),
+                "{} was given {s:?} while still busy with {:?}",
+                self.lane,
+                st.running
+            );
+            st.running = Some(s.clone());
+            st.history.push(s);
+            Ok(())
+        }
+
+        fn poll(&mut self) -> Option<Outcome> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).outcomes.pop_front()
         }
     }
 }

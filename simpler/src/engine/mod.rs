@@ -30,6 +30,8 @@ pub(crate) mod run;
 pub(crate) mod scheduler;
 pub(crate) mod slot;
 pub(crate) mod tensor_map;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -70,7 +72,7 @@ pub(crate) struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> EngineConfig {
         EngineConfig {
-            task_window: 16384,
+            task_window: 65536,
             heap_ring_size: 1 << 30,
             pipeline_depth: 2,
             backpressure_timeout: Duration::from_secs(10),
@@ -495,12 +497,16 @@ impl Engine {
                 match s.state() {
                     st @ (State::Pending | State::Ready) if s.cas(st, State::Failed) => {
                         l.failure = Some(cause.clone());
+                        for m in l.members.iter_mut() {
+                            *m = slot::Member::Skipped;
+                        }
                         Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
                     }
                     _ => None,
                 }
             };
             if let Some((fanout, retained)) = taken {
+                s.run.failed.fetch_add(1, Ordering::Relaxed);
                 self.poison_all(fanout, s, cause);
                 for p in retained {
                     self.release_ref(&p);

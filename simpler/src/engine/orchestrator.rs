@@ -97,6 +97,7 @@ impl<'a> Orchestrator<'a> {
     #[track_caller]
     pub fn submit_sub(&mut self, callable: &CallableHandle, args: TaskArgs) -> Result<TaskHandle> {
         self.check_kind(callable, CallableKind::HostFn, "submit_sub")?;
+        self.check_sub_pool(callable, 1)?;
         self.submit(callable, smallvec::smallvec![args], CallConfig::default(), Target::Sub, false)
     }
 
@@ -112,6 +113,7 @@ impl<'a> Orchestrator<'a> {
         if args_list.is_empty() {
             return Err(Error::invalid(format!("submit_sub_group of {callable}: args_list is empty")));
         }
+        self.check_sub_pool(callable, args_list.len())?;
         self.submit(callable, args_list.into_iter().collect(), CallConfig::default(), Target::Sub, true)
     }
 
@@ -188,6 +190,19 @@ impl<'a> Orchestrator<'a> {
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    fn check_sub_pool(&self, callable: &CallableHandle, need: usize) -> Result<()> {
+        let n = self.eng.cfg.sub_workers;
+        if need > n {
+            let why = if n == 0 {
+                "this Worker has no SUB workers (set WorkerBuilder::sub_workers)".to_string()
+            } else {
+                format!("it needs {need} SUB workers at once but this Worker has {n}")
+            };
+            return Err(Error::invalid(format!("{callable} cannot run: {why}")));
+        }
+        Ok(())
     }
 
     fn check_worker(&self, worker: u32, callable: &CallableHandle) -> Result<()> {
@@ -324,7 +339,7 @@ impl<'a> Orchestrator<'a> {
             Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "{api}: the task window is full ({} live tasks, waited {:?}); raise WorkerBuilder::task_window or end scopes sooner",
+                    "{api}: the task window is full ({} live tasks, waited {:?}); tasks in a scope stay live until the scope ends, so open scopes (orch.scope) around batches of work, or raise WorkerBuilder::task_window",
                     w.capacity(),
                     self.eng.cfg.backpressure_timeout
                 ),
@@ -394,6 +409,13 @@ impl<'a> Orchestrator<'a> {
         }
         // Step 1.
         self.claim_window("submit")?;
+        if let Some(e) = self.run.first_error() {
+            // The run failed while this submit waited for room.
+            self.eng.window.release();
+            return Err(
+                e.context(format!("submit of {callable} refused: run {} already failed", self.run.id))
+            );
+        }
         // Step 2.
         let index = self.tasks.len() as u32;
         let slot = Arc::new(Slot::new(

@@ -271,6 +271,9 @@ impl Scheduler {
 
     fn dispatch_group_head(&mut self, eng: &Engine, part: &mut Partition) -> bool {
         let mut progress = false;
+        // Reservations belong to the current head group only: recomputed on every pass, so a
+        // group that leaves the head without launching (cancelled, failed) releases them.
+        self.reserved.iter_mut().for_each(|r| *r = false);
         loop {
             let Some(slot) = part.groups.front().cloned() else { break };
             if slot.state() != State::Ready {
@@ -293,9 +296,6 @@ impl Scheduler {
             if lanes.iter().all(|&l| self.lanes[l].idle()) {
                 part.groups.pop_front();
                 self.queued -= 1;
-                for &w in targets {
-                    self.reserved[w as usize] = false;
-                }
                 if slot.cas(State::Ready, State::Running) {
                     for m in slot.lock().members.iter_mut() {
                         *m = Member::Running;

@@ -1,0 +1,1357 @@
+//! Engine unit tests with in-process endpoints (no processes are forked).
+//!
+//! Two kinds of lanes:
+//!
+//! * [`ManualEndpoint`]: a task ends only when the test calls [`ManualControl::finish`]; every
+//!   dispatch happens inside a scheduler pass on the test's own thread, so what has (not) been
+//!   dispatched is exact at every point.
+//! * [`ThreadEndpoint`] driven by a [`Script`]: tasks really run on their own threads, can be held
+//!   at a gate, can meet at a rendezvous (proving concurrency) and record start/end events.
+//!
+//! Every task carries its test id as its first scalar. Nothing sleeps in place of a condition:
+//! tests wait on condvars, doorbells or `drive_until` with a generous deadline.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::call_config::CallConfig;
+use crate::data::dtype::DataType;
+use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
+use crate::data::tensor::{Tensor, TensorView};
+use crate::dfx::graph::{EdgeReason, RunDag};
+use crate::engine::endpoint::Outcome;
+use crate::engine::endpoint::testing::{
+    Behaviour, Logged, ManualControl, ManualEndpoint, StartLog, Started, ThreadEndpoint,
+};
+use crate::engine::orchestrator::Orchestrator;
+use crate::engine::ring::HEAP_RINGS;
+use crate::engine::run::{RunHandle, RunState};
+use crate::engine::scheduler::{Lane, LaneKind};
+use crate::engine::slot::{Slot, State, Target, TaskData};
+use crate::engine::{Bell, Engine, EngineConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::futex::Doorbell;
+
+/// How long any positive condition may take before the test fails.
+const LONG: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------- the rig
+
+struct BellRef(Arc<Doorbell>);
+
+impl AsRef<Doorbell> for BellRef {
+    fn as_ref(&self) -> &Doorbell {
+        &self.0
+    }
+}
+
+fn cfg(next_level: usize, sub: usize) -> EngineConfig {
+    EngineConfig {
+        next_level_workers: next_level,
+        sub_workers: sub,
+        next_level_kind: CallableKind::Chip,
+        heap_ring_size: 1 << 16,
+        task_window: 64,
+        backpressure_timeout: Duration::from_secs(5),
+        ..EngineConfig::default()
+    }
+}
+
+/// An engine with its lanes, a chip callable for NEXT_LEVEL and a host callable for SUB.
+struct Rig {
+    eng: Arc<Engine>,
+    chip: CallableHandle,
+    host: CallableHandle,
+    /// Every dispatch, in the order the scheduler made it.
+    log: StartLog,
+    nl: Vec<ManualControl>,
+    sub: Vec<ManualControl>,
+}
+
+impl Rig {
+    fn build(cfg: EngineConfig, lane: impl Fn(LaneKind, &Arc<Doorbell>) -> Box<dyn LaneEp>) -> Rig {
+        let bell = Arc::new(Doorbell::new());
+        let (n, m) = (cfg.next_level_workers, cfg.sub_workers);
+        let eng = Engine::new(cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), 0xa110c).unwrap();
+        let log: StartLog = Arc::default();
+        let kinds = (0..n as u32).map(LaneKind::NextLevel).chain((0..m as u32).map(LaneKind::Sub));
+        let (mut nl, mut sub) = (Vec::new(), Vec::new());
+        let mut lanes = Vec::new();
+        for kind in kinds {
+            let ep = lane(kind, &bell);
+            if let Some(c) = ep.control() {
+                match kind {
+                    LaneKind::NextLevel(_) => nl.push(c),
+                    LaneKind::Sub(_) => sub.push(c),
+                }
+            }
+            lanes.push(Lane::new(kind, Box::new(Logged::new(kind, log.clone(), ep.into_endpoint()))));
+        }
+        eng.attach_lanes(lanes);
+        let chip = CallableHandle::new(Digest::of(b"chip_kernel"), CallableKind::Chip, "chip_kernel");
+        let host = CallableHandle::new(Digest::of(b"host_fn"), CallableKind::HostFn, "host_fn");
+        {
+            let mut reg = eng.callables.write().unwrap();
+            reg.insert(chip.digest(), CallableKind::Chip);
+            reg.insert(host.digest(), CallableKind::HostFn);
+        }
+        Rig { eng: Arc::new(eng), chip, host, log, nl, sub }
+    }
+
+    /// Lanes the test finishes by hand.
+    fn manual(cfg: EngineConfig) -> Rig {
+        Rig::build(cfg, |kind, bell| {
+            let (ep, ctl) = ManualEndpoint::new(kind, bell.clone());
+            Box::new((ep, ctl))
+        })
+    }
+
+    /// Lanes that run the script on their own threads.
+    fn threaded(cfg: EngineConfig, script: &Arc<Script>) -> Rig {
+        Rig::build(cfg, |kind, bell| {
+            let s = script.clone();
+            let behaviour: Behaviour = Arc::new(move |name, args, member| s.run(kind, name, args, member));
+            Box::new(ThreadEndpoint::new(bell.clone(), behaviour))
+        })
+    }
+
+    fn begin(&self) -> Arc<RunState> {
+        self.eng.begin_run(true).unwrap()
+    }
+
+    fn orch(&self, run: &Arc<RunState>) -> Orchestrator<'_> {
+        Orchestrator::new(&self.eng, run.clone())
+    }
+
+    /// Drives the scheduler until `cond` holds; fails the test after [`LONG`].
+    fn drive(&self, what: &str, cond: impl Fn() -> bool) {
+        assert!(self.eng.drive_until(cond, Some(Instant::now() + LONG)), "timed out waiting for {what}");
+    }
+
+    /// Drives for a short while and returns whether `cond` became true (for "must not happen").
+    fn drive_briefly(&self, cond: impl Fn() -> bool) -> bool {
+        self.eng.drive_until(cond, Some(Instant::now() + Duration::from_millis(30)))
+    }
+
+    fn wait(&self, run: &Arc<RunState>) -> Result<()> {
+        self.drive(&format!("run {} to finish", run.id), || run.is_done());
+        run.result()
+    }
+
+    fn dag(&self, run: &Arc<RunState>) -> RunDag {
+        RunHandle { run: run.clone(), engine: self.eng.clone() }.dag().expect("captured")
+    }
+
+    /// Dispatches so far (synchronous record made inside the scheduler pass).
+    fn dispatched(&self) -> Vec<Started> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn was_dispatched(&self, id: u64) -> bool {
+        self.log.lock().unwrap().iter().any(|s| s.id() == id)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.eng.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Slot accounting after the last run: nothing live, nothing mapped, no heap held.
+    fn assert_clean(&self) {
+        assert_eq!(self.eng.window.live(), 0, "live slots after every run finished");
+        assert_eq!(self.eng.tensor_map.len(), 0, "TensorMap entries after every run finished");
+        for r in 0..HEAP_RINGS {
+            assert_eq!(self.eng.heaps[r].used(), 0, "heap ring {r} bytes held after every run finished");
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // Joining endpoint threads of a failed test could hang on a held gate.
+        if !thread::panicking() {
+            self.eng.shutdown_lanes();
+        }
+    }
+}
+
+/// A lane endpoint under construction, with its test control when it has one.
+trait LaneEp {
+    fn control(&self) -> Option<ManualControl>;
+    fn into_endpoint(self: Box<Self>) -> Box<dyn crate::engine::endpoint::Endpoint>;
+}
+
+impl LaneEp for (ManualEndpoint, ManualControl) {
+    fn control(&self) -> Option<ManualControl> {
+        Some(self.1.clone())
+    }
+    fn into_endpoint(self: Box<Self>) -> Box<dyn crate::engine::endpoint::Endpoint> {
+        Box::new(self.0)
+    }
+}
+
+impl LaneEp for ThreadEndpoint {
+    fn control(&self) -> Option<ManualControl> {
+        None
+    }
+    fn into_endpoint(self: Box<Self>) -> Box<dyn crate::engine::endpoint::Endpoint> {
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------------- the script
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ev {
+    Start(LaneKind, u64, u32),
+    End(LaneKind, u64, u32),
+}
+
+#[derive(Default)]
+struct ScriptState {
+    events: Vec<Ev>,
+    /// Task ids held at their gate until released.
+    held: HashSet<u64>,
+    /// Task ids that fail: `None` every member, `Some(m)` only member `m`.
+    fail: HashMap<u64, Option<u32>>,
+    /// Task ids whose members must all be running at once: (needed, arrived).
+    meet: HashMap<u64, (usize, usize)>,
+}
+
+/// What threaded lanes do, shared by all of them.
+#[derive(Default)]
+struct Script {
+    st: Mutex<ScriptState>,
+    cv: Condvar,
+}
+
+impl Script {
+    fn new() -> Arc<Script> {
+        Arc::new(Script::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ScriptState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn hold(&self, id: u64) {
+        self.lock().held.insert(id);
+    }
+
+    fn release(&self, id: u64) {
+        self.lock().held.remove(&id);
+        self.cv.notify_all();
+    }
+
+    fn fail(&self, id: u64, member: Option<u32>) {
+        self.lock().fail.insert(id, member);
+    }
+
+    fn meet(&self, id: u64, n: usize) {
+        self.lock().meet.insert(id, (n, 0));
+    }
+
+    fn events(&self) -> Vec<Ev> {
+        self.lock().events.clone()
+    }
+
+    fn started(&self, id: u64) -> bool {
+        self.lock().events.iter().any(|e| matches!(e, Ev::Start(_, i, _) if *i == id))
+    }
+
+    fn ended(&self, id: u64) -> bool {
+        self.lock().events.iter().any(|e| matches!(e, Ev::End(_, i, _) if *i == id))
+    }
+
+    /// Position of the first event matching `f`.
+    fn pos(&self, f: impl Fn(&Ev) -> bool) -> usize {
+        let ev = self.events();
+        ev.iter().position(f).unwrap_or_else(|| panic!("event not found in {ev:?}"))
+    }
+
+    /// Blocks (without driving the scheduler) until `f` holds.
+    fn wait_for(&self, what: &str, f: impl Fn(&ScriptState) -> bool) {
+        let g = self.lock();
+        let (_g, t) = self.cv.wait_timeout_while(g, LONG, |s| !f(s)).unwrap_or_else(|e| e.into_inner());
+        assert!(!t.timed_out(), "timed out waiting for {what}");
+    }
+
+    /// The behaviour of every threaded lane.
+    fn run(
+        &self,
+        lane: LaneKind,
+        _name: &str,
+        args: &TaskArgs,
+        member: u32,
+    ) -> std::result::Result<(), String> {
+        let id = args.scalar_at(0).unwrap_or(0);
+        let mut g = self.lock();
+        g.events.push(Ev::Start(lane, id, member));
+        self.cv.notify_all();
+        let mut result = Ok(());
+        if let Some(m) = g.meet.get_mut(&id) {
+            m.1 += 1;
+            self.cv.notify_all();
+            let (g2, t) = self
+                .cv
+                .wait_timeout_while(g, LONG, |s| s.meet.get(&id).is_some_and(|m| m.1 < m.0))
+                .unwrap_or_else(|e| e.into_inner());
+            g = g2;
+            if t.timed_out() {
+                result = Err(format!("task {id}: group members were not running at the same time"));
+            }
+        }
+        let (g2, _) =
+            self.cv.wait_timeout_while(g, LONG, |s| s.held.contains(&id)).unwrap_or_else(|e| e.into_inner());
+        g = g2;
+        if result.is_ok()
+            && let Some(m) = g.fail.get(&id)
+            && m.is_none_or(|m| m == member)
+        {
+            result = Err(format!("boom {id}.{member}"));
+        }
+        g.events.push(Ev::End(lane, id, member));
+        self.cv.notify_all();
+        result
+    }
+}
+
+// ---------------------------------------------------------------------------------- data helpers
+
+/// A 64-byte (16 x f32) buffer named by `id`.
+fn buffer(id: u64) -> BufferDesc {
+    buffer_with(id, Access::ReadWrite)
+}
+
+fn buffer_with(id: u64, access: Access) -> BufferDesc {
+    BufferDesc::new(Identity::new(1, id, 1).unwrap(), Backing::HeapSlab { addr: 0x1000 * id }, access, 64)
+        .unwrap()
+}
+
+/// Elements `[from, from + len)` of a buffer, as f32.
+fn view(desc: BufferDesc, from: u64, len: u32) -> Tensor {
+    Tensor::new(desc, TensorView::new(from * 4, &[len], None, DataType::Float32).unwrap()).unwrap()
+}
+
+fn whole(desc: BufferDesc) -> Tensor {
+    view(desc, 0, 16)
+}
+
+/// Arguments: tensors with tags, then the task id as the only scalar.
+fn args(id: u64, tensors: &[(&Tensor, Tag)]) -> TaskArgs {
+    let mut a = TaskArgs::new();
+    for (t, tag) in tensors {
+        a.add_tensor(t, *tag).unwrap();
+    }
+    a.scalar(id);
+    a
+}
+
+fn cc() -> CallConfig {
+    CallConfig::default()
+}
+
+fn err_of<T: std::fmt::Debug>(r: Result<T>) -> Error {
+    r.expect_err("expected an error")
+}
+
+fn ids(v: &[Started]) -> Vec<u64> {
+    v.iter().map(Started::id).collect()
+}
+
+// ================================================================================== NEXT_LEVEL singles
+
+#[test]
+fn singles_run_on_their_worker_in_fifo_order_and_busy_workers_block_only_themselves() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(3, 0), &script);
+    script.hold(100); // the first task of worker 0 blocks its lane
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    for k in 0..4u64 {
+        for w in 0..3u32 {
+            let id = (u64::from(w) + 1) * 100 + k;
+            orch.submit_next_level(&rig.chip, args(id, &[]), cc(), w).unwrap();
+        }
+    }
+    orch.finish(None);
+    // Workers 1 and 2 drain their whole FIFOs while worker 0 is stuck on its first task.
+    rig.drive("workers 1 and 2 to finish", || script.ended(203) && script.ended(303));
+    assert!(rig.was_dispatched(100));
+    for id in [101, 102, 103] {
+        assert!(!rig.was_dispatched(id), "task {id} dispatched while worker 0 was busy");
+    }
+    script.release(100);
+    rig.wait(&run).unwrap();
+    for w in 0..3u32 {
+        let on_lane: Vec<u64> = rig
+            .dispatched()
+            .into_iter()
+            .filter(|s| s.lane == LaneKind::NextLevel(w))
+            .map(|s| s.id())
+            .collect();
+        let want: Vec<u64> = (0..4).map(|k| (u64::from(w) + 1) * 100 + k).collect();
+        assert_eq!(on_lane, want, "worker {w} ran exactly its own tasks, in submit order");
+        // And the behaviour really ran them there.
+        let ran: Vec<u64> = script
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Ev::Start(l, id, _) if l == LaneKind::NextLevel(w) => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ran, want);
+    }
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (12, 0));
+    rig.assert_clean();
+}
+
+// ================================================================================== groups
+
+#[test]
+fn group_head_reserves_its_targets_and_launches_all_members_together() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(3, 0), &script);
+    let (a, g, s1, s2) = (1, 2, 3, 4);
+    script.hold(a);
+    script.meet(g, 2); // both members must be running at once
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(a, &[]), cc(), 0).unwrap();
+    script
+        .wait_for("A to start on worker 0", |s| s.events.contains(&Ev::Start(LaneKind::NextLevel(0), a, 0)));
+    orch.submit_next_level_group(&rig.chip, vec![args(g, &[]), args(g, &[])], cc(), &[0, 1]).unwrap();
+    orch.submit_next_level(&rig.chip, args(s1, &[]), cc(), 1).unwrap();
+    orch.submit_next_level(&rig.chip, args(s2, &[]), cc(), 2).unwrap();
+    orch.finish(None);
+    // Worker 2 is not reserved: its single runs and completes while the group waits.
+    rig.drive("S2 to run and be drained", || script.ended(s2) && rig.in_flight() == 1);
+    assert!(!rig.was_dispatched(g), "the group launched while worker 0 was busy");
+    assert!(!rig.was_dispatched(s1), "a single took worker 1, which the waiting group head reserved");
+    script.release(a);
+    rig.wait(&run).unwrap(); // the rendezvous inside the group would fail if members were not concurrent
+    let d = rig.dispatched();
+    let order: Vec<(u64, LaneKind, u32)> = d.iter().map(|s| (s.id(), s.lane, s.member)).collect();
+    assert_eq!(
+        order,
+        vec![
+            (a, LaneKind::NextLevel(0), 0),
+            (s2, LaneKind::NextLevel(2), 0),
+            (g, LaneKind::NextLevel(0), 0),
+            (g, LaneKind::NextLevel(1), 1),
+            (s1, LaneKind::NextLevel(1), 0),
+        ]
+    );
+    // The reserved single ran only after the group member on its worker ended.
+    let g_end = script.pos(|e| *e == Ev::End(LaneKind::NextLevel(1), g, 1));
+    let s1_start = script.pos(|e| matches!(e, Ev::Start(_, id, _) if *id == s1));
+    assert!(g_end < s1_start);
+    rig.assert_clean();
+}
+
+#[test]
+fn group_members_get_their_own_args_on_their_own_workers() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(3, 0), &script);
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let list = (0..3u64).map(|i| args(10 + i, &[(&view(x, i * 4, 4), Tag::Output)])).collect();
+    orch.submit_next_level_group(&rig.chip, list, cc(), &[2, 0, 1]).unwrap();
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    let mut got: Vec<(u64, LaneKind, u32)> =
+        rig.dispatched().iter().map(|s| (s.id(), s.lane, s.member)).collect();
+    got.sort_by_key(|t| t.0);
+    assert_eq!(
+        got,
+        vec![
+            (10, LaneKind::NextLevel(2), 0),
+            (11, LaneKind::NextLevel(0), 1),
+            (12, LaneKind::NextLevel(1), 2)
+        ]
+    );
+    let mut ran: Vec<Ev> = script.events().into_iter().filter(|e| matches!(e, Ev::Start(..))).collect();
+    ran.sort_by_key(|e| match e {
+        Ev::Start(_, id, _) | Ev::End(_, id, _) => *id,
+    });
+    assert_eq!(
+        ran,
+        vec![
+            Ev::Start(LaneKind::NextLevel(2), 10, 0),
+            Ev::Start(LaneKind::NextLevel(0), 11, 1),
+            Ev::Start(LaneKind::NextLevel(1), 12, 2)
+        ]
+    );
+    let dag = rig.dag(&run);
+    assert_eq!(dag.graph().node_count(), 1);
+    assert_eq!(dag.graph()[dag.node(0).unwrap()].members, 3);
+    rig.assert_clean();
+}
+
+#[test]
+fn failing_group_member_fails_the_group_and_poisons_its_consumers() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    let (x, y) = (buffer(1), buffer(2));
+    script.fail(1, Some(1)); // member 1 of the group fails, member 0 succeeds
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let members = vec![args(1, &[(&view(x, 0, 8), Tag::Output)]), args(1, &[(&view(x, 8, 8), Tag::Output)])];
+    orch.submit_next_level_group(&rig.chip, members, cc(), &[0, 1]).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input), (&whole(y), Tag::Output)]), cc(), 0)
+        .unwrap();
+    orch.submit_next_level(&rig.chip, args(3, &[(&whole(y), Tag::Input)]), cc(), 1).unwrap();
+    orch.finish(None);
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
+    assert!(err.message().contains("boom 1.1"), "the run's first error is the member's: {err}");
+    assert!(err.message().contains("worker 1"), "{err}");
+    assert!(script.ended(1), "member 0 ran");
+    assert_eq!(ids(&rig.dispatched()), vec![1, 1], "consumers of the failed group never ran");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (3, 3));
+    rig.assert_clean();
+}
+
+#[test]
+fn cancelled_waiting_group_releases_its_reservation() {
+    // A group waiting at the head reserves its targets. If the run is cancelled while it waits,
+    // the reservation must go with it, or later runs can never use those workers.
+    let rig = Rig::manual(cfg(2, 0));
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.submit_next_level_group(&rig.chip, vec![args(2, &[]), args(2, &[])], cc(), &[0, 1]).unwrap();
+    assert!(rig.nl[1].running().is_none(), "the group must wait for worker 0");
+    orch.finish(Some(&Error::invalid("orchestration failed")));
+    rig.nl[0].finish(Outcome::Success);
+    assert!(rig.wait(&run1).is_err());
+
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    let started =
+        rig.eng.drive_until(|| rig.nl[1].running().is_some(), Some(Instant::now() + Duration::from_secs(1)));
+    if started {
+        rig.nl[1].finish(Outcome::Success);
+        rig.wait(&run2).unwrap();
+    }
+    assert!(started, "worker 1 stays reserved by a group that was cancelled in an earlier run");
+    rig.assert_clean();
+}
+
+#[test]
+fn group_failed_for_a_dead_target_releases_its_reservation() {
+    // Same reservation, another way out: the busy target dies, the waiting group fails.
+    let rig = Rig::manual(cfg(2, 0));
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.submit_next_level_group(&rig.chip, vec![args(2, &[]), args(2, &[])], cc(), &[0, 1]).unwrap();
+    orch.finish(None);
+    rig.nl[0].finish(Outcome::EndpointFailure("child exited".into()));
+    let err = rig.wait(&run1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WorkerDied);
+    assert_eq!(run1.stats().unwrap().failed, 2, "the group failed: one of its targets is dead");
+
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    let started =
+        rig.eng.drive_until(|| rig.nl[1].running().is_some(), Some(Instant::now() + Duration::from_secs(1)));
+    if started {
+        rig.nl[1].finish(Outcome::Success);
+        rig.wait(&run2).unwrap();
+    }
+    assert!(started, "worker 1 (alive) stays reserved by a group that failed in an earlier run");
+    rig.assert_clean();
+}
+
+// ================================================================================== dependency inference
+
+#[test]
+fn tensor_map_infers_exactly_the_documented_edges() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    let [a, b, c, d, e, f, g, h] = [1, 2, 3, 4, 5, 6, 7, 8].map(buffer);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let mut n = 0u64;
+    let mut sub = |orch: &mut Orchestrator<'_>, tensors: &[(&Tensor, Tag)]| -> TaskHandle {
+        n += 1;
+        orch.submit_next_level(&rig.chip, args(n, tensors), cc(), (n % 2) as u32).unwrap()
+    };
+    // RaW.
+    let t0 = sub(&mut orch, &[(&whole(a), Tag::Output)]);
+    let t1 = sub(&mut orch, &[(&whole(a), Tag::Input)]);
+    // WaW by Output: pure overwrite, no lookup; the covering write replaces the old writer.
+    let _t2 = sub(&mut orch, &[(&whole(b), Tag::Output)]);
+    let t3 = sub(&mut orch, &[(&whole(b), Tag::Output)]);
+    let t4 = sub(&mut orch, &[(&whole(b), Tag::Input)]);
+    // InOut waits for the writer and becomes it.
+    let t5 = sub(&mut orch, &[(&whole(c), Tag::Output)]);
+    let t6 = sub(&mut orch, &[(&whole(c), Tag::InOut)]);
+    let t7 = sub(&mut orch, &[(&whole(c), Tag::Input)]);
+    // NoDep neither waits nor becomes the writer.
+    let t8 = sub(&mut orch, &[(&whole(d), Tag::Output)]);
+    let _t9 = sub(&mut orch, &[(&whole(d), Tag::NoDep)]);
+    let t10 = sub(&mut orch, &[(&whole(d), Tag::Input)]);
+    // OutputExisting: like Output.
+    let _t11 = sub(&mut orch, &[(&whole(e), Tag::Output)]);
+    let t12 = sub(&mut orch, &[(&whole(e), Tag::OutputExisting)]);
+    let t13 = sub(&mut orch, &[(&whole(e), Tag::Input)]);
+    // Disjoint views: no edge; overlapping views: edge.
+    let t14 = sub(&mut orch, &[(&view(f, 0, 8), Tag::Output)]);
+    let _t15 = sub(&mut orch, &[(&view(f, 8, 8), Tag::Input)]);
+    let t16 = sub(&mut orch, &[(&view(f, 4, 8), Tag::Input)]);
+    // A partially covered writer stays a writer of the bytes it still owns.
+    let t17 = sub(&mut orch, &[(&whole(g), Tag::Output)]);
+    let t18 = sub(&mut orch, &[(&view(g, 0, 8), Tag::Output)]);
+    let t19 = sub(&mut orch, &[(&whole(g), Tag::Input)]);
+    let t20 = sub(&mut orch, &[(&view(g, 8, 8), Tag::Input)]);
+    // Readers never order each other, and WaR is not tracked.
+    let t21 = sub(&mut orch, &[(&whole(a), Tag::Input)]);
+    let _t22 = sub(&mut orch, &[(&whole(a), Tag::Output)]);
+    // Explicit dependencies.
+    let t23 = sub(&mut orch, &[(&whole(h), Tag::NoDep)]);
+    let mut x = args(100, &[]);
+    x.add_dep(t23);
+    let t24 = orch.submit_next_level(&rig.chip, x, cc(), 0).unwrap();
+    let mut x = args(101, &[]);
+    x.add_dep_wait(t23);
+    let t25 = orch.submit_next_level(&rig.chip, x, cc(), 1).unwrap();
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+
+    let tensor = |arg: u32, buf: BufferDesc| EdgeReason::Tensor { arg, buffer: buf.identity() };
+    let want: BTreeSet<(u32, u32, String)> = [
+        (t0, t1, tensor(0, a)),
+        (t3, t4, tensor(0, b)),
+        (t5, t6, tensor(0, c)),
+        (t6, t7, tensor(0, c)),
+        (t8, t10, tensor(0, d)),
+        (t12, t13, tensor(0, e)),
+        (t14, t16, tensor(0, f)),
+        (t17, t19, tensor(0, g)),
+        (t18, t19, tensor(0, g)),
+        (t17, t20, tensor(0, g)),
+        (t0, t21, tensor(0, a)),
+        (t23, t24, EdgeReason::Explicit { retain: true }),
+        (t23, t25, EdgeReason::Explicit { retain: false }),
+    ]
+    .into_iter()
+    .map(|(p, q, r)| (p.index(), q.index(), format!("{r:?}")))
+    .collect();
+    let dag = rig.dag(&run);
+    let gr = dag.graph();
+    let got: BTreeSet<(u32, u32, String)> = gr
+        .edge_indices()
+        .map(|ix| {
+            let (p, q) = gr.edge_endpoints(ix).unwrap();
+            (gr[p].index, gr[q].index, format!("{:?}", gr[ix]))
+        })
+        .collect();
+    assert_eq!(got, want);
+    rig.assert_clean();
+}
+
+#[test]
+fn consumers_wait_for_their_producers_and_pure_writers_do_not() {
+    let rig = Rig::manual(cfg(3, 0));
+    let (x, y) = (buffer(1), buffer(2));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap(); // RaW
+    orch.submit_next_level(&rig.chip, args(3, &[(&whole(y), Tag::Output)]), cc(), 2).unwrap();
+    // Output after Output does no lookup: it does not wait for task 3.
+    assert!(rig.nl[2].running().is_some_and(|s| s.id() == 3));
+    orch.submit_next_level(&rig.chip, args(4, &[(&whole(y), Tag::Output)]), cc(), 1).unwrap();
+    assert_eq!(rig.nl[1].running().map(|s| s.id()), Some(4), "WaW by Output runs at once");
+    // InOut after Output waits.
+    orch.submit_next_level(&rig.chip, args(5, &[(&whole(y), Tag::InOut)]), cc(), 2).unwrap();
+    assert!(!rig.drive_briefly(|| rig.was_dispatched(2) || rig.was_dispatched(5)));
+    rig.nl[2].finish(Outcome::Success); // task 3: task 5 still waits for 4
+    rig.drive("task 3 drained", || rig.in_flight() == 2);
+    assert!(!rig.was_dispatched(5));
+    rig.nl[1].finish(Outcome::Success); // task 4
+    rig.drive("task 5 to start", || rig.nl[2].running().is_some());
+    assert!(!rig.was_dispatched(2), "RaW consumer started before its producer ended");
+    rig.nl[0].finish(Outcome::Success); // task 1
+    rig.drive("task 2 to start", || rig.nl[1].running().is_some());
+    rig.nl[1].finish(Outcome::Success);
+    rig.nl[2].finish(Outcome::Success);
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    assert_eq!(ids(&rig.dispatched()), vec![1, 3, 4, 5, 2]);
+    rig.assert_clean();
+}
+
+#[test]
+fn add_dep_retains_the_producer_and_add_dep_wait_only_orders() {
+    let rig = Rig::manual(cfg(2, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    // Order only: the producer is reclaimed as soon as it completes and its scope ended.
+    orch.scope_begin().unwrap();
+    let p1 = orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.scope_end().unwrap();
+    let mut a = args(2, &[]);
+    a.add_dep_wait(p1);
+    orch.submit_next_level(&rig.chip, a, cc(), 1).unwrap();
+    assert!(rig.nl[1].running().is_none(), "add_dep_wait does not order");
+    assert_eq!(rig.eng.window.live(), 2);
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the waiting task to start", || rig.nl[1].running().is_some());
+    assert_eq!(rig.eng.window.live(), 1, "an order-only producer is not retained by its consumer");
+    rig.nl[1].finish(Outcome::Success);
+    rig.drive("drained", || rig.in_flight() == 0);
+
+    // Retain: the producer stays live until its consumer completes.
+    orch.scope_begin().unwrap();
+    let p2 = orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0).unwrap();
+    orch.scope_end().unwrap();
+    let mut a = args(4, &[]);
+    a.add_dep(p2);
+    orch.submit_next_level(&rig.chip, a, cc(), 1).unwrap();
+    assert!(rig.nl[1].running().is_none(), "add_dep does not order");
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the retaining task to start", || rig.nl[1].running().is_some());
+    assert_eq!(rig.eng.window.live(), 3, "the retained producer is still live");
+    rig.nl[1].finish(Outcome::Success);
+    rig.drive("drained", || rig.in_flight() == 0);
+    assert_eq!(rig.eng.window.live(), 2, "released when its consumer completed");
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn explicit_dependencies_must_name_submitted_tasks_of_the_same_run() {
+    let rig = Rig::manual(cfg(1, 0));
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    let t = orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&run1).unwrap();
+
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    let mut a = args(2, &[]);
+    a.add_dep(t);
+    let e = err_of(orch.submit_next_level(&rig.chip, a, cc(), 0));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("same run"), "{e}");
+    let mut a = args(3, &[]);
+    a.add_dep_wait(TaskHandle { run: run2.id, index: 5 });
+    let e = err_of(orch.submit_next_level(&rig.chip, a, cc(), 0));
+    assert!(e.message().contains("has not been submitted"), "{e}");
+    assert_eq!(orch.task_count(), 0);
+    orch.finish(None);
+    assert!(run2.is_done(), "an empty run is done when its building ends");
+    rig.wait(&run2).unwrap();
+    assert_eq!(rig.dispatched().len(), 1);
+    rig.assert_clean();
+}
+
+// ================================================================================== failure and poisoning
+
+#[test]
+fn failure_poisons_consumers_transitively() {
+    let rig = Rig::manual(cfg(1, 0));
+    let (x, y) = (buffer(1), buffer(2));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input), (&whole(y), Tag::Output)]), cc(), 0)
+        .unwrap();
+    orch.submit_next_level(&rig.chip, args(3, &[(&whole(y), Tag::Input)]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.nl[0].finish(Outcome::TaskFailure("boom a".into()));
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "the first error is the real failure: {err}");
+    assert!(err.message().contains("boom a"), "{err}");
+    assert_eq!(ids(&rig.nl[0].history()), vec![1], "poisoned tasks never run");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (3, 3));
+    rig.assert_clean();
+}
+
+#[test]
+fn failing_producer_only_marks_a_building_consumer() {
+    // Slot rule 3, white-box: a consumer still BUILDING is not moved by the failing producer;
+    // it is marked, and its submitting thread fails it at publication.
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let slot = |index| {
+        Arc::new(Slot::new(
+            run.clone(),
+            index,
+            Some(TaskData {
+                callable: rig.chip.clone(),
+                args: smallvec::smallvec![TaskArgs::new()],
+                config: cc(),
+                target: Target::NextLevel(smallvec::smallvec![0]),
+                group: false,
+            }),
+            None,
+        ))
+    };
+    let (producer, consumer) = (slot(0), slot(1));
+    producer.set_state(State::Running);
+    {
+        let mut l = producer.lock();
+        l.fanout_total = 2; // a scope reference and the consumer's: nothing gets consumed here
+        l.fanout.push(consumer.clone());
+    }
+    let mut ready = Vec::new();
+    rig.eng.complete(&producer, Err(Error::new(ErrorKind::TaskFailed, "boom p")), &mut ready);
+    assert!(ready.is_empty());
+    assert_eq!(producer.state(), State::Failed);
+    assert_eq!(consumer.state(), State::Building, "a BUILDING consumer is only marked");
+    let l = consumer.lock();
+    let mark = l.poisoned.as_ref().expect("marked poisoned");
+    assert_eq!(mark.kind(), ErrorKind::Poisoned);
+    assert!(mark.message().contains("boom p"), "{mark}");
+    assert!(l.failure.is_none());
+    drop(l);
+    assert_eq!(
+        run.failed.load(Ordering::Relaxed),
+        1,
+        "only the producer is counted; publication counts the rest"
+    );
+    assert!(run.first_error().is_some_and(|e| e.message().contains("boom p")));
+}
+
+#[test]
+fn submit_that_waited_while_its_producer_failed_is_refused() {
+    // Window of 2: the third submit waits (driving the scheduler) and, while it waits, the
+    // producer's failure is drained. The run has failed by the time the submit gets its place,
+    // so the submit is refused with the run's error instead of landing in a failed run.
+    let mut c = cfg(2, 0);
+    c.task_window = 2;
+    let rig = Rig::manual(c);
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.scope_begin().unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 1).unwrap();
+    orch.scope_end().unwrap();
+    rig.nl[0].finish(Outcome::TaskFailure("boom a".into()));
+    rig.nl[1].finish(Outcome::Success);
+    assert!(run.first_error().is_none(), "nothing drained yet");
+    let e = err_of(orch.submit_next_level(&rig.chip, args(3, &[(&whole(x), Tag::Input)]), cc(), 1));
+    assert_eq!(e.kind(), ErrorKind::TaskFailed);
+    assert!(e.message().contains("boom a") && e.message().contains("already failed"), "{e}");
+    orch.finish(None);
+    let err = rig.wait(&run).unwrap_err();
+    assert!(err.message().contains("boom a"), "{err}");
+    assert_eq!(ids(&rig.dispatched()), vec![1, 2], "the refused task never ran");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (2, 1));
+    rig.assert_clean();
+}
+
+#[test]
+fn submit_that_waited_on_the_window_is_refused_once_the_run_failed() {
+    // The run fails while a submit waits for the task window. Its producer is consumed during
+    // that wait (scope ended), so the tag walk finds no producer: the task must still not land
+    // in the failed run (upstream step 0: no further submits land in a failed run).
+    let mut c = cfg(1, 0);
+    c.task_window = 1;
+    let rig = Rig::manual(c);
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.scope_begin().unwrap();
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.scope_end().unwrap();
+    rig.nl[0].finish(Outcome::TaskFailure("boom a".into()));
+    let submitted = orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 0);
+    let ran = rig.nl[0].running().is_some();
+    if ran {
+        rig.nl[0].finish(Outcome::Success);
+    }
+    orch.finish(None);
+    assert!(rig.wait(&run).is_err());
+    assert!(!ran, "a consumer of a failed producer ran after the run had failed");
+    assert!(submitted.is_err(), "submit into a failed run was accepted");
+    rig.assert_clean();
+}
+
+#[test]
+fn endpoint_failure_kills_the_lane_and_fails_what_was_queued_there() {
+    let rig = Rig::manual(cfg(2, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap(); // queued behind 1
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    rig.nl[0].finish(Outcome::EndpointFailure("child exited".into()));
+    rig.nl[1].finish(Outcome::Success);
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err}");
+    assert!(err.message().contains("child exited"), "{err}");
+    assert_eq!(ids(&rig.nl[0].history()), vec![1]);
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (3, 2));
+    rig.assert_clean();
+}
+
+#[test]
+fn orchestration_error_fails_unstarted_tasks_and_the_run_settles() {
+    let rig = Rig::manual(cfg(2, 0));
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap(); // running
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap(); // pending
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0).unwrap(); // ready, queued
+    orch.finish(Some(&Error::invalid("the orchestration function failed")));
+    assert!(!run.is_done(), "the running task still runs");
+    rig.nl[0].finish(Outcome::Success);
+    let err = rig.wait(&run).unwrap_err();
+    assert!(err.message().contains("the orchestration function failed"), "{err}");
+    assert_eq!(ids(&rig.dispatched()), vec![1], "unstarted tasks never run");
+    rig.assert_clean();
+}
+
+#[test]
+fn cancelled_tasks_count_as_failed_in_run_stats() {
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap(); // running
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap(); // ready, queued
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0).unwrap(); // ready, queued
+    orch.finish(Some(&Error::invalid("the orchestration function failed")));
+    rig.nl[0].finish(Outcome::Success);
+    assert!(rig.wait(&run).is_err());
+    let stats = run.stats().unwrap();
+    assert_eq!(stats.tasks, 3);
+    assert_eq!(stats.failed, 2, "RunStats::failed counts tasks that failed or never ran");
+    rig.assert_clean();
+}
+
+// ================================================================================== runs and pipelining
+
+#[test]
+fn pipelined_run_dispatches_only_after_the_previous_run() {
+    let script = Script::new();
+    let mut c = cfg(2, 0);
+    c.pipeline_depth = 2;
+    let rig = Rig::threaded(c, &script);
+    let x = buffer(1);
+    script.hold(1);
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.finish(None);
+    script.wait_for("run 1's task to start", |s| s.events.iter().any(|e| matches!(e, Ev::Start(_, 1, _))));
+
+    let run2 = rig.begin(); // depth 2: admitted at once
+    let mut orch = rig.orch(&run2);
+    // Worker 1 is idle and the task reads the same buffer as run 1's writer: keys never match
+    // across runs, so only the run FIFO holds it back.
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap();
+    orch.finish(None);
+    assert!(!rig.drive_briefly(|| rig.was_dispatched(2)), "run 2 dispatched while run 1 executes");
+    assert!(!script.started(2));
+    assert_eq!(rig.dag(&run2).graph().edge_count(), 0, "no edge across runs");
+
+    // A third run waits for admission (and drives) until run 1 is done.
+    let (tx, rx) = mpsc::channel();
+    let eng = rig.eng.clone();
+    let r1 = run1.clone();
+    let admit = thread::spawn(move || {
+        let run3 = eng.begin_run(false).unwrap();
+        tx.send((run3, r1.is_done())).unwrap();
+    });
+    script.release(1);
+    let (run3, run1_done_at_admission) = rx.recv_timeout(LONG).expect("run 3 admitted");
+    admit.join().unwrap();
+    assert!(run1_done_at_admission, "run 3 was admitted while two runs were live");
+    rig.wait(&run1).unwrap();
+    rig.wait(&run2).unwrap();
+    rig.orch(&run3).finish(None);
+    rig.wait(&run3).unwrap();
+    let end1 = script.pos(|e| matches!(e, Ev::End(_, 1, _)));
+    let start2 = script.pos(|e| matches!(e, Ev::Start(_, 2, _)));
+    assert!(end1 < start2);
+    assert!(run1.id < run2.id && run2.id < run3.id);
+    rig.assert_clean();
+}
+
+#[test]
+fn two_waiters_on_two_runs_both_return() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    script.hold(1);
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    let barrier = Arc::new(std::sync::Barrier::new(3));
+    let waiters: Vec<_> = [run1.clone(), run2.clone()]
+        .into_iter()
+        .map(|run| {
+            let h = RunHandle { run, engine: rig.eng.clone() };
+            let b = barrier.clone();
+            thread::spawn(move || {
+                b.wait();
+                h.wait_timeout(LONG)
+            })
+        })
+        .collect();
+    barrier.wait();
+    script.release(1);
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    assert!(run1.is_done() && run2.is_done());
+    rig.assert_clean();
+}
+
+#[test]
+fn background_thread_drives_a_run_nobody_waits_on() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    let bg = {
+        let eng = rig.eng.clone();
+        thread::spawn(move || eng.background_loop())
+    };
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    // Pending at publication: only a scheduler pass after task 1's completion can start it.
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap();
+    orch.finish(None);
+    script.wait_for("task 2 to run", |s| s.events.iter().any(|e| matches!(e, Ev::End(_, 2, _))));
+    // Wait for the run without driving: the engine rings `events` when a run finishes.
+    let deadline = Instant::now() + LONG;
+    loop {
+        let seen = rig.eng.events.seq();
+        if run.is_done() || Instant::now() >= deadline {
+            break;
+        }
+        rig.eng.events.wait(seen, Some(deadline));
+    }
+    assert!(run.is_done(), "the background thread did not finish the run");
+    run.result().unwrap();
+
+    // A waiter takes the role from the background thread while work is in flight.
+    script.hold(3);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(4, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let releaser = {
+        let s = script.clone();
+        thread::spawn(move || {
+            s.wait_for("task 3 to start", |st| st.events.iter().any(|e| matches!(e, Ev::Start(_, 3, _))));
+            s.release(3);
+        })
+    };
+    RunHandle { run: run.clone(), engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+    releaser.join().unwrap();
+    rig.eng.stop_background();
+    bg.join().unwrap();
+    rig.assert_clean();
+}
+
+// ================================================================================== heap and window
+
+fn slab(t: &Tensor) -> u64 {
+    match t.desc().backing() {
+        Backing::HeapSlab { addr } => addr,
+        other => panic!("orch.alloc gave {other:?}"),
+    }
+}
+
+#[test]
+fn alloc_uses_the_ring_of_its_scope_depth_and_is_reclaimed() {
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    for depth in 0..6usize {
+        let t = orch.alloc(&[256], DataType::Float32).unwrap();
+        let ring = depth.min(HEAP_RINGS - 1);
+        assert!(
+            rig.eng.heaps[ring].contains(slab(&t), t.desc().nbytes()),
+            "depth {depth} allocates from ring {ring}"
+        );
+        assert!(rig.eng.heaps[ring].used() >= 1024);
+        orch.scope_begin().unwrap();
+    }
+    for _ in 0..6 {
+        orch.scope_end().unwrap();
+    }
+    for r in 1..HEAP_RINGS {
+        assert_eq!(
+            rig.eng.heaps[r].used(),
+            0,
+            "ring {r}: unreferenced allocations are reclaimed at scope end"
+        );
+    }
+    assert!(rig.eng.heaps[0].used() > 0, "the outer scope still holds its allocation");
+
+    // An allocation named by a running task outlives its scope until that task is done.
+    orch.scope_begin().unwrap();
+    let t = orch.alloc(&[16], DataType::Float32).unwrap();
+    orch.submit_next_level(&rig.chip, args(1, &[(&t, Tag::Input)]), cc(), 0).unwrap();
+    orch.scope_end().unwrap();
+    assert!(rig.eng.heaps[1].used() > 0, "retained by its running consumer");
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the allocation to be reclaimed before the run ends", || rig.eng.heaps[1].used() == 0);
+    assert!(!run.is_done());
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn alloc_waits_for_reclamation_and_times_out_with_a_clear_error() {
+    let mut c = cfg(1, 0);
+    c.heap_ring_size = 4096;
+    c.backpressure_timeout = Duration::from_millis(100);
+    let rig = Rig::manual(c);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    // Ring 1 is full and its allocation is held by a task that has ended but not been drained:
+    // only back-pressure (driving the scheduler) can make room.
+    orch.scope_begin().unwrap();
+    let t = orch.alloc(&[1024], DataType::Float32).unwrap();
+    orch.submit_next_level(&rig.chip, args(1, &[(&t, Tag::InOut)]), cc(), 0).unwrap();
+    orch.scope_end().unwrap();
+    rig.nl[0].finish(Outcome::Success);
+    orch.scope_begin().unwrap();
+    let t2 = orch.alloc(&[1024], DataType::Float32).unwrap();
+    assert_eq!(slab(&t2), slab(&t), "the same bytes, reclaimed");
+    orch.scope_end().unwrap();
+    // Ring 0: held by the outer scope until the run ends: times out.
+    let _keep = orch.alloc(&[1024], DataType::Float32).unwrap();
+    let e = err_of(orch.alloc(&[1], DataType::Float32));
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert!(e.message().contains("heap_ring_size"), "{e}");
+    let e = err_of(orch.alloc(&[2048], DataType::Float32));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "larger than a ring fails at once: {e}");
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn small_task_window_completes_many_scoped_tasks() {
+    let script = Script::new();
+    let mut c = cfg(2, 0);
+    c.task_window = 2;
+    let rig = Rig::threaded(c, &script);
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    for i in 0..10u64 {
+        orch.scope(|o| {
+            o.submit_next_level(&rig.chip, args(i + 1, &[(&whole(x), Tag::InOut)]), cc(), (i % 2) as u32)?;
+            Ok(())
+        })
+        .unwrap();
+        assert!(rig.eng.window.live() <= 2);
+    }
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    assert_eq!(run.stats().unwrap().tasks, 10);
+    // InOut chains them: each ran after the previous one ended.
+    let ev = script.events();
+    for w in ev.windows(2) {
+        if let [Ev::Start(_, a, _), second] = w {
+            assert_eq!(*second, Ev::End(LaneKind::NextLevel(((*a - 1) % 2) as u32), *a, 0), "{ev:?}");
+        }
+    }
+    rig.assert_clean();
+}
+
+#[test]
+fn full_task_window_in_the_outer_scope_times_out_with_a_clear_error() {
+    // Outer-scope tasks hold their window place until the run ends, so a flat run cannot have
+    // more tasks than the window (current design; upstream has no slot window).
+    let script = Script::new();
+    let mut c = cfg(1, 0);
+    c.task_window = 2;
+    c.backpressure_timeout = Duration::from_millis(100);
+    let rig = Rig::threaded(c, &script);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap();
+    let e = err_of(orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0));
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert!(e.message().contains("task_window"), "{e}");
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    assert_eq!(run.stats().unwrap().tasks, 2);
+    rig.assert_clean();
+}
+
+// ================================================================================== SUB workers
+
+#[test]
+fn sub_single_goes_to_any_idle_sub_worker() {
+    let rig = Rig::manual(cfg(0, 3));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    for id in 1..=4 {
+        orch.submit_sub(&rig.host, args(id, &[])).unwrap();
+    }
+    let lanes: Vec<LaneKind> = rig.dispatched().iter().map(|s| s.lane).collect();
+    assert_eq!(lanes.len(), 3);
+    for (i, l) in lanes.iter().enumerate() {
+        assert!(
+            !lanes[..i].contains(l),
+            "three distinct idle SUB workers took the first three tasks: {lanes:?}"
+        );
+    }
+    assert!(!rig.was_dispatched(4));
+    let freed = rig.sub[1].finish(Outcome::Success);
+    rig.drive("task 4 to start", || rig.was_dispatched(4));
+    assert_eq!(rig.sub[1].running().map(|s| s.id()), Some(4), "task 4 took the freed worker");
+    assert_ne!(freed.id(), 4);
+    for c in &rig.sub {
+        c.finish(Outcome::Success);
+    }
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn sub_group_takes_distinct_idle_workers_at_once_or_waits() {
+    let rig = Rig::manual(cfg(0, 3));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[])).unwrap(); // sub 0
+    orch.submit_sub_group(&rig.host, vec![args(10, &[]), args(11, &[])]).unwrap(); // subs 1, 2
+    let members: Vec<(u64, u32, LaneKind)> =
+        rig.dispatched().iter().skip(1).map(|s| (s.id(), s.member, s.lane)).collect();
+    assert_eq!(members, vec![(10, 0, LaneKind::Sub(1)), (11, 1, LaneKind::Sub(2))]);
+    orch.submit_sub_group(&rig.host, vec![args(20, &[]), args(21, &[])]).unwrap(); // waits
+    orch.submit_sub(&rig.host, args(30, &[])).unwrap(); // behind the waiting group
+    assert_eq!(rig.dispatched().len(), 3);
+    rig.sub[1].finish(Outcome::Success); // one idle worker: not enough for the group
+    rig.drive("member 10 drained", || rig.in_flight() == 2);
+    assert_eq!(rig.dispatched().len(), 3, "a SUB group launches whole or not at all, and blocks the FIFO");
+    rig.sub[0].finish(Outcome::Success);
+    rig.drive("group 2 to launch", || rig.was_dispatched(20));
+    let g2: Vec<(u64, LaneKind)> = rig.dispatched().iter().skip(3).map(|s| (s.id(), s.lane)).collect();
+    assert_eq!(g2, vec![(20, LaneKind::Sub(0)), (21, LaneKind::Sub(1))]);
+    assert!(!rig.was_dispatched(30));
+    rig.sub[2].finish(Outcome::Success);
+    rig.drive("task 30", || rig.was_dispatched(30));
+    assert_eq!(rig.sub[2].running().map(|s| s.id()), Some(30));
+    for c in &rig.sub {
+        c.finish(Outcome::Success);
+    }
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn sub_task_needing_more_workers_than_exist_is_refused_at_submit() {
+    let rig = Rig::manual(cfg(0, 2));
+    let y = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let list = (0..3).map(|i| args(i + 1, &[(&view(y, i * 4, 4), Tag::Output)])).collect();
+    let e = err_of(orch.submit_sub_group(&rig.host, list));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("needs 3 SUB workers at once but this Worker has 2"), "{e}");
+    // Nothing was submitted: the run is still usable.
+    orch.submit_sub(&rig.host, args(9, &[(&whole(y), Tag::Output)])).unwrap();
+    rig.sub[0].finish(Outcome::Success);
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let e = err_of(orch.submit_sub(&rig.host, args(1, &[])));
+    assert!(e.message().contains("no SUB workers"), "{e}");
+    orch.finish(None);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+// ================================================================================== validation
+
+#[test]
+fn submit_validates_before_anything_changes() {
+    let rig = Rig::manual(cfg(2, 1));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    let unknown = CallableHandle::new(Digest::of(b"nope"), CallableKind::Chip, "nope");
+    let e = err_of(orch.submit_next_level(&unknown, args(1, &[]), cc(), 0));
+    assert_eq!(e.kind(), ErrorKind::Callable);
+    assert!(e.message().contains("not registered"), "{e}");
+    let e = err_of(orch.submit_next_level(&rig.host, args(1, &[]), cc(), 0));
+    assert_eq!(e.kind(), ErrorKind::Callable, "{e}");
+    let e = err_of(orch.submit_sub(&rig.chip, args(1, &[])));
+    assert_eq!(e.kind(), ErrorKind::Callable, "{e}");
+    let e = err_of(orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 2));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("worker id 2"), "{e}");
+    let e = err_of(orch.submit_next_level_group(&rig.chip, vec![args(1, &[]), args(1, &[])], cc(), &[1, 1]));
+    assert!(e.message().contains("named twice"), "{e}");
+    let e = err_of(orch.submit_next_level_group(&rig.chip, vec![args(1, &[])], cc(), &[0, 1]));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let e = err_of(orch.submit_sub_group(&rig.host, vec![]));
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let ro = buffer_with(1, Access::Read);
+    let e = err_of(orch.submit_next_level(&rig.chip, args(1, &[(&whole(ro), Tag::Output)]), cc(), 0));
+    assert!(e.message().contains("access"), "{e}");
+    let x = buffer(2);
+    let e = err_of(orch.submit_next_level(
+        &rig.chip,
+        args(1, &[(&view(x, 0, 8), Tag::Input), (&view(x, 4, 8), Tag::Output)]),
+        cc(),
+        0,
+    ));
+    assert!(e.message().contains("overlap"), "{e}");
+    // Disjoint views of one buffer in one task are fine.
+    orch.submit_next_level(
+        &rig.chip,
+        args(1, &[(&view(x, 0, 8), Tag::Input), (&view(x, 8, 8), Tag::Output)]),
+        cc(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(orch.task_count(), 1);
+    assert!(orch.scope_end().is_err(), "scope_end without scope_begin");
+    for _ in 1..crate::engine::orchestrator::MAX_SCOPE_DEPTH {
+        orch.scope_begin().unwrap();
+    }
+    let e = err_of(orch.scope_begin());
+    assert_eq!(e.kind(), ErrorKind::InvalidState);
+    orch.finish(None); // closes the open scopes
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
