@@ -6,15 +6,36 @@
 
 use std::fmt;
 
-/// The result type used throughout `simpler`.
+/// The result type used throughout `simpler`; the error type defaults to [`Error`].
+///
+/// ```
+/// use simpler::{DataType, Result, TensorView};
+///
+/// fn elements(shape: &[u32]) -> Result<u64> {
+///     Ok(TensorView::new(0, shape, None, DataType::Float32)?.num_elements())
+/// }
+/// assert_eq!(elements(&[2, 3]).unwrap(), 6);
+/// assert!(elements(&[]).is_err());
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The broad category of an [`Error`].
 ///
+/// `Display` gives a short lowercase description of the kind. The enum is non-exhaustive:
+/// match it with a wildcard arm.
+///
 /// ```
-/// use simpler::{DataType, ErrorKind, Tensor, TensorView};
+/// use simpler::{DataType, ErrorKind, TensorView};
 /// let err = TensorView::new(0, &[], None, DataType::Float32).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+/// assert_eq!(ErrorKind::Timeout.to_string(), "timed out");
+///
+/// let worth_retrying = |kind: ErrorKind| match kind {
+///     ErrorKind::Timeout | ErrorKind::WorkerDied => true,
+///     _ => false,
+/// };
+/// assert!(worth_retrying(ErrorKind::Timeout));
+/// assert!(!worth_retrying(err.kind()));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -68,6 +89,10 @@ impl fmt::Display for ErrorKind {
 /// let err = Error::new(ErrorKind::Timeout, "ring 0 is full");
 /// assert!(err.is_timeout());
 /// assert_eq!(err.to_string(), "ring 0 is full");
+///
+/// // It is a std error, so it boxes into the error type of a host function.
+/// let boxed: Box<dyn std::error::Error + Send + Sync> = err.into();
+/// assert_eq!(boxed.to_string(), "ring 0 is full");
 /// ```
 #[derive(Clone)]
 pub struct Error {
@@ -77,6 +102,13 @@ pub struct Error {
 
 impl Error {
     /// Creates an error of `kind` with a message.
+    ///
+    /// ```
+    /// use simpler::{Error, ErrorKind};
+    /// let err = Error::new(ErrorKind::InvalidState, format!("worker {} is closed", 3));
+    /// assert_eq!(err.kind(), ErrorKind::InvalidState);
+    /// assert_eq!(err.message(), "worker 3 is closed");
+    /// ```
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error { kind, message: message.into().into_boxed_str() }
     }
@@ -98,11 +130,23 @@ impl Error {
     }
 
     /// The category of this error.
+    ///
+    /// ```
+    /// use simpler::{DataType, ErrorKind};
+    /// assert_eq!(DataType::from_u8(99).unwrap_err().kind(), ErrorKind::Decode);
+    /// ```
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
-    /// The message, without the kind.
+    /// The message, without the kind (the same text `Display` prints).
+    ///
+    /// ```
+    /// use simpler::{Error, ErrorKind};
+    /// let err = Error::new(ErrorKind::Os, "mmap failed");
+    /// assert_eq!(err.message(), "mmap failed");
+    /// assert_eq!(err.message(), err.to_string());
+    /// ```
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -113,26 +157,55 @@ impl Error {
     }
 
     /// True for [`ErrorKind::InvalidArgument`].
+    ///
+    /// ```
+    /// use simpler::ShmName;
+    /// assert!(ShmName::new("a/b").unwrap_err().is_invalid_argument());
+    /// ```
     pub fn is_invalid_argument(&self) -> bool {
         self.kind == ErrorKind::InvalidArgument
     }
 
     /// True for [`ErrorKind::InvalidState`].
+    ///
+    /// ```
+    /// use simpler::Worker;
+    /// let worker = Worker::builder().build()?; // not initialized yet
+    /// assert!(worker.create_buffer(64).unwrap_err().is_invalid_state());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn is_invalid_state(&self) -> bool {
         self.kind == ErrorKind::InvalidState
     }
 
     /// True for [`ErrorKind::TaskFailed`].
+    ///
+    /// ```
+    /// use simpler::{Error, ErrorKind};
+    /// assert!(Error::new(ErrorKind::TaskFailed, "task 3 failed").is_task_failed());
+    /// assert!(!Error::new(ErrorKind::Poisoned, "task 4 poisoned").is_task_failed());
+    /// ```
     pub fn is_task_failed(&self) -> bool {
         self.kind == ErrorKind::TaskFailed
     }
 
     /// True for [`ErrorKind::WorkerDied`].
+    ///
+    /// ```
+    /// use simpler::{Error, ErrorKind};
+    /// assert!(Error::new(ErrorKind::WorkerDied, "sub worker 0 exited").is_worker_died());
+    /// ```
     pub fn is_worker_died(&self) -> bool {
         self.kind == ErrorKind::WorkerDied
     }
 
     /// True for [`ErrorKind::Timeout`].
+    ///
+    /// ```
+    /// use simpler::{Error, ErrorKind};
+    /// assert!(Error::new(ErrorKind::Timeout, "run 1 did not finish").is_timeout());
+    /// assert!(!Error::new(ErrorKind::Os, "fork failed").is_timeout());
+    /// ```
     pub fn is_timeout(&self) -> bool {
         self.kind == ErrorKind::Timeout
     }

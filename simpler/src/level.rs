@@ -7,6 +7,8 @@
 /// assert_eq!(Level::Node.number(), 3);
 /// assert_eq!(Level::from_number(4), Some(Level::Network1));
 /// assert_eq!(Level::Node.name(), "node");
+/// assert_eq!(Level::Chip.to_string(), "L2 (chip)");
+/// assert!(Level::Chip < Level::Node); // ordered by number
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
@@ -24,11 +26,25 @@ pub enum Level {
 
 impl Level {
     /// The level number (2..=6).
+    ///
+    /// ```
+    /// use simpler::Level;
+    /// assert_eq!(Level::Chip.number(), 2);
+    /// assert_eq!(Level::Network3.number(), 6);
+    /// ```
     pub fn number(self) -> u32 {
         self as u32
     }
 
-    /// The level with this number, if it has a name.
+    /// The level with this number, if it has a name (2..=6).
+    ///
+    /// ```
+    /// use simpler::Level;
+    /// assert_eq!(Level::from_number(2), Some(Level::Chip));
+    /// assert_eq!(Level::from_number(1), None);
+    /// assert_eq!(Level::from_number(7), None);
+    /// assert_eq!(Level::from_number(Level::Network2.number()), Some(Level::Network2));
+    /// ```
     pub fn from_number(n: u32) -> Option<Level> {
         match n {
             2 => Some(Level::Chip),
@@ -41,6 +57,12 @@ impl Level {
     }
 
     /// The level's word, used as a span prefix (`chip`, `node`, `network1`, ...).
+    ///
+    /// ```
+    /// use simpler::Level;
+    /// assert_eq!(Level::Chip.name(), "chip");
+    /// assert_eq!(Level::Network1.name(), "network1");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Level::Chip => "chip",

@@ -46,6 +46,8 @@
 //! # Ok(()) }
 //! ```
 
+#[doc(hidden)]
+pub mod bench_support;
 mod callable;
 mod data;
 mod dfx;

@@ -72,7 +72,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Live tasks at most before `submit` waits (default 16384).
+    /// Live tasks at most before `submit` waits (default 65536).
     pub fn task_window(mut self, n: usize) -> Self {
         self.engine.task_window = n;
         self

@@ -8,9 +8,43 @@ use crate::callable::identity::{Descriptor, host_fn_descriptor};
 use crate::ipc::host_args::HostArgs;
 
 /// What a host function returns: `Ok(())`, or any error (its message fails the task).
+///
+/// Any `std::error::Error + Send + Sync` converts with `?`, including [`Error`](crate::Error)
+/// from the [`HostArgs`] accessors; a `String` or `&str` converts with `.into()`.
+///
+/// ```
+/// use simpler::{HostArgs, HostResult};
+///
+/// fn checked_sqrt(args: &HostArgs<'_>) -> HostResult {
+///     let x = args.input::<f32>(0)?.to_vec(); // a simpler::Error converts with `?`
+///     if x.iter().any(|v| *v < 0.0) {
+///         return Err("checked_sqrt: negative input".into());
+///     }
+///     for (o, v) in args.output::<f32>(1)?.iter_mut().zip(x) {
+///         *o = v.sqrt();
+///     }
+///     Ok(())
+/// }
+///
+/// let failed: HostResult = Err("boom".into());
+/// assert_eq!(failed.unwrap_err().to_string(), "boom");
+/// # let _ = checked_sqrt;
+/// ```
 pub type HostResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// A host function as a plain `fn` pointer.
+/// A host function as a plain `fn` pointer; what [`HostFn::new`] takes.
+///
+/// ```
+/// use simpler::{HostArgs, HostFn, HostFnPtr, HostResult};
+///
+/// fn noop(_: &HostArgs<'_>) -> HostResult {
+///     Ok(())
+/// }
+/// // Pick one of several functions at run time, then register it.
+/// let table: [(&str, HostFnPtr); 1] = [("noop", noop)];
+/// let (name, f) = table[0];
+/// assert!(!HostFn::new(name, f).is_closure());
+/// ```
 pub type HostFnPtr = for<'a, 'b> fn(&'a HostArgs<'b>) -> HostResult;
 
 type Closure = dyn for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync;
@@ -76,12 +110,45 @@ fn type_hash<T: 'static>() -> u64 {
 
 impl HostFn {
     /// A host function from a plain `fn` (registrable before or after `init`).
+    ///
+    /// Its identity comes from the name and the function's address, so it is the same in every
+    /// process forked from this one.
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn, HostResult};
+    ///
+    /// fn fill(args: &HostArgs<'_>) -> HostResult {
+    ///     let value = args.scalar(0)?;
+    ///     args.output::<u64>(0)?.fill(value);
+    ///     Ok(())
+    /// }
+    /// let f = HostFn::new("fill", fill);
+    /// assert_eq!(f.name(), "fill");
+    /// assert!(!f.is_closure());
+    /// ```
     pub fn new(name: &str, f: HostFnPtr) -> HostFn {
         let descriptor = host_fn_descriptor(name, "fn", f as usize as u64);
         HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
     }
 
     /// A host function from a closure (registrable only before `init`).
+    ///
+    /// The closure may capture state (it must be `Send + Sync + 'static`); each forked SUB
+    /// worker gets its own copy at fork time.
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn};
+    ///
+    /// let bias = 0.5f32;
+    /// let add_bias = HostFn::closure("add_bias", move |args: &HostArgs<'_>| {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v += bias;
+    ///     }
+    ///     Ok(())
+    /// });
+    /// assert_eq!(add_bias.name(), "add_bias");
+    /// assert!(add_bias.is_closure());
+    /// ```
     pub fn closure<F>(name: &str, f: F) -> HostFn
     where
         F: for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync + 'static,
@@ -97,11 +164,28 @@ impl HostFn {
     }
 
     /// The name given at construction.
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn, HostResult};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// assert_eq!(HostFn::new("noop", noop).name(), "noop");
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// True for [`HostFn::closure`].
+    /// True for [`HostFn::closure`], false for [`HostFn::new`].
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn, HostResult};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// assert!(!HostFn::new("noop", noop).is_closure());
+    /// assert!(HostFn::closure("noop", |_: &HostArgs<'_>| Ok(())).is_closure());
+    /// ```
     pub fn is_closure(&self) -> bool {
         matches!(self.body, Body::Closure(_))
     }

@@ -413,13 +413,19 @@ pub(crate) fn orch_fn_descriptor(name: &str, type_name: &str, type_hash: u64) ->
 /// `` `double` (sha256:9bdb05460e57) ``; `Debug` shows the full digest.
 ///
 /// ```
-/// use simpler::{CallableHandle, CallableKind, Namespace};
+/// use simpler::{CallableKind, HostArgs, HostFn, HostResult, Namespace, Worker};
 ///
-/// fn describe(h: &CallableHandle) -> String {
-///     assert_eq!(h.namespace(), h.kind().namespace());
-///     format!("{h} is a {} callable", h.kind().name())
+/// fn double(_: &HostArgs<'_>) -> HostResult {
+///     Ok(())
 /// }
-/// # let _ = describe;
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// // Registering before `init` forks nothing.
+/// let h = worker.register(HostFn::new("double", double))?;
+/// assert_eq!(h.name(), "double");
+/// assert_eq!(h.kind(), CallableKind::HostFn);
+/// assert_eq!(h.namespace(), Namespace::LocalHost);
+/// assert_eq!(h.to_string(), format!("`double` ({})", h.digest().short()));
+/// # Ok::<(), simpler::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CallableHandle {
@@ -436,12 +442,17 @@ impl CallableHandle {
 
     /// The digest of the callable's canonical descriptor.
     ///
+    /// Two handles name the same callable exactly when their digests are equal.
+    ///
     /// ```
-    /// use simpler::{CallableHandle, Digest};
-    /// fn same_callable(a: &CallableHandle, b: &CallableHandle) -> bool {
-    ///     a.digest() == b.digest()
-    /// }
-    /// # let _ = same_callable;
+    /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
+    /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// # let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let h = worker.register(HostFn::new("double", double))?; // before init: no fork
+    /// let text = h.digest().to_string();
+    /// assert!(text.starts_with("sha256:") && text.len() == 7 + 64);
+    /// assert_eq!(text.parse::<simpler::Digest>()?, h.digest());
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn digest(&self) -> Digest {
         self.digest
@@ -450,11 +461,13 @@ impl CallableHandle {
     /// The callable's kind.
     ///
     /// ```
-    /// use simpler::{CallableHandle, CallableKind};
-    /// fn is_host_fn(h: &CallableHandle) -> bool {
-    ///     h.kind() == CallableKind::HostFn
-    /// }
-    /// # let _ = is_host_fn;
+    /// use simpler::CallableKind;
+    /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
+    /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// # let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let h = worker.register(HostFn::new("double", double))?; // before init: no fork
+    /// assert_eq!(h.kind(), CallableKind::HostFn);
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn kind(&self) -> CallableKind {
         self.kind
@@ -463,11 +476,14 @@ impl CallableHandle {
     /// The namespace whose registries hold this callable (that of its [`kind`](Self::kind)).
     ///
     /// ```
-    /// use simpler::{CallableHandle, Namespace};
-    /// fn runs_on_chip(h: &CallableHandle) -> bool {
-    ///     h.namespace() == Namespace::LocalChip
-    /// }
-    /// # let _ = runs_on_chip;
+    /// use simpler::Namespace;
+    /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
+    /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// # let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let h = worker.register(HostFn::new("double", double))?; // before init: no fork
+    /// assert_eq!(h.namespace(), Namespace::LocalHost);
+    /// assert_eq!(h.namespace(), h.kind().namespace());
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn namespace(&self) -> Namespace {
         self.kind.namespace()
@@ -476,11 +492,12 @@ impl CallableHandle {
     /// The name the callable was registered under.
     ///
     /// ```
-    /// use simpler::CallableHandle;
-    /// fn label(h: &CallableHandle) -> String {
-    ///     format!("{} [{}]", h.name(), h.digest().short())
-    /// }
-    /// # let _ = label;
+    /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
+    /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// # let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let h = worker.register(HostFn::new("double", double))?; // before init: no fork
+    /// assert_eq!(h.name(), "double");
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.name

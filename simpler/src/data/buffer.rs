@@ -37,7 +37,20 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Builds an identity; a zero `buffer_id` or `generation` is an error.
+    /// Builds an identity.
+    ///
+    /// # Errors
+    ///
+    /// A zero `buffer_id` (reserved) or `generation` (invalid) is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Identity};
+    /// let id = Identity::new(0xfeed, 3, 1).unwrap();
+    /// assert_eq!(id.to_string(), "000000000000feed:3:1");
+    /// assert_eq!(Identity::new(0xfeed, 0, 1).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert!(Identity::new(0xfeed, 3, 0).is_err());
+    /// ```
     pub fn new(owner: u64, buffer_id: u64, generation: u32) -> Result<Identity> {
         if buffer_id == 0 {
             return Err(Error::invalid("buffer identity: buffer_id 0 is reserved"));
@@ -49,16 +62,31 @@ impl Identity {
     }
 
     /// The owner nonce.
+    ///
+    /// ```
+    /// use simpler::Identity;
+    /// assert_eq!(Identity::new(0xfeed, 1, 1).unwrap().owner(), 0xfeed);
+    /// ```
     pub fn owner(&self) -> u64 {
         self.owner
     }
 
-    /// The per-owner buffer number.
+    /// The per-owner buffer number (never 0).
+    ///
+    /// ```
+    /// use simpler::Identity;
+    /// assert_eq!(Identity::new(0xfeed, 42, 1).unwrap().buffer_id(), 42);
+    /// ```
     pub fn buffer_id(&self) -> u64 {
         self.buffer_id
     }
 
     /// The generation (starts at 1).
+    ///
+    /// ```
+    /// use simpler::Identity;
+    /// assert_eq!(Identity::new(0xfeed, 1, 2).unwrap().generation(), 2);
+    /// ```
     pub fn generation(&self) -> u32 {
         self.generation
     }
@@ -89,22 +117,54 @@ pub enum Access {
 }
 
 impl Access {
-    /// True when holding `self` permits an access of kind `needed`.
+    /// True when holding `self` permits an access of kind `needed`: `ReadWrite` permits
+    /// everything, `Read` and `Write` only themselves.
+    ///
+    /// ```
+    /// use simpler::Access;
+    /// assert!(Access::ReadWrite.allows(Access::Write));
+    /// assert!(Access::Write.allows(Access::Write));
+    /// assert!(!Access::Write.allows(Access::Read));
+    /// assert!(!Access::Read.allows(Access::ReadWrite));
+    /// ```
     pub fn allows(self, needed: Access) -> bool {
         self == Access::ReadWrite || self == needed
     }
 
     /// True when this access may write.
+    ///
+    /// ```
+    /// use simpler::Access;
+    /// assert!(Access::Write.can_write() && Access::ReadWrite.can_write());
+    /// assert!(!Access::Read.can_write());
+    /// ```
     pub fn can_write(self) -> bool {
         self != Access::Read
     }
 
     /// True when this access may read.
+    ///
+    /// ```
+    /// use simpler::Access;
+    /// assert!(Access::Read.can_read() && Access::ReadWrite.can_read());
+    /// assert!(!Access::Write.can_read());
+    /// ```
     pub fn can_read(self) -> bool {
         self != Access::Write
     }
 
-    /// Parses a wire value.
+    /// Parses a wire value (the discriminant: 0 = read, 1 = write, 2 = read-write).
+    ///
+    /// # Errors
+    ///
+    /// Values above 2 are an [`ErrorKind::Decode`](crate::ErrorKind::Decode) error.
+    ///
+    /// ```
+    /// use simpler::{Access, ErrorKind};
+    /// assert_eq!(Access::from_u8(2).unwrap(), Access::ReadWrite);
+    /// assert_eq!(Access::from_u8(Access::Write as u8).unwrap(), Access::Write);
+    /// assert_eq!(Access::from_u8(3).unwrap_err().kind(), ErrorKind::Decode);
+    /// ```
     pub fn from_u8(v: u8) -> Result<Access> {
         match v {
             0 => Ok(Access::Read),
@@ -116,6 +176,12 @@ impl Access {
 }
 
 /// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
+///
+/// ```
+/// use simpler::{SHM_NAME_MAX, ShmName};
+/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX)).is_ok());
+/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX + 1)).is_err());
+/// ```
 pub const SHM_NAME_MAX: usize = 31;
 
 /// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
@@ -134,11 +200,32 @@ pub struct ShmName {
 
 impl ShmName {
     /// Validates and stores a name.
+    ///
+    /// # Errors
+    ///
+    /// An empty name, one longer than [`SHM_NAME_MAX`] bytes, or one holding `/`, a space or
+    /// any byte that is not printable ASCII is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, ShmName};
+    /// let name = ShmName::new("sp-42-b7").unwrap();
+    /// assert_eq!(name.to_string(), "sp-42-b7");
+    /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert!(ShmName::new("/leading-slash").is_err());
+    /// ```
     pub fn new(name: &str) -> Result<ShmName> {
         ShmName::from_bytes(name.as_bytes())
     }
 
-    /// Validates and stores a name given as bytes.
+    /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
+    ///
+    /// ```
+    /// use simpler::ShmName;
+    /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
+    /// assert!(ShmName::from_bytes(b"tab\there").is_err());
+    /// assert!(ShmName::from_bytes(&[0xff]).is_err());
+    /// ```
     pub fn from_bytes(name: &[u8]) -> Result<ShmName> {
         if name.is_empty() || name.len() > SHM_NAME_MAX {
             return Err(Error::invalid(format!(
@@ -157,12 +244,22 @@ impl ShmName {
     }
 
     /// The name as a string.
+    ///
+    /// ```
+    /// use simpler::ShmName;
+    /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
+    /// ```
     pub fn as_str(&self) -> &str {
         // Validated as ASCII at construction.
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
     }
 
     /// The name as bytes.
+    ///
+    /// ```
+    /// use simpler::ShmName;
+    /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
+    /// ```
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
@@ -181,6 +278,16 @@ impl fmt::Display for ShmName {
 }
 
 /// Where a buffer's bytes live.
+///
+/// ```
+/// use simpler::{Backing, ShmName};
+/// let shm = Backing::PosixShm { name: ShmName::new("sp-1-b1").unwrap() };
+/// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000 };
+/// assert_ne!(shm.kind_u8(), slab.kind_u8());
+/// if let Backing::PosixShm { name } = shm {
+///     assert_eq!(name.as_str(), "sp-1-b1");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backing {
     /// A slab carved from a heap ring that was mapped `MAP_SHARED` before any fork: every process
@@ -197,7 +304,14 @@ pub enum Backing {
 }
 
 impl Backing {
-    /// The wire number of this backend kind.
+    /// The wire number of this backend kind: 0 for [`Backing::HeapSlab`], 1 for
+    /// [`Backing::PosixShm`].
+    ///
+    /// ```
+    /// use simpler::{Backing, ShmName};
+    /// assert_eq!(Backing::HeapSlab { addr: 0x1000 }.kind_u8(), 0);
+    /// assert_eq!(Backing::PosixShm { name: ShmName::new("x").unwrap() }.kind_u8(), 1);
+    /// ```
     pub fn kind_u8(&self) -> u8 {
         match self {
             Backing::HeapSlab { .. } => 0,
@@ -229,6 +343,20 @@ pub struct BufferDesc {
 
 impl BufferDesc {
     /// Builds a descriptor, validating the backing.
+    ///
+    /// # Errors
+    ///
+    /// A [`Backing::HeapSlab`] at address 0 is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::{Access, Backing, BufferDesc, Identity};
+    /// let id = Identity::new(7, 1, 1).unwrap();
+    /// let ok = BufferDesc::new(id, Backing::HeapSlab { addr: 0x1000 }, Access::Read, 64);
+    /// assert!(ok.is_ok());
+    /// let null = BufferDesc::new(id, Backing::HeapSlab { addr: 0 }, Access::Read, 64);
+    /// assert!(null.is_err());
+    /// ```
     pub fn new(identity: Identity, backing: Backing, access: Access, nbytes: u64) -> Result<BufferDesc> {
         if let Backing::HeapSlab { addr } = backing
             && addr == 0
@@ -239,21 +367,69 @@ impl BufferDesc {
     }
 
     /// The canonical identity.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(7, 1, 1).unwrap(),
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+    /// #     Access::ReadWrite,
+    /// #     4096,
+    /// # )
+    /// # .unwrap();
+    /// assert_eq!(desc.identity(), Identity::new(7, 1, 1).unwrap());
+    /// ```
     pub fn identity(&self) -> Identity {
         self.identity
     }
 
     /// The backing.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(7, 1, 1).unwrap(),
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+    /// #     Access::ReadWrite,
+    /// #     4096,
+    /// # )
+    /// # .unwrap();
+    /// assert!(matches!(desc.backing(), Backing::PosixShm { name } if name.as_str() == "sp-doc-b1"));
+    /// ```
     pub fn backing(&self) -> Backing {
         self.backing
     }
 
     /// The granted access.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(7, 1, 1).unwrap(),
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+    /// #     Access::ReadWrite,
+    /// #     4096,
+    /// # )
+    /// # .unwrap();
+    /// assert_eq!(desc.access(), Access::ReadWrite);
+    /// ```
     pub fn access(&self) -> Access {
         self.access
     }
 
     /// Size in bytes.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(7, 1, 1).unwrap(),
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+    /// #     Access::ReadWrite,
+    /// #     4096,
+    /// # )
+    /// # .unwrap();
+    /// assert_eq!(desc.nbytes(), 4096);
+    /// ```
     pub fn nbytes(&self) -> u64 {
         self.nbytes
     }
@@ -309,33 +485,127 @@ impl Buffer {
         Ok(Buffer { inner: Arc::new(BufferInner { desc, shm }) })
     }
 
-    /// The descriptor.
+    /// The descriptor: a fresh identity, a [`Backing::PosixShm`] backing and
+    /// [`Access::ReadWrite`].
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// use simpler::{Access, Backing};
+    /// let buf = worker.create_buffer(64)?;
+    /// assert_eq!(buf.desc().access(), Access::ReadWrite);
+    /// assert_eq!(buf.desc().nbytes(), 64);
+    /// assert!(matches!(buf.desc().backing(), Backing::PosixShm { .. }));
+    /// // Each buffer gets its own identity.
+    /// assert_ne!(worker.create_buffer(64)?.desc().identity(), buf.desc().identity());
+    /// # Ok(()) }
+    /// ```
     pub fn desc(&self) -> &BufferDesc {
         &self.inner.desc
     }
 
     /// Size in bytes.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let buf = worker.create_buffer(4 * 16)?;
+    /// assert_eq!(buf.nbytes(), 64);
+    /// # Ok(()) }
+    /// ```
     pub fn nbytes(&self) -> usize {
         self.inner.shm.len()
     }
 
-    /// A contiguous row-major tensor over the whole start of the buffer.
+    /// A contiguous row-major tensor starting at byte 0 of the buffer.
+    ///
+    /// # Errors
+    ///
+    /// An invalid shape (see [`TensorView::new`]) or a tensor larger than the buffer is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// use simpler::DataType;
+    /// let buf = worker.create_buffer(4 * 6)?;
+    /// let t = buf.tensor(&[2, 3], DataType::Float32)?;
+    /// assert_eq!(t.view().strides(), &[3, 1]);
+    /// assert_eq!(t.desc(), buf.desc());
+    /// assert!(buf.tensor(&[7], DataType::Float32).is_err()); // 28 bytes > 24
+    /// # Ok(()) }
+    /// ```
     pub fn tensor(&self, shape: &[u32], dtype: DataType) -> Result<Tensor> {
         self.view(TensorView::new(0, shape, None, dtype)?)
     }
 
     /// A tensor with an explicit view (byte offset, shape, element strides).
+    ///
+    /// # Errors
+    ///
+    /// A view reaching past the end of the buffer is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// use simpler::{DataType, TensorView};
+    /// let buf = worker.create_buffer(4 * 16)?; // a 4x4 f32 matrix
+    /// // Column 1: four elements, one per row.
+    /// let col = buf.view(TensorView::new(4, &[4], Some(&[4]), DataType::Float32)?)?;
+    /// assert_eq!(col.view().byte_range(), (4, 4 + 13 * 4));
+    /// assert!(buf.view(TensorView::new(60, &[2], None, DataType::Float32)?).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn view(&self, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(self.inner.desc, view, Some(self.inner.clone()))
     }
 
     /// Copies `values` into the buffer starting at element index `offset` (in units of `T`).
+    ///
+    /// # Errors
+    ///
+    /// A range reaching past the end of the buffer is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error; nothing is
+    /// written then.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let buf = worker.create_buffer(4 * 4)?;
+    /// buf.write(2, &[7u32, 8])?; // elements 2 and 3
+    /// assert_eq!(buf.read::<u32>(0, 4)?, vec![0, 0, 7, 8]);
+    /// assert!(buf.write(3, &[1u32, 2]).is_err()); // would end at element 5
+    /// # Ok(()) }
+    /// ```
     pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
         self.inner.shm.write_bytes(start, as_bytes(values))
     }
 
     /// Reads `len` elements of `T` starting at element index `offset`.
+    ///
+    /// # Errors
+    ///
+    /// A range reaching past the end of the buffer is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let buf = worker.create_buffer(8)?;
+    /// buf.write(0, &[1u8, 2, 3, 4, 5, 6, 7, 8])?;
+    /// assert_eq!(buf.read::<u8>(6, 2)?, vec![7, 8]);
+    /// assert_eq!(buf.read::<u32>(1, 1)?, vec![u32::from_ne_bytes([5, 6, 7, 8])]);
+    /// assert!(buf.read::<u64>(1, 1).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn read<T: Element>(&self, offset: usize, len: usize) -> Result<Vec<T>> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
         let mut out = vec![T::ZERO; len];

@@ -3,17 +3,39 @@
 use crate::error::{Error, Result};
 
 /// Number of scope-depth rings a [`RuntimeEnv`] has an entry for.
+///
+/// ```
+/// use simpler::{RING_DEPTH, RuntimeEnv};
+/// let env = RuntimeEnv::default();
+/// assert_eq!(env.ring_task_window.len(), RING_DEPTH);
+/// assert_eq!(env.ring_heap.len(), RING_DEPTH);
+/// ```
 pub const RING_DEPTH: usize = 4;
 
-/// Size of [`CallConfig::output_prefix`] in bytes.
+/// Size of [`CallConfig::output_prefix`] in bytes; the prefix itself holds at most one byte
+/// less (it is NUL-terminated).
+///
+/// ```
+/// use simpler::{CallConfig, OUTPUT_PREFIX_LEN};
+/// let mut cfg = CallConfig::default();
+/// assert!(cfg.set_output_prefix(&"d".repeat(OUTPUT_PREFIX_LEN - 1)).is_ok());
+/// assert!(cfg.set_output_prefix(&"d".repeat(OUTPUT_PREFIX_LEN)).is_err());
+/// ```
 pub const OUTPUT_PREFIX_LEN: usize = 1024;
 
 /// Per-run ring sizing overrides, one entry per scope-depth ring; 0 means "unset".
 ///
 /// ```
-/// use simpler::RuntimeEnv;
+/// use simpler::{CallConfig, RuntimeEnv};
 /// let env = RuntimeEnv { ring_heap: [1 << 20; 4], ..RuntimeEnv::default() };
 /// assert_eq!(env.ring_heap[3], 1 << 20);
+/// assert_eq!(env.ring_task_window, [0; 4]); // unset
+///
+/// // Checked as part of the CallConfig that carries it.
+/// let mut cfg = CallConfig { runtime_env: env, ..CallConfig::default() };
+/// assert!(cfg.validate().is_ok());
+/// cfg.runtime_env.ring_task_window[0] = 100; // not a power of two
+/// assert!(cfg.validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
@@ -90,13 +112,37 @@ impl std::fmt::Debug for CallConfig {
 }
 
 impl CallConfig {
-    /// The output prefix as a string (up to the first NUL).
+    /// The output prefix as a string (up to the first NUL); empty when unset.
+    ///
+    /// ```
+    /// use simpler::CallConfig;
+    /// let mut cfg = CallConfig::default();
+    /// assert_eq!(cfg.output_prefix(), "");
+    /// cfg.set_output_prefix("/tmp/trace").unwrap();
+    /// assert_eq!(cfg.output_prefix(), "/tmp/trace");
+    /// ```
     pub fn output_prefix(&self) -> &str {
         let end = self.output_prefix.iter().position(|&b| b == 0).unwrap_or(OUTPUT_PREFIX_LEN);
         std::str::from_utf8(&self.output_prefix[..end]).unwrap_or("")
     }
 
-    /// Sets the output prefix; at most 1023 bytes, no NUL.
+    /// Sets the output prefix, replacing any earlier one; at most 1023 bytes, no NUL.
+    ///
+    /// # Errors
+    ///
+    /// A prefix of [`OUTPUT_PREFIX_LEN`] bytes or more, or one holding a NUL byte, is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error; the old prefix
+    /// stays.
+    ///
+    /// ```
+    /// use simpler::CallConfig;
+    /// let mut cfg = CallConfig::default();
+    /// cfg.set_output_prefix("/tmp/a-long-first-prefix").unwrap();
+    /// cfg.set_output_prefix("/tmp/b").unwrap();
+    /// assert_eq!(cfg.output_prefix(), "/tmp/b");
+    /// assert!(cfg.set_output_prefix("bad\0prefix").is_err());
+    /// assert_eq!(cfg.output_prefix(), "/tmp/b");
+    /// ```
     pub fn set_output_prefix(&mut self, prefix: &str) -> Result<()> {
         if prefix.len() >= OUTPUT_PREFIX_LEN || prefix.as_bytes().contains(&0) {
             return Err(Error::invalid(format!(
@@ -117,6 +163,22 @@ impl CallConfig {
     }
 
     /// Checks every field; run at every submit.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error naming the first
+    /// bad field: `aicpu_thread_num` of 1 or negative, `enable_chip_swimlane` outside `0..=4`, a
+    /// negative diagnostic flag, a diagnostic flag without an output prefix, or a
+    /// [`RuntimeEnv`] entry out of its range.
+    ///
+    /// ```
+    /// use simpler::CallConfig;
+    /// assert!(CallConfig::default().validate().is_ok());
+    /// let cfg = CallConfig { aicpu_thread_num: 1, ..CallConfig::default() };
+    /// assert!(cfg.validate().unwrap_err().message().contains("aicpu_thread_num"));
+    /// let cfg = CallConfig { enable_chip_swimlane: 5, ..CallConfig::default() };
+    /// assert!(cfg.validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<()> {
         if self.aicpu_thread_num < 0 || self.aicpu_thread_num == 1 {
             return Err(Error::invalid(format!(

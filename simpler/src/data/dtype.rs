@@ -46,7 +46,14 @@ pub enum DataType {
 }
 
 impl DataType {
-    /// Every data type, in wire order.
+    /// Every data type, in wire order: `ALL[i].as_u8() == i`.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// assert_eq!(DataType::ALL.len(), 15);
+    /// assert_eq!(DataType::ALL[0], DataType::Float32);
+    /// assert!(DataType::ALL.iter().enumerate().all(|(i, d)| usize::from(d.as_u8()) == i));
+    /// ```
     pub const ALL: [DataType; 15] = [
         DataType::Float32,
         DataType::Float16,
@@ -66,6 +73,16 @@ impl DataType {
     ];
 
     /// Size of one element in bytes.
+    ///
+    /// [`DataType::Fp4E2M1`] packs two values per byte but reports 1, the size of that byte.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// assert_eq!(DataType::Int64.size(), 8);
+    /// assert_eq!(DataType::BFloat16.size(), 2);
+    /// assert_eq!(DataType::Bool.size(), 1);
+    /// assert_eq!(DataType::Fp4E2M1.size(), 1);
+    /// ```
     pub const fn size(self) -> usize {
         match self {
             DataType::Float32 | DataType::Int32 | DataType::Uint32 => 4,
@@ -80,12 +97,29 @@ impl DataType {
         }
     }
 
-    /// The wire value of this type.
+    /// The wire value of this type (its discriminant, `0..=14`).
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// assert_eq!(DataType::Float32.as_u8(), 0);
+    /// assert_eq!(DataType::Fp4E2M1.as_u8(), 14);
+    /// assert_eq!(DataType::from_u8(DataType::Uint16.as_u8()).unwrap(), DataType::Uint16);
+    /// ```
     pub const fn as_u8(self) -> u8 {
         self as u8
     }
 
-    /// Parses a wire value; unknown values are an error.
+    /// Parses a wire value.
+    ///
+    /// # Errors
+    ///
+    /// Values above 14 are an [`ErrorKind::Decode`](crate::ErrorKind::Decode) error.
+    ///
+    /// ```
+    /// use simpler::{DataType, ErrorKind};
+    /// assert_eq!(DataType::from_u8(6).unwrap(), DataType::BFloat16);
+    /// assert_eq!(DataType::from_u8(200).unwrap_err().kind(), ErrorKind::Decode);
+    /// ```
     pub fn from_u8(v: u8) -> Result<DataType> {
         DataType::ALL
             .get(usize::from(v))
@@ -93,7 +127,14 @@ impl DataType {
             .ok_or_else(|| Error::decode(format!("unknown data type {v} (known: 0..=14)")))
     }
 
-    /// The lowercase name, as used in messages (`f32`, `bf16`, ...).
+    /// The lowercase name, as used in messages (`f32`, `bf16`, ...); `Display` prints it too.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// assert_eq!(DataType::BFloat16.name(), "bf16");
+    /// assert_eq!(DataType::Fp8E4M3Fn.name(), "fp8e4m3fn");
+    /// assert_eq!(DataType::Int32.to_string(), "i32");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             DataType::Float32 => "f32",
@@ -132,11 +173,30 @@ impl std::fmt::Display for DataType {
 /// use simpler::{DataType, Element};
 /// assert_eq!(<f32 as Element>::DTYPE, DataType::Float32);
 /// assert_eq!(<u8 as Element>::DTYPE, DataType::Uint8);
+///
+/// // Generic code can check a data type against the Rust type it expects.
+/// fn matches<T: Element>(dtype: DataType) -> bool {
+///     T::DTYPE == dtype
+/// }
+/// assert!(matches::<i32>(DataType::Int32));
+/// assert!(!matches::<u32>(DataType::Int32));
 /// ```
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The data type this Rust type stands for.
+    ///
+    /// ```
+    /// use simpler::{DataType, Element};
+    /// assert_eq!(<i64 as Element>::DTYPE, DataType::Int64);
+    /// assert_eq!(<u16 as Element>::DTYPE.size(), std::mem::size_of::<u16>());
+    /// ```
     const DTYPE: DataType;
     /// The zero value.
+    ///
+    /// ```
+    /// use simpler::Element;
+    /// assert_eq!(<f32 as Element>::ZERO, 0.0);
+    /// assert_eq!(<i8 as Element>::ZERO, 0);
+    /// ```
     const ZERO: Self;
 }
 

@@ -40,17 +40,37 @@ pub enum Tag {
 }
 
 impl Tag {
-    /// True when the tag looks up the current writer (waits for it).
+    /// True when the tag looks up the current writer (waits for it): `Input` and `InOut`.
+    ///
+    /// ```
+    /// use simpler::Tag;
+    /// assert!(Tag::Input.reads() && Tag::InOut.reads());
+    /// assert!(!Tag::Output.reads() && !Tag::OutputExisting.reads() && !Tag::NoDep.reads());
+    /// ```
     pub fn reads(self) -> bool {
         matches!(self, Tag::Input | Tag::InOut)
     }
 
-    /// True when the tag makes the task the new writer.
+    /// True when the tag makes the task the new writer: `Output`, `InOut` and `OutputExisting`.
+    ///
+    /// ```
+    /// use simpler::Tag;
+    /// assert!(Tag::Output.writes() && Tag::InOut.writes() && Tag::OutputExisting.writes());
+    /// assert!(!Tag::Input.writes() && !Tag::NoDep.writes());
+    /// ```
     pub fn writes(self) -> bool {
         matches!(self, Tag::Output | Tag::InOut | Tag::OutputExisting)
     }
 
     /// The access a task holding this tag is given to the tensor's bytes.
+    ///
+    /// ```
+    /// use simpler::{Access, Tag};
+    /// assert_eq!(Tag::Input.access(), Access::Read);
+    /// assert_eq!(Tag::Output.access(), Access::Write);
+    /// assert_eq!(Tag::InOut.access(), Access::ReadWrite);
+    /// assert_eq!(Tag::NoDep.access(), Access::ReadWrite);
+    /// ```
     pub fn access(self) -> Access {
         match self {
             Tag::Input => Access::Read,
@@ -81,18 +101,45 @@ pub struct TaskHandle {
 }
 
 impl TaskHandle {
-    /// The run this task belongs to.
+    /// The run this task belongs to (the same as [`Orchestrator::run_id`](crate::Orchestrator::run_id)).
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// let t = orch.submit_sub(f, simpler::TaskArgs::new())?;
+    /// assert_eq!(t.run_id(), orch.run_id());
+    /// # Ok(()) }
+    /// ```
     pub fn run_id(&self) -> u64 {
         self.run
     }
 
     /// The task's number within its run (0 for the first submit).
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::TaskArgs;
+    /// let first = orch.submit_sub(f, TaskArgs::new())?;
+    /// let second = orch.submit_sub(f, TaskArgs::new())?;
+    /// assert_eq!(second.index(), first.index() + 1);
+    /// # Ok(()) }
+    /// ```
     pub fn index(&self) -> u32 {
         self.index
     }
 }
 
-/// An explicit dependency on an earlier task of the same run.
+/// An explicit dependency on an earlier task of the same run, as recorded by
+/// [`TaskArgs::add_dep`] and [`TaskArgs::add_dep_wait`].
+///
+/// ```no_run
+/// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+/// use simpler::{Dep, TaskArgs};
+/// let producer = orch.submit_sub(f, TaskArgs::new())?;
+/// let mut args = TaskArgs::new();
+/// args.add_dep(producer);
+/// assert_eq!(args.deps(), &[Dep { task: producer, retain: true }]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dep {
     /// The producer.
@@ -138,11 +185,39 @@ impl std::fmt::Debug for TaskArgs {
 
 impl TaskArgs {
     /// Empty arguments.
+    ///
+    /// ```
+    /// use simpler::TaskArgs;
+    /// let args = TaskArgs::new();
+    /// assert_eq!((args.tensor_count(), args.scalar_count(), args.deps().len()), (0, 0, 0));
+    /// ```
     pub fn new() -> TaskArgs {
         TaskArgs::default()
     }
 
-    /// Adds a tensor with a tag. Errors when a scalar was already added.
+    /// Adds a tensor with a tag; returns `self` for chaining.
+    ///
+    /// # Errors
+    ///
+    /// When a scalar was already added (tensors must come first), an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error; the arguments
+    /// are left unchanged.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::{Tag, TaskArgs};
+    /// let mut args = TaskArgs::new();
+    /// args.add_tensor(&a, Tag::OutputExisting)?.add_tensor(&b, Tag::NoDep)?;
+    /// assert_eq!(args.tag(0), Some(Tag::OutputExisting));
+    /// assert_eq!(args.tag(1), Some(Tag::NoDep));
+    /// args.scalar(1);
+    /// assert!(args.add_tensor(&a, Tag::Input).is_err());
+    /// assert_eq!(args.tensor_count(), 2);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn add_tensor(&mut self, tensor: &Tensor, tag: Tag) -> Result<&mut TaskArgs> {
         if !self.scalars.is_empty() {
             return Err(Error::invalid(format!(
@@ -155,65 +230,201 @@ impl TaskArgs {
         Ok(self)
     }
 
-    /// Adds a tensor tagged [`Tag::Input`].
+    /// Adds a tensor tagged [`Tag::Input`]; errors as [`add_tensor`](Self::add_tensor).
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::{Tag, TaskArgs};
+    /// let mut args = TaskArgs::new();
+    /// args.input(&a)?;
+    /// assert_eq!(args.tag(0), Some(Tag::Input));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn input(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
         self.add_tensor(tensor, Tag::Input)
     }
 
-    /// Adds a tensor tagged [`Tag::Output`].
+    /// Adds a tensor tagged [`Tag::Output`]; errors as [`add_tensor`](Self::add_tensor).
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::{Tag, TaskArgs};
+    /// let mut args = TaskArgs::new();
+    /// args.output(&b)?;
+    /// assert_eq!(args.tag(0), Some(Tag::Output));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn output(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
         self.add_tensor(tensor, Tag::Output)
     }
 
-    /// Adds a tensor tagged [`Tag::InOut`].
+    /// Adds a tensor tagged [`Tag::InOut`]; errors as [`add_tensor`](Self::add_tensor).
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::{Tag, TaskArgs};
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&a)?;
+    /// assert_eq!(args.tag(0), Some(Tag::InOut));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn inout(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
         self.add_tensor(tensor, Tag::InOut)
     }
 
-    /// Adds a `u64` scalar.
+    /// Adds a `u64` scalar; returns `self` for chaining.
+    ///
+    /// ```
+    /// use simpler::TaskArgs;
+    /// let mut args = TaskArgs::new();
+    /// args.scalar(3).scalar(u64::MAX);
+    /// assert_eq!(args.scalars(), &[3, u64::MAX]);
+    /// ```
     pub fn scalar(&mut self, value: u64) -> &mut TaskArgs {
         self.scalars.push(value);
         self
     }
 
-    /// Adds an `f32` scalar as its IEEE bits, zero-extended.
+    /// Adds an `f32` scalar as its IEEE bits, zero-extended; a host function reads it back with
+    /// [`HostArgs::scalar_f32`](crate::HostArgs::scalar_f32).
+    ///
+    /// ```
+    /// use simpler::TaskArgs;
+    /// let mut args = TaskArgs::new();
+    /// args.scalar_f32(1.5);
+    /// let bits = args.scalar_at(0).unwrap();
+    /// assert_eq!(bits, u64::from(1.5f32.to_bits()));
+    /// assert_eq!(f32::from_bits(bits as u32), 1.5);
+    /// ```
     pub fn scalar_f32(&mut self, value: f32) -> &mut TaskArgs {
         self.scalar(u64::from(value.to_bits()))
     }
 
     /// Orders this task after `task` and keeps `task` retained until this one completes.
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::TaskArgs;
+    /// let producer = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(producer);
+    /// assert!(args.deps()[0].retain);
+    /// orch.submit_sub(f, args)?; // starts after `producer` completes
+    /// # Ok(()) }
+    /// ```
     pub fn add_dep(&mut self, task: TaskHandle) -> &mut TaskArgs {
         self.deps.push(Dep { task, retain: true });
         self
     }
 
-    /// Orders this task after `task` without retaining it.
+    /// Orders this task after `task` without retaining it (ordering only).
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::TaskArgs;
+    /// let producer = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep_wait(producer);
+    /// assert!(!args.deps()[0].retain);
+    /// orch.submit_sub(f, args)?; // starts after `producer` completes
+    /// # Ok(()) }
+    /// ```
     pub fn add_dep_wait(&mut self, task: TaskHandle) -> &mut TaskArgs {
         self.deps.push(Dep { task, retain: false });
         self
     }
 
     /// Number of tensors.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.input(&a)?.output(&b)?;
+    /// assert_eq!(args.tensor_count(), 2);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn tensor_count(&self) -> usize {
         self.tensors.len()
     }
 
     /// Number of scalars.
+    ///
+    /// ```
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.scalar(1).scalar_f32(2.0);
+    /// assert_eq!(args.scalar_count(), 2);
+    /// ```
     pub fn scalar_count(&self) -> usize {
         self.scalars.len()
     }
 
-    /// The tensor at `i`.
+    /// The tensor at `i`, or `None` past the end.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.input(&a)?.output(&b)?;
+    /// assert_eq!(args.tensor(1), Some(&b));
+    /// assert!(args.tensor(2).is_none());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn tensor(&self, i: usize) -> Option<&Tensor> {
         self.tensors.get(i)
     }
 
-    /// The tag of tensor `i`.
+    /// The tag of tensor `i`, or `None` past the end.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::Tag;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.inout(&a)?;
+    /// assert_eq!(args.tag(0), Some(Tag::InOut));
+    /// assert_eq!(args.tag(1), None);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn tag(&self, i: usize) -> Option<Tag> {
         self.tags.get(i).copied()
     }
 
     /// Changes the tag of tensor `i`.
+    ///
+    /// # Errors
+    ///
+    /// An index past the end is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// error.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// use simpler::Tag;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.input(&a)?;
+    /// args.set_tag(0, Tag::NoDep)?;
+    /// assert_eq!(args.tag(0), Some(Tag::NoDep));
+    /// assert!(args.set_tag(1, Tag::Input).is_err());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn set_tag(&mut self, i: usize, tag: Tag) -> Result<()> {
         let n = self.tags.len();
         let slot = self.tags.get_mut(i).ok_or_else(|| {
@@ -223,27 +434,76 @@ impl TaskArgs {
         Ok(())
     }
 
-    /// The scalar at `i`.
+    /// The scalar at `i`, or `None` past the end.
+    ///
+    /// ```
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.scalar(10).scalar(20);
+    /// assert_eq!(args.scalar_at(1), Some(20));
+    /// assert_eq!(args.scalar_at(2), None);
+    /// ```
     pub fn scalar_at(&self, i: usize) -> Option<u64> {
         self.scalars.get(i).copied()
     }
 
-    /// All tensors.
+    /// All tensors, in the order they were added.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.input(&a)?.output(&b)?;
+    /// assert_eq!(args.tensors(), &[a, b]);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn tensors(&self) -> &[Tensor] {
         &self.tensors
     }
 
-    /// All scalars.
+    /// All scalars, in the order they were added.
+    ///
+    /// ```
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.scalar(1).scalar(2);
+    /// assert_eq!(args.scalars(), &[1, 2]);
+    /// ```
     pub fn scalars(&self) -> &[u64] {
         &self.scalars
     }
 
-    /// The explicit dependencies.
+    /// The explicit dependencies, in the order they were added.
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::TaskArgs;
+    /// let (a, b) = (orch.submit_sub(f, TaskArgs::new())?, orch.submit_sub(f, TaskArgs::new())?);
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(a).add_dep_wait(b);
+    /// let deps = args.deps();
+    /// assert_eq!((deps[0].task, deps[0].retain), (a, true));
+    /// assert_eq!((deps[1].task, deps[1].retain), (b, false));
+    /// # Ok(()) }
+    /// ```
     pub fn deps(&self) -> &[Dep] {
         &self.deps
     }
 
-    /// Removes everything.
+    /// Removes everything (tensors, scalars and dependencies), so the value can be reused.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// let mut args = simpler::TaskArgs::new();
+    /// args.input(&a)?.scalar(1);
+    /// args.clear();
+    /// assert_eq!((args.tensor_count(), args.scalar_count()), (0, 0));
+    /// args.output(&b)?; // tensors are allowed again
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn clear(&mut self) {
         self.tensors.clear();
         self.tags.clear();

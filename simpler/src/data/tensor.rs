@@ -9,6 +9,12 @@ use crate::data::dtype::DataType;
 use crate::error::{Error, Result};
 
 /// The most dimensions a tensor view may have.
+///
+/// ```
+/// use simpler::{DataType, MAX_TENSOR_DIMS, TensorView};
+/// assert!(TensorView::new(0, &[1; MAX_TENSOR_DIMS], None, DataType::Int8).is_ok());
+/// assert!(TensorView::new(0, &[1; MAX_TENSOR_DIMS + 1], None, DataType::Int8).is_err());
+/// ```
 pub const MAX_TENSOR_DIMS: usize = 5;
 
 /// A strided view into a buffer: byte offset, shape, element strides and element type.
@@ -35,6 +41,21 @@ pub struct TensorView {
 
 impl TensorView {
     /// Builds and validates a view. `strides` are in elements; `None` means row-major contiguous.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the rank
+    /// is not in `1..=5`, a dimension or stride is 0, `strides` has another length than `shape`,
+    /// the byte offset is not a multiple of the element size, or the extent overflows.
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// // Every other element of a 1-D i32 array, starting at element 1.
+    /// let odd = TensorView::new(4, &[3], Some(&[2]), DataType::Int32).unwrap();
+    /// assert_eq!(odd.byte_range(), (4, 24));
+    /// assert!(TensorView::new(0, &[2, 0], None, DataType::Int32).is_err()); // empty dimension
+    /// assert!(TensorView::new(0, &[2, 2], Some(&[1]), DataType::Int32).is_err()); // rank mismatch
+    /// ```
     pub fn new(
         byte_offset: u64,
         shape: &[u32],
@@ -110,31 +131,73 @@ impl TensorView {
     }
 
     /// Byte offset of the first element within the buffer.
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(16, &[4], None, DataType::Int64).unwrap();
+    /// assert_eq!(v.byte_offset(), 16);
+    /// ```
     pub fn byte_offset(&self) -> u64 {
         self.byte_offset
     }
 
     /// The shape (one entry per dimension).
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(0, &[2, 3, 4], None, DataType::Uint8).unwrap();
+    /// assert_eq!(v.shape(), &[2, 3, 4]);
+    /// ```
     pub fn shape(&self) -> &[u32] {
         &self.shape[..usize::from(self.ndims)]
     }
 
-    /// The strides in elements (one entry per dimension).
+    /// The strides in elements (one entry per dimension); row-major when none were given.
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(0, &[2, 3, 4], None, DataType::Uint8).unwrap();
+    /// assert_eq!(v.strides(), &[12, 4, 1]);
+    /// let t = TensorView::new(0, &[4, 3], Some(&[1, 4]), DataType::Uint8).unwrap(); // transposed
+    /// assert_eq!(t.strides(), &[1, 4]);
+    /// ```
     pub fn strides(&self) -> &[u32] {
         &self.strides[..usize::from(self.ndims)]
     }
 
     /// The element type.
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(0, &[8], None, DataType::BFloat16).unwrap();
+    /// assert_eq!(v.dtype(), DataType::BFloat16);
+    /// ```
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
 
-    /// Number of elements.
+    /// Number of elements (the product of the shape, whatever the strides).
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(0, &[2, 3], Some(&[8, 2]), DataType::Float32).unwrap();
+    /// assert_eq!(v.num_elements(), 6);
+    /// ```
     pub fn num_elements(&self) -> u64 {
         self.shape().iter().map(|&d| u64::from(d)).product()
     }
 
-    /// True when the view is row-major contiguous.
+    /// True when the view is row-major contiguous (strides of size-1 dimensions are ignored).
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let dense = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
+    /// assert!(dense.is_contiguous());
+    /// let rows = TensorView::new(0, &[2, 3], Some(&[4, 1]), DataType::Float32).unwrap(); // padded rows
+    /// assert!(!rows.is_contiguous());
+    /// let one_row = TensorView::new(0, &[1, 3], Some(&[99, 1]), DataType::Float32).unwrap();
+    /// assert!(one_row.is_contiguous());
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         let mut expect: u64 = 1;
         for i in (0..usize::from(self.ndims)).rev() {
@@ -156,11 +219,27 @@ impl TensorView {
     }
 
     /// Bytes from the first to one past the last element: `(Σ (shape_i-1)·stride_i + 1) · elem`.
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let dense = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
+    /// assert_eq!(dense.extent_bytes(), 6 * 4);
+    /// // Two rows of 3 out of rows of 4: the last element is at (1·4 + 2) = 6.
+    /// let padded = TensorView::new(0, &[2, 3], Some(&[4, 1]), DataType::Float32).unwrap();
+    /// assert_eq!(padded.extent_bytes(), 7 * 4);
+    /// ```
     pub fn extent_bytes(&self) -> u64 {
         self.extent_bytes_checked().unwrap_or(u64::MAX)
     }
 
-    /// The byte range `[offset, offset + extent)` the view touches.
+    /// The byte range `[offset, offset + extent)` the view touches (its bounding range; a
+    /// strided view need not touch every byte in it).
+    ///
+    /// ```
+    /// use simpler::{DataType, TensorView};
+    /// let v = TensorView::new(8, &[4], None, DataType::Int16).unwrap();
+    /// assert_eq!(v.byte_range(), (8, 16));
+    /// ```
     pub fn byte_range(&self) -> (u64, u64) {
         (self.byte_offset, self.byte_offset.saturating_add(self.extent_bytes()))
     }
@@ -190,7 +269,15 @@ impl fmt::Debug for TensorView {
     }
 }
 
-/// How two views of the same buffer relate.
+/// How two views of the same buffer relate; the result of [`overlap`].
+///
+/// ```
+/// use simpler::{overlap, DataType, Overlap, TensorView};
+/// let v = |off, n| TensorView::new(off, &[n], None, DataType::Uint8).unwrap();
+/// assert_eq!(overlap(&v(0, 4), &v(4, 4)), Overlap::None);
+/// assert_eq!(overlap(&v(0, 8), &v(2, 4)), Overlap::Covered);
+/// assert_eq!(overlap(&v(0, 4), &v(2, 4)), Overlap::Partial);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlap {
     /// No byte is shared.
@@ -309,7 +396,21 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Attaches a view to a buffer descriptor; the view must lie inside the buffer.
+    /// Attaches a view to a buffer descriptor.
+    ///
+    /// # Errors
+    ///
+    /// A view whose [byte range](TensorView::byte_range) ends past the buffer is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::{Access, Backing, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::HeapSlab { addr: 0x1000 }, Access::ReadWrite, 32)?;
+    /// let t = Tensor::new(desc, TensorView::new(16, &[2, 2], None, DataType::Float32)?)?;
+    /// assert_eq!(t.view().byte_range(), (16, 32));
+    /// assert!(Tensor::new(desc, TensorView::new(16, &[5], None, DataType::Float32)?).is_err());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn new(desc: BufferDesc, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(desc, view, None)
     }
@@ -330,16 +431,65 @@ impl Tensor {
     }
 
     /// The buffer descriptor.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(1, 1, 1)?,
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
+    /// #     Access::ReadWrite,
+    /// #     64,
+    /// # )?;
+    /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32)?)?;
+    /// assert_eq!(t.desc(), &desc);
+    /// assert_eq!(t.desc().identity(), Identity::new(1, 1, 1)?);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn desc(&self) -> &BufferDesc {
         &self.desc
     }
 
     /// The view.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(1, 1, 1)?,
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
+    /// #     Access::ReadWrite,
+    /// #     64,
+    /// # )?;
+    /// let t = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
+    /// assert_eq!(t.view().shape(), &[4, 4]);
+    /// assert_eq!(t.view().dtype(), DataType::Float32);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn view(&self) -> &TensorView {
         &self.view
     }
 
     /// Another view of the same buffer (keeps the same owner alive).
+    ///
+    /// # Errors
+    ///
+    /// As [`Tensor::new`]: the new view must lie inside the buffer.
+    ///
+    /// ```
+    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # let desc = BufferDesc::new(
+    /// #     Identity::new(1, 1, 1)?,
+    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
+    /// #     Access::ReadWrite,
+    /// #     64,
+    /// # )?;
+    /// let whole = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
+    /// // The bottom two rows.
+    /// let bottom = whole.reshape(TensorView::new(32, &[2, 4], None, DataType::Float32)?)?;
+    /// assert_eq!(bottom.desc(), whole.desc());
+    /// assert_eq!(bottom.view().byte_range(), (32, 64));
+    /// assert!(whole.reshape(TensorView::new(0, &[17], None, DataType::Float32)?).is_err());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn reshape(&self, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(self.desc, view, self.keepalive.clone())
     }

@@ -7,7 +7,20 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
 
-/// One task of a captured run.
+/// One task of a captured run: the node weight of [`RunDag::graph`].
+///
+/// ```
+/// use simpler::{Digest, TaskNode};
+/// let node = TaskNode {
+///     index: 0,
+///     callable: "double".to_string(),
+///     digest: Digest::of(b"descriptor bytes"),
+///     target: "sub".to_string(),
+///     members: 1,
+/// };
+/// assert_eq!(node.clone(), node);
+/// assert_eq!(node.target, "sub");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskNode {
     /// The task's number within its run.
@@ -22,7 +35,25 @@ pub struct TaskNode {
     pub members: u32,
 }
 
-/// Why one task waits for another.
+/// Why one task waits for another: the edge weight of [`RunDag::graph`].
+///
+/// ```
+/// use simpler::{EdgeReason, Identity};
+/// let reasons = [
+///     EdgeReason::Tensor { arg: 1, buffer: Identity::new(7, 3, 1).unwrap() },
+///     EdgeReason::Explicit { retain: true },
+///     EdgeReason::Explicit { retain: false },
+/// ];
+/// let labels: Vec<String> = reasons
+///     .iter()
+///     .map(|r| match r {
+///         EdgeReason::Tensor { arg, buffer } => format!("arg {arg} of buffer {}", buffer.buffer_id()),
+///         EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
+///         EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
+///     })
+///     .collect();
+/// assert_eq!(labels, ["arg 1 of buffer 3", "add_dep", "add_dep_wait"]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EdgeReason {
     /// The consumer's tensor argument `arg` overlaps bytes the producer writes in `buffer`.
@@ -40,6 +71,9 @@ pub enum EdgeReason {
 }
 
 /// The DAG of one run: tasks and the dependency behind every edge.
+///
+/// Returned by [`RunHandle::dag`](crate::RunHandle::dag) for runs submitted with
+/// `Worker::submit_captured`; `RunDag::default()` is the empty DAG.
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
@@ -64,16 +98,83 @@ pub struct RunDag {
 
 impl RunDag {
     /// The graph: node weights are tasks, edge weights the reason for each dependency.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// # use simpler::{CallConfig, TaskArgs};
+    /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
+    /// let run = worker.submit_captured(|orch, _, _| {
+    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(t0);
+    ///     orch.submit_sub(f, args)?;
+    ///     orch.submit_sub(f, TaskArgs::new())?;
+    ///     Ok(())
+    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// run.wait()?;
+    /// let dag = run.dag().expect("submitted with capture");
+    /// use simpler::EdgeReason;
+    /// let g = dag.graph();
+    /// assert_eq!((g.node_count(), g.edge_count()), (3, 1));
+    /// let e = g.edge_indices().next().unwrap();
+    /// assert_eq!(g[e], EdgeReason::Explicit { retain: true });
+    /// let (from, to) = g.edge_endpoints(e).unwrap();
+    /// assert_eq!((g[from].index, g[to].index), (0, 1));
+    /// # Ok(()) }
+    /// ```
     pub fn graph(&self) -> &DiGraph<TaskNode, EdgeReason> {
         &self.graph
     }
 
-    /// The node of task `index`.
+    /// The node of task `index` (its [`TaskNode::index`]), or `None` when the run has no such
+    /// task.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// # use simpler::{CallConfig, TaskArgs};
+    /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
+    /// let run = worker.submit_captured(|orch, _, _| {
+    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(t0);
+    ///     orch.submit_sub(f, args)?;
+    ///     orch.submit_sub(f, TaskArgs::new())?;
+    ///     Ok(())
+    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// run.wait()?;
+    /// let dag = run.dag().expect("submitted with capture");
+    /// let n = dag.node(2).unwrap();
+    /// assert_eq!(dag.graph()[n].index, 2);
+    /// assert_eq!(dag.graph()[n].target, "sub");
+    /// assert!(dag.node(3).is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn node(&self, index: u32) -> Option<NodeIndex> {
         self.graph.node_indices().find(|&n| self.graph[n].index == index)
     }
 
-    /// True when an edge `from -> to` exists (by task index).
+    /// True when an edge `from -> to` exists (by task index): `to` waits for `from`.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// # use simpler::{CallConfig, TaskArgs};
+    /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
+    /// let run = worker.submit_captured(|orch, _, _| {
+    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(t0);
+    ///     orch.submit_sub(f, args)?;
+    ///     orch.submit_sub(f, TaskArgs::new())?;
+    ///     Ok(())
+    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// run.wait()?;
+    /// let dag = run.dag().expect("submitted with capture");
+    /// assert!(dag.has_edge(0, 1));
+    /// assert!(!dag.has_edge(1, 0)); // edges point from producer to consumer
+    /// assert!(!dag.has_edge(0, 2));
+    /// assert!(!dag.has_edge(0, 99)); // unknown tasks have no edges
+    /// # Ok(()) }
+    /// ```
     pub fn has_edge(&self, from: u32, to: u32) -> bool {
         match (self.node(from), self.node(to)) {
             (Some(a), Some(b)) => self.graph.contains_edge(a, b),
@@ -81,7 +182,34 @@ impl RunDag {
         }
     }
 
-    /// Graphviz DOT text: one node per task (`t<index>`), one edge per dependency.
+    /// Graphviz DOT text: one node per task (`t<index>`), one edge per dependency, labelled
+    /// with its [`EdgeReason`].
+    ///
+    /// ```
+    /// use simpler::RunDag;
+    /// assert_eq!(RunDag::default().to_dot(), "digraph run {\n  rankdir=LR;\n}\n");
+    /// ```
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// # use simpler::{CallConfig, TaskArgs};
+    /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
+    /// let run = worker.submit_captured(|orch, _, _| {
+    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(t0);
+    ///     orch.submit_sub(f, args)?;
+    ///     orch.submit_sub(f, TaskArgs::new())?;
+    ///     Ok(())
+    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// run.wait()?;
+    /// let dag = run.dag().expect("submitted with capture");
+    /// let dot = dag.to_dot();
+    /// assert!(dot.starts_with("digraph run {"));
+    /// assert!(dot.contains("t0 -> t1 [label=\"add_dep\"];"));
+    /// std::fs::write("run.dot", dot).unwrap(); // render with `dot -Tsvg run.dot`
+    /// # Ok(()) }
+    /// ```
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph run {\n  rankdir=LR;\n");
         for n in self.graph.node_indices() {

@@ -110,44 +110,171 @@ impl<'a> HostArgs<'a> {
         Ok(HostArgs { tensors, borrows, scalars, worker })
     }
 
-    /// Number of tensors.
+    /// Number of tensors (as added to the task's `TaskArgs`).
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     // Sum every i32 input tensor into the last one.
+    ///     let last = args.tensor_count() - 1;
+    ///     let mut acc = vec![0i32; args.view(last)?.num_elements() as usize];
+    ///     for i in 0..last {
+    ///         for (a, v) in acc.iter_mut().zip(args.input::<i32>(i)?) {
+    ///             *a += v;
+    ///         }
+    ///     }
+    ///     args.output::<i32>(last)?.copy_from_slice(&acc);
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn tensor_count(&self) -> usize {
         self.tensors.len()
     }
 
     /// Number of scalars.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     // An optional scale factor, 1.0 when the task passed none.
+    ///     let k = if args.scalar_count() > 0 { args.scalar_f32(0)? } else { 1.0 };
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v *= k;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn scalar_count(&self) -> usize {
         self.scalars.len()
     }
 
-    /// The index of the SUB worker running this call.
+    /// The index of the SUB worker running this call (`0..sub_workers`).
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     // Record which worker ran the task.
+    ///     args.output::<u32>(0)?[0] = args.worker_index();
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn worker_index(&self) -> u32 {
         self.worker
     }
 
     /// Scalar `i` as raw `u64`.
+    ///
+    /// # Errors
+    ///
+    /// An index past the end is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// error.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     let seed = args.scalar(0)?;
+    ///     args.output::<u64>(0)?.iter_mut().enumerate().for_each(|(i, v)| *v = seed + i as u64);
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn scalar(&self, i: usize) -> Result<u64> {
         self.scalars.get(i).copied().ok_or_else(|| {
             Error::invalid(format!("scalar index {i} out of range ({} scalars)", self.scalars.len()))
         })
     }
 
-    /// Scalar `i` read as the IEEE bits of an `f32` (see `TaskArgs::scalar_f32`).
+    /// Scalar `i` read as the IEEE bits of an `f32` (the low 32 bits; see
+    /// [`TaskArgs::scalar_f32`](crate::TaskArgs::scalar_f32)).
+    ///
+    /// # Errors
+    ///
+    /// As [`scalar`](Self::scalar): an index past the end.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     let alpha = args.scalar_f32(0)?;
+    ///     let x = args.input::<f32>(0)?;
+    ///     for (y, x) in args.output::<f32>(1)?.iter_mut().zip(x) {
+    ///         *y += alpha * x;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn scalar_f32(&self, i: usize) -> Result<f32> {
         Ok(f32::from_bits(self.scalar(i)? as u32))
     }
 
-    /// All scalars.
+    /// All scalars, in the order they were added.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     let total: u64 = args.scalars().iter().sum();
+    ///     args.output::<u64>(0)?[0] = total;
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn scalars(&self) -> &[u64] {
         self.scalars
     }
 
-    /// The view of tensor `i` (shape, strides, dtype).
+    /// The view of tensor `i` (shape, strides, dtype); available for strided views too.
+    ///
+    /// # Errors
+    ///
+    /// An index past the end is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// error.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     // Transpose a rows x cols f32 matrix into tensor 1.
+    ///     let shape = args.view(0)?.shape().to_vec();
+    ///     let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+    ///     if args.view(1)?.shape() != [shape[1], shape[0]] {
+    ///         return Err(format!("transpose: output shape must be [{cols}, {rows}]").into());
+    ///     }
+    ///     let a = args.input::<f32>(0)?;
+    ///     let t = args.output::<f32>(1)?;
+    ///     for r in 0..rows {
+    ///         for c in 0..cols {
+    ///             t[c * rows + r] = a[r * cols + c];
+    ///         }
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn view(&self, i: usize) -> Result<&TensorView> {
         Ok(&self.tensor(i)?.view)
     }
 
-    /// The access the task holds on tensor `i`.
+    /// The access the task holds on tensor `i` (from its [`Tag`](crate::Tag)).
+    ///
+    /// # Errors
+    ///
+    /// An index past the end is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// error.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     // Tensor 0 may be tagged Input or InOut (read it) or Output (nothing to read).
+    ///     let prior: f32 = if args.access(0)?.can_read() { args.input::<f32>(0)?.iter().sum() } else { 0.0 };
+    ///     if args.access(1)?.can_write() {
+    ///         args.output::<f32>(1)?[0] = prior;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn access(&self, i: usize) -> Result<Access> {
         Ok(self.tensor(i)?.access)
     }
@@ -173,7 +300,27 @@ impl<'a> HostArgs<'a> {
         Ok(t)
     }
 
-    /// Tensor `i` as a read-only slice.
+    /// Tensor `i` as a read-only slice; may be called any number of times for one tensor.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the index
+    /// is out of range, `T` does not match the tensor's data type ([`DataType::Bool`] tensors
+    /// read as `u8`), the view is strided, the tensor is write-only (tagged `Output`), or it is
+    /// already borrowed by [`output`](Self::output) in this call.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     let x = args.input::<f32>(0)?;
+    ///     let again = args.input::<f32>(0)?; // shared borrows may repeat
+    ///     assert_eq!(x.len(), again.len());
+    ///     assert!(args.input::<i32>(0).is_err()); // wrong element type
+    ///     args.output::<f32>(1)?[0] = x.iter().sum();
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn input<T: Element>(&self, i: usize) -> Result<&[T]> {
         let t = self.check::<T>(i)?;
         if !t.access.can_read() {
@@ -192,6 +339,29 @@ impl<'a> HostArgs<'a> {
     }
 
     /// Tensor `i` as a mutable slice; needs write access; once per call.
+    ///
+    /// An `InOut` tensor arrives with its current contents; do not rely on what an `Output`
+    /// tensor holds before you write it.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the index
+    /// is out of range, `T` does not match the tensor's data type, the view is strided, the
+    /// tensor is read-only (tagged `Input`), or it was already borrowed in this call.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostResult};
+    ///
+    /// fn f(args: &HostArgs<'_>) -> HostResult {
+    ///     let acc = args.output::<i64>(0)?; // tagged InOut: read-modify-write
+    ///     for v in acc.iter_mut() {
+    ///         *v += 1;
+    ///     }
+    ///     assert!(args.output::<i64>(0).is_err()); // a second mutable borrow is refused
+    ///     assert!(args.input::<i64>(0).is_err()); // so is reading it while borrowed mutably
+    ///     Ok(())
+    /// }
+    /// ```
     #[allow(clippy::mut_from_ref)] // Exclusive access is enforced by rule H3 at run time.
     pub fn output<T: Element>(&self, i: usize) -> Result<&mut [T]> {
         let t = self.check::<T>(i)?;

@@ -1,0 +1,265 @@
+//! Hidden support for the benchmarks in `benches/` that need crate internals.
+//!
+//! Not part of the public API: nothing here is stable, and nothing here is used by the library
+//! itself. Each function sets up exactly the internal pieces one benchmark measures.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::dtype::DataType;
+use crate::data::task_args::TaskArgs;
+use crate::data::tensor::{Tensor, TensorView};
+use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::engine::orchestrator::Orchestrator;
+use crate::engine::scheduler::{Lane, LaneKind};
+use crate::engine::{Bell, Engine, EngineConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::futex::Doorbell;
+use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
+use crate::ipc::process::fork_child;
+
+/// How long any single wait of these benchmarks may take before it counts as a hang.
+const HANG: Duration = Duration::from_secs(10);
+
+/// A forked benchmark child: shut down and reaped on the normal path, killed and reaped on drop
+/// otherwise (a panicking benchmark leaves no zombie and no orphan).
+struct ChildGuard {
+    pid: Pid,
+    reaped: bool,
+}
+
+impl ChildGuard {
+    /// Asks the child to leave through its mailbox and reaps it (it exits at its next wake-up).
+    fn shutdown(mut self, mb: Mailbox<'_>) -> Result<()> {
+        mb.request_shutdown();
+        let status = waitpid(self.pid, None).map_err(|e| Error::os("waitpid", e));
+        self.reaped = true;
+        match status? {
+            nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
+            other => Err(Error::new(ErrorKind::WorkerDied, format!("ping-pong child ended: {other:?}"))),
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+            self.reaped = true;
+        }
+    }
+}
+
+/// The child side of the ping-pong: serve every task frame at once with success, sleeping on the
+/// child doorbell in between (spin, yield, futex), until shutdown.
+fn pong(region: &MailboxRegion) -> i32 {
+    let mb = region.mailbox(0);
+    mb.set_child_pid(std::process::id());
+    mb.publish_init(Ok(()));
+    let bell = mb.child_doorbell();
+    loop {
+        let seen = bell.seq();
+        if mb.shutdown_requested() {
+            return 0;
+        }
+        if mb.task_request().is_some() {
+            mb.finish_task(Ok(()), region.doorbell());
+            continue;
+        }
+        bell.wait(seen, None);
+    }
+}
+
+/// The CPU a process (or, with `"thread-self"`, the calling thread) last ran on: field 39 of
+/// `/proc/<pid>/stat`. `None` where `/proc` cannot tell.
+pub fn last_cpu(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesized command name start at field 3 (state).
+    stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
+}
+
+/// What [`mailbox_pingpong`] measured.
+#[derive(Debug, Clone)]
+pub struct PingPong {
+    /// One duration per timed round trip.
+    pub times: Vec<Duration>,
+    /// The CPU the parent thread last ran on, read right after the timed round trips.
+    pub parent_cpu: Option<u32>,
+    /// The CPU the child last ran on, read at the same moment.
+    pub child_cpu: Option<u32>,
+}
+
+/// Bare mailbox ping-pong between this process and one forked child: the floor under every
+/// SUB task.
+///
+/// Each round trip posts an empty task frame (`post_task`, which rings the child doorbell), the
+/// child takes it (`task_request`) and answers (`finish_task`, which rings the parent doorbell),
+/// and the parent collects it (`take_task_result`), waiting on the parent doorbell with the
+/// mailbox's own wait (spin, yield, futex). `warmup` untimed round trips come first; before
+/// each timed one the parent sleeps `pause` (outside the timed region; zero for back to back).
+///
+/// Forks: call it before this process starts any other thread. The child leaves with `_exit`;
+/// it is shut down and reaped before this returns, and killed and reaped if this panics.
+pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Result<PingPong> {
+    let region = MailboxRegion::new(1)?;
+    let pid = fork_child(|| pong(&region))?;
+    let child = ChildGuard { pid: Pid::from_raw(pid), reaped: false };
+    let mb = region.mailbox(0);
+    match mb.wait_init(Instant::now() + HANG, || false) {
+        InitStatus::Ready => {}
+        other => {
+            return Err(Error::new(
+                ErrorKind::WorkerDied,
+                format!("ping-pong child did not start: {other:?}"),
+            ));
+        }
+    }
+    let parent = region.doorbell();
+    let digest = [0u8; 32];
+    let round_trip = || -> Result<Duration> {
+        let start = Instant::now();
+        mb.post_task(&digest, |_, _| Ok(0))?;
+        let deadline = start + HANG;
+        loop {
+            let seen = parent.seq();
+            if let Some(result) = mb.take_task_result() {
+                result.map_err(|e| Error::new(ErrorKind::TaskFailed, e.message))?;
+                return Ok(start.elapsed());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::new(ErrorKind::Timeout, "ping-pong: no answer within 10 s"));
+            }
+            parent.wait(seen, Some(deadline));
+        }
+    };
+    for _ in 0..warmup {
+        round_trip()?;
+    }
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        times.push(round_trip()?);
+    }
+    let (parent_cpu, child_cpu) = (last_cpu("thread-self"), last_cpu(&pid.to_string()));
+    child.shutdown(mb)?;
+    Ok(PingPong { times, parent_cpu, child_cpu })
+}
+
+/// An endpoint that completes every task at once: `start` remembers it, the next `poll`
+/// reports success.
+struct InstantEndpoint {
+    running: bool,
+}
+
+impl Endpoint for InstantEndpoint {
+    fn start(&mut self, _dispatch: &Dispatch<'_>) -> Result<()> {
+        self.running = true;
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Option<Outcome> {
+        std::mem::take(&mut self.running).then_some(Outcome::Success)
+    }
+}
+
+/// One repetition of [`orchestrator_submit`].
+#[derive(Debug, Clone, Copy)]
+pub struct SubmitTiming {
+    /// Tasks submitted.
+    pub tasks: usize,
+    /// Time of the submit loop alone.
+    pub submit: Duration,
+    /// Time of the submit loop plus closing the run and draining it to completion.
+    pub total: Duration,
+}
+
+/// Orchestrator submit throughput on an in-process engine whose `lanes` endpoints complete
+/// every task at once (no processes, no threads).
+///
+/// Each of the `tasks` independent tasks names two Input tensors and one Output tensor over
+/// buffers of its own (three distinct buffer identities per task), so every submit does two
+/// TensorMap lookups and one insert on distinct keys. The TaskArgs are built before the clock
+/// starts; the timed loop is `submit_sub` alone. The task window holds every task, so
+/// back-pressure never waits. Runs `reps` repetitions, each a fresh run on one engine.
+pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<SubmitTiming>> {
+    let nonce = 0x5eed_0000_0000_0001u64;
+    let cfg = EngineConfig {
+        task_window: tasks + 16,
+        heap_ring_size: 0,
+        sub_workers: lanes as usize,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(cfg, Bell::Local(Box::new(Doorbell::new())), nonce)?;
+    engine.attach_lanes(
+        (0..lanes)
+            .map(|i| Lane::new(LaneKind::Sub(i), Box::new(InstantEndpoint { running: false })))
+            .collect(),
+    );
+    let digest = Digest::of(b"simpler bench: no-op host function");
+    engine.callables.write().unwrap_or_else(|e| e.into_inner()).insert(digest, CallableKind::HostFn);
+    let noop = CallableHandle::new(digest, CallableKind::HostFn, "bench_noop");
+
+    // Fake buffers: nothing dereferences them (the endpoints never look at the arguments).
+    const NBYTES: u64 = 4096;
+    let view = TensorView::new(0, &[1024], None, DataType::Float32)?;
+    let next_id = AtomicU32::new(1);
+    let tensor = || -> Result<Tensor> {
+        let id = u64::from(next_id.fetch_add(1, Ordering::Relaxed));
+        let desc = BufferDesc::new(
+            Identity::new(nonce, id, 1)?,
+            Backing::HeapSlab { addr: 0x10_0000_0000 + id * NBYTES },
+            Access::ReadWrite,
+            NBYTES,
+        )?;
+        Tensor::new(desc, view)
+    };
+    let mut all = Vec::with_capacity(tasks);
+    for _ in 0..tasks {
+        let (a, b, c) = (tensor()?, tensor()?, tensor()?);
+        let mut args = TaskArgs::new();
+        args.input(&a)?.input(&b)?.output(&c)?;
+        all.push(args);
+    }
+
+    let mut out = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let batch = all.clone();
+        let run = engine.begin_run(false)?;
+        let mut orch = Orchestrator::new(&engine, run.clone());
+        let start = Instant::now();
+        for args in batch {
+            orch.submit_sub(&noop, args)?;
+        }
+        let submit = start.elapsed();
+        orch.finish(None);
+        if !engine.drive_until(|| run.is_done(), Some(Instant::now() + HANG)) {
+            return Err(Error::new(ErrorKind::Timeout, "submit benchmark: the run did not drain in 10 s"));
+        }
+        let total = start.elapsed();
+        run.result()?;
+        out.push(SubmitTiming { tasks, submit, total });
+    }
+    engine.shutdown_lanes();
+    Ok(out)
+}
+
+/// Sizes in bytes of the structures a submit creates or copies (for the benchmark's notes).
+pub fn type_sizes() -> Vec<(&'static str, usize)> {
+    vec![
+        ("Slot", size_of::<crate::engine::slot::Slot>()),
+        ("TaskData", size_of::<crate::engine::slot::TaskData>()),
+        ("TaskArgs", size_of::<TaskArgs>()),
+        ("Tensor", size_of::<Tensor>()),
+        ("BufferDesc", size_of::<BufferDesc>()),
+        ("CallConfig", size_of::<crate::data::call_config::CallConfig>()),
+    ]
+}
