@@ -83,17 +83,31 @@ pub struct CallConfig {
 
 impl Default for CallConfig {
     fn default() -> CallConfig {
-        CallConfig {
-            aicpu_thread_num: 0,
-            enable_chip_swimlane: 0,
-            enable_dump_args: 0,
-            enable_pmu: 0,
-            enable_dep_gen: 0,
-            enable_scope_stats: 0,
-            runtime_env: RuntimeEnv::default(),
-            output_prefix: [0; OUTPUT_PREFIX_LEN],
-        }
+        CallConfig::DEFAULT
     }
+}
+
+impl CallConfig {
+    /// The default configuration (everything 0 / empty), as a constant.
+    ///
+    /// ```
+    /// use simpler::CallConfig;
+    /// assert_eq!(CallConfig::DEFAULT, CallConfig::default());
+    /// ```
+    pub const DEFAULT: CallConfig = CallConfig {
+        aicpu_thread_num: 0,
+        enable_chip_swimlane: 0,
+        enable_dump_args: 0,
+        enable_pmu: 0,
+        enable_dep_gen: 0,
+        enable_scope_stats: 0,
+        runtime_env: RuntimeEnv {
+            ring_task_window: [0; RING_DEPTH],
+            ring_heap: [0; RING_DEPTH],
+            ring_dep_pool: [0; RING_DEPTH],
+        },
+        output_prefix: [0; OUTPUT_PREFIX_LEN],
+    };
 }
 
 impl std::fmt::Debug for CallConfig {

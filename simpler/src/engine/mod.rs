@@ -49,6 +49,10 @@ use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::futex::Doorbell;
 
+/// With every worker busy, a submit runs an inline scheduler pass only once per this many
+/// READY publications.
+const INLINE_PASS_EVERY: usize = 16;
+
 /// Sizing and limits of one engine.
 #[derive(Debug, Clone)]
 pub(crate) struct EngineConfig {
@@ -130,6 +134,10 @@ pub(crate) struct Engine {
     in_flight: AtomicUsize,
     /// READY tasks waiting in the scheduler's queues (kept by the holder).
     queued: AtomicUsize,
+    /// Lanes idle at the end of the last pass (a hint for inline dispatch).
+    idle_lanes: AtomicUsize,
+    /// READY publications since the last inline pass.
+    unpassed: AtomicUsize,
     /// Admitted runs in FIFO order; the front one dispatches.
     runs: Mutex<VecDeque<Arc<RunState>>>,
     head_run: AtomicU64,
@@ -171,6 +179,8 @@ impl Engine {
             role_held: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
+            idle_lanes: AtomicUsize::new(0),
+            unpassed: AtomicUsize::new(0),
             runs: Mutex::new(VecDeque::new()),
             head_run: AtomicU64::new(0),
             next_run_id: AtomicU64::new(1),
@@ -187,6 +197,7 @@ impl Engine {
 
     /// Gives the scheduler its lanes (before any run).
     pub(crate) fn attach_lanes(&self, lanes: Vec<scheduler::Lane>) {
+        self.idle_lanes.fetch_add(lanes.len(), Ordering::Relaxed);
         self.lock_sched().attach(lanes);
     }
 
@@ -255,9 +266,15 @@ impl Engine {
         let _ = self.inbox_tx.send(slot);
         self.doorbell().ring();
         if !self.role_held.load(Ordering::SeqCst) {
-            // Nobody drives: take the role for one pass if we can, else wake the background.
-            if let Ok(mut sched) = self.sched.try_lock() {
+            // Nobody drives. Dispatch inline when a worker is idle (so work starts while the
+            // graph is still being built), else only every few submits: a pass per submit
+            // would dominate the cost of building large graphs.
+            let unpassed = self.unpassed.fetch_add(1, Ordering::Relaxed);
+            if (self.idle_lanes.load(Ordering::Relaxed) > 0 || unpassed >= INLINE_PASS_EVERY)
+                && let Ok(mut sched) = self.sched.try_lock()
+            {
                 self.role_held.store(true, Ordering::SeqCst);
+                self.unpassed.store(0, Ordering::Relaxed);
                 sched.pass(self);
                 drop(sched);
                 self.release_role();
@@ -271,10 +288,11 @@ impl Engine {
         self.inbox_len.fetch_sub(n, Ordering::SeqCst);
     }
 
-    /// Published by the holder after each pass: tasks running and READY tasks queued.
-    pub(crate) fn set_outstanding(&self, in_flight: usize, queued: usize) {
+    /// Published by the holder after each pass: tasks running, READY tasks queued, idle lanes.
+    pub(crate) fn set_outstanding(&self, in_flight: usize, queued: usize, idle_lanes: usize) {
         self.in_flight.store(in_flight, Ordering::SeqCst);
         self.queued.store(queued, Ordering::SeqCst);
+        self.idle_lanes.store(idle_lanes, Ordering::Relaxed);
     }
 
     fn outstanding(&self) -> bool {

@@ -61,6 +61,9 @@ pub struct Orchestrator<'a> {
     scopes: Vec<Vec<Arc<Slot>>>,
     tasks: Vec<Weak<Slot>>,
     allocs: u32,
+    /// Callables already checked in this run (registration cannot go away mid-build: the
+    /// Worker's `unregister` needs `&mut Worker`, which building excludes).
+    checked: SmallVec<[(crate::callable::identity::Digest, CallableKind); 4]>,
 }
 
 impl std::fmt::Debug for Orchestrator<'_> {
@@ -75,7 +78,14 @@ impl std::fmt::Debug for Orchestrator<'_> {
 
 impl<'a> Orchestrator<'a> {
     pub(crate) fn new(eng: &'a Engine, run: Arc<RunState>) -> Orchestrator<'a> {
-        Orchestrator { eng, run, scopes: vec![Vec::new()], tasks: Vec::new(), allocs: 0 }
+        Orchestrator {
+            eng,
+            run,
+            scopes: vec![Vec::new()],
+            tasks: Vec::new(),
+            allocs: 0,
+            checked: SmallVec::new(),
+        }
     }
 
     /// The id of the run being built.
@@ -421,7 +431,13 @@ impl<'a> Orchestrator<'a> {
         let slot = Arc::new(Slot::new(
             self.run.clone(),
             index,
-            Some(TaskData { callable: callable.clone(), args: args_list, config, target, group }),
+            Some(TaskData {
+                callable: callable.clone(),
+                args: args_list,
+                config: (config != CallConfig::DEFAULT).then(|| Box::new(config)),
+                target,
+                group,
+            }),
             None,
         ));
         self.run.slot_created();
@@ -453,13 +469,14 @@ impl<'a> Orchestrator<'a> {
         let mut edges: Vec<(u32, EdgeReason)> = Vec::new();
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
+        let mut walk = self.eng.tensor_map.walk();
         for args in &task.args {
             for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
                 if t.desc().nbytes() == 0 {
                     continue;
                 }
                 let id = t.desc().identity();
-                let found = self.eng.tensor_map.lookup(self.run.id, id, t.view(), tag.reads());
+                let found = walk.lookup(self.run.id, id, t.view(), tag.reads());
                 if let Some(c) = found.creator {
                     add(c, false, true);
                 }
@@ -473,9 +490,12 @@ impl<'a> Orchestrator<'a> {
                     if !written.contains(&id) {
                         written.push(id);
                     }
-                    self.eng.tensor_map.insert(self.run.id, id, *t.view(), slot.clone());
+                    walk.insert(self.run.id, id, *t.view(), slot.clone());
                 }
             }
+        }
+        drop(walk);
+        for args in &task.args {
             for dep in &args.deps {
                 if let Some(p) = self.tasks[dep.task.index as usize].upgrade() {
                     if capture {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
+use crate::data::call_config::CallConfig;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
@@ -134,7 +135,8 @@ impl Scheduler {
             progress = true;
         }
         progress |= self.dispatch(eng);
-        eng.set_outstanding(self.in_flight, self.queued);
+        let idle = self.lanes.iter().filter(|l| l.idle()).count();
+        eng.set_outstanding(self.in_flight, self.queued, idle);
         progress
     }
 
@@ -226,7 +228,7 @@ impl Scheduler {
         let d = Dispatch {
             callable: &task.callable,
             args: &task.args[member as usize],
-            config: &task.config,
+            config: task.config.as_deref().unwrap_or(&CallConfig::DEFAULT),
             run: slot.run.id,
             task: slot.index,
             member,

@@ -80,7 +80,8 @@ pub(crate) struct TaskData {
     pub(crate) callable: CallableHandle,
     /// One entry for a single task, one per member for a group.
     pub(crate) args: SmallVec<[TaskArgs; 1]>,
-    pub(crate) config: CallConfig,
+    /// `None` for the default config (most tasks), so slots stay small.
+    pub(crate) config: Option<Box<CallConfig>>,
     pub(crate) target: Target,
     pub(crate) group: bool,
 }

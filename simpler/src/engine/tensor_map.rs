@@ -8,7 +8,8 @@
 //! footprint until it is consumed, so every task that names the allocation can retain it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
@@ -22,10 +23,81 @@ struct Entry {
     slot: Arc<Slot>,
 }
 
+/// A multiply-rotate hasher (FxHash's mixing step) for the map's plain-integer keys: keys are
+/// minted by this process (not attacker-chosen), and SipHash was a visible share of submit cost.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+}
+
+type Map = HashMap<(u64, Identity), SmallVec<[Entry; 2]>, BuildHasherDefault<KeyHasher>>;
+
 /// The map; one mutex (the Orchestrator inserts and looks up, consumption erases).
 #[derive(Default)]
 pub(crate) struct TensorMap {
-    map: Mutex<HashMap<(u64, Identity), SmallVec<[Entry; 2]>>>,
+    map: Mutex<Map>,
+}
+
+/// The map, locked for one submit's whole tag walk.
+pub(crate) struct Walk<'a> {
+    map: MutexGuard<'a, Map>,
+}
+
+impl Walk<'_> {
+    /// Looks up the writers of `view` (when `want_writers`) and the buffer's creator.
+    pub(crate) fn lookup(&self, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
+        lookup_in(&self.map, run, id, view, want_writers)
+    }
+
+    /// Records `slot` as the writer of `view`, dropping entries it covers wholly.
+    pub(crate) fn insert(&mut self, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
+        insert_in(&mut self.map, run, id, view, slot);
+    }
+}
+
+fn lookup_in(map: &Map, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
+    let mut found = Found::default();
+    if let Some(entries) = map.get(&(run, id)) {
+        for e in entries {
+            match &e.view {
+                None => found.creator = Some(e.slot.clone()),
+                Some(v) if want_writers && overlap(v, view) != Overlap::None => {
+                    found.writers.push(e.slot.clone())
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    found
+}
+
+fn insert_in(map: &mut Map, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
+    let entries = map.entry((run, id)).or_default();
+    entries.retain(|e| match &e.view {
+        None => true,
+        Some(old) => overlap(&view, old) != Overlap::Covered,
+    });
+    entries.push(Entry { view: Some(view), slot });
 }
 
 /// What a lookup found for one tensor.
@@ -38,33 +110,9 @@ pub(crate) struct Found {
 }
 
 impl TensorMap {
-    /// Looks up the writers of `view` (when `want_writers`) and the buffer's creator.
-    pub(crate) fn lookup(&self, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let mut found = Found::default();
-        if let Some(entries) = map.get(&(run, id)) {
-            for e in entries {
-                match &e.view {
-                    None => found.creator = Some(e.slot.clone()),
-                    Some(v) if want_writers && overlap(v, view) != Overlap::None => {
-                        found.writers.push(e.slot.clone())
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
-        found
-    }
-
-    /// Records `slot` as the writer of `view`, dropping entries it covers wholly.
-    pub(crate) fn insert(&self, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let entries = map.entry((run, id)).or_default();
-        entries.retain(|e| match &e.view {
-            None => true,
-            Some(old) => overlap(&view, old) != Overlap::Covered,
-        });
-        entries.push(Entry { view: Some(view), slot });
+    /// Locks the map for one submit's tag walk.
+    pub(crate) fn walk(&self) -> Walk<'_> {
+        Walk { map: self.map.lock().unwrap_or_else(|e| e.into_inner()) }
     }
 
     /// Records an allocation's creator with a whole-buffer footprint.

@@ -800,7 +800,7 @@ fn failing_producer_only_marks_a_building_consumer() {
             Some(TaskData {
                 callable: rig.chip.clone(),
                 args: smallvec::smallvec![TaskArgs::new()],
-                config: cc(),
+                config: None,
                 target: Target::NextLevel(smallvec::smallvec![0]),
                 group: false,
             }),

@@ -49,6 +49,9 @@ impl Endpoint for MailboxEndpoint {
             });
         }
         // Dead only after checking the frame: a child may finish its task and then die.
+        if !self.exits.has_exited(self.index) {
+            return None;
+        }
         self.exits.exit_of(self.index).map(|how| {
             Outcome::EndpointFailure(format!("(process {}) died: the worker process {how}", self.pid))
         })

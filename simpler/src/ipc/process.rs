@@ -53,18 +53,30 @@ pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
 /// How each child ended, filled by the monitor thread.
 pub(crate) struct ExitBoard {
     state: Mutex<Vec<Option<String>>>,
+    /// Lock-free "has exited" flags, for the scheduler's per-poll check.
+    exited: Vec<std::sync::atomic::AtomicBool>,
     changed: Condvar,
 }
 
 impl ExitBoard {
     pub(crate) fn new(n: usize) -> ExitBoard {
-        ExitBoard { state: Mutex::new(vec![None; n]), changed: Condvar::new() }
+        ExitBoard {
+            state: Mutex::new(vec![None; n]),
+            exited: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
+            changed: Condvar::new(),
+        }
     }
 
     fn set(&self, i: usize, how: String) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st[i] = Some(how);
+        self.exited[i].store(true, std::sync::atomic::Ordering::Release);
         self.changed.notify_all();
+    }
+
+    /// True once child `i` has exited (no lock).
+    pub(crate) fn has_exited(&self, i: usize) -> bool {
+        self.exited[i].load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How child `i` ended, if it has.
