@@ -167,10 +167,12 @@ pub struct Dep {
 /// ```
 #[derive(Clone, Default)]
 pub struct TaskArgs {
-    pub(crate) tensors: SmallVec<[Tensor; 4]>,
-    pub(crate) tags: SmallVec<[Tag; 4]>,
+    // Tensors live out of line so a `TaskArgs` stays small: it is moved several times on its
+    // way into a task slot, and copying inline tensors showed up in the submit profile.
+    pub(crate) tensors: Vec<Tensor>,
+    pub(crate) tags: SmallVec<[Tag; 8]>,
     pub(crate) scalars: SmallVec<[u64; 4]>,
-    pub(crate) deps: SmallVec<[Dep; 2]>,
+    pub(crate) deps: Vec<Dep>,
 }
 
 impl std::fmt::Debug for TaskArgs {

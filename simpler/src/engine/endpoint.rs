@@ -39,6 +39,12 @@ pub(crate) trait Endpoint: Send {
     fn poll(&mut self) -> Option<Outcome>;
     /// Stops the worker (close). Must not block for long.
     fn shutdown(&mut self) {}
+
+    /// The CPU (plus one) the worker last ran on, if known: a hint that lets a waiting driver
+    /// keep checking (peer on another CPU) or yield at once (peer on this CPU).
+    fn peer_cpu(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[cfg(test)]

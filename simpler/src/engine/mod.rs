@@ -350,7 +350,8 @@ impl Engine {
                             break false;
                         }
                         if !progressed {
-                            self.doorbell().wait(seen, deadline);
+                            let elsewhere = sched.busy_peer_elsewhere(crate::ipc::futex::current_cpu());
+                            self.doorbell().wait_for_peer(seen, deadline, elsewhere);
                         }
                     };
                     drop(sched);

@@ -140,6 +140,14 @@ impl Scheduler {
         progress
     }
 
+    /// True when some busy worker may run on a CPU other than `cpu` (unknown counts as other),
+    /// so a driver waiting for its result should keep checking rather than yield.
+    pub(crate) fn busy_peer_elsewhere(&self, cpu: u32) -> bool {
+        self.lanes
+            .iter()
+            .any(|l| l.busy.is_some() && l.endpoint.peer_cpu().is_none_or(|c| cpu == 0 || c != cpu))
+    }
+
     fn route(&mut self, slot: Arc<Slot>) {
         self.queued += 1;
         let n_next = self.next_level.len();

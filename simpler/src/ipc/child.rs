@@ -81,6 +81,7 @@ impl SubChild {
                 worked = true;
             }
             if let Some(req) = mb.task_request() {
+                mb.set_child_cpu(crate::ipc::futex::current_cpu());
                 let result = self.task(&req, &mut cache);
                 mb.finish_task(result, parent);
                 // Only between tasks: a mapping in use by the current task is never dropped.
@@ -92,7 +93,12 @@ impl SubChild {
                 worked = true;
             }
             if !worked {
-                mb.child_doorbell().wait(seen, None);
+                // The parent usually posts the next task within microseconds of collecting the
+                // last result: keep checking while it runs elsewhere, then sleep.
+                let me = crate::ipc::futex::current_cpu();
+                let parent = mb.parent_cpu();
+                let elsewhere = me == 0 || parent == 0 || me != parent;
+                mb.child_doorbell().wait_for_peer(seen, None, elsewhere);
             }
         }
     }

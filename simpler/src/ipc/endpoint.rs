@@ -30,6 +30,7 @@ impl MailboxEndpoint {
 impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
         let mb = self.region.mailbox(self.index);
+        mb.set_parent_cpu(crate::ipc::futex::current_cpu());
         mb.post_task(d.callable.digest().as_bytes(), |config, payload| {
             encode_config(d.config, config);
             encode_args(
@@ -38,6 +39,13 @@ impl Endpoint for MailboxEndpoint {
                 payload,
             )
         })
+    }
+
+    fn peer_cpu(&self) -> Option<u32> {
+        match self.region.mailbox(self.index).child_cpu() {
+            0 => None,
+            cpu => Some(cpu),
+        }
     }
 
     fn poll(&mut self) -> Option<Outcome> {

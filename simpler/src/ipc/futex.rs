@@ -117,6 +117,45 @@ pub(crate) fn futex_wake(word: &AtomicU32, n: i32) {
     }
 }
 
+/// How long a waiter keeps checking (spinning politely: yielding its CPU every microsecond or
+/// so) when its peer runs on another CPU, before it sleeps in the kernel. A round trip to a
+/// busy peer is well under this; waking a sleeping peer on a halted vCPU costs far more.
+pub(crate) const REMOTE_SPIN_NANOS: u64 = 30_000;
+
+/// The CPU the calling thread runs on now, plus one (0 when unknown).
+pub(crate) fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure (mapped to 0).
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 { 0 } else { cpu as u32 + 1 }
+}
+
+/// Checks `done` while the peer, which runs on another CPU, is expected to answer soon: spins,
+/// yielding the CPU between short bursts (so a runnable neighbour on this CPU is never starved),
+/// for up to [`REMOTE_SPIN_NANOS`]. Returns true as soon as `done()` does.
+pub(crate) fn poll_politely(deadline: Option<Instant>, mut done: impl FnMut() -> bool) -> bool {
+    let mut end = Instant::now() + Duration::from_nanos(REMOTE_SPIN_NANOS);
+    if let Some(d) = deadline
+        && d < end
+    {
+        end = d;
+    }
+    loop {
+        for _ in 0..SPIN_CHECK_EVERY {
+            spin_loop();
+            if done() {
+                return true;
+            }
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        yield_now();
+        if done() {
+            return true;
+        }
+    }
+}
+
 /// Spins briefly, then yields a few times, until `done` returns true or the deadline passes.
 ///
 /// The spin phase lasts about [`SPIN_NANOS`] (the clock is read every [`SPIN_CHECK_EVERY`]
@@ -203,6 +242,35 @@ impl Doorbell {
             current = self.seq();
             current != seen
         }) {
+            return current;
+        }
+        self.sleep(seen, deadline)
+    }
+
+    /// Waits for a peer whose placement is known: when it runs on another CPU
+    /// (`peer_elsewhere`), keep checking politely for up to [`REMOTE_SPIN_NANOS`] (a busy peer
+    /// answers long before a sleeping one could be woken); when it shares this CPU, yield at
+    /// once so it can run, then sleep.
+    pub(crate) fn wait_for_peer(&self, seen: u32, deadline: Option<Instant>, peer_elsewhere: bool) -> u32 {
+        let mut current = seen;
+        let mut changed = || {
+            current = self.seq();
+            current != seen
+        };
+        let done = if peer_elsewhere {
+            poll_politely(deadline, &mut changed)
+        } else {
+            let mut hit = changed();
+            for _ in 0..YIELD_ROUNDS {
+                if hit || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                yield_now();
+                hit = changed();
+            }
+            hit
+        };
+        if done {
             return current;
         }
         self.sleep(seen, deadline)

@@ -27,6 +27,8 @@
 //! | 0 | 64 | child [`Doorbell`] |
 //! | 64 | 4 | `shutdown` u32: 0 → 1 only, written by the parent, never cleared |
 //! | 68 | 4 | `child_pid` u32 |
+//! | 72 | 4 | `child_cpu` u32: CPU + 1 the child last ran a task on (a wait hint, 0 = unknown) |
+//! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
 //! | 128 | 65 536 | base frame (startup + control) |
 //! | 65 664 | 65 536 | task frame |
 //!
@@ -216,6 +218,10 @@ struct Slot {
     doorbell: Doorbell,
     shutdown: AtomicU32,
     child_pid: AtomicU32,
+    /// The CPU (plus one) the child last ran a task on; 0 = unknown. A hint for waits only.
+    child_cpu: AtomicU32,
+    /// The CPU (plus one) the parent last posted from; 0 = unknown. A hint for waits only.
+    parent_cpu: AtomicU32,
     base: Frame,
     task: Frame,
 }
@@ -237,6 +243,8 @@ const _: () = {
     assert!(offset_of!(Slot, doorbell) == 0);
     assert!(offset_of!(Slot, shutdown) == 64);
     assert!(offset_of!(Slot, child_pid) == 68);
+    assert!(offset_of!(Slot, child_cpu) == 72);
+    assert!(offset_of!(Slot, parent_cpu) == 76);
     assert!(offset_of!(Slot, base) == 128);
     assert!(offset_of!(Slot, task) == 128 + FRAME_SIZE);
     assert!(MAILBOX_SIZE == 131_200);
@@ -670,6 +678,26 @@ impl<'a> Mailbox<'a> {
     }
 
     /// Records the child's pid (Release).
+    /// Records the CPU the child runs on (a hint for the parent's waits).
+    pub(crate) fn set_child_cpu(&self, cpu: u32) {
+        self.slot.child_cpu.store(cpu, Ordering::Relaxed);
+    }
+
+    /// The CPU (plus one) the child last ran a task on; 0 when unknown.
+    pub(crate) fn child_cpu(&self) -> u32 {
+        self.slot.child_cpu.load(Ordering::Relaxed)
+    }
+
+    /// Records the CPU the parent posts from (a hint for the child's waits).
+    pub(crate) fn set_parent_cpu(&self, cpu: u32) {
+        self.slot.parent_cpu.store(cpu, Ordering::Relaxed);
+    }
+
+    /// The CPU (plus one) the parent last posted from; 0 when unknown.
+    pub(crate) fn parent_cpu(&self) -> u32 {
+        self.slot.parent_cpu.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn set_child_pid(&self, pid: u32) {
         self.slot.child_pid.store(pid, Ordering::Release);
     }
