@@ -264,8 +264,10 @@ impl Engine {
         self.inbox_len.fetch_add(1, Ordering::SeqCst);
         // The receiver lives as long as the engine, so this cannot fail.
         let _ = self.inbox_tx.send(slot);
-        self.doorbell().ring();
-        if !self.role_held.load(Ordering::SeqCst) {
+        if self.role_held.load(Ordering::SeqCst) {
+            // The holder may be asleep on the doorbell.
+            self.doorbell().ring();
+        } else {
             // Nobody drives. Dispatch inline when a worker is idle (so work starts while the
             // graph is still being built), else only every few submits: a pass per submit
             // would dominate the cost of building large graphs.

@@ -443,7 +443,6 @@ impl<'a> Orchestrator<'a> {
         self.run.slot_created();
         self.run.tasks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.tasks.push(Arc::downgrade(&slot));
-        slot.lock().fanout_total = 1;
         self.scopes.last_mut().expect("outer scope").push(slot.clone());
         let _span = tracing::trace_span!(target: "simpler::orchestrator", "submit", run_id = self.run.id, task_index = index).entered();
 
@@ -505,7 +504,6 @@ impl<'a> Orchestrator<'a> {
                 }
             }
         }
-        slot.lock().written = written;
 
         // Step 4: attach.
         let mut live = 0u32;
@@ -554,11 +552,17 @@ impl<'a> Orchestrator<'a> {
         }
 
         // Step 5: publish.
-        self.publish(&slot, live, failed);
+        self.publish(&slot, live, failed, written);
         Ok(TaskHandle { run: self.run.id, index })
     }
 
-    fn publish(&self, slot: &Arc<Slot>, live: u32, producer_failed: Option<Error>) {
+    fn publish(
+        &self,
+        slot: &Arc<Slot>,
+        live: u32,
+        producer_failed: Option<Error>,
+        written: SmallVec<[Identity; 4]>,
+    ) {
         enum Next {
             Ready,
             Pending,
@@ -567,6 +571,7 @@ impl<'a> Orchestrator<'a> {
         let next = {
             let mut l = slot.lock();
             l.fanin_count = live;
+            l.written = written;
             let poison = match producer_failed {
                 Some(cause) => Some(Error::new(
                     ErrorKind::Poisoned,

@@ -148,7 +148,8 @@ impl Slot {
                 fanin_count: 0,
                 fanin_released: 0,
                 fanout: SmallVec::new(),
-                fanout_total: 0,
+                // The open scope's reference, taken at creation (submit step 2).
+                fanout_total: 1,
                 fanout_released: 0,
                 retained: SmallVec::new(),
                 written: SmallVec::new(),

@@ -50,7 +50,7 @@ impl Hasher for KeyHasher {
     }
 }
 
-type Map = HashMap<(u64, Identity), SmallVec<[Entry; 2]>, BuildHasherDefault<KeyHasher>>;
+type Map = HashMap<(u64, Identity), SmallVec<[Entry; 1]>, BuildHasherDefault<KeyHasher>>;
 
 /// The map; one mutex (the Orchestrator inserts and looks up, consumption erases).
 #[derive(Default)]
