@@ -2,6 +2,8 @@
 //!
 //! Run it with `cargo run --example quickstart`.
 
+#![allow(clippy::print_stdout)] // An example talks to its user.
+
 use std::time::Instant;
 
 use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};

@@ -1,7 +1,7 @@
 //! Host functions: what a SUB worker runs.
 
 use std::any::TypeId;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::callable::identity::{Descriptor, host_fn_descriptor};
@@ -102,10 +102,8 @@ impl std::fmt::Debug for HostFn {
 
 fn type_hash<T: 'static>() -> u64 {
     // A fixed-key hasher: the same binary gives the same value in every process.
-    let mut h =
-        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().build_hasher();
-    TypeId::of::<T>().hash(&mut h);
-    h.finish()
+    std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+        .hash_one(TypeId::of::<T>())
 }
 
 impl HostFn {

@@ -320,6 +320,7 @@ impl DescriptorWriter {
     }
 
     /// Appends one byte; only for optional presence markers (0 = absent, 1 = present).
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
         self.bytes.push(v);
         self
@@ -403,6 +404,7 @@ pub(crate) fn host_fn_descriptor(name: &str, type_name: &str, type_hash: u64) ->
 
 /// Descriptor of an orchestration function registered at run time: the same shape as
 /// [`host_fn_descriptor`] with `kind = Orch`.
+#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 pub(crate) fn orch_fn_descriptor(name: &str, type_name: &str, type_hash: u64) -> Descriptor {
     fn_descriptor(CallableKind::Orch, name, type_name, type_hash)
 }

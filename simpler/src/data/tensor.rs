@@ -118,7 +118,7 @@ impl TensorView {
             }
         }
         let es = self.dtype.size() as u64;
-        if self.byte_offset % es != 0 {
+        if !self.byte_offset.is_multiple_of(es) {
             return Err(Error::invalid(format!(
                 "tensor byte offset {} is not a multiple of the {} element size {es}",
                 self.byte_offset, self.dtype
@@ -329,7 +329,7 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
         return None;
     }
     for i in 0..nd - 1 {
-        if st[i] % st[i + 1] != 0 || st[i] < st[i + 1] {
+        if !st[i].is_multiple_of(st[i + 1]) || st[i] < st[i + 1] {
             return None;
         }
     }
@@ -492,10 +492,6 @@ impl Tensor {
     /// ```
     pub fn reshape(&self, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(self.desc, view, self.keepalive.clone())
-    }
-
-    pub(crate) fn set_desc(&mut self, desc: BufferDesc) {
-        self.desc = desc;
     }
 }
 

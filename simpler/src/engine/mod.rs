@@ -380,8 +380,11 @@ impl Engine {
                 return;
             }
             let wanted = self.role_wanted.load(Ordering::SeqCst) > 0;
-            if !wanted && self.outstanding() {
-                if let Ok(mut sched) = self.sched.try_lock() {
+            if !wanted
+                && self.outstanding()
+                && let Ok(mut sched) = self.sched.try_lock()
+            {
+                {
                     self.role_held.store(true, Ordering::SeqCst);
                     loop {
                         let bell_seen = self.doorbell().seq();

@@ -182,9 +182,15 @@ impl<'a> Orchestrator<'a> {
         )
     }
 
-    fn check_kind(&self, callable: &CallableHandle, want: CallableKind, api: &str) -> Result<()> {
-        let known =
-            self.eng.callables.read().unwrap_or_else(|e| e.into_inner()).get(&callable.digest()).copied();
+    fn check_kind(&mut self, callable: &CallableHandle, want: CallableKind, api: &str) -> Result<()> {
+        let digest = callable.digest();
+        if self.checked.iter().any(|&(d, k)| d == digest && k == want) {
+            return Ok(());
+        }
+        let known = self.eng.callables.read().unwrap_or_else(|e| e.into_inner()).get(&digest).copied();
+        if known == Some(want) {
+            self.checked.push((digest, want));
+        }
         match known {
             None => Err(Error::new(
                 ErrorKind::Callable,

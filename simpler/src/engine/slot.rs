@@ -60,10 +60,6 @@ impl State {
             _ => State::Building,
         }
     }
-
-    pub(crate) fn is_terminal(self) -> bool {
-        matches!(self, State::Completed | State::Failed | State::Consumed)
-    }
 }
 
 /// Where a task runs.

@@ -31,6 +31,7 @@ impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
         let mb = self.region.mailbox(self.index);
         mb.set_parent_cpu(crate::ipc::futex::current_cpu());
+        tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, "post task");
         mb.post_task(d.callable.digest().as_bytes(), |config, payload| {
             encode_config(d.config, config);
             encode_args(
