@@ -301,6 +301,13 @@ pub enum Backing {
         /// The object's name.
         name: ShmName,
     },
+    /// Device memory owned by one chip: only tasks on that chip may name it.
+    Device {
+        /// Offset of the allocation in the chip's device memory (not a host address).
+        ptr: u64,
+        /// The worker id of the owning chip.
+        chip: u32,
+    },
 }
 
 impl Backing {
@@ -316,6 +323,7 @@ impl Backing {
         match self {
             Backing::HeapSlab { .. } => 0,
             Backing::PosixShm { .. } => 1,
+            Backing::Device { .. } => 4,
         }
     }
 }

@@ -63,6 +63,7 @@ const ADDRESS_SPACE_HOST: u8 = 0;
 const ADDRESS_SPACE_DEVICE: u8 = 1;
 const BACKEND_HEAP_SLAB: u8 = 0;
 const BACKEND_POSIX_SHM: u8 = 1;
+const BACKEND_DEVICE: u8 = 4;
 const BODY_MAX: usize = 32;
 
 // Descriptor offsets.
@@ -189,7 +190,10 @@ fn write_desc(desc: &BufferDesc, out: &mut [u8]) {
     out.fill(0);
     let id = desc.identity();
     put(out, D_MAGIC, &MAGIC.to_le_bytes());
-    out[D_ADDRESS_SPACE] = ADDRESS_SPACE_HOST;
+    out[D_ADDRESS_SPACE] = match desc.backing() {
+        Backing::Device { .. } => ADDRESS_SPACE_DEVICE,
+        _ => ADDRESS_SPACE_HOST,
+    };
     out[D_ACCESS] = desc.access() as u8;
     out[D_BACKEND] = desc.backing().kind_u8();
     put(out, D_OWNER, &id.owner().to_le_bytes());
@@ -207,6 +211,11 @@ fn write_desc(desc: &BufferDesc, out: &mut [u8]) {
             put(out, D_BODY, name);
             name.len()
         }
+        Backing::Device { ptr, chip } => {
+            put(out, D_BODY, &ptr.to_le_bytes());
+            put(out, D_BODY + 8, &chip.to_le_bytes());
+            12
+        }
     };
     // A body is at most 31 (shm name) or 8 (address) bytes, so this never truncates.
     put(out, D_BODY_LEN, &(body_len as u16).to_le_bytes());
@@ -219,13 +228,9 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
         let msg = format!("bad magic {magic:#06x} (expected {MAGIC:#06x})");
         return Err(Error::decode(msg));
     }
-    match b[D_ADDRESS_SPACE] {
-        ADDRESS_SPACE_HOST => {}
-        ADDRESS_SPACE_DEVICE => {
-            return Err(Error::decode(
-                "address_space 1 (DEVICE) is reserved and not supported yet; only HOST (0)",
-            ));
-        }
+    let space = b[D_ADDRESS_SPACE];
+    match space {
+        ADDRESS_SPACE_HOST | ADDRESS_SPACE_DEVICE => {}
         v => {
             let msg = format!("unknown address_space {v} (known: 0 = HOST, 1 = DEVICE)");
             return Err(Error::decode(msg));
@@ -233,9 +238,14 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
     }
     let access = Access::from_u8(b[D_ACCESS])?;
     let backend = b[D_BACKEND];
-    if backend != BACKEND_HEAP_SLAB && backend != BACKEND_POSIX_SHM {
+    if backend != BACKEND_HEAP_SLAB && backend != BACKEND_POSIX_SHM && backend != BACKEND_DEVICE {
         return Err(Error::decode(format!(
-            "unknown backend kind {backend} (known: 0 = heap slab, 1 = posix shm)"
+            "unknown backend kind {backend} (known: 0 = heap slab, 1 = posix shm, 4 = device)"
+        )));
+    }
+    if (backend == BACKEND_DEVICE) != (space == ADDRESS_SPACE_DEVICE) {
+        return Err(Error::decode(format!(
+            "backend kind {backend} does not match address_space {space} (device memory is address_space 1)"
         )));
     }
     check_zero(b, D_PAD0)?;
@@ -268,6 +278,13 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
         }
         let addr = get_u64(body, 0);
         Backing::HeapSlab { addr }
+    } else if backend == BACKEND_DEVICE {
+        if body_len != 12 {
+            return Err(Error::decode(format!(
+                "device body_len must be 12 (u64 offset, u32 chip), got {body_len}"
+            )));
+        }
+        Backing::Device { ptr: get_u64(body, 0), chip: get_u32(body, 8) }
     } else {
         let name = ShmName::from_bytes(body).map_err(to_decode)?;
         Backing::PosixShm { name }
@@ -695,6 +712,22 @@ mod tests {
         vec![(a, Access::Read), (b, Access::ReadWrite)]
     }
 
+    #[test]
+    fn device_descriptors_round_trip() {
+        let identity = Identity::new(9, 3, 1).unwrap();
+        let d = BufferDesc::new(identity, Backing::Device { ptr: 4096, chip: 2 }, Access::ReadWrite, 1024)
+            .unwrap();
+        let t = tensor(d, DataType::Float32, 0, &[256], &[]);
+        let mut out = vec![0u8; blob_size(1, 0)];
+        encode_args([(&t, Access::Write)].into_iter(), &[], &mut out).unwrap();
+        let dec = decode_args(&out).unwrap();
+        assert_eq!(dec.tensors[0].desc.backing(), Backing::Device { ptr: 4096, chip: 2 });
+        assert_eq!(dec.tensors[0].desc.access(), Access::Write);
+        let mut bad = out.clone();
+        bad[8 + 52] = 8; // body_len
+        assert!(decode_args(&bad).is_err(), "a truncated device body is refused");
+    }
+
     fn one_slab() -> Vec<(Tensor, Access)> {
         let d = slab_desc(1, 0x1000, Access::ReadWrite, 256);
         vec![(tensor(d, DataType::Float32, 0, &[4], &[]), Access::Read)]
@@ -714,7 +747,8 @@ mod tests {
         let slab = one_slab();
         expect(corrupt(&shm, 0, |r| r[0] ^= 0xff), "magic");
         expect(corrupt(&shm, 1, |r| r[1] = 0), "magic");
-        expect(corrupt(&shm, 0, |r| r[2] = 1), "address_space 1 (DEVICE)");
+        expect(corrupt(&shm, 0, |r| r[2] = 1), "does not match address_space 1");
+        expect(corrupt(&shm, 0, |r| r[4] = 4), "does not match address_space 0");
         expect(corrupt(&shm, 0, |r| r[2] = 9), "address_space");
         expect(corrupt(&shm, 0, |r| r[3] = 3), "access");
         expect(corrupt(&shm, 0, |r| r[4] = 2), "backend");

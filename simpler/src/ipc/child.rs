@@ -186,6 +186,9 @@ impl SubChild {
                     Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
                 }
             }
+            Backing::Device { chip, .. } => Err(format!(
+                "device memory of chip {chip} cannot be used by a host function (SUB workers run on the host)"
+            )),
             Backing::PosixShm { name } => {
                 let id = desc.identity();
                 if !cache.maps.contains_key(&id) {
