@@ -54,12 +54,37 @@ pub struct WorkerBuilder {
 
 impl WorkerBuilder {
     /// The level this Worker runs at (default [`Level::Node`], L3).
+    ///
+    /// This release runs L3 (node) Workers only; [`build`](Self::build) refuses other levels.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Level, Worker};
+    ///
+    /// let worker = Worker::builder().level(Level::Node).sub_workers(1).build()?;
+    /// assert_eq!(worker.level(), Level::Node);
+    ///
+    /// let err = Worker::builder().level(Level::Chip).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn level(mut self, level: Level) -> Self {
         self.level = level;
         self
     }
 
     /// Number of forked SUB workers that run host functions (default 0).
+    ///
+    /// `init` forks one process per SUB worker. A Worker without any can be built, but has
+    /// nowhere to run host functions: `submit_sub` then fails.
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// let worker = Worker::builder().sub_workers(4).build()?;
+    /// assert_eq!(worker.sub_workers(), 4);
+    /// assert_eq!(Worker::builder().build()?.sub_workers(), 0); // the default
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn sub_workers(mut self, n: usize) -> Self {
         self.engine.sub_workers = n;
         self
@@ -67,42 +92,144 @@ impl WorkerBuilder {
 
     /// Bytes per heap ring for `orch.alloc` (default 1 GiB each, four rings, lazily backed;
     /// 0 disables the heap).
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// // Intermediates from `orch.alloc` come from four rings of 64 MiB each.
+    /// let worker = Worker::builder().sub_workers(2).heap_ring_size(64 << 20).build()?;
+    /// assert!(!worker.is_ready()); // nothing is mapped before `init`
+    ///
+    /// // Runs that only name `create_buffer` buffers need no heap; `orch.alloc` then fails.
+    /// let no_heap = Worker::builder().sub_workers(2).heap_ring_size(0).build()?;
+    /// # drop(no_heap);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn heap_ring_size(mut self, bytes: u64) -> Self {
         self.engine.heap_ring_size = bytes;
         self
     }
 
     /// Live tasks at most before `submit` waits (default 65536).
+    ///
+    /// A task stays live until its scope has ended and it has completed; every `orch.alloc`
+    /// takes a place too. At least 1.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(2).task_window(4096).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().task_window(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn task_window(mut self, n: usize) -> Self {
         self.engine.task_window = n;
         self
     }
 
     /// Runs admitted at once: one executing, the others built and waiting (default 2).
+    ///
+    /// At least 1. With 1, each `submit` first waits for the previous run to finish.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// // Build up to three runs ahead of the one executing.
+    /// let worker = Worker::builder().sub_workers(2).pipeline_depth(4).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().pipeline_depth(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn pipeline_depth(mut self, n: usize) -> Self {
         self.engine.pipeline_depth = n;
         self
     }
 
     /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    ///
+    /// The failing `submit_*` or `orch.alloc` returns an error of kind
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::Worker;
+    ///
+    /// // Give up after half a second without room in a 256-task window.
+    /// let worker = Worker::builder()
+    ///     .sub_workers(2)
+    ///     .task_window(256)
+    ///     .backpressure_timeout(Duration::from_millis(500))
+    ///     .build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn backpressure_timeout(mut self, t: Duration) -> Self {
         self.engine.backpressure_timeout = t;
         self
     }
 
     /// One deadline for starting every child process (default 300 s).
+    ///
+    /// `init` fails with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) when a child
+    /// has not reported ready by then. Must be greater than zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(8).startup_timeout(Duration::from_secs(30)).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().startup_timeout(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn startup_timeout(mut self, t: Duration) -> Self {
         self.startup_timeout = t;
         self
     }
 
     /// How long `close` waits for runs in flight before abandoning them (default 10 s).
+    ///
+    /// When it abandons any, `close` still shuts everything down and then returns an error of
+    /// kind [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::Worker;
+    ///
+    /// let worker = Worker::builder().sub_workers(2).close_timeout(Duration::from_secs(1)).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn close_timeout(mut self, t: Duration) -> Self {
         self.close_timeout = t;
         self
     }
 
     /// Validates the configuration and returns an uninitialized Worker.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error for a level
+    /// other than [`Level::Node`], a `task_window` or `pipeline_depth` of 0, or a zero
+    /// `startup_timeout`.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(2).build()?;
+    /// // Nothing is forked or mapped yet: that is `init`'s job.
+    /// assert!(!worker.is_ready());
+    /// assert!(worker.child_pids().is_empty());
+    /// drop(worker); // dropping an uninitialized Worker does nothing
+    ///
+    /// let err = Worker::builder().task_window(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn build(self) -> Result<Worker> {
         if self.level != Level::Node {
             return Err(Error::invalid(format!(
@@ -200,6 +327,20 @@ fn random_u64() -> u64 {
 
 impl Worker {
     /// A builder with the defaults.
+    ///
+    /// Defaults: L3 ([`Level::Node`]), no SUB workers, four 1 GiB heap rings, a task window of
+    /// 65536, a pipeline depth of 2, and timeouts of 10 s (back-pressure), 300 s (startup) and
+    /// 10 s (close).
+    ///
+    /// ```
+    /// use simpler::{Level, Worker};
+    ///
+    /// let worker = Worker::builder().build()?; // all defaults
+    /// assert_eq!(worker.level(), Level::Node);
+    /// assert_eq!(worker.sub_workers(), 0);
+    /// assert!(!worker.is_ready());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn builder() -> WorkerBuilder {
         WorkerBuilder {
             level: Level::Node,
@@ -210,11 +351,31 @@ impl Worker {
     }
 
     /// The level this Worker runs at.
+    ///
+    /// ```
+    /// use simpler::{Level, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(1).build()?;
+    /// assert_eq!(worker.level(), Level::Node);
+    /// assert_eq!(worker.level().number(), 3);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn level(&self) -> Level {
         self.cfg.level
     }
 
     /// Number of SUB workers.
+    ///
+    /// ```
+    /// use simpler::{TaskArgs, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(3).build()?;
+    /// assert_eq!(worker.sub_workers(), 3);
+    /// // E.g. size a `submit_sub_group` to use every SUB worker: one member each.
+    /// let members: Vec<TaskArgs> = (0..worker.sub_workers()).map(|_| TaskArgs::new()).collect();
+    /// assert_eq!(members.len(), 3);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
     pub fn sub_workers(&self) -> usize {
         self.cfg.engine.sub_workers
     }
@@ -227,6 +388,18 @@ impl Worker {
     /// let worker = simpler::Worker::builder().sub_workers(1).build().unwrap();
     /// assert!(worker.child_pids().is_empty()); // nothing forked before init
     /// ```
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
+    /// worker.init()?;
+    /// let pids = worker.child_pids();
+    /// assert_eq!(pids.len(), 2); // one process per SUB worker
+    /// assert!(pids.iter().all(|&pid| pid > 0 && pid as u32 != std::process::id()));
+    /// worker.close()?;
+    /// assert!(worker.child_pids().is_empty()); // every child reaped
+    /// # Ok(()) }
+    /// ```
     pub fn child_pids(&self) -> Vec<i32> {
         match &self.phase {
             Phase::Ready(live) => live.pids.clone(),
@@ -235,6 +408,22 @@ impl Worker {
     }
 
     /// True between a successful `init` and `close`.
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// assert!(!worker.is_ready()); // built, not initialized
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// assert!(worker.is_ready());
+    /// worker.close()?;
+    /// assert!(!worker.is_ready());
+    /// # Ok(()) }
+    /// ```
     pub fn is_ready(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))
     }
@@ -255,6 +444,61 @@ impl Worker {
     /// After `init` (only `fn`-pointer functions, see [`HostFn`]) it is sent to every live SUB
     /// worker, and this returns once all of them installed it. Registering the same function
     /// twice returns the same handle and counts a second reference.
+    ///
+    /// Before `init` (nothing is forked):
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn, HostResult, Worker};
+    ///
+    /// fn negate(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v = -*v;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let negate_h = worker.register(HostFn::new("negate", negate))?;
+    /// assert_eq!(negate_h.name(), "negate");
+    /// // The same function again: the same handle, a second reference.
+    /// assert_eq!(worker.register(HostFn::new("negate", negate))?, negate_h);
+    ///
+    /// // Closures capture state; they must be registered before `init`.
+    /// let bias = 0.5f32;
+    /// let add_bias = worker.register(HostFn::closure("add_bias", move |args: &HostArgs<'_>| {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v += bias;
+    ///     }
+    ///     Ok(())
+    /// }))?;
+    /// assert_ne!(add_bias, negate_h);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    ///
+    /// After `init`, a plain `fn` is sent to the live SUB workers; a closure is refused:
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn late(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// worker.init()?;
+    /// let late = worker.register(HostFn::new("late", late))?; // both SUB workers have it now
+    /// worker.run(
+    ///     |orch, _, _| orch.submit_sub(&late, TaskArgs::new()).map(|_| ()),
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    ///
+    /// let err = worker.register(HostFn::closure("c", |_: &HostArgs<'_>| Ok(()))).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Callable);
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
     pub fn register(&mut self, f: HostFn) -> Result<CallableHandle> {
         let desc = f.descriptor().clone();
         let digest = desc.digest();
@@ -297,7 +541,53 @@ impl Worker {
 
     /// Drops one registration of `handle`. The caller must not unregister a callable that a
     /// run in flight may still use.
+    ///
+    /// Each [`register`](Self::register) of a function counts one reference; the callable goes
+    /// away with the last one. Unregistering a callable that is not registered is an
+    /// [`ErrorKind::Callable`](crate::ErrorKind::Callable) error.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, Worker};
+    ///
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let h = worker.register(HostFn::new("noop", noop))?;
+    /// worker.register(HostFn::new("noop", noop))?; // a second reference
+    /// worker.unregister(&h)?; // one reference left
+    /// worker.unregister(&h)?; // gone
+    /// assert_eq!(worker.unregister(&h).unwrap_err().kind(), ErrorKind::Callable);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    ///
+    /// After `init`, every SUB worker drops it too; later submits naming it fail:
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let submit_step = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    ///     orch.submit_sub(&step, TaskArgs::new()).map(|_| ())
+    /// };
+    /// worker.run(submit_step, TaskArgs::new(), CallConfig::default())?; // finished: safe to drop
+    /// worker.unregister(&step)?;
+    /// let err = worker.run(submit_step, TaskArgs::new(), CallConfig::default()).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Callable); // not registered any more
+    /// # Ok(()) }
+    /// ```
     pub fn unregister(&mut self, handle: &CallableHandle) -> Result<()> {
+        if matches!(self.phase, Phase::Closed) {
+            return Err(Error::state("Worker.unregister: the Worker is closed"));
+        }
         let digest = handle.digest();
         if !self.registry.contains(&digest) {
             return Err(Error::new(
@@ -322,6 +612,30 @@ impl Worker {
 
     /// Starts the Worker: maps the heap rings and mailboxes, forks every SUB worker (before any
     /// engine thread exists), waits until each reports ready, then starts the engine.
+    ///
+    /// Host functions registered before this call are in every SUB worker from the start.
+    /// Calling `init` twice, or after `close`, is an
+    /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error; a child that fails
+    /// or does not report ready within `startup_timeout` is an
+    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error (the others are reaped).
+    ///
+    /// ```no_run
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, Worker};
+    ///
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// worker.register(HostFn::new("noop", noop))?; // in the snapshot both children start with
+    /// worker.init()?; // forks two SUB workers and waits until both are ready
+    /// assert!(worker.is_ready());
+    /// assert_eq!(worker.child_pids().len(), 2);
+    /// assert_eq!(worker.init().unwrap_err().kind(), ErrorKind::InvalidState);
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
     pub fn init(&mut self) -> Result<()> {
         match self.phase {
             Phase::New => {}
@@ -430,6 +744,49 @@ impl Worker {
     /// Creates a host buffer of `nbytes` in POSIX shared memory, visible to every worker.
     ///
     /// The buffer is unlinked when the last clone (and the last tensor made from it) drops.
+    ///
+    /// Needs an initialized Worker; `nbytes` must be greater than zero.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(1).build()?;
+    /// let err = worker.create_buffer(64).unwrap_err(); // not initialized yet
+    /// assert_eq!(err.kind(), ErrorKind::InvalidState);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn square(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<i32>(0)? {
+    ///         *v *= *v;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let square = worker.register(HostFn::new("square", square))?;
+    /// worker.init()?;
+    /// let buf = worker.create_buffer(4 * 8)?; // eight i32
+    /// buf.write(0, &[1i32, 2, 3, 4, 5, 6, 7, 8])?;
+    /// let t = buf.tensor(&[8], DataType::Int32)?;
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         let mut args = TaskArgs::new();
+    ///         args.inout(&t)?;
+    ///         orch.submit_sub(&square, args)?;
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(buf.read::<i32>(0, 8)?, vec![1, 4, 9, 16, 25, 36, 49, 64]);
+    /// assert!(worker.create_buffer(0).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
         let live = self.live("create_buffer")?;
         if nbytes == 0 {
@@ -447,6 +804,47 @@ impl Worker {
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,
     /// the run settles, and the error is returned.
+    ///
+    /// `orch_fn` receives `args` and `config` as given here. Pipelining two runs:
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Worker};
+    ///
+    /// fn fill(args: &HostArgs<'_>) -> HostResult {
+    ///     let value = args.scalar(0)?;
+    ///     args.output::<u64>(0)?.fill(value);
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let fill = worker.register(HostFn::new("fill", fill))?;
+    /// worker.init()?;
+    /// let (a, b) = (worker.create_buffer(8 * 64)?, worker.create_buffer(8 * 64)?);
+    /// let (ta, tb) = (a.tensor(&[64], DataType::Uint64)?, b.tensor(&[64], DataType::Uint64)?);
+    ///
+    /// // Fill the tensor passed in `args` with the scalar passed in `args`.
+    /// let fill_with = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    ///     let mut task = TaskArgs::new();
+    ///     task.output(args.tensor(0).expect("a tensor"))?;
+    ///     task.scalar(args.scalar_at(0).expect("a value"));
+    ///     orch.submit_sub(&fill, task)?;
+    ///     Ok(())
+    /// };
+    /// let mut first = TaskArgs::new();
+    /// first.output(&ta)?.scalar(1);
+    /// let mut second = TaskArgs::new();
+    /// second.output(&tb)?.scalar(2);
+    /// // Neither call waits for its run: the second is built while the first executes.
+    /// let r1 = worker.submit(fill_with, first, CallConfig::default())?;
+    /// let r2 = worker.submit(fill_with, second, CallConfig::default())?;
+    /// r1.wait()?;
+    /// r2.wait()?;
+    /// assert_eq!(a.read::<u64>(0, 64)?, vec![1; 64]);
+    /// assert_eq!(b.read::<u64>(0, 64)?, vec![2; 64]);
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
     where
@@ -456,6 +854,43 @@ impl Worker {
     }
 
     /// Like [`submit`](Worker::submit), and records the run's DAG ([`RunHandle::dag`]).
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn inc(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<u32>(0)? {
+    ///         *v += 1;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let inc = worker.register(HostFn::new("inc", inc))?;
+    /// worker.init()?;
+    /// let buf = worker.create_buffer(4 * 32)?;
+    /// let t = buf.tensor(&[32], DataType::Uint32)?;
+    /// let run = worker.submit_captured(
+    ///     |orch, _, _| {
+    ///         for _ in 0..3 {
+    ///             let mut args = TaskArgs::new();
+    ///             args.inout(&t)?; // each waits for the previous writer
+    ///             orch.submit_sub(&inc, args)?;
+    ///         }
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// run.wait()?;
+    /// let dag = run.dag().expect("captured");
+    /// assert!(dag.has_edge(0, 1) && dag.has_edge(1, 2));
+    /// let e = dag.graph().edge_indices().next().unwrap();
+    /// assert!(matches!(dag.graph()[e], EdgeReason::Tensor { arg: 0, .. }));
+    /// assert_eq!(buf.read::<u32>(0, 32)?, vec![3; 32]);
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit_captured<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
     where
@@ -517,6 +952,50 @@ impl Worker {
     }
 
     /// `submit` then `wait`: builds the run and drives it to completion on this thread.
+    ///
+    /// Returns the orchestration function's error, or else the run's first task error.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, CallableHandle, DataType, HostArgs, HostFn, HostResult};
+    /// use simpler::{Orchestrator, TaskArgs, Tensor, Worker};
+    ///
+    /// fn add(args: &HostArgs<'_>) -> HostResult {
+    ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// /// out = x + x + x, through a runtime-managed intermediate.
+    /// fn triple(
+    ///     orch: &mut Orchestrator<'_>,
+    ///     add: &CallableHandle,
+    ///     x: &Tensor,
+    ///     out: &Tensor,
+    /// ) -> simpler::Result<()> {
+    ///     let twice = orch.alloc(&[16], DataType::Float32)?;
+    ///     let mut first = TaskArgs::new();
+    ///     first.input(x)?.input(x)?.output(&twice)?;
+    ///     orch.submit_sub(add, first)?;
+    ///     let mut second = TaskArgs::new();
+    ///     second.input(&twice)?.input(x)?.output(out)?; // waits for `first`
+    ///     orch.submit_sub(add, second)?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let add = worker.register(HostFn::new("add", add))?;
+    /// worker.init()?;
+    /// let (x, out) = (worker.create_buffer(4 * 16)?, worker.create_buffer(4 * 16)?);
+    /// x.write(0, &[1.5f32; 16])?;
+    /// let (tx, tout) = (x.tensor(&[16], DataType::Float32)?, out.tensor(&[16], DataType::Float32)?);
+    /// worker.run(|orch, _, _| triple(orch, &add, &tx, &tout), TaskArgs::new(), CallConfig::default())?;
+    /// assert_eq!(out.read::<f32>(0, 16)?, vec![4.5; 16]);
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn run<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<()>
     where
@@ -530,6 +1009,43 @@ impl Worker {
 
     /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
     /// engine, shuts every child down and reaps it. Idempotent; dropping a Worker closes it.
+    ///
+    /// A closed Worker cannot be initialized again; closing one that was never initialized
+    /// forks nothing.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.close()?; // never initialized: nothing to shut down
+    /// assert_eq!(worker.init().unwrap_err().kind(), ErrorKind::InvalidState);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn work(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let work = worker.register(HostFn::new("work", work))?;
+    /// worker.init()?;
+    /// let run = worker.submit(
+    ///     |orch, _, _| orch.submit_sub(&work, TaskArgs::new()).map(|_| ()),
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// worker.close()?; // lets the run finish first (up to `close_timeout`)
+    /// assert!(run.is_done());
+    /// assert!(worker.child_pids().is_empty());
+    /// worker.close()?; // idempotent
+    /// let err = worker.create_buffer(64).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidState);
+    /// # Ok(()) }
+    /// ```
     pub fn close(&mut self) -> Result<()> {
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
         let Phase::Ready(mut live) = phase else { return Ok(()) };

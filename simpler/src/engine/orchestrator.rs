@@ -33,6 +33,36 @@ use crate::engine::slot::{Member, Slot, State, Target, TaskData};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Scope stack limit, counting the run's outer scope.
+///
+/// So [`Orchestrator::scope_depth`] goes up to `MAX_SCOPE_DEPTH - 1`; one more
+/// [`scope_begin`](Orchestrator::scope_begin) is an error.
+///
+/// ```
+/// assert_eq!(simpler::MAX_SCOPE_DEPTH, 64);
+/// ```
+///
+/// ```no_run
+/// use simpler::{CallConfig, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs, Worker};
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// worker.init()?;
+/// worker.run(
+///     |orch, _, _| {
+///         while orch.scope_depth() < MAX_SCOPE_DEPTH - 1 {
+///             orch.scope_begin()?;
+///         }
+///         assert_eq!(orch.scope_begin().unwrap_err().kind(), ErrorKind::InvalidState);
+///         while orch.scope_depth() > 0 {
+///             orch.scope_end()?;
+///         }
+///         Ok(())
+///     },
+///     TaskArgs::new(),
+///     CallConfig::default(),
+/// )?;
+/// # Ok(()) }
+/// ```
 pub const MAX_SCOPE_DEPTH: usize = 64;
 
 /// Builds one run's DAG; handed to the orchestration function.
@@ -61,6 +91,9 @@ pub struct Orchestrator<'a> {
     scopes: Vec<Vec<Arc<Slot>>>,
     tasks: Vec<Weak<Slot>>,
     allocs: u32,
+    /// `scope_end` may not pop below this many frames (1: the run's outer scope; inside
+    /// `Orchestrator::scope`, the scope it opened).
+    scope_floor: usize,
     /// Callables already checked in this run (registration cannot go away mid-build: the
     /// Worker's `unregister` needs `&mut Worker`, which building excludes).
     checked: SmallVec<[(crate::callable::identity::Digest, CallableKind); 4]>,
@@ -84,26 +117,170 @@ impl<'a> Orchestrator<'a> {
             scopes: vec![Vec::new()],
             tasks: Vec::new(),
             allocs: 0,
+            scope_floor: 1,
             checked: SmallVec::new(),
         }
     }
 
     /// The id of the run being built.
+    ///
+    /// The same as the [`RunHandle::id`](crate::RunHandle::id) the submit returns, and as
+    /// [`TaskHandle::run_id`] of every task submitted here.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let mut built = 0;
+    /// let run = worker.submit(
+    ///     |orch, _, _| {
+    ///         built = orch.run_id();
+    ///         let task = orch.submit_sub(&step, TaskArgs::new())?;
+    ///         assert_eq!(task.run_id(), orch.run_id());
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(run.id(), built);
+    /// run.wait()?;
+    /// # Ok(()) }
+    /// ```
     pub fn run_id(&self) -> u64 {
         self.run.id
     }
 
     /// Current scope depth: 0 in the run's outer scope, 1 inside the first `scope_begin`, ...
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, TaskArgs, Worker};
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         assert_eq!(orch.scope_depth(), 0);
+    ///         orch.scope(|orch| {
+    ///             assert_eq!(orch.scope_depth(), 1);
+    ///             orch.scope_begin()?;
+    ///             assert_eq!(orch.scope_depth(), 2);
+    ///             orch.scope_end()
+    ///         })?;
+    ///         assert_eq!(orch.scope_depth(), 0);
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
     pub fn scope_depth(&self) -> usize {
         self.scopes.len() - 1
     }
 
     /// Number of tasks submitted so far in this run.
+    ///
+    /// A group counts as one task; `alloc` counts none.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn zero(args: &HostArgs<'_>) -> HostResult {
+    ///     args.output::<f32>(0)?.fill(0.0);
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let zero = worker.register(HostFn::new("zero", zero))?;
+    /// worker.init()?;
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         let tmp = [
+    ///             orch.alloc(&[64], DataType::Float32)?,
+    ///             orch.alloc(&[64], DataType::Float32)?,
+    ///             orch.alloc(&[64], DataType::Float32)?,
+    ///         ];
+    ///         assert_eq!(orch.task_count(), 0); // allocations are not tasks
+    ///         let mut args = TaskArgs::new();
+    ///         args.output(&tmp[0])?;
+    ///         let task = orch.submit_sub(&zero, args)?;
+    ///         assert_eq!(orch.task_count(), 1);
+    ///         assert_eq!(task.index() as usize, orch.task_count() - 1);
+    ///         let (mut m0, mut m1) = (TaskArgs::new(), TaskArgs::new());
+    ///         m0.output(&tmp[1])?;
+    ///         m1.output(&tmp[2])?;
+    ///         orch.submit_sub_group(&zero, vec![m0, m1])?;
+    ///         assert_eq!(orch.task_count(), 2); // a group is one task
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
     pub fn task_count(&self) -> usize {
         self.tasks.len()
     }
 
     /// Submits a host function to any idle SUB worker.
+    ///
+    /// The task waits for the earlier writers of the tensors it reads (see [`Tag`](crate::Tag))
+    /// and for the tasks named by [`TaskArgs::add_dep`]. The callable must be a host function
+    /// registered on this Worker, and the Worker must have SUB workers.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn scale(args: &HostArgs<'_>) -> HostResult {
+    ///     let k = args.scalar_f32(0)?;
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v *= k;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// fn log(_args: &HostArgs<'_>) -> HostResult {
+    ///     eprintln!("scaled");
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let scale = worker.register(HostFn::new("scale", scale))?;
+    /// let log = worker.register(HostFn::new("log", log))?;
+    /// worker.init()?;
+    /// let buf = worker.create_buffer(4 * 16)?;
+    /// buf.write(0, &[2.0f32; 16])?;
+    /// let x = buf.tensor(&[16], DataType::Float32)?;
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         let mut args = TaskArgs::new();
+    ///         args.inout(&x)?.scalar_f32(3.0);
+    ///         let first = orch.submit_sub(&scale, args)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.inout(&x)?.scalar_f32(0.5); // waits for `first`: it reads what `first` wrote
+    ///         let second = orch.submit_sub(&scale, args)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.add_dep(second); // no tensors: ordered by an explicit dependency
+    ///         orch.submit_sub(&log, args)?;
+    ///         assert_eq!((first.index(), second.index()), (0, 1));
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(buf.read::<f32>(0, 16)?, vec![3.0; 16]);
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit_sub(&mut self, callable: &CallableHandle, args: TaskArgs) -> Result<TaskHandle> {
         self.check_kind(callable, CallableKind::HostFn, "submit_sub")?;
@@ -113,6 +290,46 @@ impl<'a> Orchestrator<'a> {
 
     /// Submits one task whose members run on `args_list.len()` distinct SUB workers at once
     /// (all or nothing). Member `i` gets `args_list[i]`.
+    ///
+    /// The group is one task: one [`TaskHandle`], complete when every member is. It needs at
+    /// least one member and at most [`Worker::sub_workers`](crate::Worker::sub_workers).
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
+    ///
+    /// fn whoami(args: &HostArgs<'_>) -> HostResult {
+    ///     args.output::<u32>(0)?.fill(args.worker_index());
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let whoami = worker.register(HostFn::new("whoami", whoami))?;
+    /// worker.init()?;
+    /// let buf = worker.create_buffer(4 * 8)?;
+    /// let halves = [
+    ///     buf.view(TensorView::new(0, &[4], None, DataType::Uint32)?)?, // elements 0..4
+    ///     buf.view(TensorView::new(16, &[4], None, DataType::Uint32)?)?, // elements 4..8
+    /// ];
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         let mut members = Vec::new();
+    ///         for half in &halves {
+    ///             let mut args = TaskArgs::new();
+    ///             args.output(half)?;
+    ///             members.push(args);
+    ///         }
+    ///         let group = orch.submit_sub_group(&whoami, members)?; // both SUB workers at once
+    ///         assert_eq!((group.index(), orch.task_count()), (0, 1));
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// let ids = buf.read::<u32>(0, 8)?;
+    /// assert_ne!(ids[0], ids[4]); // two distinct SUB workers
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit_sub_group(
         &mut self,
@@ -128,6 +345,30 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Submits a task to exactly one NEXT_LEVEL worker.
+    ///
+    /// `worker` is a NEXT_LEVEL worker id (`0..n`); for an L3 Worker these are its chips, which
+    /// run chip callables ([`CallableKind::Chip`]) with `config`. This release attaches no
+    /// NEXT_LEVEL workers to an L3 Worker and registers no chip callables, so the call returns
+    /// an error for now (of kind [`ErrorKind::Callable`] for a host function's handle).
+    ///
+    /// ```no_run
+    /// # fn demo(
+    /// #     orch: &mut simpler::Orchestrator<'_>,
+    /// #     kernel: &simpler::CallableHandle,
+    /// #     x: &simpler::Tensor,
+    /// #     y: &simpler::Tensor,
+    /// # ) -> simpler::Result<()> {
+    /// use simpler::{CallConfig, TaskArgs};
+    /// // y = kernel(x) on chip 0, with four AICPU scheduler threads.
+    /// let mut args = TaskArgs::new();
+    /// args.input(x)?.output(y)?;
+    /// let mut config = CallConfig::default();
+    /// config.aicpu_thread_num = 4;
+    /// let on_chip = orch.submit_next_level(kernel, args, config, 0)?;
+    /// // Later tasks reading `y` wait for it; others can name it with `add_dep`.
+    /// # let _ = on_chip;
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit_next_level(
         &mut self,
@@ -149,6 +390,31 @@ impl<'a> Orchestrator<'a> {
 
     /// Submits one task whose member `i` runs `args_list[i]` on `workers[i]`, all launched
     /// together or not at all.
+    ///
+    /// `workers` are distinct NEXT_LEVEL worker ids, one per member; for an L3 Worker these are
+    /// its chips. This release attaches no NEXT_LEVEL workers to an L3 Worker and registers no
+    /// chip callables, so the call returns an error for now, as
+    /// [`submit_next_level`](Self::submit_next_level) does.
+    ///
+    /// ```no_run
+    /// # fn demo(
+    /// #     orch: &mut simpler::Orchestrator<'_>,
+    /// #     kernel: &simpler::CallableHandle,
+    /// #     x: [&simpler::Tensor; 2],
+    /// #     y: [&simpler::Tensor; 2],
+    /// # ) -> simpler::Result<()> {
+    /// use simpler::{CallConfig, TaskArgs};
+    /// // Half of the data on chip 0, the other half on chip 1, launched together.
+    /// let mut members = Vec::new();
+    /// for half in 0..2 {
+    ///     let mut args = TaskArgs::new();
+    ///     args.input(x[half])?.output(y[half])?;
+    ///     members.push(args);
+    /// }
+    /// let both = orch.submit_next_level_group(kernel, members, CallConfig::default(), &[0, 1])?;
+    /// # let _ = both;
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn submit_next_level_group(
         &mut self,
@@ -236,6 +502,46 @@ impl<'a> Orchestrator<'a> {
     /// The returned tensor is a contiguous view of the whole allocation. The bytes are
     /// reclaimed automatically once the enclosing scope has ended and every task that names the
     /// buffer has completed. Waits under back-pressure while the ring is full.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn add(args: &HostArgs<'_>) -> HostResult {
+    ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let add = worker.register(HostFn::new("add", add))?;
+    /// worker.init()?;
+    /// let (x, out) = (worker.create_buffer(4 * 256)?, worker.create_buffer(4 * 256)?);
+    /// x.write(0, &[1.0f32; 256])?;
+    /// let (tx, tout) = (x.tensor(&[256], DataType::Float32)?, out.tensor(&[256], DataType::Float32)?);
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         // out = (x + x) + (x + x), with both partial sums in runtime-managed memory.
+    ///         let s1 = orch.alloc(&[256], DataType::Float32)?;
+    ///         let s2 = orch.alloc(&[256], DataType::Float32)?;
+    ///         for s in [&s1, &s2] {
+    ///             let mut args = TaskArgs::new();
+    ///             args.input(&tx)?.input(&tx)?.output(s)?;
+    ///             orch.submit_sub(&add, args)?;
+    ///         }
+    ///         let mut args = TaskArgs::new();
+    ///         args.input(&s1)?.input(&s2)?.output(&tout)?; // waits for both partial sums
+    ///         orch.submit_sub(&add, args)?;
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(out.read::<f32>(0, 256)?, vec![4.0; 256]);
+    /// # Ok(()) }
+    /// ```
     pub fn alloc(&mut self, shape: &[u32], dtype: DataType) -> Result<Tensor> {
         let view = TensorView::new(0, shape, None, dtype).map_err(|e| e.context("orch.alloc"))?;
         let bytes = view.extent_bytes();
@@ -294,8 +600,65 @@ impl<'a> Orchestrator<'a> {
         Tensor::new(desc, view)
     }
 
-    /// Opens a nested scope: tasks and allocations inside it use the next heap ring and are
+    /// Opens a nested scope: tasks and allocations inside it use the heap ring of their depth
+    /// (`min(depth, 3)`: depths 3 and deeper share ring 3) and are
     /// reclaimed independently of outer ones. At most 64 frames, the outer scope included.
+    ///
+    /// Pair it with [`scope_end`](Self::scope_end), or use [`scope`](Self::scope), which
+    /// also ends the scope on an early return.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn square(args: &HostArgs<'_>) -> HostResult {
+    ///     let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
+    ///     for (y, x) in y.iter_mut().zip(x) {
+    ///         *y = x * x;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// fn accumulate(args: &HostArgs<'_>) -> HostResult {
+    ///     let (x, acc) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
+    ///     for (a, x) in acc.iter_mut().zip(x) {
+    ///         *a += x;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let (square, accumulate) = (
+    ///     worker.register(HostFn::new("square", square))?,
+    ///     worker.register(HostFn::new("accumulate", accumulate))?,
+    /// );
+    /// worker.init()?;
+    /// let (x, acc) = (worker.create_buffer(4 * 64)?, worker.create_buffer(4 * 64)?);
+    /// x.write(0, &[2.0f32; 64])?;
+    /// let (tx, tacc) = (x.tensor(&[64], DataType::Float32)?, acc.tensor(&[64], DataType::Float32)?);
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         for _ in 0..100 {
+    ///             // Each iteration's temporary is reclaimed once its two tasks are done,
+    ///             // instead of living until the run ends.
+    ///             orch.scope_begin()?;
+    ///             let sq = orch.alloc(&[64], DataType::Float32)?;
+    ///             let mut args = TaskArgs::new();
+    ///             args.input(&tx)?.output(&sq)?;
+    ///             orch.submit_sub(&square, args)?;
+    ///             let mut args = TaskArgs::new();
+    ///             args.input(&sq)?.inout(&tacc)?;
+    ///             orch.submit_sub(&accumulate, args)?;
+    ///             orch.scope_end()?;
+    ///         }
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(acc.read::<f32>(0, 64)?, vec![400.0; 64]);
+    /// # Ok(()) }
+    /// ```
     pub fn scope_begin(&mut self) -> Result<()> {
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
             return Err(Error::state(format!(
@@ -307,19 +670,110 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Closes the innermost scope. Never blocks. An end without a matching begin is an error.
+    ///
+    /// The scope's tasks keep running; their places in the task window and their `alloc`
+    /// memory are given back as they complete. Scopes still open when the orchestration
+    /// function returns are closed for it.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn fill(args: &HostArgs<'_>) -> HostResult {
+    ///     let value = args.scalar(0)?;
+    ///     args.output::<u64>(0)?.fill(value);
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let fill = worker.register(HostFn::new("fill", fill))?;
+    /// worker.init()?;
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         assert_eq!(orch.scope_end().unwrap_err().kind(), ErrorKind::InvalidState); // no begin
+    ///         orch.scope_begin()?;
+    ///         let tmp = orch.alloc(&[1024], DataType::Uint64)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.output(&tmp)?.scalar(7);
+    ///         orch.submit_sub(&fill, args)?;
+    ///         orch.scope_end()?; // returns at once; `tmp` is freed after `fill` completes
+    ///         assert_eq!(orch.scope_depth(), 0);
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
     pub fn scope_end(&mut self) -> Result<()> {
-        if self.scopes.len() <= 1 {
-            return Err(Error::state("scope_end without a matching scope_begin"));
+        if self.scopes.len() <= self.scope_floor {
+            return Err(Error::state(if self.scope_floor > 1 {
+                "scope_end would close the scope opened by Orchestrator::scope; it closes itself"
+            } else {
+                "scope_end without a matching scope_begin"
+            }));
         }
         self.end_top_scope();
         Ok(())
     }
 
     /// Runs `f` inside a nested scope (`scope_begin` ... `scope_end`), also when `f` fails.
+    ///
+    /// Returns what `f` returns, e.g. a [`TaskHandle`] to depend on outside the scope.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn add(args: &HostArgs<'_>) -> HostResult {
+    ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// fn report(_args: &HostArgs<'_>) -> HostResult {
+    ///     eprintln!("layer done");
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let add = worker.register(HostFn::new("add", add))?;
+    /// let report = worker.register(HostFn::new("report", report))?;
+    /// worker.init()?;
+    /// let (x, out) = (worker.create_buffer(4 * 32)?, worker.create_buffer(4 * 32)?);
+    /// x.write(0, &[1.0f32; 32])?;
+    /// let (tx, tout) = (x.tensor(&[32], DataType::Float32)?, out.tensor(&[32], DataType::Float32)?);
+    /// worker.run(
+    ///     |orch, _, _| {
+    ///         // out = 4x: the intermediate lives only inside the scope.
+    ///         let last = orch.scope(|orch| {
+    ///             let twice = orch.alloc(&[32], DataType::Float32)?;
+    ///             let mut args = TaskArgs::new();
+    ///             args.input(&tx)?.input(&tx)?.output(&twice)?;
+    ///             orch.submit_sub(&add, args)?;
+    ///             let mut args = TaskArgs::new();
+    ///             args.input(&twice)?.input(&twice)?.output(&tout)?;
+    ///             orch.submit_sub(&add, args) // the scope ends when this returns, `?` or not
+    ///         })?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.add_dep(last);
+    ///         orch.submit_sub(&report, args)?;
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!(out.read::<f32>(0, 32)?, vec![4.0; 32]);
+    /// # Ok(()) }
+    /// ```
     pub fn scope<R>(&mut self, f: impl FnOnce(&mut Orchestrator<'a>) -> Result<R>) -> Result<R> {
         self.scope_begin()?;
         let depth = self.scopes.len();
+        let outer_floor = std::mem::replace(&mut self.scope_floor, depth);
         let out = f(self);
+        self.scope_floor = outer_floor;
         while self.scopes.len() >= depth {
             self.end_top_scope();
         }

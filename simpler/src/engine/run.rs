@@ -8,12 +8,35 @@ use crate::dfx::graph::{DagCapture, RunDag};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 
-/// Statistics of a finished run.
+/// Statistics of a finished run, from [`RunHandle::stats`].
 ///
 /// ```no_run
-/// # fn demo(handle: simpler::RunHandle) -> simpler::Result<()> {
+/// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+///
+/// fn touch(_args: &HostArgs<'_>) -> HostResult {
+///     Ok(())
+/// }
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(2).build()?;
+/// let touch = worker.register(HostFn::new("touch", touch))?;
+/// worker.init()?;
+/// let handle = worker.submit(
+///     |orch, _, _| {
+///         let tmp = orch.alloc(&[256], DataType::Float32)?; // not counted in `tasks`
+///         for _ in 0..3 {
+///             let mut args = TaskArgs::new();
+///             args.inout(&tmp)?;
+///             orch.submit_sub(&touch, args)?;
+///         }
+///         Ok(())
+///     },
+///     TaskArgs::new(),
+///     CallConfig::default(),
+/// )?;
 /// handle.wait()?;
 /// let stats = handle.stats().expect("finished runs have statistics");
+/// assert_eq!((stats.tasks, stats.failed), (3, 0));
 /// println!("{} tasks in {:?}", stats.tasks, stats.wall);
 /// # Ok(()) }
 /// ```
@@ -154,19 +177,96 @@ impl std::fmt::Debug for RunHandle {
 
 impl RunHandle {
     /// The run's id (counts up from 1 per Worker).
+    ///
+    /// The same id is [`Orchestrator::run_id`](crate::Orchestrator::run_id) while the run is
+    /// built, and appears in the run's error messages.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{CallConfig, TaskArgs, Worker};
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// let mut seen = 0;
+    /// let first = worker.submit(
+    ///     |orch, _, _| {
+    ///         seen = orch.run_id();
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// assert_eq!((first.id(), seen), (1, 1));
+    /// let second = worker.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())?;
+    /// assert_eq!(second.id(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> u64 {
         self.run.id
     }
 
     /// Blocks until every task of the run is terminal; returns the run's first error.
     ///
-    /// The waiting thread drives the scheduler itself while it waits.
+    /// The waiting thread drives the scheduler itself while it waits. Waiting again on a
+    /// finished run returns the same result at once.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn fails(_args: &HostArgs<'_>) -> HostResult {
+    ///     Err("out of widgets".into())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let fails = worker.register(HostFn::new("fails", fails))?;
+    /// worker.init()?;
+    /// let run = worker.submit(
+    ///     |orch, _, _| orch.submit_sub(&fails, TaskArgs::new()).map(|_| ()),
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// let err = run.wait().unwrap_err(); // the host function's error fails the run
+    /// assert_eq!(err.kind(), ErrorKind::TaskFailed);
+    /// assert!(err.message().contains("out of widgets"));
+    /// assert_eq!(run.wait().unwrap_err().message(), err.message()); // same result again
+    /// assert_eq!(run.stats().unwrap().failed, 1);
+    /// # Ok(()) }
+    /// ```
     pub fn wait(&self) -> Result<()> {
         self.wait_until(None)
     }
 
     /// Like [`wait`](Self::wait) with a time limit. On expiry returns an error of kind
     /// [`ErrorKind::Timeout`] and leaves the run intact.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn slow(_args: &HostArgs<'_>) -> HostResult {
+    ///     std::thread::sleep(Duration::from_secs(2));
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let slow = worker.register(HostFn::new("slow", slow))?;
+    /// worker.init()?;
+    /// let run = worker.submit(
+    ///     |orch, _, _| orch.submit_sub(&slow, TaskArgs::new()).map(|_| ()),
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// // Report progress while waiting.
+    /// loop {
+    ///     match run.wait_timeout(Duration::from_millis(500)) {
+    ///         Err(e) if e.is_timeout() => eprintln!("run {} still running", run.id()),
+    ///         other => break other?,
+    ///     }
+    /// }
+    /// assert!(run.is_done());
+    /// # Ok(()) }
+    /// ```
     pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
         self.wait_until(Some(Instant::now() + timeout))
     }
@@ -192,17 +292,101 @@ impl RunHandle {
     }
 
     /// True once every task of the run is terminal.
+    ///
+    /// Only reads the state: unlike [`wait`](Self::wait) it does not drive the scheduler (a
+    /// background thread does that while nobody waits).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let run = worker.submit(
+    ///     |orch, _, _| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()),
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// while !run.is_done() {
+    ///     std::thread::sleep(Duration::from_millis(1)); // do other work meanwhile
+    /// }
+    /// run.wait()?; // returns at once: collect the result
+    /// # Ok(()) }
+    /// ```
     pub fn is_done(&self) -> bool {
         self.run.is_done()
     }
 
-    /// Statistics, once the run is done.
+    /// Statistics, once the run is done (`None` before).
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let run = worker.submit(
+    ///     |orch, _, _| {
+    ///         let group: Vec<TaskArgs> = vec![TaskArgs::new(), TaskArgs::new()];
+    ///         orch.submit_sub_group(&step, group)?; // one task, two members
+    ///         orch.submit_sub(&step, TaskArgs::new())?;
+    ///         Ok(())
+    ///     },
+    ///     TaskArgs::new(),
+    ///     CallConfig::default(),
+    /// )?;
+    /// run.wait()?;
+    /// let stats = run.stats().expect("done");
+    /// assert_eq!(stats.tasks, 2);
+    /// assert_eq!(stats.failed, 0);
+    /// assert!(stats.wall > std::time::Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> Option<RunStats> {
         self.run.stats()
     }
 
     /// The captured DAG, when the run was submitted with capture on
     /// (`Worker::submit_captured`) and has finished building.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let chain = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    ///     let first = orch.submit_sub(&step, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep_wait(first);
+    ///     orch.submit_sub(&step, args)?;
+    ///     Ok(())
+    /// };
+    /// let plain = worker.submit(chain, TaskArgs::new(), CallConfig::default())?;
+    /// assert!(plain.dag().is_none()); // not captured
+    /// let captured = worker.submit_captured(chain, TaskArgs::new(), CallConfig::default())?;
+    /// let dag = captured.dag().expect("captured");
+    /// assert_eq!(dag.graph().node_count(), 2);
+    /// assert!(dag.has_edge(0, 1));
+    /// println!("{}", dag.to_dot());
+    /// # Ok(()) }
+    /// ```
     pub fn dag(&self) -> Option<RunDag> {
         let cap = self.run.capture.as_ref()?;
         Some(cap.lock().unwrap_or_else(|e| e.into_inner()).to_dag())
