@@ -151,7 +151,12 @@ impl HostFn {
     where
         F: for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync + 'static,
     {
-        let descriptor = host_fn_descriptor(name, std::any::type_name::<F>(), type_hash::<F>());
+        // Two closures of one type may capture different values: each instance is its own
+        // callable, so the descriptor carries a process-wide instance number besides the type.
+        static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let instance = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let type_name = format!("{}#{instance}", std::any::type_name::<F>());
+        let descriptor = host_fn_descriptor(name, &type_name, type_hash::<F>());
         HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor }
     }
 

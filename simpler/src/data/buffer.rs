@@ -473,7 +473,15 @@ pub struct Buffer {
 
 pub(crate) struct BufferInner {
     desc: BufferDesc,
-    shm: PosixShm,
+    mem: Mem,
+}
+
+/// Where an owned buffer's bytes are.
+enum Mem {
+    /// Host memory in POSIX shm, mapped in this process.
+    Shm(PosixShm),
+    /// Device memory of one chip, reached only through the Worker (`copy_to` / `copy_from`).
+    Device { freed: std::sync::atomic::AtomicBool },
 }
 
 impl fmt::Debug for Buffer {
@@ -490,7 +498,37 @@ impl Buffer {
             Access::ReadWrite,
             shm.len() as u64,
         )?;
-        Ok(Buffer { inner: Arc::new(BufferInner { desc, shm }) })
+        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm) }) })
+    }
+
+    /// A buffer naming device memory of one chip (made by `Worker::alloc_child_tensor`).
+    pub(crate) fn device(identity: Identity, chip: u32, ptr: u64, nbytes: u64) -> Result<Buffer> {
+        let desc = BufferDesc::new(identity, Backing::Device { ptr, chip }, Access::ReadWrite, nbytes)?;
+        let mem = Mem::Device { freed: std::sync::atomic::AtomicBool::new(false) };
+        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem }) })
+    }
+
+    /// Marks device memory freed; false when it already was (or is not device memory).
+    pub(crate) fn mark_freed(&self) -> bool {
+        match &self.inner.mem {
+            Mem::Device { freed } => !freed.swap(true, std::sync::atomic::Ordering::AcqRel),
+            Mem::Shm(_) => false,
+        }
+    }
+
+    /// True for device memory that was freed.
+    pub(crate) fn is_freed(&self) -> bool {
+        matches!(&self.inner.mem, Mem::Device { freed } if freed.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn shm(&self, api: &str) -> Result<&PosixShm> {
+        match &self.inner.mem {
+            Mem::Shm(shm) => Ok(shm),
+            Mem::Device { .. } => Err(Error::invalid(format!(
+                "Buffer::{api}: {} is device memory of a chip; use Worker::copy_to / Worker::copy_from",
+                self.inner.desc.identity()
+            ))),
+        }
     }
 
     /// The descriptor: a fresh identity, a [`Backing::PosixShm`] backing and
@@ -524,7 +562,7 @@ impl Buffer {
     /// # Ok(()) }
     /// ```
     pub fn nbytes(&self) -> usize {
-        self.inner.shm.len()
+        self.inner.desc.nbytes() as usize
     }
 
     /// A contiguous row-major tensor starting at byte 0 of the buffer.
@@ -593,7 +631,7 @@ impl Buffer {
     /// ```
     pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
-        self.inner.shm.write_bytes(start, as_bytes(values))
+        self.shm("write")?.write_bytes(start, as_bytes(values))
     }
 
     /// Reads `len` elements of `T` starting at element index `offset`.
@@ -617,7 +655,7 @@ impl Buffer {
     pub fn read<T: Element>(&self, offset: usize, len: usize) -> Result<Vec<T>> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
         let mut out = vec![T::ZERO; len];
-        self.inner.shm.read_bytes(start, as_bytes_mut(&mut out))?;
+        self.shm("read")?.read_bytes(start, as_bytes_mut(&mut out))?;
         Ok(out)
     }
 }

@@ -153,6 +153,8 @@ pub(crate) struct Engine {
     /// Owner nonce of buffers minted by this engine.
     pub(crate) nonce: u64,
     pub(crate) next_buffer_id: AtomicU64,
+    /// Device buffers (from `alloc_child_tensor`) not yet freed; submits naming others fail.
+    pub(crate) device_live: Mutex<std::collections::HashSet<crate::data::buffer::Identity>>,
 }
 
 impl Engine {
@@ -191,6 +193,7 @@ impl Engine {
             callables: RwLock::new(HashMap::new()),
             nonce,
             next_buffer_id: AtomicU64::new(1),
+            device_live: Mutex::new(std::collections::HashSet::new()),
             cfg,
         })
     }
@@ -327,6 +330,7 @@ impl Engine {
     }
 
     /// Drives the scheduler until `cond` holds or `deadline` passes; returns whether `cond` held.
+    /// `cond` is not evaluated again once it has returned true (it may take a resource).
     ///
     /// The calling thread takes the scheduler role when it is free (rule 3), so a waiter pays
     /// no thread handoff per task.
@@ -363,10 +367,14 @@ impl Engine {
                 Err(_) => {
                     self.role_wanted.fetch_add(1, Ordering::SeqCst);
                     self.doorbell().ring();
-                    if !cond() {
+                    let done = cond();
+                    if !done {
                         self.events.wait(seen_events, deadline);
                     }
                     self.role_wanted.fetch_sub(1, Ordering::SeqCst);
+                    if done {
+                        return true;
+                    }
                 }
             }
         }

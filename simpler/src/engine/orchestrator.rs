@@ -552,12 +552,19 @@ impl<'a> Orchestrator<'a> {
         if matches!(got, Ok(None)) {
             let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
             let cell = std::cell::RefCell::new(None);
+            // `drive_until` may evaluate the condition more than once after it first holds: it
+            // must take at most one block.
             self.eng.drive_until(
-                || match heap.try_alloc(bytes) {
-                    Ok(None) => false,
-                    other => {
-                        *cell.borrow_mut() = Some(other);
-                        true
+                || {
+                    if cell.borrow().is_some() {
+                        return true;
+                    }
+                    match heap.try_alloc(bytes) {
+                        Ok(None) => false,
+                        other => {
+                            *cell.borrow_mut() = Some(other);
+                            true
+                        }
                     }
                 },
                 Some(deadline),
@@ -795,11 +802,13 @@ impl<'a> Orchestrator<'a> {
         let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
         let w = &self.eng.window;
         let claimed = std::cell::Cell::new(false);
+        // At most one claim, however often the condition is evaluated.
         self.eng.drive_until(
             || {
-                let ok = w.try_claim();
-                claimed.set(ok);
-                ok
+                if !claimed.get() && w.try_claim() {
+                    claimed.set(true);
+                }
+                claimed.get()
             },
             Some(deadline),
         );
@@ -860,6 +869,42 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// Device tensors may only go to the chip that owns them, and only while they are live.
+    fn validate_placement(
+        &self,
+        callable: &CallableHandle,
+        args: &TaskArgs,
+        target: &Target,
+        member: usize,
+    ) -> Result<()> {
+        for (i, t) in args.tensors.iter().enumerate() {
+            let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() else { continue };
+            match target {
+                Target::Sub => {
+                    return Err(Error::invalid(format!(
+                        "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
+                    )));
+                }
+                Target::NextLevel(ws) if ws[member] != chip => {
+                    return Err(Error::invalid(format!(
+                        "{callable}: tensor {i} lives on chip {chip} but this task runs on worker {}; device memory is usable only by its own chip",
+                        ws[member]
+                    )));
+                }
+                Target::NextLevel(_) => {}
+            }
+            let live =
+                self.eng.device_live.lock().unwrap_or_else(|e| e.into_inner()).contains(&t.desc().identity());
+            if !live {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} names device buffer {} of chip {chip}, which was freed (or never allocated by this Worker)",
+                    t.desc().identity()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn submit(
         &mut self,
         callable: &CallableHandle,
@@ -874,8 +919,9 @@ impl<'a> Orchestrator<'a> {
             );
         }
         config.validate()?;
-        for args in &args_list {
+        for (member, args) in args_list.iter().enumerate() {
             self.validate_args(callable, args)?;
+            self.validate_placement(callable, args, &target, member)?;
         }
         // Step 1.
         self.claim_window("submit")?;

@@ -183,7 +183,7 @@ impl Slot {
     /// `callable` for messages; alloc slots have none.
     pub(crate) fn describe(&self) -> String {
         match &self.task {
-            Some(t) => format!("task {} ({})", self.index, t.callable),
+            Some(t) => format!("task {} {}", self.index, t.callable),
             None => format!("allocation {}", self.index),
         }
     }

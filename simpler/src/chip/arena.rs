@@ -1,0 +1,560 @@
+//! Device memory of a simulated chip: one lazily backed anonymous mapping, a first-fit
+//! allocator over offsets into it, and every raw-pointer operation of the `chip` module.
+//!
+//! A device pointer is an *offset* into the arena (0 is a valid offset), never a host address.
+//! Allocations are rounded up to [`DEVICE_ALIGN`] bytes and placed first-fit (lowest offset
+//! first); a free merges with free neighbours, so the arena never fragments into adjacent free
+//! blocks. A byte range is *live* when it lies inside one allocation as requested (the rounding
+//! slack is not part of it).
+//!
+//! This file is the only place in `chip/` that turns integers into pointers it dereferences or
+//! calls.
+//!
+//! # Rules
+//!
+//! * **A1 (the mapping).** `Arena::region` is a live read-write mapping of `Arena::size` bytes,
+//!   owned by the arena alone (rule R1 of `ipc::mem`); it is unmapped only when the last `Arc`
+//!   of the arena drops, so every holder of the arena (the [`SimChip`](super::SimChip), each
+//!   core thread) may use addresses inside it.
+//! * **A2 (device ranges are checked).** Every access to device memory in this module first
+//!   checks, under the allocator lock, that the whole byte range lies inside one live
+//!   allocation, hence inside the mapping (A1).
+//! * **A3 (no concurrent writers).** The arena is written only (a) by the copy functions here,
+//!   which run while no kernel runs (`SimChip` copies need `&mut self`; `ChipRuntime` copies
+//!   tensors in before a run and back after it, holding `&mut self` throughout, so no core
+//!   thread works meanwhile), and (b) by kernels through `HostArgs` (rules H1-H4 there), which
+//!   the chip engine orders by the tensors' tags like any other task. Tags waived with
+//!   `Tag::NoDep`, or two identities naming the same bytes, leave the ordering to the
+//!   orchestration, as for shared host buffers at L3.
+//! * **A4 (raw copies only).** This module never creates a reference into the arena or into
+//!   host memory it is handed: it copies with `ptr::copy_nonoverlapping` between a host range
+//!   and a device range, which never overlap (the arena is a mapping of its own, the host side
+//!   is the caller's memory; `copy_to` / `copy_from` take a Rust slice, which cannot alias the
+//!   arena because no reference into the arena exists).
+//! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
+//!   [`Arena::copy_view_out`] guarantees rule H1 of `ipc::host_args` for it: its `base` plus the
+//!   view's byte range lies inside memory mapped in this process for the whole call, and no
+//!   other thread writes those bytes meanwhile (they belong to the running task).
+//! * **A6 (code addresses).** [`kernel_from_address`] and [`orchestration_from_address`] are
+//!   given only an address taken (`f as usize`) from a function pointer of exactly that type,
+//!   in this process or in the process this one was forked from (the same binary image at the
+//!   same addresses), carried in a descriptor whose digest the receiver verified and whose
+//!   sub-kind names that type. Zero is refused before any conversion.
+
+#![allow(unsafe_code)] // Raw copies into the device mapping and fn pointers from addresses; rules A1-A6.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use crate::callable::host::HostFnPtr;
+use crate::chip::ChipOrchFnPtr;
+use crate::data::tensor::TensorView;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::host_args::MappedTensor;
+use crate::ipc::mem::SharedRegion;
+
+/// Alignment (and rounding unit) of every device allocation, in bytes.
+pub(crate) const DEVICE_ALIGN: u64 = 64;
+
+/// One live allocation.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    /// Bytes reserved (a multiple of [`DEVICE_ALIGN`]).
+    size: u64,
+    /// Bytes asked for: the live range is `[start, start + requested)`.
+    requested: u64,
+}
+
+/// First-fit allocator over `[0, size)`.
+#[derive(Debug)]
+struct Allocator {
+    size: u64,
+    /// Free blocks: start -> length; never two adjacent ones.
+    free: BTreeMap<u64, u64>,
+    /// Live blocks by start.
+    live: BTreeMap<u64, Block>,
+    /// Starts of blocks freed and not reused since (to name a double free as such).
+    freed: BTreeSet<u64>,
+    /// Bytes reserved by live blocks.
+    used: u64,
+}
+
+impl Allocator {
+    fn new(size: u64) -> Allocator {
+        let mut free = BTreeMap::new();
+        free.insert(0, size);
+        Allocator { size, free, live: BTreeMap::new(), freed: BTreeSet::new(), used: 0 }
+    }
+
+    fn largest_free(&self) -> u64 {
+        self.free.values().copied().max().unwrap_or(0)
+    }
+
+    fn alloc(&mut self, nbytes: u64) -> Result<u64> {
+        if nbytes == 0 {
+            return Err(Error::invalid("device malloc of 0 bytes; ask for at least 1 byte"));
+        }
+        let Some(size) = nbytes.checked_next_multiple_of(DEVICE_ALIGN).filter(|&s| s <= self.size) else {
+            return Err(Error::invalid(format!(
+                "out of device memory: {nbytes} bytes were requested but the chip has only {} bytes of memory",
+                self.size
+            )));
+        };
+        let Some((&start, &len)) = self.free.iter().find(|&(_, &len)| len >= size) else {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "out of device memory: cannot allocate {nbytes} bytes ({size} with alignment); the chip has {} bytes, {} in use, largest free block {} bytes",
+                    self.size,
+                    self.used,
+                    self.largest_free()
+                ),
+            ));
+        };
+        self.free.remove(&start);
+        if len > size {
+            self.free.insert(start + size, len - size);
+        }
+        self.live.insert(start, Block { size, requested: nbytes });
+        let stale: Vec<u64> = self.freed.range(start..start + size).copied().collect();
+        for s in stale {
+            self.freed.remove(&s);
+        }
+        self.used += size;
+        Ok(start)
+    }
+
+    /// The live block containing `ptr` (its start and itself).
+    fn block_at(&self, ptr: u64) -> Option<(u64, Block)> {
+        let (&start, &block) = self.live.range(..=ptr).next_back()?;
+        (ptr < start + block.size.max(1)).then_some((start, block))
+    }
+
+    fn free(&mut self, ptr: u64) -> Result<()> {
+        let Some(block) = self.live.get(&ptr).copied() else {
+            let why = if let Some((start, b)) = self.block_at(ptr) {
+                format!(
+                    "it points inside the allocation at {start:#x} ({} bytes); free the start of an allocation",
+                    b.requested
+                )
+            } else if self.freed.contains(&ptr) {
+                "double free: that allocation was already freed".to_string()
+            } else {
+                "no live allocation starts there (never allocated, or already freed)".to_string()
+            };
+            return Err(Error::invalid(format!("device free of {ptr:#x}: {why}")));
+        };
+        self.live.remove(&ptr);
+        self.used -= block.size;
+        self.freed.insert(ptr);
+        // Coalesce with the free neighbours.
+        let mut start = ptr;
+        let mut len = block.size;
+        if let Some((&prev, &plen)) = self.free.range(..ptr).next_back()
+            && prev + plen == ptr
+        {
+            self.free.remove(&prev);
+            start = prev;
+            len += plen;
+        }
+        if let Some(&nlen) = self.free.get(&(ptr + block.size)) {
+            self.free.remove(&(ptr + block.size));
+            len += nlen;
+        }
+        self.free.insert(start, len);
+        Ok(())
+    }
+
+    /// True when `[ptr, ptr + len)` lies inside one allocation as requested. An empty range is
+    /// live when `ptr` lies in `[start, start + requested]` of a live allocation.
+    fn is_live(&self, ptr: u64, len: u64) -> bool {
+        let Some((&start, block)) = self.live.range(..=ptr).next_back() else { return false };
+        let end = start + block.requested;
+        ptr <= end && len <= end - ptr
+    }
+}
+
+/// The device memory of one simulated chip (see the [module docs](self)).
+///
+/// Shared (`Arc`) between the chip and its core threads; every method takes `&self`.
+pub(crate) struct Arena {
+    region: SharedRegion,
+    size: u64,
+    alloc: Mutex<Allocator>,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let a = self.lock();
+        f.debug_struct("Arena")
+            .field("size", &self.size)
+            .field("used", &a.used)
+            .field("live", &a.live.len())
+            .finish()
+    }
+}
+
+impl Arena {
+    /// Maps `size` bytes of device memory, backed on first touch.
+    ///
+    /// Zero bytes, or more than the address space holds, is an
+    /// [`ErrorKind::InvalidArgument`] error; a refused mapping an [`ErrorKind::Os`] error.
+    pub(crate) fn new(size: u64) -> Result<Arena> {
+        if size == 0 {
+            return Err(Error::invalid("chip memory size must be at least 1 byte"));
+        }
+        let len = usize::try_from(size)
+            .ok()
+            .filter(|&l| l <= isize::MAX as usize)
+            .ok_or_else(|| Error::invalid(format!("chip memory size {size} does not fit this address space")))?;
+        let region = SharedRegion::new(len, true).map_err(|e| e.context("mapping chip device memory"))?;
+        Ok(Arena { region, size, alloc: Mutex::new(Allocator::new(size)) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        // The allocator is consistent between statements; a panic cannot leave it half-updated
+        // in a way that matters more than refusing to continue would.
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The arena's size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes reserved by live allocations (rounded to [`DEVICE_ALIGN`]).
+    pub(crate) fn used(&self) -> u64 {
+        self.lock().used
+    }
+
+    /// Allocates `nbytes` (first fit, [`DEVICE_ALIGN`]-aligned); returns the device offset.
+    pub(crate) fn malloc(&self, nbytes: u64) -> Result<u64> {
+        self.lock().alloc(nbytes)
+    }
+
+    /// Frees the allocation starting at `ptr`; unknown pointers, interior pointers and double
+    /// frees are [`ErrorKind::InvalidArgument`] errors that say which.
+    pub(crate) fn free(&self, ptr: u64) -> Result<()> {
+        self.lock().free(ptr)
+    }
+
+    /// True when `[ptr, ptr + len)` lies inside one live allocation.
+    pub(crate) fn is_live(&self, ptr: u64, len: u64) -> bool {
+        self.lock().is_live(ptr, len)
+    }
+
+    /// The host address of device offset `ptr` (no check; see [`Arena::is_live`]).
+    pub(crate) fn host_addr(&self, ptr: u64) -> u64 {
+        self.region.addr().wrapping_add(ptr)
+    }
+
+    fn not_live(&self, what: &str, ptr: u64, len: u64) -> Error {
+        Error::invalid(format!(
+            "{what}: device range {ptr:#x}..+{len} does not lie inside one live allocation (of this chip's {} bytes)",
+            self.size
+        ))
+    }
+
+    /// Copies `src` into device memory at `dst`, which must be a live range (rule A2).
+    pub(crate) fn copy_to(&self, dst: u64, src: &[u8]) -> Result<()> {
+        let len = src.len() as u64;
+        if !self.is_live(dst, len) {
+            return Err(self.not_live("copy to device", dst, len));
+        }
+        // SAFETY: rule A2 — `dst..dst + len` lies in a live allocation, hence in the mapping
+        // (A1); rule A3 — no kernel runs during a copy; rule A4 — `src` is a slice of other
+        // memory, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.region.as_ptr().add(dst as usize), src.len());
+        }
+        Ok(())
+    }
+
+    /// Copies device memory at `src`, which must be a live range, into `dst` (rule A2).
+    pub(crate) fn copy_from(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        let len = dst.len() as u64;
+        if !self.is_live(src, len) {
+            return Err(self.not_live("copy from device", src, len));
+        }
+        // SAFETY: rule A2 — the source range lies in a live allocation inside the mapping (A1);
+        // rule A3 — nothing writes it during the copy; rule A4 — `dst` is other memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.region.as_ptr().add(src as usize), dst.as_mut_ptr(), dst.len());
+        }
+        Ok(())
+    }
+
+    /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
+    /// have the same layout; returns the host address of the device view's first byte.
+    fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<*mut u8> {
+        if host.shape() != dev_view.shape() || host.strides() != dev_view.strides() || host.dtype() != dev_view.dtype()
+        {
+            return Err(Error::invalid(format!("{what}: host view {host:?} and device view {dev_view:?} differ")));
+        }
+        let (start, end) = dev_view.byte_range();
+        let at = ptr.checked_add(start).ok_or_else(|| self.not_live(what, ptr, end))?;
+        if !self.is_live(at, end - start) {
+            return Err(self.not_live(what, at, end - start));
+        }
+        Ok(self.region.as_ptr().wrapping_add(at as usize))
+    }
+
+    /// Copies the elements of host tensor `host` into the device buffer at `ptr`, laid out as
+    /// `dev_view` (same shape, strides and type; only the byte offset may differ). Only the
+    /// view's elements are copied, not the gaps of a strided view.
+    pub(crate) fn copy_view_in(&self, host: &MappedTensor, ptr: u64, dev_view: &TensorView) -> Result<()> {
+        let dst = self.device_view("copy-in of a host tensor", &host.view, ptr, dev_view)?;
+        let src = host.base.wrapping_add(host.view.byte_offset() as usize);
+        for_each_run(&host.view, |offset, len| {
+            // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range, mapped
+            // for this call; rule A2 — `dst + offset..+len` lies in the checked live device range
+            // (`device_view`), inside the mapping (A1); rule A4 — host memory and the arena do not
+            // overlap; rule A3 — no kernel runs during copy-in.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
+        });
+        Ok(())
+    }
+
+    /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
+    /// tensor `host`; the reverse of [`Arena::copy_view_in`]. Bytes of the host buffer outside
+    /// the view's elements are not touched.
+    pub(crate) fn copy_view_out(&self, ptr: u64, dev_view: &TensorView, host: &MappedTensor) -> Result<()> {
+        let src = self.device_view("copy-back of a host tensor", &host.view, ptr, dev_view)?;
+        let dst = host.base.wrapping_add(host.view.byte_offset() as usize);
+        for_each_run(&host.view, |offset, len| {
+            // SAFETY: as in `copy_view_in`, with the roles swapped: rule A2 for the device
+            // source, rule A5 for the host destination, rules A3/A4 for exclusivity.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
+        });
+        Ok(())
+    }
+}
+
+/// Calls `f(byte offset from the view's first byte, length)` for every contiguous run of the
+/// view's elements, in order. A contiguous view is one run; otherwise runs are the innermost
+/// rows when their stride is 1, else single elements.
+fn for_each_run(view: &TensorView, mut f: impl FnMut(usize, usize)) {
+    let esize = view.dtype().size();
+    if view.is_contiguous() {
+        f(0, view.num_elements() as usize * esize);
+        return;
+    }
+    let shape = view.shape();
+    let strides = view.strides();
+    let rank = shape.len();
+    let (inner, run_len) =
+        if strides[rank - 1] == 1 { (rank - 1, shape[rank - 1] as usize * esize) } else { (rank, esize) };
+    let mut idx = [0u32; crate::data::tensor::MAX_TENSOR_DIMS];
+    loop {
+        let elem: u64 = (0..inner).map(|k| u64::from(idx[k]) * u64::from(strides[k])).sum();
+        f(elem as usize * esize, run_len);
+        // Odometer over the outer `inner` dimensions.
+        let mut k = inner;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+/// A kernel function pointer from its address (rule A6); `None` for 0.
+pub(super) fn kernel_from_address(addr: u64) -> Option<HostFnPtr> {
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: rule A6 — a non-zero address of a `HostFnPtr` of this binary image, verified
+    // against a digest-checked descriptor whose sub-kind says "kernel".
+    Some(unsafe { std::mem::transmute::<usize, HostFnPtr>(addr as usize) })
+}
+
+/// A chip orchestration function pointer from its address (rule A6); `None` for 0.
+pub(super) fn orchestration_from_address(addr: u64) -> Option<ChipOrchFnPtr> {
+    if addr == 0 {
+        return None;
+    }
+    // SAFETY: rule A6 — a non-zero address of a `ChipOrchFnPtr` of this binary image, verified
+    // against a digest-checked descriptor whose sub-kind says "orchestration".
+    Some(unsafe { std::mem::transmute::<usize, ChipOrchFnPtr>(addr as usize) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::buffer::Access;
+    use crate::data::dtype::DataType;
+
+    #[test]
+    fn alloc_is_first_fit_and_aligned() {
+        let a = Arena::new(1024).unwrap();
+        let p0 = a.malloc(1).unwrap();
+        let p1 = a.malloc(65).unwrap();
+        let p2 = a.malloc(64).unwrap();
+        assert_eq!((p0, p1, p2), (0, 64, 192));
+        assert!([p0, p1, p2].iter().all(|p| p % DEVICE_ALIGN == 0));
+        assert_eq!(a.used(), 256);
+        // A hole at 64..192 is reused first for a request that fits it.
+        a.free(p1).unwrap();
+        assert_eq!(a.malloc(100).unwrap(), 64);
+        assert_eq!(a.malloc(10).unwrap(), 256);
+    }
+
+    #[test]
+    fn frees_coalesce_with_both_neighbours() {
+        let a = Arena::new(4 * 64).unwrap();
+        let p: Vec<u64> = (0..4).map(|_| a.malloc(64).unwrap()).collect();
+        assert!(a.malloc(1).is_err(), "full");
+        a.free(p[0]).unwrap();
+        a.free(p[2]).unwrap();
+        // Two separate 64-byte holes: 128 bytes do not fit.
+        assert!(a.malloc(128).is_err());
+        a.free(p[1]).unwrap(); // merges 0..64, 64..128 and 128..192
+        assert_eq!(a.malloc(192).unwrap(), 0);
+        a.free(0).unwrap();
+        a.free(p[3]).unwrap();
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.malloc(256).unwrap(), 0, "everything merged back into one block");
+        let al = a.lock();
+        assert_eq!(al.free.len(), 0);
+    }
+
+    #[test]
+    fn out_of_memory_names_the_size_and_the_request() {
+        let a = Arena::new(1000).unwrap();
+        let err = a.malloc(2000).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("2000") && err.message().contains("1000"), "{err}");
+        // 1000 bytes cannot hold 1000 rounded up to 1024.
+        assert!(a.malloc(1000).is_err());
+        let _p = a.malloc(512).unwrap();
+        let err = a.malloc(512).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidState);
+        assert!(err.message().contains("out of device memory"), "{err}");
+        assert!(err.message().contains("512 bytes") && err.message().contains("1000 bytes"), "{err}");
+        assert!(a.malloc(0).unwrap_err().message().contains("0 bytes"));
+        assert!(a.malloc(u64::MAX).is_err(), "rounding must not overflow");
+        assert!(Arena::new(0).is_err());
+    }
+
+    #[test]
+    fn bad_frees_say_what_is_wrong() {
+        let a = Arena::new(4096).unwrap();
+        let p = a.malloc(128).unwrap();
+        let inner = a.free(p + 64).unwrap_err();
+        assert!(inner.message().contains("inside the allocation"), "{inner}");
+        a.free(p).unwrap();
+        let double = a.free(p).unwrap_err();
+        assert_eq!(double.kind(), ErrorKind::InvalidArgument);
+        assert!(double.message().contains("double free"), "{double}");
+        let never = a.free(2048).unwrap_err();
+        assert!(never.message().contains("no live allocation"), "{never}");
+        // Reusing the offset makes it live again; freeing it then is fine.
+        assert_eq!(a.malloc(8).unwrap(), p);
+        a.free(p).unwrap();
+    }
+
+    #[test]
+    fn liveness_is_the_requested_range_of_one_allocation() {
+        let a = Arena::new(4096).unwrap();
+        let p = a.malloc(100).unwrap();
+        let q = a.malloc(100).unwrap();
+        assert!(a.is_live(p, 100));
+        assert!(a.is_live(p + 99, 1));
+        assert!(a.is_live(p + 100, 0));
+        assert!(!a.is_live(p, 101), "past the request (into the alignment slack)");
+        assert!(!a.is_live(p + 50, 100), "across two allocations");
+        assert!(a.is_live(q, 100));
+        assert!(!a.is_live(3000, 1), "never allocated");
+        assert!(!a.is_live(p, u64::MAX));
+        a.free(p).unwrap();
+        assert!(!a.is_live(p, 1), "freed");
+    }
+
+    #[test]
+    fn copies_are_bounds_checked() {
+        let a = Arena::new(4096).unwrap();
+        let p = a.malloc(16).unwrap();
+        a.copy_to(p, &[7u8; 16]).unwrap();
+        let mut back = [0u8; 16];
+        a.copy_from(p, &mut back).unwrap();
+        assert_eq!(back, [7; 16]);
+        let err = a.copy_to(p + 8, &[0u8; 9]).unwrap_err();
+        assert!(err.message().contains("live allocation"), "{err}");
+        assert!(a.copy_from(p, &mut [0u8; 17]).is_err());
+        assert!(a.copy_to(1024, &[1]).is_err(), "not allocated");
+        a.free(p).unwrap();
+        assert!(a.copy_from(p, &mut [0u8; 1]).is_err(), "freed");
+        // Device memory is not cleared between allocations (as on a real device).
+        let q = a.malloc(8).unwrap();
+        let mut z = [1u8; 8];
+        a.copy_from(q, &mut z).unwrap();
+        assert_eq!(z, [7, 7, 7, 7, 7, 7, 7, 7], "reused bytes keep their old contents");
+    }
+
+    #[test]
+    fn strided_views_copy_only_their_elements() {
+        let a = Arena::new(4096).unwrap();
+        // Host: 12 u32 as a 3x4 matrix; the view is column 1 (stride 4 elements), 3 elements.
+        let mut host: Vec<u32> = (0..12).collect();
+        let view = TensorView::new(4, &[3], Some(&[4]), DataType::Uint32).unwrap();
+        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::ReadWrite };
+        let (start, end) = view.byte_range();
+        let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
+        let p = a.malloc(end - start).unwrap();
+        a.copy_to(p, &[0xff; 36][..(end - start) as usize]).unwrap();
+        a.copy_view_in(&m, p, &dev_view).unwrap();
+        let mut dev = vec![0u8; (end - start) as usize];
+        a.copy_from(p, &mut dev).unwrap();
+        let words: Vec<u32> = dev.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(words, vec![1, u32::MAX, u32::MAX, u32::MAX, 5, u32::MAX, u32::MAX, u32::MAX, 9]);
+        // Write new values on the device and copy back: only elements 1, 5, 9 change.
+        let mut upd = words.clone();
+        upd[0] = 100;
+        upd[4] = 500;
+        upd[8] = 900;
+        upd[1] = 4242; // a gap: must not reach the host
+        let bytes: Vec<u8> = upd.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        a.copy_to(p, &bytes).unwrap();
+        a.copy_view_out(p, &dev_view, &m).unwrap();
+        assert_eq!(host, vec![0, 100, 2, 3, 4, 500, 6, 7, 8, 900, 10, 11]);
+    }
+
+    #[test]
+    fn view_copies_check_layout_and_bounds() {
+        let a = Arena::new(4096).unwrap();
+        let mut host = vec![0f32; 8];
+        let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
+        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::Read };
+        let small = a.malloc(16).unwrap();
+        assert!(a.copy_view_in(&m, small, &view).is_err(), "32 bytes into a 16-byte allocation");
+        let p = a.malloc(32).unwrap();
+        let other = TensorView::new(0, &[4, 2], None, DataType::Float32).unwrap();
+        assert!(a.copy_view_in(&m, p, &other).is_err(), "different shape");
+        a.copy_view_in(&m, p, &view).unwrap();
+    }
+
+    #[test]
+    fn runs_of_a_row_strided_matrix() {
+        // A 2x3 window of a 4x5 u8 matrix starting at (1, 1): rows of 3 bytes, 5 apart.
+        let v = TensorView::new(6, &[2, 3], Some(&[5, 1]), DataType::Uint8).unwrap();
+        let mut runs = Vec::new();
+        for_each_run(&v, |o, l| runs.push((o, l)));
+        assert_eq!(runs, vec![(0, 3), (5, 3)]);
+        let c = TensorView::new(0, &[2, 3], None, DataType::Int16).unwrap();
+        let mut one = Vec::new();
+        for_each_run(&c, |o, l| one.push((o, l)));
+        assert_eq!(one, vec![(0, 12)]);
+    }
+
+    #[test]
+    fn zero_addresses_are_refused() {
+        assert!(kernel_from_address(0).is_none());
+        assert!(orchestration_from_address(0).is_none());
+    }
+}

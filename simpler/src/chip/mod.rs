@@ -1,0 +1,453 @@
+//! The L2 chip: chip callables ([`ChipFn`]), the device backend ([`ChipBackend`], simulated by
+//! [`SimChip`]) and the runtime an L3 chip child drives (`ChipRuntime`).
+//!
+//! A chip callable is either a **kernel**, a plain function over typed slices of its tensors
+//! (the same [`HostArgs`](crate::HostArgs) host functions get) that runs on one core, or a
+//! **chip orchestration**, a function that submits kernels to the chip's cores through an
+//! [`Orchestrator`], with the same tag-driven dependency rules as every other level: the chip
+//! runs its own in-process engine whose NEXT_LEVEL workers are its cores (threads).
+//!
+//! Around a run, host-backed tensors are copied into device scratch memory (readable ones in
+//! before, writable ones back after); device-resident tensors (from `alloc_child_tensor`) stay
+//! where they are.
+//!
+//! Files: `arena.rs` (device memory and every raw-pointer operation), `sim.rs` (the backend
+//! trait and [`SimChip`]), `runtime.rs` (`ChipRuntime` and the core endpoints).
+
+mod arena;
+mod runtime;
+mod sim;
+
+use std::sync::Arc;
+
+use crate::callable::host::HostFnPtr;
+use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
+use crate::data::call_config::CallConfig;
+use crate::data::task_args::TaskArgs;
+use crate::engine::orchestrator::Orchestrator;
+use crate::error::{Error, ErrorKind, Result};
+
+pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
+pub use sim::{ChipBackend, SimChip};
+
+/// A chip orchestration as a plain `fn` pointer; what [`ChipFn::orchestration`] takes.
+///
+/// It receives the chip's [`Orchestrator`] (whose NEXT_LEVEL workers are the chip's cores),
+/// the run's arguments (every tensor is device memory of the chip, tagged from its access) and
+/// the run's [`CallConfig`].
+///
+/// ```
+/// use simpler::{CallConfig, ChipFn, ChipOrchFnPtr, Orchestrator, Result, TaskArgs};
+///
+/// fn nothing(_orch: &mut Orchestrator<'_>, _args: &TaskArgs, _cfg: &CallConfig) -> Result<()> {
+///     Ok(())
+/// }
+/// let f: ChipOrchFnPtr = nothing;
+/// assert!(!ChipFn::orchestration("nothing", f).is_kernel());
+/// ```
+pub type ChipOrchFnPtr = for<'a, 'b> fn(&'a mut Orchestrator<'b>, &TaskArgs, &CallConfig) -> Result<()>;
+
+/// Payload format version of chip callable descriptors.
+const CHIP_PAYLOAD_FORMAT_VERSION: u32 = 1;
+/// Descriptor sub-kind of a kernel.
+const SUBKIND_KERNEL: u32 = 1;
+/// Descriptor sub-kind of a chip orchestration.
+const SUBKIND_ORCHESTRATION: u32 = 2;
+
+/// What a chip callable runs.
+#[derive(Clone, Copy)]
+pub(crate) enum ChipBody {
+    /// Runs on one core with typed slices of its tensors.
+    Kernel(HostFnPtr),
+    /// Submits kernels to the chip's cores.
+    Orchestration(ChipOrchFnPtr),
+}
+
+/// A chip callable: a kernel that runs on one core of a chip, or a chip orchestration that
+/// submits kernels to the chip's cores.
+///
+/// Its identity is the sha256 of a canonical descriptor made of its sub-kind, name and
+/// function address, so it is the same in every process forked from this one. A chip
+/// orchestration names its kernels by [`CallableHandle`]: build the kernel's `ChipFn` and take
+/// [`handle`](ChipFn::handle) (the kernels must also be registered on the chip).
+///
+/// ```
+/// use simpler::{CallConfig, CallableKind, ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
+///
+/// /// `x *= k` in place.
+/// fn scale(args: &HostArgs<'_>) -> HostResult {
+///     let k = args.scalar_f32(0)?;
+///     for v in args.output::<f32>(0)? {
+///         *v *= k;
+///     }
+///     Ok(())
+/// }
+///
+/// fn scale_kernel() -> ChipFn {
+///     ChipFn::kernel("scale", scale)
+/// }
+///
+/// /// `x *= 6`, as two dependent kernels on cores 0 and 1.
+/// fn times_six(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
+///     let x = args.tensor(0).expect("one tensor");
+///     let scale = scale_kernel().handle();
+///     for (core, k) in [(0, 2.0f32), (1, 3.0)] {
+///         let mut step = TaskArgs::new();
+///         step.inout(x)?.scalar_f32(k); // the second waits for the first
+///         orch.submit_next_level(&scale, step, *cfg, core)?;
+///     }
+///     Ok(())
+/// }
+///
+/// let kernel = scale_kernel();
+/// let orch = ChipFn::orchestration("times_six", times_six);
+/// assert!(kernel.is_kernel() && !orch.is_kernel());
+/// assert_eq!(kernel.handle().kind(), CallableKind::Chip);
+/// assert_eq!(kernel.handle(), scale_kernel().handle()); // same function, same identity
+/// assert_ne!(kernel.handle().digest(), orch.handle().digest());
+/// ```
+#[derive(Clone)]
+pub struct ChipFn {
+    name: Arc<str>,
+    body: ChipBody,
+    descriptor: Descriptor,
+}
+
+impl std::fmt::Debug for ChipFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChipFn")
+            .field("name", &self.name)
+            .field("kernel", &self.is_kernel())
+            .field("digest", &self.descriptor.digest())
+            .finish()
+    }
+}
+
+/// The canonical descriptor: header (`schema_version`, `kind = Chip`), then
+/// `u32 payload_format_version = 1`, `u32 subkind` (1 kernel, 2 orchestration), string `name`,
+/// bytes `fn address` (8 bytes, little-endian).
+fn chip_descriptor(subkind: u32, name: &str, addr: u64) -> Descriptor {
+    let mut w = DescriptorWriter::new(CallableKind::Chip);
+    w.u32(CHIP_PAYLOAD_FORMAT_VERSION).u32(subkind).str(name).bytes(&addr.to_le_bytes());
+    w.finish()
+}
+
+/// Reads the canonical encoding back (bounds-checked).
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let field = self
+            .at
+            .checked_add(n)
+            .and_then(|end| self.bytes.get(self.at..end))
+            .ok_or_else(|| Error::decode(format!("chip callable descriptor truncated at byte {}", self.at)))?;
+        self.at += n;
+        Ok(field)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+impl ChipFn {
+    /// A kernel: runs on one core of the chip with typed slices of its tensors.
+    ///
+    /// `args.worker_index()` is the index of the core it runs on. Its tensors are device
+    /// memory of the chip (host tensors are copied in and out around the run).
+    ///
+    /// ```
+    /// use simpler::{ChipFn, HostArgs, HostResult};
+    ///
+    /// fn vadd(args: &HostArgs<'_>) -> HostResult {
+    ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let k = ChipFn::kernel("vadd", vadd);
+    /// assert_eq!(k.name(), "vadd");
+    /// assert!(k.is_kernel());
+    /// ```
+    pub fn kernel(name: &str, f: HostFnPtr) -> ChipFn {
+        let descriptor = chip_descriptor(SUBKIND_KERNEL, name, f as usize as u64);
+        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
+    }
+
+    /// A chip orchestration: submits kernels to the chip's cores with
+    /// [`Orchestrator::submit_next_level`] (core ids `0..cores`), with the usual tag-driven
+    /// dependencies. Every tensor it receives is device memory of the chip.
+    ///
+    /// `orch.alloc` works inside it and carves intermediates from the chip engine's own heap
+    /// rings (4 rings of 64 MiB each, backed on first touch, not counted against the chip's
+    /// device memory). `submit_sub` does not: a chip has no SUB workers.
+    ///
+    /// ```
+    /// use simpler::{CallConfig, ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
+    ///
+    /// fn relu(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v = v.max(0.0);
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// /// Splits tensor 0 (a contiguous f32 vector) in halves, one per core.
+    /// fn split_relu(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
+    ///     let x = args.tensor(0).expect("one tensor");
+    ///     let n = x.view().shape()[0] / 2;
+    ///     let relu = ChipFn::kernel("relu", relu).handle();
+    ///     for core in 0..2u32 {
+    ///         let half = x.reshape(simpler::TensorView::new(
+    ///             u64::from(core * n) * 4,
+    ///             &[n],
+    ///             None,
+    ///             simpler::DataType::Float32,
+    ///         )?)?;
+    ///         let mut a = TaskArgs::new();
+    ///         a.inout(&half)?; // disjoint halves: the two tasks run at once
+    ///         orch.submit_next_level(&relu, a, *cfg, core)?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let f = ChipFn::orchestration("split_relu", split_relu);
+    /// assert_eq!(f.name(), "split_relu");
+    /// ```
+    pub fn orchestration(name: &str, f: ChipOrchFnPtr) -> ChipFn {
+        let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name, f as usize as u64);
+        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+    }
+
+    /// The name given at construction.
+    ///
+    /// ```
+    /// use simpler::{ChipFn, HostArgs, HostResult};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// assert_eq!(ChipFn::kernel("noop", noop).name(), "noop");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True for a kernel, false for a chip orchestration.
+    ///
+    /// ```
+    /// use simpler::{CallConfig, ChipFn, HostArgs, HostResult, Orchestrator, TaskArgs};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// fn plan(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// assert!(ChipFn::kernel("noop", noop).is_kernel());
+    /// assert!(!ChipFn::orchestration("plan", plan).is_kernel());
+    /// ```
+    pub fn is_kernel(&self) -> bool {
+        matches!(self.body, ChipBody::Kernel(_))
+    }
+
+    /// The handle that names this callable: its digest, [`CallableKind::Chip`] and its name.
+    ///
+    /// The same handle `Worker::register_chip` returns, computed without a Worker; this is how
+    /// a chip orchestration names the kernels it submits.
+    ///
+    /// ```
+    /// use simpler::{CallableKind, ChipFn, HostArgs, HostResult, Namespace};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// let h = ChipFn::kernel("noop", noop).handle();
+    /// assert_eq!((h.kind(), h.namespace(), h.name()), (CallableKind::Chip, Namespace::LocalChip, "noop"));
+    /// assert_ne!(h.digest(), ChipFn::kernel("other", noop).handle().digest()); // the name counts
+    /// ```
+    pub fn handle(&self) -> CallableHandle {
+        CallableHandle::new(self.descriptor.digest(), CallableKind::Chip, &self.name)
+    }
+
+    /// The canonical descriptor (kind [`CallableKind::Chip`]).
+    pub(crate) fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    /// The function's address, as carried in the descriptor (what a `REGISTER_CHIP` control
+    /// sends to a forked chip child).
+    pub(crate) fn fn_address(&self) -> u64 {
+        match self.body {
+            ChipBody::Kernel(f) => f as usize as u64,
+            ChipBody::Orchestration(f) => f as usize as u64,
+        }
+    }
+
+    /// What it runs.
+    pub(crate) fn body(&self) -> ChipBody {
+        self.body
+    }
+
+    /// Rebuilds a chip callable in a process forked from the one that made it, from the
+    /// function address `addr` and its descriptor.
+    ///
+    /// Use only with an address and descriptor that came from a [`ChipFn`] of this binary
+    /// (rule A6 of `chip::arena`; the digest should already be verified against the
+    /// descriptor, as `Registry::install` does). The descriptor must be a well-formed chip
+    /// descriptor whose sub-kind is known and whose address equals `addr`; anything else is an
+    /// error ([`ErrorKind::Decode`] for malformed bytes, [`ErrorKind::Callable`] otherwise).
+    pub(crate) fn from_parts(addr: u64, descriptor: Descriptor) -> Result<ChipFn> {
+        let callable = |msg: String| Error::new(ErrorKind::Callable, msg);
+        if descriptor.kind() != CallableKind::Chip {
+            return Err(callable(format!(
+                "{}: a {} descriptor is not a chip callable",
+                descriptor.digest(),
+                descriptor.kind().name()
+            )));
+        }
+        let mut r = Reader { bytes: descriptor.bytes(), at: 8 };
+        let version = r.u32()?;
+        if version != CHIP_PAYLOAD_FORMAT_VERSION {
+            return Err(Error::decode(format!(
+                "chip callable payload format {version} is unsupported (expected {CHIP_PAYLOAD_FORMAT_VERSION})"
+            )));
+        }
+        let subkind = r.u32()?;
+        let name = std::str::from_utf8(r.bytes()?)
+            .map_err(|_| Error::decode("chip callable name is not UTF-8"))?
+            .to_string();
+        let addr_bytes: [u8; 8] = r
+            .bytes()?
+            .try_into()
+            .map_err(|_| Error::decode("chip callable function address is not 8 bytes"))?;
+        if r.at != r.bytes.len() {
+            return Err(Error::decode(format!(
+                "chip callable descriptor has {} trailing bytes",
+                r.bytes.len() - r.at
+            )));
+        }
+        if u64::from_le_bytes(addr_bytes) != addr {
+            return Err(callable(format!(
+                "chip callable `{name}`: address {addr:#x} does not match its descriptor ({:#x})",
+                u64::from_le_bytes(addr_bytes)
+            )));
+        }
+        let zero = || callable(format!("chip callable `{name}`: function address 0"));
+        let f = match subkind {
+            SUBKIND_KERNEL => ChipFn::kernel(&name, arena::kernel_from_address(addr).ok_or_else(zero)?),
+            SUBKIND_ORCHESTRATION => {
+                ChipFn::orchestration(&name, arena::orchestration_from_address(addr).ok_or_else(zero)?)
+            }
+            other => {
+                return Err(callable(format!(
+                    "chip callable `{name}`: unknown sub-kind {other} (1 = kernel, 2 = orchestration)"
+                )));
+            }
+        };
+        // Re-encoding gives the same bytes: the descriptor was canonical.
+        debug_assert_eq!(f.descriptor, descriptor);
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callable::identity::Digest;
+    use crate::ipc::host_args::HostArgs;
+
+    fn noop(_: &HostArgs<'_>) -> crate::HostResult {
+        Ok(())
+    }
+
+    fn plan(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
+        Ok(())
+    }
+
+    fn le(v: u32) -> [u8; 4] {
+        v.to_le_bytes()
+    }
+
+    #[test]
+    fn descriptor_matches_canonical_bytes() {
+        let k = ChipFn::kernel("vadd", noop);
+        let addr = noop as HostFnPtr as usize as u64;
+        let mut b = Vec::new();
+        b.extend_from_slice(&le(1)); // schema_version
+        b.extend_from_slice(&le(1)); // kind = Chip
+        b.extend_from_slice(&le(1)); // payload_format_version
+        b.extend_from_slice(&le(1)); // subkind = kernel
+        b.extend_from_slice(&le(4));
+        b.extend_from_slice(b"vadd");
+        b.extend_from_slice(&le(8));
+        b.extend_from_slice(&addr.to_le_bytes());
+        assert_eq!(k.descriptor().bytes(), &b[..]);
+        assert_eq!(k.descriptor().kind(), CallableKind::Chip);
+        assert_eq!(k.handle().digest(), Digest::of(&b));
+        assert_eq!(k.fn_address(), addr);
+
+        let o = ChipFn::orchestration("vadd", plan);
+        assert_eq!(o.descriptor().bytes()[12..16], le(2));
+        assert_ne!(o.handle().digest(), k.handle().digest());
+        assert_eq!(format!("{k:?}"), format!("ChipFn {{ name: \"vadd\", kernel: true, digest: {} }}", k.handle().digest()));
+    }
+
+    #[test]
+    fn from_parts_round_trips() {
+        for f in [ChipFn::kernel("k", noop), ChipFn::orchestration("o", plan)] {
+            let back = ChipFn::from_parts(f.fn_address(), f.descriptor().clone()).unwrap();
+            assert_eq!(back.name(), f.name());
+            assert_eq!(back.is_kernel(), f.is_kernel());
+            assert_eq!(back.handle(), f.handle());
+            assert_eq!(back.fn_address(), f.fn_address());
+        }
+        // The rebuilt kernel really is the function.
+        let back = ChipFn::from_parts(ChipFn::kernel("k", noop).fn_address(), ChipFn::kernel("k", noop).descriptor().clone())
+            .unwrap();
+        let ChipBody::Kernel(f) = back.body() else { panic!("kernel") };
+        assert!(f(&HostArgs::new(Vec::new(), &[], 0).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn from_parts_refuses_bad_descriptors() {
+        let k = ChipFn::kernel("k", noop);
+        let addr = k.fn_address();
+        let err = ChipFn::from_parts(addr + 1, k.descriptor().clone()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        assert!(err.message().contains("does not match"), "{err}");
+
+        let host = crate::callable::identity::host_fn_descriptor("k", "fn", addr);
+        assert_eq!(ChipFn::from_parts(addr, host).unwrap_err().kind(), ErrorKind::Callable);
+
+        let bad_sub = chip_descriptor(7, "k", addr);
+        assert!(ChipFn::from_parts(addr, bad_sub).unwrap_err().message().contains("sub-kind 7"));
+
+        let zero = chip_descriptor(SUBKIND_KERNEL, "k", 0);
+        assert!(ChipFn::from_parts(0, zero).unwrap_err().message().contains("address 0"));
+
+        let mut w = DescriptorWriter::new(CallableKind::Chip);
+        w.u32(2).u32(1).str("k").bytes(&addr.to_le_bytes());
+        assert_eq!(ChipFn::from_parts(addr, w.finish()).unwrap_err().kind(), ErrorKind::Decode);
+
+        for cut in 8..k.descriptor().bytes().len() {
+            let d = Descriptor::from_bytes(k.descriptor().bytes()[..cut].to_vec()).unwrap();
+            assert_eq!(ChipFn::from_parts(addr, d).unwrap_err().kind(), ErrorKind::Decode, "cut at {cut}");
+        }
+        let mut long = k.descriptor().bytes().to_vec();
+        long.push(0);
+        let d = Descriptor::from_bytes(long).unwrap();
+        assert!(ChipFn::from_parts(addr, d).unwrap_err().message().contains("trailing"));
+
+        let mut w = DescriptorWriter::new(CallableKind::Chip);
+        w.u32(1).u32(1).str("k").bytes(&[1, 2, 3]);
+        assert!(ChipFn::from_parts(addr, w.finish()).unwrap_err().message().contains("8 bytes"));
+    }
+}
