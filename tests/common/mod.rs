@@ -1,0 +1,441 @@
+//! Shared helpers of the integration suites.
+//!
+//! * [`Rig`]: a [`Worker`] that, when it drops at the end of a test, closes the Worker and checks
+//!   that it left nothing behind: every child process it forked is gone (reaped, not a zombie)
+//!   and no `/dev/shm/sp-*-<this pid>-*` buffer remains. Declare it first in a test so every
+//!   buffer, tensor and run handle of the test drops before it. When the test panics it only
+//!   closes the Worker (which reaps the children), so a failure is never hidden by a second panic.
+//! * Host functions used by several suites, and helpers to build tensors and check errors.
+//! * [`words`]: atomics over a `u32` tensor, so host functions in different worker processes can
+//!   count, rendezvous and log through one shared scratch buffer (tagged `NoDep`).
+
+#![allow(unsafe_code)] // `words`: atomics over shared memory; see its SAFETY comment.
+#![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use simpler::{
+    Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostFnPtr, HostResult, Tensor,
+    TensorView, Worker, WorkerBuilder,
+};
+
+// ------------------------------------------------------------------------------------------ rig
+
+/// A Worker that checks, when it drops, that the test left no process and no shm object behind.
+pub struct Rig {
+    worker: Worker,
+    pids: Vec<i32>,
+}
+
+impl Rig {
+    /// An uninitialized Worker from `builder`.
+    pub fn new(builder: WorkerBuilder) -> Rig {
+        Rig { worker: builder.build().expect("WorkerBuilder::build"), pids: Vec::new() }
+    }
+
+    /// A Worker from `builder` with the functions `fns` registered (by name), initialized.
+    pub fn start<const N: usize>(
+        builder: WorkerBuilder,
+        fns: [(&str, HostFnPtr); N],
+    ) -> (Rig, [CallableHandle; N]) {
+        let mut rig = Rig::new(builder);
+        let handles = fns.map(|(name, f)| rig.worker.register(HostFn::new(name, f)).expect("register"));
+        rig.init();
+        (rig, handles)
+    }
+
+    /// `Worker::init`, then records the child pids for the final check.
+    pub fn init(&mut self) {
+        self.worker.init().expect("Worker::init");
+        self.pids = self.worker.child_pids();
+        assert_eq!(self.pids.len(), self.worker.sub_workers(), "one child process per SUB worker");
+        for &pid in &self.pids {
+            assert!(process_exists(pid), "child {pid} should be running after init");
+        }
+    }
+
+    /// The child pids recorded at `init` (they stay recorded after `close`).
+    pub fn pids(&self) -> &[i32] {
+        &self.pids
+    }
+}
+
+impl Deref for Rig {
+    type Target = Worker;
+    fn deref(&self) -> &Worker {
+        &self.worker
+    }
+}
+
+impl DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut Worker {
+        &mut self.worker
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let closed = self.worker.close();
+        if std::thread::panicking() {
+            return; // the Worker is closed (children reaped); do not hide the test's failure
+        }
+        if let Err(e) = closed {
+            panic!("Worker::close at the end of the test failed: {e:?}");
+        }
+        assert!(!self.worker.is_ready(), "a closed Worker is not ready");
+        assert!(self.worker.child_pids().is_empty(), "a closed Worker lists no children");
+        assert_left_nothing(&self.pids);
+    }
+}
+
+/// Asserts that every process in `pids` is gone (reaped) and that no shm buffer of this
+/// process is left in `/dev/shm`.
+#[track_caller]
+pub fn assert_left_nothing(pids: &[i32]) {
+    let alive: Vec<i32> = pids.iter().copied().filter(|&p| process_exists(p)).collect();
+    assert!(alive.is_empty(), "child processes {alive:?} outlived their Worker");
+    let left = leftover_shm();
+    assert!(left.is_empty(), "shared-memory buffers left behind: {left:?}");
+}
+
+/// True while `pid` names a process (also a zombie: it must have been reaped to be gone).
+pub fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 sends nothing; it only checks that the pid exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    if rc == 0 {
+        return true;
+    }
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!(errno, Some(libc::ESRCH), "kill({pid}, 0) failed with an unexpected error");
+    false
+}
+
+/// Sends SIGKILL to `pid`.
+pub fn sigkill(pid: i32) {
+    // SAFETY: kill(2) on a pid this test forked (through the Worker); no memory is involved.
+    let rc = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(rc, 0, "kill({pid}, SIGKILL): {}", std::io::Error::last_os_error());
+}
+
+/// `/dev/shm` objects named like this process's buffers: `sp-<8 hex>-<pid>-b<N>`.
+pub fn leftover_shm() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    dir.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            let parts: Vec<&str> = name.split('-').collect();
+            parts.len() == 4
+                && parts[0] == "sp"
+                && parts[1].len() == 8
+                && parts[1].bytes().all(|b| b.is_ascii_hexdigit())
+                && parts[2] == me
+                && parts[3].starts_with('b')
+        })
+        .collect()
+}
+
+// -------------------------------------------------------------------------- builders & checks
+
+/// A builder with `n` SUB workers and a short back-pressure timeout (tests must not hang).
+pub fn subs(n: usize) -> WorkerBuilder {
+    Worker::builder().sub_workers(n).backpressure_timeout(Duration::from_secs(5))
+}
+
+/// A zeroed host buffer of `n` `u64` elements.
+pub fn u64_buffer(w: &Worker, n: usize) -> Buffer {
+    let b = w.create_buffer(n * 8).expect("create_buffer");
+    b.write(0, &vec![0u64; n]).expect("zero buffer");
+    b
+}
+
+/// A zeroed host buffer of `n` `u32` words (scratch for counters, flags and logs).
+pub fn u32_buffer(w: &Worker, n: usize) -> Buffer {
+    let b = w.create_buffer(n * 4).expect("create_buffer");
+    b.write(0, &vec![0u32; n]).expect("zero buffer");
+    b
+}
+
+/// Elements `[start, start + len)` of a `u64` buffer as a contiguous 1-D tensor.
+pub fn u64s(b: &Buffer, start: usize, len: usize) -> Tensor {
+    b.view(TensorView::new(8 * start as u64, &[len as u32], None, DataType::Uint64).expect("view"))
+        .expect("tensor")
+}
+
+/// The whole `u32` buffer as a 1-D tensor.
+pub fn words_of(b: &Buffer) -> Tensor {
+    b.tensor(&[(b.nbytes() / 4) as u32], DataType::Uint32).expect("tensor")
+}
+
+pub fn read_u64(b: &Buffer, start: usize, len: usize) -> Vec<u64> {
+    b.read::<u64>(start, len).expect("read")
+}
+
+pub fn read_u32(b: &Buffer, start: usize, len: usize) -> Vec<u32> {
+    b.read::<u32>(start, len).expect("read")
+}
+
+/// Asserts `err` is of `kind` and its message contains every needle.
+#[track_caller]
+pub fn assert_err(err: &Error, kind: ErrorKind, needles: &[&str]) {
+    assert_eq!(err.kind(), kind, "wrong error kind: {err:?}");
+    for n in needles {
+        assert!(err.message().contains(n), "error message should mention {n:?}: {err:?}");
+    }
+}
+
+/// Unwraps the error of `r` and checks it as [`assert_err`].
+#[track_caller]
+pub fn expect_err<T: std::fmt::Debug>(r: simpler::Result<T>, kind: ErrorKind, needles: &[&str]) -> Error {
+    match r {
+        Ok(v) => panic!("expected a {kind} error mentioning {needles:?}, got Ok({v:?})"),
+        Err(e) => {
+            assert_err(&e, kind, needles);
+            e
+        }
+    }
+}
+
+/// Waits (polling, yielding) until `cond` holds; panics naming `what` after `timeout`.
+#[track_caller]
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+// ------------------------------------------------------------------ host-function building blocks
+
+/// Tensor `i` (a contiguous `u32` tensor, tagged `NoDep`, `InOut` or `Output`) as atomics.
+pub fn words<'a>(
+    args: &'a HostArgs<'_>,
+    i: usize,
+) -> Result<&'a [AtomicU32], Box<dyn std::error::Error + Send + Sync>> {
+    let w: &'a mut [u32] = args.output::<u32>(i)?;
+    let ptr = w.as_mut_ptr();
+    if !(ptr as usize).is_multiple_of(align_of::<AtomicU32>()) {
+        return Err(format!("tensor {i} is not aligned for atomics").into());
+    }
+    // SAFETY: `AtomicU32` has the size and bit validity of `u32`, and `ptr` is aligned for it
+    // (checked above). The exclusive borrow `w` is given up here, so no other reference of this
+    // process aliases the words for `'a` (HostArgs hands tensor `i` out once per call). Other
+    // processes touch these bytes concurrently: workers only through this same atomic view,
+    // the test process by copying whole words (`Buffer::read`/`write`) to poll and set flags.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU32>(), w.len()) })
+}
+
+/// Yields until `cond` holds (true) or `deadline` passes (false).
+pub fn spin_until(deadline: Instant, mut cond: impl FnMut() -> bool) -> bool {
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn after_ms(ms: u64) -> Instant {
+    Instant::now() + Duration::from_millis(ms)
+}
+
+fn after_us(us: u64) -> Instant {
+    Instant::now() + Duration::from_micros(us)
+}
+
+// --------------------------------------------------------------------------- host functions
+
+/// Does nothing.
+pub fn noop(_args: &HostArgs<'_>) -> HostResult {
+    Ok(())
+}
+
+/// `t0[..] = s0` (tensor 0: `u64`, writable).
+pub fn fill(args: &HostArgs<'_>) -> HostResult {
+    let v = args.scalar(0)?;
+    args.output::<u64>(0)?.fill(v);
+    Ok(())
+}
+
+/// `t1[i] = t0[i] * s0 + s1` (wrapping; `u64`).
+pub fn affine(args: &HostArgs<'_>) -> HostResult {
+    let (mul, add) = (args.scalar(0)?, args.scalar(1)?);
+    let x = args.input::<u64>(0)?;
+    let y = args.output::<u64>(1)?;
+    if x.len() != y.len() {
+        return Err(format!("affine: input has {} elements, output {}", x.len(), y.len()).into());
+    }
+    for (o, i) in y.iter_mut().zip(x) {
+        *o = i.wrapping_mul(mul).wrapping_add(add);
+    }
+    Ok(())
+}
+
+/// `last[i] = sum of every earlier tensor's [i]` (`u64`).
+pub fn sum(args: &HostArgs<'_>) -> HostResult {
+    let n = args.tensor_count();
+    let out = args.output::<u64>(n - 1)?;
+    out.fill(0);
+    for k in 0..n - 1 {
+        for (o, v) in out.iter_mut().zip(args.input::<u64>(k)?) {
+            *o = o.wrapping_add(*v);
+        }
+    }
+    Ok(())
+}
+
+/// Probe for mutual exclusion. Tensor 0: scratch words `[active, max_active]` (`NoDep`).
+/// Scalars: `hold_us`, then optionally `op` and `value` applied to tensor 1 (`u64`):
+/// op 1 = set every element to `value` (`Output` is enough), op 2 = `x = x * 10 + value`
+/// (`InOut`).
+///
+/// On entry it counts itself active and records the maximum; then it holds for `hold_us`, or
+/// until it sees another probe active (an overlap, already recorded), applies the op, and leaves.
+pub fn exclusive(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    let hold = args.scalar(0)?;
+    let now = w[0].fetch_add(1, Ordering::SeqCst) + 1;
+    w[1].fetch_max(now, Ordering::SeqCst);
+    spin_until(after_us(hold), || w[0].load(Ordering::SeqCst) > 1);
+    let op = args.scalars().get(1).copied().unwrap_or(0);
+    let value = args.scalars().get(2).copied().unwrap_or(0);
+    match op {
+        0 => {}
+        1 => args.output::<u64>(1)?.fill(value),
+        2 => {
+            for x in args.output::<u64>(1)? {
+                *x = x.wrapping_mul(10).wrapping_add(value);
+            }
+        }
+        other => return Err(format!("exclusive: unknown op {other}").into()),
+    }
+    w[0].fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Rendezvous. Tensor 0: scratch words `[arrived]` (`NoDep`). Scalars: `parties`, `timeout_ms`,
+/// and optionally `value`, written to every element of tensor 1 (`u64`) once all arrived
+/// (without it, tensor 1 and later are only named, never touched).
+/// Fails when the others do not all arrive in time (they cannot be running at once).
+pub fn rendezvous(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    let (parties, timeout) = (args.scalar(0)?, args.scalar(1)?);
+    w[0].fetch_add(1, Ordering::SeqCst);
+    if !spin_until(after_ms(timeout), || u64::from(w[0].load(Ordering::SeqCst)) >= parties) {
+        return Err(format!(
+            "rendezvous: only {} of {parties} tasks arrived within {timeout} ms",
+            w[0].load(Ordering::SeqCst)
+        )
+        .into());
+    }
+    if let Some(&value) = args.scalars().get(2) {
+        args.output::<u64>(1)?.fill(value);
+    }
+    Ok(())
+}
+
+/// Group member probe. Tensor 0: scratch words `[arrived]` (`NoDep`); tensor 1: one `u32`
+/// (writable) that receives this member's worker index. Scalars: `parties`, `timeout_ms`,
+/// `hold_us` (held after the rendezvous, before writing the index).
+pub fn member(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    let (parties, timeout, hold) = (args.scalar(0)?, args.scalar(1)?, args.scalar(2)?);
+    w[0].fetch_add(1, Ordering::SeqCst);
+    if !spin_until(after_ms(timeout), || u64::from(w[0].load(Ordering::SeqCst)) >= parties) {
+        return Err(format!(
+            "member on worker {}: only {} of {parties} members arrived within {timeout} ms",
+            args.worker_index(),
+            w[0].load(Ordering::SeqCst)
+        )
+        .into());
+    }
+    spin_until(after_us(hold), || false);
+    args.output::<u32>(1)?[0] = args.worker_index();
+    Ok(())
+}
+
+/// `t0[0] = worker index` (tensor 0: one writable `u32`).
+pub fn record_worker(args: &HostArgs<'_>) -> HostResult {
+    args.output::<u32>(0)?[0] = args.worker_index();
+    Ok(())
+}
+
+/// Appends `s0` to a shared log. Tensor 0: scratch words `[arrivals, len, entries...]` (`NoDep`).
+/// Scalar 1 (`hold_us`, optional): before appending, hold until another task arrives or the time
+/// passes, so a task that wrongly runs alongside this one appends first.
+pub fn log_append(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    let id = u32::try_from(args.scalar(0)?)?;
+    let hold = args.scalars().get(1).copied().unwrap_or(0);
+    let me = w[0].fetch_add(1, Ordering::SeqCst) + 1;
+    spin_until(after_us(hold), || w[0].load(Ordering::SeqCst) != me);
+    let at = w[1].fetch_add(1, Ordering::SeqCst) as usize;
+    let slot = w.get(2 + at).ok_or("log_append: the log is full")?;
+    slot.store(id, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Always fails with `boom <s0>`.
+pub fn fail(args: &HostArgs<'_>) -> HostResult {
+    Err(format!("boom {}", args.scalar(0)?).into())
+}
+
+/// Always panics with `kaboom <s0>`.
+pub fn panics(args: &HostArgs<'_>) -> HostResult {
+    panic!("kaboom {}", args.scalar(0)?);
+}
+
+/// Tells the test it runs, then blocks until released. Tensor 0: scratch words
+/// `[pid, release]` (`NoDep`). Writes its process id to word 0, then waits until word 1 is not
+/// zero; fails after scalar 0 milliseconds. Optionally then writes `s1` to tensor 1 (`u64`).
+pub fn block_on_flag(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    let timeout = args.scalar(0)?;
+    w[0].store(std::process::id(), Ordering::SeqCst);
+    if !spin_until(after_ms(timeout), || w[1].load(Ordering::SeqCst) != 0) {
+        return Err(format!("block_on_flag: not released within {timeout} ms").into());
+    }
+    if args.tensor_count() > 1 {
+        args.output::<u64>(1)?.fill(args.scalar(1)?);
+    }
+    Ok(())
+}
+
+/// Releases [`block_on_flag`]: sets word 1 of tensor 0 (`NoDep`).
+pub fn release_flag(args: &HostArgs<'_>) -> HostResult {
+    words(args, 0)?[1].store(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// From the test: waits until a [`block_on_flag`] task runs; returns its process id.
+pub fn wait_blocked(flag: &Buffer) -> i32 {
+    let mut pid = 0;
+    wait_for("the blocking task to start", Duration::from_secs(10), || {
+        pid = read_u32(flag, 0, 1)[0];
+        pid != 0
+    });
+    pid as i32
+}
+
+/// From the test: releases every [`block_on_flag`] task waiting on `flag`.
+pub fn release(flag: &Buffer) {
+    flag.write(1, &[1u32]).expect("set the release flag");
+}
+
+/// Copies the `u32` words of tensor 0 (readable: `Input`, `InOut` or `NoDep`) into tensor 1
+/// (`u32`, writable): what tensor 0 held when this task ran.
+pub fn snapshot(args: &HostArgs<'_>) -> HostResult {
+    let src = args.input::<u32>(0)?;
+    let dst = args.output::<u32>(1)?;
+    if src.len() != dst.len() {
+        return Err(format!("snapshot: {} words into {}", src.len(), dst.len()).into());
+    }
+    dst.copy_from_slice(src);
+    Ok(())
+}

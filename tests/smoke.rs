@@ -1,3 +1,0 @@
-//! Placeholder replaced by the integration suites.
-#[test]
-fn placeholder() {}
