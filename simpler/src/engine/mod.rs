@@ -103,6 +103,24 @@ impl Bell {
     }
 }
 
+/// A thread waiting for room in the task window or a heap ring (see `Engine::consume`).
+pub(crate) struct CapacityWait<'a> {
+    eng: &'a Engine,
+}
+
+impl<'a> CapacityWait<'a> {
+    pub(crate) fn new(eng: &'a Engine) -> CapacityWait<'a> {
+        eng.capacity_waiters.fetch_add(1, Ordering::SeqCst);
+        CapacityWait { eng }
+    }
+}
+
+impl Drop for CapacityWait<'_> {
+    fn drop(&mut self) {
+        self.eng.capacity_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// See [`Engine::announce_waiter`].
 pub(crate) struct WaiterIntent<'a> {
     eng: &'a Engine,
@@ -138,6 +156,8 @@ pub(crate) struct Engine {
     idle_lanes: AtomicUsize,
     /// READY publications since the last inline pass.
     unpassed: AtomicUsize,
+    /// Threads waiting for room in the task window or a heap ring.
+    capacity_waiters: AtomicUsize,
     /// Admitted runs in FIFO order; the front one dispatches.
     runs: Mutex<VecDeque<Arc<RunState>>>,
     head_run: AtomicU64,
@@ -183,6 +203,7 @@ impl Engine {
             queued: AtomicUsize::new(0),
             idle_lanes: AtomicUsize::new(0),
             unpassed: AtomicUsize::new(0),
+            capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(VecDeque::new()),
             head_run: AtomicU64::new(0),
             next_run_id: AtomicU64::new(1),
@@ -583,9 +604,13 @@ impl Engine {
         if slot.run.slot_consumed() {
             self.run_finished(&slot.run);
         } else {
-            // Room in the window or a heap ring: wake whoever waits on back-pressure.
-            self.events.ring();
-            self.doorbell().ring();
+            // Room in the window or a heap ring: wake whoever waits on back-pressure. Pairs
+            // with `CapacityWait::new` (announce, then try): one of the two sees the other.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.capacity_waiters.load(Ordering::SeqCst) > 0 {
+                self.events.ring();
+                self.doorbell().ring();
+            }
         }
     }
 }

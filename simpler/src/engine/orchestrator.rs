@@ -285,7 +285,7 @@ impl<'a> Orchestrator<'a> {
     pub fn submit_sub(&mut self, callable: &CallableHandle, args: TaskArgs) -> Result<TaskHandle> {
         self.check_kind(callable, CallableKind::HostFn, "submit_sub")?;
         self.check_sub_pool(callable, 1)?;
-        self.submit(callable, smallvec::smallvec![args], CallConfig::default(), Target::Sub, false)
+        self.submit(callable, smallvec::smallvec![args], None, Target::Sub, false)
     }
 
     /// Submits one task whose members run on `args_list.len()` distinct SUB workers at once
@@ -341,7 +341,7 @@ impl<'a> Orchestrator<'a> {
             return Err(Error::invalid(format!("submit_sub_group of {callable}: args_list is empty")));
         }
         self.check_sub_pool(callable, args_list.len())?;
-        self.submit(callable, args_list.into_iter().collect(), CallConfig::default(), Target::Sub, true)
+        self.submit(callable, args_list.into_iter().collect(), None, Target::Sub, true)
     }
 
     /// Submits a task to exactly one NEXT_LEVEL worker.
@@ -382,7 +382,7 @@ impl<'a> Orchestrator<'a> {
         self.submit(
             callable,
             smallvec::smallvec![args],
-            config,
+            Some(config),
             Target::NextLevel(smallvec::smallvec![worker]),
             false,
         )
@@ -442,7 +442,7 @@ impl<'a> Orchestrator<'a> {
         self.submit(
             callable,
             args_list.into_iter().collect(),
-            config,
+            Some(config),
             Target::NextLevel(workers.iter().copied().collect()),
             true,
         )
@@ -552,8 +552,7 @@ impl<'a> Orchestrator<'a> {
         if matches!(got, Ok(None)) {
             let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
             let cell = std::cell::RefCell::new(None);
-            // `drive_until` may evaluate the condition more than once after it first holds: it
-            // must take at most one block.
+            let _waiting = crate::engine::CapacityWait::new(self.eng);
             self.eng.drive_until(
                 || {
                     if cell.borrow().is_some() {
@@ -802,6 +801,7 @@ impl<'a> Orchestrator<'a> {
         let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
         let w = &self.eng.window;
         let claimed = std::cell::Cell::new(false);
+        let _waiting = crate::engine::CapacityWait::new(self.eng);
         // At most one claim, however often the condition is evaluated.
         self.eng.drive_until(
             || {
@@ -909,7 +909,7 @@ impl<'a> Orchestrator<'a> {
         &mut self,
         callable: &CallableHandle,
         args_list: SmallVec<[TaskArgs; 1]>,
-        config: CallConfig,
+        config: Option<CallConfig>,
         target: Target,
         group: bool,
     ) -> Result<TaskHandle> {
@@ -918,7 +918,15 @@ impl<'a> Orchestrator<'a> {
                 e.context(format!("submit of {callable} refused: run {} already failed", self.run.id))
             );
         }
-        config.validate()?;
+        // SUB tasks carry no config (`None`); a next-level config equal to the default is
+        // stored as `None` too, so most slots stay small.
+        let config = match config {
+            Some(c) => {
+                c.validate()?;
+                (c != CallConfig::DEFAULT).then(|| Box::new(c))
+            }
+            None => None,
+        };
         for (member, args) in args_list.iter().enumerate() {
             self.validate_args(callable, args)?;
             self.validate_placement(callable, args, &target, member)?;
@@ -937,13 +945,7 @@ impl<'a> Orchestrator<'a> {
         let slot = Arc::new(Slot::new(
             self.run.clone(),
             index,
-            Some(TaskData {
-                callable: callable.clone(),
-                args: args_list,
-                config: (config != CallConfig::DEFAULT).then(|| Box::new(config)),
-                target,
-                group,
-            }),
+            Some(TaskData { callable: callable.clone(), args: args_list, config, target, group }),
             None,
         ));
         self.run.slot_created();
