@@ -50,7 +50,11 @@ impl Rig {
     pub fn init(&mut self) {
         self.worker.init().expect("Worker::init");
         self.pids = self.worker.child_pids();
-        assert_eq!(self.pids.len(), self.worker.sub_workers(), "one child process per SUB worker");
+        assert_eq!(
+            self.pids.len(),
+            self.worker.sub_workers() + self.worker.chips(),
+            "one child process per SUB worker and chip"
+        );
         for &pid in &self.pids {
             assert!(process_exists(pid), "child {pid} should be running after init");
         }

@@ -28,9 +28,9 @@
 //!   orchestration, as for shared host buffers at L3.
 //! * **A4 (raw copies only).** This module never creates a reference into the arena or into
 //!   host memory it is handed: it copies with `ptr::copy_nonoverlapping` between a host range
-//!   and a device range, which never overlap (the arena is a mapping of its own, the host side
-//!   is the caller's memory; `copy_to` / `copy_from` take a Rust slice, which cannot alias the
-//!   arena because no reference into the arena exists).
+//!   and a device range, which never overlap. The arena is a mapping of its own; the only
+//!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
+//!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
 //! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
 //!   [`Arena::copy_view_out`] guarantees rule H1 of `ipc::host_args` for it: its `base` plus the
 //!   view's byte range lies inside memory mapped in this process for the whole call, and no
@@ -127,7 +127,7 @@ impl Allocator {
     /// The live block containing `ptr` (its start and itself).
     fn block_at(&self, ptr: u64) -> Option<(u64, Block)> {
         let (&start, &block) = self.live.range(..=ptr).next_back()?;
-        (ptr < start + block.size.max(1)).then_some((start, block))
+        (ptr < start + block.size).then_some((start, block))
     }
 
     fn free(&mut self, ptr: u64) -> Result<()> {
@@ -203,17 +203,16 @@ impl Arena {
         if size == 0 {
             return Err(Error::invalid("chip memory size must be at least 1 byte"));
         }
-        let len = usize::try_from(size)
-            .ok()
-            .filter(|&l| l <= isize::MAX as usize)
-            .ok_or_else(|| Error::invalid(format!("chip memory size {size} does not fit this address space")))?;
+        let len = usize::try_from(size).ok().filter(|&l| l <= isize::MAX as usize).ok_or_else(|| {
+            Error::invalid(format!("chip memory size {size} does not fit this address space"))
+        })?;
         let region = SharedRegion::new(len, true).map_err(|e| e.context("mapping chip device memory"))?;
         Ok(Arena { region, size, alloc: Mutex::new(Allocator::new(size)) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Allocator> {
-        // The allocator is consistent between statements; a panic cannot leave it half-updated
-        // in a way that matters more than refusing to continue would.
+        // No allocator method panics while holding the lock, so a poisoned lock (a panic
+        // elsewhere in the holder) never hides a half-done update.
         self.alloc.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -223,6 +222,7 @@ impl Arena {
     }
 
     /// Bytes reserved by live allocations (rounded to [`DEVICE_ALIGN`]).
+    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for committed-memory statistics
     pub(crate) fn used(&self) -> u64 {
         self.lock().used
     }
@@ -279,7 +279,11 @@ impl Arena {
         // SAFETY: rule A2 — the source range lies in a live allocation inside the mapping (A1);
         // rule A3 — nothing writes it during the copy; rule A4 — `dst` is other memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.region.as_ptr().add(src as usize), dst.as_mut_ptr(), dst.len());
+            std::ptr::copy_nonoverlapping(
+                self.region.as_ptr().add(src as usize),
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
         }
         Ok(())
     }
@@ -287,9 +291,13 @@ impl Arena {
     /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
     /// have the same layout; returns the host address of the device view's first byte.
     fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<*mut u8> {
-        if host.shape() != dev_view.shape() || host.strides() != dev_view.strides() || host.dtype() != dev_view.dtype()
+        if host.shape() != dev_view.shape()
+            || host.strides() != dev_view.strides()
+            || host.dtype() != dev_view.dtype()
         {
-            return Err(Error::invalid(format!("{what}: host view {host:?} and device view {dev_view:?} differ")));
+            return Err(Error::invalid(format!(
+                "{what}: host view {host:?} and device view {dev_view:?} differ"
+            )));
         }
         let (start, end) = dev_view.byte_range();
         let at = ptr.checked_add(start).ok_or_else(|| self.not_live(what, ptr, end))?;

@@ -27,6 +27,7 @@ use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 
+#[allow(unused_imports)] // used by the L3 chip child and the L2 Worker (next integration step)
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
 pub use sim::{ChipBackend, SimChip};
 
@@ -140,11 +141,9 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let field = self
-            .at
-            .checked_add(n)
-            .and_then(|end| self.bytes.get(self.at..end))
-            .ok_or_else(|| Error::decode(format!("chip callable descriptor truncated at byte {}", self.at)))?;
+        let field = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)).ok_or_else(|| {
+            Error::decode(format!("chip callable descriptor truncated at byte {}", self.at))
+        })?;
         self.at += n;
         Ok(field)
     }
@@ -278,12 +277,14 @@ impl ChipFn {
     }
 
     /// The canonical descriptor (kind [`CallableKind::Chip`]).
+    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn descriptor(&self) -> &Descriptor {
         &self.descriptor
     }
 
     /// The function's address, as carried in the descriptor (what a `REGISTER_CHIP` control
     /// sends to a forked chip child).
+    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn fn_address(&self) -> u64 {
         match self.body {
             ChipBody::Kernel(f) => f as usize as u64,
@@ -304,6 +305,7 @@ impl ChipFn {
     /// descriptor, as `Registry::install` does). The descriptor must be a well-formed chip
     /// descriptor whose sub-kind is known and whose address equals `addr`; anything else is an
     /// error ([`ErrorKind::Decode`] for malformed bytes, [`ErrorKind::Callable`] otherwise).
+    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn from_parts(addr: u64, descriptor: Descriptor) -> Result<ChipFn> {
         let callable = |msg: String| Error::new(ErrorKind::Callable, msg);
         if descriptor.kind() != CallableKind::Chip {
@@ -397,7 +399,10 @@ mod tests {
         let o = ChipFn::orchestration("vadd", plan);
         assert_eq!(o.descriptor().bytes()[12..16], le(2));
         assert_ne!(o.handle().digest(), k.handle().digest());
-        assert_eq!(format!("{k:?}"), format!("ChipFn {{ name: \"vadd\", kernel: true, digest: {} }}", k.handle().digest()));
+        assert_eq!(
+            format!("{k:?}"),
+            format!("ChipFn {{ name: \"vadd\", kernel: true, digest: {} }}", k.handle().digest())
+        );
     }
 
     #[test]
@@ -410,8 +415,11 @@ mod tests {
             assert_eq!(back.fn_address(), f.fn_address());
         }
         // The rebuilt kernel really is the function.
-        let back = ChipFn::from_parts(ChipFn::kernel("k", noop).fn_address(), ChipFn::kernel("k", noop).descriptor().clone())
-            .unwrap();
+        let back = ChipFn::from_parts(
+            ChipFn::kernel("k", noop).fn_address(),
+            ChipFn::kernel("k", noop).descriptor().clone(),
+        )
+        .unwrap();
         let ChipBody::Kernel(f) = back.body() else { panic!("kernel") };
         assert!(f(&HostArgs::new(Vec::new(), &[], 0).unwrap()).is_ok());
     }

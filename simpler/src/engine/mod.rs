@@ -71,6 +71,11 @@ pub(crate) struct EngineConfig {
     /// The kind of callable NEXT_LEVEL workers run (chips run chip callables, nested Workers
     /// run orchestration functions).
     pub(crate) next_level_kind: CallableKind,
+    /// `Some(id)` for the engine inside chip `id`, whose NEXT_LEVEL workers are its cores: device
+    /// memory of chip `id` may go to any core (the chip checks liveness at dispatch). `None` at
+    /// L3 and above, where each NEXT_LEVEL worker is a chip and device memory goes only to its
+    /// owner, while this engine knows it as live.
+    pub(crate) local_chip: Option<u32>,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +88,7 @@ impl Default for EngineConfig {
             next_level_workers: 0,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
+            local_chip: None,
         }
     }
 }

@@ -879,6 +879,14 @@ impl<'a> Orchestrator<'a> {
     ) -> Result<()> {
         for (i, t) in args.tensors.iter().enumerate() {
             let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() else { continue };
+            if let Some(own) = self.eng.cfg.local_chip {
+                if chip != own {
+                    return Err(Error::invalid(format!(
+                        "{callable}: tensor {i} is device memory of chip {chip}, but this orchestration runs on chip {own}; device memory is usable only by its own chip"
+                    )));
+                }
+                continue;
+            }
             match target {
                 Target::Sub => {
                     return Err(Error::invalid(format!(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
+use crate::chip::{ChipConfig, ChipFn};
 use crate::data::buffer::{Buffer, Identity, ShmName};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
@@ -18,13 +19,15 @@ use crate::engine::run::RunHandle;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, SubChild};
+use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, ChipChild, HostResolver, SubChild};
 use crate::ipc::endpoint::MailboxEndpoint;
 use crate::ipc::futex::Doorbell;
-use crate::ipc::mailbox::{InitStatus, MailboxRegion};
+use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
 use crate::ipc::process::{Monitor, fork_child};
 use crate::ipc::shm::PosixShm;
 use crate::level::Level;
+
+mod chips;
 
 /// Most callables one target keeps installed at once.
 const MAX_CALLABLES: usize = 1024;
@@ -48,6 +51,8 @@ const MAX_CALLABLES: usize = 1024;
 pub struct WorkerBuilder {
     level: Level,
     engine: EngineConfig,
+    chip_memory: u64,
+    chip_cores: usize,
     startup_timeout: Duration,
     close_timeout: Duration,
 }
@@ -69,6 +74,40 @@ impl WorkerBuilder {
     /// ```
     pub fn level(mut self, level: Level) -> Self {
         self.level = level;
+        self
+    }
+
+    /// Number of simulated chips, each in its own forked process (default 0). Chips are the
+    /// NEXT_LEVEL workers of an L3 Worker, with worker ids `0..n`.
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(2).build().unwrap();
+    /// assert_eq!(worker.chips(), 2);
+    /// ```
+    pub fn chips(mut self, n: usize) -> Self {
+        self.engine.next_level_workers = n;
+        self
+    }
+
+    /// Device memory of each simulated chip in bytes (default 1 GiB, backed on first touch).
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(1).chip_memory(64 << 20).build().unwrap();
+    /// # drop(worker);
+    /// ```
+    pub fn chip_memory(mut self, bytes: u64) -> Self {
+        self.chip_memory = bytes;
+        self
+    }
+
+    /// Simulated cores (threads) per chip (default 4).
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(1).chip_cores(8).build().unwrap();
+    /// # drop(worker);
+    /// ```
+    pub fn chip_cores(mut self, n: usize) -> Self {
+        self.chip_cores = n;
         self
     }
 
@@ -246,9 +285,13 @@ impl WorkerBuilder {
         if self.startup_timeout.is_zero() {
             return Err(Error::invalid("startup_timeout must be greater than zero"));
         }
+        if self.engine.next_level_workers > 0 && self.chip_cores == 0 {
+            return Err(Error::invalid("chip_cores must be at least 1"));
+        }
         Ok(Worker {
             cfg: self,
             registry: Registry::new(MAX_CALLABLES),
+            chip_registry: Registry::new(MAX_CALLABLES),
             handles: HashMap::new(),
             phase: Phase::New,
         })
@@ -265,6 +308,8 @@ impl AsRef<Doorbell> for RegionBell {
 
 struct Live {
     engine: Arc<Engine>,
+    /// Serializes control requests (one per mailbox base frame at a time).
+    control_lock: std::sync::Mutex<()>,
     region: Arc<MailboxRegion>,
     pids: Vec<i32>,
     monitor: Monitor,
@@ -302,6 +347,7 @@ enum Phase {
 pub struct Worker {
     cfg: WorkerBuilder,
     registry: Registry<HostFn>,
+    chip_registry: Registry<ChipFn>,
     handles: HashMap<Digest, CallableHandle>,
     phase: Phase,
 }
@@ -345,6 +391,8 @@ impl Worker {
         WorkerBuilder {
             level: Level::Node,
             engine: EngineConfig::default(),
+            chip_memory: 1 << 30,
+            chip_cores: 4,
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
         }
@@ -521,9 +569,12 @@ impl Worker {
                     )));
                 }
                 let addr = *ptr as usize as u64;
-                broadcast_control(live, &self.cfg, |mb| {
-                    mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes())
-                })
+                let n_sub = self.cfg.engine.sub_workers;
+                live.broadcast(
+                    0..n_sub,
+                    |i| format!("sub worker {i}"),
+                    |mb| mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes()),
+                )
                 .map_err(|e| e.context(format!("Worker.register of {handle}")))?;
             }
         }
@@ -589,19 +640,31 @@ impl Worker {
             return Err(Error::state("Worker.unregister: the Worker is closed"));
         }
         let digest = handle.digest();
-        if !self.registry.contains(&digest) {
+        let chip = handle.kind() == CallableKind::Chip;
+        let known = if chip { self.chip_registry.contains(&digest) } else { self.registry.contains(&digest) };
+        if !known {
             return Err(Error::new(
                 ErrorKind::Callable,
                 format!("Worker.unregister: {handle} is not registered"),
             ));
         }
         if let Phase::Ready(live) = &self.phase {
-            broadcast_control(live, &self.cfg, |mb| {
-                mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[])
-            })
+            let (n_sub, n_chip) = (self.cfg.engine.sub_workers, self.cfg.engine.next_level_workers);
+            let (range, label): (std::ops::Range<usize>, fn(usize, usize) -> String) = if chip {
+                (n_sub..n_sub + n_chip, |i, n_sub| format!("chip {}", i - n_sub))
+            } else {
+                (0..n_sub, |i, _| format!("sub worker {i}"))
+            };
+            live.broadcast(
+                range,
+                |i| label(i, n_sub),
+                |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]),
+            )
             .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
         }
-        if self.registry.release(&digest)? {
+        let freed =
+            if chip { self.chip_registry.release(&digest)? } else { self.registry.release(&digest)? };
+        if freed {
             self.handles.remove(&digest);
             if let Phase::Ready(live) = &self.phase {
                 live.engine.callables.write().unwrap_or_else(|e| e.into_inner()).remove(&digest);
@@ -645,23 +708,41 @@ impl Worker {
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
         let deadline = Instant::now() + self.cfg.startup_timeout;
-        let n = self.cfg.engine.sub_workers;
-        let region = Arc::new(MailboxRegion::new(n)?);
+        let n_sub = self.cfg.engine.sub_workers;
+        let n_chip = self.cfg.engine.next_level_workers;
+        let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let nonce = random_u64();
         let engine =
             Engine::new(self.cfg.engine.clone(), Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
         let heaps: Vec<(u64, u64)> = engine.heaps.iter().filter_map(|h| h.span()).collect();
+        let label =
+            |i: usize| if i < n_sub { format!("sub worker {i}") } else { format!("chip {}", i - n_sub) };
 
-        let mut pids = Vec::with_capacity(n);
+        // Fork order: every SUB child, then every chip child, all before any engine thread.
+        let mut pids = Vec::with_capacity(n_sub + n_chip);
         let mut failure = None;
-        for i in 0..n {
-            let child = SubChild {
-                region: region.clone(),
-                index: i,
-                registry: self.registry.clone(),
-                heaps: heaps.clone(),
+        for i in 0..n_sub + n_chip {
+            let resolver = HostResolver::new(heaps.clone());
+            let forked = if i < n_sub {
+                let child =
+                    SubChild { region: region.clone(), index: i, registry: self.registry.clone(), resolver };
+                fork_child(move || child.run())
+            } else {
+                let config = ChipConfig {
+                    chip_id: (i - n_sub) as u32,
+                    memory_bytes: self.cfg.chip_memory,
+                    cores: self.cfg.chip_cores,
+                };
+                let child = ChipChild {
+                    region: region.clone(),
+                    index: i,
+                    config,
+                    registry: self.chip_registry.clone(),
+                    resolver,
+                };
+                fork_child(move || child.run())
             };
-            match fork_child(move || child.run()) {
+            match forked {
                 Ok(pid) => pids.push(pid),
                 Err(e) => {
                     failure = Some(e);
@@ -694,13 +775,14 @@ impl Worker {
         for (i, &pid) in pids.iter().enumerate() {
             let board = monitor.board.clone();
             let status = region.mailbox(i).wait_init(deadline, || board.exit_of(i).is_some());
+            let who = label(i);
             let err = match status {
                 InitStatus::Ready => continue,
-                InitStatus::Failed(msg) => format!("sub worker {i} (process {pid}) failed to start: {msg}"),
+                InitStatus::Failed(msg) => format!("{who} (process {pid}) failed to start: {msg}"),
                 InitStatus::Pending => match monitor.board.exit_of(i) {
-                    Some(how) => format!("sub worker {i} (process {pid}) {how} during startup"),
+                    Some(how) => format!("{who} (process {pid}) {how} during startup"),
                     None => format!(
-                        "sub worker {i} (process {pid}) did not report ready within the startup timeout of {:?}",
+                        "{who} (process {pid}) did not report ready within the startup timeout of {:?}",
                         self.cfg.startup_timeout
                     ),
                 },
@@ -709,17 +791,19 @@ impl Worker {
             return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
         }
 
-        let lanes = (0..n)
+        let lanes = (0..n_sub + n_chip)
             .map(|i| {
                 let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
-                Lane::new(LaneKind::Sub(i as u32), Box::new(ep))
+                let kind =
+                    if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
+                Lane::new(kind, Box::new(ep))
             })
             .collect();
         engine.attach_lanes(lanes);
         {
             let mut known = engine.callables.write().unwrap_or_else(|e| e.into_inner());
-            for d in self.handles.keys() {
-                known.insert(*d, CallableKind::HostFn);
+            for (d, h) in &self.handles {
+                known.insert(*d, h.kind());
             }
         }
         let engine = Arc::new(engine);
@@ -731,13 +815,14 @@ impl Worker {
         let shm_prefix = format!("sp-{:08x}", nonce as u32);
         self.phase = Phase::Ready(Box::new(Live {
             engine,
+            control_lock: std::sync::Mutex::new(()),
             region,
             pids,
             monitor,
             background: Some(background),
             shm_prefix,
         }));
-        tracing::debug!(target: "simpler::worker", sub_workers = n, "worker ready");
+        tracing::debug!(target: "simpler::worker", sub_workers = n_sub, chips = n_chip, "worker ready");
         Ok(())
     }
 
@@ -1082,37 +1167,42 @@ impl Worker {
     }
 }
 
-/// Sends one control request to every SUB child and waits for all replies.
-fn broadcast_control(
-    live: &Live,
-    cfg: &WorkerBuilder,
-    post: impl Fn(crate::ipc::mailbox::Mailbox<'_>) -> Result<()>,
-) -> Result<()> {
-    let _ = cfg;
-    for i in 0..live.pids.len() {
-        let mb = live.region.mailbox(i);
-        if live.monitor.board.exit_of(i).is_some() {
-            continue; // a dead worker can run nothing; it needs no copy
+impl Live {
+    /// Sends one control request to mailbox `i` and waits for the reply (serialized with every
+    /// other control of this Worker).
+    fn control(&self, i: usize, who: &str, post: impl Fn(Mailbox<'_>) -> Result<()>) -> Result<u64> {
+        let _one_at_a_time = self.control_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(how) = self.monitor.board.exit_of(i) {
+            return Err(Error::new(
+                ErrorKind::WorkerDied,
+                format!("{who} is dead: the worker process {how}"),
+            ));
         }
+        let mb = self.region.mailbox(i);
         post(mb)?;
-        let board = live.monitor.board.clone();
+        let board = self.monitor.board.clone();
         match mb.wait_control_done(None, || board.exit_of(i).is_some()) {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                return Err(Error::new(
-                    ErrorKind::Callable,
-                    format!("sub worker {i} refused: {}", e.message),
-                ));
-            }
-            None => {
-                return Err(Error::new(
-                    ErrorKind::WorkerDied,
-                    format!("sub worker {i} died during the request"),
-                ));
-            }
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(Error::new(ErrorKind::Callable, format!("{who} refused: {}", e.message))),
+            None => Err(Error::new(ErrorKind::WorkerDied, format!("{who} died during the request"))),
         }
     }
-    Ok(())
+
+    /// Sends one control request to every live child in `range` and waits for all replies.
+    fn broadcast(
+        &self,
+        range: std::ops::Range<usize>,
+        label: impl Fn(usize) -> String,
+        post: impl Fn(Mailbox<'_>) -> Result<()>,
+    ) -> Result<()> {
+        for i in range {
+            if self.monitor.board.has_exited(i) {
+                continue; // a dead worker can run nothing; it needs no copy
+            }
+            self.control(i, &label(i), &post)?;
+        }
+        Ok(())
+    }
 }
 
 /// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
