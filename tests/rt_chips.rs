@@ -53,7 +53,10 @@ fn marker_path(test_pid: u32) -> std::path::PathBuf {
 fn block_kernel(_args: &HostArgs<'_>) -> HostResult {
     let chip_pid = std::process::id();
     let test_pid = std::os::unix::process::parent_id();
-    std::fs::write(marker_path(test_pid), chip_pid.to_string())?;
+    // Write, then rename: the test sees the marker only once it is complete.
+    let tmp = marker_path(test_pid).with_extension("tmp");
+    std::fs::write(&tmp, chip_pid.to_string())?;
+    std::fs::rename(&tmp, marker_path(test_pid))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     spin_until(deadline, || false);
     Err("never killed".into())

@@ -60,6 +60,7 @@ mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
+pub use callable::orch::{OrchFn, OrchFnPtr};
 pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, SimChip};
 pub use data::buffer::{Access, Backing, Buffer, BufferDesc, Identity, SHM_NAME_MAX, ShmName};
 pub use data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH, RuntimeEnv};

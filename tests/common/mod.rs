@@ -52,7 +52,7 @@ impl Rig {
         self.pids = self.worker.child_pids();
         assert_eq!(
             self.pids.len(),
-            self.worker.sub_workers() + self.worker.chips(),
+            self.worker.sub_workers() + self.worker.chips() + self.worker.nested_workers(),
             "one child process per SUB worker and chip"
         );
         for &pid in &self.pids {

@@ -166,6 +166,22 @@ impl HostFn {
         HostFn { name: "".into(), body: Body::Ptr(f), descriptor }
     }
 
+    /// The handle tasks name it by (digest, kind `HostFn`, name): the same in every process of
+    /// this binary, so an orchestration function can name a host function it did not register.
+    ///
+    /// ```
+    /// # fn f(_: &simpler::HostArgs<'_>) -> simpler::HostResult { Ok(()) }
+    /// let h = simpler::HostFn::new("f", f).handle();
+    /// assert_eq!(h.kind(), simpler::CallableKind::HostFn);
+    /// ```
+    pub fn handle(&self) -> crate::callable::identity::CallableHandle {
+        crate::callable::identity::CallableHandle::new(
+            self.descriptor.digest(),
+            crate::callable::identity::CallableKind::HostFn,
+            &self.name,
+        )
+    }
+
     /// The name given at construction.
     ///
     /// ```

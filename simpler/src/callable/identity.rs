@@ -404,7 +404,6 @@ pub(crate) fn host_fn_descriptor(name: &str, type_name: &str, type_hash: u64) ->
 
 /// Descriptor of an orchestration function registered at run time: the same shape as
 /// [`host_fn_descriptor`] with `kind = Orch`.
-#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 pub(crate) fn orch_fn_descriptor(name: &str, type_name: &str, type_hash: u64) -> Descriptor {
     fn_descriptor(CallableKind::Orch, name, type_name, type_hash)
 }

@@ -13,4 +13,5 @@
 
 pub(crate) mod host;
 pub(crate) mod identity;
+pub(crate) mod orch;
 pub(crate) mod registry;

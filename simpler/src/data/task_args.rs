@@ -62,6 +62,16 @@ impl Tag {
         matches!(self, Tag::Output | Tag::InOut | Tag::OutputExisting)
     }
 
+    /// The tag that grants exactly `access` (Read -> Input, Write -> Output, ReadWrite -> InOut):
+    /// how a tensor that crossed a process boundary (tags do not) is tagged again.
+    pub(crate) fn for_access(access: Access) -> Tag {
+        match access {
+            Access::Read => Tag::Input,
+            Access::Write => Tag::Output,
+            Access::ReadWrite => Tag::InOut,
+        }
+    }
+
     /// The access a task holding this tag is given to the tensor's bytes.
     ///
     /// ```

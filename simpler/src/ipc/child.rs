@@ -46,6 +46,9 @@ pub(crate) const CTRL_FREE: u64 = 5;
 pub(crate) const CTRL_COPY_TO: u64 = 6;
 /// Control command: device -> host (same payload as [`CTRL_COPY_TO`]).
 pub(crate) const CTRL_COPY_FROM: u64 = 7;
+/// Control command: install an orchestration function in a nested Worker (arg0 = fn address,
+/// payload = descriptor).
+pub(crate) const CTRL_REGISTER_ORCH: u64 = 8;
 
 /// Frame error code: the function returned an error or panicked.
 pub(crate) const ERR_TASK: i32 = 1;

@@ -49,7 +49,11 @@ impl Worker {
             Phase::Closed => return Err(Error::state("Worker.register_chip: the Worker is closed")),
             Phase::New => {}
             Phase::Ready(live) => {
-                if self.chips() == 0 {
+                // At L3 the targets are the chips; above, the nested Workers, which pass it on
+                // to their own chips.
+                let nested = self.cfg.level > crate::level::Level::Node;
+                let n = live.engine.cfg.next_level_workers;
+                if n == 0 {
                     return Err(Error::invalid(format!(
                         "Worker.register_chip: {handle} is a chip callable but this Worker has no chips"
                     )));
@@ -57,8 +61,8 @@ impl Worker {
                 let addr = f.fn_address();
                 let n_sub = self.cfg.engine.sub_workers;
                 live.broadcast(
-                    n_sub..n_sub + self.chips(),
-                    |i| format!("chip {}", i - n_sub),
+                    n_sub..n_sub + n,
+                    |i| if nested { format!("worker {}", i - n_sub) } else { format!("chip {}", i - n_sub) },
                     |mb| mb.post_control(CTRL_REGISTER_CHIP, addr, digest.as_bytes(), desc.bytes()),
                 )
                 .map_err(|e| e.context(format!("Worker.register_chip of {handle}")))?;
@@ -66,6 +70,9 @@ impl Worker {
         }
         self.chip_registry.install(digest, desc.bytes(), f)?;
         self.handles.insert(digest, handle.clone());
+        if self.cfg.level > crate::level::Level::Node {
+            return Ok(handle); // this engine never runs chip callables itself
+        }
         if let Phase::Ready(live) = &self.phase {
             live.engine
                 .callables

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::callable::orch::OrchFn;
 use crate::callable::registry::Registry;
 use crate::chip::{ChipConfig, ChipFn};
 use crate::data::buffer::{Buffer, Identity, ShmName};
@@ -28,6 +29,7 @@ use crate::ipc::shm::PosixShm;
 use crate::level::Level;
 
 mod chips;
+mod nested;
 
 /// Most callables one target keeps installed at once.
 const MAX_CALLABLES: usize = 1024;
@@ -53,6 +55,9 @@ pub struct WorkerBuilder {
     engine: EngineConfig,
     chip_memory: u64,
     chip_cores: usize,
+    /// Test hook: a nested Worker's process waits this long before starting (to exercise the
+    /// startup deadline).
+    startup_delay: Duration,
     startup_timeout: Duration,
     close_timeout: Duration,
 }
@@ -248,6 +253,14 @@ impl WorkerBuilder {
         self
     }
 
+    #[doc(hidden)]
+    /// Test hook: when this Worker runs nested under a parent, its process waits `delay`
+    /// before it starts its own children (to exercise the parent's startup deadline).
+    pub fn __startup_delay(mut self, delay: Duration) -> Self {
+        self.startup_delay = delay;
+        self
+    }
+
     /// Validates the configuration and returns an uninitialized Worker.
     ///
     /// # Errors
@@ -270,9 +283,14 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn build(self) -> Result<Worker> {
-        if self.level != Level::Node {
+        if self.level == Level::Chip {
+            return Err(Error::invalid(
+                "L2 (chip) Workers are not supported yet; run chips under an L3 Worker (WorkerBuilder::chips)",
+            ));
+        }
+        if self.level > Level::Node && self.engine.next_level_workers > 0 {
             return Err(Error::invalid(format!(
-                "{} Workers are not supported yet; this release runs L3 (node) Workers",
+                "an {} Worker has no chips of its own: its NEXT_LEVEL workers are Workers one level down (Worker::add_worker)",
                 self.level
             )));
         }
@@ -292,6 +310,9 @@ impl WorkerBuilder {
             cfg: self,
             registry: Registry::new(MAX_CALLABLES),
             chip_registry: Registry::new(MAX_CALLABLES),
+            orch_registry: Registry::new(MAX_CALLABLES),
+            children: Vec::new(),
+            extra_heaps: Vec::new(),
             handles: HashMap::new(),
             phase: Phase::New,
         })
@@ -348,6 +369,12 @@ pub struct Worker {
     cfg: WorkerBuilder,
     registry: Registry<HostFn>,
     chip_registry: Registry<ChipFn>,
+    /// Orchestration functions dispatched to nested Workers (L4 and up).
+    orch_registry: Registry<OrchFn>,
+    /// Nested Workers added with `add_worker`, forked by `init` (L4 and up).
+    children: Vec<Worker>,
+    /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
+    extra_heaps: Vec<(u64, u64)>,
     handles: HashMap<Digest, CallableHandle>,
     phase: Phase,
 }
@@ -393,6 +420,7 @@ impl Worker {
             engine: EngineConfig::default(),
             chip_memory: 1 << 30,
             chip_cores: 4,
+            startup_delay: Duration::ZERO,
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
         }
@@ -708,15 +736,32 @@ impl Worker {
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
         let deadline = Instant::now() + self.cfg.startup_timeout;
-        let n_sub = self.cfg.engine.sub_workers;
-        let n_chip = self.cfg.engine.next_level_workers;
+        let nested = self.cfg.level > Level::Node;
+        let mut engine_cfg = self.cfg.engine.clone();
+        if nested {
+            engine_cfg.next_level_workers = self.children.len();
+            engine_cfg.next_level_kind = CallableKind::Orch;
+        }
+        let n_sub = engine_cfg.sub_workers;
+        let n_chip = engine_cfg.next_level_workers;
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let nonce = random_u64();
-        let engine =
-            Engine::new(self.cfg.engine.clone(), Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
-        let heaps: Vec<(u64, u64)> = engine.heaps.iter().filter_map(|h| h.span()).collect();
-        let label =
-            |i: usize| if i < n_sub { format!("sub worker {i}") } else { format!("chip {}", i - n_sub) };
+        let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
+        let mut heaps: Vec<(u64, u64)> = engine.heaps.iter().filter_map(|h| h.span()).collect();
+        heaps.extend(self.extra_heaps.iter().copied());
+        let label = |i: usize| match (i < n_sub, nested) {
+            (true, _) => format!("sub worker {i}"),
+            (false, false) => format!("chip {}", i - n_sub),
+            (false, true) => format!("worker {}", i - n_sub),
+        };
+        // Chip callables registered here reach the chips below: hand them to each nested
+        // Worker before it starts, so they are in its chips' startup snapshot.
+        for w in &mut self.children {
+            for (_, _, f) in self.chip_registry.iter() {
+                w.register_chip(f.clone())?;
+            }
+        }
+        let mut children = std::mem::take(&mut self.children).into_iter();
 
         // Fork order: every SUB child, then every chip child, all before any engine thread.
         let mut pids = Vec::with_capacity(n_sub + n_chip);
@@ -726,6 +771,17 @@ impl Worker {
             let forked = if i < n_sub {
                 let child =
                     SubChild { region: region.clone(), index: i, registry: self.registry.clone(), resolver };
+                fork_child(move || child.run())
+            } else if nested {
+                let child = nested::NestedChild {
+                    region: region.clone(),
+                    index: i,
+                    id: (i - n_sub) as u32,
+                    worker: children.next().expect("one Worker per nested lane"),
+                    registry: self.orch_registry.clone(),
+                    deadline,
+                    heaps: heaps.clone(),
+                };
                 fork_child(move || child.run())
             } else {
                 let config = ChipConfig {

@@ -1,0 +1,261 @@
+//! Recursion: a Worker whose NEXT_LEVEL workers are whole Workers one level down, each in a
+//! process of its own (L4 over L3, L5 over L4, ...).
+//!
+//! The nested child is the one place a child process runs a whole Worker. It lives here, not in
+//! `ipc`, so the IPC layer never depends on the Worker: it implements the shared child loop's
+//! [`Serve`] hook. In its process the child starts its own subtree (its SUB workers, chips or
+//! nested Workers) within what is left of the parent's startup deadline, and only then reports
+//! ready. Each task names an orchestration function by digest; the child runs it as a run of
+//! its own, on its own engine, with the task's arguments (tensors keep their identity; the
+//! granted access becomes the tag) and config.
+
+#![allow(unsafe_code)] // Rebuilding a fn pointer sent by the parent; rule C1 of `ipc::child`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
+use crate::callable::orch::{OrchFn, OrchFnPtr};
+use crate::callable::registry::Registry;
+use crate::chip::ChipFn;
+use crate::data::task_args::{Tag, TaskArgs};
+use crate::data::tensor::Tensor;
+use crate::data::wire::{decode_args, decode_config};
+use crate::error::{Error, Result};
+use crate::ipc::child::{
+    CTRL_REGISTER_CHIP, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE,
+    Serve, serve,
+};
+use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
+use crate::level::Level;
+use crate::worker::{Phase, Worker};
+
+/// Everything a nested child needs, captured before the fork.
+pub(super) struct NestedChild {
+    pub(super) region: Arc<MailboxRegion>,
+    /// Mailbox index.
+    pub(super) index: usize,
+    /// NEXT_LEVEL worker id in the parent.
+    pub(super) id: u32,
+    pub(super) worker: Worker,
+    pub(super) registry: Registry<OrchFn>,
+    /// The parent's startup deadline: the whole subtree must be ready by then.
+    pub(super) deadline: Instant,
+    /// Heap rings of the parent and its ancestors.
+    pub(super) heaps: Vec<(u64, u64)>,
+}
+
+impl NestedChild {
+    /// Starts the subtree, reports ready, serves until shutdown, closes the subtree.
+    pub(super) fn run(self) -> i32 {
+        let region = self.region.clone();
+        let mb = region.mailbox(self.index);
+        mb.set_child_pid(std::process::id());
+        let mut inner = self.worker;
+        if !inner.cfg.startup_delay.is_zero() {
+            std::thread::sleep(inner.cfg.startup_delay); // test hook: a slow start
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        inner.cfg.startup_timeout = left.max(Duration::from_millis(1));
+        inner.extra_heaps = self.heaps;
+        if let Err(e) = inner.init() {
+            mb.publish_init(Err(&format!("worker {}: {}", self.id, e.message())));
+            return 1;
+        }
+        mb.publish_init(Ok(()));
+        let mut server = NestedServer { id: self.id, inner, registry: self.registry };
+        let code = serve(&region, self.index, &mut server);
+        let _ = server.inner.close();
+        code
+    }
+}
+
+struct NestedServer {
+    id: u32,
+    inner: Worker,
+    registry: Registry<OrchFn>,
+}
+
+fn frame_err(code: i32, message: String) -> FrameError {
+    FrameError { code, message }
+}
+
+impl Serve for NestedServer {
+    fn control(&mut self, req: ControlRequest) -> std::result::Result<u64, FrameError> {
+        let digest = Digest::from_bytes(req.digest);
+        let bad = |e: Error| frame_err(ERR_BAD_FRAME, e.to_string());
+        match req.command {
+            CTRL_REGISTER_ORCH => {
+                let desc = Descriptor::from_bytes(req.payload).map_err(bad)?;
+                if desc.kind() != CallableKind::Orch {
+                    return Err(frame_err(
+                        ERR_BAD_FRAME,
+                        format!("{digest}: not an orchestration descriptor"),
+                    ));
+                }
+                // SAFETY: rule C1 of `ipc::child` — `arg0` is the address of an `OrchFnPtr` of this
+                // same binary, taken in the parent this process was forked from.
+                let f: OrchFnPtr = unsafe { std::mem::transmute::<usize, OrchFnPtr>(req.arg0 as usize) };
+                self.registry
+                    .install(digest, desc.bytes(), OrchFn::from_parts(f, desc.clone()))
+                    .map(u64::from)
+                    .map_err(bad)
+            }
+            CTRL_REGISTER_CHIP => {
+                let desc = Descriptor::from_bytes(req.payload).map_err(bad)?;
+                let f = ChipFn::from_parts(req.arg0, desc).map_err(bad)?;
+                self.inner.register_chip(f).map(|_| 0).map_err(bad)
+            }
+            CTRL_UNREGISTER => {
+                if self.registry.contains(&digest) {
+                    self.registry
+                        .release(&digest)
+                        .map(u64::from)
+                        .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string()))
+                } else {
+                    let handle = CallableHandle::new(digest, CallableKind::Chip, "");
+                    self.inner
+                        .unregister(&handle)
+                        .map(|()| 0)
+                        .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string()))
+                }
+            }
+            other => Err(frame_err(
+                ERR_BAD_FRAME,
+                format!("unknown control command {other} for worker {}", self.id),
+            )),
+        }
+    }
+
+    fn task(&mut self, req: &TaskRequest<'_>) -> std::result::Result<(), FrameError> {
+        let digest = Digest::from_bytes(req.digest);
+        let Some(f) = self.registry.get(&digest).cloned() else {
+            return Err(frame_err(
+                ERR_UNKNOWN_CALLABLE,
+                format!("UNKNOWN_CALLABLE: {digest} is not registered on worker {}", self.id),
+            ));
+        };
+        let bad = |e: Error| frame_err(ERR_BAD_FRAME, format!("bad task frame: {e}"));
+        let decoded = decode_args(req.args).map_err(bad)?;
+        let config = decode_config(req.config).map_err(bad)?;
+        // Re-export, never map: the descriptors (and so the identities) pass through unchanged.
+        let mut args = TaskArgs::new();
+        for t in &decoded.tensors {
+            let tensor = Tensor::new(t.desc, t.view).map_err(bad)?;
+            args.add_tensor(&tensor, Tag::for_access(t.desc.access())).map_err(bad)?;
+        }
+        for &s in &decoded.scalars {
+            args.scalar(s);
+        }
+        self.inner
+            .run(|orch, a, c| f.call(orch, a, c), args, config)
+            .map_err(|e| frame_err(ERR_TASK, e.message().to_string()))
+    }
+}
+
+impl Worker {
+    /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up) and returns
+    /// its worker id (`0, 1, ...` in the order added). The child must not be initialized:
+    /// `init` forks one process per child, in which the child starts its own subtree.
+    ///
+    /// ```
+    /// use simpler::{Level, Worker};
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// let l3 = Worker::builder().sub_workers(1).build()?;
+    /// assert_eq!(l4.add_worker(l3)?, 0);
+    /// // An L3 Worker takes chips, not Workers:
+    /// let mut other = Worker::builder().build()?;
+    /// assert!(other.add_worker(Worker::builder().build()?).is_err());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn add_worker(&mut self, child: Worker) -> Result<u32> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "Worker.add_worker: an {} Worker takes chips and SUB workers, not Workers; add Workers to an L4 (or higher) Worker",
+                self.cfg.level
+            )));
+        }
+        if !matches!(self.phase, Phase::New) {
+            return Err(Error::state("Worker.add_worker: only before init"));
+        }
+        if !matches!(child.phase, Phase::New) {
+            return Err(Error::state(
+                "Worker.add_worker: the child must not be initialized (the parent starts it)",
+            ));
+        }
+        if child.cfg.level.number() + 1 != self.cfg.level.number() {
+            return Err(Error::invalid(format!(
+                "Worker.add_worker: an {} Worker takes {} Workers, not {}",
+                self.cfg.level,
+                Level::from_number(self.cfg.level.number() - 1)
+                    .map_or("lower".to_string(), |l| l.to_string()),
+                child.cfg.level
+            )));
+        }
+        self.children.push(child);
+        Ok(self.children.len() as u32 - 1)
+    }
+
+    /// Number of nested Workers added with [`add_worker`](Worker::add_worker).
+    ///
+    /// ```
+    /// let l4 = simpler::Worker::builder().level(simpler::Level::Network1).build()?;
+    /// assert_eq!(l4.nested_workers(), 0);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn nested_workers(&self) -> usize {
+        match &self.phase {
+            Phase::Ready(live) if self.cfg.level > Level::Node => live.engine.cfg.next_level_workers,
+            _ => self.children.len(),
+        }
+    }
+
+    /// Registers an orchestration function that this Worker (L4 and up) dispatches by digest to
+    /// its nested Workers with `submit_next_level`; the nested Worker runs it as a run of its own.
+    ///
+    /// ```
+    /// use simpler::{CallConfig, Level, OrchFn, Orchestrator, TaskArgs, Worker};
+    /// fn step(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// let h = l4.register_orch(OrchFn::new("step", step))?;
+    /// assert_eq!(h.kind(), simpler::CallableKind::Orch);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn register_orch(&mut self, f: OrchFn) -> Result<CallableHandle> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "Worker.register_orch: an {} Worker has no nested Workers to run orchestration functions",
+                self.cfg.level
+            )));
+        }
+        let desc = f.descriptor().clone();
+        let digest = desc.digest();
+        let handle = CallableHandle::new(digest, CallableKind::Orch, f.name());
+        match &self.phase {
+            Phase::Closed => return Err(Error::state("Worker.register_orch: the Worker is closed")),
+            Phase::New => {}
+            Phase::Ready(live) => {
+                let addr = f.fn_address();
+                let (n_sub, n) = (self.cfg.engine.sub_workers, live.engine.cfg.next_level_workers);
+                live.broadcast(
+                    n_sub..n_sub + n,
+                    |i| format!("worker {}", i - n_sub),
+                    |mb| mb.post_control(CTRL_REGISTER_ORCH, addr, digest.as_bytes(), desc.bytes()),
+                )
+                .map_err(|e| e.context(format!("Worker.register_orch of {handle}")))?;
+            }
+        }
+        self.orch_registry.install(digest, desc.bytes(), f)?;
+        self.handles.insert(digest, handle.clone());
+        if let Phase::Ready(live) = &self.phase {
+            live.engine
+                .callables
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(digest, CallableKind::Orch);
+        }
+        Ok(handle)
+    }
+}
