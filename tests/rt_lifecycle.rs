@@ -15,7 +15,8 @@ fn builder_rejects_invalid_configurations() {
         (Worker::builder().task_window(0), "task_window"),
         (Worker::builder().pipeline_depth(0), "pipeline_depth"),
         (Worker::builder().startup_timeout(Duration::ZERO), "startup_timeout"),
-        (Worker::builder().level(Level::Chip), "L3"),
+        (Worker::builder().level(Level::Chip).sub_workers(1), "no SUB workers"),
+        (Worker::builder().level(Level::Network1).chips(1), "add_worker"),
     ];
     for (builder, needle) in cases {
         expect_err(builder.build(), ErrorKind::InvalidArgument, &[needle]);

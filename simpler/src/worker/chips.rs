@@ -48,6 +48,7 @@ impl Worker {
         match &self.phase {
             Phase::Closed => return Err(Error::state("Worker.register_chip: the Worker is closed")),
             Phase::New => {}
+            Phase::Chip(chip) => chip.install(f.clone())?,
             Phase::Ready(live) => {
                 // At L3 the targets are the chips; above, the nested Workers, which pass it on
                 // to their own chips.
@@ -114,6 +115,16 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn alloc_child_tensor(&self, worker: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
+        if let Phase::Chip(chip) = &self.phase {
+            if worker != 0 {
+                return Err(Error::invalid(format!(
+                    "Worker.alloc_child_tensor: an L2 Worker is one chip, worker id 0; got {worker}"
+                )));
+            }
+            let view = crate::data::tensor::TensorView::new(0, shape, None, dtype)
+                .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
+            return chip.malloc(view.extent_bytes());
+        }
         let (live, mbox) = self.chip_mailbox("alloc_child_tensor", worker)?;
         let view = crate::data::tensor::TensorView::new(0, shape, None, dtype)
             .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
@@ -178,6 +189,10 @@ impl Worker {
     /// ```
     pub fn copy_to(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
         let (chip, ptr) = self.device_of("copy_to", dst)?;
+        if let Phase::Chip(l2) = &self.phase {
+            Self::host_payload("copy_to", src, dst.desc().nbytes())?;
+            return l2.copy_to(ptr, src, dst.desc().nbytes());
+        }
         let payload = Self::host_payload("copy_to", src, dst.desc().nbytes())?;
         let (live, mbox) = self.chip_mailbox("copy_to", chip)?;
         live.control(mbox, &format!("chip {chip}"), |mb| {
@@ -197,6 +212,10 @@ impl Worker {
     /// ```
     pub fn copy_from(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
         let (chip, ptr) = self.device_of("copy_from", src)?;
+        if let Phase::Chip(l2) = &self.phase {
+            Self::host_payload("copy_from", dst, src.desc().nbytes())?;
+            return l2.copy_from(dst, ptr, src.desc().nbytes());
+        }
         let payload = Self::host_payload("copy_from", dst, src.desc().nbytes())?;
         let (live, mbox) = self.chip_mailbox("copy_from", chip)?;
         live.control(mbox, &format!("chip {chip}"), |mb| {
@@ -218,6 +237,15 @@ impl Worker {
     /// ```
     pub fn free(&self, buf: &Buffer) -> Result<()> {
         let (chip, ptr) = self.device_of("free", buf)?;
+        if let Phase::Chip(l2) = &self.phase {
+            if !buf.mark_freed() {
+                return Err(Error::state(format!(
+                    "Worker.free: device buffer {} was already freed",
+                    buf.desc().identity()
+                )));
+            }
+            return l2.free(buf, ptr);
+        }
         let (live, mbox) = self.chip_mailbox("free", chip)?;
         let in_flight = live.engine.live_runs().len();
         if in_flight > 0 {

@@ -29,6 +29,7 @@ use crate::ipc::shm::PosixShm;
 use crate::level::Level;
 
 mod chips;
+mod l2;
 mod nested;
 
 /// Most callables one target keeps installed at once.
@@ -65,7 +66,11 @@ pub struct WorkerBuilder {
 impl WorkerBuilder {
     /// The level this Worker runs at (default [`Level::Node`], L3).
     ///
-    /// This release runs L3 (node) Workers only; [`build`](Self::build) refuses other levels.
+    /// * [`Level::Chip`] (L2): one simulated chip in this process; run chip callables with
+    ///   [`Worker::run_callable`].
+    /// * [`Level::Node`] (L3): SUB workers and chips, each in a forked process.
+    /// * [`Level::Network1`] and up (L4+): Workers one level down, added with
+    ///   [`Worker::add_worker`], each in a forked process.
     ///
     /// ```
     /// use simpler::{ErrorKind, Level, Worker};
@@ -73,7 +78,8 @@ impl WorkerBuilder {
     /// let worker = Worker::builder().level(Level::Node).sub_workers(1).build()?;
     /// assert_eq!(worker.level(), Level::Node);
     ///
-    /// let err = Worker::builder().level(Level::Chip).build().unwrap_err();
+    /// // A chip has no SUB workers of its own.
+    /// let err = Worker::builder().level(Level::Chip).sub_workers(1).build().unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -283,10 +289,13 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn build(self) -> Result<Worker> {
-        if self.level == Level::Chip {
+        if self.level == Level::Chip && (self.engine.sub_workers > 0 || self.engine.next_level_workers > 0) {
             return Err(Error::invalid(
-                "L2 (chip) Workers are not supported yet; run chips under an L3 Worker (WorkerBuilder::chips)",
+                "an L2 (chip) Worker is one chip run in-process: it has no SUB workers and no chips of its own",
             ));
+        }
+        if self.level == Level::Chip && self.chip_cores == 0 {
+            return Err(Error::invalid("chip_cores must be at least 1"));
         }
         if self.level > Level::Node && self.engine.next_level_workers > 0 {
             return Err(Error::invalid(format!(
@@ -335,12 +344,13 @@ struct Live {
     pids: Vec<i32>,
     monitor: Monitor,
     background: Option<JoinHandle<()>>,
-    shm_prefix: String,
 }
 
 enum Phase {
     New,
     Ready(Box<Live>),
+    /// An initialized L2 Worker: one chip in this process.
+    Chip(Box<l2::ChipLive>),
     Closed,
 }
 
@@ -383,7 +393,7 @@ impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let phase = match self.phase {
             Phase::New => "new",
-            Phase::Ready(_) => "ready",
+            Phase::Ready(_) | Phase::Chip(_) => "ready",
             Phase::Closed => "closed",
         };
         f.debug_struct("Worker")
@@ -501,12 +511,15 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn is_ready(&self) -> bool {
-        matches!(self.phase, Phase::Ready(_))
+        matches!(self.phase, Phase::Ready(_) | Phase::Chip(_))
     }
 
     fn live(&self, api: &str) -> Result<&Live> {
         match &self.phase {
             Phase::Ready(live) if !live.engine.is_closed() => Ok(live),
+            Phase::Chip(_) => Err(Error::state(format!(
+                "Worker.{api}: an L2 (chip) Worker runs chip callables in-process; use run_callable"
+            ))),
             Phase::New => {
                 Err(Error::state(format!("Worker.{api}: the Worker is not initialized; call init() first")))
             }
@@ -581,6 +594,11 @@ impl Worker {
         let handle = CallableHandle::new(digest, CallableKind::HostFn, f.name());
         match &self.phase {
             Phase::Closed => return Err(Error::state("Worker.register: the Worker is closed")),
+            Phase::Chip(_) => {
+                return Err(Error::invalid(format!(
+                    "Worker.register: {handle} is a host function but an L2 (chip) Worker has no SUB workers"
+                )));
+            }
             Phase::New => {}
             Phase::Ready(live) => {
                 let Body::Ptr(ptr) = f.body() else {
@@ -730,11 +748,18 @@ impl Worker {
     pub fn init(&mut self) -> Result<()> {
         match self.phase {
             Phase::New => {}
-            Phase::Ready(_) => return Err(Error::state("Worker.init: already initialized")),
+            Phase::Ready(_) | Phase::Chip(_) => return Err(Error::state("Worker.init: already initialized")),
             Phase::Closed => return Err(Error::state("Worker.init: the Worker is closed")),
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
+        if self.cfg.level == Level::Chip {
+            // L2: the chip runs in this process; nothing is forked.
+            let chip =
+                l2::ChipLive::start(self.cfg.chip_memory, self.cfg.chip_cores, self.chip_registry.clone())?;
+            self.phase = Phase::Chip(Box::new(chip));
+            return Ok(());
+        }
         let deadline = Instant::now() + self.cfg.startup_timeout;
         let nested = self.cfg.level > Level::Node;
         let mut engine_cfg = self.cfg.engine.clone();
@@ -868,7 +893,6 @@ impl Worker {
             .name("simpler-scheduler".into())
             .spawn(move || bg_engine.background_loop())
             .map_err(|e| Error::os("spawn scheduler thread", e))?;
-        let shm_prefix = format!("sp-{:08x}", nonce as u32);
         self.phase = Phase::Ready(Box::new(Live {
             engine,
             control_lock: std::sync::Mutex::new(()),
@@ -876,7 +900,6 @@ impl Worker {
             pids,
             monitor,
             background: Some(background),
-            shm_prefix,
         }));
         tracing::debug!(target: "simpler::worker", sub_workers = n_sub, chips = n_chip, "worker ready");
         Ok(())
@@ -929,14 +952,20 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
-        let live = self.live("create_buffer")?;
+        let (nonce, ids) = match &self.phase {
+            Phase::Chip(chip) => (chip.nonce, &chip.next_buffer_id),
+            _ => {
+                let live = self.live("create_buffer")?;
+                (live.engine.nonce, &live.engine.next_buffer_id)
+            }
+        };
         if nbytes == 0 {
             return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
         }
-        let id = live.engine.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = ShmName::new(&format!("{}-{}-b{id}", live.shm_prefix, std::process::id()))?;
+        let id = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = ShmName::new(&format!("sp-{:08x}-{}-b{id}", nonce as u32, std::process::id()))?;
         let shm = PosixShm::create(&name, nbytes)?;
-        Buffer::from_shm(Identity::new(live.engine.nonce, id, 1)?, shm)
+        Buffer::from_shm(Identity::new(nonce, id, 1)?, shm)
     }
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a
@@ -1189,7 +1218,14 @@ impl Worker {
     /// ```
     pub fn close(&mut self) -> Result<()> {
         let phase = std::mem::replace(&mut self.phase, Phase::Closed);
-        let Phase::Ready(mut live) = phase else { return Ok(()) };
+        let mut live = match phase {
+            Phase::Ready(live) => live,
+            Phase::Chip(chip) => {
+                chip.shutdown();
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
         let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
         let eng = live.engine.clone();
         eng.mark_closed();

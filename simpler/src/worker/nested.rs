@@ -235,7 +235,7 @@ impl Worker {
         let handle = CallableHandle::new(digest, CallableKind::Orch, f.name());
         match &self.phase {
             Phase::Closed => return Err(Error::state("Worker.register_orch: the Worker is closed")),
-            Phase::New => {}
+            Phase::New | Phase::Chip(_) => {}
             Phase::Ready(live) => {
                 let addr = f.fn_address();
                 let (n_sub, n) = (self.cfg.engine.sub_workers, live.engine.cfg.next_level_workers);

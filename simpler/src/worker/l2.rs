@@ -1,0 +1,170 @@
+//! L2: a Worker that is one chip, run in this process (how one tests a kernel alone).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::callable::identity::{CallableHandle, CallableKind};
+use crate::callable::registry::Registry;
+use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
+use crate::data::buffer::{Backing, Buffer, Identity};
+use crate::data::call_config::CallConfig;
+use crate::data::task_args::TaskArgs;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::child::HostResolver;
+use crate::ipc::host_args::MappedTensor;
+use crate::worker::{Phase, Worker};
+
+/// The state of an initialized L2 Worker.
+pub(super) struct ChipLive {
+    runtime: Mutex<ChipRuntime>,
+    resolver: Mutex<HostResolver>,
+    /// Device buffers not yet freed.
+    live: Mutex<HashSet<Identity>>,
+    pub(super) nonce: u64,
+    pub(super) next_buffer_id: AtomicU64,
+}
+
+impl ChipLive {
+    pub(super) fn start(memory: u64, cores: usize, registry: Registry<ChipFn>) -> Result<ChipLive> {
+        let runtime = ChipRuntime::new(ChipConfig { chip_id: 0, memory_bytes: memory, cores }, registry)?;
+        Ok(ChipLive {
+            runtime: Mutex::new(runtime),
+            resolver: Mutex::new(HostResolver::new(Vec::new())),
+            live: Mutex::new(HashSet::new()),
+            nonce: super::random_u64(),
+            next_buffer_id: AtomicU64::new(1),
+        })
+    }
+
+    fn runtime(&self) -> std::sync::MutexGuard<'_, ChipRuntime> {
+        self.runtime.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn shutdown(&self) {
+        self.runtime().shutdown();
+    }
+
+    pub(super) fn install(&self, f: ChipFn) -> Result<()> {
+        let desc = f.descriptor().clone();
+        self.runtime().install(desc.digest(), desc.bytes(), f).map(|_| ())
+    }
+
+    pub(super) fn malloc(&self, nbytes: u64) -> Result<Buffer> {
+        let ptr = self.runtime().malloc(nbytes)?;
+        let id = Identity::new(self.nonce, self.next_buffer_id.fetch_add(1, Ordering::Relaxed), 1)?;
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        Buffer::device(id, 0, ptr, nbytes)
+    }
+
+    pub(super) fn free(&self, buf: &Buffer, ptr: u64) -> Result<()> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&buf.desc().identity());
+        self.runtime().free(ptr)
+    }
+
+    pub(super) fn copy_to(&self, ptr: u64, host: &Buffer, nbytes: u64) -> Result<()> {
+        let bytes = host.read::<u8>(0, nbytes as usize)?;
+        self.runtime().copy_to_device(ptr, &bytes)
+    }
+
+    pub(super) fn copy_from(&self, host: &Buffer, ptr: u64, nbytes: u64) -> Result<()> {
+        let mut bytes = vec![0u8; nbytes as usize];
+        self.runtime().copy_from_device(ptr, &mut bytes)?;
+        host.write::<u8>(0, &bytes)
+    }
+
+    fn run(&self, callable: &CallableHandle, args: &TaskArgs, config: &CallConfig) -> Result<()> {
+        let mut resolver = self.resolver.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chip_args = Vec::with_capacity(args.tensor_count());
+        for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
+            let access = tag.access();
+            if !t.desc().access().allows(access) && *tag != crate::data::task_args::Tag::NoDep {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} is tagged {tag:?} but its buffer grants {:?}",
+                    t.desc().access()
+                )));
+            }
+            match t.desc().backing() {
+                Backing::Device { ptr, chip } => {
+                    let live =
+                        self.live.lock().unwrap_or_else(|e| e.into_inner()).contains(&t.desc().identity());
+                    if chip != 0 || !live {
+                        return Err(Error::invalid(format!(
+                            "{callable}: tensor {i} names device memory this chip does not hold (freed, or from another Worker)"
+                        )));
+                    }
+                    chip_args.push(ChipArg::Device {
+                        ptr,
+                        view: *t.view(),
+                        access,
+                        identity: t.desc().identity(),
+                        nbytes: t.desc().nbytes(),
+                    });
+                }
+                _ => {
+                    let base = resolver
+                        .resolve(t.desc())
+                        .map_err(|m| Error::invalid(format!("{callable}: tensor {i}: {m}")))?;
+                    chip_args.push(ChipArg::Host(MappedTensor { base, view: *t.view(), access }));
+                }
+            }
+        }
+        let result = self.runtime().run(&callable.digest(), chip_args, args.scalars(), config);
+        drop(resolver);
+        self.resolver.lock().unwrap_or_else(|e| e.into_inner()).trim();
+        result
+    }
+}
+
+impl Worker {
+    /// Runs one chip callable (a kernel or a chip orchestration) on an L2 Worker, in this
+    /// process, and waits for it: how one tests a kernel alone.
+    ///
+    /// Host-backed tensors are copied into the chip's device memory before the run (when the
+    /// tag reads them) and back after it (when the tag writes them); device buffers from
+    /// [`alloc_child_tensor`](Worker::alloc_child_tensor) stay on the chip.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{CallConfig, ChipFn, DataType, HostArgs, HostResult, Level, TaskArgs, Worker};
+    ///
+    /// fn scale(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v *= 2.0;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).build()?;
+    /// let scale = chip.register_chip(ChipFn::kernel("scale", scale))?;
+    /// chip.init()?; // no fork: the chip runs in this process
+    /// let x = chip.create_buffer(16)?;
+    /// x.write(0, &[1.0f32, 2.0, 3.0, 4.0])?;
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&x.tensor(&[4], DataType::Float32)?)?;
+    /// chip.run_callable(&scale, args, CallConfig::default())?;
+    /// assert_eq!(x.read::<f32>(0, 4)?, vec![2.0, 4.0, 6.0, 8.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
+        let Phase::Chip(chip) = &self.phase else {
+            return Err(Error::state(match self.phase {
+                Phase::New => "Worker.run_callable: the Worker is not initialized; call init() first",
+                Phase::Closed => "Worker.run_callable: the Worker is closed",
+                _ => {
+                    "Worker.run_callable: only an L2 (chip) Worker runs a chip callable directly; submit it from an orchestration function"
+                }
+            }));
+        };
+        if callable.kind() != CallableKind::Chip {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!(
+                    "Worker.run_callable: {callable} is a {} callable, not a chip callable",
+                    callable.kind().name()
+                ),
+            ));
+        }
+        config.validate()?;
+        chip.run(callable, &args, &config)
+    }
+}
