@@ -206,30 +206,78 @@ fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
     assert!(common::leftover_shm().is_empty());
 }
 
+/// Where `block_host` announces itself (its SUB process is a grandchild of the test).
+fn marker_path(l3_pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-nested-block-{l3_pid}"))
+}
+
+/// Announces itself (named after its parent, the L3 Worker's process), then blocks for up to
+/// 30 s: the test kills the L3 process meanwhile.
+fn block_host(_: &HostArgs<'_>) -> HostResult {
+    let l3_pid = std::os::unix::process::parent_id();
+    let tmp = marker_path(l3_pid).with_extension("tmp");
+    std::fs::write(&tmp, b"running")?;
+    std::fs::rename(&tmp, marker_path(l3_pid))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    Err("never killed".into())
+}
+
+fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
+    orch.submit_sub(&HostFn::new("block_host", block_host).handle(), TaskArgs::new()).map(|_| ())
+}
+
 #[test]
-fn a_killed_nested_worker_fails_its_task_and_close_reaps_the_tree() {
+fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("block_host", block_host)).unwrap();
     l3.register(HostFn::new("triple", triple)).unwrap();
     rig.add_worker(l3).unwrap();
+    let mut spare = Worker::builder().sub_workers(1).build().unwrap();
+    spare.register(HostFn::new("triple", triple)).unwrap();
+    rig.add_worker(spare).unwrap();
+    let block = rig.register_orch(OrchFn::new("l3_block", l3_block)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
-    let pid = rig.pids()[0];
-    common::sigkill(pid);
-    let (x, out) = (rig.create_buffer(16).unwrap(), rig.create_buffer(16).unwrap());
-    let (tx, to) = (f32s(&x), f32s(&out));
-    let err = rig
-        .run(
+    let l3_pid = rig.pids()[0];
+    let marker = marker_path(l3_pid as u32);
+    let _ = std::fs::remove_file(&marker);
+    let run = rig
+        .submit(
             |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.input(&tx)?.output(&to)?;
-                orch.submit_next_level(&tri, a, CallConfig::default(), 0).map(|_| ())
+                orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
             },
             TaskArgs::new(),
             CallConfig::default(),
         )
-        .unwrap_err();
-    common::assert_err(&err, ErrorKind::WorkerDied, &["worker 0"]);
+        .unwrap();
+    common::wait_for("the L3 task to be running", Duration::from_secs(20), || marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    common::sigkill(l3_pid);
+    let err = run.wait().unwrap_err();
+    common::assert_err(&err, ErrorKind::WorkerDied, &["l3_block", "worker 0", "died", "signal 9"]);
+    // The other nested Worker still runs work; work aimed at the dead one fails clearly.
+    let (x, out) = (rig.create_buffer(16).unwrap(), rig.create_buffer(16).unwrap());
+    x.write(0, &[1.0f32; 4]).unwrap();
+    let (tx, to) = (f32s(&x), f32s(&out));
+    let submit_to = |w: u32| {
+        rig.run(
+            |orch, _, _| {
+                let mut a = TaskArgs::new();
+                a.input(&tx)?.output(&to)?;
+                orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+    };
+    common::expect_err(submit_to(0), ErrorKind::WorkerDied, &["worker 0 is dead"]);
+    submit_to(1).unwrap();
+    assert_eq!(out.read::<f32>(0, 4).unwrap(), vec![3.0f32; 4]);
+    drop(run);
     rig.close().unwrap();
-    assert!(!process_exists(pid));
+    assert!(!process_exists(l3_pid));
 }
