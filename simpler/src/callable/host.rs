@@ -109,6 +109,10 @@ fn type_hash<T: 'static>() -> u64 {
 impl HostFn {
     /// A host function from a plain `fn` (registrable before or after `init`).
     ///
+    /// Its identity (digest) is its name, so [`handle`](HostFn::handle) gives the same handle
+    /// wherever it is computed; give each function its own name (registering a second function
+    /// under a name already registered counts another reference to the first one).
+    ///
     /// Its identity comes from the name and the function's address, so it is the same in every
     /// process forked from this one.
     ///
@@ -125,7 +129,9 @@ impl HostFn {
     /// assert!(!f.is_closure());
     /// ```
     pub fn new(name: &str, f: HostFnPtr) -> HostFn {
-        let descriptor = host_fn_descriptor(name, "fn", f as usize as u64);
+        // The identity is the name: not the address, which differs between the copies a
+        // compiler may make of one small function.
+        let descriptor = host_fn_descriptor(name, "fn", 0);
         HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
     }
 

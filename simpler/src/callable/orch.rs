@@ -48,7 +48,8 @@ impl OrchFn {
     /// assert_eq!(a.handle(), b.handle()); // the same function, the same identity
     /// ```
     pub fn new(name: &str, f: OrchFnPtr) -> OrchFn {
-        let descriptor = orch_fn_descriptor(name, "fn", f as usize as u64);
+        // The identity is the name (see `HostFn::new`).
+        let descriptor = orch_fn_descriptor(name, "fn", 0);
         OrchFn { name: name.into(), f, descriptor }
     }
 

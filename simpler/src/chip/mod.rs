@@ -67,8 +67,8 @@ pub(crate) enum ChipBody {
 /// A chip callable: a kernel that runs on one core of a chip, or a chip orchestration that
 /// submits kernels to the chip's cores.
 ///
-/// Its identity is the sha256 of a canonical descriptor made of its sub-kind, name and
-/// function address, so it is the same in every process forked from this one. A chip
+/// Its identity is the sha256 of a canonical descriptor made of its sub-kind and name, so it is
+/// the same in every process of this binary (give each chip callable its own name). A chip
 /// orchestration names its kernels by [`CallableHandle`]: build the kernel's `ChipFn` and take
 /// [`handle`](ChipFn::handle) (the kernels must also be registered on the chip).
 ///
@@ -126,10 +126,11 @@ impl std::fmt::Debug for ChipFn {
 
 /// The canonical descriptor: header (`schema_version`, `kind = Chip`), then
 /// `u32 payload_format_version = 1`, `u32 subkind` (1 kernel, 2 orchestration), string `name`,
-/// bytes `fn address` (8 bytes, little-endian).
-fn chip_descriptor(subkind: u32, name: &str, addr: u64) -> Descriptor {
+/// and nothing else: the identity must not depend on where the compiler put the function (a
+/// small function can have several copies in one binary).
+fn chip_descriptor(subkind: u32, name: &str) -> Descriptor {
     let mut w = DescriptorWriter::new(CallableKind::Chip);
-    w.u32(CHIP_PAYLOAD_FORMAT_VERSION).u32(subkind).str(name).bytes(&addr.to_le_bytes());
+    w.u32(CHIP_PAYLOAD_FORMAT_VERSION).u32(subkind).str(name);
     w.finish()
 }
 
@@ -180,7 +181,7 @@ impl ChipFn {
     /// assert!(k.is_kernel());
     /// ```
     pub fn kernel(name: &str, f: HostFnPtr) -> ChipFn {
-        let descriptor = chip_descriptor(SUBKIND_KERNEL, name, f as usize as u64);
+        let descriptor = chip_descriptor(SUBKIND_KERNEL, name);
         ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
     }
 
@@ -224,7 +225,7 @@ impl ChipFn {
     /// assert_eq!(f.name(), "split_relu");
     /// ```
     pub fn orchestration(name: &str, f: ChipOrchFnPtr) -> ChipFn {
-        let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name, f as usize as u64);
+        let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name);
         ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
     }
 
@@ -326,20 +327,10 @@ impl ChipFn {
         let name = std::str::from_utf8(r.bytes()?)
             .map_err(|_| Error::decode("chip callable name is not UTF-8"))?
             .to_string();
-        let addr_bytes: [u8; 8] = r
-            .bytes()?
-            .try_into()
-            .map_err(|_| Error::decode("chip callable function address is not 8 bytes"))?;
         if r.at != r.bytes.len() {
             return Err(Error::decode(format!(
                 "chip callable descriptor has {} trailing bytes",
                 r.bytes.len() - r.at
-            )));
-        }
-        if u64::from_le_bytes(addr_bytes) != addr {
-            return Err(callable(format!(
-                "chip callable `{name}`: address {addr:#x} does not match its descriptor ({:#x})",
-                u64::from_le_bytes(addr_bytes)
             )));
         }
         let zero = || callable(format!("chip callable `{name}`: function address 0"));
@@ -389,8 +380,6 @@ mod tests {
         b.extend_from_slice(&le(1)); // subkind = kernel
         b.extend_from_slice(&le(4));
         b.extend_from_slice(b"vadd");
-        b.extend_from_slice(&le(8));
-        b.extend_from_slice(&addr.to_le_bytes());
         assert_eq!(k.descriptor().bytes(), &b[..]);
         assert_eq!(k.descriptor().kind(), CallableKind::Chip);
         assert_eq!(k.handle().digest(), Digest::of(&b));
@@ -428,21 +417,17 @@ mod tests {
     fn from_parts_refuses_bad_descriptors() {
         let k = ChipFn::kernel("k", noop);
         let addr = k.fn_address();
-        let err = ChipFn::from_parts(addr + 1, k.descriptor().clone()).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Callable);
-        assert!(err.message().contains("does not match"), "{err}");
-
         let host = crate::callable::identity::host_fn_descriptor("k", "fn", addr);
         assert_eq!(ChipFn::from_parts(addr, host).unwrap_err().kind(), ErrorKind::Callable);
 
-        let bad_sub = chip_descriptor(7, "k", addr);
+        let bad_sub = chip_descriptor(7, "k");
         assert!(ChipFn::from_parts(addr, bad_sub).unwrap_err().message().contains("sub-kind 7"));
 
-        let zero = chip_descriptor(SUBKIND_KERNEL, "k", 0);
+        let zero = chip_descriptor(SUBKIND_KERNEL, "k");
         assert!(ChipFn::from_parts(0, zero).unwrap_err().message().contains("address 0"));
 
         let mut w = DescriptorWriter::new(CallableKind::Chip);
-        w.u32(2).u32(1).str("k").bytes(&addr.to_le_bytes());
+        w.u32(2).u32(1).str("k");
         assert_eq!(ChipFn::from_parts(addr, w.finish()).unwrap_err().kind(), ErrorKind::Decode);
 
         for cut in 8..k.descriptor().bytes().len() {
@@ -454,8 +439,12 @@ mod tests {
         let d = Descriptor::from_bytes(long).unwrap();
         assert!(ChipFn::from_parts(addr, d).unwrap_err().message().contains("trailing"));
 
-        let mut w = DescriptorWriter::new(CallableKind::Chip);
-        w.u32(1).u32(1).str("k").bytes(&[1, 2, 3]);
-        assert!(ChipFn::from_parts(addr, w.finish()).unwrap_err().message().contains("8 bytes"));
+        // Two copies of one function (different addresses) are one callable: the identity is
+        // the name and sub-kind.
+        assert_eq!(ChipFn::kernel("k", noop).handle(), ChipFn::kernel("k", other_noop).handle());
+    }
+
+    fn other_noop(_: &HostArgs<'_>) -> crate::HostResult {
+        Ok(())
     }
 }
