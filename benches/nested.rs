@@ -1,0 +1,168 @@
+//! (f) One empty SUB task two levels down: L4 -> L3 -> SUB, end to end through `Worker::run`.
+//!
+//! The L4 Worker has one nested L3 Worker (a process of its own), which has one SUB worker
+//! (another process). Each timed run is one `Worker::run` on the L4 Worker whose orchestration
+//! submits one task to its L3 child; the child runs an orchestration function of its own that
+//! submits one empty host function to its SUB worker. Back to back, after warm-up.
+//!
+//! In the same process, the single-level figure is measured the same way on an L3 Worker with
+//! one SUB worker (as `sub_task` does), so the two are compared on the same machine at the same
+//! moment. For a breakdown, a third kind of run goes to the L3 child with an orchestration
+//! function that submits nothing (the L4 -> L3 hop and the child's run, without the SUB
+//! worker); it is printed as a human line only. The kinds are measured in alternating blocks,
+//! so a slow patch of the machine spreads over all of them, and where each block ran is
+//! printed: a nested run keeps three processes busy, so on a machine with fewer than three free
+//! CPUs two of them share one and every handoff between those two is a context switch.
+//!
+//! Figures: `nested_sub_task_p50_us`, `nested_sub_task_p99_us`,
+//! `single_sub_task_p50_us_same_run`. Target: the nested p50 at most 3x the single one.
+
+#![allow(clippy::print_stdout)]
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{bands, figure, percentile, spread, target, us};
+use simpler::bench_support::last_cpu;
+use simpler::{
+    CallConfig, CallableHandle, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, TaskArgs, Worker,
+};
+
+/// Warm-up runs of each kind before any timing.
+const WARMUP: usize = 200;
+/// Timed runs of each kind, in total.
+const ITERATIONS: usize = 1_000;
+/// Timed runs per block; the blocks of the kinds alternate.
+const BLOCK: usize = 100;
+/// Untimed runs at the start of each block (the other trees' processes went idle meanwhile).
+const BLOCK_WARMUP: usize = 20;
+/// Most the nested p50 may be, as a multiple of the single-level one.
+const RATIO_TARGET: f64 = 3.0;
+
+/// Kept out of line: a host function's identity is its name and address, and rustc may give a
+/// small function a local copy (another address) in each codegen unit that names it.
+#[inline(never)]
+fn empty(_args: &HostArgs<'_>) -> HostResult {
+    Ok(())
+}
+
+/// The handle of `empty`, made once per process: the single-level runs reuse the handle
+/// `register` returned, so the nested ones should not hash a descriptor on every run either.
+fn empty_handle() -> &'static CallableHandle {
+    static HANDLE: OnceLock<CallableHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| HostFn::new("empty", empty).handle())
+}
+
+/// The L3 orchestration: one empty host function on the child's SUB worker.
+fn l3_one_empty(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    orch.submit_sub(empty_handle(), TaskArgs::new()).map(|_| ())
+}
+
+/// An L3 orchestration that submits nothing (the breakdown's third kind).
+fn l3_nothing(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    Ok(())
+}
+
+/// One run of the L3 Worker: one empty SUB task.
+fn single(worker: &Worker, f: &CallableHandle) -> simpler::Result<Duration> {
+    let start = Instant::now();
+    worker.run(
+        |orch, _, _| orch.submit_sub(f, TaskArgs::new()).map(|_| ()),
+        TaskArgs::new(),
+        CallConfig::default(),
+    )?;
+    Ok(start.elapsed())
+}
+
+/// One run of the L4 Worker: one task on its L3 child running the orchestration `orch_fn`.
+fn nested(worker: &Worker, orch_fn: &CallableHandle) -> simpler::Result<Duration> {
+    let start = Instant::now();
+    worker.run(
+        |orch, _, _| orch.submit_next_level(orch_fn, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()),
+        TaskArgs::new(),
+        CallConfig::default(),
+    )?;
+    Ok(start.elapsed())
+}
+
+/// Warms up with `BLOCK_WARMUP` untimed runs, then appends `BLOCK` timed ones to `out` (us).
+fn block(out: &mut Vec<f64>, mut one: impl FnMut() -> simpler::Result<Duration>) -> simpler::Result<()> {
+    for _ in 0..BLOCK_WARMUP {
+        one()?;
+    }
+    for _ in 0..BLOCK {
+        out.push(us(one()?));
+    }
+    Ok(())
+}
+
+/// The first child of process `pid` (`/proc/<pid>/task/<pid>/children`), if `/proc` tells.
+fn first_child(pid: i32) -> Option<String> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next().map(str::to_string)
+}
+
+/// Where the given processes last ran, as `a/b/c` (`?` where unknown).
+fn cpus(pids: &[Option<&str>]) -> String {
+    let cpu = |pid: &Option<&str>| pid.and_then(last_cpu).map_or("?".to_string(), |c| c.to_string());
+    pids.iter().map(cpu).collect::<Vec<_>>().join("/")
+}
+
+fn main() -> simpler::Result<()> {
+    let mut l3 = Worker::builder().sub_workers(1).build()?;
+    let f = l3.register(HostFn::new("empty", empty))?;
+    l3.init()?;
+
+    let mut child = Worker::builder().sub_workers(1).build()?;
+    child.register(HostFn::new("empty", empty))?;
+    let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    let w = l4.add_worker(child)?;
+    assert_eq!(w, 0, "the only nested Worker is worker 0");
+    let one_empty = l4.register_orch(OrchFn::new("l3_one_empty", l3_one_empty))?;
+    let nothing = l4.register_orch(OrchFn::new("l3_nothing", l3_nothing))?;
+    l4.init()?;
+
+    let sub_pid = l3.child_pids()[0].to_string();
+    let l3_child_pid = l4.child_pids()[0];
+    let grandchild_pid = first_child(l3_child_pid);
+    let l3_child_pid = l3_child_pid.to_string();
+
+    for _ in 0..WARMUP {
+        single(&l3, &f)?;
+        nested(&l4, &nothing)?;
+        nested(&l4, &one_empty)?;
+    }
+    let started = Instant::now();
+    let (mut one, mut two, mut hop) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut one_at, mut two_at) = (Vec::new(), Vec::new());
+    for _ in 0..ITERATIONS / BLOCK {
+        block(&mut one, || single(&l3, &f))?;
+        one_at.push(cpus(&[Some("thread-self"), Some(&sub_pid)]));
+        block(&mut hop, || nested(&l4, &nothing))?;
+        block(&mut two, || nested(&l4, &one_empty))?;
+        two_at.push(cpus(&[Some("thread-self"), Some(&l3_child_pid), grandchild_pid.as_deref()]));
+    }
+    let elapsed = started.elapsed();
+    l4.close()?;
+    l3.close()?;
+
+    let n_cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("{n_cpus} CPUs; timed blocks took {:.2} s", elapsed.as_secs_f64());
+    spread("empty SUB task, single level (L3 -> SUB)", &mut one);
+    bands("  bands", &one);
+    println!("  CPUs of driver/SUB worker after each block: {}", one_at.join(" "));
+    spread("empty SUB task, nested (L4 -> L3 -> SUB)", &mut two);
+    bands("  bands", &two);
+    println!("  CPUs of driver/L3 child/its SUB worker after each block: {}", two_at.join(" "));
+    spread("breakdown: nested, the L3 orchestration submits nothing (L4 -> L3)", &mut hop);
+    let single50 = percentile(&mut one, 50.0);
+    let nested50 = percentile(&mut two, 50.0);
+    let nested99 = percentile(&mut two, 99.0);
+    figure("nested_sub_task_p50_us", nested50, "us");
+    figure("nested_sub_task_p99_us", nested99, "us");
+    figure("single_sub_task_p50_us_same_run", single50, "us");
+    target("nested/single p50 ratio", nested50 / single50, "<=", RATIO_TARGET, "x");
+    Ok(())
+}
