@@ -164,11 +164,25 @@ fn a_failing_kernel_two_levels_down_names_the_path() {
 
 #[test]
 fn chip_callables_registered_at_l4_reach_the_chips_of_its_l3_children() {
+    chip_callables_at_l4(false);
+}
+
+#[test]
+fn chip_callables_and_orchestrations_registered_at_l4_after_init_reach_the_tree() {
+    chip_callables_at_l4(true);
+}
+
+fn chip_callables_at_l4(after_init: bool) {
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     rig.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    if after_init {
+        rig.init();
+    }
     rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let add = rig.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
-    rig.init();
+    if !after_init {
+        rig.init();
+    }
     let (a, b, out) = (
         rig.create_buffer(N * 4).unwrap(),
         rig.create_buffer(N * 4).unwrap(),
