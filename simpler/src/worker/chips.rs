@@ -70,17 +70,7 @@ impl Worker {
             }
         }
         self.chip_registry.install(digest, desc.bytes(), f)?;
-        self.handles.insert(digest, handle.clone());
-        if self.cfg.level > crate::level::Level::Node {
-            return Ok(handle); // this engine never runs chip callables itself
-        }
-        if let Phase::Ready(live) = &self.phase {
-            live.engine
-                .callables
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(digest, CallableKind::Chip);
-        }
+        self.record(&handle);
         Ok(handle)
     }
 

@@ -625,15 +625,20 @@ impl Worker {
             }
         }
         self.registry.install(digest, desc.bytes(), f)?;
-        self.handles.insert(digest, handle.clone());
+        self.record(&handle);
+        Ok(handle)
+    }
+
+    /// Remembers a registered handle; on a live engine, submits may name it from now on.
+    fn record(&mut self, handle: &CallableHandle) {
+        self.handles.insert(handle.digest(), handle.clone());
         if let Phase::Ready(live) = &self.phase {
             live.engine
                 .callables
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(digest, CallableKind::HostFn);
+                .insert(handle.digest(), handle.kind());
         }
-        Ok(handle)
     }
 
     /// Drops one registration of `handle`. The caller must not unregister a callable that a

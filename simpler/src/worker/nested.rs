@@ -248,14 +248,7 @@ impl Worker {
             }
         }
         self.orch_registry.install(digest, desc.bytes(), f)?;
-        self.handles.insert(digest, handle.clone());
-        if let Phase::Ready(live) = &self.phase {
-            live.engine
-                .callables
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(digest, CallableKind::Orch);
-        }
+        self.record(&handle);
         Ok(handle)
     }
 }
