@@ -171,7 +171,7 @@ pub(crate) struct Engine {
     /// Serializes graph building (one orchestration function at a time).
     pub(crate) building: Mutex<()>,
     /// The thread building right now (to refuse a re-entrant submit instead of deadlocking).
-    pub(crate) builder: Mutex<Option<std::thread::ThreadId>>,
+    pub(crate) builder: AtomicUsize,
     closed: AtomicBool,
     stopping: AtomicBool,
     /// Callables registered on this level, with their kind.
@@ -214,7 +214,7 @@ impl Engine {
             head_run: AtomicU64::new(0),
             next_run_id: AtomicU64::new(1),
             building: Mutex::new(()),
-            builder: Mutex::new(None),
+            builder: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             callables: RwLock::new(HashMap::new()),

@@ -1087,19 +1087,23 @@ impl Worker {
         let live = self.live("submit")?;
         config.validate()?;
         let eng = &live.engine;
-        let me = std::thread::current().id();
-        if *eng.builder.lock().unwrap_or_else(|e| e.into_inner()) == Some(me) {
+        // A token unique to this thread (the address of a thread-local), to refuse a
+        // re-entrant submit instead of deadlocking on `building`.
+        thread_local!(static TOKEN: u8 = const { 0 });
+        let me = TOKEN.with(|t| t as *const u8 as usize);
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        if eng.builder.load(Acquire) == me {
             return Err(Error::state(
                 "Worker.submit: called from inside an orchestration function of the same Worker; \
                  submit tasks through the Orchestrator instead",
             ));
         }
         let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
-        *eng.builder.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
-        struct ClearBuilder<'a>(&'a std::sync::Mutex<Option<std::thread::ThreadId>>);
+        eng.builder.store(me, Release);
+        struct ClearBuilder<'a>(&'a std::sync::atomic::AtomicUsize);
         impl Drop for ClearBuilder<'_> {
             fn drop(&mut self) {
-                *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.0.store(0, Release);
             }
         }
         let _clear = ClearBuilder(&eng.builder);
