@@ -74,3 +74,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use ipc::host_args::HostArgs;
 pub use level::Level;
 pub use worker::{Worker, WorkerBuilder};
+
+/// The README's code compiles as a doctest, so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
