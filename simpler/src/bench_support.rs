@@ -226,7 +226,9 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
     let tensor = || -> Result<Tensor> {
         let id = u64::from(next_id.fetch_add(1, Ordering::Relaxed));
         let desc = BufferDesc::new(
-            Identity::new(nonce, id, 1)?,
+            // Another owner than the engine's: these stand for buffers made elsewhere (an
+            // engine checks that its own `orch.alloc` buffers are still live).
+            Identity::new(nonce ^ 1, id, 1)?,
             Backing::HeapSlab { addr: 0x10_0000_0000 + id * NBYTES },
             Access::ReadWrite,
             NBYTES,

@@ -308,8 +308,7 @@ impl Engine {
                 self.role_held.store(true, Ordering::SeqCst);
                 self.unpassed.store(0, Ordering::Relaxed);
                 sched.pass(self);
-                drop(sched);
-                self.release_role();
+                self.release_role(sched);
             } else {
                 self.wake_background_if_needed();
             }
@@ -341,10 +340,25 @@ impl Engine {
         WaiterIntent { eng: self }
     }
 
-    fn release_role(&self) {
+    /// Gives up the role. The flag is cleared while the lock is still held, so it can never
+    /// overwrite the flag of a thread that took the role right after.
+    fn release_role(&self, sched: std::sync::MutexGuard<'_, Scheduler>) {
         self.role_held.store(false, Ordering::SeqCst);
+        drop(sched);
         self.events.ring();
         self.wake_background_if_needed();
+    }
+
+    /// One non-blocking pass if nobody holds the role (for pollers such as `RunHandle::is_done`,
+    /// so a run makes progress even while the background thread stands aside for a waiter).
+    pub(crate) fn try_pass(&self) {
+        if !self.role_held.load(Ordering::SeqCst)
+            && let Ok(mut sched) = self.sched.try_lock()
+        {
+            self.role_held.store(true, Ordering::SeqCst);
+            sched.pass(self);
+            self.release_role(sched);
+        }
     }
 
     fn wake_background_if_needed(&self) {
@@ -387,8 +401,7 @@ impl Engine {
                             self.doorbell().wait_for_peer(seen, deadline, elsewhere);
                         }
                     };
-                    drop(sched);
-                    self.release_role();
+                    self.release_role(sched);
                     return ok;
                 }
                 Err(_) => {
@@ -434,8 +447,7 @@ impl Engine {
                             self.doorbell().wait(bell_seen, None);
                         }
                     }
-                    drop(sched);
-                    self.release_role();
+                    self.release_role(sched);
                     continue;
                 }
             }

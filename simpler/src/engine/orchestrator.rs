@@ -878,6 +878,19 @@ impl<'a> Orchestrator<'a> {
         member: usize,
     ) -> Result<()> {
         for (i, t) in args.tensors.iter().enumerate() {
+            // An `orch.alloc` tensor of this engine is usable only while its allocation is live
+            // in this run (after its scope ended and it was reclaimed, the bytes belong to
+            // another allocation).
+            if let crate::data::buffer::Backing::HeapSlab { .. } = t.desc().backing()
+                && t.desc().identity().owner() == self.eng.nonce
+                && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())
+            {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} names orch.alloc buffer {} that is not live in run {}: its scope ended and its memory was reclaimed (or it belongs to another run)",
+                    t.desc().identity(),
+                    self.run.id
+                )));
+            }
             let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() else { continue };
             if let Some(own) = self.eng.cfg.local_chip {
                 if chip != own {

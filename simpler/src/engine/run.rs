@@ -320,6 +320,11 @@ impl RunHandle {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> bool {
+        if !self.run.is_done() && !self.engine.is_closed() {
+            // Polling drives: collect what finished and dispatch what is ready, if nobody else
+            // is driving right now.
+            self.engine.try_pass();
+        }
         self.run.is_done()
     }
 

@@ -115,6 +115,12 @@ impl TensorMap {
         Walk { map: self.map.lock().unwrap_or_else(|e| e.into_inner()) }
     }
 
+    /// True while the allocation `id` of `run` is live (its creator not yet consumed).
+    pub(crate) fn has_creator(&self, run: u64, id: Identity) -> bool {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(run, id)).is_some_and(|entries| entries.iter().any(|e| e.view.is_none()))
+    }
+
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());

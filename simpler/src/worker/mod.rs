@@ -691,8 +691,12 @@ impl Worker {
             return Err(Error::state("Worker.unregister: the Worker is closed"));
         }
         let digest = handle.digest();
-        let chip = handle.kind() == CallableKind::Chip;
-        let known = if chip { self.chip_registry.contains(&digest) } else { self.registry.contains(&digest) };
+        let kind = handle.kind();
+        let known = match kind {
+            CallableKind::HostFn => self.registry.contains(&digest),
+            CallableKind::Chip => self.chip_registry.contains(&digest),
+            CallableKind::Orch => self.orch_registry.contains(&digest),
+        };
         if !known {
             return Err(Error::new(
                 ErrorKind::Callable,
@@ -700,21 +704,28 @@ impl Worker {
             ));
         }
         if let Phase::Ready(live) = &self.phase {
-            let (n_sub, n_chip) = (self.cfg.engine.sub_workers, self.cfg.engine.next_level_workers);
-            let (range, label): (std::ops::Range<usize>, fn(usize, usize) -> String) = if chip {
-                (n_sub..n_sub + n_chip, |i, n_sub| format!("chip {}", i - n_sub))
-            } else {
-                (0..n_sub, |i, _| format!("sub worker {i}"))
+            let n_sub = self.cfg.engine.sub_workers;
+            let n_next = live.engine.cfg.next_level_workers;
+            let nested = self.cfg.level > Level::Node;
+            // Host functions live in the SUB workers; chip callables in the chips (or, above
+            // L3, in the nested Workers' chips); orchestration functions in the nested Workers.
+            let (range, label): (std::ops::Range<usize>, &str) = match kind {
+                CallableKind::HostFn => (0..n_sub, "sub worker"),
+                _ => (n_sub..n_sub + n_next, if nested { "worker" } else { "chip" }),
             };
+            let offset = range.start;
             live.broadcast(
                 range,
-                |i| label(i, n_sub),
+                |i| format!("{label} {}", i - offset),
                 |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]),
             )
             .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
         }
-        let freed =
-            if chip { self.chip_registry.release(&digest)? } else { self.registry.release(&digest)? };
+        let freed = match kind {
+            CallableKind::HostFn => self.registry.release(&digest)?,
+            CallableKind::Chip => self.chip_registry.release(&digest)?,
+            CallableKind::Orch => self.orch_registry.release(&digest)?,
+        };
         if freed {
             self.handles.remove(&digest);
             if let Phase::Ready(live) = &self.phase {
@@ -751,6 +762,17 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn init(&mut self) -> Result<()> {
+        let was_new = matches!(self.phase, Phase::New);
+        let result = self.init_inner();
+        if result.is_err() && was_new && self.cfg.level > Level::Node {
+            // Its nested Workers went to their (now reaped) processes: like the upstream FAILED
+            // state, a Worker whose startup failed can only be closed, not started again.
+            self.phase = Phase::Closed;
+        }
+        result
+    }
+
+    fn init_inner(&mut self) -> Result<()> {
         match self.phase {
             Phase::New => {}
             Phase::Ready(_) | Phase::Chip(_) => return Err(Error::state("Worker.init: already initialized")),
@@ -894,10 +916,16 @@ impl Worker {
         }
         let engine = Arc::new(engine);
         let bg_engine = engine.clone();
-        let background = std::thread::Builder::new()
+        let background = match std::thread::Builder::new()
             .name("simpler-scheduler".into())
             .spawn(move || bg_engine.background_loop())
-            .map_err(|e| Error::os("spawn scheduler thread", e))?;
+        {
+            Ok(t) => t,
+            Err(e) => {
+                abort_children(&region, &mut monitor, &pids);
+                return Err(Error::os("spawn scheduler thread", e));
+            }
+        };
         self.phase = Phase::Ready(Box::new(Live {
             engine,
             control_lock: std::sync::Mutex::new(()),
@@ -1025,7 +1053,7 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, false)
+        self.submit_inner(orch_fn, args, config, false, false).map(|(h, _)| h)
     }
 
     /// Like [`submit`](Worker::submit), and records the run's DAG ([`RunHandle::dag`]).
@@ -1071,7 +1099,7 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, true)
+        self.submit_inner(orch_fn, args, config, true, false).map(|(h, _)| h)
     }
 
     fn submit_inner<F>(
@@ -1080,7 +1108,8 @@ impl Worker {
         args: TaskArgs,
         config: CallConfig,
         capture: bool,
-    ) -> Result<RunHandle>
+        will_wait: bool,
+    ) -> Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>)>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
@@ -1099,6 +1128,8 @@ impl Worker {
             ));
         }
         let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        // Only once this thread builds (not while it queues behind another builder).
+        let intent = will_wait.then(|| eng.announce_waiter());
         eng.builder.store(me, Release);
         struct ClearBuilder<'a>(&'a std::sync::atomic::AtomicUsize);
         impl Drop for ClearBuilder<'_> {
@@ -1115,7 +1146,7 @@ impl Worker {
         match outcome {
             Ok(Ok(())) => {
                 orch.finish(None);
-                Ok(handle)
+                Ok((handle, intent))
             }
             Ok(Err(e)) => {
                 orch.finish(Some(&e));
@@ -1180,10 +1211,11 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        let live = self.live("run")?;
-        // This thread will drive the run: keep the background thread asleep meanwhile.
-        let _intent = live.engine.announce_waiter();
-        self.submit(orch_fn, args, config)?.wait()
+        // This thread will drive the run: from the moment it may build until it has waited,
+        // published work does not wake the background thread (`RunHandle::is_done` and other
+        // waiters still drive other runs meanwhile).
+        let (handle, _intent) = self.submit_inner(orch_fn, args, config, false, true)?;
+        handle.wait()
     }
 
     /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
