@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{fail_kernel, vadd};
+
 use std::time::{Duration, Instant};
 
 use common::{Rig, expect_err, process_exists, sigkill, spin_until, wait_for};
@@ -12,14 +14,6 @@ use simpler::{
 };
 
 const N: usize = 256;
-
-fn vadd(args: &HostArgs<'_>) -> HostResult {
-    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
-    for i in 0..out.len() {
-        out[i] = a[i] + b[i];
-    }
-    Ok(())
-}
 
 /// `x += k` in place (scalar 0 is `k` as f32 bits).
 fn add_scalar(args: &HostArgs<'_>) -> HostResult {
@@ -37,10 +31,6 @@ fn double(args: &HostArgs<'_>) -> HostResult {
         out[i] = 2.0 * x[i];
     }
     Ok(())
-}
-
-fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
-    Err("kernel says no".into())
 }
 
 /// Where `block_kernel` announces itself: a kernel works on device copies of its tensors, so it

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::{fail_kernel, vadd};
+
 use std::time::{Duration, Instant};
 
 use common::{Rig, process_exists};
@@ -12,14 +14,6 @@ use simpler::{
 
 const N: usize = 128;
 
-fn vadd(args: &HostArgs<'_>) -> HostResult {
-    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
-    for i in 0..out.len() {
-        out[i] = a[i] + b[i];
-    }
-    Ok(())
-}
-
 /// `out = x * 3` on a SUB worker.
 fn triple(args: &HostArgs<'_>) -> HostResult {
     let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
@@ -27,10 +21,6 @@ fn triple(args: &HostArgs<'_>) -> HostResult {
         out[i] = 3.0 * x[i];
     }
     Ok(())
-}
-
-fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
-    Err("kernel says no".into())
 }
 
 /// L3 orchestration on a Worker with chips: `out = a + b` on chip 1.

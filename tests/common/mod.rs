@@ -443,3 +443,19 @@ pub fn snapshot(args: &HostArgs<'_>) -> HostResult {
     dst.copy_from_slice(src);
     Ok(())
 }
+
+// -------------------------------------------------------------------------- chip kernels (f32)
+
+/// `out[i] = a[i] + b[i]` (tensors 0, 1 in; 2 out).
+pub fn vadd(args: &HostArgs<'_>) -> HostResult {
+    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    for i in 0..out.len() {
+        out[i] = a[i] + b[i];
+    }
+    Ok(())
+}
+
+/// Fails with "kernel says no".
+pub fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
+    Err("kernel says no".into())
+}
