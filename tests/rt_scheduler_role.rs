@@ -48,7 +48,7 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
                             seen = true;
                             break;
                         }
-                        std::thread::sleep(Duration::from_millis(1));
+                        std::thread::yield_now();
                     }
                     Ok(())
                 },

@@ -319,8 +319,8 @@ impl DescriptorWriter {
         self
     }
 
+    #[cfg(test)] // only tests need it
     /// Appends one byte; only for optional presence markers (0 = absent, 1 = present).
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
         self.bytes.push(v);
         self

@@ -14,7 +14,6 @@ use crate::error::{Error, ErrorKind, Result};
 /// One installed callable.
 #[derive(Debug, Clone)]
 struct Entry<T> {
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     digest: Digest,
     descriptor: Box<[u8]>,
     refs: u32,
@@ -157,21 +156,21 @@ impl<T> Registry<T> {
         self.entry(digest).map(|e| &e.value)
     }
 
+    #[cfg(test)] // only tests need it
     /// The local slot of `digest`.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn slot_of(&self, digest: &Digest) -> Option<u32> {
         self.index.get(digest).copied()
     }
 
+    #[cfg(test)] // only tests need it
     /// The value installed in local `slot`.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn by_slot(&self, slot: u32) -> Option<&T> {
         let entry = self.slots.get(usize::try_from(slot).ok()?)?.as_ref()?;
         Some(&entry.value)
     }
 
+    #[cfg(test)] // only tests need it
     /// The reference count of `digest`; 0 when it is not installed.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn refs(&self, digest: &Digest) -> u32 {
         self.entry(digest).map_or(0, |e| e.refs)
     }
@@ -181,20 +180,19 @@ impl<T> Registry<T> {
         self.index.contains_key(digest)
     }
 
+    #[cfg(test)] // only tests need it
     /// The number of installed callables (occupied slots).
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
 
+    #[cfg(test)] // only tests need it
     /// Whether no callable is installed.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
 
     /// The installed callables as `(digest, descriptor bytes, value)`, in slot order.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Digest, &[u8], &T)> {
         self.slots.iter().flatten().map(|e| (&e.digest, &*e.descriptor, &e.value))
     }

@@ -221,8 +221,8 @@ impl Arena {
         self.size
     }
 
+    #[cfg(test)] // only tests need it
     /// Bytes reserved by live allocations (rounded to [`DEVICE_ALIGN`]).
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for committed-memory statistics
     pub(crate) fn used(&self) -> u64 {
         self.lock().used
     }

@@ -27,7 +27,6 @@ use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 
-#[allow(unused_imports)] // used by the L3 chip child and the L2 Worker (next integration step)
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
 pub use sim::{ChipBackend, SimChip};
 
@@ -278,14 +277,12 @@ impl ChipFn {
     }
 
     /// The canonical descriptor (kind [`CallableKind::Chip`]).
-    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn descriptor(&self) -> &Descriptor {
         &self.descriptor
     }
 
     /// The function's address, as carried in the descriptor (what a `REGISTER_CHIP` control
     /// sends to a forked chip child).
-    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn fn_address(&self) -> u64 {
         match self.body {
             ChipBody::Kernel(f) => f as usize as u64,
@@ -306,7 +303,6 @@ impl ChipFn {
     /// descriptor, as `Registry::install` does). The descriptor must be a well-formed chip
     /// descriptor whose sub-kind is known and whose address equals `addr`; anything else is an
     /// error ([`ErrorKind::Decode`] for malformed bytes, [`ErrorKind::Callable`] otherwise).
-    #[cfg_attr(not(test), allow(dead_code))] // used by Worker::register_chip and the chip child (next integration step)
     pub(crate) fn from_parts(addr: u64, descriptor: Descriptor) -> Result<ChipFn> {
         let callable = |msg: String| Error::new(ErrorKind::Callable, msg);
         if descriptor.kind() != CallableKind::Chip {

@@ -53,7 +53,6 @@ use crate::ipc::host_args::{HostArgs, MappedTensor};
 pub(crate) const CHIP_HEAP_RING_SIZE: u64 = 64 << 20;
 
 /// How a chip is built.
-#[cfg_attr(not(test), allow(dead_code))] // used by the L3 chip child and the L2 Worker (next integration step)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChipConfig {
     /// The chip's NEXT_LEVEL worker id in its parent (what `Backing::Device::chip` names).
@@ -65,7 +64,6 @@ pub(crate) struct ChipConfig {
 }
 
 /// One tensor argument of a chip run.
-#[cfg_attr(not(test), allow(dead_code))] // used by the L3 chip child and the L2 Worker (next integration step)
 pub(crate) enum ChipArg {
     /// Host memory already mapped in this process by the caller (copied in before, out after).
     ///
@@ -134,7 +132,6 @@ fn call_kernel(
 
 /// The L2 leaf: a simulated chip, its callables, and the engine that runs chip orchestrations
 /// on its cores (see the [module docs](self)).
-#[cfg_attr(not(test), allow(dead_code))] // used by the L3 chip child and the L2 Worker (next integration step)
 pub(crate) struct ChipRuntime {
     chip: u32,
     sim: SimChip,
@@ -157,7 +154,6 @@ impl std::fmt::Debug for ChipRuntime {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by the L3 chip child and the L2 Worker (next integration step)
 impl ChipRuntime {
     /// Builds the chip: its device memory, its engine with one NEXT_LEVEL lane per core, and
     /// one thread per core (started here: create the runtime only after any fork, inside the

@@ -153,7 +153,6 @@ fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(get(b, at))
 }
 
-#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 fn get_i32(b: &[u8], at: usize) -> i32 {
     i32::from_le_bytes(get(b, at))
 }
@@ -293,14 +292,12 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
 }
 
 /// Encodes one buffer descriptor (88 bytes), as used by control frames.
-#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 pub(crate) fn encode_desc(desc: &BufferDesc, out: &mut [u8; DESC_SIZE]) {
     write_desc(desc, out);
 }
 
 /// Decodes one buffer descriptor from the first [`DESC_SIZE`] bytes of `bytes` (trailing bytes
 /// are ignored; fewer is an error).
-#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 pub(crate) fn decode_desc(bytes: &[u8]) -> Result<BufferDesc> {
     if bytes.len() < DESC_SIZE {
         return Err(Error::decode(format!(
@@ -476,7 +473,6 @@ pub(crate) fn encode_config(cfg: &CallConfig, out: &mut [u8; CALL_CONFIG_WIRE_SI
 /// validation is an [`ErrorKind::Decode`] error with the validation message.
 ///
 /// [`ErrorKind::Decode`]: crate::error::ErrorKind::Decode
-#[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
 pub(crate) fn decode_config(bytes: &[u8]) -> Result<CallConfig> {
     if bytes.len() < CALL_CONFIG_WIRE_SIZE {
         return Err(Error::decode(format!(

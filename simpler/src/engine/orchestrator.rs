@@ -827,31 +827,7 @@ impl<'a> Orchestrator<'a> {
     }
 
     fn validate_args(&self, callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
-        for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
-            let granted = t.desc().access();
-            let needed = tag.access();
-            if *tag != crate::Tag::NoDep && !granted.allows(needed) {
-                return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} is tagged {tag:?}, which needs {needed:?} access, but its buffer grants {granted:?}"
-                )));
-            }
-        }
-        let n = args.tensors.len();
-        for i in 0..n {
-            for j in i + 1..n {
-                let (a, b) = (&args.tensors[i], &args.tensors[j]);
-                let writes = |k: usize| args.tags[k].writes() || args.tags[k] == crate::Tag::NoDep;
-                if (writes(i) || writes(j))
-                    && a.desc().identity() == b.desc().identity()
-                    && overlap(a.view(), b.view()) != Overlap::None
-                {
-                    return Err(Error::invalid(format!(
-                        "{callable}: tensors {i} and {j} overlap in buffer {} and at least one is written; pass disjoint views",
-                        a.desc().identity()
-                    )));
-                }
-            }
-        }
+        check_tensor_args(callable, args)?;
         for dep in &args.deps {
             if dep.task.run != self.run.id {
                 return Err(Error::invalid(format!(
@@ -1158,4 +1134,35 @@ impl<'a> Orchestrator<'a> {
             self.eng.run_finished(&self.run);
         }
     }
+}
+
+/// Access and aliasing of one task's tensors: each tag within what its buffer grants, and no
+/// two tensors of one buffer overlapping when either is written (the worker hands out `&mut`).
+pub(crate) fn check_tensor_args(callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
+    for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
+        let granted = t.desc().access();
+        let needed = tag.access();
+        if *tag != crate::Tag::NoDep && !granted.allows(needed) {
+            return Err(Error::invalid(format!(
+                "{callable}: tensor {i} is tagged {tag:?}, which needs {needed:?} access, but its buffer grants {granted:?}"
+            )));
+        }
+    }
+    let n = args.tensors.len();
+    for i in 0..n {
+        for j in i + 1..n {
+            let (a, b) = (&args.tensors[i], &args.tensors[j]);
+            let writes = |k: usize| args.tags[k].writes() || args.tags[k] == crate::Tag::NoDep;
+            if (writes(i) || writes(j))
+                && a.desc().identity() == b.desc().identity()
+                && overlap(a.view(), b.view()) != Overlap::None
+            {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensors {i} and {j} overlap in buffer {} and at least one is written; pass disjoint views",
+                    a.desc().identity()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -45,7 +45,7 @@ impl TaskWindow {
         self.live.fetch_sub(1, Ordering::AcqRel);
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
+    #[cfg(test)] // only tests need it
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::Acquire)
     }
@@ -95,8 +95,8 @@ impl HeapRing {
         self.region.as_ref().map(|r| (r.addr(), r.len() as u64))
     }
 
+    #[cfg(test)] // only tests need it
     /// True when `[addr, addr + len)` lies inside this ring's mapping.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
         self.region.as_ref().is_some_and(|r| r.contains(addr, len))
     }
@@ -158,8 +158,8 @@ impl HeapRing {
         }
     }
 
+    #[cfg(test)] // only tests need it
     /// Bytes currently held by live blocks (for tests and statistics).
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn used(&self) -> u64 {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.blocks.iter().map(|b| b.end - b.start).sum()

@@ -24,7 +24,6 @@ pub(crate) enum LaneKind {
     /// A SUB worker (host functions), numbered from 0.
     Sub(u32),
     /// A NEXT_LEVEL worker with this stable id.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     NextLevel(u32),
 }
 

@@ -62,10 +62,6 @@ pub(crate) const ERR_DEVICE: i32 = 4;
 /// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;
 
-fn frame_err(code: i32, message: String) -> FrameError {
-    FrameError { code, message }
-}
-
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
@@ -94,7 +90,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         let mut worked = false;
         if let Some(ctl) = mb.control_request() {
             let result = catch_unwind(AssertUnwindSafe(|| handler.control(ctl))).unwrap_or_else(|p| {
-                Err(frame_err(ERR_BAD_FRAME, format!("control panicked: {}", panic_message(&*p))))
+                Err(FrameError::new(ERR_BAD_FRAME, format!("control panicked: {}", panic_message(&*p))))
             });
             mb.finish_control(result, parent);
             worked = true;
@@ -177,11 +173,10 @@ impl HostResolver {
 
     /// `nbytes` bytes at `offset` of a host buffer, as a mutable byte slice.
     fn bytes(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<&mut [u8], String> {
-        let end = offset.checked_add(nbytes).filter(|&e| e <= desc.nbytes()).ok_or_else(|| {
+        offset.checked_add(nbytes).filter(|&e| e <= desc.nbytes()).ok_or_else(|| {
             format!("range {offset}..+{nbytes} is outside the {}-byte host buffer", desc.nbytes())
         })?;
         let base = self.resolve(desc)?;
-        let _ = end;
         // SAFETY: rule C2 — `base` maps at least `desc.nbytes()` bytes (checked by `resolve`),
         // the range was bounds-checked above, and the slice is dropped before the next `trim`.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(offset as usize), nbytes as usize) })
@@ -213,9 +208,9 @@ impl Serve for SubChild {
         match req.command {
             CTRL_REGISTER_FN => {
                 let desc = Descriptor::from_bytes(req.payload)
-                    .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))?;
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 if desc.kind() != CallableKind::HostFn {
-                    return Err(frame_err(
+                    return Err(FrameError::new(
                         ERR_BAD_FRAME,
                         format!("{digest}: not a host function descriptor"),
                     ));
@@ -227,29 +222,30 @@ impl Serve for SubChild {
                 self.registry
                     .install(digest, desc.bytes(), host)
                     .map(u64::from)
-                    .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))
             }
             CTRL_UNREGISTER => self
                 .registry
                 .release(&digest)
                 .map(u64::from)
-                .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string())),
-            other => {
-                Err(frame_err(ERR_BAD_FRAME, format!("unknown control command {other} for a SUB worker")))
-            }
+                .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
+            other => Err(FrameError::new(
+                ERR_BAD_FRAME,
+                format!("unknown control command {other} for a SUB worker"),
+            )),
         }
     }
 
     fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
         let digest = Digest::from_bytes(req.digest);
         let Some(f) = self.registry.get(&digest) else {
-            return Err(frame_err(
+            return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on sub worker {}", self.index),
             ));
         };
-        let decoded =
-            decode_args(req.args).map_err(|e| frame_err(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        let decoded = decode_args(req.args)
+            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let mut mapped = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
             let base = self.resolver.resolve(&t.desc).map_err(|m| {
@@ -258,16 +254,16 @@ impl Serve for SubChild {
                 } else {
                     m
                 };
-                frame_err(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
+                FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
             })?;
             mapped.push(MappedTensor { base, view: t.view, access: t.desc.access() });
         }
         let args = HostArgs::new(mapped, &decoded.scalars, self.index as u32)
-            .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))?;
+            .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
         match catch_unwind(AssertUnwindSafe(|| f.call(&args))) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(frame_err(ERR_TASK, e.to_string())),
-            Err(panic) => Err(frame_err(ERR_TASK, format!("panicked: {}", panic_message(&*panic)))),
+            Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.to_string())),
+            Err(panic) => Err(FrameError::new(ERR_TASK, format!("panicked: {}", panic_message(&*panic)))),
         }
     }
 
@@ -319,9 +315,9 @@ impl ChipChild {
 impl ChipServer {
     fn host_range(payload: &[u8]) -> Result<(BufferDesc, u64, u64), FrameError> {
         if payload.len() < DESC_SIZE + 16 {
-            return Err(frame_err(ERR_BAD_FRAME, "copy request too short".to_string()));
+            return Err(FrameError::new(ERR_BAD_FRAME, "copy request too short".to_string()));
         }
-        let desc = decode_desc(payload).map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))?;
+        let desc = decode_desc(payload).map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
         let word = |at: usize| u64::from_le_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
         Ok((desc, word(DESC_SIZE), word(DESC_SIZE + 8)))
     }
@@ -330,13 +326,13 @@ impl ChipServer {
 impl Serve for ChipServer {
     fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let dev = |e: crate::Error| frame_err(ERR_DEVICE, e.to_string());
+        let dev = |e: crate::Error| FrameError::new(ERR_DEVICE, e.to_string());
         match req.command {
             CTRL_REGISTER_CHIP => {
                 let desc = Descriptor::from_bytes(req.payload)
-                    .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))?;
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 if desc.kind() != CallableKind::Chip {
-                    return Err(frame_err(
+                    return Err(FrameError::new(
                         ERR_BAD_FRAME,
                         format!("{digest}: not a chip callable descriptor"),
                     ));
@@ -344,30 +340,30 @@ impl Serve for ChipServer {
                 // Rule C1: the address is a fn pointer of this binary (checked against the
                 // descriptor's sub-kind by `from_parts`).
                 let f = ChipFn::from_parts(req.arg0, desc.clone())
-                    .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))?;
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 self.runtime
                     .install(digest, desc.bytes(), f)
                     .map(u64::from)
-                    .map_err(|e| frame_err(ERR_BAD_FRAME, e.to_string()))
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))
             }
             CTRL_UNREGISTER => self
                 .runtime
                 .release(&digest)
                 .map(u64::from)
-                .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string())),
+                .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
             CTRL_MALLOC => self.runtime.malloc(req.arg0).map_err(dev),
             CTRL_FREE => self.runtime.free(req.arg0).map(|()| 0).map_err(dev),
             CTRL_COPY_TO => {
                 let (desc, off, n) = Self::host_range(&req.payload)?;
-                let src = self.resolver.bytes(&desc, off, n).map_err(|m| frame_err(ERR_DEVICE, m))?;
+                let src = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
                 self.runtime.copy_to_device(req.arg0, src).map(|()| 0).map_err(dev)
             }
             CTRL_COPY_FROM => {
                 let (desc, off, n) = Self::host_range(&req.payload)?;
-                let dst = self.resolver.bytes(&desc, off, n).map_err(|m| frame_err(ERR_DEVICE, m))?;
+                let dst = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
                 self.runtime.copy_from_device(req.arg0, dst).map(|()| 0).map_err(dev)
             }
-            other => Err(frame_err(
+            other => Err(FrameError::new(
                 ERR_BAD_FRAME,
                 format!("unknown control command {other} for chip {}", self.chip),
             )),
@@ -376,17 +372,17 @@ impl Serve for ChipServer {
 
     fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let decoded =
-            decode_args(req.args).map_err(|e| frame_err(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        let decoded = decode_args(req.args)
+            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let config = decode_config(req.config)
-            .map_err(|e| frame_err(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let mut args = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
             let access = t.desc.access();
             match t.desc.backing() {
                 Backing::Device { ptr, chip } => {
                     if chip != self.chip {
-                        return Err(frame_err(
+                        return Err(FrameError::new(
                             ERR_BAD_FRAME,
                             format!("tensor {i}: device memory of chip {chip} sent to chip {}", self.chip),
                         ));
@@ -403,22 +399,22 @@ impl Serve for ChipServer {
                     let base = self
                         .resolver
                         .resolve(&t.desc)
-                        .map_err(|m| frame_err(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
+                        .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
                     args.push(ChipArg::Host(MappedTensor { base, view: t.view, access }));
                 }
             }
         }
         if !self.runtime.contains(&digest) {
-            return Err(frame_err(
+            return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
             ));
         }
         match catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config))) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(frame_err(ERR_TASK, e.message().to_string())),
+            Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.message().to_string())),
             Err(panic) => {
-                Err(frame_err(ERR_TASK, format!("chip runtime panicked: {}", panic_message(&*panic))))
+                Err(FrameError::new(ERR_TASK, format!("chip runtime panicked: {}", panic_message(&*panic))))
             }
         }
     }

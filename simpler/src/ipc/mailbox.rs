@@ -417,7 +417,6 @@ pub(crate) struct TaskRequest<'a> {
     /// The callable digest.
     pub(crate) digest: [u8; 32],
     /// The config bytes (an encoded `CallConfig`), [`CONFIG_BYTES`] long.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) config: &'a [u8],
     /// The args blob (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
     pub(crate) args: &'a [u8],

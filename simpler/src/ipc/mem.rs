@@ -97,11 +97,11 @@ impl SharedRegion {
         self.ptr.as_ptr() as usize as u64
     }
 
+    #[cfg(test)] // only tests need it
     /// True when the byte range `[addr, addr + len)` lies inside the mapping.
     ///
     /// Overflow-safe: a range whose end does not fit in a `u64` is never contained. An empty
     /// range is contained when `addr` lies in `[base, base + self.len()]`.
-    #[cfg_attr(not(test), allow(dead_code))] // used by tests; kept for the chip and nested-Worker levels
     pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(offset) = addr.checked_sub(self.addr()) else {
             return false;

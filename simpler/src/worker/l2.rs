@@ -75,15 +75,10 @@ impl ChipLive {
 
     fn run(&self, callable: &CallableHandle, args: &TaskArgs, config: &CallConfig) -> Result<()> {
         let mut resolver = self.resolver.lock().unwrap_or_else(|e| e.into_inner());
+        crate::engine::orchestrator::check_tensor_args(callable, args)?;
         let mut chip_args = Vec::with_capacity(args.tensor_count());
         for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
             let access = tag.access();
-            if !t.desc().access().allows(access) && *tag != crate::data::task_args::Tag::NoDep {
-                return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} is tagged {tag:?} but its buffer grants {:?}",
-                    t.desc().access()
-                )));
-            }
             match t.desc().backing() {
                 Backing::Device { ptr, chip } => {
                     let live =

@@ -77,19 +77,15 @@ struct NestedServer {
     registry: Registry<OrchFn>,
 }
 
-fn frame_err(code: i32, message: String) -> FrameError {
-    FrameError { code, message }
-}
-
 impl Serve for NestedServer {
     fn control(&mut self, req: ControlRequest) -> std::result::Result<u64, FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let bad = |e: Error| frame_err(ERR_BAD_FRAME, e.to_string());
+        let bad = |e: Error| FrameError::new(ERR_BAD_FRAME, e.to_string());
         match req.command {
             CTRL_REGISTER_ORCH => {
                 let desc = Descriptor::from_bytes(req.payload).map_err(bad)?;
                 if desc.kind() != CallableKind::Orch {
-                    return Err(frame_err(
+                    return Err(FrameError::new(
                         ERR_BAD_FRAME,
                         format!("{digest}: not an orchestration descriptor"),
                     ));
@@ -112,16 +108,16 @@ impl Serve for NestedServer {
                     self.registry
                         .release(&digest)
                         .map(u64::from)
-                        .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string()))
+                        .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string()))
                 } else {
                     let handle = CallableHandle::new(digest, CallableKind::Chip, "");
                     self.inner
                         .unregister(&handle)
                         .map(|()| 0)
-                        .map_err(|e| frame_err(ERR_UNKNOWN_CALLABLE, e.to_string()))
+                        .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string()))
                 }
             }
-            other => Err(frame_err(
+            other => Err(FrameError::new(
                 ERR_BAD_FRAME,
                 format!("unknown control command {other} for worker {}", self.id),
             )),
@@ -131,12 +127,12 @@ impl Serve for NestedServer {
     fn task(&mut self, req: &TaskRequest<'_>) -> std::result::Result<(), FrameError> {
         let digest = Digest::from_bytes(req.digest);
         let Some(f) = self.registry.get(&digest) else {
-            return Err(frame_err(
+            return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on worker {}", self.id),
             ));
         };
-        let bad = |e: Error| frame_err(ERR_BAD_FRAME, format!("bad task frame: {e}"));
+        let bad = |e: Error| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}"));
         let decoded = decode_args(req.args).map_err(bad)?;
         // Most tasks carry the default config: skip decoding (and validating) all-zero bytes.
         let config = if req.config.iter().all(|&b| b == 0) {
@@ -155,7 +151,7 @@ impl Serve for NestedServer {
         }
         self.inner
             .run(|orch, a, c| f.call(orch, a, c), args, config)
-            .map_err(|e| frame_err(ERR_TASK, e.message().to_string()))
+            .map_err(|e| FrameError::new(ERR_TASK, e.message().to_string()))
     }
 }
 
