@@ -5,7 +5,9 @@
 
 #![allow(dead_code)] // each benchmark binary uses its own subset
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use simpler::{CallConfig, CallableHandle, TaskArgs, Worker};
 
 /// Prints one figure line.
 pub fn figure(name: &str, value: f64, unit: &str) {
@@ -74,4 +76,16 @@ pub fn placement(label: &str, who: &[(&str, Option<u32>)]) {
         })
         .collect();
     println!("{label}: {}", parts.join(", "));
+}
+
+/// One `Worker::run` whose orchestration submits one task of `f` (no arguments) to a SUB
+/// worker; returns its wall time.
+pub fn one_sub_task(worker: &Worker, f: &CallableHandle) -> simpler::Result<Duration> {
+    let start = Instant::now();
+    worker.run(
+        |orch, _, _| orch.submit_sub(f, TaskArgs::new()).map(|_| ()),
+        TaskArgs::new(),
+        CallConfig::default(),
+    )?;
+    Ok(start.elapsed())
 }

@@ -24,7 +24,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{bands, figure, percentile, spread, target, us};
+use common::{bands, figure, one_sub_task, percentile, spread, target, us};
 use simpler::bench_support::last_cpu;
 use simpler::{
     CallConfig, CallableHandle, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, TaskArgs, Worker,
@@ -63,17 +63,6 @@ fn l3_one_empty(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> si
 /// An L3 orchestration that submits nothing (the breakdown's third kind).
 fn l3_nothing(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     Ok(())
-}
-
-/// One run of the L3 Worker: one empty SUB task.
-fn single(worker: &Worker, f: &CallableHandle) -> simpler::Result<Duration> {
-    let start = Instant::now();
-    worker.run(
-        |orch, _, _| orch.submit_sub(f, TaskArgs::new()).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
-    Ok(start.elapsed())
 }
 
 /// One run of the L4 Worker: one task on its L3 child running the orchestration `orch_fn`.
@@ -131,7 +120,7 @@ fn measure() -> simpler::Result<(f64, f64, f64)> {
     let l3_child_pid = l3_child_pid.to_string();
 
     for _ in 0..WARMUP {
-        single(&l3, &f)?;
+        one_sub_task(&l3, &f)?;
         nested(&l4, &nothing)?;
         nested(&l4, &one_empty)?;
     }
@@ -139,7 +128,7 @@ fn measure() -> simpler::Result<(f64, f64, f64)> {
     let (mut one, mut two, mut hop) = (Vec::new(), Vec::new(), Vec::new());
     let (mut one_at, mut two_at) = (Vec::new(), Vec::new());
     for _ in 0..ITERATIONS / BLOCK {
-        block(&mut one, || single(&l3, &f))?;
+        block(&mut one, || one_sub_task(&l3, &f))?;
         one_at.push(cpus(&[Some("thread-self"), Some(&sub_pid)]));
         block(&mut hop, || nested(&l4, &nothing))?;
         block(&mut two, || nested(&l4, &one_empty))?;

@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{bands, figure, percentile, placement, spread, target, us};
+use common::{bands, figure, one_sub_task, percentile, placement, spread, target, us};
 use simpler::bench_support::last_cpu;
-use simpler::{CallConfig, CallableHandle, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+use simpler::{HostArgs, HostFn, HostResult, Worker};
 
 const WARMUP: usize = 200;
 const ITERATIONS: usize = 2_000;
@@ -24,16 +24,6 @@ fn empty(_args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-fn one_task(worker: &Worker, f: &CallableHandle) -> simpler::Result<Duration> {
-    let start = Instant::now();
-    worker.run(
-        |orch, _, _| orch.submit_sub(f, TaskArgs::new()).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
-    Ok(start.elapsed())
-}
-
 fn main() -> simpler::Result<()> {
     let mut worker = Worker::builder().sub_workers(1).build()?;
     let f = worker.register(HostFn::new("empty", empty))?;
@@ -41,17 +31,17 @@ fn main() -> simpler::Result<()> {
     let child = worker.child_pids()[0].to_string();
 
     for _ in 0..WARMUP {
-        one_task(&worker, &f)?;
+        one_sub_task(&worker, &f)?;
     }
     let mut hot = Vec::with_capacity(ITERATIONS);
     for _ in 0..ITERATIONS {
-        hot.push(us(one_task(&worker, &f)?));
+        hot.push(us(one_sub_task(&worker, &f)?));
     }
     let cpus = [("driver", last_cpu("thread-self")), ("sub worker", last_cpu(&child))];
     let mut idle = Vec::with_capacity(IDLE_ITERATIONS);
     for _ in 0..IDLE_ITERATIONS {
         std::thread::sleep(PAUSE);
-        idle.push(us(one_task(&worker, &f)?));
+        idle.push(us(one_sub_task(&worker, &f)?));
     }
     worker.close()?;
 
