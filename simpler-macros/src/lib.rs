@@ -1,4 +1,28 @@
-//! Procedural macros for [`simpler`](https://docs.rs/simpler).
+//! Procedural macros for [`simpler`](https://docs.rs/simpler): `#[callable]` and `task_graph!`.
 //!
-//! This crate is a placeholder for `#[callable]` and `task_graph!`, which arrive with the DSL.
-//! It exports nothing yet.
+//! Use them through `simpler` (`simpler::callable`, `simpler::task_graph`), where they are
+//! documented. The shims here only convert token streams; the work is split into parsing
+//! ([`model`]), checking ([`graph`]'s dataflow pass), descriptor computation ([`descriptor`])
+//! and code generation ([`callable`], [`graph`]). Every error is collected ([`ctxt`]) and all
+//! are reported at once, each spanned on the user's tokens; the user's item is still emitted
+//! when expansion fails, so the rest of the crate keeps type-checking.
+
+mod callable;
+mod ctxt;
+mod descriptor;
+mod graph;
+mod model;
+
+use proc_macro::TokenStream;
+
+/// Turns a function into a callable; documented on `simpler::callable`.
+#[proc_macro_attribute]
+pub fn callable(attr: TokenStream, item: TokenStream) -> TokenStream {
+    callable::expand(attr.into(), item.into()).into()
+}
+
+/// Writes an orchestration function as a graph of calls; documented on `simpler::task_graph`.
+#[proc_macro]
+pub fn task_graph(input: TokenStream) -> TokenStream {
+    graph::expand(input.into()).into()
+}

@@ -166,6 +166,11 @@ impl HostFn {
         HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor }
     }
 
+    /// A `#[callable(sub)]` host function, with the descriptor the macro computed.
+    pub(crate) fn from_macro(name: &str, f: HostFnPtr, descriptor: Descriptor) -> HostFn {
+        HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
+    }
+
     /// Rebuilds a `fn`-pointer host function from its descriptor (post-init registration in a
     /// child).
     pub(crate) fn from_parts(f: HostFnPtr, descriptor: Descriptor) -> HostFn {

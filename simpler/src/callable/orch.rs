@@ -82,6 +82,11 @@ impl OrchFn {
         self.f as usize as u64
     }
 
+    /// A `#[callable(orch)]` or `task_graph!` function, with the descriptor the macro computed.
+    pub(crate) fn from_macro(name: &str, f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
+        OrchFn { name: name.into(), f, descriptor }
+    }
+
     pub(crate) fn from_parts(f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
         OrchFn { name: "".into(), f, descriptor }
     }

@@ -295,6 +295,16 @@ impl ChipFn {
         self.body
     }
 
+    /// A `#[callable(chip)]` kernel, with the descriptor the macro computed.
+    pub(crate) fn from_macro_kernel(name: &str, f: HostFnPtr, descriptor: Descriptor) -> ChipFn {
+        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
+    }
+
+    /// A `#[callable(chip)]` chip orchestration, with the descriptor the macro computed.
+    pub(crate) fn from_macro_orchestration(name: &str, f: ChipOrchFnPtr, descriptor: Descriptor) -> ChipFn {
+        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+    }
+
     /// Rebuilds a chip callable in a process forked from the one that made it, from the
     /// function address `addr` and its descriptor.
     ///
@@ -314,6 +324,14 @@ impl ChipFn {
         }
         let mut r = Reader { bytes: descriptor.bytes(), at: 8 };
         let version = r.u32()?;
+        if version == crate::dsl::registry::MACRO_PAYLOAD_FORMAT_VERSION {
+            // A `#[callable(chip)]`: this process, a fork of the same binary, finds it by digest
+            // in the link-time registry.
+            let info = crate::dsl::registry::CallableInfo::find(descriptor.digest()).ok_or_else(|| {
+                callable(format!("{}: no #[callable] with this digest is linked", descriptor.digest()))
+            })?;
+            return info.chip_fn();
+        }
         if version != CHIP_PAYLOAD_FORMAT_VERSION {
             return Err(Error::decode(format!(
                 "chip callable payload format {version} is unsupported (expected {CHIP_PAYLOAD_FORMAT_VERSION})"

@@ -780,6 +780,8 @@ impl Worker {
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
+        // Every #[callable] of the binary that this Worker can run, before anything forks.
+        self.register_linked()?;
         if self.cfg.level == Level::Chip {
             // L2: the chip runs in this process; nothing is forked.
             let chip =

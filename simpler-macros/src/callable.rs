@@ -1,0 +1,412 @@
+//! `#[callable(chip | sub | orch, crate = path)]`: parse the options and the signature, compute
+//! the descriptor, generate the twin (`<fn>::INFO`, `DIGEST`, `PARAMS`, typed `call`), the
+//! shim that decodes a task's arguments, and the link-time registry entry.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+
+use crate::ctxt::Ctxt;
+use crate::descriptor;
+use crate::model::{self, Kind, Mode, Param, ParamTy};
+
+/// The attribute's options.
+#[derive(Default)]
+pub(crate) struct Options {
+    pub(crate) kind: Option<Kind>,
+    pub(crate) krate: Option<syn::Path>,
+}
+
+fn parse_options(cx: &mut Ctxt, attr: TokenStream) -> Options {
+    let mut opts = Options::default();
+    let metas = match Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated.parse2(attr.clone()) {
+        Ok(m) => m,
+        Err(e) => {
+            cx.syn(e);
+            return opts;
+        }
+    };
+    let mut kind_span: Option<Span> = None;
+    let mut crate_span: Option<Span> = None;
+    for meta in metas {
+        let span = meta.span();
+        match &meta {
+            syn::Meta::Path(p) if p.is_ident("chip") || p.is_ident("sub") || p.is_ident("orch") => {
+                let k = if p.is_ident("chip") {
+                    Kind::Chip
+                } else if p.is_ident("sub") {
+                    Kind::Sub
+                } else {
+                    Kind::Orch
+                };
+                if let Some(first) = kind_span {
+                    cx.error(
+                        span,
+                        format!(
+                            "duplicate kind in `#[callable]`: the kind was already given at {} [S0002]\nhelp: give exactly one of `chip`, `sub`, `orch`",
+                            crate::ctxt::at(first)
+                        ),
+                    );
+                } else {
+                    kind_span = Some(span);
+                    opts.kind = Some(k);
+                }
+            }
+            syn::Meta::NameValue(nv) if nv.path.is_ident("crate") => {
+                if let Some(first) = crate_span {
+                    cx.error(
+                        span,
+                        format!(
+                            "duplicate option `crate` in `#[callable]` (first given at {}) [S0002]\nhelp: remove one of them",
+                            crate::ctxt::at(first)
+                        ),
+                    );
+                    continue;
+                }
+                crate_span = Some(span);
+                match &nv.value {
+                    syn::Expr::Path(p) => opts.krate = Some(p.path.clone()),
+                    other => cx.error(
+                        other.span(),
+                        "`crate` takes a path, e.g. `crate = ::my_simpler` [S0003]".to_string(),
+                    ),
+                }
+            }
+            _ => cx.error(
+                span,
+                format!(
+                    "unknown option `{}` in `#[callable]` [S0003]\nhelp: the options are one kind (`chip`, `sub` or `orch`) and `crate = path`",
+                    model::squash(meta.to_token_stream())
+                ),
+            ),
+        }
+    }
+    if kind_span.is_none() && !cx.failed() {
+        cx.error(
+            if attr.is_empty() { Span::call_site() } else { attr.span() },
+            "`#[callable]` needs a kind [S0001]\nhelp: write `#[callable(chip)]` for a kernel or chip orchestration, `#[callable(sub)]` for a host function, `#[callable(orch)]` for an orchestration function".to_string(),
+        );
+    }
+    opts
+}
+
+/// The analysed signature.
+pub(crate) struct Sig {
+    pub(crate) params: Vec<Param>,
+    /// Whether the first parameter is the orchestrator (orchestrations).
+    pub(crate) orchestrates: bool,
+}
+
+fn analyse(cx: &mut Ctxt, f: &syn::ItemFn, kind: Kind) -> Sig {
+    let mut params = Vec::new();
+    let mut orchestrates = false;
+    if let Some(a) = &f.sig.asyncness {
+        cx.error(a.span(), "a callable cannot be `async` [S0006]".to_string());
+    }
+    if !f.sig.generics.params.is_empty() {
+        cx.error(
+            f.sig.generics.span(),
+            "a callable cannot be generic: its digest must name one function [S0006]\nhelp: write one callable per element type".to_string(),
+        );
+    }
+    for (i, arg) in f.sig.inputs.iter().enumerate() {
+        let syn::FnArg::Typed(pt) = arg else {
+            cx.error(arg.span(), "a callable cannot take `self` [S0006]".to_string());
+            continue;
+        };
+        if i == 0 && model::is_orchestrator(&pt.ty) {
+            orchestrates = true;
+            continue;
+        }
+        let syn::Pat::Ident(pi) = &*pt.pat else {
+            cx.error(pt.pat.span(), "a callable parameter must be a plain name [S0004]".to_string());
+            continue;
+        };
+        if let Some(ty) = model::classify(cx, &pt.ty) {
+            params.push(Param { ident: pi.ident.clone(), ty, decl: (*pt.ty).clone() });
+        }
+    }
+    match kind {
+        Kind::Orch if !orchestrates => cx.error(
+            f.sig.paren_token.span.join(),
+            format!(
+                "orchestration callable `{}` must take the orchestrator first [S0005]\nhelp: add `o: &mut Orchestrator<'_>` as its first parameter",
+                f.sig.ident
+            ),
+        ),
+        Kind::Sub if orchestrates => cx.error(
+            f.sig.inputs.span(),
+            "a host function (`sub`) runs on a SUB worker and cannot orchestrate [S0005]\nhelp: use `#[callable(orch)]` for an orchestration function".to_string(),
+        ),
+        _ => {}
+    }
+    Sig { params, orchestrates }
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut cx = Ctxt::default();
+    let opts = parse_options(&mut cx, attr);
+    let func: syn::ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            cx.syn(syn::Error::new(e.span(), "`#[callable]` goes on a function [S0006]"));
+            let errors = cx.into_compile_errors();
+            return quote!(#item #errors);
+        }
+    };
+    let kind = opts.kind.unwrap_or(Kind::Sub);
+    let sig = analyse(&mut cx, &func, kind);
+    if cx.failed() {
+        let errors = cx.into_compile_errors();
+        return quote!(#item #errors);
+    }
+    let root = model::root(opts.krate.as_ref());
+    let tokens = func.to_token_stream().to_string();
+    let subkind = match (kind, sig.orchestrates) {
+        (Kind::Chip, false) => 1,
+        (Kind::Chip, true) => 2,
+        _ => 0,
+    };
+    let name = &func.sig.ident;
+    let desc = descriptor::build(
+        kind.code(),
+        &format!("{}::{name}", model::crate_name()),
+        subkind,
+        &sig.params,
+        &tokens,
+    );
+    let user_fn = rewrite(&root, &func, &sig, kind);
+    let shim = shim(&root, name, &sig, kind);
+    let twin = twin(&root, &func.vis, name, kind, subkind, &sig.params, &desc, shim, TokenStream::new());
+    quote! {
+        #user_fn
+        #twin
+    }
+}
+
+/// The user's function with tensor parameter types made explicit: `In<T>` gets its elided
+/// lifetime in kernels and host functions; in orchestrations it becomes a typed handle.
+fn rewrite(root: &TokenStream, f: &syn::ItemFn, sig: &Sig, kind: Kind) -> TokenStream {
+    let mut f = f.clone();
+    let handles = kind == Kind::Orch || sig.orchestrates;
+    let mut added_mut = false;
+    let mut checks = Vec::new();
+    for arg in f.sig.inputs.iter_mut() {
+        let syn::FnArg::Typed(pt) = arg else { continue };
+        let Some(ParamTy::Tensor { mode, marker, elem }) = model::classify(&mut Ctxt::default(), &pt.ty)
+        else {
+            continue;
+        };
+        let span = pt.ty.span();
+        if handles {
+            checks.push(model::marker_check(&marker, &elem));
+        }
+        let ty: syn::Type = if handles {
+            let access = if mode == Mode::In { quote!(ReadOnly) } else { quote!(ReadWrite) };
+            if mode != Mode::In
+                && let syn::Pat::Ident(pi) = &mut *pt.pat
+                && pi.mutability.is_none()
+            {
+                pi.mutability = Some(syn::Token![mut](span));
+                added_mut = true;
+            }
+            syn::parse_quote_spanned!(span=> #root::TensorOf<#elem, #root::#access>)
+        } else {
+            syn::parse_quote_spanned!(span=> #marker<'_, #elem>)
+        };
+        *pt.ty = ty;
+    }
+    if added_mut {
+        f.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+    }
+    for (i, c) in checks.into_iter().enumerate() {
+        f.block.stmts.insert(i, syn::parse_quote!(#c));
+    }
+    f.into_token_stream()
+}
+
+/// The function a worker calls with a task's arguments: decodes them and calls the user's fn.
+pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind) -> TokenStream {
+    let fname = name.to_string();
+    let args = format_ident!("__args", span = model::hidden());
+    let mut lets = Vec::new();
+    let mut idents = Vec::new();
+    let (mut ti, mut si) = (0usize, 0usize);
+    let handles = kind == Kind::Orch || sig.orchestrates;
+    for p in &sig.params {
+        let id = &p.ident;
+        let pname = id.to_string();
+        idents.push(id.clone());
+        match &p.ty {
+            ParamTy::Tensor { mode, elem, .. } => {
+                let get = if handles {
+                    let access = if *mode == Mode::In { quote!(ReadOnly) } else { quote!(ReadWrite) };
+                    quote!(#root::__private::tensor::<#elem, #root::#access>(#args, #ti, #fname, #pname)?)
+                } else {
+                    let f = match mode {
+                        Mode::In => quote!(input),
+                        Mode::Out => quote!(output),
+                        Mode::InOut => quote!(inout),
+                    };
+                    quote!(#root::__private::#f::<#elem>(#args, #ti, #fname, #pname)?)
+                };
+                lets.push(quote!(let #id = #get;));
+                ti += 1;
+            }
+            ParamTy::Scalar => {
+                let ty = &p.decl;
+                let get = if handles {
+                    quote!(#root::__private::orch_scalar::<#ty>(#args, #si, #fname, #pname)?)
+                } else {
+                    quote!(#root::__private::scalar::<#ty>(#args, #si, #fname, #pname)?)
+                };
+                lets.push(quote!(let #id = #get;));
+                si += 1;
+            }
+        }
+    }
+    if handles {
+        let o = format_ident!("__o", span = model::hidden());
+        quote! {
+            #[doc(hidden)]
+            #[allow(unused_mut)]
+            pub fn __shim(
+                #o: &mut #root::Orchestrator<'_>,
+                #args: &#root::TaskArgs,
+                _: &#root::CallConfig,
+            ) -> #root::Result<()> {
+                #(#lets)*
+                #root::__private::CallableReturn::into_orch(#name(#o, #(#idents),*))
+            }
+        }
+    } else {
+        quote! {
+            #[doc(hidden)]
+            pub fn __shim(#args: &#root::HostArgs<'_>) -> #root::HostResult {
+                #(#lets)*
+                #root::__private::CallableReturn::into_host(#name(#(#idents),*))
+            }
+        }
+    }
+}
+
+/// The twin of a callable `name`: a braced struct of the same name (type namespace only, so
+/// it sits beside the function) whose associated items are the callable's identity, signature
+/// and typed `call`; plus its entry in the link-time registry.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn twin(
+    root: &TokenStream,
+    vis: &syn::Visibility,
+    name: &syn::Ident,
+    kind: Kind,
+    subkind: u32,
+    params: &[Param],
+    desc: &descriptor::Descriptor,
+    shim: TokenStream,
+    extra: TokenStream,
+) -> TokenStream {
+    let fname = name.to_string();
+    let path = format!("{}::{fname}", model::crate_name());
+    let bytes = syn::LitByteStr::new(&desc.bytes, Span::call_site());
+    let digest = desc.digest.iter();
+    let digest2 = desc.digest.iter();
+    let n = params.len();
+    let (kind_variant, kind_marker) = match kind {
+        Kind::Chip => (quote!(Chip), quote!(ChipCallable)),
+        Kind::Sub => (quote!(HostFn), quote!(HostCallable)),
+        Kind::Orch => (quote!(Orch), quote!(OrchCallable)),
+    };
+    let entry = match (kind, subkind) {
+        (Kind::Chip, 1) => quote!(Kernel),
+        (Kind::Chip, _) => quote!(ChipOrchestration),
+        (Kind::Sub, _) => quote!(Host),
+        (Kind::Orch, _) => quote!(Orchestration),
+    };
+    let param_items = params.iter().map(|p| {
+        let pname = p.ident.to_string();
+        let ty = p.type_name();
+        let mode = match &p.ty {
+            ParamTy::Tensor { mode: Mode::In, .. } => quote!(In),
+            ParamTy::Tensor { mode: Mode::Out, .. } => quote!(Out),
+            ParamTy::Tensor { mode: Mode::InOut, .. } => quote!(InOut),
+            ParamTy::Scalar => quote!(Scalar),
+        };
+        quote!(#root::Param { name: #pname, mode: #root::ParamMode::#mode, ty: #ty })
+    });
+    let c = format_ident!("__c", span = model::hidden());
+    let mut call_params = Vec::new();
+    let mut call_body = Vec::new();
+    for p in params {
+        let id = &p.ident;
+        let pname = id.to_string();
+        match &p.ty {
+            ParamTy::Tensor { mode, elem, .. } => {
+                let (tr, tag) = match mode {
+                    Mode::In => (quote!(InArg), quote!(Input)),
+                    Mode::Out => (quote!(OutArg), quote!(Output)),
+                    Mode::InOut => (quote!(InOutArg), quote!(InOut)),
+                };
+                call_params.push(quote_spanned!(p.decl.span()=> #id: impl #root::#tr<#elem>));
+                call_body.push(quote! {
+                    let #c = #c.__tensor(#root::#tr::<#elem>::tensor(&#id), #root::Tag::#tag, #pname)?;
+                });
+            }
+            ParamTy::Scalar => {
+                let ty = &p.decl;
+                call_params.push(quote!(#id: #ty));
+                let bits = quote_spanned!(ty.span()=> <#ty as #root::Scalar>::to_bits(#id));
+                call_body.push(quote!(let #c = #c.__scalar(#bits);));
+            }
+        }
+    }
+    let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname.to_uppercase());
+    let linkme_path = quote!(#root::__private::linkme);
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #name {}
+
+        #[doc(hidden)]
+        #[allow(unsafe_code)]
+        #[#root::__private::linkme::distributed_slice(#root::__private::CALLABLES)]
+        #[linkme(crate = #linkme_path)]
+        static #statik: #root::CallableInfo = #root::CallableInfo::__new(
+            #fname,
+            #path,
+            #root::CallableKind::#kind_variant,
+            #bytes,
+            [#(#digest),*],
+            &#name::PARAMS,
+            #root::Entry::#entry(#name::__shim),
+        );
+
+        #[allow(dead_code, clippy::needless_question_mark)]
+        impl #name {
+            /// The callable's name.
+            pub const NAME: &'static str = #fname;
+            /// Its canonical descriptor bytes.
+            pub const DESCRIPTOR: &'static [u8] = #bytes;
+            /// sha256 of the descriptor, computed at compile time.
+            pub const DIGEST: #root::Digest = #root::Digest::from_bytes([#(#digest2),*]);
+            /// Its kind.
+            pub const KIND: #root::CallableKind = #root::CallableKind::#kind_variant;
+            /// Its signature.
+            pub const PARAMS: [#root::Param; #n] = [#(#param_items),*];
+            /// Everything above, as recorded in the link-time registry.
+            pub const INFO: &'static #root::CallableInfo = &#statik;
+
+            /// A typed call: arguments in signature order, checked at compile time.
+            pub fn call(#(#call_params),*) -> #root::Result<#root::Call<#root::kind::#kind_marker>> {
+                let #c = #root::Call::__new(Self::INFO);
+                #(#call_body)*
+                ::core::result::Result::Ok(#c)
+            }
+
+            #shim
+
+            #extra
+        }
+    }
+}

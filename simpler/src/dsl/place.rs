@@ -1,0 +1,477 @@
+//! Where a typed call runs ([`sub`], [`chip`], [`worker`]) and the typed call itself
+//! ([`Call`]), checked against the callable's kind at compile time.
+
+use std::marker::PhantomData;
+
+use smallvec::SmallVec;
+
+use super::registry::CallableInfo;
+use crate::data::call_config::CallConfig;
+use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
+use crate::data::tensor::Tensor;
+use crate::engine::orchestrator::Orchestrator;
+use crate::error::{Error, Result};
+
+/// Kind markers: the type parameter of [`Call`] and [`Placement`].
+pub mod kind {
+    use crate::callable::identity::CallableKind;
+
+    mod sealed {
+        pub trait Kind {}
+    }
+
+    /// A callable kind at the type level.
+    ///
+    /// ```
+    /// use simpler::kind::{ChipCallable, Kind};
+    /// assert_eq!(ChipCallable::KIND, simpler::CallableKind::Chip);
+    /// ```
+    pub trait Kind: sealed::Kind + 'static {
+        /// The run-time kind.
+        const KIND: CallableKind;
+    }
+
+    /// A chip kernel or chip orchestration (`#[callable(chip)]`): placed with `chip(N)`.
+    ///
+    /// ```
+    /// use simpler::kind::{ChipCallable, Kind};
+    /// assert_eq!(ChipCallable::KIND.name(), "chip");
+    /// ```
+    #[derive(Debug)]
+    pub enum ChipCallable {}
+
+    /// A host function (`#[callable(sub)]`): placed with `sub()`.
+    ///
+    /// ```
+    /// use simpler::kind::{HostCallable, Kind};
+    /// assert_eq!(HostCallable::KIND, simpler::CallableKind::HostFn);
+    /// ```
+    #[derive(Debug)]
+    pub enum HostCallable {}
+
+    /// An orchestration function (`#[callable(orch)]`, `task_graph!`): placed on a nested
+    /// Worker with `worker(N)`.
+    ///
+    /// ```
+    /// use simpler::kind::{Kind, OrchCallable};
+    /// assert_eq!(OrchCallable::KIND, simpler::CallableKind::Orch);
+    /// ```
+    #[derive(Debug)]
+    pub enum OrchCallable {}
+
+    impl sealed::Kind for ChipCallable {}
+    impl sealed::Kind for HostCallable {}
+    impl sealed::Kind for OrchCallable {}
+    impl Kind for ChipCallable {
+        const KIND: CallableKind = CallableKind::Chip;
+    }
+    impl Kind for HostCallable {
+        const KIND: CallableKind = CallableKind::HostFn;
+    }
+    impl Kind for OrchCallable {
+        const KIND: CallableKind = CallableKind::Orch;
+    }
+}
+
+use kind::{ChipCallable, HostCallable, Kind, OrchCallable};
+
+mod sealed {
+    pub trait Placement {}
+}
+
+/// Any SUB worker of this level: the placement of host functions.
+///
+/// ```
+/// let p = simpler::sub();
+/// assert_eq!(format!("{p:?}"), "SubWorker");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubWorker;
+
+/// Chip `N` of an L3 Worker (its next-level worker `N`): the placement of chip callables.
+///
+/// ```
+/// assert_eq!(simpler::chip(2), simpler::ChipId(2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChipId(pub u32);
+
+/// Nested Worker `N` of an L4+ Worker: the placement of orchestration callables.
+///
+/// ```
+/// assert_eq!(simpler::worker(1), simpler::WorkerId(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerId(pub u32);
+
+/// Runs a host function on any free SUB worker.
+///
+/// ```
+/// let _ = simpler::sub();
+/// ```
+pub fn sub() -> SubWorker {
+    SubWorker
+}
+
+/// Runs a chip callable on chip `n`.
+///
+/// ```
+/// assert_eq!(simpler::chip(0).0, 0);
+/// ```
+pub fn chip(n: u32) -> ChipId {
+    ChipId(n)
+}
+
+/// Runs an orchestration callable on nested Worker `n`.
+///
+/// ```
+/// assert_eq!(simpler::worker(3).0, 3);
+/// ```
+pub fn worker(n: u32) -> WorkerId {
+    WorkerId(n)
+}
+
+/// Where a callable of kind `K` may run: `sub()` for host functions, `chip(N)` for chip
+/// callables, `worker(N)` for orchestration callables.
+///
+/// ```
+/// fn place<P: simpler::Placement<simpler::kind::ChipCallable>>(p: P) -> Option<u32> {
+///     p.worker_id()
+/// }
+/// assert_eq!(place(simpler::chip(3)), Some(3));
+/// ```
+///
+/// A chip callable cannot go to a SUB worker:
+///
+/// ```compile_fail
+/// fn place<P: simpler::Placement<simpler::kind::ChipCallable>>(_: P) {}
+/// place(simpler::sub());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a `{K}` cannot be placed on `{Self}`",
+    label = "wrong placement for this callable",
+    note = "host functions (`#[callable(sub)]`) run on `sub()`, chip callables (`#[callable(chip)]`) on `chip(N)`, orchestration callables (`#[callable(orch)]`, `task_graph!`) on `worker(N)`"
+)]
+pub trait Placement<K: Kind>: sealed::Placement + Copy {
+    /// The next-level worker id, or `None` for a SUB worker.
+    ///
+    /// ```
+    /// use simpler::{Placement, kind::HostCallable};
+    /// assert_eq!(Placement::<HostCallable>::worker_id(&simpler::sub()), None);
+    /// ```
+    fn worker_id(&self) -> Option<u32>;
+}
+
+impl sealed::Placement for SubWorker {}
+impl sealed::Placement for ChipId {}
+impl sealed::Placement for WorkerId {}
+
+impl Placement<HostCallable> for SubWorker {
+    fn worker_id(&self) -> Option<u32> {
+        None
+    }
+}
+
+impl Placement<ChipCallable> for ChipId {
+    fn worker_id(&self) -> Option<u32> {
+        Some(self.0)
+    }
+}
+
+impl Placement<OrchCallable> for WorkerId {
+    fn worker_id(&self) -> Option<u32> {
+        Some(self.0)
+    }
+}
+
+/// One typed call of a `#[callable]`, built by its generated `call(...)` function with every
+/// argument checked against the signature; submit it with [`on`](Call::on), or several as one
+/// group with [`Orchestrator::submit_group`].
+///
+/// The tags come from the signature: `In<T>` parameters are `Input`, `Out<T>` `Output`,
+/// `InOut<T>` `InOut`; nothing is written by hand.
+///
+/// ```no_run
+/// use simpler::{callable, chip, In, Out, TensorOf};
+///
+/// #[callable(chip)]
+/// fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
+///     for i in 0..out.len() {
+///         out[i] = a[i] + b[i];
+///     }
+/// }
+///
+/// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, b: &TensorOf<f32>, mut c: TensorOf<f32>) -> simpler::Result<()> {
+/// let first = vadd::call(a, b, &mut c)?.on(orch, chip(0))?;
+/// # let _ = first; Ok(()) }
+/// ```
+pub struct Call<K: Kind> {
+    info: &'static CallableInfo,
+    args: TaskArgs,
+    config: CallConfig,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> std::fmt::Debug for Call<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call").field("callable", &self.info.name).field("args", &self.args).finish()
+    }
+}
+
+impl<K: Kind> Call<K> {
+    #[doc(hidden)]
+    pub fn __new(info: &'static CallableInfo) -> Call<K> {
+        Call { info, args: TaskArgs::new(), config: CallConfig::DEFAULT, _kind: PhantomData }
+    }
+
+    #[doc(hidden)]
+    pub fn __tensor(mut self, tensor: &Tensor, tag: Tag, param: &'static str) -> Result<Call<K>> {
+        if let Err(e) = self.args.add_tensor(tensor, tag) {
+            return Err(e.context(format!("`{}` argument `{param}`", self.info.name)));
+        }
+        Ok(self)
+    }
+
+    #[doc(hidden)]
+    pub fn __scalar(mut self, bits: u64) -> Call<K> {
+        self.args.scalar(bits);
+        self
+    }
+
+    /// The per-task configuration ([`CallConfig::default`] unless set).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, chip, In, Out, TensorOf, CallConfig};
+    /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
+    /// let cfg = CallConfig { aicpu_thread_num: 4, ..CallConfig::default() };
+    /// copy::call(a, &mut b)?.config(cfg).on(orch, chip(0))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn config(mut self, config: CallConfig) -> Call<K> {
+        self.config = config;
+        self
+    }
+
+    /// Orders this call after `task` without retaining it (`add_dep_wait`): what `task_graph!`
+    /// adds for a write after a read.
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, chip, In, Out, TensorOf};
+    /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, mut a: TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
+    /// let reader = copy::call(&a, &mut b)?.on(orch, chip(0))?;
+    /// // Overwrite `a` only once `reader` is done with it.
+    /// copy::call(&b, &mut a)?.after(reader).on(orch, chip(1))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn after(mut self, task: TaskHandle) -> Call<K> {
+        self.args.add_dep_wait(task);
+        self
+    }
+
+    /// The task arguments built so far (tensors with their tags, scalars, dependencies).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, In, Out, TensorOf, Tag};
+    /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
+    /// # fn demo(a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
+    /// let call = copy::call(a, &mut b)?;
+    /// assert_eq!(call.args().tag(0), Some(Tag::Input));
+    /// assert_eq!(call.args().tag(1), Some(Tag::Output));
+    /// # Ok(()) }
+    /// ```
+    pub fn args(&self) -> &TaskArgs {
+        &self.args
+    }
+
+    /// The callable this call runs.
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, In, Out, TensorOf};
+    /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
+    /// # fn demo(a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
+    /// assert_eq!(copy::call(a, &mut b)?.callable().name, "copy");
+    /// # Ok(()) }
+    /// ```
+    pub fn callable(&self) -> &'static CallableInfo {
+        self.info
+    }
+
+    /// Submits the call to `place` in the current run.
+    ///
+    /// # Errors
+    ///
+    /// As [`Orchestrator::submit_sub`] and [`Orchestrator::submit_next_level`]: an unknown
+    /// worker id, a callable this Worker does not have, back-pressure timeouts, and so on.
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, sub, In, Out, TensorOf};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
+    /// let task = copy::call(a, &mut b)?.on(orch, sub())?;
+    /// # let _ = task; Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn on(self, orch: &mut Orchestrator<'_>, place: impl Placement<K>) -> Result<TaskHandle> {
+        let handle = self.info.handle();
+        match place.worker_id() {
+            None => orch.submit_sub(handle, self.args),
+            Some(w) => orch.submit_next_level(handle, self.args, self.config, w),
+        }
+    }
+}
+
+impl Orchestrator<'_> {
+    /// Submits typed calls of one callable as one group task: all members start together or
+    /// none does (reference §2.7). Every member names its own placement; they must all be
+    /// `sub()` (a SUB group) or all distinct `chip(N)` / `worker(N)`.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error for an empty
+    /// group, members of different callables, or mixed placements; otherwise as
+    /// [`submit_sub_group`](Orchestrator::submit_sub_group) and
+    /// [`submit_next_level_group`](Orchestrator::submit_next_level_group).
+    ///
+    /// ```no_run
+    /// use simpler::{callable, chip, In, Out, TensorOf};
+    ///
+    /// #[callable(chip)]
+    /// fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    /// }
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, b: &TensorOf<f32>, outs: &mut [TensorOf<f32>]) -> simpler::Result<()> {
+    /// let mut members = Vec::new();
+    /// for (i, out) in outs.iter_mut().enumerate() {
+    ///     members.push((vadd::call(a, b, out)?, chip(i as u32)));
+    /// }
+    /// orch.submit_group(members)?;
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn submit_group<K: Kind, P: Placement<K>>(
+        &mut self,
+        members: Vec<(Call<K>, P)>,
+    ) -> Result<TaskHandle> {
+        let Some((first, _)) = members.first() else {
+            return Err(Error::invalid("submit_group: the group has no members"));
+        };
+        let info = first.info;
+        let config = first.config;
+        let sub = members[0].1.worker_id().is_none();
+        let mut workers: SmallVec<[u32; 8]> = SmallVec::new();
+        let mut args_list = Vec::with_capacity(members.len());
+        for (i, (call, place)) in members.into_iter().enumerate() {
+            if call.info.digest != info.digest {
+                return Err(Error::invalid(format!(
+                    "submit_group: member {i} calls `{}` but member 0 calls `{}`; a group runs one callable",
+                    call.info.name, info.name
+                )));
+            }
+            match (sub, place.worker_id()) {
+                (true, None) => {}
+                (false, Some(w)) => workers.push(w),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "submit_group of `{}`: member {i} mixes a SUB placement with worker placements",
+                        info.name
+                    )));
+                }
+            }
+            args_list.push(call.args);
+        }
+        let handle = info.handle();
+        if sub {
+            self.submit_sub_group(handle, args_list)
+        } else {
+            self.submit_next_level_group(handle, args_list, config, &workers)
+        }
+    }
+}
+
+impl Call<OrchCallable> {
+    fn entry(&self) -> Result<crate::callable::orch::OrchFnPtr> {
+        match self.info.entry {
+            super::registry::Entry::Orchestration(f) => Ok(f),
+            _ => Err(Error::invalid(format!("`{}` is not an orchestration function", self.info.name))),
+        }
+    }
+
+    /// Runs this orchestration callable (a `task_graph!` or `#[callable(orch)]`) as one run of
+    /// `worker` itself, and waits for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::run`](crate::Worker::run).
+    ///
+    /// ```no_run
+    /// use simpler::{callable, task_graph, In, Out, Worker};
+    ///
+    /// #[callable(sub)]
+    /// fn copy(a: In<f32>, mut b: Out<f32>) {
+    ///     b.copy_from_slice(&a);
+    /// }
+    /// task_graph! {
+    ///     fn copy_once(x: In<f32>, y: Out<f32>) {
+    ///         copy(x, &mut y).on(sub());
+    ///     }
+    /// }
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// let (a, b) = (worker.create_buffer(64)?, worker.create_buffer(64)?);
+    /// let (x, mut y) = (a.typed::<f32>(&[16])?, b.typed::<f32>(&[16])?);
+    /// copy_once::call(&x, &mut y)?.run(&worker)?;
+    /// worker.close()
+    /// # }
+    /// ```
+    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+        let f = self.entry()?;
+        worker.run(f, self.args, self.config)
+    }
+
+    /// Submits this orchestration callable as a run of `worker` without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::submit`](crate::Worker::submit).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
+    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// let run = copy_once::call(x, &mut y)?.submit(worker)?;
+    /// run.wait()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn submit(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
+        let f = self.entry()?;
+        worker.submit(f, self.args, self.config)
+    }
+
+    /// Like [`submit`](Call::submit), and records the run's DAG, to compare with the graph's
+    /// static structure ([`TaskGraph::matches`](crate::TaskGraph::matches)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::submit_captured`](crate::Worker::submit_captured).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
+    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// let run = copy_once::call(x, &mut y)?.submit_captured(worker)?;
+    /// run.wait()?;
+    /// assert!(copy_once::graph().matches(&run.dag().unwrap()));
+    /// # Ok(()) }
+    /// ```
+    pub fn submit_captured(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
+        let f = self.entry()?;
+        worker.submit_captured(f, self.args, self.config)
+    }
+}
