@@ -14,7 +14,9 @@ use crate::error::Result;
 pub(crate) struct Dispatch<'a> {
     pub(crate) callable: &'a CallableHandle,
     pub(crate) args: &'a TaskArgs,
-    pub(crate) config: &'a CallConfig,
+    /// `None` for the default config (most tasks): an endpoint that encodes the config can
+    /// leave its all-zero encoding as is.
+    pub(crate) config: Option<&'a CallConfig>,
     pub(crate) run: u64,
     pub(crate) task: u32,
     pub(crate) member: u32,

@@ -35,12 +35,13 @@ mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LockResult, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
 use crate::callable::identity::{CallableKind, Digest};
+use crate::engine::orchestrator::OrchBuffers;
 use crate::engine::ring::{HEAP_RINGS, HeapRing, TaskWindow};
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
@@ -139,6 +140,70 @@ impl Drop for WaiterIntent<'_> {
     }
 }
 
+/// The callables registered on one level, with their kind: a `RwLock`ed map whose every write
+/// bumps a generation, so an Orchestrator may keep the kinds it checked from one run to the next
+/// and look them up again only after a registration changed.
+#[derive(Default)]
+pub(crate) struct CallableKinds {
+    map: RwLock<HashMap<Digest, CallableKind>>,
+    generation: AtomicU64,
+}
+
+/// Write access to [`CallableKinds`]; dropping it bumps the generation (before the lock is
+/// released).
+pub(crate) struct KindsWrite<'a> {
+    map: RwLockWriteGuard<'a, HashMap<Digest, CallableKind>>,
+    generation: &'a AtomicU64,
+}
+
+impl std::ops::Deref for KindsWrite<'_> {
+    type Target = HashMap<Digest, CallableKind>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for KindsWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Drop for KindsWrite<'_> {
+    fn drop(&mut self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl CallableKinds {
+    pub(crate) fn read(&self) -> LockResult<RwLockReadGuard<'_, HashMap<Digest, CallableKind>>> {
+        self.map.read()
+    }
+
+    pub(crate) fn write(&self) -> LockResult<KindsWrite<'_>> {
+        let generation = &self.generation;
+        match self.map.write() {
+            Ok(map) => Ok(KindsWrite { map, generation }),
+            Err(e) => Err(PoisonError::new(KindsWrite { map: e.into_inner(), generation })),
+        }
+    }
+
+    /// Changes whenever a write guard is dropped.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// Admitted runs, and a finished one kept for reuse.
+#[derive(Default)]
+struct Runs {
+    /// Admitted runs in FIFO order; the front one dispatches.
+    live: VecDeque<Arc<RunState>>,
+    /// The last finished run: reused by the next `begin_run` when nobody holds it any more (its
+    /// handle, tasks and Orchestrator are gone), so a run allocates no state of its own.
+    spare: Option<Arc<RunState>>,
+}
+
 /// One level's engine.
 pub(crate) struct Engine {
     pub(crate) cfg: EngineConfig,
@@ -164,8 +229,8 @@ pub(crate) struct Engine {
     unpassed: AtomicUsize,
     /// Threads waiting for room in the task window or a heap ring.
     capacity_waiters: AtomicUsize,
-    /// Admitted runs in FIFO order; the front one dispatches.
-    runs: Mutex<VecDeque<Arc<RunState>>>,
+    /// Admitted runs (FIFO; the front one dispatches).
+    runs: Mutex<Runs>,
     head_run: AtomicU64,
     next_run_id: AtomicU64,
     /// Serializes graph building (one orchestration function at a time).
@@ -175,7 +240,9 @@ pub(crate) struct Engine {
     closed: AtomicBool,
     stopping: AtomicBool,
     /// Callables registered on this level, with their kind.
-    pub(crate) callables: RwLock<HashMap<Digest, CallableKind>>,
+    pub(crate) callables: CallableKinds,
+    /// The Orchestrator's buffers between runs (see [`OrchBuffers`]).
+    pub(crate) orch_spare: Mutex<OrchBuffers>,
     /// Owner nonce of buffers minted by this engine.
     pub(crate) nonce: u64,
     pub(crate) next_buffer_id: AtomicU64,
@@ -210,14 +277,15 @@ impl Engine {
             idle_lanes: AtomicUsize::new(0),
             unpassed: AtomicUsize::new(0),
             capacity_waiters: AtomicUsize::new(0),
-            runs: Mutex::new(VecDeque::new()),
+            runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
             next_run_id: AtomicU64::new(1),
             building: Mutex::new(()),
             builder: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
-            callables: RwLock::new(HashMap::new()),
+            callables: CallableKinds::default(),
+            orch_spare: Mutex::new(OrchBuffers::default()),
             nonce,
             next_buffer_id: AtomicU64::new(1),
             device_live: Mutex::new(std::collections::HashSet::new()),
@@ -252,15 +320,24 @@ impl Engine {
     /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live.
     pub(crate) fn begin_run(&self, capture: bool) -> Result<Arc<RunState>> {
         let depth = self.cfg.pipeline_depth;
-        let room = || self.runs.lock().unwrap_or_else(|e| e.into_inner()).len() < depth;
+        let room = || self.runs.lock().unwrap_or_else(|e| e.into_inner()).live.len() < depth;
         if !room() {
             self.drive_until(room, None);
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
-        let run = Arc::new(RunState::new(id, capture));
         let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        runs.push_back(run.clone());
-        self.head_run.store(runs.front().map_or(0, |r| r.id), Ordering::Release);
+        let run = match runs.spare.take() {
+            Some(mut spare) => match Arc::get_mut(&mut spare) {
+                Some(state) => {
+                    *state = RunState::new(id, capture);
+                    spare
+                }
+                None => Arc::new(RunState::new(id, capture)),
+            },
+            None => Arc::new(RunState::new(id, capture)),
+        };
+        runs.live.push_back(run.clone());
+        self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
         Ok(run)
     }
 
@@ -268,8 +345,10 @@ impl Engine {
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
         {
             let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-            runs.retain(|r| !Arc::ptr_eq(r, run));
-            self.head_run.store(runs.front().map_or(0, |r| r.id), Ordering::Release);
+            if let Some(at) = runs.live.iter().position(|r| Arc::ptr_eq(r, run)) {
+                runs.spare = runs.live.remove(at);
+            }
+            self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
         }
         tracing::debug!(target: "simpler::run", run_id = run.id, ok = run.first_error().is_none(), "run finished");
         self.events.ring();
@@ -284,7 +363,7 @@ impl Engine {
 
     /// Live runs (for close).
     pub(crate) fn live_runs(&self) -> Vec<Arc<RunState>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.runs.lock().unwrap_or_else(|e| e.into_inner()).live.iter().cloned().collect()
     }
 
     // ------------------------------------------------------------------ the role
@@ -313,6 +392,11 @@ impl Engine {
                 self.wake_background_if_needed();
             }
         }
+    }
+
+    /// True when READY tasks may wait in the inbox (a hint: the holder skips an empty inbox).
+    pub(crate) fn inbox_pending(&self) -> bool {
+        self.inbox_len.load(Ordering::SeqCst) > 0
     }
 
     pub(crate) fn inbox_taken(&self, n: usize) {

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use crate::callable::identity::{CallableHandle, CallableKind};
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
@@ -94,10 +94,34 @@ pub struct Orchestrator<'a> {
     /// `scope_end` may not pop below this many frames (1: the run's outer scope; inside
     /// `Orchestrator::scope`, the scope it opened).
     scope_floor: usize,
-    /// Callables already checked in this run (registration cannot go away mid-build: the
-    /// Worker's `unregister` needs `&mut Worker`, which building excludes).
-    checked: SmallVec<[(crate::callable::identity::Digest, CallableKind); 4]>,
+    /// Emptied scope frames, reused by `scope_begin` (and by the next run).
+    frames: Vec<Vec<Arc<Slot>>>,
+    /// Callables already checked, valid while the engine's registrations are at generation
+    /// `checked_generation` (kept across runs; registration cannot change mid-build: the
+    /// Worker's `register` and `unregister` need `&mut Worker`, which building excludes).
+    checked: SmallVec<[(Digest, CallableKind); 4]>,
+    checked_generation: u64,
 }
+
+/// What an Orchestrator keeps for the next run of its engine, so that a run allocates no
+/// buffers of its own in steady state: empty vectors with their capacity, and the callables it
+/// checked (with the registration generation they were checked at).
+#[derive(Default)]
+pub(crate) struct OrchBuffers {
+    scopes: Vec<Vec<Arc<Slot>>>,
+    frames: Vec<Vec<Arc<Slot>>>,
+    tasks: Vec<Weak<Slot>>,
+    checked: SmallVec<[(Digest, CallableKind); 4]>,
+    checked_generation: u64,
+}
+
+/// Most (emptied) scope frames kept for reuse.
+const SPARE_FRAMES: usize = 8;
+/// Largest capacity (entries) a kept vector may have; bigger ones are freed, so one huge run
+/// does not pin its memory.
+const SPARE_CAPACITY: usize = 4096;
+/// Most callables remembered as checked.
+const CHECKED_MAX: usize = 16;
 
 impl std::fmt::Debug for Orchestrator<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,14 +135,25 @@ impl std::fmt::Debug for Orchestrator<'_> {
 
 impl<'a> Orchestrator<'a> {
     pub(crate) fn new(eng: &'a Engine, run: Arc<RunState>) -> Orchestrator<'a> {
+        let mut b = std::mem::take(&mut *eng.orch_spare.lock().unwrap_or_else(|e| e.into_inner()));
+        let generation = eng.callables.generation();
+        if b.checked_generation != generation {
+            b.checked.clear();
+        }
+        let outer = b.frames.pop().unwrap_or_default();
+        b.scopes.clear();
+        b.scopes.push(outer);
+        b.tasks.clear();
         Orchestrator {
             eng,
             run,
-            scopes: vec![Vec::new()],
-            tasks: Vec::new(),
+            scopes: b.scopes,
+            tasks: b.tasks,
             allocs: 0,
             scope_floor: 1,
-            checked: SmallVec::new(),
+            frames: b.frames,
+            checked: b.checked,
+            checked_generation: generation,
         }
     }
 
@@ -455,6 +490,9 @@ impl<'a> Orchestrator<'a> {
         }
         let known = self.eng.callables.read().unwrap_or_else(|e| e.into_inner()).get(&digest).copied();
         if known == Some(want) {
+            if self.checked.len() >= CHECKED_MAX {
+                self.checked.clear();
+            }
             self.checked.push((digest, want));
         }
         match known {
@@ -671,7 +709,8 @@ impl<'a> Orchestrator<'a> {
                 "scope_begin: scopes nest at most {MAX_SCOPE_DEPTH} deep (the run's outer scope included)"
             )));
         }
-        self.scopes.push(Vec::new());
+        let frame = self.frames.pop().unwrap_or_default();
+        self.scopes.push(frame);
         Ok(())
     }
 
@@ -787,9 +826,12 @@ impl<'a> Orchestrator<'a> {
     }
 
     fn end_top_scope(&mut self) {
-        if let Some(frame) = self.scopes.pop() {
-            for slot in frame {
+        if let Some(mut frame) = self.scopes.pop() {
+            for slot in frame.drain(..) {
                 self.eng.release_ref(&slot);
+            }
+            if self.frames.len() < SPARE_FRAMES && frame.capacity() <= SPARE_CAPACITY {
+                self.frames.push(frame);
             }
         }
     }
@@ -1133,6 +1175,20 @@ impl<'a> Orchestrator<'a> {
         if self.run.close_submission() {
             self.eng.run_finished(&self.run);
         }
+        // Keep the buffers for the next run (the weak task references go now: they pin the
+        // slots' memory).
+        self.tasks.clear();
+        if self.tasks.capacity() > SPARE_CAPACITY {
+            self.tasks = Vec::new();
+        }
+        let spare = OrchBuffers {
+            scopes: std::mem::take(&mut self.scopes),
+            frames: std::mem::take(&mut self.frames),
+            tasks: std::mem::take(&mut self.tasks),
+            checked: std::mem::take(&mut self.checked),
+            checked_generation: self.checked_generation,
+        };
+        *self.eng.orch_spare.lock().unwrap_or_else(|e| e.into_inner()) = spare;
     }
 }
 

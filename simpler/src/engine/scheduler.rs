@@ -7,12 +7,11 @@
 //! idle and unreserved NEXT_LEVEL worker's own FIFO head, then SUB work on any idle SUB worker
 //! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
-use crate::data::call_config::CallConfig;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
@@ -65,7 +64,21 @@ impl Partition {
     fn len(&self) -> usize {
         self.sub.len() + self.groups.len() + self.single.iter().map(VecDeque::len).sum::<usize>()
     }
+
+    /// Empties the queues (keeping their memory, for the next run) and returns how many
+    /// entries it dropped.
+    fn clear(&mut self) -> usize {
+        let n = self.len();
+        self.sub.clear();
+        self.groups.clear();
+        self.single.iter_mut().for_each(VecDeque::clear);
+        n
+    }
 }
+
+/// Emptied partitions kept for later runs (one per admitted run is the most ever needed at
+/// once in steady state; a few more cover bursts).
+const SPARE_PARTITIONS: usize = 4;
 
 /// The scheduler's state; owned by the role holder.
 pub(crate) struct Scheduler {
@@ -75,7 +88,11 @@ pub(crate) struct Scheduler {
     /// Lane indices of SUB workers.
     sub: Vec<usize>,
     reserved: Vec<bool>,
-    parts: BTreeMap<u64, Partition>,
+    /// One partition per run with queued work, in run id order (the head run's first). A run
+    /// has at most a few live partitions at once, so a short sorted deque beats a map; emptied
+    /// partitions go to `spare` and are reused, so a run allocates no queues in steady state.
+    parts: VecDeque<(u64, Partition)>,
+    spare: Vec<Partition>,
     inbox: Receiver<Arc<Slot>>,
     in_flight: usize,
     /// READY entries in the partitions (stale ones included until popped).
@@ -90,7 +107,8 @@ impl Scheduler {
             next_level: Vec::new(),
             sub: Vec::new(),
             reserved: vec![false; cfg.next_level_workers],
-            parts: BTreeMap::new(),
+            parts: VecDeque::new(),
+            spare: Vec::new(),
             inbox,
             in_flight: 0,
             queued: 0,
@@ -126,9 +144,13 @@ impl Scheduler {
     pub(crate) fn pass(&mut self, eng: &Engine) -> bool {
         let mut progress = self.drain_completions(eng);
         let mut taken = 0;
-        while let Ok(slot) = self.inbox.try_recv() {
-            taken += 1;
-            self.route(slot);
+        // The count goes up before a send, so a send it does not show yet is taken next pass
+        // (the publisher rings the doorbell after sending).
+        if eng.inbox_pending() {
+            while let Ok(slot) = self.inbox.try_recv() {
+                taken += 1;
+                self.route(slot);
+            }
         }
         if taken > 0 {
             eng.inbox_taken(taken);
@@ -148,13 +170,34 @@ impl Scheduler {
             .any(|l| l.busy.is_some() && l.endpoint.peer_cpu().is_none_or(|c| cpu == 0 || c != cpu))
     }
 
+    /// The partition of run `id`, made (or taken from the spares) if it has none.
+    fn partition(&mut self, id: u64) -> &mut Partition {
+        // Newer runs are at the back; most routes go to the newest run or the head.
+        let at = match self.parts.iter().rposition(|(r, _)| *r <= id) {
+            Some(i) if self.parts[i].0 == id => i,
+            found => {
+                let at = found.map_or(0, |i| i + 1);
+                let n_next = self.next_level.len();
+                let mut part = self.spare.pop().unwrap_or_default();
+                part.single.resize_with(n_next, VecDeque::new);
+                self.parts.insert(at, (id, part));
+                at
+            }
+        };
+        &mut self.parts[at].1
+    }
+
+    /// Drops a partition's (stale) entries and keeps its memory for a later run.
+    fn retire(&mut self, mut part: Partition) {
+        self.queued -= part.clear();
+        if self.spare.len() < SPARE_PARTITIONS {
+            self.spare.push(part);
+        }
+    }
+
     fn route(&mut self, slot: Arc<Slot>) {
         self.queued += 1;
-        let n_next = self.next_level.len();
-        let part = self.parts.entry(slot.run.id).or_insert_with(|| Partition {
-            single: (0..n_next).map(|_| VecDeque::new()).collect(),
-            ..Partition::default()
-        });
+        let part = self.partition(slot.run.id);
         let task = slot.task();
         match &task.target {
             Target::Sub => part.sub.push_back(slot),
@@ -236,7 +279,7 @@ impl Scheduler {
         let d = Dispatch {
             callable: &task.callable,
             args: &task.args[member as usize],
-            config: task.config.as_deref().unwrap_or(&CallConfig::DEFAULT),
+            config: task.config.as_deref(),
             run: slot.run.id,
             task: slot.index,
             member,
@@ -261,21 +304,27 @@ impl Scheduler {
     fn dispatch(&mut self, eng: &Engine) -> bool {
         let head = eng.head_run();
         // Partitions of runs that are no longer live hold only stale entries.
-        while let Some((&id, _)) = self.parts.first_key_value() {
+        while let Some(&(id, _)) = self.parts.front() {
             if id < head || head == 0 {
-                if let Some((_, stale)) = self.parts.pop_first() {
-                    self.queued -= stale.len();
+                if let Some((_, stale)) = self.parts.pop_front() {
+                    self.retire(stale);
                 }
             } else {
                 break;
             }
         }
-        let Some(mut part) = self.parts.remove(&head) else { return false };
+        // The head run's partition, if any, is now the first one. It is moved out while the
+        // dispatchers borrow `self` (a move of a few pointers, no allocation) and put back.
+        let Some((id, front)) = self.parts.front_mut() else { return false };
+        if *id != head {
+            return false;
+        }
+        let mut part = std::mem::take(front);
         let mut progress = false;
         progress |= self.dispatch_group_head(eng, &mut part);
         progress |= self.dispatch_singles(eng, &mut part);
         progress |= self.dispatch_sub(eng, &mut part);
-        self.parts.insert(head, part);
+        self.parts[0].1 = part;
         progress
     }
 

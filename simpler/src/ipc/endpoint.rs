@@ -33,7 +33,10 @@ impl Endpoint for MailboxEndpoint {
         mb.set_parent_cpu(crate::ipc::futex::current_cpu());
         tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, "post task");
         mb.post_task(d.callable.digest().as_bytes(), |config, payload| {
-            encode_config(d.config, config);
+            // `post_task` hands over a zeroed config, which is the default config's encoding.
+            if let Some(c) = d.config {
+                encode_config(c, config);
+            }
             encode_args(
                 d.args.tensors.iter().zip(d.args.tags.iter().map(|t| t.access())),
                 &d.args.scalars,
