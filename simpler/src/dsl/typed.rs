@@ -388,7 +388,7 @@ impl<T: Element> InOutArg<T> for &mut TensorOf<T, ReadWrite> {
 ///
 /// ```
 /// use simpler::Scalar;
-/// assert_eq!(Scalar::from_bits(Scalar::to_bits(-3i32)), -3i32);
+/// assert_eq!(<i32 as Scalar>::from_bits(Scalar::to_bits(-3i32)), -3i32);
 /// assert_eq!(<f32 as Scalar>::from_bits(u64::from(1.5f32.to_bits())), 1.5);
 /// assert_eq!(<bool as Scalar>::NAME, "bool");
 /// ```
