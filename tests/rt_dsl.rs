@@ -127,8 +127,11 @@ fn read(b: &simpler::Buffer) -> Vec<f32> {
     b.read::<f32>(0, N as usize).unwrap()
 }
 
-/// The captured DAG's structure: (index, callable, target) nodes and (from, to, arg) edges.
-fn shape(dag: &RunDag) -> (Vec<(u32, String, String)>, Vec<(u32, u32, Option<u32>)>) {
+/// A DAG's structure: (index, callable, target) nodes and (from, to, tensor arg) edges.
+type Shape = (Vec<(u32, String, String)>, Vec<(u32, u32, Option<u32>)>);
+
+/// The captured DAG's structure.
+fn shape(dag: &RunDag) -> Shape {
     let g = dag.graph();
     let mut nodes: Vec<_> =
         g.node_weights().map(|n| (n.index, n.callable.clone(), n.target.clone())).collect();
