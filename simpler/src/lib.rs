@@ -81,7 +81,159 @@ pub use ipc::host_args::HostArgs;
 pub use level::Level;
 pub use worker::{Worker, WorkerBuilder};
 
-pub use simpler_macros::{callable, task_graph};
+/// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
+/// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function
+/// run by a SUB worker) or `#[callable(orch)]` (an orchestration function a parent dispatches
+/// to a nested Worker).
+///
+/// Tensor parameters are `In<T>` (read), `Out<T>` (written) and `InOut<T>` (read and written);
+/// other parameters are scalars (u8..u64, i8..i64, usize, isize, f32, f64, bool). In a kernel
+/// or host function, `In<T>` dereferences to `&[T]` and `Out<T>` / `InOut<T>` to `&mut [T]`;
+/// in an orchestration they arrive as typed handles ([`TensorOf<T, ReadOnly>`](TensorOf) and
+/// `TensorOf<T, ReadWrite>`). The function may return `()` or a `Result<(), E>`.
+///
+/// Next to the function, the macro generates a twin of the same name (a type, so both live in
+/// one scope) holding the canonical descriptor and its sha256 digest (computed at compile time
+/// from the item's path, its signature and a hash of its tokens), the signature as `PARAMS`,
+/// and a typed `call(...)` whose arguments are checked by rustc: the element type, `&t` for
+/// `In` and `&mut t` of a writable tensor for `Out` / `InOut`, the number of arguments, and the
+/// placement (`sub()`, `chip(N)`, `worker(N)`) against the kind. The tags come from the
+/// signature and are never written by hand. The callable is recorded in a link-time registry:
+/// every process of the binary finds it by digest, and every Worker registers the linked
+/// callables it can run when it starts.
+///
+/// Options: one kind, and `crate = path` when `simpler` is renamed. Errors carry a code
+/// `[S0NNN]` explained in the book's error chapter.
+///
+/// ```
+/// use simpler::{callable, sub, CallConfig, In, Out, TaskArgs, Worker};
+///
+/// #[callable(sub)]
+/// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
+///     for (o, i) in y.iter_mut().zip(x.iter()) {
+///         *o = k * i;
+///     }
+/// }
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// worker.init()?; // `scale` is registered with the Worker here
+/// let (a, b) = (worker.create_buffer(64)?, worker.create_buffer(64)?);
+/// a.write(0, &[2.0f32; 16])?;
+/// let (x, mut y) = (a.typed::<f32>(&[16])?, b.typed::<f32>(&[16])?);
+/// worker.run(
+///     |orch, _, _| scale::call(&x, &mut y, 1.5)?.on(orch, sub()).map(|_| ()),
+///     TaskArgs::new(),
+///     CallConfig::default(),
+/// )?;
+/// assert_eq!(b.read::<f32>(0, 16)?, vec![3.0; 16]);
+/// assert_eq!(scale::INFO.digest, scale::DIGEST);
+/// worker.close()
+/// # }
+/// ```
+///
+/// A read-only tensor cannot be passed where the callable writes:
+///
+/// ```compile_fail
+/// # use simpler::{callable, In, Out, TensorOf};
+/// # #[callable(sub)] fn scale(x: In<f32>, mut y: Out<f32>, k: f32) { let _ = (x, y, k); }
+/// # fn demo(x: &TensorOf<f32>, y: &TensorOf<f32>) -> simpler::Result<()> {
+/// scale::call(x, y, 1.5)?; // error: `&TensorOf<f32>` cannot be passed to an `Out<f32>` parameter
+/// # Ok(()) }
+/// ```
+///
+/// Nor can a chip callable run on a SUB worker:
+///
+/// ```compile_fail
+/// # use simpler::{callable, sub, In, Out, TensorOf};
+/// # #[callable(chip)] fn copy(x: In<f32>, mut y: Out<f32>) { y.copy_from_slice(&x); }
+/// # fn demo(o: &mut simpler::Orchestrator<'_>, x: &TensorOf<f32>, mut y: TensorOf<f32>) -> simpler::Result<()> {
+/// copy::call(x, &mut y)?.on(o, sub())?; // error: a `ChipCallable` cannot be placed on `SubWorker`
+/// # Ok(()) }
+/// ```
+pub use simpler_macros::callable;
+
+/// Writes an orchestration function as a graph of calls, checked at compile time.
+///
+/// The body is Rust syntax: `let h = alloc::<T>([dims]);` allocates an intermediate,
+/// `f(a, &mut h, n).on(chip(0));` calls a `#[callable]` (a bare name reads, `&mut name`
+/// writes), `scope(|| { ... });` opens a scope, `group(|| { ... });` makes its call lines one
+/// group task (one callable, all members start together), and scalar `let`s pass through. It
+/// lowers to exactly the Orchestrator calls a hand-written orchestration makes, and generates
+/// the same twin as `#[callable(orch)]` (`g::call(...)`, which can `run` it on a Worker or
+/// place it on a nested Worker with `.on(o, worker(N))`) plus `g::graph()`, the graph's
+/// structure as a [`TaskGraph`].
+///
+/// Checked at compile time, each error spanned on the user's tokens: a read before any write
+/// (`S0101`), a write to an `In` input (`S0102`), one tensor written twice (`S0103`) or read
+/// and written (`S0104`) by one call, an `Out` never written (`S0106`), a value nothing reads
+/// (`S0107`, an error since a proc macro cannot warn; a `_`-prefixed intermediate may stay
+/// unread), group members that differ or collide (`S0108`), an unsupported statement
+/// (`S0109`), an unknown or out-of-scope tensor (`S0110`), an `InOut` parameter given a tensor
+/// with no value (`S0111`) and an `Out` parameter overwriting a value nothing has read
+/// (`S0112`). Types, modes and placements are checked by rustc through the typed `call`.
+///
+/// **Write after read.** The engine orders read-after-write and write-after-write from the
+/// tags, but not a write after an earlier read. `task_graph!` adds that edge itself: a call
+/// that writes a tensor waits (`add_dep_wait`) for every task that read its previous value.
+///
+/// ```
+/// use simpler::{callable, task_graph, In, InOut, Out, Worker};
+///
+/// #[callable(sub)]
+/// fn add(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
+///     for i in 0..out.len() {
+///         out[i] = a[i] + b[i];
+///     }
+/// }
+///
+/// #[callable(sub)]
+/// fn inc(mut x: InOut<f32>) {
+///     x.iter_mut().for_each(|v| *v += 1.0);
+/// }
+///
+/// task_graph! {
+///     /// `y = (a + b) + (b + a) + 1`
+///     fn diamond(a: In<f32>, b: In<f32>, y: Out<f32>, n: u32) {
+///         let t1 = alloc::<f32>([n]);
+///         let t2 = alloc::<f32>([n]);
+///         add(a, b, &mut t1).on(sub());
+///         add(b, a, &mut t2).on(sub());
+///         add(t1, t2, &mut y).on(sub());
+///         inc(&mut y).on(sub());
+///     }
+/// }
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(2).build()?;
+/// worker.init()?;
+/// let bufs: Vec<_> = (0..3).map(|_| worker.create_buffer(64)).collect::<simpler::Result<_>>()?;
+/// bufs[0].write(0, &[1.0f32; 16])?;
+/// bufs[1].write(0, &[2.0f32; 16])?;
+/// let (a, b) = (bufs[0].typed::<f32>(&[16])?, bufs[1].typed::<f32>(&[16])?);
+/// let mut y = bufs[2].typed::<f32>(&[16])?;
+/// let run = diamond::call(&a, &b, &mut y, 16)?.submit_captured(&worker)?;
+/// run.wait()?;
+/// assert_eq!(bufs[2].read::<f32>(0, 16)?, vec![7.0; 16]);
+/// assert!(diamond::graph().matches(&run.dag().unwrap())); // the same shape as the run
+/// println!("{}", diamond::graph().to_dot());
+/// worker.close()
+/// # }
+/// ```
+///
+/// Reading an intermediate before anything writes it does not compile:
+///
+/// ```compile_fail
+/// # use simpler::{callable, task_graph, In, Out};
+/// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+/// task_graph! {
+///     fn broken(y: Out<f32>) {
+///         let h = alloc::<f32>([16]);
+///         copy(h, &mut y).on(sub()); // error: `h` is read here but no call has written it yet [S0101]
+///     }
+/// }
+/// ```
+pub use simpler_macros::task_graph;
 
 /// What the code generated by `#[callable]` and `task_graph!` uses. Not a public API.
 #[doc(hidden)]

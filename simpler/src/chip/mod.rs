@@ -441,7 +441,7 @@ mod tests {
         assert!(ChipFn::from_parts(0, zero).unwrap_err().message().contains("address 0"));
 
         let mut w = DescriptorWriter::new(CallableKind::Chip);
-        w.u32(2).u32(1).str("k");
+        w.u32(9).u32(1).str("k");
         assert_eq!(ChipFn::from_parts(addr, w.finish()).unwrap_err().kind(), ErrorKind::Decode);
 
         for cut in 8..k.descriptor().bytes().len() {

@@ -181,6 +181,11 @@ impl std::fmt::Display for DataType {
 /// assert!(matches::<i32>(DataType::Int32));
 /// assert!(!matches::<u32>(DataType::Int32));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tensor element type",
+    label = "not an element type",
+    note = "tensor elements are f32, i8, i16, i32, i64, u8, u16, u32, u64"
+)]
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The data type this Rust type stands for.
     ///

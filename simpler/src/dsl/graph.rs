@@ -128,14 +128,15 @@ impl TaskGraph {
         let d = dag.graph();
         let mut their_edges: Vec<(u32, u32, Option<u32>)> = d
             .edge_indices()
-            .filter_map(|e| {
+            .map(|e| {
                 let (a, b) = d.edge_endpoints(e).expect("edge exists");
                 let arg = match d[e] {
                     EdgeReason::Tensor { arg, .. } => Some(arg),
                     EdgeReason::Explicit { retain: false } => None,
-                    EdgeReason::Explicit { retain: true } => return Some((u32::MAX, u32::MAX, None)),
+                    // A graph never retains: an `add_dep` edge cannot match.
+                    EdgeReason::Explicit { retain: true } => return (u32::MAX, u32::MAX, None),
                 };
-                Some((d[a].index, d[b].index, arg))
+                (d[a].index, d[b].index, arg)
             })
             .collect();
         my_edges.sort();
@@ -207,10 +208,10 @@ impl GraphBuilder {
                 let arg =
                     info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count();
                 let track = &self.tensors[id];
-                if mode.reads() {
-                    if let Some(w) = track.writer {
-                        tensor_edges.push((w, GraphEdge::Tensor { arg: arg as u32, tensor: self.names[id] }));
-                    }
+                if mode.reads()
+                    && let Some(w) = track.writer
+                {
+                    tensor_edges.push((w, GraphEdge::Tensor { arg: arg as u32, tensor: self.names[id] }));
                 }
                 if mode.writes() {
                     after.extend(track.readers.iter().copied().filter(|&r| r != index));

@@ -475,3 +475,36 @@ impl Call<OrchCallable> {
         worker.submit_captured(f, self.args, self.config)
     }
 }
+
+impl Call<ChipCallable> {
+    /// Runs this chip callable on a level-2 Worker (one simulated chip, in this process), which
+    /// is how one tests a kernel alone.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::run_callable`](crate::Worker::run_callable).
+    ///
+    /// ```
+    /// use simpler::{callable, In, Level, Out, Worker};
+    ///
+    /// #[callable(chip)]
+    /// fn double(x: In<i32>, mut y: Out<i32>) {
+    ///     for (o, i) in y.iter_mut().zip(x.iter()) {
+    ///         *o = 2 * i;
+    ///     }
+    /// }
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build()?;
+    /// chip.init()?;
+    /// let (a, b) = (chip.create_buffer(16)?, chip.create_buffer(16)?);
+    /// a.write(0, &[1i32, 2, 3, 4])?;
+    /// let (x, mut y) = (a.typed::<i32>(&[4])?, b.typed::<i32>(&[4])?);
+    /// double::call(&x, &mut y)?.run(&chip)?;
+    /// assert_eq!(b.read::<i32>(0, 4)?, [2, 4, 6, 8]);
+    /// chip.close()
+    /// # }
+    /// ```
+    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+        worker.run_callable(self.info.handle(), self.args, self.config)
+    }
+}

@@ -69,9 +69,10 @@ impl Mode for ReadWrite {
 /// read: passing it where a callable writes does not compile.
 ///
 /// ```
-/// use simpler::{DataType, ReadOnly, TensorOf, Worker};
+/// use simpler::{DataType, Level, ReadOnly, TensorOf, Worker};
 ///
-/// let worker = Worker::builder().sub_workers(1).build()?; // nothing forked before init
+/// let mut worker = Worker::builder().level(Level::Chip).build()?; // a chip: nothing is forked
+/// worker.init()?;
 /// let buf = worker.create_buffer(64)?;
 /// let t: TensorOf<f32> = buf.typed(&[16])?;
 /// assert_eq!(t.tensor().view().dtype(), DataType::Float32);
@@ -94,24 +95,24 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// types when they differ.
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// use simpler::{DataType, TensorOf};
     /// let plain = buf.tensor(&[16], DataType::Int32)?;
     /// let typed = TensorOf::<i32>::new(plain.clone())?;
     /// assert_eq!(typed.tensor().view().shape(), &[16]);
     /// let err = TensorOf::<f32>::new(plain).unwrap_err();
-    /// assert!(err.to_string().contains("int32"), "{err}");
+    /// assert!(err.to_string().contains("of i32 elements"), "{err}");
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn new(tensor: Tensor) -> Result<TensorOf<T, A>> {
         let dtype = tensor.view().dtype();
         if dtype != T::DTYPE {
             return Err(Error::invalid(format!(
-                "a {} tensor cannot be typed as TensorOf<{}>: its elements are {}",
+                "a tensor of {} elements cannot be typed as TensorOf<{}>",
                 dtype.name(),
-                std::any::type_name::<T>(),
-                dtype.name()
+                std::any::type_name::<T>()
             )));
         }
         Ok(TensorOf { tensor, _marker: PhantomData })
@@ -120,7 +121,8 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// The untyped tensor (for the plain API).
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<u64>(&[8])?;
     /// let mut args = simpler::TaskArgs::new();
@@ -134,7 +136,8 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// The shape of its view.
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// assert_eq!(buf.typed::<f32>(&[4, 4])?.shape(), &[4, 4]);
     /// # Ok::<(), simpler::Error>(())
@@ -146,7 +149,8 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// A read-only handle to the same tensor.
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
     /// let r = t.read_only();
@@ -163,7 +167,8 @@ impl<T: Element> TensorOf<T, ReadWrite> {
     /// writable handles to one tensor are always made on purpose).
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
     /// let again = t.share();
@@ -193,7 +198,8 @@ impl Buffer {
     /// As [`Buffer::tensor`]: a shape that does not fit in the buffer.
     ///
     /// ```
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// let buf = worker.create_buffer(4 * 32)?;
     /// let t = buf.typed::<f32>(&[32])?;
     /// assert_eq!(t.shape(), &[32]);
@@ -232,7 +238,8 @@ impl Orchestrator<'_> {
 ///
 /// ```
 /// fn takes<A: simpler::InArg<f32>>(_: A) {}
-/// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let t = buf.typed::<f32>(&[16])?;
 /// takes(&t);
@@ -258,7 +265,8 @@ pub trait InArg<T: Element>: sealed::Arg {
     ///
     /// ```
     /// use simpler::InArg;
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
     /// assert_eq!(InArg::<f32>::tensor(&&t).view().shape(), &[16]);
@@ -271,7 +279,8 @@ pub trait InArg<T: Element>: sealed::Arg {
 ///
 /// ```
 /// fn takes<A: simpler::OutArg<f32>>(_: A) {}
-/// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let mut t = buf.typed::<f32>(&[16])?;
 /// takes(&mut t);
@@ -303,7 +312,8 @@ pub trait OutArg<T: Element>: sealed::Arg {
     ///
     /// ```
     /// use simpler::OutArg;
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let mut t = buf.typed::<f32>(&[16])?;
     /// assert_eq!(OutArg::<f32>::tensor(&&mut t).view().shape(), &[16]);
@@ -316,7 +326,8 @@ pub trait OutArg<T: Element>: sealed::Arg {
 ///
 /// ```
 /// fn takes<A: simpler::InOutArg<u8>>(_: A) {}
-/// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let mut t = buf.typed::<u8>(&[16])?;
 /// takes(&mut t);
@@ -339,7 +350,8 @@ pub trait InOutArg<T: Element>: sealed::Arg {
     ///
     /// ```
     /// use simpler::InOutArg;
-    /// # let worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let mut t = buf.typed::<u8>(&[16])?;
     /// assert_eq!(InOutArg::<u8>::tensor(&&mut t).view().shape(), &[16]);
@@ -376,8 +388,8 @@ impl<T: Element> InOutArg<T> for &mut TensorOf<T, ReadWrite> {
 ///
 /// ```
 /// use simpler::Scalar;
-/// assert_eq!(Scalar::from_bits(Scalar::to_bits(-3i32)), -3i32);
-/// assert_eq!(<f32 as Scalar>::from_bits(1.5f32.to_bits()), 1.5);
+/// assert_eq!(<i32 as Scalar>::from_bits(Scalar::to_bits(-3i32)), -3i32);
+/// assert_eq!(<f32 as Scalar>::from_bits(u64::from(1.5f32.to_bits())), 1.5);
 /// assert_eq!(<bool as Scalar>::NAME, "bool");
 /// ```
 #[diagnostic::on_unimplemented(

@@ -64,7 +64,7 @@ pub struct Out<'a, T: Element> {
 /// use simpler::{callable, InOut};
 ///
 /// #[callable(sub)]
-/// fn double(mut x: InOut<f64>) {
+/// fn double(mut x: InOut<f32>) {
 ///     for v in x.iter_mut() {
 ///         *v *= 2.0;
 ///     }

@@ -1,0 +1,9 @@
+// Included twice by rt_dsl.rs: the same source must give the same digest.
+use simpler::{In, Out, callable};
+
+#[callable(sub)]
+pub fn fixture(x: In<u32>, mut y: Out<u32>) {
+    for (o, i) in y.iter_mut().zip(x.iter()) {
+        *o = i + 1;
+    }
+}
