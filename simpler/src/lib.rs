@@ -48,6 +48,8 @@
 
 #[doc(hidden)]
 pub mod bench_support;
+#[cfg(doctest)]
+mod book;
 mod callable;
 mod chip;
 mod data;
