@@ -113,9 +113,6 @@ impl HostFn {
     /// wherever it is computed; give each function its own name (registering a second function
     /// under a name already registered counts another reference to the first one).
     ///
-    /// Its identity comes from the name and the function's address, so it is the same in every
-    /// process forked from this one.
-    ///
     /// ```
     /// use simpler::{HostArgs, HostFn, HostResult};
     ///

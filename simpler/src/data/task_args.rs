@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// | `NoDep` | no | no | none checked |
 ///
 /// Nothing waits for earlier *readers*: a write after an unordered read (WaR) needs an explicit
-/// dependency ([`TaskArgs::add_dep_wait`]) or `InOut`.
+/// dependency ([`TaskArgs::add_dep_wait`]); `task_graph!` adds it by itself.
 ///
 /// ```
 /// use simpler::Tag;

@@ -382,9 +382,10 @@ impl<'a> Orchestrator<'a> {
     /// Submits a task to exactly one NEXT_LEVEL worker.
     ///
     /// `worker` is a NEXT_LEVEL worker id (`0..n`); for an L3 Worker these are its chips, which
-    /// run chip callables ([`CallableKind::Chip`]) with `config`. This release attaches no
-    /// NEXT_LEVEL workers to an L3 Worker and registers no chip callables, so the call returns
-    /// an error for now (of kind [`ErrorKind::Callable`] for a host function's handle).
+    /// run chip callables ([`CallableKind::Chip`]) with `config`; for an L4+ Worker, its nested
+    /// Workers, which run orchestration callables ([`CallableKind::Orch`]). A handle of the
+    /// wrong kind is an [`ErrorKind::Callable`] error, an unknown id an
+    /// [`ErrorKind::InvalidArgument`] one.
     ///
     /// ```no_run
     /// # fn demo(
@@ -427,9 +428,8 @@ impl<'a> Orchestrator<'a> {
     /// together or not at all.
     ///
     /// `workers` are distinct NEXT_LEVEL worker ids, one per member; for an L3 Worker these are
-    /// its chips. This release attaches no NEXT_LEVEL workers to an L3 Worker and registers no
-    /// chip callables, so the call returns an error for now, as
-    /// [`submit_next_level`](Self::submit_next_level) does.
+    /// its chips, for an L4+ Worker its nested Workers; handles and ids are checked as in
+    /// [`submit_next_level`](Self::submit_next_level).
     ///
     /// ```no_run
     /// # fn demo(
