@@ -2,8 +2,8 @@
 //!
 //! Use them through `simpler` (`simpler::callable`, `simpler::task_graph`), where they are
 //! documented. The shims here only convert token streams; the work is split into parsing
-//! ([`model`]), checking ([`graph`]'s dataflow pass), descriptor computation ([`descriptor`])
-//! and code generation ([`callable`], [`graph`]). Every error is collected ([`ctxt`]) and all
+//! (`model`), checking (`graph`'s dataflow pass), descriptor computation (`descriptor`)
+//! and code generation (`callable`, `graph`). Every error is collected (`ctxt`) and all
 //! are reported at once, each spanned on the user's tokens; the user's item is still emitted
 //! when expansion fails, so the rest of the crate keeps type-checking.
 
