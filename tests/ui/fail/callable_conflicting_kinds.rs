@@ -1,0 +1,9 @@
+// Two different kinds.
+use simpler::{In, Out, callable};
+
+#[callable(chip, sub)]
+fn copy(x: In<f32>, mut y: Out<f32>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+// The kind given twice.
+use simpler::{In, Out, callable};
+
+#[callable(chip, chip)]
+fn copy(x: In<f32>, mut y: Out<f32>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+// A tensor element type the engine does not have (rustc, through `Element`).
+use simpler::{In, Out, callable};
+
+#[callable(sub)]
+fn copy(x: In<bool>, mut y: Out<bool>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+// `#[callable]` without a kind.
+use simpler::{In, Out, callable};
+
+#[callable]
+fn copy(x: In<f32>, mut y: Out<f32>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

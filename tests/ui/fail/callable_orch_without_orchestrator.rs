@@ -1,0 +1,10 @@
+// An orchestration callable must take the orchestrator first.
+use simpler::{In, Out, callable};
+
+#[callable(orch)]
+fn plan(x: In<f32>, y: Out<f32>) -> simpler::Result<()> {
+    let _ = (x, y);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+// S0004: a tensor parameter needs its element type.
+use simpler::{In, Out, callable};
+
+#[callable(sub)]
+fn copy(x: In, mut y: Out<f32>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

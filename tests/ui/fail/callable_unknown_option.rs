@@ -1,0 +1,9 @@
+// An option `#[callable]` does not have.
+use simpler::{In, Out, callable};
+
+#[callable(sub, fast)]
+fn copy(x: In<f32>, mut y: Out<f32>) {
+    y.copy_from_slice(&x);
+}
+
+fn main() {}

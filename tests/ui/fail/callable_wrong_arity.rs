@@ -1,0 +1,16 @@
+// `call` takes the callable's parameters in signature order, no more and no fewer.
+use simpler::{In, Out, TensorOf, callable};
+
+#[callable(sub)]
+fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
+    for i in 0..y.len() {
+        y[i] = x[i] * k;
+    }
+}
+
+fn demo(x: TensorOf<f32>, mut y: TensorOf<f32>) -> simpler::Result<()> {
+    scale::call(&x, &mut y)?;
+    Ok(())
+}
+
+fn main() {}

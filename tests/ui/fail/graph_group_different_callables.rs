@@ -1,0 +1,29 @@
+// S0108: group members must call one callable.
+use simpler::{In, InOut, Out, callable, task_graph};
+
+#[callable(sub)]
+fn copy(a: In<f32>, mut b: Out<f32>) {
+    b.copy_from_slice(&a);
+}
+
+#[callable(sub)]
+fn inc(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v += 1.0);
+}
+
+#[callable(sub)]
+fn split(a: In<f32>, mut lo: Out<f32>, mut hi: Out<f32>) {
+    lo.copy_from_slice(&a);
+    hi.copy_from_slice(&a);
+}
+
+task_graph! {
+    fn g(x: In<f32>, y0: Out<f32>, y1: Out<f32>, y2: Out<f32>) {
+        group(|| {
+            copy(x, &mut y0).on(sub());
+            split(x, &mut y1, &mut y2).on(sub());
+        });
+    }
+}
+
+fn main() {}
