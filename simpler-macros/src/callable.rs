@@ -4,6 +4,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
@@ -42,13 +43,18 @@ fn parse_options(cx: &mut Ctxt, attr: TokenStream) -> Options {
                     Kind::Orch
                 };
                 if let Some(first) = kind_span {
-                    cx.error(
-                        span,
-                        format!(
-                            "duplicate kind in `#[callable]`: the kind was already given at {} [S0002]\nhelp: give exactly one of `chip`, `sub`, `orch`",
+                    let given = model::squash(p.to_token_stream());
+                    let msg = match opts.kind {
+                        Some(prev) if prev == k => format!(
+                            "duplicate kind `{given}` in `#[callable]` (first given at {}) [S0002]\nhelp: remove one of them",
                             crate::ctxt::at(first)
                         ),
-                    );
+                        prev => format!(
+                            "conflicting kinds `{}` and `{given}` in `#[callable]` [S0002]\nhelp: a callable has exactly one kind: `chip`, `sub` or `orch`",
+                            prev.map_or("?", Kind::keyword)
+                        ),
+                    };
+                    cx.error(span, msg);
                 } else {
                     kind_span = Some(span);
                     opts.kind = Some(k);
@@ -103,7 +109,11 @@ fn analyse(cx: &mut Ctxt, f: &syn::ItemFn, kind: Kind) -> Sig {
     let mut params = Vec::new();
     let mut orchestrates = false;
     if let Some(a) = &f.sig.asyncness {
-        cx.error(a.span(), "a callable cannot be `async` [S0006]".to_string());
+        cx.error(
+            a.span(),
+            "a callable cannot be `async` [S0006]\nhelp: remove `async`; a worker calls it synchronously"
+                .to_string(),
+        );
     }
     if !f.sig.generics.params.is_empty() {
         cx.error(
@@ -116,7 +126,17 @@ fn analyse(cx: &mut Ctxt, f: &syn::ItemFn, kind: Kind) -> Sig {
             cx.error(arg.span(), "a callable cannot take `self` [S0006]".to_string());
             continue;
         };
-        if i == 0 && model::is_orchestrator(&pt.ty) {
+        if model::is_orchestrator(&pt.ty) {
+            if i > 0 {
+                cx.error_spanned(
+                    &pt.ty,
+                    format!(
+                        "the orchestrator must be the first parameter of `{}` [S0005]\nhelp: move `{}` to the front",
+                        f.sig.ident.unraw(),
+                        pt.pat.to_token_stream()
+                    ),
+                );
+            }
             orchestrates = true;
             continue;
         }
@@ -172,7 +192,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let name = &func.sig.ident;
     let desc = descriptor::build(
         kind.code(),
-        &format!("{}::{name}", model::crate_name()),
+        &format!("{}::{}", model::crate_name(), name.unraw()),
         subkind,
         &sig.params,
         &tokens,
@@ -229,7 +249,7 @@ fn rewrite(root: &TokenStream, f: &syn::ItemFn, sig: &Sig, kind: Kind) -> TokenS
 
 /// The function a worker calls with a task's arguments: decodes them and calls the user's fn.
 pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind) -> TokenStream {
-    let fname = name.to_string();
+    let fname = name.unraw().to_string();
     let args = format_ident!("__args", span = model::hidden());
     let mut lets = Vec::new();
     let mut idents = Vec::new();
@@ -237,7 +257,7 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
     let handles = kind == Kind::Orch || sig.orchestrates;
     for p in &sig.params {
         let id = &p.ident;
-        let pname = id.to_string();
+        let pname = id.unraw().to_string();
         idents.push(id.clone());
         match &p.ty {
             ParamTy::Tensor { mode, elem, .. } => {
@@ -307,7 +327,7 @@ pub(crate) fn twin(
     shim: TokenStream,
     extra: TokenStream,
 ) -> TokenStream {
-    let fname = name.to_string();
+    let fname = name.unraw().to_string();
     let path = format!("{}::{fname}", model::crate_name());
     let bytes = syn::LitByteStr::new(&desc.bytes, Span::call_site());
     let digest = desc.digest.iter();
@@ -325,7 +345,7 @@ pub(crate) fn twin(
         (Kind::Orch, _) => quote!(Orchestration),
     };
     let param_items = params.iter().map(|p| {
-        let pname = p.ident.to_string();
+        let pname = p.ident.unraw().to_string();
         let ty = p.type_name();
         let mode = match &p.ty {
             ParamTy::Tensor { mode: Mode::In, .. } => quote!(In),
@@ -340,7 +360,7 @@ pub(crate) fn twin(
     let mut call_body = Vec::new();
     for p in params {
         let id = &p.ident;
-        let pname = id.to_string();
+        let pname = id.unraw().to_string();
         match &p.ty {
             ParamTy::Tensor { mode, elem, .. } => {
                 let (tr, tag) = match mode {
@@ -350,18 +370,19 @@ pub(crate) fn twin(
                 };
                 call_params.push(quote_spanned!(p.decl.span()=> #id: impl #root::#tr<#elem>));
                 call_body.push(quote! {
-                    let #c = #c.__tensor(#root::#tr::<#elem>::tensor(&#id), #root::Tag::#tag, #pname)?;
+                    #c.__tensor(#root::#tr::<#elem>::tensor(&#id), #root::Tag::#tag, #pname)?;
                 });
             }
             ParamTy::Scalar => {
                 let ty = &p.decl;
                 call_params.push(quote!(#id: #ty));
                 let bits = quote_spanned!(ty.span()=> <#ty as #root::Scalar>::to_bits(#id));
-                call_body.push(quote!(let #c = #c.__scalar(#bits);));
+                call_body.push(quote!(#c.__scalar(#bits);));
             }
         }
     }
-    let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname.to_uppercase());
+    // The function's own case: `aB` and `ab` are two functions, so two statics.
+    let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname);
     let linkme_path = quote!(#root::__private::linkme);
     quote! {
         #[doc(hidden)]
@@ -369,7 +390,7 @@ pub(crate) fn twin(
         #vis struct #name {}
 
         #[doc(hidden)]
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, non_upper_case_globals)]
         #[#root::__private::linkme::distributed_slice(#root::__private::CALLABLES)]
         #[linkme(crate = #linkme_path)]
         static #statik: #root::CallableInfo = #root::CallableInfo::__new(
@@ -398,8 +419,10 @@ pub(crate) fn twin(
             pub const INFO: &'static #root::CallableInfo = &#statik;
 
             /// A typed call: arguments in signature order, checked at compile time.
+            #[inline]
             pub fn call(#(#call_params),*) -> #root::Result<#root::Call<#root::kind::#kind_marker>> {
-                let #c = #root::Call::__new(Self::INFO);
+                #[allow(unused_mut)]
+                let mut #c = #root::Call::__new(Self::INFO);
                 #(#call_body)*
                 ::core::result::Result::Ok(#c)
             }

@@ -24,6 +24,12 @@ impl Ctxt {
         }
     }
 
+    /// Records an error that underlines all of `tokens` (not only their first token).
+    pub(crate) fn error_spanned(&mut self, tokens: &dyn quote::ToTokens, message: impl Into<String>) {
+        let message = message.into();
+        self.errors.push(syn::Error::new_spanned(tokens, message));
+    }
+
     /// Records a `syn` parse error.
     pub(crate) fn syn(&mut self, e: syn::Error) {
         self.errors.push(e);

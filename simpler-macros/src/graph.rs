@@ -38,6 +38,8 @@ struct Tensor {
     written_at: Option<Span>,
     /// Out of scope (its `scope` ended).
     dead: bool,
+    /// Already reported: no follow-on errors about it.
+    errored: bool,
 }
 
 /// How one argument of a call uses its tensor.
@@ -59,6 +61,8 @@ struct Lowering {
     next_task: usize,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
+    /// An unsupported statement was seen: end-of-graph checks would only add noise.
+    partial: bool,
 }
 
 pub(crate) fn expand(input: TokenStream) -> TokenStream {
@@ -100,7 +104,25 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
         }
     }
     if !func.sig.generics.params.is_empty() {
-        cx.error(func.sig.generics.span(), "a task graph cannot be generic [S0006]".to_string());
+        cx.error(
+            func.sig.generics.span(),
+            "a task graph cannot be generic [S0006]\nhelp: write one graph per element type".to_string(),
+        );
+    }
+    if let syn::ReturnType::Type(arrow, _) = &func.sig.output {
+        cx.error(
+            arrow.span(),
+            "a task graph returns nothing [S0006]\nhelp: remove the return type; the generated function returns `simpler::Result<()>`".to_string(),
+        );
+    }
+    let qualifiers = [
+        func.sig.asyncness.map(|t| (t.span(), "async")),
+        func.sig.unsafety.map(|t| (t.span(), "unsafe")),
+        func.sig.constness.map(|t| (t.span(), "const")),
+        func.sig.abi.as_ref().map(|a| (a.extern_token.span(), "extern")),
+    ];
+    for (span, word) in qualifiers.into_iter().flatten() {
+        cx.error(span, format!("a task graph cannot be `{word}` [S0006]\nhelp: remove `{word}`"));
     }
 
     let o = format_ident!("__o", span = model::hidden());
@@ -115,6 +137,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
         next_task: 0,
         body: Vec::new(),
         replay: Vec::new(),
+        partial: false,
     };
     for p in &params {
         if let ParamTy::Tensor { mode, .. } = &p.ty {
@@ -200,13 +223,20 @@ fn take_crate_option(cx: &mut Ctxt, func: &mut syn::ItemFn) -> Option<syn::Path>
         }
         let r = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("crate") {
-                if krate.is_some() {
-                    return Err(meta.error("duplicate option `crate` [S0002]"));
+                if let Some((_, first)) = &krate {
+                    return Err(meta.error(format!(
+                        "duplicate option `crate` in `#[simpler(...)]` (first given at {}) [S0002]\nhelp: remove one of them",
+                        at(*first)
+                    )));
                 }
-                krate = Some(meta.value()?.parse::<syn::Path>()?);
+                let span = meta.path.span();
+                krate = Some((meta.value()?.parse::<syn::Path>()?, span));
                 Ok(())
             } else {
-                Err(meta.error("unknown option [S0003]\nhelp: the only option is `crate = path`"))
+                let name = model::squash(meta.path.to_token_stream());
+                Err(meta.error(format!(
+                    "unknown option `{name}` in `#[simpler(...)]` [S0003]\nhelp: the only option is `crate = path`"
+                )))
             }
         });
         if let Err(e) = r {
@@ -214,15 +244,53 @@ fn take_crate_option(cx: &mut Ctxt, func: &mut syn::ItemFn) -> Option<syn::Path>
         }
     }
     func.attrs = keep;
-    krate
+    krate.map(|(p, _)| p)
 }
 
 /// The path's single identifier, if it is one.
 fn single_ident(e: &syn::Expr) -> Option<&syn::Ident> {
-    match e {
+    match unwrap(e) {
         syn::Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),
         _ => None,
     }
+}
+
+/// `e` without surrounding parentheses and invisible groups.
+fn unwrap(mut e: &syn::Expr) -> &syn::Expr {
+    loop {
+        match e {
+            syn::Expr::Paren(p) => e = &p.expr,
+            syn::Expr::Group(g) => e = &g.expr,
+            _ => return e,
+        }
+    }
+}
+
+/// Every identifier in a token stream (to find tensors hidden inside expressions).
+fn idents(ts: TokenStream, out: &mut Vec<proc_macro2::Ident>) {
+    for tt in ts {
+        match tt {
+            proc_macro2::TokenTree::Ident(i) => out.push(i),
+            proc_macro2::TokenTree::Group(g) => idents(g.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// Levenshtein distance, for "a tensor with a similar name exists".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// A `name(|| { ... })` statement: the closure's statements.
@@ -241,9 +309,20 @@ fn block_call<'a>(e: &'a syn::Expr, name: &str) -> Option<&'a [syn::Stmt]> {
     }
 }
 
+/// `f(args)` or `f(args).config(..)` without `.on(..)`.
+fn is_unplaced_call(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Call(c) => matches!(&*c.func, syn::Expr::Path(_)),
+        syn::Expr::MethodCall(m) if m.method == "config" => is_unplaced_call(&m.receiver),
+        _ => false,
+    }
+}
+
 /// A parsed call line: `callee(args)[.config(..)].on(place)`.
 struct CallLine<'a> {
     callee: &'a syn::Expr,
+    /// The span of the argument list's parentheses.
+    paren: Span,
     args: Vec<&'a syn::Expr>,
     mods: Vec<&'a syn::ExprMethodCall>,
     place: &'a syn::Expr,
@@ -271,6 +350,7 @@ fn parse_call_line(e: &syn::Expr) -> Option<CallLine<'_>> {
     mods.reverse();
     Some(CallLine {
         callee: &call.func,
+        paren: call.paren_token.span.join(),
         args: call.args.iter().collect(),
         mods,
         place: &on.args[0],
@@ -290,6 +370,7 @@ impl Lowering {
             readers: Vec::new(),
             written_at: None,
             dead: false,
+            errored: false,
         });
         let id = self.tensors.len() - 1;
         self.scopes.last_mut().expect("a scope").push((name.to_string(), Some(id)));
@@ -313,9 +394,10 @@ impl Lowering {
     }
 
     fn unsupported(&mut self, span: Span) {
+        self.partial = true;
         self.cx.error(
             span,
-            "unsupported statement in `task_graph!` [S0109]\nhelp: a graph body has `let x = alloc::<T>([dims]);`, scalar `let`s, call lines `f(args).on(placement);`, `scope(|| { ... });` and `group(|| { ... });`; for loops and branches write a `#[callable(orch)]` function with the builder API".to_string(),
+            "unsupported statement in `task_graph!` [S0109]\nhelp: a graph body has `let x = alloc::<T>([dims]);`, scalar `let`s, call lines `f(args).on(placement);`, `scope(|| { ... });` and `group(|| { ... });`; for loops and branches, write a `#[callable(orch)]` function with the builder API".to_string(),
         );
     }
 
@@ -336,6 +418,12 @@ impl Lowering {
                     self.group(e.span(), inner);
                 } else if let Some(line) = parse_call_line(e) {
                     self.call(&[line]);
+                } else if is_unplaced_call(e) {
+                    self.partial = true;
+                    self.cx.error(
+                        e.span(),
+                        "this call has no placement [S0109]\nhelp: add `.on(sub())`, `.on(chip(N))` or `.on(worker(N))`".to_string(),
+                    );
                 } else {
                     self.unsupported(e.span());
                 }
@@ -381,6 +469,9 @@ impl Lowering {
                             call.span(),
                             "an intermediate is `alloc::<T>([dim, ...])` [S0109]\nhelp: e.g. `let h = alloc::<f32>([n, 64]);`".to_string(),
                         );
+                        self.partial = true;
+                        let id = self.declare(&ident.to_string(), ident.span(), Origin::Alloc);
+                        self.tensors[id].errored = true;
                         return;
                     };
                     let (root, o, g) = (&self.root, &self.o, &self.g);
@@ -395,6 +486,7 @@ impl Lowering {
             }
         }
         // A scalar binding: passed through; it shadows any tensor of the same name.
+        self.no_hidden_tensors(&init.expr);
         self.body.push(local.to_token_stream());
         self.scopes.last_mut().expect("a scope").push((ident.to_string(), None));
     }
@@ -405,6 +497,10 @@ impl Lowering {
         for (_, t) in scope {
             let Some(id) = t else { continue };
             let t = &self.tensors[id];
+            if t.errored || self.partial {
+                self.tensors[id].dead = !function;
+                continue;
+            }
             match t.origin {
                 Origin::Alloc if !t.name.starts_with('_') => {
                     if !t.written {
@@ -443,13 +539,18 @@ impl Lowering {
 
     /// Classifies one argument: a tensor use, or `None` for a scalar expression.
     fn classify(&mut self, e: &syn::Expr) -> Option<(usize, Use, Span)> {
+        let e = unwrap(e);
         let (inner, use_) = match e {
             syn::Expr::Reference(r) => {
-                (&*r.expr, if r.mutability.is_some() { Use::Write } else { Use::Read })
+                (unwrap(&r.expr), if r.mutability.is_some() { Use::Write } else { Use::Read })
             }
             other => (other, Use::Read),
         };
         let explicit = matches!(e, syn::Expr::Reference(_));
+        if single_ident(inner).is_none() {
+            self.no_hidden_tensors(e);
+            return None;
+        }
         let ident = single_ident(inner)?;
         let name = ident.to_string();
         match self.lookup(&name) {
@@ -472,16 +573,41 @@ impl Lowering {
                         ),
                     );
                 } else if explicit {
-                    self.cx.error(
-                        ident.span(),
-                        format!(
-                            "unknown tensor `{name}` [S0110]\nhelp: tensors are the graph's `In`/`Out`/`InOut` parameters and its `let x = alloc::<T>([..]);` intermediates"
-                        ),
-                    );
+                    let help = match self.similar(&name) {
+                        Some(n) => format!("a tensor with a similar name exists: `{n}`"),
+                        None => "tensors are the graph's `In`/`Out`/`InOut` parameters and its `let x = alloc::<T>([..]);` intermediates".to_string(),
+                    };
+                    self.cx.error(ident.span(), format!("unknown tensor `{name}` [S0110]\nhelp: {help}"));
                 }
                 None
             }
         }
+    }
+
+    /// Refuses live tensors named inside an expression the graph cannot follow.
+    fn no_hidden_tensors(&mut self, e: &syn::Expr) {
+        let mut found = Vec::new();
+        idents(e.to_token_stream(), &mut found);
+        for i in found {
+            if let Some(Some(id)) = self.lookup(&i.to_string()) {
+                self.tensors[id].errored = true;
+                self.cx.error(
+                    i.span(),
+                    format!(
+                        "tensor `{i}` is used inside an expression here, where the graph cannot see whether it is read or written [S0110]\nhelp: pass a tensor directly: `{i}` to read it, `&mut {i}` to write it"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A live tensor whose name is close to `name`.
+    fn similar(&self, name: &str) -> Option<String> {
+        let live = self.scopes.iter().flat_map(|s| s.iter()).filter_map(|(n, t)| t.map(|_| n.clone()));
+        live.map(|n| (distance(&n, name), n))
+            .filter(|(d, n)| *d <= (n.len().max(name.len()) / 3).max(1))
+            .min()
+            .map(|(_, n)| n)
     }
 
     /// A `group(|| { ... })`: one task whose members are the inner call lines.
@@ -497,13 +623,19 @@ impl Lowering {
             }
         }
         if lines.is_empty() {
-            self.cx.error(span, "a `group` needs at least one call line [S0108]".to_string());
+            self.cx.error(span, "a `group` needs at least one call line [S0108]\nhelp: put the members' call lines inside: `group(|| { f(a, &mut y0).on(chip(0)); f(a, &mut y1).on(chip(1)); });`".to_string());
             return;
         }
+        let last = |e: &syn::Expr| match e {
+            syn::Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default(),
+            other => model::squash(other.to_token_stream()),
+        };
         let first = model::squash(lines[0].callee.to_token_stream());
         for l in &lines[1..] {
             let this = model::squash(l.callee.to_token_stream());
-            if this != first {
+            // Different paths to one function (`copy`, `self::copy`) are fine: `submit_group`
+            // also checks the digests at run time.
+            if last(l.callee) != last(lines[0].callee) {
                 self.cx.error(
                     l.callee.span(),
                     format!(
@@ -550,6 +682,7 @@ impl Lowering {
         for (i, &(id, u, span, pos, m)) in uses.iter().enumerate() {
             let name = self.tensors[id].name.clone();
             if u == Use::Write && self.tensors[id].origin == Origin::Param(Mode::In) {
+                self.tensors[id].errored = true;
                 self.cx.error(
                     span,
                     format!(
@@ -606,6 +739,7 @@ impl Lowering {
                         at(t.decl)
                     ),
                 };
+                self.tensors[id].errored = true;
                 self.cx.error(span, msg);
             }
         }
@@ -677,14 +811,24 @@ impl Lowering {
             });
             let deps = if m == 0 { afters.clone() } else { Vec::new() };
             let place = self.placement(line.place);
-            members.push((
-                quote_spanned!(line.span=> #callee::call(#(#args),*)? #(#mods)* #(.after(#deps))*),
-                place,
-            ));
+            let mut list = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
+            list.set_span(line.paren);
+            members
+                .push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)* #(.after(#deps))*), place));
             let target = target_text(line.place);
             let arg_uses = uses.iter().filter(|u| u.4 == m).map(|&(id, _, _, pos, _)| quote!((#pos, #id)));
             replay_members.push(quote!((#target, &[#(#arg_uses),*] as &[(usize, usize)])));
         }
+        // Names the callee as a value too: an unknown name gets rustc's "a function with a
+        // similar name exists".
+        let callee_check: Vec<TokenStream> = lines
+            .iter()
+            .map(|l| {
+                let c = l.callee;
+                quote_spanned!(c.span()=> let _ = #c;)
+            })
+            .collect();
+        self.body.extend(callee_check);
         self.body.extend(asserts);
         if group {
             let items = members.iter().map(|(c, p)| quote!((#c, #p)));
@@ -709,10 +853,27 @@ impl Lowering {
             && (id == "sub" || id == "chip" || id == "worker")
         {
             let args = &c.args;
+            let root = respan(root.clone(), id.span());
             return quote_spanned!(place.span()=> #root::#id(#args));
         }
         place.to_token_stream()
     }
+}
+
+/// `ts` with every token at `span` (so an error about the generated path points at the user's).
+fn respan(ts: TokenStream, span: Span) -> TokenStream {
+    ts.into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut n = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                n.set_span(span);
+                tt = proc_macro2::TokenTree::Group(n);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }
 
 /// The target text of a placement as the engine's DAG capture prints it.

@@ -15,6 +15,15 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The attribute keyword.
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            Kind::Chip => "chip",
+            Kind::Sub => "sub",
+            Kind::Orch => "orch",
+        }
+    }
+
     /// The descriptor's `kind` value (`CallableKind as u32`).
     pub(crate) fn code(self) -> u32 {
         match self {
@@ -90,14 +99,31 @@ pub(crate) fn squash(t: TokenStream) -> String {
     t.to_string().chars().filter(|c| !c.is_whitespace()).collect()
 }
 
+/// Token text for messages: `&mut Orchestrator<'_>`, `Vec<f32>`, `&'a str`.
+pub(crate) fn pretty(t: TokenStream) -> String {
+    let raw = t.to_string();
+    let mut out = raw
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" ,", ",")
+        .replace("& ", "&");
+    if out.ends_with(' ') {
+        out.pop();
+    }
+    out
+}
+
 /// Classifies a parameter type; `None` (with an error recorded) when unsupported.
 pub(crate) fn classify(cx: &mut Ctxt, ty: &syn::Type) -> Option<ParamTy> {
     let syn::Type::Path(tp) = ty else {
-        cx.error(
-            ty.span(),
+        cx.error_spanned(
+            ty,
             format!(
                 "unsupported parameter type `{}` [S0004]\nhelp: a callable takes `In<T>`, `Out<T>`, `InOut<T>` tensors and scalars (u8..u64, i8..i64, usize, isize, f32, f64, bool)",
-                squash(ty.to_token_stream())
+                pretty(ty.to_token_stream())
             ),
         );
         return None;
@@ -124,8 +150,8 @@ pub(crate) fn classify(cx: &mut Ctxt, ty: &syn::Type) -> Option<ParamTy> {
         _ => Vec::new(),
     };
     if elems.len() != 1 {
-        cx.error(
-            ty.span(),
+        cx.error_spanned(
+            ty,
             format!(
                 "`{}` needs exactly one element type [S0004]\nhelp: write `{}<f32>`",
                 mode.name(),

@@ -208,7 +208,8 @@ impl Placement<OrchCallable> for WorkerId {
 pub struct Call<K: Kind> {
     info: &'static CallableInfo,
     args: TaskArgs,
-    config: CallConfig,
+    /// `None` is the default: a `Call` stays small (the config is 1144 bytes) and moves cheaply.
+    config: Option<Box<CallConfig>>,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -220,22 +221,24 @@ impl<K: Kind> std::fmt::Debug for Call<K> {
 
 impl<K: Kind> Call<K> {
     #[doc(hidden)]
+    #[inline]
     pub fn __new(info: &'static CallableInfo) -> Call<K> {
-        Call { info, args: TaskArgs::new(), config: CallConfig::DEFAULT, _kind: PhantomData }
+        Call { info, args: TaskArgs::new(), config: None, _kind: PhantomData }
     }
 
     #[doc(hidden)]
-    pub fn __tensor(mut self, tensor: &Tensor, tag: Tag, param: &'static str) -> Result<Call<K>> {
+    #[inline]
+    pub fn __tensor(&mut self, tensor: &Tensor, tag: Tag, param: &'static str) -> Result<()> {
         if let Err(e) = self.args.add_tensor(tensor, tag) {
             return Err(e.context(format!("`{}` argument `{param}`", self.info.name)));
         }
-        Ok(self)
+        Ok(())
     }
 
     #[doc(hidden)]
-    pub fn __scalar(mut self, bits: u64) -> Call<K> {
+    #[inline]
+    pub fn __scalar(&mut self, bits: u64) {
         self.args.scalar(bits);
-        self
     }
 
     /// The per-task configuration ([`CallConfig::default`] unless set).
@@ -249,7 +252,7 @@ impl<K: Kind> Call<K> {
     /// # Ok(()) }
     /// ```
     pub fn config(mut self, config: CallConfig) -> Call<K> {
-        self.config = config;
+        self.config = Some(Box::new(config));
         self
     }
 
@@ -313,13 +316,19 @@ impl<K: Kind> Call<K> {
     /// # let _ = task; Ok(()) }
     /// ```
     #[track_caller]
+    #[inline]
     pub fn on(self, orch: &mut Orchestrator<'_>, place: impl Placement<K>) -> Result<TaskHandle> {
         let handle = self.info.handle();
         match place.worker_id() {
             None => orch.submit_sub(handle, self.args),
-            Some(w) => orch.submit_next_level(handle, self.args, self.config, w),
+            Some(w) => orch.submit_next_level(handle, self.args, config_of(self.config), w),
         }
     }
+}
+
+/// The configuration a `Call` carries (`None`: the default).
+fn config_of(config: Option<Box<CallConfig>>) -> CallConfig {
+    config.map_or(CallConfig::DEFAULT, |c| *c)
 }
 
 impl Orchestrator<'_> {
@@ -360,7 +369,7 @@ impl Orchestrator<'_> {
             return Err(Error::invalid("submit_group: the group has no members"));
         };
         let info = first.info;
-        let config = first.config;
+        let config = first.config.as_deref().copied().unwrap_or(CallConfig::DEFAULT);
         let sub = members[0].1.worker_id().is_none();
         let mut workers: SmallVec<[u32; 8]> = SmallVec::new();
         let mut args_list = Vec::with_capacity(members.len());
@@ -430,7 +439,7 @@ impl Call<OrchCallable> {
     /// ```
     pub fn run(self, worker: &crate::Worker) -> Result<()> {
         let f = self.entry()?;
-        worker.run(f, self.args, self.config)
+        worker.run(f, self.args, config_of(self.config))
     }
 
     /// Submits this orchestration callable as a run of `worker` without waiting.
@@ -450,7 +459,7 @@ impl Call<OrchCallable> {
     /// ```
     pub fn submit(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
         let f = self.entry()?;
-        worker.submit(f, self.args, self.config)
+        worker.submit(f, self.args, config_of(self.config))
     }
 
     /// Like [`submit`](Call::submit), and records the run's DAG, to compare with the graph's
@@ -472,7 +481,7 @@ impl Call<OrchCallable> {
     /// ```
     pub fn submit_captured(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
         let f = self.entry()?;
-        worker.submit_captured(f, self.args, self.config)
+        worker.submit_captured(f, self.args, config_of(self.config))
     }
 }
 
@@ -505,6 +514,6 @@ impl Call<ChipCallable> {
     /// # }
     /// ```
     pub fn run(self, worker: &crate::Worker) -> Result<()> {
-        worker.run_callable(self.info.handle(), self.args, self.config)
+        worker.run_callable(self.info.handle(), self.args, config_of(self.config))
     }
 }

@@ -93,6 +93,11 @@ pub fn orch_scalar<S: Scalar>(args: &TaskArgs, i: usize, callable: &str, param: 
 
 /// What a `#[callable]` may return: nothing, or a `Result` whose error converts into a boxed
 /// error.
+#[diagnostic::on_unimplemented(
+    message = "a callable returns `()` or `Result<(), E>`, not `{Self}`",
+    label = "unsupported return type",
+    note = "a task's outcome is success or an error: return `()`, or `Result<(), E>` where `E` converts into `Box<dyn Error + Send + Sync>` (`String`, `&str`, any error type)"
+)]
 pub trait CallableReturn {
     /// As a host function's result.
     fn into_host(self) -> HostResult;

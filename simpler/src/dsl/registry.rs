@@ -182,6 +182,7 @@ impl CallableInfo {
     /// let h = look::INFO.handle();
     /// assert_eq!((h.name(), h.digest()), ("look", look::DIGEST));
     /// ```
+    #[inline]
     pub fn handle(&self) -> &CallableHandle {
         self.handle.get_or_init(|| CallableHandle::new(self.digest, self.kind, self.name))
     }

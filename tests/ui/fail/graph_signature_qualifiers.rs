@@ -1,0 +1,20 @@
+// A task graph returns nothing and is a plain fn (S0006).
+use simpler::{In, InOut, Out, callable, task_graph};
+
+#[callable(sub)]
+fn copy(a: In<f32>, mut b: Out<f32>) {
+    b.copy_from_slice(&a);
+}
+
+#[callable(sub)]
+fn inc(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v += 1.0);
+}
+
+task_graph! {
+    async fn g(x: In<f32>, y: Out<f32>) -> u32 {
+        copy(x, &mut y).on(sub());
+    }
+}
+
+fn main() {}

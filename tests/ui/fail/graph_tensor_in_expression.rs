@@ -1,0 +1,24 @@
+// S0110: a tensor inside an expression hides whether it is read or written.
+use simpler::{In, InOut, Out, callable, task_graph};
+
+#[callable(sub)]
+fn copy(a: In<f32>, mut b: Out<f32>) {
+    b.copy_from_slice(&a);
+}
+
+#[callable(sub)]
+fn inc(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v += 1.0);
+}
+
+task_graph! {
+    fn g(x: In<f32>, y: Out<f32>, z: Out<f32>) {
+        let h = alloc::<f32>([16]);
+        copy(x, &mut h).on(sub());
+        copy(h, &mut y).on(sub());
+        let r = h.read_only();
+        copy(h, &mut z).on(sub());
+    }
+}
+
+fn main() {}
