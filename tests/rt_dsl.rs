@@ -53,7 +53,7 @@ fn twice(mut x: InOut<f32>) {
 
 /// A chip orchestration: `y = 2 * (a + b)` as two dependent kernels on the chip's cores.
 #[callable(chip)]
-fn add_then_double(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: InOut<f32>) -> simpler::Result<()> {
+fn add_then_double(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>) -> simpler::Result<()> {
     vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0))?;
     twice::call(&mut y)?.on(o, simpler::chip(1))?;
     Ok(())
