@@ -528,3 +528,13 @@ fn tensor_of_checks_the_element_type() {
     let err = TensorOf::<f32>::new(buf.tensor(&[16], DataType::Int32).unwrap()).unwrap_err();
     assert!(err.to_string().contains("i32 elements cannot be typed as TensorOf<f32>"), "{err}");
 }
+
+/// The digest of the fixture, as every build computes it: a build that hashed anything but
+/// the source (an address, a time, a random seed) would change it. Recompute it only when the
+/// fixture, the descriptor layout or the pinned toolchain changes.
+const FIXTURE_DIGEST: &str = "sha256:f7074f4536940f0c7e2dd95b5928bc0b2aa5c38722759a3c81c972e2a7930bae";
+
+#[test]
+fn the_digest_is_the_same_in_every_build() {
+    assert_eq!(first::fixture::DIGEST.to_string(), FIXTURE_DIGEST);
+}
