@@ -48,3 +48,75 @@ pub struct ReferenceDescriptor;
 
 #[doc = include_str!("../../book/src/reference-mailbox.md")]
 pub struct ReferenceMailbox;
+
+/// Error code S0001.
+#[doc = include_str!("../../book/src/errors/S0001.md")]
+pub struct ErrorS0001;
+
+/// Error code S0002.
+#[doc = include_str!("../../book/src/errors/S0002.md")]
+pub struct ErrorS0002;
+
+/// Error code S0003.
+#[doc = include_str!("../../book/src/errors/S0003.md")]
+pub struct ErrorS0003;
+
+/// Error code S0004.
+#[doc = include_str!("../../book/src/errors/S0004.md")]
+pub struct ErrorS0004;
+
+/// Error code S0005.
+#[doc = include_str!("../../book/src/errors/S0005.md")]
+pub struct ErrorS0005;
+
+/// Error code S0006.
+#[doc = include_str!("../../book/src/errors/S0006.md")]
+pub struct ErrorS0006;
+
+/// Error code S0101.
+#[doc = include_str!("../../book/src/errors/S0101.md")]
+pub struct ErrorS0101;
+
+/// Error code S0102.
+#[doc = include_str!("../../book/src/errors/S0102.md")]
+pub struct ErrorS0102;
+
+/// Error code S0103.
+#[doc = include_str!("../../book/src/errors/S0103.md")]
+pub struct ErrorS0103;
+
+/// Error code S0104.
+#[doc = include_str!("../../book/src/errors/S0104.md")]
+pub struct ErrorS0104;
+
+/// Error code S0106.
+#[doc = include_str!("../../book/src/errors/S0106.md")]
+pub struct ErrorS0106;
+
+/// Error code S0107.
+#[doc = include_str!("../../book/src/errors/S0107.md")]
+pub struct ErrorS0107;
+
+/// Error code S0108.
+#[doc = include_str!("../../book/src/errors/S0108.md")]
+pub struct ErrorS0108;
+
+/// Error code S0109.
+#[doc = include_str!("../../book/src/errors/S0109.md")]
+pub struct ErrorS0109;
+
+/// Error code S0110.
+#[doc = include_str!("../../book/src/errors/S0110.md")]
+pub struct ErrorS0110;
+
+/// Error code S0111.
+#[doc = include_str!("../../book/src/errors/S0111.md")]
+pub struct ErrorS0111;
+
+/// Error code S0112.
+#[doc = include_str!("../../book/src/errors/S0112.md")]
+pub struct ErrorS0112;
+
+/// The error-code index.
+#[doc = include_str!("../../book/src/errors/README.md")]
+pub struct ErrorCodes;
