@@ -1,88 +1,90 @@
-//! An L4 Worker driving two L3 Workers, each in its own process: one with chips, one with SUB
-//! workers. The L4 graph has an edge between the two L3 tasks, inferred from a shared buffer.
+//! An L4 Worker driving two L3 Workers, each in its own process: one with a chip, one with SUB
+//! workers. The L4 graph places an orchestration callable on each L3 with `worker(N)`: a
+//! `task_graph!` on the first, a `#[callable(orch)]` function (which may loop) on the second.
+//! Each runs as one task of the L4 run and as a run of its own on its L3. The second waits for
+//! the first because it updates what the first wrote: an edge inferred like any other.
 //!
 //! Run it with `cargo run --example l4_two_l3`.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
-use simpler::{
-    CallConfig, ChipFn, DataType, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, Result,
-    TaskArgs, Worker,
-};
+use std::process::ExitCode;
 
-const N: usize = 1024;
+use simpler::{In, InOut, Level, Orchestrator, Out, Worker, callable, sub, task_graph};
 
-fn vadd(args: &HostArgs<'_>) -> HostResult {
-    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+const N: u32 = 1024;
+
+/// `out = a + b` on a chip.
+#[callable(chip)]
+fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
     for i in 0..out.len() {
         out[i] = a[i] + b[i];
     }
-    Ok(())
 }
 
-fn square(args: &HostArgs<'_>) -> HostResult {
-    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-    for i in 0..out.len() {
-        out[i] = x[i] * x[i];
+/// `x = x * x` on a SUB worker.
+#[callable(sub)]
+fn square(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v *= *v);
+}
+
+/// `x += 1` on a SUB worker.
+#[callable(sub)]
+fn inc(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v += 1.0);
+}
+
+task_graph! {
+    /// Runs on the L3 with a chip.
+    fn add_on_chip(a: In<f32>, b: In<f32>, out: Out<f32>) {
+        vadd(a, b, &mut out).on(chip(0));
+    }
+}
+
+/// Runs on the L3 with SUB workers: `x = x * x + times`, with a loop, which a graph cannot have.
+#[callable(orch)]
+fn square_then_inc(o: &mut Orchestrator<'_>, x: InOut<f32>, times: u32) -> simpler::Result<()> {
+    square::call(&mut x)?.on(o, sub())?;
+    for _ in 0..times {
+        inc::call(&mut x)?.on(o, sub())?; // each waits for the one before: InOut after InOut
     }
     Ok(())
 }
 
-/// Runs on the L3 with chips: `out = a + b` on chip 0.
-fn add_on_chip(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
-    let mut a = TaskArgs::new();
-    a.input(args.tensor(0).expect("a"))?
-        .input(args.tensor(1).expect("b"))?
-        .output(args.tensor(2).expect("out"))?;
-    orch.submit_next_level(&ChipFn::kernel("vadd", vadd).handle(), a, CallConfig::default(), 0).map(|_| ())
+task_graph! {
+    /// The L4 graph: `y = (a + b)^2 + 3`, across both L3 Workers.
+    fn across(a: In<f32>, b: In<f32>, y: Out<f32>) {
+        add_on_chip(a, b, &mut y).on(worker(0));
+        square_then_inc(&mut y, 3).on(worker(1));
+    }
 }
 
-/// Runs on the L3 with SUB workers: `out = x * x`.
-fn square_on_host(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
-    let mut a = TaskArgs::new();
-    a.input(args.tensor(0).expect("x"))?.output(args.tensor(1).expect("out"))?;
-    orch.submit_sub(&HostFn::new("square", square).handle(), a).map(|_| ())
-}
-
-fn main() -> simpler::Result<()> {
-    let mut chips = Worker::builder().chips(1).chip_memory(16 << 20).build()?;
-    chips.register_chip(ChipFn::kernel("vadd", vadd))?;
-    let mut hosts = Worker::builder().sub_workers(2).build()?;
-    hosts.register(HostFn::new("square", square))?;
-
+fn main() -> simpler::Result<ExitCode> {
+    let chips = Worker::builder().chips(1).chip_memory(16 << 20).build()?;
+    let hosts = Worker::builder().sub_workers(2).build()?;
     let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    let w_chips = l4.add_worker(chips)?;
-    let w_hosts = l4.add_worker(hosts)?;
-    let add = l4.register_orch(OrchFn::new("add_on_chip", add_on_chip))?;
-    let sq = l4.register_orch(OrchFn::new("square_on_host", square_on_host))?;
-    l4.init()?; // forks both L3 Workers; each starts its own children first
+    assert_eq!(l4.add_worker(chips)?, 0); // worker(0)
+    assert_eq!(l4.add_worker(hosts)?, 1); // worker(1)
+    l4.init()?; // forks both L3 Workers; each forks its own children and registers every #[callable]
 
-    let bufs: Vec<_> = (0..4).map(|_| l4.create_buffer(N * 4)).collect::<Result<_>>()?;
-    bufs[0].write(0, &vec![1.0f32; N])?;
-    bufs[1].write(0, &vec![2.0f32; N])?;
-    let t: Vec<_> = bufs.iter().map(|b| b.tensor(&[N as u32], DataType::Float32)).collect::<Result<_>>()?;
+    let n = N as usize;
+    let (ba, bb, by) = (l4.create_buffer(4 * n)?, l4.create_buffer(4 * n)?, l4.create_buffer(4 * n)?);
+    ba.write(0, &vec![1.0f32; n])?;
+    bb.write(0, &vec![2.0f32; n])?;
+    let (a, b, mut y) = (ba.typed::<f32>(&[N])?, bb.typed::<f32>(&[N])?, by.typed::<f32>(&[N])?);
 
-    let run = l4.submit_captured(
-        |orch, _, _| {
-            let mut x = TaskArgs::new();
-            x.input(&t[0])?.input(&t[1])?.output(&t[2])?;
-            orch.submit_next_level(&add, x, CallConfig::default(), w_chips)?;
-            let mut y = TaskArgs::new();
-            y.input(&t[2])?.output(&t[3])?; // waits for the chip task: read-after-write
-            orch.submit_next_level(&sq, y, CallConfig::default(), w_hosts)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    let run = across::call(&a, &b, &mut y)?.submit_captured(&l4)?;
     run.wait()?;
-    println!("L4 DAG:\n{}", run.dag().expect("captured").to_dot());
-    let got = bufs[3].read::<f32>(0, N)?;
+    let dag = run.dag().expect("submitted with capture");
+    println!("the L4 run's DAG:\n{}", dag.to_dot());
+    let matches = across::graph().matches(&dag);
+    let got = by.read::<f32>(0, n)?;
     l4.close()?; // closes both L3 Workers and their children
-    if got.iter().any(|&v| v != 9.0) {
-        eprintln!("FAILED: expected (1 + 2)^2 = 9 everywhere");
-        std::process::exit(1);
+
+    if !matches || got.iter().any(|&v| v != 12.0) {
+        eprintln!("FAILED: the DAG matches the graph: {matches}; expected (1 + 2)^2 + 3 = 12 everywhere");
+        return Ok(ExitCode::FAILURE);
     }
-    println!("(1 + 2)^2 = 9 in all {N} elements, computed across two L3 Workers");
-    Ok(())
+    println!("result check: (1 + 2)^2 + 3 = 12 in all {n} elements, computed across two L3 Workers");
+    Ok(ExitCode::SUCCESS)
 }

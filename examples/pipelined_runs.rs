@@ -1,82 +1,80 @@
-//! Pipelined runs: while one run executes, the next one is already built; each `RunHandle` is
-//! waited on separately, and a failing run does not affect the others.
+//! Pipelined runs: `submit` starts a run and returns its `RunHandle` at once, so the next run is
+//! built while the first executes; each handle is waited on separately and has its own result
+//! and stats. `pipeline_depth(2)` allows two runs in flight: the third `submit` waits until
+//! the first is done. A failing run does not affect the others.
 //!
 //! Run it with `cargo run --example pipelined_runs`.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
-use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+use std::process::ExitCode;
 
-/// `x[i] = x[i] * 2 + 1`, in place.
-fn step(args: &HostArgs<'_>) -> HostResult {
-    for v in args.output::<u64>(0)? {
-        *v = *v * 2 + 1;
-    }
-    Ok(())
+use simpler::{In, InOut, Worker, callable, task_graph};
+
+const N: u32 = 64;
+
+/// `x = 2x + 1`, in place.
+#[callable(sub)]
+fn step(mut x: InOut<u64>) {
+    x.iter_mut().for_each(|v| *v = *v * 2 + 1);
 }
 
-/// Fails on purpose when scalar 0 is 1.
-fn maybe_fail(args: &HostArgs<'_>) -> HostResult {
-    if args.scalar(0)? == 1 {
-        return Err("asked to fail".into());
+/// Checks that `x` is all `want`; fails its task when asked to.
+#[callable(sub)]
+fn verify(x: In<u64>, want: u64, fail: bool) -> Result<(), String> {
+    if fail {
+        return Err("asked to fail".to_string());
     }
-    Ok(())
+    match x.iter().position(|&v| v != want) {
+        Some(i) => Err(format!("x[{i}] = {}, want {want}", x[i])),
+        None => Ok(()),
+    }
 }
 
-fn main() -> simpler::Result<()> {
+task_graph! {
+    /// Four steps in a chain (each updates what the one before wrote), then a check.
+    fn four_steps(x: InOut<u64>, fail: bool) {
+        step(&mut x).on(sub());
+        step(&mut x).on(sub());
+        step(&mut x).on(sub());
+        step(&mut x).on(sub());
+        verify(x, 15, fail).on(sub());
+    }
+}
+
+fn main() -> simpler::Result<ExitCode> {
     let mut worker = Worker::builder().sub_workers(2).pipeline_depth(2).build()?;
-    let step = worker.register(HostFn::new("step", step))?;
-    let maybe_fail = worker.register(HostFn::new("maybe_fail", maybe_fail))?;
     worker.init()?;
 
-    let buffers: Vec<_> = (0..3).map(|_| worker.create_buffer(8 * 64)).collect::<Result<_, _>>()?;
-    let tensors: Vec<_> =
-        buffers.iter().map(|b| b.tensor(&[64], DataType::Uint64)).collect::<Result<_, _>>()?;
-
-    // Three runs: each applies `step` four times (a chain through InOut), run 1 also fails on
-    // purpose. The third submit waits until the first run is done (depth 2).
+    let buffers: Vec<_> =
+        (0..3).map(|_| worker.create_buffer(8 * N as usize)).collect::<simpler::Result<_>>()?;
+    // Three runs, one buffer each; run 1 fails on purpose, after its chain.
     let mut handles = Vec::new();
-    for (r, t) in tensors.iter().enumerate() {
-        let handle = worker.submit(
-            |orch, _args, _cfg| {
-                for _ in 0..4 {
-                    let mut args = TaskArgs::new();
-                    args.inout(t)?;
-                    orch.submit_sub(&step, args)?;
-                }
-                let mut args = TaskArgs::new();
-                args.scalar(r as u64);
-                orch.submit_sub(&maybe_fail, args)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )?;
-        handles.push(handle);
+    for (r, buf) in buffers.iter().enumerate() {
+        let mut x = buf.typed::<u64>(&[N])?;
+        handles.push(four_steps::call(&mut x, r == 1)?.submit(&worker)?); // returns at once
     }
 
     let mut ok = true;
     for (r, handle) in handles.iter().enumerate() {
-        let result = handle.wait();
+        let result = handle.wait().map_err(|e| e.to_string());
         let stats = handle.stats().expect("finished");
-        println!(
-            "run {} ({} tasks, {:?}): {:?}",
-            handle.id(),
-            stats.tasks,
-            stats.wall,
-            result.as_ref().map_err(|e| e.to_string())
-        );
-        ok &= result.is_ok() == (r != 1);
+        let (id, wall) = (handle.id(), stats.wall);
+        println!("run {r} (id {id}): {} tasks, {} failed, {wall:?}: {result:?}", stats.tasks, stats.failed);
+        ok &= match r {
+            1 => result.is_err_and(|e| e.contains("asked to fail")),
+            _ => result.is_ok(),
+        };
     }
     for b in &buffers {
         // 0 -> 1 -> 3 -> 7 -> 15 in every run, the failing one included (its chain ran first).
-        ok &= b.read::<u64>(0, 64)?.iter().all(|&v| v == 15);
+        ok &= b.read::<u64>(0, N as usize)?.iter().all(|&v| v == 15);
     }
     worker.close()?;
     if !ok {
         eprintln!("FAILED: unexpected results");
-        std::process::exit(1);
+        return Ok(ExitCode::FAILURE);
     }
-    println!("result check: all runs as expected");
-    Ok(())
+    println!("result check: runs 0 and 2 passed, run 1 failed alone, and every chain ran");
+    Ok(ExitCode::SUCCESS)
 }

@@ -538,3 +538,44 @@ const FIXTURE_DIGEST: &str = "sha256:f7074f4536940f0c7e2dd95b5928bc0b2aa5c387227
 fn the_digest_is_the_same_in_every_build() {
     assert_eq!(first::fixture::DIGEST.to_string(), FIXTURE_DIGEST);
 }
+
+#[callable(orch)]
+fn l3_add_then_inc(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>) -> simpler::Result<()> {
+    add::call(&a, &b, &mut y, 1.0)?.on(o, simpler::sub())?;
+    inc::call(&mut y)?.on(o, simpler::sub())?; // reads back the output this run wrote
+    Ok(())
+}
+
+#[test]
+fn an_orchestration_reads_back_its_own_output_one_level_down() {
+    let subs = Worker::builder().sub_workers(1).build().unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(subs).unwrap();
+    rig.init();
+    let (_ba, a) = filled(&rig, 1.0);
+    let (_bb, b) = filled(&rig, 2.0);
+    let (by, mut y) = filled(&rig, 0.0);
+    rig.run(
+        |o, _, _| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ()),
+        TaskArgs::new(),
+        CallConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(read(&by), vec![4.0; N as usize]);
+}
+
+#[test]
+fn a_config_on_a_sub_placement_is_refused() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let (_bx, mut x) = filled(&rig, 1.0);
+    let cfg = CallConfig { aicpu_thread_num: 4, ..CallConfig::default() };
+    let err = rig
+        .run(
+            |o, _, _| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ()),
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("takes no CallConfig"), "{err}");
+}

@@ -9,6 +9,17 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::Result;
 
 /// An orchestration function as a plain `fn` pointer: what a nested Worker runs for a task.
+///
+/// ```
+/// use simpler::{CallConfig, OrchFnPtr, Orchestrator, TaskArgs};
+///
+/// fn step(_: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+///     assert_eq!(args.tensor_count(), 0);
+///     Ok(())
+/// }
+/// let f: OrchFnPtr = step;
+/// assert_eq!(simpler::OrchFn::new("step", f).name(), "step");
+/// ```
 pub type OrchFnPtr = for<'a, 'b> fn(&'a mut Orchestrator<'b>, &TaskArgs, &CallConfig) -> Result<()>;
 
 /// An orchestration function to register on an L4 (or higher) Worker: its NEXT_LEVEL workers

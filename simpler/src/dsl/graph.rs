@@ -79,7 +79,7 @@ impl TaskGraph {
     /// assert!(simpler::TaskGraph::default().to_dot().starts_with("digraph"));
     /// ```
     pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph graph {\n  rankdir=LR;\n");
+        let mut s = String::from("digraph task_graph {\n  rankdir=LR;\n");
         for n in self.graph.node_indices() {
             let t = &self.graph[n];
             let _ = writeln!(s, "  t{} [label=\"{}: {}\\n{}\"];", t.index, t.index, t.callable, t.target);

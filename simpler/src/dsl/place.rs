@@ -13,6 +13,17 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, Result};
 
 /// Kind markers: the type parameter of [`Call`] and [`Placement`].
+///
+/// ```
+/// use simpler::{callable, kind::HostCallable, Call, In};
+///
+/// #[callable(sub)]
+/// fn look(x: In<f32>) {
+///     let _ = x;
+/// }
+/// // `look::call(..)` returns a `Call<HostCallable>`, which only `sub()` can place.
+/// fn _takes(_: simpler::Result<Call<HostCallable>>) {}
+/// ```
 pub mod kind {
     use crate::callable::identity::CallableKind;
 
@@ -241,7 +252,9 @@ impl<K: Kind> Call<K> {
         self.args.scalar(bits);
     }
 
-    /// The per-task configuration ([`CallConfig::default`] unless set).
+    /// The per-task configuration ([`CallConfig::default`] unless set). Only next-level
+    /// placements (chips, nested Workers) take one: placing a call that carries a config on
+    /// `sub()` is an error, and the members of a group must carry the same config.
     ///
     /// ```no_run
     /// # use simpler::{callable, chip, In, Out, TensorOf, CallConfig};
@@ -320,6 +333,10 @@ impl<K: Kind> Call<K> {
     pub fn on(self, orch: &mut Orchestrator<'_>, place: impl Placement<K>) -> Result<TaskHandle> {
         let handle = self.info.handle();
         match place.worker_id() {
+            None if self.config.is_some() => Err(Error::invalid(format!(
+                "`{}`: a host function runs on a SUB worker, which takes no CallConfig; remove `.config(..)`",
+                self.info.name
+            ))),
             None => orch.submit_sub(handle, self.args),
             Some(w) => orch.submit_next_level(handle, self.args, config_of(self.config), w),
         }
@@ -370,6 +387,13 @@ impl Orchestrator<'_> {
         };
         let info = first.info;
         let config = first.config.as_deref().copied().unwrap_or(CallConfig::DEFAULT);
+        if members.iter().any(|(c, _)| c.config.as_deref().copied().unwrap_or(CallConfig::DEFAULT) != config)
+        {
+            return Err(Error::invalid(format!(
+                "submit_group of `{}`: the members carry different CallConfigs; a group task has one",
+                info.name
+            )));
+        }
         let sub = members[0].1.worker_id().is_none();
         let mut workers: SmallVec<[u32; 8]> = SmallVec::new();
         let mut args_list = Vec::with_capacity(members.len());
