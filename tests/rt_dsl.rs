@@ -8,7 +8,7 @@ mod common;
 use common::Rig;
 use simpler::{
     CallConfig, CallableInfo, CallableKind, DataType, Digest, EdgeReason, In, InOut, Level, Orchestrator,
-    Out, ParamMode, RunDag, TaskArgs, TensorOf, Worker, callable, task_graph,
+    Out, ParamMode, RunDag, TaskArgs, Tensor, TensorOf, Worker, callable, task_graph,
 };
 
 const N: u32 = 64;
@@ -166,6 +166,20 @@ fn dot_lines(dot: &str) -> Vec<String> {
     lines
 }
 
+/// `add` submitted with the plain API: the tags written by hand.
+fn plain_add(o: &mut Orchestrator<'_>, a: &Tensor, b: &Tensor, out: &Tensor, k: f32) -> simpler::Result<()> {
+    let mut x = TaskArgs::new();
+    x.input(a)?.input(b)?.output(out)?.scalar_f32(k);
+    o.submit_sub(handle(add::INFO), x).map(|_| ())
+}
+
+/// `inc` submitted with the plain API.
+fn plain_inc(o: &mut Orchestrator<'_>, t: &Tensor) -> simpler::Result<()> {
+    let mut x = TaskArgs::new();
+    x.inout(t)?;
+    o.submit_sub(handle(inc::INFO), x).map(|_| ())
+}
+
 fn handle(info: &'static CallableInfo) -> &'static simpler::CallableHandle {
     info.handle()
 }
@@ -191,16 +205,9 @@ fn chain_matches_the_hand_written_run() {
         .submit_captured(
             |o, _, _| {
                 let t1 = o.alloc(&[64], DataType::Float32)?;
-                let mut x = TaskArgs::new();
-                x.input(&ta)?.input(&tb)?.output(&t1)?.scalar_f32(1.0);
-                o.submit_sub(handle(add::INFO), x)?;
-                let mut x = TaskArgs::new();
-                x.inout(&t1)?;
-                o.submit_sub(handle(inc::INFO), x)?;
-                let mut x = TaskArgs::new();
-                x.input(&t1)?.input(&t1)?.output(&ty)?.scalar_f32(0.5);
-                o.submit_sub(handle(add::INFO), x)?;
-                Ok(())
+                plain_add(o, &ta, &tb, &t1, 1.0)?;
+                plain_inc(o, &t1)?;
+                plain_add(o, &t1, &t1, &ty, 0.5)
             },
             TaskArgs::new(),
             CallConfig::default(),
@@ -233,12 +240,9 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
             |o, _, _| {
                 let t1 = o.alloc(&[N], DataType::Float32)?;
                 let t2 = o.alloc(&[N], DataType::Float32)?;
-                for (x0, x1, out, k) in [(&ta, &tb, &t1, 1.0), (&tb, &ta, &t2, 2.0), (&t1, &t2, &ty, 1.0)] {
-                    let mut x = TaskArgs::new();
-                    x.input(x0)?.input(x1)?.output(out)?.scalar_f32(k);
-                    o.submit_sub(handle(add::INFO), x)?;
-                }
-                Ok(())
+                plain_add(o, &ta, &tb, &t1, 1.0)?;
+                plain_add(o, &tb, &ta, &t2, 2.0)?;
+                plain_add(o, &t1, &t2, &ty, 1.0)
             },
             TaskArgs::new(),
             CallConfig::default(),
@@ -337,13 +341,8 @@ fn write_after_read_is_ordered_by_the_macro_and_not_by_tags_alone() {
     let plain = rig
         .submit_captured(
             |o, _, _| {
-                let mut x = TaskArgs::new();
-                x.input(&ta)?.input(&th)?.output(&ty)?.scalar_f32(1.0);
-                o.submit_sub(handle(add::INFO), x)?;
-                let mut x = TaskArgs::new();
-                x.inout(&th)?;
-                o.submit_sub(handle(inc::INFO), x)?;
-                Ok(())
+                plain_add(o, &ta, &th, &ty, 1.0)?;
+                plain_inc(o, &th)
             },
             TaskArgs::new(),
             CallConfig::default(),

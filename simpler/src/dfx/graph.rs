@@ -211,27 +211,32 @@ impl RunDag {
     /// # Ok(()) }
     /// ```
     pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph run {\n  rankdir=LR;\n");
-        for n in self.graph.node_indices() {
-            let t = &self.graph[n];
-            let _ = writeln!(s, "  t{} [label=\"{}: {}\\n{}\"];", t.index, t.index, t.callable, t.target);
-        }
-        for e in self.graph.edge_indices() {
-            let (a, b) = self.graph.edge_endpoints(e).expect("edge exists");
-            let label = match self.graph[e] {
-                EdgeReason::Tensor { arg, buffer } => format!("arg {arg} ({})", buffer.buffer_id()),
-                EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
-                EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
-            };
-            let _ =
-                writeln!(s, "  t{} -> t{} [label=\"{label}\"];", self.graph[a].index, self.graph[b].index);
-        }
-        s.push_str("}\n");
-        s
+        to_dot("run", &self.graph, |reason| match reason {
+            EdgeReason::Tensor { arg, buffer } => format!("arg {arg} ({})", buffer.buffer_id()),
+            EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
+            EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
+        })
     }
 }
 
 /// Capture buffer filled by the Orchestrator.
+/// DOT text of a task graph named `name`: one node per task (`index: callable` over its
+/// target), one edge per dependency labelled by `label`. Shared by run DAGs and task graphs, so
+/// the two exports line up.
+pub(crate) fn to_dot<E>(name: &str, graph: &DiGraph<TaskNode, E>, label: impl Fn(&E) -> String) -> String {
+    let mut s = format!("digraph {name} {{\n  rankdir=LR;\n");
+    for n in graph.node_indices() {
+        let t = &graph[n];
+        let _ = writeln!(s, "  t{} [label=\"{}: {}\\n{}\"];", t.index, t.index, t.callable, t.target);
+    }
+    for e in graph.edge_indices() {
+        let (a, b) = graph.edge_endpoints(e).expect("edge exists");
+        let _ = writeln!(s, "  t{} -> t{} [label=\"{}\"];", graph[a].index, graph[b].index, label(&graph[e]));
+    }
+    s.push_str("}\n");
+    s
+}
+
 #[derive(Default)]
 pub(crate) struct DagCapture {
     nodes: Vec<TaskNode>,

@@ -2,7 +2,6 @@
 //! computed with the engine's own rules, as a `petgraph` graph with DOT export.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -79,22 +78,10 @@ impl TaskGraph {
     /// assert!(simpler::TaskGraph::default().to_dot().starts_with("digraph"));
     /// ```
     pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph task_graph {\n  rankdir=LR;\n");
-        for n in self.graph.node_indices() {
-            let t = &self.graph[n];
-            let _ = writeln!(s, "  t{} [label=\"{}: {}\\n{}\"];", t.index, t.index, t.callable, t.target);
-        }
-        for e in self.graph.edge_indices() {
-            let (a, b) = self.graph.edge_endpoints(e).expect("edge exists");
-            let label = match self.graph[e] {
-                GraphEdge::Tensor { arg, tensor } => format!("arg {arg} ({tensor})"),
-                GraphEdge::After => "add_dep_wait".to_string(),
-            };
-            let _ =
-                writeln!(s, "  t{} -> t{} [label=\"{label}\"];", self.graph[a].index, self.graph[b].index);
-        }
-        s.push_str("}\n");
-        s
+        crate::dfx::graph::to_dot("task_graph", &self.graph, |edge| match edge {
+            GraphEdge::Tensor { arg, tensor } => format!("arg {arg} ({tensor})"),
+            GraphEdge::After => "add_dep_wait".to_string(),
+        })
     }
 
     /// True when a captured run has exactly this structure: the same tasks (number, callable,
