@@ -1,0 +1,219 @@
+//! Codegen: a checked [`Plan`] becomes the orchestration function (one typed
+//! `callee::call(..)?.on(orch, place)?` per task, exactly the Orchestrator calls a hand-written
+//! orchestration makes), its `graph()` replay, and the twin shared with `#[callable(orch)]`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use super::check::{Arg, Plan, Step, Task};
+use super::parse::{GraphDef, single_ident};
+use crate::callable::{self, Sig};
+use crate::descriptor;
+use crate::model::{self, Kind, Mode, ParamTy};
+
+/// The generated items. `failed`: errors were reported, so the body and the replay stay empty
+/// (the function and its twin are still emitted, so the rest of the crate type-checks).
+pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream {
+    let root = model::root(def.krate.as_ref());
+    let o = format_ident!("__o", span = model::hidden());
+    let g = format_ident!("__g", span = model::hidden());
+    let name = &def.name;
+    let (body, replay) = if failed {
+        (Vec::new(), Vec::new())
+    } else {
+        let mut out = Gen { root: &root, o: &o, g: &g, body: Vec::new(), replay: Vec::new() };
+        for (tensor, alloc) in &plan.tensors {
+            out.replay.push(if *alloc { quote!(#g.alloc(#tensor);) } else { quote!(#g.tensor(#tensor);) });
+        }
+        for step in &plan.steps {
+            out.step(step);
+        }
+        (out.body, out.replay)
+    };
+    let fn_params: Vec<TokenStream> = def
+        .params
+        .iter()
+        .map(|p| {
+            let id = &p.ident;
+            match &p.ty {
+                ParamTy::Tensor { mode, elem, .. } => {
+                    let span = p.decl.span();
+                    if *mode == Mode::In {
+                        quote_spanned!(span=> #id: #root::TensorOf<#elem, #root::ReadOnly>)
+                    } else {
+                        quote_spanned!(span=> mut #id: #root::TensorOf<#elem, #root::ReadWrite>)
+                    }
+                }
+                ParamTy::Scalar => {
+                    let ty = &p.decl;
+                    quote!(#id: #ty)
+                }
+            }
+        })
+        .collect();
+    let markers: Vec<TokenStream> = def
+        .params
+        .iter()
+        .filter_map(|p| match &p.ty {
+            ParamTy::Tensor { marker, elem, .. } => Some(model::marker_check(marker, elem)),
+            ParamTy::Scalar => None,
+        })
+        .collect();
+    let desc = descriptor::build(
+        Kind::Orch.code(),
+        &format!("{}::{name}", model::crate_name()),
+        0,
+        &def.params,
+        &def.tokens,
+    );
+    let sig = Sig { params: def.params, orchestrates: true };
+    let shim = callable::shim(&root, name, &sig, Kind::Orch);
+    let extra = quote! {
+        /// The graph's structure: its tasks and the dependencies between them, computed with
+        /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
+        pub fn graph() -> #root::TaskGraph {
+            let mut #g = #root::__private::GraphBuilder::new();
+            #(#replay)*
+            #g.finish()
+        }
+    };
+    let twin = callable::twin(&root, &def.vis, name, Kind::Orch, 0, &sig.params, &desc, shim, extra);
+    let (attrs, vis) = (&def.attrs, &def.vis);
+    quote! {
+        #(#attrs)*
+        #[allow(unused_mut, unused_variables, clippy::needless_question_mark)]
+        #vis fn #name(#o: &mut #root::Orchestrator<'_>, #(#fn_params),*) -> #root::Result<()> {
+            #(#markers)*
+            #(#body)*
+            ::core::result::Result::Ok(())
+        }
+        #twin
+    }
+}
+
+struct Gen<'a> {
+    root: &'a TokenStream,
+    o: &'a syn::Ident,
+    g: &'a syn::Ident,
+    body: Vec<TokenStream>,
+    replay: Vec<TokenStream>,
+}
+
+impl Gen<'_> {
+    fn step(&mut self, step: &Step) {
+        let (root, o) = (self.root, self.o);
+        match step {
+            Step::Alloc { ident, elem, dims } => self.body.push(quote_spanned! {ident.span()=>
+                let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
+            }),
+            Step::Scalar(local) => self.body.push(local.to_token_stream()),
+            Step::ScopeBegin => self.body.push(quote!(#o.scope_begin()?;)),
+            Step::ScopeEnd => self.body.push(quote!(#o.scope_end()?;)),
+            Step::Task(task) => self.task(task),
+        }
+    }
+
+    fn task(&mut self, task: &Task) {
+        let (root, o, g) = (self.root, self.o, self.g);
+        // Names each callee as a value too: an unknown name gets rustc's "a function with a
+        // similar name exists".
+        for m in &task.members {
+            let c = &m.line.callee;
+            self.body.push(quote_spanned!(c.span()=> let _ = #c;));
+        }
+        for a in &task.asserts {
+            let (callee, pos, msg) = (&a.callee, a.pos, &a.message);
+            let forbid = match a.forbid {
+                Mode::In => quote!(In),
+                Mode::Out => quote!(Out),
+                Mode::InOut => quote!(InOut),
+            };
+            self.body.push(quote_spanned! {a.span=>
+                const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::ParamMode::#forbid)), #msg) };
+            });
+        }
+        let handle = format_ident!("__t{}", task.index, span = model::hidden());
+        let afters: Vec<syn::Ident> =
+            task.after.iter().map(|r| format_ident!("__t{}", r, span = model::hidden())).collect();
+        let mut calls = Vec::new();
+        let mut replay_members = Vec::new();
+        for (m, member) in task.members.iter().enumerate() {
+            let line = &member.line;
+            let callee = &line.callee;
+            let args = member.args.iter().map(|a| match a {
+                Arg::Read(ident, span) => quote_spanned!(*span=> &#ident),
+                Arg::Write(ident, span) => quote_spanned!(*span=> &mut #ident),
+                Arg::Other(e) => e.to_token_stream(),
+            });
+            let mods = line.mods.iter().map(|mc| {
+                let (method, a) = (&mc.method, &mc.args);
+                quote!(.#method(#a))
+            });
+            let deps: &[syn::Ident] = if m == 0 { &afters } else { &[] };
+            let mut list = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
+            list.set_span(line.paren);
+            let place = self.placement(&line.place);
+            calls
+                .push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)* #(.after(#deps))*), place));
+            let target = target_text(&line.place);
+            let uses = member.uses.iter().map(|(pos, id)| quote!((#pos, #id)));
+            replay_members.push(quote!((#target, &[#(#uses),*] as &[(usize, usize)])));
+        }
+        if calls.len() > 1 {
+            let items = calls.iter().map(|(c, p)| quote!((#c, #p)));
+            self.body.push(quote!(let #handle = #o.submit_group(::std::vec![#(#items),*])?;));
+        } else {
+            let (c, p) = &calls[0];
+            self.body.push(quote!(let #handle = #c.on(#o, #p)?;));
+        }
+        self.body.push(quote!(let _ = #handle;));
+        let callee = &task.members[0].line.callee;
+        self.replay.push(quote!(#g.call(#callee::INFO, &[#(#replay_members),*]);));
+    }
+
+    /// `sub()`, `chip(n)`, `worker(n)` need no import inside a graph.
+    fn placement(&self, place: &syn::Expr) -> TokenStream {
+        if let syn::Expr::Call(c) = place
+            && let Some(id) = single_ident(&c.func)
+            && (id == "sub" || id == "chip" || id == "worker")
+        {
+            let args = &c.args;
+            let root = respan(self.root.clone(), id.span());
+            return quote_spanned!(place.span()=> #root::#id(#args));
+        }
+        place.to_token_stream()
+    }
+}
+
+/// `ts` with every token at `span` (so an error about the generated path points at the user's).
+fn respan(ts: TokenStream, span: Span) -> TokenStream {
+    ts.into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut n = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                n.set_span(span);
+                tt = proc_macro2::TokenTree::Group(n);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
+}
+
+/// The target text of a placement as the engine's DAG capture prints it.
+fn target_text(place: &syn::Expr) -> String {
+    if let syn::Expr::Call(c) = place
+        && let Some(id) = single_ident(&c.func)
+    {
+        if id == "sub" {
+            return "sub".to_string();
+        }
+        if (id == "chip" || id == "worker") && c.args.len() == 1 {
+            let arg = model::squash(c.args[0].to_token_stream());
+            return format!("worker {arg}");
+        }
+    }
+    model::squash(place.to_token_stream())
+}

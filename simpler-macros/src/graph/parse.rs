@@ -1,0 +1,336 @@
+//! Parse: the `task_graph!` input as a `syn::ItemFn`, turned into a [`GraphDef`] whose body is a
+//! list of graph statements. Syntax errors (statements the graph syntax does not have, a
+//! malformed `alloc`, a call without placement, signature shapes) are reported here.
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::spanned::Spanned;
+
+use crate::ctxt::{Ctxt, at};
+use crate::model::{self, Param};
+
+/// A parsed graph.
+pub(crate) struct GraphDef {
+    pub(crate) attrs: Vec<syn::Attribute>,
+    pub(crate) vis: syn::Visibility,
+    pub(crate) name: syn::Ident,
+    /// `#[simpler(crate = path)]`.
+    pub(crate) krate: Option<syn::Path>,
+    pub(crate) params: Vec<Param>,
+    pub(crate) body: Vec<Stmt>,
+    /// The input's token text (hashed into the descriptor).
+    pub(crate) tokens: String,
+    /// A statement could not be parsed: end-of-graph checks would only add noise.
+    pub(crate) partial: bool,
+}
+
+/// One statement of a graph body.
+pub(crate) enum Stmt {
+    /// `let x = alloc::<T>([dims]);` (`elem` is `None` when malformed; already reported).
+    Alloc { ident: syn::Ident, elem: Option<syn::Type>, dims: Vec<syn::Expr> },
+    /// Any other `let`: a scalar binding, passed through.
+    Scalar { ident: syn::Ident, local: syn::Local },
+    /// `callee(args)[.config(..)].on(place);`
+    Call(CallLine),
+    /// `scope(|| { ... });`
+    Scope(Vec<Stmt>),
+    /// `group(|| { ... });`: its call lines are the members of one task.
+    Group { span: Span, members: Vec<CallLine> },
+}
+
+/// A call line: `callee(args)[.config(..)].on(place)`.
+pub(crate) struct CallLine {
+    pub(crate) callee: syn::Expr,
+    /// The span of the argument list's parentheses.
+    pub(crate) paren: Span,
+    pub(crate) args: Vec<syn::Expr>,
+    pub(crate) mods: Vec<syn::ExprMethodCall>,
+    pub(crate) place: syn::Expr,
+    pub(crate) span: Span,
+}
+
+/// Parses the input; `None` only when it is not a function at all (reported in `cx`).
+pub(crate) fn parse(cx: &mut Ctxt, input: TokenStream) -> Option<GraphDef> {
+    let mut func: syn::ItemFn = match syn::parse2(input) {
+        Ok(f) => f,
+        Err(e) => {
+            let msg = format!(
+                "{e}\nhelp: `task_graph!` takes one function: `task_graph! {{ fn name(x: In<f32>, y: Out<f32>) {{ ... }} }}`"
+            );
+            cx.syn(syn::Error::new(e.span(), msg));
+            return None;
+        }
+    };
+    let krate = take_crate_option(cx, &mut func);
+    let tokens = func.to_token_stream().to_string();
+    let params = signature(cx, &func.sig);
+    let mut def = GraphDef {
+        attrs: func.attrs.clone(),
+        vis: func.vis.clone(),
+        name: func.sig.ident.clone(),
+        krate,
+        params,
+        body: Vec::new(),
+        tokens,
+        partial: false,
+    };
+    def.body = stmts(cx, &mut def.partial, &func.block.stmts);
+    Some(def)
+}
+
+/// The graph's parameters: tensors and scalars, no orchestrator (the macro adds it).
+fn signature(cx: &mut Ctxt, sig: &syn::Signature) -> Vec<Param> {
+    let mut params = Vec::new();
+    for arg in &sig.inputs {
+        let syn::FnArg::Typed(pt) = arg else {
+            cx.error(arg.span(), "a task graph cannot take `self` [S0006]".to_string());
+            continue;
+        };
+        let syn::Pat::Ident(pi) = &*pt.pat else {
+            cx.error(pt.pat.span(), "a graph parameter must be a plain name [S0004]".to_string());
+            continue;
+        };
+        if model::is_orchestrator(&pt.ty) {
+            cx.error(
+                pt.ty.span(),
+                "a task graph gets its orchestrator implicitly [S0004]\nhelp: remove this parameter"
+                    .to_string(),
+            );
+            continue;
+        }
+        if let Some(ty) = model::classify(cx, &pt.ty) {
+            params.push(Param { ident: pi.ident.clone(), ty, decl: (*pt.ty).clone() });
+        }
+    }
+    if !sig.generics.params.is_empty() {
+        cx.error(
+            sig.generics.span(),
+            "a task graph cannot be generic [S0006]\nhelp: write one graph per element type".to_string(),
+        );
+    }
+    if let syn::ReturnType::Type(arrow, _) = &sig.output {
+        cx.error(
+            arrow.span(),
+            "a task graph returns nothing [S0006]\nhelp: remove the return type; the generated function returns `simpler::Result<()>`".to_string(),
+        );
+    }
+    let qualifiers = [
+        sig.asyncness.map(|t| (t.span(), "async")),
+        sig.unsafety.map(|t| (t.span(), "unsafe")),
+        sig.constness.map(|t| (t.span(), "const")),
+        sig.abi.as_ref().map(|a| (a.extern_token.span(), "extern")),
+    ];
+    for (span, word) in qualifiers.into_iter().flatten() {
+        cx.error(span, format!("a task graph cannot be `{word}` [S0006]\nhelp: remove `{word}`"));
+    }
+    params
+}
+
+/// Removes `#[simpler(crate = path)]` from the function's attributes and returns the path.
+fn take_crate_option(cx: &mut Ctxt, func: &mut syn::ItemFn) -> Option<syn::Path> {
+    let mut krate = None;
+    let mut keep = Vec::new();
+    for attr in std::mem::take(&mut func.attrs) {
+        if !attr.path().is_ident("simpler") {
+            keep.push(attr);
+            continue;
+        }
+        let r = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("crate") {
+                if let Some((_, first)) = &krate {
+                    return Err(meta.error(format!(
+                        "duplicate option `crate` in `#[simpler(...)]` (first given at {}) [S0002]\nhelp: remove one of them",
+                        at(*first)
+                    )));
+                }
+                let span = meta.path.span();
+                krate = Some((meta.value()?.parse::<syn::Path>()?, span));
+                Ok(())
+            } else {
+                let name = model::squash(meta.path.to_token_stream());
+                Err(meta.error(format!(
+                    "unknown option `{name}` in `#[simpler(...)]` [S0003]\nhelp: the only option is `crate = path`"
+                )))
+            }
+        });
+        if let Err(e) = r {
+            cx.syn(e);
+        }
+    }
+    func.attrs = keep;
+    krate.map(|(p, _)| p)
+}
+
+fn unsupported(cx: &mut Ctxt, partial: &mut bool, span: Span) {
+    *partial = true;
+    cx.error(
+        span,
+        "unsupported statement in `task_graph!` [S0109]\nhelp: a graph body has `let x = alloc::<T>([dims]);`, scalar `let`s, call lines `f(args).on(placement);`, `scope(|| { ... });` and `group(|| { ... });`; for loops and branches, write a `#[callable(orch)]` function with the builder API".to_string(),
+    );
+}
+
+fn stmts(cx: &mut Ctxt, partial: &mut bool, input: &[syn::Stmt]) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for stmt in input {
+        match stmt {
+            syn::Stmt::Local(local) => {
+                if let Some(s) = parse_local(cx, partial, local) {
+                    out.push(s);
+                }
+            }
+            syn::Stmt::Expr(e, _) => {
+                if let Some(inner) = block_call(e, "scope") {
+                    out.push(Stmt::Scope(stmts(cx, partial, inner)));
+                } else if let Some(inner) = block_call(e, "group") {
+                    let mut members = Vec::new();
+                    for s in inner {
+                        match s {
+                            syn::Stmt::Expr(e, _) => match parse_call_line(e) {
+                                Some(l) => members.push(l),
+                                None => unsupported(cx, partial, e.span()),
+                            },
+                            other => unsupported(cx, partial, other.span()),
+                        }
+                    }
+                    out.push(Stmt::Group { span: e.span(), members });
+                } else if let Some(line) = parse_call_line(e) {
+                    out.push(Stmt::Call(line));
+                } else if is_unplaced_call(e) {
+                    *partial = true;
+                    cx.error(
+                        e.span(),
+                        "this call has no placement [S0109]\nhelp: add `.on(sub())`, `.on(chip(N))` or `.on(worker(N))`".to_string(),
+                    );
+                } else {
+                    unsupported(cx, partial, e.span());
+                }
+            }
+            other => unsupported(cx, partial, other.span()),
+        }
+    }
+    out
+}
+
+fn parse_local(cx: &mut Ctxt, partial: &mut bool, local: &syn::Local) -> Option<Stmt> {
+    let ident = match &local.pat {
+        syn::Pat::Ident(pi) if pi.subpat.is_none() => pi.ident.clone(),
+        syn::Pat::Type(pt) => match &*pt.pat {
+            syn::Pat::Ident(pi) => pi.ident.clone(),
+            other => {
+                unsupported(cx, partial, other.span());
+                return None;
+            }
+        },
+        other => {
+            unsupported(cx, partial, other.span());
+            return None;
+        }
+    };
+    let Some(init) = &local.init else {
+        unsupported(cx, partial, local.span());
+        return None;
+    };
+    // `alloc::<T>([dims])`
+    if let syn::Expr::Call(call) = &*init.expr
+        && let syn::Expr::Path(p) = &*call.func
+        && p.path.segments.len() == 1
+        && p.path.segments[0].ident == "alloc"
+    {
+        let elem = match &p.path.segments[0].arguments {
+            syn::PathArguments::AngleBracketed(a) if a.args.len() == 1 => match &a.args[0] {
+                syn::GenericArgument::Type(t) => Some(t.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let dims = match call.args.first() {
+            Some(syn::Expr::Array(a)) if call.args.len() == 1 => Some(a.elems.iter().cloned().collect()),
+            _ => None,
+        };
+        return Some(match (elem, dims) {
+            (Some(elem), Some(dims)) => Stmt::Alloc { ident, elem: Some(elem), dims },
+            _ => {
+                *partial = true;
+                cx.error(
+                    call.span(),
+                    "an intermediate is `alloc::<T>([dim, ...])` [S0109]\nhelp: e.g. `let h = alloc::<f32>([n, 64]);`".to_string(),
+                );
+                Stmt::Alloc { ident, elem: None, dims: Vec::new() }
+            }
+        });
+    }
+    Some(Stmt::Scalar { ident, local: local.clone() })
+}
+
+/// The path's single identifier, if it is one.
+pub(crate) fn single_ident(e: &syn::Expr) -> Option<&syn::Ident> {
+    match unwrap(e) {
+        syn::Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),
+        _ => None,
+    }
+}
+
+/// `e` without surrounding parentheses and invisible groups.
+pub(crate) fn unwrap(mut e: &syn::Expr) -> &syn::Expr {
+    loop {
+        match e {
+            syn::Expr::Paren(p) => e = &p.expr,
+            syn::Expr::Group(g) => e = &g.expr,
+            _ => return e,
+        }
+    }
+}
+
+/// A `name(|| { ... })` statement: the closure's statements.
+fn block_call<'a>(e: &'a syn::Expr, name: &str) -> Option<&'a [syn::Stmt]> {
+    let syn::Expr::Call(call) = e else { return None };
+    if single_ident(&call.func).is_none_or(|i| i != name) || call.args.len() != 1 {
+        return None;
+    }
+    let syn::Expr::Closure(c) = &call.args[0] else { return None };
+    if !c.inputs.is_empty() {
+        return None;
+    }
+    match &*c.body {
+        syn::Expr::Block(b) => Some(&b.block.stmts),
+        _ => None,
+    }
+}
+
+/// `f(args)` or `f(args).config(..)` without `.on(..)`.
+fn is_unplaced_call(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Call(c) => matches!(&*c.func, syn::Expr::Path(_)),
+        syn::Expr::MethodCall(m) if m.method == "config" => is_unplaced_call(&m.receiver),
+        _ => false,
+    }
+}
+
+fn parse_call_line(e: &syn::Expr) -> Option<CallLine> {
+    let syn::Expr::MethodCall(on) = e else { return None };
+    if on.method != "on" || on.args.len() != 1 {
+        return None;
+    }
+    let mut mods = Vec::new();
+    let mut recv = &*on.receiver;
+    while let syn::Expr::MethodCall(m) = recv {
+        if m.method != "config" || m.args.len() != 1 {
+            return None;
+        }
+        mods.push(m.clone());
+        recv = &*m.receiver;
+    }
+    let syn::Expr::Call(call) = recv else { return None };
+    if !matches!(&*call.func, syn::Expr::Path(_)) {
+        return None;
+    }
+    mods.reverse();
+    Some(CallLine {
+        callee: (*call.func).clone(),
+        paren: call.paren_token.span.join(),
+        args: call.args.iter().cloned().collect(),
+        mods,
+        place: on.args[0].clone(),
+        span: e.span(),
+    })
+}
