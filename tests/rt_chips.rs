@@ -224,7 +224,7 @@ fn chip_resident_memory_round_trip() {
             CallConfig::default(),
         )
         .unwrap_err();
-    common::assert_err(&err, ErrorKind::InvalidArgument, &["lives on chip 1", "worker 0"]);
+    common::assert_err(&err, ErrorKind::InvalidArgument, &["lives on chip 1", "runs on chip 0"]);
     let small = rig.create_buffer(16).unwrap();
     expect_err(rig.copy_to(&dev, &small), ErrorKind::InvalidArgument, &["host buffer has 16 bytes"]);
     expect_err(rig.copy_to(&host, &small), ErrorKind::InvalidArgument, &["host memory"]);

@@ -213,7 +213,8 @@ impl Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Error({}: {})", self.kind, self.message)
+        // What `fn main() -> simpler::Result<()>` prints after "Error: ".
+        write!(f, "{}: {}", self.kind, self.message)
     }
 }
 

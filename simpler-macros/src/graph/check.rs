@@ -514,14 +514,14 @@ impl Checker<'_> {
                     );
                 }
             }
-            if u == Use::Read && !self.tensors[id].written {
+            if u == Use::Read && !self.tensors[id].written && !self.tensors[id].errored && !self.partial {
                 let t = &self.tensors[id];
                 let msg = match t.origin {
                     Origin::Param(_) => format!(
                         "`{name}` is read here but no call has written it yet: it is an `Out` of this graph [S0101]\nhelp: write it first, or declare it `InOut` if the caller provides its contents"
                     ),
                     Origin::Alloc => format!(
-                        "`{name}` is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data; write it through an `Out` parameter first",
+                        "`{name}` is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data: if this call writes it, pass `&mut {name}`; otherwise write it through an `Out` parameter first",
                         at(t.decl)
                     ),
                 };

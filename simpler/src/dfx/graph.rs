@@ -212,7 +212,7 @@ impl RunDag {
     /// ```
     pub fn to_dot(&self) -> String {
         to_dot("run", &self.graph, |reason| match reason {
-            EdgeReason::Tensor { arg, buffer } => format!("arg {arg} ({})", buffer.buffer_id()),
+            EdgeReason::Tensor { arg, buffer } => format!("arg {arg} (buffer {})", buffer.buffer_id()),
             EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
             EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
         })

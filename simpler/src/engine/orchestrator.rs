@@ -926,7 +926,7 @@ impl<'a> Orchestrator<'a> {
                 }
                 Target::NextLevel(ws) if ws[member] != chip => {
                     return Err(Error::invalid(format!(
-                        "{callable}: tensor {i} lives on chip {chip} but this task runs on worker {}; device memory is usable only by its own chip",
+                        "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {}; device memory is usable only by its own chip",
                         ws[member]
                     )));
                 }
