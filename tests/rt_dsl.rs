@@ -594,3 +594,96 @@ fn a_config_on_a_sub_placement_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("takes no CallConfig"), "{err}");
 }
+
+task_graph! {
+    /// A name declared inside a scope ends with it: the outer `t` and `k` are used afterwards.
+    fn shadowed(a: In<f32>, y: Out<f32>, z: Out<f32>, k: f32) {
+        let t = alloc::<f32>([64]);
+        add(a, a, &mut t, 1.0).on(sub());
+        scope(|| {
+            let t = alloc::<f32>([64]);
+            let k = 100.0f32;
+            add(a, a, &mut t, k).on(sub());
+            add(t, a, &mut y, 1.0).on(sub());
+        });
+        add(t, a, &mut z, k).on(sub());
+    }
+}
+
+#[test]
+fn names_inside_a_scope_end_with_it() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    let (_ba, a) = filled(&rig, 1.0);
+    let (by, mut y) = filled(&rig, 0.0);
+    let (bz, mut z) = filled(&rig, 0.0);
+    let run = shadowed::call(&a, &mut y, &mut z, 3.0).unwrap().submit_captured(&rig).unwrap();
+    run.wait().unwrap();
+    assert_eq!(read(&by), vec![201.0; N as usize]); // (1 + 1) * 100 + 1
+    assert_eq!(read(&bz), vec![9.0; N as usize]); // ((1 + 1) + 1) * 3: the outer t and k
+    assert!(shadowed::graph().matches(&run.dag().unwrap()));
+}
+
+#[test]
+fn graph_parameters_naming_one_buffer_are_refused() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let (_bh, mut h) = filled(&rig, 1.0);
+    let (_by, mut y) = filled(&rig, 0.0);
+    let alias = h.read_only();
+    let err = war::call(&alias, &mut y, &mut h).unwrap().run(&rig).unwrap_err();
+    assert!(err.to_string().contains("overlap"), "{err}");
+}
+
+task_graph! {
+    /// A SUB group, and chips chosen at run time.
+    fn placed(a: In<f32>, y0: Out<f32>, y1: Out<f32>, y2: Out<f32>, c: u32) {
+        group(|| {
+            add(a, a, &mut y0, 1.0).on(sub());
+            add(a, a, &mut y1, 1.0).on(sub());
+        });
+        vadd(y0, y1, &mut y2).on(chip(c));
+    }
+}
+
+#[test]
+fn a_sub_group_and_run_time_placements_match_the_run() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(2).chips(2).chip_memory(1 << 20));
+    rig.init();
+    let (_ba, a) = filled(&rig, 1.0);
+    let outs: Vec<_> = (0..3).map(|_| filled(&rig, 0.0)).collect();
+    let mut ys: Vec<TensorOf<f32>> = outs.iter().map(|(_, t)| t.share()).collect();
+    let [y0, y1, y2] = &mut ys[..] else { unreachable!() };
+    let run = placed::call(&a, y0, y1, y2, 1).unwrap().submit_captured(&rig).unwrap();
+    run.wait().unwrap();
+    assert_eq!(read(&outs[2].0), vec![4.0; N as usize]);
+    let dag = run.dag().unwrap();
+    assert!(placed::graph().matches(&dag), "{}\n{}", placed::graph().to_dot(), dag.to_dot());
+    assert!(placed::graph().to_dot().contains("worker ?"));
+}
+
+#[test]
+fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let (_ba, a) = filled(&rig, 1.0);
+    let (by, y) = filled(&rig, 0.0);
+    let (_bz, z) = filled(&rig, 0.0);
+    let (ta, ty, tz) = (a.tensor().clone(), y.tensor().clone(), z.tensor().clone());
+    let run = rig
+        .submit_captured(
+            |o, _, _| {
+                o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?;
+                // Wait (yielding) until the scoped writer has finished and been released.
+                while by.read::<f32>(0, 1)?[0] != 2.0 {
+                    std::thread::yield_now();
+                }
+                plain_add(o, &ty, &ta, &tz, 1.0)
+            },
+            TaskArgs::new(),
+            CallConfig::default(),
+        )
+        .unwrap();
+    run.wait().unwrap();
+    assert!(run.dag().unwrap().has_edge(0, 1), "{}", run.dag().unwrap().to_dot());
+}

@@ -255,9 +255,10 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
     let mut idents = Vec::new();
     let (mut ti, mut si) = (0usize, 0usize);
     let handles = kind == Kind::Orch || sig.orchestrates;
-    for p in &sig.params {
-        let id = &p.ident;
-        let pname = id.unraw().to_string();
+    for (k, p) in sig.params.iter().enumerate() {
+        // Hidden names: a parameter may share the function's name (`fn scale(.., scale: f32)`).
+        let id = &format_ident!("__p{}", k, span = model::hidden());
+        let pname = p.ident.unraw().to_string();
         idents.push(id.clone());
         match &p.ty {
             ParamTy::Tensor { mode, elem, .. } => {

@@ -8,6 +8,7 @@
 
 use proc_macro2::Span;
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 
 use super::parse::{CallLine, GraphDef, Stmt, single_ident, unwrap};
@@ -19,20 +20,18 @@ pub(crate) struct Plan {
     /// Tensor names in id order (parameters first), for the graph's replay.
     pub(crate) tensors: Vec<(String, bool)>,
     pub(crate) steps: Vec<Step>,
+    /// How many tasks the graph submits.
+    pub(crate) tasks: usize,
 }
 
 /// One generated step.
 pub(crate) enum Step {
     /// `let mut x = o.alloc_of::<T>(&[dims])?;` for tensor `id`.
-    Alloc {
-        ident: syn::Ident,
-        elem: syn::Type,
-        dims: Vec<syn::Expr>,
-    },
+    Alloc { ident: syn::Ident, elem: syn::Type, dims: Vec<syn::Expr> },
     /// A scalar `let`, unchanged.
     Scalar(syn::Local),
-    ScopeBegin,
-    ScopeEnd,
+    /// `scope(|| { ... })`: its steps, in a Rust block of their own (so its names end with it).
+    Scope(Vec<Step>),
     /// One task: a call, or a group of members.
     Task(Task),
 }
@@ -132,23 +131,34 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     };
     for p in &def.params {
         if let ParamTy::Tensor { mode, .. } = &p.ty {
-            ck.declare(&p.ident.to_string(), p.ident.span(), Origin::Param(*mode));
+            ck.declare(&p.ident.unraw().to_string(), p.ident.span(), Origin::Param(*mode));
         } else {
-            ck.scopes[0].push((p.ident.to_string(), None));
+            ck.scopes[0].push((p.ident.unraw().to_string(), None));
         }
     }
     ck.stmts(&def.body);
     ck.close_scope(true);
     let tensors = ck.tensors.iter().map(|t| (t.name.clone(), t.origin == Origin::Alloc)).collect();
-    Plan { tensors, steps: ck.steps }
+    Plan { tensors, steps: ck.steps, tasks: ck.next_task }
 }
 
-/// Every identifier in a token stream (to find tensors hidden inside expressions).
-fn idents(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::Ident>) {
-    for tt in ts {
+/// The identifiers of a token stream that could name a tensor: not a field or method name
+/// (after `.` or `::`), not the receiver of `.shape()`.
+fn tensor_mentions(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::Ident>) {
+    use proc_macro2::TokenTree;
+    let tts: Vec<TokenTree> = ts.into_iter().collect();
+    for (k, tt) in tts.iter().enumerate() {
         match tt {
-            proc_macro2::TokenTree::Ident(i) => out.push(i),
-            proc_macro2::TokenTree::Group(g) => idents(g.stream(), out),
+            TokenTree::Ident(i) => {
+                let after_dot = k > 0
+                    && matches!(&tts[k - 1], TokenTree::Punct(p) if p.as_char() == '.' || p.as_char() == ':');
+                let shape = matches!(tts.get(k + 1), Some(TokenTree::Punct(p)) if p.as_char() == '.')
+                    && matches!(tts.get(k + 2), Some(TokenTree::Ident(m)) if m == "shape");
+                if !after_dot && !shape {
+                    out.push(i.clone());
+                }
+            }
+            TokenTree::Group(g) => tensor_mentions(g.stream(), out),
             _ => {}
         }
     }
@@ -203,7 +213,10 @@ impl Checker<'_> {
         for stmt in stmts {
             match stmt {
                 Stmt::Alloc { ident, elem, dims } => {
-                    let id = self.declare(&ident.to_string(), ident.span(), Origin::Alloc);
+                    for d in dims {
+                        self.no_hidden_tensors(d);
+                    }
+                    let id = self.declare(&ident.unraw().to_string(), ident.span(), Origin::Alloc);
                     match elem {
                         Some(elem) => self.steps.push(Step::Alloc {
                             ident: ident.clone(),
@@ -219,15 +232,16 @@ impl Checker<'_> {
                         self.no_hidden_tensors(&init.expr);
                     }
                     self.steps.push(Step::Scalar(local.clone()));
-                    self.scopes.last_mut().expect("a scope").push((ident.to_string(), None));
+                    self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), None));
                 }
                 Stmt::Call(line) => self.task(std::slice::from_ref(line)),
                 Stmt::Scope(inner) => {
-                    self.steps.push(Step::ScopeBegin);
+                    let outer = std::mem::take(&mut self.steps);
                     self.scopes.push(Vec::new());
                     self.stmts(inner);
                     self.close_scope(false);
-                    self.steps.push(Step::ScopeEnd);
+                    let inner = std::mem::replace(&mut self.steps, outer);
+                    self.steps.push(Step::Scope(inner));
                 }
                 Stmt::Group { span, members } => self.group(*span, members),
             }
@@ -293,7 +307,7 @@ impl Checker<'_> {
             self.no_hidden_tensors(e);
             return None;
         };
-        let name = ident.to_string();
+        let name = ident.unraw().to_string();
         match self.lookup(&name) {
             Some(Some(id)) => Some((id, use_, ident.span())),
             Some(None) if explicit => {
@@ -325,17 +339,19 @@ impl Checker<'_> {
         }
     }
 
-    /// Refuses live tensors named inside an expression the graph cannot follow.
+    /// Refuses live tensors named inside an expression the graph cannot follow (a field or
+    /// method name that happens to equal a tensor's name is not the tensor; `t.shape()` only
+    /// reads metadata and is allowed).
     fn no_hidden_tensors(&mut self, e: &syn::Expr) {
         let mut found = Vec::new();
-        idents(e.to_token_stream(), &mut found);
+        tensor_mentions(e.to_token_stream(), &mut found);
         for i in found {
-            if let Some(Some(id)) = self.lookup(&i.to_string()) {
+            if let Some(Some(id)) = self.lookup(&i.unraw().to_string()) {
                 self.tensors[id].errored = true;
                 self.cx.error(
                     i.span(),
                     format!(
-                        "tensor `{i}` is used inside an expression here, where the graph cannot see whether it is read or written [S0110]\nhelp: pass a tensor directly: `{i}` to read it, `&mut {i}` to write it"
+                        "tensor `{i}` is used inside an expression here, where the graph cannot see whether it is read or written [S0110]\nhelp: pass a tensor directly: `{i}` to read it, `&mut {i}` to write it (`{i}.shape()` may be used in expressions)"
                     ),
                 );
             }
@@ -395,7 +411,7 @@ impl Checker<'_> {
                     Some((id, u, span)) => {
                         uses.push((id, u, span, pos, m));
                         member_uses.push((pos, id));
-                        let ident = syn::Ident::new(&self.tensors[id].name, span);
+                        let ident = tensor_ident(a).expect("a tensor argument is a name");
                         args.push(match u {
                             Use::Read => Arg::Read(ident, a.span()),
                             Use::Write => Arg::Write(ident, a.span()),
@@ -530,6 +546,16 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// The identifier naming the tensor in a tensor argument (`t`, `&t`, `&mut (t)`).
+fn tensor_ident(e: &syn::Expr) -> Option<syn::Ident> {
+    let e = unwrap(e);
+    let inner = match e {
+        syn::Expr::Reference(r) => unwrap(&r.expr),
+        other => other,
+    };
+    single_ident(inner).cloned()
 }
 
 fn clone_line(l: &CallLine) -> CallLine {

@@ -26,6 +26,11 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         for (tensor, alloc) in &plan.tensors {
             out.replay.push(if *alloc { quote!(#g.alloc(#tensor);) } else { quote!(#g.tensor(#tensor);) });
         }
+        // Task handles outlive the scopes their tasks are in (a later write may wait for them).
+        for t in 0..plan.tasks {
+            let handle = format_ident!("__t{}", t, span = model::hidden());
+            out.body.push(quote!(let #handle: #root::TaskHandle;));
+        }
         for step in &plan.steps {
             out.step(step);
         }
@@ -62,7 +67,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         .collect();
     let desc = descriptor::build(
         Kind::Orch.code(),
-        &format!("{}::{name}", model::crate_name()),
+        &format!("{}::{}", model::crate_name(), syn::ext::IdentExt::unraw(name)),
         0,
         &def.params,
         &def.tokens,
@@ -80,9 +85,12 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     };
     let twin = callable::twin(&root, &def.vis, name, Kind::Orch, 0, &sig.params, &desc, shim, extra);
     let (attrs, vis) = (&def.attrs, &def.vis);
+    // After an error the body is left empty: its parameters are unused, which is not news.
+    let quiet = if failed { quote!(#[allow(unused_variables)]) } else { TokenStream::new() };
     quote! {
         #(#attrs)*
-        #[allow(unused_mut, unused_variables, clippy::needless_question_mark)]
+        #[allow(unused_mut, clippy::needless_question_mark)]
+        #quiet
         #vis fn #name(#o: &mut #root::Orchestrator<'_>, #(#fn_params),*) -> #root::Result<()> {
             #(#markers)*
             #(#body)*
@@ -108,8 +116,20 @@ impl Gen<'_> {
                 let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
             }),
             Step::Scalar(local) => self.body.push(local.to_token_stream()),
-            Step::ScopeBegin => self.body.push(quote!(#o.scope_begin()?;)),
-            Step::ScopeEnd => self.body.push(quote!(#o.scope_end()?;)),
+            Step::Scope(inner) => {
+                let outer = std::mem::take(&mut self.body);
+                for s in inner {
+                    self.step(s);
+                }
+                let inner = std::mem::replace(&mut self.body, outer);
+                self.body.push(quote! {
+                    #o.scope_begin()?;
+                    {
+                        #(#inner)*
+                    }
+                    #o.scope_end()?;
+                });
+            }
             Step::Task(task) => self.task(task),
         }
     }
@@ -162,10 +182,10 @@ impl Gen<'_> {
         }
         if calls.len() > 1 {
             let items = calls.iter().map(|(c, p)| quote!((#c, #p)));
-            self.body.push(quote!(let #handle = #o.submit_group(::std::vec![#(#items),*])?;));
+            self.body.push(quote!(#handle = #o.submit_group(::std::vec![#(#items),*])?;));
         } else {
             let (c, p) = &calls[0];
-            self.body.push(quote!(let #handle = #c.on(#o, #p)?;));
+            self.body.push(quote!(#handle = #c.on(#o, #p)?;));
         }
         self.body.push(quote!(let _ = #handle;));
         let callee = &task.members[0].line.callee;
@@ -203,17 +223,24 @@ fn respan(ts: TokenStream, span: Span) -> TokenStream {
 }
 
 /// The target text of a placement as the engine's DAG capture prints it.
+/// `sub()`, `chip(3)`, `simpler::worker(3u32)`: known at compile time. Any other placement
+/// (`chip(n)`, a variable) is only known at run time: `worker ?`, which
+/// [`TaskGraph::matches`] accepts for any worker.
 fn target_text(place: &syn::Expr) -> String {
     if let syn::Expr::Call(c) = place
-        && let Some(id) = single_ident(&c.func)
+        && let syn::Expr::Path(p) = &*c.func
+        && let Some(last) = p.path.segments.last()
     {
-        if id == "sub" {
+        if last.ident == "sub" && c.args.is_empty() {
             return "sub".to_string();
         }
-        if (id == "chip" || id == "worker") && c.args.len() == 1 {
-            let arg = model::squash(c.args[0].to_token_stream());
-            return format!("worker {arg}");
+        if (last.ident == "chip" || last.ident == "worker")
+            && c.args.len() == 1
+            && let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) = &c.args[0]
+            && let Ok(n) = n.base10_parse::<u32>()
+        {
+            return format!("worker {n}");
         }
     }
-    model::squash(place.to_token_stream())
+    "worker ?".to_string()
 }

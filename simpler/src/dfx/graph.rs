@@ -241,9 +241,53 @@ pub(crate) fn to_dot<E>(name: &str, graph: &DiGraph<TaskNode, E>, label: impl Fn
 pub(crate) struct DagCapture {
     nodes: Vec<TaskNode>,
     edges: Vec<(u32, u32, EdgeReason)>,
+    /// The writers of each buffer, as the TensorMap has them but never forgetting a finished
+    /// task: per buffer, (view, writer task) with views wholly covered by a later write dropped.
+    writers:
+        std::collections::HashMap<crate::data::buffer::Identity, Vec<(crate::data::tensor::TensorView, u32)>>,
 }
 
 impl DagCapture {
+    /// The edges into task `index`, whose members take `args`: a tensor edge from every earlier
+    /// writer whose bytes a read overlaps (the TensorMap's rule), then one per explicit
+    /// dependency. Records `index` as the writer of what it writes.
+    pub(crate) fn edges_for(
+        &mut self,
+        index: u32,
+        args: &[crate::data::task_args::TaskArgs],
+    ) -> Vec<(u32, EdgeReason)> {
+        use crate::data::tensor::{Overlap, overlap};
+        let mut edges = Vec::new();
+        for a in args {
+            for (i, (t, tag)) in a.tensors.iter().zip(&a.tags).enumerate() {
+                if t.desc().nbytes() == 0 {
+                    continue;
+                }
+                let id = t.desc().identity();
+                if tag.reads()
+                    && let Some(ws) = self.writers.get(&id)
+                {
+                    for &(ref v, w) in ws {
+                        if w != index && overlap(v, t.view()) != Overlap::None {
+                            edges.push((w, EdgeReason::Tensor { arg: i as u32, buffer: id }));
+                        }
+                    }
+                }
+                if tag.writes() {
+                    let ws = self.writers.entry(id).or_default();
+                    ws.retain(|(old, _)| overlap(t.view(), old) != Overlap::Covered);
+                    ws.push((*t.view(), index));
+                }
+            }
+        }
+        for a in args {
+            for dep in &a.deps {
+                edges.push((dep.task.index, EdgeReason::Explicit { retain: dep.retain }));
+            }
+        }
+        edges
+    }
+
     pub(crate) fn record(&mut self, node: TaskNode, incoming: Vec<(u32, EdgeReason)>) {
         let to = node.index;
         self.nodes.push(node);

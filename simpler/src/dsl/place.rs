@@ -426,7 +426,11 @@ impl Orchestrator<'_> {
 }
 
 impl Call<OrchCallable> {
+    /// The function to run at the top of a Worker, after the checks a submit makes (tensor
+    /// access against the tags; no written tensor overlapping another argument, since two
+    /// parameters of one graph naming one buffer would race).
     fn entry(&self) -> Result<crate::callable::orch::OrchFnPtr> {
+        crate::engine::orchestrator::check_tensor_args(self.info.handle(), &self.args)?;
         match self.info.entry {
             super::registry::Entry::Orchestration(f) => Ok(f),
             _ => Err(Error::invalid(format!("`{}` is not an orchestration function", self.info.name))),

@@ -1011,13 +1011,17 @@ impl<'a> Orchestrator<'a> {
                 producers.push(Producer { slot: p, orders, retains });
             }
         };
-        let capture = self.run.capture.is_some();
         let mut edges: Vec<(u32, EdgeReason)> = Vec::new();
+        if let Some(cap) = &self.run.capture {
+            // The DAG records every dependency the tags and deps express, also on tasks that
+            // already finished (and left the TensorMap): the same run gives the same DAG.
+            edges = cap.lock().unwrap_or_else(|e| e.into_inner()).edges_for(index, &slot.task().args);
+        }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
         let mut walk = self.eng.tensor_map.walk();
         for args in &task.args {
-            for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
+            for (t, tag) in args.tensors.iter().zip(&args.tags) {
                 if t.desc().nbytes() == 0 {
                     continue;
                 }
@@ -1027,9 +1031,6 @@ impl<'a> Orchestrator<'a> {
                     add(c, false, true);
                 }
                 for w in found.writers {
-                    if capture && !Arc::ptr_eq(&w, &slot) && w.task.is_some() {
-                        edges.push((w.index, EdgeReason::Tensor { arg: i as u32, buffer: id }));
-                    }
                     add(w, true, true);
                 }
                 if tag.writes() {
@@ -1044,9 +1045,6 @@ impl<'a> Orchestrator<'a> {
         for args in &task.args {
             for dep in &args.deps {
                 if let Some(p) = self.tasks[dep.task.index as usize].upgrade() {
-                    if capture {
-                        edges.push((p.index, EdgeReason::Explicit { retain: dep.retain }));
-                    }
                     add(p, true, dep.retain);
                 }
             }
