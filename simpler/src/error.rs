@@ -211,6 +211,15 @@ impl Error {
     }
 }
 
+/// The text of a caught panic's payload (what `panic!` was given), for task failure messages.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // What `fn main() -> simpler::Result<()>` prints after "Error: ".

@@ -106,14 +106,6 @@ fn tag_for(access: Access) -> Tag {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
-}
-
 /// Calls a kernel on `core`'s behalf: builds its `HostArgs` (which checks that no writable
 /// tensor overlaps another) and catches its panic. `Err` carries the failure message.
 fn call_kernel(
@@ -126,7 +118,7 @@ fn call_kernel(
     match catch_unwind(AssertUnwindSafe(|| f(&args))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
+        Err(panic) => Err(format!("panicked: {}", crate::error::panic_message(&*panic))),
     }
 }
 
@@ -399,9 +391,10 @@ impl ChipRuntime {
         let error = match outcome {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e),
-            Err(panic) => {
-                Some(Error::new(ErrorKind::TaskFailed, format!("panicked: {}", panic_message(&*panic))))
-            }
+            Err(panic) => Some(Error::new(
+                ErrorKind::TaskFailed,
+                format!("panicked: {}", crate::error::panic_message(&*panic)),
+            )),
         };
         orch.finish(error.as_ref());
         eng.drive_until(|| run.is_done(), None);

@@ -62,14 +62,6 @@ pub(crate) const ERR_DEVICE: i32 = 4;
 /// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
-}
-
 /// What a child loop does with each request.
 pub(crate) trait Serve {
     fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError>;
@@ -90,7 +82,10 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         let mut worked = false;
         if let Some(ctl) = mb.control_request() {
             let result = catch_unwind(AssertUnwindSafe(|| handler.control(ctl))).unwrap_or_else(|p| {
-                Err(FrameError::new(ERR_BAD_FRAME, format!("control panicked: {}", panic_message(&*p))))
+                Err(FrameError::new(
+                    ERR_BAD_FRAME,
+                    format!("control panicked: {}", crate::error::panic_message(&*p)),
+                ))
             });
             mb.finish_control(result, parent);
             worked = true;
@@ -263,7 +258,9 @@ impl Serve for SubChild {
         match catch_unwind(AssertUnwindSafe(|| f.call(&args))) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.to_string())),
-            Err(panic) => Err(FrameError::new(ERR_TASK, format!("panicked: {}", panic_message(&*panic)))),
+            Err(panic) => {
+                Err(FrameError::new(ERR_TASK, format!("panicked: {}", crate::error::panic_message(&*panic))))
+            }
         }
     }
 
@@ -413,9 +410,10 @@ impl Serve for ChipServer {
         match catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config))) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.message().to_string())),
-            Err(panic) => {
-                Err(FrameError::new(ERR_TASK, format!("chip runtime panicked: {}", panic_message(&*panic))))
-            }
+            Err(panic) => Err(FrameError::new(
+                ERR_TASK,
+                format!("chip runtime panicked: {}", crate::error::panic_message(&*panic)),
+            )),
         }
     }
 
