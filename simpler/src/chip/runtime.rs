@@ -373,10 +373,7 @@ impl ChipRuntime {
         let chip = self.chip;
         let mut args = TaskArgs::new();
         for p in prepared {
-            // An output lives in chip memory for the whole orchestration: its kernels may read
-            // back what an earlier one wrote (`InOut`), as with any intermediate. The tag stays
-            // `Output`, so nothing is copied in.
-            let access = if p.access == Access::Write { Access::ReadWrite } else { p.access };
+            let access = p.access.within_orchestration();
             let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
             args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
         }

@@ -142,6 +142,14 @@ impl Access {
         self != Access::Read
     }
 
+    /// The access an orchestration function has to a tensor it received with `self`: an output
+    /// belongs to the orchestration for its whole run, so its own tasks may read back what an
+    /// earlier one wrote (as with any intermediate). Nothing is copied in for it: the tag stays
+    /// `Output`.
+    pub(crate) fn within_orchestration(self) -> Access {
+        if self == Access::Write { Access::ReadWrite } else { self }
+    }
+
     /// True when this access may read.
     ///
     /// ```

@@ -415,14 +415,6 @@ impl Tensor {
         Tensor::with_keepalive(desc, view, None)
     }
 
-    /// The same tensor with its buffer's access set to `access` (an orchestration may read back
-    /// an output it owns).
-    pub(crate) fn with_access(&self, access: crate::data::buffer::Access) -> Result<Tensor> {
-        let d = self.desc;
-        let desc = BufferDesc::new(d.identity(), d.backing(), access, d.nbytes())?;
-        Tensor::with_keepalive(desc, self.view, self.keepalive.clone())
-    }
-
     pub(crate) fn with_keepalive(
         desc: BufferDesc,
         view: TensorView,

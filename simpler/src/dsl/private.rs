@@ -80,12 +80,6 @@ pub fn tensor<T: Element, A: Mode>(
     if A::WRITABLE && !args.tag(i).is_some_and(|t| t.writes()) {
         return Err(ctx(Error::invalid(format!("tensor {i} arrived read-only but the parameter writes it"))));
     }
-    if A::WRITABLE && t.desc().access() == crate::data::buffer::Access::Write {
-        // An output belongs to the orchestration for its whole run: its own tasks may read back
-        // what an earlier one wrote, as with any intermediate.
-        return TensorOf::new(t.with_access(crate::data::buffer::Access::ReadWrite).map_err(ctx)?)
-            .map_err(ctx);
-    }
     TensorOf::new(t.clone()).map_err(ctx)
 }
 

@@ -18,6 +18,7 @@ use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest
 use crate::callable::orch::{OrchFn, OrchFnPtr};
 use crate::callable::registry::Registry;
 use crate::chip::ChipFn;
+use crate::data::buffer::BufferDesc;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::Tensor;
@@ -145,8 +146,11 @@ impl Serve for NestedServer {
         // Re-export, never map: the descriptors (and so the identities) pass through unchanged.
         let mut args = TaskArgs::new();
         for t in &decoded.tensors {
-            let tensor = Tensor::new(t.desc, t.view).map_err(bad)?;
-            args.add_tensor(&tensor, Tag::for_access(t.desc.access())).map_err(bad)?;
+            let d = t.desc;
+            let access = d.access().within_orchestration();
+            let desc = BufferDesc::new(d.identity(), d.backing(), access, d.nbytes()).map_err(bad)?;
+            let tensor = Tensor::new(desc, t.view).map_err(bad)?;
+            args.add_tensor(&tensor, Tag::for_access(d.access())).map_err(bad)?;
         }
         for &s in &decoded.scalars {
             args.scalar(s);
