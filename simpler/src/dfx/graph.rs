@@ -6,6 +6,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
+use crate::engine::tensor_map::{Footprints, overlapping, record_writer};
 
 /// One task of a captured run: the node weight of [`RunDag::graph`].
 ///
@@ -241,10 +242,8 @@ pub(crate) fn to_dot<E>(name: &str, graph: &DiGraph<TaskNode, E>, label: impl Fn
 pub(crate) struct DagCapture {
     nodes: Vec<TaskNode>,
     edges: Vec<(u32, u32, EdgeReason)>,
-    /// The writers of each buffer, as the TensorMap has them but never forgetting a finished
-    /// task: per buffer, (view, writer task) with views wholly covered by a later write dropped.
-    writers:
-        std::collections::HashMap<crate::data::buffer::Identity, Vec<(crate::data::tensor::TensorView, u32)>>,
+    /// The writers of each buffer by the TensorMap's rules, but never forgetting a finished task.
+    writers: std::collections::HashMap<Identity, Footprints<u32>>,
 }
 
 impl DagCapture {
@@ -256,7 +255,6 @@ impl DagCapture {
         index: u32,
         args: &[crate::data::task_args::TaskArgs],
     ) -> Vec<(u32, EdgeReason)> {
-        use crate::data::tensor::{Overlap, overlap};
         let mut edges = Vec::new();
         for a in args {
             for (i, (t, tag)) in a.tensors.iter().zip(&a.tags).enumerate() {
@@ -267,16 +265,12 @@ impl DagCapture {
                 if tag.reads()
                     && let Some(ws) = self.writers.get(&id)
                 {
-                    for &(ref v, w) in ws {
-                        if w != index && overlap(v, t.view()) != Overlap::None {
-                            edges.push((w, EdgeReason::Tensor { arg: i as u32, buffer: id }));
-                        }
+                    for &w in overlapping(ws, t.view()).filter(|&&w| w != index) {
+                        edges.push((w, EdgeReason::Tensor { arg: i as u32, buffer: id }));
                     }
                 }
                 if tag.writes() {
-                    let ws = self.writers.entry(id).or_default();
-                    ws.retain(|(old, _)| overlap(t.view(), old) != Overlap::Covered);
-                    ws.push((*t.view(), index));
+                    record_writer(self.writers.entry(id).or_default(), *t.view(), index);
                 }
             }
         }

@@ -17,11 +17,42 @@ use crate::data::buffer::Identity;
 use crate::data::tensor::{Overlap, TensorView, overlap};
 use crate::engine::slot::Slot;
 
-struct Entry {
-    /// `None`: the whole buffer (an allocation's creator).
-    view: Option<TensorView>,
-    slot: Arc<Slot>,
+/// One footprint under a buffer's key: who wrote which bytes.
+pub(crate) struct Footprint<W> {
+    /// `None`: the whole buffer (an allocation's creator, not a writer).
+    pub(crate) view: Option<TensorView>,
+    pub(crate) who: W,
 }
+
+/// The footprints of one buffer.
+pub(crate) type Footprints<W> = SmallVec<[Footprint<W>; 1]>;
+
+/// The writers whose bytes overlap `view` (the rule every lookup follows).
+pub(crate) fn overlapping<'a, W>(
+    entries: &'a [Footprint<W>],
+    view: &'a TensorView,
+) -> impl Iterator<Item = &'a W> {
+    entries.iter().filter(move |e| e.writes_into(view)).map(|e| &e.who)
+}
+
+impl<W> Footprint<W> {
+    /// Whether this footprint is a writer's and overlaps `view`.
+    fn writes_into(&self, view: &TensorView) -> bool {
+        self.view.as_ref().is_some_and(|v| overlap(v, view) != Overlap::None)
+    }
+}
+
+/// Records `who` as the writer of `view`, dropping the footprints it covers wholly and keeping
+/// partially covered ones (they still wrote some bytes).
+pub(crate) fn record_writer<W>(entries: &mut Footprints<W>, view: TensorView, who: W) {
+    entries.retain(|e| match &e.view {
+        None => true,
+        Some(old) => overlap(&view, old) != Overlap::Covered,
+    });
+    entries.push(Footprint { view: Some(view), who });
+}
+
+type Entry = Footprint<Arc<Slot>>;
 
 /// A multiply-rotate hasher (FxHash's mixing step) for the map's plain-integer keys: keys are
 /// minted by this process (not attacker-chosen), and SipHash was a visible share of submit cost.
@@ -78,13 +109,12 @@ impl Walk<'_> {
 fn lookup_in(map: &Map, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
     let mut found = Found::default();
     if let Some(entries) = map.get(&(run, id)) {
+        // One pass: this runs for every tensor of every submit.
         for e in entries {
-            match &e.view {
-                None => found.creator = Some(e.slot.clone()),
-                Some(v) if want_writers && overlap(v, view) != Overlap::None => {
-                    found.writers.push(e.slot.clone())
-                }
-                Some(_) => {}
+            if e.view.is_none() {
+                found.creator = Some(e.who.clone());
+            } else if want_writers && e.writes_into(view) {
+                found.writers.push(e.who.clone());
             }
         }
     }
@@ -92,12 +122,7 @@ fn lookup_in(map: &Map, run: u64, id: Identity, view: &TensorView, want_writers:
 }
 
 fn insert_in(map: &mut Map, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
-    let entries = map.entry((run, id)).or_default();
-    entries.retain(|e| match &e.view {
-        None => true,
-        Some(old) => overlap(&view, old) != Overlap::Covered,
-    });
-    entries.push(Entry { view: Some(view), slot });
+    record_writer(map.entry((run, id)).or_default(), view, slot);
 }
 
 /// What a lookup found for one tensor.
@@ -124,7 +149,7 @@ impl TensorMap {
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry((run, id)).or_default().push(Entry { view: None, slot });
+        map.entry((run, id)).or_default().push(Entry { view: None, who: slot });
     }
 
     /// Removes every entry still owned by `slot` under the given keys.
@@ -132,7 +157,7 @@ impl TensorMap {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         for id in keys {
             if let Some(entries) = map.get_mut(&(run, *id)) {
-                entries.retain(|e| !Arc::ptr_eq(&e.slot, slot));
+                entries.retain(|e| !Arc::ptr_eq(&e.who, slot));
                 if entries.is_empty() {
                     map.remove(&(run, *id));
                 }
