@@ -520,6 +520,22 @@ fn failing_group_member_fails_the_group_and_poisons_its_consumers() {
     rig.assert_clean();
 }
 
+/// A task for worker 1 in a new run starts: no reservation from an earlier run holds it.
+fn assert_worker_1_free_in_a_new_run(rig: &Rig, held: &str) {
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    let started =
+        rig.eng.drive_until(|| rig.nl[1].running().is_some(), Some(Instant::now() + Duration::from_secs(1)));
+    if started {
+        rig.nl[1].finish(Outcome::Success);
+        rig.wait(&run2).unwrap();
+    }
+    assert!(started, "{held}");
+    rig.assert_clean();
+}
+
 #[test]
 fn cancelled_waiting_group_releases_its_reservation() {
     // A group waiting at the head reserves its targets. If the run is cancelled while it waits,
@@ -534,18 +550,10 @@ fn cancelled_waiting_group_releases_its_reservation() {
     rig.nl[0].finish(Outcome::Success);
     assert!(rig.wait(&run1).is_err());
 
-    let run2 = rig.begin();
-    let mut orch = rig.orch(&run2);
-    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
-    orch.finish(None);
-    let started =
-        rig.eng.drive_until(|| rig.nl[1].running().is_some(), Some(Instant::now() + Duration::from_secs(1)));
-    if started {
-        rig.nl[1].finish(Outcome::Success);
-        rig.wait(&run2).unwrap();
-    }
-    assert!(started, "worker 1 stays reserved by a group that was cancelled in an earlier run");
-    rig.assert_clean();
+    assert_worker_1_free_in_a_new_run(
+        &rig,
+        "worker 1 stays reserved by a group that was cancelled in an earlier run",
+    );
 }
 
 #[test]
@@ -562,18 +570,10 @@ fn group_failed_for_a_dead_target_releases_its_reservation() {
     assert_eq!(err.kind(), ErrorKind::WorkerDied);
     assert_eq!(run1.stats().unwrap().failed, 2, "the group failed: one of its targets is dead");
 
-    let run2 = rig.begin();
-    let mut orch = rig.orch(&run2);
-    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
-    orch.finish(None);
-    let started =
-        rig.eng.drive_until(|| rig.nl[1].running().is_some(), Some(Instant::now() + Duration::from_secs(1)));
-    if started {
-        rig.nl[1].finish(Outcome::Success);
-        rig.wait(&run2).unwrap();
-    }
-    assert!(started, "worker 1 (alive) stays reserved by a group that failed in an earlier run");
-    rig.assert_clean();
+    assert_worker_1_free_in_a_new_run(
+        &rig,
+        "worker 1 (alive) stays reserved by a group that failed in an earlier run",
+    );
 }
 
 // ================================================================================== dependency inference
