@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use simpler::{Backing, CallConfig, DataType, TaskArgs, Tensor};
+use simpler::{Backing, DataType, TaskArgs, Tensor};
 
 fn addr(t: &Tensor) -> u64 {
     match t.desc().backing() {
@@ -24,34 +24,30 @@ fn a_task_naming_an_allocation_whose_scope_ended_is_refused() {
     let out_t = u64s(&out, 0, 128);
     let _ = &out_t;
     let mut accepted = None;
-    rig.run(
-        |orch, _, _| {
-            // Scope 1 (ring 1): allocate and fill.
-            let old = orch.scope(|o| {
-                let t = o.alloc(&[128], DataType::Uint64)?;
-                let mut a = TaskArgs::new();
-                a.output(&t)?.scalar(7);
-                o.submit_sub(&fill_h, a)?;
-                Ok(t)
-            })?;
-            // Scope 2 (ring 1 again): the ring holds one block, so this waits for scope 1's
-            // block to be reclaimed and gets the very same bytes.
-            orch.scope(|o| {
-                let fresh = o.alloc(&[128], DataType::Uint64)?;
-                assert_eq!(addr(&fresh), addr(&old), "the reclaimed block is handed out again");
-                let mut a = TaskArgs::new();
-                a.output(&fresh)?.scalar(9);
-                o.submit_sub(&fill_h, a)?;
-                // Writes to the dead allocation = writes into `fresh`, with no ordering at all.
-                let mut b = TaskArgs::new();
-                b.output(&old)?.scalar(666);
-                accepted = Some(o.submit_sub(&fill_h, b).is_ok());
-                Ok(())
-            })
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        // Scope 1 (ring 1): allocate and fill.
+        let old = orch.scope(|o| {
+            let t = o.alloc(&[128], DataType::Uint64)?;
+            let mut a = TaskArgs::new();
+            a.output(&t)?.scalar(7);
+            o.submit_sub(&fill_h, a)?;
+            Ok(t)
+        })?;
+        // Scope 2 (ring 1 again): the ring holds one block, so this waits for scope 1's
+        // block to be reclaimed and gets the very same bytes.
+        orch.scope(|o| {
+            let fresh = o.alloc(&[128], DataType::Uint64)?;
+            assert_eq!(addr(&fresh), addr(&old), "the reclaimed block is handed out again");
+            let mut a = TaskArgs::new();
+            a.output(&fresh)?.scalar(9);
+            o.submit_sub(&fill_h, a)?;
+            // Writes to the dead allocation = writes into `fresh`, with no ordering at all.
+            let mut b = TaskArgs::new();
+            b.output(&old)?.scalar(666);
+            accepted = Some(o.submit_sub(&fill_h, b).is_ok());
+            Ok(())
+        })
+    })
     .unwrap();
     assert_eq!(accepted, Some(false), "a submit naming a reclaimed allocation must be refused");
 }

@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use simpler::{
-    Access, BufferDesc, CallConfig, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag,
-    TaskArgs, Tensor, TensorView,
+    Access, BufferDesc, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag, TaskArgs, Tensor,
+    TensorView,
 };
 
 #[test]
@@ -84,32 +84,24 @@ fn tag_needing_more_access_than_granted_is_rejected() {
     buf.write(0, &[1u64, 2, 3, 4]).unwrap();
     let read_only = with_access(&u64s(&buf, 0, 4), Access::Read);
     let write_only = with_access(&u64s(&out, 0, 4), Access::Write);
-    rig.run(
-        |orch, _, _| {
-            for tag in [Tag::Output, Tag::InOut, Tag::OutputExisting] {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&read_only, tag)?.scalar(1);
-                let err = orch.submit_sub(&fill, a).expect_err("a read-only buffer cannot be written");
-                assert_err(
-                    &err,
-                    ErrorKind::InvalidArgument,
-                    &["fill", "tensor 0", &format!("{tag:?}"), "Read"],
-                );
-            }
+    rig.run_orch(|orch| {
+        for tag in [Tag::Output, Tag::InOut, Tag::OutputExisting] {
             let mut a = TaskArgs::new();
-            a.input(&write_only)?.output(&u64s(&out, 0, 4))?;
-            let err = orch.submit_sub(&sum, a).expect_err("a write-only buffer cannot be read");
-            assert_err(&err, ErrorKind::InvalidArgument, &["sum", "tensor 0", "Input", "Write"]);
-            assert_eq!(orch.task_count(), 0);
-            // What the access grants is fine: read a read-only buffer, write a write-only one.
-            let mut a = TaskArgs::new();
-            a.input(&read_only)?.output(&write_only)?;
-            orch.submit_sub(&sum, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+            a.add_tensor(&read_only, tag)?.scalar(1);
+            let err = orch.submit_sub(&fill, a).expect_err("a read-only buffer cannot be written");
+            assert_err(&err, ErrorKind::InvalidArgument, &["fill", "tensor 0", &format!("{tag:?}"), "Read"]);
+        }
+        let mut a = TaskArgs::new();
+        a.input(&write_only)?.output(&u64s(&out, 0, 4))?;
+        let err = orch.submit_sub(&sum, a).expect_err("a write-only buffer cannot be read");
+        assert_err(&err, ErrorKind::InvalidArgument, &["sum", "tensor 0", "Input", "Write"]);
+        assert_eq!(orch.task_count(), 0);
+        // What the access grants is fine: read a read-only buffer, write a write-only one.
+        let mut a = TaskArgs::new();
+        a.input(&read_only)?.output(&write_only)?;
+        orch.submit_sub(&sum, a)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 4), vec![1, 2, 3, 4]);
 }
@@ -118,28 +110,19 @@ fn tag_needing_more_access_than_granted_is_rejected() {
 fn overlapping_tensors_of_one_task_are_rejected_when_one_is_written() {
     let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
     let buf = u64_buffer(&rig, 12);
-    rig.run(
-        |orch, _, _| {
-            for (tag0, tag1) in
-                [(Tag::Input, Tag::Output), (Tag::InOut, Tag::Input), (Tag::Output, Tag::NoDep)]
-            {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&u64s(&buf, 0, 8), tag0)?
-                    .add_tensor(&u64s(&buf, 4, 8), tag1)?
-                    .scalar(1)
-                    .scalar(1);
-                let err = orch.submit_sub(&affine, a).expect_err("aliasing a written tensor");
-                assert_err(&err, ErrorKind::InvalidArgument, &["affine", "tensors 0 and 1 overlap"]);
-            }
-            // Disjoint views of one buffer are fine.
+    rig.run_orch(|orch| {
+        for (tag0, tag1) in [(Tag::Input, Tag::Output), (Tag::InOut, Tag::Input), (Tag::Output, Tag::NoDep)] {
             let mut a = TaskArgs::new();
-            a.input(&u64s(&buf, 0, 4))?.output(&u64s(&buf, 4, 4))?.scalar(2).scalar(1);
-            orch.submit_sub(&affine, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+            a.add_tensor(&u64s(&buf, 0, 8), tag0)?.add_tensor(&u64s(&buf, 4, 8), tag1)?.scalar(1).scalar(1);
+            let err = orch.submit_sub(&affine, a).expect_err("aliasing a written tensor");
+            assert_err(&err, ErrorKind::InvalidArgument, &["affine", "tensors 0 and 1 overlap"]);
+        }
+        // Disjoint views of one buffer are fine.
+        let mut a = TaskArgs::new();
+        a.input(&u64s(&buf, 0, 4))?.output(&u64s(&buf, 4, 4))?.scalar(2).scalar(1);
+        orch.submit_sub(&affine, a)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&buf, 4, 4), vec![1; 4]);
 }
@@ -168,15 +151,11 @@ fn echo_scalars(args: &HostArgs<'_>) -> HostResult {
 fn scalars_reach_the_host_function_in_order() {
     let (rig, [echo]) = Rig::start(subs(1), [("echo_scalars", echo_scalars)]);
     let out = u64_buffer(&rig, 8);
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.add_tensor(&u64s(&out, 0, 8), Tag::InOut)?.scalar(u64::MAX).scalar(0).scalar_f32(1.5);
-            orch.submit_sub(&echo, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.add_tensor(&u64s(&out, 0, 8), Tag::InOut)?.scalar(u64::MAX).scalar(0).scalar_f32(1.5);
+        orch.submit_sub(&echo, a).map(|_| ())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 8), vec![3, u64::MAX, 0, u64::from(1.5f32.to_bits()), 0, 1, 1, 1]);
 }
@@ -196,28 +175,20 @@ fn host_functions_get_only_the_access_their_tags_grant() {
     let (rig, [w, r]) = Rig::start(subs(1), [("write_input", write_input), ("read_output", read_output)]);
     let buf = u64_buffer(&rig, 4);
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.input(&u64s(&buf, 0, 4))?;
-                orch.submit_sub(&w, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&buf, 0, 4))?;
+            orch.submit_sub(&w, a).map(|_| ())
+        })
         .expect_err("an Input tensor is read-only in the host function");
     assert_err(&err, ErrorKind::TaskFailed, &["write_input", "tensor 0", "read-only"]);
     assert_eq!(read_u64(&buf, 0, 4), vec![0; 4]);
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.output(&u64s(&buf, 0, 4))?;
-                orch.submit_sub(&r, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&buf, 0, 4))?;
+            orch.submit_sub(&r, a).map(|_| ())
+        })
         .expect_err("an Output tensor is write-only in the host function");
     assert_err(&err, ErrorKind::TaskFailed, &["read_output", "tensor 0", "write-only"]);
 }
@@ -227,32 +198,24 @@ fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
     let (rig, [noop, fill]) = Rig::start(subs(1), [("noop", noop), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                for i in 0..10_000 {
-                    a.scalar(i);
-                }
-                orch.submit_sub(&noop, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            for i in 0..10_000 {
+                a.scalar(i);
+            }
+            orch.submit_sub(&noop, a).map(|_| ())
+        })
         .expect_err("80 KB of scalars do not fit a task frame");
     assert_err(
         &err,
         ErrorKind::InvalidArgument,
         &["noop", "could not start", "exceeds the mailbox capacity"],
     );
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(1);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(1);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .expect("the worker is fine afterwards");
     assert_eq!(read_u64(&out, 0, 1), vec![1]);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fail_kernel, vadd};
+use common::{Orchestrate, fail_kernel, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -98,15 +98,11 @@ fn vector_add_on_one_chip() {
     let (a, b, av, bv) = inputs(&rig);
     let out = rig.create_buffer(N * 4).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
-    rig.run(
-        |orch, _, _| {
-            let mut args = TaskArgs::new();
-            args.input(&ta)?.input(&tb)?.output(&to)?;
-            orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+    })
     .unwrap();
     let got = out.read::<f32>(0, N).unwrap();
     assert!(got.iter().enumerate().all(|(i, v)| *v == av[i] + bv[i]), "vector add result");
@@ -121,25 +117,21 @@ fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
     let outs: Vec<_> = (0..8).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
     let (ta, tb) = (f32s(&a), f32s(&b));
     let touts: Vec<_> = outs.iter().map(f32s).collect();
-    rig.run(
-        |orch, _, _| {
-            let mut list = Vec::new();
-            for t in &touts[..4] {
-                let mut args = TaskArgs::new();
-                args.input(&ta)?.input(&tb)?.output(t)?;
-                list.push(args);
-            }
-            orch.submit_next_level_group(&k, list, CallConfig::default(), &[0, 1, 2, 3])?;
-            for (w, t) in touts[4..].iter().enumerate() {
-                let mut args = TaskArgs::new();
-                args.input(&ta)?.input(&tb)?.output(t)?;
-                orch.submit_next_level(&k, args, CallConfig::default(), w as u32)?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut list = Vec::new();
+        for t in &touts[..4] {
+            let mut args = TaskArgs::new();
+            args.input(&ta)?.input(&tb)?.output(t)?;
+            list.push(args);
+        }
+        orch.submit_next_level_group(&k, list, CallConfig::default(), &[0, 1, 2, 3])?;
+        for (w, t) in touts[4..].iter().enumerate() {
+            let mut args = TaskArgs::new();
+            args.input(&ta)?.input(&tb)?.output(t)?;
+            orch.submit_next_level(&k, args, CallConfig::default(), w as u32)?;
+        }
+        Ok(())
+    })
     .unwrap();
     for out in &outs {
         let got = out.read::<f32>(0, N).unwrap();
@@ -159,15 +151,11 @@ fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
     let tmp = rig.alloc_child_tensor(0, &[N as u32], DataType::Float32).unwrap();
     let (ta, tb, to, tt) =
         (f32s(&a), f32s(&b), f32s(&out), tmp.tensor(&[N as u32], DataType::Float32).unwrap());
-    rig.run(
-        |orch, _, _| {
-            let mut args = TaskArgs::new();
-            args.input(&ta)?.input(&tb)?.output(&to)?.add_tensor(&tt, simpler::Tag::InOut)?;
-            orch.submit_next_level(&pipe, args, CallConfig::default(), 0).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to)?.add_tensor(&tt, simpler::Tag::InOut)?;
+        orch.submit_next_level(&pipe, args, CallConfig::default(), 0).map(|_| ())
+    })
     .unwrap();
     let got = out.read::<f32>(0, N).unwrap();
     assert!(got.iter().enumerate().all(|(i, v)| *v == 2.0 * (av[i] + bv[i])), "pipeline result");
@@ -187,18 +175,14 @@ fn chip_resident_memory_round_trip() {
     let td = dev.tensor(&[N as u32], DataType::Float32).unwrap();
     // Two kernels chained on the device-resident tensor, then a third in a later run.
     for k_value in [1.0f32, 10.0] {
-        rig.run(
-            |orch, _, _| {
-                let mut args = TaskArgs::new();
-                args.inout(&td)?.scalar_f32(k_value);
-                orch.submit_next_level(&k, args, CallConfig::default(), 1)?;
-                let mut again = TaskArgs::new();
-                again.inout(&td)?.scalar_f32(k_value);
-                orch.submit_next_level(&k, again, CallConfig::default(), 1).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        rig.run_orch(|orch| {
+            let mut args = TaskArgs::new();
+            args.inout(&td)?.scalar_f32(k_value);
+            orch.submit_next_level(&k, args, CallConfig::default(), 1)?;
+            let mut again = TaskArgs::new();
+            again.inout(&td)?.scalar_f32(k_value);
+            orch.submit_next_level(&k, again, CallConfig::default(), 1).map(|_| ())
+        })
         .unwrap();
     }
     // The host buffer was not touched by the runs (device memory is not copied back).
@@ -214,15 +198,11 @@ fn chip_resident_memory_round_trip() {
 
     // Misuse: another chip, a SUB-less host task, a too-small host buffer, use after free, double free.
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut args = TaskArgs::new();
-                args.inout(&td)?.scalar_f32(1.0);
-                orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut args = TaskArgs::new();
+            args.inout(&td)?.scalar_f32(1.0);
+            orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+        })
         .unwrap_err();
     common::assert_err(&err, ErrorKind::InvalidArgument, &["lives on chip 1", "runs on chip 0"]);
     let small = rig.create_buffer(16).unwrap();
@@ -231,15 +211,11 @@ fn chip_resident_memory_round_trip() {
     rig.free(&dev).unwrap();
     expect_err(rig.free(&dev), ErrorKind::InvalidState, &["already freed"]);
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut args = TaskArgs::new();
-                args.inout(&td)?.scalar_f32(1.0);
-                orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut args = TaskArgs::new();
+            args.inout(&td)?.scalar_f32(1.0);
+            orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())
+        })
         .unwrap_err();
     common::assert_err(&err, ErrorKind::InvalidArgument, &["was freed"]);
     expect_err(
@@ -291,11 +267,7 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
     let k = rig.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     rig.init();
     let err = rig
-        .run(
-            |orch, _, _| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
         .unwrap_err();
     common::assert_err(&err, ErrorKind::TaskFailed, &["fail_kernel", "worker 1", "kernel says no"]);
 }
@@ -309,13 +281,9 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
     let marker = marker_path(std::process::id());
     let _ = std::fs::remove_file(&marker);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
+        })
         .unwrap();
     wait_for("the blocking kernel to start", Duration::from_secs(20), || marker.exists());
     let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
@@ -329,26 +297,18 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
     let out = rig.create_buffer(N * 4).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut args = TaskArgs::new();
-                args.input(&ta)?.input(&tb)?.output(&to)?;
-                orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .unwrap_err();
-    common::assert_err(&err, ErrorKind::WorkerDied, &["worker 0 is dead"]);
-    rig.run(
-        |orch, _, _| {
+        .run_orch(|orch| {
             let mut args = TaskArgs::new();
             args.input(&ta)?.input(&tb)?.output(&to)?;
-            orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+            orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap_err();
+    common::assert_err(&err, ErrorKind::WorkerDied, &["worker 0 is dead"]);
+    rig.run_orch(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())
+    })
     .unwrap();
     assert!(!process_exists(pid), "the killed chip was reaped");
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use simpler::{CallConfig, DataType, EdgeReason, Tag, TaskArgs, TensorView};
+use simpler::{DataType, EdgeReason, Tag, TaskArgs, TensorView};
 
 /// How long an `exclusive` probe holds, giving a wrongly concurrent task time to overlap it.
 const HOLD_US: u64 = 15_000;
@@ -17,18 +17,14 @@ fn raw_chain_runs_in_order() {
     let buf = u64_buffer(&rig, N + 1);
     buf.write(0, &[1u64]).unwrap();
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for i in 0..N {
-                    let mut a = TaskArgs::new();
-                    a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(3).scalar(i as u64);
-                    orch.submit_sub(&affine, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for i in 0..N {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(3).scalar(i as u64);
+                orch.submit_sub(&affine, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
 
@@ -49,27 +45,23 @@ fn raw_chain_through_heap_allocations() {
     const N: usize = 16;
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let out = u64_buffer(&rig, 64);
-    rig.run(
-        |orch, _, _| {
-            let mut cur = orch.alloc(&[64], DataType::Uint64)?;
+    rig.run_orch(|orch| {
+        let mut cur = orch.alloc(&[64], DataType::Uint64)?;
+        let mut a = TaskArgs::new();
+        a.output(&cur)?.scalar(5);
+        orch.submit_sub(&fill, a)?;
+        for _ in 0..N {
+            let next = orch.alloc(&[64], DataType::Uint64)?;
             let mut a = TaskArgs::new();
-            a.output(&cur)?.scalar(5);
-            orch.submit_sub(&fill, a)?;
-            for _ in 0..N {
-                let next = orch.alloc(&[64], DataType::Uint64)?;
-                let mut a = TaskArgs::new();
-                a.input(&cur)?.output(&next)?.scalar(1).scalar(2);
-                orch.submit_sub(&affine, a)?;
-                cur = next;
-            }
-            let mut a = TaskArgs::new();
-            a.input(&cur)?.output(&u64s(&out, 0, 64))?.scalar(1).scalar(0);
+            a.input(&cur)?.output(&next)?.scalar(1).scalar(2);
             orch.submit_sub(&affine, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+            cur = next;
+        }
+        let mut a = TaskArgs::new();
+        a.input(&cur)?.output(&u64s(&out, 0, 64))?.scalar(1).scalar(0);
+        orch.submit_sub(&affine, a)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 64), vec![5 + 2 * N as u64; 64]);
 }
@@ -81,19 +73,15 @@ fn waw_later_writer_wins() {
     let data = u64_buffer(&rig, 8);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for (tag, value) in [(Tag::Output, 1u64), (Tag::InOut, 2)] {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 8), tag)?;
-                    a.scalar(HOLD_US).scalar(1).scalar(value);
-                    orch.submit_sub(&exclusive, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for (tag, value) in [(Tag::Output, 1u64), (Tag::InOut, 2)] {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 8), tag)?;
+                a.scalar(HOLD_US).scalar(1).scalar(value);
+                orch.submit_sub(&exclusive, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert_eq!(read_u64(&data, 0, 8), vec![2; 8], "the later writer's value wins");
@@ -110,19 +98,15 @@ fn plain_output_writers_are_not_ordered() {
     let data = u64_buffer(&rig, 8);
     let scratch = u32_buffer(&rig, 1);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for _ in 0..2 {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 8))?;
-                    a.scalar(2).scalar(5_000);
-                    orch.submit_sub(&rendezvous, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for _ in 0..2 {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 8))?;
+                a.scalar(2).scalar(5_000);
+                orch.submit_sub(&rendezvous, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().expect("two Output writers run at the same time");
     assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
@@ -134,19 +118,15 @@ fn inout_accumulates_in_submission_order() {
     let data = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for digit in 1..=5u64 {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.inout(&u64s(&data, 0, 4))?;
-                    a.scalar(HOLD_US / 2).scalar(2).scalar(digit);
-                    orch.submit_sub(&exclusive, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for digit in 1..=5u64 {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.inout(&u64s(&data, 0, 4))?;
+                a.scalar(HOLD_US / 2).scalar(2).scalar(digit);
+                orch.submit_sub(&exclusive, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert_eq!(read_u64(&data, 0, 4), vec![12345; 4], "x = x * 10 + d applied for d = 1..=5 in order");
@@ -166,22 +146,15 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
     let data = u64_buffer(&rig, 4);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut w = TaskArgs::new();
-                w.add_tensor(&words_of(&flag), Tag::NoDep)?
-                    .output(&u64s(&data, 0, 4))?
-                    .scalar(5_000)
-                    .scalar(7);
-                orch.submit_sub(&block, w)?;
-                let mut r = TaskArgs::new();
-                r.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
-                orch.submit_sub(&release, r)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut w = TaskArgs::new();
+            w.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
+            orch.submit_sub(&block, w)?;
+            let mut r = TaskArgs::new();
+            r.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            orch.submit_sub(&release, r)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert_eq!(read_u64(&data, 0, 4), vec![7; 4]);
@@ -199,20 +172,16 @@ fn no_dep_writer_is_not_waited_for() {
     let data = u64_buffer(&rig, 4);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut w = TaskArgs::new();
-                w.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
-                w.scalar(5_000).scalar(3);
-                orch.submit_sub(&block, w)?;
-                let mut r = TaskArgs::new();
-                r.add_tensor(&words_of(&flag), Tag::NoDep)?.input(&u64s(&data, 0, 4))?;
-                orch.submit_sub(&release, r)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut w = TaskArgs::new();
+            w.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            w.scalar(5_000).scalar(3);
+            orch.submit_sub(&block, w)?;
+            let mut r = TaskArgs::new();
+            r.add_tensor(&words_of(&flag), Tag::NoDep)?.input(&u64s(&data, 0, 4))?;
+            orch.submit_sub(&release, r)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().expect("the Input reader ran while the NO_DEP writer was still running");
     assert_eq!(read_u64(&data, 0, 4), vec![3; 4]);
@@ -226,21 +195,17 @@ fn output_existing_orders_later_readers() {
     let out = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut w = TaskArgs::new();
-                w.add_tensor(&words_of(&scratch), Tag::NoDep)?
-                    .add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
-                w.scalar(HOLD_US).scalar(1).scalar(7);
-                orch.submit_sub(&exclusive, w)?;
-                let mut r = TaskArgs::new();
-                r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(10).scalar(1);
-                orch.submit_sub(&affine, r)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut w = TaskArgs::new();
+            w.add_tensor(&words_of(&scratch), Tag::NoDep)?
+                .add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
+            w.scalar(HOLD_US).scalar(1).scalar(7);
+            orch.submit_sub(&exclusive, w)?;
+            let mut r = TaskArgs::new();
+            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(10).scalar(1);
+            orch.submit_sub(&affine, r)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert_eq!(read_u64(&out, 0, 4), vec![71; 4], "the reader saw the OUTPUT_EXISTING write");
@@ -257,22 +222,18 @@ fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut r = TaskArgs::new(); // 0: reads data
-                r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(0);
-                orch.submit_sub(&affine, r)?;
-                let mut w = TaskArgs::new(); // 1: overwrites data; no edge from the reader
-                w.output(&u64s(&data, 0, 4))?.scalar(3);
-                orch.submit_sub(&fill, w)?;
-                let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1
-                u.inout(&u64s(&data, 0, 4))?.scalar(4);
-                orch.submit_sub(&fill, u)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut r = TaskArgs::new(); // 0: reads data
+            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(0);
+            orch.submit_sub(&affine, r)?;
+            let mut w = TaskArgs::new(); // 1: overwrites data; no edge from the reader
+            w.output(&u64s(&data, 0, 4))?.scalar(3);
+            orch.submit_sub(&fill, w)?;
+            let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1
+            u.inout(&u64s(&data, 0, 4))?.scalar(4);
+            orch.submit_sub(&fill, u)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     let dag = run.dag().unwrap();
@@ -287,19 +248,15 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
     let data = u64_buffer(&rig, 16);
     let scratch = u32_buffer(&rig, 1);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for (half, value) in [(0usize, 10u64), (8, 20)] {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, half, 8))?;
-                    a.scalar(2).scalar(5_000).scalar(value);
-                    orch.submit_sub(&rendezvous, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for (half, value) in [(0usize, 10u64), (8, 20)] {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, half, 8))?;
+                a.scalar(2).scalar(5_000).scalar(value);
+                orch.submit_sub(&rendezvous, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().expect("both writers of disjoint halves must run at the same time");
     let mut expect = vec![10u64; 8];
@@ -319,19 +276,15 @@ fn disjoint_column_blocks_run_in_parallel() {
         data.view(TensorView::new(8 * col, &[4, 2], Some(&[4, 1]), DataType::Uint64).unwrap()).unwrap()
     };
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for col in [0u64, 2] {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&block(col))?;
-                    a.scalar(2).scalar(5_000);
-                    orch.submit_sub(&rendezvous, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for col in [0u64, 2] {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&block(col))?;
+                a.scalar(2).scalar(5_000);
+                orch.submit_sub(&rendezvous, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     run.wait().expect("writers of disjoint column blocks must run at the same time");
     assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
@@ -343,23 +296,19 @@ fn overlapping_views_serialize() {
     let data = u64_buffer(&rig, 12);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                for (start, tag, value) in [(0usize, Tag::Output, 1u64), (4, Tag::InOut, 2)] {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, start, 8), tag)?;
-                    a.scalar(HOLD_US).scalar(1).scalar(value);
-                    orch.submit_sub(&exclusive, a)?;
-                }
-                // A reader of [2, 6) overlaps both writers.
-                let mut r = TaskArgs::new();
-                r.add_tensor(&words_of(&scratch), Tag::NoDep)?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
-                orch.submit_sub(&exclusive, r)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            for (start, tag, value) in [(0usize, Tag::Output, 1u64), (4, Tag::InOut, 2)] {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, start, 8), tag)?;
+                a.scalar(HOLD_US).scalar(1).scalar(value);
+                orch.submit_sub(&exclusive, a)?;
+            }
+            // A reader of [2, 6) overlaps both writers.
+            let mut r = TaskArgs::new();
+            r.add_tensor(&words_of(&scratch), Tag::NoDep)?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
+            orch.submit_sub(&exclusive, r)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert_eq!(read_u32(&scratch, 1, 1)[0], 1, "tasks on overlapping views never run at once");
@@ -380,25 +329,21 @@ fn partially_covered_writer_is_still_waited_for() {
     let data = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 12);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut w0 = TaskArgs::new();
-                w0.output(&u64s(&data, 0, 8))?.scalar(1);
-                orch.submit_sub(&fill, w0)?;
-                let mut w1 = TaskArgs::new();
-                w1.inout(&u64s(&data, 0, 4))?.scalar(2);
-                orch.submit_sub(&fill, w1)?;
-                let mut r2 = TaskArgs::new();
-                r2.input(&u64s(&data, 4, 4))?.output(&u64s(&out, 0, 4))?;
-                orch.submit_sub(&sum, r2)?;
-                let mut r3 = TaskArgs::new();
-                r3.input(&u64s(&data, 0, 8))?.output(&u64s(&out, 4, 8))?;
-                orch.submit_sub(&sum, r3)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut w0 = TaskArgs::new();
+            w0.output(&u64s(&data, 0, 8))?.scalar(1);
+            orch.submit_sub(&fill, w0)?;
+            let mut w1 = TaskArgs::new();
+            w1.inout(&u64s(&data, 0, 4))?.scalar(2);
+            orch.submit_sub(&fill, w1)?;
+            let mut r2 = TaskArgs::new();
+            r2.input(&u64s(&data, 4, 4))?.output(&u64s(&out, 0, 4))?;
+            orch.submit_sub(&sum, r2)?;
+            let mut r3 = TaskArgs::new();
+            r3.input(&u64s(&data, 0, 8))?.output(&u64s(&out, 4, 8))?;
+            orch.submit_sub(&sum, r3)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     let dag = run.dag().unwrap();
@@ -417,28 +362,24 @@ fn diamond() {
     let xs: Vec<u64> = (0..32).collect();
     x.write(0, &xs).unwrap();
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                let a = orch.alloc(&[32], DataType::Uint64)?;
-                let b = orch.alloc(&[32], DataType::Uint64)?;
-                let c = orch.alloc(&[32], DataType::Uint64)?;
-                let mut ta = TaskArgs::new(); // a = x + 1
-                ta.input(&u64s(&x, 0, 32))?.output(&a)?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, ta)?;
-                let mut tb = TaskArgs::new(); // b = 2a
-                tb.input(&a)?.output(&b)?.scalar(2).scalar(0);
-                orch.submit_sub(&affine, tb)?;
-                let mut tc = TaskArgs::new(); // c = 3a + 5
-                tc.input(&a)?.output(&c)?.scalar(3).scalar(5);
-                orch.submit_sub(&affine, tc)?;
-                let mut td = TaskArgs::new(); // d = b + c
-                td.input(&b)?.input(&c)?.output(&u64s(&d, 0, 32))?;
-                orch.submit_sub(&sum, td)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let a = orch.alloc(&[32], DataType::Uint64)?;
+            let b = orch.alloc(&[32], DataType::Uint64)?;
+            let c = orch.alloc(&[32], DataType::Uint64)?;
+            let mut ta = TaskArgs::new(); // a = x + 1
+            ta.input(&u64s(&x, 0, 32))?.output(&a)?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, ta)?;
+            let mut tb = TaskArgs::new(); // b = 2a
+            tb.input(&a)?.output(&b)?.scalar(2).scalar(0);
+            orch.submit_sub(&affine, tb)?;
+            let mut tc = TaskArgs::new(); // c = 3a + 5
+            tc.input(&a)?.output(&c)?.scalar(3).scalar(5);
+            orch.submit_sub(&affine, tc)?;
+            let mut td = TaskArgs::new(); // d = b + c
+            td.input(&b)?.input(&c)?.output(&u64s(&d, 0, 32))?;
+            orch.submit_sub(&sum, td)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     let expect: Vec<u64> = xs.iter().map(|v| 5 * (v + 1) + 5).collect();
@@ -458,16 +399,12 @@ fn read_only_overlap_in_one_task_is_allowed() {
     let x = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 4);
     x.write(0, &[1u64, 2, 3, 4, 5, 6, 7, 8]).unwrap();
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.input(&u64s(&x, 0, 4))?.input(&u64s(&x, 2, 4))?.output(&u64s(&out, 0, 4))?;
-            orch.submit_sub(&sum, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.input(&u64s(&x, 0, 4))?.input(&u64s(&x, 2, 4))?.output(&u64s(&out, 0, 4))?;
+        orch.submit_sub(&sum, a)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 4), vec![4, 6, 8, 10]);
 }
@@ -481,27 +418,19 @@ fn runs_never_share_edges_but_run_in_order() {
     let out = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let r1 = rig
-        .submit(
-            |orch, _, _| {
-                let mut w = TaskArgs::new();
-                w.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 4))?;
-                w.scalar(HOLD_US).scalar(1).scalar(9);
-                orch.submit_sub(&exclusive, w).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut w = TaskArgs::new();
+            w.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 4))?;
+            w.scalar(HOLD_US).scalar(1).scalar(9);
+            orch.submit_sub(&exclusive, w).map(|_| ())
+        })
         .unwrap();
     let r2 = rig
-        .submit_captured(
-            |orch, _, _| {
-                let mut r = TaskArgs::new();
-                r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, r).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            let mut r = TaskArgs::new();
+            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, r).map(|_| ())
+        })
         .unwrap();
     r1.wait().unwrap();
     r2.wait().unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Rig;
+use common::{Orchestrate, Rig};
 use simpler::{
     CallConfig, CallableInfo, CallableKind, DataType, Digest, EdgeReason, In, InOut, Level, Orchestrator,
     Out, ParamMode, RunDag, TaskArgs, Tensor, TensorOf, Worker, callable, task_graph,
@@ -202,16 +202,12 @@ fn chain_matches_the_hand_written_run() {
     by.write(0, &vec![0.0f32; N as usize]).unwrap();
     let (ta, tb, ty) = (a.tensor().clone(), b.tensor().clone(), y.tensor().clone());
     let plain_run = rig
-        .submit_captured(
-            |o, _, _| {
-                let t1 = o.alloc(&[64], DataType::Float32)?;
-                plain_add(o, &ta, &tb, &t1, 1.0)?;
-                plain_inc(o, &t1)?;
-                plain_add(o, &t1, &t1, &ty, 0.5)
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|o| {
+            let t1 = o.alloc(&[64], DataType::Float32)?;
+            plain_add(o, &ta, &tb, &t1, 1.0)?;
+            plain_inc(o, &t1)?;
+            plain_add(o, &t1, &t1, &ty, 0.5)
+        })
         .unwrap();
     plain_run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
@@ -236,17 +232,13 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
 
     let (ta, tb, ty) = (a.tensor().clone(), b.tensor().clone(), y.tensor().clone());
     let plain = rig
-        .submit_captured(
-            |o, _, _| {
-                let t1 = o.alloc(&[N], DataType::Float32)?;
-                let t2 = o.alloc(&[N], DataType::Float32)?;
-                plain_add(o, &ta, &tb, &t1, 1.0)?;
-                plain_add(o, &tb, &ta, &t2, 2.0)?;
-                plain_add(o, &t1, &t2, &ty, 1.0)
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|o| {
+            let t1 = o.alloc(&[N], DataType::Float32)?;
+            let t2 = o.alloc(&[N], DataType::Float32)?;
+            plain_add(o, &ta, &tb, &t1, 1.0)?;
+            plain_add(o, &tb, &ta, &t2, 2.0)?;
+            plain_add(o, &t1, &t2, &ty, 1.0)
+        })
         .unwrap();
     plain.wait().unwrap();
     assert_eq!(shape(&dag), shape(&plain.dag().unwrap()));
@@ -279,20 +271,16 @@ fn a_group_on_four_chips_matches_the_hand_written_group() {
     let (ta, tb) = (a.tensor().clone(), b.tensor().clone());
     let touts: Vec<_> = ys.iter().map(|t| t.tensor().clone()).collect();
     let plain = rig
-        .submit_captured(
-            |o, _, _| {
-                let mut members = Vec::new();
-                for t in &touts {
-                    let mut x = TaskArgs::new();
-                    x.input(&ta)?.input(&tb)?.output(t)?;
-                    members.push(x);
-                }
-                o.submit_next_level_group(handle(vadd::INFO), members, CallConfig::default(), &[0, 1, 2, 3])?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|o| {
+            let mut members = Vec::new();
+            for t in &touts {
+                let mut x = TaskArgs::new();
+                x.input(&ta)?.input(&tb)?.output(t)?;
+                members.push(x);
+            }
+            o.submit_next_level_group(handle(vadd::INFO), members, CallConfig::default(), &[0, 1, 2, 3])?;
+            Ok(())
+        })
         .unwrap();
     plain.wait().unwrap();
     assert_eq!(shape(&dag), shape(&plain.dag().unwrap()));
@@ -306,15 +294,11 @@ fn singles_on_four_chips_and_a_chip_orchestration() {
     let (_bb, b) = filled(&rig, 2.0);
     let (by0, mut y0) = filled(&rig, 0.0);
     let (by1, mut y1) = filled(&rig, 0.0);
-    rig.run(
-        |o, _, _| {
-            vadd::call(&a, &b, &mut y0)?.on(o, simpler::chip(0))?;
-            add_then_double::call(&a, &b, &mut y1)?.on(o, simpler::chip(1))?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|o| {
+        vadd::call(&a, &b, &mut y0)?.on(o, simpler::chip(0))?;
+        add_then_double::call(&a, &b, &mut y1)?.on(o, simpler::chip(1))?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read(&by0), vec![3.0; N as usize]);
     assert_eq!(read(&by1), vec![6.0; N as usize]);
@@ -339,14 +323,10 @@ fn write_after_read_is_ordered_by_the_macro_and_not_by_tags_alone() {
     // The same two calls with tags only: nothing orders the write after the read.
     let (ta, ty, th) = (a.tensor().clone(), y.tensor().clone(), h.tensor().clone());
     let plain = rig
-        .submit_captured(
-            |o, _, _| {
-                plain_add(o, &ta, &th, &ty, 1.0)?;
-                plain_inc(o, &th)
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|o| {
+            plain_add(o, &ta, &th, &ty, 1.0)?;
+            plain_inc(o, &th)
+        })
         .unwrap();
     plain.wait().unwrap();
     assert_eq!(plain.dag().unwrap().graph().edge_count(), 0);
@@ -524,13 +504,7 @@ fn a_kernel_error_names_the_callable() {
     let (_bb, b) = filled(&rig, 2.0);
     let short = rig.create_buffer(16).unwrap();
     let mut y = short.typed::<f32>(&[4]).unwrap();
-    let err = rig
-        .run(
-            |o, _, _| vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0)).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .unwrap_err();
+    let err = rig.run_orch(|o| vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0)).map(|_| ())).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("vadd") && text.contains("length 64 vs 4"), "{text}");
 }
@@ -570,12 +544,7 @@ fn an_orchestration_reads_back_its_own_output_one_level_down() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    rig.run(
-        |o, _, _| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
-    .unwrap();
+    rig.run_orch(|o| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ())).unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
 }
 
@@ -585,13 +554,7 @@ fn a_config_on_a_sub_placement_is_refused() {
     rig.init();
     let (_bx, mut x) = filled(&rig, 1.0);
     let cfg = CallConfig { aicpu_thread_num: 4, ..CallConfig::default() };
-    let err = rig
-        .run(
-            |o, _, _| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
-        .unwrap_err();
+    let err = rig.run_orch(|o| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ())).unwrap_err();
     assert!(err.to_string().contains("takes no CallConfig"), "{err}");
 }
 
@@ -671,18 +634,14 @@ fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
     let (_bz, z) = filled(&rig, 0.0);
     let (ta, ty, tz) = (a.tensor().clone(), y.tensor().clone(), z.tensor().clone());
     let run = rig
-        .submit_captured(
-            |o, _, _| {
-                o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?;
-                // Wait (yielding) until the scoped writer has finished and been released.
-                while by.read::<f32>(0, 1)?[0] != 2.0 {
-                    std::thread::yield_now();
-                }
-                plain_add(o, &ty, &ta, &tz, 1.0)
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|o| {
+            o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?;
+            // Wait (yielding) until the scoped writer has finished and been released.
+            while by.read::<f32>(0, 1)?[0] != 2.0 {
+                std::thread::yield_now();
+            }
+            plain_add(o, &ty, &ta, &tz, 1.0)
+        })
         .unwrap();
     run.wait().unwrap();
     assert!(run.dag().unwrap().has_edge(0, 1), "{}", run.dag().unwrap().to_dot());

@@ -19,30 +19,26 @@ fn failing_task_poisons_its_consumers_only() {
     let t = u64_buffer(&rig, 1);
     let marks = u64_buffer(&rig, 3);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                // The gate keeps the failure back until every task is submitted, so the
-                // consumers are waiting (PENDING) when their producer fails.
-                let mut g = TaskArgs::new();
-                g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
-                let gate = orch.submit_sub(&block, g)?;
-                let mut f = TaskArgs::new();
-                f.output(&u64s(&t, 0, 1))?.scalar(42).add_dep_wait(gate);
-                orch.submit_sub(&fail, f)?;
-                let mut c1 = TaskArgs::new(); // consumer of the failure
-                c1.input(&u64s(&t, 0, 1))?.output(&u64s(&marks, 0, 1))?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, c1)?;
-                let mut c2 = TaskArgs::new(); // consumer of the consumer
-                c2.input(&u64s(&marks, 0, 1))?.output(&u64s(&marks, 1, 1))?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, c2)?;
-                let mut ind = TaskArgs::new(); // independent
-                ind.output(&u64s(&marks, 2, 1))?.scalar(5).add_dep_wait(gate);
-                orch.submit_sub(&fill, ind)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            // The gate keeps the failure back until every task is submitted, so the
+            // consumers are waiting (PENDING) when their producer fails.
+            let mut g = TaskArgs::new();
+            g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            let gate = orch.submit_sub(&block, g)?;
+            let mut f = TaskArgs::new();
+            f.output(&u64s(&t, 0, 1))?.scalar(42).add_dep_wait(gate);
+            orch.submit_sub(&fail, f)?;
+            let mut c1 = TaskArgs::new(); // consumer of the failure
+            c1.input(&u64s(&t, 0, 1))?.output(&u64s(&marks, 0, 1))?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, c1)?;
+            let mut c2 = TaskArgs::new(); // consumer of the consumer
+            c2.input(&u64s(&marks, 0, 1))?.output(&u64s(&marks, 1, 1))?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, c2)?;
+            let mut ind = TaskArgs::new(); // independent
+            ind.output(&u64s(&marks, 2, 1))?.scalar(5).add_dep_wait(gate);
+            orch.submit_sub(&fill, ind)?;
+            Ok(())
+        })
         .unwrap();
     release(&flag);
     let err = run.wait().expect_err("the run fails");
@@ -53,15 +49,11 @@ fn failing_task_poisons_its_consumers_only() {
     assert_eq!(run.wait().unwrap_err().message(), err.message(), "waiting again gives the same error");
 
     // The Worker stays usable.
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&marks, 0, 1))?.scalar(11);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&marks, 0, 1))?.scalar(11);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .expect("a later run succeeds");
     assert_eq!(read_u64(&marks, 0, 1), vec![11]);
 }
@@ -71,26 +63,22 @@ fn submit_into_a_failed_run_is_refused() {
     let (rig, [fail, noop]) = Rig::start(subs(1), [("fail_fn", fail), ("noop", noop)]);
     let mut refused = None;
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.scalar(1);
-                orch.submit_sub(&fail, a)?;
-                // The engine runs the task while this function keeps submitting.
-                wait_for("a submit to be refused", Duration::from_secs(10), || {
-                    match orch.submit_sub(&noop, TaskArgs::new()) {
-                        Ok(_) => false,
-                        Err(e) => {
-                            refused = Some(e);
-                            true
-                        }
+        .run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.scalar(1);
+            orch.submit_sub(&fail, a)?;
+            // The engine runs the task while this function keeps submitting.
+            wait_for("a submit to be refused", Duration::from_secs(10), || {
+                match orch.submit_sub(&noop, TaskArgs::new()) {
+                    Ok(_) => false,
+                    Err(e) => {
+                        refused = Some(e);
+                        true
                     }
-                });
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+                }
+            });
+            Ok(())
+        })
         .expect_err("the run failed");
     assert_err(&err, ErrorKind::TaskFailed, &["fail_fn", "boom 1"]);
     let refused = refused.unwrap();
@@ -102,26 +90,18 @@ fn panicking_task_fails_the_run_with_the_panic_message() {
     let (rig, [panics, fill]) = Rig::start(subs(1), [("panics", panics), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
-        .run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.scalar(7);
-                orch.submit_sub(&panics, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.scalar(7);
+            orch.submit_sub(&panics, a).map(|_| ())
+        })
         .expect_err("the task panicked");
     assert_err(&err, ErrorKind::TaskFailed, &["panics", "sub worker 0", "panicked", "kaboom 7"]);
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(3);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(3);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .expect("the worker that caught the panic runs the next task");
     assert_eq!(read_u64(&out, 0, 1), vec![3]);
 }
@@ -132,21 +112,17 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
     let scratch = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
     let err = rig
-        .submit(
-            |orch, _, _| {
-                // A running task (it holds for 500 ms) and one waiting for it.
-                let mut g = TaskArgs::new();
-                g.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(500_000);
-                let gate = orch.submit_sub(&exclusive, g)?;
-                let mut a = TaskArgs::new();
-                a.output(&u64s(&out, 0, 1))?.scalar(1).add_dep_wait(gate);
-                orch.submit_sub(&fill, a)?;
-                wait_for("the gate to start", Duration::from_secs(10), || read_u32(&scratch, 0, 1)[0] == 1);
-                Err(simpler::Error::new(ErrorKind::InvalidArgument, "orchestration gave up"))
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            // A running task (it holds for 500 ms) and one waiting for it.
+            let mut g = TaskArgs::new();
+            g.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(500_000);
+            let gate = orch.submit_sub(&exclusive, g)?;
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(1).add_dep_wait(gate);
+            orch.submit_sub(&fill, a)?;
+            wait_for("the gate to start", Duration::from_secs(10), || read_u32(&scratch, 0, 1)[0] == 1);
+            Err(simpler::Error::new(ErrorKind::InvalidArgument, "orchestration gave up"))
+        })
         .expect_err("the orchestration function failed");
     assert_err(&err, ErrorKind::InvalidArgument, &["orchestration gave up"]);
     assert_eq!(read_u32(&scratch, 0, 2), vec![0, 1], "the started task ran to its end");
@@ -158,15 +134,11 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
     }));
     let payload = caught.expect_err("the panic propagates");
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"orchestration panicked"));
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 1, 1))?.scalar(2);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 1, 1))?.scalar(2);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .expect("the Worker is usable after both");
     assert_eq!(read_u64(&out, 1, 1), vec![2]);
 }
@@ -176,15 +148,11 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
 fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) -> usize {
     let flag = u32_buffer(rig, 2);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(30_000);
-                orch.submit_sub(block, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(30_000);
+            orch.submit_sub(block, a).map(|_| ())
+        })
         .unwrap();
     let pid = wait_blocked(&flag);
     let index = rig.pids().iter().position(|&p| p == pid).expect("the task runs in one of our children");
@@ -212,20 +180,15 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
     let dead = kill_the_worker_running_a_task(&rig, &block);
     let who = u32_buffer(&rig, 8);
     who.write(0, &[u32::MAX; 8]).unwrap();
-    rig.run(
-        |orch, _, _| {
-            for i in 0..8u64 {
-                let slot =
-                    who.view(simpler::TensorView::new(4 * i, &[1], None, simpler::DataType::Uint32)?)?;
-                let mut a = TaskArgs::new();
-                a.output(&slot)?;
-                orch.submit_sub(&record, a)?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        for i in 0..8u64 {
+            let slot = who.view(simpler::TensorView::new(4 * i, &[1], None, simpler::DataType::Uint32)?)?;
+            let mut a = TaskArgs::new();
+            a.output(&slot)?;
+            orch.submit_sub(&record, a)?;
+        }
+        Ok(())
+    })
     .expect("later work runs on the surviving SUB worker");
     let survivor = 1 - dead as u32;
     assert_eq!(read_u32(&who, 0, 8), vec![survivor; 8]);
@@ -237,11 +200,7 @@ fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
     let (mut rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
     kill_the_worker_running_a_task(&rig, &block);
     let err = rig
-        .run(
-            |orch, _, _| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ()))
         .expect_err("no SUB worker is alive");
     assert_err(&err, ErrorKind::WorkerDied, &["noop", "cannot run", "0 are alive"]);
     rig.close().expect("close completes");
@@ -256,21 +215,17 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
     let flags = [u32_buffer(&rig, 2), u32_buffer(&rig, 2)];
     let done = u64_buffer(&rig, 2);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let members = (0..2)
-                    .map(|i| {
-                        let mut a = TaskArgs::new();
-                        a.add_tensor(&words_of(&flags[i]), Tag::NoDep)?.output(&u64s(&done, i, 1))?;
-                        a.scalar(10_000).scalar(1);
-                        Ok(a)
-                    })
-                    .collect::<simpler::Result<Vec<_>>>()?;
-                orch.submit_sub_group(&block, members).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let members = (0..2)
+                .map(|i| {
+                    let mut a = TaskArgs::new();
+                    a.add_tensor(&words_of(&flags[i]), Tag::NoDep)?.output(&u64s(&done, i, 1))?;
+                    a.scalar(10_000).scalar(1);
+                    Ok(a)
+                })
+                .collect::<simpler::Result<Vec<_>>>()?;
+            orch.submit_sub_group(&block, members).map(|_| ())
+        })
         .unwrap();
     let victim = wait_blocked(&flags[0]);
     let survivor = wait_blocked(&flags[1]);
@@ -282,25 +237,17 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
     assert_eq!(read_u64(&done, 0, 2), vec![0, 1], "the surviving member ran to its end");
 
     let err = rig
-        .run(
-            |orch, _, _| orch.submit_sub_group(&noop, vec![TaskArgs::new(), TaskArgs::new()]).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| orch.submit_sub_group(&noop, vec![TaskArgs::new(), TaskArgs::new()]).map(|_| ()))
         .expect_err("a group of two needs two live workers");
     assert_err(&err, ErrorKind::WorkerDied, &["noop", "needs 2 SUB workers", "only 1 are alive"]);
 
     let who = u32_buffer(&rig, 1);
     who.write(0, &[u32::MAX]).unwrap();
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&words_of(&who))?;
-            orch.submit_sub(&record, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&words_of(&who))?;
+        orch.submit_sub(&record, a).map(|_| ())
+    })
     .expect("single tasks still run on the survivor");
     let survivor_index = rig.pids().iter().position(|&p| p == survivor).unwrap() as u32;
     assert_eq!(read_u32(&who, 0, 1), vec![survivor_index]);
@@ -314,32 +261,28 @@ fn explicit_dependents_of_a_failed_task_never_run() {
     let flag = u32_buffer(&rig, 2);
     let log = u32_buffer(&rig, 8);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let mut g = TaskArgs::new();
-                g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
-                let gate = orch.submit_sub(&block, g)?;
-                let mut f = TaskArgs::new();
-                f.scalar(9).add_dep_wait(gate);
-                let failed = orch.submit_sub(&fail, f)?;
-                for (id, retain) in [(1u64, true), (2, false)] {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(id);
-                    if retain {
-                        a.add_dep(failed);
-                    } else {
-                        a.add_dep_wait(failed);
-                    }
-                    orch.submit_sub(&log_fn, a)?;
+        .submit_orch(|orch| {
+            let mut g = TaskArgs::new();
+            g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            let gate = orch.submit_sub(&block, g)?;
+            let mut f = TaskArgs::new();
+            f.scalar(9).add_dep_wait(gate);
+            let failed = orch.submit_sub(&fail, f)?;
+            for (id, retain) in [(1u64, true), (2, false)] {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(id);
+                if retain {
+                    a.add_dep(failed);
+                } else {
+                    a.add_dep_wait(failed);
                 }
-                let mut a = TaskArgs::new(); // depends on the gate only
-                a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(3).add_dep_wait(gate);
                 orch.submit_sub(&log_fn, a)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+            }
+            let mut a = TaskArgs::new(); // depends on the gate only
+            a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(3).add_dep_wait(gate);
+            orch.submit_sub(&log_fn, a)?;
+            Ok(())
+        })
         .unwrap();
     release(&flag);
     let err = run.wait().expect_err("the run fails");

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use simpler::{CallConfig, DataType, ErrorKind, Tag, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, Tag, TaskArgs, TensorView};
 
 const HOLD_US: u64 = 15_000;
 
@@ -33,20 +33,15 @@ fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
     who.write(0, &[u32::MAX; 3]).unwrap();
     let seen = u32_buffer(&rig, 3);
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                // Member 0 finishes last: it holds after the rendezvous.
-                let members =
-                    (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, HOLD_US)).collect();
-                orch.submit_sub_group(&member, members)?;
-                let mut c = TaskArgs::new(); // reads every member's output
-                c.input(&words_of(&who))?.output(&words_of(&seen))?;
-                orch.submit_sub(&snapshot, c)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            // Member 0 finishes last: it holds after the rendezvous.
+            let members = (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, HOLD_US)).collect();
+            orch.submit_sub_group(&member, members)?;
+            let mut c = TaskArgs::new(); // reads every member's output
+            c.input(&words_of(&who))?.output(&words_of(&seen))?;
+            orch.submit_sub(&snapshot, c)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().expect("all three members meet, so they ran at the same time");
     let mut w = read_u32(&who, 0, 3);
@@ -69,29 +64,25 @@ fn groups_and_singles_interleave() {
     let scratch: Vec<_> = (0..ROUNDS).map(|_| u32_buffer(&rig, 1)).collect();
     let who = u32_buffer(&rig, 2 * ROUNDS);
     let out = u64_buffer(&rig, ROUNDS);
-    rig.run(
-        |orch, _, _| {
-            for (r, scratch) in scratch.iter().enumerate() {
-                let members = (0..2)
-                    .map(|i| {
-                        let slot =
-                            who.view(TensorView::new(4 * (2 * r + i) as u64, &[1], None, DataType::Uint32)?)?;
-                        let mut a = TaskArgs::new();
-                        a.add_tensor(&words_of(scratch), Tag::NoDep)?.output(&slot)?;
-                        a.scalar(2).scalar(5_000).scalar(0);
-                        Ok(a)
-                    })
-                    .collect::<simpler::Result<Vec<_>>>()?;
-                orch.submit_sub_group(&member, members)?;
-                let mut s = TaskArgs::new();
-                s.output(&u64s(&out, r, 1))?.scalar(r as u64 + 1);
-                orch.submit_sub(&fill, s)?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        for (r, scratch) in scratch.iter().enumerate() {
+            let members = (0..2)
+                .map(|i| {
+                    let slot =
+                        who.view(TensorView::new(4 * (2 * r + i) as u64, &[1], None, DataType::Uint32)?)?;
+                    let mut a = TaskArgs::new();
+                    a.add_tensor(&words_of(scratch), Tag::NoDep)?.output(&slot)?;
+                    a.scalar(2).scalar(5_000).scalar(0);
+                    Ok(a)
+                })
+                .collect::<simpler::Result<Vec<_>>>()?;
+            orch.submit_sub_group(&member, members)?;
+            let mut s = TaskArgs::new();
+            s.output(&u64s(&out, r, 1))?.scalar(r as u64 + 1);
+            orch.submit_sub(&fill, s)?;
+        }
+        Ok(())
+    })
     .unwrap();
     let who = read_u32(&who, 0, 2 * ROUNDS);
     for r in 0..ROUNDS {
@@ -108,27 +99,23 @@ fn failing_member_fails_the_group_and_poisons_its_consumers() {
     let data = u64_buffer(&rig, 2);
     let after = u64_buffer(&rig, 1);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let members = (0..2)
-                    .map(|i| {
-                        let mut a = TaskArgs::new();
-                        a.output(&u64s(&data, i, 1))?.scalar(40 + i as u64);
-                        Ok(a)
-                    })
-                    .collect::<simpler::Result<Vec<_>>>()?;
-                orch.submit_sub_group(&fail, members)?;
-                let mut c = TaskArgs::new();
-                c.inout(&u64s(&data, 0, 2))?.scalar(1);
-                orch.submit_sub(&fill, c)?;
-                let mut d = TaskArgs::new(); // independent
-                d.output(&u64s(&after, 0, 1))?.scalar(5);
-                orch.submit_sub(&fill, d)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let members = (0..2)
+                .map(|i| {
+                    let mut a = TaskArgs::new();
+                    a.output(&u64s(&data, i, 1))?.scalar(40 + i as u64);
+                    Ok(a)
+                })
+                .collect::<simpler::Result<Vec<_>>>()?;
+            orch.submit_sub_group(&fail, members)?;
+            let mut c = TaskArgs::new();
+            c.inout(&u64s(&data, 0, 2))?.scalar(1);
+            orch.submit_sub(&fill, c)?;
+            let mut d = TaskArgs::new(); // independent
+            d.output(&u64s(&after, 0, 1))?.scalar(5);
+            orch.submit_sub(&fill, d)?;
+            Ok(())
+        })
         .unwrap();
     let err = run.wait().expect_err("the group failed");
     assert_err(&err, ErrorKind::TaskFailed, &["fail", "sub worker", "boom 4"]);
@@ -143,24 +130,20 @@ fn group_larger_than_the_pool_is_rejected() {
     let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
-    rig.run(
-        |orch, _, _| {
-            let members = (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, 0)).collect();
-            expect_err(
-                orch.submit_sub_group(&member, members),
-                ErrorKind::InvalidArgument,
-                &["member", "needs 3 SUB workers", "has 2"],
-            );
-            expect_err(
-                orch.submit_sub_group(&member, Vec::new()),
-                ErrorKind::InvalidArgument,
-                &["member", "empty"],
-            );
-            assert_eq!(orch.task_count(), 0);
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let members = (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, 0)).collect();
+        expect_err(
+            orch.submit_sub_group(&member, members),
+            ErrorKind::InvalidArgument,
+            &["member", "needs 3 SUB workers", "has 2"],
+        );
+        expect_err(
+            orch.submit_sub_group(&member, Vec::new()),
+            ErrorKind::InvalidArgument,
+            &["member", "empty"],
+        );
+        assert_eq!(orch.task_count(), 0);
+        Ok(())
+    })
     .unwrap();
 }

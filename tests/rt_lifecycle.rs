@@ -46,15 +46,11 @@ fn calls_before_init_are_refused() {
     rig.init();
     expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["already initialized"]);
     let out = u64_buffer(&rig, 1);
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(4);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(4);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 1), vec![4]);
 }
@@ -64,15 +60,11 @@ fn calls_after_close_are_refused() {
     let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let done = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.output(&u64s(&out, 0, 1))?.scalar(9);
-                orch.submit_sub(&fill, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(9);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
         .unwrap();
     rig.close().expect("close drains the run in flight");
     assert!(done.is_done());
@@ -102,15 +94,11 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
         Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(20_000);
-                orch.submit_sub(&block, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(20_000);
+            orch.submit_sub(&block, a).map(|_| ())
+        })
         .unwrap();
     wait_blocked(&flag);
     let (closed, waited) = std::thread::scope(|s| {
@@ -148,15 +136,11 @@ fn dropping_a_worker_closes_it() {
         assert_eq!(pids.len(), 2);
         let out = u64_buffer(&worker, 1);
         worker
-            .run(
-                |orch, _, _| {
-                    let mut a = TaskArgs::new();
-                    a.output(&u64s(&out, 0, 1))?.scalar(1);
-                    orch.submit_sub(&fill, a).map(|_| ())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
+            .run_orch(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 0, 1))?.scalar(1);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
             .unwrap();
         assert_eq!(leftover_shm().len(), 1, "the buffer exists while it is alive");
         for &pid in &pids {
@@ -186,17 +170,13 @@ fn a_panic_unwinding_through_a_worker_reaps_its_children() {
 fn submit_from_inside_an_orchestration_function_is_refused() {
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
-    rig.run(
-        |orch, _, _| {
-            let inner = rig.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default());
-            expect_err(inner, ErrorKind::InvalidState, &["inside an orchestration function", "Orchestrator"]);
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(2);
-            orch.submit_sub(&fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let inner = rig.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default());
+        expect_err(inner, ErrorKind::InvalidState, &["inside an orchestration function", "Orchestrator"]);
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(2);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 1), vec![2]);
 }
@@ -207,15 +187,11 @@ fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
     rig.init();
     assert!(rig.pids().is_empty());
-    rig.run(
-        |orch, _, _| {
-            let err = orch.submit_sub(&fill, TaskArgs::new()).expect_err("no SUB workers");
-            assert_err(&err, ErrorKind::InvalidArgument, &["fill", "no SUB workers", "sub_workers"]);
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let err = orch.submit_sub(&fill, TaskArgs::new()).expect_err("no SUB workers");
+        assert_err(&err, ErrorKind::InvalidArgument, &["fill", "no SUB workers", "sub_workers"]);
+        Ok(())
+    })
     .unwrap();
 }
 

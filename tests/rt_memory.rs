@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallConfig, DataType, ErrorKind, Tag, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, Tag, TaskArgs, TensorView};
 
 const RING: u64 = 64 * 1024;
 
@@ -26,38 +26,34 @@ fn scopes_reclaim_heap_under_a_small_ring() {
     );
     let out = u64_buffer(&rig, ROUNDS + 1);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                // A long-lived outer allocation fills most of ring 0; the inner scopes use ring 1
-                // and never wait for it.
-                let outer = orch.alloc(&[6 * 1024], DataType::Uint64)?;
-                let mut a = TaskArgs::new();
-                a.output(&outer)?.scalar(1000);
-                orch.submit_sub(&fill, a)?;
-                for i in 0..ROUNDS {
-                    orch.scope(|o| {
-                        assert_eq!(o.scope_depth(), 1);
-                        let tmp = o.alloc(&[ELEMS], DataType::Uint64)?;
-                        let mut a = TaskArgs::new();
-                        a.output(&tmp)?.scalar(i as u64);
-                        o.submit_sub(&fill, a)?;
-                        // A one-element view of the allocation still depends on its writer.
-                        let first = tmp.reshape(TensorView::new(0, &[1], None, DataType::Uint64)?)?;
-                        let mut a = TaskArgs::new();
-                        a.input(&first)?.output(&u64s(&out, i, 1))?.scalar(2).scalar(1);
-                        o.submit_sub(&affine, a)?;
-                        Ok(())
-                    })?;
-                }
-                let last = outer.reshape(TensorView::new(8 * 1024, &[1], None, DataType::Uint64)?)?;
-                let mut a = TaskArgs::new();
-                a.input(&last)?.output(&u64s(&out, ROUNDS, 1))?.scalar(1).scalar(0);
-                orch.submit_sub(&affine, a)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            // A long-lived outer allocation fills most of ring 0; the inner scopes use ring 1
+            // and never wait for it.
+            let outer = orch.alloc(&[6 * 1024], DataType::Uint64)?;
+            let mut a = TaskArgs::new();
+            a.output(&outer)?.scalar(1000);
+            orch.submit_sub(&fill, a)?;
+            for i in 0..ROUNDS {
+                orch.scope(|o| {
+                    assert_eq!(o.scope_depth(), 1);
+                    let tmp = o.alloc(&[ELEMS], DataType::Uint64)?;
+                    let mut a = TaskArgs::new();
+                    a.output(&tmp)?.scalar(i as u64);
+                    o.submit_sub(&fill, a)?;
+                    // A one-element view of the allocation still depends on its writer.
+                    let first = tmp.reshape(TensorView::new(0, &[1], None, DataType::Uint64)?)?;
+                    let mut a = TaskArgs::new();
+                    a.input(&first)?.output(&u64s(&out, i, 1))?.scalar(2).scalar(1);
+                    o.submit_sub(&affine, a)?;
+                    Ok(())
+                })?;
+            }
+            let last = outer.reshape(TensorView::new(8 * 1024, &[1], None, DataType::Uint64)?)?;
+            let mut a = TaskArgs::new();
+            a.input(&last)?.output(&u64s(&out, ROUNDS, 1))?.scalar(1).scalar(0);
+            orch.submit_sub(&affine, a)?;
+            Ok(())
+        })
         .expect("allocations far beyond the ring succeed once scopes release them");
     run.wait().unwrap();
     let mut expect: Vec<u64> = (0..ROUNDS as u64).map(|i| 2 * i + 1).collect();
@@ -70,37 +66,33 @@ fn scopes_reclaim_heap_under_a_small_ring() {
 fn nested_scopes_reclaim_their_own_rings() {
     let (rig, [fill]) = Rig::start(small_ring(), [("fill", fill)]);
     let out = u64_buffer(&rig, 4);
-    rig.run(
-        |orch, _, _| {
-            for round in 0..24u64 {
-                // Depths 1, 2, 3 and 4 (rings 1, 2, 3, 3): 16 KiB each per round.
-                fn nest(
-                    o: &mut simpler::Orchestrator<'_>,
-                    left: u32,
-                    fill: &simpler::CallableHandle,
-                    v: u64,
-                ) -> simpler::Result<()> {
-                    if left == 0 {
-                        return Ok(());
-                    }
-                    o.scope(|o| {
-                        let t = o.alloc(&[2048], DataType::Uint64)?;
-                        let mut a = TaskArgs::new();
-                        a.output(&t)?.scalar(v);
-                        o.submit_sub(fill, a)?;
-                        nest(o, left - 1, fill, v)
-                    })
+    rig.run_orch(|orch| {
+        for round in 0..24u64 {
+            // Depths 1, 2, 3 and 4 (rings 1, 2, 3, 3): 16 KiB each per round.
+            fn nest(
+                o: &mut simpler::Orchestrator<'_>,
+                left: u32,
+                fill: &simpler::CallableHandle,
+                v: u64,
+            ) -> simpler::Result<()> {
+                if left == 0 {
+                    return Ok(());
                 }
-                nest(orch, 4, &fill, round)?;
+                o.scope(|o| {
+                    let t = o.alloc(&[2048], DataType::Uint64)?;
+                    let mut a = TaskArgs::new();
+                    a.output(&t)?.scalar(v);
+                    o.submit_sub(fill, a)?;
+                    nest(o, left - 1, fill, v)
+                })
             }
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 4))?.scalar(3);
-            orch.submit_sub(&fill, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+            nest(orch, 4, &fill, round)?;
+        }
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 4))?.scalar(3);
+        orch.submit_sub(&fill, a)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 4), vec![3; 4]);
 }
@@ -111,14 +103,10 @@ fn allocation_larger_than_the_ring_fails_at_once() {
         Rig::start(small_ring().backpressure_timeout(Duration::from_secs(10)), [("fill", fill)]);
     let started = Instant::now();
     let err = rig
-        .run(
-            |orch, _, _| {
-                orch.alloc(&[RING as u32 / 8 + 1], DataType::Uint64)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            orch.alloc(&[RING as u32 / 8 + 1], DataType::Uint64)?;
+            Ok(())
+        })
         .expect_err("an allocation larger than a ring can never succeed");
     assert_err(&err, ErrorKind::InvalidArgument, &["heap_ring_size", &RING.to_string()]);
     assert!(
@@ -135,40 +123,32 @@ fn full_outer_ring_times_out() {
     let mut served = 0;
     let mut waited = Duration::ZERO;
     let err = rig
-        .run(
-            |orch, _, _| {
-                // Nothing in the outer scope is reclaimed before the run ends.
-                for _ in 0..16 {
-                    let started = Instant::now();
-                    let r = orch.alloc(&[2048], DataType::Uint64);
-                    waited = started.elapsed();
-                    r?;
-                    served += 1;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| {
+            // Nothing in the outer scope is reclaimed before the run ends.
+            for _ in 0..16 {
+                let started = Instant::now();
+                let r = orch.alloc(&[2048], DataType::Uint64);
+                waited = started.elapsed();
+                r?;
+                served += 1;
+            }
+            Ok(())
+        })
         .expect_err("the fifth 16 KiB block does not fit a 64 KiB ring");
     assert_err(&err, ErrorKind::Timeout, &["heap_ring_size", "orch.alloc"]);
     assert!((3..=4).contains(&served), "{served} blocks of 16 KiB fit a 64 KiB ring");
     assert!(waited >= timeout, "the failing alloc waited for room ({waited:?})");
     // The failed run released its allocations: the Worker is usable and the ring is empty again.
-    rig.run(
-        |orch, _, _| {
-            let t = orch.alloc(&[4 * 2048], DataType::Uint64)?;
-            let mut a = TaskArgs::new();
-            a.output(&t)?.scalar(1);
-            orch.submit_sub(&fill, a)?;
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(2);
-            orch.submit_sub(&fill, a)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let t = orch.alloc(&[4 * 2048], DataType::Uint64)?;
+        let mut a = TaskArgs::new();
+        a.output(&t)?.scalar(1);
+        orch.submit_sub(&fill, a)?;
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(2);
+        orch.submit_sub(&fill, a)?;
+        Ok(())
+    })
     .expect("a whole-ring allocation fits once the failed run released its blocks");
     assert_eq!(read_u64(&out, 0, 1), vec![2]);
     rig.close().unwrap();
@@ -178,11 +158,7 @@ fn full_outer_ring_times_out() {
 fn disabled_heap_refuses_allocations() {
     let (rig, [_fill]) = Rig::start(subs(1).heap_ring_size(0), [("fill", fill)]);
     let err = rig
-        .run(
-            |orch, _, _| orch.alloc(&[8], DataType::Uint64).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| orch.alloc(&[8], DataType::Uint64).map(|_| ()))
         .expect_err("the heap is disabled");
     assert_err(&err, ErrorKind::InvalidArgument, &["heap_ring_size"]);
 }
@@ -214,22 +190,14 @@ fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
     let input = u64_buffer(&rig, 4);
     input.write(0, &[5u64; 4]).unwrap();
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
-                let gate = orch.submit_sub(&block, a)?;
-                let mut a = TaskArgs::new();
-                a.input(&u64s(&input, 0, 4))?
-                    .output(&u64s(&out, 0, 4))?
-                    .scalar(1)
-                    .scalar(1)
-                    .add_dep_wait(gate);
-                orch.submit_sub(&affine, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            let gate = orch.submit_sub(&block, a)?;
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&input, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(1).add_dep_wait(gate);
+            orch.submit_sub(&affine, a).map(|_| ())
+        })
         .unwrap();
     let name = input.desc().backing();
     drop(input);
@@ -249,23 +217,19 @@ fn more_buffers_than_a_worker_keeps_mapped() {
     let bufs: Vec<_> = (0..N).map(|_| u64_buffer(&rig, 1)).collect();
     let out = u64_buffer(&rig, N);
     for pass in 0..2u64 {
-        rig.run(
-            |orch, _, _| {
-                for (i, b) in bufs.iter().enumerate() {
-                    let mut a = TaskArgs::new();
-                    if pass == 0 {
-                        a.output(&u64s(b, 0, 1))?.scalar(i as u64);
-                        orch.submit_sub(&fill, a)?;
-                    } else {
-                        a.input(&u64s(b, 0, 1))?.output(&u64s(&out, i, 1))?.scalar(3).scalar(0);
-                        orch.submit_sub(&affine, a)?;
-                    }
+        rig.run_orch(|orch| {
+            for (i, b) in bufs.iter().enumerate() {
+                let mut a = TaskArgs::new();
+                if pass == 0 {
+                    a.output(&u64s(b, 0, 1))?.scalar(i as u64);
+                    orch.submit_sub(&fill, a)?;
+                } else {
+                    a.input(&u64s(b, 0, 1))?.output(&u64s(&out, i, 1))?.scalar(3).scalar(0);
+                    orch.submit_sub(&affine, a)?;
                 }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+            }
+            Ok(())
+        })
         .unwrap();
     }
     assert_eq!(read_u64(&out, 0, N), (0..N as u64).map(|i| 3 * i).collect::<Vec<_>>());

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fail_kernel, vadd};
+use common::{Orchestrate, fail_kernel, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -80,21 +80,17 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
     b.write(0, &vec![1.0f32; N]).unwrap();
     let (ta, tb, tm, to) = (f32s(&a), f32s(&b), f32s(&mid), f32s(&out));
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                // mid = a + b on the chips' L3, then out = mid * 3 on the SUB workers' L3: the
-                // edge between the two L3 tasks is inferred at L4 from `mid`.
-                let mut x = TaskArgs::new();
-                x.input(&ta)?.input(&tb)?.output(&tm)?;
-                orch.submit_next_level(&add, x, CallConfig::default(), w_chips)?;
-                let mut y = TaskArgs::new();
-                y.input(&tm)?.output(&to)?;
-                orch.submit_next_level(&tri, y, CallConfig::default(), w_subs)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            // mid = a + b on the chips' L3, then out = mid * 3 on the SUB workers' L3: the
+            // edge between the two L3 tasks is inferred at L4 from `mid`.
+            let mut x = TaskArgs::new();
+            x.input(&ta)?.input(&tb)?.output(&tm)?;
+            orch.submit_next_level(&add, x, CallConfig::default(), w_chips)?;
+            let mut y = TaskArgs::new();
+            y.input(&tm)?.output(&to)?;
+            orch.submit_next_level(&tri, y, CallConfig::default(), w_subs)?;
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     assert!(run.dag().unwrap().has_edge(0, 1), "the L4 DAG orders the two L3 tasks");
@@ -116,15 +112,11 @@ fn l5_over_l4_over_l3_smoke() {
     let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
     x.write(0, &vec![2.0f32; N]).unwrap();
     let (tx, to) = (f32s(&x), f32s(&out));
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.input(&tx)?.output(&to)?;
-            orch.submit_next_level(&fwd, a, CallConfig::default(), 0).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.input(&tx)?.output(&to)?;
+        orch.submit_next_level(&fwd, a, CallConfig::default(), 0).map(|_| ())
+    })
     .unwrap();
     assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
 }
@@ -139,11 +131,7 @@ fn a_failing_kernel_two_levels_down_names_the_path() {
     let fail = rig.register_orch(OrchFn::new("l3_fail", l3_fail)).unwrap();
     rig.init();
     let err = rig
-        .run(
-            |orch, _, _| orch.submit_next_level(&fail, TaskArgs::new(), CallConfig::default(), w).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .run_orch(|orch| orch.submit_next_level(&fail, TaskArgs::new(), CallConfig::default(), w).map(|_| ()))
         .unwrap_err();
     common::assert_err(
         &err,
@@ -181,15 +169,11 @@ fn chip_callables_at_l4(after_init: bool) {
     a.write(0, &vec![1.5f32; N]).unwrap();
     b.write(0, &vec![2.0f32; N]).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
-    rig.run(
-        |orch, _, _| {
-            let mut x = TaskArgs::new();
-            x.input(&ta)?.input(&tb)?.output(&to)?;
-            orch.submit_next_level(&add, x, CallConfig::default(), 0).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut x = TaskArgs::new();
+        x.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&add, x, CallConfig::default(), 0).map(|_| ())
+    })
     .unwrap();
     assert_eq!(out.read::<f32>(0, N).unwrap(), vec![3.5f32; N]);
 }
@@ -250,13 +234,9 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     let marker = marker_path(l3_pid as u32);
     let _ = std::fs::remove_file(&marker);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
+        })
         .unwrap();
     common::wait_for("the L3 task to be running", Duration::from_secs(20), || marker.exists());
     std::fs::remove_file(&marker).unwrap();
@@ -268,15 +248,11 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     x.write(0, &[1.0f32; 4]).unwrap();
     let (tx, to) = (f32s(&x), f32s(&out));
     let submit_to = |w: u32| {
-        rig.run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.input(&tx)?.output(&to)?;
-                orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        rig.run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&tx)?.output(&to)?;
+            orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())
+        })
     };
     common::expect_err(submit_to(0), ErrorKind::WorkerDied, &["worker 0 is dead"]);
     submit_to(1).unwrap();

@@ -5,8 +5,7 @@ mod common;
 
 use common::*;
 use simpler::{
-    CallConfig, CallableHandle, DataType, ErrorKind, HostArgs, HostFn, HostResult, Tag, TaskArgs, TensorView,
-    Worker,
+    CallableHandle, DataType, ErrorKind, HostArgs, HostFn, HostResult, Tag, TaskArgs, TensorView, Worker,
 };
 
 /// Group of `n` `member` tasks; member `i` writes its worker index into `who[i]`.
@@ -31,12 +30,8 @@ fn fn_registered_after_init_runs_on_every_sub_worker() {
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
     who.write(0, &[u32::MAX; 3]).unwrap();
-    rig.run(
-        |orch, _, _| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
-    .expect("every SUB worker knows the late function");
+    rig.run_orch(|orch| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()))
+        .expect("every SUB worker knows the late function");
     let mut w = read_u32(&who, 0, 3);
     w.sort_unstable();
     assert_eq!(w, vec![0, 1, 2]);
@@ -68,20 +63,16 @@ fn closure_registered_before_init_runs_with_its_captures() {
         .unwrap();
     rig.init();
     let out = u64_buffer(&rig, 2);
-    rig.run(
-        |orch, _, _| {
-            let members = (0..2)
-                .map(|i| {
-                    let mut a = TaskArgs::new();
-                    a.output(&u64s(&out, i, 1))?;
-                    Ok(a)
-                })
-                .collect::<simpler::Result<Vec<_>>>()?;
-            orch.submit_sub_group(&f, members).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let members = (0..2)
+            .map(|i| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, i, 1))?;
+                Ok(a)
+            })
+            .collect::<simpler::Result<Vec<_>>>()?;
+        orch.submit_sub_group(&f, members).map(|_| ())
+    })
     .unwrap();
     let mut got = read_u64(&out, 0, 2);
     got.sort_unstable();
@@ -93,31 +84,23 @@ fn handle_of_another_worker_is_rejected() {
     let mut other = Rig::new(Worker::builder());
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
-    rig.run(
-        |orch, _, _| {
-            let err = orch.submit_sub(&foreign, TaskArgs::new()).expect_err("unknown here");
-            assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
-            let err = orch.submit_sub_group(&foreign, vec![TaskArgs::new()]).expect_err("unknown here");
-            assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let err = orch.submit_sub(&foreign, TaskArgs::new()).expect_err("unknown here");
+        assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
+        let err = orch.submit_sub_group(&foreign, vec![TaskArgs::new()]).expect_err("unknown here");
+        assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
+        Ok(())
+    })
     .unwrap();
 }
 
 /// Runs one `fill` task through `f` writing `value` to `out[0]`.
 fn run_fill(rig: &Rig, f: &CallableHandle, out: &simpler::Buffer, value: u64) -> simpler::Result<()> {
-    rig.run(
-        |orch, _, _| {
-            let mut t = TaskArgs::new();
-            t.output(&u64s(out, 0, 1))?.scalar(value);
-            orch.submit_sub(f, t).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut t = TaskArgs::new();
+        t.output(&u64s(out, 0, 1))?.scalar(value);
+        orch.submit_sub(f, t).map(|_| ())
+    })
 }
 
 #[test]
@@ -167,33 +150,25 @@ fn registering_while_a_run_is_in_flight() {
     let (mut rig, [exclusive]) = Rig::start(subs(1), [("exclusive", exclusive)]);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                for _ in 0..3 {
-                    let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(30_000);
-                    orch.submit_sub(&exclusive, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            for _ in 0..3 {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(30_000);
+                orch.submit_sub(&exclusive, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     wait_for("the first task to start", std::time::Duration::from_secs(10), || {
         read_u32(&scratch, 0, 1)[0] == 1
     });
     let late = rig.register(HostFn::new("fill", fill)).expect("register while a task runs");
     let out = u64_buffer(&rig, 1);
-    rig.run(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(3);
-            orch.submit_sub(&late, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(3);
+        orch.submit_sub(&late, a).map(|_| ())
+    })
     .unwrap();
     run.wait().expect("the run in flight was not disturbed");
     assert!(run.is_done());
@@ -226,18 +201,14 @@ fn closures_that_differ_only_in_their_captures_are_not_confused() {
         }
         Ok(h) => h,
     };
-    rig.run(
-        |orch, _, _| {
-            for (i, h) in [&two, &three].into_iter().enumerate() {
-                let mut a = TaskArgs::new();
-                a.output(&u64s(&out, i, 1))?;
-                orch.submit_sub(h, a)?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run_orch(|orch| {
+        for (i, h) in [&two, &three].into_iter().enumerate() {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, i, 1))?;
+            orch.submit_sub(h, a)?;
+        }
+        Ok(())
+    })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 2), vec![2, 3], "each handle runs the closure it was registered with");
 }

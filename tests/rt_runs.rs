@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallConfig, CallableHandle, ErrorKind, RunHandle, Tag, TaskArgs, Worker};
+use simpler::{CallableHandle, ErrorKind, RunHandle, Tag, TaskArgs, Worker};
 
 /// Submits a run of one `block_on_flag` task (released through `flag`) that then writes
 /// `value` into `out[0]`.
@@ -18,29 +18,21 @@ fn blocked_run(
     out: &simpler::Buffer,
     value: u64,
 ) -> RunHandle {
-    w.submit(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(flag), Tag::NoDep)?.output(&u64s(out, 0, 1))?.scalar(10_000).scalar(value);
-            orch.submit_sub(block, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    w.submit_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.add_tensor(&words_of(flag), Tag::NoDep)?.output(&u64s(out, 0, 1))?.scalar(10_000).scalar(value);
+        orch.submit_sub(block, a).map(|_| ())
+    })
     .unwrap()
 }
 
 /// Submits a run of one `fill` task writing `value` into `out[at]`.
 fn fill_run(w: &Worker, fill: &CallableHandle, out: &simpler::Buffer, at: usize, value: u64) -> RunHandle {
-    w.submit(
-        |orch, _, _| {
-            let mut a = TaskArgs::new();
-            a.output(&u64s(out, at, 1))?.scalar(value);
-            orch.submit_sub(fill, a).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    w.submit_orch(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(out, at, 1))?.scalar(value);
+        orch.submit_sub(fill, a).map(|_| ())
+    })
     .unwrap()
 }
 
@@ -53,18 +45,14 @@ fn two_pipelined_runs_are_both_correct() {
     x.write(0, &[1u64]).unwrap();
     y.write(0, &[2u64]).unwrap();
     let chain = |buf: &simpler::Buffer, k: u64| {
-        rig.submit(
-            |orch, _, _| {
-                for i in 0..N {
-                    let mut a = TaskArgs::new();
-                    a.input(&u64s(buf, i, 1))?.output(&u64s(buf, i + 1, 1))?.scalar(k).scalar(1);
-                    orch.submit_sub(&affine, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        rig.submit_orch(|orch| {
+            for i in 0..N {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(buf, i, 1))?.output(&u64s(buf, i + 1, 1))?.scalar(k).scalar(1);
+                orch.submit_sub(&affine, a)?;
+            }
+            Ok(())
+        })
         .unwrap()
     };
     let r1 = chain(&x, 2);
@@ -112,17 +100,13 @@ fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
     let building = AtomicBool::new(false);
     let r3 = std::thread::scope(|s| {
         let third = s.spawn(|| {
-            rig.submit(
-                |orch, _, _| {
-                    building.store(true, Ordering::SeqCst);
-                    assert!(r1.is_done(), "run 3 was admitted while run 1 was still in flight");
-                    let mut a = TaskArgs::new();
-                    a.output(&u64s(&out, 2, 1))?.scalar(3);
-                    orch.submit_sub(&fill, a).map(|_| ())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
+            rig.submit_orch(|orch| {
+                building.store(true, Ordering::SeqCst);
+                assert!(r1.is_done(), "run 3 was admitted while run 1 was still in flight");
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 2, 1))?.scalar(3);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
         });
         // Run 1 is stuck, so the third submit must still be waiting for admission.
         expect_err(r1.wait_timeout(Duration::from_millis(100)), ErrorKind::Timeout, &["still running"]);
@@ -144,15 +128,11 @@ fn run_results_are_independent() {
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail_fn", fail), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let r1 = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.scalar(1);
-                orch.submit_sub(&fail, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.scalar(1);
+            orch.submit_sub(&fail, a).map(|_| ())
+        })
         .unwrap();
     let r2 = fill_run(&rig, &fill, &out, 0, 8);
     let e1 = r1.wait().expect_err("run 1 fails");
@@ -189,18 +169,14 @@ fn a_dropped_run_handle_does_not_cancel_the_run() {
     let buf = u64_buffer(&rig, 4);
     buf.write(0, &[1u64]).unwrap();
     let run = rig
-        .submit(
-            |orch, _, _| {
-                for i in 0..3 {
-                    let mut a = TaskArgs::new();
-                    a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(2).scalar(0);
-                    orch.submit_sub(&affine, a)?;
-                }
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            for i in 0..3 {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(2).scalar(0);
+                orch.submit_sub(&affine, a)?;
+            }
+            Ok(())
+        })
         .unwrap();
     drop(run);
     wait_for("the run to finish without anybody waiting", Duration::from_secs(10), || {
@@ -215,21 +191,14 @@ fn a_run_keeps_going_after_a_wait_timed_out() {
     let flag = u32_buffer(&rig, 2);
     let buf = u64_buffer(&rig, 2);
     let run = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&flag), Tag::NoDep)?
-                    .output(&u64s(&buf, 0, 1))?
-                    .scalar(10_000)
-                    .scalar(20);
-                orch.submit_sub(&block, a)?;
-                let mut a = TaskArgs::new();
-                a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, a).map(|_| ())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&buf, 0, 1))?.scalar(10_000).scalar(20);
+            orch.submit_sub(&block, a)?;
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, a).map(|_| ())
+        })
         .unwrap();
     expect_err(run.wait_timeout(Duration::from_millis(30)), ErrorKind::Timeout, &["still running"]);
     release(&flag);
@@ -250,17 +219,13 @@ fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
     let building = AtomicBool::new(false);
     let r2 = std::thread::scope(|s| {
         let second = s.spawn(|| {
-            rig.submit(
-                |orch, _, _| {
-                    building.store(true, Ordering::SeqCst);
-                    assert!(r1.is_done(), "run 2 was admitted while run 1 was in flight");
-                    let mut a = TaskArgs::new();
-                    a.output(&u64s(&out, 1, 1))?.scalar(2);
-                    orch.submit_sub(&fill, a).map(|_| ())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
+            rig.submit_orch(|orch| {
+                building.store(true, Ordering::SeqCst);
+                assert!(r1.is_done(), "run 2 was admitted while run 1 was in flight");
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 1, 1))?.scalar(2);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
         });
         expect_err(r1.wait_timeout(Duration::from_millis(100)), ErrorKind::Timeout, &["still running"]);
         assert!(!building.load(Ordering::SeqCst), "run 2 started building while run 1 was in flight");
@@ -281,29 +246,25 @@ fn statistics_and_dot_export_cover_every_task() {
     let c = u64_buffer(&rig, 4);
     let started = Instant::now();
     let run = rig
-        .submit_captured(
-            |orch, _, _| {
-                assert_eq!(orch.run_id(), 1, "run ids count from 1");
-                assert_eq!(orch.run_id(), 1, "run ids count from 1");
-                let mut t = TaskArgs::new(); // 0
-                t.output(&u64s(&a, 0, 4))?.scalar(1);
-                orch.submit_sub(&fill, t)?;
-                let mut t = TaskArgs::new(); // 1
-                t.output(&u64s(&b, 0, 4))?.scalar(2);
-                orch.submit_sub(&fill, t)?;
-                let mut t = TaskArgs::new(); // 2: waits for 0 and 1
-                t.input(&u64s(&a, 0, 4))?.input(&u64s(&b, 0, 4))?.output(&u64s(&c, 0, 4))?;
-                let s = orch.submit_sub(&sum, t)?;
-                let mut t = TaskArgs::new(); // 3: explicit
-                t.add_dep_wait(s);
-                orch.submit_sub(&noop, t)?;
-                orch.submit_sub(&noop, TaskArgs::new())?; // 4: alone
-                assert_eq!(orch.task_count(), 5);
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .captured(|orch| {
+            assert_eq!(orch.run_id(), 1, "run ids count from 1");
+            assert_eq!(orch.run_id(), 1, "run ids count from 1");
+            let mut t = TaskArgs::new(); // 0
+            t.output(&u64s(&a, 0, 4))?.scalar(1);
+            orch.submit_sub(&fill, t)?;
+            let mut t = TaskArgs::new(); // 1
+            t.output(&u64s(&b, 0, 4))?.scalar(2);
+            orch.submit_sub(&fill, t)?;
+            let mut t = TaskArgs::new(); // 2: waits for 0 and 1
+            t.input(&u64s(&a, 0, 4))?.input(&u64s(&b, 0, 4))?.output(&u64s(&c, 0, 4))?;
+            let s = orch.submit_sub(&sum, t)?;
+            let mut t = TaskArgs::new(); // 3: explicit
+            t.add_dep_wait(s);
+            orch.submit_sub(&noop, t)?;
+            orch.submit_sub(&noop, TaskArgs::new())?; // 4: alone
+            assert_eq!(orch.task_count(), 5);
+            Ok(())
+        })
         .unwrap();
     run.wait().unwrap();
     let elapsed = started.elapsed();
@@ -336,19 +297,15 @@ fn many_small_runs_on_one_worker() {
     let buf = u64_buffer(&rig, 2);
     buf.write(0, &[1u64]).unwrap();
     for round in 0..64u64 {
-        rig.run(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(round);
-                orch.submit_sub(&affine, a)?;
-                let mut a = TaskArgs::new();
-                a.input(&u64s(&buf, 1, 1))?.output(&u64s(&buf, 0, 1))?.scalar(1).scalar(1);
-                orch.submit_sub(&affine, a)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        rig.run_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(round);
+            orch.submit_sub(&affine, a)?;
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&buf, 1, 1))?.output(&u64s(&buf, 0, 1))?.scalar(1).scalar(1);
+            orch.submit_sub(&affine, a)?;
+            Ok(())
+        })
         .unwrap();
     }
     assert_eq!(read_u64(&buf, 0, 1), vec![1 + (0..64).sum::<u64>() + 64]);

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallConfig, Tag, TaskArgs};
+use simpler::{Tag, TaskArgs};
 
 /// A run submitted with `Worker::submit` and never waited on must be driven by the background
 /// thread. While another thread is inside `Worker::run` (which announces a waiter for the whole
@@ -18,19 +18,15 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let flag_t = words_of(&flag);
     // Run 1: a blocking task, then a dependent no-op.
     let h1 = rig
-        .submit(
-            |orch, _, _| {
-                let mut a = TaskArgs::new();
-                a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
-                let first = orch.submit_sub(&block_h, a)?;
-                let mut b = TaskArgs::new();
-                b.add_dep(first);
-                orch.submit_sub(&noop_h, b)?;
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )
+        .submit_orch(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
+            let first = orch.submit_sub(&block_h, a)?;
+            let mut b = TaskArgs::new();
+            b.add_dep(first);
+            orch.submit_sub(&noop_h, b)?;
+            Ok(())
+        })
         .unwrap();
     wait_blocked(&flag);
 
@@ -39,22 +35,18 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let finished_in_time = std::thread::scope(|s| {
         s.spawn(|| {
             let mut seen = false;
-            rig.run(
-                |_orch, _, _| {
-                    release(&flag);
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    while Instant::now() < deadline {
-                        if h1.is_done() {
-                            seen = true;
-                            break;
-                        }
-                        std::thread::yield_now();
+            rig.run_orch(|_orch| {
+                release(&flag);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if h1.is_done() {
+                        seen = true;
+                        break;
                     }
-                    Ok(())
-                },
-                TaskArgs::new(),
-                CallConfig::default(),
-            )
+                    std::thread::yield_now();
+                }
+                Ok(())
+            })
             .unwrap();
             seen
         })
