@@ -627,22 +627,25 @@ fn a_sub_group_and_run_time_placements_match_the_run() {
 
 #[test]
 fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
-    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    // A task window of 2: the third task can only be claimed once the first (the scoped
+    // writer of `y`) has finished and been reclaimed (and left the TensorMap), so the reader
+    // of `y` is submitted after that.
+    let mut rig = Rig::new(Worker::builder().sub_workers(1).task_window(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
     let (by, y) = filled(&rig, 0.0);
     let (_bz, z) = filled(&rig, 0.0);
-    let (ta, ty, tz) = (a.tensor().clone(), y.tensor().clone(), z.tensor().clone());
+    let (_bw, w) = filled(&rig, 0.0);
+    let (ta, ty, tz, tw) = (a.tensor().clone(), y.tensor().clone(), z.tensor().clone(), w.tensor().clone());
     let run = rig
         .captured(|o| {
-            o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?;
-            // Wait (yielding) until the scoped writer has finished and been released.
-            while by.read::<f32>(0, 1)?[0] != 2.0 {
-                std::thread::yield_now();
-            }
-            plain_add(o, &ty, &ta, &tz, 1.0)
+            o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?; // task 0 writes y
+            o.scope(|o| plain_add(o, &ta, &ta, &tw, 1.0))?; // task 1
+            o.scope(|o| plain_add(o, &ta, &ta, &tw, 1.0))?; // task 2: waits for task 0's slot
+            plain_add(o, &ty, &ta, &tz, 1.0) // task 3 reads y
         })
         .unwrap();
     run.wait().unwrap();
-    assert!(run.dag().unwrap().has_edge(0, 1), "{}", run.dag().unwrap().to_dot());
+    assert_eq!(read(&by), vec![2.0; N as usize]);
+    assert!(run.dag().unwrap().has_edge(0, 3), "{}", run.dag().unwrap().to_dot());
 }
