@@ -18,7 +18,7 @@ use crate::model::{self, Mode, ParamTy};
 /// What to generate, in order.
 pub(crate) struct Plan {
     /// Tensor names in id order (parameters first), for the graph's replay.
-    pub(crate) tensors: Vec<(String, bool)>,
+    pub(crate) tensors: Vec<String>,
     pub(crate) steps: Vec<Step>,
     /// How many tasks the graph submits.
     pub(crate) tasks: usize,
@@ -138,7 +138,7 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     }
     ck.stmts(&def.body);
     ck.close_scope(true);
-    let tensors = ck.tensors.iter().map(|t| (t.name.clone(), t.origin == Origin::Alloc)).collect();
+    let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
     Plan { tensors, steps: ck.steps, tasks: ck.next_task }
 }
 
@@ -420,7 +420,7 @@ impl Checker<'_> {
                     None => args.push(Arg::Other(a.clone())),
                 }
             }
-            members.push(Member { line: clone_line(line), args, uses: member_uses });
+            members.push(Member { line: line.clone(), args, uses: member_uses });
         }
         let callee_name = model::squash(lines[0].callee.to_token_stream());
         self.check_uses(&uses, group, &callee_name);
@@ -556,15 +556,4 @@ fn tensor_ident(e: &syn::Expr) -> Option<syn::Ident> {
         other => other,
     };
     single_ident(inner).cloned()
-}
-
-fn clone_line(l: &CallLine) -> CallLine {
-    CallLine {
-        callee: l.callee.clone(),
-        paren: l.paren,
-        args: l.args.clone(),
-        mods: l.mods.clone(),
-        place: l.place.clone(),
-        span: l.span,
-    }
 }

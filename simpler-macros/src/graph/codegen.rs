@@ -23,8 +23,8 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         (Vec::new(), Vec::new())
     } else {
         let mut out = Gen { root: &root, o: &o, g: &g, body: Vec::new(), replay: Vec::new() };
-        for (tensor, alloc) in &plan.tensors {
-            out.replay.push(if *alloc { quote!(#g.alloc(#tensor);) } else { quote!(#g.tensor(#tensor);) });
+        for tensor in &plan.tensors {
+            out.replay.push(quote!(#g.tensor(#tensor);));
         }
         // Task handles outlive the scopes their tasks are in (a later write may wait for them).
         for t in 0..plan.tasks {

@@ -39,6 +39,7 @@ pub(crate) enum Stmt {
 }
 
 /// A call line: `callee(args)[.config(..)].on(place)`.
+#[derive(Clone)]
 pub(crate) struct CallLine {
     pub(crate) callee: syn::Expr,
     /// The span of the argument list's parentheses.

@@ -171,16 +171,11 @@ impl GraphBuilder {
         GraphBuilder::default()
     }
 
-    /// A tensor the graph receives (already written by its caller) or allocates.
+    /// A tensor the graph receives or allocates (an allocation takes no task number).
     pub fn tensor(&mut self, name: &'static str) -> usize {
         self.tensors.push(Track::default());
         self.names.push(name);
         self.tensors.len() - 1
-    }
-
-    /// An intermediate allocation (it takes no task number).
-    pub fn alloc(&mut self, name: &'static str) -> usize {
-        self.tensor(name)
     }
 
     /// One call (or one group of `members` calls of one callable, each with its target).
