@@ -481,8 +481,8 @@ impl Engine {
                             break false;
                         }
                         if !progressed {
-                            let elsewhere = sched.busy_peer_elsewhere(crate::ipc::futex::current_cpu());
-                            self.doorbell().wait_for_peer(seen, deadline, elsewhere);
+                            let how = sched.peer_wait(crate::ipc::futex::current_cpu());
+                            self.doorbell().wait_for_peer(seen, deadline, how);
                         }
                     };
                     self.release_role(sched);

@@ -16,6 +16,7 @@ use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, ErrorKind};
+use crate::ipc::futex::PeerWait;
 
 /// What kind of worker a lane drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,12 +163,12 @@ impl Scheduler {
         progress
     }
 
-    /// True when some busy worker may run on a CPU other than `cpu` (unknown counts as other),
-    /// so a driver waiting for its result should keep checking rather than yield.
-    pub(crate) fn busy_peer_elsewhere(&self, cpu: u32) -> bool {
-        self.lanes
-            .iter()
-            .any(|l| l.busy.is_some() && l.endpoint.peer_cpu().is_none_or(|c| cpu == 0 || c != cpu))
+    /// How a driver on `cpu` waits for its busy workers: keep checking when some may run on
+    /// another CPU (unknown counts as other); sleep at once when every one shares this CPU and
+    /// is a nested Worker (its own children need the CPU); yield otherwise.
+    pub(crate) fn peer_wait(&self, cpu: u32) -> PeerWait {
+        let busy = self.lanes.iter().filter(|l| l.busy.is_some());
+        PeerWait::for_peers(cpu, busy.map(|l| (l.endpoint.peer_cpu(), l.endpoint.has_children())))
     }
 
     /// The partition of run `id`, made (or taken from the spares) if it has none.

@@ -27,6 +27,7 @@ use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, BufferDesc, Identity};
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
+use crate::ipc::futex::PeerWait;
 use crate::ipc::host_args::{HostArgs, MappedTensor};
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::ipc::shm::PosixShm;
@@ -104,7 +105,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
             let me = crate::ipc::futex::current_cpu();
             let parent_cpu = mb.parent_cpu();
             let elsewhere = me == 0 || parent_cpu == 0 || me != parent_cpu;
-            mb.child_doorbell().wait_for_peer(seen, None, elsewhere);
+            mb.child_doorbell().wait_for_peer(seen, None, PeerWait::from_elsewhere(elsewhere));
         }
     }
 }

@@ -14,6 +14,8 @@ pub(crate) struct MailboxEndpoint {
     index: usize,
     pid: i32,
     exits: Arc<ExitBoard>,
+    /// The child is a nested Worker (it runs its tasks on children of its own).
+    nested: bool,
 }
 
 impl MailboxEndpoint {
@@ -22,8 +24,9 @@ impl MailboxEndpoint {
         index: usize,
         pid: i32,
         exits: Arc<ExitBoard>,
+        nested: bool,
     ) -> MailboxEndpoint {
-        MailboxEndpoint { region, index, pid, exits }
+        MailboxEndpoint { region, index, pid, exits, nested }
     }
 }
 
@@ -50,6 +53,10 @@ impl Endpoint for MailboxEndpoint {
             0 => None,
             cpu => Some(cpu),
         }
+    }
+
+    fn has_children(&self) -> bool {
+        self.nested
     }
 
     fn poll(&mut self) -> Option<Outcome> {

@@ -2,6 +2,8 @@
 //!
 //! Waiting follows one shape everywhere: spin for a few microseconds on the word (a handoff to a
 //! spinning peer costs ~0.1 us), then yield a few times, then sleep in the kernel on a futex.
+//! Where the peer runs shortens it ([`PeerWait`]): a waiter whose peer shares its CPU skips the
+//! spinning, and one whose peer there is a nested Worker goes straight to sleep.
 //! Never a fixed sleep, never an endless spin: an idle tree of workers must use ~0% CPU, and with
 //! more spinners than cores every handoff would wait a whole time slice (~4 ms).
 //!
@@ -195,6 +197,49 @@ pub(crate) fn spin_then_yield(deadline: Option<Instant>, mut done: impl FnMut() 
     false
 }
 
+/// How a waiter waits for the peer that will answer it, chosen from where the peer runs.
+///
+/// ```text
+/// peer on another CPU                       -> Poll   (it answers long before a sleeper wakes)
+/// peer on this CPU                          -> Yield  (give it the CPU, then sleep)
+/// peer on this CPU, a Worker with children  -> Sleep  (its children need this CPU, not our turns)
+/// ```
+///
+/// A context switch costs about 1 us in a small VM, so every needless turn a yielding waiter
+/// takes is paid by the task it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerWait {
+    /// Keep checking politely (yielding between short bursts), then sleep.
+    Poll,
+    /// Yield a few times so the peer can run here, then sleep.
+    Yield,
+    /// Sleep at once: the peer's answer waits on processes that need this CPU more than we do.
+    Sleep,
+}
+
+impl PeerWait {
+    /// `Poll` when the peer runs elsewhere, `Yield` when it shares this CPU.
+    pub(crate) fn from_elsewhere(elsewhere: bool) -> PeerWait {
+        if elsewhere { PeerWait::Poll } else { PeerWait::Yield }
+    }
+
+    /// How a waiter on `cpu` (CPU plus one, 0 = unknown) waits for its busy peers, each given as
+    /// (its CPU plus one if known, whether it has children of its own): `Poll` when any may run
+    /// elsewhere (unknown counts as elsewhere), `Sleep` when all share this CPU and have
+    /// children, `Yield` otherwise (also when there is none).
+    pub(crate) fn for_peers(cpu: u32, peers: impl IntoIterator<Item = (Option<u32>, bool)>) -> PeerWait {
+        let (mut any, mut all_nested) = (false, true);
+        for (peer_cpu, has_children) in peers {
+            if peer_cpu.is_none_or(|c| cpu == 0 || c != cpu) {
+                return PeerWait::Poll;
+            }
+            any = true;
+            all_nested &= has_children;
+        }
+        if any && all_nested { PeerWait::Sleep } else { PeerWait::Yield }
+    }
+}
+
 /// A wake-up counter that one or more waiters sleep on and others ring.
 ///
 /// It lives in shared memory (`#[repr(C)]`, 64-byte aligned so it never shares a cache line with
@@ -247,28 +292,29 @@ impl Doorbell {
         self.sleep(seen, deadline)
     }
 
-    /// Waits for a peer whose placement is known: when it runs on another CPU
-    /// (`peer_elsewhere`), keep checking politely for up to [`REMOTE_SPIN_NANOS`] (a busy peer
-    /// answers long before a sleeping one could be woken); when it shares this CPU, yield at
-    /// once so it can run, then sleep.
-    pub(crate) fn wait_for_peer(&self, seen: u32, deadline: Option<Instant>, peer_elsewhere: bool) -> u32 {
+    /// Waits for a peer whose placement is known, the way `how` says (see [`PeerWait`]): keep
+    /// checking politely for up to [`REMOTE_SPIN_NANOS`], yield a few times, or sleep at once.
+    /// Whichever it starts with, it ends asleep in the kernel if the peer is slow.
+    pub(crate) fn wait_for_peer(&self, seen: u32, deadline: Option<Instant>, how: PeerWait) -> u32 {
         let mut current = seen;
         let mut changed = || {
             current = self.seq();
             current != seen
         };
-        let done = if peer_elsewhere {
-            poll_politely(deadline, &mut changed)
-        } else {
-            let mut hit = changed();
-            for _ in 0..YIELD_ROUNDS {
-                if hit || deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
+        let done = match how {
+            PeerWait::Poll => poll_politely(deadline, &mut changed),
+            PeerWait::Yield => {
+                let mut hit = changed();
+                for _ in 0..YIELD_ROUNDS {
+                    if hit || deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    yield_now();
+                    hit = changed();
                 }
-                yield_now();
-                hit = changed();
+                hit
             }
-            hit
+            PeerWait::Sleep => false,
         };
         if done {
             return current;
@@ -337,6 +383,42 @@ mod tests {
         assert_eq!(now, seen.wrapping_add(1));
         assert!(start.elapsed() < LONG / 2, "woken by the ring, not by the deadline");
         ringer.join().unwrap();
+    }
+
+    #[test]
+    fn peer_wait_follows_placement() {
+        use PeerWait::{Poll, Sleep, Yield};
+        // A peer elsewhere, or of unknown placement, is polled, whatever else is busy.
+        assert_eq!(PeerWait::for_peers(1, [(Some(2), false)]), Poll);
+        assert_eq!(PeerWait::for_peers(1, [(Some(1), true), (None, true)]), Poll);
+        assert_eq!(PeerWait::for_peers(0, [(Some(1), true)]), Poll);
+        // Sharing this CPU: yield to a plain child, sleep for Workers with children.
+        assert_eq!(PeerWait::for_peers(1, [(Some(1), false)]), Yield);
+        assert_eq!(PeerWait::for_peers(1, [(Some(1), true), (Some(1), false)]), Yield);
+        assert_eq!(PeerWait::for_peers(1, [(Some(1), true), (Some(1), true)]), Sleep);
+        assert_eq!(PeerWait::for_peers(1, []), Yield);
+        assert_eq!(PeerWait::from_elsewhere(true), Poll);
+        assert_eq!(PeerWait::from_elsewhere(false), Yield);
+    }
+
+    #[test]
+    fn wait_for_peer_returns_when_rung_whichever_way_it_waits() {
+        for how in [PeerWait::Poll, PeerWait::Yield, PeerWait::Sleep] {
+            let bell = Arc::new(Doorbell::new());
+            let seen = bell.seq();
+            let ringer = {
+                let bell = bell.clone();
+                thread::spawn(move || {
+                    thread::sleep(Duration::from_millis(20));
+                    bell.ring();
+                })
+            };
+            let start = Instant::now();
+            assert_eq!(bell.wait_for_peer(seen, Some(start + LONG), how), seen + 1, "{how:?}");
+            assert!(start.elapsed() < LONG / 2, "{how:?}: woken by the ring, not by the deadline");
+            ringer.join().unwrap();
+            assert_eq!(bell.sleepers.load(Ordering::SeqCst), 0);
+        }
     }
 
     #[test]
