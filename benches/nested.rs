@@ -153,6 +153,27 @@ fn measure() -> simpler::Result<(f64, f64, f64)> {
     Ok((single50, nested50, nested99))
 }
 
+/// Round trips of the context-switch measurement.
+const SWITCH_ROUNDS: u32 = 50_000;
+
+/// The cost of one context switch on this CPU, in us: two threads of this process, confined to
+/// one CPU, hand it to each other with `sched_yield`. (Between processes it costs a little more.)
+fn context_switch_us() -> f64 {
+    let other = std::thread::spawn(|| {
+        for _ in 0..SWITCH_ROUNDS {
+            std::thread::yield_now();
+        }
+    });
+    let start = Instant::now();
+    for _ in 0..SWITCH_ROUNDS {
+        std::thread::yield_now();
+    }
+    let took = start.elapsed();
+    other.join().expect("the yielding thread does not panic");
+    // Each round of this thread is two switches: to the other thread and back.
+    us(took) / f64::from(SWITCH_ROUNDS) / 2.0
+}
+
 /// Confines this process (and so every process it forks from now on) to its lowest allowed CPU.
 #[allow(unsafe_code)]
 fn pin_to_one_cpu() -> Option<usize> {
@@ -190,6 +211,14 @@ fn main() -> simpler::Result<()> {
     };
     let (single1, nested1, _) = measure()?;
     println!("confined to CPU {cpu}: single {single1:.2} us, nested {nested1:.2} us");
+    let switch = context_switch_us();
+    println!(
+        "a context switch on this CPU: {switch:.2} us; with fewer than three CPUs a nested run needs at least \
+         two that the single level does not (three busy processes, two CPUs): unconfined nested p50 net of \
+         them {:.2} us, {:.2} x the single level",
+        nested50 - 2.0 * switch,
+        (nested50 - 2.0 * switch) / single50
+    );
     figure("nested_sub_task_p50_us_one_cpu", nested1, "us");
     figure("single_sub_task_p50_us_one_cpu", single1, "us");
     target("nested/single p50 ratio (same placement)", nested1 / single1, "<=", RATIO_TARGET, "x");
