@@ -173,6 +173,10 @@ fn main() -> simpler::Result<()> {
     let p99 = percentile(&mut hot, 99.0);
     let copy_p50 = percentile(&mut copies, 50.0);
     let net_us = copy_p50 - p50;
+    assert!(
+        net_us > 0.0,
+        "the 1 MiB copy task (p50 {copy_p50:.2} us) was not slower than the empty one (p50 {p50:.2} us): the machine was too noisy to measure"
+    );
     let copy_gbps = gbps(2 * MIB, net_us);
     let memcpy = gbps(MIB, memcpy_us);
     println!(
