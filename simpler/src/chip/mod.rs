@@ -188,9 +188,10 @@ impl ChipFn {
     /// [`Orchestrator::submit_next_level`] (core ids `0..cores`), with the usual tag-driven
     /// dependencies. Every tensor it receives is device memory of the chip.
     ///
-    /// `orch.alloc` works inside it and carves intermediates from the chip engine's own heap
-    /// rings (4 rings of 64 MiB each, backed on first touch, not counted against the chip's
-    /// device memory). `submit_sub` does not: a chip has no SUB workers.
+    /// `orch.alloc` works inside it and carves intermediates from the chip's device memory
+    /// (they count against `chip_memory`, wait for room like any allocation under
+    /// back-pressure, and are freed as their scopes end). `submit_sub` does not: a chip has no
+    /// SUB workers.
     ///
     /// ```
     /// use simpler::{CallConfig, ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};

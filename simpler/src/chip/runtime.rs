@@ -43,14 +43,45 @@ use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, Engine, EngineConfig};
+use crate::engine::{Bell, DeviceHeap, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::futex::Doorbell;
 use crate::ipc::host_args::{HostArgs, MappedTensor};
 
-/// Bytes of each of the chip engine's four heap rings (what `orch.alloc` inside a chip
-/// orchestration carves from). Mapped lazily; only touched pages use memory.
-pub(crate) const CHIP_HEAP_RING_SIZE: u64 = 64 << 20;
+/// The chip's device memory as the chip engine's [`DeviceHeap`]: `orch.alloc` inside a chip
+/// orchestration carves its intermediates from it, so they count against the chip's memory
+/// and kernels only ever touch device memory.
+struct ChipHeap {
+    chip: u32,
+    arena: Arc<Arena>,
+}
+
+impl DeviceHeap for ChipHeap {
+    fn chip(&self) -> u32 {
+        self.chip
+    }
+
+    fn size(&self) -> u64 {
+        self.arena.size()
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<Option<u64>> {
+        match self.arena.malloc(bytes) {
+            Ok(ptr) => Ok(Some(ptr)),
+            // No free block large enough now: a release may make room.
+            Err(e) if e.kind() == ErrorKind::InvalidState => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn release(&self, ptr: u64) {
+        if let Err(e) = self.arena.free(ptr) {
+            // The engine frees each allocation once, when its slot is consumed.
+            debug_assert!(false, "freeing an orch.alloc block: {e}");
+            tracing::error!(target: "simpler::chip", chip = self.chip, "freeing an orch.alloc block: {e}");
+        }
+    }
+}
 
 /// How a chip is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +164,8 @@ pub(crate) struct ChipRuntime {
     /// Set for the duration of a run; still set at the next call only if a run unwound out of
     /// the runtime itself (user code is caught), after which the chip refuses further runs.
     in_run: bool,
+    /// Owner nonce of the host scratch buffers' identities.
+    scratch_nonce: u64,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -159,7 +192,7 @@ impl ChipRuntime {
         let sim = SimChip::new(cfg.memory_bytes, cfg.cores).map_err(in_chip)?;
         let bell = Arc::new(Doorbell::new());
         let engine_cfg = EngineConfig {
-            heap_ring_size: CHIP_HEAP_RING_SIZE,
+            heap_ring_size: 0, // `orch.alloc` uses the chip's memory (`ChipHeap`)
             pipeline_depth: 1,
             next_level_workers: cfg.cores,
             sub_workers: 0,
@@ -167,11 +200,14 @@ impl ChipRuntime {
             local_chip: Some(chip),
             ..EngineConfig::default()
         };
-        // Owner nonce of the buffers this chip's engine mints (host scratch, `orch.alloc`):
-        // random, so they never collide with identities minted by the parent.
+        // Owner nonces of the buffers this chip mints, `orch.alloc` intermediates (the engine's)
+        // and host scratch (its own, so the engine never takes scratch for a reclaimed
+        // intermediate): random, so they never collide with identities minted by the parent.
         let nonce = RandomState::new().hash_one((chip, std::process::id()));
-        let engine =
+        let scratch_nonce = RandomState::new().hash_one((chip, std::process::id(), "scratch"));
+        let mut engine =
             Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce).map_err(in_chip)?;
+        engine.device_heap = Some(Arc::new(ChipHeap { chip, arena: sim.arena().clone() }));
         {
             let mut kinds = engine.callables.write().unwrap_or_else(|e| e.into_inner());
             for (digest, _, _) in registry.iter() {
@@ -179,12 +215,7 @@ impl ChipRuntime {
             }
         }
         let registry = Arc::new(RwLock::new(registry));
-        let shared = Arc::new(CoreShared {
-            chip,
-            arena: sim.arena().clone(),
-            heaps: engine.heaps.iter().filter_map(|h| h.span()).collect(),
-            registry: registry.clone(),
-        });
+        let shared = Arc::new(CoreShared { chip, arena: sim.arena().clone(), registry: registry.clone() });
         let mut lanes = Vec::with_capacity(cfg.cores);
         for core in 0..cfg.cores as u32 {
             // On failure, the endpoints made so far stop their threads as `lanes` drops.
@@ -193,7 +224,7 @@ impl ChipRuntime {
         }
         engine.attach_lanes(lanes);
         tracing::debug!(target: "simpler::chip", chip, cores = cfg.cores, memory = cfg.memory_bytes, "chip ready");
-        Ok(ChipRuntime { chip, sim, registry, engine, closed: false, in_run: false })
+        Ok(ChipRuntime { chip, sim, registry, engine, closed: false, in_run: false, scratch_nonce })
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
@@ -339,7 +370,7 @@ impl ChipRuntime {
                         arena.copy_view_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
                     let id = self.engine.next_buffer_id.fetch_add(1, Ordering::Relaxed);
-                    let identity = Identity::new(self.engine.nonce, id, 1)?;
+                    let identity = Identity::new(self.scratch_nonce, id, 1)?;
                     out.push(Prepared { ptr, view, access: m.access, identity, nbytes: size });
                 }
             }
@@ -454,8 +485,6 @@ struct Prepared {
 struct CoreShared {
     chip: u32,
     arena: Arc<Arena>,
-    /// `(base, len)` of the chip engine's heap rings (`orch.alloc` buffers live there).
-    heaps: Vec<(u64, u64)>,
     registry: SharedRegistry,
 }
 
@@ -480,18 +509,9 @@ impl CoreShared {
                 }
                 Ok(self.arena.host_addr(ptr))
             }
-            Backing::HeapSlab { addr } => {
-                let inside = self.heaps.iter().any(|&(base, len)| {
-                    addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len)
-                });
-                if inside {
-                    Ok(addr)
-                } else {
-                    Err(format!(
-                        "tensor {i}: heap slab at {addr:#x} (+{n} bytes) is outside this chip's heap rings"
-                    ))
-                }
-            }
+            Backing::HeapSlab { addr } => Err(format!(
+                "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
+            )),
             Backing::PosixShm { name } => Err(format!(
                 "tensor {i} is host memory (shm {name}); kernels on a chip's cores use device memory only"
             )),
@@ -1015,8 +1035,69 @@ mod tests {
             )
             .unwrap();
             assert_eq!(out, vec![6.0; 256]);
+            assert_eq!(rt.sim.arena().used(), 0, "the intermediate and the scratch were freed");
             out.fill(0.0);
         }
+    }
+
+    /// Allocates an intermediate of `scalar 0` f32 and checks where it lives.
+    fn alloc_sized(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
+        let n = u32::try_from(args.scalars[0]).expect("a small count");
+        let tmp = orch.alloc(&[n], DataType::Float32)?;
+        let Backing::Device { chip, .. } = tmp.desc().backing() else {
+            return Err(Error::invalid(format!("orch.alloc on a chip gave {:?}", tmp.desc().backing())));
+        };
+        assert_eq!(chip, CHIP, "the intermediate is this chip's memory");
+        let mut a = TaskArgs::new();
+        a.output(&tmp)?;
+        orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+        Ok(())
+    }
+
+    /// `steps` scopes in a row, each with a 4 MiB intermediate that one kernel fills: together
+    /// they need more than the chip's 16 MiB, so each waits for the previous one to be freed.
+    fn alloc_in_turn(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
+        for _ in 0..args.scalars[0] {
+            orch.scope(|orch| {
+                let tmp = orch.alloc(&[1 << 20], DataType::Float32)?;
+                let mut a = TaskArgs::new();
+                a.output(&tmp)?;
+                orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn orch_alloc_inside_a_chip_takes_device_memory() {
+        let sized = ChipFn::orchestration("alloc_sized", alloc_sized);
+        let in_turn = ChipFn::orchestration("alloc_in_turn", alloc_in_turn);
+        let mut rt = chip(1, &[sized.clone(), in_turn.clone()]);
+        run(&mut rt, &sized, vec![], &[1024]).unwrap();
+        assert_eq!(rt.sim.arena().used(), 0, "freed when the run ended");
+
+        // More than the chip has: refused at once, naming the chip and its memory.
+        let err = run(&mut rt, &sized, vec![], &[8 << 20]).unwrap_err();
+        assert!(
+            err.message().contains("orch.alloc on chip 3") && err.message().contains("out of device memory"),
+            "{err}"
+        );
+
+        // Device memory a caller holds leaves less for intermediates.
+        let held = rt.malloc(14 << 20).unwrap();
+        rt.engine.cfg.backpressure_timeout = std::time::Duration::from_millis(200);
+        let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        assert!(
+            err.message().contains("out of device memory on chip 3") && err.message().contains("chip_memory"),
+            "{err}"
+        );
+        rt.free(held).unwrap();
+
+        // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
+        run(&mut rt, &in_turn, vec![], &[5]).unwrap();
+        assert_eq!(rt.sim.arena().used(), 0);
     }
 
     /// Two independent kernels, one per core, that must overlap in time.

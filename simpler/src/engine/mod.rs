@@ -45,7 +45,7 @@ use crate::engine::orchestrator::OrchBuffers;
 use crate::engine::ring::{HEAP_RINGS, HeapRing, TaskWindow};
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
-use crate::engine::slot::{Slot, State};
+use crate::engine::slot::{HeapBlock, Slot, State};
 use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::futex::Doorbell;
@@ -204,11 +204,27 @@ struct Runs {
     spare: Option<Arc<RunState>>,
 }
 
+/// Device memory an engine carves `orch.alloc` intermediates from instead of its heap rings:
+/// the engine inside a chip, whose kernels touch only the chip's own memory.
+pub(crate) trait DeviceHeap: Send + Sync {
+    /// The chip the memory belongs to (what `Backing::Device::chip` names).
+    fn chip(&self) -> u32;
+    /// The memory's size in bytes (for messages).
+    fn size(&self) -> u64;
+    /// Allocates `bytes`: `Ok(None)` when no free block is large enough now (a release may make
+    /// room), an error when the request can never fit.
+    fn alloc(&self, bytes: u64) -> Result<Option<u64>>;
+    /// Frees an allocation made by [`alloc`](DeviceHeap::alloc).
+    fn release(&self, ptr: u64);
+}
+
 /// One level's engine.
 pub(crate) struct Engine {
     pub(crate) cfg: EngineConfig,
     pub(crate) window: TaskWindow,
     pub(crate) heaps: Vec<HeapRing>,
+    /// Where `orch.alloc` takes memory from instead of `heaps`, if set (inside a chip).
+    pub(crate) device_heap: Option<Arc<dyn DeviceHeap>>,
     pub(crate) tensor_map: TensorMap,
     /// The scheduler role (rule 1).
     sched: Mutex<Scheduler>,
@@ -263,6 +279,7 @@ impl Engine {
         Ok(Engine {
             window: TaskWindow::new(cfg.task_window),
             heaps,
+            device_heap: None,
             tensor_map: TensorMap::default(),
             sched: Mutex::new(Scheduler::new(&cfg, inbox_rx)),
             inbox_tx,
@@ -698,9 +715,16 @@ impl Engine {
         if !written.is_empty() {
             self.tensor_map.erase(slot.run.id, &written, slot);
         }
-        if let Some((ring, block, id)) = slot.heap {
-            self.tensor_map.erase(slot.run.id, &[id], slot);
-            self.heaps[ring].release(block);
+        if let Some(hold) = slot.heap {
+            self.tensor_map.erase(slot.run.id, &[hold.identity], slot);
+            match hold.block {
+                HeapBlock::Ring { ring, block } => self.heaps[ring].release(block),
+                HeapBlock::Device { ptr } => {
+                    if let Some(dev) = &self.device_heap {
+                        dev.release(ptr);
+                    }
+                }
+            }
         }
         self.window.release();
         if slot.run.slot_consumed() {

@@ -29,7 +29,7 @@ use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{Member, Slot, State, Target, TaskData};
+use crate::engine::slot::{HeapBlock, HeapHold, Member, Slot, State, Target, TaskData};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Scope stack limit, counting the run's outer scope.
@@ -585,8 +585,20 @@ impl<'a> Orchestrator<'a> {
         let bytes = view.extent_bytes();
         let ring = ring_for_depth(self.scope_depth());
         self.claim_window("orch.alloc")?;
-        let heap = &self.eng.heaps[ring];
-        let mut got = heap.try_alloc(bytes);
+        let eng = self.eng;
+        // Inside a chip the memory is the chip's own; elsewhere a block of the scope's ring.
+        let try_alloc = || -> Result<Option<(HeapBlock, Backing)>> {
+            Ok(match &eng.device_heap {
+                Some(dev) => dev
+                    .alloc(bytes)
+                    .map_err(|e| e.context(format!("orch.alloc on chip {}", dev.chip())))?
+                    .map(|ptr| (HeapBlock::Device { ptr }, Backing::Device { ptr, chip: dev.chip() })),
+                None => eng.heaps[ring]
+                    .try_alloc(bytes)?
+                    .map(|(block, addr)| (HeapBlock::Ring { ring, block }, Backing::HeapSlab { addr })),
+            })
+        };
+        let mut got = try_alloc();
         if matches!(got, Ok(None)) {
             let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
             let cell = std::cell::RefCell::new(None);
@@ -596,7 +608,7 @@ impl<'a> Orchestrator<'a> {
                     if cell.borrow().is_some() {
                         return true;
                     }
-                    match heap.try_alloc(bytes) {
+                    match try_alloc() {
                         Ok(None) => false,
                         other => {
                             *cell.borrow_mut() = Some(other);
@@ -608,18 +620,23 @@ impl<'a> Orchestrator<'a> {
             );
             got = cell.into_inner().unwrap_or(Ok(None));
         }
-        let (block, addr) = match got {
+        let (block, backing) = match got {
             Ok(Some(b)) => b,
             Ok(None) => {
                 self.eng.window.release();
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "orch.alloc: heap ring {ring} exhausted (waited {:?} for {bytes} bytes); raise WorkerBuilder::heap_ring_size (now {} bytes) or end scopes sooner",
-                        self.eng.cfg.backpressure_timeout,
-                        heap.size()
+                let waited = self.eng.cfg.backpressure_timeout;
+                let why = match &self.eng.device_heap {
+                    Some(dev) => format!(
+                        "orch.alloc: out of device memory on chip {} (waited {waited:?} for {bytes} bytes); raise WorkerBuilder::chip_memory (now {} bytes) or end scopes sooner",
+                        dev.chip(),
+                        dev.size()
                     ),
-                ));
+                    None => format!(
+                        "orch.alloc: heap ring {ring} exhausted (waited {waited:?} for {bytes} bytes); raise WorkerBuilder::heap_ring_size (now {} bytes) or end scopes sooner",
+                        self.eng.heaps[ring].size()
+                    ),
+                };
+                return Err(Error::new(ErrorKind::Timeout, why));
             }
             Err(e) => {
                 self.eng.window.release();
@@ -628,10 +645,10 @@ impl<'a> Orchestrator<'a> {
         };
         let id = self.eng.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let identity = Identity::new(self.eng.nonce, id, 1)?;
-        let desc = BufferDesc::new(identity, Backing::HeapSlab { addr }, Access::ReadWrite, bytes)?;
+        let desc = BufferDesc::new(identity, backing, Access::ReadWrite, bytes)?;
         self.allocs += 1;
-        let slot =
-            Arc::new(Slot::new(self.run.clone(), self.allocs - 1, None, Some((ring, block, identity))));
+        let hold = HeapHold { identity, block };
+        let slot = Arc::new(Slot::new(self.run.clone(), self.allocs - 1, None, Some(hold)));
         {
             let mut l = slot.lock();
             l.fanout_total = 1; // the scope's reference
@@ -899,7 +916,13 @@ impl<'a> Orchestrator<'a> {
             // An `orch.alloc` tensor of this engine is usable only while its allocation is live
             // in this run (after its scope ended and it was reclaimed, the bytes belong to
             // another allocation).
-            if let crate::data::buffer::Backing::HeapSlab { .. } = t.desc().backing()
+            // Inside a chip `orch.alloc` hands out device memory under the same nonce.
+            let minted_here = match t.desc().backing() {
+                Backing::HeapSlab { .. } => true,
+                Backing::Device { .. } => self.eng.device_heap.is_some(),
+                Backing::PosixShm { .. } => false,
+            };
+            if minted_here
                 && t.desc().identity().owner() == self.eng.nonce
                 && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())
             {

@@ -111,13 +111,31 @@ pub(crate) struct Links {
     pub(crate) members: SmallVec<[Member; 1]>,
 }
 
+/// The memory an `orch.alloc` slot holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeapHold {
+    /// The allocation's buffer identity (its TensorMap creator entry).
+    pub(crate) identity: Identity,
+    pub(crate) block: HeapBlock,
+}
+
+/// Where an `orch.alloc` allocation lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HeapBlock {
+    /// A block of heap ring `ring` (host memory of this level).
+    Ring { ring: usize, block: u64 },
+    /// Device memory at `ptr` of the engine's [`DeviceHeap`](crate::engine::DeviceHeap) (the
+    /// engine inside a chip).
+    Device { ptr: u64 },
+}
+
 /// One task of a run.
 pub(crate) struct Slot {
     pub(crate) run: Arc<RunState>,
     /// Number within the run.
     pub(crate) index: u32,
-    /// For `orch.alloc` slots: (ring, block id, identity of the allocation).
-    pub(crate) heap: Option<(usize, u64, Identity)>,
+    /// For `orch.alloc` slots: the allocation, released when the slot is consumed.
+    pub(crate) heap: Option<HeapHold>,
     pub(crate) task: Option<TaskData>,
     state: AtomicU8,
     links: Mutex<Links>,
@@ -128,7 +146,7 @@ impl Slot {
         run: Arc<RunState>,
         index: u32,
         task: Option<TaskData>,
-        heap: Option<(usize, u64, Identity)>,
+        heap: Option<HeapHold>,
     ) -> Slot {
         let members = match &task {
             Some(t) if t.group => smallvec::smallvec![Member::NotDispatched; t.args.len()],
