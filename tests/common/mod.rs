@@ -1,8 +1,9 @@
 //! Shared helpers of the integration suites.
 //!
 //! * [`Rig`]: a [`Worker`] that, when it drops at the end of a test, closes the Worker and checks
-//!   that it left nothing behind: every child process it forked is gone (reaped, not a zombie)
-//!   and no `/dev/shm/sp-*-<this pid>-*` buffer remains. Declare it first in a test so every
+//!   that it left nothing behind: every child process it forked is gone (reaped, not a zombie),
+//!   every process below them (under nested Workers) has died, and no `/dev/shm/sp-*-<pid>-*`
+//!   buffer of any of them, or of this process, remains. Declare it first in a test so every
 //!   buffer, tensor and run handle of the test drops before it. When the test panics it only
 //!   closes the Worker (which reaps the children), so a failure is never hidden by a second panic.
 //! * Host functions used by several suites, and helpers to build tensors and check errors.
@@ -27,12 +28,18 @@ use simpler::{
 pub struct Rig {
     worker: Worker,
     pids: Vec<i32>,
+    /// The processes below the children after `init` (under nested Workers).
+    grandchildren: Vec<i32>,
 }
 
 impl Rig {
     /// An uninitialized Worker from `builder`.
     pub fn new(builder: WorkerBuilder) -> Rig {
-        Rig { worker: builder.build().expect("WorkerBuilder::build"), pids: Vec::new() }
+        Rig {
+            worker: builder.build().expect("WorkerBuilder::build"),
+            pids: Vec::new(),
+            grandchildren: Vec::new(),
+        }
     }
 
     /// A Worker from `builder` with the functions `fns` registered (by name), initialized.
@@ -58,6 +65,8 @@ impl Rig {
         for &pid in &self.pids {
             assert!(process_exists(pid), "child {pid} should be running after init");
         }
+        // A nested Worker has built its whole subtree before it reported ready.
+        self.grandchildren = self.pids.iter().flat_map(|&pid| descendants(pid).into_iter().skip(1)).collect();
     }
 
     /// The child pids recorded at `init` (they stay recorded after `close`).
@@ -91,16 +100,57 @@ impl Drop for Rig {
         assert!(!self.worker.is_ready(), "a closed Worker is not ready");
         assert!(self.worker.child_pids().is_empty(), "a closed Worker lists no children");
         assert_left_nothing(&self.pids);
+        assert_descendants_dead(&self.grandchildren);
     }
 }
 
+/// `pid` and every process below it (from `/proc/<pid>/task/*/children`), parents first.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut next = 0;
+    while next < out.len() {
+        let at = out[next];
+        next += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{at}/task")) else { continue };
+        for task in tasks.filter_map(|t| t.ok()) {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            out.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// Asserts that the processes `pids` below our children have died and left no shm buffer. A
+/// grandchild whose parent was killed is reaped by init, not by us, so it may stay a zombie a
+/// little while: dead is enough here (our own children must be reaped, see
+/// [`assert_left_nothing`]).
+#[track_caller]
+pub fn assert_descendants_dead(pids: &[i32]) {
+    let alive = || pids.iter().copied().filter(|&p| process_alive(p)).collect::<Vec<i32>>();
+    wait_for("processes below the Worker's children to die", Duration::from_secs(10), || alive().is_empty());
+    let left: Vec<String> = pids.iter().flat_map(|&p| shm_of(p)).collect();
+    assert!(left.is_empty(), "shared-memory buffers left behind: {left:?}");
+}
+
+/// True while `pid` names a process that has not exited (a zombie has).
+pub fn process_alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state is the first field after the parenthesized command name.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|s| s != "Z" && s != "X")
+}
+
 /// Asserts that every process in `pids` is gone (reaped) and that no shm buffer of this
-/// process is left in `/dev/shm`.
+/// process or of any of them is left in `/dev/shm`.
 #[track_caller]
 pub fn assert_left_nothing(pids: &[i32]) {
     let alive: Vec<i32> = pids.iter().copied().filter(|&p| process_exists(p)).collect();
     assert!(alive.is_empty(), "child processes {alive:?} outlived their Worker");
-    let left = leftover_shm();
+    let mut left = leftover_shm();
+    for &pid in pids {
+        left.extend(shm_of(pid));
+    }
     assert!(left.is_empty(), "shared-memory buffers left behind: {left:?}");
 }
 
@@ -125,7 +175,12 @@ pub fn sigkill(pid: i32) {
 
 /// `/dev/shm` objects named like this process's buffers: `sp-<8 hex>-<pid>-b<N>`.
 pub fn leftover_shm() -> Vec<String> {
-    let me = std::process::id().to_string();
+    shm_of(std::process::id() as i32)
+}
+
+/// `/dev/shm` objects named like the buffers of process `pid`: `sp-<8 hex>-<pid>-b<N>`.
+pub fn shm_of(pid: i32) -> Vec<String> {
+    let me = pid.to_string();
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
     dir.filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
