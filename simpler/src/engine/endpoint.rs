@@ -47,12 +47,6 @@ pub(crate) trait Endpoint: Send {
     fn peer_cpu(&self) -> Option<u32> {
         None
     }
-
-    /// Whether the worker is a whole Worker whose tasks run on children of its own (a nested
-    /// Worker): a driver that shares its CPU then sleeps instead of yielding to it.
-    fn has_children(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
+use crate::callable::identity::CallableKind;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
@@ -88,6 +89,9 @@ pub(crate) struct Scheduler {
     next_level: Vec<usize>,
     /// Lane indices of SUB workers.
     sub: Vec<usize>,
+    /// NEXT_LEVEL workers are nested Workers (they run orchestration functions on children of
+    /// their own).
+    nested_next_level: bool,
     reserved: Vec<bool>,
     /// One partition per run with queued work, in run id order (the head run's first). A run
     /// has at most a few live partitions at once, so a short sorted deque beats a map; emptied
@@ -107,6 +111,7 @@ impl Scheduler {
             lanes: Vec::new(),
             next_level: Vec::new(),
             sub: Vec::new(),
+            nested_next_level: cfg.next_level_kind == CallableKind::Orch,
             reserved: vec![false; cfg.next_level_workers],
             parts: VecDeque::new(),
             spare: Vec::new(),
@@ -168,7 +173,8 @@ impl Scheduler {
     /// is a nested Worker (its own children need the CPU); yield otherwise.
     pub(crate) fn peer_wait(&self, cpu: u32) -> PeerWait {
         let busy = self.lanes.iter().filter(|l| l.busy.is_some());
-        PeerWait::for_peers(cpu, busy.map(|l| (l.endpoint.peer_cpu(), l.endpoint.has_children())))
+        let has_children = |l: &Lane| self.nested_next_level && matches!(l.kind, LaneKind::NextLevel(_));
+        PeerWait::for_peers(cpu, busy.map(|l| (l.endpoint.peer_cpu(), has_children(l))))
     }
 
     /// The partition of run `id`, made (or taken from the spares) if it has none.

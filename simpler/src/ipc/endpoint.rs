@@ -14,8 +14,6 @@ pub(crate) struct MailboxEndpoint {
     index: usize,
     pid: i32,
     exits: Arc<ExitBoard>,
-    /// The child is a nested Worker (it runs its tasks on children of its own).
-    nested: bool,
 }
 
 impl MailboxEndpoint {
@@ -24,9 +22,8 @@ impl MailboxEndpoint {
         index: usize,
         pid: i32,
         exits: Arc<ExitBoard>,
-        nested: bool,
     ) -> MailboxEndpoint {
-        MailboxEndpoint { region, index, pid, exits, nested }
+        MailboxEndpoint { region, index, pid, exits }
     }
 }
 
@@ -53,10 +50,6 @@ impl Endpoint for MailboxEndpoint {
             0 => None,
             cpu => Some(cpu),
         }
-    }
-
-    fn has_children(&self) -> bool {
-        self.nested
     }
 
     fn poll(&mut self) -> Option<Outcome> {

@@ -903,8 +903,7 @@ impl Worker {
 
         let lanes = (0..n_sub + n_chip)
             .map(|i| {
-                let nested = i >= n_sub && self.cfg.level > Level::Node;
-                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone(), nested);
+                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
                 Lane::new(kind, Box::new(ep))
