@@ -627,18 +627,20 @@ impl<'a> Orchestrator<'a> {
             Ok(None) => {
                 self.eng.window.release();
                 let waited = self.eng.cfg.backpressure_timeout;
-                let why = match &self.eng.device_heap {
-                    Some(dev) => format!(
-                        "orch.alloc: out of device memory on chip {} (waited {waited:?} for {bytes} bytes); raise WorkerBuilder::chip_memory (now {} bytes) or end scopes sooner",
-                        dev.chip(),
-                        dev.size()
-                    ),
-                    None => format!(
-                        "orch.alloc: heap ring {ring} exhausted (waited {waited:?} for {bytes} bytes); raise WorkerBuilder::heap_ring_size (now {} bytes) or end scopes sooner",
-                        self.eng.heaps[ring].size()
-                    ),
+                let (what, knob, size) = match &self.eng.device_heap {
+                    Some(dev) => {
+                        (format!("out of device memory on chip {}", dev.chip()), "chip_memory", dev.size())
+                    }
+                    None => {
+                        (format!("heap ring {ring} exhausted"), "heap_ring_size", self.eng.heaps[ring].size())
+                    }
                 };
-                return Err(Error::new(ErrorKind::Timeout, why));
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "orch.alloc: {what} (waited {waited:?} for {bytes} bytes); raise WorkerBuilder::{knob} (now {size} bytes) or end scopes sooner"
+                    ),
+                ));
             }
             Err(e) => {
                 self.eng.window.release();

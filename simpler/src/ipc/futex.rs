@@ -361,6 +361,15 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(10);
 
+    /// Rings `bell` from another thread after `delay`, so the caller is already waiting.
+    fn ring_later(bell: &Arc<Doorbell>, delay: Duration) -> thread::JoinHandle<()> {
+        let bell = bell.clone();
+        thread::spawn(move || {
+            thread::sleep(delay);
+            bell.ring();
+        })
+    }
+
     #[test]
     fn doorbell_is_one_cache_line() {
         assert_eq!(size_of::<Doorbell>(), 64);
@@ -371,13 +380,7 @@ mod tests {
     fn ring_wakes_a_waiting_thread() {
         let bell = Arc::new(Doorbell::new());
         let seen = bell.seq();
-        let ringer = {
-            let bell = bell.clone();
-            thread::spawn(move || {
-                thread::sleep(Duration::from_millis(50));
-                bell.ring();
-            })
-        };
+        let ringer = ring_later(&bell, Duration::from_millis(50));
         let start = Instant::now();
         let now = bell.wait(seen, Some(start + LONG));
         assert_eq!(now, seen.wrapping_add(1));
@@ -406,13 +409,7 @@ mod tests {
         for how in [PeerWait::Poll, PeerWait::Yield, PeerWait::Sleep] {
             let bell = Arc::new(Doorbell::new());
             let seen = bell.seq();
-            let ringer = {
-                let bell = bell.clone();
-                thread::spawn(move || {
-                    thread::sleep(Duration::from_millis(20));
-                    bell.ring();
-                })
-            };
+            let ringer = ring_later(&bell, Duration::from_millis(20));
             let start = Instant::now();
             assert_eq!(bell.wait_for_peer(seen, Some(start + LONG), how), seen + 1, "{how:?}");
             assert!(start.elapsed() < LONG / 2, "{how:?}: woken by the ring, not by the deadline");
