@@ -20,9 +20,9 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
 use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
-use crate::ipc::process::fork_child;
+use crate::sys::futex::Doorbell;
+use crate::sys::process::fork_child;
 
 /// How long any single wait of these benchmarks may take before it counts as a hang.
 const HANG: Duration = Duration::from_secs(10);
@@ -216,7 +216,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             .collect(),
     );
     let digest = Digest::of(b"simpler bench: no-op host function");
-    engine.callables.write().unwrap_or_else(|e| e.into_inner()).insert(digest, CallableKind::HostFn);
+    engine.callables.write().insert(digest, CallableKind::HostFn);
     let noop = CallableHandle::new(digest, CallableKind::HostFn, "bench_noop");
 
     // Fake buffers: nothing dereferences them (the endpoints never look at the arguments).

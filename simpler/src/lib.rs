@@ -58,28 +58,31 @@ mod dsl;
 mod engine;
 mod error;
 mod ipc;
+#[cfg(test)]
+mod layering;
 mod level;
+mod sys;
 mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
-pub use callable::orch::{OrchFn, OrchFnPtr};
+pub use callable::linked::{CallableInfo, Param, ParamMode};
 pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, SimChip};
 pub use data::buffer::{Access, Backing, Buffer, BufferDesc, Identity, SHM_NAME_MAX, ShmName};
 pub use data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH, RuntimeEnv};
 pub use data::dtype::{DataType, Element};
+pub use data::host_args::HostArgs;
 pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
 pub use data::tensor::{MAX_TENSOR_DIMS, Overlap, Tensor, TensorView, overlap};
 pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
 pub use dsl::graph::{GraphEdge, TaskGraph};
 pub use dsl::place::{Call, ChipId, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
-pub use dsl::registry::{CallableInfo, Entry, Param, ParamMode};
 pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
 pub use dsl::view::{In, InOut, Out};
+pub use engine::orch_fn::{OrchFn, OrchFnPtr};
 pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
-pub use ipc::host_args::HostArgs;
 pub use level::Level;
 pub use worker::{Worker, WorkerBuilder};
 

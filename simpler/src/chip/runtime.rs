@@ -38,6 +38,7 @@ use crate::chip::sim::SimChip;
 use crate::chip::{ChipBackend, ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
+use crate::data::host_args::{HostArgs, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
@@ -45,8 +46,8 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, DeviceHeap, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
-use crate::ipc::host_args::{HostArgs, MappedTensor};
+use crate::sys::futex::Doorbell;
+use crate::sys::sync;
 
 /// The chip's device memory as the chip engine's [`DeviceHeap`]: `orch.alloc` inside a chip
 /// orchestration carves its intermediates from it, so they count against the chip's memory
@@ -98,7 +99,7 @@ pub(crate) struct ChipConfig {
 pub(crate) enum ChipArg {
     /// Host memory already mapped in this process by the caller (copied in before, out after).
     ///
-    /// The caller guarantees rule H1 of `ipc::host_args` for it: `base` plus the view's byte
+    /// The caller guarantees rule H1 of `data::host_args` for it: `base` plus the view's byte
     /// range is mapped for the whole call, and nothing else writes those bytes meanwhile.
     Host(MappedTensor),
     /// Device memory of this chip.
@@ -209,7 +210,7 @@ impl ChipRuntime {
             Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce).map_err(in_chip)?;
         engine.device_heap = Some(Arc::new(ChipHeap { chip, arena: sim.arena().clone() }));
         {
-            let mut kinds = engine.callables.write().unwrap_or_else(|e| e.into_inner());
+            let mut kinds = engine.callables.write();
             for (digest, _, _) in registry.iter() {
                 kinds.insert(*digest, CallableKind::Chip);
             }
@@ -228,23 +229,23 @@ impl ChipRuntime {
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
-        self.registry.read().unwrap_or_else(|e| e.into_inner())
+        sync::read(&self.registry)
     }
 
     /// Installs a chip callable under `digest` (which must be the sha256 of `descriptor`; see
     /// `Registry::install`) and makes it submittable by chip orchestrations. Returns its local
     /// slot.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], f: ChipFn) -> Result<u32> {
-        let slot = self.registry.write().unwrap_or_else(|e| e.into_inner()).install(digest, descriptor, f)?;
-        self.engine.callables.write().unwrap_or_else(|e| e.into_inner()).insert(digest, CallableKind::Chip);
+        let slot = sync::write(&self.registry).install(digest, descriptor, f)?;
+        self.engine.callables.write().insert(digest, CallableKind::Chip);
         Ok(slot)
     }
 
     /// Drops one reference to `digest`; returns true when that removed it.
     pub(crate) fn release(&mut self, digest: &Digest) -> Result<bool> {
-        let freed = self.registry.write().unwrap_or_else(|e| e.into_inner()).release(digest)?;
+        let freed = sync::write(&self.registry).release(digest)?;
         if freed {
-            self.engine.callables.write().unwrap_or_else(|e| e.into_inner()).remove(digest);
+            self.engine.callables.write().remove(digest);
         }
         Ok(freed)
     }
@@ -412,7 +413,7 @@ impl ChipRuntime {
             args.scalar(s);
         }
         let eng = &self.engine;
-        let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        let _building = sync::lock(&eng.building);
         let run = eng.begin_run(false)?;
         let mut orch = Orchestrator::new(eng, run.clone());
         let outcome = catch_unwind(AssertUnwindSafe(|| o(&mut orch, &args, config)));
@@ -549,7 +550,7 @@ impl CoreEndpoint {
             .name(format!("chip{}-core{core}", shared.chip))
             .spawn(move || {
                 for job in jobs {
-                    cpu_w.store(crate::ipc::futex::current_cpu(), Ordering::Relaxed);
+                    cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
                     let tensors = job
                         .tensors
                         .iter()
@@ -574,7 +575,7 @@ impl CoreEndpoint {
     }
 
     fn kernel_of(&self, callable: &CallableHandle) -> Result<HostFnPtr> {
-        let reg = self.shared.registry.read().unwrap_or_else(|e| e.into_inner());
+        let reg = sync::read(&self.shared.registry);
         match reg.get(&callable.digest()).map(ChipFn::body) {
             Some(ChipBody::Kernel(k)) => Ok(k),
             Some(ChipBody::Orchestration(_)) => {
@@ -1278,7 +1279,7 @@ mod tests {
         assert!(!rt.release(&d).unwrap());
         assert!(rt.release(&d).unwrap());
         assert!(!rt.contains(&d));
-        assert!(!rt.engine.callables.read().unwrap().contains_key(&d));
+        assert!(!rt.engine.callables.read().contains_key(&d));
         assert!(rt.release(&d).is_err());
         // A digest that does not match its descriptor.
         assert!(rt.install(d, kernel("ones").descriptor().bytes(), stray).is_err());

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use smallvec::SmallVec;
 
-use super::registry::CallableInfo;
+use crate::callable::linked::CallableInfo;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
 use crate::data::tensor::Tensor;
@@ -429,12 +429,11 @@ impl Call<OrchCallable> {
     /// The function to run at the top of a Worker, after the checks a submit makes (tensor
     /// access against the tags; no written tensor overlapping another argument, since two
     /// parameters of one graph naming one buffer would race).
-    fn entry(&self) -> Result<crate::callable::orch::OrchFnPtr> {
+    fn entry(&self) -> Result<crate::engine::orch_fn::OrchFnPtr> {
         crate::engine::orchestrator::check_tensor_args(self.info.handle(), &self.args)?;
-        match self.info.entry {
-            super::registry::Entry::Orchestration(f) => Ok(f),
-            _ => Err(Error::invalid(format!("`{}` is not an orchestration function", self.info.name))),
-        }
+        self.info
+            .entry::<crate::engine::orch_fn::OrchFnPtr>()
+            .ok_or_else(|| Error::invalid(format!("`{}` is not an orchestration function", self.info.name)))
     }
 
     /// Runs this orchestration callable (a `task_graph!` or `#[callable(orch)]`) as one run of
@@ -442,7 +441,7 @@ impl Call<OrchCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::run`](crate::Worker::run).
+    /// As [`Worker::run`](crate::worker::Worker::run).
     ///
     /// ```no_run
     /// use simpler::{callable, task_graph, In, Out, Worker};
@@ -465,7 +464,7 @@ impl Call<OrchCallable> {
     /// worker.close()
     /// # }
     /// ```
-    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+    pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
         let f = self.entry()?;
         worker.run(f, self.args, config_of(self.config))
     }
@@ -474,7 +473,7 @@ impl Call<OrchCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::submit`](crate::Worker::submit).
+    /// As [`Worker::submit`](crate::worker::Worker::submit).
     ///
     /// ```no_run
     /// # use simpler::{callable, task_graph, In, Out, Worker};
@@ -485,7 +484,7 @@ impl Call<OrchCallable> {
     /// run.wait()?;
     /// # Ok(()) }
     /// ```
-    pub fn submit(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
+    pub fn submit(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
         let f = self.entry()?;
         worker.submit(f, self.args, config_of(self.config))
     }
@@ -495,7 +494,7 @@ impl Call<OrchCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::submit_captured`](crate::Worker::submit_captured).
+    /// As [`Worker::submit_captured`](crate::worker::Worker::submit_captured).
     ///
     /// ```no_run
     /// # use simpler::{callable, task_graph, In, Out, Worker};
@@ -507,7 +506,7 @@ impl Call<OrchCallable> {
     /// assert!(copy_once::graph().matches(&run.dag().unwrap()));
     /// # Ok(()) }
     /// ```
-    pub fn submit_captured(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
+    pub fn submit_captured(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
         let f = self.entry()?;
         worker.submit_captured(f, self.args, config_of(self.config))
     }
@@ -519,7 +518,7 @@ impl Call<ChipCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::run_callable`](crate::Worker::run_callable).
+    /// As [`Worker::run_callable`](crate::worker::Worker::run_callable).
     ///
     /// ```
     /// use simpler::{callable, In, Level, Out, Worker};
@@ -541,7 +540,7 @@ impl Call<ChipCallable> {
     /// chip.close()
     /// # }
     /// ```
-    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+    pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
         worker.run_callable(self.info.handle(), self.args, config_of(self.config))
     }
 }

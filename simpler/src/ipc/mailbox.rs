@@ -1,6 +1,6 @@
 //! Mailboxes: the local endpoint wire contract between a parent and its forked children.
 //!
-//! One anonymous [`SharedRegion`] (rule R2 of `ipc::mem`), mapped before fork, holds a parent
+//! One anonymous [`SharedRegion`] (rule R2 of `sys::mem`), mapped before fork, holds a parent
 //! [`Doorbell`] and `N` mailboxes, one per child. The parent doorbell is rung by every child when
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
@@ -68,7 +68,7 @@
 //! # Rules
 //!
 //! * **M1 (layout).** The region is one zero-filled, page-aligned `MAP_SHARED` mapping made
-//!   before fork (rules R1, R2 of `ipc::mem`), so every process of the tree sees it at the same
+//!   before fork (rules R1, R2 of `sys::mem`), so every process of the tree sees it at the same
 //!   address, and it lives as long as the [`MailboxRegion`] that every [`Mailbox`] borrows. Every
 //!   field is an atomic or an `UnsafeCell` of integers or bytes: all-zero bytes are a valid
 //!   value of every type (every frame `IDLE`, doorbells at zero), a shared reference to the
@@ -109,7 +109,7 @@
 //!   store; finishing a task or control rings the parent doorbell; [`Mailbox::finish_control`]
 //!   and [`Mailbox::publish_init`] also futex-wake the base state word, where
 //!   [`Mailbox::wait_control_done`] and [`Mailbox::wait_init`] sleep. A waiter on a doorbell
-//!   follows rule D3 of `ipc::futex` (read `seq`, check the states, then wait), so no post is
+//!   follows rule D3 of `sys::futex` (read `seq`, check the states, then wait), so no post is
 //!   missed.
 //!
 //! # Memory ordering
@@ -121,7 +121,7 @@
 //!   by the frame's owner alone, so its accesses are Relaxed and ordered by the state word.
 //! * `shutdown` is a Release store (0 → 1) by the parent, read with Acquire by the child;
 //!   `child_pid` likewise.
-//! * Wake-ups go through [`Doorbell`] (SeqCst Dekker pairing, rules D1–D3 of `ipc::futex`) or a
+//! * Wake-ups go through [`Doorbell`] (SeqCst Dekker pairing, rules D1–D3 of `sys::futex`) or a
 //!   shared futex on the state word, whose compare-and-block the kernel does atomically with
 //!   respect to the wake.
 
@@ -134,8 +134,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::ipc::futex::{Doorbell, futex_wait, futex_wake, spin_then_yield};
-use crate::ipc::mem::SharedRegion;
+use crate::sys::futex::{Doorbell, futex_wait, futex_wake, spin_then_yield};
+use crate::sys::mem::SharedRegion;
 
 /// Size of one frame in bytes.
 pub(crate) const FRAME_SIZE: usize = 65536;
@@ -850,7 +850,7 @@ mod tests {
 
     use super::*;
     use crate::error::ErrorKind;
-    use crate::ipc::test_fork::fork_child;
+    use crate::sys::test_fork::fork_child;
 
     const LONG: Duration = Duration::from_secs(10);
 

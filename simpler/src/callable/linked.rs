@@ -6,12 +6,10 @@
 //! digest there, without a registration message. A Worker registers every linked callable that
 //! it can run when it starts ([`Worker::init`](crate::Worker::init)).
 
+use std::any::Any;
 use std::sync::OnceLock;
 
-use crate::callable::host::{HostFn, HostFnPtr};
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
-use crate::callable::orch::{OrchFn, OrchFnPtr};
-use crate::chip::{ChipFn, ChipOrchFnPtr};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The descriptor payload format of `#[callable]` items (run-time registrations use 1).
@@ -92,25 +90,13 @@ pub struct Param {
     pub ty: &'static str,
 }
 
-/// What a `#[callable]` runs.
-///
-/// ```
-/// use simpler::{callable, Entry};
-/// #[callable(sub)]
-/// fn nothing() {}
-/// assert!(matches!(nothing::INFO.entry, Entry::Host(_)));
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub enum Entry {
-    /// A host function (`#[callable(sub)]`).
-    Host(HostFnPtr),
-    /// A chip kernel (`#[callable(chip)]` without an orchestrator parameter).
-    Kernel(HostFnPtr),
-    /// A chip orchestration (`#[callable(chip)]` whose first parameter is the orchestrator).
-    ChipOrchestration(ChipOrchFnPtr),
-    /// An orchestration function (`#[callable(orch)]`, `task_graph!`).
-    Orchestration(OrchFnPtr),
-}
+/// The link-time registry: one [`CallableInfo`] per `#[callable]` and `task_graph!` of every
+/// crate linked into the binary (re-exported to generated code as `__private::CALLABLES`).
+// `distributed_slice` places its entries with `#[link_section]`, which the `unsafe_code` lint
+// counts as unsafe; no unsafe block is involved.
+#[allow(unsafe_code)]
+#[linkme::distributed_slice]
+pub static CALLABLES: [CallableInfo];
 
 /// Everything the macros know of one callable: identity, signature and entry point.
 ///
@@ -145,8 +131,10 @@ pub struct CallableInfo {
     pub digest: Digest,
     /// The signature, in order.
     pub params: &'static [Param],
-    /// What it runs.
-    pub entry: Entry,
+    /// What it runs: a function pointer whose type depends on the kind. This layer does not
+    /// name those types (an orchestration's names the engine's `Orchestrator`); the layer that
+    /// runs each kind takes it back with [`entry`](CallableInfo::entry).
+    entry: &'static (dyn Any + Send + Sync),
     handle: OnceLock<CallableHandle>,
 }
 
@@ -160,7 +148,7 @@ impl CallableInfo {
         descriptor: &'static [u8],
         digest: [u8; 32],
         params: &'static [Param],
-        entry: Entry,
+        entry: &'static (dyn Any + Send + Sync),
     ) -> CallableInfo {
         CallableInfo {
             name,
@@ -195,7 +183,7 @@ impl CallableInfo {
     /// assert!(simpler::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
     /// ```
     pub fn linked() -> &'static [CallableInfo] {
-        &crate::__private::CALLABLES
+        &CALLABLES
     }
 
     /// The linked callable whose digest is `digest`, if any.
@@ -210,7 +198,13 @@ impl CallableInfo {
         Self::linked().iter().find(|c| c.digest == digest)
     }
 
-    fn descriptor_checked(&self) -> Result<Descriptor> {
+    /// The entry point as a function pointer of type `F`, if it is one.
+    pub(crate) fn entry<F: Copy + 'static>(&self) -> Option<F> {
+        self.entry.downcast_ref::<F>().copied()
+    }
+
+    /// The descriptor, checked against the digest and kind the macro recorded.
+    pub(crate) fn descriptor_checked(&self) -> Result<Descriptor> {
         let d = Descriptor::from_bytes(self.descriptor.to_vec())?;
         if d.digest() != self.digest || d.kind() != self.kind {
             return Err(Error::new(
@@ -226,33 +220,8 @@ impl CallableInfo {
         Ok(d)
     }
 
-    /// The host function to register (for `Entry::Host`).
-    pub(crate) fn host_fn(&self) -> Result<HostFn> {
-        match self.entry {
-            Entry::Host(f) => Ok(HostFn::from_macro(self.name, f, self.descriptor_checked()?)),
-            _ => Err(self.wrong_kind("a host function")),
-        }
-    }
-
-    /// The chip callable to register (for kernels and chip orchestrations).
-    pub(crate) fn chip_fn(&self) -> Result<ChipFn> {
-        let d = self.descriptor_checked()?;
-        match self.entry {
-            Entry::Kernel(f) => Ok(ChipFn::from_macro_kernel(self.name, f, d)),
-            Entry::ChipOrchestration(f) => Ok(ChipFn::from_macro_orchestration(self.name, f, d)),
-            _ => Err(self.wrong_kind("a chip callable")),
-        }
-    }
-
-    /// The orchestration function to register (for `Entry::Orchestration`).
-    pub(crate) fn orch_fn(&self) -> Result<OrchFn> {
-        match self.entry {
-            Entry::Orchestration(f) => Ok(OrchFn::from_macro(self.name, f, self.descriptor_checked()?)),
-            _ => Err(self.wrong_kind("an orchestration function")),
-        }
-    }
-
-    fn wrong_kind(&self, what: &str) -> Error {
+    /// The error for an entry point of another kind than the caller runs.
+    pub(crate) fn wrong_kind(&self, what: &str) -> Error {
         Error::new(ErrorKind::Callable, format!("`{}` is not {what}", self.name))
     }
 }

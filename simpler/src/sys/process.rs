@@ -25,6 +25,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
+use crate::sys::sync;
 
 /// Forks a child that runs `body` and exits with its return value. Returns the child's pid.
 ///
@@ -68,7 +69,7 @@ impl ExitBoard {
     }
 
     fn set(&self, i: usize, how: String) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         st[i] = Some(how);
         self.exited[i].store(true, std::sync::atomic::Ordering::Release);
         self.changed.notify_all();
@@ -81,12 +82,12 @@ impl ExitBoard {
 
     /// How child `i` ended, if it has.
     pub(crate) fn exit_of(&self, i: usize) -> Option<String> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())[i].clone()
+        sync::lock(&self.state)[i].clone()
     }
 
     /// Waits until every child in `which` has exited or the deadline passes; true if all did.
     pub(crate) fn wait_all(&self, which: &[usize], deadline: Instant) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         loop {
             if which.iter().all(|&i| st[i].is_some()) {
                 return true;
@@ -95,7 +96,7 @@ impl ExitBoard {
             if now >= deadline {
                 return false;
             }
-            st = self.changed.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            st = sync::wait_timeout(&self.changed, st, deadline - now);
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, orch_fn_descriptor};
+use crate::callable::linked::CallableInfo;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -93,9 +94,13 @@ impl OrchFn {
         self.f as usize as u64
     }
 
-    /// A `#[callable(orch)]` or `task_graph!` function, with the descriptor the macro computed.
-    pub(crate) fn from_macro(name: &str, f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
-        OrchFn { name: name.into(), f, descriptor }
+    /// A `#[callable(orch)]` or `task_graph!` function from the link-time registry, with the
+    /// descriptor the macro computed.
+    pub(crate) fn from_linked(info: &CallableInfo) -> Result<OrchFn> {
+        match info.entry::<OrchFnPtr>() {
+            Some(f) => Ok(OrchFn { name: info.name.into(), f, descriptor: info.descriptor_checked()? }),
+            None => Err(info.wrong_kind("an orchestration function")),
+        }
     }
 
     pub(crate) fn from_parts(f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {

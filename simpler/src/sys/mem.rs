@@ -20,10 +20,10 @@
 //!   it never creates a reference to its contents. Whoever dereferences them follows the
 //!   protocol of the module that lays out the bytes. That is why the value itself may be
 //!   `Send + Sync`: sharing it shares an address, not access.
-//! * **R4 (plain old data).** [`Element`] is sealed and implemented only for `f32`, `i8`..`i64`
-//!   and `u8`..`u64`: no padding, no invalid bit patterns, alignment at least that of `u8`. A
-//!   slice of them may therefore be viewed as its bytes, and any bytes written through the view
-//!   are valid elements.
+//! * **R4 (plain old data).** [`Pod`] is implemented here, and only here, for `f32`, `f64`,
+//!   `i8`..`i64` and `u8`..`u64`: no padding, no invalid bit patterns, alignment at least that
+//!   of `u8`. A slice of them may therefore be viewed as its bytes, and any bytes written
+//!   through the view are valid elements. (The data layer's `Element` requires `Pod`.)
 //!
 //! # Memory ordering
 //!
@@ -39,7 +39,6 @@ use std::ptr::NonNull;
 
 use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
 
-use crate::data::dtype::Element;
 use crate::error::{Error, Result};
 
 /// An anonymous `MAP_SHARED` mapping, made before fork so every child sees it at the same
@@ -129,8 +128,26 @@ impl fmt::Debug for SharedRegion {
     }
 }
 
+/// Plain old data: types with no padding and no invalid bit patterns, whose slices may be
+/// viewed as bytes and written through such a view (rule R4).
+///
+/// # Safety
+///
+/// Implemented only in this module, for the primitive numeric types; an implementation for any
+/// other type would break rule R4.
+pub unsafe trait Pod: Copy + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => {$(
+        // SAFETY: rule R4 — a primitive number: no padding, every bit pattern valid.
+        unsafe impl Pod for $t {}
+    )*};
+}
+
+pod!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64);
+
 /// Views a slice of elements as its bytes (native endianness).
-pub(crate) fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
+pub(crate) fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
     // SAFETY: rule R4 — `T` is plain old data without padding, so every byte of the slice is
     // initialized; the view covers exactly `size_of_val(v)` bytes of the same allocation, u8
     // needs no alignment, and the shared borrow of `v` is carried over to the result.
@@ -138,7 +155,7 @@ pub(crate) fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
 }
 
 /// Views a mutable slice of elements as its bytes (native endianness).
-pub(crate) fn as_bytes_mut<T: Element>(v: &mut [T]) -> &mut [u8] {
+pub(crate) fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
     let len = size_of_val(v);
     // SAFETY: rule R4 — `T` has no padding and no invalid bit patterns, so any bytes written
     // through the view leave valid elements; the view covers exactly the slice's bytes, u8 needs
@@ -151,7 +168,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ipc::test_fork::fork_child;
+    use crate::sys::test_fork::fork_child;
 
     #[test]
     fn region_is_zeroed_and_page_aligned() {

@@ -262,6 +262,12 @@ impl Doorbell {
     }
 
     /// The current sequence number (Acquire).
+    /// Threads asleep in the kernel on this bell now (for tests that need the futex path).
+    #[cfg(test)]
+    pub(crate) fn sleepers(&self) -> u32 {
+        self.sleepers.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn seq(&self) -> u32 {
         self.seq.load(Ordering::Acquire)
     }
@@ -356,8 +362,6 @@ mod tests {
     use std::thread;
 
     use super::*;
-    use crate::ipc::mailbox::MailboxRegion;
-    use crate::ipc::test_fork::fork_child;
 
     const LONG: Duration = Duration::from_secs(10);
 
@@ -500,46 +504,5 @@ mod tests {
         let used = thread_cpu_ticks().unwrap() - before;
         // A spinning wait would burn ~50 ticks (at 100 Hz); a sleeping one spends microseconds.
         assert!(used <= 10, "a 500 ms wait used {used} clock ticks of CPU");
-    }
-
-    #[test]
-    fn cross_process_ring_wakes_waiting_parent() {
-        // A region with no mailboxes is just the parent doorbell, in MAP_SHARED memory.
-        let region = MailboxRegion::new(0).unwrap();
-        let bell = region.doorbell();
-        let seen = bell.seq();
-        let mut child = fork_child(|| {
-            thread::sleep(Duration::from_millis(50));
-            bell.ring();
-            0
-        });
-        let start = Instant::now();
-        let now = bell.wait(seen, Some(start + LONG));
-        assert_eq!(now, seen + 1);
-        assert!(start.elapsed() < LONG / 2, "woken by the child's ring");
-        assert_eq!(child.wait_timeout(LONG), 0);
-    }
-
-    #[test]
-    fn cross_process_futex_wakes_sleeping_parent() {
-        // A region with no mailboxes is just the parent doorbell, in MAP_SHARED memory.
-        let region = MailboxRegion::new(0).unwrap();
-        let bell = region.doorbell();
-        let seen = bell.seq();
-        let mut child = fork_child(|| {
-            // Ring only once the parent is registered as a sleeper, so the futex path is taken.
-            let give_up = Instant::now() + LONG;
-            while bell.sleepers.load(Ordering::SeqCst) == 0 && Instant::now() < give_up {
-                thread::sleep(Duration::from_millis(1));
-            }
-            thread::sleep(Duration::from_millis(20));
-            bell.ring();
-            0
-        });
-        let start = Instant::now();
-        let now = bell.sleep(seen, Some(start + LONG));
-        assert_eq!(now, seen + 1);
-        assert!(start.elapsed() < LONG / 2, "woken by the child's futex wake");
-        assert_eq!(child.wait_timeout(LONG), 0);
     }
 }
