@@ -59,6 +59,8 @@ mod engine;
 mod error;
 mod ipc;
 mod level;
+#[doc(hidden)]
+pub mod test_support;
 mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};

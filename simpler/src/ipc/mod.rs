@@ -38,9 +38,10 @@ pub(crate) mod shm;
 pub(crate) mod test_fork {
     //! Forking for cross-process unit tests.
     //!
-    //! * **T1 (one test per process).** Forking tests run one per process (`cargo nextest`), so
-    //!   no other test thread holds a lock (allocator, output capture, a registry mutex) that
-    //!   the child would need.
+    //! * **T1 (one test per process).** Forking tests run one per process, so no other test
+    //!   thread holds a lock (allocator, output capture, a registry mutex) that the child would
+    //!   need: each starts with `if !crate::test_support::in_own_process() { return; }`, which
+    //!   holds under `cargo nextest` and reruns the test alone under `cargo test`.
     //! * **T2 (the child never returns).** The child runs its body under `catch_unwind` and always
     //!   leaves through `_exit`: it never returns or unwinds into the test harness and never runs
     //!   the parent's destructors or flushes its buffers.
