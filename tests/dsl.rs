@@ -432,7 +432,7 @@ fn the_digest_is_rebuilt_from_the_documented_bytes() {
         out.extend_from_slice(&(s.len() as u32).to_le_bytes());
         out.extend_from_slice(s.as_bytes());
     };
-    push_str(&mut rebuilt, "rt_dsl::add");
+    push_str(&mut rebuilt, "dsl::add");
     rebuilt.extend_from_slice(&0u32.to_le_bytes()); // subkind
     rebuilt.extend_from_slice(&(add::PARAMS.len() as u32).to_le_bytes());
     for p in &add::PARAMS {
@@ -445,7 +445,7 @@ fn the_digest_is_rebuilt_from_the_documented_bytes() {
     rebuilt.extend_from_slice(&d[d.len() - 32..]);
     assert_eq!(rebuilt, d, "the descriptor follows the documented layout");
     assert_eq!(Digest::of(&rebuilt), add::DIGEST);
-    assert_eq!(info.path, "rt_dsl::add");
+    assert_eq!(info.path, "dsl::add");
     assert_eq!(
         add::PARAMS.map(|p| (p.name, p.mode, p.ty)),
         [
@@ -550,8 +550,9 @@ fn tensor_of_checks_the_element_type() {
 
 /// The digest of the fixture, as every build computes it: a build that hashed anything but
 /// the source (an address, a time, a random seed) would change it. Recompute it only when the
-/// fixture, the descriptor layout or the pinned toolchain changes.
-const FIXTURE_DIGEST: &str = "sha256:f7074f4536940f0c7e2dd95b5928bc0b2aa5c38722759a3c81c972e2a7930bae";
+/// fixture, its module path (`dsl::first::fixture`: the name of this test file is part of it),
+/// the descriptor layout or the pinned toolchain changes.
+const FIXTURE_DIGEST: &str = "sha256:f668a1cfdadb8517028865c2b874fcceb7ad70a7fa32c4cd75dd2d6d803b994c";
 
 #[test]
 fn the_digest_is_the_same_in_every_build() {
