@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 /// Each top-level module (a file or folder under `src/`) and its layer.
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
+    ("test_support", 0),
     ("sys", 1),
     ("data", 2),
     ("level", 2),

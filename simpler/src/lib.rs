@@ -62,6 +62,8 @@ mod ipc;
 mod layering;
 mod level;
 mod sys;
+#[doc(hidden)]
+pub mod test_support;
 mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};

@@ -187,6 +187,9 @@ mod tests {
 
     #[test]
     fn region_is_shared_with_a_forked_child() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
         let r = SharedRegion::new(1 << 20, false).unwrap();
         let base = r.as_ptr();
         let mut child = fork_child(|| {

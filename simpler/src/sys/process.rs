@@ -12,6 +12,9 @@
 //!     nobody else calls `waitpid` on it, so a pid is never reused under our feet while we hold
 //!     its pidfd.
 //! P4. File descriptors passed to `poll` stay open for the whole call (the monitor owns them).
+//! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
+//!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
+//!     failing test or benchmark leaves no zombie and no orphan.
 
 #![allow(unsafe_code)] // fork, pidfd, poll and eventfd have no safe wrappers; see rules P1-P4.
 
@@ -228,6 +231,69 @@ fn monitor_loop(
         live = still;
         if live.is_empty() {
             return;
+        }
+    }
+}
+
+/// A child forked outside a Worker (tests, benchmarks): killed (`SIGKILL`) and reaped on drop
+/// unless a wait already reaped it (rule P5). The one kill-and-reap guard of the crate.
+pub(crate) struct ChildGuard {
+    pid: Pid,
+    reaped: bool,
+}
+
+impl ChildGuard {
+    /// Forks a child that runs `body` (see [`fork_child`]) and guards it.
+    pub(crate) fn fork(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(body)?), reaped: false })
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Blocks until the child ends, reaps it, and returns how it ended.
+    pub(crate) fn wait(&mut self) -> Result<WaitStatus> {
+        assert!(!self.reaped, "child {} was already reaped", self.pid);
+        let status = waitpid(self.pid, None).map_err(|e| Error::os("waitpid", e))?;
+        self.reaped = true;
+        Ok(status)
+    }
+
+    /// Waits up to `limit` for the child to exit, reaps it, and returns its exit code.
+    ///
+    /// Panics if the child was killed by a signal or still runs at the limit (the drop then
+    /// kills and reaps it).
+    #[cfg(test)]
+    pub(crate) fn wait_timeout(&mut self, limit: std::time::Duration) -> i32 {
+        assert!(!self.reaped, "child {} was already reaped", self.pid);
+        let end = Instant::now() + limit;
+        loop {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid failed") {
+                WaitStatus::Exited(_, code) => {
+                    self.reaped = true;
+                    return code;
+                }
+                WaitStatus::Signaled(_, signal, _) => {
+                    self.reaped = true;
+                    panic!("child {} was killed by {signal:?}", self.pid);
+                }
+                _ => {}
+            }
+            assert!(Instant::now() < end, "child {} still runs after {limit:?}", self.pid);
+            // Test-only polling of a process exit; the IPC layer itself never sleeps fixed.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+            self.reaped = true;
         }
     }
 }

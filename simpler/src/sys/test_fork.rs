@@ -1,81 +1,18 @@
 //! Forking for cross-process unit tests.
 //!
-//! * **T1 (one test per process).** Forking tests run one per process (`cargo nextest`), so
-//!   no other test thread holds a lock (allocator, output capture, a registry mutex) that
-//!   the child would need.
-//! * **T2 (the child never returns).** The child runs its body under `catch_unwind` and always
-//!   leaves through `_exit`: it never returns or unwinds into the test harness and never runs
-//!   the parent's destructors or flushes its buffers.
-//! * **T3 (always reaped).** The parent holds a [`Child`] guard that kills (SIGKILL) and reaps
-//!   the child on drop unless it was already reaped, so a failing test leaves no zombie and
+//! * **T1 (one test per process).** Forking tests run one per process, so no other test
+//!   thread holds a lock (allocator, output capture, a registry mutex) that the child would
+//!   need: each starts with `if !crate::test_support::in_own_process() { return; }`, which
+//!   holds under `cargo nextest` and reruns the test alone under `cargo test`.
+//! * **T2 (the child never returns).** The child leaves through `_exit` (rule P2 of
+//!   [`process`](super::process)): it never returns or unwinds into the test harness.
+//! * **T3 (always reaped).** The parent holds a [`ChildGuard`], which kills and reaps the
+//!   child on drop unless a wait reaped it (rule P5), so a failing test leaves no zombie and
 //!   no orphan.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
-
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork};
-
-/// A forked test child, killed and reaped on drop unless already reaped (rule T3).
-pub(crate) struct Child {
-    pid: Pid,
-    reaped: bool,
-}
+pub(crate) use super::process::ChildGuard;
 
 /// Forks a child that runs `body` and exits with its return value (101 if it panics).
-pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Child {
-    // SAFETY: rule T1 — the test process runs this one test, so the child inherits no lock
-    // held by another thread; rule T2 — the child branch below never returns.
-    match unsafe { fork() }.expect("fork failed") {
-        ForkResult::Parent { child } => Child { pid: child, reaped: false },
-        ForkResult::Child => {
-            let code = catch_unwind(AssertUnwindSafe(body)).unwrap_or(101);
-            // SAFETY: rule T2 — leave the child without returning, unwinding or running
-            // destructors.
-            unsafe { libc::_exit(code) }
-        }
-    }
-}
-
-impl Child {
-    /// The child's process id.
-    pub(crate) fn pid(&self) -> Pid {
-        self.pid
-    }
-
-    /// Waits up to `limit` for the child to exit and returns its exit code.
-    ///
-    /// Panics if the child was killed by a signal or still runs at the limit (the guard then
-    /// kills and reaps it).
-    pub(crate) fn wait_timeout(&mut self, limit: Duration) -> i32 {
-        assert!(!self.reaped, "child {} was already reaped", self.pid);
-        let end = Instant::now() + limit;
-        loop {
-            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid failed") {
-                WaitStatus::Exited(_, code) => {
-                    self.reaped = true;
-                    return code;
-                }
-                WaitStatus::Signaled(_, signal, _) => {
-                    self.reaped = true;
-                    panic!("child {} was killed by {signal:?}", self.pid);
-                }
-                _ => {}
-            }
-            assert!(Instant::now() < end, "child {} still runs after {limit:?}", self.pid);
-            // Test-only polling of a process exit; the IPC layer itself never sleeps fixed.
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if !self.reaped {
-            let _ = kill(self.pid, Signal::SIGKILL);
-            let _ = waitpid(self.pid, None);
-            self.reaped = true;
-        }
-    }
+pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> ChildGuard {
+    ChildGuard::fork(body).expect("fork failed")
 }

@@ -38,6 +38,9 @@ fn fill_run(w: &Worker, fill: &CallableHandle, out: &simpler::Buffer, at: usize,
 
 #[test]
 fn two_pipelined_runs_are_both_correct() {
+    if !in_own_process() {
+        return;
+    }
     const N: usize = 16;
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let x = u64_buffer(&rig, N + 1);
@@ -73,6 +76,9 @@ fn two_pipelined_runs_are_both_correct() {
 
 #[test]
 fn a_later_run_does_not_start_before_the_earlier_one_finished() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fill]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -90,6 +96,9 @@ fn a_later_run_does_not_start_before_the_earlier_one_finished() {
 
 #[test]
 fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fill]) =
         Rig::start(subs(2).pipeline_depth(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
@@ -125,6 +134,9 @@ fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
 
 #[test]
 fn run_results_are_independent() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail_fn", fail), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let r1 = rig
@@ -145,6 +157,9 @@ fn run_results_are_independent() {
 
 #[test]
 fn wait_timeout_expiry_leaves_the_run_intact() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 1);
@@ -164,6 +179,9 @@ fn wait_timeout_expiry_leaves_the_run_intact() {
 
 #[test]
 fn a_dropped_run_handle_does_not_cancel_the_run() {
+    if !in_own_process() {
+        return;
+    }
     // A chain of three: after the first task the engine must keep going with nobody waiting.
     let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
     let buf = u64_buffer(&rig, 4);
@@ -187,6 +205,9 @@ fn a_dropped_run_handle_does_not_cancel_the_run() {
 
 #[test]
 fn a_run_keeps_going_after_a_wait_timed_out() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, affine]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("affine", affine)]);
     let flag = u32_buffer(&rig, 2);
     let buf = u64_buffer(&rig, 2);
@@ -210,6 +231,9 @@ fn a_run_keeps_going_after_a_wait_timed_out() {
 
 #[test]
 fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fill]) =
         Rig::start(subs(2).pipeline_depth(1), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
@@ -240,6 +264,9 @@ fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
 
 #[test]
 fn statistics_and_dot_export_cover_every_task() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill, sum, noop]) = Rig::start(subs(2), [("fill", fill), ("sum", sum), ("noop", noop)]);
     let a = u64_buffer(&rig, 4);
     let b = u64_buffer(&rig, 4);
@@ -293,6 +320,9 @@ fn statistics_and_dot_export_cover_every_task() {
 
 #[test]
 fn many_small_runs_on_one_worker() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let buf = u64_buffer(&rig, 2);
     buf.write(0, &[1u64]).unwrap();
@@ -313,6 +343,9 @@ fn many_small_runs_on_one_worker() {
 
 #[test]
 fn several_threads_wait_on_one_run() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fill]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 1);

@@ -12,6 +12,9 @@ const HOLD_US: u64 = 15_000;
 
 #[test]
 fn raw_chain_runs_in_order() {
+    if !in_own_process() {
+        return;
+    }
     const N: usize = 24;
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let buf = u64_buffer(&rig, N + 1);
@@ -42,6 +45,9 @@ fn raw_chain_runs_in_order() {
 
 #[test]
 fn raw_chain_through_heap_allocations() {
+    if !in_own_process() {
+        return;
+    }
     const N: usize = 16;
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let out = u64_buffer(&rig, 64);
@@ -68,6 +74,9 @@ fn raw_chain_through_heap_allocations() {
 
 #[test]
 fn waw_later_writer_wins() {
+    if !in_own_process() {
+        return;
+    }
     // The later writer is tagged InOut: it looks up the current writer (RaW + WaW) and waits.
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 8);
@@ -92,6 +101,9 @@ fn waw_later_writer_wins() {
 
 #[test]
 fn plain_output_writers_are_not_ordered() {
+    if !in_own_process() {
+        return;
+    }
     // Output is a pure overwrite: no lookup, so two Output writers of one tensor get no edge and
     // may run at the same time (the documented contract; order them with InOut or add_dep).
     let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
@@ -114,6 +126,9 @@ fn plain_output_writers_are_not_ordered() {
 
 #[test]
 fn inout_accumulates_in_submission_order() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
@@ -139,6 +154,9 @@ fn inout_accumulates_in_submission_order() {
 
 #[test]
 fn no_dep_reader_does_not_wait_for_the_writer() {
+    if !in_own_process() {
+        return;
+    }
     // The writer blocks until the NO_DEP reader releases it: if the reader waited for the
     // writer, neither could finish.
     let (rig, [block, release]) =
@@ -165,6 +183,9 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
 
 #[test]
 fn no_dep_writer_is_not_waited_for() {
+    if !in_own_process() {
+        return;
+    }
     // A NO_DEP "writer" does not become the tensor's writer: a later Input reader does not wait
     // for it. The writer blocks until that reader releases it.
     let (rig, [block, release]) =
@@ -190,6 +211,9 @@ fn no_dep_writer_is_not_waited_for() {
 
 #[test]
 fn output_existing_orders_later_readers() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [exclusive, affine]) = Rig::start(subs(2), [("exclusive", exclusive), ("affine", affine)]);
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
@@ -217,6 +241,9 @@ fn output_existing_orders_later_readers() {
 
 #[test]
 fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
+    if !in_own_process() {
+        return;
+    }
     // Output: pure overwrite, no lookup (a WaR is not tracked). InOut looks the writer up.
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let data = u64_buffer(&rig, 4);
@@ -244,6 +271,9 @@ fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
 
 #[test]
 fn disjoint_views_of_one_buffer_run_in_parallel() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
     let data = u64_buffer(&rig, 16);
     let scratch = u32_buffer(&rig, 1);
@@ -268,6 +298,9 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
 
 #[test]
 fn disjoint_column_blocks_run_in_parallel() {
+    if !in_own_process() {
+        return;
+    }
     // The left and right column blocks of a 4x4 matrix interleave in bytes but share no element.
     let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
     let data = u64_buffer(&rig, 16);
@@ -292,6 +325,9 @@ fn disjoint_column_blocks_run_in_parallel() {
 
 #[test]
 fn overlapping_views_serialize() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 12);
     let scratch = u32_buffer(&rig, 2);
@@ -323,6 +359,9 @@ fn overlapping_views_serialize() {
 
 #[test]
 fn partially_covered_writer_is_still_waited_for() {
+    if !in_own_process() {
+        return;
+    }
     // w0 writes [0, 8); w1 updates [0, 4) in place (covers only part of w0). A reader of [4, 8)
     // must still wait for w0, and a reader of [0, 8) for both.
     let (rig, [fill, sum]) = Rig::start(subs(2), [("fill", fill), ("sum", sum)]);
@@ -356,6 +395,9 @@ fn partially_covered_writer_is_still_waited_for() {
 
 #[test]
 fn diamond() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [affine, sum]) = Rig::start(subs(2), [("affine", affine), ("sum", sum)]);
     let x = u64_buffer(&rig, 32);
     let d = u64_buffer(&rig, 32);
@@ -395,6 +437,9 @@ fn diamond() {
 
 #[test]
 fn read_only_overlap_in_one_task_is_allowed() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [sum]) = Rig::start(subs(1), [("sum", sum)]);
     let x = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 4);
@@ -411,6 +456,9 @@ fn read_only_overlap_in_one_task_is_allowed() {
 
 #[test]
 fn runs_never_share_edges_but_run_in_order() {
+    if !in_own_process() {
+        return;
+    }
     // Keys never match across runs; still, a later run starts only after the earlier one
     // finished, so it sees the earlier run's writes.
     let (rig, [exclusive, affine]) = Rig::start(subs(2), [("exclusive", exclusive), ("affine", affine)]);

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::in_own_process;
+
 use simpler::{CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostResult, Level, TaskArgs, Worker};
 
 fn vadd(args: &HostArgs<'_>) -> HostResult {
@@ -18,6 +20,9 @@ fn bad(_: &HostArgs<'_>) -> HostResult {
 
 #[test]
 fn a_kernel_runs_alone_on_an_l2_worker() {
+    if !in_own_process() {
+        return;
+    }
     let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
     let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     chip.init().unwrap();
@@ -53,6 +58,9 @@ fn a_kernel_runs_alone_on_an_l2_worker() {
 
 #[test]
 fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
+    if !in_own_process() {
+        return;
+    }
     let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     let bad = chip.register_chip(ChipFn::kernel("bad", bad)).unwrap();
     chip.init().unwrap();

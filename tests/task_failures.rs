@@ -11,6 +11,9 @@ use simpler::{CallConfig, ErrorKind, Tag, TaskArgs};
 
 #[test]
 fn failing_task_poisons_its_consumers_only() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fail, affine, fill]) = Rig::start(
         subs(2),
         [("block_on_flag", block_on_flag), ("fail_fn", fail), ("affine", affine), ("fill", fill)],
@@ -60,6 +63,9 @@ fn failing_task_poisons_its_consumers_only() {
 
 #[test]
 fn submit_into_a_failed_run_is_refused() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fail, noop]) = Rig::start(subs(1), [("fail_fn", fail), ("noop", noop)]);
     let mut refused = None;
     let err = rig
@@ -87,6 +93,9 @@ fn submit_into_a_failed_run_is_refused() {
 
 #[test]
 fn panicking_task_fails_the_run_with_the_panic_message() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [panics, fill]) = Rig::start(subs(1), [("panics", panics), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
@@ -108,6 +117,9 @@ fn panicking_task_fails_the_run_with_the_panic_message() {
 
 #[test]
 fn failing_orchestration_function_cancels_unstarted_tasks() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [exclusive, fill]) = Rig::start(subs(1), [("exclusive", exclusive), ("fill", fill)]);
     let scratch = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -175,6 +187,9 @@ fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) ->
 
 #[test]
 fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
+    if !in_own_process() {
+        return;
+    }
     let (mut rig, [block, record]) =
         Rig::start(subs(2), [("block_on_flag", block_on_flag), ("record_worker", record_worker)]);
     let dead = kill_the_worker_running_a_task(&rig, &block);
@@ -197,6 +212,9 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
 
 #[test]
 fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
+    if !in_own_process() {
+        return;
+    }
     let (mut rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
     kill_the_worker_running_a_task(&rig, &block);
     let err = rig
@@ -208,6 +226,9 @@ fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
 
 #[test]
 fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
+    if !in_own_process() {
+        return;
+    }
     let (mut rig, [block, noop, record]) = Rig::start(
         subs(2),
         [("block_on_flag", block_on_flag), ("noop", noop), ("record_worker", record_worker)],
@@ -256,6 +277,9 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
 
 #[test]
 fn explicit_dependents_of_a_failed_task_never_run() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, fail, log_fn]) =
         Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fail_fn", fail), ("log", log_append)]);
     let flag = u32_buffer(&rig, 2);

@@ -11,6 +11,9 @@ use simpler::{CallConfig, ErrorKind, HostFn, Level, Tag, TaskArgs, Worker};
 
 #[test]
 fn builder_rejects_invalid_configurations() {
+    if !in_own_process() {
+        return;
+    }
     let cases = [
         (Worker::builder().task_window(0), "task_window"),
         (Worker::builder().pipeline_depth(0), "pipeline_depth"),
@@ -28,6 +31,9 @@ fn builder_rejects_invalid_configurations() {
 
 #[test]
 fn calls_before_init_are_refused() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(1));
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
     let nop = |_: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| Ok(());
@@ -57,6 +63,9 @@ fn calls_before_init_are_refused() {
 
 #[test]
 fn calls_after_close_are_refused() {
+    if !in_own_process() {
+        return;
+    }
     let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let done = rig
@@ -90,6 +99,9 @@ fn calls_after_close_are_refused() {
 
 #[test]
 fn waiting_on_a_run_abandoned_by_close_reports_it() {
+    if !in_own_process() {
+        return;
+    }
     let (mut rig, [block]) =
         Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
@@ -127,6 +139,9 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
 
 #[test]
 fn dropping_a_worker_closes_it() {
+    if !in_own_process() {
+        return;
+    }
     let pids;
     {
         let mut worker = subs(2).build().unwrap();
@@ -153,6 +168,9 @@ fn dropping_a_worker_closes_it() {
 
 #[test]
 fn a_panic_unwinding_through_a_worker_reaps_its_children() {
+    if !in_own_process() {
+        return;
+    }
     let mut pids = Vec::new();
     let caught = catch_unwind(AssertUnwindSafe(|| {
         let mut worker = subs(2).build().unwrap();
@@ -168,6 +186,9 @@ fn a_panic_unwinding_through_a_worker_reaps_its_children() {
 
 #[test]
 fn submit_from_inside_an_orchestration_function_is_refused() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run_orch(|orch| {
@@ -183,6 +204,9 @@ fn submit_from_inside_an_orchestration_function_is_refused() {
 
 #[test]
 fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(Worker::builder());
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
     rig.init();
@@ -197,6 +221,9 @@ fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
 
 #[test]
 fn empty_run_finishes_at_once() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     let run = rig.submit_captured(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default()).unwrap();

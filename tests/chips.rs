@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Orchestrate, fail_kernel, vadd};
+use common::{Orchestrate, fail_kernel, in_own_process, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -92,6 +92,9 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
 
 #[test]
 fn vector_add_on_one_chip() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(1));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();
@@ -110,6 +113,9 @@ fn vector_add_on_one_chip() {
 
 #[test]
 fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(4));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();
@@ -141,6 +147,9 @@ fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
 
 #[test]
 fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(1));
     rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.register_chip(ChipFn::kernel("double", double)).unwrap();
@@ -164,6 +173,9 @@ fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
 
 #[test]
 fn chip_resident_memory_round_trip() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(2));
     let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
     rig.init();
@@ -227,6 +239,9 @@ fn chip_resident_memory_round_trip() {
 
 #[test]
 fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(2).sub_workers(1));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let h = rig.register(HostFn::new("noop", host_noop)).unwrap();
@@ -263,6 +278,9 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
 
 #[test]
 fn a_failing_kernel_names_the_chip_and_the_callable() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(2));
     let k = rig.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     rig.init();
@@ -274,6 +292,9 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
 
 #[test]
 fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(chips(2));
     let block = rig.register_chip(ChipFn::kernel("block", block_kernel)).unwrap();
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();

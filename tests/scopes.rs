@@ -9,6 +9,9 @@ use simpler::{DataType, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs};
 
 #[test]
 fn unbalanced_scope_end_is_an_error() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run_orch(|orch| {
@@ -30,6 +33,9 @@ fn unbalanced_scope_end_is_an_error() {
 
 #[test]
 fn scopes_nest_at_most_64_frames() {
+    if !in_own_process() {
+        return;
+    }
     assert_eq!(MAX_SCOPE_DEPTH, 64);
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 2);
@@ -62,6 +68,9 @@ fn scopes_nest_at_most_64_frames() {
 
 #[test]
 fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run_orch(|orch| {
@@ -93,6 +102,9 @@ fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
 
 #[test]
 fn scopes_left_open_are_closed_when_the_run_is_built() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run_orch(|orch| {
@@ -109,6 +121,9 @@ fn scopes_left_open_are_closed_when_the_run_is_built() {
 
 #[test]
 fn small_task_window_with_many_scoped_tasks() {
+    if !in_own_process() {
+        return;
+    }
     const N: usize = 200;
     let (rig, [affine]) = Rig::start(subs(2).task_window(4), [("affine", affine)]);
     let chain = u64_buffer(&rig, N + 1);
@@ -137,6 +152,9 @@ fn small_task_window_with_many_scoped_tasks() {
 
 #[test]
 fn full_task_window_in_the_outer_scope_times_out() {
+    if !in_own_process() {
+        return;
+    }
     let timeout = Duration::from_millis(200);
     let (rig, [fill]) = Rig::start(subs(1).task_window(4).backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 8);

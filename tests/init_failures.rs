@@ -10,6 +10,9 @@ use simpler::{Level, Worker};
 /// A chip whose runtime cannot start (`chip_memory(0)`) fails `init`; nothing is left behind.
 #[test]
 fn a_chip_with_zero_memory_fails_init_cleanly() {
+    if !in_own_process() {
+        return;
+    }
     let mut w = Worker::builder().chips(1).chip_memory(0).chip_cores(1).build().unwrap();
     let err = w.init().unwrap_err();
     eprintln!("{err:?}");
@@ -23,6 +26,9 @@ fn a_chip_with_zero_memory_fails_init_cleanly() {
 /// second `init` silently starts an L4 Worker with no NEXT_LEVEL workers at all.
 #[test]
 fn a_failed_l4_init_does_not_lose_its_nested_workers() {
+    if !in_own_process() {
+        return;
+    }
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(2)).build().unwrap();
     let mut l4 =
         Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(300)).build().unwrap();
@@ -52,6 +58,9 @@ fn step(
 /// function's handle (from `register_orch`) is "not registered", so it can never be removed.
 #[test]
 fn an_orchestration_function_can_be_unregistered() {
+    if !in_own_process() {
+        return;
+    }
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     let h = l4.register_orch(simpler::OrchFn::new("step", step)).unwrap();
     l4.unregister(&h).expect("unregister of a registered OrchFn");

@@ -24,6 +24,9 @@ fn group_args(scratch: &simpler::Buffer, who: &simpler::Buffer, n: usize) -> Vec
 
 #[test]
 fn fn_registered_after_init_runs_on_every_sub_worker() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(3));
     rig.init();
     let late = rig.register(HostFn::new("late_member", member)).expect("fn pointers register after init");
@@ -39,6 +42,9 @@ fn fn_registered_after_init_runs_on_every_sub_worker() {
 
 #[test]
 fn closure_after_init_is_refused() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     let k = 5u64;
@@ -53,6 +59,9 @@ fn closure_after_init_is_refused() {
 
 #[test]
 fn closure_registered_before_init_runs_with_its_captures() {
+    if !in_own_process() {
+        return;
+    }
     let base = 1000 + u64::from(std::process::id() % 7); // a value only known at run time
     let mut rig = Rig::new(subs(2));
     let f = rig
@@ -81,6 +90,9 @@ fn closure_registered_before_init_runs_with_its_captures() {
 
 #[test]
 fn handle_of_another_worker_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
     let mut other = Rig::new(Worker::builder());
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
@@ -105,6 +117,9 @@ fn run_fill(rig: &Rig, f: &CallableHandle, out: &simpler::Buffer, value: u64) ->
 
 #[test]
 fn same_function_registers_to_the_same_handle_and_counts_references() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(1));
     let a = rig.register(HostFn::new("fill", fill)).unwrap();
     let b = rig.register(HostFn::new("fill", fill)).unwrap();
@@ -129,6 +144,9 @@ fn same_function_registers_to_the_same_handle_and_counts_references() {
 
 #[test]
 fn registering_needs_a_live_worker_with_sub_workers() {
+    if !in_own_process() {
+        return;
+    }
     let mut none = Rig::new(Worker::builder());
     none.init();
     expect_err(
@@ -146,6 +164,9 @@ fn registering_needs_a_live_worker_with_sub_workers() {
 
 #[test]
 fn registering_while_a_run_is_in_flight() {
+    if !in_own_process() {
+        return;
+    }
     // The new function reaches the worker between two tasks of the running run.
     let (mut rig, [exclusive]) = Rig::start(subs(1), [("exclusive", exclusive)]);
     let scratch = u32_buffer(&rig, 2);
@@ -186,6 +207,9 @@ fn constant(k: u64) -> HostFn {
 
 #[test]
 fn closures_that_differ_only_in_their_captures_are_not_confused() {
+    if !in_own_process() {
+        return;
+    }
     // Two closures made by one factory under one name: the same type, different state. The
     // second registration must either get a callable that runs *its* closure or be refused
     // clearly; silently running the first closure for both would compute wrong results.

@@ -18,6 +18,9 @@ fn small_ring() -> simpler::WorkerBuilder {
 /// holds the scheduler role: that path must not lose blocks either.
 #[test]
 fn scopes_reclaim_heap_under_a_small_ring() {
+    if !in_own_process() {
+        return;
+    }
     const ROUNDS: usize = 2000;
     const ELEMS: u32 = 2048; // 16 KiB per allocation: 2000 rounds move 500x the ring
     let (rig, [fill, affine]) = Rig::start(
@@ -64,6 +67,9 @@ fn scopes_reclaim_heap_under_a_small_ring() {
 
 #[test]
 fn nested_scopes_reclaim_their_own_rings() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fill]) = Rig::start(small_ring(), [("fill", fill)]);
     let out = u64_buffer(&rig, 4);
     rig.run_orch(|orch| {
@@ -99,6 +105,9 @@ fn nested_scopes_reclaim_their_own_rings() {
 
 #[test]
 fn allocation_larger_than_the_ring_fails_at_once() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [_fill]) =
         Rig::start(small_ring().backpressure_timeout(Duration::from_secs(10)), [("fill", fill)]);
     let started = Instant::now();
@@ -117,6 +126,9 @@ fn allocation_larger_than_the_ring_fails_at_once() {
 
 #[test]
 fn full_outer_ring_times_out() {
+    if !in_own_process() {
+        return;
+    }
     let timeout = Duration::from_millis(200);
     let (mut rig, [fill]) = Rig::start(small_ring().backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
@@ -156,6 +168,9 @@ fn full_outer_ring_times_out() {
 
 #[test]
 fn disabled_heap_refuses_allocations() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [_fill]) = Rig::start(subs(1).heap_ring_size(0), [("fill", fill)]);
     let err = rig
         .run_orch(|orch| orch.alloc(&[8], DataType::Uint64).map(|_| ()))
@@ -165,6 +180,9 @@ fn disabled_heap_refuses_allocations() {
 
 #[test]
 fn host_buffers_are_bounds_checked_and_never_empty() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     expect_err(rig.create_buffer(0), ErrorKind::InvalidArgument, &["nbytes"]);
@@ -184,6 +202,9 @@ fn host_buffers_are_bounds_checked_and_never_empty() {
 
 #[test]
 fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [block, affine]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("affine", affine)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 4);
@@ -210,6 +231,9 @@ fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
 
 #[test]
 fn more_buffers_than_a_worker_keeps_mapped() {
+    if !in_own_process() {
+        return;
+    }
     // A SUB worker caches a bounded number of mappings; buffers evicted from its cache are
     // mapped again when a later task names them.
     const N: usize = 100;

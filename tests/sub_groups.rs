@@ -27,6 +27,9 @@ fn member_args(
 
 #[test]
 fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [member, snapshot]) = Rig::start(subs(3), [("member", member), ("snapshot", snapshot)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
@@ -59,6 +62,9 @@ fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
 
 #[test]
 fn groups_and_singles_interleave() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [member, fill]) = Rig::start(subs(2), [("member", member), ("fill", fill)]);
     const ROUNDS: usize = 8;
     let scratch: Vec<_> = (0..ROUNDS).map(|_| u32_buffer(&rig, 1)).collect();
@@ -95,6 +101,9 @@ fn groups_and_singles_interleave() {
 
 #[test]
 fn failing_member_fails_the_group_and_poisons_its_consumers() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail", fail), ("fill", fill)]);
     let data = u64_buffer(&rig, 2);
     let after = u64_buffer(&rig, 1);
@@ -127,6 +136,9 @@ fn failing_member_fails_the_group_and_poisons_its_consumers() {
 
 #[test]
 fn group_larger_than_the_pool_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
     let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);

@@ -4,7 +4,7 @@
 //! renamed crate) are under `ui/pass`.
 //!
 //! Regenerate the messages after a deliberate change with
-//! `TRYBUILD=overwrite cargo test -p simpler-tests --test rt_ui`, then read the diff.
+//! `TRYBUILD=overwrite cargo test -p simpler-tests --test compile_checks`, then read the diff.
 
 #[test]
 fn ui() {

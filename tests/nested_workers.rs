@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Orchestrate, fail_kernel, vadd};
+use common::{Orchestrate, fail_kernel, in_own_process, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,9 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
 
 #[test]
 fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
+    if !in_own_process() {
+        return;
+    }
     let mut l3_chips = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(2).build().unwrap();
     l3_chips.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let mut l3_subs = Worker::builder().sub_workers(2).build().unwrap();
@@ -100,6 +103,9 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
 
 #[test]
 fn l5_over_l4_over_l3_smoke() {
+    if !in_own_process() {
+        return;
+    }
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("triple", triple)).unwrap();
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
@@ -123,6 +129,9 @@ fn l5_over_l4_over_l3_smoke() {
 
 #[test]
 fn a_failing_kernel_two_levels_down_names_the_path() {
+    if !in_own_process() {
+        return;
+    }
     let mut l3 = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
     l3.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
@@ -142,11 +151,17 @@ fn a_failing_kernel_two_levels_down_names_the_path() {
 
 #[test]
 fn chip_callables_registered_at_l4_reach_the_chips_of_its_l3_children() {
+    if !in_own_process() {
+        return;
+    }
     chip_callables_at_l4(false);
 }
 
 #[test]
 fn chip_callables_and_orchestrations_registered_at_l4_after_init_reach_the_tree() {
+    if !in_own_process() {
+        return;
+    }
     chip_callables_at_l4(true);
 }
 
@@ -180,6 +195,9 @@ fn chip_callables_at_l4(after_init: bool) {
 
 #[test]
 fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
+    if !in_own_process() {
+        return;
+    }
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(30)).build().unwrap();
     let mut l4 =
         Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(500)).build().unwrap();
@@ -219,6 +237,9 @@ fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result
 
 #[test]
 fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
+    if !in_own_process() {
+        return;
+    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("block_host", block_host)).unwrap();
