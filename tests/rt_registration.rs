@@ -419,7 +419,7 @@ fn mixed_l4_takes_a_chip_kernel(after_init: bool) {
     rig.unregister(&k).unwrap();
     assert_eq!(run_k_on(&rig, 0).unwrap(), vec![2.5f32; 4], "one reference left");
     rig.unregister(&k).unwrap();
-    expect_err(run_k_on(&rig, 0), ErrorKind::Callable, &["not registered"]);
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
     expect_err(rig.unregister(&k), ErrorKind::Callable, &["`k`", "not registered"]);
 }
 
@@ -457,11 +457,11 @@ fn a_registration_refused_by_one_target_is_removed_from_the_others() {
     rig.register_orch(OrchFn::new("l3_run_k", l3_run_k)).unwrap();
     rig.init();
     let k = ChipFn::kernel("k", vadd).handle();
-    expect_err(run_k_on(&rig, 0), ErrorKind::Callable, &["not registered"]);
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
     let err = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("worker 1 refuses it");
     assert_err(&err, ErrorKind::Callable, &["`k`", "worker 1", "different function"]);
     // Nothing of it stays anywhere: worker 0 no longer has it, and the L4 does not list it.
-    expect_err(run_k_on(&rig, 0), ErrorKind::Callable, &["not registered"]);
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
     expect_err(rig.unregister(&k), ErrorKind::Callable, &["`k`", "not registered"]);
     // Worker 1 still runs its own `k` (vsub).
     assert_eq!(run_k_on(&rig, 1).unwrap(), vec![1.5f32; 4]);

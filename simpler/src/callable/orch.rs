@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, orch_fn_descriptor};
+use crate::callable::registry::{Installable, Origin};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -41,6 +42,7 @@ pub struct OrchFn {
     name: Arc<str>,
     f: OrchFnPtr,
     descriptor: Descriptor,
+    origin: Origin,
 }
 
 impl std::fmt::Debug for OrchFn {
@@ -52,16 +54,20 @@ impl std::fmt::Debug for OrchFn {
 impl OrchFn {
     /// An orchestration function from a plain `fn` (registrable before or after `init`).
     ///
+    /// Its identity is its kind and name (as for [`HostFn::new`](crate::HostFn::new)): a
+    /// different function under a name already registered is refused.
+    ///
     /// ```
     /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
     /// let a = simpler::OrchFn::new("f", f);
     /// let b = simpler::OrchFn::new("f", f);
     /// assert_eq!(a.handle(), b.handle()); // the same function, the same identity
     /// ```
+    #[track_caller]
     pub fn new(name: &str, f: OrchFnPtr) -> OrchFn {
         // The identity is the name (see `HostFn::new`).
         let descriptor = orch_fn_descriptor(name, "fn", 0);
-        OrchFn { name: name.into(), f, descriptor }
+        OrchFn { name: name.into(), f, descriptor, origin: Origin::Made(std::panic::Location::caller()) }
     }
 
     /// The name given at construction.
@@ -93,16 +99,27 @@ impl OrchFn {
         self.f as usize as u64
     }
 
-    /// A `#[callable(orch)]` or `task_graph!` function, with the descriptor the macro computed.
-    pub(crate) fn from_macro(name: &str, f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
-        OrchFn { name: name.into(), f, descriptor }
+    /// A `#[callable(orch)]` or `task_graph!` function (recorded as `path`), with the
+    /// descriptor the macro computed.
+    pub(crate) fn from_macro(name: &str, path: &'static str, f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
+        OrchFn { name: name.into(), f, descriptor, origin: Origin::Macro(path) }
     }
 
     pub(crate) fn from_parts(f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
-        OrchFn { name: "".into(), f, descriptor }
+        OrchFn { name: "".into(), f, descriptor, origin: Origin::Sent }
     }
 
     pub(crate) fn call(&self, orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
         (self.f)(orch, args, cfg)
+    }
+}
+
+impl Installable for OrchFn {
+    fn same_code(&self, other: &OrchFn) -> bool {
+        std::ptr::fn_addr_eq(self.f, other.f)
+    }
+
+    fn describe(&self) -> String {
+        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
     }
 }

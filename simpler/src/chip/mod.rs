@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
+use crate::callable::registry::{Installable, Origin};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -67,7 +68,8 @@ pub(crate) enum ChipBody {
 /// submits kernels to the chip's cores.
 ///
 /// Its identity is the sha256 of a canonical descriptor made of its sub-kind and name, so it is
-/// the same in every process of this binary (give each chip callable its own name). A chip
+/// the same in every process of this binary. Give each chip callable its own name: registering
+/// a different function under a sub-kind and name already registered is refused. A chip
 /// orchestration names its kernels by [`CallableHandle`]: build the kernel's `ChipFn` and take
 /// [`handle`](ChipFn::handle) (the kernels must also be registered on the chip).
 ///
@@ -111,6 +113,7 @@ pub struct ChipFn {
     name: Arc<str>,
     body: ChipBody,
     descriptor: Descriptor,
+    origin: Origin,
 }
 
 impl std::fmt::Debug for ChipFn {
@@ -179,9 +182,11 @@ impl ChipFn {
     /// assert_eq!(k.name(), "vadd");
     /// assert!(k.is_kernel());
     /// ```
+    #[track_caller]
     pub fn kernel(name: &str, f: HostFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_KERNEL, name);
-        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor, origin }
     }
 
     /// A chip orchestration: submits kernels to the chip's cores with
@@ -224,9 +229,11 @@ impl ChipFn {
     /// let f = ChipFn::orchestration("split_relu", split_relu);
     /// assert_eq!(f.name(), "split_relu");
     /// ```
+    #[track_caller]
     pub fn orchestration(name: &str, f: ChipOrchFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name);
-        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor, origin }
     }
 
     /// The name given at construction.
@@ -296,14 +303,31 @@ impl ChipFn {
         self.body
     }
 
-    /// A `#[callable(chip)]` kernel, with the descriptor the macro computed.
-    pub(crate) fn from_macro_kernel(name: &str, f: HostFnPtr, descriptor: Descriptor) -> ChipFn {
-        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
+    /// A `#[callable(chip)]` kernel (recorded as `path`), with the descriptor the macro
+    /// computed.
+    pub(crate) fn from_macro_kernel(
+        name: &str,
+        path: &'static str,
+        f: HostFnPtr,
+        descriptor: Descriptor,
+    ) -> ChipFn {
+        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor, origin: Origin::Macro(path) }
     }
 
-    /// A `#[callable(chip)]` chip orchestration, with the descriptor the macro computed.
-    pub(crate) fn from_macro_orchestration(name: &str, f: ChipOrchFnPtr, descriptor: Descriptor) -> ChipFn {
-        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+    /// A `#[callable(chip)]` chip orchestration (recorded as `path`), with the descriptor the
+    /// macro computed.
+    pub(crate) fn from_macro_orchestration(
+        name: &str,
+        path: &'static str,
+        f: ChipOrchFnPtr,
+        descriptor: Descriptor,
+    ) -> ChipFn {
+        ChipFn {
+            name: name.into(),
+            body: ChipBody::Orchestration(f),
+            descriptor,
+            origin: Origin::Macro(path),
+        }
     }
 
     /// Rebuilds a chip callable in a process forked from the one that made it, from the
@@ -362,7 +386,21 @@ impl ChipFn {
         };
         // Re-encoding gives the same bytes: the descriptor was canonical.
         debug_assert_eq!(f.descriptor, descriptor);
-        Ok(f)
+        Ok(ChipFn { origin: Origin::Sent, ..f })
+    }
+}
+
+impl Installable for ChipFn {
+    fn same_code(&self, other: &ChipFn) -> bool {
+        match (self.body, other.body) {
+            (ChipBody::Kernel(a), ChipBody::Kernel(b)) => std::ptr::fn_addr_eq(a, b),
+            (ChipBody::Orchestration(a), ChipBody::Orchestration(b)) => std::ptr::fn_addr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
     }
 }
 

@@ -229,7 +229,7 @@ impl CallableInfo {
     /// The host function to register (for `Entry::Host`).
     pub(crate) fn host_fn(&self) -> Result<HostFn> {
         match self.entry {
-            Entry::Host(f) => Ok(HostFn::from_macro(self.name, f, self.descriptor_checked()?)),
+            Entry::Host(f) => Ok(HostFn::from_macro(self.name, self.path, f, self.descriptor_checked()?)),
             _ => Err(self.wrong_kind("a host function")),
         }
     }
@@ -238,8 +238,8 @@ impl CallableInfo {
     pub(crate) fn chip_fn(&self) -> Result<ChipFn> {
         let d = self.descriptor_checked()?;
         match self.entry {
-            Entry::Kernel(f) => Ok(ChipFn::from_macro_kernel(self.name, f, d)),
-            Entry::ChipOrchestration(f) => Ok(ChipFn::from_macro_orchestration(self.name, f, d)),
+            Entry::Kernel(f) => Ok(ChipFn::from_macro_kernel(self.name, self.path, f, d)),
+            Entry::ChipOrchestration(f) => Ok(ChipFn::from_macro_orchestration(self.name, self.path, f, d)),
             _ => Err(self.wrong_kind("a chip callable")),
         }
     }
@@ -247,7 +247,9 @@ impl CallableInfo {
     /// The orchestration function to register (for `Entry::Orchestration`).
     pub(crate) fn orch_fn(&self) -> Result<OrchFn> {
         match self.entry {
-            Entry::Orchestration(f) => Ok(OrchFn::from_macro(self.name, f, self.descriptor_checked()?)),
+            Entry::Orchestration(f) => {
+                Ok(OrchFn::from_macro(self.name, self.path, f, self.descriptor_checked()?))
+            }
             _ => Err(self.wrong_kind("an orchestration function")),
         }
     }
