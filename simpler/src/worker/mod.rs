@@ -535,8 +535,13 @@ impl Worker {
     ///
     /// Before `init` the function goes into the snapshot every forked worker starts with.
     /// After `init` (only `fn`-pointer functions, see [`HostFn`]) it is sent to every live SUB
-    /// worker, and this returns once all of them installed it. Registering the same function
-    /// twice returns the same handle and counts a second reference.
+    /// worker, and this returns once all of them installed it; if one refuses, the others drop
+    /// it again and nothing is registered. Registering the same function twice returns the
+    /// same handle and counts a second reference; a different function under the name of a
+    /// registered one is refused ([`ErrorKind::Callable`](crate::ErrorKind::Callable), naming
+    /// both). The same rules hold before and after `init`: a Worker without SUB workers (an
+    /// L2 Worker among them) refuses a host function
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
     ///
     /// Before `init` (nothing is forked):
     ///
@@ -555,6 +560,12 @@ impl Worker {
     /// assert_eq!(negate_h.name(), "negate");
     /// // The same function again: the same handle, a second reference.
     /// assert_eq!(worker.register(HostFn::new("negate", negate))?, negate_h);
+    /// // Another function under that name is refused.
+    /// fn keep(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// let err = worker.register(HostFn::new("negate", keep)).unwrap_err();
+    /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
     ///
     /// // Closures capture state; they must be registered before `init`.
     /// let bias = 0.5f32;
