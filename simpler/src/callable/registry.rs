@@ -36,6 +36,15 @@ pub(crate) enum Origin {
     Sent,
 }
 
+impl Origin {
+    /// Whether both callables come from `#[callable]`: their digests hash their signature and
+    /// body tokens, so one digest is one source text, taken as one callable (as upstream takes
+    /// one payload hash) even where two copies of it sit at different addresses.
+    pub(crate) fn both_macro(a: Origin, b: Origin) -> bool {
+        matches!((a, b), (Origin::Macro(_), Origin::Macro(_)))
+    }
+}
+
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

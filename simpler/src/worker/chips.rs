@@ -51,7 +51,7 @@ impl Worker {
     /// let err = worker.register_chip(ChipFn::kernel("vadd", vsub)).unwrap_err(); // another fn
     /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
     /// let mut hosts = Worker::builder().sub_workers(1).build()?; // no chips
-    /// let err = hosts.register_chip(ChipFn::kernel("vadd", vadd)).unwrap_err();
+    /// let err = hosts.register_chip(ChipFn::kernel("vsub", vsub)).unwrap_err();
     /// assert_eq!(err.kind(), simpler::ErrorKind::InvalidArgument);
     /// # Ok::<(), simpler::Error>(())
     /// ```
