@@ -1,11 +1,13 @@
-//! Registering host functions: before and after `init`, closures, handles of other Workers,
-//! unregistering.
+//! Registering callables: before and after `init`, closures, handles of other Workers,
+//! unregistering; one function per identity in every registration path; the same rules before
+//! and after `init`; post-init registration all-or-nothing across the targets.
 
 mod common;
 
 use common::*;
 use simpler::{
-    CallableHandle, DataType, ErrorKind, HostArgs, HostFn, HostResult, Tag, TaskArgs, TensorView, Worker,
+    CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn,
+    Orchestrator, Tag, TaskArgs, TensorView, Worker,
 };
 
 /// Group of `n` `member` tasks; member `i` writes its worker index into `who[i]`.
@@ -93,7 +95,7 @@ fn handle_of_another_worker_is_rejected() {
     if !in_own_process() {
         return;
     }
-    let mut other = Rig::new(Worker::builder());
+    let mut other = Rig::new(subs(1));
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
     rig.run_orch(|orch| {
@@ -157,7 +159,7 @@ fn registering_needs_a_live_worker_with_sub_workers() {
     none.close().unwrap();
     expect_err(none.register(HostFn::new("fill", fill)), ErrorKind::InvalidState, &["register", "closed"]);
     let h = HostFn::new("fill", fill);
-    let mut other = Rig::new(Worker::builder());
+    let mut other = Rig::new(subs(1));
     let handle = other.register(h).unwrap();
     expect_err(none.unregister(&handle), ErrorKind::InvalidState, &["unregister", "closed"]);
 }
@@ -235,4 +237,299 @@ fn closures_that_differ_only_in_their_captures_are_not_confused() {
     })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 2), vec![2, 3], "each handle runs the closure it was registered with");
+}
+
+// ------------------------------------------------------------- one function per identity
+
+/// Asserts that `err` refuses a second function under one identity and names both registrations
+/// by where their callables were made (`file:line` of this file).
+#[track_caller]
+fn assert_names_both(err: &simpler::Error, name: &str, first_line: u32, second_line: u32) {
+    let here = file!().rsplit('/').next().unwrap();
+    assert_err(
+        err,
+        ErrorKind::Callable,
+        &[
+            &format!("`{name}`"),
+            "different function",
+            &format!("{here}:{first_line}:"),
+            &format!("{here}:{second_line}:"),
+        ],
+    );
+}
+
+#[test]
+fn a_different_host_fn_under_a_registered_name_is_refused_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1));
+    let (first, first_line) = (HostFn::new("f", fill), line!());
+    let h = rig.register(first).unwrap();
+    let (other, other_line) = (HostFn::new("f", noop), line!());
+    assert_eq!(other.handle(), h, "the plain-API identity is the kind and the name");
+    let err = rig.register(other.clone()).expect_err("a second function under `f` before init");
+    assert_names_both(&err, "f", first_line, other_line);
+    rig.init();
+    let err = rig.register(other).expect_err("a second function under `f` after init");
+    assert_names_both(&err, "f", first_line, other_line);
+    // The same function again is a second reference, wherever its HostFn was made.
+    assert_eq!(rig.register(HostFn::new("f", fill)).unwrap(), h);
+    let out = u64_buffer(&rig, 1);
+    run_fill(&rig, &h, &out, 7).expect("`f` still runs the first function");
+    assert_eq!(read_u64(&out, 0, 1), vec![7]);
+    rig.unregister(&h).unwrap();
+    rig.unregister(&h).unwrap();
+    expect_err(rig.unregister(&h), ErrorKind::Callable, &["not registered"]);
+}
+
+/// `out[i] = a[i] - b[i]`: a kernel with `vadd`'s signature.
+fn vsub(args: &HostArgs<'_>) -> HostResult {
+    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    for i in 0..out.len() {
+        out[i] = a[i] - b[i];
+    }
+    Ok(())
+}
+
+fn l2(cores: usize) -> Worker {
+    Worker::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(cores).build().unwrap()
+}
+
+/// Runs `k` (a vadd-shaped kernel) on an L2 Worker over `[2.0; 4]` and `[0.5; 4]`.
+fn run_l2(chip: &Worker, k: &CallableHandle) -> simpler::Result<Vec<f32>> {
+    let (a, b, out) = (chip.create_buffer(16)?, chip.create_buffer(16)?, chip.create_buffer(16)?);
+    a.write(0, &[2.0f32; 4])?;
+    b.write(0, &[0.5f32; 4])?;
+    let t = |x: &simpler::Buffer| x.tensor(&[4], DataType::Float32);
+    let mut args = TaskArgs::new();
+    args.input(&t(&a)?)?.input(&t(&b)?)?.output(&t(&out)?)?;
+    chip.run_callable(k, args, CallConfig::default())?;
+    out.read::<f32>(0, 4)
+}
+
+#[test]
+fn a_different_chip_kernel_under_a_registered_name_is_refused_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = l2(1);
+    let (first, first_line) = (ChipFn::kernel("k", vadd), line!());
+    let k = chip.register_chip(first).unwrap();
+    let (other, other_line) = (ChipFn::kernel("k", vsub), line!());
+    let err = chip.register_chip(other.clone()).expect_err("before init");
+    assert_names_both(&err, "k", first_line, other_line);
+    chip.init().unwrap();
+    let err = chip.register_chip(other).expect_err("after init");
+    assert_names_both(&err, "k", first_line, other_line);
+    assert_eq!(run_l2(&chip, &k).unwrap(), vec![2.5f32; 4], "`k` still runs vadd");
+    chip.close().unwrap();
+
+    // On an L3 Worker the chips (forked) refuse it too, before and after init.
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1));
+    let (first, first_line) = (ChipFn::kernel("k", vadd), line!());
+    rig.register_chip(first).unwrap();
+    let plan = ChipFn::orchestration("k", chip_plan);
+    assert_ne!(plan.handle(), ChipFn::kernel("k", vadd).handle(), "the sub-kind is part of the identity");
+    rig.register_chip(plan).unwrap();
+    let (other, other_line) = (ChipFn::kernel("k", vsub), line!());
+    let err = rig.register_chip(other.clone()).expect_err("before init");
+    assert_names_both(&err, "k", first_line, other_line);
+    rig.init();
+    let err = rig.register_chip(other).expect_err("after init");
+    assert_names_both(&err, "k", first_line, other_line);
+}
+
+/// A chip orchestration that submits nothing.
+fn chip_plan(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    Ok(())
+}
+
+/// An L3 orchestration that submits nothing.
+fn l3_nothing(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    Ok(())
+}
+
+/// An L3 orchestration that fails.
+fn l3_refuse(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    Err(simpler::Error::new(ErrorKind::InvalidArgument, "l3_refuse says no"))
+}
+
+#[test]
+fn a_different_orch_fn_under_a_registered_name_is_refused_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(subs(1).build().unwrap()).unwrap();
+    let (first, first_line) = (OrchFn::new("o", l3_nothing), line!());
+    let o = rig.register_orch(first).unwrap();
+    let (other, other_line) = (OrchFn::new("o", l3_refuse), line!());
+    let err = rig.register_orch(other.clone()).expect_err("before init");
+    assert_names_both(&err, "o", first_line, other_line);
+    rig.init();
+    let err = rig.register_orch(other).expect_err("after init");
+    assert_names_both(&err, "o", first_line, other_line);
+    rig.run_orch(|orch| orch.submit_next_level(&o, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+        .expect("`o` still runs the first function");
+}
+
+// ------------------------------------------------- the same rules before and after init
+
+#[test]
+fn an_l2_worker_refuses_a_host_function_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = l2(1);
+    let before = chip.register(HostFn::new("fill", fill)).expect_err("an L2 Worker has no SUB workers");
+    chip.init().unwrap();
+    let after = chip.register(HostFn::new("fill", fill)).expect_err("an L2 Worker has no SUB workers");
+    assert_eq!((before.kind(), before.message()), (after.kind(), after.message()));
+    assert_err(&after, ErrorKind::InvalidArgument, &["`fill`", "no SUB workers"]);
+}
+
+#[test]
+fn a_worker_without_targets_refuses_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    // No SUB workers: no host functions.
+    let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1));
+    let before = rig.register(HostFn::new("fill", fill)).expect_err("no SUB workers");
+    // No chips: no chip callables.
+    let mut hosts = Rig::new(subs(1));
+    let before_chip = hosts.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips");
+    rig.init();
+    hosts.init();
+    let after = rig.register(HostFn::new("fill", fill)).expect_err("no SUB workers");
+    assert_eq!((before.kind(), before.message()), (after.kind(), after.message()));
+    assert_err(&after, ErrorKind::InvalidArgument, &["`fill`", "no SUB workers"]);
+    let after_chip = hosts.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips");
+    assert_eq!((before_chip.kind(), before_chip.message()), (after_chip.kind(), after_chip.message()));
+    assert_err(&after_chip, ErrorKind::InvalidArgument, &["`k`", "no chips"]);
+}
+
+/// L3 orchestration: `out = a + b` with the chip kernel `k` on chip 0.
+fn l3_run_k(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let k = ChipFn::kernel("k", vadd).handle();
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?.input(args.tensor(1).unwrap())?.output(args.tensor(2).unwrap())?;
+    orch.submit_next_level(&k, a, CallConfig::default(), 0).map(|_| ())
+}
+
+/// Runs `l3_run_k` on nested Worker `w` of `rig` over `[2.0; 4]` and `[0.5; 4]`.
+fn run_k_on(rig: &Rig, w: u32) -> simpler::Result<Vec<f32>> {
+    let (a, b, out) = (rig.create_buffer(16)?, rig.create_buffer(16)?, rig.create_buffer(16)?);
+    a.write(0, &[2.0f32; 4])?;
+    b.write(0, &[0.5f32; 4])?;
+    let t = |x: &simpler::Buffer| x.tensor(&[4], DataType::Float32);
+    let (ta, tb, to) = (t(&a)?, t(&b)?, t(&out)?);
+    let run_k = OrchFn::new("l3_run_k", l3_run_k).handle();
+    rig.run_orch(|orch| {
+        let mut x = TaskArgs::new();
+        x.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&run_k, x, CallConfig::default(), w).map(|_| ())
+    })?;
+    out.read::<f32>(0, 4)
+}
+
+/// An L4 Worker over an L3 with a chip (worker 0) and `second` (worker 1).
+fn l4_over(second: simpler::WorkerBuilder) -> Rig {
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    rig.add_worker(second.build().unwrap()).unwrap();
+    rig.register_orch(OrchFn::new("l3_run_k", l3_run_k)).unwrap();
+    rig
+}
+
+fn mixed_l4_takes_a_chip_kernel(after_init: bool) {
+    let mut rig = l4_over(subs(1));
+    if after_init {
+        rig.init();
+    }
+    // Registered twice: two references, on every chip of the tree (worker 1 has none).
+    let k = rig.register_chip(ChipFn::kernel("k", vadd)).expect("worker 0 has a chip");
+    rig.register_chip(ChipFn::kernel("k", vadd)).unwrap();
+    if !after_init {
+        rig.init();
+    }
+    assert_eq!(run_k_on(&rig, 0).unwrap(), vec![2.5f32; 4]);
+    rig.unregister(&k).unwrap();
+    assert_eq!(run_k_on(&rig, 0).unwrap(), vec![2.5f32; 4], "one reference left");
+    rig.unregister(&k).unwrap();
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
+    expect_err(rig.unregister(&k), ErrorKind::Callable, &["`k`", "not registered"]);
+}
+
+#[test]
+fn a_mixed_l4_tree_takes_a_chip_kernel_before_init() {
+    if !in_own_process() {
+        return;
+    }
+    mixed_l4_takes_a_chip_kernel(false);
+}
+
+#[test]
+fn a_mixed_l4_tree_takes_a_chip_kernel_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    mixed_l4_takes_a_chip_kernel(true);
+}
+
+#[test]
+fn an_l4_tree_without_chips_refuses_a_chip_kernel_before_and_after_init() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(subs(1).build().unwrap()).unwrap();
+    let before = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips below");
+    rig.init();
+    let after = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips below");
+    assert_eq!((before.kind(), before.message()), (after.kind(), after.message()));
+    assert_err(&after, ErrorKind::InvalidArgument, &["`k`", "no chips"]);
+}
+
+// --------------------------------------------------- all-or-nothing after init
+
+#[test]
+fn a_registration_refused_by_one_target_is_removed_from_the_others() {
+    if !in_own_process() {
+        return;
+    }
+    // Worker 1's chip already holds another function under `k`: it refuses the L4's `k`.
+    let mut second = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    second.register_chip(ChipFn::kernel("k", vsub)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    rig.add_worker(second).unwrap();
+    rig.register_orch(OrchFn::new("l3_run_k", l3_run_k)).unwrap();
+    rig.init();
+    let k = ChipFn::kernel("k", vadd).handle();
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
+    let err = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("worker 1 refuses it");
+    assert_err(&err, ErrorKind::Callable, &["`k`", "worker 1", "different function"]);
+    // Nothing of it stays anywhere: worker 0 no longer has it, and the L4 does not list it.
+    expect_err(run_k_on(&rig, 0), ErrorKind::TaskFailed, &["`k`", "not registered"]);
+    expect_err(rig.unregister(&k), ErrorKind::Callable, &["`k`", "not registered"]);
+    // Worker 1 still runs its own `k` (vsub).
+    assert_eq!(run_k_on(&rig, 1).unwrap(), vec![1.5f32; 4]);
+}
+
+#[test]
+fn unregistering_on_an_l2_worker_removes_the_callable_from_the_chip() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = l2(1);
+    let k = chip.register_chip(ChipFn::kernel("k", vadd)).unwrap();
+    chip.init().unwrap();
+    assert_eq!(run_l2(&chip, &k).unwrap(), vec![2.5f32; 4]);
+    chip.unregister(&k).unwrap();
+    expect_err(run_l2(&chip, &k), ErrorKind::Callable, &["not registered"]);
+    // Registered again after init, it runs again.
+    let k = chip.register_chip(ChipFn::kernel("k", vadd)).unwrap();
+    assert_eq!(run_l2(&chip, &k).unwrap(), vec![2.5f32; 4]);
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::callable::identity::{CallableKind, Descriptor, host_fn_descriptor};
 use crate::callable::linked::CallableInfo;
+use crate::callable::registry::{Installable, Origin};
 use crate::data::host_args::HostArgs;
 
 /// What a host function returns: `Ok(())`, or any error (its message fails the task).
@@ -83,6 +84,7 @@ pub struct HostFn {
     name: Arc<str>,
     body: Body,
     descriptor: Descriptor,
+    origin: Origin,
 }
 
 #[derive(Clone)]
@@ -110,9 +112,13 @@ fn type_hash<T: 'static>() -> u64 {
 impl HostFn {
     /// A host function from a plain `fn` (registrable before or after `init`).
     ///
-    /// Its identity (digest) is its name, so [`handle`](HostFn::handle) gives the same handle
-    /// wherever it is computed; give each function its own name (registering a second function
-    /// under a name already registered counts another reference to the first one).
+    /// Its identity (digest) is its kind and name, not its code, so [`handle`](HostFn::handle)
+    /// gives the same handle wherever it is computed. Give each function its own name:
+    /// registering a different function under a name already registered is refused (an
+    /// [`ErrorKind::Callable`](crate::ErrorKind::Callable) error naming both, by where each
+    /// `HostFn` was made). The same function again counts another reference. Functions are
+    /// compared by address; an optimized build may give a small function several copies at
+    /// different addresses, so make each function's `HostFn` in one place (a helper `fn`).
     ///
     /// ```
     /// use simpler::{HostArgs, HostFn, HostResult};
@@ -126,11 +132,13 @@ impl HostFn {
     /// assert_eq!(f.name(), "fill");
     /// assert!(!f.is_closure());
     /// ```
+    #[track_caller]
     pub fn new(name: &str, f: HostFnPtr) -> HostFn {
         // The identity is the name: not the address, which differs between the copies a
         // compiler may make of one small function.
         let descriptor = host_fn_descriptor(name, "fn", 0);
-        HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        HostFn { name: name.into(), body: Body::Ptr(f), descriptor, origin }
     }
 
     /// A host function from a closure (registrable only before `init`).
@@ -151,6 +159,7 @@ impl HostFn {
     /// assert_eq!(add_bias.name(), "add_bias");
     /// assert!(add_bias.is_closure());
     /// ```
+    #[track_caller]
     pub fn closure<F>(name: &str, f: F) -> HostFn
     where
         F: for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync + 'static,
@@ -161,7 +170,8 @@ impl HostFn {
         let instance = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let type_name = format!("{}#{instance}", std::any::type_name::<F>());
         let descriptor = host_fn_descriptor(name, &type_name, type_hash::<F>());
-        HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor, origin }
     }
 
     /// A `#[callable(sub)]` host function from the link-time registry, with the descriptor the
@@ -172,6 +182,7 @@ impl HostFn {
                 name: info.name.into(),
                 body: Body::Ptr(f),
                 descriptor: info.descriptor_checked()?,
+                origin: Origin::Macro(info.path),
             }),
             _ => Err(info.wrong_kind("a host function")),
         }
@@ -180,7 +191,7 @@ impl HostFn {
     /// Rebuilds a `fn`-pointer host function from its descriptor (post-init registration in a
     /// child).
     pub(crate) fn from_parts(f: HostFnPtr, descriptor: Descriptor) -> HostFn {
-        HostFn { name: "".into(), body: Body::Ptr(f), descriptor }
+        HostFn { name: "".into(), body: Body::Ptr(f), descriptor, origin: Origin::Sent }
     }
 
     /// The handle tasks name it by (digest, kind `HostFn`, name): the same in every process of
@@ -239,6 +250,26 @@ impl HostFn {
         match &self.body {
             Body::Ptr(f) => f(args),
             Body::Closure(f) => f(args),
+        }
+    }
+}
+
+impl Installable for HostFn {
+    fn same_code(&self, other: &HostFn) -> bool {
+        if Origin::both_macro(self.origin, other.origin) {
+            return true;
+        }
+        match (&self.body, &other.body) {
+            (Body::Ptr(a), Body::Ptr(b)) => std::ptr::fn_addr_eq(*a, *b),
+            (Body::Closure(a), Body::Closure(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.body {
+            Body::Ptr(f) => format!("`{}` ({}, fn at {:#x})", self.name, self.origin, *f as usize),
+            Body::Closure(_) => format!("`{}` ({}, a closure)", self.name, self.origin),
         }
     }
 }

@@ -3,13 +3,57 @@
 //! Each target process (a chip, a SUB child, a nested-`Worker` dispatch loop) keeps one
 //! [`Registry`]. Senders address callables by [`Digest`]; the registry maps each digest to a
 //! small local slot number that never leaves the process, counts how many registrations refer to
-//! it, and refuses a digest that arrives with a descriptor other than the one already installed.
+//! it, and refuses a digest that arrives with a descriptor other than the one already installed,
+//! or with a different function than the one installed under it ([`Installable`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::identity::Digest;
 use crate::error::{Error, ErrorKind, Result};
+
+/// What a registry holds: a callable that can say whether it runs the same code as another.
+///
+/// A plain-API identity is the callable's kind and name, so two different functions can share
+/// one digest; the registry refuses the second ([`Registry::install`]) rather than silently
+/// counting it as another reference to the first.
+pub(crate) trait Installable {
+    /// Whether `self` runs the same code as `other` (the same function pointer, or the same
+    /// closure instance).
+    fn same_code(&self, other: &Self) -> bool;
+    /// How a refusal names it: its name, where it was made and its code.
+    fn describe(&self) -> String;
+}
+
+/// Where a callable value was made, for messages that must tell two of one name apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Origin {
+    /// By a plain-API constructor called here.
+    Made(&'static std::panic::Location<'static>),
+    /// By `#[callable]` (or `task_graph!`), with the path its descriptor records.
+    Macro(&'static str),
+    /// Rebuilt in a child from what its parent sent.
+    Sent,
+}
+
+impl Origin {
+    /// Whether both callables come from `#[callable]`: their digests hash their signature and
+    /// body tokens, so one digest is one source text, taken as one callable (as upstream takes
+    /// one payload hash) even where two copies of it sit at different addresses.
+    pub(crate) fn both_macro(a: Origin, b: Origin) -> bool {
+        matches!((a, b), (Origin::Macro(_), Origin::Macro(_)))
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Made(at) => write!(f, "made at {at}"),
+            Origin::Macro(path) => write!(f, "#[callable] {path}"),
+            Origin::Sent => f.write_str("sent by the parent"),
+        }
+    }
+}
 
 /// One installed callable.
 #[derive(Debug, Clone)]
@@ -47,17 +91,44 @@ impl<T> Registry<T> {
             max_slots: max_slots.min(u32::MAX as usize + 1),
         }
     }
+}
 
+impl<T: Installable> Registry<T> {
     /// Installs `value` under the descriptor's digest.
     ///
     /// `digest` is what the sender claims; it must equal sha256(`descriptor`), else an
     /// [`ErrorKind::Callable`] error starting with `HASHID_DESCRIPTOR_MISMATCH`. If the digest is
-    /// already installed with the same descriptor bytes, its refcount goes up (the new value is
-    /// dropped) and the existing slot is returned; with different descriptor bytes it is a
-    /// `HASHID_DESCRIPTOR_MISMATCH` error. When all slots are in use it is an
+    /// already installed with the same descriptor bytes and the same code, its refcount goes up
+    /// (the new value is dropped) and the existing slot is returned; with different descriptor
+    /// bytes, or a different function ([`Installable::same_code`]), it is a
+    /// `HASHID_DESCRIPTOR_MISMATCH` error that names both. When all slots are in use it is an
     /// [`ErrorKind::Callable`] error starting with `LOCAL_SLOT_EXHAUSTED`. Returns the local slot
-    /// number.
+    /// number. [`check`](Registry::check) tells beforehand, without installing.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], value: T) -> Result<u32> {
+        self.check(digest, descriptor, &value)?;
+        if let Some(&slot) = self.index.get(&digest) {
+            let entry = self.entry_mut(slot);
+            entry.refs += 1; // `check` ruled out an overflow
+            return Ok(slot);
+        }
+        let entry = Entry { digest, descriptor: descriptor.into(), refs: 1, value };
+        let slot = if let Some(Reverse(slot)) = self.free.pop() {
+            self.slots[slot as usize] = Some(entry);
+            slot
+        } else {
+            // `check` saw room, and `max_slots <= u32::MAX + 1`, so the index fits in a u32.
+            let slot = u32::try_from(self.slots.len()).map_err(|_| self.exhausted(&digest))?;
+            self.slots.push(Some(entry));
+            slot
+        };
+        self.index.insert(digest, slot);
+        Ok(slot)
+    }
+
+    /// Whether [`install`](Registry::install) of `value` under `digest` would succeed: the same
+    /// checks and errors, with nothing installed. A Worker checks its own registry this way
+    /// before it sends a registration to any target.
+    pub(crate) fn check(&self, digest: Digest, descriptor: &[u8], value: &T) -> Result<()> {
         let actual = Digest::of(descriptor);
         if actual != digest {
             return Err(Error::new(
@@ -69,8 +140,7 @@ impl<T> Registry<T> {
                 ),
             ));
         }
-        if let Some(&slot) = self.index.get(&digest) {
-            let entry = self.entry_mut(slot);
+        if let Some(entry) = self.entry(&digest) {
             if *entry.descriptor != *descriptor {
                 return Err(Error::new(
                     ErrorKind::Callable,
@@ -82,30 +152,34 @@ impl<T> Registry<T> {
                     ),
                 ));
             }
-            entry.refs = entry.refs.checked_add(1).ok_or_else(|| {
-                Error::new(
+            if !entry.value.same_code(value) {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!(
+                        "HASHID_DESCRIPTOR_MISMATCH: {} is a different function under the identity \
+                         {digest} of {}; one identity names one function (give the second its own \
+                         name)",
+                        value.describe(),
+                        entry.value.describe()
+                    ),
+                ));
+            }
+            if entry.refs == u32::MAX {
+                return Err(Error::new(
                     ErrorKind::Callable,
                     format!("{digest} is installed too many times (refcount overflow)"),
-                )
-            })?;
-            return Ok(slot);
+                ));
+            }
+            return Ok(());
         }
-        let entry = Entry { digest, descriptor: descriptor.into(), refs: 1, value };
-        let slot = if let Some(Reverse(slot)) = self.free.pop() {
-            self.slots[slot as usize] = Some(entry);
-            slot
-        } else if self.slots.len() < self.max_slots {
-            // `max_slots <= u32::MAX + 1`, so every slot index fits in a u32.
-            let slot = u32::try_from(self.slots.len()).map_err(|_| self.exhausted(&digest))?;
-            self.slots.push(Some(entry));
-            slot
-        } else {
+        if self.free.is_empty() && self.slots.len() >= self.max_slots {
             return Err(self.exhausted(&digest));
-        };
-        self.index.insert(digest, slot);
-        Ok(slot)
+        }
+        Ok(())
     }
+}
 
+impl<T> Registry<T> {
     /// The error for a full registry.
     fn exhausted(&self, digest: &Digest) -> Error {
         Error::new(
@@ -169,7 +243,6 @@ impl<T> Registry<T> {
         Some(&entry.value)
     }
 
-    #[cfg(test)] // only tests need it
     /// The reference count of `digest`; 0 when it is not installed.
     pub(crate) fn refs(&self, digest: &Digest) -> u32 {
         self.entry(digest).map_or(0, |e| e.refs)
@@ -203,6 +276,32 @@ mod tests {
     use super::*;
     use crate::callable::identity::{host_fn_descriptor, orch_fn_descriptor};
 
+    // Test values: equal values are the same code.
+    impl Installable for &str {
+        fn same_code(&self, other: &Self) -> bool {
+            self == other
+        }
+        fn describe(&self) -> String {
+            format!("value {self:?}")
+        }
+    }
+    impl Installable for i32 {
+        fn same_code(&self, other: &Self) -> bool {
+            self == other
+        }
+        fn describe(&self) -> String {
+            format!("value {self}")
+        }
+    }
+    impl Installable for () {
+        fn same_code(&self, _: &Self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "()".to_string()
+        }
+    }
+
     fn desc(name: &str) -> (Digest, Vec<u8>) {
         let d = host_fn_descriptor(name, "tests::f", 1);
         (d.digest(), d.bytes().to_vec())
@@ -218,8 +317,8 @@ mod tests {
 
         assert_eq!(reg.install(a, &da, "A").unwrap(), 0);
         assert_eq!(reg.install(b, &db, "B").unwrap(), 1);
-        // Same digest and descriptor: refcount up, first value kept.
-        assert_eq!(reg.install(a, &da, "A2").unwrap(), 0);
+        // Same digest, descriptor and code: refcount up.
+        assert_eq!(reg.install(a, &da, "A").unwrap(), 0);
         assert_eq!(reg.refs(&a), 2);
         assert_eq!(reg.refs(&b), 1);
         assert_eq!(reg.get(&a), Some(&"A"));
@@ -289,6 +388,22 @@ mod tests {
     }
 
     #[test]
+    fn a_different_value_under_an_installed_digest_is_refused_naming_both() {
+        let mut reg = Registry::new(4);
+        let (a, da) = desc("a");
+        reg.install(a, &da, "first").unwrap();
+        reg.check(a, &da, &"first").unwrap();
+        let err = reg.check(a, &da, &"second").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Callable);
+        let err2 = reg.install(a, &da, "second").unwrap_err();
+        assert_eq!(err.message(), err2.message());
+        for needle in ["HASHID_DESCRIPTOR_MISMATCH: ", "\"first\"", "\"second\"", "different function"] {
+            assert!(err.message().contains(needle), "{needle}: {err}");
+        }
+        assert_eq!((reg.refs(&a), reg.get(&a)), (1, Some(&"first")));
+    }
+
+    #[test]
     fn slots_run_out() {
         let mut reg = Registry::new(2);
         let (a, da) = desc("a");
@@ -301,8 +416,10 @@ mod tests {
         let err = reg.install(c, &dc, ()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Callable);
         assert!(err.message().starts_with("LOCAL_SLOT_EXHAUSTED: "), "{err}");
+        assert_eq!(reg.check(c, &dc, &()).unwrap_err().message(), err.message());
         assert!(!reg.contains(&c));
         assert!(reg.release(&b).unwrap());
+        reg.check(c, &dc, &()).unwrap();
         assert_eq!(reg.install(c, &dc, ()).unwrap(), 1);
 
         let mut none = Registry::new(0);

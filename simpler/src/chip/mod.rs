@@ -23,6 +23,7 @@ use std::sync::Arc;
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
 use crate::callable::linked::{CallableInfo, MACRO_PAYLOAD_FORMAT_VERSION};
+use crate::callable::registry::{Installable, Origin};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -68,7 +69,8 @@ pub(crate) enum ChipBody {
 /// submits kernels to the chip's cores.
 ///
 /// Its identity is the sha256 of a canonical descriptor made of its sub-kind and name, so it is
-/// the same in every process of this binary (give each chip callable its own name). A chip
+/// the same in every process of this binary. Give each chip callable its own name: registering
+/// a different function under a sub-kind and name already registered is refused. A chip
 /// orchestration names its kernels by [`CallableHandle`]: build the kernel's `ChipFn` and take
 /// [`handle`](ChipFn::handle) (the kernels must also be registered on the chip).
 ///
@@ -112,6 +114,7 @@ pub struct ChipFn {
     name: Arc<str>,
     body: ChipBody,
     descriptor: Descriptor,
+    origin: Origin,
 }
 
 impl std::fmt::Debug for ChipFn {
@@ -180,9 +183,11 @@ impl ChipFn {
     /// assert_eq!(k.name(), "vadd");
     /// assert!(k.is_kernel());
     /// ```
+    #[track_caller]
     pub fn kernel(name: &str, f: HostFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_KERNEL, name);
-        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor, origin }
     }
 
     /// A chip orchestration: submits kernels to the chip's cores with
@@ -225,9 +230,11 @@ impl ChipFn {
     /// let f = ChipFn::orchestration("split_relu", split_relu);
     /// assert_eq!(f.name(), "split_relu");
     /// ```
+    #[track_caller]
     pub fn orchestration(name: &str, f: ChipOrchFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name);
-        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+        let origin = Origin::Made(std::panic::Location::caller());
+        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor, origin }
     }
 
     /// The name given at construction.
@@ -305,7 +312,12 @@ impl ChipFn {
             (_, Some(f)) => ChipBody::Orchestration(f),
             _ => return Err(info.wrong_kind("a chip callable")),
         };
-        Ok(ChipFn { name: info.name.into(), body, descriptor: info.descriptor_checked()? })
+        Ok(ChipFn {
+            name: info.name.into(),
+            body,
+            descriptor: info.descriptor_checked()?,
+            origin: Origin::Macro(info.path),
+        })
     }
 
     /// Rebuilds a chip callable in a process forked from the one that made it, from the
@@ -364,7 +376,24 @@ impl ChipFn {
         };
         // Re-encoding gives the same bytes: the descriptor was canonical.
         debug_assert_eq!(f.descriptor, descriptor);
-        Ok(f)
+        Ok(ChipFn { origin: Origin::Sent, ..f })
+    }
+}
+
+impl Installable for ChipFn {
+    fn same_code(&self, other: &ChipFn) -> bool {
+        if Origin::both_macro(self.origin, other.origin) {
+            return true;
+        }
+        match (self.body, other.body) {
+            (ChipBody::Kernel(a), ChipBody::Kernel(b)) => std::ptr::fn_addr_eq(a, b),
+            (ChipBody::Orchestration(a), ChipBody::Orchestration(b)) => std::ptr::fn_addr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, orch_fn_descriptor};
 use crate::callable::linked::CallableInfo;
+use crate::callable::registry::{Installable, Origin};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -42,6 +43,7 @@ pub struct OrchFn {
     name: Arc<str>,
     f: OrchFnPtr,
     descriptor: Descriptor,
+    origin: Origin,
 }
 
 impl std::fmt::Debug for OrchFn {
@@ -53,16 +55,20 @@ impl std::fmt::Debug for OrchFn {
 impl OrchFn {
     /// An orchestration function from a plain `fn` (registrable before or after `init`).
     ///
+    /// Its identity is its kind and name (as for [`HostFn::new`](crate::HostFn::new)): a
+    /// different function under a name already registered is refused.
+    ///
     /// ```
     /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
     /// let a = simpler::OrchFn::new("f", f);
     /// let b = simpler::OrchFn::new("f", f);
     /// assert_eq!(a.handle(), b.handle()); // the same function, the same identity
     /// ```
+    #[track_caller]
     pub fn new(name: &str, f: OrchFnPtr) -> OrchFn {
         // The identity is the name (see `HostFn::new`).
         let descriptor = orch_fn_descriptor(name, "fn", 0);
-        OrchFn { name: name.into(), f, descriptor }
+        OrchFn { name: name.into(), f, descriptor, origin: Origin::Made(std::panic::Location::caller()) }
     }
 
     /// The name given at construction.
@@ -98,16 +104,31 @@ impl OrchFn {
     /// descriptor the macro computed.
     pub(crate) fn from_linked(info: &CallableInfo) -> Result<OrchFn> {
         match info.entry::<OrchFnPtr>() {
-            Some(f) => Ok(OrchFn { name: info.name.into(), f, descriptor: info.descriptor_checked()? }),
+            Some(f) => Ok(OrchFn {
+                name: info.name.into(),
+                f,
+                descriptor: info.descriptor_checked()?,
+                origin: Origin::Macro(info.path),
+            }),
             None => Err(info.wrong_kind("an orchestration function")),
         }
     }
 
     pub(crate) fn from_parts(f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
-        OrchFn { name: "".into(), f, descriptor }
+        OrchFn { name: "".into(), f, descriptor, origin: Origin::Sent }
     }
 
     pub(crate) fn call(&self, orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
         (self.f)(orch, args, cfg)
+    }
+}
+
+impl Installable for OrchFn {
+    fn same_code(&self, other: &OrchFn) -> bool {
+        Origin::both_macro(self.origin, other.origin) || std::ptr::fn_addr_eq(self.f, other.f)
+    }
+
+    fn describe(&self) -> String {
+        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
     }
 }

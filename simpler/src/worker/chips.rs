@@ -24,7 +24,12 @@ impl Worker {
     ///
     /// Before `init` it goes into the snapshot every chip prepares before reporting ready;
     /// after `init` it is sent to every live chip and this returns once all of them installed
-    /// it. Submit it with `Orchestrator::submit_next_level` (one chip) or
+    /// it; if one refuses, the others drop it again and nothing is registered. Above L3 it goes
+    /// to every chip of the tree below (nested Workers without chips are skipped).
+    ///
+    /// The same rules hold before and after `init`: a Worker with no chip (below it) refuses a
+    /// chip callable ([`ErrorKind::InvalidArgument`]), and a different function under the
+    /// sub-kind and name of a registered one is refused ([`ErrorKind::Callable`]). Submit it with `Orchestrator::submit_next_level` (one chip) or
     /// `submit_next_level_group` (several chips at once).
     ///
     /// ```
@@ -40,35 +45,42 @@ impl Worker {
     /// let mut worker = Worker::builder().chips(2).build()?;
     /// let vadd = worker.register_chip(ChipFn::kernel("vadd", vadd))?;
     /// assert_eq!(vadd.kind(), simpler::CallableKind::Chip);
+    ///
+    /// fn vsub(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// let err = worker.register_chip(ChipFn::kernel("vadd", vsub)).unwrap_err(); // another fn
+    /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
+    /// let mut hosts = Worker::builder().sub_workers(1).build()?; // no chips
+    /// let err = hosts.register_chip(ChipFn::kernel("vsub", vsub)).unwrap_err();
+    /// assert_eq!(err.kind(), simpler::ErrorKind::InvalidArgument);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn register_chip(&mut self, f: ChipFn) -> Result<CallableHandle> {
         let desc = f.descriptor().clone();
         let digest = desc.digest();
         let handle = CallableHandle::new(digest, CallableKind::Chip, f.name());
+        if matches!(self.phase, Phase::Closed) {
+            return Err(Error::state("Worker.register_chip: the Worker is closed"));
+        }
+        self.needs_target(CallableKind::Chip, &handle)?;
+        let context = |e: Error| e.context(format!("Worker.register_chip of {handle}"));
+        self.chip_registry.check(digest, desc.bytes(), &f).map_err(context)?;
         match &self.phase {
-            Phase::Closed => return Err(Error::state("Worker.register_chip: the Worker is closed")),
-            Phase::New => {}
-            Phase::Chip(chip) => chip.install(f.clone())?,
+            Phase::Chip(chip) => chip.install(f.clone()).map_err(context)?,
             Phase::Ready(live) => {
-                // At L3 the targets are the chips; above, the nested Workers, which pass it on
-                // to their own chips.
-                let nested = self.cfg.level > crate::level::Level::Node;
-                let n = live.engine.cfg.next_level_workers;
-                if n == 0 {
-                    return Err(Error::invalid(format!(
-                        "Worker.register_chip: {handle} is a chip callable but this Worker has no chips"
-                    )));
-                }
+                // At L3 the targets are the chips; above, the nested Workers with chips below
+                // them, which pass it on to their own chips.
                 let addr = f.fn_address();
-                let n_sub = self.cfg.engine.sub_workers;
-                live.broadcast(
-                    n_sub..n_sub + n,
-                    |i| if nested { format!("worker {}", i - n_sub) } else { format!("chip {}", i - n_sub) },
+                live.register_on(
+                    &self.targets(live, CallableKind::Chip),
+                    |i| self.target_label(i),
+                    &digest,
                     |mb| mb.post_control(CTRL_REGISTER_CHIP, addr, digest.as_bytes(), desc.bytes()),
                 )
-                .map_err(|e| e.context(format!("Worker.register_chip of {handle}")))?;
+                .map_err(context)?;
             }
+            _ => {}
         }
         self.chip_registry.install(digest, desc.bytes(), f)?;
         self.record(&handle);

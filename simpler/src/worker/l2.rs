@@ -51,6 +51,10 @@ impl ChipLive {
         self.runtime().install(desc.digest(), desc.bytes(), f).map(|_| ())
     }
 
+    pub(super) fn release(&self, digest: &crate::callable::identity::Digest) -> Result<()> {
+        self.runtime().release(digest).map(|_| ())
+    }
+
     pub(super) fn malloc(&self, nbytes: u64) -> Result<Buffer> {
         let ptr = self.runtime().malloc(nbytes)?;
         let id = Identity::new(self.nonce, self.next_buffer_id.fetch_add(1, Ordering::Relaxed), 1)?;

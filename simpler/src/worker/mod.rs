@@ -325,6 +325,7 @@ impl WorkerBuilder {
             chip_registry: Registry::new(MAX_CALLABLES),
             orch_registry: Registry::new(MAX_CALLABLES),
             children: Vec::new(),
+            nested_chips: Vec::new(),
             extra_heaps: Vec::new(),
             handles: HashMap::new(),
             phase: Phase::New,
@@ -387,6 +388,9 @@ pub struct Worker {
     orch_registry: Registry<OrchFn>,
     /// Nested Workers added with `add_worker`, forked by `init` (L4 and up).
     children: Vec<Worker>,
+    /// For each nested Worker, whether it has chips below it (set by `init`; L4 and up): the
+    /// targets of a chip callable registered here.
+    nested_chips: Vec<bool>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
     extra_heaps: Vec<(u64, u64)>,
     handles: HashMap<Digest, CallableHandle>,
@@ -535,8 +539,13 @@ impl Worker {
     ///
     /// Before `init` the function goes into the snapshot every forked worker starts with.
     /// After `init` (only `fn`-pointer functions, see [`HostFn`]) it is sent to every live SUB
-    /// worker, and this returns once all of them installed it. Registering the same function
-    /// twice returns the same handle and counts a second reference.
+    /// worker, and this returns once all of them installed it; if one refuses, the others drop
+    /// it again and nothing is registered. Registering the same function twice returns the
+    /// same handle and counts a second reference; a different function under the name of a
+    /// registered one is refused ([`ErrorKind::Callable`](crate::ErrorKind::Callable), naming
+    /// both). The same rules hold before and after `init`: a Worker without SUB workers (an
+    /// L2 Worker among them) refuses a host function
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
     ///
     /// Before `init` (nothing is forked):
     ///
@@ -555,6 +564,12 @@ impl Worker {
     /// assert_eq!(negate_h.name(), "negate");
     /// // The same function again: the same handle, a second reference.
     /// assert_eq!(worker.register(HostFn::new("negate", negate))?, negate_h);
+    /// // Another function under that name is refused.
+    /// fn keep(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// let err = worker.register(HostFn::new("negate", keep)).unwrap_err();
+    /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
     ///
     /// // Closures capture state; they must be registered before `init`.
     /// let bias = 0.5f32;
@@ -596,41 +611,91 @@ impl Worker {
         let desc = f.descriptor().clone();
         let digest = desc.digest();
         let handle = CallableHandle::new(digest, CallableKind::HostFn, f.name());
-        match &self.phase {
-            Phase::Closed => return Err(Error::state("Worker.register: the Worker is closed")),
-            Phase::Chip(_) => {
-                return Err(Error::invalid(format!(
-                    "Worker.register: {handle} is a host function but an L2 (chip) Worker has no SUB workers"
-                )));
-            }
-            Phase::New => {}
-            Phase::Ready(live) => {
-                let Body::Ptr(ptr) = f.body() else {
-                    return Err(Error::new(
-                        ErrorKind::Callable,
-                        format!(
-                            "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
-                        ),
-                    ));
-                };
-                if self.cfg.engine.sub_workers == 0 {
-                    return Err(Error::invalid(format!(
-                        "Worker.register: {handle} is a host function but this Worker has no SUB workers"
-                    )));
-                }
-                let addr = *ptr as usize as u64;
-                let n_sub = self.cfg.engine.sub_workers;
-                live.broadcast(
-                    0..n_sub,
-                    |i| format!("sub worker {i}"),
-                    |mb| mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes()),
-                )
-                .map_err(|e| e.context(format!("Worker.register of {handle}")))?;
-            }
+        if matches!(self.phase, Phase::Closed) {
+            return Err(Error::state("Worker.register: the Worker is closed"));
+        }
+        if let (Phase::Ready(_), Body::Closure(_)) = (&self.phase, f.body()) {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!(
+                    "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
+                ),
+            ));
+        }
+        self.needs_target(CallableKind::HostFn, &handle)?;
+        let context = |e: Error| e.context(format!("Worker.register of {handle}"));
+        self.registry.check(digest, desc.bytes(), &f).map_err(context)?;
+        if let (Phase::Ready(live), Body::Ptr(ptr)) = (&self.phase, f.body()) {
+            let addr = *ptr as usize as u64;
+            live.register_on(
+                &self.targets(live, CallableKind::HostFn),
+                |i| self.target_label(i),
+                &digest,
+                |mb| mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes()),
+            )
+            .map_err(context)?;
         }
         self.registry.install(digest, desc.bytes(), f)?;
         self.record(&handle);
         Ok(handle)
+    }
+
+    /// Refuses a registration of `kind` that no worker of this Worker could run: the same rule
+    /// before and after `init` (what a Worker has is fixed by its builder and `add_worker`).
+    fn needs_target(&self, kind: CallableKind, handle: &CallableHandle) -> Result<()> {
+        let missing = match kind {
+            CallableKind::HostFn if self.cfg.level == Level::Chip => {
+                "Worker.register: {handle} is a host function but an L2 (chip) Worker has no SUB workers"
+            }
+            CallableKind::HostFn if self.cfg.engine.sub_workers == 0 => {
+                "Worker.register: {handle} is a host function but this Worker has no SUB workers"
+            }
+            CallableKind::Chip if !self.runs_chip_callables() => {
+                if self.cfg.level > Level::Node {
+                    "Worker.register_chip: {handle} is a chip callable but this Worker has no chips below it"
+                } else {
+                    "Worker.register_chip: {handle} is a chip callable but this Worker has no chips"
+                }
+            }
+            _ => return Ok(()),
+        };
+        Err(Error::invalid(missing.replace("{handle}", &handle.to_string())))
+    }
+
+    /// Whether chip callables run here: an L2 Worker is a chip, an L3 Worker needs chips, and
+    /// a Worker above L3 needs a nested Worker that runs them.
+    fn runs_chip_callables(&self) -> bool {
+        match self.cfg.level {
+            Level::Chip => true,
+            Level::Node => self.cfg.engine.next_level_workers > 0,
+            _ if matches!(self.phase, Phase::New) => self.children.iter().any(Worker::runs_chip_callables),
+            _ => self.nested_chips.contains(&true),
+        }
+    }
+
+    /// The mailboxes that hold callables of `kind` on an initialized Worker: SUB workers hold
+    /// host functions; chips hold chip callables (above L3, the nested Workers with chips below
+    /// them pass them on); nested Workers hold orchestration functions.
+    fn targets(&self, live: &Live, kind: CallableKind) -> Vec<usize> {
+        let n_sub = self.cfg.engine.sub_workers;
+        let n_next = live.engine.cfg.next_level_workers;
+        match kind {
+            CallableKind::HostFn => (0..n_sub).collect(),
+            CallableKind::Chip if self.cfg.level > Level::Node => {
+                (0..n_next).filter(|&j| self.nested_chips.get(j) == Some(&true)).map(|j| n_sub + j).collect()
+            }
+            _ => (n_sub..n_sub + n_next).collect(),
+        }
+    }
+
+    /// How messages name the worker behind mailbox `i`.
+    fn target_label(&self, i: usize) -> String {
+        let n_sub = self.cfg.engine.sub_workers;
+        match (i < n_sub, self.cfg.level > Level::Node) {
+            (true, _) => format!("sub worker {i}"),
+            (false, false) => format!("chip {}", i - n_sub),
+            (false, true) => format!("worker {}", i - n_sub),
+        }
     }
 
     /// Remembers a registered handle; on a live engine, submits may name it from now on.
@@ -703,23 +768,18 @@ impl Worker {
                 format!("Worker.unregister: {handle} is not registered"),
             ));
         }
-        if let Phase::Ready(live) = &self.phase {
-            let n_sub = self.cfg.engine.sub_workers;
-            let n_next = live.engine.cfg.next_level_workers;
-            let nested = self.cfg.level > Level::Node;
-            // Host functions live in the SUB workers; chip callables in the chips (or, above
-            // L3, in the nested Workers' chips); orchestration functions in the nested Workers.
-            let (range, label): (std::ops::Range<usize>, &str) = match kind {
-                CallableKind::HostFn => (0..n_sub, "sub worker"),
-                _ => (n_sub..n_sub + n_next, if nested { "worker" } else { "chip" }),
-            };
-            let offset = range.start;
-            live.broadcast(
-                range,
-                |i| format!("{label} {}", i - offset),
-                |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]),
-            )
-            .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
+        match &self.phase {
+            Phase::Ready(live) => {
+                live.broadcast(
+                    self.targets(live, kind),
+                    |i| self.target_label(i),
+                    |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]),
+                )
+                .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
+            }
+            // An L2 Worker's chip runs in this process.
+            Phase::Chip(chip) => chip.release(&digest)?,
+            _ => {}
         }
         let freed = match kind {
             CallableKind::HostFn => self.registry.release(&digest)?,
@@ -808,11 +868,15 @@ impl Worker {
             (false, false) => format!("chip {}", i - n_sub),
             (false, true) => format!("worker {}", i - n_sub),
         };
-        // Chip callables registered here reach the chips below: hand them to each nested
-        // Worker before it starts, so they are in its chips' startup snapshot.
-        for w in &mut self.children {
-            for (_, _, f) in self.chip_registry.iter() {
-                w.register_chip(f.clone())?;
+        // Chip callables registered here reach the chips below: hand them (one registration
+        // per reference) to each nested Worker with chips below it before it starts, so they
+        // are in its chips' startup snapshot.
+        self.nested_chips = self.children.iter().map(Worker::runs_chip_callables).collect();
+        for w in self.children.iter_mut().filter(|w| w.runs_chip_callables()) {
+            for (digest, _, f) in self.chip_registry.iter() {
+                for _ in 0..self.chip_registry.refs(digest) {
+                    w.register_chip(f.clone())?;
+                }
             }
         }
         let mut children = std::mem::take(&mut self.children).into_iter();
@@ -1323,14 +1387,62 @@ impl Live {
         }
     }
 
-    /// Sends one control request to every live child in `range` and waits for all replies.
+    /// Sends one registration (`post`) of `digest` to every live child in `targets` and waits
+    /// for each to install it: all or nothing. When one refuses (or dies), the ones that
+    /// installed it drop it again before this returns the error, so no task can run it
+    /// anywhere; one that cannot confirm that makes the error `REGISTER_CLEANUP_UNCERTAIN`.
+    fn register_on(
+        &self,
+        targets: &[usize],
+        label: impl Fn(usize) -> String,
+        digest: &Digest,
+        post: impl Fn(Mailbox<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut installed = Vec::with_capacity(targets.len());
+        for &i in targets {
+            if self.monitor.board.has_exited(i) {
+                continue; // a dead worker can run nothing; it needs no copy
+            }
+            let err = match self.control(i, &label(i), &post) {
+                Ok(_) => {
+                    installed.push(i);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let mut uncertain = Vec::new();
+            for &j in installed.iter().rev() {
+                let undo = self
+                    .control(j, &label(j), |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]));
+                if let Err(u) = undo {
+                    uncertain.push(u.message().to_string());
+                }
+            }
+            let names = || installed.iter().map(|&j| label(j)).collect::<Vec<_>>().join(", ");
+            let message = if !uncertain.is_empty() {
+                format!(
+                    "REGISTER_CLEANUP_UNCERTAIN: {}; it may still be installed where it could not be removed again: {}",
+                    err.message(),
+                    uncertain.join("; ")
+                )
+            } else if installed.is_empty() {
+                err.message().to_string()
+            } else {
+                format!("{} (removed again from {}: registered nowhere)", err.message(), names())
+            };
+            return Err(Error::new(err.kind(), message));
+        }
+        Ok(())
+    }
+
+    /// Sends one control request to every live child in `targets` and waits for all replies.
     fn broadcast(
         &self,
-        range: std::ops::Range<usize>,
+        targets: impl IntoIterator<Item = usize>,
         label: impl Fn(usize) -> String,
         post: impl Fn(Mailbox<'_>) -> Result<()>,
     ) -> Result<()> {
-        for i in range {
+        for i in targets {
             if self.monitor.board.has_exited(i) {
                 continue; // a dead worker can run nothing; it needs no copy
             }

@@ -70,6 +70,10 @@ impl Worker {
     /// Registers an orchestration function that this Worker (L4 and up) dispatches by digest to
     /// its nested Workers with `submit_next_level`; the nested Worker runs it as a run of its own.
     ///
+    /// After `init` it is sent to every nested Worker, all or nothing (if one refuses, the others
+    /// drop it again). A different function under the name of a registered one is refused,
+    /// before and after `init`.
+    ///
     /// ```
     /// use simpler::{CallConfig, Level, OrchFn, Orchestrator, TaskArgs, Worker};
     /// fn step(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
@@ -90,19 +94,20 @@ impl Worker {
         let desc = f.descriptor().clone();
         let digest = desc.digest();
         let handle = CallableHandle::new(digest, CallableKind::Orch, f.name());
-        match &self.phase {
-            Phase::Closed => return Err(Error::state("Worker.register_orch: the Worker is closed")),
-            Phase::New | Phase::Chip(_) => {}
-            Phase::Ready(live) => {
-                let addr = f.fn_address();
-                let (n_sub, n) = (self.cfg.engine.sub_workers, live.engine.cfg.next_level_workers);
-                live.broadcast(
-                    n_sub..n_sub + n,
-                    |i| format!("worker {}", i - n_sub),
-                    |mb| mb.post_control(CTRL_REGISTER_ORCH, addr, digest.as_bytes(), desc.bytes()),
-                )
-                .map_err(|e| e.context(format!("Worker.register_orch of {handle}")))?;
-            }
+        if matches!(self.phase, Phase::Closed) {
+            return Err(Error::state("Worker.register_orch: the Worker is closed"));
+        }
+        let context = |e: Error| e.context(format!("Worker.register_orch of {handle}"));
+        self.orch_registry.check(digest, desc.bytes(), &f).map_err(context)?;
+        if let Phase::Ready(live) = &self.phase {
+            let addr = f.fn_address();
+            live.register_on(
+                &self.targets(live, CallableKind::Orch),
+                |i| self.target_label(i),
+                &digest,
+                |mb| mb.post_control(CTRL_REGISTER_ORCH, addr, digest.as_bytes(), desc.bytes()),
+            )
+            .map_err(context)?;
         }
         self.orch_registry.install(digest, desc.bytes(), f)?;
         self.record(&handle);
