@@ -69,7 +69,7 @@ mod worker;
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
 pub use callable::linked::{CallableInfo, Param, ParamMode};
-pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, SimChip};
+pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, ChipSpec, DeviceMemory, SimChip};
 pub use data::buffer::{Access, Backing, Buffer, BufferDesc, Identity, SHM_NAME_MAX, ShmName};
 pub use data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH, RuntimeEnv};
 pub use data::dtype::{DataType, Element};

@@ -20,9 +20,10 @@
 //!   checks, under the allocator lock, that the whole byte range lies inside one live
 //!   allocation, hence inside the mapping (A1).
 //! * **A3 (no concurrent writers).** The arena is written only (a) by the copy functions here,
-//!   which run while no kernel runs (`SimChip` copies need `&mut self`; `ChipRuntime` copies
-//!   tensors in before a run and back after it, holding `&mut self` throughout, so no core
-//!   thread works meanwhile), and (b) by kernels through `HostArgs` (rules H1-H4 there), which
+//!   each of which holds the arena's `gate` exclusively for the whole copy, and (b) by kernels
+//!   through `HostArgs` (rules H1-H4 there), each of which runs holding the `gate` shared
+//!   ([`Arena::kernel_gate`]), so no copy ever overlaps a running kernel, whoever calls it (a
+//!   backend may hand its memory to code of its own); kernels themselves are
 //!   the chip engine orders by the tensors' tags like any other task. Tags waived with
 //!   `Tag::NoDep`, or two identities naming the same bytes, leave the ordering to the
 //!   orchestration, as for shared host buffers at L3.
@@ -32,7 +33,8 @@
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
 //! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
-//!   [`Arena::copy_view_out`] guarantees rule H1 of `data::host_args` for it: its `base` plus the
+//!   [`Arena::copy_view_out`] (which lend its bytes, run by run, to the backend's copy
+//!   functions) guarantees rule H1 of `data::host_args` for it: its `base` plus the
 //!   view's byte range lies inside memory mapped in this process for the whole call, and no
 //!   other thread writes those bytes meanwhile (they belong to the running task).
 //! * **A6 (code addresses).** [`kernel_from_address`] and [`orchestration_from_address`] are
@@ -44,7 +46,7 @@
 #![allow(unsafe_code)] // Raw copies into the device mapping and fn pointers from addresses; rules A1-A6.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use crate::callable::host::HostFnPtr;
 use crate::chip::ChipOrchFnPtr;
@@ -182,6 +184,8 @@ pub(crate) struct Arena {
     region: SharedRegion,
     size: u64,
     alloc: Mutex<Allocator>,
+    /// Held shared by every running kernel, exclusively by every copy (rule A3).
+    gate: RwLock<()>,
 }
 
 impl std::fmt::Debug for Arena {
@@ -208,7 +212,7 @@ impl Arena {
             Error::invalid(format!("chip memory size {size} does not fit this address space"))
         })?;
         let region = SharedRegion::new(len, true).map_err(|e| e.context("mapping chip device memory"))?;
-        Ok(Arena { region, size, alloc: Mutex::new(Allocator::new(size)) })
+        Ok(Arena { region, size, alloc: Mutex::new(Allocator::new(size)), gate: RwLock::new(()) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Allocator> {
@@ -222,7 +226,11 @@ impl Arena {
         self.size
     }
 
-    #[cfg(test)] // only tests need it
+    /// Held by a kernel for as long as it runs: copies wait for it (rule A3).
+    pub(crate) fn kernel_gate(&self) -> RwLockReadGuard<'_, ()> {
+        sync::read(&self.gate)
+    }
+
     /// Bytes reserved by live allocations (rounded to [`DEVICE_ALIGN`]).
     pub(crate) fn used(&self) -> u64 {
         self.lock().used
@@ -262,6 +270,7 @@ impl Arena {
         if !self.is_live(dst, len) {
             return Err(self.not_live("copy to device", dst, len));
         }
+        let _exclusive = sync::write(&self.gate);
         // SAFETY: rule A2 — `dst..dst + len` lies in a live allocation, hence in the mapping
         // (A1); rule A3 — no kernel runs during a copy; rule A4 — `src` is a slice of other
         // memory, so the ranges do not overlap.
@@ -277,6 +286,7 @@ impl Arena {
         if !self.is_live(src, len) {
             return Err(self.not_live("copy from device", src, len));
         }
+        let _exclusive = sync::write(&self.gate);
         // SAFETY: rule A2 — the source range lies in a live allocation inside the mapping (A1);
         // rule A3 — nothing writes it during the copy; rule A4 — `dst` is other memory.
         unsafe {
@@ -290,8 +300,8 @@ impl Arena {
     }
 
     /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
-    /// have the same layout; returns the host address of the device view's first byte.
-    fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<*mut u8> {
+    /// have the same layout.
+    fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<()> {
         if host.shape() != dev_view.shape()
             || host.strides() != dev_view.strides()
             || host.dtype() != dev_view.dtype()
@@ -305,37 +315,63 @@ impl Arena {
         if !self.is_live(at, end - start) {
             return Err(self.not_live(what, at, end - start));
         }
-        Ok(self.region.as_ptr().wrapping_add(at as usize))
+        Ok(())
     }
 
     /// Copies the elements of host tensor `host` into the device buffer at `ptr`, laid out as
-    /// `dev_view` (same shape, strides and type; only the byte offset may differ). Only the
-    /// view's elements are copied, not the gaps of a strided view.
-    pub(crate) fn copy_view_in(&self, host: &MappedTensor, ptr: u64, dev_view: &TensorView) -> Result<()> {
-        let dst = self.device_view("copy-in of a host tensor", &host.view, ptr, dev_view)?;
+    /// `dev_view` (same shape, strides and type; only the byte offset may differ), by calling
+    /// `copy(device pointer, host bytes)` for each contiguous run of the view's elements (the
+    /// backend's `copy_to_device`). Only the view's elements are copied, not the gaps of a
+    /// strided view. Stops at the first error.
+    pub(crate) fn copy_view_in(
+        &self,
+        host: &MappedTensor,
+        ptr: u64,
+        dev_view: &TensorView,
+        mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.device_view("copy-in of a host tensor", &host.view, ptr, dev_view)?;
+        let dev = ptr + dev_view.byte_offset();
         let src = host.base.wrapping_add(host.view.byte_offset() as usize);
+        let mut result = Ok(());
         for_each_run(&host.view, |offset, len| {
-            // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range, mapped
-            // for this call; rule A2 — `dst + offset..+len` lies in the checked live device range
-            // (`device_view`), inside the mapping (A1); rule A4 — host memory and the arena do not
-            // overlap; rule A3 — no kernel runs during copy-in.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
+            if result.is_ok() {
+                // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range,
+                // mapped for this call and written by nobody else meanwhile; the slice lives
+                // only for this call of `copy`, which cannot keep it.
+                let bytes = unsafe { std::slice::from_raw_parts(src.add(offset), len) };
+                result = copy(dev + offset as u64, bytes);
+            }
         });
-        Ok(())
+        result
     }
 
     /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
-    /// tensor `host`; the reverse of [`Arena::copy_view_in`]. Bytes of the host buffer outside
-    /// the view's elements are not touched.
-    pub(crate) fn copy_view_out(&self, ptr: u64, dev_view: &TensorView, host: &MappedTensor) -> Result<()> {
-        let src = self.device_view("copy-back of a host tensor", &host.view, ptr, dev_view)?;
+    /// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
+    /// backend's `copy_from_device`); the reverse of [`Arena::copy_view_in`]. Bytes of the
+    /// host buffer outside the view's elements are not touched.
+    pub(crate) fn copy_view_out(
+        &self,
+        ptr: u64,
+        dev_view: &TensorView,
+        host: &MappedTensor,
+        mut copy: impl FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.device_view("copy-back of a host tensor", &host.view, ptr, dev_view)?;
+        let dev = ptr + dev_view.byte_offset();
         let dst = host.base.wrapping_add(host.view.byte_offset() as usize);
+        let mut result = Ok(());
         for_each_run(&host.view, |offset, len| {
-            // SAFETY: as in `copy_view_in`, with the roles swapped: rule A2 for the device
-            // source, rule A5 for the host destination, rules A3/A4 for exclusivity.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
+            if result.is_ok() {
+                // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
+                // mapped for this call, and the running task alone may touch those bytes (it
+                // holds write access), so this exclusive slice aliases nothing; it lives only
+                // for this call of `copy`.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
+                result = copy(dev + offset as u64, bytes);
+            }
         });
-        Ok(())
+        result
     }
 }
 
@@ -517,7 +553,7 @@ mod tests {
         let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
         let p = a.malloc(end - start).unwrap();
         a.copy_to(p, &[0xff; 36][..(end - start) as usize]).unwrap();
-        a.copy_view_in(&m, p, &dev_view).unwrap();
+        a.copy_view_in(&m, p, &dev_view, |d, s| a.copy_to(d, s)).unwrap();
         let mut dev = vec![0u8; (end - start) as usize];
         a.copy_from(p, &mut dev).unwrap();
         let words: Vec<u32> = dev.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
@@ -530,7 +566,7 @@ mod tests {
         upd[1] = 4242; // a gap: must not reach the host
         let bytes: Vec<u8> = upd.iter().flat_map(|w| w.to_ne_bytes()).collect();
         a.copy_to(p, &bytes).unwrap();
-        a.copy_view_out(p, &dev_view, &m).unwrap();
+        a.copy_view_out(p, &dev_view, &m, |d, s| a.copy_from(d, s)).unwrap();
         assert_eq!(host, vec![0, 100, 2, 3, 4, 500, 6, 7, 8, 900, 10, 11]);
     }
 
@@ -541,11 +577,14 @@ mod tests {
         let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
         let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::Read };
         let small = a.malloc(16).unwrap();
-        assert!(a.copy_view_in(&m, small, &view).is_err(), "32 bytes into a 16-byte allocation");
+        assert!(
+            a.copy_view_in(&m, small, &view, |d, s| a.copy_to(d, s)).is_err(),
+            "32 bytes into a 16-byte allocation"
+        );
         let p = a.malloc(32).unwrap();
         let other = TensorView::new(0, &[4, 2], None, DataType::Float32).unwrap();
-        assert!(a.copy_view_in(&m, p, &other).is_err(), "different shape");
-        a.copy_view_in(&m, p, &view).unwrap();
+        assert!(a.copy_view_in(&m, p, &other, |d, s| a.copy_to(d, s)).is_err(), "different shape");
+        a.copy_view_in(&m, p, &view, |d, s| a.copy_to(d, s)).unwrap();
     }
 
     #[test]

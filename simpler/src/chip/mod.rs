@@ -12,9 +12,11 @@
 //! where they are.
 //!
 //! Files: `arena.rs` (device memory and every raw-pointer operation), `sim.rs` (the backend
-//! trait and [`SimChip`]), `runtime.rs` (`ChipRuntime` and the core endpoints).
+//! trait, [`DeviceMemory`] and [`SimChip`]), `device.rs` (the backend as the runtime uses it,
+//! checking what it returns), `runtime.rs` (`ChipRuntime` and the core endpoints).
 
 mod arena;
+mod device;
 mod runtime;
 mod sim;
 
@@ -30,7 +32,8 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
-pub use sim::{ChipBackend, SimChip};
+pub(crate) use sim::BackendFactory;
+pub use sim::{ChipBackend, ChipSpec, DeviceMemory, SimChip};
 
 /// A chip orchestration as a plain `fn` pointer; what [`ChipFn::orchestration`] takes.
 ///

@@ -34,8 +34,9 @@ use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::arena::Arena;
-use crate::chip::sim::SimChip;
-use crate::chip::{ChipBackend, ChipBody, ChipFn, ChipOrchFnPtr};
+use crate::chip::device::Device;
+use crate::chip::sim::{BackendFactory, ChipSpec};
+use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::host_args::{HostArgs, MappedTensor};
@@ -54,7 +55,7 @@ use crate::sys::sync;
 /// and kernels only ever touch device memory.
 struct ChipHeap {
     chip: u32,
-    arena: Arc<Arena>,
+    device: Arc<Device>,
 }
 
 impl DeviceHeap for ChipHeap {
@@ -63,20 +64,16 @@ impl DeviceHeap for ChipHeap {
     }
 
     fn size(&self) -> u64 {
-        self.arena.size()
+        self.device.size()
     }
 
     fn alloc(&self, bytes: u64) -> Result<Option<u64>> {
-        match self.arena.malloc(bytes) {
-            Ok(ptr) => Ok(Some(ptr)),
-            // No free block large enough now: a release may make room.
-            Err(e) if e.kind() == ErrorKind::InvalidState => Ok(None),
-            Err(e) => Err(e),
-        }
+        // `None`: no free block large enough now; a release may make room.
+        self.device.try_malloc(bytes)
     }
 
     fn release(&self, ptr: u64) {
-        if let Err(e) = self.arena.free(ptr) {
+        if let Err(e) = self.device.free(ptr) {
             // The engine frees each allocation once, when its slot is consumed.
             debug_assert!(false, "freeing an orch.alloc block: {e}");
             tracing::error!(target: "simpler::chip", chip = self.chip, "freeing an orch.alloc block: {e}");
@@ -84,15 +81,12 @@ impl DeviceHeap for ChipHeap {
     }
 }
 
-/// How a chip is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a chip is built: the spec its backend factory receives (its id is what
+/// `Backing::Device::chip` names), and the factory.
+#[derive(Clone)]
 pub(crate) struct ChipConfig {
-    /// The chip's NEXT_LEVEL worker id in its parent (what `Backing::Device::chip` names).
-    pub(crate) chip_id: u32,
-    /// Device memory in bytes (backed on first touch).
-    pub(crate) memory_bytes: u64,
-    /// Simulated cores (one thread each).
-    pub(crate) cores: usize,
+    pub(crate) spec: ChipSpec,
+    pub(crate) backend: BackendFactory,
 }
 
 /// One tensor argument of a chip run.
@@ -141,12 +135,15 @@ fn tag_for(access: Access) -> Tag {
 /// Calls a kernel on `core`'s behalf: builds its `HostArgs` (which checks that no writable
 /// tensor overlaps another) and catches its panic. `Err` carries the failure message.
 fn call_kernel(
+    arena: &Arena,
     f: HostFnPtr,
     tensors: Vec<MappedTensor>,
     scalars: &[u64],
     core: u32,
 ) -> std::result::Result<(), String> {
     let args = HostArgs::new(tensors, scalars, core).map_err(|e| format!("bad arguments: {e}"))?;
+    // Copies wait while a kernel runs (rule A3 of `chip::arena`).
+    let _running = arena.kernel_gate();
     match catch_unwind(AssertUnwindSafe(|| f(&args))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
@@ -158,7 +155,7 @@ fn call_kernel(
 /// on its cores (see the [module docs](self)).
 pub(crate) struct ChipRuntime {
     chip: u32,
-    sim: SimChip,
+    device: Arc<Device>,
     registry: SharedRegistry,
     engine: Engine,
     closed: bool,
@@ -173,8 +170,8 @@ impl std::fmt::Debug for ChipRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChipRuntime")
             .field("chip", &self.chip)
-            .field("cores", &self.sim.cores())
-            .field("memory", &self.sim.memory_size())
+            .field("cores", &self.device.cores())
+            .field("memory", &self.device.size())
             .field("closed", &self.closed)
             .finish()
     }
@@ -188,14 +185,17 @@ impl ChipRuntime {
     /// Zero cores or memory is an [`ErrorKind::InvalidArgument`] error; failing to map the
     /// memory or to start a thread is an [`ErrorKind::Os`] error.
     pub(crate) fn new(cfg: ChipConfig, registry: Registry<ChipFn>) -> Result<ChipRuntime> {
-        let chip = cfg.chip_id;
+        let chip = cfg.spec.chip_id;
         let in_chip = |e: Error| e.context(format!("chip {chip}"));
-        let sim = SimChip::new(cfg.memory_bytes, cfg.cores).map_err(in_chip)?;
+        let backend =
+            cfg.backend.make(&cfg.spec).map_err(|e| e.context(format!("chip {chip}: making its backend")))?;
+        let device = Arc::new(Device::new(chip, backend).map_err(in_chip)?);
+        let cores = device.cores();
         let bell = Arc::new(Doorbell::new());
         let engine_cfg = EngineConfig {
             heap_ring_size: 0, // `orch.alloc` uses the chip's memory (`ChipHeap`)
             pipeline_depth: 1,
-            next_level_workers: cfg.cores,
+            next_level_workers: cores,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
             local_chip: Some(chip),
@@ -208,7 +208,7 @@ impl ChipRuntime {
         let scratch_nonce = RandomState::new().hash_one((chip, std::process::id(), "scratch"));
         let mut engine =
             Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce).map_err(in_chip)?;
-        engine.device_heap = Some(Arc::new(ChipHeap { chip, arena: sim.arena().clone() }));
+        engine.device_heap = Some(Arc::new(ChipHeap { chip, device: device.clone() }));
         {
             let mut kinds = engine.callables.write();
             for (digest, _, _) in registry.iter() {
@@ -216,16 +216,16 @@ impl ChipRuntime {
             }
         }
         let registry = Arc::new(RwLock::new(registry));
-        let shared = Arc::new(CoreShared { chip, arena: sim.arena().clone(), registry: registry.clone() });
-        let mut lanes = Vec::with_capacity(cfg.cores);
-        for core in 0..cfg.cores as u32 {
+        let shared = Arc::new(CoreShared { chip, device: device.clone(), registry: registry.clone() });
+        let mut lanes = Vec::with_capacity(cores);
+        for core in 0..cores as u32 {
             // On failure, the endpoints made so far stop their threads as `lanes` drops.
             let ep = CoreEndpoint::spawn(core, shared.clone(), bell.clone()).map_err(in_chip)?;
             lanes.push(Lane::new(LaneKind::NextLevel(core), Box::new(ep)));
         }
         engine.attach_lanes(lanes);
-        tracing::debug!(target: "simpler::chip", chip, cores = cfg.cores, memory = cfg.memory_bytes, "chip ready");
-        Ok(ChipRuntime { chip, sim, registry, engine, closed: false, in_run: false, scratch_nonce })
+        tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
+        Ok(ChipRuntime { chip, device, registry, engine, closed: false, in_run: false, scratch_nonce })
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
@@ -295,7 +295,7 @@ impl ChipRuntime {
         let mut scratch = Vec::new();
         let result = self.run_with(&f, &args, scalars, config, &mut scratch);
         for ptr in scratch {
-            if let Err(e) = self.sim.arena().free(ptr) {
+            if let Err(e) = self.device.free(ptr) {
                 tracing::error!(target: "simpler::chip", chip = self.chip, "freeing device scratch: {e}");
             }
         }
@@ -316,12 +316,11 @@ impl ChipRuntime {
             ChipBody::Kernel(k) => self.run_kernel(f.name(), k, &prepared, scalars)?,
             ChipBody::Orchestration(o) => self.run_orchestration(f.name(), o, &prepared, scalars, config)?,
         }
-        let arena = self.sim.arena();
         for (i, (arg, p)) in args.iter().zip(&prepared).enumerate() {
             if let ChipArg::Host(m) = arg
                 && m.access.can_write()
             {
-                arena.copy_view_out(p.ptr, &p.view, m).map_err(|e| {
+                self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
                     e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, f.name()))
                 })?;
             }
@@ -333,7 +332,7 @@ impl ChipRuntime {
     /// into) device scratch. Scratch pointers are pushed to `scratch` as soon as they exist.
     fn prepare(&mut self, f: &ChipFn, args: &[ChipArg], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
         let chip = self.chip;
-        let arena = self.sim.arena().clone();
+        let device = self.device.clone();
         let mut out = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
             let bad = |msg: String| Error::invalid(format!("chip {chip}: `{}` tensor {i}: {msg}", f.name()));
@@ -345,7 +344,7 @@ impl ChipRuntime {
                             "its view ends at byte {end}, past its {nbytes}-byte device buffer"
                         )));
                     }
-                    if !arena.is_live(*ptr, *nbytes) {
+                    if !device.is_live(*ptr, *nbytes) {
                         return Err(bad(format!(
                             "device buffer {identity} at {ptr:#x} (+{nbytes} bytes) is not a live allocation of this chip (freed, or never allocated here)"
                         )));
@@ -363,12 +362,12 @@ impl ChipRuntime {
                     let size = end - start;
                     let view = TensorView::new(0, m.view.shape(), Some(m.view.strides()), m.view.dtype())
                         .map_err(|e| bad(e.message().to_string()))?;
-                    let ptr = arena
+                    let ptr = device
                         .malloc(size)
                         .map_err(|e| bad(format!("device scratch for a host tensor: {}", e.message())))?;
                     scratch.push(ptr);
                     if m.access.can_read() {
-                        arena.copy_view_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
+                        device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
                     let id = self.engine.next_buffer_id.fetch_add(1, Ordering::Relaxed);
                     let identity = Identity::new(self.scratch_nonce, id, 1)?;
@@ -380,7 +379,7 @@ impl ChipRuntime {
     }
 
     fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
-        let arena = self.sim.arena();
+        let arena = self.device.arena();
         let tensors = prepared
             .iter()
             .map(|p| MappedTensor {
@@ -389,7 +388,7 @@ impl ChipRuntime {
                 access: p.access,
             })
             .collect();
-        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
+        call_kernel(arena, k, tensors, scalars, 0).map_err(|msg| {
             Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
         })
     }
@@ -434,24 +433,39 @@ impl ChipRuntime {
         }
     }
 
-    /// Allocates device memory (see [`ChipBackend::malloc`]).
+    /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).
     pub(crate) fn malloc(&mut self, nbytes: u64) -> Result<u64> {
-        self.sim.malloc(nbytes).map_err(|e| e.context(format!("chip {}", self.chip)))
+        self.device.malloc(nbytes).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Frees device memory (see [`ChipBackend::free`]).
+    /// Frees device memory through the backend (see [`ChipBackend::free`]).
     pub(crate) fn free(&mut self, ptr: u64) -> Result<()> {
-        self.sim.free(ptr).map_err(|e| e.context(format!("chip {}", self.chip)))
+        self.device.free(ptr).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Host to device (see [`ChipBackend::copy_to_device`]).
+    /// Host to device, through the backend (see [`ChipBackend::copy_to_device`]); only into a
+    /// block this chip holds.
     pub(crate) fn copy_to_device(&mut self, dst: u64, src: &[u8]) -> Result<()> {
-        self.sim.copy_to_device(dst, src).map_err(|e| e.context(format!("chip {}", self.chip)))
+        self.check_held("copy to device", dst, src.len() as u64)?;
+        self.device.copy_to_device(dst, src).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Device to host (see [`ChipBackend::copy_from_device`]).
+    /// Device to host, through the backend (see [`ChipBackend::copy_from_device`]); only from a
+    /// block this chip holds.
     pub(crate) fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
-        self.sim.copy_from_device(src, dst).map_err(|e| e.context(format!("chip {}", self.chip)))
+        self.check_held("copy from device", src, dst.len() as u64)?;
+        self.device.copy_from_device(src, dst).map_err(|e| e.context(format!("chip {}", self.chip)))
+    }
+
+    fn check_held(&self, what: &str, ptr: u64, len: u64) -> Result<()> {
+        if self.device.is_live(ptr, len) {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "chip {}: {what}: device range {ptr:#x}..+{len} does not lie inside one live allocation (of this chip's {} bytes)",
+            self.chip,
+            self.device.size()
+        )))
     }
 
     /// Stops the core threads (waits for a running kernel to return). Idempotent; also done on
@@ -485,7 +499,7 @@ struct Prepared {
 /// What every core endpoint of a chip shares.
 struct CoreShared {
     chip: u32,
-    arena: Arc<Arena>,
+    device: Arc<Device>,
     registry: SharedRegistry,
 }
 
@@ -502,13 +516,13 @@ impl CoreShared {
                         self.chip
                     ));
                 }
-                if !self.arena.is_live(ptr, n) {
+                if !self.device.is_live(ptr, n) {
                     return Err(format!(
                         "tensor {i}: device buffer {} at {ptr:#x} (+{n} bytes) is not a live allocation of chip {chip}",
                         desc.identity()
                     ));
                 }
-                Ok(self.arena.host_addr(ptr))
+                Ok(self.device.arena().host_addr(ptr))
             }
             Backing::HeapSlab { addr } => Err(format!(
                 "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
@@ -546,6 +560,7 @@ impl CoreEndpoint {
         let (done_tx, rx) = mpsc::channel();
         let cpu = Arc::new(AtomicU32::new(0));
         let cpu_w = cpu.clone();
+        let device = shared.device.clone();
         let handle = thread::Builder::new()
             .name(format!("chip{}-core{core}", shared.chip))
             .spawn(move || {
@@ -560,7 +575,7 @@ impl CoreEndpoint {
                             access,
                         })
                         .collect();
-                    let out = match call_kernel(job.kernel, tensors, &job.scalars, core) {
+                    let out = match call_kernel(device.arena(), job.kernel, tensors, &job.scalars, core) {
                         Ok(()) => Outcome::Success,
                         Err(msg) => Outcome::TaskFailure(msg),
                     };

@@ -27,8 +27,8 @@ pub(super) struct ChipLive {
 }
 
 impl ChipLive {
-    pub(super) fn start(memory: u64, cores: usize, registry: Registry<ChipFn>) -> Result<ChipLive> {
-        let runtime = ChipRuntime::new(ChipConfig { chip_id: 0, memory_bytes: memory, cores }, registry)?;
+    pub(super) fn start(config: ChipConfig, registry: Registry<ChipFn>) -> Result<ChipLive> {
+        let runtime = ChipRuntime::new(config, registry)?;
         Ok(ChipLive {
             runtime: Mutex::new(runtime),
             resolver: Mutex::new(HostResolver::new(Vec::new())),

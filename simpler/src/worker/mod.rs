@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
-use crate::chip::{ChipConfig, ChipFn};
+use crate::chip::{BackendFactory, ChipBackend, ChipConfig, ChipFn, ChipSpec};
 use crate::data::buffer::{Buffer, Identity, ShmName};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
@@ -60,6 +60,7 @@ pub struct WorkerBuilder {
     engine: EngineConfig,
     chip_memory: u64,
     chip_cores: usize,
+    chip_backend: BackendFactory,
     /// Test hook: a nested Worker's process waits this long before starting (to exercise the
     /// startup deadline).
     startup_delay: Duration,
@@ -123,6 +124,65 @@ impl WorkerBuilder {
     /// ```
     pub fn chip_cores(mut self, n: usize) -> Self {
         self.chip_cores = n;
+        self
+    }
+
+    /// How each chip's device is made (default: a [`SimChip`](crate::SimChip) of `chip_memory`
+    /// bytes and `chip_cores` cores). The factory runs in the process that drives the chip (a
+    /// chip child forked at `init` at L3, the calling process at L2), once per chip, with that
+    /// chip's [`ChipSpec`](crate::ChipSpec); its error fails `init`, naming the chip. Every
+    /// device operation of the chip (allocation, frees, copies in both directions) then goes
+    /// through the [`ChipBackend`](crate::ChipBackend) it returns.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use simpler::{ChipBackend, ChipSpec, DeviceMemory, Level, SimChip, Worker};
+    ///
+    /// /// A SimChip that counts the bytes copied to it.
+    /// struct Counting {
+    ///     sim: SimChip,
+    ///     copied_in: Arc<AtomicUsize>,
+    /// }
+    ///
+    /// impl ChipBackend for Counting {
+    ///     fn cores(&self) -> usize {
+    ///         self.sim.cores()
+    ///     }
+    ///     fn memory(&self) -> &DeviceMemory {
+    ///         self.sim.memory()
+    ///     }
+    ///     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
+    ///         self.copied_in.fetch_add(src.len(), Ordering::Relaxed);
+    ///         self.sim.copy_to_device(dst, src)
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let copied_in = Arc::new(AtomicUsize::new(0));
+    /// let count = copied_in.clone();
+    /// let mut chip = Worker::builder()
+    ///     .level(Level::Chip)
+    ///     .chip_memory(1 << 20)
+    ///     .chip_backend(move |spec: &ChipSpec| {
+    ///         let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
+    ///         Ok(Box::new(Counting { sim, copied_in: count.clone() }) as Box<dyn ChipBackend>)
+    ///     })
+    ///     .build()?;
+    /// chip.init()?;
+    /// let dev = chip.alloc_child_tensor(0, &[16], simpler::DataType::Float32)?;
+    /// let host = chip.create_buffer(64)?;
+    /// chip.copy_to(&dev, &host)?;
+    /// assert_eq!(copied_in.load(Ordering::Relaxed), 64);
+    /// chip.free(&dev)?;
+    /// chip.close()
+    /// # }
+    /// ```
+    pub fn chip_backend(
+        mut self,
+        factory: impl Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync + 'static,
+    ) -> Self {
+        self.chip_backend = BackendFactory::new(factory);
         self
     }
 
@@ -438,6 +498,7 @@ impl Worker {
             engine: EngineConfig::default(),
             chip_memory: 1 << 30,
             chip_cores: 4,
+            chip_backend: BackendFactory::sim(),
             startup_delay: Duration::ZERO,
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
@@ -844,8 +905,11 @@ impl Worker {
         self.register_linked()?;
         if self.cfg.level == Level::Chip {
             // L2: the chip runs in this process; nothing is forked.
-            let chip =
-                l2::ChipLive::start(self.cfg.chip_memory, self.cfg.chip_cores, self.chip_registry.clone())?;
+            let config = ChipConfig {
+                spec: ChipSpec { chip_id: 0, memory_bytes: self.cfg.chip_memory, cores: self.cfg.chip_cores },
+                backend: self.cfg.chip_backend.clone(),
+            };
+            let chip = l2::ChipLive::start(config, self.chip_registry.clone())?;
             self.phase = Phase::Chip(Box::new(chip));
             return Ok(());
         }
@@ -903,9 +967,12 @@ impl Worker {
                 fork_child(move || child.run())
             } else {
                 let config = ChipConfig {
-                    chip_id: (i - n_sub) as u32,
-                    memory_bytes: self.cfg.chip_memory,
-                    cores: self.cfg.chip_cores,
+                    spec: ChipSpec {
+                        chip_id: (i - n_sub) as u32,
+                        memory_bytes: self.cfg.chip_memory,
+                        cores: self.cfg.chip_cores,
+                    },
+                    backend: self.cfg.chip_backend.clone(),
                 };
                 let child = ChipChild {
                     region: region.clone(),

@@ -95,7 +95,10 @@ fn chip(cores: usize, extra: &[ChipFn]) -> ChipRuntime {
     for k in kernels() {
         reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
     }
-    let cfg = ChipConfig { chip_id: CHIP, memory_bytes: 16 << 20, cores };
+    let cfg = ChipConfig {
+        spec: ChipSpec { chip_id: CHIP, memory_bytes: 16 << 20, cores },
+        backend: BackendFactory::sim(),
+    };
     let mut rt = ChipRuntime::new(cfg, reg).unwrap();
     for f in extra {
         rt.install(f.handle().digest(), f.descriptor().bytes(), f.clone()).unwrap();
@@ -151,7 +154,7 @@ fn vector_add_with_host_tensors() {
     let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
     let mut out = vec![-7.0f32; 1000];
     let (a0, b0) = (a.clone(), b.clone());
-    let before = rt.sim.arena().used();
+    let before = rt.device.arena().used();
     run(
         &mut rt,
         &kernel("vadd"),
@@ -161,7 +164,7 @@ fn vector_add_with_host_tensors() {
     .unwrap();
     assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "vector add result");
     assert_eq!((a, b), (a0, b0), "inputs unchanged");
-    assert_eq!(rt.sim.arena().used(), before, "device scratch freed");
+    assert_eq!(rt.device.arena().used(), before, "device scratch freed");
 }
 
 #[test]
@@ -281,7 +284,7 @@ fn dead_or_out_of_bounds_device_tensors_are_refused() {
     )
     .unwrap_err();
     assert!(err.message().contains("not a live allocation"), "{err}");
-    assert_eq!(rt.sim.arena().used(), 0, "the scratch of refused runs is freed");
+    assert_eq!(rt.device.arena().used(), 0, "the scratch of refused runs is freed");
     // Still usable.
     let mut a = vec![2.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut a, Access::Read), host(&mut out, Access::Write)], &[])
@@ -305,7 +308,10 @@ fn memory_operations_name_the_chip() {
 
 #[test]
 fn host_scratch_counts_against_device_memory() {
-    let cfg = ChipConfig { chip_id: 0, memory_bytes: 4096, cores: 1 };
+    let cfg = ChipConfig {
+        spec: ChipSpec { chip_id: 0, memory_bytes: 4096, cores: 1 },
+        backend: BackendFactory::sim(),
+    };
     let mut reg = Registry::new(4);
     let k = kernel("double");
     reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
@@ -318,7 +324,7 @@ fn host_scratch_counts_against_device_memory() {
         err.message().contains("device scratch") && err.message().contains("out of device memory"),
         "{err}"
     );
-    assert_eq!(rt.sim.arena().used(), 0, "the first scratch block was freed");
+    assert_eq!(rt.device.arena().used(), 0, "the first scratch block was freed");
 }
 
 /// `tmp = a + b` on core 0, then `out = 2 * tmp` on core 1: read-after-write across cores
@@ -388,7 +394,7 @@ fn chip_orchestration_intermediates_from_orch_alloc() {
         )
         .unwrap();
         assert_eq!(out, vec![6.0; 256]);
-        assert_eq!(rt.sim.arena().used(), 0, "the intermediate and the scratch were freed");
+        assert_eq!(rt.device.arena().used(), 0, "the intermediate and the scratch were freed");
         out.fill(0.0);
     }
 }
@@ -428,7 +434,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
     let in_turn = ChipFn::orchestration("alloc_in_turn", alloc_in_turn);
     let mut rt = chip(1, &[sized.clone(), in_turn.clone()]);
     run(&mut rt, &sized, vec![], &[1024]).unwrap();
-    assert_eq!(rt.sim.arena().used(), 0, "freed when the run ended");
+    assert_eq!(rt.device.arena().used(), 0, "freed when the run ended");
 
     // More than the chip has: refused at once, naming the chip and its memory.
     let err = run(&mut rt, &sized, vec![], &[8 << 20]).unwrap_err();
@@ -450,7 +456,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
     run(&mut rt, &in_turn, vec![], &[5]).unwrap();
-    assert_eq!(rt.sim.arena().used(), 0);
+    assert_eq!(rt.device.arena().used(), 0);
 }
 
 /// Two independent kernels, one per core, that must overlap in time.
@@ -515,7 +521,7 @@ fn failing_and_panicking_kernels_give_clear_errors() {
         assert!(err.message().contains("chip orchestration `failing_plan` on chip 3"), "{err}");
         assert_eq!(y, vec![5.0; 8], "host outputs untouched by a failed run");
     }
-    assert_eq!(rt.sim.arena().used(), 0);
+    assert_eq!(rt.device.arena().used(), 0);
     // Still usable, cores included.
     let ok = ChipFn::orchestration("pipeline", pipeline);
     rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
@@ -594,7 +600,7 @@ fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
     let err = go(&mut rt, 5);
     assert!(err.message().contains("only kernels run on a core"), "{err}");
     assert_eq!(x, vec![1.0; 4], "no failed run copied back");
-    assert_eq!(rt.sim.arena().used(), 0);
+    assert_eq!(rt.device.arena().used(), 0);
     let mut y = vec![0.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut x, Access::Read), host(&mut y, Access::Write)], &[])
         .unwrap();
@@ -647,17 +653,23 @@ fn runtime_and_backend_can_move_between_threads() {
     fn send<T: Send>() {}
     fn sync<T: Sync>() {}
     send::<ChipRuntime>();
-    send::<SimChip>();
-    sync::<SimChip>();
+    send::<crate::chip::SimChip>();
+    sync::<crate::chip::SimChip>();
     send::<ChipFn>();
     sync::<ChipFn>();
 }
 
 #[test]
 fn a_bad_configuration_is_an_error() {
-    let cfg = ChipConfig { chip_id: 1, memory_bytes: 1 << 20, cores: 0 };
+    let cfg = ChipConfig {
+        spec: ChipSpec { chip_id: 1, memory_bytes: 1 << 20, cores: 0 },
+        backend: BackendFactory::sim(),
+    };
     let err = ChipRuntime::new(cfg, Registry::new(1)).unwrap_err();
     assert!(err.message().starts_with("chip 1: ") && err.message().contains("cores"), "{err}");
-    let cfg = ChipConfig { chip_id: 1, memory_bytes: 0, cores: 1 };
+    let cfg = ChipConfig {
+        spec: ChipSpec { chip_id: 1, memory_bytes: 0, cores: 1 },
+        backend: BackendFactory::sim(),
+    };
     assert!(ChipRuntime::new(cfg, Registry::new(1)).is_err());
 }

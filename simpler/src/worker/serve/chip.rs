@@ -45,7 +45,7 @@ impl ChipChild {
         let region = self.region.clone();
         let mb = region.mailbox(self.index);
         mb.set_child_pid(std::process::id());
-        let chip = self.config.chip_id;
+        let chip = self.config.spec.chip_id;
         let runtime = match ChipRuntime::new(self.config, self.registry) {
             Ok(rt) => rt,
             Err(e) => {

@@ -1,0 +1,192 @@
+//! A chip's backend as the runtime uses it: every device operation goes through the
+//! [`ChipBackend`] trait, and whatever the backend returns is checked before a kernel can see
+//! it.
+//!
+//! Kernels get typed slices of the backend's [`DeviceMemory`](super::DeviceMemory). Two blocks
+//! the runtime holds at once must therefore never share a byte, or two kernels on two cores
+//! would alias a `&mut` from safe code. A backend's `malloc` is the backend's own code, so
+//! [`Device`] keeps the blocks it handed out (`held`) and refuses a result that is not a live
+//! block of the memory or that overlaps a held one. Copies may run only while no kernel runs;
+//! the memory enforces that itself (rule A3 of `chip::arena`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::chip::arena::Arena;
+use crate::chip::sim::{ChipBackend, DeviceMemory, check_cores};
+use crate::data::host_args::MappedTensor;
+use crate::data::tensor::TensorView;
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::sync;
+
+/// One chip's backend, with the blocks it handed out.
+pub(crate) struct Device {
+    chip: u32,
+    backend: Box<dyn ChipBackend>,
+    /// The memory kernels see: what `backend.memory()` returned when the chip was built.
+    memory: DeviceMemory,
+    /// Blocks handed out by `backend.malloc` and not freed: start -> length.
+    held: Mutex<BTreeMap<u64, u64>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("chip", &self.chip).field("memory", &self.memory).finish()
+    }
+}
+
+impl Device {
+    /// Takes `backend` as chip `chip`'s device; refuses a core count outside 1..=1024.
+    pub(crate) fn new(chip: u32, backend: Box<dyn ChipBackend>) -> Result<Device> {
+        check_cores(backend.cores())?;
+        let memory = backend.memory().clone();
+        Ok(Device { chip, backend, memory, held: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// The backend's core count (checked at construction).
+    pub(crate) fn cores(&self) -> usize {
+        self.backend.cores()
+    }
+
+    /// The memory kernels see.
+    pub(crate) fn arena(&self) -> &Arc<Arena> {
+        self.memory.arena()
+    }
+
+    /// The memory's size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.memory.size()
+    }
+
+    /// Allocates through the backend. The backend's own errors pass through (no room is an
+    /// [`ErrorKind::InvalidState`] error that says "out of device memory"); a result that is
+    /// not a free block of the memory is an [`ErrorKind::Os`] error naming the block.
+    pub(crate) fn malloc(&self, nbytes: u64) -> Result<u64> {
+        let ptr = self.backend.malloc(nbytes)?;
+        let mut held = sync::lock(&self.held);
+        let end = ptr.checked_add(nbytes);
+        let clash = end.and_then(|end| held.range(..end).next_back().filter(|&(&p, &l)| p + l > ptr));
+        if end.is_none() || !self.memory.is_live(ptr, nbytes) || clash.is_some() {
+            return Err(Error::new(
+                ErrorKind::Os,
+                format!(
+                    "chip {}: the backend's malloc({nbytes}) returned {ptr:#x}, which is not a free block of its device memory{}",
+                    self.chip,
+                    clash
+                        .map(|(p, l)| format!(" (it overlaps the held block {p:#x}..+{l})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        held.insert(ptr, nbytes);
+        Ok(ptr)
+    }
+
+    /// As [`Device::malloc`], but `Ok(None)` when the backend has no room now (an
+    /// [`ErrorKind::InvalidState`] error: a free may make room).
+    pub(crate) fn try_malloc(&self, nbytes: u64) -> Result<Option<u64>> {
+        match self.malloc(nbytes) {
+            Ok(ptr) => Ok(Some(ptr)),
+            Err(e) if e.kind() == ErrorKind::InvalidState => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Frees a block through the backend; the runtime holds it no longer.
+    pub(crate) fn free(&self, ptr: u64) -> Result<()> {
+        self.backend.free(ptr)?;
+        sync::lock(&self.held).remove(&ptr);
+        Ok(())
+    }
+
+    /// True when `ptr..ptr + len` lies inside a block the runtime holds, live in the memory.
+    pub(crate) fn is_live(&self, ptr: u64, len: u64) -> bool {
+        let inside = sync::lock(&self.held)
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&p, &l)| ptr.checked_add(len).is_some_and(|end| end <= p + l));
+        inside && self.memory.is_live(ptr, len)
+    }
+
+    /// Host to device, through the backend.
+    pub(crate) fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.backend.copy_to_device(dst, src)
+    }
+
+    /// Device to host, through the backend.
+    pub(crate) fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        self.backend.copy_from_device(src, dst)
+    }
+
+    /// Copies a host tensor's elements into the device buffer at `ptr` (laid out as `view`),
+    /// one backend copy per contiguous run.
+    pub(crate) fn copy_in(&self, host: &MappedTensor, ptr: u64, view: &TensorView) -> Result<()> {
+        self.memory.arena().copy_view_in(host, ptr, view, |d, s| self.backend.copy_to_device(d, s))
+    }
+
+    /// Copies the device view at `ptr` back into a host tensor's elements, one backend copy per
+    /// contiguous run.
+    pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor) -> Result<()> {
+        self.memory.arena().copy_view_out(ptr, view, host, |d, s| self.backend.copy_from_device(d, s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::chip::sim::SimChip;
+
+    /// A backend whose malloc returns whatever it is told to.
+    struct Liar {
+        sim: SimChip,
+        next: AtomicU64,
+    }
+
+    impl ChipBackend for Liar {
+        fn cores(&self) -> usize {
+            1
+        }
+        fn memory(&self) -> &DeviceMemory {
+            self.sim.memory()
+        }
+        fn malloc(&self, _nbytes: u64) -> Result<u64> {
+            Ok(self.next.load(Ordering::SeqCst))
+        }
+    }
+
+    #[test]
+    fn a_malloc_result_that_aliases_a_held_block_is_refused() {
+        let sim = SimChip::new(4096, 1).unwrap();
+        let real = sim.memory().malloc(256).unwrap();
+        let dev = Device::new(7, Box::new(Liar { sim, next: AtomicU64::new(real) })).unwrap();
+        assert_eq!(dev.malloc(256).unwrap(), real, "a live block is accepted once");
+        let err = dev.malloc(16).unwrap_err();
+        assert!(err.message().contains("chip 7") && err.message().contains("overlaps"), "{err}");
+    }
+
+    #[test]
+    fn a_malloc_result_outside_the_memory_is_refused() {
+        let sim = SimChip::new(4096, 1).unwrap();
+        let dev = Device::new(0, Box::new(Liar { sim, next: AtomicU64::new(1 << 40) })).unwrap();
+        let err = dev.malloc(16).unwrap_err();
+        assert!(err.message().contains("not a free block"), "{err}");
+        assert!(!dev.is_live(1 << 40, 16));
+    }
+
+    #[test]
+    fn a_backend_with_no_cores_is_refused() {
+        struct NoCores(SimChip);
+        impl ChipBackend for NoCores {
+            fn cores(&self) -> usize {
+                0
+            }
+            fn memory(&self) -> &DeviceMemory {
+                self.0.memory()
+            }
+        }
+        let err = Device::new(0, Box::new(NoCores(SimChip::new(4096, 1).unwrap()))).unwrap_err();
+        assert!(err.message().contains("cores"), "{err}");
+    }
+}

@@ -1,0 +1,263 @@
+//! Chip backends: a Worker reaches its chips' devices only through `ChipBackend`, so a backend
+//! written here (one that wraps `SimChip` and counts every call) sees every allocation, free
+//! and copy the chip runtime makes, and its errors are what the user gets.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::in_own_process;
+
+use simpler::{
+    CallConfig, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, HostArgs, HostResult,
+    Level, Orchestrator, SimChip, TaskArgs, TensorView, Worker,
+};
+
+#[derive(Default)]
+struct Counts {
+    malloc: AtomicUsize,
+    free: AtomicUsize,
+    copy_in: AtomicUsize,
+    copy_out: AtomicUsize,
+    bytes_in: AtomicUsize,
+    bytes_out: AtomicUsize,
+}
+
+impl Counts {
+    fn get(&self) -> [usize; 4] {
+        [&self.malloc, &self.free, &self.copy_in, &self.copy_out].map(|c| c.load(Ordering::SeqCst))
+    }
+}
+
+/// A `SimChip` that counts every call the runtime makes, and may refuse allocations above a
+/// budget with a message of its own.
+struct Counting {
+    sim: SimChip,
+    counts: Arc<Counts>,
+    budget: Option<u64>,
+}
+
+impl ChipBackend for Counting {
+    fn cores(&self) -> usize {
+        self.sim.cores()
+    }
+
+    fn memory(&self) -> &DeviceMemory {
+        self.sim.memory()
+    }
+
+    fn malloc(&self, nbytes: u64) -> simpler::Result<u64> {
+        self.counts.malloc.fetch_add(1, Ordering::SeqCst);
+        if self.budget.is_some_and(|b| nbytes > b) {
+            return Err(simpler::Error::new(
+                ErrorKind::InvalidArgument,
+                format!("counting backend: {nbytes} bytes is over budget"),
+            ));
+        }
+        self.sim.malloc(nbytes)
+    }
+
+    fn free(&self, ptr: u64) -> simpler::Result<()> {
+        self.counts.free.fetch_add(1, Ordering::SeqCst);
+        self.sim.free(ptr)
+    }
+
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
+        self.counts.copy_in.fetch_add(1, Ordering::SeqCst);
+        self.counts.bytes_in.fetch_add(src.len(), Ordering::SeqCst);
+        self.sim.copy_to_device(dst, src)
+    }
+
+    fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> simpler::Result<()> {
+        self.counts.copy_out.fetch_add(1, Ordering::SeqCst);
+        self.counts.bytes_out.fetch_add(dst.len(), Ordering::SeqCst);
+        self.sim.copy_from_device(src, dst)
+    }
+}
+
+fn counting(
+    counts: &Arc<Counts>,
+    budget: Option<u64>,
+) -> impl Fn(&ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> + use<> {
+    let counts = counts.clone();
+    move |spec: &ChipSpec| {
+        let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
+        Ok(Box::new(Counting { sim, counts: counts.clone(), budget }) as Box<dyn ChipBackend>)
+    }
+}
+
+/// The chip tests' vector add.
+fn vadd(args: &HostArgs<'_>) -> HostResult {
+    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    for i in 0..out.len() {
+        out[i] = a[i] + b[i];
+    }
+    Ok(())
+}
+
+/// `out = 2 * x`
+fn double(args: &HostArgs<'_>) -> HostResult {
+    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
+    for i in 0..out.len() {
+        out[i] = 2.0 * x[i];
+    }
+    Ok(())
+}
+
+/// A chip orchestration: `t = a + b` into an `orch.alloc` intermediate on the cores, then
+/// `out = 2 * t`.
+fn add_then_double(orch: &mut Orchestrator<'_>, args: &TaskArgs, _cfg: &CallConfig) -> simpler::Result<()> {
+    let (a, b, out) =
+        (args.tensor(0).unwrap().clone(), args.tensor(1).unwrap().clone(), args.tensor(2).unwrap().clone());
+    let t = orch.alloc(&[16], DataType::Float32)?;
+    let vadd = ChipFn::kernel("vadd", vadd).handle();
+    let double = ChipFn::kernel("double", double).handle();
+    let mut first = TaskArgs::new();
+    first.input(&a)?.input(&b)?.output(&t)?;
+    orch.submit_next_level(&vadd, first, CallConfig::default(), 0)?;
+    let mut second = TaskArgs::new();
+    second.input(&t)?.output(&out)?;
+    orch.submit_next_level(&double, second, CallConfig::default(), 1)?;
+    Ok(())
+}
+
+#[test]
+fn every_device_operation_of_an_l2_chip_goes_through_its_backend() {
+    if !in_own_process() {
+        return;
+    }
+    let counts = Arc::new(Counts::default());
+    let mut chip = Worker::builder()
+        .level(Level::Chip)
+        .chip_memory(16 << 20)
+        .chip_cores(2)
+        .chip_backend(counting(&counts, None))
+        .build()
+        .unwrap();
+    let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    chip.register_chip(ChipFn::kernel("double", double)).unwrap();
+    let orch = chip.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
+    chip.init().unwrap();
+    assert_eq!(counts.get(), [0; 4], "building the chip moves nothing");
+
+    let (a, b, out) =
+        (chip.create_buffer(64).unwrap(), chip.create_buffer(64).unwrap(), chip.create_buffer(64).unwrap());
+    a.write(0, &[1.0f32; 16]).unwrap();
+    b.write(0, &[2.5f32; 16]).unwrap();
+    let t = |x: &simpler::Buffer| x.tensor(&[16], DataType::Float32).unwrap();
+    let args = || {
+        let mut args = TaskArgs::new();
+        args.input(&t(&a)).unwrap().input(&t(&b)).unwrap().output(&t(&out)).unwrap();
+        args
+    };
+
+    // A kernel over three host tensors: three scratch blocks, two copied in, one copied back.
+    chip.run_callable(&add, args(), CallConfig::default()).unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.5f32; 16]);
+    assert_eq!(counts.get(), [3, 3, 2, 1], "malloc, free, copies in, copies out");
+    assert_eq!(counts.bytes_in.load(Ordering::SeqCst), 128);
+    assert_eq!(counts.bytes_out.load(Ordering::SeqCst), 64);
+
+    // A chip orchestration: the same scratch traffic, plus its `orch.alloc` intermediate.
+    chip.run_callable(&orch, args(), CallConfig::default()).unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![7.0f32; 16]);
+    assert_eq!(counts.get(), [3 + 4, 3 + 4, 2 + 2, 1 + 1]);
+
+    // Chip-resident memory: allocate, copy in, copy out, free.
+    let dev = chip.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    chip.copy_to(&dev, &a).unwrap();
+    chip.copy_from(&out, &dev).unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![1.0f32; 16]);
+    chip.free(&dev).unwrap();
+    assert_eq!(counts.get(), [8, 8, 5, 3]);
+    drop((a, b, out));
+    chip.close().unwrap();
+}
+
+#[test]
+fn a_strided_host_tensor_is_copied_element_by_element_through_the_backend() {
+    if !in_own_process() {
+        return;
+    }
+    let counts = Arc::new(Counts::default());
+    let mut chip = Worker::builder()
+        .level(Level::Chip)
+        .chip_memory(1 << 20)
+        .chip_cores(1)
+        .chip_backend(counting(&counts, None))
+        .build()
+        .unwrap();
+    let twice = chip.register_chip(ChipFn::kernel("double", double)).unwrap();
+    chip.init().unwrap();
+    // Column 1 of a 4x4 f32 matrix: 4 elements, 16 bytes apart.
+    let (m, out) = (chip.create_buffer(64).unwrap(), chip.create_buffer(16).unwrap());
+    m.write(0, &(0..16).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let column = m.view(TensorView::new(4, &[4], Some(&[4]), DataType::Float32).unwrap()).unwrap();
+    let mut args = TaskArgs::new();
+    args.input(&column).unwrap().output(&out.tensor(&[4], DataType::Float32).unwrap()).unwrap();
+    // The column reaches the device one element at a time, gaps left out; the kernel then
+    // refuses it (typed slices need a contiguous view), so nothing is copied back.
+    let err = chip.run_callable(&twice, args, CallConfig::default()).unwrap_err();
+    assert!(err.message().contains("contiguous"), "{err}");
+    assert_eq!(counts.get(), [2, 2, 4, 0], "one copy per element of the strided column, none back");
+    assert_eq!(counts.bytes_in.load(Ordering::SeqCst), 16, "only the column's elements, not its gaps");
+    drop((m, out));
+    chip.close().unwrap();
+}
+
+#[test]
+fn an_l3_chip_child_uses_the_backend_its_factory_makes() {
+    if !in_own_process() {
+        return;
+    }
+    let counts = Arc::new(Counts::default());
+    let builder = Worker::builder()
+        .chips(2)
+        .chip_memory(16 << 20)
+        .chip_cores(1)
+        .chip_backend(counting(&counts, Some(1024)));
+    let mut rig = common::Rig::new(builder);
+    let add = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    rig.init();
+    // Within the backend's budget the chip works as usual.
+    let (a, b, out) =
+        (rig.create_buffer(64).unwrap(), rig.create_buffer(64).unwrap(), rig.create_buffer(64).unwrap());
+    a.write(0, &[1.0f32; 16]).unwrap();
+    b.write(0, &[2.0f32; 16]).unwrap();
+    let t = |x: &simpler::Buffer| x.tensor(&[16], DataType::Float32).unwrap();
+    let (ta, tb, to) = (t(&a), t(&b), t(&out));
+    rig.run(
+        |orch, _, _| {
+            let mut args = TaskArgs::new();
+            args.input(&ta)?.input(&tb)?.output(&to)?;
+            orch.submit_next_level(&add, args, CallConfig::default(), 1)?;
+            Ok(())
+        },
+        TaskArgs::new(),
+        CallConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.0f32; 16]);
+    // Over it, the chip child's backend refuses, with its own message, naming the chip.
+    let err = rig.alloc_child_tensor(1, &[1024], DataType::Float32).unwrap_err();
+    assert!(err.message().contains("over budget") && err.message().contains("chip 1"), "{err}");
+    assert_eq!(counts.get(), [0; 4], "the chips' backends live in the chip processes, not here");
+    drop((a, b, out));
+}
+
+#[test]
+fn a_failing_backend_factory_fails_init_naming_the_chip() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = Worker::builder()
+        .level(Level::Chip)
+        .chip_backend(|spec: &ChipSpec| {
+            Err(simpler::Error::new(ErrorKind::InvalidArgument, format!("no device {}", spec.chip_id())))
+        })
+        .build()
+        .unwrap();
+    let err = chip.init().unwrap_err();
+    assert!(err.message().contains("no device 0") && err.message().contains("chip 0"), "{err}");
+}
