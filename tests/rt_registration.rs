@@ -30,7 +30,7 @@ fn fn_registered_after_init_runs_on_every_sub_worker() {
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
     who.write(0, &[u32::MAX; 3]).unwrap();
-    rig.run_orch(|orch| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()))
+    rig.run(|orch| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()))
         .expect("every SUB worker knows the late function");
     let mut w = read_u32(&who, 0, 3);
     w.sort_unstable();
@@ -63,7 +63,7 @@ fn closure_registered_before_init_runs_with_its_captures() {
         .unwrap();
     rig.init();
     let out = u64_buffer(&rig, 2);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let members = (0..2)
             .map(|i| {
                 let mut a = TaskArgs::new();
@@ -84,7 +84,7 @@ fn handle_of_another_worker_is_rejected() {
     let mut other = Rig::new(Worker::builder());
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let err = orch.submit_sub(&foreign, TaskArgs::new()).expect_err("unknown here");
         assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
         let err = orch.submit_sub_group(&foreign, vec![TaskArgs::new()]).expect_err("unknown here");
@@ -96,7 +96,7 @@ fn handle_of_another_worker_is_rejected() {
 
 /// Runs one `fill` task through `f` writing `value` to `out[0]`.
 fn run_fill(rig: &Rig, f: &CallableHandle, out: &simpler::Buffer, value: u64) -> simpler::Result<()> {
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut t = TaskArgs::new();
         t.output(&u64s(out, 0, 1))?.scalar(value);
         orch.submit_sub(f, t).map(|_| ())
@@ -150,7 +150,7 @@ fn registering_while_a_run_is_in_flight() {
     let (mut rig, [exclusive]) = Rig::start(subs(1), [("exclusive", exclusive)]);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             for _ in 0..3 {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(30_000);
@@ -164,7 +164,7 @@ fn registering_while_a_run_is_in_flight() {
     });
     let late = rig.register(HostFn::new("fill", fill)).expect("register while a task runs");
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(3);
         orch.submit_sub(&late, a).map(|_| ())
@@ -201,7 +201,7 @@ fn closures_that_differ_only_in_their_captures_are_not_confused() {
         }
         Ok(h) => h,
     };
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for (i, h) in [&two, &three].into_iter().enumerate() {
             let mut a = TaskArgs::new();
             a.output(&u64s(&out, i, 1))?;

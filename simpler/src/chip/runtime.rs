@@ -852,7 +852,7 @@ mod tests {
     fn peek_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
         let mut a = TaskArgs::new();
         a.add_tensor(args.tensor(0).unwrap(), Tag::NoDep)?.output(args.tensor(1).unwrap())?;
-        orch.submit_next_level(&h("probe"), a, *cfg, 1).map(|_| ())
+        orch.submit_next_level(&h("probe"), a, cfg.clone(), 1).map(|_| ())
     }
 
     #[test]
@@ -974,10 +974,10 @@ mod tests {
         let t = |i| args.tensor(i).expect("four tensors");
         let mut first = TaskArgs::new();
         first.input(t(0))?.input(t(1))?.output(t(3))?;
-        orch.submit_next_level(&h("vadd"), first, *cfg, 0)?;
+        orch.submit_next_level(&h("vadd"), first, cfg.clone(), 0)?;
         let mut second = TaskArgs::new();
         second.input(t(3))?.output(t(2))?;
-        orch.submit_next_level(&h("double"), second, *cfg, 1)?;
+        orch.submit_next_level(&h("double"), second, cfg.clone(), 1)?;
         Ok(())
     }
 
@@ -1012,10 +1012,10 @@ mod tests {
         let tmp = orch.alloc(t(0).view().shape(), DataType::Float32)?;
         let mut first = TaskArgs::new();
         first.input(t(0))?.input(t(1))?.output(&tmp)?;
-        orch.submit_next_level(&h("vadd"), first, *cfg, 1)?;
+        orch.submit_next_level(&h("vadd"), first, cfg.clone(), 1)?;
         let mut second = TaskArgs::new();
         second.input(&tmp)?.output(t(2))?;
-        orch.submit_next_level(&h("double"), second, *cfg, 0)?;
+        orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
         Ok(())
     }
 
@@ -1050,7 +1050,7 @@ mod tests {
         assert_eq!(chip, CHIP, "the intermediate is this chip's memory");
         let mut a = TaskArgs::new();
         a.output(&tmp)?;
-        orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+        orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
         Ok(())
     }
 
@@ -1062,7 +1062,7 @@ mod tests {
                 let tmp = orch.alloc(&[1 << 20], DataType::Float32)?;
                 let mut a = TaskArgs::new();
                 a.output(&tmp)?;
-                orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+                orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
                 Ok(())
             })?;
         }
@@ -1105,7 +1105,7 @@ mod tests {
         for core in 0..2u32 {
             let mut a = TaskArgs::new();
             a.output(args.tensor(core as usize).unwrap())?;
-            orch.submit_next_level(&h("rendezvous"), a, *cfg, core)?;
+            orch.submit_next_level(&h("rendezvous"), a, cfg.clone(), core)?;
         }
         Ok(())
     }
@@ -1130,10 +1130,10 @@ mod tests {
         let x = args.tensor(0).unwrap();
         let mut first = TaskArgs::new();
         first.inout(x)?;
-        orch.submit_next_level(&h(which), first, *cfg, 1)?;
+        orch.submit_next_level(&h(which), first, cfg.clone(), 1)?;
         let mut second = TaskArgs::new();
         second.input(x)?.output(args.tensor(1).unwrap())?;
-        orch.submit_next_level(&h("double"), second, *cfg, 0)?;
+        orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
         Ok(())
     }
 
@@ -1192,17 +1192,17 @@ mod tests {
             Some(0) => {
                 let mut a = TaskArgs::new();
                 a.inout(args.tensor(0).unwrap())?.scalar_f32(1.0);
-                orch.submit_next_level(&h("add_scalar"), a, *cfg, 0)?;
+                orch.submit_next_level(&h("add_scalar"), a, cfg.clone(), 0)?;
                 Err(Error::invalid("the plan gives up"))
             }
             Some(1) => panic!("the plan exploded"),
             // A kernel that is not registered on the chip.
             Some(2) => {
                 let stray = ChipFn::kernel("stray", ones).handle();
-                orch.submit_next_level(&stray, TaskArgs::new(), *cfg, 0).map(|_| ())
+                orch.submit_next_level(&stray, TaskArgs::new(), cfg.clone(), 0).map(|_| ())
             }
             // A core that does not exist.
-            Some(3) => orch.submit_next_level(&h("ones"), TaskArgs::new(), *cfg, 9).map(|_| ()),
+            Some(3) => orch.submit_next_level(&h("ones"), TaskArgs::new(), cfg.clone(), 9).map(|_| ()),
             // Device memory of another chip.
             Some(4) => {
                 let desc =
@@ -1210,14 +1210,14 @@ mod tests {
                 let t = Tensor::new(desc, f32_view(4))?;
                 let mut a = TaskArgs::new();
                 a.output(&t)?;
-                orch.submit_next_level(&h("ones"), a, *cfg, 0).map(|_| ())
+                orch.submit_next_level(&h("ones"), a, cfg.clone(), 0).map(|_| ())
             }
             // An orchestration submitted to a core.
             _ => orch
                 .submit_next_level(
                     &ChipFn::orchestration("bad_plan", bad_plan).handle(),
                     TaskArgs::new(),
-                    *cfg,
+                    cfg.clone(),
                     0,
                 )
                 .map(|_| ()),

@@ -184,18 +184,12 @@ impl Access {
 }
 
 /// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
-///
-/// ```
-/// use simpler::{SHM_NAME_MAX, ShmName};
-/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX)).is_ok());
-/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX + 1)).is_err());
-/// ```
-pub const SHM_NAME_MAX: usize = 31;
+pub(crate) const SHM_NAME_MAX: usize = 31;
 
 /// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
 ///
 /// ```
-/// use simpler::ShmName;
+/// # use simpler::__private::ShmName;
 /// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
 /// assert!(ShmName::new("a/b").is_err());
 /// assert!(ShmName::new("").is_err());
@@ -216,7 +210,8 @@ impl ShmName {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{ErrorKind, ShmName};
+    /// use simpler::ErrorKind;
+    /// # use simpler::__private::ShmName;
     /// let name = ShmName::new("sp-42-b7").unwrap();
     /// assert_eq!(name.to_string(), "sp-42-b7");
     /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
@@ -229,7 +224,7 @@ impl ShmName {
     /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
     /// assert!(ShmName::from_bytes(b"tab\there").is_err());
     /// assert!(ShmName::from_bytes(&[0xff]).is_err());
@@ -254,7 +249,7 @@ impl ShmName {
     /// The name as a string.
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
     /// ```
     pub fn as_str(&self) -> &str {
@@ -265,7 +260,7 @@ impl ShmName {
     /// The name as bytes.
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
     /// ```
     pub fn as_bytes(&self) -> &[u8] {
@@ -288,7 +283,7 @@ impl fmt::Display for ShmName {
 /// Where a buffer's bytes live.
 ///
 /// ```
-/// use simpler::{Backing, ShmName};
+/// # use simpler::__private::{Backing, ShmName};
 /// let shm = Backing::PosixShm { name: ShmName::new("sp-1-b1").unwrap() };
 /// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000 };
 /// assert_ne!(shm.kind_u8(), slab.kind_u8());
@@ -323,7 +318,7 @@ impl Backing {
     /// [`Backing::PosixShm`].
     ///
     /// ```
-    /// use simpler::{Backing, ShmName};
+    /// # use simpler::__private::{Backing, ShmName};
     /// assert_eq!(Backing::HeapSlab { addr: 0x1000 }.kind_u8(), 0);
     /// assert_eq!(Backing::PosixShm { name: ShmName::new("x").unwrap() }.kind_u8(), 1);
     /// ```
@@ -336,17 +331,20 @@ impl Backing {
     }
 }
 
-/// The address-free description of a buffer that travels with every tensor.
+/// The address-free description of a buffer that travels with every tensor: its identity, the
+/// access it grants and its size (where the bytes live is internal).
 ///
 /// ```
-/// use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
-/// let desc = BufferDesc::new(
-///     Identity::new(7, 1, 1).unwrap(),
-///     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-///     Access::ReadWrite,
-///     4096,
-/// )
-/// .unwrap();
+/// use simpler::{Access, BufferDesc, Identity};
+/// # use simpler::__private::{Backing, ShmName};
+/// # let desc = BufferDesc::new(
+/// #     Identity::new(7, 1, 1).unwrap(),
+/// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+/// #     Access::ReadWrite,
+/// #     4096,
+/// # )
+/// # .unwrap();
+/// // `desc`: the descriptor of a 4096-byte buffer (`buffer.desc()`).
 /// assert_eq!(desc.nbytes(), 4096);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -358,7 +356,7 @@ pub struct BufferDesc {
 }
 
 impl BufferDesc {
-    /// Builds a descriptor, validating the backing.
+    /// Builds a descriptor, validating the backing. Internal (descriptors come from buffers).
     ///
     /// # Errors
     ///
@@ -366,13 +364,15 @@ impl BufferDesc {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{Access, Backing, BufferDesc, Identity};
+    /// use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::Backing;
     /// let id = Identity::new(7, 1, 1).unwrap();
     /// let ok = BufferDesc::new(id, Backing::HeapSlab { addr: 0x1000 }, Access::Read, 64);
     /// assert!(ok.is_ok());
     /// let null = BufferDesc::new(id, Backing::HeapSlab { addr: 0 }, Access::Read, 64);
     /// assert!(null.is_err());
     /// ```
+    #[doc(hidden)]
     pub fn new(identity: Identity, backing: Backing, access: Access, nbytes: u64) -> Result<BufferDesc> {
         if let Backing::HeapSlab { addr } = backing
             && addr == 0
@@ -385,7 +385,8 @@ impl BufferDesc {
     /// The canonical identity.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -402,7 +403,8 @@ impl BufferDesc {
     /// The backing.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -412,6 +414,7 @@ impl BufferDesc {
     /// # .unwrap();
     /// assert!(matches!(desc.backing(), Backing::PosixShm { name } if name.as_str() == "sp-doc-b1"));
     /// ```
+    #[doc(hidden)]
     pub fn backing(&self) -> Backing {
         self.backing
     }
@@ -419,7 +422,8 @@ impl BufferDesc {
     /// The granted access.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -436,7 +440,8 @@ impl BufferDesc {
     /// Size in bytes.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -546,11 +551,11 @@ impl Buffer {
     /// # fn main() -> simpler::Result<()> {
     /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
     /// # worker.init()?;
-    /// use simpler::{Access, Backing};
+    /// use simpler::Access;
+    /// # use simpler::__private::Backing;
     /// let buf = worker.create_buffer(64)?;
     /// assert_eq!(buf.desc().access(), Access::ReadWrite);
     /// assert_eq!(buf.desc().nbytes(), 64);
-    /// assert!(matches!(buf.desc().backing(), Backing::PosixShm { .. }));
     /// // Each buffer gets its own identity.
     /// assert_ne!(worker.create_buffer(64)?.desc().identity(), buf.desc().identity());
     /// # Ok(()) }

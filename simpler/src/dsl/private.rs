@@ -11,8 +11,9 @@ use crate::dsl::view::{In, InOut, Out};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::host_args::HostArgs;
 
+pub use crate::data::buffer::{Backing, ShmName};
 pub use crate::dsl::graph::GraphBuilder;
-pub use crate::dsl::registry::CallableInfo;
+pub use crate::dsl::registry::{CallableInfo, Entry, Param, ParamMode};
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.

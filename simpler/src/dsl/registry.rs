@@ -20,7 +20,7 @@ pub(crate) const MACRO_PAYLOAD_FORMAT_VERSION: u32 = 2;
 /// How a callable parameter is passed.
 ///
 /// ```
-/// use simpler::ParamMode;
+/// use simpler::__private::ParamMode;
 /// assert!(ParamMode::InOut.writes() && ParamMode::InOut.reads());
 /// assert!(!ParamMode::Scalar.is_tensor());
 /// assert_eq!(ParamMode::Out as u32, 2);
@@ -42,7 +42,7 @@ impl ParamMode {
     /// Whether the parameter is a tensor.
     ///
     /// ```
-    /// assert!(simpler::ParamMode::In.is_tensor());
+    /// assert!(simpler::__private::ParamMode::In.is_tensor());
     /// ```
     pub const fn is_tensor(self) -> bool {
         !matches!(self, ParamMode::Scalar)
@@ -51,7 +51,7 @@ impl ParamMode {
     /// Whether the callable reads the tensor.
     ///
     /// ```
-    /// assert!(!simpler::ParamMode::Out.reads());
+    /// assert!(!simpler::__private::ParamMode::Out.reads());
     /// ```
     pub const fn reads(self) -> bool {
         matches!(self, ParamMode::In | ParamMode::InOut)
@@ -60,7 +60,7 @@ impl ParamMode {
     /// Whether the callable writes the tensor.
     ///
     /// ```
-    /// assert!(simpler::ParamMode::Out.writes());
+    /// assert!(simpler::__private::ParamMode::Out.writes());
     /// ```
     pub const fn writes(self) -> bool {
         matches!(self, ParamMode::Out | ParamMode::InOut)
@@ -70,7 +70,8 @@ impl ParamMode {
 /// One parameter of a `#[callable]`'s signature.
 ///
 /// ```
-/// use simpler::{callable, In, Out, ParamMode};
+/// use simpler::{callable, In, Out};
+/// use simpler::__private::ParamMode;
 ///
 /// #[callable(sub)]
 /// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
@@ -95,7 +96,8 @@ pub struct Param {
 /// What a `#[callable]` runs.
 ///
 /// ```
-/// use simpler::{callable, Entry};
+/// use simpler::callable;
+/// use simpler::__private::Entry;
 /// #[callable(sub)]
 /// fn nothing() {}
 /// assert!(matches!(nothing::INFO.entry, Entry::Host(_)));
@@ -129,7 +131,7 @@ pub enum Entry {
 /// assert_eq!(info.kind, CallableKind::Chip);
 /// assert_eq!(info.digest, Digest::of(info.descriptor));
 /// assert_eq!(copy::DIGEST, info.digest);
-/// assert!(simpler::CallableInfo::find(info.digest).is_some());
+/// assert!(simpler::__private::CallableInfo::find(info.digest).is_some());
 /// ```
 #[derive(Debug)]
 pub struct CallableInfo {
@@ -192,7 +194,7 @@ impl CallableInfo {
     /// ```
     /// # use simpler::callable;
     /// # #[callable(sub)] fn listed() {}
-    /// assert!(simpler::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
+    /// assert!(simpler::__private::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
     /// ```
     pub fn linked() -> &'static [CallableInfo] {
         &crate::__private::CALLABLES
@@ -203,8 +205,8 @@ impl CallableInfo {
     /// ```
     /// # use simpler::callable;
     /// # #[callable(sub)] fn found() {}
-    /// assert_eq!(simpler::CallableInfo::find(found::DIGEST).unwrap().name, "found");
-    /// assert!(simpler::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
+    /// assert_eq!(simpler::__private::CallableInfo::find(found::DIGEST).unwrap().name, "found");
+    /// assert!(simpler::__private::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
     /// ```
     pub fn find(digest: Digest) -> Option<&'static CallableInfo> {
         Self::linked().iter().find(|c| c.digest == digest)

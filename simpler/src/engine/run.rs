@@ -21,19 +21,15 @@ use crate::error::{Error, ErrorKind, Result};
 /// let mut worker = Worker::builder().sub_workers(2).build()?;
 /// let touch = worker.register(HostFn::new("touch", touch))?;
 /// worker.init()?;
-/// let handle = worker.submit(
-///     |orch, _, _| {
-///         let tmp = orch.alloc(&[256], DataType::Float32)?; // not counted in `tasks`
-///         for _ in 0..3 {
-///             let mut args = TaskArgs::new();
-///             args.inout(&tmp)?;
-///             orch.submit_sub(&touch, args)?;
-///         }
-///         Ok(())
-///     },
-///     TaskArgs::new(),
-///     CallConfig::default(),
-/// )?;
+/// let handle = worker.submit(|orch| {
+///     let tmp = orch.alloc(&[256], DataType::Float32)?; // not counted in `tasks`
+///     for _ in 0..3 {
+///         let mut args = TaskArgs::new();
+///         args.inout(&tmp)?;
+///         orch.submit_sub(&touch, args)?;
+///     }
+///     Ok(())
+/// })?;
 /// handle.wait()?;
 /// let stats = handle.stats().expect("finished runs have statistics");
 /// assert_eq!((stats.tasks, stats.failed), (3, 0));
@@ -155,7 +151,7 @@ impl RunState {
 /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
 /// use std::time::Duration;
 /// use simpler::{CallConfig, TaskArgs};
-/// let run = worker.submit(|_orch, _args, _cfg| Ok(()), TaskArgs::new(), CallConfig::default())?;
+/// let run = worker.submit(|_orch| Ok(()))?;
 /// if run.wait_timeout(Duration::from_secs(1)).is_err() {
 ///     // still running: the run is intact, wait again later
 ///     run.wait()?;
@@ -187,16 +183,12 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// worker.init()?;
     /// let mut seen = 0;
-    /// let first = worker.submit(
-    ///     |orch, _, _| {
-    ///         seen = orch.run_id();
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let first = worker.submit(|orch| {
+    ///     seen = orch.run_id();
+    ///     Ok(())
+    /// })?;
     /// assert_eq!((first.id(), seen), (1, 1));
-    /// let second = worker.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())?;
+    /// let second = worker.submit(|_| Ok(()))?;
     /// assert_eq!(second.id(), 2);
     /// # Ok(()) }
     /// ```
@@ -220,11 +212,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let fails = worker.register(HostFn::new("fails", fails))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&fails, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&fails, TaskArgs::new()).map(|_| ()))?;
     /// let err = run.wait().unwrap_err(); // the host function's error fails the run
     /// assert_eq!(err.kind(), ErrorKind::TaskFailed);
     /// assert!(err.message().contains("out of widgets"));
@@ -252,11 +240,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let slow = worker.register(HostFn::new("slow", slow))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&slow, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&slow, TaskArgs::new()).map(|_| ()))?;
     /// // Report progress while waiting.
     /// loop {
     ///     match run.wait_timeout(Duration::from_millis(500)) {
@@ -308,11 +292,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()))?;
     /// while !run.is_done() {
     ///     std::thread::sleep(Duration::from_millis(1)); // do other work meanwhile
     /// }
@@ -341,16 +321,12 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| {
-    ///         let group: Vec<TaskArgs> = vec![TaskArgs::new(), TaskArgs::new()];
-    ///         orch.submit_sub_group(&step, group)?; // one task, two members
-    ///         orch.submit_sub(&step, TaskArgs::new())?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| {
+    ///     let group: Vec<TaskArgs> = vec![TaskArgs::new(), TaskArgs::new()];
+    ///     orch.submit_sub_group(&step, group)?; // one task, two members
+    ///     orch.submit_sub(&step, TaskArgs::new())?;
+    ///     Ok(())
+    /// })?;
     /// run.wait()?;
     /// let stats = run.stats().expect("done");
     /// assert_eq!(stats.tasks, 2);
@@ -363,10 +339,10 @@ impl RunHandle {
     }
 
     /// The captured DAG, when the run was submitted with capture on
-    /// (`Worker::submit_captured`) and has finished building.
+    /// (`RunOptions::capture_dag`) and has finished building.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{RunOptions, CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -383,9 +359,9 @@ impl RunHandle {
     ///     orch.submit_sub(&step, args)?;
     ///     Ok(())
     /// };
-    /// let plain = worker.submit(chain, TaskArgs::new(), CallConfig::default())?;
+    /// let plain = worker.submit_with(RunOptions::new(), chain)?;
     /// assert!(plain.dag().is_none()); // not captured
-    /// let captured = worker.submit_captured(chain, TaskArgs::new(), CallConfig::default())?;
+    /// let captured = worker.submit_with(RunOptions::new().capture_dag(), chain)?;
     /// let dag = captured.dag().expect("captured");
     /// assert_eq!(dag.graph().node_count(), 2);
     /// assert!(dag.has_edge(0, 1));

@@ -31,6 +31,9 @@ use crate::level::Level;
 mod chips;
 mod l2;
 mod nested;
+mod options;
+
+pub use options::RunOptions;
 
 /// Most callables one target keeps installed at once.
 const MAX_CALLABLES: usize = 1024;
@@ -371,7 +374,7 @@ enum Phase {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// let hello = worker.register(HostFn::new("hello", hello))?;
 /// worker.init()?;
-/// worker.run(|orch, _, _| orch.submit_sub(&hello, TaskArgs::new()).map(|_| ()), TaskArgs::new(), CallConfig::default())?;
+/// worker.run(|orch| orch.submit_sub(&hello, TaskArgs::new()).map(|_| ()))?;
 /// worker.close()?;
 /// # Ok(()) }
 /// ```
@@ -577,11 +580,7 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// worker.init()?;
     /// let late = worker.register(HostFn::new("late", late))?; // both SUB workers have it now
-    /// worker.run(
-    ///     |orch, _, _| orch.submit_sub(&late, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| orch.submit_sub(&late, TaskArgs::new()).map(|_| ()))?;
     ///
     /// let err = worker.register(HostFn::closure("c", |_: &HostArgs<'_>| Ok(()))).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable);
@@ -667,7 +666,7 @@ impl Worker {
     /// After `init`, every SUB worker drops it too; later submits naming it fail:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{RunOptions, CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -680,9 +679,9 @@ impl Worker {
     /// let submit_step = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
     ///     orch.submit_sub(&step, TaskArgs::new()).map(|_| ())
     /// };
-    /// worker.run(submit_step, TaskArgs::new(), CallConfig::default())?; // finished: safe to drop
+    /// worker.run_with(RunOptions::new(), submit_step)?; // finished: safe to drop
     /// worker.unregister(&step)?;
-    /// let err = worker.run(submit_step, TaskArgs::new(), CallConfig::default()).unwrap_err();
+    /// let err = worker.run_with(RunOptions::new(), submit_step).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable); // not registered any more
     /// # Ok(()) }
     /// ```
@@ -972,16 +971,12 @@ impl Worker {
     /// let buf = worker.create_buffer(4 * 8)?; // eight i32
     /// buf.write(0, &[1i32, 2, 3, 4, 5, 6, 7, 8])?;
     /// let t = buf.tensor(&[8], DataType::Int32)?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         let mut args = TaskArgs::new();
-    ///         args.inout(&t)?;
-    ///         orch.submit_sub(&square, args)?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     let mut args = TaskArgs::new();
+    ///     args.inout(&t)?;
+    ///     orch.submit_sub(&square, args)?;
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(buf.read::<i32>(0, 8)?, vec![1, 4, 9, 16, 25, 36, 49, 64]);
     /// assert!(worker.create_buffer(0).is_err());
     /// # Ok(()) }
@@ -1008,12 +1003,13 @@ impl Worker {
     /// flight this first waits for the oldest to finish.
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,
-    /// the run settles, and the error is returned.
+    /// the run settles, and the error is returned. To pass the run arguments and a config, or
+    /// to record its DAG, use [`submit_with`](Worker::submit_with).
     ///
-    /// `orch_fn` receives `args` and `config` as given here. Pipelining two runs:
+    /// Pipelining two runs:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Tensor, Worker};
     ///
     /// fn fill(args: &HostArgs<'_>) -> HostResult {
     ///     let value = args.scalar(0)?;
@@ -1028,21 +1024,17 @@ impl Worker {
     /// let (a, b) = (worker.create_buffer(8 * 64)?, worker.create_buffer(8 * 64)?);
     /// let (ta, tb) = (a.tensor(&[64], DataType::Uint64)?, b.tensor(&[64], DataType::Uint64)?);
     ///
-    /// // Fill the tensor passed in `args` with the scalar passed in `args`.
-    /// let fill_with = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
-    ///     let mut task = TaskArgs::new();
-    ///     task.output(args.tensor(0).expect("a tensor"))?;
-    ///     task.scalar(args.scalar_at(0).expect("a value"));
-    ///     orch.submit_sub(&fill, task)?;
-    ///     Ok(())
+    /// // Fill `t` with `value`.
+    /// let fill_with = |t: &Tensor, value: u64| {
+    ///     move |orch: &mut Orchestrator<'_>| {
+    ///         let mut task = TaskArgs::new();
+    ///         task.output(t)?.scalar(value);
+    ///         orch.submit_sub(&fill, task).map(|_| ())
+    ///     }
     /// };
-    /// let mut first = TaskArgs::new();
-    /// first.output(&ta)?.scalar(1);
-    /// let mut second = TaskArgs::new();
-    /// second.output(&tb)?.scalar(2);
     /// // Neither call waits for its run: the second is built while the first executes.
-    /// let r1 = worker.submit(fill_with, first, CallConfig::default())?;
-    /// let r2 = worker.submit(fill_with, second, CallConfig::default())?;
+    /// let r1 = worker.submit(fill_with(&ta, 1))?;
+    /// let r2 = worker.submit(fill_with(&tb, 2))?;
     /// r1.wait()?;
     /// r2.wait()?;
     /// assert_eq!(a.read::<u64>(0, 64)?, vec![1; 64]);
@@ -1051,17 +1043,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn submit<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    pub fn submit<F>(&self, orch_fn: F) -> Result<RunHandle>
     where
-        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, false, false).map(|(h, _)| h)
+        self.submit_inner(|o, _, _| orch_fn(o), RunOptions::new(), false).map(|(h, _)| h)
     }
 
-    /// Like [`submit`](Worker::submit), and records the run's DAG ([`RunHandle::dag`]).
+    /// Like [`submit`](Worker::submit), with [`RunOptions`]: `orch_fn` receives the options'
+    /// arguments and config (the signature of an [`OrchFn`](crate::OrchFn), so a plain
+    /// orchestration function can be passed as is), and with
+    /// [`capture_dag`](RunOptions::capture_dag) the run records its DAG ([`RunHandle::dag`]).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{RunOptions, TaskArgs, Worker};
     ///
     /// fn inc(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<u32>(0)? {
@@ -1076,18 +1072,19 @@ impl Worker {
     /// worker.init()?;
     /// let buf = worker.create_buffer(4 * 32)?;
     /// let t = buf.tensor(&[32], DataType::Uint32)?;
-    /// let run = worker.submit_captured(
-    ///     |orch, _, _| {
-    ///         for _ in 0..3 {
-    ///             let mut args = TaskArgs::new();
-    ///             args.inout(&t)?; // each waits for the previous writer
-    ///             orch.submit_sub(&inc, args)?;
-    ///         }
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    ///
+    /// // Increment tensor 0 of the run's arguments, scalar 0 times.
+    /// let inc_n = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    ///     for _ in 0..args.scalar_at(0).unwrap_or(0) {
+    ///         let mut task = TaskArgs::new();
+    ///         task.inout(args.tensor(0).expect("a tensor"))?; // each waits for the previous
+    ///         orch.submit_sub(&inc, task)?;
+    ///     }
+    ///     Ok(())
+    /// };
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&t)?.scalar(3);
+    /// let run = worker.submit_with(RunOptions::new().args(args).capture_dag(), inc_n)?;
     /// run.wait()?;
     /// let dag = run.dag().expect("captured");
     /// assert!(dag.has_edge(0, 1) && dag.has_edge(1, 2));
@@ -1097,25 +1094,24 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn submit_captured<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    pub fn submit_with<F>(&self, options: RunOptions, orch_fn: F) -> Result<RunHandle>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, true, false).map(|(h, _)| h)
+        self.submit_inner(orch_fn, options, false).map(|(h, _)| h)
     }
 
     fn submit_inner<F>(
         &self,
         orch_fn: F,
-        args: TaskArgs,
-        config: CallConfig,
-        capture: bool,
+        options: RunOptions,
         will_wait: bool,
     ) -> Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>)>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         let live = self.live("submit")?;
+        let RunOptions { args, config, capture } = options;
         config.validate()?;
         let eng = &live.engine;
         // A token unique to this thread (the address of a thread-local), to refuse a
@@ -1165,10 +1161,11 @@ impl Worker {
 
     /// `submit` then `wait`: builds the run and drives it to completion on this thread.
     ///
-    /// Returns the orchestration function's error, or else the run's first task error.
+    /// Returns the orchestration function's error, or else the run's first task error. With
+    /// arguments and a config for the function, see [`run_with`](Worker::run_with).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, CallableHandle, DataType, HostArgs, HostFn, HostResult};
+    /// use simpler::{CallableHandle, DataType, HostArgs, HostFn, HostResult};
     /// use simpler::{Orchestrator, TaskArgs, Tensor, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
@@ -1203,20 +1200,62 @@ impl Worker {
     /// let (x, out) = (worker.create_buffer(4 * 16)?, worker.create_buffer(4 * 16)?);
     /// x.write(0, &[1.5f32; 16])?;
     /// let (tx, tout) = (x.tensor(&[16], DataType::Float32)?, out.tensor(&[16], DataType::Float32)?);
-    /// worker.run(|orch, _, _| triple(orch, &add, &tx, &tout), TaskArgs::new(), CallConfig::default())?;
+    /// worker.run(|orch| triple(orch, &add, &tx, &tout))?;
     /// assert_eq!(out.read::<f32>(0, 16)?, vec![4.5; 16]);
     /// worker.close()?;
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn run<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<()>
+    pub fn run<F>(&self, orch_fn: F) -> Result<()>
+    where
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
+    {
+        self.run_with(RunOptions::new(), |o, _, _| orch_fn(o))
+    }
+
+    /// `submit_with` then `wait`: [`run`](Worker::run) with [`RunOptions`], whose arguments and
+    /// config `orch_fn` receives.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{RunOptions, TaskArgs, Worker};
+    ///
+    /// fn negate(args: &HostArgs<'_>) -> HostResult {
+    ///     args.output::<i32>(0)?.iter_mut().for_each(|v| *v = -*v);
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let negate = worker.register(HostFn::new("negate", negate))?;
+    /// worker.init()?;
+    /// // Negates every tensor of the run's arguments.
+    /// let negate_all = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    ///     for i in 0..args.tensor_count() {
+    ///         let mut task = TaskArgs::new();
+    ///         task.inout(args.tensor(i).expect("in range"))?;
+    ///         orch.submit_sub(&negate, task)?;
+    ///     }
+    ///     Ok(())
+    /// };
+    /// let buf = worker.create_buffer(16)?;
+    /// buf.write(0, &[1i32, 2, 3, 4])?;
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&buf.tensor(&[4], DataType::Int32)?)?;
+    /// worker.run_with(RunOptions::new().args(args), negate_all)?;
+    /// assert_eq!(buf.read::<i32>(0, 4)?, [-1, -2, -3, -4]);
+    /// worker.close()
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn run_with<F>(&self, options: RunOptions, orch_fn: F) -> Result<()>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         // This thread will drive the run: from the moment it may build until it has waited,
         // published work does not wake the background thread (`RunHandle::is_done` and other
         // waiters still drive other runs meanwhile).
-        let (handle, _intent) = self.submit_inner(orch_fn, args, config, false, true)?;
+        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
         handle.wait()
     }
 
@@ -1246,11 +1285,7 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let work = worker.register(HostFn::new("work", work))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&work, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&work, TaskArgs::new()).map(|_| ()))?;
     /// worker.close()?; // lets the run finish first (up to `close_timeout`)
     /// assert!(run.is_done());
     /// assert!(worker.child_pids().is_empty());
