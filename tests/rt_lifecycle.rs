@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{CallConfig, ErrorKind, HostFn, Level, RunOptions, Tag, TaskArgs, Worker};
+use simpler::{ErrorKind, HostFn, Level, RunOptions, Tag, TaskArgs, Worker};
 
 #[test]
 fn builder_rejects_invalid_configurations() {
@@ -30,13 +30,9 @@ fn builder_rejects_invalid_configurations() {
 fn calls_before_init_are_refused() {
     let mut rig = Rig::new(subs(1));
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
-    let nop = |_: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| Ok(());
-    expect_err(
-        rig.submit_with(RunOptions::new(), nop),
-        ErrorKind::InvalidState,
-        &["not initialized", "init()"],
-    );
-    expect_err(rig.run_with(RunOptions::new(), nop), ErrorKind::InvalidState, &["not initialized"]);
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["not initialized", "init()"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["not initialized"]);
     expect_err(rig.create_buffer(64), ErrorKind::InvalidState, &["create_buffer", "not initialized"]);
     // init still works afterwards.
     rig.init();
@@ -72,9 +68,9 @@ fn calls_after_close_are_refused() {
     for &pid in rig.pids() {
         assert!(!process_exists(pid), "close reaped child {pid}");
     }
-    let nop = |_: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| Ok(());
-    expect_err(rig.submit_with(RunOptions::new(), nop), ErrorKind::InvalidState, &["submit", "closed"]);
-    expect_err(rig.run_with(RunOptions::new(), nop), ErrorKind::InvalidState, &["closed"]);
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["submit", "closed"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["closed"]);
     expect_err(rig.create_buffer(8), ErrorKind::InvalidState, &["create_buffer", "closed"]);
     expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["init", "closed"]);
     rig.close().expect("close is idempotent");

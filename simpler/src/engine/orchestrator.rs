@@ -374,9 +374,7 @@ impl<'a> Orchestrator<'a> {
     /// // y = kernel(x) on chip 0, with four AICPU scheduler threads.
     /// let mut args = TaskArgs::new();
     /// args.input(x)?.output(y)?;
-    /// let mut config = CallConfig::default();
-    /// config.aicpu_thread_num = 4;
-    /// let on_chip = orch.submit_next_level(kernel, args, config, 0)?;
+    /// let on_chip = orch.submit_next_level(kernel, args, CallConfig::new().aicpu_threads(4), 0)?;
     /// // Later tasks reading `y` wait for it; others can name it with `add_dep`.
     /// # let _ = on_chip;
     /// # Ok(()) }

@@ -342,7 +342,7 @@ impl RunHandle {
     /// (`RunOptions::capture_dag`) and has finished building.
     ///
     /// ```no_run
-    /// use simpler::{RunOptions, CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -352,16 +352,16 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let chain = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    /// let chain = |orch: &mut simpler::Orchestrator<'_>| {
     ///     let first = orch.submit_sub(&step, TaskArgs::new())?;
     ///     let mut args = TaskArgs::new();
     ///     args.add_dep_wait(first);
     ///     orch.submit_sub(&step, args)?;
     ///     Ok(())
     /// };
-    /// let plain = worker.submit_with(RunOptions::new(), chain)?;
+    /// let plain = worker.submit(chain)?;
     /// assert!(plain.dag().is_none()); // not captured
-    /// let captured = worker.submit_with(RunOptions::new().capture_dag(), chain)?;
+    /// let captured = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| chain(orch))?;
     /// let dag = captured.dag().expect("captured");
     /// assert_eq!(dag.graph().node_count(), 2);
     /// assert!(dag.has_edge(0, 1));

@@ -666,7 +666,7 @@ impl Worker {
     /// After `init`, every SUB worker drops it too; later submits naming it fail:
     ///
     /// ```no_run
-    /// use simpler::{RunOptions, CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -676,12 +676,12 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let submit_step = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    /// let submit_step = |orch: &mut simpler::Orchestrator<'_>| {
     ///     orch.submit_sub(&step, TaskArgs::new()).map(|_| ())
     /// };
-    /// worker.run_with(RunOptions::new(), submit_step)?; // finished: safe to drop
+    /// worker.run(submit_step)?; // finished: safe to drop
     /// worker.unregister(&step)?;
-    /// let err = worker.run_with(RunOptions::new(), submit_step).unwrap_err();
+    /// let err = worker.run(submit_step).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable); // not registered any more
     /// # Ok(()) }
     /// ```
@@ -1009,7 +1009,7 @@ impl Worker {
     /// Pipelining two runs:
     ///
     /// ```no_run
-    /// use simpler::{DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Tensor, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Tensor, Worker};
     ///
     /// fn fill(args: &HostArgs<'_>) -> HostResult {
     ///     let value = args.scalar(0)?;
@@ -1024,17 +1024,15 @@ impl Worker {
     /// let (a, b) = (worker.create_buffer(8 * 64)?, worker.create_buffer(8 * 64)?);
     /// let (ta, tb) = (a.tensor(&[64], DataType::Uint64)?, b.tensor(&[64], DataType::Uint64)?);
     ///
-    /// // Fill `t` with `value`.
-    /// let fill_with = |t: &Tensor, value: u64| {
-    ///     move |orch: &mut Orchestrator<'_>| {
-    ///         let mut task = TaskArgs::new();
-    ///         task.output(t)?.scalar(value);
-    ///         orch.submit_sub(&fill, task).map(|_| ())
-    ///     }
+    /// // The arguments of one `fill` task: fill `t` with `value`.
+    /// let fill_args = |t: &Tensor, value: u64| -> simpler::Result<TaskArgs> {
+    ///     let mut task = TaskArgs::new();
+    ///     task.output(t)?.scalar(value);
+    ///     Ok(task)
     /// };
     /// // Neither call waits for its run: the second is built while the first executes.
-    /// let r1 = worker.submit(fill_with(&ta, 1))?;
-    /// let r2 = worker.submit(fill_with(&tb, 2))?;
+    /// let r1 = worker.submit(|orch| orch.submit_sub(&fill, fill_args(&ta, 1)?).map(|_| ()))?;
+    /// let r2 = worker.submit(|orch| orch.submit_sub(&fill, fill_args(&tb, 2)?).map(|_| ()))?;
     /// r1.wait()?;
     /// r2.wait()?;
     /// assert_eq!(a.read::<u64>(0, 64)?, vec![1; 64]);
