@@ -12,7 +12,7 @@
 //!   mailboxes.
 //!
 //! ```no_run
-//! use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+//! use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 //!
 //! fn double(args: &HostArgs<'_>) -> HostResult {
 //!     let x: Vec<f32> = args.input::<f32>(0)?.to_vec();
@@ -104,7 +104,7 @@ pub use worker::{RunOptions, Worker, WorkerBuilder};
 /// `[S0NNN]` explained in the book's error chapter.
 ///
 /// ```
-/// use simpler::{callable, sub, CallConfig, In, Out, TaskArgs, Worker};
+/// use simpler::{callable, sub, In, Out, Worker};
 ///
 /// #[callable(sub)]
 /// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {

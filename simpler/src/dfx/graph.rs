@@ -78,7 +78,7 @@ pub enum EdgeReason {
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-/// use simpler::{CallConfig, RunOptions, TaskArgs};
+/// use simpler::{RunOptions, TaskArgs};
 /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
 /// let a = orch.submit_sub(f, TaskArgs::new())?;
 /// let mut args = TaskArgs::new();
@@ -102,7 +102,7 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, RunOptions, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
     /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
     /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
@@ -132,7 +132,7 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, RunOptions, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
     /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
     /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
@@ -158,7 +158,7 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, RunOptions, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
     /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
     /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
@@ -193,7 +193,7 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, RunOptions, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
     /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
     /// let t0 = orch.submit_sub(f, TaskArgs::new())?;

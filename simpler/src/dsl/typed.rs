@@ -221,7 +221,7 @@ impl Orchestrator<'_> {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs};
+    /// use simpler::TaskArgs;
     /// worker.run(|orch| {
     /// let tmp = orch.alloc_of::<f32>(&[1024])?;
     /// assert_eq!(tmp.shape(), &[1024]);

@@ -42,7 +42,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// ```
 ///
 /// ```no_run
-/// use simpler::{CallConfig, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs, Worker};
+/// use simpler::{ErrorKind, MAX_SCOPE_DEPTH, Worker};
 ///
 /// # fn main() -> simpler::Result<()> {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
@@ -68,7 +68,7 @@ pub const MAX_SCOPE_DEPTH: usize = 64;
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle, t: &simpler::Tensor) -> simpler::Result<()> {
-/// use simpler::{CallConfig, DataType, TaskArgs};
+/// use simpler::{DataType, TaskArgs};
 /// worker.run(|orch| {
 /// let tmp = orch.alloc(&[1024], DataType::Float32)?; // runtime-managed intermediate
 /// let mut produce = TaskArgs::new();
@@ -159,7 +159,7 @@ impl<'a> Orchestrator<'a> {
     /// [`TaskHandle::run_id`] of every task submitted here.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -187,7 +187,7 @@ impl<'a> Orchestrator<'a> {
     /// Current scope depth: 0 in the run's outer scope, 1 inside the first `scope_begin`, ...
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, TaskArgs, Worker};
+    /// use simpler::Worker;
     ///
     /// # fn main() -> simpler::Result<()> {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
@@ -214,7 +214,7 @@ impl<'a> Orchestrator<'a> {
     /// A group counts as one task; `alloc` counts none.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn zero(args: &HostArgs<'_>) -> HostResult {
     ///     args.output::<f32>(0)?.fill(0.0);
@@ -257,7 +257,7 @@ impl<'a> Orchestrator<'a> {
     /// registered on this Worker, and the Worker must have SUB workers.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn scale(args: &HostArgs<'_>) -> HostResult {
     ///     let k = args.scalar_f32(0)?;
@@ -310,7 +310,7 @@ impl<'a> Orchestrator<'a> {
     /// least one member and at most [`Worker::sub_workers`](crate::Worker::sub_workers).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
     ///
     /// fn whoami(args: &HostArgs<'_>) -> HostResult {
     ///     args.output::<u32>(0)?.fill(args.worker_index());
@@ -518,7 +518,7 @@ impl<'a> Orchestrator<'a> {
     /// from the chip's device memory instead, and the wait is for room there.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -643,7 +643,7 @@ impl<'a> Orchestrator<'a> {
     /// also ends the scope on an early return.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn square(args: &HostArgs<'_>) -> HostResult {
     ///     let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
@@ -708,7 +708,7 @@ impl<'a> Orchestrator<'a> {
     /// function returns are closed for it.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn fill(args: &HostArgs<'_>) -> HostResult {
     ///     let value = args.scalar(0)?;
@@ -750,7 +750,7 @@ impl<'a> Orchestrator<'a> {
     /// Returns what `f` returns, e.g. a [`TaskHandle`] to depend on outside the scope.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);

@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// Statistics of a finished run, from [`RunHandle::stats`].
 ///
 /// ```no_run
-/// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+/// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 ///
 /// fn touch(_args: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -150,7 +150,7 @@ impl RunState {
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
 /// use std::time::Duration;
-/// use simpler::{CallConfig, TaskArgs};
+/// use simpler::TaskArgs;
 /// let run = worker.submit(|_orch| Ok(()))?;
 /// if run.wait_timeout(Duration::from_secs(1)).is_err() {
 ///     // still running: the run is intact, wait again later
@@ -179,7 +179,7 @@ impl RunHandle {
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs, Worker};
+    /// use simpler::Worker;
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// worker.init()?;
     /// let mut seen = 0;
@@ -202,7 +202,7 @@ impl RunHandle {
     /// finished run returns the same result at once.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn fails(_args: &HostArgs<'_>) -> HostResult {
     ///     Err("out of widgets".into())
@@ -229,7 +229,7 @@ impl RunHandle {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn slow(_args: &HostArgs<'_>) -> HostResult {
     ///     std::thread::sleep(Duration::from_secs(2));
@@ -282,7 +282,7 @@ impl RunHandle {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -311,7 +311,7 @@ impl RunHandle {
     /// Statistics, once the run is done (`None` before).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())

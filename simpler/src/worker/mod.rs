@@ -364,7 +364,7 @@ enum Phase {
 /// / [`run`](Worker::run) orchestration functions → [`close`](Worker::close) (or drop).
 ///
 /// ```no_run
-/// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+/// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
 ///
 /// fn hello(_args: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -570,7 +570,7 @@ impl Worker {
     /// After `init`, a plain `fn` is sent to the live SUB workers; a closure is refused:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn late(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -955,7 +955,7 @@ impl Worker {
     /// ```
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn square(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<i32>(0)? {
@@ -1273,7 +1273,7 @@ impl Worker {
     /// ```
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn work(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
