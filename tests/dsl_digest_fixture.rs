@@ -1,4 +1,4 @@
-// Included twice by rt_dsl.rs: the same source must give the same digest.
+// Included twice by dsl.rs: the same source must give the same digest.
 use simpler::{In, Out, callable};
 
 #[callable(sub)]

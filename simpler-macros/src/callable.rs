@@ -401,7 +401,10 @@ pub(crate) fn twin(
             #bytes,
             [#(#digest),*],
             &#name::PARAMS,
-            #root::__private::Entry::#entry(#name::__shim),
+            {
+                const ENTRY: #root::__private::entry::#entry = #name::__shim;
+                &ENTRY
+            },
         );
 
         #[allow(dead_code, clippy::needless_question_mark)]

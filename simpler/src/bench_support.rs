@@ -6,9 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::waitpid;
-use nix::unistd::Pid;
+use nix::sys::wait::WaitStatus;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
@@ -20,40 +18,20 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
 use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
-use crate::ipc::process::fork_child;
+use crate::sys::futex::Doorbell;
+use crate::sys::process::ChildGuard;
 
 /// How long any single wait of these benchmarks may take before it counts as a hang.
 const HANG: Duration = Duration::from_secs(10);
 
-/// A forked benchmark child: shut down and reaped on the normal path, killed and reaped on drop
-/// otherwise (a panicking benchmark leaves no zombie and no orphan).
-struct ChildGuard {
-    pid: Pid,
-    reaped: bool,
-}
-
-impl ChildGuard {
-    /// Asks the child to leave through its mailbox and reaps it (it exits at its next wake-up).
-    fn shutdown(mut self, mb: Mailbox<'_>) -> Result<()> {
-        mb.request_shutdown();
-        let status = waitpid(self.pid, None).map_err(|e| Error::os("waitpid", e));
-        self.reaped = true;
-        match status? {
-            nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
-            other => Err(Error::new(ErrorKind::WorkerDied, format!("ping-pong child ended: {other:?}"))),
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if !self.reaped {
-            let _ = kill(self.pid, Signal::SIGKILL);
-            let _ = waitpid(self.pid, None);
-            self.reaped = true;
-        }
+/// Asks the ping-pong child to leave through its mailbox and reaps it (it exits at its next
+/// wake-up). On any other path the guard kills and reaps it.
+fn shut_down(mut child: ChildGuard, mb: Mailbox<'_>) -> Result<()> {
+    mb.request_shutdown();
+    match child.wait()? {
+        WaitStatus::Exited(_, 0) => Ok(()),
+        other => Err(Error::new(ErrorKind::WorkerDied, format!("ping-pong child ended: {other:?}"))),
     }
 }
 
@@ -109,8 +87,7 @@ pub struct PingPong {
 /// it is shut down and reaped before this returns, and killed and reaped if this panics.
 pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Result<PingPong> {
     let region = MailboxRegion::new(1)?;
-    let pid = fork_child(|| pong(&region))?;
-    let child = ChildGuard { pid: Pid::from_raw(pid), reaped: false };
+    let child = ChildGuard::fork(|| pong(&region))?;
     let mb = region.mailbox(0);
     match mb.wait_init(Instant::now() + HANG, || false) {
         InitStatus::Ready => {}
@@ -149,8 +126,8 @@ pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Re
         }
         times.push(round_trip()?);
     }
-    let (parent_cpu, child_cpu) = (last_cpu("thread-self"), last_cpu(&pid.to_string()));
-    child.shutdown(mb)?;
+    let (parent_cpu, child_cpu) = (last_cpu("thread-self"), last_cpu(&child.pid().to_string()));
+    shut_down(child, mb)?;
     Ok(PingPong { times, parent_cpu, child_cpu })
 }
 
@@ -216,7 +193,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             .collect(),
     );
     let digest = Digest::of(b"simpler bench: no-op host function");
-    engine.callables.write().unwrap_or_else(|e| e.into_inner()).insert(digest, CallableKind::HostFn);
+    engine.callables.write().insert(digest, CallableKind::HostFn);
     let noop = CallableHandle::new(digest, CallableKind::HostFn, "bench_noop");
 
     // Fake buffers: nothing dereferences them (the endpoints never look at the arguments).

@@ -55,16 +55,21 @@ mod dsl;
 mod engine;
 mod error;
 mod ipc;
+#[cfg(test)]
+mod layering;
 mod level;
+mod sys;
+#[doc(hidden)]
+pub mod test_support;
 mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
-pub use callable::orch::{OrchFn, OrchFnPtr};
 pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, SimChip};
 pub use data::buffer::{Access, Buffer, BufferDesc, Identity};
 pub use data::call_config::{CallConfig, RingSizes, Swimlane};
 pub use data::dtype::{DataType, Element};
+pub use data::host_args::HostArgs;
 pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
 pub use data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
 pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
@@ -72,10 +77,10 @@ pub use dsl::graph::{GraphEdge, TaskGraph};
 pub use dsl::place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
 pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
 pub use dsl::view::{In, InOut, Out};
+pub use engine::orch_fn::{OrchFn, OrchFnPtr};
 pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
-pub use ipc::host_args::HostArgs;
 pub use level::Level;
 pub use worker::{RunOptions, Worker, WorkerBuilder};
 

@@ -9,6 +9,11 @@
 //! * Host functions used by several suites, and helpers to build tensors and check errors.
 //! * [`words`]: atomics over a `u32` tensor, so host functions in different worker processes can
 //!   count, rendezvous and log through one shared scratch buffer (tagged `NoDep`).
+//!
+//! Every test that builds a Worker starts with `if !in_own_process() { return; }`
+//! ([`simpler::test_support::in_own_process`]): it forks, and the rig's checks count this
+//! process's buffers, so it must run alone in its process. Under `cargo nextest` it already
+//! does; under `cargo test` the call reruns the test binary for that one test.
 
 #![allow(unsafe_code)] // `words`: atomics over shared memory; see its SAFETY comment.
 #![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
@@ -17,6 +22,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub use simpler::test_support::in_own_process;
 use simpler::{
     Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostFnPtr, HostResult, Tensor,
     TensorView, Worker, WorkerBuilder,

@@ -4,8 +4,9 @@ use std::any::TypeId;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use crate::callable::identity::{Descriptor, host_fn_descriptor};
-use crate::ipc::host_args::HostArgs;
+use crate::callable::identity::{CallableKind, Descriptor, host_fn_descriptor};
+use crate::callable::linked::CallableInfo;
+use crate::data::host_args::HostArgs;
 
 /// What a host function returns: `Ok(())`, or any error (its message fails the task).
 ///
@@ -163,9 +164,17 @@ impl HostFn {
         HostFn { name: name.into(), body: Body::Closure(Arc::new(f)), descriptor }
     }
 
-    /// A `#[callable(sub)]` host function, with the descriptor the macro computed.
-    pub(crate) fn from_macro(name: &str, f: HostFnPtr, descriptor: Descriptor) -> HostFn {
-        HostFn { name: name.into(), body: Body::Ptr(f), descriptor }
+    /// A `#[callable(sub)]` host function from the link-time registry, with the descriptor the
+    /// macro computed.
+    pub(crate) fn from_linked(info: &CallableInfo) -> crate::error::Result<HostFn> {
+        match info.entry::<HostFnPtr>() {
+            Some(f) if info.kind == CallableKind::HostFn => Ok(HostFn {
+                name: info.name.into(),
+                body: Body::Ptr(f),
+                descriptor: info.descriptor_checked()?,
+            }),
+            _ => Err(info.wrong_kind("a host function")),
+        }
     }
 
     /// Rebuilds a `fn`-pointer host function from its descriptor (post-init registration in a

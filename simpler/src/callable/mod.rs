@@ -13,5 +13,5 @@
 
 pub(crate) mod host;
 pub(crate) mod identity;
-pub(crate) mod orch;
+pub(crate) mod linked;
 pub(crate) mod registry;

@@ -13,7 +13,7 @@
 //! # Rules
 //!
 //! * **A1 (the mapping).** `Arena::region` is a live read-write mapping of `Arena::size` bytes,
-//!   owned by the arena alone (rule R1 of `ipc::mem`); it is unmapped only when the last `Arc`
+//!   owned by the arena alone (rule R1 of `sys::mem`); it is unmapped only when the last `Arc`
 //!   of the arena drops, so every holder of the arena (the [`SimChip`](super::SimChip), each
 //!   core thread) may use addresses inside it.
 //! * **A2 (device ranges are checked).** Every access to device memory in this module first
@@ -32,7 +32,7 @@
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
 //! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
-//!   [`Arena::copy_view_out`] guarantees rule H1 of `ipc::host_args` for it: its `base` plus the
+//!   [`Arena::copy_view_out`] guarantees rule H1 of `data::host_args` for it: its `base` plus the
 //!   view's byte range lies inside memory mapped in this process for the whole call, and no
 //!   other thread writes those bytes meanwhile (they belong to the running task).
 //! * **A6 (code addresses).** [`kernel_from_address`] and [`orchestration_from_address`] are
@@ -48,10 +48,11 @@ use std::sync::Mutex;
 
 use crate::callable::host::HostFnPtr;
 use crate::chip::ChipOrchFnPtr;
+use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::host_args::MappedTensor;
-use crate::ipc::mem::SharedRegion;
+use crate::sys::mem::SharedRegion;
+use crate::sys::sync;
 
 /// Alignment (and rounding unit) of every device allocation, in bytes.
 pub(crate) const DEVICE_ALIGN: u64 = 64;
@@ -213,7 +214,7 @@ impl Arena {
     fn lock(&self) -> std::sync::MutexGuard<'_, Allocator> {
         // No allocator method panics while holding the lock, so a poisoned lock (a panic
         // elsewhere in the holder) never hides a half-done update.
-        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.alloc)
     }
 
     /// The arena's size in bytes.

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
+use crate::callable::linked::{CallableInfo, MACRO_PAYLOAD_FORMAT_VERSION};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
@@ -296,14 +297,15 @@ impl ChipFn {
         self.body
     }
 
-    /// A `#[callable(chip)]` kernel, with the descriptor the macro computed.
-    pub(crate) fn from_macro_kernel(name: &str, f: HostFnPtr, descriptor: Descriptor) -> ChipFn {
-        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor }
-    }
-
-    /// A `#[callable(chip)]` chip orchestration, with the descriptor the macro computed.
-    pub(crate) fn from_macro_orchestration(name: &str, f: ChipOrchFnPtr, descriptor: Descriptor) -> ChipFn {
-        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor }
+    /// A `#[callable(chip)]` kernel or chip orchestration from the link-time registry, with the
+    /// descriptor the macro computed.
+    pub(crate) fn from_linked(info: &CallableInfo) -> Result<ChipFn> {
+        let body = match (info.entry::<HostFnPtr>(), info.entry::<ChipOrchFnPtr>()) {
+            (Some(f), _) if info.kind == CallableKind::Chip => ChipBody::Kernel(f),
+            (_, Some(f)) => ChipBody::Orchestration(f),
+            _ => return Err(info.wrong_kind("a chip callable")),
+        };
+        Ok(ChipFn { name: info.name.into(), body, descriptor: info.descriptor_checked()? })
     }
 
     /// Rebuilds a chip callable in a process forked from the one that made it, from the
@@ -325,13 +327,13 @@ impl ChipFn {
         }
         let mut r = Reader { bytes: descriptor.bytes(), at: 8 };
         let version = r.u32()?;
-        if version == crate::dsl::registry::MACRO_PAYLOAD_FORMAT_VERSION {
+        if version == MACRO_PAYLOAD_FORMAT_VERSION {
             // A `#[callable(chip)]`: this process, a fork of the same binary, finds it by digest
             // in the link-time registry.
-            let info = crate::dsl::registry::CallableInfo::find(descriptor.digest()).ok_or_else(|| {
+            let info = CallableInfo::find(descriptor.digest()).ok_or_else(|| {
                 callable(format!("{}: no #[callable] with this digest is linked", descriptor.digest()))
             })?;
-            return info.chip_fn();
+            return ChipFn::from_linked(info);
         }
         if version != CHIP_PAYLOAD_FORMAT_VERSION {
             return Err(Error::decode(format!(
@@ -370,9 +372,9 @@ impl ChipFn {
 mod tests {
     use super::*;
     use crate::callable::identity::Digest;
-    use crate::ipc::host_args::HostArgs;
+    use crate::data::host_args::HostArgs;
 
-    fn noop(_: &HostArgs<'_>) -> crate::HostResult {
+    fn noop(_: &HostArgs<'_>) -> crate::callable::host::HostResult {
         Ok(())
     }
 
@@ -459,7 +461,7 @@ mod tests {
         assert_eq!(ChipFn::kernel("k", noop).handle(), ChipFn::kernel("k", other_noop).handle());
     }
 
-    fn other_noop(_: &HostArgs<'_>) -> crate::HostResult {
+    fn other_noop(_: &HostArgs<'_>) -> crate::callable::host::HostResult {
         Ok(())
     }
 }

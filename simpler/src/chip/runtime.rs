@@ -38,6 +38,7 @@ use crate::chip::sim::SimChip;
 use crate::chip::{ChipBackend, ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
+use crate::data::host_args::{HostArgs, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
@@ -45,8 +46,8 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, DeviceHeap, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
-use crate::ipc::host_args::{HostArgs, MappedTensor};
+use crate::sys::futex::Doorbell;
+use crate::sys::sync;
 
 /// The chip's device memory as the chip engine's [`DeviceHeap`]: `orch.alloc` inside a chip
 /// orchestration carves its intermediates from it, so they count against the chip's memory
@@ -98,7 +99,7 @@ pub(crate) struct ChipConfig {
 pub(crate) enum ChipArg {
     /// Host memory already mapped in this process by the caller (copied in before, out after).
     ///
-    /// The caller guarantees rule H1 of `ipc::host_args` for it: `base` plus the view's byte
+    /// The caller guarantees rule H1 of `data::host_args` for it: `base` plus the view's byte
     /// range is mapped for the whole call, and nothing else writes those bytes meanwhile.
     Host(MappedTensor),
     /// Device memory of this chip.
@@ -209,7 +210,7 @@ impl ChipRuntime {
             Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce).map_err(in_chip)?;
         engine.device_heap = Some(Arc::new(ChipHeap { chip, arena: sim.arena().clone() }));
         {
-            let mut kinds = engine.callables.write().unwrap_or_else(|e| e.into_inner());
+            let mut kinds = engine.callables.write();
             for (digest, _, _) in registry.iter() {
                 kinds.insert(*digest, CallableKind::Chip);
             }
@@ -228,23 +229,23 @@ impl ChipRuntime {
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
-        self.registry.read().unwrap_or_else(|e| e.into_inner())
+        sync::read(&self.registry)
     }
 
     /// Installs a chip callable under `digest` (which must be the sha256 of `descriptor`; see
     /// `Registry::install`) and makes it submittable by chip orchestrations. Returns its local
     /// slot.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], f: ChipFn) -> Result<u32> {
-        let slot = self.registry.write().unwrap_or_else(|e| e.into_inner()).install(digest, descriptor, f)?;
-        self.engine.callables.write().unwrap_or_else(|e| e.into_inner()).insert(digest, CallableKind::Chip);
+        let slot = sync::write(&self.registry).install(digest, descriptor, f)?;
+        self.engine.callables.write().insert(digest, CallableKind::Chip);
         Ok(slot)
     }
 
     /// Drops one reference to `digest`; returns true when that removed it.
     pub(crate) fn release(&mut self, digest: &Digest) -> Result<bool> {
-        let freed = self.registry.write().unwrap_or_else(|e| e.into_inner()).release(digest)?;
+        let freed = sync::write(&self.registry).release(digest)?;
         if freed {
-            self.engine.callables.write().unwrap_or_else(|e| e.into_inner()).remove(digest);
+            self.engine.callables.write().remove(digest);
         }
         Ok(freed)
     }
@@ -412,7 +413,7 @@ impl ChipRuntime {
             args.scalar(s);
         }
         let eng = &self.engine;
-        let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        let _building = sync::lock(&eng.building);
         let run = eng.begin_run(false)?;
         let mut orch = Orchestrator::new(eng, run.clone());
         let outcome = catch_unwind(AssertUnwindSafe(|| o(&mut orch, &args, config)));
@@ -549,7 +550,7 @@ impl CoreEndpoint {
             .name(format!("chip{}-core{core}", shared.chip))
             .spawn(move || {
                 for job in jobs {
-                    cpu_w.store(crate::ipc::futex::current_cpu(), Ordering::Relaxed);
+                    cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
                     let tensors = job
                         .tensors
                         .iter()
@@ -574,7 +575,7 @@ impl CoreEndpoint {
     }
 
     fn kernel_of(&self, callable: &CallableHandle) -> Result<HostFnPtr> {
-        let reg = self.shared.registry.read().unwrap_or_else(|e| e.into_inner());
+        let reg = sync::read(&self.shared.registry);
         match reg.get(&callable.digest()).map(ChipFn::body) {
             Some(ChipBody::Kernel(k)) => Ok(k),
             Some(ChipBody::Orchestration(_)) => {
@@ -637,683 +638,4 @@ impl Drop for CoreEndpoint {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::{Condvar, Mutex};
-    use std::time::{Duration, Instant};
-
-    use super::*;
-    use crate::callable::host::HostResult;
-    use crate::data::dtype::DataType;
-
-    const CHIP: u32 = 3;
-
-    fn vadd(args: &HostArgs<'_>) -> HostResult {
-        let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
-        for i in 0..out.len() {
-            out[i] = a[i] + b[i];
-        }
-        Ok(())
-    }
-
-    /// `x += k` in place (scalar 0 is `k` as f32 bits).
-    fn add_scalar(args: &HostArgs<'_>) -> HostResult {
-        let k = args.scalar_f32(0)?;
-        for v in args.output::<f32>(0)? {
-            *v += k;
-        }
-        Ok(())
-    }
-
-    /// `out = 2 * x`
-    fn double(args: &HostArgs<'_>) -> HostResult {
-        let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-        for i in 0..out.len() {
-            out[i] = 2.0 * x[i];
-        }
-        Ok(())
-    }
-
-    /// Fills its only (output) tensor with 1.0.
-    fn ones(args: &HostArgs<'_>) -> HostResult {
-        args.output::<f32>(0)?.fill(1.0);
-        Ok(())
-    }
-
-    /// Copies what it sees in tensor 0 (tagged NoDep, so readable) into tensor 1.
-    fn probe(args: &HostArgs<'_>) -> HostResult {
-        let seen = args.input::<f32>(0)?.to_vec();
-        args.output::<f32>(1)?.copy_from_slice(&seen);
-        Ok(())
-    }
-
-    fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
-        Err("kernel says no".into())
-    }
-
-    fn panic_kernel(_: &HostArgs<'_>) -> HostResult {
-        panic!("kernel exploded")
-    }
-
-    /// Both instances must be running at once: each arrives, then waits (10 s at most) for the
-    /// other; then each writes the index of its core into its output.
-    fn rendezvous(args: &HostArgs<'_>) -> HostResult {
-        static MET: (Mutex<u32>, Condvar) = (Mutex::new(0), Condvar::new());
-        let (lock, cv) = &MET;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut n = lock.lock().unwrap();
-        *n += 1;
-        cv.notify_all();
-        while *n < 2 {
-            let left = deadline.checked_duration_since(Instant::now()).ok_or("the partner never arrived")?;
-            n = cv.wait_timeout(n, left).unwrap().0;
-        }
-        drop(n);
-        args.output::<u32>(0)?.fill(args.worker_index());
-        Ok(())
-    }
-
-    fn kernels() -> Vec<ChipFn> {
-        vec![
-            ChipFn::kernel("vadd", vadd),
-            ChipFn::kernel("add_scalar", add_scalar),
-            ChipFn::kernel("double", double),
-            ChipFn::kernel("ones", ones),
-            ChipFn::kernel("probe", probe),
-            ChipFn::kernel("fail_kernel", fail_kernel),
-            ChipFn::kernel("panic_kernel", panic_kernel),
-            ChipFn::kernel("rendezvous", rendezvous),
-        ]
-    }
-
-    fn h(name: &str) -> CallableHandle {
-        kernels().into_iter().find(|k| k.name() == name).expect("known kernel").handle()
-    }
-
-    /// A chip with the test kernels in its startup registry and `extra` installed afterwards.
-    fn chip(cores: usize, extra: &[ChipFn]) -> ChipRuntime {
-        let mut reg = Registry::new(64);
-        for k in kernels() {
-            reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
-        }
-        let cfg = ChipConfig { chip_id: CHIP, memory_bytes: 16 << 20, cores };
-        let mut rt = ChipRuntime::new(cfg, reg).unwrap();
-        for f in extra {
-            rt.install(f.handle().digest(), f.descriptor().bytes(), f.clone()).unwrap();
-        }
-        rt
-    }
-
-    fn f32_view(n: u32) -> TensorView {
-        TensorView::new(0, &[n], None, DataType::Float32).unwrap()
-    }
-
-    /// A host tensor over a vector (rule H1: the vector outlives the run and nobody else
-    /// touches it meanwhile).
-    fn host(v: &mut [f32], access: Access) -> ChipArg {
-        let view = f32_view(v.len() as u32);
-        ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access })
-    }
-
-    fn id(n: u64) -> Identity {
-        Identity::new(0xdef1ce, n, 1).unwrap()
-    }
-
-    /// A device buffer of `n` f32 on the chip, filled with `values`.
-    fn device(rt: &mut ChipRuntime, values: &[f32]) -> u64 {
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        let ptr = rt.malloc(bytes.len() as u64).unwrap();
-        rt.copy_to_device(ptr, &bytes).unwrap();
-        ptr
-    }
-
-    fn dev_arg(ptr: u64, n: u32, access: Access, identity: Identity) -> ChipArg {
-        ChipArg::Device { ptr, view: f32_view(n), access, identity, nbytes: u64::from(n) * 4 }
-    }
-
-    fn read_device(rt: &ChipRuntime, ptr: u64, n: usize) -> Vec<f32> {
-        let mut bytes = vec![0u8; n * 4];
-        rt.copy_from_device(ptr, &mut bytes).unwrap();
-        bytes.chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
-    }
-
-    fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg>, scalars: &[u64]) -> Result<()> {
-        rt.run(&f.handle().digest(), args, scalars, &CallConfig::default())
-    }
-
-    fn kernel(name: &str) -> ChipFn {
-        kernels().into_iter().find(|k| k.name() == name).expect("known kernel")
-    }
-
-    #[test]
-    fn vector_add_with_host_tensors() {
-        let mut rt = chip(2, &[]);
-        let mut a: Vec<f32> = (0..1000).map(|i| i as f32).collect();
-        let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
-        let mut out = vec![-7.0f32; 1000];
-        let (a0, b0) = (a.clone(), b.clone());
-        let before = rt.sim.arena().used();
-        run(
-            &mut rt,
-            &kernel("vadd"),
-            vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)],
-            &[],
-        )
-        .unwrap();
-        assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "vector add result");
-        assert_eq!((a, b), (a0, b0), "inputs unchanged");
-        assert_eq!(rt.sim.arena().used(), before, "device scratch freed");
-    }
-
-    #[test]
-    fn inout_and_output_host_tensors_round_trip() {
-        let mut rt = chip(1, &[]);
-        let mut x = vec![1.0f32, 2.0, 3.0];
-        run(
-            &mut rt,
-            &kernel("add_scalar"),
-            vec![host(&mut x, Access::ReadWrite)],
-            &[u64::from(10f32.to_bits())],
-        )
-        .unwrap();
-        assert_eq!(x, vec![11.0, 12.0, 13.0]);
-        let mut y = vec![0.0f32; 3];
-        run(&mut rt, &kernel("double"), vec![host(&mut x, Access::Read), host(&mut y, Access::Write)], &[])
-            .unwrap();
-        assert_eq!(y, vec![22.0, 24.0, 26.0]);
-    }
-
-    #[test]
-    fn a_failed_run_leaves_host_tensors_as_they_were() {
-        let mut rt = chip(1, &[]);
-        // Every other element of 8: the gaps keep their sentinel.
-        let mut buf = vec![-1.0f32; 8];
-        let view = TensorView::new(4, &[4], Some(&[2]), DataType::Float32).unwrap();
-        let arg =
-            ChipArg::Host(MappedTensor { base: buf.as_mut_ptr().cast::<u8>(), view, access: Access::Write });
-        // Kernels get typed slices of contiguous views only: `ones` fails on this one.
-        let err = run(&mut rt, &kernel("ones"), vec![arg], &[]).unwrap_err();
-        assert!(err.message().contains("strided"), "{err}");
-        assert_eq!(buf, vec![-1.0; 8], "a failed run leaves host tensors as they were");
-    }
-
-    #[test]
-    fn output_only_host_tensors_are_not_copied_in() {
-        let plan = ChipFn::orchestration("peek", peek_plan);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let mut out = vec![7.0f32; 16]; // a sentinel the device never sees
-        let mut seen = vec![-1.0f32; 16];
-        run(&mut rt, &plan, vec![host(&mut out, Access::Write), host(&mut seen, Access::Write)], &[])
-            .unwrap();
-        assert!(seen.iter().all(|v| *v == 0.0), "fresh device scratch, not the host's 7.0: {seen:?}");
-        assert!(out.iter().all(|v| *v == 0.0), "and the untouched scratch is copied back: {out:?}");
-    }
-
-    /// Tensor 0 (Output) read through a NoDep tag by `probe`, which copies it to tensor 1.
-    fn peek_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        let mut a = TaskArgs::new();
-        a.add_tensor(args.tensor(0).unwrap(), Tag::NoDep)?.output(args.tensor(1).unwrap())?;
-        orch.submit_next_level(&h("probe"), a, cfg.clone(), 1).map(|_| ())
-    }
-
-    #[test]
-    fn device_tensors_chain_across_runs() {
-        let mut rt = chip(2, &[]);
-        let x = device(&mut rt, &[1.0, 2.0, 3.0, 4.0]);
-        let y = rt.malloc(16).unwrap();
-        let k = u64::from(0.5f32.to_bits());
-        run(&mut rt, &kernel("add_scalar"), vec![dev_arg(x, 4, Access::ReadWrite, id(1))], &[k]).unwrap();
-        run(
-            &mut rt,
-            &kernel("double"),
-            vec![dev_arg(x, 4, Access::Read, id(1)), dev_arg(y, 4, Access::Write, id(2))],
-            &[],
-        )
-        .unwrap();
-        assert_eq!(read_device(&rt, y, 4), vec![3.0, 5.0, 7.0, 9.0]);
-        assert_eq!(read_device(&rt, x, 4), vec![1.5, 2.5, 3.5, 4.5], "device tensors stay on the device");
-        // Host and device tensors mix.
-        let mut out = vec![0.0f32; 4];
-        let mut ones = vec![1.0f32; 4];
-        run(
-            &mut rt,
-            &kernel("vadd"),
-            vec![
-                dev_arg(y, 4, Access::Read, id(2)),
-                host(&mut ones, Access::Read),
-                host(&mut out, Access::Write),
-            ],
-            &[],
-        )
-        .unwrap();
-        assert_eq!(out, vec![4.0, 6.0, 8.0, 10.0]);
-        rt.free(x).unwrap();
-        rt.free(y).unwrap();
-    }
-
-    #[test]
-    fn dead_or_out_of_bounds_device_tensors_are_refused() {
-        let mut rt = chip(1, &[]);
-        let x = device(&mut rt, &[1.0; 4]);
-        let mut out = vec![0.0f32; 4];
-        // A view past the end of its buffer.
-        let bad_view =
-            ChipArg::Device { ptr: x, view: f32_view(8), access: Access::Read, identity: id(1), nbytes: 16 };
-        let err =
-            run(&mut rt, &kernel("double"), vec![bad_view, host(&mut out, Access::Write)], &[]).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-        assert!(err.message().contains("past its 16-byte device buffer"), "{err}");
-        // A buffer larger than the allocation.
-        let too_big =
-            ChipArg::Device { ptr: x, view: f32_view(4), access: Access::Read, identity: id(1), nbytes: 64 };
-        let err =
-            run(&mut rt, &kernel("double"), vec![too_big, host(&mut out, Access::Write)], &[]).unwrap_err();
-        assert!(err.message().contains("not a live allocation"), "{err}");
-        assert!(err.message().contains("chip 3") && err.message().contains("`double` tensor 0"), "{err}");
-        // A freed buffer.
-        rt.free(x).unwrap();
-        let err = run(
-            &mut rt,
-            &kernel("double"),
-            vec![dev_arg(x, 4, Access::Read, id(1)), host(&mut out, Access::Write)],
-            &[],
-        )
-        .unwrap_err();
-        assert!(err.message().contains("not a live allocation"), "{err}");
-        // A pointer that was never allocated.
-        let err = run(
-            &mut rt,
-            &kernel("double"),
-            vec![dev_arg(1 << 20, 4, Access::Read, id(1)), host(&mut out, Access::Write)],
-            &[],
-        )
-        .unwrap_err();
-        assert!(err.message().contains("not a live allocation"), "{err}");
-        assert_eq!(rt.sim.arena().used(), 0, "the scratch of refused runs is freed");
-        // Still usable.
-        let mut a = vec![2.0f32; 4];
-        run(&mut rt, &kernel("double"), vec![host(&mut a, Access::Read), host(&mut out, Access::Write)], &[])
-            .unwrap();
-        assert_eq!(out, vec![4.0; 4]);
-    }
-
-    #[test]
-    fn memory_operations_name_the_chip() {
-        let mut rt = chip(1, &[]);
-        let err = rt.malloc(1 << 30).unwrap_err();
-        assert!(err.message().starts_with("chip 3: out of device memory"), "{err}");
-        assert!(err.message().contains(&(16u64 << 20).to_string()), "{err}");
-        let p = rt.malloc(8).unwrap();
-        assert!(rt.copy_to_device(p, &[0; 9]).unwrap_err().message().starts_with("chip 3: "));
-        assert!(rt.copy_from_device(p + 4, &mut [0; 8]).is_err());
-        rt.free(p).unwrap();
-        let err = rt.free(p).unwrap_err();
-        assert!(err.message().starts_with("chip 3: ") && err.message().contains("double free"), "{err}");
-    }
-
-    #[test]
-    fn host_scratch_counts_against_device_memory() {
-        let cfg = ChipConfig { chip_id: 0, memory_bytes: 4096, cores: 1 };
-        let mut reg = Registry::new(4);
-        let k = kernel("double");
-        reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
-        let mut rt = ChipRuntime::new(cfg, reg).unwrap();
-        let mut a = vec![1.0f32; 1024];
-        let mut out = vec![0.0f32; 1024];
-        let err = run(&mut rt, &k, vec![host(&mut a, Access::Read), host(&mut out, Access::Write)], &[])
-            .unwrap_err();
-        assert!(
-            err.message().contains("device scratch") && err.message().contains("out of device memory"),
-            "{err}"
-        );
-        assert_eq!(rt.sim.arena().used(), 0, "the first scratch block was freed");
-    }
-
-    /// `tmp = a + b` on core 0, then `out = 2 * tmp` on core 1: read-after-write across cores
-    /// through the device intermediate passed as tensor 3.
-    fn pipeline(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        let t = |i| args.tensor(i).expect("four tensors");
-        let mut first = TaskArgs::new();
-        first.input(t(0))?.input(t(1))?.output(t(3))?;
-        orch.submit_next_level(&h("vadd"), first, cfg.clone(), 0)?;
-        let mut second = TaskArgs::new();
-        second.input(t(3))?.output(t(2))?;
-        orch.submit_next_level(&h("double"), second, cfg.clone(), 1)?;
-        Ok(())
-    }
-
-    #[test]
-    fn chip_orchestration_chains_kernels_across_cores() {
-        let plan = ChipFn::orchestration("pipeline", pipeline);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let n = 4096usize;
-        let mut a: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let mut b = vec![1.0f32; n];
-        let mut out = vec![0.0f32; n];
-        let tmp = device(&mut rt, &vec![-100.0; n]);
-        run(
-            &mut rt,
-            &plan,
-            vec![
-                host(&mut a, Access::Read),
-                host(&mut b, Access::Read),
-                host(&mut out, Access::Write),
-                dev_arg(tmp, n as u32, Access::ReadWrite, id(9)),
-            ],
-            &[],
-        )
-        .unwrap();
-        assert!(out.iter().enumerate().all(|(i, v)| *v == 2.0 * (i as f32 + 1.0)), "pipeline result");
-        assert_eq!(read_device(&rt, tmp, 3), vec![1.0, 2.0, 3.0]);
-    }
-
-    /// As [`pipeline`], with the intermediate from `orch.alloc`.
-    fn pipeline_alloc(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        let t = |i| args.tensor(i).expect("three tensors");
-        let tmp = orch.alloc(t(0).view().shape(), DataType::Float32)?;
-        let mut first = TaskArgs::new();
-        first.input(t(0))?.input(t(1))?.output(&tmp)?;
-        orch.submit_next_level(&h("vadd"), first, cfg.clone(), 1)?;
-        let mut second = TaskArgs::new();
-        second.input(&tmp)?.output(t(2))?;
-        orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
-        Ok(())
-    }
-
-    #[test]
-    fn chip_orchestration_intermediates_from_orch_alloc() {
-        let plan = ChipFn::orchestration("pipeline_alloc", pipeline_alloc);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let mut a = vec![1.0f32; 256];
-        let mut b = vec![2.0f32; 256];
-        let mut out = vec![0.0f32; 256];
-        for _ in 0..3 {
-            run(
-                &mut rt,
-                &plan,
-                vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)],
-                &[],
-            )
-            .unwrap();
-            assert_eq!(out, vec![6.0; 256]);
-            assert_eq!(rt.sim.arena().used(), 0, "the intermediate and the scratch were freed");
-            out.fill(0.0);
-        }
-    }
-
-    /// Allocates an intermediate of `scalar 0` f32 and checks where it lives.
-    fn alloc_sized(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        let n = u32::try_from(args.scalars[0]).expect("a small count");
-        let tmp = orch.alloc(&[n], DataType::Float32)?;
-        let Backing::Device { chip, .. } = tmp.desc().backing() else {
-            return Err(Error::invalid(format!("orch.alloc on a chip gave {:?}", tmp.desc().backing())));
-        };
-        assert_eq!(chip, CHIP, "the intermediate is this chip's memory");
-        let mut a = TaskArgs::new();
-        a.output(&tmp)?;
-        orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
-        Ok(())
-    }
-
-    /// `steps` scopes in a row, each with a 4 MiB intermediate that one kernel fills: together
-    /// they need more than the chip's 16 MiB, so each waits for the previous one to be freed.
-    fn alloc_in_turn(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        for _ in 0..args.scalars[0] {
-            orch.scope(|orch| {
-                let tmp = orch.alloc(&[1 << 20], DataType::Float32)?;
-                let mut a = TaskArgs::new();
-                a.output(&tmp)?;
-                orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn orch_alloc_inside_a_chip_takes_device_memory() {
-        let sized = ChipFn::orchestration("alloc_sized", alloc_sized);
-        let in_turn = ChipFn::orchestration("alloc_in_turn", alloc_in_turn);
-        let mut rt = chip(1, &[sized.clone(), in_turn.clone()]);
-        run(&mut rt, &sized, vec![], &[1024]).unwrap();
-        assert_eq!(rt.sim.arena().used(), 0, "freed when the run ended");
-
-        // More than the chip has: refused at once, naming the chip and its memory.
-        let err = run(&mut rt, &sized, vec![], &[8 << 20]).unwrap_err();
-        assert!(
-            err.message().contains("orch.alloc on chip 3") && err.message().contains("out of device memory"),
-            "{err}"
-        );
-
-        // Device memory a caller holds leaves less for intermediates.
-        let held = rt.malloc(14 << 20).unwrap();
-        rt.engine.cfg.backpressure_timeout = std::time::Duration::from_millis(200);
-        let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-        assert!(
-            err.message().contains("out of device memory on chip 3") && err.message().contains("chip_memory"),
-            "{err}"
-        );
-        rt.free(held).unwrap();
-
-        // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
-        run(&mut rt, &in_turn, vec![], &[5]).unwrap();
-        assert_eq!(rt.sim.arena().used(), 0);
-    }
-
-    /// Two independent kernels, one per core, that must overlap in time.
-    fn side_by_side(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        for core in 0..2u32 {
-            let mut a = TaskArgs::new();
-            a.output(args.tensor(core as usize).unwrap())?;
-            orch.submit_next_level(&h("rendezvous"), a, cfg.clone(), core)?;
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn independent_kernels_run_concurrently_on_two_cores() {
-        let plan = ChipFn::orchestration("side_by_side", side_by_side);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let (mut w0, mut w1) = (vec![u32::MAX; 4], vec![u32::MAX; 4]);
-        let view = TensorView::new(0, &[4], None, DataType::Uint32).unwrap();
-        let arg = |v: &mut Vec<u32>| {
-            ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access: Access::Write })
-        };
-        run(&mut rt, &plan, vec![arg(&mut w0), arg(&mut w1)], &[]).unwrap();
-        assert_eq!((w0, w1), (vec![0; 4], vec![1; 4]), "each kernel ran on its own core");
-    }
-
-    /// Submits `kernel` (scalar 0 names it: 0 fail, 1 panic) on core 1, then a dependent
-    /// `double` on core 0.
-    fn failing_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        let which = if args.scalar_at(0) == Some(0) { "fail_kernel" } else { "panic_kernel" };
-        let x = args.tensor(0).unwrap();
-        let mut first = TaskArgs::new();
-        first.inout(x)?;
-        orch.submit_next_level(&h(which), first, cfg.clone(), 1)?;
-        let mut second = TaskArgs::new();
-        second.input(x)?.output(args.tensor(1).unwrap())?;
-        orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
-        Ok(())
-    }
-
-    #[test]
-    fn failing_and_panicking_kernels_give_clear_errors() {
-        let plan = ChipFn::orchestration("failing_plan", failing_plan);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let mut x = vec![1.0f32; 8];
-        let mut y = vec![5.0f32; 8];
-        for (f, what) in
-            [(kernel("fail_kernel"), "kernel says no"), (kernel("panic_kernel"), "panicked: kernel exploded")]
-        {
-            let err = run(&mut rt, &f, vec![host(&mut x, Access::ReadWrite)], &[]).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::TaskFailed);
-            assert!(err.message().contains(what), "{err}");
-            assert!(
-                err.message().contains(&format!("`{}`", f.name())) && err.message().contains("chip 3"),
-                "{err}"
-            );
-        }
-        for (which, what) in [(0u64, "kernel says no"), (1, "panicked: kernel exploded")] {
-            let err = run(
-                &mut rt,
-                &plan,
-                vec![host(&mut x, Access::ReadWrite), host(&mut y, Access::Write)],
-                &[which],
-            )
-            .unwrap_err();
-            assert!(err.message().contains(what), "{err}");
-            assert!(err.message().contains("chip orchestration `failing_plan` on chip 3"), "{err}");
-            assert_eq!(y, vec![5.0; 8], "host outputs untouched by a failed run");
-        }
-        assert_eq!(rt.sim.arena().used(), 0);
-        // Still usable, cores included.
-        let ok = ChipFn::orchestration("pipeline", pipeline);
-        rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
-        let tmp = rt.malloc(32).unwrap();
-        run(
-            &mut rt,
-            &ok,
-            vec![
-                host(&mut x, Access::Read),
-                host(&mut x.clone(), Access::Read),
-                host(&mut y, Access::Write),
-                dev_arg(tmp, 8, Access::ReadWrite, id(4)),
-            ],
-            &[],
-        )
-        .unwrap();
-        assert_eq!(y, vec![4.0; 8]);
-    }
-
-    fn bad_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
-        match args.scalar_at(0) {
-            // An error after a submitted task: the task still settles, the error is returned.
-            Some(0) => {
-                let mut a = TaskArgs::new();
-                a.inout(args.tensor(0).unwrap())?.scalar_f32(1.0);
-                orch.submit_next_level(&h("add_scalar"), a, cfg.clone(), 0)?;
-                Err(Error::invalid("the plan gives up"))
-            }
-            Some(1) => panic!("the plan exploded"),
-            // A kernel that is not registered on the chip.
-            Some(2) => {
-                let stray = ChipFn::kernel("stray", ones).handle();
-                orch.submit_next_level(&stray, TaskArgs::new(), cfg.clone(), 0).map(|_| ())
-            }
-            // A core that does not exist.
-            Some(3) => orch.submit_next_level(&h("ones"), TaskArgs::new(), cfg.clone(), 9).map(|_| ()),
-            // Device memory of another chip.
-            Some(4) => {
-                let desc =
-                    BufferDesc::new(id(77), Backing::Device { ptr: 0, chip: 7 }, Access::ReadWrite, 16)?;
-                let t = Tensor::new(desc, f32_view(4))?;
-                let mut a = TaskArgs::new();
-                a.output(&t)?;
-                orch.submit_next_level(&h("ones"), a, cfg.clone(), 0).map(|_| ())
-            }
-            // An orchestration submitted to a core.
-            _ => orch
-                .submit_next_level(
-                    &ChipFn::orchestration("bad_plan", bad_plan).handle(),
-                    TaskArgs::new(),
-                    cfg.clone(),
-                    0,
-                )
-                .map(|_| ()),
-        }
-    }
-
-    #[test]
-    fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
-        let plan = ChipFn::orchestration("bad_plan", bad_plan);
-        let mut rt = chip(2, std::slice::from_ref(&plan));
-        let mut x = vec![1.0f32; 4];
-        let mut go = |rt: &mut ChipRuntime, case: u64| {
-            run(rt, &plan, vec![host(&mut x, Access::ReadWrite)], &[case]).unwrap_err()
-        };
-        let err = go(&mut rt, 0);
-        assert!(
-            err.message().contains("chip orchestration `bad_plan` on chip 3: the plan gives up"),
-            "{err}"
-        );
-        let err = go(&mut rt, 1);
-        assert!(err.message().contains("panicked: the plan exploded"), "{err}");
-        let err = go(&mut rt, 2);
-        assert_eq!(err.kind(), ErrorKind::Callable);
-        assert!(err.message().contains("`stray`") && err.message().contains("not registered"), "{err}");
-        let err = go(&mut rt, 3);
-        assert!(err.message().contains("worker id 9"), "{err}");
-        let err = go(&mut rt, 4);
-        assert!(err.message().contains("chip 7"), "{err}");
-        let err = go(&mut rt, 5);
-        assert!(err.message().contains("only kernels run on a core"), "{err}");
-        assert_eq!(x, vec![1.0; 4], "no failed run copied back");
-        assert_eq!(rt.sim.arena().used(), 0);
-        let mut y = vec![0.0f32; 4];
-        run(&mut rt, &kernel("double"), vec![host(&mut x, Access::Read), host(&mut y, Access::Write)], &[])
-            .unwrap();
-        assert_eq!(y, vec![2.0; 4]);
-    }
-
-    #[test]
-    fn unknown_callables_and_registration() {
-        let mut rt = chip(1, &[]);
-        let stray = ChipFn::kernel("stray", ones);
-        let err = run(&mut rt, &stray, Vec::new(), &[]).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Callable);
-        assert!(
-            err.message().starts_with("UNKNOWN_CALLABLE: ")
-                && err.message().ends_with("not registered on chip 3"),
-            "{err}"
-        );
-        let d = stray.handle().digest();
-        assert!(!rt.contains(&d));
-        assert_eq!(rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap(), 8);
-        assert_eq!(rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap(), 8, "refcounted");
-        assert!(rt.contains(&d));
-        let mut out = vec![0.0f32; 2];
-        run(&mut rt, &stray, vec![host(&mut out, Access::Write)], &[]).unwrap();
-        assert_eq!(out, vec![1.0; 2]);
-        assert!(!rt.release(&d).unwrap());
-        assert!(rt.release(&d).unwrap());
-        assert!(!rt.contains(&d));
-        assert!(!rt.engine.callables.read().unwrap().contains_key(&d));
-        assert!(rt.release(&d).is_err());
-        // A digest that does not match its descriptor.
-        assert!(rt.install(d, kernel("ones").descriptor().bytes(), stray).is_err());
-    }
-
-    #[test]
-    fn shutdown_stops_runs_but_not_memory_operations() {
-        let mut rt = chip(4, &[]);
-        rt.shutdown();
-        rt.shutdown();
-        let err = run(&mut rt, &kernel("ones"), Vec::new(), &[]).unwrap_err();
-        assert!(err.message().contains("shut down"), "{err}");
-        let p = rt.malloc(64).unwrap();
-        rt.free(p).unwrap();
-        drop(rt); // and dropping after shutdown is fine
-        drop(chip(3, &[])); // as is dropping without one
-    }
-
-    #[test]
-    fn runtime_and_backend_can_move_between_threads() {
-        fn send<T: Send>() {}
-        fn sync<T: Sync>() {}
-        send::<ChipRuntime>();
-        send::<SimChip>();
-        sync::<SimChip>();
-        send::<ChipFn>();
-        sync::<ChipFn>();
-    }
-
-    #[test]
-    fn a_bad_configuration_is_an_error() {
-        let cfg = ChipConfig { chip_id: 1, memory_bytes: 1 << 20, cores: 0 };
-        let err = ChipRuntime::new(cfg, Registry::new(1)).unwrap_err();
-        assert!(err.message().starts_with("chip 1: ") && err.message().contains("cores"), "{err}");
-        let cfg = ChipConfig { chip_id: 1, memory_bytes: 0, cores: 1 };
-        assert!(ChipRuntime::new(cfg, Registry::new(1)).is_err());
-    }
-}
+mod tests;

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use crate::data::dtype::{DataType, Element};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::error::{Error, Result};
-use crate::ipc::mem::{as_bytes, as_bytes_mut};
-use crate::ipc::shm::PosixShm;
+use crate::sys::mem::{as_bytes, as_bytes_mut};
+use crate::sys::shm::PosixShm;
+pub use crate::sys::shm::ShmName;
 
 /// The canonical identity of a buffer: invariant across every process and level it travels to.
 ///
@@ -180,103 +181,6 @@ impl Access {
             2 => Ok(Access::ReadWrite),
             _ => Err(Error::decode(format!("unknown access {v} (known: 0..=2)"))),
         }
-    }
-}
-
-/// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
-pub(crate) const SHM_NAME_MAX: usize = 31;
-
-/// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
-///
-/// ```
-/// # use simpler::__private::ShmName;
-/// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
-/// assert!(ShmName::new("a/b").is_err());
-/// assert!(ShmName::new("").is_err());
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ShmName {
-    len: u8,
-    bytes: [u8; SHM_NAME_MAX],
-}
-
-impl ShmName {
-    /// Validates and stores a name.
-    ///
-    /// # Errors
-    ///
-    /// An empty name, one longer than [`SHM_NAME_MAX`] bytes, or one holding `/`, a space or
-    /// any byte that is not printable ASCII is an
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
-    ///
-    /// ```
-    /// use simpler::ErrorKind;
-    /// # use simpler::__private::ShmName;
-    /// let name = ShmName::new("sp-42-b7").unwrap();
-    /// assert_eq!(name.to_string(), "sp-42-b7");
-    /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
-    /// assert!(ShmName::new("/leading-slash").is_err());
-    /// ```
-    pub fn new(name: &str) -> Result<ShmName> {
-        ShmName::from_bytes(name.as_bytes())
-    }
-
-    /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
-    /// assert!(ShmName::from_bytes(b"tab\there").is_err());
-    /// assert!(ShmName::from_bytes(&[0xff]).is_err());
-    /// ```
-    pub fn from_bytes(name: &[u8]) -> Result<ShmName> {
-        if name.is_empty() || name.len() > SHM_NAME_MAX {
-            return Err(Error::invalid(format!(
-                "shm name must be 1..={SHM_NAME_MAX} bytes, got {}",
-                name.len()
-            )));
-        }
-        if let Some(bad) = name.iter().find(|b| !b.is_ascii_graphic() || **b == b'/') {
-            return Err(Error::invalid(format!(
-                "shm name may hold only printable ASCII without '/' or space, found byte {bad:#04x}"
-            )));
-        }
-        let mut bytes = [0u8; SHM_NAME_MAX];
-        bytes[..name.len()].copy_from_slice(name);
-        Ok(ShmName { len: name.len() as u8, bytes })
-    }
-
-    /// The name as a string.
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
-    /// ```
-    pub fn as_str(&self) -> &str {
-        // Validated as ASCII at construction.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
-    }
-
-    /// The name as bytes.
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
-    /// ```
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-}
-
-impl fmt::Debug for ShmName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ShmName({:?})", self.as_str())
-    }
-}
-
-impl fmt::Display for ShmName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -206,7 +206,8 @@ pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    /// Only plain old data may be an element (rule R4 of `sys::mem`).
+    pub trait Sealed: crate::sys::mem::Pod {}
 }
 
 macro_rules! element {

@@ -4,6 +4,8 @@
 pub(crate) mod buffer;
 pub(crate) mod call_config;
 pub(crate) mod dtype;
+pub(crate) mod footprint;
+pub(crate) mod host_args;
 pub(crate) mod task_args;
 pub(crate) mod tensor;
 pub(crate) mod wire;

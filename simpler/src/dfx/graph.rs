@@ -6,7 +6,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
-use crate::engine::tensor_map::{Footprints, overlapping, record_writer};
+use crate::data::footprint::{Footprints, overlapping, record_writer};
 
 /// One task of a captured run: the node weight of [`RunDag::graph`].
 ///

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
-use super::registry::{CallableInfo, ParamMode};
+use crate::callable::linked::{CallableInfo, ParamMode};
 use crate::dfx::graph::{EdgeReason, RunDag, TaskNode};
 
 /// Why one task of a [`TaskGraph`] waits for another.

@@ -11,7 +11,6 @@
 pub(crate) mod graph;
 pub(crate) mod place;
 pub mod private;
-pub(crate) mod registry;
 pub(crate) mod typed;
 pub(crate) mod view;
 
@@ -24,17 +23,17 @@ impl Worker {
     /// callables when it drives nested Workers. `init` calls it before forking anything.
     pub(crate) fn register_linked(&mut self) -> Result<()> {
         use crate::callable::identity::CallableKind;
-        for info in registry::CallableInfo::linked() {
-            let what = |e: crate::Error| e.context(format!("registering #[callable] `{}`", info.path));
+        for info in crate::callable::linked::CallableInfo::linked() {
+            let what = |e: crate::error::Error| e.context(format!("registering #[callable] `{}`", info.path));
             match info.kind {
                 CallableKind::HostFn if self.sub_workers() > 0 => {
-                    self.register(info.host_fn()?).map_err(what)?;
+                    self.register(crate::callable::host::HostFn::from_linked(info)?).map_err(what)?;
                 }
-                CallableKind::Chip if self.chips() > 0 || self.level() == crate::Level::Chip => {
-                    self.register_chip(info.chip_fn()?).map_err(what)?;
+                CallableKind::Chip if self.chips() > 0 || self.level() == crate::level::Level::Chip => {
+                    self.register_chip(crate::chip::ChipFn::from_linked(info)?).map_err(what)?;
                 }
-                CallableKind::Orch if self.level() > crate::Level::Node => {
-                    self.register_orch(info.orch_fn()?).map_err(what)?;
+                CallableKind::Orch if self.level() > crate::level::Level::Node => {
+                    self.register_orch(crate::engine::orch_fn::OrchFn::from_linked(info)?).map_err(what)?;
                 }
                 _ => {}
             }

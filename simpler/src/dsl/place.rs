@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use smallvec::SmallVec;
 
-use super::registry::CallableInfo;
+use crate::callable::linked::CallableInfo;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
 use crate::data::tensor::Tensor;
@@ -455,12 +455,11 @@ impl Call<OrchCallable> {
     /// The function to run at the top of a Worker, after the checks a submit makes (tensor
     /// access against the tags; no written tensor overlapping another argument, since two
     /// parameters of one graph naming one buffer would race).
-    fn entry(&self) -> Result<crate::callable::orch::OrchFnPtr> {
+    fn entry(&self) -> Result<crate::engine::orch_fn::OrchFnPtr> {
         crate::engine::orchestrator::check_tensor_args(self.info.handle(), &self.args)?;
-        match self.info.entry {
-            super::registry::Entry::Orchestration(f) => Ok(f),
-            _ => Err(Error::invalid(format!("`{}` is not an orchestration function", self.info.name))),
-        }
+        self.info
+            .entry::<crate::engine::orch_fn::OrchFnPtr>()
+            .ok_or_else(|| Error::invalid(format!("`{}` is not an orchestration function", self.info.name)))
     }
 
     /// Runs this orchestration callable (a `task_graph!` or `#[callable(orch)]`) as one run of
@@ -468,7 +467,7 @@ impl Call<OrchCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::run`](crate::Worker::run).
+    /// As [`Worker::run`](crate::worker::Worker::run).
     ///
     /// ```no_run
     /// use simpler::{callable, task_graph, In, Out, Worker};
@@ -491,7 +490,7 @@ impl Call<OrchCallable> {
     /// worker.close()
     /// # }
     /// ```
-    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+    pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
         let f = self.entry()?;
         worker.run_with(self.options(), f)
     }
@@ -501,7 +500,7 @@ impl Call<OrchCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::submit`](crate::Worker::submit).
+    /// As [`Worker::submit`](crate::worker::Worker::submit).
     ///
     /// ```no_run
     /// # use simpler::{callable, task_graph, In, Out, Worker};
@@ -512,7 +511,7 @@ impl Call<OrchCallable> {
     /// run.wait()?;
     /// # Ok(()) }
     /// ```
-    pub fn submit(self, worker: &crate::Worker) -> Result<crate::RunHandle> {
+    pub fn submit(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
         let f = self.entry()?;
         worker.submit_with(self.options(), f)
     }
@@ -548,7 +547,7 @@ impl Call<ChipCallable> {
     ///
     /// # Errors
     ///
-    /// As [`Worker::run_callable`](crate::Worker::run_callable).
+    /// As [`Worker::run_callable`](crate::worker::Worker::run_callable).
     ///
     /// ```
     /// use simpler::{callable, In, Level, Out, Worker};
@@ -570,7 +569,7 @@ impl Call<ChipCallable> {
     /// chip.close()
     /// # }
     /// ```
-    pub fn run(self, worker: &crate::Worker) -> Result<()> {
+    pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
         worker.run_callable(self.info.handle(), self.args, config_of(self.config))
     }
 }

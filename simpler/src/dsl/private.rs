@@ -5,23 +5,33 @@ use std::error::Error as StdError;
 
 use crate::callable::host::HostResult;
 use crate::data::dtype::Element;
+use crate::data::host_args::HostArgs;
 use crate::data::task_args::TaskArgs;
 use crate::dsl::typed::{Mode, Scalar, TensorOf};
 use crate::dsl::view::{In, InOut, Out};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::host_args::HostArgs;
 
-pub use crate::data::buffer::{Backing, ShmName};
+pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
+pub use crate::data::buffer::Backing;
 pub use crate::dsl::graph::GraphBuilder;
-pub use crate::dsl::registry::{CallableInfo, Entry, Param, ParamMode};
+pub use crate::sys::shm::ShmName;
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.
-// `distributed_slice` places its entries with `#[link_section]`, which the `unsafe_code` lint
-// counts as unsafe; no unsafe block is involved.
-#[allow(unsafe_code)]
-#[linkme::distributed_slice]
-pub static CALLABLES: [CallableInfo];
+pub use crate::callable::linked::CALLABLES;
+
+/// The function-pointer type of each kind of entry point, named by the generated
+/// `CallableInfo` (which holds it type-erased; see `CallableInfo::entry`).
+pub mod entry {
+    /// A host function (`#[callable(sub)]`).
+    pub type Host = crate::callable::host::HostFnPtr;
+    /// A chip kernel (`#[callable(chip)]` without an orchestrator parameter).
+    pub type Kernel = crate::callable::host::HostFnPtr;
+    /// A chip orchestration (`#[callable(chip)]` whose first parameter is the orchestrator).
+    pub type ChipOrchestration = crate::chip::ChipOrchFnPtr;
+    /// An orchestration function (`#[callable(orch)]`, `task_graph!`).
+    pub type Orchestration = crate::engine::orch_fn::OrchFnPtr;
+}
 
 fn arg_error(callable: &str, param: &str, e: Error) -> Box<dyn StdError + Send + Sync> {
     Box::new(e.context(format!("`{callable}` parameter `{param}`")))

@@ -56,11 +56,13 @@ pub(crate) mod testing {
     use std::collections::VecDeque;
     use std::sync::mpsc;
     use std::sync::{Arc, Mutex, MutexGuard};
+
+    use crate::sys::sync;
     use std::thread;
 
     use super::*;
     use crate::engine::scheduler::LaneKind;
-    use crate::ipc::futex::Doorbell;
+    use crate::sys::futex::Doorbell;
 
     /// What a test endpoint does with a task: `Ok` or a failure message.
     pub(crate) type Behaviour =
@@ -164,7 +166,7 @@ pub(crate) mod testing {
 
     impl Endpoint for Logged {
         fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
-            self.log.lock().unwrap_or_else(|e| e.into_inner()).push(Started::new(self.lane, d));
+            sync::lock(&self.log).push(Started::new(self.lane, d));
             self.inner.start(d)
         }
 
@@ -207,7 +209,7 @@ pub(crate) mod testing {
 
     impl ManualControl {
         fn lock(&self) -> MutexGuard<'_, ManualState> {
-            self.state.lock().unwrap_or_else(|e| e.into_inner())
+            sync::lock(&self.state)
         }
 
         /// The task this lane runs now (started and not yet finished by the test).
@@ -235,7 +237,7 @@ pub(crate) mod testing {
 
     impl Endpoint for ManualEndpoint {
         fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = sync::lock(&self.state);
             let s = Started::new(self.lane, d);
             assert!(
                 st.running.is_none() && st.outcomes.is_empty(),
@@ -249,7 +251,7 @@ pub(crate) mod testing {
         }
 
         fn poll(&mut self) -> Option<Outcome> {
-            self.state.lock().unwrap_or_else(|e| e.into_inner()).outcomes.pop_front()
+            sync::lock(&self.state).outcomes.pop_front()
         }
     }
 }

@@ -24,6 +24,7 @@
 //!    the work), so one of them always sees the other.
 
 pub(crate) mod endpoint;
+pub(crate) mod orch_fn;
 pub(crate) mod orchestrator;
 pub(crate) mod ring;
 pub(crate) mod run;
@@ -35,7 +36,7 @@ mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LockResult, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -48,7 +49,8 @@ use crate::engine::scheduler::Scheduler;
 use crate::engine::slot::{HeapBlock, Slot, State};
 use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
+use crate::sys::futex::Doorbell;
+use crate::sys::sync;
 
 /// With every worker busy, a submit runs an inline scheduler pass only once per this many
 /// READY publications.
@@ -180,16 +182,12 @@ impl Drop for KindsWrite<'_> {
 }
 
 impl CallableKinds {
-    pub(crate) fn read(&self) -> LockResult<RwLockReadGuard<'_, HashMap<Digest, CallableKind>>> {
-        self.map.read()
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<Digest, CallableKind>> {
+        sync::read(&self.map)
     }
 
-    pub(crate) fn write(&self) -> LockResult<KindsWrite<'_>> {
-        let generation = &self.generation;
-        match self.map.write() {
-            Ok(map) => Ok(KindsWrite { map, generation }),
-            Err(e) => Err(PoisonError::new(KindsWrite { map: e.into_inner(), generation })),
-        }
+    pub(crate) fn write(&self) -> KindsWrite<'_> {
+        KindsWrite { map: sync::write(&self.map), generation: &self.generation }
     }
 
     /// Changes whenever a write guard is dropped.
@@ -321,7 +319,7 @@ impl Engine {
     }
 
     fn lock_sched(&self) -> std::sync::MutexGuard<'_, Scheduler> {
-        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.sched)
     }
 
     pub(crate) fn doorbell(&self) -> &Doorbell {
@@ -341,12 +339,12 @@ impl Engine {
     /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live.
     pub(crate) fn begin_run(&self, capture: bool) -> Result<Arc<RunState>> {
         let depth = self.cfg.pipeline_depth;
-        let room = || self.runs.lock().unwrap_or_else(|e| e.into_inner()).live.len() < depth;
+        let room = || sync::lock(&self.runs).live.len() < depth;
         if !room() {
             self.drive_until(room, None);
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
-        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut runs = sync::lock(&self.runs);
         let run = match runs.spare.take() {
             Some(mut spare) => match Arc::get_mut(&mut spare) {
                 Some(state) => {
@@ -365,7 +363,7 @@ impl Engine {
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
         {
-            let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut runs = sync::lock(&self.runs);
             if let Some(at) = runs.live.iter().position(|r| Arc::ptr_eq(r, run)) {
                 runs.spare = runs.live.remove(at);
             }
@@ -384,7 +382,7 @@ impl Engine {
 
     /// Live runs (for close).
     pub(crate) fn live_runs(&self) -> Vec<Arc<RunState>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner()).live.iter().cloned().collect()
+        sync::lock(&self.runs).live.iter().cloned().collect()
     }
 
     // ------------------------------------------------------------------ the role
@@ -403,7 +401,7 @@ impl Engine {
             // would dominate the cost of building large graphs.
             let unpassed = self.unpassed.fetch_add(1, Ordering::Relaxed);
             if (self.idle_lanes.load(Ordering::Relaxed) > 0 || unpassed >= INLINE_PASS_EVERY)
-                && let Ok(mut sched) = self.sched.try_lock()
+                && let Some(mut sched) = sync::try_lock(&self.sched)
             {
                 self.role_held.store(true, Ordering::SeqCst);
                 self.unpassed.store(0, Ordering::Relaxed);
@@ -458,7 +456,7 @@ impl Engine {
     /// so a run makes progress even while the background thread stands aside for a waiter).
     pub(crate) fn try_pass(&self) {
         if !self.role_held.load(Ordering::SeqCst)
-            && let Ok(mut sched) = self.sched.try_lock()
+            && let Some(mut sched) = sync::try_lock(&self.sched)
         {
             self.role_held.store(true, Ordering::SeqCst);
             sched.pass(self);
@@ -489,8 +487,8 @@ impl Engine {
                 return false;
             }
             let seen_events = self.events.seq();
-            match self.sched.try_lock() {
-                Ok(mut sched) => {
+            match sync::try_lock(&self.sched) {
+                Some(mut sched) => {
                     self.role_held.store(true, Ordering::SeqCst);
                     let ok = loop {
                         let seen = self.doorbell().seq();
@@ -502,14 +500,14 @@ impl Engine {
                             break false;
                         }
                         if !progressed {
-                            let how = sched.peer_wait(crate::ipc::futex::current_cpu());
+                            let how = sched.peer_wait(crate::sys::futex::current_cpu());
                             self.doorbell().wait_for_peer(seen, deadline, how);
                         }
                     };
                     self.release_role(sched);
                     return ok;
                 }
-                Err(_) => {
+                None => {
                     self.role_wanted.fetch_add(1, Ordering::SeqCst);
                     self.doorbell().ring();
                     let done = cond();
@@ -535,7 +533,7 @@ impl Engine {
             let wanted = self.role_wanted.load(Ordering::SeqCst) > 0;
             if !wanted
                 && self.outstanding()
-                && let Ok(mut sched) = self.sched.try_lock()
+                && let Some(mut sched) = sync::try_lock(&self.sched)
             {
                 {
                     self.role_held.store(true, Ordering::SeqCst);

@@ -31,6 +31,7 @@ use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
 use crate::engine::slot::{HeapBlock, HeapHold, Member, Slot, State, Target, TaskData};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::sync;
 
 /// Scope stack limit, counting the run's outer scope.
 ///
@@ -131,7 +132,7 @@ impl std::fmt::Debug for Orchestrator<'_> {
 
 impl<'a> Orchestrator<'a> {
     pub(crate) fn new(eng: &'a Engine, run: Arc<RunState>) -> Orchestrator<'a> {
-        let mut b = std::mem::take(&mut *eng.orch_spare.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut b = std::mem::take(&mut *sync::lock(&eng.orch_spare));
         let generation = eng.callables.generation();
         if b.checked_generation != generation {
             b.checked.clear();
@@ -462,7 +463,7 @@ impl<'a> Orchestrator<'a> {
         if self.checked.iter().any(|&(d, k)| d == digest && k == want) {
             return Ok(());
         }
-        let known = self.eng.callables.read().unwrap_or_else(|e| e.into_inner()).get(&digest).copied();
+        let known = self.eng.callables.read().get(&digest).copied();
         if known == Some(want) {
             if self.checked.len() >= CHECKED_MAX {
                 self.checked.clear();
@@ -917,8 +918,7 @@ impl<'a> Orchestrator<'a> {
                 }
                 Target::NextLevel(_) => {}
             }
-            let live =
-                self.eng.device_live.lock().unwrap_or_else(|e| e.into_inner()).contains(&t.desc().identity());
+            let live = sync::lock(&self.eng.device_live).contains(&t.desc().identity());
             if !live {
                 return Err(Error::invalid(format!(
                     "{callable}: tensor {i} names device buffer {} of chip {chip}, which was freed (or never allocated by this Worker)",
@@ -1000,7 +1000,7 @@ impl<'a> Orchestrator<'a> {
         if let Some(cap) = &self.run.capture {
             // The DAG records every dependency the tags and deps express, also on tasks that
             // already finished (and left the TensorMap): the same run gives the same DAG.
-            edges = cap.lock().unwrap_or_else(|e| e.into_inner()).edges_for(index, &slot.task().args);
+            edges = sync::lock(cap).edges_for(index, &slot.task().args);
         }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
@@ -1078,7 +1078,7 @@ impl<'a> Orchestrator<'a> {
                 },
                 members: slot.task().args.len() as u32,
             };
-            cap.lock().unwrap_or_else(|e| e.into_inner()).record(node, edges);
+            sync::lock(cap).record(node, edges);
         }
 
         // Step 5: publish.
@@ -1171,7 +1171,7 @@ impl<'a> Orchestrator<'a> {
             checked: std::mem::take(&mut self.checked),
             checked_generation: self.checked_generation,
         };
-        *self.eng.orch_spare.lock().unwrap_or_else(|e| e.into_inner()) = spare;
+        *sync::lock(&self.eng.orch_spare) = spare;
     }
 }
 
@@ -1181,7 +1181,7 @@ pub(crate) fn check_tensor_args(callable: &CallableHandle, args: &TaskArgs) -> R
     for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
         let granted = t.desc().access();
         let needed = tag.access();
-        if *tag != crate::Tag::NoDep && !granted.allows(needed) {
+        if *tag != crate::data::task_args::Tag::NoDep && !granted.allows(needed) {
             return Err(Error::invalid(format!(
                 "{callable}: tensor {i} is tagged {tag:?}, which needs {needed:?} access, but its buffer grants {granted:?}"
             )));
@@ -1191,7 +1191,8 @@ pub(crate) fn check_tensor_args(callable: &CallableHandle, args: &TaskArgs) -> R
     for i in 0..n {
         for j in i + 1..n {
             let (a, b) = (&args.tensors[i], &args.tensors[j]);
-            let writes = |k: usize| args.tags[k].writes() || args.tags[k] == crate::Tag::NoDep;
+            let writes =
+                |k: usize| args.tags[k].writes() || args.tags[k] == crate::data::task_args::Tag::NoDep;
             if (writes(i) || writes(j))
                 && a.desc().identity() == b.desc().identity()
                 && overlap(a.view(), b.view()) != Overlap::None

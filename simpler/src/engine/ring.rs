@@ -15,7 +15,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
-use crate::ipc::mem::SharedRegion;
+use crate::sys::mem::SharedRegion;
+use crate::sys::sync;
 
 /// Every heap allocation is rounded up to this many bytes.
 pub(crate) const HEAP_ALIGN: u64 = 1024;
@@ -116,7 +117,7 @@ impl HeapRing {
                 self.size
             )));
         }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         let start = match (st.blocks.front(), st.blocks.back()) {
             (Some(first), Some(last)) => {
                 let (head, top) = (first.start, last.end);
@@ -147,7 +148,7 @@ impl HeapRing {
 
     /// Marks block `id` released and reclaims the released FIFO prefix. Idempotent.
     pub(crate) fn release(&self, id: u64) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = sync::lock(&self.state);
         let Some(front) = st.blocks.front() else { return };
         let Some(idx) = id.checked_sub(front.id) else { return };
         if let Some(b) = st.blocks.get_mut(idx as usize) {
@@ -161,7 +162,7 @@ impl HeapRing {
     #[cfg(test)] // only tests need it
     /// Bytes currently held by live blocks (for tests and statistics).
     pub(crate) fn used(&self) -> u64 {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = sync::lock(&self.state);
         st.blocks.iter().map(|b| b.end - b.start).sum()
     }
 }

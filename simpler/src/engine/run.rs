@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::dfx::graph::{DagCapture, RunDag};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::sync;
 
 /// Statistics of a finished run, from [`RunHandle::stats`].
 ///
@@ -370,6 +371,6 @@ impl RunHandle {
     /// ```
     pub fn dag(&self) -> Option<RunDag> {
         let cap = self.run.capture.as_ref()?;
-        Some(cap.lock().unwrap_or_else(|e| e.into_inner()).to_dag())
+        Some(sync::lock(cap).to_dag())
     }
 }

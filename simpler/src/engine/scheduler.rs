@@ -17,7 +17,7 @@ use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, ErrorKind};
-use crate::ipc::futex::PeerWait;
+use crate::sys::futex::PeerWait;
 
 /// What kind of worker a lane drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::run::RunState;
 use crate::error::Error;
+use crate::sys::sync;
 
 /// Slot states (upstream `TaskState` numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +192,7 @@ impl Slot {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Links> {
         // A poisoned lock means a panic in engine code while holding it; the data is still
         // consistent at every await point we release it, so keep going.
-        self.links.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.links)
     }
 
     pub(crate) fn task(&self) -> &TaskData {

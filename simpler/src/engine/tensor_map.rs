@@ -1,7 +1,7 @@
 //! The TensorMap: who last wrote which bytes, per run.
 //!
 //! Keyed by (run, buffer identity); each key holds the live writers' view footprints. A lookup
-//! returns every live writer whose footprint overlaps the view (see [`crate::overlap`]), so
+//! returns every live writer whose footprint overlaps the view (see [`overlap`](crate::data::tensor::overlap)), so
 //! disjoint views of one buffer stay independent. An insert drops the entries the new view
 //! covers wholly and keeps partially covered ones (they still wrote some bytes). Keys never match
 //! across runs. The creator of an `orch.alloc` buffer stays under its key with a whole-buffer
@@ -14,43 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::data::buffer::Identity;
-use crate::data::tensor::{Overlap, TensorView, overlap};
+use crate::data::footprint::{Footprint, record_writer};
+use crate::data::tensor::TensorView;
 use crate::engine::slot::Slot;
-
-/// One footprint under a buffer's key: who wrote which bytes.
-pub(crate) struct Footprint<W> {
-    /// `None`: the whole buffer (an allocation's creator, not a writer).
-    pub(crate) view: Option<TensorView>,
-    pub(crate) who: W,
-}
-
-/// The footprints of one buffer.
-pub(crate) type Footprints<W> = SmallVec<[Footprint<W>; 1]>;
-
-/// The writers whose bytes overlap `view` (the rule every lookup follows).
-pub(crate) fn overlapping<'a, W>(
-    entries: &'a [Footprint<W>],
-    view: &'a TensorView,
-) -> impl Iterator<Item = &'a W> {
-    entries.iter().filter(move |e| e.writes_into(view)).map(|e| &e.who)
-}
-
-impl<W> Footprint<W> {
-    /// Whether this footprint is a writer's and overlaps `view`.
-    fn writes_into(&self, view: &TensorView) -> bool {
-        self.view.as_ref().is_some_and(|v| overlap(v, view) != Overlap::None)
-    }
-}
-
-/// Records `who` as the writer of `view`, dropping the footprints it covers wholly and keeping
-/// partially covered ones (they still wrote some bytes).
-pub(crate) fn record_writer<W>(entries: &mut Footprints<W>, view: TensorView, who: W) {
-    entries.retain(|e| match &e.view {
-        None => true,
-        Some(old) => overlap(&view, old) != Overlap::Covered,
-    });
-    entries.push(Footprint { view: Some(view), who });
-}
+use crate::sys::sync;
 
 type Entry = Footprint<Arc<Slot>>;
 
@@ -137,24 +104,24 @@ pub(crate) struct Found {
 impl TensorMap {
     /// Locks the map for one submit's tag walk.
     pub(crate) fn walk(&self) -> Walk<'_> {
-        Walk { map: self.map.lock().unwrap_or_else(|e| e.into_inner()) }
+        Walk { map: sync::lock(&self.map) }
     }
 
     /// True while the allocation `id` of `run` is live (its creator not yet consumed).
     pub(crate) fn has_creator(&self, run: u64, id: Identity) -> bool {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let map = sync::lock(&self.map);
         map.get(&(run, id)).is_some_and(|entries| entries.iter().any(|e| e.view.is_none()))
     }
 
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = sync::lock(&self.map);
         map.entry((run, id)).or_default().push(Entry { view: None, who: slot });
     }
 
     /// Removes every entry still owned by `slot` under the given keys.
     pub(crate) fn erase(&self, run: u64, keys: &[Identity], slot: &Arc<Slot>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = sync::lock(&self.map);
         for id in keys {
             if let Some(entries) = map.get_mut(&(run, *id)) {
                 entries.retain(|e| !Arc::ptr_eq(&e.who, slot));

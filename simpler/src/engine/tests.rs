@@ -35,7 +35,8 @@ use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::slot::{Slot, State, Target, TaskData};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::futex::Doorbell;
+use crate::sys::futex::Doorbell;
+use crate::sys::sync;
 
 /// How long any positive condition may take before the test fails.
 const LONG: Duration = Duration::from_secs(10);
@@ -96,7 +97,7 @@ impl Rig {
         let chip = CallableHandle::new(Digest::of(b"chip_kernel"), CallableKind::Chip, "chip_kernel");
         let host = CallableHandle::new(Digest::of(b"host_fn"), CallableKind::HostFn, "host_fn");
         {
-            let mut reg = eng.callables.write().unwrap();
+            let mut reg = eng.callables.write();
             reg.insert(chip.digest(), CallableKind::Chip);
             reg.insert(host.digest(), CallableKind::HostFn);
         }
@@ -235,7 +236,7 @@ impl Script {
     }
 
     fn lock(&self) -> MutexGuard<'_, ScriptState> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.st)
     }
 
     fn hold(&self, id: u64) {

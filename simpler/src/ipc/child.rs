@@ -1,4 +1,6 @@
-//! The child loops: what a forked SUB worker or chip process runs until shutdown.
+//! The child end of a mailbox: the loop every forked child runs until shutdown, and the
+//! resolver that maps a task's host buffers by identity. What each kind of child serves lives
+//! in `worker::serve` (`sub`, `chip`, `nested`).
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
@@ -10,7 +12,7 @@
 //!     A pointer from [`HostResolver::resolve`] stays valid until the next
 //!     [`HostResolver::trim`], which runs only between tasks and controls.
 //!
-//! Both loops share [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
+//! Every child runs [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
 //! parent runs on another CPU, yield when it shares ours, then futex), then handle shutdown, a
 //! control request, or a task, in that order. Failures are reported in the frame; nothing a
 //! task does can take the loop down (panics are caught).
@@ -19,18 +21,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 
-use crate::callable::host::{HostFn, HostFnPtr};
-use crate::callable::identity::{CallableKind, Descriptor, Digest};
-use crate::callable::registry::Registry;
-use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, BufferDesc, Identity};
-use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
-use crate::ipc::futex::PeerWait;
-use crate::ipc::host_args::{HostArgs, MappedTensor};
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
-use crate::ipc::shm::PosixShm;
+use crate::sys::futex::PeerWait;
+use crate::sys::shm::PosixShm;
 
 /// Control command: install a host function (arg0 = fn address, payload = descriptor).
 pub(crate) const CTRL_REGISTER_FN: u64 = 1;
@@ -92,7 +87,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
             worked = true;
         }
         if let Some(req) = mb.task_request() {
-            mb.set_child_cpu(crate::ipc::futex::current_cpu());
+            mb.set_child_cpu(crate::sys::futex::current_cpu());
             let result = handler.task(&req);
             mb.finish_task(result, parent);
             worked = true;
@@ -102,7 +97,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         } else {
             // The parent usually posts the next task within microseconds of collecting the last
             // result: keep checking while it runs elsewhere, then sleep.
-            let me = crate::ipc::futex::current_cpu();
+            let me = crate::sys::futex::current_cpu();
             let parent_cpu = mb.parent_cpu();
             let elsewhere = me == 0 || parent_cpu == 0 || me != parent_cpu;
             mb.child_doorbell().wait_for_peer(seen, None, PeerWait::from_elsewhere(elsewhere));
@@ -168,7 +163,7 @@ impl HostResolver {
     }
 
     /// `nbytes` bytes at `offset` of a host buffer, as a mutable byte slice.
-    fn bytes(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<&mut [u8], String> {
+    pub(crate) fn bytes(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<&mut [u8], String> {
         offset.checked_add(nbytes).filter(|&e| e <= desc.nbytes()).ok_or_else(|| {
             format!("range {offset}..+{nbytes} is outside the {}-byte host buffer", desc.nbytes())
         })?;
@@ -176,249 +171,5 @@ impl HostResolver {
         // SAFETY: rule C2 — `base` maps at least `desc.nbytes()` bytes (checked by `resolve`),
         // the range was bounds-checked above, and the slice is dropped before the next `trim`.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(offset as usize), nbytes as usize) })
-    }
-}
-
-/// Everything a SUB child needs, captured before the fork.
-pub(crate) struct SubChild {
-    pub(crate) region: Arc<MailboxRegion>,
-    pub(crate) index: usize,
-    pub(crate) registry: Registry<HostFn>,
-    pub(crate) resolver: HostResolver,
-}
-
-impl SubChild {
-    /// Runs the loop until shutdown; returns the exit code.
-    pub(crate) fn run(mut self) -> i32 {
-        let region = self.region.clone();
-        let mb = region.mailbox(self.index);
-        mb.set_child_pid(std::process::id());
-        mb.publish_init(Ok(()));
-        serve(&region, self.index, &mut self)
-    }
-}
-
-impl Serve for SubChild {
-    fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError> {
-        let digest = Digest::from_bytes(req.digest);
-        match req.command {
-            CTRL_REGISTER_FN => {
-                let desc = Descriptor::from_bytes(req.payload)
-                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-                if desc.kind() != CallableKind::HostFn {
-                    return Err(FrameError::new(
-                        ERR_BAD_FRAME,
-                        format!("{digest}: not a host function descriptor"),
-                    ));
-                }
-                // SAFETY: rule C1 — `arg0` is the address of a `HostFnPtr` of this same binary,
-                // taken in the parent this process was forked from.
-                let f: HostFnPtr = unsafe { std::mem::transmute::<usize, HostFnPtr>(req.arg0 as usize) };
-                let host = HostFn::from_parts(f, desc.clone());
-                self.registry
-                    .install(digest, desc.bytes(), host)
-                    .map(u64::from)
-                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))
-            }
-            CTRL_UNREGISTER => self
-                .registry
-                .release(&digest)
-                .map(u64::from)
-                .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
-            other => Err(FrameError::new(
-                ERR_BAD_FRAME,
-                format!("unknown control command {other} for a SUB worker"),
-            )),
-        }
-    }
-
-    fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
-        let digest = Digest::from_bytes(req.digest);
-        let Some(f) = self.registry.get(&digest) else {
-            return Err(FrameError::new(
-                ERR_UNKNOWN_CALLABLE,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on sub worker {}", self.index),
-            ));
-        };
-        let decoded = decode_args(req.args)
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let mut mapped = Vec::with_capacity(decoded.tensors.len());
-        for (i, t) in decoded.tensors.iter().enumerate() {
-            let base = self.resolver.resolve(&t.desc).map_err(|m| {
-                let m = if matches!(t.desc.backing(), Backing::Device { .. }) {
-                    format!("{m}; a host function on a SUB worker cannot use it")
-                } else {
-                    m
-                };
-                FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
-            })?;
-            mapped.push(MappedTensor { base, view: t.view, access: t.desc.access() });
-        }
-        let args = HostArgs::new(mapped, &decoded.scalars, self.index as u32)
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-        match catch_unwind(AssertUnwindSafe(|| f.call(&args))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.to_string())),
-            Err(panic) => {
-                Err(FrameError::new(ERR_TASK, format!("panicked: {}", crate::error::panic_message(&*panic))))
-            }
-        }
-    }
-
-    fn idle(&mut self) {
-        self.resolver.trim();
-    }
-}
-
-/// Everything a chip child needs, captured before the fork. The chip runtime (with its core
-/// threads) is built after the fork, inside the child.
-pub(crate) struct ChipChild {
-    pub(crate) region: Arc<MailboxRegion>,
-    /// Mailbox index of this chip.
-    pub(crate) index: usize,
-    pub(crate) config: ChipConfig,
-    pub(crate) registry: Registry<ChipFn>,
-    pub(crate) resolver: HostResolver,
-}
-
-struct ChipServer {
-    chip: u32,
-    runtime: ChipRuntime,
-    resolver: HostResolver,
-}
-
-impl ChipChild {
-    /// Builds the chip, prepares every snapshot callable, reports ready, and serves until
-    /// shutdown; returns the exit code.
-    pub(crate) fn run(self) -> i32 {
-        let region = self.region.clone();
-        let mb = region.mailbox(self.index);
-        mb.set_child_pid(std::process::id());
-        let chip = self.config.chip_id;
-        let runtime = match ChipRuntime::new(self.config, self.registry) {
-            Ok(rt) => rt,
-            Err(e) => {
-                mb.publish_init(Err(&format!("chip {chip}: {e}")));
-                return 1;
-            }
-        };
-        mb.publish_init(Ok(()));
-        let mut server = ChipServer { chip, runtime, resolver: self.resolver };
-        let code = serve(&region, self.index, &mut server);
-        server.runtime.shutdown();
-        code
-    }
-}
-
-impl ChipServer {
-    fn host_range(payload: &[u8]) -> Result<(BufferDesc, u64, u64), FrameError> {
-        if payload.len() < DESC_SIZE + 16 {
-            return Err(FrameError::new(ERR_BAD_FRAME, "copy request too short".to_string()));
-        }
-        let desc = decode_desc(payload).map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-        let word = |at: usize| u64::from_le_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
-        Ok((desc, word(DESC_SIZE), word(DESC_SIZE + 8)))
-    }
-}
-
-impl Serve for ChipServer {
-    fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError> {
-        let digest = Digest::from_bytes(req.digest);
-        let dev = |e: crate::Error| FrameError::new(ERR_DEVICE, e.to_string());
-        match req.command {
-            CTRL_REGISTER_CHIP => {
-                let desc = Descriptor::from_bytes(req.payload)
-                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-                if desc.kind() != CallableKind::Chip {
-                    return Err(FrameError::new(
-                        ERR_BAD_FRAME,
-                        format!("{digest}: not a chip callable descriptor"),
-                    ));
-                }
-                // Rule C1: the address is a fn pointer of this binary (checked against the
-                // descriptor's sub-kind by `from_parts`).
-                let f = ChipFn::from_parts(req.arg0, desc.clone())
-                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-                self.runtime
-                    .install(digest, desc.bytes(), f)
-                    .map(u64::from)
-                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))
-            }
-            CTRL_UNREGISTER => self
-                .runtime
-                .release(&digest)
-                .map(u64::from)
-                .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
-            CTRL_MALLOC => self.runtime.malloc(req.arg0).map_err(dev),
-            CTRL_FREE => self.runtime.free(req.arg0).map(|()| 0).map_err(dev),
-            CTRL_COPY_TO => {
-                let (desc, off, n) = Self::host_range(&req.payload)?;
-                let src = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
-                self.runtime.copy_to_device(req.arg0, src).map(|()| 0).map_err(dev)
-            }
-            CTRL_COPY_FROM => {
-                let (desc, off, n) = Self::host_range(&req.payload)?;
-                let dst = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
-                self.runtime.copy_from_device(req.arg0, dst).map(|()| 0).map_err(dev)
-            }
-            other => Err(FrameError::new(
-                ERR_BAD_FRAME,
-                format!("unknown control command {other} for chip {}", self.chip),
-            )),
-        }
-    }
-
-    fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
-        let digest = Digest::from_bytes(req.digest);
-        let decoded = decode_args(req.args)
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let config = decode_config(req.config)
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let mut args = Vec::with_capacity(decoded.tensors.len());
-        for (i, t) in decoded.tensors.iter().enumerate() {
-            let access = t.desc.access();
-            match t.desc.backing() {
-                Backing::Device { ptr, chip } => {
-                    if chip != self.chip {
-                        return Err(FrameError::new(
-                            ERR_BAD_FRAME,
-                            format!("tensor {i}: device memory of chip {chip} sent to chip {}", self.chip),
-                        ));
-                    }
-                    args.push(ChipArg::Device {
-                        ptr,
-                        view: t.view,
-                        access,
-                        identity: t.desc.identity(),
-                        nbytes: t.desc.nbytes(),
-                    });
-                }
-                _ => {
-                    let base = self
-                        .resolver
-                        .resolve(&t.desc)
-                        .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
-                    args.push(ChipArg::Host(MappedTensor { base, view: t.view, access }));
-                }
-            }
-        }
-        if !self.runtime.contains(&digest) {
-            return Err(FrameError::new(
-                ERR_UNKNOWN_CALLABLE,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
-            ));
-        }
-        match catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.message().to_string())),
-            Err(panic) => Err(FrameError::new(
-                ERR_TASK,
-                format!("chip runtime panicked: {}", crate::error::panic_message(&*panic)),
-            )),
-        }
-    }
-
-    fn idle(&mut self) {
-        self.resolver.trim();
     }
 }

@@ -6,7 +6,7 @@ use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
 use crate::ipc::mailbox::MailboxRegion;
-use crate::ipc::process::ExitBoard;
+use crate::sys::process::ExitBoard;
 
 /// Drives one child through its mailbox's task frame.
 pub(crate) struct MailboxEndpoint {
@@ -30,7 +30,7 @@ impl MailboxEndpoint {
 impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
         let mb = self.region.mailbox(self.index);
-        mb.set_parent_cpu(crate::ipc::futex::current_cpu());
+        mb.set_parent_cpu(crate::sys::futex::current_cpu());
         tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, "post task");
         mb.post_task(d.callable.digest().as_bytes(), |config, payload| {
             // `post_task` hands over a zeroed config, which is the default config's encoding.

@@ -7,6 +7,7 @@ use crate::data::dtype::DataType;
 use crate::data::wire::{DESC_SIZE, encode_desc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP};
+use crate::sys::sync;
 use crate::worker::{Live, Phase, Worker};
 
 impl Worker {
@@ -128,7 +129,7 @@ impl Worker {
             })?;
         let id = live.engine.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let identity = Identity::new(live.engine.nonce, id, 1)?;
-        live.engine.device_live.lock().unwrap_or_else(|e| e.into_inner()).insert(identity);
+        sync::lock(&live.engine.device_live).insert(identity);
         Buffer::device(identity, worker, ptr, nbytes)
     }
 
@@ -249,7 +250,7 @@ impl Worker {
                 format!("Worker.free: device buffer {} was already freed", buf.desc().identity()),
             ));
         }
-        live.engine.device_live.lock().unwrap_or_else(|e| e.into_inner()).remove(&buf.desc().identity());
+        sync::lock(&live.engine.device_live).remove(&buf.desc().identity());
         live.control(mbox, &format!("chip {chip}"), |mb| mb.post_control(CTRL_FREE, ptr, &[0; 32], &[]))
             .map(|_| ())
             .map_err(|e| Error::new(e.kind(), format!("Worker.free: {}", e.message())))

@@ -9,10 +9,11 @@ use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, Buffer, Identity};
 use crate::data::call_config::CallConfig;
+use crate::data::host_args::MappedTensor;
 use crate::data::task_args::TaskArgs;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
-use crate::ipc::host_args::MappedTensor;
+use crate::sys::sync;
 use crate::worker::{Phase, Worker};
 
 /// The state of an initialized L2 Worker.
@@ -38,7 +39,7 @@ impl ChipLive {
     }
 
     fn runtime(&self) -> std::sync::MutexGuard<'_, ChipRuntime> {
-        self.runtime.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.runtime)
     }
 
     pub(super) fn shutdown(&self) {
@@ -53,12 +54,12 @@ impl ChipLive {
     pub(super) fn malloc(&self, nbytes: u64) -> Result<Buffer> {
         let ptr = self.runtime().malloc(nbytes)?;
         let id = Identity::new(self.nonce, self.next_buffer_id.fetch_add(1, Ordering::Relaxed), 1)?;
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        sync::lock(&self.live).insert(id);
         Buffer::device(id, 0, ptr, nbytes)
     }
 
     pub(super) fn free(&self, buf: &Buffer, ptr: u64) -> Result<()> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&buf.desc().identity());
+        sync::lock(&self.live).remove(&buf.desc().identity());
         self.runtime().free(ptr)
     }
 
@@ -74,15 +75,14 @@ impl ChipLive {
     }
 
     fn run(&self, callable: &CallableHandle, args: &TaskArgs, config: &CallConfig) -> Result<()> {
-        let mut resolver = self.resolver.lock().unwrap_or_else(|e| e.into_inner());
+        let mut resolver = sync::lock(&self.resolver);
         crate::engine::orchestrator::check_tensor_args(callable, args)?;
         let mut chip_args = Vec::with_capacity(args.tensor_count());
         for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
             let access = tag.access();
             match t.desc().backing() {
                 Backing::Device { ptr, chip } => {
-                    let live =
-                        self.live.lock().unwrap_or_else(|e| e.into_inner()).contains(&t.desc().identity());
+                    let live = sync::lock(&self.live).contains(&t.desc().identity());
                     if chip != 0 || !live {
                         return Err(Error::invalid(format!(
                             "{callable}: tensor {i} names device memory this chip does not hold (freed, or from another Worker)"
@@ -106,7 +106,7 @@ impl ChipLive {
         }
         let result = self.runtime().run(&callable.digest(), chip_args, args.scalars(), config);
         drop(resolver);
-        self.resolver.lock().unwrap_or_else(|e| e.into_inner()).trim();
+        sync::lock(&self.resolver).trim();
         result
     }
 }

@@ -9,29 +9,33 @@ use std::time::{Duration, Instant};
 
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
-use crate::callable::orch::OrchFn;
 use crate::callable::registry::Registry;
 use crate::chip::{ChipConfig, ChipFn};
 use crate::data::buffer::{Buffer, Identity, ShmName};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
+use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, ChipChild, HostResolver, SubChild};
+use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, HostResolver};
 use crate::ipc::endpoint::MailboxEndpoint;
-use crate::ipc::futex::Doorbell;
 use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
-use crate::ipc::process::{Monitor, fork_child};
-use crate::ipc::shm::PosixShm;
 use crate::level::Level;
+use crate::sys::futex::Doorbell;
+use crate::sys::process::{Monitor, fork_child};
+use crate::sys::shm::PosixShm;
+use crate::sys::sync;
+use crate::worker::serve::chip::ChipChild;
+use crate::worker::serve::sub::SubChild;
 
 mod chips;
 mod l2;
 mod nested;
 mod options;
+mod serve;
 
 pub use options::RunOptions;
 
@@ -632,11 +636,7 @@ impl Worker {
     fn record(&mut self, handle: &CallableHandle) {
         self.handles.insert(handle.digest(), handle.clone());
         if let Phase::Ready(live) = &self.phase {
-            live.engine
-                .callables
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(handle.digest(), handle.kind());
+            live.engine.callables.write().insert(handle.digest(), handle.kind());
         }
     }
 
@@ -728,7 +728,7 @@ impl Worker {
         if freed {
             self.handles.remove(&digest);
             if let Phase::Ready(live) = &self.phase {
-                live.engine.callables.write().unwrap_or_else(|e| e.into_inner()).remove(&digest);
+                live.engine.callables.write().remove(&digest);
             }
         }
         Ok(())
@@ -826,7 +826,7 @@ impl Worker {
                     SubChild { region: region.clone(), index: i, registry: self.registry.clone(), resolver };
                 fork_child(move || child.run())
             } else if nested {
-                let child = nested::NestedChild {
+                let child = serve::nested::NestedChild {
                     region: region.clone(),
                     index: i,
                     id: (i - n_sub) as u32,
@@ -910,7 +910,7 @@ impl Worker {
             .collect();
         engine.attach_lanes(lanes);
         {
-            let mut known = engine.callables.write().unwrap_or_else(|e| e.into_inner());
+            let mut known = engine.callables.write();
             for (d, h) in &self.handles {
                 known.insert(*d, h.kind());
             }
@@ -1123,7 +1123,7 @@ impl Worker {
                  submit tasks through the Orchestrator instead",
             ));
         }
-        let _building = eng.building.lock().unwrap_or_else(|e| e.into_inner());
+        let _building = sync::lock(&eng.building);
         // Only once this thread builds (not while it queues behind another builder).
         let intent = will_wait.then(|| eng.announce_waiter());
         eng.builder.store(me, Release);
@@ -1339,7 +1339,7 @@ impl Live {
     /// Sends one control request to mailbox `i` and waits for the reply (serialized with every
     /// other control of this Worker).
     fn control(&self, i: usize, who: &str, post: impl Fn(Mailbox<'_>) -> Result<()>) -> Result<u64> {
-        let _one_at_a_time = self.control_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one_at_a_time = sync::lock(&self.control_lock);
         if let Some(how) = self.monitor.board.exit_of(i) {
             return Err(Error::new(
                 ErrorKind::WorkerDied,

@@ -1,0 +1,228 @@
+//! The link-time registry of `#[callable]` items.
+//!
+//! Every `#[callable]` (and every `task_graph!`) adds one [`CallableInfo`] to a distributed
+//! slice that the linker gathers from all crates of the binary. Any process of the binary —
+//! the parent, a forked SUB worker, a chip child, a nested Worker — finds a callable by its
+//! digest there, without a registration message. A Worker registers every linked callable that
+//! it can run when it starts ([`Worker::init`](crate::Worker::init)).
+
+use std::any::Any;
+use std::sync::OnceLock;
+
+use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The descriptor payload format of `#[callable]` items (run-time registrations use 1).
+pub(crate) const MACRO_PAYLOAD_FORMAT_VERSION: u32 = 2;
+
+/// How a callable parameter is passed.
+///
+/// ```
+/// use simpler::__private::ParamMode;
+/// assert!(ParamMode::InOut.writes() && ParamMode::InOut.reads());
+/// assert!(!ParamMode::Scalar.is_tensor());
+/// assert_eq!(ParamMode::Out as u32, 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ParamMode {
+    /// An `In<T>` tensor: read.
+    In = 1,
+    /// An `Out<T>` tensor: written, its earlier contents ignored.
+    Out = 2,
+    /// An `InOut<T>` tensor: read and written.
+    InOut = 3,
+    /// A scalar.
+    Scalar = 4,
+}
+
+impl ParamMode {
+    /// Whether the parameter is a tensor.
+    ///
+    /// ```
+    /// assert!(simpler::__private::ParamMode::In.is_tensor());
+    /// ```
+    pub const fn is_tensor(self) -> bool {
+        !matches!(self, ParamMode::Scalar)
+    }
+
+    /// Whether the callable reads the tensor.
+    ///
+    /// ```
+    /// assert!(!simpler::__private::ParamMode::Out.reads());
+    /// ```
+    pub const fn reads(self) -> bool {
+        matches!(self, ParamMode::In | ParamMode::InOut)
+    }
+
+    /// Whether the callable writes the tensor.
+    ///
+    /// ```
+    /// assert!(simpler::__private::ParamMode::Out.writes());
+    /// ```
+    pub const fn writes(self) -> bool {
+        matches!(self, ParamMode::Out | ParamMode::InOut)
+    }
+}
+
+/// One parameter of a `#[callable]`'s signature.
+///
+/// ```
+/// use simpler::{callable, In, Out};
+/// use simpler::__private::ParamMode;
+///
+/// #[callable(sub)]
+/// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
+///     for (o, i) in y.iter_mut().zip(x.iter()) {
+///         *o = k * i;
+///     }
+/// }
+/// let p = &scale::PARAMS;
+/// assert_eq!((p[0].name, p[0].mode, p[0].ty), ("x", ParamMode::In, "f32"));
+/// assert_eq!((p[2].name, p[2].mode, p[2].ty), ("k", ParamMode::Scalar, "f32"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The parameter's name.
+    pub name: &'static str,
+    /// How it is passed.
+    pub mode: ParamMode,
+    /// The element type of a tensor, or the scalar type.
+    pub ty: &'static str,
+}
+
+/// The link-time registry: one [`CallableInfo`] per `#[callable]` and `task_graph!` of every
+/// crate linked into the binary (re-exported to generated code as `__private::CALLABLES`).
+// `distributed_slice` places its entries with `#[link_section]`, which the `unsafe_code` lint
+// counts as unsafe; no unsafe block is involved.
+#[allow(unsafe_code)]
+#[linkme::distributed_slice]
+pub static CALLABLES: [CallableInfo];
+
+/// Everything the macros know of one callable: identity, signature and entry point.
+///
+/// `#[callable]` generates one as `<name>::INFO`, with the canonical descriptor and its digest
+/// computed at compile time, and records it in the link-time registry.
+///
+/// ```
+/// use simpler::{callable, CallableKind, Digest, In, Out};
+///
+/// #[callable(chip)]
+/// fn copy(a: In<u8>, mut b: Out<u8>) {
+///     b.copy_from_slice(&a);
+/// }
+/// let info = &copy::INFO;
+/// assert_eq!(info.name, "copy");
+/// assert_eq!(info.kind, CallableKind::Chip);
+/// assert_eq!(info.digest, Digest::of(info.descriptor));
+/// assert_eq!(copy::DIGEST, info.digest);
+/// assert!(simpler::__private::CallableInfo::find(info.digest).is_some());
+/// ```
+#[derive(Debug)]
+pub struct CallableInfo {
+    /// The function's name.
+    pub name: &'static str,
+    /// Its path as the descriptor records it: `crate::name`.
+    pub path: &'static str,
+    /// Its kind.
+    pub kind: CallableKind,
+    /// The canonical descriptor bytes (see the book's descriptor reference).
+    pub descriptor: &'static [u8],
+    /// sha256 of [`descriptor`](CallableInfo::descriptor), computed by the macro.
+    pub digest: Digest,
+    /// The signature, in order.
+    pub params: &'static [Param],
+    /// What it runs: a function pointer whose type depends on the kind. This layer does not
+    /// name those types (an orchestration's names the engine's `Orchestrator`); the layer that
+    /// runs each kind takes it back with [`entry`](CallableInfo::entry).
+    entry: &'static (dyn Any + Send + Sync),
+    handle: OnceLock<CallableHandle>,
+}
+
+impl CallableInfo {
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub const fn __new(
+        name: &'static str,
+        path: &'static str,
+        kind: CallableKind,
+        descriptor: &'static [u8],
+        digest: [u8; 32],
+        params: &'static [Param],
+        entry: &'static (dyn Any + Send + Sync),
+    ) -> CallableInfo {
+        CallableInfo {
+            name,
+            path,
+            kind,
+            descriptor,
+            digest: Digest::from_bytes(digest),
+            params,
+            entry,
+            handle: OnceLock::new(),
+        }
+    }
+
+    /// The handle tasks name it by (the same as the one a Worker's registration returns).
+    ///
+    /// ```
+    /// # use simpler::{callable, In};
+    /// # #[callable(sub)] fn look(x: In<f32>) { let _ = x; }
+    /// let h = look::INFO.handle();
+    /// assert_eq!((h.name(), h.digest()), ("look", look::DIGEST));
+    /// ```
+    #[inline]
+    pub fn handle(&self) -> &CallableHandle {
+        self.handle.get_or_init(|| CallableHandle::new(self.digest, self.kind, self.name))
+    }
+
+    /// Every `#[callable]` linked into this binary.
+    ///
+    /// ```
+    /// # use simpler::callable;
+    /// # #[callable(sub)] fn listed() {}
+    /// assert!(simpler::__private::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
+    /// ```
+    pub fn linked() -> &'static [CallableInfo] {
+        &CALLABLES
+    }
+
+    /// The linked callable whose digest is `digest`, if any.
+    ///
+    /// ```
+    /// # use simpler::callable;
+    /// # #[callable(sub)] fn found() {}
+    /// assert_eq!(simpler::__private::CallableInfo::find(found::DIGEST).unwrap().name, "found");
+    /// assert!(simpler::__private::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
+    /// ```
+    pub fn find(digest: Digest) -> Option<&'static CallableInfo> {
+        Self::linked().iter().find(|c| c.digest == digest)
+    }
+
+    /// The entry point as a function pointer of type `F`, if it is one.
+    pub(crate) fn entry<F: Copy + 'static>(&self) -> Option<F> {
+        self.entry.downcast_ref::<F>().copied()
+    }
+
+    /// The descriptor, checked against the digest and kind the macro recorded.
+    pub(crate) fn descriptor_checked(&self) -> Result<Descriptor> {
+        let d = Descriptor::from_bytes(self.descriptor.to_vec())?;
+        if d.digest() != self.digest || d.kind() != self.kind {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!(
+                    "HASHID_DESCRIPTOR_MISMATCH: `{}` claims {} but its descriptor hashes to {}",
+                    self.name,
+                    self.digest,
+                    d.digest()
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// The error for an entry point of another kind than the caller runs.
+    pub(crate) fn wrong_kind(&self, what: &str) -> Error {
+        Error::new(ErrorKind::Callable, format!("`{}` is not {what}", self.name))
+    }
+}

@@ -1,0 +1,113 @@
+//! Orchestration functions that a parent Worker dispatches to a nested Worker.
+
+use std::sync::Arc;
+
+use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, orch_fn_descriptor};
+use crate::callable::linked::CallableInfo;
+use crate::data::call_config::CallConfig;
+use crate::data::task_args::TaskArgs;
+use crate::engine::orchestrator::Orchestrator;
+use crate::error::Result;
+
+/// An orchestration function as a plain `fn` pointer: what a nested Worker runs for a task.
+///
+/// ```
+/// use simpler::{CallConfig, OrchFnPtr, Orchestrator, TaskArgs};
+///
+/// fn step(_: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+///     assert_eq!(args.tensor_count(), 0);
+///     Ok(())
+/// }
+/// let f: OrchFnPtr = step;
+/// assert_eq!(simpler::OrchFn::new("step", f).name(), "step");
+/// ```
+pub type OrchFnPtr = for<'a, 'b> fn(&'a mut Orchestrator<'b>, &TaskArgs, &CallConfig) -> Result<()>;
+
+/// An orchestration function to register on an L4 (or higher) Worker: its NEXT_LEVEL workers
+/// (whole Workers one level down, each in its own process) run it as a run of their own, with
+/// the task's arguments and config.
+///
+/// ```
+/// use simpler::{CallConfig, OrchFn, Orchestrator, TaskArgs};
+///
+/// fn l3_step(_orch: &mut Orchestrator<'_>, _args: &TaskArgs, _cfg: &CallConfig) -> simpler::Result<()> {
+///     Ok(())
+/// }
+/// let f = OrchFn::new("l3_step", l3_step);
+/// assert_eq!(f.name(), "l3_step");
+/// assert_eq!(f.handle().kind(), simpler::CallableKind::Orch);
+/// ```
+#[derive(Clone)]
+pub struct OrchFn {
+    name: Arc<str>,
+    f: OrchFnPtr,
+    descriptor: Descriptor,
+}
+
+impl std::fmt::Debug for OrchFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrchFn").field("name", &self.name).field("digest", &self.descriptor.digest()).finish()
+    }
+}
+
+impl OrchFn {
+    /// An orchestration function from a plain `fn` (registrable before or after `init`).
+    ///
+    /// ```
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// let a = simpler::OrchFn::new("f", f);
+    /// let b = simpler::OrchFn::new("f", f);
+    /// assert_eq!(a.handle(), b.handle()); // the same function, the same identity
+    /// ```
+    pub fn new(name: &str, f: OrchFnPtr) -> OrchFn {
+        // The identity is the name (see `HostFn::new`).
+        let descriptor = orch_fn_descriptor(name, "fn", 0);
+        OrchFn { name: name.into(), f, descriptor }
+    }
+
+    /// The name given at construction.
+    ///
+    /// ```
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// assert_eq!(simpler::OrchFn::new("step", f).name(), "step");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The handle tasks name it by (digest, kind `Orch`, name).
+    ///
+    /// ```
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// let h = simpler::OrchFn::new("step", f).handle();
+    /// assert_eq!(h.name(), "step");
+    /// ```
+    pub fn handle(&self) -> CallableHandle {
+        CallableHandle::new(self.descriptor.digest(), CallableKind::Orch, &self.name)
+    }
+
+    pub(crate) fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    pub(crate) fn fn_address(&self) -> u64 {
+        self.f as usize as u64
+    }
+
+    /// A `#[callable(orch)]` or `task_graph!` function from the link-time registry, with the
+    /// descriptor the macro computed.
+    pub(crate) fn from_linked(info: &CallableInfo) -> Result<OrchFn> {
+        match info.entry::<OrchFnPtr>() {
+            Some(f) => Ok(OrchFn { name: info.name.into(), f, descriptor: info.descriptor_checked()? }),
+            None => Err(info.wrong_kind("an orchestration function")),
+        }
+    }
+
+    pub(crate) fn from_parts(f: OrchFnPtr, descriptor: Descriptor) -> OrchFn {
+        OrchFn { name: "".into(), f, descriptor }
+    }
+
+    pub(crate) fn call(&self, orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
+        (self.f)(orch, args, cfg)
+    }
+}

@@ -1,0 +1,406 @@
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::error::ErrorKind;
+use crate::sys::test_fork::fork_child;
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn soon() -> Instant {
+    Instant::now() + LONG
+}
+
+/// Posts a task whose payload is `text` and whose config starts with `tag`.
+fn post_text(mb: Mailbox<'_>, digest: u8, tag: u8, text: &str) -> Result<()> {
+    mb.post_task(&[digest; 32], |config, payload| {
+        config[0] = tag;
+        payload[..text.len()].copy_from_slice(text.as_bytes());
+        Ok(text.len())
+    })
+}
+
+/// Waits on the parent doorbell (rule D3) until the task result arrives.
+fn wait_task(region: &MailboxRegion, mb: Mailbox<'_>) -> std::result::Result<(), FrameError> {
+    let deadline = soon();
+    loop {
+        let seen = region.doorbell().seq();
+        if let Some(result) = mb.take_task_result() {
+            return result;
+        }
+        assert!(Instant::now() < deadline, "no task result within {LONG:?}");
+        region.doorbell().wait(seen, Some(deadline));
+    }
+}
+
+/// The child loop of the echo child: a task whose payload starts with "ok" succeeds, any
+/// other fails with a message echoing the payload, digest and config; control returns
+/// command + arg0 + payload length, or fails for command 13.
+fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
+    let mb = region.mailbox(i);
+    mb.set_child_pid(std::process::id());
+    mb.publish_init(Ok(()));
+    let bell = mb.child_doorbell();
+    loop {
+        let seen = bell.seq();
+        if mb.shutdown_requested() {
+            return 0;
+        }
+        if let Some(req) = mb.task_request() {
+            let text = String::from_utf8_lossy(req.args).into_owned();
+            let result = if text.starts_with("ok") {
+                Ok(())
+            } else {
+                Err(FrameError::new(
+                    7,
+                    format!(
+                        "echo {text} digest {} config {} len {}",
+                        req.digest[0],
+                        req.config[0],
+                        req.config.len()
+                    ),
+                ))
+            };
+            mb.finish_task(result, region.doorbell());
+            continue;
+        }
+        if let Some(ctl) = mb.control_request() {
+            let result = if ctl.command == 13 {
+                Err(FrameError::new(13, format!("control refused, digest {}", ctl.digest[0])))
+            } else {
+                Ok(ctl.command + ctl.arg0 + ctl.payload.len() as u64)
+            };
+            mb.finish_control(result, region.doorbell());
+            continue;
+        }
+        bell.wait(seen, None);
+    }
+}
+
+#[test]
+fn layout_constants() {
+    assert_eq!(ARGS_CAPACITY, 63_808);
+    assert_eq!(MAILBOX_SIZE, 131_200);
+    let region = MailboxRegion::new(3).unwrap();
+    assert_eq!(region.len(), 3);
+    for i in 0..3 {
+        assert_eq!(region.mailbox(i).task_state(), IDLE);
+        assert_eq!(region.mailbox(i).base_state(), IDLE);
+        assert!(!region.mailbox(i).shutdown_requested());
+    }
+    let base = region.region.addr();
+    let m1 = region.mailbox(1).slot as *const Slot as u64;
+    assert_eq!(m1 - base, (SLOTS_OFFSET + MAILBOX_SIZE) as u64);
+}
+
+#[test]
+#[should_panic(expected = "out of range")]
+fn mailbox_index_out_of_range_panics() {
+    let region = MailboxRegion::new(1).unwrap();
+    let _ = region.mailbox(1);
+}
+
+#[test]
+fn mailbox_is_send_sync() {
+    fn assert_bounds<T: Send + Sync>() {}
+    assert_bounds::<Mailbox<'_>>();
+    assert_bounds::<MailboxRegion>();
+}
+
+#[test]
+fn forked_child_serves_tasks_controls_and_shutdown() {
+    if !crate::test_support::in_own_process() {
+        return; // rule T1
+    }
+    let region = MailboxRegion::new(2).unwrap();
+    let mut child = fork_child(|| echo_child(&region, 1));
+    let mb = region.mailbox(1);
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+    assert_eq!(mb.base_state(), IDLE);
+    assert_eq!(mb.child_pid(), child.pid().as_raw() as u32);
+
+    for k in 0..5u8 {
+        post_text(mb, k, 100 + k, &format!("task-{k}")).unwrap();
+        let err = wait_task(&region, mb).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert_eq!(err.message, format!("echo task-{k} digest {k} config {} len {CONFIG_BYTES}", 100 + k));
+        assert_eq!(mb.task_state(), IDLE);
+    }
+    post_text(mb, 9, 0, "ok fine").unwrap();
+    assert_eq!(wait_task(&region, mb), Ok(()));
+
+    // An empty payload, and a full-capacity one.
+    post_text(mb, 1, 2, "").unwrap();
+    assert_eq!(
+        wait_task(&region, mb).unwrap_err().message,
+        format!("echo  digest 1 config 2 len {CONFIG_BYTES}")
+    );
+    mb.post_task(&[3; 32], |_, payload| {
+        payload.fill(b'x');
+        payload[..2].copy_from_slice(b"ok");
+        Ok(payload.len())
+    })
+    .unwrap();
+    assert_eq!(wait_task(&region, mb), Ok(()));
+
+    mb.post_control(40, 2, &[5; 32], b"abc").unwrap();
+    assert_eq!(mb.wait_control_done(Some(soon()), || false), Some(Ok(45)));
+    mb.post_control(13, 0, &[6; 32], &[]).unwrap();
+    assert_eq!(
+        mb.wait_control_done(None, || false),
+        Some(Err(FrameError::new(13, "control refused, digest 6")))
+    );
+    assert_eq!(mb.base_state(), IDLE);
+
+    // The other mailbox was never touched.
+    assert_eq!(region.mailbox(0).task_state(), IDLE);
+
+    mb.request_shutdown();
+    assert!(mb.shutdown_requested());
+    assert_eq!(child.wait_timeout(LONG), 0);
+}
+
+#[test]
+fn forked_child_round_trips_without_lost_wake_ups() {
+    if !crate::test_support::in_own_process() {
+        return; // rule T1
+    }
+    // Many quick round trips race every post against the child going to sleep (rule D2);
+    // a lost wake-up would stall a round trip until the 10 s deadline and fail.
+    let region = MailboxRegion::new(1).unwrap();
+    let mut child = fork_child(|| echo_child(&region, 0));
+    let mb = region.mailbox(0);
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+    for k in 0..2_000u32 {
+        if k % 8 == 0 {
+            // Let the child fall asleep in the kernel, so posts also take the futex path.
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        post_text(mb, 0, 0, if k % 2 == 0 { "ok" } else { "no" }).unwrap();
+        let result = if k % 3 == 0 {
+            // Sleep at once (no spin), so the child's ring must wake us through the futex.
+            let deadline = soon();
+            loop {
+                let seen = region.doorbell().seq();
+                if let Some(result) = mb.take_task_result() {
+                    break result;
+                }
+                assert!(Instant::now() < deadline, "no task result within {LONG:?}");
+                region.doorbell().sleep(seen, Some(deadline));
+            }
+        } else {
+            wait_task(&region, mb)
+        };
+        assert_eq!(result.is_ok(), k % 2 == 0);
+    }
+    mb.request_shutdown();
+    assert_eq!(child.wait_timeout(LONG), 0);
+}
+
+#[test]
+fn forked_child_reports_init_failure() {
+    if !crate::test_support::in_own_process() {
+        return; // rule T1
+    }
+    let region = MailboxRegion::new(1).unwrap();
+    let mut child = fork_child(|| {
+        region.mailbox(0).publish_init(Err("no chip 3"));
+        0
+    });
+    let mb = region.mailbox(0);
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
+    assert_eq!(mb.base_state(), INIT_FAILED);
+    // Terminal: no control can be posted, and a second look says the same.
+    assert!(mb.post_control(1, 0, &[0; 32], &[]).unwrap_err().is_invalid_state());
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
+    assert_eq!(child.wait_timeout(LONG), 0);
+}
+
+#[test]
+fn waits_time_out_and_give_up() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    let start = Instant::now();
+    assert_eq!(mb.wait_init(start + Duration::from_millis(30), || false), InitStatus::Pending);
+    assert!(start.elapsed() >= Duration::from_millis(30));
+
+    // give_up is polled at least every GIVE_UP_POLL even without a deadline's help.
+    let flag = AtomicBool::new(false);
+    let start = Instant::now();
+    let status = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            flag.store(true, Ordering::SeqCst);
+        });
+        mb.wait_init(start + LONG, || flag.load(Ordering::SeqCst))
+    });
+    assert_eq!(status, InitStatus::Pending);
+    assert!(start.elapsed() < LONG / 2);
+
+    mb.publish_init(Ok(()));
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+
+    mb.post_control(1, 2, &[0; 32], b"x").unwrap();
+    let start = Instant::now();
+    assert_eq!(mb.wait_control_done(Some(start + Duration::from_millis(30)), || false), None);
+    assert!(start.elapsed() >= Duration::from_millis(30));
+    assert_eq!(mb.wait_control_done(None, || true), None);
+    // The request stays in flight; a second post is refused.
+    assert_eq!(mb.base_state(), CONTROL_REQUEST);
+    assert!(mb.post_control(1, 2, &[0; 32], b"x").unwrap_err().is_invalid_state());
+    // A late answer is still collected.
+    let ctl = mb.control_request().unwrap();
+    assert_eq!((ctl.command, ctl.arg0, ctl.digest, ctl.payload.as_slice()), (1, 2, [0; 32], &b"x"[..]));
+    mb.finish_control(Ok(99), region.doorbell());
+    assert_eq!(mb.wait_control_done(None, || false), Some(Ok(99)));
+    // Nothing in flight now.
+    assert_eq!(mb.wait_control_done(None, || false).unwrap().unwrap_err().code, FALLBACK_CODE);
+}
+
+#[test]
+fn post_task_requires_an_idle_frame() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    post_text(mb, 1, 1, "first").unwrap();
+    assert_eq!(mb.task_state(), TASK_READY);
+    let err = post_text(mb, 2, 2, "second").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidState);
+    assert!(err.message().contains("TASK_READY"), "{err}");
+    assert!(mb.take_task_result().is_none());
+    // The first task is intact.
+    {
+        let req = mb.task_request().unwrap();
+        assert_eq!((req.digest, req.args), ([1; 32], &b"first"[..]));
+    }
+    mb.finish_task(Ok(()), region.doorbell());
+    assert_eq!(mb.task_state(), TASK_DONE);
+    let err = post_text(mb, 2, 2, "second").unwrap_err();
+    assert!(err.message().contains("TASK_DONE"), "{err}");
+    assert_eq!(mb.take_task_result(), Some(Ok(())));
+    assert!(mb.take_task_result().is_none());
+    post_text(mb, 2, 2, "second").unwrap();
+}
+
+#[test]
+fn failed_or_panicking_writers_leave_the_frame_idle() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    let err = mb.post_task(&[0; 32], |_, p| Ok(p.len() + 1)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("exceeds mailbox capacity"), "{err}");
+    assert_eq!(mb.task_state(), IDLE);
+    let err = mb.post_task(&[0; 32], |_, _| Err(Error::decode("bad tensor"))).unwrap_err();
+    assert_eq!(err.message(), "bad tensor");
+    assert_eq!(mb.task_state(), IDLE);
+    let panicked = std::panic::catch_unwind(|| mb.post_task(&[0; 32], |_, _| panic!("writer panicked")));
+    assert!(panicked.is_err());
+    assert_eq!(mb.task_state(), IDLE);
+    assert!(mb.post_control(0, 0, &[0; 32], &vec![0; ARGS_CAPACITY + 1]).unwrap_err().is_invalid_argument());
+    assert_eq!(mb.base_state(), IDLE);
+    // Config bytes are zeroed for every post.
+    post_text(mb, 0, 77, "a").unwrap();
+    mb.finish_task(Ok(()), region.doorbell());
+    mb.take_task_result().unwrap().unwrap();
+    mb.post_task(&[0; 32], |config, _| {
+        assert!(config.iter().all(|b| *b == 0));
+        Ok(0)
+    })
+    .unwrap();
+}
+
+#[test]
+fn long_messages_are_truncated() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    post_text(mb, 0, 0, "x").unwrap();
+    // 'é' is two bytes: 511 bytes of text would split one, so 510 are kept.
+    let long = "é".repeat(1000);
+    mb.finish_task(Err(FrameError::new(3, long.clone())), region.doorbell());
+    let err = mb.take_task_result().unwrap().unwrap_err();
+    assert_eq!(err.code, 3);
+    assert_eq!(err.message.len(), 510);
+    assert!(long.starts_with(&err.message));
+
+    post_text(mb, 0, 0, "x").unwrap();
+    let ascii = "a".repeat(2000);
+    mb.finish_task(Err(FrameError::new(0, ascii)), region.doorbell());
+    let err = mb.take_task_result().unwrap().unwrap_err();
+    assert_eq!(err.code, FALLBACK_CODE, "an Err with code 0 must not read back as success");
+    assert_eq!(err.message, "a".repeat(ERROR_MSG_CAPACITY - 1));
+
+    // A short message after a long one is not polluted by the old bytes.
+    post_text(mb, 0, 0, "x").unwrap();
+    mb.finish_task(Err(FrameError::new(4, "short")), region.doorbell());
+    assert_eq!(mb.take_task_result(), Some(Err(FrameError::new(4, "short"))));
+}
+
+#[test]
+fn garbage_frame_contents_are_read_safely() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    post_text(mb, 0, 0, "x").unwrap();
+    let frame = &mb.slot.task;
+    // Play a misbehaving child: claim the frame and fill the message with invalid UTF-8 and
+    // no NUL, and the payload length with nonsense.
+    frame.claim(TASK_READY).unwrap();
+    // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
+    unsafe {
+        (*frame.error_msg.get()).fill(0xFF);
+        *frame.payload_len.get() = u32::MAX;
+    }
+    frame.error_code.store(-5, Ordering::Relaxed);
+    frame.state.store(TASK_DONE, Ordering::Release);
+    let err = mb.take_task_result().unwrap().unwrap_err();
+    assert_eq!(err.code, -5);
+    assert_eq!(err.message.chars().count(), ERROR_MSG_CAPACITY);
+    assert!(err.message.chars().all(|c| c == char::REPLACEMENT_CHARACTER));
+
+    // A payload length past the capacity is clamped.
+    frame.claim(IDLE).unwrap();
+    // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
+    unsafe { *frame.payload_len.get() = u32::MAX };
+    frame.state.store(TASK_READY, Ordering::Release);
+    assert_eq!(mb.task_request().unwrap().args.len(), ARGS_CAPACITY);
+
+    // Unknown states are neither collected nor served.
+    frame.state.store(0xDEAD, Ordering::Release);
+    assert!(mb.take_task_result().is_none());
+    assert!(mb.task_request().is_none());
+    assert_eq!(state_name(mb.task_state()), "UNKNOWN");
+    assert!(post_text(mb, 0, 0, "x").unwrap_err().message().contains("UNKNOWN"));
+}
+
+#[test]
+fn child_side_calls_out_of_turn_do_nothing() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    let seen = region.doorbell().seq();
+    mb.finish_task(Ok(()), region.doorbell());
+    mb.finish_control(Ok(1), region.doorbell());
+    assert_eq!((mb.task_state(), mb.base_state()), (IDLE, IDLE));
+    assert_eq!(region.doorbell().seq(), seen, "nothing finished, nothing rung");
+    assert!(mb.task_request().is_none());
+    assert!(mb.control_request().is_none());
+    mb.publish_init(Ok(()));
+    mb.publish_init(Err("too late"));
+    assert_eq!(mb.wait_init(soon(), || false), InitStatus::Ready);
+}
+
+#[test]
+fn posts_ring_the_child_doorbell() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    let bell = mb.child_doorbell();
+    let seen = bell.seq();
+    post_text(mb, 0, 0, "x").unwrap();
+    assert_eq!(bell.seq(), seen + 1);
+    mb.publish_init(Ok(()));
+    mb.wait_init(soon(), || false);
+    mb.post_control(0, 0, &[0; 32], &[]).unwrap();
+    assert_eq!(bell.seq(), seen + 2);
+    mb.request_shutdown();
+    assert_eq!(bell.seq(), seen + 3);
+    let parent_seen = region.doorbell().seq();
+    mb.finish_task(Ok(()), region.doorbell());
+    mb.finish_control(Ok(0), region.doorbell());
+    assert_eq!(region.doorbell().seq(), parent_seen + 2);
+}

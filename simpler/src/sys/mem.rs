@@ -1,0 +1,249 @@
+//! Anonymous shared mappings made before fork, and byte views of element slices.
+//!
+//! A [`SharedRegion`] is an anonymous `MAP_SHARED` mapping. Made before `fork`, it appears in
+//! every child at the same virtual address and all of them see one set of pages: the mailboxes
+//! live in one, and so do the heap rings that `orch.alloc` carves tensors from (whose base
+//! address may therefore travel in a descriptor). `memmap2::MmapOptions::map_anon` is *not* a
+//! substitute: it maps `MAP_PRIVATE`, and a child would get a copy-on-write copy.
+//!
+//! # Rules
+//!
+//! * **R1 (ownership of the mapping).** `ptr..ptr + len` is a live read-write mapping created by
+//!   [`SharedRegion::new`] and owned by that value alone: nothing else unmaps it, and `Drop`
+//!   unmaps it exactly once. (A forked child owns its own copy of the value, whose drop would
+//!   unmap only the child's view; children leave through `_exit` anyway.)
+//! * **R2 (shared, zeroed, aligned).** The mapping is anonymous and `MAP_SHARED`, zero-filled by
+//!   the kernel and page-aligned; `lazy` adds `MAP_NORESERVE`, so pages are backed on first
+//!   touch. Types for which all-zero bytes are a valid value may be laid over it by the modules
+//!   that own its contents (the mailbox, rule M1 there; the heap rings).
+//! * **R3 (no references here).** A [`SharedRegion`] hands out only addresses and raw pointers;
+//!   it never creates a reference to its contents. Whoever dereferences them follows the
+//!   protocol of the module that lays out the bytes. That is why the value itself may be
+//!   `Send + Sync`: sharing it shares an address, not access.
+//! * **R4 (plain old data).** [`Pod`] is implemented here, and only here, for `f32`, `f64`,
+//!   `i8`..`i64` and `u8`..`u64`: no padding, no invalid bit patterns, alignment at least that
+//!   of `u8`. A slice of them may therefore be viewed as its bytes, and any bytes written
+//!   through the view are valid elements. (The data layer's `Element` requires `Pod`.)
+//!
+//! # Memory ordering
+//!
+//! This module performs no atomic operations. Mapping happens before fork (so children inherit
+//! the region with the fork's own synchronization); ordering of the contents is the business of
+//! the module that lays them out.
+
+#![allow(unsafe_code)] // mmap/munmap and the POD byte casts of element slices.
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+
+use crate::error::{Error, Result};
+
+/// An anonymous `MAP_SHARED` mapping, made before fork so every child sees it at the same
+/// address.
+///
+/// Zero-filled. `lazy` adds `MAP_NORESERVE` (for large heap rings backed on first touch).
+/// `Send + Sync` (rule R3). Dropping it unmaps the region.
+pub(crate) struct SharedRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: rule R3 — the value holds only the address of a mapping it owns (R1); it never creates
+// references to the contents, so moving it to another thread moves nothing but that address.
+unsafe impl Send for SharedRegion {}
+// SAFETY: rule R3 — every method reads only `ptr` and `len`, which never change; access to the
+// contents is governed by the module that lays them out.
+unsafe impl Sync for SharedRegion {}
+
+impl SharedRegion {
+    /// Maps `len` zero-filled bytes `MAP_SHARED | MAP_ANONYMOUS`, read-write; `lazy` adds
+    /// `MAP_NORESERVE`.
+    ///
+    /// Fails with [`ErrorKind::InvalidArgument`](crate::error::ErrorKind::InvalidArgument) for
+    /// `len == 0` and with [`ErrorKind::Os`](crate::error::ErrorKind::Os), naming the size, when
+    /// the kernel refuses the mapping.
+    pub(crate) fn new(len: usize, lazy: bool) -> Result<SharedRegion> {
+        let Some(length) = NonZeroUsize::new(len) else {
+            return Err(Error::invalid("shared region: length must be greater than 0"));
+        };
+        let mut flags = MapFlags::MAP_SHARED;
+        if lazy {
+            flags |= MapFlags::MAP_NORESERVE;
+        }
+        // SAFETY: rule R1 — a new anonymous mapping at an address the kernel chooses aliases no
+        // existing memory; the returned range is owned by the SharedRegion built from it.
+        let ptr =
+            unsafe { mmap_anonymous(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags) }
+                .map_err(|e| Error::os(&format!("mapping {len} bytes of shared memory (lazy: {lazy})"), e))?;
+        Ok(SharedRegion { ptr: ptr.cast(), len })
+    }
+
+    /// The base address of the mapping (page-aligned).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The length of the mapping in bytes (never 0).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The base address as an integer (what a heap-slab descriptor carries).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    #[cfg(test)] // only tests need it
+    /// True when the byte range `[addr, addr + len)` lies inside the mapping.
+    ///
+    /// Overflow-safe: a range whose end does not fit in a `u64` is never contained. An empty
+    /// range is contained when `addr` lies in `[base, base + self.len()]`.
+    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some(offset) = addr.checked_sub(self.addr()) else {
+            return false;
+        };
+        let size = self.len as u64;
+        offset <= size && len <= size - offset
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        // SAFETY: rule R1 — `ptr..ptr + len` is the mapping this value owns, unmapped only here.
+        // Nothing can still borrow the contents: references into the region are tied to a
+        // borrow of this value (or, for raw addresses, to the owner's protocol).
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl fmt::Debug for SharedRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedRegion")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Plain old data: types with no padding and no invalid bit patterns, whose slices may be
+/// viewed as bytes and written through such a view (rule R4).
+///
+/// # Safety
+///
+/// Implemented only in this module, for the primitive numeric types; an implementation for any
+/// other type would break rule R4.
+pub unsafe trait Pod: Copy + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => {$(
+        // SAFETY: rule R4 — a primitive number: no padding, every bit pattern valid.
+        unsafe impl Pod for $t {}
+    )*};
+}
+
+pod!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// Views a slice of elements as its bytes (native endianness).
+pub(crate) fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+    // SAFETY: rule R4 — `T` is plain old data without padding, so every byte of the slice is
+    // initialized; the view covers exactly `size_of_val(v)` bytes of the same allocation, u8
+    // needs no alignment, and the shared borrow of `v` is carried over to the result.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(v)) }
+}
+
+/// Views a mutable slice of elements as its bytes (native endianness).
+pub(crate) fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+    let len = size_of_val(v);
+    // SAFETY: rule R4 — `T` has no padding and no invalid bit patterns, so any bytes written
+    // through the view leave valid elements; the view covers exactly the slice's bytes, u8 needs
+    // no alignment, and the exclusive borrow of `v` is carried over to the result.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sys::test_fork::fork_child;
+
+    #[test]
+    fn region_is_zeroed_and_page_aligned() {
+        let r = SharedRegion::new(10_000, false).unwrap();
+        assert_eq!(r.len(), 10_000);
+        assert_eq!(r.addr() % 4096, 0);
+        // SAFETY: rule R1 — the mapping is live and 10 000 bytes long; nothing else accesses it.
+        let bytes = unsafe { std::slice::from_raw_parts(r.as_ptr(), r.len()) };
+        assert!(bytes.iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn zero_length_is_rejected() {
+        assert!(SharedRegion::new(0, false).unwrap_err().is_invalid_argument());
+    }
+
+    #[test]
+    fn region_is_shared_with_a_forked_child() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        let r = SharedRegion::new(1 << 20, false).unwrap();
+        let base = r.as_ptr();
+        let mut child = fork_child(|| {
+            for i in 0..(1 << 20) {
+                // SAFETY: rule R2 — the child sees the parent's mapping at the same address;
+                // `i` is in bounds and the parent does not touch the region until we exit.
+                unsafe { base.add(i).write((i % 251) as u8) };
+            }
+            0
+        });
+        assert_eq!(child.wait_timeout(Duration::from_secs(10)), 0);
+        // SAFETY: rule R2 — the child has exited, so the parent alone accesses the shared pages.
+        let bytes = unsafe { std::slice::from_raw_parts(r.as_ptr(), r.len()) };
+        assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+    }
+
+    #[test]
+    fn lazy_gigabyte_mapping_is_backed_on_touch() {
+        let len = 1usize << 30;
+        let r = SharedRegion::new(len, true).unwrap();
+        for offset in [0, len / 2, len - 1] {
+            // SAFETY: rule R1 — `offset < len`, the mapping is live and this thread alone uses it.
+            unsafe {
+                assert_eq!(r.as_ptr().add(offset).read(), 0);
+                r.as_ptr().add(offset).write(0xA5);
+                assert_eq!(r.as_ptr().add(offset).read(), 0xA5);
+            }
+        }
+    }
+
+    #[test]
+    fn contains_is_overflow_safe() {
+        let r = SharedRegion::new(4096, false).unwrap();
+        let base = r.addr();
+        assert!(r.contains(base, 4096));
+        assert!(r.contains(base + 4095, 1));
+        assert!(r.contains(base + 4096, 0));
+        assert!(!r.contains(base + 4096, 1));
+        assert!(!r.contains(base - 1, 1));
+        assert!(!r.contains(base, 4097));
+        assert!(!r.contains(base + 1, u64::MAX));
+        assert!(!r.contains(u64::MAX, u64::MAX));
+        assert!(!r.contains(0, 0));
+    }
+
+    #[test]
+    fn element_byte_views_round_trip() {
+        let v = [1.5f32, -2.0];
+        let bytes = as_bytes(&v);
+        assert_eq!(bytes.len(), 8);
+        assert_eq!(&bytes[..4], &1.5f32.to_ne_bytes());
+        let mut w = [0u64; 2];
+        as_bytes_mut(&mut w)[8..].copy_from_slice(&7u64.to_ne_bytes());
+        assert_eq!(w, [0, 7]);
+        assert!(as_bytes::<i16>(&[]).is_empty());
+    }
+}

@@ -1,0 +1,26 @@
+//! The OS layer, at the bottom of the crate: everything that talks to the kernel directly.
+//!
+//! Nothing here knows about tasks, tensors or callables; every other layer builds on it.
+//!
+//! * [`mem`]: anonymous `MAP_SHARED` regions ([`mem::SharedRegion`]), mapped before fork so
+//!   every child sees them at the same address, and the byte views of plain-old-data slices.
+//! * [`shm`]: named POSIX shared-memory objects ([`shm::PosixShm`]) and their names
+//!   ([`shm::ShmName`]), the backing of host buffers made by `Worker::create_buffer`.
+//! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
+//!   and CPU placement ([`futex::current_cpu`], [`futex::PeerWait`]): spin a few microseconds,
+//!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.
+//! * [`process`]: forking children, watching for their exit through pidfds, and reaping them.
+//! * [`sync`]: the one way the crate takes a lock, with one poison policy.
+//!
+//! Each module states its protocol as numbered rules and every `unsafe` block cites the rule it
+//! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `P*` in `process`, `T*` in
+//! the test-only `test_fork`.
+
+pub(crate) mod futex;
+pub(crate) mod mem;
+pub(crate) mod process;
+pub(crate) mod shm;
+pub(crate) mod sync;
+#[cfg(test)]
+#[allow(unsafe_code)] // fork() and _exit() are unsafe; only the unit tests fork through here.
+pub(crate) mod test_fork;

@@ -1,0 +1,299 @@
+//! Child processes: forking, watching for their exit, and reaping.
+//!
+//! Rules (cited by the `SAFETY` comments below):
+//!
+//! P1. `fork_child` is called only while the calling process runs no engine thread of this
+//!     Worker (the Worker forks every child in `init` before it starts any thread), so the child
+//!     cannot inherit a lock held by one of ours.
+//! P2. A forked child never returns into the parent's frames and never unwinds out of its body:
+//!     the body runs under `catch_unwind` and the child leaves with `_exit`, so the parent's
+//!     destructors and buffered output are not run twice.
+//! P3. Each child is reaped exactly once, by the monitor thread, after its pidfd reports exit;
+//!     nobody else calls `waitpid` on it, so a pid is never reused under our feet while we hold
+//!     its pidfd.
+//! P4. File descriptors passed to `poll` stay open for the whole call (the monitor owns them).
+//! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
+//!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
+//!     failing test or benchmark leaves no zombie and no orphan.
+
+#![allow(unsafe_code)] // fork, pidfd, poll and eventfd have no safe wrappers; see rules P1-P4.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::error::{Error, Result};
+use crate::sys::sync;
+
+/// Forks a child that runs `body` and exits with its return value. Returns the child's pid.
+///
+/// The child asks the kernel to kill it when the parent dies (`PR_SET_PDEATHSIG`) and exits at
+/// once if the parent is already gone.
+pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
+    let parent = std::process::id() as i32;
+    // SAFETY: rule P1 — no engine thread runs in this process during fork.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(Error::os("fork", e)),
+        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(child.as_raw()),
+        Ok(nix::unistd::ForkResult::Child) => {
+            // SAFETY: rule P2 — prctl with PR_SET_PDEATHSIG takes a plain signal number.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+            let code = if nix::unistd::getppid().as_raw() != parent {
+                0
+            } else {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101)
+            };
+            // SAFETY: rule P2 — leave without running the parent's destructors or atexit hooks.
+            unsafe { libc::_exit(code) }
+        }
+    }
+}
+
+/// How each child ended, filled by the monitor thread.
+pub(crate) struct ExitBoard {
+    state: Mutex<Vec<Option<String>>>,
+    /// Lock-free "has exited" flags, for the scheduler's per-poll check.
+    exited: Vec<std::sync::atomic::AtomicBool>,
+    changed: Condvar,
+}
+
+impl ExitBoard {
+    pub(crate) fn new(n: usize) -> ExitBoard {
+        ExitBoard {
+            state: Mutex::new(vec![None; n]),
+            exited: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn set(&self, i: usize, how: String) {
+        let mut st = sync::lock(&self.state);
+        st[i] = Some(how);
+        self.exited[i].store(true, std::sync::atomic::Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    /// True once child `i` has exited (no lock).
+    pub(crate) fn has_exited(&self, i: usize) -> bool {
+        self.exited[i].load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How child `i` ended, if it has.
+    pub(crate) fn exit_of(&self, i: usize) -> Option<String> {
+        sync::lock(&self.state)[i].clone()
+    }
+
+    /// Waits until every child in `which` has exited or the deadline passes; true if all did.
+    pub(crate) fn wait_all(&self, which: &[usize], deadline: Instant) -> bool {
+        let mut st = sync::lock(&self.state);
+        loop {
+            if which.iter().all(|&i| st[i].is_some()) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = sync::wait_timeout(&self.changed, st, deadline - now);
+        }
+    }
+}
+
+fn describe(status: WaitStatus) -> Option<String> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(format!("exited with status {code}")),
+        WaitStatus::Signaled(_, sig, core) => Some(format!(
+            "was killed by signal {} ({sig:?}){}",
+            sig as i32,
+            if core { ", core dumped" } else { "" }
+        )),
+        _ => None,
+    }
+}
+
+/// Watches a set of children on a thread of its own; reaps each one when it exits (rule P3).
+pub(crate) struct Monitor {
+    pids: Vec<i32>,
+    stop_fd: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+    pub(crate) board: Arc<ExitBoard>,
+}
+
+impl Monitor {
+    /// Starts watching `pids`; `on_exit(i)` runs (on the monitor thread) after child `i` is
+    /// reaped and its exit recorded.
+    pub(crate) fn start(pids: Vec<i32>, on_exit: impl Fn(usize) + Send + 'static) -> Result<Monitor> {
+        let board = Arc::new(ExitBoard::new(pids.len()));
+        let mut fds = Vec::with_capacity(pids.len());
+        for &pid in &pids {
+            // SAFETY: rule P3 — pidfd_open on our own unreaped child; returns a new fd or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd < 0 {
+                return Err(Error::os("pidfd_open", std::io::Error::last_os_error()));
+            }
+            // SAFETY: rule P4 — `fd` is a fresh descriptor we own.
+            fds.push(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        }
+        // SAFETY: eventfd with valid flags returns a new fd or -1 (rule P4: owned below).
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(Error::os("eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: rule P4 — `efd` is a fresh descriptor we own.
+        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        // SAFETY: rule P4 — dup of a valid fd; the copy is owned by the thread.
+        let stop_thread = unsafe { OwnedFd::from_raw_fd(libc::dup(efd)) };
+        let b = board.clone();
+        let ps = pids.clone();
+        let thread = std::thread::Builder::new()
+            .name("simpler-monitor".into())
+            .spawn(move || monitor_loop(ps, fds, stop_thread, b, on_exit))
+            .map_err(|e| Error::os("spawn monitor thread", e))?;
+        Ok(Monitor { pids, stop_fd, thread: Some(thread), board })
+    }
+
+    /// Sends `SIGKILL` to every child that has not exited.
+    pub(crate) fn kill_all(&self) {
+        for (i, &pid) in self.pids.iter().enumerate() {
+            if self.board.exit_of(i).is_none() {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// Stops the monitor thread (children still alive stay unreaped: kill and wait first).
+    pub(crate) fn stop(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: rule P4 — writing 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.stop_fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn monitor_loop(
+    pids: Vec<i32>,
+    fds: Vec<OwnedFd>,
+    stop: OwnedFd,
+    board: Arc<ExitBoard>,
+    on_exit: impl Fn(usize),
+) {
+    let mut live: Vec<usize> = (0..pids.len()).collect();
+    loop {
+        let mut polls: Vec<libc::pollfd> = live
+            .iter()
+            .map(|&i| libc::pollfd { fd: fds[i].as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
+        polls.push(libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        // SAFETY: rule P4 — every fd in `polls` is owned by this thread for the whole call.
+        let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if polls.last().is_some_and(|p| p.revents != 0) {
+            return;
+        }
+        let mut still = Vec::with_capacity(live.len());
+        for (k, &i) in live.iter().enumerate() {
+            if polls[k].revents == 0 {
+                still.push(i);
+                continue;
+            }
+            match waitpid(Pid::from_raw(pids[i]), Some(WaitPidFlag::WNOHANG)) {
+                Ok(status) => match describe(status) {
+                    Some(how) => {
+                        board.set(i, how);
+                        on_exit(i);
+                    }
+                    None => still.push(i),
+                },
+                Err(e) => {
+                    board.set(i, format!("could not be waited for ({e})"));
+                    on_exit(i);
+                }
+            }
+        }
+        live = still;
+        if live.is_empty() {
+            return;
+        }
+    }
+}
+
+/// A child forked outside a Worker (tests, benchmarks): killed (`SIGKILL`) and reaped on drop
+/// unless a wait already reaped it (rule P5). The one kill-and-reap guard of the crate.
+pub(crate) struct ChildGuard {
+    pid: Pid,
+    reaped: bool,
+}
+
+impl ChildGuard {
+    /// Forks a child that runs `body` (see [`fork_child`]) and guards it.
+    pub(crate) fn fork(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(body)?), reaped: false })
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Blocks until the child ends, reaps it, and returns how it ended.
+    pub(crate) fn wait(&mut self) -> Result<WaitStatus> {
+        assert!(!self.reaped, "child {} was already reaped", self.pid);
+        let status = waitpid(self.pid, None).map_err(|e| Error::os("waitpid", e))?;
+        self.reaped = true;
+        Ok(status)
+    }
+
+    /// Waits up to `limit` for the child to exit, reaps it, and returns its exit code.
+    ///
+    /// Panics if the child was killed by a signal or still runs at the limit (the drop then
+    /// kills and reaps it).
+    #[cfg(test)]
+    pub(crate) fn wait_timeout(&mut self, limit: std::time::Duration) -> i32 {
+        assert!(!self.reaped, "child {} was already reaped", self.pid);
+        let end = Instant::now() + limit;
+        loop {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid failed") {
+                WaitStatus::Exited(_, code) => {
+                    self.reaped = true;
+                    return code;
+                }
+                WaitStatus::Signaled(_, signal, _) => {
+                    self.reaped = true;
+                    panic!("child {} was killed by {signal:?}", self.pid);
+                }
+                _ => {}
+            }
+            assert!(Instant::now() < end, "child {} still runs after {limit:?}", self.pid);
+            // Test-only polling of a process exit; the IPC layer itself never sleeps fixed.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = waitpid(self.pid, None);
+            self.reaped = true;
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Named POSIX shared-memory objects: the backing of host buffers.
+//!
+//! A [`PosixShm`] is an object under `/dev/shm` (`shm_open("/{name}")`) mapped `MAP_SHARED`
+//! read-write. The side that creates it owns the name and unlinks it on drop; a side that opens
+//! an existing object (a child resolving a buffer descriptor, map-once per identity) only maps
+//! and unmaps it.
+//!
+//! # Rules
+//!
+//! * **N1 (the mapping).** The whole object (`len` bytes) is mapped `MAP_SHARED` read-write by a
+//!   `memmap2::MmapRaw` owned by the [`PosixShm`]; it stays mapped until the value drops.
+//! * **N2 (bounds).** Every copy into or out of the mapping is checked against `len` first:
+//!   `offset + count <= len`, computed without overflow.
+//! * **N3 (plain shared bytes).** Other processes may access the same bytes at any time. This
+//!   module never creates a reference into the mapping: it copies through raw pointers with
+//!   `ptr::copy`, which also tolerates a caller slice that itself points into a mapping. Every
+//!   byte pattern is a valid `u8`, so a racing writer can make a reader see stale or torn bytes,
+//!   never an invalid value. Ordering between a task's writes and a later reader's copies comes
+//!   from the task protocol (a completion is published through the mailbox state word).
+//! * **N4 (size).** The creator sets the size with `ftruncate` before mapping; an opener maps the
+//!   size `fstat` reports and refuses an object smaller than it needs. Nothing in this crate
+//!   shrinks an object; a foreign process that did would make accesses fault (`SIGBUS`), a crash
+//!   rather than silent corruption.
+//! * **N5 (the name).** Only the owner (the creating side) unlinks the name, once, on drop; a
+//!   creation that fails after `shm_open` unlinks before returning the error, so no name leaks.
+//!
+//! # Memory ordering
+//!
+//! No atomics here: the copies are plain memory accesses, ordered by whatever protocol tells the
+//! reader that the writer is done (rule N3).
+
+#![allow(unsafe_code)] // Raw copies into and out of a mapping other processes share.
+
+use std::fmt;
+use std::fs::File;
+use std::ptr;
+
+use memmap2::{MmapOptions, MmapRaw};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::mman::{shm_open, shm_unlink};
+use nix::sys::stat::Mode;
+
+use crate::error::{Error, Result};
+
+/// A POSIX shared-memory object mapped `MAP_SHARED` read-write.
+///
+/// The creating side (owner) unlinks the name on drop; an opener does not (rule N5).
+/// `Send + Sync`: it holds only the mapping, and access to the bytes is by copy (rule N3).
+pub(crate) struct PosixShm {
+    name: ShmName,
+    map: MmapRaw,
+    owner: bool,
+}
+
+impl PosixShm {
+    /// Creates `/{name}` exclusively (`O_CREAT | O_EXCL | O_RDWR`, mode 0600), sizes it to `len`
+    /// bytes (zero-filled) and maps it.
+    ///
+    /// `len` must be greater than 0 ([`ErrorKind::InvalidArgument`](crate::error::ErrorKind)
+    /// otherwise); an existing name or a refused system call is an
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error. On any failure after the object was
+    /// created it is unlinked before the error returns.
+    pub(crate) fn create(name: &ShmName, len: usize) -> Result<PosixShm> {
+        if len == 0 {
+            return Err(Error::invalid(format!(
+                "shared memory object {name}: length must be greater than 0"
+            )));
+        }
+        let size = i64::try_from(len)
+            .map_err(|_| Error::invalid(format!("shared memory object {name}: length {len} is too large")))?;
+        let fd = shm_open(
+            path(name).as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .map_err(|e| Error::os(&format!("creating shared memory object {name} ({len} bytes)"), e))?;
+        let mapped = nix::unistd::ftruncate(&fd, size)
+            .map_err(|e| Error::os(&format!("sizing shared memory object {name} to {len} bytes"), e))
+            .and_then(|()| {
+                MmapOptions::new()
+                    .len(len)
+                    .map_raw(&File::from(fd))
+                    .map_err(|e| Error::os(&format!("mapping shared memory object {name} ({len} bytes)"), e))
+            });
+        match mapped {
+            Ok(map) => Ok(PosixShm { name: *name, map, owner: true }),
+            Err(e) => {
+                unlink_quietly(name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the existing object `/{name}` read-write and maps all of it.
+    ///
+    /// Refuses ([`ErrorKind::InvalidArgument`](crate::error::ErrorKind)) an object smaller than
+    /// `min_len` bytes or empty (rule N4); a missing object or a refused system call is an
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error.
+    pub(crate) fn open(name: &ShmName, min_len: usize) -> Result<PosixShm> {
+        let fd = shm_open(path(name).as_str(), OFlag::O_RDWR, Mode::empty())
+            .map_err(|e| Error::os(&format!("opening shared memory object {name}"), e))?;
+        let file = File::from(fd);
+        let size = file
+            .metadata()
+            .map_err(|e| Error::os(&format!("reading the size of shared memory object {name}"), e))?
+            .len();
+        let len = usize::try_from(size).map_err(|_| {
+            Error::invalid(format!("shared memory object {name}: size {size} does not fit in memory"))
+        })?;
+        if len < min_len || len == 0 {
+            return Err(Error::invalid(format!(
+                "shared memory object {name} holds {len} bytes, but {} are needed",
+                min_len.max(1)
+            )));
+        }
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| Error::os(&format!("mapping shared memory object {name} ({len} bytes)"), e))?;
+        Ok(PosixShm { name: *name, map, owner: false })
+    }
+
+    /// The object's name (without the leading `/`).
+    pub(crate) fn name(&self) -> &ShmName {
+        &self.name
+    }
+
+    /// The mapped length in bytes (never 0).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The base address of the mapping. Dereferencing it is subject to rules N2 and N3.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// Copies `src` into the object at byte `offset`.
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::error::ErrorKind), naming the offset, the length and
+    /// the size, when the range does not fit.
+    pub(crate) fn write_bytes(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range("write", offset, src.len())?;
+        // SAFETY: rule N2 — `offset + src.len() <= len`, checked above, and the mapping is live
+        // (N1); rule N3 — a raw copy that creates no reference into the mapping and tolerates
+        // overlap; any bytes are valid there.
+        unsafe { ptr::copy(src.as_ptr(), self.as_ptr().add(offset), src.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes of the object starting at byte `offset` into `dst` (all of it).
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::error::ErrorKind), naming the offset, the length and
+    /// the size, when the range does not fit.
+    pub(crate) fn read_bytes(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range("read", offset, dst.len())?;
+        // SAFETY: rule N2 — `offset + dst.len() <= len`, checked above, and the mapping is live
+        // (N1); rule N3 — a raw copy that creates no reference into the mapping and tolerates
+        // overlap; any bytes are valid `u8`s in `dst`.
+        unsafe { ptr::copy(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Rule N2: `offset + count <= len` without overflow.
+    fn check_range(&self, what: &str, offset: usize, count: usize) -> Result<()> {
+        let len = self.len();
+        if offset <= len && count <= len - offset {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "shm object {}: {what} of {count} bytes at offset {offset} exceeds its size of {len} bytes",
+                self.name
+            )))
+        }
+    }
+}
+
+impl Drop for PosixShm {
+    fn drop(&mut self) {
+        // Rule N5: only the owner unlinks. The mapping itself is unmapped by `MmapRaw`.
+        if self.owner {
+            unlink_quietly(&self.name);
+        }
+    }
+}
+
+impl fmt::Debug for PosixShm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PosixShm")
+            .field("name", &self.name)
+            .field("len", &self.len())
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// Unlinks `/{name}`, ignoring failures (a name that no longer exists is the common one).
+///
+/// For cleanup paths, where the object may never have been created or was already unlinked.
+pub(crate) fn unlink_quietly(name: &ShmName) {
+    match shm_unlink(path(name).as_str()) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        // Nothing useful to do on a cleanup path; the name is reported by whoever leaks it.
+        Err(_) => {}
+    }
+}
+
+/// The `shm_open` path of a name: a leading `/` and the name.
+fn path(name: &ShmName) -> String {
+    format!("/{name}")
+}
+
+/// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
+pub(crate) const SHM_NAME_MAX: usize = 31;
+
+/// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
+///
+/// ```
+/// # use simpler::__private::ShmName;
+/// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
+/// assert!(ShmName::new("a/b").is_err());
+/// assert!(ShmName::new("").is_err());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShmName {
+    len: u8,
+    bytes: [u8; SHM_NAME_MAX],
+}
+
+impl ShmName {
+    /// Validates and stores a name.
+    ///
+    /// # Errors
+    ///
+    /// An empty name, one longer than [`SHM_NAME_MAX`] bytes, or one holding `/`, a space or
+    /// any byte that is not printable ASCII is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::ErrorKind;
+    /// # use simpler::__private::ShmName;
+    /// let name = ShmName::new("sp-42-b7").unwrap();
+    /// assert_eq!(name.to_string(), "sp-42-b7");
+    /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// assert!(ShmName::new("/leading-slash").is_err());
+    /// ```
+    pub fn new(name: &str) -> Result<ShmName> {
+        ShmName::from_bytes(name.as_bytes())
+    }
+
+    /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
+    ///
+    /// ```
+    /// # use simpler::__private::ShmName;
+    /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
+    /// assert!(ShmName::from_bytes(b"tab\there").is_err());
+    /// assert!(ShmName::from_bytes(&[0xff]).is_err());
+    /// ```
+    pub fn from_bytes(name: &[u8]) -> Result<ShmName> {
+        if name.is_empty() || name.len() > SHM_NAME_MAX {
+            return Err(Error::invalid(format!(
+                "shm name must be 1..={SHM_NAME_MAX} bytes, got {}",
+                name.len()
+            )));
+        }
+        if let Some(bad) = name.iter().find(|b| !b.is_ascii_graphic() || **b == b'/') {
+            return Err(Error::invalid(format!(
+                "shm name may hold only printable ASCII without '/' or space, found byte {bad:#04x}"
+            )));
+        }
+        let mut bytes = [0u8; SHM_NAME_MAX];
+        bytes[..name.len()].copy_from_slice(name);
+        Ok(ShmName { len: name.len() as u8, bytes })
+    }
+
+    /// The name as a string.
+    ///
+    /// ```
+    /// # use simpler::__private::ShmName;
+    /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        // Validated as ASCII at construction.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    /// The name as bytes.
+    ///
+    /// ```
+    /// # use simpler::__private::ShmName;
+    /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
+    /// ```
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Debug for ShmName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ShmName({:?})", self.as_str())
+    }
+}
+
+impl fmt::Display for ShmName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    /// A name unique to this test process.
+    fn test_name(tag: &str) -> ShmName {
+        ShmName::new(&format!("sp-t{}-{tag}", std::process::id())).unwrap()
+    }
+
+    /// Unlinks the name on drop, so a failing test leaks nothing.
+    struct Cleanup(ShmName);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            unlink_quietly(&self.0);
+        }
+    }
+
+    #[test]
+    fn create_open_write_read() {
+        let name = test_name("rw");
+        let _cleanup = Cleanup(name);
+        let owner = PosixShm::create(&name, 4096).unwrap();
+        assert_eq!(owner.len(), 4096);
+        assert_eq!(owner.name(), &name);
+        let mut zeros = [1u8; 16];
+        owner.read_bytes(4080, &mut zeros).unwrap();
+        assert_eq!(zeros, [0; 16]);
+        owner.write_bytes(100, b"hello").unwrap();
+
+        let opener = PosixShm::open(&name, 4096).unwrap();
+        assert_eq!(opener.len(), 4096);
+        let mut got = [0u8; 5];
+        opener.read_bytes(100, &mut got).unwrap();
+        assert_eq!(&got, b"hello");
+        opener.write_bytes(4091, b"tail!").unwrap();
+        owner.read_bytes(4091, &mut got).unwrap();
+        assert_eq!(&got, b"tail!");
+
+        // Dropping an opener does not unlink.
+        drop(opener);
+        assert!(PosixShm::open(&name, 1).is_ok());
+    }
+
+    #[test]
+    fn out_of_range_copies_are_refused() {
+        let name = test_name("oob");
+        let _cleanup = Cleanup(name);
+        let shm = PosixShm::create(&name, 64).unwrap();
+        let err = shm.write_bytes(60, &[0; 5]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("offset 60"), "{err}");
+        assert!(err.message().contains("64 bytes"), "{err}");
+        assert!(shm.read_bytes(usize::MAX, &mut [0; 2]).is_err());
+        assert!(shm.read_bytes(65, &mut []).is_err());
+        assert!(shm.read_bytes(64, &mut []).is_ok());
+        assert!(shm.write_bytes(0, &[7; 64]).is_ok());
+    }
+
+    #[test]
+    fn open_refuses_smaller_objects_and_missing_names() {
+        let name = test_name("small");
+        let _cleanup = Cleanup(name);
+        let _owner = PosixShm::create(&name, 100).unwrap();
+        let err = PosixShm::open(&name, 101).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("100 bytes"), "{err}");
+        assert!(PosixShm::open(&name, 100).is_ok());
+
+        let missing = test_name("missing");
+        assert_eq!(PosixShm::open(&missing, 1).unwrap_err().kind(), ErrorKind::Os);
+    }
+
+    #[test]
+    fn owner_drop_unlinks() {
+        let name = test_name("unlink");
+        let _cleanup = Cleanup(name);
+        let owner = PosixShm::create(&name, 8).unwrap();
+        drop(owner);
+        assert_eq!(PosixShm::open(&name, 1).unwrap_err().kind(), ErrorKind::Os);
+        // Unlinking again is quiet.
+        unlink_quietly(&name);
+    }
+
+    #[test]
+    fn create_refuses_existing_names_and_zero_length() {
+        let name = test_name("excl");
+        let _cleanup = Cleanup(name);
+        let first = PosixShm::create(&name, 8).unwrap();
+        let err = PosixShm::create(&name, 8).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Os);
+        // The failed create must not have unlinked the first object's name.
+        assert!(PosixShm::open(&name, 8).is_ok());
+        drop(first);
+
+        let zero = test_name("zero");
+        assert_eq!(PosixShm::create(&zero, 0).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert!(PosixShm::open(&zero, 0).is_err());
+    }
+}

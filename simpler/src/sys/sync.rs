@@ -1,0 +1,96 @@
+//! Taking locks, with one poison policy for the whole crate.
+//!
+//! A `std` lock is poisoned when a thread panics while holding it. Every lock of this crate
+//! guards state that stays consistent across such a panic: the engine and the Worker catch
+//! panics of user code (orchestration functions, host functions, kernels) at the boundary that
+//! turns them into a failed run or task, and their own critical sections only move whole values
+//! in and out of the guarded state. So a poisoned lock is taken as if it were not poisoned:
+//! refusing it would turn one failed run into a Worker that can never run again.
+//!
+//! These helpers are the only places that make that decision; code elsewhere calls them instead
+//! of `lock().unwrap_or_else(|e| e.into_inner())`.
+
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::time::Duration;
+
+/// Locks `m`, taking a poisoned lock as it is (see the module docs).
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tries to lock `m` without blocking: `None` only when another thread holds it. A poisoned
+/// lock is taken as it is (see the module docs), never mistaken for a held one.
+pub(crate) fn try_lock<T: ?Sized>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Waits on `cv` up to `timeout`, taking a poisoned lock back as it is (see the module docs).
+pub(crate) fn wait_timeout<'a, T>(
+    cv: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    cv.wait_timeout(guard, timeout).unwrap_or_else(|e| e.into_inner()).0
+}
+
+/// Takes a read lock on `l`, taking a poisoned lock as it is (see the module docs).
+pub(crate) fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes a write lock on `l`, taking a poisoned lock as it is (see the module docs).
+pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex, RwLock};
+
+    use super::*;
+
+    fn poison<T: Send + 'static>(m: Arc<Mutex<T>>) {
+        let _ = std::thread::spawn(move || {
+            let _g = m.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+    }
+
+    #[test]
+    fn a_poisoned_mutex_is_taken_as_it_is() {
+        let m = Arc::new(Mutex::new(7));
+        poison(m.clone());
+        assert!(m.is_poisoned());
+        assert_eq!(*lock(&m), 7);
+        assert_eq!(try_lock(&m).map(|g| *g), Some(7));
+    }
+
+    #[test]
+    fn try_lock_is_none_only_while_held() {
+        let m = Mutex::new(1);
+        let g = lock(&m);
+        assert!(try_lock(&m).is_none());
+        drop(g);
+        assert!(try_lock(&m).is_some());
+    }
+
+    #[test]
+    fn a_poisoned_rwlock_is_taken_as_it_is() {
+        let l = Arc::new(RwLock::new(3));
+        let l2 = l.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = l2.write().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        assert!(l.is_poisoned());
+        assert_eq!(*read(&l), 3);
+        *write(&l) = 4;
+        assert_eq!(*read(&l), 4);
+    }
+}

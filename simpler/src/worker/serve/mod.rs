@@ -1,0 +1,12 @@
+//! The child end of each kind of lane: what a forked child process serves, one module per kind.
+//!
+//! Every child runs the same loop, `ipc::child::serve` (sleep on its doorbell, then shutdown, a
+//! control, or a task), with a handler that says what it serves:
+//!
+//! * [`sub`]: a SUB worker runs host functions;
+//! * [`chip`]: a chip child runs chip callables on its simulated chip and serves its memory;
+//! * [`nested`]: a nested Worker runs orchestration functions on the whole Worker it starts.
+
+pub(crate) mod chip;
+pub(crate) mod nested;
+pub(crate) mod sub;

@@ -1,0 +1,80 @@
+//! L2 Workers: one simulated chip in the test process, running chip callables directly.
+
+mod common;
+
+use common::in_own_process;
+
+use simpler::{CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostResult, Level, TaskArgs, Worker};
+
+fn vadd(args: &HostArgs<'_>) -> HostResult {
+    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    for i in 0..out.len() {
+        out[i] = a[i] + b[i];
+    }
+    Ok(())
+}
+
+fn bad(_: &HostArgs<'_>) -> HostResult {
+    Err("bad input".into())
+}
+
+#[test]
+fn a_kernel_runs_alone_on_an_l2_worker() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
+    let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    chip.init().unwrap();
+    assert!(chip.child_pids().is_empty(), "an L2 Worker forks nothing");
+    let (a, b, out) =
+        (chip.create_buffer(64).unwrap(), chip.create_buffer(64).unwrap(), chip.create_buffer(64).unwrap());
+    a.write(0, &[1.0f32; 16]).unwrap();
+    b.write(0, &[2.5f32; 16]).unwrap();
+    let t = |x: &simpler::Buffer| x.tensor(&[16], DataType::Float32).unwrap();
+    let mut args = TaskArgs::new();
+    args.input(&t(&a)).unwrap().input(&t(&b)).unwrap().output(&t(&out)).unwrap();
+    chip.run_callable(&add, args, CallConfig::default()).unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.5f32; 16]);
+
+    // Device memory round trip on the same chip.
+    let dev = chip.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    chip.copy_to(&dev, &a).unwrap();
+    // One device tensor both read and written by a kernel: the chip refuses the aliasing.
+    let mut args = TaskArgs::new();
+    args.input(&t(&dev)).unwrap().input(&t(&b)).unwrap().output(&t(&dev)).unwrap();
+    let err = chip.run_callable(&add, args, CallConfig::default()).unwrap_err();
+    assert!(err.message().contains("overlap"), "{err}");
+    let mut args2 = TaskArgs::new();
+    args2.input(&t(&dev)).unwrap().input(&t(&b)).unwrap().output(&t(&out)).unwrap();
+    chip.run_callable(&add, args2, CallConfig::default()).unwrap();
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.5f32; 16]);
+    chip.free(&dev).unwrap();
+    common::expect_err(chip.free(&dev), ErrorKind::InvalidState, &["already freed"]);
+    drop((a, b, out));
+    chip.close().unwrap();
+    assert!(common::leftover_shm().is_empty(), "host buffers are unlinked when dropped");
+}
+
+#[test]
+fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
+    if !in_own_process() {
+        return;
+    }
+    let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    let bad = chip.register_chip(ChipFn::kernel("bad", bad)).unwrap();
+    chip.init().unwrap();
+    let err = chip.run_callable(&bad, TaskArgs::new(), CallConfig::default()).unwrap_err();
+    common::assert_err(&err, ErrorKind::TaskFailed, &["bad", "bad input"]);
+    // Registered after init, it is installed at once.
+    let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let x = chip.create_buffer(4).unwrap();
+    let t = x.tensor(&[1], DataType::Float32).unwrap();
+    let mut args = TaskArgs::new();
+    args.input(&t).unwrap().input(&t).unwrap();
+    let y = chip.create_buffer(4).unwrap();
+    args.output(&y.tensor(&[1], DataType::Float32).unwrap()).unwrap();
+    chip.run_callable(&add, args, CallConfig::default()).unwrap();
+    common::expect_err(chip.run(|_| Ok(())), ErrorKind::InvalidState, &["run_callable"]);
+    chip.close().unwrap();
+}

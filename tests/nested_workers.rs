@@ -1,0 +1,282 @@
+//! Recursion: L4 Workers driving L3 Workers (each in its own process), and one level up.
+
+mod common;
+
+use common::{fail_kernel, in_own_process, vadd};
+
+use std::time::{Duration, Instant};
+
+use common::{Rig, process_exists};
+use simpler::{
+    CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
+    Result, RunOptions, TaskArgs, Worker,
+};
+
+const N: usize = 128;
+
+/// `out = x * 3` on a SUB worker.
+fn triple(args: &HostArgs<'_>) -> HostResult {
+    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
+    for i in 0..out.len() {
+        out[i] = 3.0 * x[i];
+    }
+    Ok(())
+}
+
+/// L3 orchestration on a Worker with chips: `out = a + b` on chip 1.
+fn l3_chip_add(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let k = ChipFn::kernel("vadd", vadd).handle();
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?.input(args.tensor(1).unwrap())?.output(args.tensor(2).unwrap())?;
+    orch.submit_next_level(&k, a, CallConfig::default(), 1).map(|_| ())
+}
+
+/// L3 orchestration on a Worker with SUB workers: `out = x * 3`.
+fn l3_sub_triple(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let handle = HostFn::new("triple", triple).handle();
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?.output(args.tensor(1).unwrap())?;
+    orch.submit_sub(&handle, a).map(|_| ())
+}
+
+/// L3 orchestration that runs a failing kernel on chip 0.
+fn l3_fail(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let k = ChipFn::kernel("fail_kernel", fail_kernel).handle();
+    orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
+}
+
+/// L4 orchestration for the L5 smoke test: forwards its args to its L3 child 0.
+fn l4_forward(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let h = OrchFn::new("l3_sub_triple", l3_sub_triple).handle();
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?.output(args.tensor(1).unwrap())?;
+    orch.submit_next_level(&h, a, CallConfig::default(), 0).map(|_| ())
+}
+
+fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
+    b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
+}
+
+#[test]
+fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3_chips = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(2).build().unwrap();
+    l3_chips.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let mut l3_subs = Worker::builder().sub_workers(2).build().unwrap();
+    l3_subs.register(HostFn::new("triple", triple)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    let w_chips = rig.add_worker(l3_chips).unwrap();
+    let w_subs = rig.add_worker(l3_subs).unwrap();
+    let add = rig.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    rig.init();
+    let (a, b, mid, out) = (
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+    );
+    let av: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    a.write(0, &av).unwrap();
+    b.write(0, &vec![1.0f32; N]).unwrap();
+    let (ta, tb, tm, to) = (f32s(&a), f32s(&b), f32s(&mid), f32s(&out));
+    let run = rig
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+            // mid = a + b on the chips' L3, then out = mid * 3 on the SUB workers' L3: the
+            // edge between the two L3 tasks is inferred at L4 from `mid`.
+            let mut x = TaskArgs::new();
+            x.input(&ta)?.input(&tb)?.output(&tm)?;
+            orch.submit_next_level(&add, x, CallConfig::default(), w_chips)?;
+            let mut y = TaskArgs::new();
+            y.input(&tm)?.output(&to)?;
+            orch.submit_next_level(&tri, y, CallConfig::default(), w_subs)?;
+            Ok(())
+        })
+        .unwrap();
+    run.wait().unwrap();
+    assert!(run.dag().unwrap().has_edge(0, 1), "the L4 DAG orders the two L3 tasks");
+    let got = out.read::<f32>(0, N).unwrap();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == 3.0 * (av[i] + 1.0)), "{:?}", &got[..4]);
+}
+
+#[test]
+fn l5_over_l4_over_l3_smoke() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("triple", triple)).unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    l4.add_worker(l3).unwrap();
+    l4.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network2));
+    rig.add_worker(l4).unwrap();
+    let fwd = rig.register_orch(OrchFn::new("l4_forward", l4_forward)).unwrap();
+    rig.init();
+    let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
+    x.write(0, &vec![2.0f32; N]).unwrap();
+    let (tx, to) = (f32s(&x), f32s(&out));
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.input(&tx)?.output(&to)?;
+        orch.submit_next_level(&fwd, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
+}
+
+#[test]
+fn a_failing_kernel_two_levels_down_names_the_path() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3 = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    l3.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
+    let w = rig.add_worker(l3).unwrap();
+    let fail = rig.register_orch(OrchFn::new("l3_fail", l3_fail)).unwrap();
+    rig.init();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&fail, TaskArgs::new(), CallConfig::default(), w).map(|_| ()))
+        .unwrap_err();
+    common::assert_err(
+        &err,
+        ErrorKind::TaskFailed,
+        &["l3_fail", "worker 1", "fail_kernel", "chip 0", "kernel says no"],
+    );
+}
+
+#[test]
+fn chip_callables_registered_at_l4_reach_the_chips_of_its_l3_children() {
+    if !in_own_process() {
+        return;
+    }
+    chip_callables_at_l4(false);
+}
+
+#[test]
+fn chip_callables_and_orchestrations_registered_at_l4_after_init_reach_the_tree() {
+    if !in_own_process() {
+        return;
+    }
+    chip_callables_at_l4(true);
+}
+
+fn chip_callables_at_l4(after_init: bool) {
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    if after_init {
+        rig.init();
+    }
+    rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let add = rig.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
+    if !after_init {
+        rig.init();
+    }
+    let (a, b, out) = (
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+    );
+    a.write(0, &vec![1.5f32; N]).unwrap();
+    b.write(0, &vec![2.0f32; N]).unwrap();
+    let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
+    rig.run(|orch| {
+        let mut x = TaskArgs::new();
+        x.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&add, x, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![3.5f32; N]);
+}
+
+#[test]
+fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
+    if !in_own_process() {
+        return;
+    }
+    let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(30)).build().unwrap();
+    let mut l4 =
+        Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(500)).build().unwrap();
+    l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
+    l4.add_worker(slow).unwrap();
+    let started = Instant::now();
+    let err = l4.init().unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(20), "init gave up at the deadline");
+    common::assert_err(&err, ErrorKind::WorkerDied, &["worker 1", "did not report ready"]);
+    assert!(!l4.is_ready());
+    assert!(l4.child_pids().is_empty());
+    assert!(common::leftover_shm().is_empty());
+}
+
+/// Where `block_host` announces itself (its SUB process is a grandchild of the test).
+fn marker_path(l3_pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-nested-block-{l3_pid}"))
+}
+
+/// Announces itself (named after its parent, the L3 Worker's process), then blocks for up to
+/// 30 s: the test kills the L3 process meanwhile.
+fn block_host(_: &HostArgs<'_>) -> HostResult {
+    let l3_pid = std::os::unix::process::parent_id();
+    let tmp = marker_path(l3_pid).with_extension("tmp");
+    std::fs::write(&tmp, b"running")?;
+    std::fs::rename(&tmp, marker_path(l3_pid))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    Err("never killed".into())
+}
+
+fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
+    orch.submit_sub(&HostFn::new("block_host", block_host).handle(), TaskArgs::new()).map(|_| ())
+}
+
+#[test]
+fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("block_host", block_host)).unwrap();
+    l3.register(HostFn::new("triple", triple)).unwrap();
+    rig.add_worker(l3).unwrap();
+    let mut spare = Worker::builder().sub_workers(1).build().unwrap();
+    spare.register(HostFn::new("triple", triple)).unwrap();
+    rig.add_worker(spare).unwrap();
+    let block = rig.register_orch(OrchFn::new("l3_block", l3_block)).unwrap();
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    rig.init();
+    let l3_pid = rig.pids()[0];
+    let marker = marker_path(l3_pid as u32);
+    let _ = std::fs::remove_file(&marker);
+    let run = rig
+        .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+        .unwrap();
+    common::wait_for("the L3 task to be running", Duration::from_secs(20), || marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    common::sigkill(l3_pid);
+    let err = run.wait().unwrap_err();
+    common::assert_err(&err, ErrorKind::WorkerDied, &["l3_block", "worker 0", "died", "signal 9"]);
+    // The other nested Worker still runs work; work aimed at the dead one fails clearly.
+    let (x, out) = (rig.create_buffer(16).unwrap(), rig.create_buffer(16).unwrap());
+    x.write(0, &[1.0f32; 4]).unwrap();
+    let (tx, to) = (f32s(&x), f32s(&out));
+    let submit_to = |w: u32| {
+        rig.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&tx)?.output(&to)?;
+            orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())
+        })
+    };
+    common::expect_err(submit_to(0), ErrorKind::WorkerDied, &["worker 0 is dead"]);
+    submit_to(1).unwrap();
+    assert_eq!(out.read::<f32>(0, 4).unwrap(), vec![3.0f32; 4]);
+    drop(run);
+    rig.close().unwrap();
+    assert!(!process_exists(l3_pid));
+}

@@ -1,0 +1,242 @@
+//! Task arguments: tensor validation, tag versus access, aliasing inside one task, scalars.
+
+mod common;
+
+use common::*;
+use simpler::{
+    Access, BufferDesc, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag, TaskArgs, Tensor,
+    TensorView,
+};
+
+#[test]
+fn bad_views_are_rejected_with_what_is_wrong() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
+    let buf = rig.create_buffer(64).unwrap();
+    // Past the end of the buffer: 16 f32 from byte 4 end at byte 68.
+    let past = TensorView::new(4, &[16], None, DataType::Float32).unwrap();
+    expect_err(buf.view(past), ErrorKind::InvalidArgument, &["past the end", "64-byte buffer"]);
+    expect_err(buf.tensor(&[17], DataType::Float32), ErrorKind::InvalidArgument, &["past the end"]);
+    let strided = TensorView::new(0, &[4, 4], Some(&[5, 1]), DataType::Float32).unwrap(); // ends at 19 * 4
+    expect_err(buf.view(strided), ErrorKind::InvalidArgument, &["past the end"]);
+    // Zero dimensions, too many, a zero extent or stride.
+    expect_err(
+        TensorView::new(0, &[], None, DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["dimensions", "got 0"],
+    );
+    let six = [1u32; MAX_TENSOR_DIMS + 1];
+    expect_err(
+        TensorView::new(0, &six, None, DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["dimensions", "got 6"],
+    );
+    expect_err(
+        TensorView::new(0, &[4, 0], None, DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["shape[1]"],
+    );
+    expect_err(
+        TensorView::new(0, &[4], Some(&[0]), DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["stride[0]"],
+    );
+    expect_err(
+        TensorView::new(0, &[4], Some(&[1, 1]), DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["strides"],
+    );
+    // Misaligned for the element type.
+    expect_err(
+        TensorView::new(2, &[4], None, DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["byte offset 2", "element size 4"],
+    );
+    assert!(TensorView::new(2, &[4], None, DataType::Int16).is_ok(), "2 is aligned for i16");
+}
+
+#[test]
+fn tensor_after_scalar_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
+    let buf = u64_buffer(&rig, 4);
+    let t = u64s(&buf, 0, 4);
+    let mut a = TaskArgs::new();
+    a.input(&t).unwrap().scalar(1);
+    expect_err(a.output(&t).map(|_| ()), ErrorKind::InvalidArgument, &["after a scalar"]);
+    expect_err(a.add_tensor(&t, Tag::NoDep).map(|_| ()), ErrorKind::InvalidArgument, &["after a scalar"]);
+    assert_eq!(
+        (a.tensor_count(), a.scalar_count()),
+        (1, 1),
+        "a refused tensor leaves the arguments unchanged"
+    );
+}
+
+/// `t` with its descriptor's access narrowed to `access`.
+fn with_access(t: &Tensor, access: Access) -> Tensor {
+    let d = t.desc();
+    Tensor::new(BufferDesc::new(d.identity(), d.backing(), access, d.nbytes()).unwrap(), *t.view()).unwrap()
+}
+
+#[test]
+fn tag_needing_more_access_than_granted_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [fill, sum]) = Rig::start(subs(1), [("fill", fill), ("sum", sum)]);
+    let buf = u64_buffer(&rig, 4);
+    let out = u64_buffer(&rig, 4);
+    buf.write(0, &[1u64, 2, 3, 4]).unwrap();
+    let read_only = with_access(&u64s(&buf, 0, 4), Access::Read);
+    let write_only = with_access(&u64s(&out, 0, 4), Access::Write);
+    rig.run(|orch| {
+        for tag in [Tag::Output, Tag::InOut, Tag::OutputExisting] {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&read_only, tag)?.scalar(1);
+            let err = orch.submit_sub(&fill, a).expect_err("a read-only buffer cannot be written");
+            assert_err(&err, ErrorKind::InvalidArgument, &["fill", "tensor 0", &format!("{tag:?}"), "Read"]);
+        }
+        let mut a = TaskArgs::new();
+        a.input(&write_only)?.output(&u64s(&out, 0, 4))?;
+        let err = orch.submit_sub(&sum, a).expect_err("a write-only buffer cannot be read");
+        assert_err(&err, ErrorKind::InvalidArgument, &["sum", "tensor 0", "Input", "Write"]);
+        assert_eq!(orch.task_count(), 0);
+        // What the access grants is fine: read a read-only buffer, write a write-only one.
+        let mut a = TaskArgs::new();
+        a.input(&read_only)?.output(&write_only)?;
+        orch.submit_sub(&sum, a)?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(read_u64(&out, 0, 4), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn overlapping_tensors_of_one_task_are_rejected_when_one_is_written() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
+    let buf = u64_buffer(&rig, 12);
+    rig.run(|orch| {
+        for (tag0, tag1) in [(Tag::Input, Tag::Output), (Tag::InOut, Tag::Input), (Tag::Output, Tag::NoDep)] {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&u64s(&buf, 0, 8), tag0)?.add_tensor(&u64s(&buf, 4, 8), tag1)?.scalar(1).scalar(1);
+            let err = orch.submit_sub(&affine, a).expect_err("aliasing a written tensor");
+            assert_err(&err, ErrorKind::InvalidArgument, &["affine", "tensors 0 and 1 overlap"]);
+        }
+        // Disjoint views of one buffer are fine.
+        let mut a = TaskArgs::new();
+        a.input(&u64s(&buf, 0, 4))?.output(&u64s(&buf, 4, 4))?.scalar(2).scalar(1);
+        orch.submit_sub(&affine, a)?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(read_u64(&buf, 4, 4), vec![1; 4]);
+}
+
+fn echo_scalars(args: &HostArgs<'_>) -> HostResult {
+    let out = args.output::<u64>(0)?;
+    if out.len() < args.scalar_count() + 1 {
+        return Err("echo_scalars: output too small".into());
+    }
+    out[0] = args.scalar_count() as u64;
+    out[1..=args.scalar_count()].copy_from_slice(args.scalars());
+    // f32 scalars travel as their bits; the function reads them back.
+    if args.scalar_f32(2)? != 1.5 {
+        return Err(format!("scalar 2 is {}, not 1.5", args.scalar_f32(2)?).into());
+    }
+    let past = args.scalar(args.scalar_count()).expect_err("past the last scalar");
+    let missing = args.input::<u64>(5).expect_err("past the last tensor");
+    let wrong_type = args.input::<f32>(0).expect_err("the tensor holds u64");
+    out[5] = u64::from(past.to_string().contains("out of range"));
+    out[6] = u64::from(missing.to_string().contains("out of range"));
+    out[7] = u64::from(wrong_type.to_string().contains("not f32"));
+    Ok(())
+}
+
+#[test]
+fn scalars_reach_the_host_function_in_order() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [echo]) = Rig::start(subs(1), [("echo_scalars", echo_scalars)]);
+    let out = u64_buffer(&rig, 8);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.add_tensor(&u64s(&out, 0, 8), Tag::InOut)?.scalar(u64::MAX).scalar(0).scalar_f32(1.5);
+        orch.submit_sub(&echo, a).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(read_u64(&out, 0, 8), vec![3, u64::MAX, 0, u64::from(1.5f32.to_bits()), 0, 1, 1, 1]);
+}
+
+fn write_input(args: &HostArgs<'_>) -> HostResult {
+    args.output::<u64>(0)?.fill(1);
+    Ok(())
+}
+
+fn read_output(args: &HostArgs<'_>) -> HostResult {
+    args.input::<u64>(0)?;
+    Ok(())
+}
+
+#[test]
+fn host_functions_get_only_the_access_their_tags_grant() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [w, r]) = Rig::start(subs(1), [("write_input", write_input), ("read_output", read_output)]);
+    let buf = u64_buffer(&rig, 4);
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&buf, 0, 4))?;
+            orch.submit_sub(&w, a).map(|_| ())
+        })
+        .expect_err("an Input tensor is read-only in the host function");
+    assert_err(&err, ErrorKind::TaskFailed, &["write_input", "tensor 0", "read-only"]);
+    assert_eq!(read_u64(&buf, 0, 4), vec![0; 4]);
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&buf, 0, 4))?;
+            orch.submit_sub(&r, a).map(|_| ())
+        })
+        .expect_err("an Output tensor is write-only in the host function");
+    assert_err(&err, ErrorKind::TaskFailed, &["read_output", "tensor 0", "write-only"]);
+}
+
+#[test]
+fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [noop, fill]) = Rig::start(subs(1), [("noop", noop), ("fill", fill)]);
+    let out = u64_buffer(&rig, 1);
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            for i in 0..10_000 {
+                a.scalar(i);
+            }
+            orch.submit_sub(&noop, a).map(|_| ())
+        })
+        .expect_err("80 KB of scalars do not fit a task frame");
+    assert_err(
+        &err,
+        ErrorKind::InvalidArgument,
+        &["noop", "could not start", "exceeds the mailbox capacity"],
+    );
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(1);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
+    .expect("the worker is fine afterwards");
+    assert_eq!(read_u64(&out, 0, 1), vec![1]);
+}

@@ -1,0 +1,223 @@
+//! The Worker's lifecycle: builder validation, init, close (explicit, on drop, on panic), and the
+//! errors of calls made in the wrong phase.
+
+mod common;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use common::*;
+use simpler::{ErrorKind, HostFn, Level, RunOptions, Tag, TaskArgs, Worker};
+
+#[test]
+fn builder_rejects_invalid_configurations() {
+    if !in_own_process() {
+        return;
+    }
+    let cases = [
+        (Worker::builder().task_window(0), "task_window"),
+        (Worker::builder().pipeline_depth(0), "pipeline_depth"),
+        (Worker::builder().startup_timeout(Duration::ZERO), "startup_timeout"),
+        (Worker::builder().level(Level::Chip).sub_workers(1), "no SUB workers"),
+        (Worker::builder().level(Level::Network1).chips(1), "add_worker"),
+    ];
+    for (builder, needle) in cases {
+        expect_err(builder.build(), ErrorKind::InvalidArgument, &[needle]);
+    }
+    let w = Worker::builder().sub_workers(3).build().unwrap();
+    assert_eq!((w.level(), w.sub_workers(), w.is_ready()), (Level::Node, 3, false));
+    assert!(w.child_pids().is_empty(), "building forks nothing");
+}
+
+#[test]
+fn calls_before_init_are_refused() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1));
+    let fill = rig.register(HostFn::new("fill", fill)).unwrap();
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["not initialized", "init()"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["not initialized"]);
+    expect_err(rig.create_buffer(64), ErrorKind::InvalidState, &["create_buffer", "not initialized"]);
+    // init still works afterwards.
+    rig.init();
+    expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["already initialized"]);
+    let out = u64_buffer(&rig, 1);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(4);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(read_u64(&out, 0, 1), vec![4]);
+}
+
+#[test]
+fn calls_after_close_are_refused() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
+    let out = u64_buffer(&rig, 1);
+    let done = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(9);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
+        .unwrap();
+    rig.close().expect("close drains the run in flight");
+    assert!(done.is_done());
+    done.wait().expect("a run that finished before close keeps its result");
+    assert_eq!(done.stats().unwrap().tasks, 1);
+    assert_eq!(read_u64(&out, 0, 1), vec![9]);
+    assert!(!rig.is_ready());
+    assert!(rig.child_pids().is_empty());
+    for &pid in rig.pids() {
+        assert!(!process_exists(pid), "close reaped child {pid}");
+    }
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["submit", "closed"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["closed"]);
+    expect_err(rig.create_buffer(8), ErrorKind::InvalidState, &["create_buffer", "closed"]);
+    expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["init", "closed"]);
+    rig.close().expect("close is idempotent");
+}
+
+#[test]
+fn waiting_on_a_run_abandoned_by_close_reports_it() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, [block]) =
+        Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
+    let flag = u32_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(20_000);
+            orch.submit_sub(&block, a).map(|_| ())
+        })
+        .unwrap();
+    wait_blocked(&flag);
+    let (closed, waited) = std::thread::scope(|s| {
+        // Another thread waits on the run while the Worker closes.
+        let waiter = run.clone();
+        let waiting = s.spawn(move || waiter.wait_timeout(Duration::from_secs(10)));
+        // Once close has given up on the run, let the blocked task end so the child can exit.
+        let watcher = run.clone();
+        let flag = &flag;
+        s.spawn(move || {
+            wait_for("close to abandon the run", Duration::from_secs(10), || watcher.is_done());
+            release(flag);
+        });
+        (rig.close(), waiting.join().unwrap())
+    });
+    // Depending on when it started, the wait saw the run abandoned or the Worker closed.
+    let err = waited.expect_err("a wait across close ends with an error");
+    assert_err(&err, ErrorKind::InvalidState, &[&format!("run {}", run.id()), "closed"]);
+    let err = closed.expect_err("the run did not finish within close_timeout");
+    assert_err(&err, ErrorKind::Timeout, &["Worker.close", "1 run(s)", "abandoned"]);
+    assert!(run.is_done());
+    let err = run.wait().expect_err("the run was abandoned");
+    assert_err(&err, ErrorKind::InvalidState, &[&format!("run {}", run.id()), "abandoned", "closed"]);
+    expect_err(run.wait_timeout(Duration::from_millis(1)), ErrorKind::InvalidState, &["abandoned"]);
+}
+
+#[test]
+fn dropping_a_worker_closes_it() {
+    if !in_own_process() {
+        return;
+    }
+    let pids;
+    {
+        let mut worker = subs(2).build().unwrap();
+        let fill = worker.register(HostFn::new("fill", fill)).unwrap();
+        worker.init().unwrap();
+        pids = worker.child_pids();
+        assert_eq!(pids.len(), 2);
+        let out = u64_buffer(&worker, 1);
+        worker
+            .run(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 0, 1))?.scalar(1);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
+            .unwrap();
+        assert_eq!(leftover_shm().len(), 1, "the buffer exists while it is alive");
+        for &pid in &pids {
+            assert!(process_exists(pid));
+        }
+    }
+    // No close: dropping the Worker (and then the buffer) must have cleaned up.
+    assert_left_nothing(&pids);
+}
+
+#[test]
+fn a_panic_unwinding_through_a_worker_reaps_its_children() {
+    if !in_own_process() {
+        return;
+    }
+    let mut pids = Vec::new();
+    let caught = catch_unwind(AssertUnwindSafe(|| {
+        let mut worker = subs(2).build().unwrap();
+        worker.init().unwrap();
+        pids = worker.child_pids();
+        let _buf = worker.create_buffer(64).unwrap();
+        panic!("test body failed");
+    }));
+    assert!(caught.is_err());
+    assert_eq!(pids.len(), 2);
+    assert_left_nothing(&pids);
+}
+
+#[test]
+fn submit_from_inside_an_orchestration_function_is_refused() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
+    let out = u64_buffer(&rig, 1);
+    rig.run(|orch| {
+        let inner = rig.submit(|_| Ok(()));
+        expect_err(inner, ErrorKind::InvalidState, &["inside an orchestration function", "Orchestrator"]);
+        let mut a = TaskArgs::new();
+        a.output(&u64s(&out, 0, 1))?.scalar(2);
+        orch.submit_sub(&fill, a).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(read_u64(&out, 0, 1), vec![2]);
+}
+
+#[test]
+fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder());
+    let fill = rig.register(HostFn::new("fill", fill)).unwrap();
+    rig.init();
+    assert!(rig.pids().is_empty());
+    rig.run(|orch| {
+        let err = orch.submit_sub(&fill, TaskArgs::new()).expect_err("no SUB workers");
+        assert_err(&err, ErrorKind::InvalidArgument, &["fill", "no SUB workers", "sub_workers"]);
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn empty_run_finishes_at_once() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1));
+    rig.init();
+    let run = rig.submit_with(RunOptions::new().capture_dag(), |_, _, _| Ok(())).unwrap();
+    run.wait().unwrap();
+    assert!(run.is_done());
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (0, 0));
+    assert_eq!(run.dag().unwrap().graph().node_count(), 0);
+}
