@@ -336,7 +336,7 @@ impl<K: Kind> Call<K> {
     /// assert_eq!(copy::call(a, &mut b)?.handle().name(), "copy");
     /// # Ok(()) }
     /// ```
-    pub fn handle(&self) -> &'static crate::CallableHandle {
+    pub fn handle(&self) -> &'static crate::callable::identity::CallableHandle {
         self.info.handle()
     }
 
@@ -517,8 +517,8 @@ impl Call<OrchCallable> {
     }
 
     /// The options of a top-level run of this call: its arguments, config and capture.
-    fn options(self) -> crate::RunOptions {
-        let options = crate::RunOptions::new().args(self.args).config(config_of(self.config));
+    fn options(self) -> crate::worker::RunOptions {
+        let options = crate::worker::RunOptions::new().args(self.args).config(config_of(self.config));
         if self.capture { options.capture_dag() } else { options }
     }
 
