@@ -62,17 +62,13 @@ fn one_task(
     tensors: Option<(&Tensor, &Tensor)>,
 ) -> simpler::Result<Duration> {
     let start = Instant::now();
-    worker.run(
-        |orch, _, _| {
-            let mut args = TaskArgs::new();
-            if let Some((input, output)) = tensors {
-                args.input(input)?.output(output)?;
-            }
-            orch.submit_next_level(f, args, CallConfig::default(), 0).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| {
+        let mut args = TaskArgs::new();
+        if let Some((input, output)) = tensors {
+            args.input(input)?.output(output)?;
+        }
+        orch.submit_next_level(f, args, CallConfig::default(), 0).map(|_| ())
+    })?;
     Ok(start.elapsed())
 }
 

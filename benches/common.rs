@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use simpler::{CallConfig, CallableHandle, TaskArgs, Worker};
+use simpler::{CallableHandle, TaskArgs, Worker};
 
 /// Prints one figure line.
 pub fn figure(name: &str, value: f64, unit: &str) {
@@ -82,10 +82,6 @@ pub fn placement(label: &str, who: &[(&str, Option<u32>)]) {
 /// worker; returns its wall time.
 pub fn one_sub_task(worker: &Worker, f: &CallableHandle) -> simpler::Result<Duration> {
     let start = Instant::now();
-    worker.run(
-        |orch, _, _| orch.submit_sub(f, TaskArgs::new()).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| orch.submit_sub(f, TaskArgs::new()).map(|_| ()))?;
     Ok(start.elapsed())
 }

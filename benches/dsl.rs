@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use common::{figure, percentile, spread, target, us};
 use simpler::{
-    CallConfig, CallableHandle, DataType, In, InOut, Orchestrator, Out, RunDag, TaskArgs, TaskHandle, Tensor,
+    CallableHandle, DataType, In, InOut, Orchestrator, Out, RunDag, RunOptions, TaskArgs, TaskHandle, Tensor,
     TensorOf, Worker, callable, task_graph,
 };
 
@@ -219,14 +219,10 @@ impl Graph {
     /// One gated run of the graph through `api`: the submit time and whether the sample counts.
     fn timed(&mut self, worker: &Worker, api: Api) -> simpler::Result<(Duration, bool)> {
         let mut got = None;
-        worker.run(
-            |o, _, _| {
-                got = Some(self.build(o, api, true)?);
-                Ok(())
-            },
-            TaskArgs::new(),
-            CallConfig::default(),
-        )?;
+        worker.run(|o| {
+            got = Some(self.build(o, api, true)?);
+            Ok(())
+        })?;
         Ok(got.expect("the orchestration ran"))
     }
 
@@ -238,11 +234,8 @@ impl Graph {
         api: Api,
     ) -> simpler::Result<(RunDag, Vec<f32>)> {
         y.write(0, &vec![0.0f32; N as usize])?;
-        let run = worker.submit_captured(
-            |o, _, _| self.build(o, api, false).map(|_| ()),
-            TaskArgs::new(),
-            CallConfig::default(),
-        )?;
+        let run = worker
+            .submit_with(RunOptions::new().capture_dag(), |o, _, _| self.build(o, api, false).map(|_| ()))?;
         run.wait()?;
         let dag = run.dag().expect("a captured run has a DAG");
         Ok((dag, y.read::<f32>(0, N as usize)?))

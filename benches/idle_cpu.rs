@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{figure, target};
-use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
 
 fn empty(_args: &HostArgs<'_>) -> HostResult {
     Ok(())
@@ -42,14 +42,10 @@ fn main() -> simpler::Result<()> {
     let mut worker = Worker::builder().sub_workers(2).build()?;
     let f = worker.register(HostFn::new("empty", empty))?;
     worker.init()?;
-    worker.run(
-        |orch, _, _| {
-            orch.submit_sub(&f, TaskArgs::new())?;
-            orch.submit_sub(&f, TaskArgs::new()).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| {
+        orch.submit_sub(&f, TaskArgs::new())?;
+        orch.submit_sub(&f, TaskArgs::new()).map(|_| ())
+    })?;
     let hz = ticks_per_second();
     let mut pids: Vec<String> = vec!["self".into()];
     pids.extend(worker.child_pids().iter().map(i32::to_string));

@@ -68,11 +68,8 @@ fn l3_nothing(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler
 /// One run of the L4 Worker: one task on its L3 child running the orchestration `orch_fn`.
 fn nested(worker: &Worker, orch_fn: &CallableHandle) -> simpler::Result<Duration> {
     let start = Instant::now();
-    worker.run(
-        |orch, _, _| orch.submit_next_level(orch_fn, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker
+        .run(|orch| orch.submit_next_level(orch_fn, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))?;
     Ok(start.elapsed())
 }
 

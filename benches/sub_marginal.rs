@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{figure, percentile, placement, target, us};
 use simpler::bench_support::last_cpu;
-use simpler::{CallConfig, CallableHandle, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+use simpler::{CallableHandle, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 
 const SIZES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 const REPS: usize = 21;
@@ -24,16 +24,12 @@ fn empty(_args: &HostArgs<'_>) -> HostResult {
 
 fn run_of(worker: &Worker, f: &CallableHandle, n: usize) -> simpler::Result<Duration> {
     let start = Instant::now();
-    worker.run(
-        |orch, _, _| {
-            for _ in 0..n {
-                orch.submit_sub(f, TaskArgs::new())?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| {
+        for _ in 0..n {
+            orch.submit_sub(f, TaskArgs::new())?;
+        }
+        Ok(())
+    })?;
     Ok(start.elapsed())
 }
 

@@ -3,8 +3,9 @@
 //! closure. The config travels with the task to the chip and is checked when the task is
 //! submitted: a bad one is refused there, naming the field.
 //!
-//! What the callee sees: a kernel (`#[callable(chip)]`) and a host function do not receive the
-//! config, and the simulated chip sizes nothing by it, so results never depend on it. A chip
+//! Every knob (AICPU threads, ring sizes, diagnostics) matters only on real hardware: the
+//! simulated chip checks it and sizes nothing by it, so results never depend on it. What the
+//! callee sees: a kernel (`#[callable(chip)]`) and a host function do not receive the config. A chip
 //! orchestration written with the plain API (`ChipFn::orchestration`) receives its task's
 //! config; this example uses one to show each task's own config arriving on the chip. SUB tasks
 //! carry no config: `.config(..)` on a call placed with `sub()` is dropped.
@@ -15,26 +16,25 @@
 
 use std::process::ExitCode;
 
-use simpler::{CallConfig, ChipFn, DataType, In, Orchestrator, Out, RuntimeEnv, TaskArgs, TensorOf, Worker};
+use simpler::{CallConfig, ChipFn, DataType, In, Orchestrator, Out, RingSizes, TaskArgs, TensorOf, Worker};
 use simpler::{callable, chip, task_graph};
 
 const N: u32 = 64;
 
 /// Small rings: a 16-task window, 64 KiB of heap and 64 dependency entries per ring.
-const SMALL_RINGS: CallConfig = CallConfig {
-    runtime_env: RuntimeEnv { ring_task_window: [16; 4], ring_heap: [64 << 10; 4], ring_dep_pool: [64; 4] },
-    ..CallConfig::DEFAULT
-};
+fn small_rings() -> CallConfig {
+    CallConfig::new().rings(RingSizes {
+        task_window: Some(16),
+        heap_bytes: Some(64 << 10),
+        dep_pool: Some(64),
+    })
+}
+
 /// Large rings, and four scheduler threads.
-const LARGE_RINGS: CallConfig = CallConfig {
-    aicpu_thread_num: 4,
-    runtime_env: RuntimeEnv {
-        ring_task_window: [1024; 4],
-        ring_heap: [16 << 20; 4],
-        ring_dep_pool: [4096; 4],
-    },
-    ..CallConfig::DEFAULT
-};
+fn large_rings() -> CallConfig {
+    let large = RingSizes { task_window: Some(1024), heap_bytes: Some(16 << 20), dep_pool: Some(4096) };
+    CallConfig::new().aicpu_threads(4).rings(large)
+}
 
 /// `y = a + b`
 #[callable(chip)]
@@ -53,15 +53,17 @@ fn fill(mut out: Out<i32>, v: i32) {
 task_graph! {
     /// The same kernel twice, each task with its own config.
     fn per_task_env(a: In<f32>, b: In<f32>, y0: Out<f32>, y1: Out<f32>) {
-        vadd(a, b, &mut y0).config(SMALL_RINGS).on(chip(0));
-        vadd(a, b, &mut y1).config(LARGE_RINGS).on(chip(0));
+        vadd(a, b, &mut y0).config(small_rings()).on(chip(0));
+        vadd(a, b, &mut y1).config(large_rings()).on(chip(0));
     }
 }
 
-/// A chip orchestration receives its task's config: it writes `aicpu_thread_num` to tensor 0.
+/// A chip orchestration receives its task's config: it writes its AICPU thread count (0 for the
+/// default) to tensor 0.
 fn report_threads(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> simpler::Result<()> {
     let mut out = TensorOf::<i32>::new(args.tensor(0).expect("one tensor").clone())?;
-    fill::call(&mut out, cfg.aicpu_thread_num)?.on(orch, chip(0)).map(|_| ())
+    let threads = cfg.get_aicpu_threads().unwrap_or(0) as i32;
+    fill::call(&mut out, threads)?.on(orch, chip(0)).map(|_| ())
 }
 
 fn main() -> simpler::Result<ExitCode> {
@@ -78,35 +80,27 @@ fn main() -> simpler::Result<ExitCode> {
     let sums_ok = bufs[1..].iter().all(|b| b.read::<f32>(0, n).is_ok_and(|v| v.iter().all(|&s| s == 3.0)));
 
     // 2. Each task's config reaches the chip orchestration: three tasks, three thread counts.
-    let threads = [0, 2, 4];
+    let threads: [i32; 3] = [0, 2, 4];
     let outs: Vec<_> = threads.iter().map(|_| worker.create_buffer(4)).collect::<simpler::Result<_>>()?;
-    worker.run(
-        |orch, _, _| {
-            for (t, out) in threads.into_iter().zip(&outs) {
-                let mut args = TaskArgs::new();
-                args.output(&out.tensor(&[1], DataType::Int32)?)?;
-                let cfg = CallConfig { aicpu_thread_num: t, ..SMALL_RINGS };
-                orch.submit_next_level(&report, args, cfg, 0)?; // the plain API: a handle, a config
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| {
+        for (t, out) in threads.into_iter().zip(&outs) {
+            let mut args = TaskArgs::new();
+            args.output(&out.tensor(&[1], DataType::Int32)?)?;
+            let cfg = small_rings().aicpu_threads(t as u32);
+            orch.submit_next_level(&report, args, cfg, 0)?; // the plain API: a handle, a config
+        }
+        Ok(())
+    })?;
     let seen = outs.iter().map(|b| b.read::<i32>(0, 1).map(|v| v[0])).collect::<simpler::Result<Vec<_>>>()?;
-    println!("aicpu_thread_num seen on the chip by three tasks: {seen:?}");
+    println!("AICPU threads seen on the chip by three tasks: {seen:?}");
 
     // 3. A bad config is refused at submit, naming the field (1 scheduler thread is too few).
-    let bad = CallConfig { aicpu_thread_num: 1, ..CallConfig::DEFAULT };
-    let refused = worker.run(
-        |orch, _, _| vadd::call(&a, &a, &mut y0)?.config(bad).on(orch, chip(0)).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    );
+    let bad = CallConfig::new().aicpu_threads(1);
+    let refused = worker.run(|orch| vadd::call(&a, &a, &mut y0)?.config(bad).on(orch, chip(0)).map(|_| ()));
     println!("a bad config: {}", refused.as_ref().map_or_else(|e| e.to_string(), |_| "accepted".into()));
     worker.close()?;
 
-    let refused_ok = refused.is_err_and(|e| e.to_string().contains("aicpu_thread_num"));
+    let refused_ok = refused.is_err_and(|e| e.to_string().contains("aicpu_threads"));
     if !sums_ok || seen != threads || !refused_ok {
         eprintln!("FAILED: sums {sums_ok}, configs seen {seen:?} (want {threads:?}), refusal {refused_ok}");
         return Ok(ExitCode::FAILURE);

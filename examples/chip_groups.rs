@@ -10,9 +10,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{
-    Buffer, CallConfig, In, Out, RunHandle, TaskArgs, TensorOf, Worker, callable, chip, task_graph,
-};
+use simpler::{Buffer, In, Out, RunHandle, RunOptions, TensorOf, Worker, callable, chip, task_graph};
 
 const N: u32 = 256;
 
@@ -73,38 +71,30 @@ fn main() -> simpler::Result<ExitCode> {
     let mut ys: Vec<TensorOf<f32>> = bufs.iter().map(|b| b.typed(&[N])).collect::<simpler::Result<_>>()?;
     // 1. A task_graph! group, then a task that waits for the whole group.
     let [y0, y1, y2, y3, total] = &mut ys[..] else { unreachable!("five tensors") };
-    let run = group_then_sum::call(&x, y0, y1, y2, y3, total)?.submit_captured(&worker)?;
+    let run = group_then_sum::call(&x, y0, y1, y2, y3, total)?.capture_dag().submit(&worker)?;
     run.wait()?;
     let mut ok = bufs[4].read::<f32>(0, n)?.iter().enumerate().all(|(i, &v)| v == 4.0 * i as f32 + 6.0);
     ok &= check("a group in a task_graph!, then sum4", &run, (2, 4), &bufs[..4])?;
 
     // 2. The same group from a closure, built in a loop: one typed call and one chip per member.
     let outs = &mut ys[..4];
-    let run = worker.submit_captured(
-        |orch, _, _| {
-            let mut members = Vec::new();
-            for (k, y) in outs.iter_mut().enumerate() {
-                members.push((shift::call(&x, y, k as f32)?, chip(k as u32)));
-            }
-            orch.submit_group(members).map(|_| ())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+        let mut members = Vec::new();
+        for (k, y) in outs.iter_mut().enumerate() {
+            members.push((shift::call(&x, y, k as f32)?, chip(k as u32)));
+        }
+        orch.submit_group(members).map(|_| ())
+    })?;
     run.wait()?;
     ok &= check("the same group with submit_group", &run, (1, 4), &bufs[..4])?;
 
     // 3. Four singles: four tasks, each on its own chip.
-    let run = worker.submit_captured(
-        |orch, _, _| {
-            for (k, y) in outs.iter_mut().enumerate() {
-                shift::call(&x, y, k as f32)?.on(orch, chip(k as u32))?;
-            }
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+        for (k, y) in outs.iter_mut().enumerate() {
+            shift::call(&x, y, k as f32)?.on(orch, chip(k as u32))?;
+        }
+        Ok(())
+    })?;
     run.wait()?;
     ok &= check("four singles", &run, (4, 1), &bufs[..4])?;
 

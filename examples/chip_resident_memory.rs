@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{CallConfig, DataType, In, InOut, Out, TaskArgs, Worker, callable, chip, task_graph};
+use simpler::{DataType, In, InOut, Out, Worker, callable, chip, task_graph};
 
 const N: u32 = 1024;
 
@@ -70,11 +70,7 @@ fn main() -> simpler::Result<ExitCode> {
     let got = host.read::<f32>(0, n)?;
 
     // A device tensor of chip 0 cannot be used by a task on chip 1.
-    let wrong_chip = worker.run(
-        |orch, _, _| accumulate::call(&x, &mut acc)?.on(orch, chip(1)).map(|_| ()),
-        TaskArgs::new(),
-        CallConfig::default(),
-    );
+    let wrong_chip = worker.run(|orch| accumulate::call(&x, &mut acc)?.on(orch, chip(1)).map(|_| ()));
     println!("on the wrong chip: {}", wrong_chip.as_ref().map_or_else(|e| e.to_string(), |_| "ran".into()));
 
     worker.free(&dev_w)?;

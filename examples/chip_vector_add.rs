@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{CallConfig, In, Out, TaskArgs, Worker, callable, chip};
+use simpler::{In, Out, Worker, callable, chip};
 
 const ROWS: u32 = 128;
 const COLS: u32 = 128;
@@ -38,14 +38,10 @@ fn main() -> simpler::Result<ExitCode> {
     let (a, b, mut out) = (ba.typed::<f32>(&shape)?, bb.typed::<f32>(&shape)?, bout.typed::<f32>(&shape)?);
 
     // One run with one task: `vadd` on chip 0.
-    worker.run(
-        |orch, _, _| {
-            vadd::call(&a, &b, &mut out)?.on(orch, chip(0))?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    worker.run(|orch| {
+        vadd::call(&a, &b, &mut out)?.on(orch, chip(0))?;
+        Ok(())
+    })?;
 
     let got = bout.read::<f32>(0, n)?;
     worker.close()?;

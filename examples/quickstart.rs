@@ -72,7 +72,7 @@ fn main() -> simpler::Result<ExitCode> {
     let (a, b, mut y) = (ba.typed::<f32>(&[N])?, bb.typed::<f32>(&[N])?, by.typed::<f32>(&[N])?);
 
     let started = Instant::now();
-    let run = pipeline::call(&a, &b, &mut y, N, 0.5)?.submit_captured(&worker)?;
+    let run = pipeline::call(&a, &b, &mut y, N, 0.5)?.capture_dag().submit(&worker)?;
     run.wait()?;
     let elapsed = started.elapsed();
 

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use simpler::{CallConfig, DataType, In, Out, TaskArgs, TensorOf, TensorView, Worker, callable, sub};
+use simpler::{DataType, In, Out, RunOptions, TensorOf, TensorView, Worker, callable, sub};
 
 const N: u32 = 4096;
 const PARTS: u32 = 4;
@@ -48,17 +48,13 @@ fn main() -> simpler::Result<ExitCode> {
     let mut parts = (0..PARTS).map(part).collect::<simpler::Result<Vec<_>>>()?;
 
     let started = Instant::now();
-    let run = worker.submit_captured(
-        |orch, _, _| {
-            for (p, part) in parts.iter_mut().enumerate() {
-                fill_squares::call(part, p as u64 * u64::from(len))?.on(orch, sub())?;
-            }
-            sum::call(&whole, &mut total)?.on(orch, sub())?; // overlaps every part: waits for all
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )?;
+    let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+        for (p, part) in parts.iter_mut().enumerate() {
+            fill_squares::call(part, p as u64 * u64::from(len))?.on(orch, sub())?;
+        }
+        sum::call(&whole, &mut total)?.on(orch, sub())?; // overlaps every part: waits for all
+        Ok(())
+    })?;
     run.wait()?;
     let elapsed = started.elapsed();
 

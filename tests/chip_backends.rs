@@ -227,16 +227,12 @@ fn an_l3_chip_child_uses_the_backend_its_factory_makes() {
     b.write(0, &[2.0f32; 16]).unwrap();
     let t = |x: &simpler::Buffer| x.tensor(&[16], DataType::Float32).unwrap();
     let (ta, tb, to) = (t(&a), t(&b), t(&out));
-    rig.run(
-        |orch, _, _| {
-            let mut args = TaskArgs::new();
-            args.input(&ta)?.input(&tb)?.output(&to)?;
-            orch.submit_next_level(&add, args, CallConfig::default(), 1)?;
-            Ok(())
-        },
-        TaskArgs::new(),
-        CallConfig::default(),
-    )
+    rig.run(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&add, args, CallConfig::default(), 1)?;
+        Ok(())
+    })
     .unwrap();
     assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.0f32; 16]);
     // Over it, the chip child's backend refuses, with its own message, naming the chip.

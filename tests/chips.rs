@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Orchestrate, fail_kernel, in_own_process, vadd};
+use common::{fail_kernel, in_own_process, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -101,7 +101,7 @@ fn vector_add_on_one_chip() {
     let (a, b, av, bv) = inputs(&rig);
     let out = rig.create_buffer(N * 4).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut args = TaskArgs::new();
         args.input(&ta)?.input(&tb)?.output(&to)?;
         orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
@@ -123,7 +123,7 @@ fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
     let outs: Vec<_> = (0..8).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
     let (ta, tb) = (f32s(&a), f32s(&b));
     let touts: Vec<_> = outs.iter().map(f32s).collect();
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut list = Vec::new();
         for t in &touts[..4] {
             let mut args = TaskArgs::new();
@@ -160,7 +160,7 @@ fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
     let tmp = rig.alloc_child_tensor(0, &[N as u32], DataType::Float32).unwrap();
     let (ta, tb, to, tt) =
         (f32s(&a), f32s(&b), f32s(&out), tmp.tensor(&[N as u32], DataType::Float32).unwrap());
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut args = TaskArgs::new();
         args.input(&ta)?.input(&tb)?.output(&to)?.add_tensor(&tt, simpler::Tag::InOut)?;
         orch.submit_next_level(&pipe, args, CallConfig::default(), 0).map(|_| ())
@@ -187,7 +187,7 @@ fn chip_resident_memory_round_trip() {
     let td = dev.tensor(&[N as u32], DataType::Float32).unwrap();
     // Two kernels chained on the device-resident tensor, then a third in a later run.
     for k_value in [1.0f32, 10.0] {
-        rig.run_orch(|orch| {
+        rig.run(|orch| {
             let mut args = TaskArgs::new();
             args.inout(&td)?.scalar_f32(k_value);
             orch.submit_next_level(&k, args, CallConfig::default(), 1)?;
@@ -210,7 +210,7 @@ fn chip_resident_memory_round_trip() {
 
     // Misuse: another chip, a SUB-less host task, a too-small host buffer, use after free, double free.
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut args = TaskArgs::new();
             args.inout(&td)?.scalar_f32(1.0);
             orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
@@ -223,7 +223,7 @@ fn chip_resident_memory_round_trip() {
     rig.free(&dev).unwrap();
     expect_err(rig.free(&dev), ErrorKind::InvalidState, &["already freed"]);
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut args = TaskArgs::new();
             args.inout(&td)?.scalar_f32(1.0);
             orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())
@@ -248,9 +248,7 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     rig.init();
     let dev = rig.alloc_child_tensor(0, &[4], DataType::Float32).unwrap();
     let td = dev.tensor(&[4], DataType::Float32).unwrap();
-    let attempt = |f: &dyn Fn(&mut Orchestrator<'_>) -> Result<()>| {
-        rig.run(|orch, _, _| f(orch), TaskArgs::new(), CallConfig::default()).unwrap_err()
-    };
+    let attempt = |f: &dyn Fn(&mut Orchestrator<'_>) -> Result<()>| rig.run(|orch| f(orch)).unwrap_err();
     let e = attempt(&|o| o.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()));
     common::assert_err(&e, ErrorKind::Callable, &["noop", "host function"]);
     let e = attempt(&|o| o.submit_sub(&k, TaskArgs::new()).map(|_| ()));
@@ -285,7 +283,7 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
     let k = rig.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     rig.init();
     let err = rig
-        .run_orch(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .run(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
         .unwrap_err();
     common::assert_err(&err, ErrorKind::TaskFailed, &["fail_kernel", "worker 1", "kernel says no"]);
 }
@@ -302,9 +300,7 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
     let marker = marker_path(std::process::id());
     let _ = std::fs::remove_file(&marker);
     let run = rig
-        .submit_orch(|orch| {
-            orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
-        })
+        .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .unwrap();
     wait_for("the blocking kernel to start", Duration::from_secs(20), || marker.exists());
     let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
@@ -318,14 +314,14 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
     let out = rig.create_buffer(N * 4).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut args = TaskArgs::new();
             args.input(&ta)?.input(&tb)?.output(&to)?;
             orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
         })
         .unwrap_err();
     common::assert_err(&err, ErrorKind::WorkerDied, &["worker 0 is dead"]);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut args = TaskArgs::new();
         args.input(&ta)?.input(&tb)?.output(&to)?;
         orch.submit_next_level(&k, args, CallConfig::default(), 1).map(|_| ())

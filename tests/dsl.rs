@@ -5,11 +5,13 @@
 
 mod common;
 
-use common::{Orchestrate, Rig, in_own_process};
+use common::{Rig, in_own_process};
 use simpler::{
-    CallConfig, CallableInfo, CallableKind, DataType, Digest, EdgeReason, In, InOut, Level, Orchestrator,
-    Out, ParamMode, RunDag, TaskArgs, Tensor, TensorOf, Worker, callable, task_graph,
+    CallConfig, CallableKind, DataType, Digest, EdgeReason, In, InOut, Level, Orchestrator, Out, RunDag,
+    RunOptions, TaskArgs, Tensor, TensorOf, Worker, callable, task_graph,
 };
+// The registry and signature types are what generated code uses (`__private`); this suite checks them.
+use simpler::__private::{CallableInfo, ParamMode};
 
 const N: u32 = 64;
 
@@ -170,18 +172,14 @@ fn dot_lines(dot: &str) -> Vec<String> {
 fn plain_add(o: &mut Orchestrator<'_>, a: &Tensor, b: &Tensor, out: &Tensor, k: f32) -> simpler::Result<()> {
     let mut x = TaskArgs::new();
     x.input(a)?.input(b)?.output(out)?.scalar_f32(k);
-    o.submit_sub(handle(add::INFO), x).map(|_| ())
+    o.submit_sub(add::handle(), x).map(|_| ())
 }
 
 /// `inc` submitted with the plain API.
 fn plain_inc(o: &mut Orchestrator<'_>, t: &Tensor) -> simpler::Result<()> {
     let mut x = TaskArgs::new();
     x.inout(t)?;
-    o.submit_sub(handle(inc::INFO), x).map(|_| ())
-}
-
-fn handle(info: &'static CallableInfo) -> &'static simpler::CallableHandle {
-    info.handle()
+    o.submit_sub(inc::handle(), x).map(|_| ())
 }
 
 // --------------------------------------------------------------------------------------- tests
@@ -196,7 +194,7 @@ fn chain_matches_the_hand_written_run() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let macro_run = chain::call(&a, &b, &mut y).unwrap().submit_captured(&rig).unwrap();
+    let macro_run = chain::call(&a, &b, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
     macro_run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]); // ((1 + 2) + 1) * 2 * 0.5
     let macro_dag = macro_run.dag().unwrap();
@@ -205,7 +203,7 @@ fn chain_matches_the_hand_written_run() {
     by.write(0, &vec![0.0f32; N as usize]).unwrap();
     let (ta, tb, ty) = (a.tensor().clone(), b.tensor().clone(), y.tensor().clone());
     let plain_run = rig
-        .captured(|o| {
+        .submit_with(RunOptions::new().capture_dag(), |o, _, _| {
             let t1 = o.alloc(&[64], DataType::Float32)?;
             plain_add(o, &ta, &tb, &t1, 1.0)?;
             plain_inc(o, &t1)?;
@@ -227,7 +225,7 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = diamond::call(&a, &b, &mut y, N).unwrap().submit_captured(&rig).unwrap();
+    let run = diamond::call(&a, &b, &mut y, N).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![9.0; N as usize]); // 3 * 1 + 3 * 2
     let dag = run.dag().unwrap();
@@ -238,7 +236,7 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
 
     let (ta, tb, ty) = (a.tensor().clone(), b.tensor().clone(), y.tensor().clone());
     let plain = rig
-        .captured(|o| {
+        .submit_with(RunOptions::new().capture_dag(), |o, _, _| {
             let t1 = o.alloc(&[N], DataType::Float32)?;
             let t2 = o.alloc(&[N], DataType::Float32)?;
             plain_add(o, &ta, &tb, &t1, 1.0)?;
@@ -267,7 +265,7 @@ fn a_group_on_four_chips_matches_the_hand_written_group() {
     let outs: Vec<_> = (0..4).map(|_| filled(&rig, 0.0)).collect();
     let mut ys: Vec<TensorOf<f32>> = outs.iter().map(|(_, t)| t.share()).collect();
     let [y0, y1, y2, y3] = &mut ys[..] else { unreachable!() };
-    let run = four_chips::call(&a, &b, y0, y1, y2, y3).unwrap().submit_captured(&rig).unwrap();
+    let run = four_chips::call(&a, &b, y0, y1, y2, y3).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     for (buf, _) in &outs {
         assert_eq!(read(buf), vec![3.5; N as usize]);
@@ -280,14 +278,14 @@ fn a_group_on_four_chips_matches_the_hand_written_group() {
     let (ta, tb) = (a.tensor().clone(), b.tensor().clone());
     let touts: Vec<_> = ys.iter().map(|t| t.tensor().clone()).collect();
     let plain = rig
-        .captured(|o| {
+        .submit_with(RunOptions::new().capture_dag(), |o, _, _| {
             let mut members = Vec::new();
             for t in &touts {
                 let mut x = TaskArgs::new();
                 x.input(&ta)?.input(&tb)?.output(t)?;
                 members.push(x);
             }
-            o.submit_next_level_group(handle(vadd::INFO), members, CallConfig::default(), &[0, 1, 2, 3])?;
+            o.submit_next_level_group(vadd::handle(), members, CallConfig::default(), &[0, 1, 2, 3])?;
             Ok(())
         })
         .unwrap();
@@ -306,7 +304,7 @@ fn singles_on_four_chips_and_a_chip_orchestration() {
     let (_bb, b) = filled(&rig, 2.0);
     let (by0, mut y0) = filled(&rig, 0.0);
     let (by1, mut y1) = filled(&rig, 0.0);
-    rig.run_orch(|o| {
+    rig.run(|o| {
         vadd::call(&a, &b, &mut y0)?.on(o, simpler::chip(0))?;
         add_then_double::call(&a, &b, &mut y1)?.on(o, simpler::chip(1))?;
         Ok(())
@@ -326,7 +324,7 @@ fn write_after_read_is_ordered_by_the_macro_and_not_by_tags_alone() {
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
     let (bh, mut h) = filled(&rig, 10.0);
-    let run = war::call(&a, &mut y, &mut h).unwrap().submit_captured(&rig).unwrap();
+    let run = war::call(&a, &mut y, &mut h).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![11.0; N as usize], "the reader saw h before the write");
     assert_eq!(read(&bh), vec![11.0; N as usize]);
@@ -338,7 +336,7 @@ fn write_after_read_is_ordered_by_the_macro_and_not_by_tags_alone() {
     // The same two calls with tags only: nothing orders the write after the read.
     let (ta, ty, th) = (a.tensor().clone(), y.tensor().clone(), h.tensor().clone());
     let plain = rig
-        .captured(|o| {
+        .submit_with(RunOptions::new().capture_dag(), |o, _, _| {
             plain_add(o, &ta, &th, &ty, 1.0)?;
             plain_inc(o, &th)
         })
@@ -356,7 +354,7 @@ fn scopes_lower_to_scope_calls() {
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = scoped::call(&a, &mut y).unwrap().submit_captured(&rig).unwrap();
+    let run = scoped::call(&a, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]); // (1 + 1) + 1, then + 1
     assert!(scoped::graph().matches(&run.dag().unwrap()));
@@ -400,7 +398,7 @@ fn an_l4_graph_over_two_l3_workers() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = l4_graph::call(&a, &b, &mut y).unwrap().submit_captured(&rig).unwrap();
+    let run = l4_graph::call(&a, &b, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
     let dag = run.dag().unwrap();
@@ -531,7 +529,7 @@ fn a_kernel_error_names_the_callable() {
     let (_bb, b) = filled(&rig, 2.0);
     let short = rig.create_buffer(16).unwrap();
     let mut y = short.typed::<f32>(&[4]).unwrap();
-    let err = rig.run_orch(|o| vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0)).map(|_| ())).unwrap_err();
+    let err = rig.run(|o| vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0)).map(|_| ())).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("vadd") && text.contains("length 64 vs 4"), "{text}");
 }
@@ -578,7 +576,7 @@ fn an_orchestration_reads_back_its_own_output_one_level_down() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    rig.run_orch(|o| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ())).unwrap();
+    rig.run(|o| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ())).unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
 }
 
@@ -590,8 +588,8 @@ fn a_config_on_a_sub_placement_is_refused() {
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     let (_bx, mut x) = filled(&rig, 1.0);
-    let cfg = CallConfig { aicpu_thread_num: 4, ..CallConfig::default() };
-    let err = rig.run_orch(|o| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ())).unwrap_err();
+    let cfg = CallConfig::new().aicpu_threads(4);
+    let err = rig.run(|o| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ())).unwrap_err();
     assert!(err.to_string().contains("takes no CallConfig"), "{err}");
 }
 
@@ -620,7 +618,7 @@ fn names_inside_a_scope_end_with_it() {
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
     let (bz, mut z) = filled(&rig, 0.0);
-    let run = shadowed::call(&a, &mut y, &mut z, 3.0).unwrap().submit_captured(&rig).unwrap();
+    let run = shadowed::call(&a, &mut y, &mut z, 3.0).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![201.0; N as usize]); // (1 + 1) * 100 + 1
     assert_eq!(read(&bz), vec![9.0; N as usize]); // ((1 + 1) + 1) * 3: the outer t and k
@@ -663,7 +661,7 @@ fn a_sub_group_and_run_time_placements_match_the_run() {
     let outs: Vec<_> = (0..3).map(|_| filled(&rig, 0.0)).collect();
     let mut ys: Vec<TensorOf<f32>> = outs.iter().map(|(_, t)| t.share()).collect();
     let [y0, y1, y2] = &mut ys[..] else { unreachable!() };
-    let run = placed::call(&a, y0, y1, y2, 1).unwrap().submit_captured(&rig).unwrap();
+    let run = placed::call(&a, y0, y1, y2, 1).unwrap().capture_dag().submit(&rig).unwrap();
     run.wait().unwrap();
     assert_eq!(read(&outs[2].0), vec![4.0; N as usize]);
     let dag = run.dag().unwrap();
@@ -687,7 +685,7 @@ fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
     let (_bw, w) = filled(&rig, 0.0);
     let (ta, ty, tz, tw) = (a.tensor().clone(), y.tensor().clone(), z.tensor().clone(), w.tensor().clone());
     let run = rig
-        .captured(|o| {
+        .submit_with(RunOptions::new().capture_dag(), |o, _, _| {
             o.scope(|o| plain_add(o, &ta, &ta, &ty, 1.0))?; // task 0 writes y
             o.scope(|o| plain_add(o, &ta, &ta, &tw, 1.0))?; // task 1
             o.scope(|o| plain_add(o, &ta, &ta, &tw, 1.0))?; // task 2: waits for task 0's slot

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, EdgeReason, ErrorKind, Tag, TaskArgs, TaskHandle, TensorView};
+use simpler::{DataType, EdgeReason, ErrorKind, RunOptions, Tag, TaskArgs, TaskHandle, TensorView};
 
 const HOLD_US: u64 = 15_000;
 
@@ -39,7 +39,7 @@ fn add_dep_and_add_dep_wait_order_tasks_without_tensors() {
     let (rig, [log_fn]) = Rig::start(subs(2), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let t0 = orch.submit_sub(&log_fn, log_args(&log, 0, HOLD_US))?;
             let mut a1 = log_args(&log, 1, HOLD_US);
             a1.add_dep(t0);
@@ -75,7 +75,7 @@ fn fan_in_waits_for_every_producer_while_producers_run_in_parallel() {
     }
     let (rig, [log_fn]) = Rig::start(subs(2), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         // Two independent producers; each holds until the other arrives (or the hold ends).
         let p0 = orch.submit_sub(&log_fn, log_args(&log, 0, HOLD_US))?;
         let p1 = orch.submit_sub(&log_fn, log_args(&log, 1, HOLD_US))?;
@@ -99,7 +99,7 @@ fn dependency_on_a_retired_producer_is_skipped() {
     // was reclaimed (its scope ended): the dependency then names a retired task.
     let (rig, [log_fn]) = Rig::start(subs(1).task_window(1), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let t0 = orch.scope(|o| o.submit_sub(&log_fn, log_args(&log, 0, 0)))?;
         let mut a = log_args(&log, 1, 0);
         a.add_dep(t0).add_dep_wait(t0);
@@ -118,14 +118,14 @@ fn task_handle_of_another_run_is_rejected() {
     let (rig, [log_fn]) = Rig::start(subs(1), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
     let mut first: Option<TaskHandle> = None;
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         first = Some(orch.submit_sub(&log_fn, log_args(&log, 0, 0))?);
         Ok(())
     })
     .unwrap();
     let first = first.unwrap();
     let mut second_run = 0;
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         second_run = orch.run_id();
         let mut a = log_args(&log, 1, 0);
         a.add_dep(first);
@@ -158,7 +158,7 @@ fn explicit_dependency_on_a_group_waits_for_every_member() {
     let who = u32_buffer(&rig, 2);
     who.write(0, &[u32::MAX; 2]).unwrap();
     let seen = u32_buffer(&rig, 2);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let members = (0..2u64)
             .map(|i| {
                 let slot = who.view(TensorView::new(4 * i, &[1], None, DataType::Uint32)?)?;

@@ -3,7 +3,8 @@
 mod common;
 
 use common::*;
-use simpler::{Backing, DataType, TaskArgs, Tensor};
+use simpler::__private::Backing; // where an allocation lives (internal), to see a block reused
+use simpler::{DataType, TaskArgs, Tensor};
 
 fn addr(t: &Tensor) -> u64 {
     match t.desc().backing() {
@@ -27,7 +28,7 @@ fn a_task_naming_an_allocation_whose_scope_ended_is_refused() {
     let out_t = u64s(&out, 0, 128);
     let _ = &out_t;
     let mut accepted = None;
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         // Scope 1 (ring 1): allocate and fill.
         let old = orch.scope(|o| {
             let t = o.alloc(&[128], DataType::Uint64)?;

@@ -29,7 +29,7 @@ fn scopes_reclaim_heap_under_a_small_ring() {
     );
     let out = u64_buffer(&rig, ROUNDS + 1);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             // A long-lived outer allocation fills most of ring 0; the inner scopes use ring 1
             // and never wait for it.
             let outer = orch.alloc(&[6 * 1024], DataType::Uint64)?;
@@ -72,7 +72,7 @@ fn nested_scopes_reclaim_their_own_rings() {
     }
     let (rig, [fill]) = Rig::start(small_ring(), [("fill", fill)]);
     let out = u64_buffer(&rig, 4);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for round in 0..24u64 {
             // Depths 1, 2, 3 and 4 (rings 1, 2, 3, 3): 16 KiB each per round.
             fn nest(
@@ -112,7 +112,7 @@ fn allocation_larger_than_the_ring_fails_at_once() {
         Rig::start(small_ring().backpressure_timeout(Duration::from_secs(10)), [("fill", fill)]);
     let started = Instant::now();
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             orch.alloc(&[RING as u32 / 8 + 1], DataType::Uint64)?;
             Ok(())
         })
@@ -135,7 +135,7 @@ fn full_outer_ring_times_out() {
     let mut served = 0;
     let mut waited = Duration::ZERO;
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             // Nothing in the outer scope is reclaimed before the run ends.
             for _ in 0..16 {
                 let started = Instant::now();
@@ -151,7 +151,7 @@ fn full_outer_ring_times_out() {
     assert!((3..=4).contains(&served), "{served} blocks of 16 KiB fit a 64 KiB ring");
     assert!(waited >= timeout, "the failing alloc waited for room ({waited:?})");
     // The failed run released its allocations: the Worker is usable and the ring is empty again.
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let t = orch.alloc(&[4 * 2048], DataType::Uint64)?;
         let mut a = TaskArgs::new();
         a.output(&t)?.scalar(1);
@@ -172,9 +172,8 @@ fn disabled_heap_refuses_allocations() {
         return;
     }
     let (rig, [_fill]) = Rig::start(subs(1).heap_ring_size(0), [("fill", fill)]);
-    let err = rig
-        .run_orch(|orch| orch.alloc(&[8], DataType::Uint64).map(|_| ()))
-        .expect_err("the heap is disabled");
+    let err =
+        rig.run(|orch| orch.alloc(&[8], DataType::Uint64).map(|_| ())).expect_err("the heap is disabled");
     assert_err(&err, ErrorKind::InvalidArgument, &["heap_ring_size"]);
 }
 
@@ -211,7 +210,7 @@ fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
     let input = u64_buffer(&rig, 4);
     input.write(0, &[5u64; 4]).unwrap();
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
             let gate = orch.submit_sub(&block, a)?;
@@ -241,7 +240,7 @@ fn more_buffers_than_a_worker_keeps_mapped() {
     let bufs: Vec<_> = (0..N).map(|_| u64_buffer(&rig, 1)).collect();
     let out = u64_buffer(&rig, N);
     for pass in 0..2u64 {
-        rig.run_orch(|orch| {
+        rig.run(|orch| {
             for (i, b) in bufs.iter().enumerate() {
                 let mut a = TaskArgs::new();
                 if pass == 0 {

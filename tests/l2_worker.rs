@@ -75,10 +75,6 @@ fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
     let y = chip.create_buffer(4).unwrap();
     args.output(&y.tensor(&[1], DataType::Float32).unwrap()).unwrap();
     chip.run_callable(&add, args, CallConfig::default()).unwrap();
-    common::expect_err(
-        chip.run(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default()),
-        ErrorKind::InvalidState,
-        &["run_callable"],
-    );
+    common::expect_err(chip.run(|_| Ok(())), ErrorKind::InvalidState, &["run_callable"]);
     chip.close().unwrap();
 }

@@ -2,14 +2,14 @@
 
 mod common;
 
-use common::{Orchestrate, fail_kernel, in_own_process, vadd};
+use common::{fail_kernel, in_own_process, vadd};
 
 use std::time::{Duration, Instant};
 
 use common::{Rig, process_exists};
 use simpler::{
     CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
-    Result, TaskArgs, Worker,
+    Result, RunOptions, TaskArgs, Worker,
 };
 
 const N: usize = 128;
@@ -83,7 +83,7 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
     b.write(0, &vec![1.0f32; N]).unwrap();
     let (ta, tb, tm, to) = (f32s(&a), f32s(&b), f32s(&mid), f32s(&out));
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             // mid = a + b on the chips' L3, then out = mid * 3 on the SUB workers' L3: the
             // edge between the two L3 tasks is inferred at L4 from `mid`.
             let mut x = TaskArgs::new();
@@ -118,7 +118,7 @@ fn l5_over_l4_over_l3_smoke() {
     let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
     x.write(0, &vec![2.0f32; N]).unwrap();
     let (tx, to) = (f32s(&x), f32s(&out));
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.input(&tx)?.output(&to)?;
         orch.submit_next_level(&fwd, a, CallConfig::default(), 0).map(|_| ())
@@ -140,7 +140,7 @@ fn a_failing_kernel_two_levels_down_names_the_path() {
     let fail = rig.register_orch(OrchFn::new("l3_fail", l3_fail)).unwrap();
     rig.init();
     let err = rig
-        .run_orch(|orch| orch.submit_next_level(&fail, TaskArgs::new(), CallConfig::default(), w).map(|_| ()))
+        .run(|orch| orch.submit_next_level(&fail, TaskArgs::new(), CallConfig::default(), w).map(|_| ()))
         .unwrap_err();
     common::assert_err(
         &err,
@@ -184,7 +184,7 @@ fn chip_callables_at_l4(after_init: bool) {
     a.write(0, &vec![1.5f32; N]).unwrap();
     b.write(0, &vec![2.0f32; N]).unwrap();
     let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut x = TaskArgs::new();
         x.input(&ta)?.input(&tb)?.output(&to)?;
         orch.submit_next_level(&add, x, CallConfig::default(), 0).map(|_| ())
@@ -255,9 +255,7 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     let marker = marker_path(l3_pid as u32);
     let _ = std::fs::remove_file(&marker);
     let run = rig
-        .submit_orch(|orch| {
-            orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
-        })
+        .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .unwrap();
     common::wait_for("the L3 task to be running", Duration::from_secs(20), || marker.exists());
     std::fs::remove_file(&marker).unwrap();
@@ -269,7 +267,7 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     x.write(0, &[1.0f32; 4]).unwrap();
     let (tx, to) = (f32s(&x), f32s(&out));
     let submit_to = |w: u32| {
-        rig.run_orch(|orch| {
+        rig.run(|orch| {
             let mut a = TaskArgs::new();
             a.input(&tx)?.output(&to)?;
             orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())

@@ -35,7 +35,7 @@ fn fn_registered_after_init_runs_on_every_sub_worker() {
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
     who.write(0, &[u32::MAX; 3]).unwrap();
-    rig.run_orch(|orch| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()))
+    rig.run(|orch| orch.submit_sub_group(&late, group_args(&scratch, &who, 3)).map(|_| ()))
         .expect("every SUB worker knows the late function");
     let mut w = read_u32(&who, 0, 3);
     w.sort_unstable();
@@ -74,7 +74,7 @@ fn closure_registered_before_init_runs_with_its_captures() {
         .unwrap();
     rig.init();
     let out = u64_buffer(&rig, 2);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let members = (0..2)
             .map(|i| {
                 let mut a = TaskArgs::new();
@@ -98,7 +98,7 @@ fn handle_of_another_worker_is_rejected() {
     let mut other = Rig::new(subs(1));
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let err = orch.submit_sub(&foreign, TaskArgs::new()).expect_err("unknown here");
         assert_err(&err, ErrorKind::Callable, &["only_on_other", "not registered"]);
         let err = orch.submit_sub_group(&foreign, vec![TaskArgs::new()]).expect_err("unknown here");
@@ -110,7 +110,7 @@ fn handle_of_another_worker_is_rejected() {
 
 /// Runs one `fill` task through `f` writing `value` to `out[0]`.
 fn run_fill(rig: &Rig, f: &CallableHandle, out: &simpler::Buffer, value: u64) -> simpler::Result<()> {
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut t = TaskArgs::new();
         t.output(&u64s(out, 0, 1))?.scalar(value);
         orch.submit_sub(f, t).map(|_| ())
@@ -173,7 +173,7 @@ fn registering_while_a_run_is_in_flight() {
     let (mut rig, [exclusive]) = Rig::start(subs(1), [("exclusive", exclusive)]);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             for _ in 0..3 {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(30_000);
@@ -187,7 +187,7 @@ fn registering_while_a_run_is_in_flight() {
     });
     let late = rig.register(HostFn::new("fill", fill)).expect("register while a task runs");
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(3);
         orch.submit_sub(&late, a).map(|_| ())
@@ -227,7 +227,7 @@ fn closures_that_differ_only_in_their_captures_are_not_confused() {
         }
         Ok(h) => h,
     };
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for (i, h) in [&two, &three].into_iter().enumerate() {
             let mut a = TaskArgs::new();
             a.output(&u64s(&out, i, 1))?;
@@ -370,7 +370,7 @@ fn a_different_orch_fn_under_a_registered_name_is_refused_before_and_after_init(
     rig.init();
     let err = rig.register_orch(other).expect_err("after init");
     assert_names_both(&err, "o", first_line, other_line);
-    rig.run_orch(|orch| orch.submit_next_level(&o, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+    rig.run(|orch| orch.submit_next_level(&o, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .expect("`o` still runs the first function");
 }
 
@@ -426,7 +426,7 @@ fn run_k_on(rig: &Rig, w: u32) -> simpler::Result<Vec<f32>> {
     let t = |x: &simpler::Buffer| x.tensor(&[4], DataType::Float32);
     let (ta, tb, to) = (t(&a)?, t(&b)?, t(&out)?);
     let run_k = OrchFn::new("l3_run_k", l3_run_k).handle();
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut x = TaskArgs::new();
         x.input(&ta)?.input(&tb)?.output(&to)?;
         orch.submit_next_level(&run_k, x, CallConfig::default(), w).map(|_| ())

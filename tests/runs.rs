@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallableHandle, ErrorKind, RunHandle, Tag, TaskArgs, Worker};
+use simpler::{CallableHandle, ErrorKind, RunHandle, RunOptions, Tag, TaskArgs, Worker};
 
 /// Submits a run of one `block_on_flag` task (released through `flag`) that then writes
 /// `value` into `out[0]`.
@@ -18,7 +18,7 @@ fn blocked_run(
     out: &simpler::Buffer,
     value: u64,
 ) -> RunHandle {
-    w.submit_orch(|orch| {
+    w.submit(|orch| {
         let mut a = TaskArgs::new();
         a.add_tensor(&words_of(flag), Tag::NoDep)?.output(&u64s(out, 0, 1))?.scalar(10_000).scalar(value);
         orch.submit_sub(block, a).map(|_| ())
@@ -28,7 +28,7 @@ fn blocked_run(
 
 /// Submits a run of one `fill` task writing `value` into `out[at]`.
 fn fill_run(w: &Worker, fill: &CallableHandle, out: &simpler::Buffer, at: usize, value: u64) -> RunHandle {
-    w.submit_orch(|orch| {
+    w.submit(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(out, at, 1))?.scalar(value);
         orch.submit_sub(fill, a).map(|_| ())
@@ -48,7 +48,7 @@ fn two_pipelined_runs_are_both_correct() {
     x.write(0, &[1u64]).unwrap();
     y.write(0, &[2u64]).unwrap();
     let chain = |buf: &simpler::Buffer, k: u64| {
-        rig.submit_orch(|orch| {
+        rig.submit(|orch| {
             for i in 0..N {
                 let mut a = TaskArgs::new();
                 a.input(&u64s(buf, i, 1))?.output(&u64s(buf, i + 1, 1))?.scalar(k).scalar(1);
@@ -109,7 +109,7 @@ fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
     let building = AtomicBool::new(false);
     let r3 = std::thread::scope(|s| {
         let third = s.spawn(|| {
-            rig.submit_orch(|orch| {
+            rig.submit(|orch| {
                 building.store(true, Ordering::SeqCst);
                 assert!(r1.is_done(), "run 3 was admitted while run 1 was still in flight");
                 let mut a = TaskArgs::new();
@@ -140,7 +140,7 @@ fn run_results_are_independent() {
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail_fn", fail), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let r1 = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.scalar(1);
             orch.submit_sub(&fail, a).map(|_| ())
@@ -187,7 +187,7 @@ fn a_dropped_run_handle_does_not_cancel_the_run() {
     let buf = u64_buffer(&rig, 4);
     buf.write(0, &[1u64]).unwrap();
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             for i in 0..3 {
                 let mut a = TaskArgs::new();
                 a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(2).scalar(0);
@@ -212,7 +212,7 @@ fn a_run_keeps_going_after_a_wait_timed_out() {
     let flag = u32_buffer(&rig, 2);
     let buf = u64_buffer(&rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&buf, 0, 1))?.scalar(10_000).scalar(20);
             orch.submit_sub(&block, a)?;
@@ -243,7 +243,7 @@ fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
     let building = AtomicBool::new(false);
     let r2 = std::thread::scope(|s| {
         let second = s.spawn(|| {
-            rig.submit_orch(|orch| {
+            rig.submit(|orch| {
                 building.store(true, Ordering::SeqCst);
                 assert!(r1.is_done(), "run 2 was admitted while run 1 was in flight");
                 let mut a = TaskArgs::new();
@@ -273,7 +273,7 @@ fn statistics_and_dot_export_cover_every_task() {
     let c = u64_buffer(&rig, 4);
     let started = Instant::now();
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             assert_eq!(orch.run_id(), 1, "run ids count from 1");
             assert_eq!(orch.run_id(), 1, "run ids count from 1");
             let mut t = TaskArgs::new(); // 0
@@ -314,7 +314,7 @@ fn statistics_and_dot_export_cover_every_task() {
 
     let plain = fill_run(&rig, &fill, &a, 0, 1);
     plain.wait().unwrap();
-    assert!(plain.dag().is_none(), "only submit_captured records the DAG");
+    assert!(plain.dag().is_none(), "only a run with capture_dag records the DAG");
     assert_eq!(plain.id(), run.id() + 1);
 }
 
@@ -327,7 +327,7 @@ fn many_small_runs_on_one_worker() {
     let buf = u64_buffer(&rig, 2);
     buf.write(0, &[1u64]).unwrap();
     for round in 0..64u64 {
-        rig.run_orch(|orch| {
+        rig.run(|orch| {
             let mut a = TaskArgs::new();
             a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(round);
             orch.submit_sub(&affine, a)?;

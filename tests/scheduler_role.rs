@@ -21,7 +21,7 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let flag_t = words_of(&flag);
     // Run 1: a blocking task, then a dependent no-op.
     let h1 = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
             let first = orch.submit_sub(&block_h, a)?;
@@ -38,7 +38,7 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let finished_in_time = std::thread::scope(|s| {
         s.spawn(|| {
             let mut seen = false;
-            rig.run_orch(|_orch| {
+            rig.run(|_orch| {
                 release(&flag);
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while Instant::now() < deadline {

@@ -14,7 +14,7 @@ fn unbalanced_scope_end_is_an_error() {
     }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         assert_eq!(orch.scope_depth(), 0);
         expect_err(orch.scope_end(), ErrorKind::InvalidState, &["scope_end", "scope_begin"]);
         orch.scope_begin()?;
@@ -39,7 +39,7 @@ fn scopes_nest_at_most_64_frames() {
     assert_eq!(MAX_SCOPE_DEPTH, 64);
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 2);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for depth in 1..MAX_SCOPE_DEPTH {
             orch.scope_begin()?;
             assert_eq!(orch.scope_depth(), depth);
@@ -73,7 +73,7 @@ fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
     }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         orch.scope(|o| {
             o.scope_begin()?;
             assert_eq!(o.scope_depth(), 2);
@@ -107,7 +107,7 @@ fn scopes_left_open_are_closed_when_the_run_is_built() {
     }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         orch.scope_begin()?;
         orch.scope_begin()?;
         let mut a = TaskArgs::new();
@@ -129,7 +129,7 @@ fn small_task_window_with_many_scoped_tasks() {
     let chain = u64_buffer(&rig, N + 1);
     chain.write(0, &[1u64]).unwrap();
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             for i in 0..N {
                 // A task leaves the window once its scope ended and it completed.
                 orch.scope(|o| {
@@ -160,7 +160,7 @@ fn full_task_window_in_the_outer_scope_times_out() {
     let out = u64_buffer(&rig, 8);
     let mut submitted = 0;
     let err = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             for i in 0..8 {
                 if i == 4 {
                     // The admitted tasks run (the engine drives them in the background)...

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, ErrorKind, Tag, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, RunOptions, Tag, TaskArgs, TensorView};
 
 const HOLD_US: u64 = 15_000;
 
@@ -36,7 +36,7 @@ fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
     who.write(0, &[u32::MAX; 3]).unwrap();
     let seen = u32_buffer(&rig, 3);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             // Member 0 finishes last: it holds after the rendezvous.
             let members = (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, HOLD_US)).collect();
             orch.submit_sub_group(&member, members)?;
@@ -70,7 +70,7 @@ fn groups_and_singles_interleave() {
     let scratch: Vec<_> = (0..ROUNDS).map(|_| u32_buffer(&rig, 1)).collect();
     let who = u32_buffer(&rig, 2 * ROUNDS);
     let out = u64_buffer(&rig, ROUNDS);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for (r, scratch) in scratch.iter().enumerate() {
             let members = (0..2)
                 .map(|i| {
@@ -108,7 +108,7 @@ fn failing_member_fails_the_group_and_poisons_its_consumers() {
     let data = u64_buffer(&rig, 2);
     let after = u64_buffer(&rig, 1);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let members = (0..2)
                 .map(|i| {
                     let mut a = TaskArgs::new();
@@ -142,7 +142,7 @@ fn group_larger_than_the_pool_is_rejected() {
     let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let members = (0..3).map(|i| member_args(&scratch, &who, i, 3, Tag::Output, 0)).collect();
         expect_err(
             orch.submit_sub_group(&member, members),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, EdgeReason, Tag, TaskArgs, TensorView};
+use simpler::{DataType, EdgeReason, RunOptions, Tag, TaskArgs, TensorView};
 
 /// How long an `exclusive` probe holds, giving a wrongly concurrent task time to overlap it.
 const HOLD_US: u64 = 15_000;
@@ -20,7 +20,7 @@ fn raw_chain_runs_in_order() {
     let buf = u64_buffer(&rig, N + 1);
     buf.write(0, &[1u64]).unwrap();
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for i in 0..N {
                 let mut a = TaskArgs::new();
                 a.input(&u64s(&buf, i, 1))?.output(&u64s(&buf, i + 1, 1))?.scalar(3).scalar(i as u64);
@@ -51,7 +51,7 @@ fn raw_chain_through_heap_allocations() {
     const N: usize = 16;
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let out = u64_buffer(&rig, 64);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut cur = orch.alloc(&[64], DataType::Uint64)?;
         let mut a = TaskArgs::new();
         a.output(&cur)?.scalar(5);
@@ -82,7 +82,7 @@ fn waw_later_writer_wins() {
     let data = u64_buffer(&rig, 8);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (tag, value) in [(Tag::Output, 1u64), (Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 8), tag)?;
@@ -110,7 +110,7 @@ fn plain_output_writers_are_not_ordered() {
     let data = u64_buffer(&rig, 8);
     let scratch = u32_buffer(&rig, 1);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for _ in 0..2 {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 8))?;
@@ -133,7 +133,7 @@ fn inout_accumulates_in_submission_order() {
     let data = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for digit in 1..=5u64 {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.inout(&u64s(&data, 0, 4))?;
@@ -164,7 +164,7 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
     let data = u64_buffer(&rig, 4);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
             w.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
             orch.submit_sub(&block, w)?;
@@ -193,7 +193,7 @@ fn no_dep_writer_is_not_waited_for() {
     let data = u64_buffer(&rig, 4);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
             w.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
             w.scalar(5_000).scalar(3);
@@ -219,7 +219,7 @@ fn output_existing_orders_later_readers() {
     let out = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
             w.add_tensor(&words_of(&scratch), Tag::NoDep)?
                 .add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
@@ -249,7 +249,7 @@ fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut r = TaskArgs::new(); // 0: reads data
             r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(0);
             orch.submit_sub(&affine, r)?;
@@ -278,7 +278,7 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
     let data = u64_buffer(&rig, 16);
     let scratch = u32_buffer(&rig, 1);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (half, value) in [(0usize, 10u64), (8, 20)] {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, half, 8))?;
@@ -309,7 +309,7 @@ fn disjoint_column_blocks_run_in_parallel() {
         data.view(TensorView::new(8 * col, &[4, 2], Some(&[4, 1]), DataType::Uint64).unwrap()).unwrap()
     };
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for col in [0u64, 2] {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&block(col))?;
@@ -332,7 +332,7 @@ fn overlapping_views_serialize() {
     let data = u64_buffer(&rig, 12);
     let scratch = u32_buffer(&rig, 2);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (start, tag, value) in [(0usize, Tag::Output, 1u64), (4, Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
                 a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, start, 8), tag)?;
@@ -368,7 +368,7 @@ fn partially_covered_writer_is_still_waited_for() {
     let data = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 12);
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w0 = TaskArgs::new();
             w0.output(&u64s(&data, 0, 8))?.scalar(1);
             orch.submit_sub(&fill, w0)?;
@@ -404,7 +404,7 @@ fn diamond() {
     let xs: Vec<u64> = (0..32).collect();
     x.write(0, &xs).unwrap();
     let run = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let a = orch.alloc(&[32], DataType::Uint64)?;
             let b = orch.alloc(&[32], DataType::Uint64)?;
             let c = orch.alloc(&[32], DataType::Uint64)?;
@@ -444,7 +444,7 @@ fn read_only_overlap_in_one_task_is_allowed() {
     let x = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 4);
     x.write(0, &[1u64, 2, 3, 4, 5, 6, 7, 8]).unwrap();
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.input(&u64s(&x, 0, 4))?.input(&u64s(&x, 2, 4))?.output(&u64s(&out, 0, 4))?;
         orch.submit_sub(&sum, a)?;
@@ -466,7 +466,7 @@ fn runs_never_share_edges_but_run_in_order() {
     let out = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
     let r1 = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut w = TaskArgs::new();
             w.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 4))?;
             w.scalar(HOLD_US).scalar(1).scalar(9);
@@ -474,7 +474,7 @@ fn runs_never_share_edges_but_run_in_order() {
         })
         .unwrap();
     let r2 = rig
-        .captured(|orch| {
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut r = TaskArgs::new();
             r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(1);
             orch.submit_sub(&affine, r).map(|_| ())

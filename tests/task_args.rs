@@ -93,7 +93,7 @@ fn tag_needing_more_access_than_granted_is_rejected() {
     buf.write(0, &[1u64, 2, 3, 4]).unwrap();
     let read_only = with_access(&u64s(&buf, 0, 4), Access::Read);
     let write_only = with_access(&u64s(&out, 0, 4), Access::Write);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for tag in [Tag::Output, Tag::InOut, Tag::OutputExisting] {
             let mut a = TaskArgs::new();
             a.add_tensor(&read_only, tag)?.scalar(1);
@@ -122,7 +122,7 @@ fn overlapping_tensors_of_one_task_are_rejected_when_one_is_written() {
     }
     let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
     let buf = u64_buffer(&rig, 12);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for (tag0, tag1) in [(Tag::Input, Tag::Output), (Tag::InOut, Tag::Input), (Tag::Output, Tag::NoDep)] {
             let mut a = TaskArgs::new();
             a.add_tensor(&u64s(&buf, 0, 8), tag0)?.add_tensor(&u64s(&buf, 4, 8), tag1)?.scalar(1).scalar(1);
@@ -166,7 +166,7 @@ fn scalars_reach_the_host_function_in_order() {
     }
     let (rig, [echo]) = Rig::start(subs(1), [("echo_scalars", echo_scalars)]);
     let out = u64_buffer(&rig, 8);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.add_tensor(&u64s(&out, 0, 8), Tag::InOut)?.scalar(u64::MAX).scalar(0).scalar_f32(1.5);
         orch.submit_sub(&echo, a).map(|_| ())
@@ -193,7 +193,7 @@ fn host_functions_get_only_the_access_their_tags_grant() {
     let (rig, [w, r]) = Rig::start(subs(1), [("write_input", write_input), ("read_output", read_output)]);
     let buf = u64_buffer(&rig, 4);
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut a = TaskArgs::new();
             a.input(&u64s(&buf, 0, 4))?;
             orch.submit_sub(&w, a).map(|_| ())
@@ -202,7 +202,7 @@ fn host_functions_get_only_the_access_their_tags_grant() {
     assert_err(&err, ErrorKind::TaskFailed, &["write_input", "tensor 0", "read-only"]);
     assert_eq!(read_u64(&buf, 0, 4), vec![0; 4]);
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut a = TaskArgs::new();
             a.output(&u64s(&buf, 0, 4))?;
             orch.submit_sub(&r, a).map(|_| ())
@@ -219,7 +219,7 @@ fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
     let (rig, [noop, fill]) = Rig::start(subs(1), [("noop", noop), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut a = TaskArgs::new();
             for i in 0..10_000 {
                 a.scalar(i);
@@ -232,7 +232,7 @@ fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
         ErrorKind::InvalidArgument,
         &["noop", "could not start", "exceeds the mailbox capacity"],
     );
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(1);
         orch.submit_sub(&fill, a).map(|_| ())

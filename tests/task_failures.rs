@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{CallConfig, ErrorKind, Tag, TaskArgs};
+use simpler::{ErrorKind, Tag, TaskArgs};
 
 #[test]
 fn failing_task_poisons_its_consumers_only() {
@@ -22,7 +22,7 @@ fn failing_task_poisons_its_consumers_only() {
     let t = u64_buffer(&rig, 1);
     let marks = u64_buffer(&rig, 3);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             // The gate keeps the failure back until every task is submitted, so the
             // consumers are waiting (PENDING) when their producer fails.
             let mut g = TaskArgs::new();
@@ -52,7 +52,7 @@ fn failing_task_poisons_its_consumers_only() {
     assert_eq!(run.wait().unwrap_err().message(), err.message(), "waiting again gives the same error");
 
     // The Worker stays usable.
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&marks, 0, 1))?.scalar(11);
         orch.submit_sub(&fill, a).map(|_| ())
@@ -69,7 +69,7 @@ fn submit_into_a_failed_run_is_refused() {
     let (rig, [fail, noop]) = Rig::start(subs(1), [("fail_fn", fail), ("noop", noop)]);
     let mut refused = None;
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut a = TaskArgs::new();
             a.scalar(1);
             orch.submit_sub(&fail, a)?;
@@ -99,14 +99,14 @@ fn panicking_task_fails_the_run_with_the_panic_message() {
     let (rig, [panics, fill]) = Rig::start(subs(1), [("panics", panics), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
-        .run_orch(|orch| {
+        .run(|orch| {
             let mut a = TaskArgs::new();
             a.scalar(7);
             orch.submit_sub(&panics, a).map(|_| ())
         })
         .expect_err("the task panicked");
     assert_err(&err, ErrorKind::TaskFailed, &["panics", "sub worker 0", "panicked", "kaboom 7"]);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(3);
         orch.submit_sub(&fill, a).map(|_| ())
@@ -124,7 +124,7 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
     let scratch = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
     let err = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             // A running task (it holds for 500 ms) and one waiting for it.
             let mut g = TaskArgs::new();
             g.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(500_000);
@@ -141,12 +141,10 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
     assert_eq!(read_u64(&out, 0, 1), vec![0], "the task that had not started was cancelled");
 
     // A panicking orchestration function: the panic reaches the caller, the Worker survives.
-    let caught = catch_unwind(AssertUnwindSafe(|| {
-        rig.run(|_, _, _| panic!("orchestration panicked"), TaskArgs::new(), CallConfig::default())
-    }));
+    let caught = catch_unwind(AssertUnwindSafe(|| rig.run(|_| panic!("orchestration panicked"))));
     let payload = caught.expect_err("the panic propagates");
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"orchestration panicked"));
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 1, 1))?.scalar(2);
         orch.submit_sub(&fill, a).map(|_| ())
@@ -160,7 +158,7 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
 fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) -> usize {
     let flag = u32_buffer(rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(30_000);
             orch.submit_sub(block, a).map(|_| ())
@@ -195,7 +193,7 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
     let dead = kill_the_worker_running_a_task(&rig, &block);
     let who = u32_buffer(&rig, 8);
     who.write(0, &[u32::MAX; 8]).unwrap();
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         for i in 0..8u64 {
             let slot = who.view(simpler::TensorView::new(4 * i, &[1], None, simpler::DataType::Uint32)?)?;
             let mut a = TaskArgs::new();
@@ -218,7 +216,7 @@ fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
     let (mut rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
     kill_the_worker_running_a_task(&rig, &block);
     let err = rig
-        .run_orch(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ()))
+        .run(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ()))
         .expect_err("no SUB worker is alive");
     assert_err(&err, ErrorKind::WorkerDied, &["noop", "cannot run", "0 are alive"]);
     rig.close().expect("close completes");
@@ -236,7 +234,7 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
     let flags = [u32_buffer(&rig, 2), u32_buffer(&rig, 2)];
     let done = u64_buffer(&rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let members = (0..2)
                 .map(|i| {
                     let mut a = TaskArgs::new();
@@ -258,13 +256,13 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
     assert_eq!(read_u64(&done, 0, 2), vec![0, 1], "the surviving member ran to its end");
 
     let err = rig
-        .run_orch(|orch| orch.submit_sub_group(&noop, vec![TaskArgs::new(), TaskArgs::new()]).map(|_| ()))
+        .run(|orch| orch.submit_sub_group(&noop, vec![TaskArgs::new(), TaskArgs::new()]).map(|_| ()))
         .expect_err("a group of two needs two live workers");
     assert_err(&err, ErrorKind::WorkerDied, &["noop", "needs 2 SUB workers", "only 1 are alive"]);
 
     let who = u32_buffer(&rig, 1);
     who.write(0, &[u32::MAX]).unwrap();
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&words_of(&who))?;
         orch.submit_sub(&record, a).map(|_| ())
@@ -285,7 +283,7 @@ fn explicit_dependents_of_a_failed_task_never_run() {
     let flag = u32_buffer(&rig, 2);
     let log = u32_buffer(&rig, 8);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut g = TaskArgs::new();
             g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
             let gate = orch.submit_sub(&block, g)?;

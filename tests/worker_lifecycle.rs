@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{CallConfig, ErrorKind, HostFn, Level, Tag, TaskArgs, Worker};
+use simpler::{ErrorKind, HostFn, Level, RunOptions, Tag, TaskArgs, Worker};
 
 #[test]
 fn builder_rejects_invalid_configurations() {
@@ -36,23 +36,15 @@ fn calls_before_init_are_refused() {
     }
     let mut rig = Rig::new(subs(1));
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
-    let nop = |_: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| Ok(());
-    expect_err(
-        rig.submit(nop, TaskArgs::new(), CallConfig::default()),
-        ErrorKind::InvalidState,
-        &["not initialized", "init()"],
-    );
-    expect_err(
-        rig.run(nop, TaskArgs::new(), CallConfig::default()),
-        ErrorKind::InvalidState,
-        &["not initialized"],
-    );
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["not initialized", "init()"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["not initialized"]);
     expect_err(rig.create_buffer(64), ErrorKind::InvalidState, &["create_buffer", "not initialized"]);
     // init still works afterwards.
     rig.init();
     expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["already initialized"]);
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(4);
         orch.submit_sub(&fill, a).map(|_| ())
@@ -69,7 +61,7 @@ fn calls_after_close_are_refused() {
     let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let done = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.output(&u64s(&out, 0, 1))?.scalar(9);
             orch.submit_sub(&fill, a).map(|_| ())
@@ -85,13 +77,9 @@ fn calls_after_close_are_refused() {
     for &pid in rig.pids() {
         assert!(!process_exists(pid), "close reaped child {pid}");
     }
-    let nop = |_: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| Ok(());
-    expect_err(
-        rig.submit(nop, TaskArgs::new(), CallConfig::default()),
-        ErrorKind::InvalidState,
-        &["submit", "closed"],
-    );
-    expect_err(rig.run(nop, TaskArgs::new(), CallConfig::default()), ErrorKind::InvalidState, &["closed"]);
+    let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["submit", "closed"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["closed"]);
     expect_err(rig.create_buffer(8), ErrorKind::InvalidState, &["create_buffer", "closed"]);
     expect_err(Worker::init(&mut rig), ErrorKind::InvalidState, &["init", "closed"]);
     rig.close().expect("close is idempotent");
@@ -106,7 +94,7 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
         Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let run = rig
-        .submit_orch(|orch| {
+        .submit(|orch| {
             let mut a = TaskArgs::new();
             a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(20_000);
             orch.submit_sub(&block, a).map(|_| ())
@@ -151,7 +139,7 @@ fn dropping_a_worker_closes_it() {
         assert_eq!(pids.len(), 2);
         let out = u64_buffer(&worker, 1);
         worker
-            .run_orch(|orch| {
+            .run(|orch| {
                 let mut a = TaskArgs::new();
                 a.output(&u64s(&out, 0, 1))?.scalar(1);
                 orch.submit_sub(&fill, a).map(|_| ())
@@ -191,8 +179,8 @@ fn submit_from_inside_an_orchestration_function_is_refused() {
     }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
-    rig.run_orch(|orch| {
-        let inner = rig.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default());
+    rig.run(|orch| {
+        let inner = rig.submit(|_| Ok(()));
         expect_err(inner, ErrorKind::InvalidState, &["inside an orchestration function", "Orchestrator"]);
         let mut a = TaskArgs::new();
         a.output(&u64s(&out, 0, 1))?.scalar(2);
@@ -213,7 +201,7 @@ fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
     let fill = HostFn::new("fill", fill).handle();
     rig.init();
     assert!(rig.pids().is_empty());
-    rig.run_orch(|orch| {
+    rig.run(|orch| {
         let err = orch.submit_sub(&fill, TaskArgs::new()).expect_err("no SUB workers");
         assert_err(&err, ErrorKind::Callable, &["fill", "not registered"]);
         Ok(())
@@ -228,7 +216,7 @@ fn empty_run_finishes_at_once() {
     }
     let mut rig = Rig::new(subs(1));
     rig.init();
-    let run = rig.submit_captured(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default()).unwrap();
+    let run = rig.submit_with(RunOptions::new().capture_dag(), |_, _, _| Ok(())).unwrap();
     run.wait().unwrap();
     assert!(run.is_done());
     let stats = run.stats().unwrap();

@@ -354,7 +354,7 @@ pub(crate) fn twin(
             ParamTy::Tensor { mode: Mode::InOut, .. } => quote!(InOut),
             ParamTy::Scalar => quote!(Scalar),
         };
-        quote!(#root::Param { name: #pname, mode: #root::ParamMode::#mode, ty: #ty })
+        quote!(#root::__private::Param { name: #pname, mode: #root::__private::ParamMode::#mode, ty: #ty })
     });
     let c = format_ident!("__c", span = model::hidden());
     let mut call_params = Vec::new();
@@ -394,7 +394,7 @@ pub(crate) fn twin(
         #[allow(unsafe_code, non_upper_case_globals)]
         #[#root::__private::linkme::distributed_slice(#root::__private::CALLABLES)]
         #[linkme(crate = #linkme_path)]
-        static #statik: #root::CallableInfo = #root::CallableInfo::__new(
+        static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::__new(
             #fname,
             #path,
             #root::CallableKind::#kind_variant,
@@ -417,10 +417,19 @@ pub(crate) fn twin(
             pub const DIGEST: #root::Digest = #root::Digest::from_bytes([#(#digest2),*]);
             /// Its kind.
             pub const KIND: #root::CallableKind = #root::CallableKind::#kind_variant;
-            /// Its signature.
-            pub const PARAMS: [#root::Param; #n] = [#(#param_items),*];
+            /// Its signature (what the generated code checks against).
+            #[doc(hidden)]
+            pub const PARAMS: [#root::__private::Param; #n] = [#(#param_items),*];
             /// Everything above, as recorded in the link-time registry.
-            pub const INFO: &'static #root::CallableInfo = &#statik;
+            #[doc(hidden)]
+            pub const INFO: &'static #root::__private::CallableInfo = &#statik;
+
+            /// The handle tasks name it by (the one a Worker's registration returns), for the
+            /// plain `Orchestrator` API.
+            #[inline]
+            pub fn handle() -> &'static #root::CallableHandle {
+                Self::INFO.handle()
+            }
 
             /// A typed call: arguments in signature order, checked at compile time.
             #[inline]

@@ -159,7 +159,7 @@ impl Error {
     /// True for [`ErrorKind::InvalidArgument`].
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert!(ShmName::new("a/b").unwrap_err().is_invalid_argument());
     /// ```
     pub fn is_invalid_argument(&self) -> bool {

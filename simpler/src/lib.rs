@@ -12,7 +12,7 @@
 //!   mailboxes.
 //!
 //! ```no_run
-//! use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+//! use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 //!
 //! fn double(args: &HostArgs<'_>) -> HostResult {
 //!     let x: Vec<f32> = args.input::<f32>(0)?.to_vec();
@@ -31,21 +31,18 @@
 //! let y = worker.create_buffer(4 * 16)?;
 //! x.write(0, &[1.0f32; 16])?;
 //! let (tx, ty) = (x.tensor(&[16], DataType::Float32)?, y.tensor(&[16], DataType::Float32)?);
-//! worker.run(
-//!     |orch, _args, _cfg| {
-//!         let mut args = TaskArgs::new();
-//!         args.input(&tx)?.output(&ty)?;
-//!         orch.submit_sub(&double, args)?;
-//!         Ok(())
-//!     },
-//!     TaskArgs::new(),
-//!     CallConfig::default(),
-//! )?;
+//! worker.run(|orch| {
+//!     let mut args = TaskArgs::new();
+//!     args.input(&tx)?.output(&ty)?;
+//!     orch.submit_sub(&double, args)?;
+//!     Ok(())
+//! })?;
 //! assert_eq!(y.read::<f32>(0, 16)?, vec![2.0; 16]);
 //! worker.close()?;
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "bench-support")]
 #[doc(hidden)]
 pub mod bench_support;
 #[cfg(doctest)]
@@ -68,17 +65,16 @@ mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
-pub use callable::linked::{CallableInfo, Param, ParamMode};
 pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, ChipSpec, DeviceMemory, SimChip};
-pub use data::buffer::{Access, Backing, Buffer, BufferDesc, Identity, SHM_NAME_MAX, ShmName};
-pub use data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH, RuntimeEnv};
+pub use data::buffer::{Access, Buffer, BufferDesc, Identity};
+pub use data::call_config::{CallConfig, RingSizes, Swimlane};
 pub use data::dtype::{DataType, Element};
 pub use data::host_args::HostArgs;
 pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
-pub use data::tensor::{MAX_TENSOR_DIMS, Overlap, Tensor, TensorView, overlap};
+pub use data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
 pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
 pub use dsl::graph::{GraphEdge, TaskGraph};
-pub use dsl::place::{Call, ChipId, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
+pub use dsl::place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
 pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
 pub use dsl::view::{In, InOut, Out};
 pub use engine::orch_fn::{OrchFn, OrchFnPtr};
@@ -86,7 +82,7 @@ pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
 pub use level::Level;
-pub use worker::{Worker, WorkerBuilder};
+pub use worker::{RunOptions, Worker, WorkerBuilder};
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
 /// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function
@@ -113,7 +109,7 @@ pub use worker::{Worker, WorkerBuilder};
 /// `[S0NNN]` explained in the book's error chapter.
 ///
 /// ```
-/// use simpler::{callable, sub, CallConfig, In, Out, TaskArgs, Worker};
+/// use simpler::{callable, sub, In, Out, Worker};
 ///
 /// #[callable(sub)]
 /// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
@@ -128,11 +124,7 @@ pub use worker::{Worker, WorkerBuilder};
 /// let (a, b) = (worker.create_buffer(64)?, worker.create_buffer(64)?);
 /// a.write(0, &[2.0f32; 16])?;
 /// let (x, mut y) = (a.typed::<f32>(&[16])?, b.typed::<f32>(&[16])?);
-/// worker.run(
-///     |orch, _, _| scale::call(&x, &mut y, 1.5)?.on(orch, sub()).map(|_| ()),
-///     TaskArgs::new(),
-///     CallConfig::default(),
-/// )?;
+/// worker.run(|orch| scale::call(&x, &mut y, 1.5)?.on(orch, sub()).map(|_| ()))?;
 /// assert_eq!(b.read::<f32>(0, 16)?, vec![3.0; 16]);
 /// assert_eq!(scale::INFO.digest, scale::DIGEST);
 /// worker.close()
@@ -219,7 +211,7 @@ pub use simpler_macros::callable;
 /// bufs[1].write(0, &[2.0f32; 16])?;
 /// let (a, b) = (bufs[0].typed::<f32>(&[16])?, bufs[1].typed::<f32>(&[16])?);
 /// let mut y = bufs[2].typed::<f32>(&[16])?;
-/// let run = diamond::call(&a, &b, &mut y, 16)?.submit_captured(&worker)?;
+/// let run = diamond::call(&a, &b, &mut y, 16)?.capture_dag().submit(&worker)?;
 /// run.wait()?;
 /// assert_eq!(bufs[2].read::<f32>(0, 16)?, vec![7.0; 16]);
 /// assert!(diamond::graph().matches(&run.dag().unwrap())); // the same shape as the run

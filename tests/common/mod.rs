@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 pub use simpler::test_support::in_own_process;
 use simpler::{
-    Buffer, CallConfig, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostFnPtr, HostResult,
-    Orchestrator, RunHandle, TaskArgs, Tensor, TensorView, Worker, WorkerBuilder,
+    Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostFnPtr, HostResult, Tensor,
+    TensorView, Worker, WorkerBuilder,
 };
 
 // ------------------------------------------------------------------------------------------ rig
@@ -522,40 +522,3 @@ pub fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
 }
 
 // -------------------------------------------------------------------------------- orchestrate
-
-/// `Worker::run` / `submit` / `submit_captured` for the tests' orchestration closures, which
-/// take neither run arguments nor a config.
-pub trait Orchestrate {
-    /// `run` with empty arguments and the default config.
-    fn run_orch(&self, f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>) -> simpler::Result<()>;
-    /// `submit` with empty arguments and the default config.
-    fn submit_orch(
-        &self,
-        f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>,
-    ) -> simpler::Result<RunHandle>;
-    /// `submit_captured` with empty arguments and the default config.
-    fn captured(
-        &self,
-        f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>,
-    ) -> simpler::Result<RunHandle>;
-}
-
-impl Orchestrate for Worker {
-    fn run_orch(&self, f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>) -> simpler::Result<()> {
-        self.run(|o, _, _| f(o), TaskArgs::new(), CallConfig::default())
-    }
-
-    fn submit_orch(
-        &self,
-        f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>,
-    ) -> simpler::Result<RunHandle> {
-        self.submit(|o, _, _| f(o), TaskArgs::new(), CallConfig::default())
-    }
-
-    fn captured(
-        &self,
-        f: impl FnOnce(&mut Orchestrator<'_>) -> simpler::Result<()>,
-    ) -> simpler::Result<RunHandle> {
-        self.submit_captured(|o, _, _| f(o), TaskArgs::new(), CallConfig::default())
-    }
-}

@@ -150,7 +150,7 @@ impl Gen<'_> {
                 Mode::InOut => quote!(InOut),
             };
             self.body.push(quote_spanned! {a.span=>
-                const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::ParamMode::#forbid)), #msg) };
+                const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
             });
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());

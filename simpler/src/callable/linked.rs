@@ -18,7 +18,7 @@ pub(crate) const MACRO_PAYLOAD_FORMAT_VERSION: u32 = 2;
 /// How a callable parameter is passed.
 ///
 /// ```
-/// use simpler::ParamMode;
+/// use simpler::__private::ParamMode;
 /// assert!(ParamMode::InOut.writes() && ParamMode::InOut.reads());
 /// assert!(!ParamMode::Scalar.is_tensor());
 /// assert_eq!(ParamMode::Out as u32, 2);
@@ -40,7 +40,7 @@ impl ParamMode {
     /// Whether the parameter is a tensor.
     ///
     /// ```
-    /// assert!(simpler::ParamMode::In.is_tensor());
+    /// assert!(simpler::__private::ParamMode::In.is_tensor());
     /// ```
     pub const fn is_tensor(self) -> bool {
         !matches!(self, ParamMode::Scalar)
@@ -49,7 +49,7 @@ impl ParamMode {
     /// Whether the callable reads the tensor.
     ///
     /// ```
-    /// assert!(!simpler::ParamMode::Out.reads());
+    /// assert!(!simpler::__private::ParamMode::Out.reads());
     /// ```
     pub const fn reads(self) -> bool {
         matches!(self, ParamMode::In | ParamMode::InOut)
@@ -58,7 +58,7 @@ impl ParamMode {
     /// Whether the callable writes the tensor.
     ///
     /// ```
-    /// assert!(simpler::ParamMode::Out.writes());
+    /// assert!(simpler::__private::ParamMode::Out.writes());
     /// ```
     pub const fn writes(self) -> bool {
         matches!(self, ParamMode::Out | ParamMode::InOut)
@@ -68,7 +68,8 @@ impl ParamMode {
 /// One parameter of a `#[callable]`'s signature.
 ///
 /// ```
-/// use simpler::{callable, In, Out, ParamMode};
+/// use simpler::{callable, In, Out};
+/// use simpler::__private::ParamMode;
 ///
 /// #[callable(sub)]
 /// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
@@ -115,7 +116,7 @@ pub static CALLABLES: [CallableInfo];
 /// assert_eq!(info.kind, CallableKind::Chip);
 /// assert_eq!(info.digest, Digest::of(info.descriptor));
 /// assert_eq!(copy::DIGEST, info.digest);
-/// assert!(simpler::CallableInfo::find(info.digest).is_some());
+/// assert!(simpler::__private::CallableInfo::find(info.digest).is_some());
 /// ```
 #[derive(Debug)]
 pub struct CallableInfo {
@@ -180,7 +181,7 @@ impl CallableInfo {
     /// ```
     /// # use simpler::callable;
     /// # #[callable(sub)] fn listed() {}
-    /// assert!(simpler::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
+    /// assert!(simpler::__private::CallableInfo::linked().iter().any(|c| c.digest == listed::DIGEST));
     /// ```
     pub fn linked() -> &'static [CallableInfo] {
         &CALLABLES
@@ -191,8 +192,8 @@ impl CallableInfo {
     /// ```
     /// # use simpler::callable;
     /// # #[callable(sub)] fn found() {}
-    /// assert_eq!(simpler::CallableInfo::find(found::DIGEST).unwrap().name, "found");
-    /// assert!(simpler::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
+    /// assert_eq!(simpler::__private::CallableInfo::find(found::DIGEST).unwrap().name, "found");
+    /// assert!(simpler::__private::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
     /// ```
     pub fn find(digest: Digest) -> Option<&'static CallableInfo> {
         Self::linked().iter().find(|c| c.digest == digest)

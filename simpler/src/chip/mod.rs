@@ -100,7 +100,7 @@ pub(crate) enum ChipBody {
 ///     for (core, k) in [(0, 2.0f32), (1, 3.0)] {
 ///         let mut step = TaskArgs::new();
 ///         step.inout(x)?.scalar_f32(k); // the second waits for the first
-///         orch.submit_next_level(&scale, step, *cfg, core)?;
+///         orch.submit_next_level(&scale, step, cfg.clone(), core)?;
 ///     }
 ///     Ok(())
 /// }
@@ -226,7 +226,7 @@ impl ChipFn {
     ///         )?)?;
     ///         let mut a = TaskArgs::new();
     ///         a.inout(&half)?; // disjoint halves: the two tasks run at once
-    ///         orch.submit_next_level(&relu, a, *cfg, core)?;
+    ///         orch.submit_next_level(&relu, a, cfg.clone(), core)?;
     ///     }
     ///     Ok(())
     /// }

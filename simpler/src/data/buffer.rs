@@ -17,7 +17,7 @@ use crate::data::tensor::{Tensor, TensorView};
 use crate::error::{Error, Result};
 use crate::sys::mem::{as_bytes, as_bytes_mut};
 use crate::sys::shm::PosixShm;
-pub use crate::sys::shm::{SHM_NAME_MAX, ShmName};
+pub use crate::sys::shm::ShmName;
 
 /// The canonical identity of a buffer: invariant across every process and level it travels to.
 ///
@@ -187,7 +187,7 @@ impl Access {
 /// Where a buffer's bytes live.
 ///
 /// ```
-/// use simpler::{Backing, ShmName};
+/// # use simpler::__private::{Backing, ShmName};
 /// let shm = Backing::PosixShm { name: ShmName::new("sp-1-b1").unwrap() };
 /// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000 };
 /// assert_ne!(shm.kind_u8(), slab.kind_u8());
@@ -222,7 +222,7 @@ impl Backing {
     /// [`Backing::PosixShm`].
     ///
     /// ```
-    /// use simpler::{Backing, ShmName};
+    /// # use simpler::__private::{Backing, ShmName};
     /// assert_eq!(Backing::HeapSlab { addr: 0x1000 }.kind_u8(), 0);
     /// assert_eq!(Backing::PosixShm { name: ShmName::new("x").unwrap() }.kind_u8(), 1);
     /// ```
@@ -235,17 +235,20 @@ impl Backing {
     }
 }
 
-/// The address-free description of a buffer that travels with every tensor.
+/// The address-free description of a buffer that travels with every tensor: its identity, the
+/// access it grants and its size (where the bytes live is internal).
 ///
 /// ```
-/// use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
-/// let desc = BufferDesc::new(
-///     Identity::new(7, 1, 1).unwrap(),
-///     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-///     Access::ReadWrite,
-///     4096,
-/// )
-/// .unwrap();
+/// use simpler::{Access, BufferDesc, Identity};
+/// # use simpler::__private::{Backing, ShmName};
+/// # let desc = BufferDesc::new(
+/// #     Identity::new(7, 1, 1).unwrap(),
+/// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
+/// #     Access::ReadWrite,
+/// #     4096,
+/// # )
+/// # .unwrap();
+/// // `desc`: the descriptor of a 4096-byte buffer (`buffer.desc()`).
 /// assert_eq!(desc.nbytes(), 4096);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,7 +260,7 @@ pub struct BufferDesc {
 }
 
 impl BufferDesc {
-    /// Builds a descriptor, validating the backing.
+    /// Builds a descriptor, validating the backing. Internal (descriptors come from buffers).
     ///
     /// # Errors
     ///
@@ -265,13 +268,15 @@ impl BufferDesc {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{Access, Backing, BufferDesc, Identity};
+    /// use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::Backing;
     /// let id = Identity::new(7, 1, 1).unwrap();
     /// let ok = BufferDesc::new(id, Backing::HeapSlab { addr: 0x1000 }, Access::Read, 64);
     /// assert!(ok.is_ok());
     /// let null = BufferDesc::new(id, Backing::HeapSlab { addr: 0 }, Access::Read, 64);
     /// assert!(null.is_err());
     /// ```
+    #[doc(hidden)]
     pub fn new(identity: Identity, backing: Backing, access: Access, nbytes: u64) -> Result<BufferDesc> {
         if let Backing::HeapSlab { addr } = backing
             && addr == 0
@@ -284,7 +289,8 @@ impl BufferDesc {
     /// The canonical identity.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -301,7 +307,8 @@ impl BufferDesc {
     /// The backing.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -311,6 +318,7 @@ impl BufferDesc {
     /// # .unwrap();
     /// assert!(matches!(desc.backing(), Backing::PosixShm { name } if name.as_str() == "sp-doc-b1"));
     /// ```
+    #[doc(hidden)]
     pub fn backing(&self) -> Backing {
         self.backing
     }
@@ -318,7 +326,8 @@ impl BufferDesc {
     /// The granted access.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -335,7 +344,8 @@ impl BufferDesc {
     /// Size in bytes.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, Identity, ShmName};
+    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(7, 1, 1).unwrap(),
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
@@ -445,11 +455,11 @@ impl Buffer {
     /// # fn main() -> simpler::Result<()> {
     /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
     /// # worker.init()?;
-    /// use simpler::{Access, Backing};
+    /// use simpler::Access;
+    /// # use simpler::__private::Backing;
     /// let buf = worker.create_buffer(64)?;
     /// assert_eq!(buf.desc().access(), Access::ReadWrite);
     /// assert_eq!(buf.desc().nbytes(), 64);
-    /// assert!(matches!(buf.desc().backing(), Backing::PosixShm { .. }));
     /// // Each buffer gets its own identity.
     /// assert_ne!(worker.create_buffer(64)?.desc().identity(), buf.desc().identity());
     /// # Ok(()) }

@@ -164,7 +164,8 @@ pub struct Dep {
 /// Tensors must come before scalars; adding a tensor after a scalar is an error.
 ///
 /// ```
-/// use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tag, TaskArgs, Tensor, TensorView};
+/// use simpler::{Access, BufferDesc, DataType, Identity, Tag, TaskArgs, Tensor, TensorView};
+/// # use simpler::__private::{Backing, ShmName};
 /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
 /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
 /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -216,7 +217,8 @@ impl TaskArgs {
     /// are left unchanged.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -245,7 +247,8 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Input`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -262,7 +265,8 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Output`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -279,7 +283,8 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::InOut`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -358,7 +363,8 @@ impl TaskArgs {
     /// Number of tensors.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -385,7 +391,8 @@ impl TaskArgs {
     /// The tensor at `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -402,7 +409,8 @@ impl TaskArgs {
     /// The tag of tensor `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -425,7 +433,8 @@ impl TaskArgs {
     /// error.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -461,7 +470,8 @@ impl TaskArgs {
     /// All tensors, in the order they were added.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -505,7 +515,8 @@ impl TaskArgs {
     /// Removes everything (tensors, scalars and dependencies), so the value can be reused.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;

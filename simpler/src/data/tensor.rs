@@ -269,17 +269,9 @@ impl fmt::Debug for TensorView {
     }
 }
 
-/// How two views of the same buffer relate; the result of [`overlap`].
-///
-/// ```
-/// use simpler::{overlap, DataType, Overlap, TensorView};
-/// let v = |off, n| TensorView::new(off, &[n], None, DataType::Uint8).unwrap();
-/// assert_eq!(overlap(&v(0, 4), &v(4, 4)), Overlap::None);
-/// assert_eq!(overlap(&v(0, 8), &v(2, 4)), Overlap::Covered);
-/// assert_eq!(overlap(&v(0, 4), &v(2, 4)), Overlap::Partial);
-/// ```
+/// How two views of the same buffer relate; the result of [`overlap`] (cases in the unit tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overlap {
+pub(crate) enum Overlap {
     /// No byte is shared.
     None,
     /// Some bytes may be shared (conservative for views whose geometry cannot be compared).
@@ -294,16 +286,7 @@ pub enum Overlap {
 /// Stage 1 compares bounding byte ranges. Stage 2, only for views that share dtype, rank and
 /// strides that nest as exact multiples down to 1, intersects per-axis intervals; anything
 /// else that the bounding ranges cannot separate counts as [`Overlap::Partial`].
-///
-/// ```
-/// use simpler::{overlap, DataType, Overlap, TensorView};
-/// let whole = TensorView::new(0, &[4, 4], None, DataType::Float32).unwrap();
-/// let left = TensorView::new(0, &[4, 2], Some(&[4, 1]), DataType::Float32).unwrap();
-/// let right = TensorView::new(8, &[4, 2], Some(&[4, 1]), DataType::Float32).unwrap();
-/// assert_eq!(overlap(&left, &right), Overlap::None); // interleaved rows, disjoint columns
-/// assert_eq!(overlap(&whole, &left), Overlap::Covered);
-/// ```
-pub fn overlap(a: &TensorView, b: &TensorView) -> Overlap {
+pub(crate) fn overlap(a: &TensorView, b: &TensorView) -> Overlap {
     let (a0, a1) = a.byte_range();
     let (b0, b1) = b.byte_range();
     if a1 <= b0 || b1 <= a0 {
@@ -376,13 +359,15 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 /// [`Buffer`]: crate::Buffer
 ///
 /// ```
-/// use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
-/// let desc = BufferDesc::new(
-///     Identity::new(1, 1, 1).unwrap(),
-///     Backing::PosixShm { name: ShmName::new("sp-doc").unwrap() },
-///     Access::ReadWrite,
-///     64,
-/// ).unwrap();
+/// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+/// # use simpler::__private::{Backing, ShmName};
+/// # let desc = BufferDesc::new(
+/// #     Identity::new(1, 1, 1).unwrap(),
+/// #     Backing::PosixShm { name: ShmName::new("sp-doc").unwrap() },
+/// #     Access::ReadWrite,
+/// #     64,
+/// # ).unwrap();
+/// // `desc`: the descriptor of a 64-byte buffer (`buffer.desc()`).
 /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32).unwrap()).unwrap();
 /// assert_eq!(t.view().num_elements(), 16);
 /// // A view past the end of the buffer is refused.
@@ -404,8 +389,10 @@ impl Tensor {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{Access, Backing, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::HeapSlab { addr: 0x1000 }, Access::ReadWrite, 32)?;
+    /// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::Backing;
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::HeapSlab { addr: 0x1000 }, Access::ReadWrite, 32)?;
+    /// // `desc`: the descriptor of a 32-byte buffer (`buffer.desc()`).
     /// let t = Tensor::new(desc, TensorView::new(16, &[2, 2], None, DataType::Float32)?)?;
     /// assert_eq!(t.view().byte_range(), (16, 32));
     /// assert!(Tensor::new(desc, TensorView::new(16, &[5], None, DataType::Float32)?).is_err());
@@ -433,7 +420,8 @@ impl Tensor {
     /// The buffer descriptor.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(1, 1, 1)?,
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
@@ -452,7 +440,8 @@ impl Tensor {
     /// The view.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(1, 1, 1)?,
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
@@ -475,7 +464,8 @@ impl Tensor {
     /// As [`Tensor::new`]: the new view must lie inside the buffer.
     ///
     /// ```
-    /// # use simpler::{Access, Backing, BufferDesc, DataType, Identity, ShmName, Tensor, TensorView};
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
     /// # let desc = BufferDesc::new(
     /// #     Identity::new(1, 1, 1)?,
     /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },

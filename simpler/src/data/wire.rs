@@ -38,7 +38,7 @@
 use std::ops::Range;
 
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, ShmName};
-use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH, RuntimeEnv};
+use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH};
 use crate::data::dtype::DataType;
 use crate::data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
 use crate::error::{Error, Result};
@@ -447,25 +447,21 @@ pub(crate) fn decode_args(bytes: &[u8]) -> Result<DecodedArgs> {
 // ---------------------------------------------------------------------------------------------
 // CallConfig.
 
-/// Encodes a [`CallConfig`] field by field, little-endian (does not validate it).
+/// Encodes a [`CallConfig`] field by field into the packed upstream layout, little-endian
+/// (does not validate it): six `i32` knobs (0 = unset / off, 1 = a flag on), three `u64[4]`
+/// ring arrays (0 = unset), the NUL-padded output prefix.
 pub(crate) fn encode_config(cfg: &CallConfig, out: &mut [u8; CALL_CONFIG_WIRE_SIZE]) {
-    let ints = [
-        cfg.aicpu_thread_num,
-        cfg.enable_chip_swimlane,
-        cfg.enable_dump_args,
-        cfg.enable_pmu,
-        cfg.enable_dep_gen,
-        cfg.enable_scope_stats,
-    ];
-    for (i, v) in ints.iter().enumerate() {
+    for (i, v) in cfg.wire_ints().iter().enumerate() {
         put(out, 4 * i, &v.to_le_bytes());
     }
-    let env = &cfg.runtime_env;
-    let rings = [env.ring_task_window, env.ring_heap, env.ring_dep_pool];
-    for (i, v) in rings.iter().flatten().enumerate() {
+    for (i, v) in cfg.wire_rings().iter().flatten().enumerate() {
         put(out, C_RUNTIME_ENV + 8 * i, &v.to_le_bytes());
     }
-    put(out, C_OUTPUT_PREFIX, &cfg.output_prefix);
+    let mut prefix = [0u8; OUTPUT_PREFIX_LEN];
+    let p = cfg.get_output_prefix().unwrap_or("").as_bytes();
+    let n = p.len().min(OUTPUT_PREFIX_LEN - 1);
+    prefix[..n].copy_from_slice(&p[..n]);
+    put(out, C_OUTPUT_PREFIX, &prefix);
 }
 
 /// Decodes a [`CallConfig`] from the first [`CALL_CONFIG_WIRE_SIZE`] bytes of `bytes` (trailing
@@ -480,28 +476,13 @@ pub(crate) fn decode_config(bytes: &[u8]) -> Result<CallConfig> {
             bytes.len()
         )));
     }
-    let u64_at = |k: usize| get_u64(bytes, C_RUNTIME_ENV + 8 * k);
-    let mut env = RuntimeEnv::default();
-    for i in 0..RING_DEPTH {
-        env.ring_task_window[i] = u64_at(i);
-        env.ring_heap[i] = u64_at(RING_DEPTH + i);
-        env.ring_dep_pool[i] = u64_at(2 * RING_DEPTH + i);
-    }
-    let cfg = CallConfig {
-        aicpu_thread_num: get_i32(bytes, 0),
-        enable_chip_swimlane: get_i32(bytes, 4),
-        enable_dump_args: get_i32(bytes, 8),
-        enable_pmu: get_i32(bytes, 12),
-        enable_dep_gen: get_i32(bytes, 16),
-        enable_scope_stats: get_i32(bytes, 20),
-        runtime_env: env,
-        output_prefix: get(bytes, C_OUTPUT_PREFIX),
-    };
-    if let Err(e) = cfg.validate() {
-        let msg = format!("decoded call config: {}", e.message());
-        return Err(Error::decode(msg));
-    }
-    Ok(cfg)
+    let ints = std::array::from_fn(|i| get_i32(bytes, 4 * i));
+    let rings = std::array::from_fn(|a| {
+        std::array::from_fn(|i| get_u64(bytes, C_RUNTIME_ENV + 8 * (a * RING_DEPTH + i)))
+    });
+    let cfg = CallConfig::from_wire(ints, rings, &get(bytes, C_OUTPUT_PREFIX));
+    cfg.and_then(|c| c.validate().map(|()| c))
+        .map_err(|e| Error::decode(format!("decoded call config: {}", e.message())))
 }
 
 #[cfg(test)]

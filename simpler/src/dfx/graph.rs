@@ -74,18 +74,18 @@ pub enum EdgeReason {
 /// The DAG of one run: tasks and the dependency behind every edge.
 ///
 /// Returned by [`RunHandle::dag`](crate::RunHandle::dag) for runs submitted with
-/// `Worker::submit_captured`; `RunDag::default()` is the empty DAG.
+/// `RunOptions::capture_dag`; `RunDag::default()` is the empty DAG.
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-/// use simpler::{CallConfig, TaskArgs};
-/// let run = worker.submit_captured(|orch, _, _| {
-///     let a = orch.submit_sub(f, TaskArgs::new())?;
-///     let mut args = TaskArgs::new();
-///     args.add_dep(a);
-///     orch.submit_sub(f, args)?;
-///     Ok(())
-/// }, TaskArgs::new(), CallConfig::default())?;
+/// use simpler::{RunOptions, TaskArgs};
+/// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+/// let a = orch.submit_sub(f, TaskArgs::new())?;
+/// let mut args = TaskArgs::new();
+/// args.add_dep(a);
+/// orch.submit_sub(f, args)?;
+/// Ok(())
+/// })?;
 /// run.wait()?;
 /// let dag = run.dag().unwrap();
 /// assert_eq!(dag.graph().edge_count(), 1);
@@ -102,16 +102,16 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
-    /// let run = worker.submit_captured(|orch, _, _| {
-    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
-    ///     let mut args = TaskArgs::new();
-    ///     args.add_dep(t0);
-    ///     orch.submit_sub(f, args)?;
-    ///     orch.submit_sub(f, TaskArgs::new())?;
-    ///     Ok(())
-    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(t0);
+    /// orch.submit_sub(f, args)?;
+    /// orch.submit_sub(f, TaskArgs::new())?;
+    /// Ok(())
+    /// })?;
     /// run.wait()?;
     /// let dag = run.dag().expect("submitted with capture");
     /// use simpler::EdgeReason;
@@ -132,16 +132,16 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
-    /// let run = worker.submit_captured(|orch, _, _| {
-    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
-    ///     let mut args = TaskArgs::new();
-    ///     args.add_dep(t0);
-    ///     orch.submit_sub(f, args)?;
-    ///     orch.submit_sub(f, TaskArgs::new())?;
-    ///     Ok(())
-    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(t0);
+    /// orch.submit_sub(f, args)?;
+    /// orch.submit_sub(f, TaskArgs::new())?;
+    /// Ok(())
+    /// })?;
     /// run.wait()?;
     /// let dag = run.dag().expect("submitted with capture");
     /// let n = dag.node(2).unwrap();
@@ -158,16 +158,16 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
-    /// let run = worker.submit_captured(|orch, _, _| {
-    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
-    ///     let mut args = TaskArgs::new();
-    ///     args.add_dep(t0);
-    ///     orch.submit_sub(f, args)?;
-    ///     orch.submit_sub(f, TaskArgs::new())?;
-    ///     Ok(())
-    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(t0);
+    /// orch.submit_sub(f, args)?;
+    /// orch.submit_sub(f, TaskArgs::new())?;
+    /// Ok(())
+    /// })?;
     /// run.wait()?;
     /// let dag = run.dag().expect("submitted with capture");
     /// assert!(dag.has_edge(0, 1));
@@ -193,16 +193,16 @@ impl RunDag {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
-    /// # use simpler::{CallConfig, TaskArgs};
+    /// # use simpler::{RunOptions, TaskArgs};
     /// // Task 1 depends on task 0 through `add_dep`; task 2 is independent.
-    /// let run = worker.submit_captured(|orch, _, _| {
-    ///     let t0 = orch.submit_sub(f, TaskArgs::new())?;
-    ///     let mut args = TaskArgs::new();
-    ///     args.add_dep(t0);
-    ///     orch.submit_sub(f, args)?;
-    ///     orch.submit_sub(f, TaskArgs::new())?;
-    ///     Ok(())
-    /// }, TaskArgs::new(), CallConfig::default())?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    /// let t0 = orch.submit_sub(f, TaskArgs::new())?;
+    /// let mut args = TaskArgs::new();
+    /// args.add_dep(t0);
+    /// orch.submit_sub(f, args)?;
+    /// orch.submit_sub(f, TaskArgs::new())?;
+    /// Ok(())
+    /// })?;
     /// run.wait()?;
     /// let dag = run.dag().expect("submitted with capture");
     /// let dot = dag.to_dot();

@@ -34,7 +34,7 @@ pub enum GraphEdge {
 /// The structure of a `task_graph!`: one node per task it submits, one edge per dependency.
 ///
 /// Every `task_graph!` function `g` has `g::graph()`; after a run of it submitted with
-/// `Worker::submit_captured`, [`matches`](TaskGraph::matches) compares the two.
+/// `RunOptions::capture_dag`, [`matches`](TaskGraph::matches) compares the two.
 ///
 /// ```
 /// use simpler::{callable, task_graph, In, Out};

@@ -99,21 +99,47 @@ mod sealed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubWorker;
 
-/// Chip `N` of an L3 Worker (its next-level worker `N`): the placement of chip callables.
+/// Next-level worker `N` of this Worker, as a placement for callables of kind `K`: chip `N` of
+/// an L3 Worker ([`chip`]`(N)`, for chip callables) or nested Worker `N` of an L4+ Worker
+/// ([`worker`]`(N)`, for orchestration callables). One id space (the Orchestrator's
+/// `submit_next_level(.., worker)`); the kind only lets rustc check what may run there.
 ///
 /// ```
-/// assert_eq!(simpler::chip(2), simpler::ChipId(2));
+/// use simpler::kind::{ChipCallable, OrchCallable};
+/// let on_chip: simpler::WorkerId<ChipCallable> = simpler::chip(2);
+/// let nested: simpler::WorkerId<OrchCallable> = simpler::worker(2);
+/// assert_eq!(on_chip.index(), nested.index());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChipId(pub u32);
+pub struct WorkerId<K: Kind>(u32, PhantomData<fn() -> K>);
 
-/// Nested Worker `N` of an L4+ Worker: the placement of orchestration callables.
-///
-/// ```
-/// assert_eq!(simpler::worker(1), simpler::WorkerId(1));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerId(pub u32);
+impl<K: Kind> WorkerId<K> {
+    /// The next-level worker id.
+    ///
+    /// ```
+    /// assert_eq!(simpler::chip(3).index(), 3);
+    /// ```
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+impl<K: Kind> Clone for WorkerId<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: Kind> Copy for WorkerId<K> {}
+impl<K: Kind> PartialEq for WorkerId<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<K: Kind> Eq for WorkerId<K> {}
+impl<K: Kind> std::fmt::Debug for WorkerId<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WorkerId<{}>({})", K::KIND.name(), self.0)
+    }
+}
 
 /// Runs a host function on any free SUB worker.
 ///
@@ -127,19 +153,19 @@ pub fn sub() -> SubWorker {
 /// Runs a chip callable on chip `n`.
 ///
 /// ```
-/// assert_eq!(simpler::chip(0).0, 0);
+/// assert_eq!(simpler::chip(0).index(), 0);
 /// ```
-pub fn chip(n: u32) -> ChipId {
-    ChipId(n)
+pub fn chip(n: u32) -> WorkerId<ChipCallable> {
+    WorkerId(n, PhantomData)
 }
 
 /// Runs an orchestration callable on nested Worker `n`.
 ///
 /// ```
-/// assert_eq!(simpler::worker(3).0, 3);
+/// assert_eq!(simpler::worker(3).index(), 3);
 /// ```
-pub fn worker(n: u32) -> WorkerId {
-    WorkerId(n)
+pub fn worker(n: u32) -> WorkerId<OrchCallable> {
+    WorkerId(n, PhantomData)
 }
 
 /// Where a callable of kind `K` may run: `sub()` for host functions, `chip(N)` for chip
@@ -174,8 +200,7 @@ pub trait Placement<K: Kind>: sealed::Placement + Copy {
 }
 
 impl sealed::Placement for SubWorker {}
-impl sealed::Placement for ChipId {}
-impl sealed::Placement for WorkerId {}
+impl<K: Kind> sealed::Placement for WorkerId<K> {}
 
 impl Placement<HostCallable> for SubWorker {
     fn worker_id(&self) -> Option<u32> {
@@ -183,13 +208,13 @@ impl Placement<HostCallable> for SubWorker {
     }
 }
 
-impl Placement<ChipCallable> for ChipId {
+impl Placement<ChipCallable> for WorkerId<ChipCallable> {
     fn worker_id(&self) -> Option<u32> {
         Some(self.0)
     }
 }
 
-impl Placement<OrchCallable> for WorkerId {
+impl Placement<OrchCallable> for WorkerId<OrchCallable> {
     fn worker_id(&self) -> Option<u32> {
         Some(self.0)
     }
@@ -219,8 +244,10 @@ impl Placement<OrchCallable> for WorkerId {
 pub struct Call<K: Kind> {
     info: &'static CallableInfo,
     args: TaskArgs,
-    /// `None` is the default: a `Call` stays small (the config is 1144 bytes) and moves cheaply.
-    config: Option<Box<CallConfig>>,
+    /// `None` is the default (and tells that `.config(..)` was not called).
+    config: Option<CallConfig>,
+    /// Whether a top-level run of this call records its DAG.
+    capture: bool,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -234,7 +261,7 @@ impl<K: Kind> Call<K> {
     #[doc(hidden)]
     #[inline]
     pub fn __new(info: &'static CallableInfo) -> Call<K> {
-        Call { info, args: TaskArgs::new(), config: None, _kind: PhantomData }
+        Call { info, args: TaskArgs::new(), config: None, capture: false, _kind: PhantomData }
     }
 
     #[doc(hidden)]
@@ -260,12 +287,11 @@ impl<K: Kind> Call<K> {
     /// # use simpler::{callable, chip, In, Out, TensorOf, CallConfig};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
-    /// let cfg = CallConfig { aicpu_thread_num: 4, ..CallConfig::default() };
-    /// copy::call(a, &mut b)?.config(cfg).on(orch, chip(0))?;
+    /// copy::call(a, &mut b)?.config(CallConfig::new().aicpu_threads(4)).on(orch, chip(0))?;
     /// # Ok(()) }
     /// ```
     pub fn config(mut self, config: CallConfig) -> Call<K> {
-        self.config = Some(Box::new(config));
+        self.config = Some(config);
         self
     }
 
@@ -301,17 +327,17 @@ impl<K: Kind> Call<K> {
         &self.args
     }
 
-    /// The callable this call runs.
+    /// The handle of the callable this call runs.
     ///
     /// ```no_run
     /// # use simpler::{callable, In, Out, TensorOf};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
-    /// assert_eq!(copy::call(a, &mut b)?.callable().name, "copy");
+    /// assert_eq!(copy::call(a, &mut b)?.handle().name(), "copy");
     /// # Ok(()) }
     /// ```
-    pub fn callable(&self) -> &'static CallableInfo {
-        self.info
+    pub fn handle(&self) -> &'static crate::callable::identity::CallableHandle {
+        self.info.handle()
     }
 
     /// Submits the call to `place` in the current run.
@@ -344,8 +370,8 @@ impl<K: Kind> Call<K> {
 }
 
 /// The configuration a `Call` carries (`None`: the default).
-fn config_of(config: Option<Box<CallConfig>>) -> CallConfig {
-    config.map_or(CallConfig::DEFAULT, |c| *c)
+fn config_of(config: Option<CallConfig>) -> CallConfig {
+    config.unwrap_or_default()
 }
 
 impl Orchestrator<'_> {
@@ -386,9 +412,9 @@ impl Orchestrator<'_> {
             return Err(Error::invalid("submit_group: the group has no members"));
         };
         let info = first.info;
-        let config = first.config.as_deref().copied().unwrap_or(CallConfig::DEFAULT);
-        if members.iter().any(|(c, _)| c.config.as_deref().copied().unwrap_or(CallConfig::DEFAULT) != config)
-        {
+        let config = first.config.clone().unwrap_or_default();
+        const DEFAULT: CallConfig = CallConfig::new();
+        if members.iter().any(|(c, _)| c.config.as_ref().unwrap_or(&DEFAULT) != &config) {
             return Err(Error::invalid(format!(
                 "submit_group of `{}`: the members carry different CallConfigs; a group task has one",
                 info.name
@@ -466,10 +492,11 @@ impl Call<OrchCallable> {
     /// ```
     pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
         let f = self.entry()?;
-        worker.run(f, self.args, config_of(self.config))
+        worker.run_with(self.options(), f)
     }
 
-    /// Submits this orchestration callable as a run of `worker` without waiting.
+    /// Submits this orchestration callable as a run of `worker` without waiting; with
+    /// [`capture_dag`](Call::capture_dag) the run records its DAG.
     ///
     /// # Errors
     ///
@@ -486,29 +513,31 @@ impl Call<OrchCallable> {
     /// ```
     pub fn submit(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
         let f = self.entry()?;
-        worker.submit(f, self.args, config_of(self.config))
+        worker.submit_with(self.options(), f)
     }
 
-    /// Like [`submit`](Call::submit), and records the run's DAG, to compare with the graph's
-    /// static structure ([`TaskGraph::matches`](crate::TaskGraph::matches)).
-    ///
-    /// # Errors
-    ///
-    /// As [`Worker::submit_captured`](crate::worker::Worker::submit_captured).
+    /// The options of a top-level run of this call: its arguments, config and capture.
+    fn options(self) -> crate::worker::RunOptions {
+        let options = crate::worker::RunOptions::new().args(self.args).config(config_of(self.config));
+        if self.capture { options.capture_dag() } else { options }
+    }
+
+    /// Makes [`submit`](Call::submit) record the run's DAG, to compare with the graph's static
+    /// structure ([`TaskGraph::matches`](crate::TaskGraph::matches)).
     ///
     /// ```no_run
     /// # use simpler::{callable, task_graph, In, Out, Worker};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
     /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
-    /// let run = copy_once::call(x, &mut y)?.submit_captured(worker)?;
+    /// let run = copy_once::call(x, &mut y)?.capture_dag().submit(worker)?;
     /// run.wait()?;
     /// assert!(copy_once::graph().matches(&run.dag().unwrap()));
     /// # Ok(()) }
     /// ```
-    pub fn submit_captured(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
-        let f = self.entry()?;
-        worker.submit_captured(f, self.args, config_of(self.config))
+    pub fn capture_dag(mut self) -> Call<OrchCallable> {
+        self.capture = true;
+        self
     }
 }
 

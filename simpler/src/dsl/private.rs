@@ -11,8 +11,10 @@ use crate::dsl::typed::{Mode, Scalar, TensorOf};
 use crate::dsl::view::{In, InOut, Out};
 use crate::error::{Error, ErrorKind, Result};
 
-pub use crate::callable::linked::CallableInfo;
+pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
+pub use crate::data::buffer::Backing;
 pub use crate::dsl::graph::GraphBuilder;
+pub use crate::sys::shm::ShmName;
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.

@@ -221,12 +221,12 @@ impl Orchestrator<'_> {
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs};
-    /// worker.run(|orch, _, _| {
-    ///     let tmp = orch.alloc_of::<f32>(&[1024])?;
-    ///     assert_eq!(tmp.shape(), &[1024]);
-    ///     Ok(())
-    /// }, TaskArgs::new(), CallConfig::default())
+    /// use simpler::TaskArgs;
+    /// worker.run(|orch| {
+    /// let tmp = orch.alloc_of::<f32>(&[1024])?;
+    /// assert_eq!(tmp.shape(), &[1024]);
+    /// Ok(())
+    /// })
     /// # }
     /// ```
     pub fn alloc_of<T: Element>(&mut self, shape: &[u32]) -> Result<TensorOf<T>> {

@@ -31,7 +31,7 @@ use crate::data::dtype::Element;
 /// fn sum(x: In<f32>, mut total: Out<f32>) {
 ///     total[0] = x.iter().sum();
 /// }
-/// assert_eq!(sum::PARAMS.len(), 2);
+/// assert_eq!(sum::NAME, "sum");
 /// ```
 pub struct In<'a, T: Element> {
     data: &'a [T],
@@ -51,7 +51,7 @@ pub struct In<'a, T: Element> {
 ///         *v = i as u32;
 ///     }
 /// }
-/// assert_eq!(iota::PARAMS[0].mode, simpler::ParamMode::Out);
+/// assert_eq!(iota::NAME, "iota");
 /// ```
 pub struct Out<'a, T: Element> {
     data: &'a mut [T],
@@ -69,7 +69,7 @@ pub struct Out<'a, T: Element> {
 ///         *v *= 2.0;
 ///     }
 /// }
-/// assert_eq!(double::PARAMS[0].mode, simpler::ParamMode::InOut);
+/// assert_eq!(double::NAME, "double");
 /// ```
 pub struct InOut<'a, T: Element> {
     data: &'a mut [T],

@@ -100,6 +100,10 @@ impl Default for EngineConfig {
 /// heap (in-process engines).
 pub(crate) enum Bell {
     Shared(Arc<dyn AsRef<Doorbell> + Send + Sync>),
+    #[cfg_attr(
+        not(feature = "bench-support"),
+        expect(dead_code, reason = "only `bench_support` builds an engine with a doorbell of its own")
+    )]
     Local(Box<Doorbell>),
 }
 

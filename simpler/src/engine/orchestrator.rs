@@ -43,25 +43,21 @@ use crate::sys::sync;
 /// ```
 ///
 /// ```no_run
-/// use simpler::{CallConfig, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs, Worker};
+/// use simpler::{ErrorKind, MAX_SCOPE_DEPTH, Worker};
 ///
 /// # fn main() -> simpler::Result<()> {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// worker.init()?;
-/// worker.run(
-///     |orch, _, _| {
-///         while orch.scope_depth() < MAX_SCOPE_DEPTH - 1 {
-///             orch.scope_begin()?;
-///         }
-///         assert_eq!(orch.scope_begin().unwrap_err().kind(), ErrorKind::InvalidState);
-///         while orch.scope_depth() > 0 {
-///             orch.scope_end()?;
-///         }
-///         Ok(())
-///     },
-///     TaskArgs::new(),
-///     CallConfig::default(),
-/// )?;
+/// worker.run(|orch| {
+///     while orch.scope_depth() < MAX_SCOPE_DEPTH - 1 {
+///         orch.scope_begin()?;
+///     }
+///     assert_eq!(orch.scope_begin().unwrap_err().kind(), ErrorKind::InvalidState);
+///     while orch.scope_depth() > 0 {
+///         orch.scope_end()?;
+///     }
+///     Ok(())
+/// })?;
 /// # Ok(()) }
 /// ```
 pub const MAX_SCOPE_DEPTH: usize = 64;
@@ -73,17 +69,17 @@ pub const MAX_SCOPE_DEPTH: usize = 64;
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle, t: &simpler::Tensor) -> simpler::Result<()> {
-/// use simpler::{CallConfig, DataType, TaskArgs};
-/// worker.run(|orch, _args, _cfg| {
-///     let tmp = orch.alloc(&[1024], DataType::Float32)?; // runtime-managed intermediate
-///     let mut produce = TaskArgs::new();
-///     produce.input(t)?.output(&tmp)?;
-///     orch.submit_sub(f, produce)?;
-///     let mut consume = TaskArgs::new();
-///     consume.input(&tmp)?; // waits for the producer: read-after-write
-///     orch.submit_sub(f, consume)?;
-///     Ok(())
-/// }, TaskArgs::new(), CallConfig::default())
+/// use simpler::{DataType, TaskArgs};
+/// worker.run(|orch| {
+/// let tmp = orch.alloc(&[1024], DataType::Float32)?; // runtime-managed intermediate
+/// let mut produce = TaskArgs::new();
+/// produce.input(t)?.output(&tmp)?;
+/// orch.submit_sub(f, produce)?;
+/// let mut consume = TaskArgs::new();
+/// consume.input(&tmp)?; // waits for the producer: read-after-write
+/// orch.submit_sub(f, consume)?;
+/// Ok(())
+/// })
 /// # }
 /// ```
 pub struct Orchestrator<'a> {
@@ -164,7 +160,7 @@ impl<'a> Orchestrator<'a> {
     /// [`TaskHandle::run_id`] of every task submitted here.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -175,16 +171,12 @@ impl<'a> Orchestrator<'a> {
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
     /// let mut built = 0;
-    /// let run = worker.submit(
-    ///     |orch, _, _| {
-    ///         built = orch.run_id();
-    ///         let task = orch.submit_sub(&step, TaskArgs::new())?;
-    ///         assert_eq!(task.run_id(), orch.run_id());
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| {
+    ///     built = orch.run_id();
+    ///     let task = orch.submit_sub(&step, TaskArgs::new())?;
+    ///     assert_eq!(task.run_id(), orch.run_id());
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(run.id(), built);
     /// run.wait()?;
     /// # Ok(()) }
@@ -196,26 +188,22 @@ impl<'a> Orchestrator<'a> {
     /// Current scope depth: 0 in the run's outer scope, 1 inside the first `scope_begin`, ...
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, TaskArgs, Worker};
+    /// use simpler::Worker;
     ///
     /// # fn main() -> simpler::Result<()> {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// worker.init()?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         assert_eq!(orch.scope_depth(), 0);
-    ///         orch.scope(|orch| {
-    ///             assert_eq!(orch.scope_depth(), 1);
-    ///             orch.scope_begin()?;
-    ///             assert_eq!(orch.scope_depth(), 2);
-    ///             orch.scope_end()
-    ///         })?;
-    ///         assert_eq!(orch.scope_depth(), 0);
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     assert_eq!(orch.scope_depth(), 0);
+    ///     orch.scope(|orch| {
+    ///         assert_eq!(orch.scope_depth(), 1);
+    ///         orch.scope_begin()?;
+    ///         assert_eq!(orch.scope_depth(), 2);
+    ///         orch.scope_end()
+    ///     })?;
+    ///     assert_eq!(orch.scope_depth(), 0);
+    ///     Ok(())
+    /// })?;
     /// # Ok(()) }
     /// ```
     pub fn scope_depth(&self) -> usize {
@@ -227,7 +215,7 @@ impl<'a> Orchestrator<'a> {
     /// A group counts as one task; `alloc` counts none.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn zero(args: &HostArgs<'_>) -> HostResult {
     ///     args.output::<f32>(0)?.fill(0.0);
@@ -238,29 +226,25 @@ impl<'a> Orchestrator<'a> {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let zero = worker.register(HostFn::new("zero", zero))?;
     /// worker.init()?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         let tmp = [
-    ///             orch.alloc(&[64], DataType::Float32)?,
-    ///             orch.alloc(&[64], DataType::Float32)?,
-    ///             orch.alloc(&[64], DataType::Float32)?,
-    ///         ];
-    ///         assert_eq!(orch.task_count(), 0); // allocations are not tasks
-    ///         let mut args = TaskArgs::new();
-    ///         args.output(&tmp[0])?;
-    ///         let task = orch.submit_sub(&zero, args)?;
-    ///         assert_eq!(orch.task_count(), 1);
-    ///         assert_eq!(task.index() as usize, orch.task_count() - 1);
-    ///         let (mut m0, mut m1) = (TaskArgs::new(), TaskArgs::new());
-    ///         m0.output(&tmp[1])?;
-    ///         m1.output(&tmp[2])?;
-    ///         orch.submit_sub_group(&zero, vec![m0, m1])?;
-    ///         assert_eq!(orch.task_count(), 2); // a group is one task
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     let tmp = [
+    ///         orch.alloc(&[64], DataType::Float32)?,
+    ///         orch.alloc(&[64], DataType::Float32)?,
+    ///         orch.alloc(&[64], DataType::Float32)?,
+    ///     ];
+    ///     assert_eq!(orch.task_count(), 0); // allocations are not tasks
+    ///     let mut args = TaskArgs::new();
+    ///     args.output(&tmp[0])?;
+    ///     let task = orch.submit_sub(&zero, args)?;
+    ///     assert_eq!(orch.task_count(), 1);
+    ///     assert_eq!(task.index() as usize, orch.task_count() - 1);
+    ///     let (mut m0, mut m1) = (TaskArgs::new(), TaskArgs::new());
+    ///     m0.output(&tmp[1])?;
+    ///     m1.output(&tmp[2])?;
+    ///     orch.submit_sub_group(&zero, vec![m0, m1])?;
+    ///     assert_eq!(orch.task_count(), 2); // a group is one task
+    ///     Ok(())
+    /// })?;
     /// # Ok(()) }
     /// ```
     pub fn task_count(&self) -> usize {
@@ -274,7 +258,7 @@ impl<'a> Orchestrator<'a> {
     /// registered on this Worker, and the Worker must have SUB workers.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn scale(args: &HostArgs<'_>) -> HostResult {
     ///     let k = args.scalar_f32(0)?;
@@ -297,23 +281,19 @@ impl<'a> Orchestrator<'a> {
     /// let buf = worker.create_buffer(4 * 16)?;
     /// buf.write(0, &[2.0f32; 16])?;
     /// let x = buf.tensor(&[16], DataType::Float32)?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         let mut args = TaskArgs::new();
-    ///         args.inout(&x)?.scalar_f32(3.0);
-    ///         let first = orch.submit_sub(&scale, args)?;
-    ///         let mut args = TaskArgs::new();
-    ///         args.inout(&x)?.scalar_f32(0.5); // waits for `first`: it reads what `first` wrote
-    ///         let second = orch.submit_sub(&scale, args)?;
-    ///         let mut args = TaskArgs::new();
-    ///         args.add_dep(second); // no tensors: ordered by an explicit dependency
-    ///         orch.submit_sub(&log, args)?;
-    ///         assert_eq!((first.index(), second.index()), (0, 1));
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     let mut args = TaskArgs::new();
+    ///     args.inout(&x)?.scalar_f32(3.0);
+    ///     let first = orch.submit_sub(&scale, args)?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.inout(&x)?.scalar_f32(0.5); // waits for `first`: it reads what `first` wrote
+    ///     let second = orch.submit_sub(&scale, args)?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(second); // no tensors: ordered by an explicit dependency
+    ///     orch.submit_sub(&log, args)?;
+    ///     assert_eq!((first.index(), second.index()), (0, 1));
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(buf.read::<f32>(0, 16)?, vec![3.0; 16]);
     /// # Ok(()) }
     /// ```
@@ -331,7 +311,7 @@ impl<'a> Orchestrator<'a> {
     /// least one member and at most [`Worker::sub_workers`](crate::Worker::sub_workers).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
     ///
     /// fn whoami(args: &HostArgs<'_>) -> HostResult {
     ///     args.output::<u32>(0)?.fill(args.worker_index());
@@ -347,21 +327,17 @@ impl<'a> Orchestrator<'a> {
     ///     buf.view(TensorView::new(0, &[4], None, DataType::Uint32)?)?, // elements 0..4
     ///     buf.view(TensorView::new(16, &[4], None, DataType::Uint32)?)?, // elements 4..8
     /// ];
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         let mut members = Vec::new();
-    ///         for half in &halves {
-    ///             let mut args = TaskArgs::new();
-    ///             args.output(half)?;
-    ///             members.push(args);
-    ///         }
-    ///         let group = orch.submit_sub_group(&whoami, members)?; // both SUB workers at once
-    ///         assert_eq!((group.index(), orch.task_count()), (0, 1));
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     let mut members = Vec::new();
+    ///     for half in &halves {
+    ///         let mut args = TaskArgs::new();
+    ///         args.output(half)?;
+    ///         members.push(args);
+    ///     }
+    ///     let group = orch.submit_sub_group(&whoami, members)?; // both SUB workers at once
+    ///     assert_eq!((group.index(), orch.task_count()), (0, 1));
+    ///     Ok(())
+    /// })?;
     /// let ids = buf.read::<u32>(0, 8)?;
     /// assert_ne!(ids[0], ids[4]); // two distinct SUB workers
     /// # Ok(()) }
@@ -399,9 +375,7 @@ impl<'a> Orchestrator<'a> {
     /// // y = kernel(x) on chip 0, with four AICPU scheduler threads.
     /// let mut args = TaskArgs::new();
     /// args.input(x)?.output(y)?;
-    /// let mut config = CallConfig::default();
-    /// config.aicpu_thread_num = 4;
-    /// let on_chip = orch.submit_next_level(kernel, args, config, 0)?;
+    /// let on_chip = orch.submit_next_level(kernel, args, CallConfig::new().aicpu_threads(4), 0)?;
     /// // Later tasks reading `y` wait for it; others can name it with `add_dep`.
     /// # let _ = on_chip;
     /// # Ok(()) }
@@ -545,7 +519,7 @@ impl<'a> Orchestrator<'a> {
     /// from the chip's device memory instead, and the wait is for room there.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -562,24 +536,20 @@ impl<'a> Orchestrator<'a> {
     /// let (x, out) = (worker.create_buffer(4 * 256)?, worker.create_buffer(4 * 256)?);
     /// x.write(0, &[1.0f32; 256])?;
     /// let (tx, tout) = (x.tensor(&[256], DataType::Float32)?, out.tensor(&[256], DataType::Float32)?);
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         // out = (x + x) + (x + x), with both partial sums in runtime-managed memory.
-    ///         let s1 = orch.alloc(&[256], DataType::Float32)?;
-    ///         let s2 = orch.alloc(&[256], DataType::Float32)?;
-    ///         for s in [&s1, &s2] {
-    ///             let mut args = TaskArgs::new();
-    ///             args.input(&tx)?.input(&tx)?.output(s)?;
-    ///             orch.submit_sub(&add, args)?;
-    ///         }
+    /// worker.run(|orch| {
+    ///     // out = (x + x) + (x + x), with both partial sums in runtime-managed memory.
+    ///     let s1 = orch.alloc(&[256], DataType::Float32)?;
+    ///     let s2 = orch.alloc(&[256], DataType::Float32)?;
+    ///     for s in [&s1, &s2] {
     ///         let mut args = TaskArgs::new();
-    ///         args.input(&s1)?.input(&s2)?.output(&tout)?; // waits for both partial sums
+    ///         args.input(&tx)?.input(&tx)?.output(s)?;
     ///         orch.submit_sub(&add, args)?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    ///     }
+    ///     let mut args = TaskArgs::new();
+    ///     args.input(&s1)?.input(&s2)?.output(&tout)?; // waits for both partial sums
+    ///     orch.submit_sub(&add, args)?;
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(out.read::<f32>(0, 256)?, vec![4.0; 256]);
     /// # Ok(()) }
     /// ```
@@ -674,7 +644,7 @@ impl<'a> Orchestrator<'a> {
     /// also ends the scope on an early return.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn square(args: &HostArgs<'_>) -> HostResult {
     ///     let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
@@ -702,26 +672,22 @@ impl<'a> Orchestrator<'a> {
     /// let (x, acc) = (worker.create_buffer(4 * 64)?, worker.create_buffer(4 * 64)?);
     /// x.write(0, &[2.0f32; 64])?;
     /// let (tx, tacc) = (x.tensor(&[64], DataType::Float32)?, acc.tensor(&[64], DataType::Float32)?);
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         for _ in 0..100 {
-    ///             // Each iteration's temporary is reclaimed once its two tasks are done,
-    ///             // instead of living until the run ends.
-    ///             orch.scope_begin()?;
-    ///             let sq = orch.alloc(&[64], DataType::Float32)?;
-    ///             let mut args = TaskArgs::new();
-    ///             args.input(&tx)?.output(&sq)?;
-    ///             orch.submit_sub(&square, args)?;
-    ///             let mut args = TaskArgs::new();
-    ///             args.input(&sq)?.inout(&tacc)?;
-    ///             orch.submit_sub(&accumulate, args)?;
-    ///             orch.scope_end()?;
-    ///         }
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     for _ in 0..100 {
+    ///         // Each iteration's temporary is reclaimed once its two tasks are done,
+    ///         // instead of living until the run ends.
+    ///         orch.scope_begin()?;
+    ///         let sq = orch.alloc(&[64], DataType::Float32)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.input(&tx)?.output(&sq)?;
+    ///         orch.submit_sub(&square, args)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.input(&sq)?.inout(&tacc)?;
+    ///         orch.submit_sub(&accumulate, args)?;
+    ///         orch.scope_end()?;
+    ///     }
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(acc.read::<f32>(0, 64)?, vec![400.0; 64]);
     /// # Ok(()) }
     /// ```
@@ -743,7 +709,7 @@ impl<'a> Orchestrator<'a> {
     /// function returns are closed for it.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn fill(args: &HostArgs<'_>) -> HostResult {
     ///     let value = args.scalar(0)?;
@@ -755,21 +721,17 @@ impl<'a> Orchestrator<'a> {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let fill = worker.register(HostFn::new("fill", fill))?;
     /// worker.init()?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         assert_eq!(orch.scope_end().unwrap_err().kind(), ErrorKind::InvalidState); // no begin
-    ///         orch.scope_begin()?;
-    ///         let tmp = orch.alloc(&[1024], DataType::Uint64)?;
-    ///         let mut args = TaskArgs::new();
-    ///         args.output(&tmp)?.scalar(7);
-    ///         orch.submit_sub(&fill, args)?;
-    ///         orch.scope_end()?; // returns at once; `tmp` is freed after `fill` completes
-    ///         assert_eq!(orch.scope_depth(), 0);
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     assert_eq!(orch.scope_end().unwrap_err().kind(), ErrorKind::InvalidState); // no begin
+    ///     orch.scope_begin()?;
+    ///     let tmp = orch.alloc(&[1024], DataType::Uint64)?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.output(&tmp)?.scalar(7);
+    ///     orch.submit_sub(&fill, args)?;
+    ///     orch.scope_end()?; // returns at once; `tmp` is freed after `fill` completes
+    ///     assert_eq!(orch.scope_depth(), 0);
+    ///     Ok(())
+    /// })?;
     /// # Ok(()) }
     /// ```
     pub fn scope_end(&mut self) -> Result<()> {
@@ -789,7 +751,7 @@ impl<'a> Orchestrator<'a> {
     /// Returns what `f` returns, e.g. a [`TaskHandle`] to depend on outside the scope.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -812,26 +774,22 @@ impl<'a> Orchestrator<'a> {
     /// let (x, out) = (worker.create_buffer(4 * 32)?, worker.create_buffer(4 * 32)?);
     /// x.write(0, &[1.0f32; 32])?;
     /// let (tx, tout) = (x.tensor(&[32], DataType::Float32)?, out.tensor(&[32], DataType::Float32)?);
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         // out = 4x: the intermediate lives only inside the scope.
-    ///         let last = orch.scope(|orch| {
-    ///             let twice = orch.alloc(&[32], DataType::Float32)?;
-    ///             let mut args = TaskArgs::new();
-    ///             args.input(&tx)?.input(&tx)?.output(&twice)?;
-    ///             orch.submit_sub(&add, args)?;
-    ///             let mut args = TaskArgs::new();
-    ///             args.input(&twice)?.input(&twice)?.output(&tout)?;
-    ///             orch.submit_sub(&add, args) // the scope ends when this returns, `?` or not
-    ///         })?;
+    /// worker.run(|orch| {
+    ///     // out = 4x: the intermediate lives only inside the scope.
+    ///     let last = orch.scope(|orch| {
+    ///         let twice = orch.alloc(&[32], DataType::Float32)?;
     ///         let mut args = TaskArgs::new();
-    ///         args.add_dep(last);
-    ///         orch.submit_sub(&report, args)?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    ///         args.input(&tx)?.input(&tx)?.output(&twice)?;
+    ///         orch.submit_sub(&add, args)?;
+    ///         let mut args = TaskArgs::new();
+    ///         args.input(&twice)?.input(&twice)?.output(&tout)?;
+    ///         orch.submit_sub(&add, args) // the scope ends when this returns, `?` or not
+    ///     })?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(last);
+    ///     orch.submit_sub(&report, args)?;
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(out.read::<f32>(0, 32)?, vec![4.0; 32]);
     /// # Ok(()) }
     /// ```
@@ -989,7 +947,7 @@ impl<'a> Orchestrator<'a> {
         let config = match config {
             Some(c) => {
                 c.validate()?;
-                (c != CallConfig::DEFAULT).then(|| Box::new(c))
+                (c != CallConfig::new()).then(|| Box::new(c))
             }
             None => None,
         };

@@ -12,7 +12,7 @@ use crate::sys::sync;
 /// Statistics of a finished run, from [`RunHandle::stats`].
 ///
 /// ```no_run
-/// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+/// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 ///
 /// fn touch(_args: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -22,19 +22,15 @@ use crate::sys::sync;
 /// let mut worker = Worker::builder().sub_workers(2).build()?;
 /// let touch = worker.register(HostFn::new("touch", touch))?;
 /// worker.init()?;
-/// let handle = worker.submit(
-///     |orch, _, _| {
-///         let tmp = orch.alloc(&[256], DataType::Float32)?; // not counted in `tasks`
-///         for _ in 0..3 {
-///             let mut args = TaskArgs::new();
-///             args.inout(&tmp)?;
-///             orch.submit_sub(&touch, args)?;
-///         }
-///         Ok(())
-///     },
-///     TaskArgs::new(),
-///     CallConfig::default(),
-/// )?;
+/// let handle = worker.submit(|orch| {
+///     let tmp = orch.alloc(&[256], DataType::Float32)?; // not counted in `tasks`
+///     for _ in 0..3 {
+///         let mut args = TaskArgs::new();
+///         args.inout(&tmp)?;
+///         orch.submit_sub(&touch, args)?;
+///     }
+///     Ok(())
+/// })?;
 /// handle.wait()?;
 /// let stats = handle.stats().expect("finished runs have statistics");
 /// assert_eq!((stats.tasks, stats.failed), (3, 0));
@@ -155,8 +151,8 @@ impl RunState {
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
 /// use std::time::Duration;
-/// use simpler::{CallConfig, TaskArgs};
-/// let run = worker.submit(|_orch, _args, _cfg| Ok(()), TaskArgs::new(), CallConfig::default())?;
+/// use simpler::TaskArgs;
+/// let run = worker.submit(|_orch| Ok(()))?;
 /// if run.wait_timeout(Duration::from_secs(1)).is_err() {
 ///     // still running: the run is intact, wait again later
 ///     run.wait()?;
@@ -184,20 +180,16 @@ impl RunHandle {
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs, Worker};
+    /// use simpler::Worker;
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// worker.init()?;
     /// let mut seen = 0;
-    /// let first = worker.submit(
-    ///     |orch, _, _| {
-    ///         seen = orch.run_id();
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let first = worker.submit(|orch| {
+    ///     seen = orch.run_id();
+    ///     Ok(())
+    /// })?;
     /// assert_eq!((first.id(), seen), (1, 1));
-    /// let second = worker.submit(|_, _, _| Ok(()), TaskArgs::new(), CallConfig::default())?;
+    /// let second = worker.submit(|_| Ok(()))?;
     /// assert_eq!(second.id(), 2);
     /// # Ok(()) }
     /// ```
@@ -211,7 +203,7 @@ impl RunHandle {
     /// finished run returns the same result at once.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn fails(_args: &HostArgs<'_>) -> HostResult {
     ///     Err("out of widgets".into())
@@ -221,11 +213,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let fails = worker.register(HostFn::new("fails", fails))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&fails, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&fails, TaskArgs::new()).map(|_| ()))?;
     /// let err = run.wait().unwrap_err(); // the host function's error fails the run
     /// assert_eq!(err.kind(), ErrorKind::TaskFailed);
     /// assert!(err.message().contains("out of widgets"));
@@ -242,7 +230,7 @@ impl RunHandle {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn slow(_args: &HostArgs<'_>) -> HostResult {
     ///     std::thread::sleep(Duration::from_secs(2));
@@ -253,11 +241,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let slow = worker.register(HostFn::new("slow", slow))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&slow, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&slow, TaskArgs::new()).map(|_| ()))?;
     /// // Report progress while waiting.
     /// loop {
     ///     match run.wait_timeout(Duration::from_millis(500)) {
@@ -299,7 +283,7 @@ impl RunHandle {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -309,11 +293,7 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()))?;
     /// while !run.is_done() {
     ///     std::thread::sleep(Duration::from_millis(1)); // do other work meanwhile
     /// }
@@ -332,7 +312,7 @@ impl RunHandle {
     /// Statistics, once the run is done (`None` before).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -342,16 +322,12 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| {
-    ///         let group: Vec<TaskArgs> = vec![TaskArgs::new(), TaskArgs::new()];
-    ///         orch.submit_sub_group(&step, group)?; // one task, two members
-    ///         orch.submit_sub(&step, TaskArgs::new())?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| {
+    ///     let group: Vec<TaskArgs> = vec![TaskArgs::new(), TaskArgs::new()];
+    ///     orch.submit_sub_group(&step, group)?; // one task, two members
+    ///     orch.submit_sub(&step, TaskArgs::new())?;
+    ///     Ok(())
+    /// })?;
     /// run.wait()?;
     /// let stats = run.stats().expect("done");
     /// assert_eq!(stats.tasks, 2);
@@ -364,10 +340,10 @@ impl RunHandle {
     }
 
     /// The captured DAG, when the run was submitted with capture on
-    /// (`Worker::submit_captured`) and has finished building.
+    /// (`RunOptions::capture_dag`) and has finished building.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -377,16 +353,16 @@ impl RunHandle {
     /// let mut worker = Worker::builder().sub_workers(1).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let chain = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    /// let chain = |orch: &mut simpler::Orchestrator<'_>| {
     ///     let first = orch.submit_sub(&step, TaskArgs::new())?;
     ///     let mut args = TaskArgs::new();
     ///     args.add_dep_wait(first);
     ///     orch.submit_sub(&step, args)?;
     ///     Ok(())
     /// };
-    /// let plain = worker.submit(chain, TaskArgs::new(), CallConfig::default())?;
+    /// let plain = worker.submit(chain)?;
     /// assert!(plain.dag().is_none()); // not captured
-    /// let captured = worker.submit_captured(chain, TaskArgs::new(), CallConfig::default())?;
+    /// let captured = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| chain(orch))?;
     /// let dag = captured.dag().expect("captured");
     /// assert_eq!(dag.graph().node_count(), 2);
     /// assert!(dag.has_edge(0, 1));

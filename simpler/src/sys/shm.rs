@@ -212,18 +212,12 @@ fn path(name: &ShmName) -> String {
 }
 
 /// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
-///
-/// ```
-/// use simpler::{SHM_NAME_MAX, ShmName};
-/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX)).is_ok());
-/// assert!(ShmName::new(&"a".repeat(SHM_NAME_MAX + 1)).is_err());
-/// ```
-pub const SHM_NAME_MAX: usize = 31;
+pub(crate) const SHM_NAME_MAX: usize = 31;
 
 /// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
 ///
 /// ```
-/// use simpler::ShmName;
+/// # use simpler::__private::ShmName;
 /// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
 /// assert!(ShmName::new("a/b").is_err());
 /// assert!(ShmName::new("").is_err());
@@ -244,7 +238,8 @@ impl ShmName {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{ErrorKind, ShmName};
+    /// use simpler::ErrorKind;
+    /// # use simpler::__private::ShmName;
     /// let name = ShmName::new("sp-42-b7").unwrap();
     /// assert_eq!(name.to_string(), "sp-42-b7");
     /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
@@ -257,7 +252,7 @@ impl ShmName {
     /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
     /// assert!(ShmName::from_bytes(b"tab\there").is_err());
     /// assert!(ShmName::from_bytes(&[0xff]).is_err());
@@ -282,7 +277,7 @@ impl ShmName {
     /// The name as a string.
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
     /// ```
     pub fn as_str(&self) -> &str {
@@ -293,7 +288,7 @@ impl ShmName {
     /// The name as bytes.
     ///
     /// ```
-    /// use simpler::ShmName;
+    /// # use simpler::__private::ShmName;
     /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
     /// ```
     pub fn as_bytes(&self) -> &[u8] {

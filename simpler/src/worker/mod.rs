@@ -34,7 +34,10 @@ use crate::worker::serve::sub::SubChild;
 mod chips;
 mod l2;
 mod nested;
+mod options;
 mod serve;
+
+pub use options::RunOptions;
 
 /// Most callables one target keeps installed at once.
 const MAX_CALLABLES: usize = 1024;
@@ -426,7 +429,7 @@ enum Phase {
 /// / [`run`](Worker::run) orchestration functions → [`close`](Worker::close) (or drop).
 ///
 /// ```no_run
-/// use simpler::{CallConfig, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+/// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
 ///
 /// fn hello(_args: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -436,7 +439,7 @@ enum Phase {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// let hello = worker.register(HostFn::new("hello", hello))?;
 /// worker.init()?;
-/// worker.run(|orch, _, _| orch.submit_sub(&hello, TaskArgs::new()).map(|_| ()), TaskArgs::new(), CallConfig::default())?;
+/// worker.run(|orch| orch.submit_sub(&hello, TaskArgs::new()).map(|_| ()))?;
 /// worker.close()?;
 /// # Ok(()) }
 /// ```
@@ -647,7 +650,7 @@ impl Worker {
     /// After `init`, a plain `fn` is sent to the live SUB workers; a closure is refused:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn late(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -657,11 +660,7 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// worker.init()?;
     /// let late = worker.register(HostFn::new("late", late))?; // both SUB workers have it now
-    /// worker.run(
-    ///     |orch, _, _| orch.submit_sub(&late, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| orch.submit_sub(&late, TaskArgs::new()).map(|_| ()))?;
     ///
     /// let err = worker.register(HostFn::closure("c", |_: &HostArgs<'_>| Ok(()))).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable);
@@ -793,7 +792,7 @@ impl Worker {
     /// After `init`, every SUB worker drops it too; later submits naming it fail:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -803,12 +802,12 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let step = worker.register(HostFn::new("step", step))?;
     /// worker.init()?;
-    /// let submit_step = |orch: &mut simpler::Orchestrator<'_>, _: &TaskArgs, _: &CallConfig| {
+    /// let submit_step = |orch: &mut simpler::Orchestrator<'_>| {
     ///     orch.submit_sub(&step, TaskArgs::new()).map(|_| ())
     /// };
-    /// worker.run(submit_step, TaskArgs::new(), CallConfig::default())?; // finished: safe to drop
+    /// worker.run(submit_step)?; // finished: safe to drop
     /// worker.unregister(&step)?;
-    /// let err = worker.run(submit_step, TaskArgs::new(), CallConfig::default()).unwrap_err();
+    /// let err = worker.run(submit_step).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable); // not registered any more
     /// # Ok(()) }
     /// ```
@@ -1087,7 +1086,7 @@ impl Worker {
     /// ```
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn square(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<i32>(0)? {
@@ -1103,16 +1102,12 @@ impl Worker {
     /// let buf = worker.create_buffer(4 * 8)?; // eight i32
     /// buf.write(0, &[1i32, 2, 3, 4, 5, 6, 7, 8])?;
     /// let t = buf.tensor(&[8], DataType::Int32)?;
-    /// worker.run(
-    ///     |orch, _, _| {
-    ///         let mut args = TaskArgs::new();
-    ///         args.inout(&t)?;
-    ///         orch.submit_sub(&square, args)?;
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// worker.run(|orch| {
+    ///     let mut args = TaskArgs::new();
+    ///     args.inout(&t)?;
+    ///     orch.submit_sub(&square, args)?;
+    ///     Ok(())
+    /// })?;
     /// assert_eq!(buf.read::<i32>(0, 8)?, vec![1, 4, 9, 16, 25, 36, 49, 64]);
     /// assert!(worker.create_buffer(0).is_err());
     /// # Ok(()) }
@@ -1139,12 +1134,13 @@ impl Worker {
     /// flight this first waits for the oldest to finish.
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,
-    /// the run settles, and the error is returned.
+    /// the run settles, and the error is returned. To pass the run arguments and a config, or
+    /// to record its DAG, use [`submit_with`](Worker::submit_with).
     ///
-    /// `orch_fn` receives `args` and `config` as given here. Pipelining two runs:
+    /// Pipelining two runs:
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Tensor, Worker};
     ///
     /// fn fill(args: &HostArgs<'_>) -> HostResult {
     ///     let value = args.scalar(0)?;
@@ -1159,21 +1155,15 @@ impl Worker {
     /// let (a, b) = (worker.create_buffer(8 * 64)?, worker.create_buffer(8 * 64)?);
     /// let (ta, tb) = (a.tensor(&[64], DataType::Uint64)?, b.tensor(&[64], DataType::Uint64)?);
     ///
-    /// // Fill the tensor passed in `args` with the scalar passed in `args`.
-    /// let fill_with = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    /// // The arguments of one `fill` task: fill `t` with `value`.
+    /// let fill_args = |t: &Tensor, value: u64| -> simpler::Result<TaskArgs> {
     ///     let mut task = TaskArgs::new();
-    ///     task.output(args.tensor(0).expect("a tensor"))?;
-    ///     task.scalar(args.scalar_at(0).expect("a value"));
-    ///     orch.submit_sub(&fill, task)?;
-    ///     Ok(())
+    ///     task.output(t)?.scalar(value);
+    ///     Ok(task)
     /// };
-    /// let mut first = TaskArgs::new();
-    /// first.output(&ta)?.scalar(1);
-    /// let mut second = TaskArgs::new();
-    /// second.output(&tb)?.scalar(2);
     /// // Neither call waits for its run: the second is built while the first executes.
-    /// let r1 = worker.submit(fill_with, first, CallConfig::default())?;
-    /// let r2 = worker.submit(fill_with, second, CallConfig::default())?;
+    /// let r1 = worker.submit(|orch| orch.submit_sub(&fill, fill_args(&ta, 1)?).map(|_| ()))?;
+    /// let r2 = worker.submit(|orch| orch.submit_sub(&fill, fill_args(&tb, 2)?).map(|_| ()))?;
     /// r1.wait()?;
     /// r2.wait()?;
     /// assert_eq!(a.read::<u64>(0, 64)?, vec![1; 64]);
@@ -1182,17 +1172,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn submit<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    pub fn submit<F>(&self, orch_fn: F) -> Result<RunHandle>
     where
-        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, false, false).map(|(h, _)| h)
+        self.submit_inner(|o, _, _| orch_fn(o), RunOptions::new(), false).map(|(h, _)| h)
     }
 
-    /// Like [`submit`](Worker::submit), and records the run's DAG ([`RunHandle::dag`]).
+    /// Like [`submit`](Worker::submit), with [`RunOptions`]: `orch_fn` receives the options'
+    /// arguments and config (the signature of an [`OrchFn`](crate::OrchFn), so a plain
+    /// orchestration function can be passed as is), and with
+    /// [`capture_dag`](RunOptions::capture_dag) the run records its DAG ([`RunHandle::dag`]).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{RunOptions, TaskArgs, Worker};
     ///
     /// fn inc(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<u32>(0)? {
@@ -1207,18 +1201,19 @@ impl Worker {
     /// worker.init()?;
     /// let buf = worker.create_buffer(4 * 32)?;
     /// let t = buf.tensor(&[32], DataType::Uint32)?;
-    /// let run = worker.submit_captured(
-    ///     |orch, _, _| {
-    ///         for _ in 0..3 {
-    ///             let mut args = TaskArgs::new();
-    ///             args.inout(&t)?; // each waits for the previous writer
-    ///             orch.submit_sub(&inc, args)?;
-    ///         }
-    ///         Ok(())
-    ///     },
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    ///
+    /// // Increment tensor 0 of the run's arguments, scalar 0 times.
+    /// let inc_n = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    ///     for _ in 0..args.scalar_at(0).unwrap_or(0) {
+    ///         let mut task = TaskArgs::new();
+    ///         task.inout(args.tensor(0).expect("a tensor"))?; // each waits for the previous
+    ///         orch.submit_sub(&inc, task)?;
+    ///     }
+    ///     Ok(())
+    /// };
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&t)?.scalar(3);
+    /// let run = worker.submit_with(RunOptions::new().args(args).capture_dag(), inc_n)?;
     /// run.wait()?;
     /// let dag = run.dag().expect("captured");
     /// assert!(dag.has_edge(0, 1) && dag.has_edge(1, 2));
@@ -1228,25 +1223,24 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn submit_captured<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<RunHandle>
+    pub fn submit_with<F>(&self, options: RunOptions, orch_fn: F) -> Result<RunHandle>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.submit_inner(orch_fn, args, config, true, false).map(|(h, _)| h)
+        self.submit_inner(orch_fn, options, false).map(|(h, _)| h)
     }
 
     fn submit_inner<F>(
         &self,
         orch_fn: F,
-        args: TaskArgs,
-        config: CallConfig,
-        capture: bool,
+        options: RunOptions,
         will_wait: bool,
     ) -> Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>)>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         let live = self.live("submit")?;
+        let RunOptions { args, config, capture } = options;
         config.validate()?;
         let eng = &live.engine;
         // A token unique to this thread (the address of a thread-local), to refuse a
@@ -1296,10 +1290,11 @@ impl Worker {
 
     /// `submit` then `wait`: builds the run and drives it to completion on this thread.
     ///
-    /// Returns the orchestration function's error, or else the run's first task error.
+    /// Returns the orchestration function's error, or else the run's first task error. With
+    /// arguments and a config for the function, see [`run_with`](Worker::run_with).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, CallableHandle, DataType, HostArgs, HostFn, HostResult};
+    /// use simpler::{CallableHandle, DataType, HostArgs, HostFn, HostResult};
     /// use simpler::{Orchestrator, TaskArgs, Tensor, Worker};
     ///
     /// fn add(args: &HostArgs<'_>) -> HostResult {
@@ -1334,20 +1329,62 @@ impl Worker {
     /// let (x, out) = (worker.create_buffer(4 * 16)?, worker.create_buffer(4 * 16)?);
     /// x.write(0, &[1.5f32; 16])?;
     /// let (tx, tout) = (x.tensor(&[16], DataType::Float32)?, out.tensor(&[16], DataType::Float32)?);
-    /// worker.run(|orch, _, _| triple(orch, &add, &tx, &tout), TaskArgs::new(), CallConfig::default())?;
+    /// worker.run(|orch| triple(orch, &add, &tx, &tout))?;
     /// assert_eq!(out.read::<f32>(0, 16)?, vec![4.5; 16]);
     /// worker.close()?;
     /// # Ok(()) }
     /// ```
     #[track_caller]
-    pub fn run<F>(&self, orch_fn: F, args: TaskArgs, config: CallConfig) -> Result<()>
+    pub fn run<F>(&self, orch_fn: F) -> Result<()>
+    where
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
+    {
+        self.run_with(RunOptions::new(), |o, _, _| orch_fn(o))
+    }
+
+    /// `submit_with` then `wait`: [`run`](Worker::run) with [`RunOptions`], whose arguments and
+    /// config `orch_fn` receives.
+    ///
+    /// ```no_run
+    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{RunOptions, TaskArgs, Worker};
+    ///
+    /// fn negate(args: &HostArgs<'_>) -> HostResult {
+    ///     args.output::<i32>(0)?.iter_mut().for_each(|v| *v = -*v);
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let negate = worker.register(HostFn::new("negate", negate))?;
+    /// worker.init()?;
+    /// // Negates every tensor of the run's arguments.
+    /// let negate_all = |orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig| {
+    ///     for i in 0..args.tensor_count() {
+    ///         let mut task = TaskArgs::new();
+    ///         task.inout(args.tensor(i).expect("in range"))?;
+    ///         orch.submit_sub(&negate, task)?;
+    ///     }
+    ///     Ok(())
+    /// };
+    /// let buf = worker.create_buffer(16)?;
+    /// buf.write(0, &[1i32, 2, 3, 4])?;
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&buf.tensor(&[4], DataType::Int32)?)?;
+    /// worker.run_with(RunOptions::new().args(args), negate_all)?;
+    /// assert_eq!(buf.read::<i32>(0, 4)?, [-1, -2, -3, -4]);
+    /// worker.close()
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn run_with<F>(&self, options: RunOptions, orch_fn: F) -> Result<()>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         // This thread will drive the run: from the moment it may build until it has waited,
         // published work does not wake the background thread (`RunHandle::is_done` and other
         // waiters still drive other runs meanwhile).
-        let (handle, _intent) = self.submit_inner(orch_fn, args, config, false, true)?;
+        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
         handle.wait()
     }
 
@@ -1367,7 +1404,7 @@ impl Worker {
     /// ```
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
     ///
     /// fn work(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -1377,11 +1414,7 @@ impl Worker {
     /// let mut worker = Worker::builder().sub_workers(2).build()?;
     /// let work = worker.register(HostFn::new("work", work))?;
     /// worker.init()?;
-    /// let run = worker.submit(
-    ///     |orch, _, _| orch.submit_sub(&work, TaskArgs::new()).map(|_| ()),
-    ///     TaskArgs::new(),
-    ///     CallConfig::default(),
-    /// )?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&work, TaskArgs::new()).map(|_| ()))?;
     /// worker.close()?; // lets the run finish first (up to `close_timeout`)
     /// assert!(run.is_done());
     /// assert!(worker.child_pids().is_empty());

@@ -209,7 +209,7 @@ fn output_only_host_tensors_are_not_copied_in() {
 fn peek_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
     let mut a = TaskArgs::new();
     a.add_tensor(args.tensor(0).unwrap(), Tag::NoDep)?.output(args.tensor(1).unwrap())?;
-    orch.submit_next_level(&h("probe"), a, *cfg, 1).map(|_| ())
+    orch.submit_next_level(&h("probe"), a, cfg.clone(), 1).map(|_| ())
 }
 
 #[test]
@@ -333,10 +333,10 @@ fn pipeline(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> R
     let t = |i| args.tensor(i).expect("four tensors");
     let mut first = TaskArgs::new();
     first.input(t(0))?.input(t(1))?.output(t(3))?;
-    orch.submit_next_level(&h("vadd"), first, *cfg, 0)?;
+    orch.submit_next_level(&h("vadd"), first, cfg.clone(), 0)?;
     let mut second = TaskArgs::new();
     second.input(t(3))?.output(t(2))?;
-    orch.submit_next_level(&h("double"), second, *cfg, 1)?;
+    orch.submit_next_level(&h("double"), second, cfg.clone(), 1)?;
     Ok(())
 }
 
@@ -371,10 +371,10 @@ fn pipeline_alloc(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig
     let tmp = orch.alloc(t(0).view().shape(), DataType::Float32)?;
     let mut first = TaskArgs::new();
     first.input(t(0))?.input(t(1))?.output(&tmp)?;
-    orch.submit_next_level(&h("vadd"), first, *cfg, 1)?;
+    orch.submit_next_level(&h("vadd"), first, cfg.clone(), 1)?;
     let mut second = TaskArgs::new();
     second.input(&tmp)?.output(t(2))?;
-    orch.submit_next_level(&h("double"), second, *cfg, 0)?;
+    orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
     Ok(())
 }
 
@@ -409,7 +409,7 @@ fn alloc_sized(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -
     assert_eq!(chip, CHIP, "the intermediate is this chip's memory");
     let mut a = TaskArgs::new();
     a.output(&tmp)?;
-    orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+    orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
     Ok(())
 }
 
@@ -421,7 +421,7 @@ fn alloc_in_turn(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig)
             let tmp = orch.alloc(&[1 << 20], DataType::Float32)?;
             let mut a = TaskArgs::new();
             a.output(&tmp)?;
-            orch.submit_next_level(&h("ones"), a, *cfg, 0)?;
+            orch.submit_next_level(&h("ones"), a, cfg.clone(), 0)?;
             Ok(())
         })?;
     }
@@ -464,7 +464,7 @@ fn side_by_side(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) 
     for core in 0..2u32 {
         let mut a = TaskArgs::new();
         a.output(args.tensor(core as usize).unwrap())?;
-        orch.submit_next_level(&h("rendezvous"), a, *cfg, core)?;
+        orch.submit_next_level(&h("rendezvous"), a, cfg.clone(), core)?;
     }
     Ok(())
 }
@@ -489,10 +489,10 @@ fn failing_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) 
     let x = args.tensor(0).unwrap();
     let mut first = TaskArgs::new();
     first.inout(x)?;
-    orch.submit_next_level(&h(which), first, *cfg, 1)?;
+    orch.submit_next_level(&h(which), first, cfg.clone(), 1)?;
     let mut second = TaskArgs::new();
     second.input(x)?.output(args.tensor(1).unwrap())?;
-    orch.submit_next_level(&h("double"), second, *cfg, 0)?;
+    orch.submit_next_level(&h("double"), second, cfg.clone(), 0)?;
     Ok(())
 }
 
@@ -547,31 +547,31 @@ fn bad_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> R
         Some(0) => {
             let mut a = TaskArgs::new();
             a.inout(args.tensor(0).unwrap())?.scalar_f32(1.0);
-            orch.submit_next_level(&h("add_scalar"), a, *cfg, 0)?;
+            orch.submit_next_level(&h("add_scalar"), a, cfg.clone(), 0)?;
             Err(Error::invalid("the plan gives up"))
         }
         Some(1) => panic!("the plan exploded"),
         // A kernel that is not registered on the chip.
         Some(2) => {
             let stray = ChipFn::kernel("stray", ones).handle();
-            orch.submit_next_level(&stray, TaskArgs::new(), *cfg, 0).map(|_| ())
+            orch.submit_next_level(&stray, TaskArgs::new(), cfg.clone(), 0).map(|_| ())
         }
         // A core that does not exist.
-        Some(3) => orch.submit_next_level(&h("ones"), TaskArgs::new(), *cfg, 9).map(|_| ()),
+        Some(3) => orch.submit_next_level(&h("ones"), TaskArgs::new(), cfg.clone(), 9).map(|_| ()),
         // Device memory of another chip.
         Some(4) => {
             let desc = BufferDesc::new(id(77), Backing::Device { ptr: 0, chip: 7 }, Access::ReadWrite, 16)?;
             let t = Tensor::new(desc, f32_view(4))?;
             let mut a = TaskArgs::new();
             a.output(&t)?;
-            orch.submit_next_level(&h("ones"), a, *cfg, 0).map(|_| ())
+            orch.submit_next_level(&h("ones"), a, cfg.clone(), 0).map(|_| ())
         }
         // An orchestration submitted to a core.
         _ => orch
             .submit_next_level(
                 &ChipFn::orchestration("bad_plan", bad_plan).handle(),
                 TaskArgs::new(),
-                *cfg,
+                cfg.clone(),
                 0,
             )
             .map(|_| ()),

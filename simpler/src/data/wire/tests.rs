@@ -365,15 +365,18 @@ fn random_corruption_never_panics() {
 
 /// A valid config with every field set to something non-default.
 fn sample_config() -> CallConfig {
-    let mut cfg = CallConfig::default();
-    cfg.set_output_prefix("/tmp/simpler-diag").unwrap();
-    cfg.aicpu_thread_num = 4;
-    cfg.enable_chip_swimlane = 2;
-    cfg.enable_pmu = 1;
-    cfg.enable_scope_stats = 3;
-    cfg.runtime_env.ring_task_window = [4, 8, 0, 1 << 30];
-    cfg.runtime_env.ring_heap = [1024, 0, 1 << 40, u64::from(u32::MAX)];
-    cfg.runtime_env.ring_dep_pool = [4, 5, 0, i32::MAX as u64];
+    use crate::data::call_config::{RingSizes, Swimlane};
+    let rings = [(4, 1024, 4), (8, 0, 5), (0, 1 << 40, 0), (1 << 30, u64::from(u32::MAX), i32::MAX as u64)];
+    let set = |v: u64| (v != 0).then_some(v);
+    let mut cfg = CallConfig::new()
+        .output_prefix("/tmp/simpler-diag")
+        .aicpu_threads(4)
+        .swimlane(Swimlane::Level2)
+        .pmu_event(1)
+        .scope_stats(true);
+    for (d, (w, h, p)) in rings.into_iter().enumerate() {
+        cfg = cfg.ring(d, RingSizes { task_window: set(w), heap_bytes: set(h), dep_pool: set(p) });
+    }
     cfg.validate().unwrap();
     cfg
 }
@@ -381,7 +384,7 @@ fn sample_config() -> CallConfig {
 #[test]
 fn config_round_trip() {
     let cfg = sample_config();
-    for c in [CallConfig::default(), cfg] {
+    for c in [CallConfig::default(), cfg.clone()] {
         let mut out = [0xeeu8; CALL_CONFIG_WIRE_SIZE];
         encode_config(&c, &mut out);
         assert_eq!(decode_config(&out).unwrap(), c);
@@ -395,23 +398,25 @@ fn config_round_trip() {
     assert_eq!(out[4..8], 2i32.to_le_bytes());
     assert_eq!(out[8..12], 0i32.to_le_bytes());
     assert_eq!(out[12..16], 1i32.to_le_bytes());
-    assert_eq!(out[20..24], 3i32.to_le_bytes());
+    assert_eq!(out[20..24], 1i32.to_le_bytes());
     assert_eq!(out[24..32], 4u64.to_le_bytes());
     assert_eq!(out[56..64], 1024u64.to_le_bytes());
     assert_eq!(out[88..96], 4u64.to_le_bytes());
     assert_eq!(&out[120..137], b"/tmp/simpler-diag");
     assert!(out[137..].iter().all(|&b| b == 0));
+    // Any non-zero flag on the wire is on.
+    out[20..24].copy_from_slice(&3i32.to_le_bytes());
+    assert!(decode_config(&out).unwrap().get_scope_stats());
 }
 
 #[test]
 fn config_decode_validates() {
-    let mut bad = sample_config();
-    bad.aicpu_thread_num = 1;
+    let bad = sample_config().aicpu_threads(1);
     let mut out = [0u8; CALL_CONFIG_WIRE_SIZE];
     encode_config(&bad, &mut out);
     let err = decode_config(&out).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Decode);
-    expect(err, "aicpu_thread_num");
+    expect(err, "aicpu_threads");
     // A diagnostic flag without an output prefix.
     let mut out = [0u8; CALL_CONFIG_WIRE_SIZE];
     out[12] = 1;
@@ -419,7 +424,7 @@ fn config_decode_validates() {
     // A window that is not a power of two.
     let mut out = [0u8; CALL_CONFIG_WIRE_SIZE];
     out[24..32].copy_from_slice(&6u64.to_le_bytes());
-    expect(decode_config(&out).unwrap_err(), "ring_task_window[0]");
+    expect(decode_config(&out).unwrap_err(), "ring 0: task_window");
     let short = decode_config(&out[..CALL_CONFIG_WIRE_SIZE - 1]).unwrap_err();
     assert_eq!(short.kind(), ErrorKind::Decode);
 }

@@ -24,7 +24,7 @@ use crate::ipc::child::{
     Serve, serve,
 };
 use crate::ipc::mailbox::{CONFIG_BYTES, ControlRequest, FrameError, MailboxRegion, TaskRequest};
-use crate::worker::Worker;
+use crate::worker::{RunOptions, Worker};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,7 +135,7 @@ impl Serve for NestedServer {
         // Compared against zeros with `memcmp` (a byte loop was a visible share of a nested task).
         static ZEROS: [u8; CONFIG_BYTES] = [0; CONFIG_BYTES];
         let config = if ZEROS.get(..req.config.len()) == Some(req.config) {
-            CallConfig::DEFAULT
+            CallConfig::new()
         } else {
             decode_config(req.config).map_err(bad)?
         };
@@ -152,7 +152,7 @@ impl Serve for NestedServer {
             args.scalar(s);
         }
         self.inner
-            .run(|orch, a, c| f.call(orch, a, c), args, config)
+            .run_with(RunOptions::new().args(args).config(config), |orch, a, c| f.call(orch, a, c))
             .map_err(|e| FrameError::new(ERR_TASK, e.message().to_string()))
     }
 }
