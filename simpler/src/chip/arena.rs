@@ -7,8 +7,7 @@
 //! blocks. A byte range is *live* when it lies inside one allocation as requested (the rounding
 //! slack is not part of it).
 //!
-//! This file is the only place in `chip/` that turns integers into pointers it dereferences or
-//! calls.
+//! This file is the only place in `chip/` that turns integers into pointers it dereferences.
 //!
 //! # Rules
 //!
@@ -35,19 +34,12 @@
 //!   [`Arena::copy_view_out`] guarantees rule H1 of `data::host_args` for it: its `base` plus the
 //!   view's byte range lies inside memory mapped in this process for the whole call, and no
 //!   other thread writes those bytes meanwhile (they belong to the running task).
-//! * **A6 (code addresses).** [`kernel_from_address`] and [`orchestration_from_address`] are
-//!   given only an address taken (`f as usize`) from a function pointer of exactly that type,
-//!   in this process or in the process this one was forked from (the same binary image at the
-//!   same addresses), carried in a descriptor whose digest the receiver verified and whose
-//!   sub-kind names that type. Zero is refused before any conversion.
 
 #![allow(unsafe_code)] // Raw copies into the device mapping and fn pointers from addresses; rules A1-A6.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use crate::callable::host::HostFnPtr;
-use crate::chip::ChipOrchFnPtr;
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::error::{Error, ErrorKind, Result};
@@ -373,26 +365,6 @@ fn for_each_run(view: &TensorView, mut f: impl FnMut(usize, usize)) {
     }
 }
 
-/// A kernel function pointer from its address (rule A6); `None` for 0.
-pub(super) fn kernel_from_address(addr: u64) -> Option<HostFnPtr> {
-    if addr == 0 {
-        return None;
-    }
-    // SAFETY: rule A6 — a non-zero address of a `HostFnPtr` of this binary image, verified
-    // against a digest-checked descriptor whose sub-kind says "kernel".
-    Some(unsafe { std::mem::transmute::<usize, HostFnPtr>(addr as usize) })
-}
-
-/// A chip orchestration function pointer from its address (rule A6); `None` for 0.
-pub(super) fn orchestration_from_address(addr: u64) -> Option<ChipOrchFnPtr> {
-    if addr == 0 {
-        return None;
-    }
-    // SAFETY: rule A6 — a non-zero address of a `ChipOrchFnPtr` of this binary image, verified
-    // against a digest-checked descriptor whose sub-kind says "orchestration".
-    Some(unsafe { std::mem::transmute::<usize, ChipOrchFnPtr>(addr as usize) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,11 +531,5 @@ mod tests {
         let mut one = Vec::new();
         for_each_run(&c, |o, l| one.push((o, l)));
         assert_eq!(one, vec![(0, 12)]);
-    }
-
-    #[test]
-    fn zero_addresses_are_refused() {
-        assert!(kernel_from_address(0).is_none());
-        assert!(orchestration_from_address(0).is_none());
     }
 }

@@ -4,9 +4,14 @@
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
-//! C1. A `REGISTER_*` control carries the address of a function pointer taken in the parent.
-//!     The child is a fork of the parent, so the same code sits at the same address; the child
-//!     also recomputes the digest from the descriptor and installs only on a match.
+//! C1. A `REGISTER_*` control carries, in `arg0`, [`FnAddress::to_wire`] of a function taken in
+//!     the parent this process was forked from (or, for a nested Worker's own children, in
+//!     this process): a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and [`CTRL_REGISTER_CHIP`] (a
+//!     kernel), an [`OrchFnPtr`] for [`CTRL_REGISTER_ORCH`] and [`CTRL_REGISTER_CHIP_ORCH`] (a
+//!     chip orchestration). Control frames are written only by that parent, through
+//!     `Mailbox::post_control` on its register paths. The command alone names the type, and
+//!     [`received_fn`] is the one place that reads a function back; the child also recomputes
+//!     the digest from the descriptor and installs only on a match.
 //! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
 //!     rings mapped before the fork; POSIX shm tensors only inside the object as mapped here.
 //!     A pointer from [`HostResolver::resolve`] stays valid until the next
@@ -17,13 +22,19 @@
 //! control request, or a task, in that order. Failures are reported in the frame; nothing a
 //! task does can take the loop down (panics are caught).
 
-#![allow(unsafe_code)] // Rebuilding fn pointers sent by the parent and copying host bytes; rules C1-C2.
+#![expect(
+    unsafe_code,
+    reason = "fn pointers from control frames and slices of mapped host buffers; rules C1-C2"
+)]
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use crate::callable::host::HostFnPtr;
 use crate::data::buffer::{Backing, BufferDesc, Identity};
+use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
+use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::PeerWait;
 use crate::sys::shm::PosixShm;
 
@@ -31,7 +42,7 @@ use crate::sys::shm::PosixShm;
 pub(crate) const CTRL_REGISTER_FN: u64 = 1;
 /// Control command: drop one reference to a callable (digest).
 pub(crate) const CTRL_UNREGISTER: u64 = 2;
-/// Control command: install a chip callable (arg0 = fn address, payload = descriptor).
+/// Control command: install a chip kernel (arg0 = kernel fn address, payload = descriptor).
 pub(crate) const CTRL_REGISTER_CHIP: u64 = 3;
 /// Control command: allocate device memory (arg0 = bytes; result = device offset).
 pub(crate) const CTRL_MALLOC: u64 = 4;
@@ -45,6 +56,8 @@ pub(crate) const CTRL_COPY_FROM: u64 = 7;
 /// Control command: install an orchestration function in a nested Worker (arg0 = fn address,
 /// payload = descriptor).
 pub(crate) const CTRL_REGISTER_ORCH: u64 = 8;
+/// Control command: install a chip orchestration (arg0 = fn address, payload = descriptor).
+pub(crate) const CTRL_REGISTER_CHIP_ORCH: u64 = 9;
 
 /// Frame error code: the function returned an error or panicked.
 pub(crate) const ERR_TASK: i32 = 1;
@@ -54,6 +67,36 @@ pub(crate) const ERR_UNKNOWN_CALLABLE: i32 = 2;
 pub(crate) const ERR_BAD_FRAME: i32 = 3;
 /// Frame error code: a device-memory operation failed.
 pub(crate) const ERR_DEVICE: i32 = 4;
+
+/// The function a `REGISTER_*` control carries, typed by its command (rule C1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReceivedFn {
+    /// A host function or chip kernel ([`CTRL_REGISTER_FN`], [`CTRL_REGISTER_CHIP`]).
+    Host(HostFnPtr),
+    /// An orchestration or chip orchestration ([`CTRL_REGISTER_ORCH`], [`CTRL_REGISTER_CHIP_ORCH`]).
+    Orch(OrchFnPtr),
+}
+
+/// The function in `arg0` of a `REGISTER_*` control (rule C1); an error for another command or
+/// an address of 0.
+pub(crate) fn received_fn(req: &ControlRequest) -> Result<ReceivedFn, FrameError> {
+    let zero = || FrameError::new(ERR_BAD_FRAME, format!("control {}: function address 0", req.command));
+    match req.command {
+        CTRL_REGISTER_FN | CTRL_REGISTER_CHIP => {
+            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<HostFnPtr>::to_wire`,
+            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
+            let f = unsafe { FnAddress::<HostFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
+            Ok(ReceivedFn::Host(f.get()))
+        }
+        CTRL_REGISTER_ORCH | CTRL_REGISTER_CHIP_ORCH => {
+            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<OrchFnPtr>::to_wire`,
+            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
+            let f = unsafe { FnAddress::<OrchFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
+            Ok(ReceivedFn::Orch(f.get()))
+        }
+        other => Err(FrameError::new(ERR_BAD_FRAME, format!("control {other} carries no function"))),
+    }
+}
 
 /// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;

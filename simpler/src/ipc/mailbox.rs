@@ -433,6 +433,9 @@ pub(crate) struct ControlRequest {
     pub(crate) digest: [u8; 32],
     /// The payload (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
     pub(crate) payload: Vec<u8>,
+    /// Private: a `ControlRequest` is only ever read from a frame ([`Mailbox::control_request`]),
+    /// so `ipc::child` may trust that its `arg0` is what the parent wrote (rule C1 there).
+    from_frame: (),
 }
 
 /// A failure reported through a frame: a non-zero code and a message.
@@ -756,6 +759,7 @@ impl<'a> Mailbox<'a> {
                 arg0: *frame.arg0.get(),
                 digest: *frame.digest.get(),
                 payload: frame.payload().to_vec(),
+                from_frame: (),
             }
         };
         Some(request)

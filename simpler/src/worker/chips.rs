@@ -6,7 +6,9 @@ use crate::data::buffer::{Backing, Buffer, Identity};
 use crate::data::dtype::DataType;
 use crate::data::wire::{DESC_SIZE, encode_desc};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::child::{CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP};
+use crate::ipc::child::{
+    CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
+};
 use crate::sys::sync;
 use crate::worker::{Live, Phase, Worker};
 
@@ -61,11 +63,12 @@ impl Worker {
                     )));
                 }
                 let addr = f.fn_address();
+                let command = if f.is_kernel() { CTRL_REGISTER_CHIP } else { CTRL_REGISTER_CHIP_ORCH };
                 let n_sub = self.cfg.engine.sub_workers;
                 live.broadcast(
                     n_sub..n_sub + n,
                     |i| if nested { format!("worker {}", i - n_sub) } else { format!("chip {}", i - n_sub) },
-                    |mb| mb.post_control(CTRL_REGISTER_CHIP, addr, digest.as_bytes(), desc.bytes()),
+                    |mb| mb.post_control(command, addr, digest.as_bytes(), desc.bytes()),
                 )
                 .map_err(|e| e.context(format!("Worker.register_chip of {handle}")))?;
             }

@@ -618,7 +618,7 @@ impl Worker {
                         "Worker.register: {handle} is a host function but this Worker has no SUB workers"
                     )));
                 }
-                let addr = *ptr as usize as u64;
+                let addr = crate::sys::fn_address::FnAddress::of(*ptr).to_wire();
                 let n_sub = self.cfg.engine.sub_workers;
                 live.broadcast(
                     0..n_sub,
