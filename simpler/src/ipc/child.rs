@@ -132,7 +132,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         if let Some(req) = mb.task_request() {
             mb.set_child_cpu(crate::sys::futex::current_cpu());
             let result = handler.task(&req);
-            mb.finish_task(result, parent);
+            mb.finish_task(req, result, parent);
             worked = true;
         }
         if worked {

@@ -122,9 +122,9 @@ impl Serve for ChipServer {
 
     fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let decoded = decode_args(req.args)
+        let decoded = decode_args(req.args())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let config = decode_config(req.config)
+        let config = decode_config(req.config())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let mut args = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {

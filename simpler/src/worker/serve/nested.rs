@@ -129,14 +129,14 @@ impl Serve for NestedServer {
             ));
         };
         let bad = |e: Error| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}"));
-        let decoded = decode_args(req.args).map_err(bad)?;
+        let decoded = decode_args(req.args()).map_err(bad)?;
         // Most tasks carry the default config: skip decoding (and validating) all-zero bytes.
         // Compared against zeros with `memcmp` (a byte loop was a visible share of a nested task).
         static ZEROS: [u8; CONFIG_BYTES] = [0; CONFIG_BYTES];
-        let config = if ZEROS.get(..req.config.len()) == Some(req.config) {
+        let config = if ZEROS.get(..req.config().len()) == Some(req.config()) {
             CallConfig::DEFAULT
         } else {
-            decode_config(req.config).map_err(bad)?
+            decode_config(req.config()).map_err(bad)?
         };
         // Re-export, never map: the descriptors (and so the identities) pass through unchanged.
         let mut args = TaskArgs::new();

@@ -81,7 +81,7 @@ impl Serve for SubChild {
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on sub worker {}", self.index),
             ));
         };
-        let decoded = decode_args(req.args)
+        let decoded = decode_args(req.args())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let mut mapped = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
