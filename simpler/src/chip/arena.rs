@@ -30,16 +30,20 @@
 //!   and a device range, which never overlap. The arena is a mapping of its own; the only
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
-//! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
-//!   [`Arena::copy_view_out`] guarantees rule H1 of `data::host_args` for it: its `base` plus the
-//!   view's byte range lies inside memory mapped in this process for the whole call, and no
-//!   other thread writes those bytes meanwhile (they belong to the running task).
+//! * **A5 (host views).** [`Arena::copy_view_in`] and [`Arena::copy_view_out`] take host memory
+//!   as a [`MappedTensor`], whose construction guarantees rule H1 of `data::host_args`: its
+//!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
+//!   writes those bytes meanwhile (they belong to the running task).
 
-#![allow(unsafe_code)] // Raw copies into the device mapping and fn pointers from addresses; rules A1-A6.
+#![expect(
+    unsafe_code,
+    reason = "raw copies into and out of the device mapping, and kernel views of it; rules A1-A5"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
+use crate::data::buffer::Access;
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::error::{Error, ErrorKind, Result};
@@ -236,11 +240,6 @@ impl Arena {
         self.lock().is_live(ptr, len)
     }
 
-    /// The host address of device offset `ptr` (no check; see [`Arena::is_live`]).
-    pub(crate) fn host_addr(&self, ptr: u64) -> u64 {
-        self.region.addr().wrapping_add(ptr)
-    }
-
     fn not_live(&self, what: &str, ptr: u64, len: u64) -> Error {
         Error::invalid(format!(
             "{what}: device range {ptr:#x}..+{len} does not lie inside one live allocation (of this chip's {} bytes)",
@@ -281,6 +280,25 @@ impl Arena {
         Ok(())
     }
 
+    /// Tensor `view` of the device buffer at `ptr`, as a kernel sees it; an error if the view
+    /// does not lie inside the arena.
+    ///
+    /// Whether the buffer is a live allocation is the caller's check (the chip runtime checks
+    /// it before it dispatches); the bounds checked here keep every access inside the mapping.
+    pub(crate) fn tensor(&self, ptr: u64, view: TensorView, access: Access) -> Result<MappedTensor<'_>> {
+        let (_, end) = view.byte_range();
+        if ptr.checked_add(end).is_none_or(|e| e > self.size) {
+            return Err(Error::invalid(format!(
+                "device view {view:?} at {ptr:#x} ends past the chip's {} bytes",
+                self.size
+            )));
+        }
+        // SAFETY: rule A1 — the view's bytes lie inside the mapping (checked above), which lives
+        // as long as the `&self` the tensor borrows; rule A3 — nobody else writes them while the
+        // kernel runs (the chip engine orders kernels by their tags, and no copy runs meanwhile).
+        Ok(unsafe { MappedTensor::new(self.region.as_ptr().wrapping_add(ptr as usize), view, access) })
+    }
+
     /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
     /// have the same layout; returns the host address of the device view's first byte.
     fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<*mut u8> {
@@ -303,12 +321,17 @@ impl Arena {
     /// Copies the elements of host tensor `host` into the device buffer at `ptr`, laid out as
     /// `dev_view` (same shape, strides and type; only the byte offset may differ). Only the
     /// view's elements are copied, not the gaps of a strided view.
-    pub(crate) fn copy_view_in(&self, host: &MappedTensor, ptr: u64, dev_view: &TensorView) -> Result<()> {
-        let dst = self.device_view("copy-in of a host tensor", &host.view, ptr, dev_view)?;
-        let src = host.base.wrapping_add(host.view.byte_offset() as usize);
-        for_each_run(&host.view, |offset, len| {
+    pub(crate) fn copy_view_in(
+        &self,
+        host: &MappedTensor<'_>,
+        ptr: u64,
+        dev_view: &TensorView,
+    ) -> Result<()> {
+        let dst = self.device_view("copy-in of a host tensor", host.view(), ptr, dev_view)?;
+        let src = host.ptr();
+        for_each_run(host.view(), |offset, len| {
             // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range, mapped
-            // for this call; rule A2 — `dst + offset..+len` lies in the checked live device range
+            // while `host` lives (H1); rule A2 — `dst + offset..+len` lies in the checked live device range
             // (`device_view`), inside the mapping (A1); rule A4 — host memory and the arena do not
             // overlap; rule A3 — no kernel runs during copy-in.
             unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
@@ -319,10 +342,15 @@ impl Arena {
     /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
     /// tensor `host`; the reverse of [`Arena::copy_view_in`]. Bytes of the host buffer outside
     /// the view's elements are not touched.
-    pub(crate) fn copy_view_out(&self, ptr: u64, dev_view: &TensorView, host: &MappedTensor) -> Result<()> {
-        let src = self.device_view("copy-back of a host tensor", &host.view, ptr, dev_view)?;
-        let dst = host.base.wrapping_add(host.view.byte_offset() as usize);
-        for_each_run(&host.view, |offset, len| {
+    pub(crate) fn copy_view_out(
+        &self,
+        ptr: u64,
+        dev_view: &TensorView,
+        host: &MappedTensor<'_>,
+    ) -> Result<()> {
+        let src = self.device_view("copy-back of a host tensor", host.view(), ptr, dev_view)?;
+        let dst = host.ptr();
+        for_each_run(host.view(), |offset, len| {
             // SAFETY: as in `copy_view_in`, with the roles swapped: rule A2 for the device
             // source, rule A5 for the host destination, rules A3/A4 for exclusivity.
             unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(offset), len) };
@@ -368,8 +396,8 @@ fn for_each_run(view: &TensorView, mut f: impl FnMut(usize, usize)) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::buffer::Access;
     use crate::data::dtype::DataType;
+    use crate::sys::mem::as_bytes_mut;
 
     #[test]
     fn alloc_is_first_fit_and_aligned() {
@@ -484,7 +512,7 @@ mod tests {
         // Host: 12 u32 as a 3x4 matrix; the view is column 1 (stride 4 elements), 3 elements.
         let mut host: Vec<u32> = (0..12).collect();
         let view = TensorView::new(4, &[3], Some(&[4]), DataType::Uint32).unwrap();
-        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::ReadWrite };
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::ReadWrite).unwrap();
         let (start, end) = view.byte_range();
         let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
         let p = a.malloc(end - start).unwrap();
@@ -511,7 +539,7 @@ mod tests {
         let a = Arena::new(4096).unwrap();
         let mut host = vec![0f32; 8];
         let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
-        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::Read };
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
         let small = a.malloc(16).unwrap();
         assert!(a.copy_view_in(&m, small, &view).is_err(), "32 bytes into a 16-byte allocation");
         let p = a.malloc(32).unwrap();

@@ -96,12 +96,10 @@ pub(crate) struct ChipConfig {
 }
 
 /// One tensor argument of a chip run.
-pub(crate) enum ChipArg {
-    /// Host memory already mapped in this process by the caller (copied in before, out after).
-    ///
-    /// The caller guarantees rule H1 of `data::host_args` for it: `base` plus the view's byte
-    /// range is mapped for the whole call, and nothing else writes those bytes meanwhile.
-    Host(MappedTensor),
+pub(crate) enum ChipArg<'a> {
+    /// Host memory mapped in this process (copied in before, out after; rule H1 of
+    /// `data::host_args` holds by construction).
+    Host(MappedTensor<'a>),
     /// Device memory of this chip.
     Device {
         /// Device pointer (offset) of the buffer.
@@ -142,7 +140,7 @@ fn tag_for(access: Access) -> Tag {
 /// tensor overlaps another) and catches its panic. `Err` carries the failure message.
 fn call_kernel(
     f: HostFnPtr,
-    tensors: Vec<MappedTensor>,
+    tensors: Vec<MappedTensor<'_>>,
     scalars: &[u64],
     core: u32,
 ) -> std::result::Result<(), String> {
@@ -269,7 +267,7 @@ impl ChipRuntime {
     pub(crate) fn run(
         &mut self,
         digest: &Digest,
-        args: Vec<ChipArg>,
+        args: Vec<ChipArg<'_>>,
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
@@ -306,7 +304,7 @@ impl ChipRuntime {
     fn run_with(
         &mut self,
         f: &ChipFn,
-        args: &[ChipArg],
+        args: &[ChipArg<'_>],
         scalars: &[u64],
         config: &CallConfig,
         scratch: &mut Vec<u64>,
@@ -319,7 +317,7 @@ impl ChipRuntime {
         let arena = self.sim.arena();
         for (i, (arg, p)) in args.iter().zip(&prepared).enumerate() {
             if let ChipArg::Host(m) = arg
-                && m.access.can_write()
+                && m.access().can_write()
             {
                 arena.copy_view_out(p.ptr, &p.view, m).map_err(|e| {
                     e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, f.name()))
@@ -331,7 +329,7 @@ impl ChipRuntime {
 
     /// Steps 2 and 3: device tensors checked, host tensors given (and, when readable, copied
     /// into) device scratch. Scratch pointers are pushed to `scratch` as soon as they exist.
-    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
+    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let arena = self.sim.arena().clone();
         let mut out = Vec::with_capacity(args.len());
@@ -359,20 +357,21 @@ impl ChipRuntime {
                     });
                 }
                 ChipArg::Host(m) => {
-                    let (start, end) = m.view.byte_range();
+                    let (start, end) = m.view().byte_range();
                     let size = end - start;
-                    let view = TensorView::new(0, m.view.shape(), Some(m.view.strides()), m.view.dtype())
-                        .map_err(|e| bad(e.message().to_string()))?;
+                    let view =
+                        TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
+                            .map_err(|e| bad(e.message().to_string()))?;
                     let ptr = arena
                         .malloc(size)
                         .map_err(|e| bad(format!("device scratch for a host tensor: {}", e.message())))?;
                     scratch.push(ptr);
-                    if m.access.can_read() {
+                    if m.access().can_read() {
                         arena.copy_view_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
                     let id = self.engine.next_buffer_id.fetch_add(1, Ordering::Relaxed);
                     let identity = Identity::new(self.scratch_nonce, id, 1)?;
-                    out.push(Prepared { ptr, view, access: m.access, identity, nbytes: size });
+                    out.push(Prepared { ptr, view, access: m.access(), identity, nbytes: size });
                 }
             }
         }
@@ -381,14 +380,8 @@ impl ChipRuntime {
 
     fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
         let arena = self.sim.arena();
-        let tensors = prepared
-            .iter()
-            .map(|p| MappedTensor {
-                base: arena.host_addr(p.ptr) as usize as *mut u8,
-                view: p.view,
-                access: p.access,
-            })
-            .collect();
+        let tensors =
+            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
         call_kernel(k, tensors, scalars, 0).map_err(|msg| {
             Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
         })
@@ -490,7 +483,7 @@ struct CoreShared {
 }
 
 impl CoreShared {
-    /// The host address of tensor `i`'s buffer, after checking it may be used on this chip.
+    /// The device pointer of tensor `i`'s buffer, after checking it may be used on this chip.
     fn resolve(&self, i: usize, t: &Tensor) -> std::result::Result<u64, String> {
         let desc = t.desc();
         let n = desc.nbytes();
@@ -508,7 +501,7 @@ impl CoreShared {
                         desc.identity()
                     ));
                 }
-                Ok(self.arena.host_addr(ptr))
+                Ok(ptr)
             }
             Backing::HeapSlab { addr } => Err(format!(
                 "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
@@ -520,7 +513,7 @@ impl CoreShared {
     }
 }
 
-/// One kernel for a core thread: the function, its tensors as `(buffer address, view, access)`
+/// One kernel for a core thread: the function, its tensors as `(device pointer, view, access)`
 /// and its scalars.
 struct CoreJob {
     kernel: HostFnPtr,
@@ -546,21 +539,19 @@ impl CoreEndpoint {
         let (done_tx, rx) = mpsc::channel();
         let cpu = Arc::new(AtomicU32::new(0));
         let cpu_w = cpu.clone();
+        let arena = shared.arena.clone();
         let handle = thread::Builder::new()
             .name(format!("chip{}-core{core}", shared.chip))
             .spawn(move || {
                 for job in jobs {
                     cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
-                    let tensors = job
-                        .tensors
-                        .iter()
-                        .map(|&(base, view, access)| MappedTensor {
-                            base: base as usize as *mut u8,
-                            view,
-                            access,
-                        })
-                        .collect();
-                    let out = match call_kernel(job.kernel, tensors, &job.scalars, core) {
+                    let tensors =
+                        job.tensors.iter().map(|&(ptr, view, access)| arena.tensor(ptr, view, access));
+                    let called = match tensors.collect::<Result<Vec<_>>>() {
+                        Ok(tensors) => call_kernel(job.kernel, tensors, &job.scalars, core),
+                        Err(e) => Err(e.message().to_string()),
+                    };
+                    let out = match called {
                         Ok(()) => Outcome::Success,
                         Err(msg) => Outcome::TaskFailure(msg),
                     };
@@ -748,11 +739,15 @@ mod tests {
         TensorView::new(0, &[n], None, DataType::Float32).unwrap()
     }
 
-    /// A host tensor over a vector (rule H1: the vector outlives the run and nobody else
-    /// touches it meanwhile).
-    fn host(v: &mut [f32], access: Access) -> ChipArg {
+    /// A host tensor over a vector, borrowed for the run (rule H1).
+    fn host(v: &mut [f32], access: Access) -> ChipArg<'_> {
         let view = f32_view(v.len() as u32);
-        ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access })
+        host_view(v, view, access)
+    }
+
+    /// A host tensor `view` of a vector, borrowed for the run (rule H1).
+    fn host_view<T: crate::sys::mem::Pod>(v: &mut [T], view: TensorView, access: Access) -> ChipArg<'_> {
+        ChipArg::Host(MappedTensor::from_slice(crate::sys::mem::as_bytes_mut(v), view, access).unwrap())
     }
 
     fn id(n: u64) -> Identity {
@@ -767,7 +762,7 @@ mod tests {
         ptr
     }
 
-    fn dev_arg(ptr: u64, n: u32, access: Access, identity: Identity) -> ChipArg {
+    fn dev_arg(ptr: u64, n: u32, access: Access, identity: Identity) -> ChipArg<'static> {
         ChipArg::Device { ptr, view: f32_view(n), access, identity, nbytes: u64::from(n) * 4 }
     }
 
@@ -777,7 +772,7 @@ mod tests {
         bytes.chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
     }
 
-    fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg>, scalars: &[u64]) -> Result<()> {
+    fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg<'_>>, scalars: &[u64]) -> Result<()> {
         rt.run(&f.handle().digest(), args, scalars, &CallConfig::default())
     }
 
@@ -829,8 +824,7 @@ mod tests {
         // Every other element of 8: the gaps keep their sentinel.
         let mut buf = vec![-1.0f32; 8];
         let view = TensorView::new(4, &[4], Some(&[2]), DataType::Float32).unwrap();
-        let arg =
-            ChipArg::Host(MappedTensor { base: buf.as_mut_ptr().cast::<u8>(), view, access: Access::Write });
+        let arg = host_view(&mut buf, view, Access::Write);
         // Kernels get typed slices of contiguous views only: `ones` fails on this one.
         let err = run(&mut rt, &kernel("ones"), vec![arg], &[]).unwrap_err();
         assert!(err.message().contains("strided"), "{err}");
@@ -1117,10 +1111,8 @@ mod tests {
         let mut rt = chip(2, std::slice::from_ref(&plan));
         let (mut w0, mut w1) = (vec![u32::MAX; 4], vec![u32::MAX; 4]);
         let view = TensorView::new(0, &[4], None, DataType::Uint32).unwrap();
-        let arg = |v: &mut Vec<u32>| {
-            ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access: Access::Write })
-        };
-        run(&mut rt, &plan, vec![arg(&mut w0), arg(&mut w1)], &[]).unwrap();
+        let args = vec![host_view(&mut w0, view, Access::Write), host_view(&mut w1, view, Access::Write)];
+        run(&mut rt, &plan, args, &[]).unwrap();
         assert_eq!((w0, w1), (vec![0; 4], vec![1; 4]), "each kernel ran on its own core");
     }
 
@@ -1172,12 +1164,13 @@ mod tests {
         let ok = ChipFn::orchestration("pipeline", pipeline);
         rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
         let tmp = rt.malloc(32).unwrap();
+        let mut x2 = x.clone();
         run(
             &mut rt,
             &ok,
             vec![
                 host(&mut x, Access::Read),
-                host(&mut x.clone(), Access::Read),
+                host(&mut x2, Access::Read),
                 host(&mut y, Access::Write),
                 dev_arg(tmp, 8, Access::ReadWrite, id(4)),
             ],

@@ -14,8 +14,9 @@
 //!     the digest from the descriptor and installs only on a match.
 //! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
 //!     rings mapped before the fork; POSIX shm tensors only inside the object as mapped here.
-//!     A pointer from [`HostResolver::resolve`] stays valid until the next
-//!     [`HostResolver::trim`], which runs only between tasks and controls.
+//!     A mapping is dropped only by [`HostResolver::trim`], which takes `&mut self`: the
+//!     tensors and byte slices the resolver lends borrow it, so none outlives its mapping.
+//!     Heap rings stay mapped for the life of the process.
 //!
 //! Every child runs [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
 //! parent runs on another CPU, yield when it shares ours, then futex), then handle shutdown, a
@@ -31,7 +32,9 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::callable::host::HostFnPtr;
-use crate::data::buffer::{Backing, BufferDesc, Identity};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::host_args::MappedTensor;
+use crate::data::tensor::TensorView;
 use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::sys::fn_address::FnAddress;
@@ -165,16 +168,7 @@ impl HostResolver {
     pub(crate) fn resolve(&mut self, desc: &BufferDesc) -> Result<*mut u8, String> {
         let n = desc.nbytes();
         match desc.backing() {
-            Backing::HeapSlab { addr } => {
-                let inside = self.heaps.iter().any(|&(base, len)| {
-                    addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len)
-                });
-                if inside {
-                    Ok(addr as usize as *mut u8)
-                } else {
-                    Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
-                }
-            }
+            Backing::HeapSlab { .. } => self.heap_slab(desc),
             Backing::Device { chip, .. } => Err(format!("device memory of chip {chip} is not host memory")),
             Backing::PosixShm { name } => {
                 let id = desc.identity();
@@ -196,6 +190,53 @@ impl HostResolver {
         }
     }
 
+    /// Tensor `view` of a host buffer already mapped by [`resolve`](HostResolver::resolve),
+    /// with `access` (rule C2); an error if the buffer is not mapped here or the view does not
+    /// fit in it.
+    pub(crate) fn tensor(
+        &self,
+        desc: &BufferDesc,
+        view: TensorView,
+        access: Access,
+    ) -> Result<MappedTensor<'_>, String> {
+        let (_, end) = view.byte_range();
+        if end > desc.nbytes() {
+            return Err(format!("its view ends at byte {end}, past its {}-byte buffer", desc.nbytes()));
+        }
+        let base = match desc.backing() {
+            Backing::HeapSlab { .. } => self.heap_slab(desc)?,
+            Backing::Device { chip, .. } => {
+                return Err(format!("device memory of chip {chip} is not host memory"));
+            }
+            Backing::PosixShm { name } => match self.maps.get(&desc.identity()) {
+                Some(shm) if shm.len() as u64 >= desc.nbytes() => shm.as_ptr(),
+                _ => return Err(format!("shm object {name} is not mapped here")),
+            },
+        };
+        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the shm object as mapped
+        // here (checked above), and the view inside the buffer; the tensor borrows `self`, so
+        // `trim` cannot unmap it meanwhile. Nobody else touches the bytes a writable view
+        // covers while the task runs: the parent's engine orders tasks by their tags (rule H1).
+        Ok(unsafe { MappedTensor::new(base, view, access) })
+    }
+
+    /// The address of a heap-slab buffer, if it lies inside one heap ring (rule C2).
+    fn heap_slab(&self, desc: &BufferDesc) -> Result<*mut u8, String> {
+        let n = desc.nbytes();
+        let Backing::HeapSlab { addr } = desc.backing() else {
+            return Err("not a heap slab".to_string());
+        };
+        let inside = self
+            .heaps
+            .iter()
+            .any(|&(base, len)| addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len));
+        if inside {
+            Ok(addr as usize as *mut u8)
+        } else {
+            Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
+        }
+    }
+
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).
     pub(crate) fn trim(&mut self) {
         while self.order.len() > SHM_CACHE {
@@ -212,7 +253,8 @@ impl HostResolver {
         })?;
         let base = self.resolve(desc)?;
         // SAFETY: rule C2 — `base` maps at least `desc.nbytes()` bytes (checked by `resolve`),
-        // the range was bounds-checked above, and the slice is dropped before the next `trim`.
+        // the range was bounds-checked above, and the slice borrows `self`, so no `trim` unmaps
+        // it meanwhile.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(offset as usize), nbytes as usize) })
     }
 }

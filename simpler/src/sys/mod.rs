@@ -25,5 +25,8 @@ pub(crate) mod process;
 pub(crate) mod shm;
 pub(crate) mod sync;
 #[cfg(test)]
-#[allow(unsafe_code)] // fork() and _exit() are unsafe; only the unit tests fork through here.
+#[expect(
+    unsafe_code,
+    reason = "fork() and _exit() are unsafe; only the unit tests fork through here (rules T1-T3)"
+)]
 pub(crate) mod test_fork;

@@ -11,7 +11,6 @@ use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, BufferDesc};
-use crate::data::host_args::MappedTensor;
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
@@ -126,6 +125,14 @@ impl Serve for ChipServer {
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
         let config = decode_config(req.config())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        // Map every host buffer first, then lend tensors that borrow the mappings (rule C2).
+        for (i, t) in decoded.tensors.iter().enumerate() {
+            if !matches!(t.desc.backing(), Backing::Device { .. }) {
+                self.resolver
+                    .resolve(&t.desc)
+                    .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
+            }
+        }
         let mut args = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
             let access = t.desc.access();
@@ -146,11 +153,11 @@ impl Serve for ChipServer {
                     });
                 }
                 _ => {
-                    let base = self
+                    let tensor = self
                         .resolver
-                        .resolve(&t.desc)
+                        .tensor(&t.desc, t.view, access)
                         .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
-                    args.push(ChipArg::Host(MappedTensor { base, view: t.view, access }));
+                    args.push(ChipArg::Host(tensor));
                 }
             }
         }

@@ -10,7 +10,7 @@ use crate::callable::host::HostFn;
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::data::buffer::Backing;
-use crate::data::host_args::{HostArgs, MappedTensor};
+use crate::data::host_args::HostArgs;
 use crate::data::wire::decode_args;
 use crate::ipc::child::{
     CTRL_REGISTER_FN, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver,
@@ -83,17 +83,19 @@ impl Serve for SubChild {
         };
         let decoded = decode_args(req.args())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        let bad_tensor = |i: usize, m: String, device: bool| {
+            let m = if device { format!("{m}; a host function on a SUB worker cannot use it") } else { m };
+            FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
+        };
+        // Map every buffer first, then lend tensors that borrow the mappings (rule C2).
+        for (i, t) in decoded.tensors.iter().enumerate() {
+            let device = matches!(t.desc.backing(), Backing::Device { .. });
+            self.resolver.resolve(&t.desc).map_err(|m| bad_tensor(i, m, device))?;
+        }
         let mut mapped = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
-            let base = self.resolver.resolve(&t.desc).map_err(|m| {
-                let m = if matches!(t.desc.backing(), Backing::Device { .. }) {
-                    format!("{m}; a host function on a SUB worker cannot use it")
-                } else {
-                    m
-                };
-                FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
-            })?;
-            mapped.push(MappedTensor { base, view: t.view, access: t.desc.access() });
+            let tensor = self.resolver.tensor(&t.desc, t.view, t.desc.access());
+            mapped.push(tensor.map_err(|m| bad_tensor(i, m, false))?);
         }
         let args = HostArgs::new(mapped, &decoded.scalars, self.index as u32)
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
