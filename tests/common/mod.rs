@@ -10,7 +10,7 @@
 //! * [`words`]: atomics over a `u32` tensor, so host functions in different worker processes can
 //!   count, rendezvous and log through one shared scratch buffer (tagged `NoDep`).
 
-#![allow(unsafe_code)] // `words`: atomics over shared memory; see its SAFETY comment.
+#![expect(unsafe_code, reason = "`words`: atomics over shared memory; see its SAFETY comment")]
 #![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
 
 use std::ops::{Deref, DerefMut};

@@ -4,11 +4,11 @@
 //!
 //! H1. Every [`MappedTensor<'a>`](MappedTensor) points at a buffer whose view's bytes lie wholly
 //!     inside memory mapped in this process for `'a` (writable when its access writes), and
-//!     nobody else accesses the bytes a writable view covers while it lives. The types enforce
-//!     this: a `MappedTensor` is made either from a `&'a mut [u8]`
-//!     ([`MappedTensor::from_slice`], bounds checked) or by the `unsafe`
-//!     [`MappedTensor::new`], whose callers are the mapping owners (`ipc::child`'s resolver,
-//!     which cannot unmap while a tensor borrows it, and `chip::arena`) and cite their rules.
+//!     nobody else accesses the bytes a writable view covers while it lives. A `MappedTensor`
+//!     is made only by the `unsafe` [`MappedTensor::new`], whose callers are the owners of the
+//!     mappings and cite their rules (`ipc::child`'s resolver, which cannot unmap while a
+//!     tensor borrows it; `chip::arena`), or, in tests, from a `&'a mut [u8]` it borrows
+//!     (`MappedTensor::from_slice`, bounds checked).
 //! H2. Within one task no two tensors overlap unless both are read-only: the child checks
 //!     this when it builds the arguments (the parent's submit check is not trusted).
 //! H3. A tensor index is handed out either any number of times shared (read-only slice) or once

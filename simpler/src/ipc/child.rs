@@ -5,11 +5,11 @@
 //! Rules (cited by the `SAFETY` comments below):
 //!
 //! C1. A `REGISTER_*` control carries, in `arg0`, [`FnAddress::to_wire`] of a function taken in
-//!     the parent this process was forked from (or, for a nested Worker's own children, in
-//!     this process): a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and [`CTRL_REGISTER_CHIP`] (a
-//!     kernel), an [`OrchFnPtr`] for [`CTRL_REGISTER_ORCH`] and [`CTRL_REGISTER_CHIP_ORCH`] (a
-//!     chip orchestration). Control frames are written only by that parent, through
-//!     `Mailbox::post_control` on its register paths. The command alone names the type, and
+//!     the parent this process was forked from: a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and
+//!     [`CTRL_REGISTER_CHIP`] (a kernel), an [`OrchFnPtr`] for [`CTRL_REGISTER_ORCH`] and
+//!     [`CTRL_REGISTER_CHIP_ORCH`] (a chip orchestration). Control frames are written only by
+//!     that parent, through `Mailbox::post_control` on its register paths, and a
+//!     [`ControlRequest`] is only ever read from a frame. The command alone names the type, and
 //!     [`received_fn`] is the one place that reads a function back; the child also recomputes
 //!     the digest from the descriptor and installs only on a match.
 //! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
