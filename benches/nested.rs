@@ -172,7 +172,7 @@ fn context_switch_us() -> f64 {
 }
 
 /// Confines this process (and so every process it forks from now on) to its lowest allowed CPU.
-#[allow(unsafe_code)]
+#[expect(unsafe_code, reason = "sched_getaffinity/sched_setaffinity have no safe wrapper")]
 fn pin_to_one_cpu() -> Option<usize> {
     // SAFETY: `cpu_set_t` is plain data; zeroed is a valid empty set, filled by the kernel.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

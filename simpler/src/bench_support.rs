@@ -47,8 +47,8 @@ fn pong(region: &MailboxRegion) -> i32 {
         if mb.shutdown_requested() {
             return 0;
         }
-        if mb.task_request().is_some() {
-            mb.finish_task(Ok(()), region.doorbell());
+        if let Some(req) = mb.task_request() {
+            mb.finish_task(req, Ok(()), region.doorbell());
             continue;
         }
         bell.wait(seen, None);

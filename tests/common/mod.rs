@@ -15,7 +15,7 @@
 //! process's buffers, so it must run alone in its process. Under `cargo nextest` it already
 //! does; under `cargo test` the call reruns the test binary for that one test.
 
-#![allow(unsafe_code)] // `words`: atomics over shared memory; see its SAFETY comment.
+#![expect(unsafe_code, reason = "`words`: atomics over shared memory; see its SAFETY comment")]
 #![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
 
 use std::ops::{Deref, DerefMut};

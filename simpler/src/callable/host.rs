@@ -49,6 +49,10 @@ pub type HostResult = std::result::Result<(), Box<dyn std::error::Error + Send +
 /// ```
 pub type HostFnPtr = for<'a, 'b> fn(&'a HostArgs<'b>) -> HostResult;
 
+// SAFETY: rule FA1 of `sys::fn_address` — a plain `fn` pointer type.
+#[expect(unsafe_code, reason = "marks a fn pointer type as one whose address may cross a fork")]
+unsafe impl crate::sys::fn_address::FnPointer for HostFnPtr {}
+
 type Closure = dyn for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync;
 
 /// A host function to register on a Worker; SUB workers run it with typed access to the

@@ -93,9 +93,6 @@ pub struct Param {
 
 /// The link-time registry: one [`CallableInfo`] per `#[callable]` and `task_graph!` of every
 /// crate linked into the binary (re-exported to generated code as `__private::CALLABLES`).
-// `distributed_slice` places its entries with `#[link_section]`, which the `unsafe_code` lint
-// counts as unsafe; no unsafe block is involved.
-#[allow(unsafe_code)]
 #[linkme::distributed_slice]
 pub static CALLABLES: [CallableInfo];
 

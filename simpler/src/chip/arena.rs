@@ -7,8 +7,7 @@
 //! blocks. A byte range is *live* when it lies inside one allocation as requested (the rounding
 //! slack is not part of it).
 //!
-//! This file is the only place in `chip/` that turns integers into pointers it dereferences or
-//! calls.
+//! This file is the only place in `chip/` that turns integers into pointers it dereferences.
 //!
 //! # Rules
 //!
@@ -32,24 +31,21 @@
 //!   and a device range, which never overlap. The arena is a mapping of its own; the only
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
-//! * **A5 (host views).** Whoever hands a [`MappedTensor`] to [`Arena::copy_view_in`] or
-//!   [`Arena::copy_view_out`] (which lend its bytes, run by run, to the backend's copy
-//!   functions) guarantees rule H1 of `data::host_args` for it: its `base` plus the
-//!   view's byte range lies inside memory mapped in this process for the whole call, and no
-//!   other thread writes those bytes meanwhile (they belong to the running task).
-//! * **A6 (code addresses).** [`kernel_from_address`] and [`orchestration_from_address`] are
-//!   given only an address taken (`f as usize`) from a function pointer of exactly that type,
-//!   in this process or in the process this one was forked from (the same binary image at the
-//!   same addresses), carried in a descriptor whose digest the receiver verified and whose
-//!   sub-kind names that type. Zero is refused before any conversion.
+//! * **A5 (host views).** [`Arena::copy_view_in`] and [`Arena::copy_view_out`] take host memory
+//!   as a [`MappedTensor`], whose construction guarantees rule H1 of `data::host_args`: its
+//!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
+//!   writes those bytes meanwhile (they belong to the running task). They lend those bytes, run
+//!   by run, to the backend's copy functions, for the length of one call each.
 
-#![allow(unsafe_code)] // Raw copies into the device mapping and fn pointers from addresses; rules A1-A6.
+#![expect(
+    unsafe_code,
+    reason = "raw copies into and out of the device mapping, and kernel views of it; rules A1-A5"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
-use crate::callable::host::HostFnPtr;
-use crate::chip::ChipOrchFnPtr;
+use crate::data::buffer::Access;
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::error::{Error, ErrorKind, Result};
@@ -252,11 +248,6 @@ impl Arena {
         self.lock().is_live(ptr, len)
     }
 
-    /// The host address of device offset `ptr` (no check; see [`Arena::is_live`]).
-    pub(crate) fn host_addr(&self, ptr: u64) -> u64 {
-        self.region.addr().wrapping_add(ptr)
-    }
-
     fn not_live(&self, what: &str, ptr: u64, len: u64) -> Error {
         Error::invalid(format!(
             "{what}: device range {ptr:#x}..+{len} does not lie inside one live allocation (of this chip's {} bytes)",
@@ -299,6 +290,25 @@ impl Arena {
         Ok(())
     }
 
+    /// Tensor `view` of the device buffer at `ptr`, as a kernel sees it; an error if the view
+    /// does not lie inside the arena.
+    ///
+    /// Whether the buffer is a live allocation is the caller's check (the chip runtime checks
+    /// it before it dispatches); the bounds checked here keep every access inside the mapping.
+    pub(crate) fn tensor(&self, ptr: u64, view: TensorView, access: Access) -> Result<MappedTensor<'_>> {
+        let (_, end) = view.byte_range();
+        if ptr.checked_add(end).is_none_or(|e| e > self.size) {
+            return Err(Error::invalid(format!(
+                "device view {view:?} at {ptr:#x} ends past the chip's {} bytes",
+                self.size
+            )));
+        }
+        // SAFETY: rule A1 — the view's bytes lie inside the mapping (checked above), which lives
+        // as long as the `&self` the tensor borrows; rule A3 — nobody else writes them while the
+        // kernel runs (the chip engine orders kernels by their tags, and no copy runs meanwhile).
+        Ok(unsafe { MappedTensor::new(self.region.as_ptr().wrapping_add(ptr as usize), view, access) })
+    }
+
     /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
     /// have the same layout.
     fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<()> {
@@ -325,19 +335,19 @@ impl Arena {
     /// strided view. Stops at the first error.
     pub(crate) fn copy_view_in(
         &self,
-        host: &MappedTensor,
+        host: &MappedTensor<'_>,
         ptr: u64,
         dev_view: &TensorView,
         mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        self.device_view("copy-in of a host tensor", &host.view, ptr, dev_view)?;
+        self.device_view("copy-in of a host tensor", host.view(), ptr, dev_view)?;
         let dev = ptr + dev_view.byte_offset();
-        let src = host.base.wrapping_add(host.view.byte_offset() as usize);
+        let src = host.ptr();
         let mut result = Ok(());
-        for_each_run(&host.view, |offset, len| {
+        for_each_run(host.view(), |offset, len| {
             if result.is_ok() {
                 // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range,
-                // mapped for this call and written by nobody else meanwhile; the slice lives
+                // mapped while `host` lives and written by nobody else meanwhile (H1); the slice lives
                 // only for this call of `copy`, which cannot keep it.
                 let bytes = unsafe { std::slice::from_raw_parts(src.add(offset), len) };
                 result = copy(dev + offset as u64, bytes);
@@ -354,17 +364,17 @@ impl Arena {
         &self,
         ptr: u64,
         dev_view: &TensorView,
-        host: &MappedTensor,
+        host: &MappedTensor<'_>,
         mut copy: impl FnMut(u64, &mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        self.device_view("copy-back of a host tensor", &host.view, ptr, dev_view)?;
+        self.device_view("copy-back of a host tensor", host.view(), ptr, dev_view)?;
         let dev = ptr + dev_view.byte_offset();
-        let dst = host.base.wrapping_add(host.view.byte_offset() as usize);
+        let dst = host.ptr();
         let mut result = Ok(());
-        for_each_run(&host.view, |offset, len| {
+        for_each_run(host.view(), |offset, len| {
             if result.is_ok() {
                 // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
-                // mapped for this call, and the running task alone may touch those bytes (it
+                // mapped while `host` lives (H1), and the running task alone may touch those bytes (it
                 // holds write access), so this exclusive slice aliases nothing; it lives only
                 // for this call of `copy`.
                 let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
@@ -409,31 +419,11 @@ fn for_each_run(view: &TensorView, mut f: impl FnMut(usize, usize)) {
     }
 }
 
-/// A kernel function pointer from its address (rule A6); `None` for 0.
-pub(super) fn kernel_from_address(addr: u64) -> Option<HostFnPtr> {
-    if addr == 0 {
-        return None;
-    }
-    // SAFETY: rule A6 — a non-zero address of a `HostFnPtr` of this binary image, verified
-    // against a digest-checked descriptor whose sub-kind says "kernel".
-    Some(unsafe { std::mem::transmute::<usize, HostFnPtr>(addr as usize) })
-}
-
-/// A chip orchestration function pointer from its address (rule A6); `None` for 0.
-pub(super) fn orchestration_from_address(addr: u64) -> Option<ChipOrchFnPtr> {
-    if addr == 0 {
-        return None;
-    }
-    // SAFETY: rule A6 — a non-zero address of a `ChipOrchFnPtr` of this binary image, verified
-    // against a digest-checked descriptor whose sub-kind says "orchestration".
-    Some(unsafe { std::mem::transmute::<usize, ChipOrchFnPtr>(addr as usize) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::buffer::Access;
     use crate::data::dtype::DataType;
+    use crate::sys::mem::as_bytes_mut;
 
     #[test]
     fn alloc_is_first_fit_and_aligned() {
@@ -548,7 +538,7 @@ mod tests {
         // Host: 12 u32 as a 3x4 matrix; the view is column 1 (stride 4 elements), 3 elements.
         let mut host: Vec<u32> = (0..12).collect();
         let view = TensorView::new(4, &[3], Some(&[4]), DataType::Uint32).unwrap();
-        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::ReadWrite };
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::ReadWrite).unwrap();
         let (start, end) = view.byte_range();
         let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
         let p = a.malloc(end - start).unwrap();
@@ -575,7 +565,7 @@ mod tests {
         let a = Arena::new(4096).unwrap();
         let mut host = vec![0f32; 8];
         let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
-        let m = MappedTensor { base: host.as_mut_ptr().cast::<u8>(), view, access: Access::Read };
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
         let small = a.malloc(16).unwrap();
         assert!(
             a.copy_view_in(&m, small, &view, |d, s| a.copy_to(d, s)).is_err(),
@@ -598,11 +588,5 @@ mod tests {
         let mut one = Vec::new();
         for_each_run(&c, |o, l| one.push((o, l)));
         assert_eq!(one, vec![(0, 12)]);
-    }
-
-    #[test]
-    fn zero_addresses_are_refused() {
-        assert!(kernel_from_address(0).is_none());
-        assert!(orchestration_from_address(0).is_none());
     }
 }

@@ -120,13 +120,13 @@ impl Device {
 
     /// Copies a host tensor's elements into the device buffer at `ptr` (laid out as `view`),
     /// one backend copy per contiguous run.
-    pub(crate) fn copy_in(&self, host: &MappedTensor, ptr: u64, view: &TensorView) -> Result<()> {
+    pub(crate) fn copy_in(&self, host: &MappedTensor<'_>, ptr: u64, view: &TensorView) -> Result<()> {
         self.memory.arena().copy_view_in(host, ptr, view, |d, s| self.backend.copy_to_device(d, s))
     }
 
     /// Copies the device view at `ptr` back into a host tensor's elements, one backend copy per
     /// contiguous run.
-    pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor) -> Result<()> {
+    pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor<'_>) -> Result<()> {
         self.memory.arena().copy_view_out(ptr, view, host, |d, s| self.backend.copy_from_device(d, s))
     }
 }

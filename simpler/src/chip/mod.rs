@@ -30,6 +30,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::fn_address::FnAddress;
 
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
 pub(crate) use sim::BackendFactory;
@@ -293,12 +294,12 @@ impl ChipFn {
         &self.descriptor
     }
 
-    /// The function's address, as carried in the descriptor (what a `REGISTER_CHIP` control
-    /// sends to a forked chip child).
+    /// The function's address, as a `REGISTER_CHIP` (kernel) or `REGISTER_CHIP_ORCH` control
+    /// carries it to a forked child.
     pub(crate) fn fn_address(&self) -> u64 {
         match self.body {
-            ChipBody::Kernel(f) => f as usize as u64,
-            ChipBody::Orchestration(f) => f as usize as u64,
+            ChipBody::Kernel(f) => FnAddress::of(f).to_wire(),
+            ChipBody::Orchestration(f) => FnAddress::of(f).to_wire(),
         }
     }
 
@@ -324,14 +325,13 @@ impl ChipFn {
     }
 
     /// Rebuilds a chip callable in a process forked from the one that made it, from the
-    /// function address `addr` and its descriptor.
+    /// function `body` sent with it and its descriptor.
     ///
-    /// Use only with an address and descriptor that came from a [`ChipFn`] of this binary
-    /// (rule A6 of `chip::arena`; the digest should already be verified against the
-    /// descriptor, as `Registry::install` does). The descriptor must be a well-formed chip
-    /// descriptor whose sub-kind is known and whose address equals `addr`; anything else is an
-    /// error ([`ErrorKind::Decode`] for malformed bytes, [`ErrorKind::Callable`] otherwise).
-    pub(crate) fn from_parts(addr: u64, descriptor: Descriptor) -> Result<ChipFn> {
+    /// The descriptor must be a well-formed chip descriptor whose sub-kind is known and names
+    /// the kind of `body` (a kernel or an orchestration); anything else is an error
+    /// ([`ErrorKind::Decode`] for malformed bytes, [`ErrorKind::Callable`] otherwise). A
+    /// `#[callable(chip)]` descriptor is found by digest in the link-time registry instead.
+    pub(crate) fn from_parts(body: ChipBody, descriptor: Descriptor) -> Result<ChipFn> {
         let callable = |msg: String| Error::new(ErrorKind::Callable, msg);
         if descriptor.kind() != CallableKind::Chip {
             return Err(callable(format!(
@@ -365,13 +365,15 @@ impl ChipFn {
                 r.bytes.len() - r.at
             )));
         }
-        let zero = || callable(format!("chip callable `{name}`: function address 0"));
-        let f = match subkind {
-            SUBKIND_KERNEL => ChipFn::kernel(&name, arena::kernel_from_address(addr).ok_or_else(zero)?),
-            SUBKIND_ORCHESTRATION => {
-                ChipFn::orchestration(&name, arena::orchestration_from_address(addr).ok_or_else(zero)?)
+        let f = match (subkind, body) {
+            (SUBKIND_KERNEL, ChipBody::Kernel(k)) => ChipFn::kernel(&name, k),
+            (SUBKIND_ORCHESTRATION, ChipBody::Orchestration(o)) => ChipFn::orchestration(&name, o),
+            (SUBKIND_KERNEL | SUBKIND_ORCHESTRATION, _) => {
+                return Err(callable(format!(
+                    "chip callable `{name}`: sub-kind {subkind} does not match the function sent (1 = kernel, 2 = orchestration)"
+                )));
             }
-            other => {
+            (other, _) => {
                 return Err(callable(format!(
                     "chip callable `{name}`: unknown sub-kind {other} (1 = kernel, 2 = orchestration)"
                 )));
@@ -446,18 +448,15 @@ mod tests {
     #[test]
     fn from_parts_round_trips() {
         for f in [ChipFn::kernel("k", noop), ChipFn::orchestration("o", plan)] {
-            let back = ChipFn::from_parts(f.fn_address(), f.descriptor().clone()).unwrap();
+            let back = ChipFn::from_parts(f.body(), f.descriptor().clone()).unwrap();
             assert_eq!(back.name(), f.name());
             assert_eq!(back.is_kernel(), f.is_kernel());
             assert_eq!(back.handle(), f.handle());
             assert_eq!(back.fn_address(), f.fn_address());
         }
         // The rebuilt kernel really is the function.
-        let back = ChipFn::from_parts(
-            ChipFn::kernel("k", noop).fn_address(),
-            ChipFn::kernel("k", noop).descriptor().clone(),
-        )
-        .unwrap();
+        let back = ChipFn::from_parts(ChipBody::Kernel(noop), ChipFn::kernel("k", noop).descriptor().clone())
+            .unwrap();
         let ChipBody::Kernel(f) = back.body() else { panic!("kernel") };
         assert!(f(&HostArgs::new(Vec::new(), &[], 0).unwrap()).is_ok());
     }
@@ -465,15 +464,18 @@ mod tests {
     #[test]
     fn from_parts_refuses_bad_descriptors() {
         let k = ChipFn::kernel("k", noop);
-        let addr = k.fn_address();
-        let host = crate::callable::identity::host_fn_descriptor("k", "fn", addr);
+        let addr = k.body();
+        let host = crate::callable::identity::host_fn_descriptor("k", "fn", k.fn_address());
         assert_eq!(ChipFn::from_parts(addr, host).unwrap_err().kind(), ErrorKind::Callable);
 
         let bad_sub = chip_descriptor(7, "k");
         assert!(ChipFn::from_parts(addr, bad_sub).unwrap_err().message().contains("sub-kind 7"));
 
-        let zero = chip_descriptor(SUBKIND_KERNEL, "k");
-        assert!(ChipFn::from_parts(0, zero).unwrap_err().message().contains("address 0"));
+        // A kernel descriptor sent with an orchestration, or the reverse, is refused.
+        let o = ChipFn::orchestration("o", plan);
+        let e = ChipFn::from_parts(o.body(), k.descriptor().clone()).unwrap_err();
+        assert!(e.message().contains("does not match"), "{e}");
+        assert!(ChipFn::from_parts(addr, o.descriptor().clone()).is_err());
 
         let mut w = DescriptorWriter::new(CallableKind::Chip);
         w.u32(9).u32(1).str("k");

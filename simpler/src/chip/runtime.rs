@@ -90,12 +90,10 @@ pub(crate) struct ChipConfig {
 }
 
 /// One tensor argument of a chip run.
-pub(crate) enum ChipArg {
-    /// Host memory already mapped in this process by the caller (copied in before, out after).
-    ///
-    /// The caller guarantees rule H1 of `data::host_args` for it: `base` plus the view's byte
-    /// range is mapped for the whole call, and nothing else writes those bytes meanwhile.
-    Host(MappedTensor),
+pub(crate) enum ChipArg<'a> {
+    /// Host memory mapped in this process (copied in before, out after; rule H1 of
+    /// `data::host_args` holds by construction).
+    Host(MappedTensor<'a>),
     /// Device memory of this chip.
     Device {
         /// Device pointer (offset) of the buffer.
@@ -137,7 +135,7 @@ fn tag_for(access: Access) -> Tag {
 fn call_kernel(
     arena: &Arena,
     f: HostFnPtr,
-    tensors: Vec<MappedTensor>,
+    tensors: Vec<MappedTensor<'_>>,
     scalars: &[u64],
     core: u32,
 ) -> std::result::Result<(), String> {
@@ -269,7 +267,7 @@ impl ChipRuntime {
     pub(crate) fn run(
         &mut self,
         digest: &Digest,
-        args: Vec<ChipArg>,
+        args: Vec<ChipArg<'_>>,
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
@@ -306,7 +304,7 @@ impl ChipRuntime {
     fn run_with(
         &mut self,
         f: &ChipFn,
-        args: &[ChipArg],
+        args: &[ChipArg<'_>],
         scalars: &[u64],
         config: &CallConfig,
         scratch: &mut Vec<u64>,
@@ -318,7 +316,7 @@ impl ChipRuntime {
         }
         for (i, (arg, p)) in args.iter().zip(&prepared).enumerate() {
             if let ChipArg::Host(m) = arg
-                && m.access.can_write()
+                && m.access().can_write()
             {
                 self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
                     e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, f.name()))
@@ -330,7 +328,7 @@ impl ChipRuntime {
 
     /// Steps 2 and 3: device tensors checked, host tensors given (and, when readable, copied
     /// into) device scratch. Scratch pointers are pushed to `scratch` as soon as they exist.
-    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
+    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let device = self.device.clone();
         let mut out = Vec::with_capacity(args.len());
@@ -358,20 +356,21 @@ impl ChipRuntime {
                     });
                 }
                 ChipArg::Host(m) => {
-                    let (start, end) = m.view.byte_range();
+                    let (start, end) = m.view().byte_range();
                     let size = end - start;
-                    let view = TensorView::new(0, m.view.shape(), Some(m.view.strides()), m.view.dtype())
-                        .map_err(|e| bad(e.message().to_string()))?;
+                    let view =
+                        TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
+                            .map_err(|e| bad(e.message().to_string()))?;
                     let ptr = device
                         .malloc(size)
                         .map_err(|e| bad(format!("device scratch for a host tensor: {}", e.message())))?;
                     scratch.push(ptr);
-                    if m.access.can_read() {
+                    if m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
                     let id = self.engine.next_buffer_id.fetch_add(1, Ordering::Relaxed);
                     let identity = Identity::new(self.scratch_nonce, id, 1)?;
-                    out.push(Prepared { ptr, view, access: m.access, identity, nbytes: size });
+                    out.push(Prepared { ptr, view, access: m.access(), identity, nbytes: size });
                 }
             }
         }
@@ -380,14 +379,8 @@ impl ChipRuntime {
 
     fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
         let arena = self.device.arena();
-        let tensors = prepared
-            .iter()
-            .map(|p| MappedTensor {
-                base: arena.host_addr(p.ptr) as usize as *mut u8,
-                view: p.view,
-                access: p.access,
-            })
-            .collect();
+        let tensors =
+            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
         call_kernel(arena, k, tensors, scalars, 0).map_err(|msg| {
             Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
         })
@@ -504,7 +497,7 @@ struct CoreShared {
 }
 
 impl CoreShared {
-    /// The host address of tensor `i`'s buffer, after checking it may be used on this chip.
+    /// The device pointer of tensor `i`'s buffer, after checking it may be used on this chip.
     fn resolve(&self, i: usize, t: &Tensor) -> std::result::Result<u64, String> {
         let desc = t.desc();
         let n = desc.nbytes();
@@ -522,7 +515,7 @@ impl CoreShared {
                         desc.identity()
                     ));
                 }
-                Ok(self.device.arena().host_addr(ptr))
+                Ok(ptr)
             }
             Backing::HeapSlab { addr } => Err(format!(
                 "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
@@ -534,7 +527,7 @@ impl CoreShared {
     }
 }
 
-/// One kernel for a core thread: the function, its tensors as `(buffer address, view, access)`
+/// One kernel for a core thread: the function, its tensors as `(device pointer, view, access)`
 /// and its scalars.
 struct CoreJob {
     kernel: HostFnPtr,
@@ -569,13 +562,12 @@ impl CoreEndpoint {
                     let tensors = job
                         .tensors
                         .iter()
-                        .map(|&(base, view, access)| MappedTensor {
-                            base: base as usize as *mut u8,
-                            view,
-                            access,
-                        })
-                        .collect();
-                    let out = match call_kernel(device.arena(), job.kernel, tensors, &job.scalars, core) {
+                        .map(|&(ptr, view, access)| device.arena().tensor(ptr, view, access));
+                    let called = match tensors.collect::<Result<Vec<_>>>() {
+                        Ok(tensors) => call_kernel(device.arena(), job.kernel, tensors, &job.scalars, core),
+                        Err(e) => Err(e.message().to_string()),
+                    };
+                    let out = match called {
                         Ok(()) => Outcome::Success,
                         Err(msg) => Outcome::TaskFailure(msg),
                     };

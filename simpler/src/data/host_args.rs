@@ -2,37 +2,85 @@
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
-//! H1. Every [`MappedTensor`] points at the first byte of a view that lies wholly inside a
-//!     mapping (a heap ring, or a POSIX shm object from the child's map-once cache) that
-//!     outlives the `HostArgs` — the child builds it after checking the bounds and never unmaps
-//!     during a call.
+//! H1. Every [`MappedTensor<'a>`](MappedTensor) points at a buffer whose view's bytes lie wholly
+//!     inside memory mapped in this process for `'a` (writable when its access writes), and
+//!     nobody else accesses the bytes a writable view covers while it lives. A `MappedTensor`
+//!     is made only by the `unsafe` [`MappedTensor::new`], whose callers are the owners of the
+//!     mappings and cite their rules (`ipc::child`'s resolver, which cannot unmap while a
+//!     tensor borrows it; `chip::arena`), or, in tests, from a `&'a mut [u8]` it borrows
+//!     (`MappedTensor::from_slice`, bounds checked).
 //! H2. Within one task no two tensors overlap unless both are read-only: the child checks
 //!     this when it builds the arguments (the parent's submit check is not trusted).
 //! H3. A tensor index is handed out either any number of times shared (read-only slice) or once
 //!     exclusively (mutable slice), tracked by a per-index borrow flag that never resets during
 //!     the call; so no `&mut [T]` ever aliases another live reference.
-//! H4. Slices are made only for contiguous views whose data type matches `T` and whose byte
-//!     offset is a multiple of the element size (so, with page-aligned mappings, aligned).
+//! H4. Slices are made only for contiguous views whose data type matches `T` and whose first
+//!     element is aligned for `T` (checked at run time).
 
-#![allow(unsafe_code)] // Typed slices over shared mappings; see rules H1-H4.
+#![expect(unsafe_code, reason = "typed slices over shared mappings; rules H1-H4")]
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 
 use crate::data::buffer::Access;
 use crate::data::dtype::{DataType, Element};
 use crate::data::tensor::{Overlap, TensorView, overlap};
 use crate::error::{Error, Result};
 
-/// One tensor of a task, resolved to an address in this process.
-pub(crate) struct MappedTensor {
+/// One tensor of a task, resolved to an address in this process and valid for `'a` (rule H1).
+#[derive(Debug)]
+pub(crate) struct MappedTensor<'a> {
     /// Start of the buffer's mapping; the view's byte offset is relative to it.
-    pub(crate) base: *mut u8,
-    pub(crate) view: TensorView,
-    pub(crate) access: Access,
+    base: *mut u8,
+    view: TensorView,
+    access: Access,
+    /// The mapped bytes, borrowed for `'a`.
+    _mem: PhantomData<&'a mut [u8]>,
 }
 
-impl MappedTensor {
-    fn ptr(&self) -> *mut u8 {
+impl<'a> MappedTensor<'a> {
+    /// A tensor over a buffer starting at `base`.
+    ///
+    /// # Safety
+    ///
+    /// Rule H1: for all of `'a`, the bytes `base + view.byte_range()` lie inside memory mapped
+    /// in this process, writable if `access` writes; and while the tensor (or a [`HostArgs`]
+    /// built from it) lives, nobody else writes those bytes, nor reads them if `access` writes.
+    pub(crate) unsafe fn new(base: *mut u8, view: TensorView, access: Access) -> MappedTensor<'a> {
+        MappedTensor { base, view, access, _mem: PhantomData }
+    }
+
+    /// A tensor over `bytes`, the whole buffer; an error if the view does not fit in it.
+    #[cfg(test)]
+    pub(crate) fn from_slice(
+        bytes: &'a mut [u8],
+        view: TensorView,
+        access: Access,
+    ) -> Result<MappedTensor<'a>> {
+        let (_, end) = view.byte_range();
+        if end > bytes.len() as u64 {
+            return Err(Error::invalid(format!(
+                "the view ends at byte {end}, past the {}-byte buffer",
+                bytes.len()
+            )));
+        }
+        // SAFETY: rule H1 — the view lies inside `bytes` (checked above), which this tensor
+        // borrows exclusively for `'a`.
+        Ok(unsafe { MappedTensor::new(bytes.as_mut_ptr(), view, access) })
+    }
+
+    /// The view, relative to the buffer's first byte.
+    pub(crate) fn view(&self) -> &TensorView {
+        &self.view
+    }
+
+    /// The access the task holds.
+    pub(crate) fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The address of the view's first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.base.wrapping_add(self.view.byte_offset() as usize)
     }
 
@@ -66,7 +114,7 @@ const EXCLUSIVE: u8 = 2;
 /// }
 /// ```
 pub struct HostArgs<'a> {
-    tensors: Vec<MappedTensor>,
+    tensors: Vec<MappedTensor<'a>>,
     borrows: Vec<Cell<u8>>,
     scalars: &'a [u64],
     worker: u32,
@@ -83,8 +131,12 @@ impl std::fmt::Debug for HostArgs<'_> {
 }
 
 impl<'a> HostArgs<'a> {
-    /// Builds the arguments; checks rule H2.
-    pub(crate) fn new(tensors: Vec<MappedTensor>, scalars: &'a [u64], worker: u32) -> Result<HostArgs<'a>> {
+    /// Builds the arguments; checks rule H2 (rule H1 holds for every tensor by construction).
+    pub(crate) fn new(
+        tensors: Vec<MappedTensor<'a>>,
+        scalars: &'a [u64],
+        worker: u32,
+    ) -> Result<HostArgs<'a>> {
         for i in 0..tensors.len() {
             for j in i + 1..tensors.len() {
                 let (a, b) = (&tensors[i], &tensors[j]);
@@ -279,13 +331,13 @@ impl<'a> HostArgs<'a> {
         Ok(self.tensor(i)?.access)
     }
 
-    fn tensor(&self, i: usize) -> Result<&MappedTensor> {
+    fn tensor(&self, i: usize) -> Result<&MappedTensor<'a>> {
         self.tensors.get(i).ok_or_else(|| {
             Error::invalid(format!("tensor index {i} out of range ({} tensors)", self.tensors.len()))
         })
     }
 
-    fn check<T: Element>(&self, i: usize) -> Result<&MappedTensor> {
+    fn check<T: Element>(&self, i: usize) -> Result<&MappedTensor<'a>> {
         let t = self.tensor(i)?;
         let dt = t.view.dtype();
         if T::DTYPE != dt && !(dt == DataType::Bool && T::DTYPE == DataType::Uint8) {
@@ -296,6 +348,9 @@ impl<'a> HostArgs<'a> {
                 "tensor {i} is a strided view {:?}; typed slices need a contiguous view",
                 t.view
             )));
+        }
+        if !(t.ptr() as usize).is_multiple_of(align_of::<T>()) {
+            return Err(Error::invalid(format!("tensor {i} is not aligned for {} elements", T::DTYPE)));
         }
         Ok(t)
     }
@@ -379,5 +434,59 @@ impl<'a> HostArgs<'a> {
         // is the only borrow of index `i` for the rest of the call) and rule H2 (no other
         // tensor of the task overlaps a writable one).
         Ok(unsafe { std::slice::from_raw_parts_mut(t.ptr() as *mut T, len) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::mem::as_bytes_mut;
+
+    fn f32s(offset: u64, n: u32) -> TensorView {
+        TensorView::new(offset, &[n], None, DataType::Float32).unwrap()
+    }
+
+    #[test]
+    fn a_slice_tensor_must_hold_its_view() {
+        let mut buf = [0f32; 4];
+        let bytes = as_bytes_mut(&mut buf);
+        let e = MappedTensor::from_slice(bytes, f32s(4, 4), Access::Read).unwrap_err();
+        assert!(e.message().contains("past the 16-byte buffer"), "{e}");
+        assert!(MappedTensor::from_slice(bytes, f32s(4, 3), Access::Read).is_ok());
+    }
+
+    #[test]
+    fn writable_tensors_may_not_overlap() {
+        let (mut a, mut b) = ([1f32; 4], [0f32; 4]);
+        let ab = as_bytes_mut(&mut a);
+        let base = ab.as_mut_ptr();
+        // Two views of one buffer: only the first two elements of each overlap.
+        // SAFETY: rule H1 — both views lie inside `a`, which outlives the arguments and which
+        // nothing else touches meanwhile; the overlap is what `HostArgs::new` must refuse.
+        let (t0, t1) = unsafe {
+            (
+                MappedTensor::new(base, f32s(0, 3), Access::Write),
+                MappedTensor::new(base, f32s(8, 2), Access::Read),
+            )
+        };
+        let e = HostArgs::new(vec![t0, t1], &[], 0).unwrap_err();
+        assert!(e.message().contains("overlap"), "{e}");
+        let out = MappedTensor::from_slice(as_bytes_mut(&mut b), f32s(0, 4), Access::Write).unwrap();
+        let args = HostArgs::new(vec![out], &[], 0).unwrap();
+        args.output::<f32>(0).unwrap().fill(2.0);
+        assert!(args.output::<f32>(0).is_err(), "one mutable borrow per call");
+        drop(args);
+        assert_eq!(b, [2.0; 4]);
+    }
+
+    #[test]
+    fn misaligned_views_are_refused() {
+        let mut buf = [0u32; 4];
+        let bytes = as_bytes_mut(&mut buf);
+        // A buffer starting one byte into a u32 array: its f32 view is misaligned.
+        let t = MappedTensor::from_slice(&mut bytes[1..], f32s(0, 2), Access::Read).unwrap();
+        let args = HostArgs::new(vec![t], &[], 0).unwrap();
+        let e = args.input::<f32>(0).unwrap_err();
+        assert!(e.message().contains("not aligned"), "{e}");
     }
 }

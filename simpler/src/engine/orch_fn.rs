@@ -24,6 +24,11 @@ use crate::error::Result;
 /// ```
 pub type OrchFnPtr = for<'a, 'b> fn(&'a mut Orchestrator<'b>, &TaskArgs, &CallConfig) -> Result<()>;
 
+// SAFETY: rule FA1 of `sys::fn_address` — a plain `fn` pointer type (the same type as a chip
+// orchestration's `ChipOrchFnPtr`).
+#[expect(unsafe_code, reason = "marks a fn pointer type as one whose address may cross a fork")]
+unsafe impl crate::sys::fn_address::FnPointer for OrchFnPtr {}
+
 /// An orchestration function to register on an L4 (or higher) Worker: its NEXT_LEVEL workers
 /// (whole Workers one level down, each in its own process) run it as a run of their own, with
 /// the task's arguments and config.
@@ -96,8 +101,9 @@ impl OrchFn {
         &self.descriptor
     }
 
+    /// The function's address, as a `REGISTER_ORCH` control carries it to a forked child.
     pub(crate) fn fn_address(&self) -> u64 {
-        self.f as usize as u64
+        crate::sys::fn_address::FnAddress::of(self.f).to_wire()
     }
 
     /// A `#[callable(orch)]` or `task_graph!` function from the link-time registry, with the

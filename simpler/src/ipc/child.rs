@@ -4,26 +4,40 @@
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
-//! C1. A `REGISTER_*` control carries the address of a function pointer taken in the parent.
-//!     The child is a fork of the parent, so the same code sits at the same address; the child
-//!     also recomputes the digest from the descriptor and installs only on a match.
+//! C1. A `REGISTER_*` control carries, in `arg0`, [`FnAddress::to_wire`] of a function taken in
+//!     the parent this process was forked from: a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and
+//!     [`CTRL_REGISTER_CHIP`] (a kernel), an [`OrchFnPtr`] for [`CTRL_REGISTER_ORCH`] and
+//!     [`CTRL_REGISTER_CHIP_ORCH`] (a chip orchestration). Control frames are written only by
+//!     that parent, through `Mailbox::post_control` on its register paths, and a
+//!     [`ControlRequest`] is only ever read from a frame. The command alone names the type, and
+//!     [`received_fn`] is the one place that reads a function back; the child also recomputes
+//!     the digest from the descriptor and installs only on a match.
 //! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
 //!     rings mapped before the fork; POSIX shm tensors only inside the object as mapped here.
-//!     A pointer from [`HostResolver::resolve`] stays valid until the next
-//!     [`HostResolver::trim`], which runs only between tasks and controls.
+//!     A mapping is dropped only by [`HostResolver::trim`], which takes `&mut self`: the
+//!     tensors and byte slices the resolver lends borrow it, so none outlives its mapping.
+//!     Heap rings stay mapped for the life of the process.
 //!
 //! Every child runs [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
 //! parent runs on another CPU, yield when it shares ours, then futex), then handle shutdown, a
 //! control request, or a task, in that order. Failures are reported in the frame; nothing a
 //! task does can take the loop down (panics are caught).
 
-#![allow(unsafe_code)] // Rebuilding fn pointers sent by the parent and copying host bytes; rules C1-C2.
+#![expect(
+    unsafe_code,
+    reason = "fn pointers from control frames and slices of mapped host buffers; rules C1-C2"
+)]
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::data::buffer::{Backing, BufferDesc, Identity};
+use crate::callable::host::HostFnPtr;
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::host_args::MappedTensor;
+use crate::data::tensor::TensorView;
+use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
+use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::PeerWait;
 use crate::sys::shm::PosixShm;
 
@@ -31,7 +45,7 @@ use crate::sys::shm::PosixShm;
 pub(crate) const CTRL_REGISTER_FN: u64 = 1;
 /// Control command: drop one reference to a callable (digest).
 pub(crate) const CTRL_UNREGISTER: u64 = 2;
-/// Control command: install a chip callable (arg0 = fn address, payload = descriptor).
+/// Control command: install a chip kernel (arg0 = kernel fn address, payload = descriptor).
 pub(crate) const CTRL_REGISTER_CHIP: u64 = 3;
 /// Control command: allocate device memory (arg0 = bytes; result = device offset).
 pub(crate) const CTRL_MALLOC: u64 = 4;
@@ -45,6 +59,8 @@ pub(crate) const CTRL_COPY_FROM: u64 = 7;
 /// Control command: install an orchestration function in a nested Worker (arg0 = fn address,
 /// payload = descriptor).
 pub(crate) const CTRL_REGISTER_ORCH: u64 = 8;
+/// Control command: install a chip orchestration (arg0 = fn address, payload = descriptor).
+pub(crate) const CTRL_REGISTER_CHIP_ORCH: u64 = 9;
 
 /// Frame error code: the function returned an error or panicked.
 pub(crate) const ERR_TASK: i32 = 1;
@@ -54,6 +70,36 @@ pub(crate) const ERR_UNKNOWN_CALLABLE: i32 = 2;
 pub(crate) const ERR_BAD_FRAME: i32 = 3;
 /// Frame error code: a device-memory operation failed.
 pub(crate) const ERR_DEVICE: i32 = 4;
+
+/// The function a `REGISTER_*` control carries, typed by its command (rule C1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReceivedFn {
+    /// A host function or chip kernel ([`CTRL_REGISTER_FN`], [`CTRL_REGISTER_CHIP`]).
+    Host(HostFnPtr),
+    /// An orchestration or chip orchestration ([`CTRL_REGISTER_ORCH`], [`CTRL_REGISTER_CHIP_ORCH`]).
+    Orch(OrchFnPtr),
+}
+
+/// The function in `arg0` of a `REGISTER_*` control (rule C1); an error for another command or
+/// an address of 0.
+pub(crate) fn received_fn(req: &ControlRequest) -> Result<ReceivedFn, FrameError> {
+    let zero = || FrameError::new(ERR_BAD_FRAME, format!("control {}: function address 0", req.command));
+    match req.command {
+        CTRL_REGISTER_FN | CTRL_REGISTER_CHIP => {
+            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<HostFnPtr>::to_wire`,
+            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
+            let f = unsafe { FnAddress::<HostFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
+            Ok(ReceivedFn::Host(f.get()))
+        }
+        CTRL_REGISTER_ORCH | CTRL_REGISTER_CHIP_ORCH => {
+            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<OrchFnPtr>::to_wire`,
+            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
+            let f = unsafe { FnAddress::<OrchFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
+            Ok(ReceivedFn::Orch(f.get()))
+        }
+        other => Err(FrameError::new(ERR_BAD_FRAME, format!("control {other} carries no function"))),
+    }
+}
 
 /// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;
@@ -89,7 +135,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         if let Some(req) = mb.task_request() {
             mb.set_child_cpu(crate::sys::futex::current_cpu());
             let result = handler.task(&req);
-            mb.finish_task(result, parent);
+            mb.finish_task(req, result, parent);
             worked = true;
         }
         if worked {
@@ -122,16 +168,7 @@ impl HostResolver {
     pub(crate) fn resolve(&mut self, desc: &BufferDesc) -> Result<*mut u8, String> {
         let n = desc.nbytes();
         match desc.backing() {
-            Backing::HeapSlab { addr } => {
-                let inside = self.heaps.iter().any(|&(base, len)| {
-                    addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len)
-                });
-                if inside {
-                    Ok(addr as usize as *mut u8)
-                } else {
-                    Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
-                }
-            }
+            Backing::HeapSlab { .. } => self.heap_slab(desc),
             Backing::Device { chip, .. } => Err(format!("device memory of chip {chip} is not host memory")),
             Backing::PosixShm { name } => {
                 let id = desc.identity();
@@ -153,6 +190,53 @@ impl HostResolver {
         }
     }
 
+    /// Tensor `view` of a host buffer already mapped by [`resolve`](HostResolver::resolve),
+    /// with `access` (rule C2); an error if the buffer is not mapped here or the view does not
+    /// fit in it.
+    pub(crate) fn tensor(
+        &self,
+        desc: &BufferDesc,
+        view: TensorView,
+        access: Access,
+    ) -> Result<MappedTensor<'_>, String> {
+        let (_, end) = view.byte_range();
+        if end > desc.nbytes() {
+            return Err(format!("its view ends at byte {end}, past its {}-byte buffer", desc.nbytes()));
+        }
+        let base = match desc.backing() {
+            Backing::HeapSlab { .. } => self.heap_slab(desc)?,
+            Backing::Device { chip, .. } => {
+                return Err(format!("device memory of chip {chip} is not host memory"));
+            }
+            Backing::PosixShm { name } => match self.maps.get(&desc.identity()) {
+                Some(shm) if shm.len() as u64 >= desc.nbytes() => shm.as_ptr(),
+                _ => return Err(format!("shm object {name} is not mapped here")),
+            },
+        };
+        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the shm object as mapped
+        // here (checked above), and the view inside the buffer; the tensor borrows `self`, so
+        // `trim` cannot unmap it meanwhile. Nobody else touches the bytes a writable view
+        // covers while the task runs: the parent's engine orders tasks by their tags (rule H1).
+        Ok(unsafe { MappedTensor::new(base, view, access) })
+    }
+
+    /// The address of a heap-slab buffer, if it lies inside one heap ring (rule C2).
+    fn heap_slab(&self, desc: &BufferDesc) -> Result<*mut u8, String> {
+        let n = desc.nbytes();
+        let Backing::HeapSlab { addr } = desc.backing() else {
+            return Err("not a heap slab".to_string());
+        };
+        let inside = self
+            .heaps
+            .iter()
+            .any(|&(base, len)| addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len));
+        if inside {
+            Ok(addr as usize as *mut u8)
+        } else {
+            Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
+        }
+    }
+
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).
     pub(crate) fn trim(&mut self) {
         while self.order.len() > SHM_CACHE {
@@ -169,7 +253,8 @@ impl HostResolver {
         })?;
         let base = self.resolve(desc)?;
         // SAFETY: rule C2 — `base` maps at least `desc.nbytes()` bytes (checked by `resolve`),
-        // the range was bounds-checked above, and the slice is dropped before the next `trim`.
+        // the range was bounds-checked above, and the slice borrows `self`, so no `trim` unmaps
+        // it meanwhile.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(offset as usize), nbytes as usize) })
     }
 }

@@ -55,7 +55,7 @@
 //! Protocols:
 //!
 //! * Task: parent `IDLE → BUSY → TASK_READY` ([`Mailbox::post_task`]), child
-//!   `TASK_READY → BUSY → TASK_DONE` ([`Mailbox::finish_task`]), parent
+//!   `TASK_READY → BUSY` ([`Mailbox::task_request`]) `→ TASK_DONE` ([`Mailbox::finish_task`]), parent
 //!   `TASK_DONE → BUSY → IDLE` ([`Mailbox::take_task_result`]).
 //! * Control: the same on the base frame with `CONTROL_REQUEST` / `CONTROL_DONE`
 //!   ([`Mailbox::post_control`], [`Mailbox::finish_control`], [`Mailbox::wait_control_done`]).
@@ -92,14 +92,15 @@
 //!   or an Acquire compare-exchange sees every field write made before the store. Parent to
 //!   child: `TASK_READY`, `CONTROL_REQUEST`; child to parent: `TASK_DONE`, `CONTROL_DONE`,
 //!   `INIT_READY`, `INIT_FAILED`; back to nobody: `IDLE`.
-//! * **M5 (one child loop).** The child-side methods of a mailbox ([`Mailbox::task_request`],
-//!   [`Mailbox::finish_task`], [`Mailbox::control_request`], [`Mailbox::finish_control`],
-//!   [`Mailbox::publish_init`]) are called by one thread, the child loop, and a
-//!   [`TaskRequest`] is not used after [`Mailbox::finish_task`] on the same mailbox. The child
-//!   reads the request fields of a frame in `TASK_READY` / `CONTROL_REQUEST` (it never writes
-//!   them) and writes the reply fields only after claiming (M3). This is the one rule the types
-//!   do not enforce: a `TaskRequest` borrows the region for `'a`, not the frame's ownership, and
-//!   the parent may rewrite the request fields once the task is collected.
+//! * **M5 (the task guard).** The child takes a task by claiming its frame (`TASK_READY` →
+//!   `BUSY`, M3) in [`Mailbox::task_request`], which returns a [`TaskRequest`] guard; the
+//!   request's slices borrow the guard, and the guard is consumed by [`Mailbox::finish_task`]
+//!   (or, if dropped unfinished, still writes an error reply), which hands the frame over as
+//!   `TASK_DONE` (M4). So the types enforce that no slice of a request outlives the child's
+//!   ownership of the frame. Control requests are read in place and copied out: the
+//!   child-side control methods ([`Mailbox::control_request`], [`Mailbox::finish_control`])
+//!   are called by one thread, the child loop, so no reply hands the base frame back while
+//!   the request is still being copied.
 //! * **M6 (untrusted contents).** No value read from a frame can cause an out-of-bounds access:
 //!   `payload_len` is clamped to [`ARGS_CAPACITY`], an error message stops at the first NUL or
 //!   at [`ERROR_MSG_CAPACITY`] and is decoded lossily, and unknown states are reported, not
@@ -125,7 +126,7 @@
 //!   shared futex on the state word, whose compare-and-block the kernel does atomically with
 //!   respect to the wake.
 
-#![allow(unsafe_code)] // Typed views of a frame layout that forked processes share.
+#![expect(unsafe_code, reason = "typed views of a frame layout that forked processes share; rules M1-M7")]
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -205,7 +206,8 @@ struct Frame {
 
 // SAFETY: rules M2–M5 — the non-atomic fields are accessed only by the single owner the state
 // word names, ownership is taken by compare-exchange (M3) and handed over by Release/Acquire on
-// the state word (M4), and the child side is one thread (M5); the atomics are Sync themselves.
+// the state word (M4), and a task request's slices live only while its guard owns the frame
+// (M5); the atomics are Sync themselves.
 unsafe impl Sync for Frame {}
 
 // A panic cannot leave a frame half-handed-over: every transition is one atomic store, and a
@@ -408,18 +410,63 @@ pub(crate) struct Mailbox<'a> {
     slot: &'a Slot,
 }
 
-/// What a child found in its task frame.
+/// The task a child took from its task frame: a guard that owns the frame (state `BUSY`) until
+/// it is handed back through [`Mailbox::finish_task`], which consumes it (rule M5).
 ///
-/// The slices point into the shared frame; they are valid while the child owns the frame (state
-/// `TASK_READY`, before [`Mailbox::finish_task`]), rule M5.
-#[derive(Debug)]
+/// The slices it lends point into the shared frame and borrow the guard, so none outlives the
+/// hand-over. Dropped without `finish_task` (the child loop unwound), it still hands the frame
+/// back, as `TASK_DONE` with an error, so the frame never stays claimed.
 pub(crate) struct TaskRequest<'a> {
+    frame: &'a Frame,
     /// The callable digest.
     pub(crate) digest: [u8; 32],
+    finished: bool,
+}
+
+impl TaskRequest<'_> {
     /// The config bytes (an encoded `CallConfig`), [`CONFIG_BYTES`] long.
-    pub(crate) config: &'a [u8],
+    pub(crate) fn config(&self) -> &[u8] {
+        // SAFETY: rules M2, M5 — this guard claimed the frame (BUSY) and owns its fields until
+        // `finish_task` or its drop, neither of which can run while this borrow of it lives.
+        unsafe { &*self.frame.config.get() }
+    }
+
     /// The args blob (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
-    pub(crate) args: &'a [u8],
+    pub(crate) fn args(&self) -> &[u8] {
+        // SAFETY: rules M2, M5 — as in `config`: the guard owns the frame for this borrow; the
+        // length is clamped (M6).
+        unsafe { self.frame.payload() }
+    }
+
+    /// Writes the reply and hands the frame back as `TASK_DONE` (rule M4).
+    fn reply(&mut self, result: &std::result::Result<(), FrameError>) {
+        self.finished = true;
+        let (code, message) = reply_code(result);
+        // SAFETY: rule M3 — this guard claimed the frame from TASK_READY, so it owns its fields
+        // until the store below.
+        unsafe { self.frame.write_error(code, message) };
+        self.frame.state.store(TASK_DONE, Ordering::Release);
+    }
+}
+
+impl Drop for TaskRequest<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.reply(&Err(FrameError::new(
+                FALLBACK_CODE,
+                "the child dropped the task without finishing it",
+            )));
+        }
+    }
+}
+
+impl fmt::Debug for TaskRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskRequest")
+            .field("digest", &self.digest)
+            .field("args_len", &self.args().len())
+            .finish()
+    }
 }
 
 /// What a child found in its base frame: a control request (copied out of the frame).
@@ -433,6 +480,9 @@ pub(crate) struct ControlRequest {
     pub(crate) digest: [u8; 32],
     /// The payload (`payload[..payload_len]`, clamped to [`ARGS_CAPACITY`]).
     pub(crate) payload: Vec<u8>,
+    /// Private: a `ControlRequest` is only ever read from a frame ([`Mailbox::control_request`]),
+    /// so `ipc::child` may trust that its `arg0` is what the parent wrote (rule C1 there).
+    from_frame: (),
 }
 
 /// A failure reported through a frame: a non-zero code and a message.
@@ -707,37 +757,33 @@ impl<'a> Mailbox<'a> {
         self.slot.child_pid.load(Ordering::Acquire)
     }
 
-    /// The posted task, if the task frame is `TASK_READY`: digest, config bytes and
-    /// `payload[..payload_len]` (the length clamped to [`ARGS_CAPACITY`]).
-    ///
-    /// The slices stay valid until [`finish_task`](Mailbox::finish_task) (rule M5).
+    /// Takes the posted task, if the task frame is `TASK_READY`: claims the frame (`TASK_READY`
+    /// → `BUSY`, rule M3) and returns the guard that owns it until
+    /// [`finish_task`](Mailbox::finish_task) (rule M5).
     pub(crate) fn task_request(&self) -> Option<TaskRequest<'a>> {
         let frame: &'a Frame = &self.slot.task;
-        if frame.state.load(Ordering::Acquire) != TASK_READY {
+        if frame.state.load(Ordering::Relaxed) != TASK_READY || frame.claim(TASK_READY).is_err() {
             return None;
         }
-        // SAFETY: rules M2, M5 — in TASK_READY the child side owns the frame and only reads the
-        // request fields, which the parent wrote before its Release store (M4) and does not touch
-        // again before collecting the result, which the child loop's finish_task allows only
-        // once this request is no longer used (M5); the payload length is clamped (M6).
-        let (digest, config, args) = unsafe { (*frame.digest.get(), &*frame.config.get(), frame.payload()) };
-        Some(TaskRequest { digest, config, args })
+        // SAFETY: rule M3 — we claimed the frame, so we own its fields, and the Acquire claim
+        // sees the parent's writes (M4).
+        let digest = unsafe { *frame.digest.get() };
+        Some(TaskRequest { frame, digest, finished: false })
     }
 
-    /// Finishes the task in the task frame: claims it from `TASK_READY`, writes the error code
-    /// and message (truncated to fit, NUL-terminated; an `Err` with code 0 is written as −1),
-    /// publishes `TASK_DONE` (Release) and rings `parent`.
+    /// Finishes the task `req` took from this mailbox: writes the error code and message
+    /// (truncated to fit, NUL-terminated; an `Err` with code 0 is written as −1), publishes
+    /// `TASK_DONE` (Release) and rings `parent`.
     ///
-    /// Does nothing if the frame is not `TASK_READY`.
-    pub(crate) fn finish_task(&self, result: std::result::Result<(), FrameError>, parent: &Doorbell) {
-        let frame = &self.slot.task;
-        if frame.claim(TASK_READY).is_err() {
-            return;
-        }
-        let (code, message) = reply_code(&result);
-        // SAFETY: rule M3 — we claimed the frame from TASK_READY, so we own its fields.
-        unsafe { frame.write_error(code, message) };
-        frame.state.store(TASK_DONE, Ordering::Release);
+    /// Panics if `req` was taken from another mailbox.
+    pub(crate) fn finish_task(
+        &self,
+        mut req: TaskRequest<'_>,
+        result: std::result::Result<(), FrameError>,
+        parent: &Doorbell,
+    ) {
+        assert!(std::ptr::eq(req.frame, &self.slot.task), "a task finished on another mailbox");
+        req.reply(&result);
         parent.ring();
     }
 
@@ -756,6 +802,7 @@ impl<'a> Mailbox<'a> {
                 arg0: *frame.arg0.get(),
                 digest: *frame.digest.get(),
                 payload: frame.payload().to_vec(),
+                from_frame: (),
             }
         };
         Some(request)

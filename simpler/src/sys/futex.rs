@@ -52,7 +52,10 @@
 //! every write the ringer made before ringing (D3). A 32-bit `seq` could in principle wrap back to
 //! `seen` between two looks (2^32 rings); that is not a practical concern.
 
-#![allow(unsafe_code)] // The futex system call has no safe wrapper in std, libc or nix.
+#![expect(
+    unsafe_code,
+    reason = "the futex system call has no safe wrapper in std, libc or nix; rules F*, D*"
+)]
 
 use std::hint::spin_loop;
 use std::ptr;

@@ -31,7 +31,7 @@
 //! the region with the fork's own synchronization); ordering of the contents is the business of
 //! the module that lays them out.
 
-#![allow(unsafe_code)] // mmap/munmap and the POD byte casts of element slices.
+#![expect(unsafe_code, reason = "mmap/munmap and the POD byte casts of element slices; rules R1-R4")]
 
 use std::fmt;
 use std::num::NonZeroUsize;

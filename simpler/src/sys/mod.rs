@@ -9,18 +9,20 @@
 //! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
 //!   and CPU placement ([`futex::current_cpu`], [`futex::PeerWait`]): spin a few microseconds,
 //!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.
+//! * [`fn_address`]: [`fn_address::FnAddress`], a function pointer as the address a control
+//!   frame carries to a forked child, and back.
 //! * [`process`]: forking children, watching for their exit through pidfds, and reaping them.
 //! * [`sync`]: the one way the crate takes a lock, with one poison policy.
 //!
 //! Each module states its protocol as numbered rules and every `unsafe` block cites the rule it
-//! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `P*` in `process`, `T*` in
-//! the test-only `test_fork`.
+//! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `FA*` in `fn_address`, `P*`
+//! in `process`, `T*` in the test-only `test_fork`.
 
+pub(crate) mod fn_address;
 pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod process;
 pub(crate) mod shm;
 pub(crate) mod sync;
 #[cfg(test)]
-#[allow(unsafe_code)] // fork() and _exit() are unsafe; only the unit tests fork through here.
 pub(crate) mod test_fork;

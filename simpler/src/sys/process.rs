@@ -16,7 +16,7 @@
 //!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
 //!     failing test or benchmark leaves no zombie and no orphan.
 
-#![allow(unsafe_code)] // fork, pidfd, poll and eventfd have no safe wrappers; see rules P1-P4.
+#![expect(unsafe_code, reason = "fork, pidfd, poll and eventfd have no safe wrappers; rules P1-P4")]
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -146,8 +146,9 @@ impl Monitor {
         }
         // SAFETY: rule P4 — `efd` is a fresh descriptor we own.
         let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        // SAFETY: rule P4 — dup of a valid fd; the copy is owned by the thread.
-        let stop_thread = unsafe { OwnedFd::from_raw_fd(libc::dup(efd)) };
+        // A second descriptor of the eventfd for the thread (close-on-exec like the first);
+        // failing to make one is an error, never an `OwnedFd` of -1.
+        let stop_thread = stop_fd.try_clone().map_err(|e| Error::os("dup of the monitor's eventfd", e))?;
         let b = board.clone();
         let ps = pids.clone();
         let thread = std::thread::Builder::new()
@@ -295,5 +296,50 @@ impl Drop for ChildGuard {
             let _ = waitpid(self.pid, None);
             self.reaped = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::sys::test_fork::fork_child;
+    use std::time::Duration;
+
+    #[test]
+    fn a_monitor_that_cannot_copy_its_eventfd_fails_to_start() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        // In a child (the descriptor limit is per process): allow exactly one more descriptor,
+        // so the eventfd opens and its copy for the monitor thread cannot.
+        let mut child = fork_child(|| {
+            // SAFETY: eventfd with valid flags returns a new fd or -1; closed at once.
+            let lowest = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            // SAFETY: `lowest` is the descriptor just opened, or -1 (close then fails harmlessly).
+            unsafe { libc::close(lowest) };
+            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: getrlimit writes one live `rlimit`.
+            if lowest < 0 || unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+                return 2;
+            }
+            limit.rlim_cur = lowest as libc::rlim_t + 1;
+            // SAFETY: setrlimit reads one live `rlimit`; lowering the soft limit is allowed.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                return 2;
+            }
+            match Monitor::start(Vec::new(), |_| {}) {
+                Err(e) if e.kind() == ErrorKind::Os && e.message().contains("dup") => 0,
+                Err(_) => 3,
+                Ok(_) => 4,
+            }
+        });
+        assert_eq!(child.wait_timeout(Duration::from_secs(10)), 0);
+    }
+
+    #[test]
+    fn a_monitor_starts_and_stops() {
+        let mut m = Monitor::start(Vec::new(), |_| {}).unwrap();
+        m.stop();
     }
 }

@@ -29,7 +29,7 @@
 //! No atomics here: the copies are plain memory accesses, ordered by whatever protocol tells the
 //! reader that the writer is done (rule N3).
 
-#![allow(unsafe_code)] // Raw copies into and out of a mapping other processes share.
+#![expect(unsafe_code, reason = "raw copies into and out of a mapping other processes share; rules N1-N5")]
 
 use std::fmt;
 use std::fs::File;

@@ -6,7 +6,9 @@ use crate::data::buffer::{Backing, Buffer, Identity};
 use crate::data::dtype::DataType;
 use crate::data::wire::{DESC_SIZE, encode_desc};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::child::{CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP};
+use crate::ipc::child::{
+    CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
+};
 use crate::sys::sync;
 use crate::worker::{Live, Phase, Worker};
 
@@ -72,11 +74,12 @@ impl Worker {
                 // At L3 the targets are the chips; above, the nested Workers with chips below
                 // them, which pass it on to their own chips.
                 let addr = f.fn_address();
+                let command = if f.is_kernel() { CTRL_REGISTER_CHIP } else { CTRL_REGISTER_CHIP_ORCH };
                 live.register_on(
                     &self.targets(live, CallableKind::Chip),
                     |i| self.target_label(i),
                     &digest,
-                    |mb| mb.post_control(CTRL_REGISTER_CHIP, addr, digest.as_bytes(), desc.bytes()),
+                    |mb| mb.post_control(command, addr, digest.as_bytes(), desc.bytes()),
                 )
                 .map_err(context)?;
             }

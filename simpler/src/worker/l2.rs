@@ -9,7 +9,6 @@ use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, Buffer, Identity};
 use crate::data::call_config::CallConfig;
-use crate::data::host_args::MappedTensor;
 use crate::data::task_args::TaskArgs;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
@@ -79,8 +78,17 @@ impl ChipLive {
     }
 
     fn run(&self, callable: &CallableHandle, args: &TaskArgs, config: &CallConfig) -> Result<()> {
-        let mut resolver = sync::lock(&self.resolver);
+        let mut guard = sync::lock(&self.resolver);
         crate::engine::orchestrator::check_tensor_args(callable, args)?;
+        // Map every host buffer first, then lend tensors that borrow the mappings.
+        for (i, t) in args.tensors.iter().enumerate() {
+            if !matches!(t.desc().backing(), Backing::Device { .. }) {
+                guard
+                    .resolve(t.desc())
+                    .map_err(|m| Error::invalid(format!("{callable}: tensor {i}: {m}")))?;
+            }
+        }
+        let resolver = &*guard;
         let mut chip_args = Vec::with_capacity(args.tensor_count());
         for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
             let access = tag.access();
@@ -101,16 +109,15 @@ impl ChipLive {
                     });
                 }
                 _ => {
-                    let base = resolver
-                        .resolve(t.desc())
+                    let tensor = resolver
+                        .tensor(t.desc(), *t.view(), access)
                         .map_err(|m| Error::invalid(format!("{callable}: tensor {i}: {m}")))?;
-                    chip_args.push(ChipArg::Host(MappedTensor { base, view: *t.view(), access }));
+                    chip_args.push(ChipArg::Host(tensor));
                 }
             }
         }
         let result = self.runtime().run(&callable.digest(), chip_args, args.scalars(), config);
-        drop(resolver);
-        sync::lock(&self.resolver).trim();
+        guard.trim();
         result
     }
 }

@@ -686,7 +686,7 @@ impl Worker {
         let context = |e: Error| e.context(format!("Worker.register of {handle}"));
         self.registry.check(digest, desc.bytes(), &f).map_err(context)?;
         if let (Phase::Ready(live), Body::Ptr(ptr)) = (&self.phase, f.body()) {
-            let addr = *ptr as usize as u64;
+            let addr = crate::sys::fn_address::FnAddress::of(*ptr).to_wire();
             live.register_on(
                 &self.targets(live, CallableKind::HostFn),
                 |i| self.target_label(i),

@@ -110,11 +110,15 @@ fn f32_view(n: u32) -> TensorView {
     TensorView::new(0, &[n], None, DataType::Float32).unwrap()
 }
 
-/// A host tensor over a vector (rule H1: the vector outlives the run and nobody else
-/// touches it meanwhile).
-fn host(v: &mut [f32], access: Access) -> ChipArg {
+/// A host tensor over a vector, borrowed for the run (rule H1).
+fn host(v: &mut [f32], access: Access) -> ChipArg<'_> {
     let view = f32_view(v.len() as u32);
-    ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access })
+    host_view(v, view, access)
+}
+
+/// A host tensor `view` of a vector, borrowed for the run (rule H1).
+fn host_view<T: crate::sys::mem::Pod>(v: &mut [T], view: TensorView, access: Access) -> ChipArg<'_> {
+    ChipArg::Host(MappedTensor::from_slice(crate::sys::mem::as_bytes_mut(v), view, access).unwrap())
 }
 
 fn id(n: u64) -> Identity {
@@ -129,7 +133,7 @@ fn device(rt: &mut ChipRuntime, values: &[f32]) -> u64 {
     ptr
 }
 
-fn dev_arg(ptr: u64, n: u32, access: Access, identity: Identity) -> ChipArg {
+fn dev_arg(ptr: u64, n: u32, access: Access, identity: Identity) -> ChipArg<'static> {
     ChipArg::Device { ptr, view: f32_view(n), access, identity, nbytes: u64::from(n) * 4 }
 }
 
@@ -139,7 +143,7 @@ fn read_device(rt: &ChipRuntime, ptr: u64, n: usize) -> Vec<f32> {
     bytes.chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
 }
 
-fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg>, scalars: &[u64]) -> Result<()> {
+fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg<'_>>, scalars: &[u64]) -> Result<()> {
     rt.run(&f.handle().digest(), args, scalars, &CallConfig::default())
 }
 
@@ -186,8 +190,7 @@ fn a_failed_run_leaves_host_tensors_as_they_were() {
     // Every other element of 8: the gaps keep their sentinel.
     let mut buf = vec![-1.0f32; 8];
     let view = TensorView::new(4, &[4], Some(&[2]), DataType::Float32).unwrap();
-    let arg =
-        ChipArg::Host(MappedTensor { base: buf.as_mut_ptr().cast::<u8>(), view, access: Access::Write });
+    let arg = host_view(&mut buf, view, Access::Write);
     // Kernels get typed slices of contiguous views only: `ones` fails on this one.
     let err = run(&mut rt, &kernel("ones"), vec![arg], &[]).unwrap_err();
     assert!(err.message().contains("strided"), "{err}");
@@ -475,10 +478,8 @@ fn independent_kernels_run_concurrently_on_two_cores() {
     let mut rt = chip(2, std::slice::from_ref(&plan));
     let (mut w0, mut w1) = (vec![u32::MAX; 4], vec![u32::MAX; 4]);
     let view = TensorView::new(0, &[4], None, DataType::Uint32).unwrap();
-    let arg = |v: &mut Vec<u32>| {
-        ChipArg::Host(MappedTensor { base: v.as_mut_ptr().cast::<u8>(), view, access: Access::Write })
-    };
-    run(&mut rt, &plan, vec![arg(&mut w0), arg(&mut w1)], &[]).unwrap();
+    let args = vec![host_view(&mut w0, view, Access::Write), host_view(&mut w1, view, Access::Write)];
+    run(&mut rt, &plan, args, &[]).unwrap();
     assert_eq!((w0, w1), (vec![0; 4], vec![1; 4]), "each kernel ran on its own core");
 }
 
@@ -526,12 +527,13 @@ fn failing_and_panicking_kernels_give_clear_errors() {
     let ok = ChipFn::orchestration("pipeline", pipeline);
     rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
     let tmp = rt.malloc(32).unwrap();
+    let mut x2 = x.clone();
     run(
         &mut rt,
         &ok,
         vec![
             host(&mut x, Access::Read),
-            host(&mut x.clone(), Access::Read),
+            host(&mut x2, Access::Read),
             host(&mut y, Access::Write),
             dev_arg(tmp, 8, Access::ReadWrite, id(4)),
         ],

@@ -46,7 +46,7 @@ fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
             return 0;
         }
         if let Some(req) = mb.task_request() {
-            let text = String::from_utf8_lossy(req.args).into_owned();
+            let text = String::from_utf8_lossy(req.args()).into_owned();
             let result = if text.starts_with("ok") {
                 Ok(())
             } else {
@@ -55,12 +55,12 @@ fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
                     format!(
                         "echo {text} digest {} config {} len {}",
                         req.digest[0],
-                        req.config[0],
-                        req.config.len()
+                        req.config()[0],
+                        req.config().len()
                     ),
                 ))
             };
-            mb.finish_task(result, region.doorbell());
+            mb.finish_task(req, result, region.doorbell());
             continue;
         }
         if let Some(ctl) = mb.control_request() {
@@ -267,11 +267,10 @@ fn post_task_requires_an_idle_frame() {
     assert!(err.message().contains("TASK_READY"), "{err}");
     assert!(mb.take_task_result().is_none());
     // The first task is intact.
-    {
-        let req = mb.task_request().unwrap();
-        assert_eq!((req.digest, req.args), ([1; 32], &b"first"[..]));
-    }
-    mb.finish_task(Ok(()), region.doorbell());
+    let req = mb.task_request().unwrap();
+    assert_eq!((req.digest, req.args()), ([1; 32], &b"first"[..]));
+    assert_eq!(mb.task_state(), BUSY, "the request owns the frame");
+    mb.finish_task(req, Ok(()), region.doorbell());
     assert_eq!(mb.task_state(), TASK_DONE);
     let err = post_text(mb, 2, 2, "second").unwrap_err();
     assert!(err.message().contains("TASK_DONE"), "{err}");
@@ -298,7 +297,7 @@ fn failed_or_panicking_writers_leave_the_frame_idle() {
     assert_eq!(mb.base_state(), IDLE);
     // Config bytes are zeroed for every post.
     post_text(mb, 0, 77, "a").unwrap();
-    mb.finish_task(Ok(()), region.doorbell());
+    mb.finish_task(mb.task_request().unwrap(), Ok(()), region.doorbell());
     mb.take_task_result().unwrap().unwrap();
     mb.post_task(&[0; 32], |config, _| {
         assert!(config.iter().all(|b| *b == 0));
@@ -314,7 +313,7 @@ fn long_messages_are_truncated() {
     post_text(mb, 0, 0, "x").unwrap();
     // 'é' is two bytes: 511 bytes of text would split one, so 510 are kept.
     let long = "é".repeat(1000);
-    mb.finish_task(Err(FrameError::new(3, long.clone())), region.doorbell());
+    mb.finish_task(mb.task_request().unwrap(), Err(FrameError::new(3, long.clone())), region.doorbell());
     let err = mb.take_task_result().unwrap().unwrap_err();
     assert_eq!(err.code, 3);
     assert_eq!(err.message.len(), 510);
@@ -322,14 +321,14 @@ fn long_messages_are_truncated() {
 
     post_text(mb, 0, 0, "x").unwrap();
     let ascii = "a".repeat(2000);
-    mb.finish_task(Err(FrameError::new(0, ascii)), region.doorbell());
+    mb.finish_task(mb.task_request().unwrap(), Err(FrameError::new(0, ascii)), region.doorbell());
     let err = mb.take_task_result().unwrap().unwrap_err();
     assert_eq!(err.code, FALLBACK_CODE, "an Err with code 0 must not read back as success");
     assert_eq!(err.message, "a".repeat(ERROR_MSG_CAPACITY - 1));
 
     // A short message after a long one is not polluted by the old bytes.
     post_text(mb, 0, 0, "x").unwrap();
-    mb.finish_task(Err(FrameError::new(4, "short")), region.doorbell());
+    mb.finish_task(mb.task_request().unwrap(), Err(FrameError::new(4, "short")), region.doorbell());
     assert_eq!(mb.take_task_result(), Some(Err(FrameError::new(4, "short"))));
 }
 
@@ -359,7 +358,7 @@ fn garbage_frame_contents_are_read_safely() {
     // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
     unsafe { *frame.payload_len.get() = u32::MAX };
     frame.state.store(TASK_READY, Ordering::Release);
-    assert_eq!(mb.task_request().unwrap().args.len(), ARGS_CAPACITY);
+    assert_eq!(mb.task_request().unwrap().args().len(), ARGS_CAPACITY);
 
     // Unknown states are neither collected nor served.
     frame.state.store(0xDEAD, Ordering::Release);
@@ -374,7 +373,7 @@ fn child_side_calls_out_of_turn_do_nothing() {
     let region = MailboxRegion::new(1).unwrap();
     let mb = region.mailbox(0);
     let seen = region.doorbell().seq();
-    mb.finish_task(Ok(()), region.doorbell());
+    // (A task cannot be finished out of turn: `finish_task` takes the request's guard.)
     mb.finish_control(Ok(1), region.doorbell());
     assert_eq!((mb.task_state(), mb.base_state()), (IDLE, IDLE));
     assert_eq!(region.doorbell().seq(), seen, "nothing finished, nothing rung");
@@ -400,7 +399,46 @@ fn posts_ring_the_child_doorbell() {
     mb.request_shutdown();
     assert_eq!(bell.seq(), seen + 3);
     let parent_seen = region.doorbell().seq();
-    mb.finish_task(Ok(()), region.doorbell());
+    mb.finish_task(mb.task_request().unwrap(), Ok(()), region.doorbell());
     mb.finish_control(Ok(0), region.doorbell());
     assert_eq!(region.doorbell().seq(), parent_seen + 2);
+}
+
+#[test]
+fn a_task_request_owns_the_frame_until_finished() {
+    let region = MailboxRegion::new(2).unwrap();
+    let (mb, other) = (region.mailbox(0), region.mailbox(1));
+    post_text(mb, 5, 0, "payload").unwrap();
+    let req = mb.task_request().unwrap();
+    // Taken once: a second look (another copy of the mailbox, another thread) finds nothing,
+    // and the parent can neither collect nor post over it.
+    assert!(mb.task_request().is_none());
+    assert!(mb.take_task_result().is_none());
+    assert!(post_text(mb, 6, 0, "over").unwrap_err().message().contains("BUSY"));
+    assert_eq!(req.args(), b"payload");
+    // Finishing it on another mailbox is refused (and the guard still answers on drop).
+    let wrong = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        other.finish_task(req, Ok(()), region.doorbell())
+    }));
+    assert!(wrong.is_err());
+    assert_eq!(other.task_state(), IDLE);
+    let err = mb.take_task_result().unwrap().unwrap_err();
+    assert_eq!(err.code, FALLBACK_CODE);
+    assert!(err.message.contains("without finishing"), "{err}");
+}
+
+#[test]
+fn a_dropped_task_request_answers_with_an_error() {
+    let region = MailboxRegion::new(1).unwrap();
+    let mb = region.mailbox(0);
+    post_text(mb, 0, 0, "x").unwrap();
+    drop(mb.task_request().unwrap());
+    assert_eq!(mb.task_state(), TASK_DONE);
+    let err = mb.take_task_result().unwrap().unwrap_err();
+    assert_eq!(err.code, FALLBACK_CODE);
+    assert!(err.message.contains("without finishing"), "{err}");
+    // The frame is usable again.
+    post_text(mb, 0, 0, "y").unwrap();
+    mb.finish_task(mb.task_request().unwrap(), Ok(()), region.doorbell());
+    assert_eq!(mb.take_task_result(), Some(Ok(())));
 }

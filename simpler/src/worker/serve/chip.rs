@@ -11,11 +11,11 @@ use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, BufferDesc};
-use crate::data::host_args::MappedTensor;
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
 use crate::ipc::child::{
-    CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_UNREGISTER, ERR_BAD_FRAME,
-    ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, Serve, serve,
+    CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
+    CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, Serve,
+    received_fn, serve,
 };
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -77,7 +77,9 @@ impl Serve for ChipServer {
         let digest = Digest::from_bytes(req.digest);
         let dev = |e: crate::error::Error| FrameError::new(ERR_DEVICE, e.to_string());
         match req.command {
-            CTRL_REGISTER_CHIP => {
+            CTRL_REGISTER_CHIP | CTRL_REGISTER_CHIP_ORCH => {
+                // `from_parts` checks the function's kind against the descriptor's sub-kind.
+                let body = super::chip_body(received_fn(&req)?);
                 let desc = Descriptor::from_bytes(req.payload)
                     .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 if desc.kind() != CallableKind::Chip {
@@ -86,9 +88,7 @@ impl Serve for ChipServer {
                         format!("{digest}: not a chip callable descriptor"),
                     ));
                 }
-                // Rule C1: the address is a fn pointer of this binary (checked against the
-                // descriptor's sub-kind by `from_parts`).
-                let f = ChipFn::from_parts(req.arg0, desc.clone())
+                let f = ChipFn::from_parts(body, desc.clone())
                     .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 self.runtime
                     .install(digest, desc.bytes(), f)
@@ -121,10 +121,18 @@ impl Serve for ChipServer {
 
     fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let decoded = decode_args(req.args)
+        let decoded = decode_args(req.args())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let config = decode_config(req.config)
+        let config = decode_config(req.config())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        // Map every host buffer first, then lend tensors that borrow the mappings (rule C2).
+        for (i, t) in decoded.tensors.iter().enumerate() {
+            if !matches!(t.desc.backing(), Backing::Device { .. }) {
+                self.resolver
+                    .resolve(&t.desc)
+                    .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
+            }
+        }
         let mut args = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
             let access = t.desc.access();
@@ -145,11 +153,11 @@ impl Serve for ChipServer {
                     });
                 }
                 _ => {
-                    let base = self
+                    let tensor = self
                         .resolver
-                        .resolve(&t.desc)
+                        .tensor(&t.desc, t.view, access)
                         .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
-                    args.push(ChipArg::Host(MappedTensor { base, view: t.view, access }));
+                    args.push(ChipArg::Host(tensor));
                 }
             }
         }

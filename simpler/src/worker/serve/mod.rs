@@ -10,3 +10,15 @@
 pub(crate) mod chip;
 pub(crate) mod nested;
 pub(crate) mod sub;
+
+use crate::chip::ChipBody;
+use crate::ipc::child::ReceivedFn;
+
+/// A chip callable's body from the function a `REGISTER_CHIP` / `REGISTER_CHIP_ORCH` control
+/// carries.
+fn chip_body(f: ReceivedFn) -> ChipBody {
+    match f {
+        ReceivedFn::Host(k) => ChipBody::Kernel(k),
+        ReceivedFn::Orch(o) => ChipBody::Orchestration(o),
+    }
+}

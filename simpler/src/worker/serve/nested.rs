@@ -7,8 +7,6 @@
 //! digest; the child runs it as a run of its own, on its own engine, with the task's arguments
 //! (tensors keep their identity; the granted access becomes the tag) and config.
 
-#![allow(unsafe_code)] // Rebuilding a fn pointer sent by the parent; rule C1 of `ipc::child`.
-
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::ChipFn;
@@ -17,11 +15,11 @@ use crate::data::call_config::CallConfig;
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::Tensor;
 use crate::data::wire::{decode_args, decode_config};
-use crate::engine::orch_fn::{OrchFn, OrchFnPtr};
+use crate::engine::orch_fn::OrchFn;
 use crate::error::Error;
 use crate::ipc::child::{
-    CTRL_REGISTER_CHIP, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE,
-    Serve, serve,
+    CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_BAD_FRAME,
+    ERR_TASK, ERR_UNKNOWN_CALLABLE, ReceivedFn, Serve, received_fn, serve,
 };
 use crate::ipc::mailbox::{CONFIG_BYTES, ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::worker::{RunOptions, Worker};
@@ -80,6 +78,9 @@ impl Serve for NestedServer {
         let bad = |e: Error| FrameError::new(ERR_BAD_FRAME, e.to_string());
         match req.command {
             CTRL_REGISTER_ORCH => {
+                let ReceivedFn::Orch(f) = received_fn(&req)? else {
+                    unreachable!("CTRL_REGISTER_ORCH carries an orchestration (rule C1 of ipc::child)")
+                };
                 let desc = Descriptor::from_bytes(req.payload).map_err(bad)?;
                 if desc.kind() != CallableKind::Orch {
                     return Err(FrameError::new(
@@ -87,17 +88,15 @@ impl Serve for NestedServer {
                         format!("{digest}: not an orchestration descriptor"),
                     ));
                 }
-                // SAFETY: rule C1 of `ipc::child` — `arg0` is the address of an `OrchFnPtr` of this
-                // same binary, taken in the parent this process was forked from.
-                let f: OrchFnPtr = unsafe { std::mem::transmute::<usize, OrchFnPtr>(req.arg0 as usize) };
                 self.registry
                     .install(digest, desc.bytes(), OrchFn::from_parts(f, desc.clone()))
                     .map(u64::from)
                     .map_err(bad)
             }
-            CTRL_REGISTER_CHIP => {
+            CTRL_REGISTER_CHIP | CTRL_REGISTER_CHIP_ORCH => {
+                let body = super::chip_body(received_fn(&req)?);
                 let desc = Descriptor::from_bytes(req.payload).map_err(bad)?;
-                let f = ChipFn::from_parts(req.arg0, desc).map_err(bad)?;
+                let f = ChipFn::from_parts(body, desc).map_err(bad)?;
                 self.inner.register_chip(f).map(|_| 0).map_err(bad)
             }
             CTRL_UNREGISTER => {
@@ -130,14 +129,14 @@ impl Serve for NestedServer {
             ));
         };
         let bad = |e: Error| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}"));
-        let decoded = decode_args(req.args).map_err(bad)?;
+        let decoded = decode_args(req.args()).map_err(bad)?;
         // Most tasks carry the default config: skip decoding (and validating) all-zero bytes.
         // Compared against zeros with `memcmp` (a byte loop was a visible share of a nested task).
         static ZEROS: [u8; CONFIG_BYTES] = [0; CONFIG_BYTES];
-        let config = if ZEROS.get(..req.config.len()) == Some(req.config) {
+        let config = if ZEROS.get(..req.config().len()) == Some(req.config()) {
             CallConfig::new()
         } else {
-            decode_config(req.config).map_err(bad)?
+            decode_config(req.config()).map_err(bad)?
         };
         // Re-export, never map: the descriptors (and so the identities) pass through unchanged.
         let mut args = TaskArgs::new();

@@ -6,17 +6,15 @@
 //! borrow-checked at run time), its panics caught. Controls install and release host functions
 //! registered after `init`.
 
-#![allow(unsafe_code)] // Rebuilding a fn pointer sent by the parent; rule C1 of `ipc::child`.
-
-use crate::callable::host::{HostFn, HostFnPtr};
+use crate::callable::host::HostFn;
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::data::buffer::Backing;
-use crate::data::host_args::{HostArgs, MappedTensor};
+use crate::data::host_args::HostArgs;
 use crate::data::wire::decode_args;
 use crate::ipc::child::{
-    CTRL_REGISTER_FN, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, Serve,
-    serve,
+    CTRL_REGISTER_FN, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver,
+    ReceivedFn, Serve, received_fn, serve,
 };
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -46,6 +44,9 @@ impl Serve for SubChild {
         let digest = Digest::from_bytes(req.digest);
         match req.command {
             CTRL_REGISTER_FN => {
+                let ReceivedFn::Host(f) = received_fn(&req)? else {
+                    unreachable!("CTRL_REGISTER_FN carries a host function (rule C1 of ipc::child)")
+                };
                 let desc = Descriptor::from_bytes(req.payload)
                     .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
                 if desc.kind() != CallableKind::HostFn {
@@ -54,9 +55,6 @@ impl Serve for SubChild {
                         format!("{digest}: not a host function descriptor"),
                     ));
                 }
-                // SAFETY: rule C1 — `arg0` is the address of a `HostFnPtr` of this same binary,
-                // taken in the parent this process was forked from.
-                let f: HostFnPtr = unsafe { std::mem::transmute::<usize, HostFnPtr>(req.arg0 as usize) };
                 let host = HostFn::from_parts(f, desc.clone());
                 self.registry
                     .install(digest, desc.bytes(), host)
@@ -83,19 +81,21 @@ impl Serve for SubChild {
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on sub worker {}", self.index),
             ));
         };
-        let decoded = decode_args(req.args)
+        let decoded = decode_args(req.args())
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+        let bad_tensor = |i: usize, m: String, device: bool| {
+            let m = if device { format!("{m}; a host function on a SUB worker cannot use it") } else { m };
+            FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
+        };
+        // Map every buffer first, then lend tensors that borrow the mappings (rule C2).
+        for (i, t) in decoded.tensors.iter().enumerate() {
+            let device = matches!(t.desc.backing(), Backing::Device { .. });
+            self.resolver.resolve(&t.desc).map_err(|m| bad_tensor(i, m, device))?;
+        }
         let mut mapped = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
-            let base = self.resolver.resolve(&t.desc).map_err(|m| {
-                let m = if matches!(t.desc.backing(), Backing::Device { .. }) {
-                    format!("{m}; a host function on a SUB worker cannot use it")
-                } else {
-                    m
-                };
-                FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}"))
-            })?;
-            mapped.push(MappedTensor { base, view: t.view, access: t.desc.access() });
+            let tensor = self.resolver.tensor(&t.desc, t.view, t.desc.access());
+            mapped.push(tensor.map_err(|m| bad_tensor(i, m, false))?);
         }
         let args = HostArgs::new(mapped, &decoded.scalars, self.index as u32)
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
