@@ -43,14 +43,15 @@ use crate::data::host_args::{HostArgs, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::engine::heap::{HeapBlock, IntermediateHeap};
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, DeviceHeap, Engine, EngineConfig};
+use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 
-/// The chip's device memory as the chip engine's [`DeviceHeap`]: `orch.alloc` inside a chip
+/// The chip's device memory as the chip engine's [`IntermediateHeap`]: `orch.alloc` inside a chip
 /// orchestration carves its intermediates from it, so they count against the chip's memory
 /// and kernels only ever touch device memory.
 struct ChipHeap {
@@ -58,26 +59,30 @@ struct ChipHeap {
     device: Arc<Device>,
 }
 
-impl DeviceHeap for ChipHeap {
-    fn chip(&self) -> u32 {
-        self.chip
-    }
-
-    fn size(&self) -> u64 {
-        self.device.size()
-    }
-
-    fn alloc(&self, bytes: u64) -> Result<Option<u64>> {
+impl IntermediateHeap for ChipHeap {
+    fn alloc(&self, _ring: usize, bytes: u64) -> Result<Option<(HeapBlock, Backing)>> {
         // `None`: no free block large enough now; a release may make room.
-        self.device.try_malloc(bytes)
+        let ptr = self
+            .device
+            .try_malloc(bytes)
+            .map_err(|e| e.context(format!("orch.alloc on chip {}", self.chip)))?;
+        Ok(ptr.map(|ptr| (HeapBlock { ring: 0, id: ptr }, Backing::Device { ptr, chip: self.chip })))
     }
 
-    fn release(&self, ptr: u64) {
-        if let Err(e) = self.device.free(ptr) {
+    fn release(&self, block: HeapBlock) {
+        if let Err(e) = self.device.free(block.id) {
             // The engine frees each allocation once, when its slot is consumed.
             debug_assert!(false, "freeing an orch.alloc block: {e}");
             tracing::error!(target: "simpler::chip", chip = self.chip, "freeing an orch.alloc block: {e}");
         }
+    }
+
+    fn hands_out(&self, backing: &Backing) -> bool {
+        matches!(backing, Backing::Device { chip, .. } if *chip == self.chip)
+    }
+
+    fn exhausted(&self, _ring: usize) -> (String, &'static str, u64) {
+        (format!("out of device memory on chip {}", self.chip), "chip_memory", self.device.size())
     }
 }
 
@@ -204,9 +209,10 @@ impl ChipRuntime {
         // intermediate): random, so they never collide with identities minted by the parent.
         let nonce = RandomState::new().hash_one((chip, std::process::id()));
         let scratch_nonce = RandomState::new().hash_one((chip, std::process::id(), "scratch"));
-        let mut engine =
-            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce).map_err(in_chip)?;
-        engine.device_heap = Some(Arc::new(ChipHeap { chip, device: device.clone() }));
+        let heap = Arc::new(ChipHeap { chip, device: device.clone() });
+        let engine =
+            Engine::with_heap(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce, heap)
+                .map_err(in_chip)?;
         {
             let mut kinds = engine.callables.write();
             for (digest, _, _) in registry.iter() {

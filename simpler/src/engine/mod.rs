@@ -24,6 +24,7 @@
 //!    the work), so one of them always sees the other.
 
 pub(crate) mod endpoint;
+pub(crate) mod heap;
 pub(crate) mod orch_fn;
 pub(crate) mod orchestrator;
 pub(crate) mod ring;
@@ -42,11 +43,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use crate::callable::identity::{CallableKind, Digest};
+use crate::engine::heap::{HostRings, IntermediateHeap};
 use crate::engine::orchestrator::OrchBuffers;
-use crate::engine::ring::{HEAP_RINGS, HeapRing, TaskWindow};
+use crate::engine::ring::TaskWindow;
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
-use crate::engine::slot::{HeapBlock, Slot, State};
+use crate::engine::slot::{Slot, State};
 use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
@@ -206,27 +208,12 @@ struct Runs {
     spare: Option<Arc<RunState>>,
 }
 
-/// Device memory an engine carves `orch.alloc` intermediates from instead of its heap rings:
-/// the engine inside a chip, whose kernels touch only the chip's own memory.
-pub(crate) trait DeviceHeap: Send + Sync {
-    /// The chip the memory belongs to (what `Backing::Device::chip` names).
-    fn chip(&self) -> u32;
-    /// The memory's size in bytes (for messages).
-    fn size(&self) -> u64;
-    /// Allocates `bytes`: `Ok(None)` when no free block is large enough now (a release may make
-    /// room), an error when the request can never fit.
-    fn alloc(&self, bytes: u64) -> Result<Option<u64>>;
-    /// Frees an allocation made by [`alloc`](DeviceHeap::alloc).
-    fn release(&self, ptr: u64);
-}
-
 /// One level's engine.
 pub(crate) struct Engine {
     pub(crate) cfg: EngineConfig,
     pub(crate) window: TaskWindow,
-    pub(crate) heaps: Vec<HeapRing>,
-    /// Where `orch.alloc` takes memory from instead of `heaps`, if set (inside a chip).
-    pub(crate) device_heap: Option<Arc<dyn DeviceHeap>>,
+    /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
+    pub(crate) heap: Arc<dyn IntermediateHeap>,
     pub(crate) tensor_map: TensorMap,
     /// The scheduler role (rule 1).
     sched: Mutex<Scheduler>,
@@ -276,12 +263,27 @@ impl Engine {
         if cfg.pipeline_depth == 0 {
             return Err(Error::invalid("pipeline_depth must be at least 1"));
         }
-        let heaps = (0..HEAP_RINGS).map(|_| HeapRing::new(cfg.heap_ring_size)).collect::<Result<Vec<_>>>()?;
+        let heap = Arc::new(HostRings::new(cfg.heap_ring_size)?);
+        Engine::with_heap(cfg, bell, nonce, heap)
+    }
+
+    /// An engine whose `orch.alloc` takes memory from `heap`.
+    pub(crate) fn with_heap(
+        cfg: EngineConfig,
+        bell: Bell,
+        nonce: u64,
+        heap: Arc<dyn IntermediateHeap>,
+    ) -> Result<Engine> {
+        if cfg.task_window == 0 {
+            return Err(Error::invalid("task_window must be at least 1"));
+        }
+        if cfg.pipeline_depth == 0 {
+            return Err(Error::invalid("pipeline_depth must be at least 1"));
+        }
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
             window: TaskWindow::new(cfg.task_window),
-            heaps,
-            device_heap: None,
+            heap,
             tensor_map: TensorMap::default(),
             sched: Mutex::new(Scheduler::new(&cfg, inbox_rx)),
             inbox_tx,
@@ -719,14 +721,7 @@ impl Engine {
         }
         if let Some(hold) = slot.heap {
             self.tensor_map.erase(slot.run.id, &[hold.identity], slot);
-            match hold.block {
-                HeapBlock::Ring { ring, block } => self.heaps[ring].release(block),
-                HeapBlock::Device { ptr } => {
-                    if let Some(dev) = &self.device_heap {
-                        dev.release(ptr);
-                    }
-                }
-            }
+            self.heap.release(hold.block);
         }
         self.window.release();
         if slot.run.slot_consumed() {

@@ -20,7 +20,7 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::buffer::{Access, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::{TaskArgs, TaskHandle};
@@ -29,7 +29,7 @@ use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{HeapBlock, HeapHold, Member, Slot, State, Target, TaskData};
+use crate::engine::slot::{HeapHold, Member, Slot, State, Target, TaskData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
 
@@ -559,18 +559,8 @@ impl<'a> Orchestrator<'a> {
         let ring = ring_for_depth(self.scope_depth());
         self.claim_window("orch.alloc")?;
         let eng = self.eng;
-        // Inside a chip the memory is the chip's own; elsewhere a block of the scope's ring.
-        let try_alloc = || -> Result<Option<(HeapBlock, Backing)>> {
-            Ok(match &eng.device_heap {
-                Some(dev) => dev
-                    .alloc(bytes)
-                    .map_err(|e| e.context(format!("orch.alloc on chip {}", dev.chip())))?
-                    .map(|ptr| (HeapBlock::Device { ptr }, Backing::Device { ptr, chip: dev.chip() })),
-                None => eng.heaps[ring]
-                    .try_alloc(bytes)?
-                    .map(|(block, addr)| (HeapBlock::Ring { ring, block }, Backing::HeapSlab { addr })),
-            })
-        };
+        // A block of the scope's heap ring, or, inside a chip, of the chip's memory.
+        let try_alloc = || eng.heap.alloc(ring, bytes);
         let mut got = try_alloc();
         if matches!(got, Ok(None)) {
             let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
@@ -598,14 +588,7 @@ impl<'a> Orchestrator<'a> {
             Ok(None) => {
                 self.eng.window.release();
                 let waited = self.eng.cfg.backpressure_timeout;
-                let (what, knob, size) = match &self.eng.device_heap {
-                    Some(dev) => {
-                        (format!("out of device memory on chip {}", dev.chip()), "chip_memory", dev.size())
-                    }
-                    None => {
-                        (format!("heap ring {ring} exhausted"), "heap_ring_size", self.eng.heaps[ring].size())
-                    }
-                };
+                let (what, knob, size) = self.eng.heap.exhausted(ring);
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
@@ -880,11 +863,7 @@ impl<'a> Orchestrator<'a> {
             // in this run (after its scope ended and it was reclaimed, the bytes belong to
             // another allocation).
             // Inside a chip `orch.alloc` hands out device memory under the same nonce.
-            let minted_here = match t.desc().backing() {
-                Backing::HeapSlab { .. } => true,
-                Backing::Device { .. } => self.eng.device_heap.is_some(),
-                Backing::PosixShm { .. } => false,
-            };
+            let minted_here = self.eng.heap.hands_out(&t.desc().backing());
             if minted_here
                 && t.desc().identity().owner() == self.eng.nonce
                 && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())

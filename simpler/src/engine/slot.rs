@@ -117,17 +117,7 @@ pub(crate) struct Links {
 pub(crate) struct HeapHold {
     /// The allocation's buffer identity (its TensorMap creator entry).
     pub(crate) identity: Identity,
-    pub(crate) block: HeapBlock,
-}
-
-/// Where an `orch.alloc` allocation lives.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum HeapBlock {
-    /// A block of heap ring `ring` (host memory of this level).
-    Ring { ring: usize, block: u64 },
-    /// Device memory at `ptr` of the engine's [`DeviceHeap`](crate::engine::DeviceHeap) (the
-    /// engine inside a chip).
-    Device { ptr: u64 },
+    pub(crate) block: crate::engine::heap::HeapBlock,
 }
 
 /// One task of a run.

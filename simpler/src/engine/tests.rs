@@ -28,6 +28,7 @@ use crate::engine::endpoint::Outcome;
 use crate::engine::endpoint::testing::{
     Behaviour, Logged, ManualControl, ManualEndpoint, StartLog, Started, ThreadEndpoint,
 };
+use crate::engine::heap::HostRings;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::ring::HEAP_RINGS;
 use crate::engine::run::{RunHandle, RunState};
@@ -66,6 +67,8 @@ fn cfg(next_level: usize, sub: usize) -> EngineConfig {
 /// An engine with its lanes, a chip callable for NEXT_LEVEL and a host callable for SUB.
 struct Rig {
     eng: Arc<Engine>,
+    /// The engine's heap rings.
+    rings: Arc<HostRings>,
     chip: CallableHandle,
     host: CallableHandle,
     /// Every dispatch, in the order the scheduler made it.
@@ -78,7 +81,9 @@ impl Rig {
     fn build(cfg: EngineConfig, lane: impl Fn(LaneKind, &Arc<Doorbell>) -> Box<dyn LaneEp>) -> Rig {
         let bell = Arc::new(Doorbell::new());
         let (n, m) = (cfg.next_level_workers, cfg.sub_workers);
-        let eng = Engine::new(cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), 0xa110c).unwrap();
+        let rings = Arc::new(HostRings::new(cfg.heap_ring_size).unwrap());
+        let bell_ref = Bell::Shared(Arc::new(BellRef(bell.clone())));
+        let eng = Engine::with_heap(cfg, bell_ref, 0xa110c, rings.clone()).unwrap();
         let log: StartLog = Arc::default();
         let kinds = (0..n as u32).map(LaneKind::NextLevel).chain((0..m as u32).map(LaneKind::Sub));
         let (mut nl, mut sub) = (Vec::new(), Vec::new());
@@ -101,7 +106,7 @@ impl Rig {
             reg.insert(chip.digest(), CallableKind::Chip);
             reg.insert(host.digest(), CallableKind::HostFn);
         }
-        Rig { eng: Arc::new(eng), chip, host, log, nl, sub }
+        Rig { eng: Arc::new(eng), rings, chip, host, log, nl, sub }
     }
 
     /// Lanes the test finishes by hand.
@@ -166,7 +171,7 @@ impl Rig {
         assert_eq!(self.eng.window.live(), 0, "live slots after every run finished");
         assert_eq!(self.eng.tensor_map.len(), 0, "TensorMap entries after every run finished");
         for r in 0..HEAP_RINGS {
-            assert_eq!(self.eng.heaps[r].used(), 0, "heap ring {r} bytes held after every run finished");
+            assert_eq!(self.rings.ring(r).used(), 0, "heap ring {r} bytes held after every run finished");
         }
     }
 }
@@ -1096,10 +1101,10 @@ fn alloc_uses_the_ring_of_its_scope_depth_and_is_reclaimed() {
         let t = orch.alloc(&[256], DataType::Float32).unwrap();
         let ring = depth.min(HEAP_RINGS - 1);
         assert!(
-            rig.eng.heaps[ring].contains(slab(&t), t.desc().nbytes()),
+            rig.rings.ring(ring).contains(slab(&t), t.desc().nbytes()),
             "depth {depth} allocates from ring {ring}"
         );
-        assert!(rig.eng.heaps[ring].used() >= 1024);
+        assert!(rig.rings.ring(ring).used() >= 1024);
         orch.scope_begin().unwrap();
     }
     for _ in 0..6 {
@@ -1107,21 +1112,21 @@ fn alloc_uses_the_ring_of_its_scope_depth_and_is_reclaimed() {
     }
     for r in 1..HEAP_RINGS {
         assert_eq!(
-            rig.eng.heaps[r].used(),
+            rig.rings.ring(r).used(),
             0,
             "ring {r}: unreferenced allocations are reclaimed at scope end"
         );
     }
-    assert!(rig.eng.heaps[0].used() > 0, "the outer scope still holds its allocation");
+    assert!(rig.rings.ring(0).used() > 0, "the outer scope still holds its allocation");
 
     // An allocation named by a running task outlives its scope until that task is done.
     orch.scope_begin().unwrap();
     let t = orch.alloc(&[16], DataType::Float32).unwrap();
     orch.submit_next_level(&rig.chip, args(1, &[(&t, Tag::Input)]), cc(), 0).unwrap();
     orch.scope_end().unwrap();
-    assert!(rig.eng.heaps[1].used() > 0, "retained by its running consumer");
+    assert!(rig.rings.ring(1).used() > 0, "retained by its running consumer");
     rig.nl[0].finish(Outcome::Success);
-    rig.drive("the allocation to be reclaimed before the run ends", || rig.eng.heaps[1].used() == 0);
+    rig.drive("the allocation to be reclaimed before the run ends", || rig.rings.ring(1).used() == 0);
     assert!(!run.is_done());
     orch.finish(None);
     rig.wait(&run).unwrap();

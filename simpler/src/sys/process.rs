@@ -238,11 +238,13 @@ fn monitor_loop(
 
 /// A child forked outside a Worker (tests, benchmarks): killed (`SIGKILL`) and reaped on drop
 /// unless a wait already reaped it (rule P5). The one kill-and-reap guard of the crate.
+#[cfg(any(test, feature = "bench-support"))]
 pub(crate) struct ChildGuard {
     pid: Pid,
     reaped: bool,
 }
 
+#[cfg(any(test, feature = "bench-support"))]
 impl ChildGuard {
     /// Forks a child that runs `body` (see [`fork_child`]) and guards it.
     pub(crate) fn fork(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
@@ -289,6 +291,7 @@ impl ChildGuard {
     }
 }
 
+#[cfg(any(test, feature = "bench-support"))]
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if !self.reaped {

@@ -924,7 +924,7 @@ impl Worker {
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let nonce = random_u64();
         let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
-        let mut heaps: Vec<(u64, u64)> = engine.heaps.iter().filter_map(|h| h.span()).collect();
+        let mut heaps: Vec<(u64, u64)> = engine.heap.spans();
         heaps.extend(self.extra_heaps.iter().copied());
         let label = |i: usize| match (i < n_sub, nested) {
             (true, _) => format!("sub worker {i}"),
