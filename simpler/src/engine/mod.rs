@@ -624,7 +624,45 @@ impl Engine {
         }
     }
 
-    /// Rule 3 of the slot module, over the whole downstream cone (iteratively).
+    /// Fails `slot`, which has not started, with `err`: the one way a task fails without
+    /// running. A `Building` slot belongs to the submitting thread, which calls this at
+    /// publication; a `Pending` or `Ready` one moves to `Failed` only if this call wins the CAS
+    /// (rule 1 of the slot module). Its members are skipped, the run counts it failed, its
+    /// consumers are poisoned (rule 3, over the whole downstream cone), and its references are
+    /// dropped. Returns false, doing nothing, when the slot was past that (running or done).
+    pub(crate) fn fail_unstarted(&self, slot: &Arc<Slot>, err: Error) -> bool {
+        let Some(fanout) = self.fail_one(slot, err.clone()) else { return false };
+        self.poison_all(fanout, slot, &err);
+        true
+    }
+
+    /// The state change and bookkeeping of [`Engine::fail_unstarted`] for one slot; returns
+    /// its consumers for the caller to poison.
+    fn fail_one(&self, slot: &Arc<Slot>, err: Error) -> Option<smallvec::SmallVec<[Arc<Slot>; 4]>> {
+        let (fanout, retained) = {
+            let mut l = slot.lock();
+            match slot.state() {
+                State::Building => slot.set_state(State::Failed),
+                s @ (State::Pending | State::Ready) if slot.cas(s, State::Failed) => {}
+                _ => return None,
+            }
+            l.failure = Some(err);
+            for m in l.members.iter_mut() {
+                *m = slot::Member::Skipped;
+            }
+            (std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained))
+        };
+        slot.run.failed.fetch_add(1, Ordering::Relaxed);
+        for p in retained {
+            self.release_ref(&p);
+        }
+        self.release_ref(slot);
+        Some(fanout)
+    }
+
+    /// Rule 3 of the slot module, over the whole downstream cone (iteratively): a consumer
+    /// still being built is marked (its submitting thread fails it at publication); a pending
+    /// or ready one fails now.
     fn poison_all(&self, first: smallvec::SmallVec<[Arc<Slot>; 4]>, producer: &Arc<Slot>, cause: &Error) {
         let mut work: Vec<(Arc<Slot>, String)> =
             first.into_iter().map(|c| (c, producer.describe())).collect();
@@ -633,33 +671,18 @@ impl Engine {
                 ErrorKind::Poisoned,
                 format!("{} did not run: {by} failed: {}", victim.describe(), cause.message()),
             );
-            let taken = {
+            if victim.state() == State::Building {
                 let mut l = victim.lock();
-                match victim.state() {
-                    State::Building => {
-                        if l.poisoned.is_none() {
-                            l.poisoned = Some(poison);
-                        }
-                        None
+                if victim.state() == State::Building {
+                    if l.poisoned.is_none() {
+                        l.poisoned = Some(poison);
                     }
-                    s @ (State::Pending | State::Ready) if victim.cas(s, State::Failed) => {
-                        l.failure = Some(poison);
-                        for m in l.members.iter_mut() {
-                            *m = slot::Member::Skipped;
-                        }
-                        Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
-                    }
-                    _ => None,
+                    continue;
                 }
-            };
-            if let Some((fanout, retained)) = taken {
-                victim.run.failed.fetch_add(1, Ordering::Relaxed);
-                let name = victim.describe();
+            }
+            let name = victim.describe();
+            if let Some(fanout) = self.fail_one(&victim, poison) {
                 work.extend(fanout.into_iter().map(|c| (c, name.clone())));
-                for p in retained {
-                    self.release_ref(&p);
-                }
-                self.release_ref(&victim);
             }
         }
     }
@@ -668,26 +691,8 @@ impl Engine {
     /// error): they never run, and are released and consumed normally.
     pub(crate) fn cancel_unstarted(&self, slots: &[Arc<Slot>], cause: &Error) {
         for s in slots {
-            let taken = {
-                let mut l = s.lock();
-                match s.state() {
-                    st @ (State::Pending | State::Ready) if s.cas(st, State::Failed) => {
-                        l.failure = Some(cause.clone());
-                        for m in l.members.iter_mut() {
-                            *m = slot::Member::Skipped;
-                        }
-                        Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
-                    }
-                    _ => None,
-                }
-            };
-            if let Some((fanout, retained)) = taken {
-                s.run.failed.fetch_add(1, Ordering::Relaxed);
-                self.poison_all(fanout, s, cause);
-                for p in retained {
-                    self.release_ref(&p);
-                }
-                self.release_ref(s);
+            if s.state() != State::Building {
+                self.fail_unstarted(s, cause.clone());
             }
         }
     }

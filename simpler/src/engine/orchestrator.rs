@@ -29,7 +29,7 @@ use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{HeapHold, Member, Slot, State, Target, TaskData};
+use crate::engine::slot::{HeapHold, Slot, State, Target, TaskData};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
 
@@ -1075,7 +1075,7 @@ impl<'a> Orchestrator<'a> {
         enum Next {
             Ready,
             Pending,
-            Failed(SmallVec<[Arc<Slot>; 4]>),
+            Failed(Error),
         }
         let next = {
             let mut l = slot.lock();
@@ -1093,12 +1093,7 @@ impl<'a> Orchestrator<'a> {
                 None => l.poisoned.take(),
             };
             if let Some(err) = poison {
-                slot.set_state(State::Failed);
-                l.failure = Some(err);
-                for m in l.members.iter_mut() {
-                    *m = Member::Skipped;
-                }
-                Next::Failed(std::mem::take(&mut l.retained))
+                Next::Failed(err)
             } else if l.fanin_released >= live {
                 slot.set_state(State::Ready);
                 Next::Ready
@@ -1110,12 +1105,8 @@ impl<'a> Orchestrator<'a> {
         match next {
             Next::Ready => self.eng.publish_ready(slot.clone()),
             Next::Pending => {}
-            Next::Failed(retained) => {
-                self.run.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                for p in retained {
-                    self.eng.release_ref(&p);
-                }
-                self.eng.release_ref(slot);
+            Next::Failed(err) => {
+                self.eng.fail_unstarted(slot, err);
             }
         }
     }
