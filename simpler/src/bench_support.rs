@@ -14,7 +14,6 @@ use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
-use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
@@ -224,15 +223,20 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
     for _ in 0..reps {
         let batch = all.clone();
         release.store(false, Ordering::Release);
-        let run = engine.begin_run(false)?;
-        let mut orch = Orchestrator::new(&engine, run.clone());
-        let start = Instant::now();
-        for args in batch {
-            orch.submit_sub(&noop, args)?;
-        }
-        let submit = start.elapsed();
-        release.store(true, Ordering::Release);
-        orch.finish(None);
+        let mut start = Instant::now();
+        let mut submit = Duration::ZERO;
+        let built = engine
+            .build_run(false, false, |orch| {
+                start = Instant::now();
+                for args in batch {
+                    orch.submit_sub(&noop, args)?;
+                }
+                submit = start.elapsed();
+                release.store(true, Ordering::Release);
+                Ok(())
+            })
+            .map_err(crate::engine::BuildFailed::into_error)?;
+        let run = built.run;
         if !engine.drive_until(|| run.is_done(), Some(Instant::now() + HANG)) {
             return Err(Error::new(ErrorKind::Timeout, "submit benchmark: the run did not drain in 10 s"));
         }

@@ -44,7 +44,6 @@ use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::heap::{HeapBlock, IntermediateHeap};
-use crate::engine::orchestrator::Orchestrator;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
@@ -411,25 +410,12 @@ impl ChipRuntime {
             args.scalar(s);
         }
         let eng = &self.engine;
-        let _building = sync::lock(&eng.building);
-        let run = eng.begin_run(false)?;
-        let mut orch = Orchestrator::new(eng, run.clone());
-        let outcome = catch_unwind(AssertUnwindSafe(|| o(&mut orch, &args, config)));
-        let error = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e),
-            Err(panic) => Some(Error::new(
-                ErrorKind::TaskFailed,
-                format!("panicked: {}", crate::error::panic_message(&*panic)),
-            )),
-        };
-        orch.finish(error.as_ref());
-        eng.drive_until(|| run.is_done(), None);
         let context = format!("chip orchestration `{name}` on chip {chip}");
-        match error {
-            Some(e) => Err(e.context(context)),
-            None => run.result().map_err(|e| e.context(context)),
-        }
+        let built = eng
+            .build_run(false, false, |orch| o(orch, &args, config))
+            .map_err(|f| f.into_error().context(&context))?;
+        eng.drive_until(|| built.run.is_done(), None);
+        built.run.result().map_err(|e| e.context(context))
     }
 
     /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).

@@ -36,6 +36,7 @@ pub(crate) mod tensor_map;
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
@@ -44,7 +45,7 @@ use crossbeam_channel::Sender;
 
 use crate::callable::identity::{CallableKind, Digest};
 use crate::engine::heap::{HostRings, IntermediateHeap};
-use crate::engine::orchestrator::OrchBuffers;
+use crate::engine::orchestrator::{OrchBuffers, Orchestrator};
 use crate::engine::ring::TaskWindow;
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
@@ -198,6 +199,38 @@ impl CallableKinds {
     }
 }
 
+/// A run an orchestration function built (see [`Engine::build_run`]).
+pub(crate) struct Built<'e> {
+    pub(crate) run: Arc<RunState>,
+    /// The announcement that the builder will wait on the run (when it asked for one).
+    pub(crate) intent: Option<WaiterIntent<'e>>,
+}
+
+/// Why [`Engine::build_run`] built no run: the orchestration function's error, or its panic
+/// (the run was wound down first, so a caller may resume the panic).
+pub(crate) enum BuildFailed {
+    Error(Error),
+    Panic(Box<dyn std::any::Any + Send>),
+}
+
+impl BuildFailed {
+    /// The error a panic becomes when it is not resumed.
+    fn panic_error(panic: &(dyn std::any::Any + Send)) -> Error {
+        Error::new(
+            ErrorKind::TaskFailed,
+            format!("the orchestration function panicked: {}", crate::error::panic_message(panic)),
+        )
+    }
+
+    /// As an error (a panic becomes a [`ErrorKind::TaskFailed`] error with its message).
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            BuildFailed::Error(e) => e,
+            BuildFailed::Panic(panic) => BuildFailed::panic_error(&*panic),
+        }
+    }
+}
+
 /// Admitted runs, and a finished one kept for reuse.
 #[derive(Default)]
 struct Runs {
@@ -239,9 +272,9 @@ pub(crate) struct Engine {
     head_run: AtomicU64,
     next_run_id: AtomicU64,
     /// Serializes graph building (one orchestration function at a time).
-    pub(crate) building: Mutex<()>,
+    building: Mutex<()>,
     /// The thread building right now (to refuse a re-entrant submit instead of deadlocking).
-    pub(crate) builder: AtomicUsize,
+    builder: AtomicUsize,
     closed: AtomicBool,
     stopping: AtomicBool,
     /// Callables registered on this level, with their kind.
@@ -360,6 +393,66 @@ impl Engine {
         runs.live.push_back(run.clone());
         self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
         Ok(run)
+    }
+
+    /// Builds one run: refuses a build from inside an orchestration function of this engine
+    /// (it would deadlock on the build lock), takes the build lock (one orchestration
+    /// function at a time), admits the run, runs `f` on its Orchestrator with panics caught, and
+    /// ends the build. `will_wait` announces, once this thread builds, that it will wait on the
+    /// run, so the background thread leaves it the scheduler role. When `f` fails or panics,
+    /// the run's unstarted tasks are cancelled and the run is driven to its end before this
+    /// returns the error or the panic.
+    ///
+    /// The one place a run is built: the Worker, the chip runtime and the benchmarks call it.
+    pub(crate) fn build_run<F>(
+        &self,
+        capture: bool,
+        will_wait: bool,
+        f: F,
+    ) -> std::result::Result<Built<'_>, BuildFailed>
+    where
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
+    {
+        // A token unique to this thread (the address of a thread-local), to refuse a
+        // re-entrant build instead of deadlocking on `building`.
+        thread_local!(static TOKEN: u8 = const { 0 });
+        let me = TOKEN.with(|t| t as *const u8 as usize);
+        if self.builder.load(Ordering::Acquire) == me {
+            return Err(BuildFailed::Error(Error::state(
+                "Worker.submit: called from inside an orchestration function of the same Worker; \
+                 submit tasks through the Orchestrator instead",
+            )));
+        }
+        let _building = sync::lock(&self.building);
+        // Only once this thread builds (not while it queues behind another builder).
+        let intent = will_wait.then(|| self.announce_waiter());
+        self.builder.store(me, Ordering::Release);
+        struct ClearBuilder<'a>(&'a AtomicUsize);
+        impl Drop for ClearBuilder<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
+        let _clear = ClearBuilder(&self.builder);
+        let run = self.begin_run(capture).map_err(BuildFailed::Error)?;
+        let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
+        let mut orch = Orchestrator::new(self, run.clone());
+        match catch_unwind(AssertUnwindSafe(|| f(&mut orch))) {
+            Ok(Ok(())) => {
+                orch.finish(None);
+                Ok(Built { run, intent })
+            }
+            Ok(Err(e)) => {
+                orch.finish(Some(&e));
+                self.drive_until(|| run.is_done(), None);
+                Err(BuildFailed::Error(e))
+            }
+            Err(panic) => {
+                orch.finish(Some(&BuildFailed::panic_error(&*panic)));
+                self.drive_until(|| run.is_done(), None);
+                Err(BuildFailed::Panic(panic))
+            }
+        }
     }
 
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.

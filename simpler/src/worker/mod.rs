@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::resume_unwind;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, Engine, EngineConfig};
+use crate::engine::{Bell, BuildFailed, Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, HostResolver};
 use crate::ipc::endpoint::MailboxEndpoint;
@@ -1243,48 +1243,10 @@ impl Worker {
         let RunOptions { args, config, capture } = options;
         config.validate()?;
         let eng = &live.engine;
-        // A token unique to this thread (the address of a thread-local), to refuse a
-        // re-entrant submit instead of deadlocking on `building`.
-        thread_local!(static TOKEN: u8 = const { 0 });
-        let me = TOKEN.with(|t| t as *const u8 as usize);
-        use std::sync::atomic::Ordering::{Acquire, Release};
-        if eng.builder.load(Acquire) == me {
-            return Err(Error::state(
-                "Worker.submit: called from inside an orchestration function of the same Worker; \
-                 submit tasks through the Orchestrator instead",
-            ));
-        }
-        let _building = sync::lock(&eng.building);
-        // Only once this thread builds (not while it queues behind another builder).
-        let intent = will_wait.then(|| eng.announce_waiter());
-        eng.builder.store(me, Release);
-        struct ClearBuilder<'a>(&'a std::sync::atomic::AtomicUsize);
-        impl Drop for ClearBuilder<'_> {
-            fn drop(&mut self) {
-                self.0.store(0, Release);
-            }
-        }
-        let _clear = ClearBuilder(&eng.builder);
-        let run = eng.begin_run(capture)?;
-        let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
-        let mut orch = Orchestrator::new(eng, run.clone());
-        let outcome = catch_unwind(AssertUnwindSafe(|| orch_fn(&mut orch, &args, &config)));
-        let handle = RunHandle { run: run.clone(), engine: eng.clone() };
-        match outcome {
-            Ok(Ok(())) => {
-                orch.finish(None);
-                Ok((handle, intent))
-            }
-            Ok(Err(e)) => {
-                orch.finish(Some(&e));
-                eng.drive_until(|| run.is_done(), None);
-                Err(e)
-            }
-            Err(panic) => {
-                orch.finish(Some(&Error::new(ErrorKind::TaskFailed, "the orchestration function panicked")));
-                eng.drive_until(|| run.is_done(), None);
-                resume_unwind(panic)
-            }
+        match eng.build_run(capture, will_wait, |orch| orch_fn(orch, &args, &config)) {
+            Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
+            Err(BuildFailed::Error(e)) => Err(e),
+            Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
         }
     }
 

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::callable::host::HostResult;
 use crate::data::dtype::DataType;
+use crate::engine::orchestrator::Orchestrator;
 
 const CHIP: u32 = 3;
 
