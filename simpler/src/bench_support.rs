@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 use nix::sys::wait::WaitStatus;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::data::buffer::IdentityMinter;
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::engine::heap::HostRings;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, Engine, EngineConfig};
+use crate::engine::{Bell, Engine, EngineConfig, LevelParts, NoDevices};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
 use crate::sys::futex::Doorbell;
@@ -181,7 +183,12 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
         sub_workers: lanes as usize,
         ..EngineConfig::default()
     };
-    let engine = Engine::new(cfg, Bell::Local(Box::new(Doorbell::new())), nonce)?;
+    let parts = LevelParts {
+        minter: std::sync::Arc::new(IdentityMinter::new(nonce)),
+        heap: std::sync::Arc::new(HostRings::new(cfg.heap_ring_size)?),
+        devices: std::sync::Arc::new(NoDevices),
+    };
+    let engine = Engine::new(cfg, Bell::Local(Box::new(Doorbell::new())), parts)?;
     let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     engine.attach_lanes(
         (0..lanes)
@@ -192,7 +199,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             .collect(),
     );
     let digest = Digest::of(b"simpler bench: no-op host function");
-    engine.callables.write().insert(digest, CallableKind::HostFn);
+    engine.callables().write().insert(digest, CallableKind::HostFn);
     let noop = CallableHandle::new(digest, CallableKind::HostFn, "bench_noop");
 
     // Fake buffers: nothing dereferences them (the endpoints never look at the arguments).

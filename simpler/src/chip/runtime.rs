@@ -37,7 +37,7 @@ use crate::chip::arena::Arena;
 use crate::chip::device::Device;
 use crate::chip::sim::{BackendFactory, ChipSpec};
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::host_args::{HostArgs, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
@@ -45,7 +45,8 @@ use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::heap::{HeapBlock, IntermediateHeap};
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, Engine, EngineConfig};
+use crate::engine::slot::Target;
+use crate::engine::{Bell, DeviceRules, Engine, EngineConfig, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
@@ -82,6 +83,32 @@ impl IntermediateHeap for ChipHeap {
 
     fn exhausted(&self, _ring: usize) -> (String, &'static str, u64) {
         (format!("out of device memory on chip {}", self.chip), "chip_memory", self.device.size())
+    }
+}
+
+/// The chip engine's device rule: device memory of this chip may go to any of its cores (the
+/// core checks the allocation is live when it starts the kernel); another chip's never.
+struct OneChip {
+    chip: u32,
+}
+
+impl DeviceRules for OneChip {
+    fn check(
+        &self,
+        callable: &CallableHandle,
+        i: usize,
+        chip: u32,
+        _: Identity,
+        _: &Target,
+        _: usize,
+    ) -> Result<()> {
+        if chip == self.chip {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{callable}: tensor {i} is device memory of chip {chip}, but this orchestration runs on chip {}; device memory is usable only by its own chip",
+            self.chip
+        )))
     }
 }
 
@@ -164,8 +191,8 @@ pub(crate) struct ChipRuntime {
     /// Set for the duration of a run; still set at the next call only if a run unwound out of
     /// the runtime itself (user code is caught), after which the chip refuses further runs.
     in_run: bool,
-    /// Owner nonce of the host scratch buffers' identities.
-    scratch_nonce: u64,
+    /// Mints the host scratch buffers' identities (a nonce of their own).
+    scratch: IdentityMinter,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -200,20 +227,22 @@ impl ChipRuntime {
             next_level_workers: cores,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
-            local_chip: Some(chip),
             ..EngineConfig::default()
         };
         // Owner nonces of the buffers this chip mints, `orch.alloc` intermediates (the engine's)
         // and host scratch (its own, so the engine never takes scratch for a reclaimed
         // intermediate): random, so they never collide with identities minted by the parent.
         let nonce = RandomState::new().hash_one((chip, std::process::id()));
-        let scratch_nonce = RandomState::new().hash_one((chip, std::process::id(), "scratch"));
-        let heap = Arc::new(ChipHeap { chip, device: device.clone() });
+        let scratch = IdentityMinter::new(RandomState::new().hash_one((chip, std::process::id(), "scratch")));
+        let parts = LevelParts {
+            minter: Arc::new(IdentityMinter::new(nonce)),
+            heap: Arc::new(ChipHeap { chip, device: device.clone() }),
+            devices: Arc::new(OneChip { chip }),
+        };
         let engine =
-            Engine::with_heap(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), nonce, heap)
-                .map_err(in_chip)?;
+            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?;
         {
-            let mut kinds = engine.callables.write();
+            let mut kinds = engine.callables().write();
             for (digest, _, _) in registry.iter() {
                 kinds.insert(*digest, CallableKind::Chip);
             }
@@ -228,7 +257,7 @@ impl ChipRuntime {
         }
         engine.attach_lanes(lanes);
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
-        Ok(ChipRuntime { chip, device, registry, engine, closed: false, in_run: false, scratch_nonce })
+        Ok(ChipRuntime { chip, device, registry, engine, closed: false, in_run: false, scratch })
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
@@ -240,7 +269,7 @@ impl ChipRuntime {
     /// slot.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], f: ChipFn) -> Result<u32> {
         let slot = sync::write(&self.registry).install(digest, descriptor, f)?;
-        self.engine.callables.write().insert(digest, CallableKind::Chip);
+        self.engine.callables().write().insert(digest, CallableKind::Chip);
         Ok(slot)
     }
 
@@ -248,7 +277,7 @@ impl ChipRuntime {
     pub(crate) fn release(&mut self, digest: &Digest) -> Result<bool> {
         let freed = sync::write(&self.registry).release(digest)?;
         if freed {
-            self.engine.callables.write().remove(digest);
+            self.engine.callables().write().remove(digest);
         }
         Ok(freed)
     }
@@ -373,8 +402,7 @@ impl ChipRuntime {
                     if m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
-                    let id = self.engine.next_buffer_id.fetch_add(1, Ordering::Relaxed);
-                    let identity = Identity::new(self.scratch_nonce, id, 1)?;
+                    let identity = self.scratch.mint()?;
                     out.push(Prepared { ptr, view, access: m.access(), identity, nbytes: size });
                 }
             }

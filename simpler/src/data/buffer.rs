@@ -99,6 +99,32 @@ impl fmt::Display for Identity {
     }
 }
 
+/// Mints the identities of one owner: its nonce and a counter (buffer ids from 1). Each level
+/// that makes buffers owns one (a Worker for its host and device buffers and its engine's
+/// `orch.alloc` intermediates; a chip for its own).
+#[derive(Debug)]
+pub(crate) struct IdentityMinter {
+    owner: u64,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl IdentityMinter {
+    /// A minter for owner nonce `owner`.
+    pub(crate) fn new(owner: u64) -> IdentityMinter {
+        IdentityMinter { owner, next: std::sync::atomic::AtomicU64::new(1) }
+    }
+
+    /// The owner nonce of every identity it mints.
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// A fresh identity (generation 1).
+    pub(crate) fn mint(&self) -> Result<Identity> {
+        Identity::new(self.owner, self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed), 1)
+    }
+}
+
 /// The access a buffer (or a view of it handed to a task) grants.
 ///
 /// ```

@@ -43,12 +43,15 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use crate::callable::identity::CallableHandle;
 use crate::callable::identity::{CallableKind, Digest};
-use crate::engine::heap::{HostRings, IntermediateHeap};
+use crate::data::buffer::{Identity, IdentityMinter};
+use crate::engine::heap::IntermediateHeap;
 use crate::engine::orchestrator::{OrchBuffers, Orchestrator};
 use crate::engine::ring::TaskWindow;
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
+use crate::engine::slot::Target;
 use crate::engine::slot::{Slot, State};
 use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
@@ -77,11 +80,6 @@ pub(crate) struct EngineConfig {
     /// The kind of callable NEXT_LEVEL workers run (chips run chip callables, nested Workers
     /// run orchestration functions).
     pub(crate) next_level_kind: CallableKind,
-    /// `Some(id)` for the engine inside chip `id`, whose NEXT_LEVEL workers are its cores: device
-    /// memory of chip `id` may go to any core (the chip checks liveness at dispatch). `None` at
-    /// L3 and above, where each NEXT_LEVEL worker is a chip and device memory goes only to its
-    /// owner, while this engine knows it as live.
-    pub(crate) local_chip: Option<u32>,
 }
 
 impl Default for EngineConfig {
@@ -94,7 +92,6 @@ impl Default for EngineConfig {
             next_level_workers: 0,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
-            local_chip: None,
         }
     }
 }
@@ -199,6 +196,55 @@ impl CallableKinds {
     }
 }
 
+/// What the level that owns an engine gives it: the engine mints, allocates and checks device
+/// memory through these, and knows nothing of the level itself.
+pub(crate) struct LevelParts {
+    /// Mints the identities of `orch.alloc` intermediates.
+    pub(crate) minter: Arc<IdentityMinter>,
+    /// Where `orch.alloc` takes memory from.
+    pub(crate) heap: Arc<dyn IntermediateHeap>,
+    /// How device tensors are checked at submit.
+    pub(crate) devices: Arc<dyn DeviceRules>,
+}
+
+/// How a level checks a device tensor a task names at submit: whose chip it is, and whether it
+/// is still allocated. (An L3 Worker knows the buffers it allocated on its chips; a chip, that
+/// its memory is its own.)
+pub(crate) trait DeviceRules: Send + Sync {
+    /// Checks tensor `i` of `callable`, device memory of `chip` with identity `id`, for member
+    /// `member` of a task placed on `target`; the error names the callable and the tensor.
+    fn check(
+        &self,
+        callable: &CallableHandle,
+        i: usize,
+        chip: u32,
+        id: Identity,
+        target: &Target,
+        member: usize,
+    ) -> Result<()>;
+}
+
+/// A level without device memory: every device tensor is refused (tests and benchmarks).
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) struct NoDevices;
+
+#[cfg(any(test, feature = "bench-support"))]
+impl DeviceRules for NoDevices {
+    fn check(
+        &self,
+        callable: &CallableHandle,
+        i: usize,
+        chip: u32,
+        _: Identity,
+        _: &Target,
+        _: usize,
+    ) -> Result<()> {
+        Err(Error::invalid(format!(
+            "{callable}: tensor {i} is device memory of chip {chip}, and this level has none"
+        )))
+    }
+}
+
 /// A run an orchestration function built (see [`Engine::build_run`]).
 pub(crate) struct Built<'e> {
     pub(crate) run: Arc<RunState>,
@@ -243,11 +289,11 @@ struct Runs {
 
 /// One level's engine.
 pub(crate) struct Engine {
-    pub(crate) cfg: EngineConfig,
-    pub(crate) window: TaskWindow,
+    cfg: EngineConfig,
+    window: TaskWindow,
     /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
-    pub(crate) heap: Arc<dyn IntermediateHeap>,
-    pub(crate) tensor_map: TensorMap,
+    heap: Arc<dyn IntermediateHeap>,
+    tensor_map: TensorMap,
     /// The scheduler role (rule 1).
     sched: Mutex<Scheduler>,
     inbox_tx: Sender<Arc<Slot>>,
@@ -278,41 +324,25 @@ pub(crate) struct Engine {
     closed: AtomicBool,
     stopping: AtomicBool,
     /// Callables registered on this level, with their kind.
-    pub(crate) callables: CallableKinds,
+    callables: CallableKinds,
     /// The Orchestrator's buffers between runs (see [`OrchBuffers`]).
-    pub(crate) orch_spare: Mutex<OrchBuffers>,
-    /// Owner nonce of buffers minted by this engine.
-    pub(crate) nonce: u64,
-    pub(crate) next_buffer_id: AtomicU64,
-    /// Device buffers (from `alloc_child_tensor`) not yet freed; submits naming others fail.
-    pub(crate) device_live: Mutex<std::collections::HashSet<crate::data::buffer::Identity>>,
+    orch_spare: Mutex<OrchBuffers>,
+    /// Mints the identities of `orch.alloc` intermediates (the level's minter).
+    minter: Arc<IdentityMinter>,
+    /// How the level checks the device memory tasks name.
+    devices: Arc<dyn DeviceRules>,
 }
 
 impl Engine {
-    pub(crate) fn new(cfg: EngineConfig, bell: Bell, nonce: u64) -> Result<Engine> {
+    /// An engine for the level that gives it `parts`.
+    pub(crate) fn new(cfg: EngineConfig, bell: Bell, parts: LevelParts) -> Result<Engine> {
         if cfg.task_window == 0 {
             return Err(Error::invalid("task_window must be at least 1"));
         }
         if cfg.pipeline_depth == 0 {
             return Err(Error::invalid("pipeline_depth must be at least 1"));
         }
-        let heap = Arc::new(HostRings::new(cfg.heap_ring_size)?);
-        Engine::with_heap(cfg, bell, nonce, heap)
-    }
-
-    /// An engine whose `orch.alloc` takes memory from `heap`.
-    pub(crate) fn with_heap(
-        cfg: EngineConfig,
-        bell: Bell,
-        nonce: u64,
-        heap: Arc<dyn IntermediateHeap>,
-    ) -> Result<Engine> {
-        if cfg.task_window == 0 {
-            return Err(Error::invalid("task_window must be at least 1"));
-        }
-        if cfg.pipeline_depth == 0 {
-            return Err(Error::invalid("pipeline_depth must be at least 1"));
-        }
+        let LevelParts { minter, heap, devices } = parts;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
             window: TaskWindow::new(cfg.task_window),
@@ -340,9 +370,8 @@ impl Engine {
             stopping: AtomicBool::new(false),
             callables: CallableKinds::default(),
             orch_spare: Mutex::new(OrchBuffers::default()),
-            nonce,
-            next_buffer_id: AtomicU64::new(1),
-            device_live: Mutex::new(std::collections::HashSet::new()),
+            minter,
+            devices,
             cfg,
         })
     }
@@ -367,6 +396,27 @@ impl Engine {
 
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
+    }
+
+    /// The engine's sizing and limits.
+    pub(crate) fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The engine's sizing and limits, to change (tests only).
+    #[cfg(test)]
+    pub(crate) fn config_mut(&mut self) -> &mut EngineConfig {
+        &mut self.cfg
+    }
+
+    /// The callables registered on this level, with their kind.
+    pub(crate) fn callables(&self) -> &CallableKinds {
+        &self.callables
+    }
+
+    /// Where `orch.alloc` takes memory from.
+    pub(crate) fn heap(&self) -> &Arc<dyn IntermediateHeap> {
+        &self.heap
     }
 
     // ------------------------------------------------------------------ runs and admission

@@ -601,8 +601,7 @@ impl<'a> Orchestrator<'a> {
                 return Err(e);
             }
         };
-        let id = self.eng.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let identity = Identity::new(self.eng.nonce, id, 1)?;
+        let identity = self.eng.minter.mint()?;
         let desc = BufferDesc::new(identity, backing, Access::ReadWrite, bytes)?;
         self.allocs += 1;
         let hold = HeapHold { identity, block };
@@ -865,7 +864,7 @@ impl<'a> Orchestrator<'a> {
             // Inside a chip `orch.alloc` hands out device memory under the same nonce.
             let minted_here = self.eng.heap.hands_out(&t.desc().backing());
             if minted_here
-                && t.desc().identity().owner() == self.eng.nonce
+                && t.desc().identity().owner() == self.eng.minter.owner()
                 && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())
             {
                 return Err(Error::invalid(format!(
@@ -874,35 +873,8 @@ impl<'a> Orchestrator<'a> {
                     self.run.id
                 )));
             }
-            let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() else { continue };
-            if let Some(own) = self.eng.cfg.local_chip {
-                if chip != own {
-                    return Err(Error::invalid(format!(
-                        "{callable}: tensor {i} is device memory of chip {chip}, but this orchestration runs on chip {own}; device memory is usable only by its own chip"
-                    )));
-                }
-                continue;
-            }
-            match target {
-                Target::Sub => {
-                    return Err(Error::invalid(format!(
-                        "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
-                    )));
-                }
-                Target::NextLevel(ws) if ws[member] != chip => {
-                    return Err(Error::invalid(format!(
-                        "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {}; device memory is usable only by its own chip",
-                        ws[member]
-                    )));
-                }
-                Target::NextLevel(_) => {}
-            }
-            let live = sync::lock(&self.eng.device_live).contains(&t.desc().identity());
-            if !live {
-                return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} names device buffer {} of chip {chip}, which was freed (or never allocated by this Worker)",
-                    t.desc().identity()
-                )));
+            if let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() {
+                self.eng.devices.check(callable, i, chip, t.desc().identity(), target, member)?;
             }
         }
         Ok(())

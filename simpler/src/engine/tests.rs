@@ -18,6 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::data::buffer::IdentityMinter;
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
@@ -35,6 +36,7 @@ use crate::engine::run::{RunHandle, RunState};
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::slot::{Slot, State, Target, TaskData};
 use crate::engine::{Bell, Engine, EngineConfig};
+use crate::engine::{LevelParts, NoDevices};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
@@ -83,7 +85,12 @@ impl Rig {
         let (n, m) = (cfg.next_level_workers, cfg.sub_workers);
         let rings = Arc::new(HostRings::new(cfg.heap_ring_size).unwrap());
         let bell_ref = Bell::Shared(Arc::new(BellRef(bell.clone())));
-        let eng = Engine::with_heap(cfg, bell_ref, 0xa110c, rings.clone()).unwrap();
+        let parts = LevelParts {
+            minter: Arc::new(IdentityMinter::new(0xa110c)),
+            heap: rings.clone(),
+            devices: Arc::new(NoDevices),
+        };
+        let eng = Engine::new(cfg, bell_ref, parts).unwrap();
         let log: StartLog = Arc::default();
         let kinds = (0..n as u32).map(LaneKind::NextLevel).chain((0..m as u32).map(LaneKind::Sub));
         let (mut nl, mut sub) = (Vec::new(), Vec::new());

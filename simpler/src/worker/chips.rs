@@ -5,6 +5,8 @@ use crate::chip::ChipFn;
 use crate::data::buffer::{Backing, Buffer, Identity};
 use crate::data::dtype::DataType;
 use crate::data::wire::{DESC_SIZE, encode_desc};
+use crate::engine::DeviceRules;
+use crate::engine::slot::Target;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
@@ -142,9 +144,8 @@ impl Worker {
             .map_err(|e| {
                 Error::new(e.kind(), format!("Worker.alloc_child_tensor on chip {worker}: {}", e.message()))
             })?;
-        let id = live.engine.next_buffer_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let identity = Identity::new(live.engine.nonce, id, 1)?;
-        sync::lock(&live.engine.device_live).insert(identity);
+        let identity = live.minter.mint()?;
+        sync::lock(&live.devices.live).insert(identity);
         Buffer::device(identity, worker, ptr, nbytes)
     }
 
@@ -265,9 +266,50 @@ impl Worker {
                 format!("Worker.free: device buffer {} was already freed", buf.desc().identity()),
             ));
         }
-        sync::lock(&live.engine.device_live).remove(&buf.desc().identity());
+        sync::lock(&live.devices.live).remove(&buf.desc().identity());
         live.control(mbox, &format!("chip {chip}"), |mb| mb.post_control(CTRL_FREE, ptr, &[0; 32], &[]))
             .map(|_| ())
             .map_err(|e| Error::new(e.kind(), format!("Worker.free: {}", e.message())))
+    }
+}
+
+/// The device buffers an L3 Worker allocated on its chips and has not freed, and the rule its
+/// engine checks device tensors by at submit: device memory goes only to a task on its own
+/// chip (never to a SUB task), and only while it is allocated.
+#[derive(Default)]
+pub(crate) struct ChipBuffers {
+    live: std::sync::Mutex<std::collections::HashSet<Identity>>,
+}
+
+impl DeviceRules for ChipBuffers {
+    fn check(
+        &self,
+        callable: &CallableHandle,
+        i: usize,
+        chip: u32,
+        id: Identity,
+        target: &Target,
+        member: usize,
+    ) -> Result<()> {
+        match target {
+            Target::Sub => {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
+                )));
+            }
+            Target::NextLevel(ws) if ws[member] != chip => {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {}; device memory is usable only by its own chip",
+                    ws[member]
+                )));
+            }
+            Target::NextLevel(_) => {}
+        }
+        if !sync::lock(&self.live).contains(&id) {
+            return Err(Error::invalid(format!(
+                "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was freed (or never allocated by this Worker)"
+            )));
+        }
+        Ok(())
     }
 }

@@ -2,12 +2,11 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::callable::identity::{CallableHandle, CallableKind};
 use crate::callable::registry::Registry;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
-use crate::data::buffer::{Backing, Buffer, Identity};
+use crate::data::buffer::{Backing, Buffer, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::error::{Error, ErrorKind, Result};
@@ -21,8 +20,8 @@ pub(super) struct ChipLive {
     resolver: Mutex<HostResolver>,
     /// Device buffers not yet freed.
     live: Mutex<HashSet<Identity>>,
-    pub(super) nonce: u64,
-    pub(super) next_buffer_id: AtomicU64,
+    /// Mints this Worker's buffer identities.
+    pub(super) minter: IdentityMinter,
 }
 
 impl ChipLive {
@@ -32,8 +31,7 @@ impl ChipLive {
             runtime: Mutex::new(runtime),
             resolver: Mutex::new(HostResolver::new(Vec::new())),
             live: Mutex::new(HashSet::new()),
-            nonce: super::random_u64(),
-            next_buffer_id: AtomicU64::new(1),
+            minter: IdentityMinter::new(super::random_u64()),
         })
     }
 
@@ -56,7 +54,7 @@ impl ChipLive {
 
     pub(super) fn malloc(&self, nbytes: u64) -> Result<Buffer> {
         let ptr = self.runtime().malloc(nbytes)?;
-        let id = Identity::new(self.nonce, self.next_buffer_id.fetch_add(1, Ordering::Relaxed), 1)?;
+        let id = self.minter.mint()?;
         sync::lock(&self.live).insert(id);
         Buffer::device(id, 0, ptr, nbytes)
     }

@@ -11,14 +11,16 @@ use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::{BackendFactory, ChipBackend, ChipConfig, ChipFn, ChipSpec};
-use crate::data::buffer::{Buffer, Identity, ShmName};
+use crate::data::buffer::IdentityMinter;
+use crate::data::buffer::{Buffer, ShmName};
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
+use crate::engine::heap::HostRings;
 use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, BuildFailed, Engine, EngineConfig};
+use crate::engine::{Bell, BuildFailed, Engine, EngineConfig, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, HostResolver};
 use crate::ipc::endpoint::MailboxEndpoint;
@@ -406,6 +408,11 @@ impl AsRef<Doorbell> for RegionBell {
 
 struct Live {
     engine: Arc<Engine>,
+    /// Mints this Worker's buffer identities (host buffers, chip buffers, and its engine's
+    /// `orch.alloc` intermediates).
+    minter: Arc<IdentityMinter>,
+    /// The device buffers allocated on this Worker's chips and not yet freed.
+    devices: Arc<chips::ChipBuffers>,
     /// Serializes control requests (one per mailbox base frame at a time).
     control_lock: std::sync::Mutex<()>,
     region: Arc<MailboxRegion>,
@@ -738,7 +745,7 @@ impl Worker {
     /// them pass them on); nested Workers hold orchestration functions.
     fn targets(&self, live: &Live, kind: CallableKind) -> Vec<usize> {
         let n_sub = self.cfg.engine.sub_workers;
-        let n_next = live.engine.cfg.next_level_workers;
+        let n_next = live.engine.config().next_level_workers;
         match kind {
             CallableKind::HostFn => (0..n_sub).collect(),
             CallableKind::Chip if self.cfg.level > Level::Node => {
@@ -762,7 +769,7 @@ impl Worker {
     fn record(&mut self, handle: &CallableHandle) {
         self.handles.insert(handle.digest(), handle.clone());
         if let Phase::Ready(live) = &self.phase {
-            live.engine.callables.write().insert(handle.digest(), handle.kind());
+            live.engine.callables().write().insert(handle.digest(), handle.kind());
         }
     }
 
@@ -849,7 +856,7 @@ impl Worker {
         if freed {
             self.handles.remove(&digest);
             if let Phase::Ready(live) = &self.phase {
-                live.engine.callables.write().remove(&digest);
+                live.engine.callables().write().remove(&digest);
             }
         }
         Ok(())
@@ -922,9 +929,15 @@ impl Worker {
         let n_sub = engine_cfg.sub_workers;
         let n_chip = engine_cfg.next_level_workers;
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
-        let nonce = random_u64();
-        let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), nonce)?;
-        let mut heaps: Vec<(u64, u64)> = engine.heap.spans();
+        let minter = Arc::new(IdentityMinter::new(random_u64()));
+        let devices = Arc::new(chips::ChipBuffers::default());
+        let parts = LevelParts {
+            minter: minter.clone(),
+            heap: Arc::new(HostRings::new(engine_cfg.heap_ring_size)?),
+            devices: devices.clone(),
+        };
+        let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), parts)?;
+        let mut heaps: Vec<(u64, u64)> = engine.heap().spans();
         heaps.extend(self.extra_heaps.iter().copied());
         let label = |i: usize| match (i < n_sub, nested) {
             (true, _) => format!("sub worker {i}"),
@@ -1041,7 +1054,7 @@ impl Worker {
             .collect();
         engine.attach_lanes(lanes);
         {
-            let mut known = engine.callables.write();
+            let mut known = engine.callables().write();
             for (d, h) in &self.handles {
                 known.insert(*d, h.kind());
             }
@@ -1060,6 +1073,8 @@ impl Worker {
         };
         self.phase = Phase::Ready(Box::new(Live {
             engine,
+            minter,
+            devices,
             control_lock: std::sync::Mutex::new(()),
             region,
             pids,
@@ -1113,20 +1128,22 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
-        let (nonce, ids) = match &self.phase {
-            Phase::Chip(chip) => (chip.nonce, &chip.next_buffer_id),
-            _ => {
-                let live = self.live("create_buffer")?;
-                (live.engine.nonce, &live.engine.next_buffer_id)
-            }
+        let minter = match &self.phase {
+            Phase::Chip(chip) => &chip.minter,
+            _ => &self.live("create_buffer")?.minter,
         };
         if nbytes == 0 {
             return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
         }
-        let id = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = ShmName::new(&format!("sp-{:08x}-{}-b{id}", nonce as u32, std::process::id()))?;
+        let identity = minter.mint()?;
+        let name = ShmName::new(&format!(
+            "sp-{:08x}-{}-b{}",
+            identity.owner() as u32,
+            std::process::id(),
+            identity.buffer_id()
+        ))?;
         let shm = PosixShm::create(&name, nbytes)?;
-        Buffer::from_shm(Identity::new(nonce, id, 1)?, shm)
+        Buffer::from_shm(identity, shm)
     }
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a

@@ -62,7 +62,7 @@ impl Worker {
     /// ```
     pub fn nested_workers(&self) -> usize {
         match &self.phase {
-            Phase::Ready(live) if self.cfg.level > Level::Node => live.engine.cfg.next_level_workers,
+            Phase::Ready(live) if self.cfg.level > Level::Node => live.engine.config().next_level_workers,
             _ => self.children.len(),
         }
     }

@@ -449,7 +449,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Device memory a caller holds leaves less for intermediates.
     let held = rt.malloc(14 << 20).unwrap();
-    rt.engine.cfg.backpressure_timeout = std::time::Duration::from_millis(200);
+    rt.engine.config_mut().backpressure_timeout = std::time::Duration::from_millis(200);
     let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(
@@ -632,7 +632,7 @@ fn unknown_callables_and_registration() {
     assert!(!rt.release(&d).unwrap());
     assert!(rt.release(&d).unwrap());
     assert!(!rt.contains(&d));
-    assert!(!rt.engine.callables.read().contains_key(&d));
+    assert!(!rt.engine.callables().read().contains_key(&d));
     assert!(rt.release(&d).is_err());
     // A digest that does not match its descriptor.
     assert!(rt.install(d, kernel("ones").descriptor().bytes(), stray).is_err());
