@@ -22,7 +22,7 @@ fn a_chip_with_zero_memory_fails_init_cleanly() {
 }
 
 /// `init` moves the nested Workers out of `self.children` before forking; when `init` fails
-/// the Worker stays in `Phase::New` (so `init` may be called again) but has lost them: a
+/// the Worker stays new (so `init` may be called again) but has lost them: a
 /// second `init` silently starts an L4 Worker with no NEXT_LEVEL workers at all.
 #[test]
 fn a_failed_l4_init_does_not_lose_its_nested_workers() {

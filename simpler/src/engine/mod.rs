@@ -398,11 +398,6 @@ impl Engine {
         self.closed.store(true, Ordering::Release);
     }
 
-    /// The engine's sizing and limits.
-    pub(crate) fn config(&self) -> &EngineConfig {
-        &self.cfg
-    }
-
     /// The engine's sizing and limits, to change (tests only).
     #[cfg(test)]
     pub(crate) fn config_mut(&mut self) -> &mut EngineConfig {

@@ -1,33 +1,45 @@
-//! L2: a Worker that is one chip, run in this process (how one tests a kernel alone).
+//! The L2 runtime: a Worker that is one chip, run in this process (how one tests a kernel
+//! alone). Nothing is forked and there is no engine: `run_callable` runs one chip callable on
+//! the chip and waits for it.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::callable::identity::{CallableHandle, CallableKind};
 use crate::callable::registry::Registry;
-use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
+use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
 use crate::data::buffer::{Backing, Buffer, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
+use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
+use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::sys::sync;
-use crate::worker::{Phase, Worker};
+use crate::worker::builder::WorkerBuilder;
+use crate::worker::callables::Callable;
+use crate::worker::runtime::Runtime;
 
-/// The state of an initialized L2 Worker.
-pub(super) struct ChipLive {
+/// A started L2 Worker: its chip's runtime, in this process.
+pub(super) struct L2Chip {
     runtime: Mutex<ChipRuntime>,
     resolver: Mutex<HostResolver>,
     /// Device buffers not yet freed.
     live: Mutex<HashSet<Identity>>,
     /// Mints this Worker's buffer identities.
-    pub(super) minter: IdentityMinter,
+    minter: IdentityMinter,
 }
 
-impl ChipLive {
-    pub(super) fn start(config: ChipConfig, registry: Registry<ChipFn>) -> Result<ChipLive> {
-        let runtime = ChipRuntime::new(config, registry)?;
-        Ok(ChipLive {
+impl L2Chip {
+    /// Starts the chip of an L2 Worker configured by `cfg`, with the chip callables `registry`.
+    pub(super) fn start(cfg: &WorkerBuilder, registry: &Registry<ChipFn>) -> Result<L2Chip> {
+        let config = ChipConfig {
+            spec: ChipSpec { chip_id: 0, memory_bytes: cfg.chip_memory, cores: cfg.chip_cores },
+            backend: cfg.chip_backend.clone(),
+        };
+        let runtime = ChipRuntime::new(config, registry.clone())?;
+        Ok(L2Chip {
             runtime: Mutex::new(runtime),
             resolver: Mutex::new(HostResolver::new(Vec::new())),
             live: Mutex::new(HashSet::new()),
@@ -37,42 +49,6 @@ impl ChipLive {
 
     fn runtime(&self) -> std::sync::MutexGuard<'_, ChipRuntime> {
         sync::lock(&self.runtime)
-    }
-
-    pub(super) fn shutdown(&self) {
-        self.runtime().shutdown();
-    }
-
-    pub(super) fn install(&self, f: ChipFn) -> Result<()> {
-        let desc = f.descriptor().clone();
-        self.runtime().install(desc.digest(), desc.bytes(), f).map(|_| ())
-    }
-
-    pub(super) fn release(&self, digest: &crate::callable::identity::Digest) -> Result<()> {
-        self.runtime().release(digest).map(|_| ())
-    }
-
-    pub(super) fn malloc(&self, nbytes: u64) -> Result<Buffer> {
-        let ptr = self.runtime().malloc(nbytes)?;
-        let id = self.minter.mint()?;
-        sync::lock(&self.live).insert(id);
-        Buffer::device(id, 0, ptr, nbytes)
-    }
-
-    pub(super) fn free(&self, buf: &Buffer, ptr: u64) -> Result<()> {
-        sync::lock(&self.live).remove(&buf.desc().identity());
-        self.runtime().free(ptr)
-    }
-
-    pub(super) fn copy_to(&self, ptr: u64, host: &Buffer, nbytes: u64) -> Result<()> {
-        let bytes = host.read::<u8>(0, nbytes as usize)?;
-        self.runtime().copy_to_device(ptr, &bytes)
-    }
-
-    pub(super) fn copy_from(&self, host: &Buffer, ptr: u64, nbytes: u64) -> Result<()> {
-        let mut bytes = vec![0u8; nbytes as usize];
-        self.runtime().copy_from_device(ptr, &mut bytes)?;
-        host.write::<u8>(0, &bytes)
     }
 
     fn run(&self, callable: &CallableHandle, args: &TaskArgs, config: &CallConfig) -> Result<()> {
@@ -120,45 +96,42 @@ impl ChipLive {
     }
 }
 
-impl Worker {
-    /// Runs one chip callable (a kernel or a chip orchestration) on an L2 Worker, in this
-    /// process, and waits for it: how one tests a kernel alone.
-    ///
-    /// Host-backed tensors are copied into the chip's device memory before the run (when the
-    /// tag reads them) and back after it (when the tag writes them); device buffers from
-    /// [`alloc_child_tensor`](Worker::alloc_child_tensor) stay on the chip.
-    ///
-    /// ```no_run
-    /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{CallConfig, ChipFn, DataType, HostArgs, HostResult, Level, TaskArgs, Worker};
-    ///
-    /// fn scale(args: &HostArgs<'_>) -> HostResult {
-    ///     for v in args.output::<f32>(0)? {
-    ///         *v *= 2.0;
-    ///     }
-    ///     Ok(())
-    /// }
-    /// let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).build()?;
-    /// let scale = chip.register_chip(ChipFn::kernel("scale", scale))?;
-    /// chip.init()?; // no fork: the chip runs in this process
-    /// let x = chip.create_buffer(16)?;
-    /// x.write(0, &[1.0f32, 2.0, 3.0, 4.0])?;
-    /// let mut args = TaskArgs::new();
-    /// args.inout(&x.tensor(&[4], DataType::Float32)?)?;
-    /// chip.run_callable(&scale, args, CallConfig::default())?;
-    /// assert_eq!(x.read::<f32>(0, 4)?, vec![2.0, 4.0, 6.0, 8.0]);
-    /// # Ok(()) }
-    /// ```
-    pub fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
-        let Phase::Chip(chip) = &self.phase else {
-            return Err(Error::state(match self.phase {
-                Phase::New => "Worker.run_callable: the Worker is not initialized; call init() first",
-                Phase::Closed => "Worker.run_callable: the Worker is closed",
-                _ => {
-                    "Worker.run_callable: only an L2 (chip) Worker runs a chip callable directly; submit it from an orchestration function"
-                }
-            }));
+impl Runtime for L2Chip {
+    fn child_pids(&self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    fn ships_by_address(&self) -> bool {
+        false
+    }
+
+    fn install(&self, c: &Callable) -> Result<()> {
+        // The Worker refuses host and orchestration functions at L2 (no SUB or nested workers).
+        let Callable::Chip(f) = c else {
+            return Err(Error::invalid(format!(
+                "{}: an L2 (chip) Worker runs chip callables only",
+                c.handle()
+            )));
         };
+        let desc = f.descriptor();
+        self.runtime().install(desc.digest(), desc.bytes(), f.clone()).map(|_| ())
+    }
+
+    fn uninstall(&self, handle: &CallableHandle, _last: bool) -> Result<()> {
+        self.runtime().release(&handle.digest()).map(|_| ())
+    }
+
+    fn minter(&self, _api: &str) -> Result<&IdentityMinter> {
+        Ok(&self.minter)
+    }
+
+    fn engine(&self, api: &str) -> Result<&Arc<Engine>> {
+        Err(Error::state(format!(
+            "Worker.{api}: an L2 (chip) Worker runs chip callables in-process; use run_callable"
+        )))
+    }
+
+    fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
         if callable.kind() != CallableKind::Chip {
             return Err(Error::new(
                 ErrorKind::Callable,
@@ -169,6 +142,46 @@ impl Worker {
             ));
         }
         config.validate()?;
-        chip.run(callable, &args, &config)
+        self.run(callable, &args, &config)
+    }
+
+    fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
+        if chip != 0 {
+            return Err(Error::invalid(format!(
+                "Worker.alloc_child_tensor: an L2 Worker is one chip, worker id 0; got {chip}"
+            )));
+        }
+        let nbytes = super::device_extent(shape, dtype)?;
+        let ptr = self.runtime().malloc(nbytes)?;
+        let id = self.minter.mint()?;
+        sync::lock(&self.live).insert(id);
+        Buffer::device(id, 0, ptr, nbytes)
+    }
+
+    fn copy_to(&self, _chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()> {
+        let bytes = src.read::<u8>(0, nbytes as usize)?;
+        self.runtime().copy_to_device(ptr, &bytes)
+    }
+
+    fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, nbytes: u64) -> Result<()> {
+        let mut bytes = vec![0u8; nbytes as usize];
+        self.runtime().copy_from_device(ptr, &mut bytes)?;
+        dst.write::<u8>(0, &bytes)
+    }
+
+    fn free(&self, buf: &Buffer, _chip: u32, ptr: u64) -> Result<()> {
+        if !buf.mark_freed() {
+            return Err(Error::state(format!(
+                "Worker.free: device buffer {} was already freed",
+                buf.desc().identity()
+            )));
+        }
+        sync::lock(&self.live).remove(&buf.desc().identity());
+        self.runtime().free(ptr)
+    }
+
+    fn close(self: Box<Self>, _timeout: Duration) -> Result<()> {
+        self.runtime().shutdown();
+        Ok(())
     }
 }

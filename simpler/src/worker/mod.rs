@@ -1,431 +1,58 @@
-//! `Worker`: builder, registration, `init` (fork ordering), runs, buffers and `close`.
+//! `Worker`: one level of the hierarchy, and every method a user calls on it.
+//!
+//! A `Worker` holds its configuration ([`WorkerBuilder`]), what is registered on it
+//! ([`callables::Callables`], one record for every kind), its children's lanes
+//! ([`lanes::Lanes`]: where each kind of callable goes) and a state: new, started or closed.
+//! `init` starts one of two runtimes behind one seam ([`runtime::Runtime`]):
+//!
+//! * [`tree::Tree`] (L3 and up): an engine and forked children: SUB workers, then chips (L3)
+//!   or nested Workers (L4 and up);
+//! * [`l2::L2Chip`] (L2): one chip in this process.
+//!
+//! The methods below check what holds for every runtime, then hand the rest to the started
+//! one. The child side of each lane (what a forked child serves) is [`serve`].
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::panic::resume_unwind;
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::callable::host::{Body, HostFn};
-use crate::callable::identity::{CallableHandle, CallableKind, Digest};
-use crate::callable::registry::Registry;
-use crate::chip::{BackendFactory, ChipBackend, ChipConfig, ChipFn, ChipSpec};
-use crate::data::buffer::IdentityMinter;
-use crate::data::buffer::{Buffer, ShmName};
+use crate::callable::identity::{CallableHandle, CallableKind};
+use crate::chip::ChipFn;
+use crate::data::buffer::{Backing, Buffer, ShmName};
 use crate::data::call_config::CallConfig;
+use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
-use crate::engine::heap::HostRings;
+use crate::engine::BuildFailed;
 use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
-use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::{Bell, BuildFailed, Engine, EngineConfig, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::child::{CTRL_REGISTER_FN, CTRL_UNREGISTER, HostResolver};
-use crate::ipc::endpoint::MailboxEndpoint;
-use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
 use crate::level::Level;
-use crate::sys::futex::Doorbell;
-use crate::sys::process::{Monitor, fork_child};
 use crate::sys::shm::PosixShm;
-use crate::sys::sync;
-use crate::worker::serve::chip::ChipChild;
-use crate::worker::serve::sub::SubChild;
+use crate::worker::callables::{Callable, Callables};
+use crate::worker::lanes::Lanes;
+use crate::worker::runtime::Runtime;
 
-mod chips;
+mod builder;
+mod callables;
 mod l2;
-mod nested;
+mod lanes;
 mod options;
+mod runtime;
 mod serve;
+mod tree;
 
+pub use builder::WorkerBuilder;
 pub use options::RunOptions;
 
-/// Most callables one target keeps installed at once.
-const MAX_CALLABLES: usize = 1024;
-
-/// Configures a [`Worker`]. Construction never forks or maps anything; `init` does.
-///
-/// ```
-/// use std::time::Duration;
-/// use simpler::{Level, Worker};
-/// let worker = Worker::builder()
-///     .level(Level::Node)
-///     .sub_workers(2)
-///     .heap_ring_size(64 << 20)
-///     .backpressure_timeout(Duration::from_secs(5))
-///     .build()
-///     .unwrap();
-/// assert_eq!(worker.sub_workers(), 2);
-/// assert!(!worker.is_ready());
-/// ```
-#[derive(Debug, Clone)]
-pub struct WorkerBuilder {
-    level: Level,
-    engine: EngineConfig,
-    chip_memory: u64,
-    chip_cores: usize,
-    chip_backend: BackendFactory,
-    /// Test hook: a nested Worker's process waits this long before starting (to exercise the
-    /// startup deadline).
-    startup_delay: Duration,
-    startup_timeout: Duration,
-    close_timeout: Duration,
-}
-
-impl WorkerBuilder {
-    /// The level this Worker runs at (default [`Level::Node`], L3).
-    ///
-    /// * [`Level::Chip`] (L2): one simulated chip in this process; run chip callables with
-    ///   [`Worker::run_callable`].
-    /// * [`Level::Node`] (L3): SUB workers and chips, each in a forked process.
-    /// * [`Level::Network1`] and up (L4+): Workers one level down, added with
-    ///   [`Worker::add_worker`], each in a forked process.
-    ///
-    /// ```
-    /// use simpler::{ErrorKind, Level, Worker};
-    ///
-    /// let worker = Worker::builder().level(Level::Node).sub_workers(1).build()?;
-    /// assert_eq!(worker.level(), Level::Node);
-    ///
-    /// // A chip has no SUB workers of its own.
-    /// let err = Worker::builder().level(Level::Chip).sub_workers(1).build().unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn level(mut self, level: Level) -> Self {
-        self.level = level;
-        self
-    }
-
-    /// Number of simulated chips, each in its own forked process (default 0). Chips are the
-    /// NEXT_LEVEL workers of an L3 Worker, with worker ids `0..n`.
-    ///
-    /// ```
-    /// let worker = simpler::Worker::builder().chips(2).build().unwrap();
-    /// assert_eq!(worker.chips(), 2);
-    /// ```
-    pub fn chips(mut self, n: usize) -> Self {
-        self.engine.next_level_workers = n;
-        self
-    }
-
-    /// Device memory of each simulated chip in bytes (default 1 GiB, backed on first touch).
-    ///
-    /// ```
-    /// let worker = simpler::Worker::builder().chips(1).chip_memory(64 << 20).build().unwrap();
-    /// # drop(worker);
-    /// ```
-    pub fn chip_memory(mut self, bytes: u64) -> Self {
-        self.chip_memory = bytes;
-        self
-    }
-
-    /// Simulated cores (threads) per chip (default 4).
-    ///
-    /// ```
-    /// let worker = simpler::Worker::builder().chips(1).chip_cores(8).build().unwrap();
-    /// # drop(worker);
-    /// ```
-    pub fn chip_cores(mut self, n: usize) -> Self {
-        self.chip_cores = n;
-        self
-    }
-
-    /// How each chip's device is made (default: a [`SimChip`](crate::SimChip) of `chip_memory`
-    /// bytes and `chip_cores` cores). The factory runs in the process that drives the chip (a
-    /// chip child forked at `init` at L3, the calling process at L2), once per chip, with that
-    /// chip's [`ChipSpec`](crate::ChipSpec); its error fails `init`, naming the chip. Every
-    /// device operation of the chip (allocation, frees, copies in both directions) then goes
-    /// through the [`ChipBackend`](crate::ChipBackend) it returns.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use simpler::{ChipBackend, ChipSpec, DeviceMemory, Level, SimChip, Worker};
-    ///
-    /// /// A SimChip that counts the bytes copied to it.
-    /// struct Counting {
-    ///     sim: SimChip,
-    ///     copied_in: Arc<AtomicUsize>,
-    /// }
-    ///
-    /// impl ChipBackend for Counting {
-    ///     fn cores(&self) -> usize {
-    ///         self.sim.cores()
-    ///     }
-    ///     fn memory(&self) -> &DeviceMemory {
-    ///         self.sim.memory()
-    ///     }
-    ///     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
-    ///         self.copied_in.fetch_add(src.len(), Ordering::Relaxed);
-    ///         self.sim.copy_to_device(dst, src)
-    ///     }
-    /// }
-    ///
-    /// # fn main() -> simpler::Result<()> {
-    /// let copied_in = Arc::new(AtomicUsize::new(0));
-    /// let count = copied_in.clone();
-    /// let mut chip = Worker::builder()
-    ///     .level(Level::Chip)
-    ///     .chip_memory(1 << 20)
-    ///     .chip_backend(move |spec: &ChipSpec| {
-    ///         let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
-    ///         Ok(Box::new(Counting { sim, copied_in: count.clone() }) as Box<dyn ChipBackend>)
-    ///     })
-    ///     .build()?;
-    /// chip.init()?;
-    /// let dev = chip.alloc_child_tensor(0, &[16], simpler::DataType::Float32)?;
-    /// let host = chip.create_buffer(64)?;
-    /// chip.copy_to(&dev, &host)?;
-    /// assert_eq!(copied_in.load(Ordering::Relaxed), 64);
-    /// chip.free(&dev)?;
-    /// chip.close()
-    /// # }
-    /// ```
-    pub fn chip_backend(
-        mut self,
-        factory: impl Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync + 'static,
-    ) -> Self {
-        self.chip_backend = BackendFactory::new(factory);
-        self
-    }
-
-    /// Number of forked SUB workers that run host functions (default 0).
-    ///
-    /// `init` forks one process per SUB worker. A Worker without any can be built, but has
-    /// nowhere to run host functions: `submit_sub` then fails.
-    ///
-    /// ```
-    /// use simpler::Worker;
-    ///
-    /// let worker = Worker::builder().sub_workers(4).build()?;
-    /// assert_eq!(worker.sub_workers(), 4);
-    /// assert_eq!(Worker::builder().build()?.sub_workers(), 0); // the default
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn sub_workers(mut self, n: usize) -> Self {
-        self.engine.sub_workers = n;
-        self
-    }
-
-    /// Bytes per heap ring for `orch.alloc` (default 1 GiB each, four rings, lazily backed;
-    /// 0 disables the heap).
-    ///
-    /// ```
-    /// use simpler::Worker;
-    ///
-    /// // Intermediates from `orch.alloc` come from four rings of 64 MiB each.
-    /// let worker = Worker::builder().sub_workers(2).heap_ring_size(64 << 20).build()?;
-    /// assert!(!worker.is_ready()); // nothing is mapped before `init`
-    ///
-    /// // Runs that only name `create_buffer` buffers need no heap; `orch.alloc` then fails.
-    /// let no_heap = Worker::builder().sub_workers(2).heap_ring_size(0).build()?;
-    /// # drop(no_heap);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn heap_ring_size(mut self, bytes: u64) -> Self {
-        self.engine.heap_ring_size = bytes;
-        self
-    }
-
-    /// Live tasks at most before `submit` waits (default 65536).
-    ///
-    /// A task stays live until its scope has ended and it has completed; every `orch.alloc`
-    /// takes a place too. At least 1.
-    ///
-    /// ```
-    /// use simpler::{ErrorKind, Worker};
-    ///
-    /// let worker = Worker::builder().sub_workers(2).task_window(4096).build()?;
-    /// # drop(worker);
-    /// let err = Worker::builder().task_window(0).build().unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn task_window(mut self, n: usize) -> Self {
-        self.engine.task_window = n;
-        self
-    }
-
-    /// Runs admitted at once: one executing, the others built and waiting (default 2).
-    ///
-    /// At least 1. With 1, each `submit` first waits for the previous run to finish.
-    ///
-    /// ```
-    /// use simpler::{ErrorKind, Worker};
-    ///
-    /// // Build up to three runs ahead of the one executing.
-    /// let worker = Worker::builder().sub_workers(2).pipeline_depth(4).build()?;
-    /// # drop(worker);
-    /// let err = Worker::builder().pipeline_depth(0).build().unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn pipeline_depth(mut self, n: usize) -> Self {
-        self.engine.pipeline_depth = n;
-        self
-    }
-
-    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
-    ///
-    /// The failing `submit_*` or `orch.alloc` returns an error of kind
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use simpler::Worker;
-    ///
-    /// // Give up after half a second without room in a 256-task window.
-    /// let worker = Worker::builder()
-    ///     .sub_workers(2)
-    ///     .task_window(256)
-    ///     .backpressure_timeout(Duration::from_millis(500))
-    ///     .build()?;
-    /// # drop(worker);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn backpressure_timeout(mut self, t: Duration) -> Self {
-        self.engine.backpressure_timeout = t;
-        self
-    }
-
-    /// One deadline for starting every child process (default 300 s).
-    ///
-    /// `init` fails with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) when a child
-    /// has not reported ready by then. Must be greater than zero.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use simpler::{ErrorKind, Worker};
-    ///
-    /// let worker = Worker::builder().sub_workers(8).startup_timeout(Duration::from_secs(30)).build()?;
-    /// # drop(worker);
-    /// let err = Worker::builder().startup_timeout(Duration::ZERO).build().unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn startup_timeout(mut self, t: Duration) -> Self {
-        self.startup_timeout = t;
-        self
-    }
-
-    /// How long `close` waits for runs in flight before abandoning them (default 10 s).
-    ///
-    /// When it abandons any, `close` still shuts everything down and then returns an error of
-    /// kind [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use simpler::Worker;
-    ///
-    /// let worker = Worker::builder().sub_workers(2).close_timeout(Duration::from_secs(1)).build()?;
-    /// # drop(worker);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn close_timeout(mut self, t: Duration) -> Self {
-        self.close_timeout = t;
-        self
-    }
-
-    #[doc(hidden)]
-    /// Test hook: when this Worker runs nested under a parent, its process waits `delay`
-    /// before it starts its own children (to exercise the parent's startup deadline).
-    pub fn __startup_delay(mut self, delay: Duration) -> Self {
-        self.startup_delay = delay;
-        self
-    }
-
-    /// Validates the configuration and returns an uninitialized Worker.
-    ///
-    /// # Errors
-    ///
-    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error for a level
-    /// other than [`Level::Node`], a `task_window` or `pipeline_depth` of 0, or a zero
-    /// `startup_timeout`.
-    ///
-    /// ```
-    /// use simpler::{ErrorKind, Worker};
-    ///
-    /// let worker = Worker::builder().sub_workers(2).build()?;
-    /// // Nothing is forked or mapped yet: that is `init`'s job.
-    /// assert!(!worker.is_ready());
-    /// assert!(worker.child_pids().is_empty());
-    /// drop(worker); // dropping an uninitialized Worker does nothing
-    ///
-    /// let err = Worker::builder().task_window(0).build().unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn build(self) -> Result<Worker> {
-        if self.level == Level::Chip && (self.engine.sub_workers > 0 || self.engine.next_level_workers > 0) {
-            return Err(Error::invalid(
-                "an L2 (chip) Worker is one chip run in-process: it has no SUB workers and no chips of its own",
-            ));
-        }
-        if self.level == Level::Chip && self.chip_cores == 0 {
-            return Err(Error::invalid("chip_cores must be at least 1"));
-        }
-        if self.level > Level::Node && self.engine.next_level_workers > 0 {
-            return Err(Error::invalid(format!(
-                "an {} Worker has no chips of its own: its NEXT_LEVEL workers are Workers one level down (Worker::add_worker)",
-                self.level
-            )));
-        }
-        if self.engine.task_window == 0 {
-            return Err(Error::invalid("task_window must be at least 1"));
-        }
-        if self.engine.pipeline_depth == 0 {
-            return Err(Error::invalid("pipeline_depth must be at least 1"));
-        }
-        if self.startup_timeout.is_zero() {
-            return Err(Error::invalid("startup_timeout must be greater than zero"));
-        }
-        if self.engine.next_level_workers > 0 && self.chip_cores == 0 {
-            return Err(Error::invalid("chip_cores must be at least 1"));
-        }
-        Ok(Worker {
-            cfg: self,
-            registry: Registry::new(MAX_CALLABLES),
-            chip_registry: Registry::new(MAX_CALLABLES),
-            orch_registry: Registry::new(MAX_CALLABLES),
-            children: Vec::new(),
-            nested_chips: Vec::new(),
-            extra_heaps: Vec::new(),
-            handles: HashMap::new(),
-            phase: Phase::New,
-        })
-    }
-}
-
-struct RegionBell(Arc<MailboxRegion>);
-
-impl AsRef<Doorbell> for RegionBell {
-    fn as_ref(&self) -> &Doorbell {
-        self.0.doorbell()
-    }
-}
-
-struct Live {
-    engine: Arc<Engine>,
-    /// Mints this Worker's buffer identities (host buffers, chip buffers, and its engine's
-    /// `orch.alloc` intermediates).
-    minter: Arc<IdentityMinter>,
-    /// The device buffers allocated on this Worker's chips and not yet freed.
-    devices: Arc<chips::ChipBuffers>,
-    /// Serializes control requests (one per mailbox base frame at a time).
-    control_lock: std::sync::Mutex<()>,
-    region: Arc<MailboxRegion>,
-    pids: Vec<i32>,
-    monitor: Monitor,
-    background: Option<JoinHandle<()>>,
-}
-
-enum Phase {
+/// Where a Worker is in its life.
+enum State {
+    /// Built, not initialized: registrations go into the fork snapshot.
     New,
-    Ready(Box<Live>),
-    /// An initialized L2 Worker: one chip in this process.
-    Chip(Box<l2::ChipLive>),
+    /// Initialized: the runtime `init` started.
+    Started(Box<dyn Runtime>),
+    /// Closed (or its startup failed): only `close` still succeeds.
     Closed,
 }
 
@@ -452,27 +79,23 @@ enum Phase {
 /// ```
 pub struct Worker {
     cfg: WorkerBuilder,
-    registry: Registry<HostFn>,
-    chip_registry: Registry<ChipFn>,
-    /// Orchestration functions dispatched to nested Workers (L4 and up).
-    orch_registry: Registry<OrchFn>,
-    /// Nested Workers added with `add_worker`, forked by `init` (L4 and up).
+    /// Its children, by mailbox: fixed by the builder and `add_worker`.
+    lanes: Lanes,
+    /// What is registered, of every kind, with reference counts.
+    callables: Callables,
+    /// Nested Workers added with `add_worker`, handed to their processes by `init` (L4 and up).
     children: Vec<Worker>,
-    /// For each nested Worker, whether it has chips below it (set by `init`; L4 and up): the
-    /// targets of a chip callable registered here.
-    nested_chips: Vec<bool>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
     extra_heaps: Vec<(u64, u64)>,
-    handles: HashMap<Digest, CallableHandle>,
-    phase: Phase,
+    state: State,
 }
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let phase = match self.phase {
-            Phase::New => "new",
-            Phase::Ready(_) | Phase::Chip(_) => "ready",
-            Phase::Closed => "closed",
+        let phase = match self.state {
+            State::New => "new",
+            State::Started(_) => "ready",
+            State::Closed => "closed",
         };
         f.debug_struct("Worker")
             .field("level", &self.cfg.level)
@@ -484,6 +107,48 @@ impl std::fmt::Debug for Worker {
 
 fn random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now()))
+}
+
+/// The bytes of `shape` elements of `dtype` (for `alloc_child_tensor`).
+fn device_extent(shape: &[u32], dtype: DataType) -> Result<u64> {
+    let view = crate::data::tensor::TensorView::new(0, shape, None, dtype)
+        .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
+    Ok(view.extent_bytes())
+}
+
+/// The chip and device address of device buffer `buf`, for `Worker.{api}`.
+fn device_of(api: &str, buf: &Buffer) -> Result<(u32, u64)> {
+    match buf.desc().backing() {
+        Backing::Device { ptr, chip } => {
+            if buf.is_freed() {
+                return Err(Error::state(format!(
+                    "Worker.{api}: device buffer {} of chip {chip} was already freed",
+                    buf.desc().identity()
+                )));
+            }
+            Ok((chip, ptr))
+        }
+        _ => Err(Error::invalid(format!(
+            "Worker.{api}: buffer {} is host memory, not chip memory from alloc_child_tensor",
+            buf.desc().identity()
+        ))),
+    }
+}
+
+/// Checks the host side of a copy with a device buffer of `nbytes`, for `Worker.{api}`.
+fn check_host(api: &str, host: &Buffer, nbytes: u64) -> Result<()> {
+    if matches!(host.desc().backing(), Backing::Device { .. }) {
+        return Err(Error::invalid(format!(
+            "Worker.{api}: the host side must be a host buffer (create_buffer)"
+        )));
+    }
+    if (host.nbytes() as u64) < nbytes {
+        return Err(Error::invalid(format!(
+            "Worker.{api}: the host buffer has {} bytes but the device buffer has {nbytes}",
+            host.nbytes()
+        )));
+    }
+    Ok(())
 }
 
 impl Worker {
@@ -503,15 +168,19 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn builder() -> WorkerBuilder {
-        WorkerBuilder {
-            level: Level::Node,
-            engine: EngineConfig::default(),
-            chip_memory: 1 << 30,
-            chip_cores: 4,
-            chip_backend: BackendFactory::sim(),
-            startup_delay: Duration::ZERO,
-            startup_timeout: Duration::from_secs(300),
-            close_timeout: Duration::from_secs(10),
+        WorkerBuilder::defaults()
+    }
+
+    /// A Worker of the configuration `cfg` (validated), with nothing registered.
+    fn new(cfg: WorkerBuilder) -> Worker {
+        let lanes = Lanes::new(cfg.level, cfg.engine.sub_workers, cfg.engine.next_level_workers);
+        Worker {
+            cfg,
+            lanes,
+            callables: Callables::new(),
+            children: Vec::new(),
+            extra_heaps: Vec::new(),
+            state: State::New,
         }
     }
 
@@ -545,6 +214,29 @@ impl Worker {
         self.cfg.engine.sub_workers
     }
 
+    /// Number of simulated chips (the NEXT_LEVEL workers, ids `0..n`).
+    ///
+    /// ```
+    /// assert_eq!(simpler::Worker::builder().chips(4).build().unwrap().chips(), 4);
+    /// ```
+    pub fn chips(&self) -> usize {
+        self.cfg.engine.next_level_workers
+    }
+
+    /// Number of nested Workers added with [`add_worker`](Worker::add_worker).
+    ///
+    /// ```
+    /// let l4 = simpler::Worker::builder().level(simpler::Level::Network1).build()?;
+    /// assert_eq!(l4.nested_workers(), 0);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn nested_workers(&self) -> usize {
+        match &self.state {
+            State::Started(_) if self.cfg.level > Level::Node => self.lanes.next_level(),
+            _ => self.children.len(),
+        }
+    }
+
     /// Process ids of the forked workers (empty before `init` and after `close`).
     ///
     /// For tests and diagnostics: e.g. to check that `close` reaped every child.
@@ -566,8 +258,8 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn child_pids(&self) -> Vec<i32> {
-        match &self.phase {
-            Phase::Ready(live) => live.pids.clone(),
+        match &self.state {
+            State::Started(rt) => rt.child_pids(),
             _ => Vec::new(),
         }
     }
@@ -590,20 +282,61 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn is_ready(&self) -> bool {
-        matches!(self.phase, Phase::Ready(_) | Phase::Chip(_))
+        matches!(self.state, State::Started(_))
     }
 
-    fn live(&self, api: &str) -> Result<&Live> {
-        match &self.phase {
-            Phase::Ready(live) if !live.engine.is_closed() => Ok(live),
-            Phase::Chip(_) => Err(Error::state(format!(
-                "Worker.{api}: an L2 (chip) Worker runs chip callables in-process; use run_callable"
-            ))),
-            Phase::New => {
+    /// The started runtime, for `Worker.{api}`.
+    fn started(&self, api: &str) -> Result<&dyn Runtime> {
+        match &self.state {
+            State::Started(rt) => Ok(rt.as_ref()),
+            State::New => {
                 Err(Error::state(format!("Worker.{api}: the Worker is not initialized; call init() first")))
             }
-            _ => Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+            State::Closed => Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
         }
+    }
+
+    /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up) and returns
+    /// its worker id (`0, 1, ...` in the order added). The child must not be initialized:
+    /// `init` forks one process per child, in which the child starts its own subtree.
+    ///
+    /// ```
+    /// use simpler::{Level, Worker};
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// let l3 = Worker::builder().sub_workers(1).build()?;
+    /// assert_eq!(l4.add_worker(l3)?, 0);
+    /// // An L3 Worker takes chips, not Workers:
+    /// let mut other = Worker::builder().build()?;
+    /// assert!(other.add_worker(Worker::builder().build()?).is_err());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn add_worker(&mut self, child: Worker) -> Result<u32> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "Worker.add_worker: an {} Worker takes chips and SUB workers, not Workers; add Workers to an L4 (or higher) Worker",
+                self.cfg.level
+            )));
+        }
+        if !matches!(self.state, State::New) {
+            return Err(Error::state("Worker.add_worker: only before init"));
+        }
+        if !matches!(child.state, State::New) {
+            return Err(Error::state(
+                "Worker.add_worker: the child must not be initialized (the parent starts it)",
+            ));
+        }
+        if child.cfg.level.number() + 1 != self.cfg.level.number() {
+            return Err(Error::invalid(format!(
+                "Worker.add_worker: an {} Worker takes {} Workers, not {}",
+                self.cfg.level,
+                Level::from_number(self.cfg.level.number() - 1)
+                    .map_or("lower".to_string(), |l| l.to_string()),
+                child.cfg.level
+            )));
+        }
+        self.lanes.add_nested(child.runs_chip_callables());
+        self.children.push(child);
+        Ok(self.children.len() as u32 - 1)
     }
 
     /// Registers a host function; returns the handle tasks use to name it.
@@ -675,35 +408,101 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn register(&mut self, f: HostFn) -> Result<CallableHandle> {
-        let desc = f.descriptor().clone();
-        let digest = desc.digest();
-        let handle = CallableHandle::new(digest, CallableKind::HostFn, f.name());
-        if matches!(self.phase, Phase::Closed) {
-            return Err(Error::state("Worker.register: the Worker is closed"));
+        self.register_callable("register", Callable::Host(f))
+    }
+
+    /// Registers a chip callable (a kernel or a chip orchestration) on every chip.
+    ///
+    /// Before `init` it goes into the snapshot every chip prepares before reporting ready;
+    /// after `init` it is sent to every live chip and this returns once all of them installed
+    /// it; if one refuses, the others drop it again and nothing is registered. Above L3 it goes
+    /// to every chip of the tree below (nested Workers without chips are skipped).
+    ///
+    /// The same rules hold before and after `init`: a Worker with no chip (below it) refuses a
+    /// chip callable ([`ErrorKind::InvalidArgument`]), and a different function under the
+    /// sub-kind and name of a registered one is refused ([`ErrorKind::Callable`]). Submit it with `Orchestrator::submit_next_level` (one chip) or
+    /// `submit_next_level_group` (several chips at once).
+    ///
+    /// ```
+    /// use simpler::{ChipFn, HostArgs, HostResult, Worker};
+    ///
+    /// fn vadd(args: &HostArgs<'_>) -> HostResult {
+    ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
+    ///     for i in 0..out.len() {
+    ///         out[i] = a[i] + b[i];
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let mut worker = Worker::builder().chips(2).build()?;
+    /// let vadd = worker.register_chip(ChipFn::kernel("vadd", vadd))?;
+    /// assert_eq!(vadd.kind(), simpler::CallableKind::Chip);
+    ///
+    /// fn vsub(_: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    /// let err = worker.register_chip(ChipFn::kernel("vadd", vsub)).unwrap_err(); // another fn
+    /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
+    /// let mut hosts = Worker::builder().sub_workers(1).build()?; // no chips
+    /// let err = hosts.register_chip(ChipFn::kernel("vsub", vsub)).unwrap_err();
+    /// assert_eq!(err.kind(), simpler::ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn register_chip(&mut self, f: ChipFn) -> Result<CallableHandle> {
+        self.register_callable("register_chip", Callable::Chip(f))
+    }
+
+    /// Registers an orchestration function that this Worker (L4 and up) dispatches by digest to
+    /// its nested Workers with `submit_next_level`; the nested Worker runs it as a run of its own.
+    ///
+    /// After `init` it is sent to every nested Worker, all or nothing (if one refuses, the others
+    /// drop it again). A different function under the name of a registered one is refused,
+    /// before and after `init`.
+    ///
+    /// ```
+    /// use simpler::{CallConfig, Level, OrchFn, Orchestrator, TaskArgs, Worker};
+    /// fn step(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// let h = l4.register_orch(OrchFn::new("step", step))?;
+    /// assert_eq!(h.kind(), simpler::CallableKind::Orch);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn register_orch(&mut self, f: OrchFn) -> Result<CallableHandle> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "Worker.register_orch: an {} Worker has no nested Workers to run orchestration functions",
+                self.cfg.level
+            )));
         }
-        if let (Phase::Ready(_), Body::Closure(_)) = (&self.phase, f.body()) {
-            return Err(Error::new(
-                ErrorKind::Callable,
-                format!(
-                    "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
-                ),
-            ));
+        self.register_callable("register_orch", Callable::Orch(f))
+    }
+
+    /// Registers `c` for `Worker.{api}`: the same rules for every kind, before and after
+    /// `init`; after `init` the runtime installs it on its targets (all or nothing) first.
+    fn register_callable(&mut self, api: &str, c: Callable) -> Result<CallableHandle> {
+        let handle = c.handle();
+        match (&self.state, &c) {
+            (State::Closed, _) => return Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+            (State::Started(rt), Callable::Host(f))
+                if rt.ships_by_address() && matches!(f.body(), Body::Closure(_)) =>
+            {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!(
+                        "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
+                    ),
+                ));
+            }
+            _ => {}
         }
-        self.needs_target(CallableKind::HostFn, &handle)?;
-        let context = |e: Error| e.context(format!("Worker.register of {handle}"));
-        self.registry.check(digest, desc.bytes(), &f).map_err(context)?;
-        if let (Phase::Ready(live), Body::Ptr(ptr)) = (&self.phase, f.body()) {
-            let addr = crate::sys::fn_address::FnAddress::of(*ptr).to_wire();
-            live.register_on(
-                &self.targets(live, CallableKind::HostFn),
-                |i| self.target_label(i),
-                &digest,
-                |mb| mb.post_control(CTRL_REGISTER_FN, addr, digest.as_bytes(), desc.bytes()),
-            )
-            .map_err(context)?;
+        self.needs_target(c.kind(), &handle)?;
+        let context = |e: Error| e.context(format!("Worker.{api} of {handle}"));
+        self.callables.check(&c).map_err(context)?;
+        if let State::Started(rt) = &self.state {
+            rt.install(&c).map_err(context)?;
         }
-        self.registry.install(digest, desc.bytes(), f)?;
-        self.record(&handle);
+        self.callables.install(c)?;
         Ok(handle)
     }
 
@@ -732,45 +531,30 @@ impl Worker {
     /// Whether chip callables run here: an L2 Worker is a chip, an L3 Worker needs chips, and
     /// a Worker above L3 needs a nested Worker that runs them.
     fn runs_chip_callables(&self) -> bool {
-        match self.cfg.level {
-            Level::Chip => true,
-            Level::Node => self.cfg.engine.next_level_workers > 0,
-            _ if matches!(self.phase, Phase::New) => self.children.iter().any(Worker::runs_chip_callables),
-            _ => self.nested_chips.contains(&true),
-        }
+        self.cfg.level == Level::Chip || !self.lanes.targets(CallableKind::Chip).is_empty()
     }
 
-    /// The mailboxes that hold callables of `kind` on an initialized Worker: SUB workers hold
-    /// host functions; chips hold chip callables (above L3, the nested Workers with chips below
-    /// them pass them on); nested Workers hold orchestration functions.
-    fn targets(&self, live: &Live, kind: CallableKind) -> Vec<usize> {
-        let n_sub = self.cfg.engine.sub_workers;
-        let n_next = live.engine.config().next_level_workers;
-        match kind {
-            CallableKind::HostFn => (0..n_sub).collect(),
-            CallableKind::Chip if self.cfg.level > Level::Node => {
-                (0..n_next).filter(|&j| self.nested_chips.get(j) == Some(&true)).map(|j| n_sub + j).collect()
+    /// Registers every `#[callable]` of the binary that this Worker can run: host functions
+    /// when it has SUB workers, chip callables when it has chips (or is a chip), orchestration
+    /// callables when it drives nested Workers. `init` calls it before forking anything.
+    fn register_linked(&mut self) -> Result<()> {
+        use crate::callable::identity::CallableKind;
+        for info in crate::callable::linked::CallableInfo::linked() {
+            let what = |e: crate::error::Error| e.context(format!("registering #[callable] `{}`", info.path));
+            match info.kind {
+                CallableKind::HostFn if self.sub_workers() > 0 => {
+                    self.register(crate::callable::host::HostFn::from_linked(info)?).map_err(what)?;
+                }
+                CallableKind::Chip if self.chips() > 0 || self.level() == crate::level::Level::Chip => {
+                    self.register_chip(crate::chip::ChipFn::from_linked(info)?).map_err(what)?;
+                }
+                CallableKind::Orch if self.level() > crate::level::Level::Node => {
+                    self.register_orch(crate::engine::orch_fn::OrchFn::from_linked(info)?).map_err(what)?;
+                }
+                _ => {}
             }
-            _ => (n_sub..n_sub + n_next).collect(),
         }
-    }
-
-    /// How messages name the worker behind mailbox `i`.
-    fn target_label(&self, i: usize) -> String {
-        let n_sub = self.cfg.engine.sub_workers;
-        match (i < n_sub, self.cfg.level > Level::Node) {
-            (true, _) => format!("sub worker {i}"),
-            (false, false) => format!("chip {}", i - n_sub),
-            (false, true) => format!("worker {}", i - n_sub),
-        }
-    }
-
-    /// Remembers a registered handle; on a live engine, submits may name it from now on.
-    fn record(&mut self, handle: &CallableHandle) {
-        self.handles.insert(handle.digest(), handle.clone());
-        if let Phase::Ready(live) = &self.phase {
-            live.engine.callables().write().insert(handle.digest(), handle.kind());
-        }
+        Ok(())
     }
 
     /// Drops one registration of `handle`. The caller must not unregister a callable that a
@@ -819,46 +603,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn unregister(&mut self, handle: &CallableHandle) -> Result<()> {
-        if matches!(self.phase, Phase::Closed) {
+        if matches!(self.state, State::Closed) {
             return Err(Error::state("Worker.unregister: the Worker is closed"));
         }
-        let digest = handle.digest();
-        let kind = handle.kind();
-        let known = match kind {
-            CallableKind::HostFn => self.registry.contains(&digest),
-            CallableKind::Chip => self.chip_registry.contains(&digest),
-            CallableKind::Orch => self.orch_registry.contains(&digest),
-        };
-        if !known {
+        let refs = self.callables.refs(handle);
+        if refs == 0 {
             return Err(Error::new(
                 ErrorKind::Callable,
                 format!("Worker.unregister: {handle} is not registered"),
             ));
         }
-        match &self.phase {
-            Phase::Ready(live) => {
-                live.broadcast(
-                    self.targets(live, kind),
-                    |i| self.target_label(i),
-                    |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]),
-                )
+        if let State::Started(rt) = &self.state {
+            rt.uninstall(handle, refs == 1)
                 .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
-            }
-            // An L2 Worker's chip runs in this process.
-            Phase::Chip(chip) => chip.release(&digest)?,
-            _ => {}
         }
-        let freed = match kind {
-            CallableKind::HostFn => self.registry.release(&digest)?,
-            CallableKind::Chip => self.chip_registry.release(&digest)?,
-            CallableKind::Orch => self.orch_registry.release(&digest)?,
-        };
-        if freed {
-            self.handles.remove(&digest);
-            if let Phase::Ready(live) = &self.phase {
-                live.engine.callables().write().remove(&digest);
-            }
-        }
+        self.callables.release(handle)?;
         Ok(())
     }
 
@@ -889,199 +648,39 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn init(&mut self) -> Result<()> {
-        let was_new = matches!(self.phase, Phase::New);
+        let was_new = matches!(self.state, State::New);
         let result = self.init_inner();
         if result.is_err() && was_new && self.cfg.level > Level::Node {
             // Its nested Workers went to their (now reaped) processes: like the upstream FAILED
             // state, a Worker whose startup failed can only be closed, not started again.
-            self.phase = Phase::Closed;
+            self.state = State::Closed;
         }
         result
     }
 
     fn init_inner(&mut self) -> Result<()> {
-        match self.phase {
-            Phase::New => {}
-            Phase::Ready(_) | Phase::Chip(_) => return Err(Error::state("Worker.init: already initialized")),
-            Phase::Closed => return Err(Error::state("Worker.init: the Worker is closed")),
+        match self.state {
+            State::New => {}
+            State::Started(_) => return Err(Error::state("Worker.init: already initialized")),
+            State::Closed => return Err(Error::state("Worker.init: the Worker is closed")),
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
         // Every #[callable] of the binary that this Worker can run, before anything forks.
         self.register_linked()?;
-        if self.cfg.level == Level::Chip {
+        let runtime: Box<dyn Runtime> = if self.cfg.level == Level::Chip {
             // L2: the chip runs in this process; nothing is forked.
-            let config = ChipConfig {
-                spec: ChipSpec { chip_id: 0, memory_bytes: self.cfg.chip_memory, cores: self.cfg.chip_cores },
-                backend: self.cfg.chip_backend.clone(),
-            };
-            let chip = l2::ChipLive::start(config, self.chip_registry.clone())?;
-            self.phase = Phase::Chip(Box::new(chip));
-            return Ok(());
-        }
-        let deadline = Instant::now() + self.cfg.startup_timeout;
-        let nested = self.cfg.level > Level::Node;
-        let mut engine_cfg = self.cfg.engine.clone();
-        if nested {
-            engine_cfg.next_level_workers = self.children.len();
-            engine_cfg.next_level_kind = CallableKind::Orch;
-        }
-        let n_sub = engine_cfg.sub_workers;
-        let n_chip = engine_cfg.next_level_workers;
-        let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
-        let minter = Arc::new(IdentityMinter::new(random_u64()));
-        let devices = Arc::new(chips::ChipBuffers::default());
-        let parts = LevelParts {
-            minter: minter.clone(),
-            heap: Arc::new(HostRings::new(engine_cfg.heap_ring_size)?),
-            devices: devices.clone(),
+            Box::new(l2::L2Chip::start(&self.cfg, self.callables.chip())?)
+        } else {
+            Box::new(tree::Tree::start(
+                &self.cfg,
+                &self.lanes,
+                &self.callables,
+                &mut self.children,
+                &self.extra_heaps,
+            )?)
         };
-        let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), parts)?;
-        let mut heaps: Vec<(u64, u64)> = engine.heap().spans();
-        heaps.extend(self.extra_heaps.iter().copied());
-        let label = |i: usize| match (i < n_sub, nested) {
-            (true, _) => format!("sub worker {i}"),
-            (false, false) => format!("chip {}", i - n_sub),
-            (false, true) => format!("worker {}", i - n_sub),
-        };
-        // Chip callables registered here reach the chips below: hand them (one registration
-        // per reference) to each nested Worker with chips below it before it starts, so they
-        // are in its chips' startup snapshot.
-        self.nested_chips = self.children.iter().map(Worker::runs_chip_callables).collect();
-        for w in self.children.iter_mut().filter(|w| w.runs_chip_callables()) {
-            for (digest, _, f) in self.chip_registry.iter() {
-                for _ in 0..self.chip_registry.refs(digest) {
-                    w.register_chip(f.clone())?;
-                }
-            }
-        }
-        let mut children = std::mem::take(&mut self.children).into_iter();
-
-        // Fork order: every SUB child, then every chip child, all before any engine thread.
-        let mut pids = Vec::with_capacity(n_sub + n_chip);
-        let mut failure = None;
-        for i in 0..n_sub + n_chip {
-            let resolver = HostResolver::new(heaps.clone());
-            let forked = if i < n_sub {
-                let child =
-                    SubChild { region: region.clone(), index: i, registry: self.registry.clone(), resolver };
-                fork_child(move || child.run())
-            } else if nested {
-                let child = serve::nested::NestedChild {
-                    region: region.clone(),
-                    index: i,
-                    id: (i - n_sub) as u32,
-                    worker: children.next().expect("one Worker per nested lane"),
-                    registry: self.orch_registry.clone(),
-                    deadline,
-                    heaps: heaps.clone(),
-                };
-                fork_child(move || child.run())
-            } else {
-                let config = ChipConfig {
-                    spec: ChipSpec {
-                        chip_id: (i - n_sub) as u32,
-                        memory_bytes: self.cfg.chip_memory,
-                        cores: self.cfg.chip_cores,
-                    },
-                    backend: self.cfg.chip_backend.clone(),
-                };
-                let child = ChipChild {
-                    region: region.clone(),
-                    index: i,
-                    config,
-                    registry: self.chip_registry.clone(),
-                    resolver,
-                };
-                fork_child(move || child.run())
-            };
-            match forked {
-                Ok(pid) => pids.push(pid),
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let monitor = Monitor::start(pids.clone(), {
-            let region = region.clone();
-            move |_| region.doorbell().ring()
-        });
-        let monitor = match (monitor, failure) {
-            (Ok(m), None) => m,
-            (Ok(mut m), Some(e)) => {
-                abort_children(&region, &mut m, &pids);
-                return Err(e);
-            }
-            (Err(e), _) => {
-                for &pid in &pids {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                }
-                return Err(e);
-            }
-        };
-        let mut monitor = monitor;
-        for (i, &pid) in pids.iter().enumerate() {
-            let board = monitor.board.clone();
-            let status = region.mailbox(i).wait_init(deadline, || board.exit_of(i).is_some());
-            let who = label(i);
-            let err = match status {
-                InitStatus::Ready => continue,
-                InitStatus::Failed(msg) => format!("{who} (process {pid}) failed to start: {msg}"),
-                InitStatus::Pending => match monitor.board.exit_of(i) {
-                    Some(how) => format!("{who} (process {pid}) {how} during startup"),
-                    None => format!(
-                        "{who} (process {pid}) did not report ready within the startup timeout of {:?}",
-                        self.cfg.startup_timeout
-                    ),
-                },
-            };
-            abort_children(&region, &mut monitor, &pids);
-            return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
-        }
-
-        let lanes = (0..n_sub + n_chip)
-            .map(|i| {
-                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
-                let kind =
-                    if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
-                Lane::new(kind, Box::new(ep))
-            })
-            .collect();
-        engine.attach_lanes(lanes);
-        {
-            let mut known = engine.callables().write();
-            for (d, h) in &self.handles {
-                known.insert(*d, h.kind());
-            }
-        }
-        let engine = Arc::new(engine);
-        let bg_engine = engine.clone();
-        let background = match std::thread::Builder::new()
-            .name("simpler-scheduler".into())
-            .spawn(move || bg_engine.background_loop())
-        {
-            Ok(t) => t,
-            Err(e) => {
-                abort_children(&region, &mut monitor, &pids);
-                return Err(Error::os("spawn scheduler thread", e));
-            }
-        };
-        self.phase = Phase::Ready(Box::new(Live {
-            engine,
-            minter,
-            devices,
-            control_lock: std::sync::Mutex::new(()),
-            region,
-            pids,
-            monitor,
-            background: Some(background),
-        }));
-        tracing::debug!(target: "simpler::worker", sub_workers = n_sub, chips = n_chip, "worker ready");
+        self.state = State::Started(runtime);
         Ok(())
     }
 
@@ -1128,10 +727,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
-        let minter = match &self.phase {
-            Phase::Chip(chip) => &chip.minter,
-            _ => &self.live("create_buffer")?.minter,
-        };
+        let minter = self.started("create_buffer")?.minter("create_buffer")?;
         if nbytes == 0 {
             return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
         }
@@ -1256,10 +852,9 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        let live = self.live("submit")?;
+        let eng = self.started("submit")?.engine("submit")?;
         let RunOptions { args, config, capture } = options;
         config.validate()?;
-        let eng = &live.engine;
         match eng.build_run(capture, will_wait, |orch| orch_fn(orch, &args, &config)) {
             Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
             Err(BuildFailed::Error(e)) => Err(e),
@@ -1367,6 +962,105 @@ impl Worker {
         handle.wait()
     }
 
+    /// Runs one chip callable (a kernel or a chip orchestration) on an L2 Worker, in this
+    /// process, and waits for it: how one tests a kernel alone.
+    ///
+    /// Host-backed tensors are copied into the chip's device memory before the run (when the
+    /// tag reads them) and back after it (when the tag writes them); device buffers from
+    /// [`alloc_child_tensor`](Worker::alloc_child_tensor) stay on the chip.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{CallConfig, ChipFn, DataType, HostArgs, HostResult, Level, TaskArgs, Worker};
+    ///
+    /// fn scale(args: &HostArgs<'_>) -> HostResult {
+    ///     for v in args.output::<f32>(0)? {
+    ///         *v *= 2.0;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).build()?;
+    /// let scale = chip.register_chip(ChipFn::kernel("scale", scale))?;
+    /// chip.init()?; // no fork: the chip runs in this process
+    /// let x = chip.create_buffer(16)?;
+    /// x.write(0, &[1.0f32, 2.0, 3.0, 4.0])?;
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&x.tensor(&[4], DataType::Float32)?)?;
+    /// chip.run_callable(&scale, args, CallConfig::default())?;
+    /// assert_eq!(x.read::<f32>(0, 4)?, vec![2.0, 4.0, 6.0, 8.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
+        self.started("run_callable")?.run_callable(callable, args, config)
+    }
+
+    /// Allocates `shape` elements of `dtype` in the device memory of chip `worker`.
+    ///
+    /// The buffer lives on that chip: only tasks on that chip may name it (aiming it at another
+    /// worker is an error at submit), and it is never copied in or out around a run. Move bytes
+    /// with [`copy_to`](Worker::copy_to) / [`copy_from`](Worker::copy_from); release it with
+    /// [`free`](Worker::free).
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{DataType, Worker};
+    /// let mut worker = Worker::builder().chips(1).build()?;
+    /// worker.init()?;
+    /// let weights = worker.alloc_child_tensor(0, &[1024], DataType::Float32)?;
+    /// let host = worker.create_buffer(4096)?;
+    /// host.write(0, &vec![0.5f32; 1024])?;
+    /// worker.copy_to(&weights, &host)?; // host -> chip 0
+    /// worker.free(&weights)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn alloc_child_tensor(&self, worker: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
+        self.started("alloc_child_tensor")?.alloc_device(worker, shape, dtype)
+    }
+
+    /// Copies the device buffer's size in bytes from host buffer `src` into device buffer `dst`.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer, host: &simpler::Buffer) -> simpler::Result<()> {
+    /// worker.copy_to(dev, host)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn copy_to(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
+        let (chip, ptr) = device_of("copy_to", dst)?;
+        let nbytes = dst.desc().nbytes();
+        check_host("copy_to", src, nbytes)?;
+        self.started("copy_to")?.copy_to(chip, ptr, src, nbytes)
+    }
+
+    /// Copies device buffer `src` (its whole size) into host buffer `dst`.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer, host: &simpler::Buffer) -> simpler::Result<()> {
+    /// worker.copy_from(host, dev)?;
+    /// let values = host.read::<f32>(0, 4)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn copy_from(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
+        let (chip, ptr) = device_of("copy_from", src)?;
+        let nbytes = src.desc().nbytes();
+        check_host("copy_from", dst, nbytes)?;
+        self.started("copy_from")?.copy_from(dst, chip, ptr, nbytes)
+    }
+
+    /// Frees device memory from [`alloc_child_tensor`](Worker::alloc_child_tensor). Freeing
+    /// twice, or freeing while a run is in flight, is an error; tasks submitted afterwards that
+    /// name the buffer are refused at submit.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer) -> simpler::Result<()> {
+    /// worker.free(dev)?;
+    /// assert!(worker.free(dev).is_err()); // already freed
+    /// # Ok(()) }
+    /// ```
+    pub fn free(&self, buf: &Buffer) -> Result<()> {
+        let (chip, ptr) = device_of("free", buf)?;
+        self.started("free")?.free(buf, chip, ptr)
+    }
+
     /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
     /// engine, shuts every child down and reaps it. Idempotent; dropping a Worker closes it.
     ///
@@ -1403,145 +1097,11 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn close(&mut self) -> Result<()> {
-        let phase = std::mem::replace(&mut self.phase, Phase::Closed);
-        let mut live = match phase {
-            Phase::Ready(live) => live,
-            Phase::Chip(chip) => {
-                chip.shutdown();
-                return Ok(());
-            }
-            _ => return Ok(()),
-        };
-        let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
-        let eng = live.engine.clone();
-        eng.mark_closed();
-        let deadline = Instant::now() + self.cfg.close_timeout;
-        let mut abandoned = 0;
-        for run in eng.live_runs() {
-            if !eng.drive_until(|| run.is_done(), Some(deadline)) {
-                abandoned += 1;
-                run.abandon(Error::state(format!(
-                    "run {} was abandoned: the Worker closed before it finished",
-                    run.id
-                )));
-            }
-        }
-        eng.stop_background();
-        if let Some(t) = live.background.take() {
-            let _ = t.join();
-        }
-        abort_children(&live.region, &mut live.monitor, &live.pids);
-        eng.shutdown_lanes();
-        if abandoned > 0 {
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "Worker.close: {abandoned} run(s) did not finish within {:?} and were abandoned",
-                    self.cfg.close_timeout
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Live {
-    /// Sends one control request to mailbox `i` and waits for the reply (serialized with every
-    /// other control of this Worker).
-    fn control(&self, i: usize, who: &str, post: impl Fn(Mailbox<'_>) -> Result<()>) -> Result<u64> {
-        let _one_at_a_time = sync::lock(&self.control_lock);
-        if let Some(how) = self.monitor.board.exit_of(i) {
-            return Err(Error::new(
-                ErrorKind::WorkerDied,
-                format!("{who} is dead: the worker process {how}"),
-            ));
-        }
-        let mb = self.region.mailbox(i);
-        post(mb)?;
-        let board = self.monitor.board.clone();
-        match mb.wait_control_done(None, || board.exit_of(i).is_some()) {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(Error::new(ErrorKind::Callable, format!("{who} refused: {}", e.message))),
-            None => Err(Error::new(ErrorKind::WorkerDied, format!("{who} died during the request"))),
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::Started(runtime) => runtime.close(self.cfg.close_timeout),
+            _ => Ok(()),
         }
     }
-
-    /// Sends one registration (`post`) of `digest` to every live child in `targets` and waits
-    /// for each to install it: all or nothing. When one refuses (or dies), the ones that
-    /// installed it drop it again before this returns the error, so no task can run it
-    /// anywhere; one that cannot confirm that makes the error `REGISTER_CLEANUP_UNCERTAIN`.
-    fn register_on(
-        &self,
-        targets: &[usize],
-        label: impl Fn(usize) -> String,
-        digest: &Digest,
-        post: impl Fn(Mailbox<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let mut installed = Vec::with_capacity(targets.len());
-        for &i in targets {
-            if self.monitor.board.has_exited(i) {
-                continue; // a dead worker can run nothing; it needs no copy
-            }
-            let err = match self.control(i, &label(i), &post) {
-                Ok(_) => {
-                    installed.push(i);
-                    continue;
-                }
-                Err(e) => e,
-            };
-            let mut uncertain = Vec::new();
-            for &j in installed.iter().rev() {
-                let undo = self
-                    .control(j, &label(j), |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]));
-                if let Err(u) = undo {
-                    uncertain.push(u.message().to_string());
-                }
-            }
-            let names = || installed.iter().map(|&j| label(j)).collect::<Vec<_>>().join(", ");
-            let message = if !uncertain.is_empty() {
-                format!(
-                    "REGISTER_CLEANUP_UNCERTAIN: {}; it may still be installed where it could not be removed again: {}",
-                    err.message(),
-                    uncertain.join("; ")
-                )
-            } else if installed.is_empty() {
-                err.message().to_string()
-            } else {
-                format!("{} (removed again from {}: registered nowhere)", err.message(), names())
-            };
-            return Err(Error::new(err.kind(), message));
-        }
-        Ok(())
-    }
-
-    /// Sends one control request to every live child in `targets` and waits for all replies.
-    fn broadcast(
-        &self,
-        targets: impl IntoIterator<Item = usize>,
-        label: impl Fn(usize) -> String,
-        post: impl Fn(Mailbox<'_>) -> Result<()>,
-    ) -> Result<()> {
-        for i in targets {
-            if self.monitor.board.has_exited(i) {
-                continue; // a dead worker can run nothing; it needs no copy
-            }
-            self.control(i, &label(i), &post)?;
-        }
-        Ok(())
-    }
-}
-
-/// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
-fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
-    for i in 0..pids.len() {
-        region.mailbox(i).request_shutdown();
-    }
-    let all: Vec<usize> = (0..pids.len()).collect();
-    if !monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5)) {
-        monitor.kill_all();
-        monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5));
-    }
-    monitor.stop();
 }
 
 impl Drop for Worker {

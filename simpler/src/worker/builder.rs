@@ -1,0 +1,367 @@
+//! `WorkerBuilder`: a Worker's configuration, validated by `build`.
+
+use std::time::Duration;
+
+use crate::chip::{BackendFactory, ChipBackend, ChipSpec};
+use crate::engine::EngineConfig;
+use crate::error::{Error, Result};
+use crate::level::Level;
+use crate::worker::Worker;
+
+/// Configures a [`Worker`]. Construction never forks or maps anything; `init` does.
+///
+/// ```
+/// use std::time::Duration;
+/// use simpler::{Level, Worker};
+/// let worker = Worker::builder()
+///     .level(Level::Node)
+///     .sub_workers(2)
+///     .heap_ring_size(64 << 20)
+///     .backpressure_timeout(Duration::from_secs(5))
+///     .build()
+///     .unwrap();
+/// assert_eq!(worker.sub_workers(), 2);
+/// assert!(!worker.is_ready());
+/// ```
+#[derive(Debug, Clone)]
+pub struct WorkerBuilder {
+    pub(super) level: Level,
+    pub(super) engine: EngineConfig,
+    pub(super) chip_memory: u64,
+    pub(super) chip_cores: usize,
+    pub(super) chip_backend: BackendFactory,
+    /// Test hook: a nested Worker's process waits this long before starting (to exercise the
+    /// startup deadline).
+    pub(super) startup_delay: Duration,
+    pub(super) startup_timeout: Duration,
+    pub(super) close_timeout: Duration,
+}
+
+impl WorkerBuilder {
+    /// The defaults [`Worker::builder`] starts from.
+    pub(super) fn defaults() -> WorkerBuilder {
+        WorkerBuilder {
+            level: Level::Node,
+            engine: EngineConfig::default(),
+            chip_memory: 1 << 30,
+            chip_cores: 4,
+            chip_backend: BackendFactory::sim(),
+            startup_delay: Duration::ZERO,
+            startup_timeout: Duration::from_secs(300),
+            close_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The level this Worker runs at (default [`Level::Node`], L3).
+    ///
+    /// * [`Level::Chip`] (L2): one simulated chip in this process; run chip callables with
+    ///   [`Worker::run_callable`].
+    /// * [`Level::Node`] (L3): SUB workers and chips, each in a forked process.
+    /// * [`Level::Network1`] and up (L4+): Workers one level down, added with
+    ///   [`Worker::add_worker`], each in a forked process.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Level, Worker};
+    ///
+    /// let worker = Worker::builder().level(Level::Node).sub_workers(1).build()?;
+    /// assert_eq!(worker.level(), Level::Node);
+    ///
+    /// // A chip has no SUB workers of its own.
+    /// let err = Worker::builder().level(Level::Chip).sub_workers(1).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Number of simulated chips, each in its own forked process (default 0). Chips are the
+    /// NEXT_LEVEL workers of an L3 Worker, with worker ids `0..n`.
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(2).build().unwrap();
+    /// assert_eq!(worker.chips(), 2);
+    /// ```
+    pub fn chips(mut self, n: usize) -> Self {
+        self.engine.next_level_workers = n;
+        self
+    }
+
+    /// Device memory of each simulated chip in bytes (default 1 GiB, backed on first touch).
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(1).chip_memory(64 << 20).build().unwrap();
+    /// # drop(worker);
+    /// ```
+    pub fn chip_memory(mut self, bytes: u64) -> Self {
+        self.chip_memory = bytes;
+        self
+    }
+
+    /// Simulated cores (threads) per chip (default 4).
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().chips(1).chip_cores(8).build().unwrap();
+    /// # drop(worker);
+    /// ```
+    pub fn chip_cores(mut self, n: usize) -> Self {
+        self.chip_cores = n;
+        self
+    }
+
+    /// How each chip's device is made (default: a [`SimChip`](crate::SimChip) of `chip_memory`
+    /// bytes and `chip_cores` cores). The factory runs in the process that drives the chip (a
+    /// chip child forked at `init` at L3, the calling process at L2), once per chip, with that
+    /// chip's [`ChipSpec`](crate::ChipSpec); its error fails `init`, naming the chip. Every
+    /// device operation of the chip (allocation, frees, copies in both directions) then goes
+    /// through the [`ChipBackend`](crate::ChipBackend) it returns.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use simpler::{ChipBackend, ChipSpec, DeviceMemory, Level, SimChip, Worker};
+    ///
+    /// /// A SimChip that counts the bytes copied to it.
+    /// struct Counting {
+    ///     sim: SimChip,
+    ///     copied_in: Arc<AtomicUsize>,
+    /// }
+    ///
+    /// impl ChipBackend for Counting {
+    ///     fn cores(&self) -> usize {
+    ///         self.sim.cores()
+    ///     }
+    ///     fn memory(&self) -> &DeviceMemory {
+    ///         self.sim.memory()
+    ///     }
+    ///     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
+    ///         self.copied_in.fetch_add(src.len(), Ordering::Relaxed);
+    ///         self.sim.copy_to_device(dst, src)
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let copied_in = Arc::new(AtomicUsize::new(0));
+    /// let count = copied_in.clone();
+    /// let mut chip = Worker::builder()
+    ///     .level(Level::Chip)
+    ///     .chip_memory(1 << 20)
+    ///     .chip_backend(move |spec: &ChipSpec| {
+    ///         let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
+    ///         Ok(Box::new(Counting { sim, copied_in: count.clone() }) as Box<dyn ChipBackend>)
+    ///     })
+    ///     .build()?;
+    /// chip.init()?;
+    /// let dev = chip.alloc_child_tensor(0, &[16], simpler::DataType::Float32)?;
+    /// let host = chip.create_buffer(64)?;
+    /// chip.copy_to(&dev, &host)?;
+    /// assert_eq!(copied_in.load(Ordering::Relaxed), 64);
+    /// chip.free(&dev)?;
+    /// chip.close()
+    /// # }
+    /// ```
+    pub fn chip_backend(
+        mut self,
+        factory: impl Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync + 'static,
+    ) -> Self {
+        self.chip_backend = BackendFactory::new(factory);
+        self
+    }
+
+    /// Number of forked SUB workers that run host functions (default 0).
+    ///
+    /// `init` forks one process per SUB worker. A Worker without any can be built, but has
+    /// nowhere to run host functions: `submit_sub` then fails.
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// let worker = Worker::builder().sub_workers(4).build()?;
+    /// assert_eq!(worker.sub_workers(), 4);
+    /// assert_eq!(Worker::builder().build()?.sub_workers(), 0); // the default
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn sub_workers(mut self, n: usize) -> Self {
+        self.engine.sub_workers = n;
+        self
+    }
+
+    /// Bytes per heap ring for `orch.alloc` (default 1 GiB each, four rings, lazily backed;
+    /// 0 disables the heap).
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// // Intermediates from `orch.alloc` come from four rings of 64 MiB each.
+    /// let worker = Worker::builder().sub_workers(2).heap_ring_size(64 << 20).build()?;
+    /// assert!(!worker.is_ready()); // nothing is mapped before `init`
+    ///
+    /// // Runs that only name `create_buffer` buffers need no heap; `orch.alloc` then fails.
+    /// let no_heap = Worker::builder().sub_workers(2).heap_ring_size(0).build()?;
+    /// # drop(no_heap);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn heap_ring_size(mut self, bytes: u64) -> Self {
+        self.engine.heap_ring_size = bytes;
+        self
+    }
+
+    /// Live tasks at most before `submit` waits (default 65536).
+    ///
+    /// A task stays live until its scope has ended and it has completed; every `orch.alloc`
+    /// takes a place too. At least 1.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(2).task_window(4096).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().task_window(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn task_window(mut self, n: usize) -> Self {
+        self.engine.task_window = n;
+        self
+    }
+
+    /// Runs admitted at once: one executing, the others built and waiting (default 2).
+    ///
+    /// At least 1. With 1, each `submit` first waits for the previous run to finish.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// // Build up to three runs ahead of the one executing.
+    /// let worker = Worker::builder().sub_workers(2).pipeline_depth(4).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().pipeline_depth(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn pipeline_depth(mut self, n: usize) -> Self {
+        self.engine.pipeline_depth = n;
+        self
+    }
+
+    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    ///
+    /// The failing `submit_*` or `orch.alloc` returns an error of kind
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::Worker;
+    ///
+    /// // Give up after half a second without room in a 256-task window.
+    /// let worker = Worker::builder()
+    ///     .sub_workers(2)
+    ///     .task_window(256)
+    ///     .backpressure_timeout(Duration::from_millis(500))
+    ///     .build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn backpressure_timeout(mut self, t: Duration) -> Self {
+        self.engine.backpressure_timeout = t;
+        self
+    }
+
+    /// One deadline for starting every child process (default 300 s).
+    ///
+    /// `init` fails with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) when a child
+    /// has not reported ready by then. Must be greater than zero.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(8).startup_timeout(Duration::from_secs(30)).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().startup_timeout(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn startup_timeout(mut self, t: Duration) -> Self {
+        self.startup_timeout = t;
+        self
+    }
+
+    /// How long `close` waits for runs in flight before abandoning them (default 10 s).
+    ///
+    /// When it abandons any, `close` still shuts everything down and then returns an error of
+    /// kind [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::Worker;
+    ///
+    /// let worker = Worker::builder().sub_workers(2).close_timeout(Duration::from_secs(1)).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn close_timeout(mut self, t: Duration) -> Self {
+        self.close_timeout = t;
+        self
+    }
+
+    #[doc(hidden)]
+    /// Test hook: when this Worker runs nested under a parent, its process waits `delay`
+    /// before it starts its own children (to exercise the parent's startup deadline).
+    pub fn __startup_delay(mut self, delay: Duration) -> Self {
+        self.startup_delay = delay;
+        self
+    }
+
+    /// Validates the configuration and returns an uninitialized Worker.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error for a level
+    /// other than [`Level::Node`], a `task_window` or `pipeline_depth` of 0, or a zero
+    /// `startup_timeout`.
+    ///
+    /// ```
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(2).build()?;
+    /// // Nothing is forked or mapped yet: that is `init`'s job.
+    /// assert!(!worker.is_ready());
+    /// assert!(worker.child_pids().is_empty());
+    /// drop(worker); // dropping an uninitialized Worker does nothing
+    ///
+    /// let err = Worker::builder().task_window(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn build(self) -> Result<Worker> {
+        if self.level == Level::Chip && (self.engine.sub_workers > 0 || self.engine.next_level_workers > 0) {
+            return Err(Error::invalid(
+                "an L2 (chip) Worker is one chip run in-process: it has no SUB workers and no chips of its own",
+            ));
+        }
+        if self.level == Level::Chip && self.chip_cores == 0 {
+            return Err(Error::invalid("chip_cores must be at least 1"));
+        }
+        if self.level > Level::Node && self.engine.next_level_workers > 0 {
+            return Err(Error::invalid(format!(
+                "an {} Worker has no chips of its own: its NEXT_LEVEL workers are Workers one level down (Worker::add_worker)",
+                self.level
+            )));
+        }
+        if self.engine.task_window == 0 {
+            return Err(Error::invalid("task_window must be at least 1"));
+        }
+        if self.engine.pipeline_depth == 0 {
+            return Err(Error::invalid("pipeline_depth must be at least 1"));
+        }
+        if self.startup_timeout.is_zero() {
+            return Err(Error::invalid("startup_timeout must be greater than zero"));
+        }
+        if self.engine.next_level_workers > 0 && self.chip_cores == 0 {
+            return Err(Error::invalid("chip_cores must be at least 1"));
+        }
+        Ok(Worker::new(self))
+    }
+}

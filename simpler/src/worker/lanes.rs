@@ -1,0 +1,75 @@
+//! `Lanes`: which children a Worker has, where each callable kind goes, and what messages call
+//! each child.
+//!
+//! A Worker's children sit in one mailbox region, in fork order: the SUB workers `0..sub`, then
+//! the NEXT_LEVEL workers `sub..sub + next` (chips at L3, nested Workers above). What a Worker
+//! has is fixed by its builder and `add_worker`, so the same `Lanes` answer before and after
+//! `init`: registration refuses a kind with no target by the same rule either way.
+
+use crate::callable::identity::CallableKind;
+use crate::level::Level;
+
+/// A Worker's children, by mailbox index.
+#[derive(Debug, Clone)]
+pub(super) struct Lanes {
+    /// SUB workers: mailboxes `0..sub`.
+    sub: usize,
+    /// NEXT_LEVEL workers: mailboxes `sub..sub + next`.
+    next: usize,
+    /// Whether the NEXT_LEVEL workers are nested Workers (L4 and up) rather than chips.
+    nested: bool,
+    /// For each nested Worker, whether chip callables run below it.
+    chips_below: Vec<bool>,
+}
+
+impl Lanes {
+    /// The lanes a Worker of `level` starts with: `sub` SUB workers and `chips` chips (nested
+    /// Workers come with [`add_nested`](Lanes::add_nested)).
+    pub(super) fn new(level: Level, sub: usize, chips: usize) -> Lanes {
+        Lanes { sub, next: chips, nested: level > Level::Node, chips_below: Vec::new() }
+    }
+
+    /// One more nested Worker; `runs_chips`: whether chip callables run below it.
+    pub(super) fn add_nested(&mut self, runs_chips: bool) {
+        self.next += 1;
+        self.chips_below.push(runs_chips);
+    }
+
+    /// The mailboxes that hold callables of `kind`: SUB workers hold host functions; chips hold
+    /// chip callables (above L3, the nested Workers with chips below them pass them on); nested
+    /// Workers hold orchestration functions. Empty when no child can run the kind.
+    pub(super) fn targets(&self, kind: CallableKind) -> Vec<usize> {
+        let (sub, next) = (self.sub, self.next);
+        match kind {
+            CallableKind::HostFn => (0..sub).collect(),
+            CallableKind::Chip if self.nested => {
+                (0..next).filter(|&j| self.chips_below.get(j) == Some(&true)).map(|j| sub + j).collect()
+            }
+            _ => (sub..sub + next).collect(),
+        }
+    }
+
+    /// How messages name the child behind mailbox `i`.
+    pub(super) fn label(&self, i: usize) -> String {
+        match (i < self.sub, self.nested) {
+            (true, _) => format!("sub worker {i}"),
+            (false, false) => format!("chip {}", i - self.sub),
+            (false, true) => format!("worker {}", i - self.sub),
+        }
+    }
+
+    /// The number of NEXT_LEVEL workers (chips at L3, nested Workers above).
+    pub(super) fn next_level(&self) -> usize {
+        self.next
+    }
+
+    /// The number of chips (0 above L3, whose NEXT_LEVEL workers are Workers).
+    pub(super) fn chips(&self) -> usize {
+        if self.nested { 0 } else { self.next }
+    }
+
+    /// The mailbox of chip `id`, if there is one.
+    pub(super) fn chip(&self, id: u32) -> Option<usize> {
+        ((id as usize) < self.chips()).then(|| self.sub + id as usize)
+    }
+}

@@ -1,0 +1,61 @@
+//! `Runtime`: the seam between a `Worker` and what `init` started.
+//!
+//! Two implementations: [`Tree`](super::tree::Tree) (an engine and forked children: SUB
+//! workers, then chips at L3 or nested Workers at L4 and up) and [`L2Chip`](super::l2::L2Chip)
+//! (an L2 Worker: one chip in this process). The `Worker` keeps the configuration and what is
+//! registered ([`Callables`](super::callables::Callables)) and checks what holds for both; each
+//! runtime does, or refuses, the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::callable::identity::CallableHandle;
+use crate::data::buffer::{Buffer, IdentityMinter};
+use crate::data::call_config::CallConfig;
+use crate::data::dtype::DataType;
+use crate::data::task_args::TaskArgs;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::worker::callables::Callable;
+
+/// A started Worker. `api` arguments name the `Worker` method for error messages.
+pub(super) trait Runtime: Send + Sync {
+    /// Process ids of the forked children.
+    fn child_pids(&self) -> Vec<i32>;
+
+    /// Whether what is registered from now on reaches other processes by address (so a closure
+    /// cannot be registered).
+    fn ships_by_address(&self) -> bool;
+
+    /// Installs `c` (already checked against the Worker's record) on every target that runs
+    /// its kind, all or nothing, and lets runs name it.
+    fn install(&self, c: &Callable) -> Result<()>;
+
+    /// Drops one reference to `handle` on every target; `last`: the Worker drops its last
+    /// reference, so runs may no longer name it.
+    fn uninstall(&self, handle: &CallableHandle, last: bool) -> Result<()>;
+
+    /// Where buffer identities come from: this Worker's nonce and its counter of buffer ids.
+    fn minter(&self, api: &str) -> Result<&IdentityMinter>;
+
+    /// The engine runs are built on (an L2 Worker has none).
+    fn engine(&self, api: &str) -> Result<&Arc<Engine>>;
+
+    /// Runs one chip callable in this process and waits for it (an L2 Worker only).
+    fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()>;
+
+    /// Allocates `shape` elements of `dtype` in the memory of chip `chip`.
+    fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer>;
+
+    /// Copies `nbytes` from host buffer `src` to device address `ptr` of chip `chip`.
+    fn copy_to(&self, chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()>;
+
+    /// Copies `nbytes` from device address `ptr` of chip `chip` into host buffer `dst`.
+    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, nbytes: u64) -> Result<()>;
+
+    /// Frees device buffer `buf` (at `ptr` on chip `chip`).
+    fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()>;
+
+    /// Shuts down: waits up to `timeout` for runs in flight, then stops everything.
+    fn close(self: Box<Self>, timeout: Duration) -> Result<()>;
+}

@@ -1,0 +1,564 @@
+//! The tree runtime: an engine and forked children (L3 and up).
+//!
+//! `start` maps the mailboxes and heap rings and forks, in order, the SUB workers, then the
+//! chips (L3) or the nested Workers (L4 and up), all before any engine thread; one startup
+//! deadline holds for the whole tree. After that every registration, unregistration and chip
+//! memory operation is a control request to the children's mailboxes (`Tree::control`), and
+//! runs are built on the engine, whose lanes are the mailboxes.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::callable::host::Body;
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::chip::{ChipConfig, ChipSpec};
+use crate::data::buffer::{Buffer, Identity, IdentityMinter};
+use crate::data::call_config::CallConfig;
+use crate::data::dtype::DataType;
+use crate::data::task_args::TaskArgs;
+use crate::data::wire::{DESC_SIZE, encode_desc};
+use crate::engine::heap::HostRings;
+use crate::engine::scheduler::{Lane, LaneKind};
+use crate::engine::slot::Target;
+use crate::engine::{Bell, DeviceRules, Engine, LevelParts};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::child::{
+    CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
+    CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, HostResolver,
+};
+use crate::ipc::endpoint::MailboxEndpoint;
+use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
+use crate::level::Level;
+use crate::sys::fn_address::FnAddress;
+use crate::sys::futex::Doorbell;
+use crate::sys::process::{Monitor, fork_child};
+use crate::sys::sync;
+use crate::worker::Worker;
+use crate::worker::builder::WorkerBuilder;
+use crate::worker::callables::{Callable, Callables};
+use crate::worker::lanes::Lanes;
+use crate::worker::runtime::Runtime;
+use crate::worker::serve;
+use crate::worker::serve::chip::ChipChild;
+use crate::worker::serve::sub::SubChild;
+
+struct RegionBell(Arc<MailboxRegion>);
+
+impl AsRef<Doorbell> for RegionBell {
+    fn as_ref(&self) -> &Doorbell {
+        self.0.doorbell()
+    }
+}
+
+/// A started Worker of L3 and up: its engine and its forked children.
+pub(super) struct Tree {
+    engine: Arc<Engine>,
+    /// Mints this Worker's buffer identities (host buffers, chip buffers, and its engine's
+    /// `orch.alloc` intermediates).
+    minter: Arc<IdentityMinter>,
+    /// The device buffers allocated on this Worker's chips and not yet freed.
+    devices: Arc<ChipBuffers>,
+    /// Serializes control requests (one per mailbox base frame at a time).
+    control_lock: Mutex<()>,
+    region: Arc<MailboxRegion>,
+    pids: Vec<i32>,
+    monitor: Monitor,
+    background: Option<JoinHandle<()>>,
+    lanes: Lanes,
+}
+
+impl Tree {
+    /// Starts the tree of a Worker configured by `cfg`, with the children `lanes` lists:
+    /// `callables` is the snapshot every child starts with, `children` the nested Workers (L4
+    /// and up; each goes to its own process), `extra_heaps` the heap rings of the ancestors.
+    pub(super) fn start(
+        cfg: &WorkerBuilder,
+        lanes: &Lanes,
+        callables: &Callables,
+        children: &mut Vec<Worker>,
+        extra_heaps: &[(u64, u64)],
+    ) -> Result<Tree> {
+        let deadline = Instant::now() + cfg.startup_timeout;
+        let nested = cfg.level > Level::Node;
+        let mut engine_cfg = cfg.engine.clone();
+        if nested {
+            engine_cfg.next_level_workers = children.len();
+            engine_cfg.next_level_kind = CallableKind::Orch;
+        }
+        let n_sub = engine_cfg.sub_workers;
+        let n_chip = engine_cfg.next_level_workers;
+        let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
+        let minter = Arc::new(IdentityMinter::new(super::random_u64()));
+        let devices = Arc::new(ChipBuffers::default());
+        let parts = LevelParts {
+            minter: minter.clone(),
+            heap: Arc::new(HostRings::new(engine_cfg.heap_ring_size)?),
+            devices: devices.clone(),
+        };
+        let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), parts)?;
+        let mut heaps: Vec<(u64, u64)> = engine.heap().spans();
+        heaps.extend(extra_heaps.iter().copied());
+        // Chip callables registered here reach the chips below: hand them (one registration
+        // per reference) to each nested Worker with chips below it before it starts, so they
+        // are in its chips' startup snapshot.
+        for w in children.iter_mut().filter(|w| w.runs_chip_callables()) {
+            for (digest, _, f) in callables.chip().iter() {
+                for _ in 0..callables.chip().refs(digest) {
+                    w.register_chip(f.clone())?;
+                }
+            }
+        }
+        let mut children = std::mem::take(children).into_iter();
+
+        // Fork order: every SUB child, then every chip child, all before any engine thread.
+        let mut pids = Vec::with_capacity(n_sub + n_chip);
+        let mut failure = None;
+        for i in 0..n_sub + n_chip {
+            let resolver = HostResolver::new(heaps.clone());
+            let forked = if i < n_sub {
+                let child = SubChild {
+                    region: region.clone(),
+                    index: i,
+                    registry: callables.host().clone(),
+                    resolver,
+                };
+                fork_child(move || child.run())
+            } else if nested {
+                let child = serve::nested::NestedChild {
+                    region: region.clone(),
+                    index: i,
+                    id: (i - n_sub) as u32,
+                    worker: children.next().expect("one Worker per nested lane"),
+                    registry: callables.orch().clone(),
+                    deadline,
+                    heaps: heaps.clone(),
+                };
+                fork_child(move || child.run())
+            } else {
+                let config = ChipConfig {
+                    spec: ChipSpec {
+                        chip_id: (i - n_sub) as u32,
+                        memory_bytes: cfg.chip_memory,
+                        cores: cfg.chip_cores,
+                    },
+                    backend: cfg.chip_backend.clone(),
+                };
+                let child = ChipChild {
+                    region: region.clone(),
+                    index: i,
+                    config,
+                    registry: callables.chip().clone(),
+                    resolver,
+                };
+                fork_child(move || child.run())
+            };
+            match forked {
+                Ok(pid) => pids.push(pid),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let monitor = Monitor::start(pids.clone(), {
+            let region = region.clone();
+            move |_| region.doorbell().ring()
+        });
+        let monitor = match (monitor, failure) {
+            (Ok(m), None) => m,
+            (Ok(mut m), Some(e)) => {
+                abort_children(&region, &mut m, &pids);
+                return Err(e);
+            }
+            (Err(e), _) => {
+                for &pid in &pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                }
+                return Err(e);
+            }
+        };
+        let mut monitor = monitor;
+        for (i, &pid) in pids.iter().enumerate() {
+            let board = monitor.board.clone();
+            let status = region.mailbox(i).wait_init(deadline, || board.exit_of(i).is_some());
+            let who = lanes.label(i);
+            let err = match status {
+                InitStatus::Ready => continue,
+                InitStatus::Failed(msg) => format!("{who} (process {pid}) failed to start: {msg}"),
+                InitStatus::Pending => match monitor.board.exit_of(i) {
+                    Some(how) => format!("{who} (process {pid}) {how} during startup"),
+                    None => format!(
+                        "{who} (process {pid}) did not report ready within the startup timeout of {:?}",
+                        cfg.startup_timeout
+                    ),
+                },
+            };
+            abort_children(&region, &mut monitor, &pids);
+            return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
+        }
+
+        let mailbox_lanes = (0..n_sub + n_chip)
+            .map(|i| {
+                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
+                let kind =
+                    if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
+                Lane::new(kind, Box::new(ep))
+            })
+            .collect();
+        engine.attach_lanes(mailbox_lanes);
+        {
+            let mut known = engine.callables().write();
+            for (d, kind) in callables.kinds() {
+                known.insert(d, kind);
+            }
+        }
+        let engine = Arc::new(engine);
+        let bg_engine = engine.clone();
+        let background = match std::thread::Builder::new()
+            .name("simpler-scheduler".into())
+            .spawn(move || bg_engine.background_loop())
+        {
+            Ok(t) => t,
+            Err(e) => {
+                abort_children(&region, &mut monitor, &pids);
+                return Err(Error::os("spawn scheduler thread", e));
+            }
+        };
+        tracing::debug!(target: "simpler::worker", sub_workers = n_sub, chips = n_chip, "worker ready");
+        Ok(Tree {
+            engine,
+            minter,
+            devices,
+            control_lock: Mutex::new(()),
+            region,
+            pids,
+            monitor,
+            background: Some(background),
+            lanes: lanes.clone(),
+        })
+    }
+}
+
+impl Tree {
+    /// Sends one control request to mailbox `i` and waits for the reply (serialized with every
+    /// other control of this Worker).
+    fn control(&self, i: usize, who: &str, post: impl Fn(Mailbox<'_>) -> Result<()>) -> Result<u64> {
+        let _one_at_a_time = sync::lock(&self.control_lock);
+        if let Some(how) = self.monitor.board.exit_of(i) {
+            return Err(Error::new(
+                ErrorKind::WorkerDied,
+                format!("{who} is dead: the worker process {how}"),
+            ));
+        }
+        let mb = self.region.mailbox(i);
+        post(mb)?;
+        let board = self.monitor.board.clone();
+        match mb.wait_control_done(None, || board.exit_of(i).is_some()) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(Error::new(ErrorKind::Callable, format!("{who} refused: {}", e.message))),
+            None => Err(Error::new(ErrorKind::WorkerDied, format!("{who} died during the request"))),
+        }
+    }
+
+    /// Sends one registration (`post`) of `digest` to every live child in `targets` and waits
+    /// for each to install it: all or nothing. When one refuses (or dies), the ones that
+    /// installed it drop it again before this returns the error, so no task can run it
+    /// anywhere; one that cannot confirm that makes the error `REGISTER_CLEANUP_UNCERTAIN`.
+    fn register_on(
+        &self,
+        targets: &[usize],
+        digest: &Digest,
+        post: impl Fn(Mailbox<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let label = |i: usize| self.lanes.label(i);
+        let mut installed = Vec::with_capacity(targets.len());
+        for &i in targets {
+            if self.monitor.board.has_exited(i) {
+                continue; // a dead worker can run nothing; it needs no copy
+            }
+            let err = match self.control(i, &label(i), &post) {
+                Ok(_) => {
+                    installed.push(i);
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let mut uncertain = Vec::new();
+            for &j in installed.iter().rev() {
+                let undo = self
+                    .control(j, &label(j), |mb| mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[]));
+                if let Err(u) = undo {
+                    uncertain.push(u.message().to_string());
+                }
+            }
+            let names = || installed.iter().map(|&j| label(j)).collect::<Vec<_>>().join(", ");
+            let message = if !uncertain.is_empty() {
+                format!(
+                    "REGISTER_CLEANUP_UNCERTAIN: {}; it may still be installed where it could not be removed again: {}",
+                    err.message(),
+                    uncertain.join("; ")
+                )
+            } else if installed.is_empty() {
+                err.message().to_string()
+            } else {
+                format!("{} (removed again from {}: registered nowhere)", err.message(), names())
+            };
+            return Err(Error::new(err.kind(), message));
+        }
+        Ok(())
+    }
+
+    /// Sends one control request to every live child in `targets` and waits for all replies.
+    fn broadcast(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        post: impl Fn(Mailbox<'_>) -> Result<()>,
+    ) -> Result<()> {
+        for i in targets {
+            if self.monitor.board.has_exited(i) {
+                continue; // a dead worker can run nothing; it needs no copy
+            }
+            self.control(i, &self.lanes.label(i), &post)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses a request on an engine that is closing.
+    fn open(&self, api: &str) -> Result<()> {
+        if self.engine.is_closed() {
+            return Err(Error::state(format!("Worker.{api}: the Worker is closed")));
+        }
+        Ok(())
+    }
+
+    /// The mailbox of chip `chip`, for a request by `Worker.{api}`.
+    fn chip_mailbox(&self, api: &str, chip: u32) -> Result<usize> {
+        self.open(api)?;
+        self.lanes.chip(chip).ok_or_else(|| {
+            Error::invalid(format!(
+                "Worker.{api}: worker id {chip} names no chip (this Worker has {})",
+                self.lanes.chips()
+            ))
+        })
+    }
+}
+
+/// The payload of a copy between host buffer `host` and a device buffer of `nbytes`.
+fn host_payload(host: &Buffer, nbytes: u64) -> Vec<u8> {
+    let mut d = [0u8; DESC_SIZE];
+    encode_desc(host.desc(), &mut d);
+    let mut payload = d.to_vec();
+    payload.extend_from_slice(&0u64.to_le_bytes());
+    payload.extend_from_slice(&nbytes.to_le_bytes());
+    payload
+}
+
+impl Runtime for Tree {
+    fn child_pids(&self) -> Vec<i32> {
+        self.pids.clone()
+    }
+
+    fn ships_by_address(&self) -> bool {
+        true
+    }
+
+    fn install(&self, c: &Callable) -> Result<()> {
+        let desc = c.descriptor();
+        let digest = desc.digest();
+        let (command, addr) = match c {
+            Callable::Host(f) => match f.body() {
+                Body::Ptr(ptr) => (CTRL_REGISTER_FN, FnAddress::of(*ptr).to_wire()),
+                // The Worker refuses a closure once its children run (`ships_by_address`).
+                Body::Closure(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Callable,
+                        format!("{}: a closure cannot be sent to a live worker", c.handle()),
+                    ));
+                }
+            },
+            // At L3 the targets are the chips; above, the nested Workers with chips below them,
+            // which pass it on to their own chips.
+            Callable::Chip(f) if f.is_kernel() => (CTRL_REGISTER_CHIP, f.fn_address()),
+            Callable::Chip(f) => (CTRL_REGISTER_CHIP_ORCH, f.fn_address()),
+            Callable::Orch(f) => (CTRL_REGISTER_ORCH, f.fn_address()),
+        };
+        self.register_on(&self.lanes.targets(c.kind()), &digest, |mb| {
+            mb.post_control(command, addr, digest.as_bytes(), desc.bytes())
+        })?;
+        // From now on, submits may name it.
+        self.engine.callables().write().insert(digest, c.kind());
+        Ok(())
+    }
+
+    fn uninstall(&self, handle: &CallableHandle, last: bool) -> Result<()> {
+        let digest = handle.digest();
+        self.broadcast(self.lanes.targets(handle.kind()), |mb| {
+            mb.post_control(CTRL_UNREGISTER, 0, digest.as_bytes(), &[])
+        })?;
+        if last {
+            self.engine.callables().write().remove(&digest);
+        }
+        Ok(())
+    }
+
+    fn minter(&self, api: &str) -> Result<&IdentityMinter> {
+        self.open(api)?;
+        Ok(&self.minter)
+    }
+
+    fn engine(&self, api: &str) -> Result<&Arc<Engine>> {
+        self.open(api)?;
+        Ok(&self.engine)
+    }
+
+    fn run_callable(&self, _: &CallableHandle, _: TaskArgs, _: CallConfig) -> Result<()> {
+        Err(Error::state(
+            "Worker.run_callable: only an L2 (chip) Worker runs a chip callable directly; submit it from an orchestration function",
+        ))
+    }
+
+    fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
+        let mbox = self.chip_mailbox("alloc_child_tensor", chip)?;
+        let nbytes = super::device_extent(shape, dtype)?;
+        let ptr = self
+            .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &[0; 32], &[]))
+            .map_err(|e| {
+                Error::new(e.kind(), format!("Worker.alloc_child_tensor on chip {chip}: {}", e.message()))
+            })?;
+        let identity = self.minter.mint()?;
+        sync::lock(&self.devices.live).insert(identity);
+        Buffer::device(identity, chip, ptr, nbytes)
+    }
+
+    fn copy_to(&self, chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()> {
+        let payload = host_payload(src, nbytes);
+        let mbox = self.chip_mailbox("copy_to", chip)?;
+        self.control(mbox, &self.lanes.label(mbox), |mb| {
+            mb.post_control(CTRL_COPY_TO, ptr, &[0; 32], &payload)
+        })
+        .map(|_| ())
+        .map_err(|e| Error::new(e.kind(), format!("Worker.copy_to: {}", e.message())))
+    }
+
+    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, nbytes: u64) -> Result<()> {
+        let payload = host_payload(dst, nbytes);
+        let mbox = self.chip_mailbox("copy_from", chip)?;
+        self.control(mbox, &self.lanes.label(mbox), |mb| {
+            mb.post_control(CTRL_COPY_FROM, ptr, &[0; 32], &payload)
+        })
+        .map(|_| ())
+        .map_err(|e| Error::new(e.kind(), format!("Worker.copy_from: {}", e.message())))
+    }
+
+    fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()> {
+        let mbox = self.chip_mailbox("free", chip)?;
+        let in_flight = self.engine.live_runs().len();
+        if in_flight > 0 {
+            return Err(Error::state(format!(
+                "Worker.free: {in_flight} run(s) are in flight and may use the buffer; wait for them first"
+            )));
+        }
+        if !buf.mark_freed() {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!("Worker.free: device buffer {} was already freed", buf.desc().identity()),
+            ));
+        }
+        sync::lock(&self.devices.live).remove(&buf.desc().identity());
+        self.control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_FREE, ptr, &[0; 32], &[]))
+            .map(|_| ())
+            .map_err(|e| Error::new(e.kind(), format!("Worker.free: {}", e.message())))
+    }
+
+    fn close(mut self: Box<Self>, timeout: Duration) -> Result<()> {
+        let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
+        let eng = self.engine.clone();
+        eng.mark_closed();
+        let deadline = Instant::now() + timeout;
+        let mut abandoned = 0;
+        for run in eng.live_runs() {
+            if !eng.drive_until(|| run.is_done(), Some(deadline)) {
+                abandoned += 1;
+                run.abandon(Error::state(format!(
+                    "run {} was abandoned: the Worker closed before it finished",
+                    run.id
+                )));
+            }
+        }
+        eng.stop_background();
+        if let Some(t) = self.background.take() {
+            let _ = t.join();
+        }
+        abort_children(&self.region, &mut self.monitor, &self.pids);
+        eng.shutdown_lanes();
+        if abandoned > 0 {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "Worker.close: {abandoned} run(s) did not finish within {:?} and were abandoned",
+                    timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
+fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
+    for i in 0..pids.len() {
+        region.mailbox(i).request_shutdown();
+    }
+    let all: Vec<usize> = (0..pids.len()).collect();
+    if !monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5)) {
+        monitor.kill_all();
+        monitor.board.wait_all(&all, Instant::now() + Duration::from_secs(5));
+    }
+    monitor.stop();
+}
+
+/// The device buffers an L3 Worker allocated on its chips and has not freed, and the rule its
+/// engine checks device tensors by at submit: device memory goes only to a task on its own
+/// chip (never to a SUB task), and only while it is allocated.
+#[derive(Default)]
+pub(crate) struct ChipBuffers {
+    live: std::sync::Mutex<std::collections::HashSet<Identity>>,
+}
+
+impl DeviceRules for ChipBuffers {
+    fn check(
+        &self,
+        callable: &CallableHandle,
+        i: usize,
+        chip: u32,
+        id: Identity,
+        target: &Target,
+        member: usize,
+    ) -> Result<()> {
+        match target {
+            Target::Sub => {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
+                )));
+            }
+            Target::NextLevel(ws) if ws[member] != chip => {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {}; device memory is usable only by its own chip",
+                    ws[member]
+                )));
+            }
+            Target::NextLevel(_) => {}
+        }
+        if !sync::lock(&self.live).contains(&id) {
+            return Err(Error::invalid(format!(
+                "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was freed (or never allocated by this Worker)"
+            )));
+        }
+        Ok(())
+    }
+}
