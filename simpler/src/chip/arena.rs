@@ -22,8 +22,8 @@
 //!   each of which holds the arena's `gate` exclusively for the whole copy, and (b) by kernels
 //!   through `HostArgs` (rules H1-H4 there), each of which runs holding the `gate` shared
 //!   ([`Arena::kernel_gate`]), so no copy ever overlaps a running kernel, whoever calls it (a
-//!   backend may hand its memory to code of its own); kernels themselves are
-//!   the chip engine orders by the tensors' tags like any other task. Tags waived with
+//!   backend may hand its memory to code of its own). Kernels themselves are ordered by the
+//!   chip engine by the tensors' tags like any other task. Tags waived with
 //!   `Tag::NoDep`, or two identities naming the same bytes, leave the ordering to the
 //!   orchestration, as for shared host buffers at L3.
 //! * **A4 (raw copies only).** This module never creates a reference into the arena or into

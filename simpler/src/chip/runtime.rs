@@ -1,6 +1,8 @@
 //! `ChipRuntime`: the L2 leaf an L3 chip child (or an in-process L2 Worker) drives.
 //!
-//! A runtime owns a [`SimChip`] (device memory), a registry of chip callables and an
+//! A runtime owns its chip's [`Device`] (the backend a [`ChipBackend`](super::ChipBackend)
+//! factory made, a [`SimChip`](super::SimChip) by default, with the checks of `device.rs`), a
+//! registry of chip callables and an
 //! in-process [`Engine`] whose NEXT_LEVEL workers are the chip's cores. Each core is an
 //! [`Endpoint`] backed by one thread; the engine has no background thread: the thread that
 //! calls [`ChipRuntime::run`] builds the chip orchestration's graph and then drives the engine
@@ -180,7 +182,7 @@ fn call_kernel(
     }
 }
 
-/// The L2 leaf: a simulated chip, its callables, and the engine that runs chip orchestrations
+/// The L2 leaf: a chip's device, its callables, and the engine that runs chip orchestrations
 /// on its cores (see the [module docs](self)).
 pub(crate) struct ChipRuntime {
     chip: u32,

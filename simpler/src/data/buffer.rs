@@ -245,7 +245,7 @@ pub enum Backing {
 
 impl Backing {
     /// The wire number of this backend kind: 0 for [`Backing::HeapSlab`], 1 for
-    /// [`Backing::PosixShm`].
+    /// [`Backing::PosixShm`], 4 for [`Backing::Device`].
     ///
     /// ```
     /// # use simpler::__private::{Backing, ShmName};

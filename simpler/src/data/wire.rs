@@ -13,9 +13,9 @@
 //! | offset | type | field |
 //! | --- | --- | --- |
 //! | 0 | u16 | magic `0x5342` |
-//! | 2 | u8 | address space (HOST = 0; DEVICE = 1 is reserved and refused) |
+//! | 2 | u8 | address space (HOST = 0, DEVICE = 1; DEVICE goes with backend kind Device and no other) |
 //! | 3 | u8 | access (Read = 0, Write = 1, ReadWrite = 2) |
-//! | 4 | u8 | backend kind (HeapSlab = 0, PosixShm = 1) |
+//! | 4 | u8 | backend kind (HeapSlab = 0, PosixShm = 1, Device = 4) |
 //! | 5..8 | | zero |
 //! | 8 | u64 | identity owner |
 //! | 16 | u64 | identity buffer_id (non-zero) |
@@ -25,7 +25,7 @@
 //! | 48 | u32 | owner_worker_path_id (written 0, ignored) |
 //! | 52 | u16 | body_len (<= 32) |
 //! | 54..56 | | zero |
-//! | 56..88 | bytes | body: HeapSlab = u64 address (8 bytes), PosixShm = name; zero past body_len |
+//! | 56..88 | bytes | body: HeapSlab = u64 address (8 bytes), PosixShm = name, Device = u64 pointer + u32 chip; zero past body_len |
 //! | 88 | u64 | byte_offset |
 //! | 96 | u32 | ndims (1..=5) |
 //! | 100 | u32 × 5 | shape |

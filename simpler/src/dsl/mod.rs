@@ -5,8 +5,9 @@
 //!   that make rustc check every argument of a typed call;
 //! * [`place`]: placements (`sub()`, `chip(N)`, `worker(N)`) checked against the callable's
 //!   kind, and the typed [`Call`](place::Call);
-//! * [`registry`]: the link-time registry of `#[callable]` items;
 //! * [`graph`]: the static structure of a `task_graph!`.
+//!
+//! The link-time registry the macros add to is callable identity: `callable::linked`.
 
 pub(crate) mod graph;
 pub(crate) mod place;

@@ -1,5 +1,5 @@
 //! Where `orch.alloc` carves intermediates from: one trait, [`IntermediateHeap`], with two
-//! implementations: a level's host heap rings ([`HostRings`], in `ring.rs`), and, inside a chip,
+//! implementations: a level's host heap rings ([`HostRings`], here, over `ring.rs`'s `HeapRing`), and, inside a chip,
 //! the chip's device memory (`ChipHeap`, in `chip/runtime.rs`). The engine knows only the trait.
 
 use crate::data::buffer::Backing;

@@ -862,9 +862,8 @@ impl<'a> Orchestrator<'a> {
             // in this run (after its scope ended and it was reclaimed, the bytes belong to
             // another allocation).
             // Inside a chip `orch.alloc` hands out device memory under the same nonce.
-            let minted_here = self.eng.heap.hands_out(&t.desc().backing());
-            if minted_here
-                && t.desc().identity().owner() == self.eng.minter.owner()
+            if t.desc().identity().owner() == self.eng.minter.owner()
+                && self.eng.heap.hands_out(&t.desc().backing())
                 && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())
             {
                 return Err(Error::invalid(format!(

@@ -289,8 +289,8 @@ impl Script {
     /// Blocks (without driving the scheduler) until `f` holds.
     fn wait_for(&self, what: &str, f: impl Fn(&ScriptState) -> bool) {
         let g = self.lock();
-        let (_g, t) = self.cv.wait_timeout_while(g, LONG, |s| !f(s)).unwrap_or_else(|e| e.into_inner());
-        assert!(!t.timed_out(), "timed out waiting for {what}");
+        let (_g, timed_out) = sync::wait_timeout_while(&self.cv, g, LONG, |s| !f(s));
+        assert!(!timed_out, "timed out waiting for {what}");
     }
 
     /// The behaviour of every threaded lane.
@@ -309,17 +309,14 @@ impl Script {
         if let Some(m) = g.meet.get_mut(&id) {
             m.1 += 1;
             self.cv.notify_all();
-            let (g2, t) = self
-                .cv
-                .wait_timeout_while(g, LONG, |s| s.meet.get(&id).is_some_and(|m| m.1 < m.0))
-                .unwrap_or_else(|e| e.into_inner());
+            let (g2, timed_out) =
+                sync::wait_timeout_while(&self.cv, g, LONG, |s| s.meet.get(&id).is_some_and(|m| m.1 < m.0));
             g = g2;
-            if t.timed_out() {
+            if timed_out {
                 result = Err(format!("task {id}: group members were not running at the same time"));
             }
         }
-        let (g2, _) =
-            self.cv.wait_timeout_while(g, LONG, |s| s.held.contains(&id)).unwrap_or_else(|e| e.into_inner());
+        let (g2, _) = sync::wait_timeout_while(&self.cv, g, LONG, |s| s.held.contains(&id));
         g = g2;
         if result.is_ok()
             && let Some(m) = g.fail.get(&id)

@@ -14,12 +14,14 @@ use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWrite
 use std::time::Duration;
 
 /// Locks `m`, taking a poisoned lock as it is (see the module docs).
+#[inline]
 pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Tries to lock `m` without blocking: `None` only when another thread holds it. A poisoned
 /// lock is taken as it is (see the module docs), never mistaken for a held one.
+#[inline]
 pub(crate) fn try_lock<T: ?Sized>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     match m.try_lock() {
         Ok(g) => Some(g),
@@ -37,12 +39,27 @@ pub(crate) fn wait_timeout<'a, T>(
     cv.wait_timeout(guard, timeout).unwrap_or_else(|e| e.into_inner()).0
 }
 
+/// Waits on `cv` while `cond` holds, up to `timeout`; returns the guard and whether it timed
+/// out. A poisoned lock is taken back as it is (see the module docs).
+#[cfg(test)]
+pub(crate) fn wait_timeout_while<'a, T>(
+    cv: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+    cond: impl FnMut(&mut T) -> bool,
+) -> (MutexGuard<'a, T>, bool) {
+    let (g, t) = cv.wait_timeout_while(guard, timeout, cond).unwrap_or_else(|e| e.into_inner());
+    (g, t.timed_out())
+}
+
 /// Takes a read lock on `l`, taking a poisoned lock as it is (see the module docs).
+#[inline]
 pub(crate) fn read<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Takes a write lock on `l`, taking a poisoned lock as it is (see the module docs).
+#[inline]
 pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
 }

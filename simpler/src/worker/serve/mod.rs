@@ -4,7 +4,7 @@
 //! control, or a task), with a handler that says what it serves:
 //!
 //! * [`sub`]: a SUB worker runs host functions;
-//! * [`chip`]: a chip child runs chip callables on its simulated chip and serves its memory;
+//! * [`chip`]: a chip child runs chip callables on its chip and serves its memory;
 //! * [`nested`]: a nested Worker runs orchestration functions on the whole Worker it starts.
 
 pub(crate) mod chip;
