@@ -58,6 +58,46 @@ fn bad_views_are_rejected_with_what_is_wrong() {
 }
 
 #[test]
+fn views_whose_elements_overlap_are_refused_and_reads_are_checked_before_allocating() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
+    // 65535^5 elements in 327 671 bytes: the count would overflow u64.
+    expect_err(
+        TensorView::new(0, &[65535; 5], Some(&[1; 5]), DataType::Uint8),
+        ErrorKind::InvalidArgument,
+        &["overlap"],
+    );
+    // 10^15 elements in 4 996 bytes: a copy loop over them would never end.
+    expect_err(
+        TensorView::new(0, &[1000; 5], Some(&[1; 5]), DataType::Uint8),
+        ErrorKind::InvalidArgument,
+        &["overlap"],
+    );
+    // Two rows that share their middle element.
+    expect_err(
+        TensorView::new(0, &[2, 3], Some(&[2, 1]), DataType::Float32),
+        ErrorKind::InvalidArgument,
+        &["overlap"],
+    );
+    // Disjoint strided views stay fine, whatever the order of their strides.
+    assert!(TensorView::new(0, &[2, 3], Some(&[3, 1]), DataType::Float32).is_ok());
+    assert!(TensorView::new(0, &[3, 2], Some(&[1, 3]), DataType::Float32).is_ok(), "a transposed view");
+    assert!(
+        TensorView::new(0, &[1, 3], Some(&[1, 1]), DataType::Float32).is_ok(),
+        "size-1 dimensions do not count"
+    );
+
+    let buf = rig.create_buffer(64).unwrap();
+    for len in [usize::MAX, 1 << 40, 65] {
+        expect_err(buf.read::<u8>(0, len), ErrorKind::InvalidArgument, &["past the end", "64-byte buffer"]);
+    }
+    expect_err(buf.read::<u64>(usize::MAX / 4, 1), ErrorKind::InvalidArgument, &["overflows"]);
+    assert_eq!(buf.read::<u8>(60, 4).unwrap().len(), 4);
+}
+
+#[test]
 fn tensor_after_scalar_is_rejected() {
     if !in_own_process() {
         return;

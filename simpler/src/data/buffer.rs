@@ -593,10 +593,23 @@ impl Buffer {
     /// assert_eq!(buf.read::<u8>(6, 2)?, vec![7, 8]);
     /// assert_eq!(buf.read::<u32>(1, 1)?, vec![u32::from_ne_bytes([5, 6, 7, 8])]);
     /// assert!(buf.read::<u64>(1, 1).is_err());
+    /// assert!(buf.read::<u8>(0, usize::MAX).is_err()); // checked before anything is allocated
     /// # Ok(()) }
     /// ```
     pub fn read<T: Element>(&self, offset: usize, len: usize) -> Result<Vec<T>> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
+        // The range is checked before anything is allocated for it.
+        let in_bounds = len
+            .checked_mul(size_of::<T>())
+            .and_then(|n| start.checked_add(n))
+            .is_some_and(|end| end as u64 <= self.desc().nbytes());
+        if !in_bounds {
+            return Err(Error::invalid(format!(
+                "Buffer.read of {len} elements of {} at element {offset} reaches past the end of the {}-byte buffer",
+                T::DTYPE,
+                self.desc().nbytes()
+            )));
+        }
         let mut out = vec![T::ZERO; len];
         self.shm("read")?.read_bytes(start, as_bytes_mut(&mut out))?;
         Ok(out)

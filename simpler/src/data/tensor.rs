@@ -46,7 +46,9 @@ impl TensorView {
     ///
     /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the rank
     /// is not in `1..=5`, a dimension or stride is 0, `strides` has another length than `shape`,
-    /// the byte offset is not a multiple of the element size, or the extent overflows.
+    /// the byte offset is not a multiple of the element size, the extent overflows, or two
+    /// elements would share bytes (taken by increasing stride, each stride must step past
+    /// everything the smaller strides span).
     ///
     /// ```
     /// use simpler::{DataType, TensorView};
@@ -55,6 +57,8 @@ impl TensorView {
     /// assert_eq!(odd.byte_range(), (4, 24));
     /// assert!(TensorView::new(0, &[2, 0], None, DataType::Int32).is_err()); // empty dimension
     /// assert!(TensorView::new(0, &[2, 2], Some(&[1]), DataType::Int32).is_err()); // rank mismatch
+    /// // Elements that share bytes: refused, so no view ever names one element twice.
+    /// assert!(TensorView::new(0, &[1000; 5], Some(&[1; 5]), DataType::Uint8).is_err());
     /// ```
     pub fn new(
         byte_offset: u64,
@@ -127,6 +131,28 @@ impl TensorView {
         if self.extent_bytes_checked().is_none() {
             return Err(Error::invalid("tensor view extent overflows u64"));
         }
+        // Each element has bytes of its own: taken by increasing stride, every dimension's
+        // stride is larger than the span of the dimensions before it (size-1 dimensions do not
+        // matter). So the element count is at most the extent in elements, and a writable view
+        // can never hand out two `&mut` to one element.
+        let mut dims: [(u64, u64); MAX_TENSOR_DIMS] = [(0, 0); MAX_TENSOR_DIMS];
+        for i in 0..nd {
+            dims[i] = (u64::from(self.strides[i]), u64::from(self.shape[i]));
+        }
+        dims[..nd].sort_unstable();
+        let mut span: u64 = 0;
+        for &(stride, size) in dims[..nd].iter().filter(|d| d.1 > 1) {
+            if stride <= span {
+                return Err(Error::invalid(format!(
+                    "tensor view shape {:?} strides {:?}: its elements overlap (a stride of {stride} does not step past the {} elements the smaller strides span); every element needs bytes of its own",
+                    self.shape(),
+                    self.strides(),
+                    span + 1
+                )));
+            }
+            // Cannot overflow: the extent check above bounds the sum of the spans.
+            span += (size - 1) * stride;
+        }
         Ok(())
     }
 
@@ -184,6 +210,8 @@ impl TensorView {
     /// assert_eq!(v.num_elements(), 6);
     /// ```
     pub fn num_elements(&self) -> u64 {
+        // Never overflows: elements have bytes of their own, so there are at most as many as
+        // the extent (a `u64`) holds bytes.
         self.shape().iter().map(|&d| u64::from(d)).product()
     }
 
