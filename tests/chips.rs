@@ -238,6 +238,46 @@ fn chip_resident_memory_round_trip() {
 }
 
 #[test]
+fn copies_of_a_device_buffer_are_refused_while_a_submitted_task_names_it() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(chips(1));
+    let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
+    rig.init();
+    let host = rig.create_buffer(N * 4).unwrap();
+    host.write(0, &vec![1.0f32; N]).unwrap();
+    let dev = rig.alloc_child_tensor(0, &[N as u32], DataType::Float32).unwrap();
+    rig.copy_to(&dev, &host).unwrap();
+    let td = dev.tensor(&[N as u32], DataType::Float32).unwrap();
+    let other = rig.alloc_child_tensor(0, &[N as u32], DataType::Float32).unwrap();
+    let worker: &Worker = &rig;
+    worker
+        .run(|orch| {
+            let mut args = TaskArgs::new();
+            args.inout(&td)?.scalar_f32(1.0);
+            orch.submit_next_level(&k, args, CallConfig::default(), 0)?;
+            // The kernel may run before or after this line: either way the copy is refused
+            // instead of landing before or after the kernel by chance.
+            let err = worker.copy_to(&dev, &host).unwrap_err();
+            common::assert_err(&err, ErrorKind::InvalidState, &["copy_to", "named by 1 submitted task"]);
+            let err = worker.copy_from(&host, &dev).unwrap_err();
+            common::assert_err(&err, ErrorKind::InvalidState, &["copy_from", "named by 1 submitted task"]);
+            // A buffer no task names copies as usual.
+            worker.copy_to(&other, &host)?;
+            Ok(())
+        })
+        .unwrap();
+    // Once the run is over, the buffer is free to copy again and holds the kernel's result.
+    let back = rig.create_buffer(N * 4).unwrap();
+    rig.copy_from(&back, &dev).unwrap();
+    assert_eq!(back.read::<f32>(0, N).unwrap(), vec![2.0f32; N]);
+    rig.copy_to(&dev, &host).unwrap();
+    rig.free(&dev).unwrap();
+    rig.free(&other).unwrap();
+}
+
+#[test]
 fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     if !in_own_process() {
         return;

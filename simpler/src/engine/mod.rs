@@ -222,6 +222,13 @@ pub(crate) trait DeviceRules: Send + Sync {
         target: &Target,
         member: usize,
     ) -> Result<()>;
+
+    /// A submitted task names device buffer `id` (once per naming tensor), from its submit
+    /// until its slot is consumed: a level may refuse to copy over the buffer meanwhile.
+    fn hold(&self, _id: Identity) {}
+
+    /// The task that [`hold`](DeviceRules::hold) counted is gone.
+    fn release(&self, _id: Identity) {}
 }
 
 /// A level without device memory: every device tensor is refused (tests and benchmarks).
@@ -861,6 +868,11 @@ impl Engine {
         }
         if !written.is_empty() {
             self.tensor_map.erase(slot.run.id, &written, slot);
+        }
+        if let Some(task) = slot.task.as_ref().filter(|t| t.names_device) {
+            for id in task.device_buffers() {
+                self.devices.release(id);
+            }
         }
         if let Some(hold) = slot.heap {
             self.tensor_map.erase(slot.run.id, &[hold.identity], slot);

@@ -916,12 +916,19 @@ impl<'a> Orchestrator<'a> {
         }
         // Step 2.
         let index = self.tasks.len() as u32;
-        let slot = Arc::new(Slot::new(
-            self.run.clone(),
-            index,
-            Some(TaskData { callable: callable.clone(), args: args_list, config, target, group }),
-            None,
-        ));
+        let names_device = args_list
+            .iter()
+            .flat_map(|a| a.tensors.iter())
+            .any(|t| matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. }));
+        let task =
+            TaskData { callable: callable.clone(), args: args_list, config, target, group, names_device };
+        if names_device {
+            // Released when the slot is consumed (`Engine::consume`).
+            for id in task.device_buffers() {
+                self.eng.devices.hold(id);
+            }
+        }
+        let slot = Arc::new(Slot::new(self.run.clone(), index, Some(task), None));
         self.run.slot_created();
         self.run.tasks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.tasks.push(Arc::downgrade(&slot));

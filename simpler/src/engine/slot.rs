@@ -81,6 +81,19 @@ pub(crate) struct TaskData {
     pub(crate) config: Option<Box<CallConfig>>,
     pub(crate) target: Target,
     pub(crate) group: bool,
+    /// Whether any tensor is device memory (counted with the level's `DeviceRules` while the
+    /// slot lives).
+    pub(crate) names_device: bool,
+}
+
+impl TaskData {
+    /// The identities of the device buffers the task's tensors name, once per tensor.
+    pub(crate) fn device_buffers(&self) -> impl Iterator<Item = crate::data::buffer::Identity> + '_ {
+        self.args.iter().flat_map(|a| a.tensors.iter()).filter_map(|t| {
+            matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. })
+                .then(|| t.desc().identity())
+        })
+    }
 }
 
 /// Member states of a group task.

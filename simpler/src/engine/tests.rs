@@ -813,6 +813,7 @@ fn failing_producer_only_marks_a_building_consumer() {
                 config: None,
                 target: Target::NextLevel(smallvec::smallvec![0]),
                 group: false,
+                names_device: false,
             }),
             None,
         ))

@@ -158,12 +158,12 @@ impl Runtime for L2Chip {
         Buffer::device(id, 0, ptr, nbytes)
     }
 
-    fn copy_to(&self, _chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()> {
+    fn copy_to(&self, _chip: u32, ptr: u64, _dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
         let bytes = src.read::<u8>(0, nbytes as usize)?;
         self.runtime().copy_to_device(ptr, &bytes)
     }
 
-    fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, nbytes: u64) -> Result<()> {
+    fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, _dev: Identity, nbytes: u64) -> Result<()> {
         let mut bytes = vec![0u8; nbytes as usize];
         self.runtime().copy_from_device(ptr, &mut bytes)?;
         dst.write::<u8>(0, &bytes)

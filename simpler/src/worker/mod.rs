@@ -1019,6 +1019,12 @@ impl Worker {
 
     /// Copies the device buffer's size in bytes from host buffer `src` into device buffer `dst`.
     ///
+    /// A copy never reorders data around tasks: while a submitted task that names `dst` has not
+    /// finished (its run is still in flight, or this is called from the orchestration function
+    /// that submitted it), the copy is refused with an
+    /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error naming the buffer and
+    /// how many tasks hold it; wait for the run first.
+    ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer, host: &simpler::Buffer) -> simpler::Result<()> {
     /// worker.copy_to(dev, host)?;
@@ -1028,10 +1034,11 @@ impl Worker {
         let (chip, ptr) = device_of("copy_to", dst)?;
         let nbytes = dst.desc().nbytes();
         check_host("copy_to", src, nbytes)?;
-        self.started("copy_to")?.copy_to(chip, ptr, src, nbytes)
+        self.started("copy_to")?.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
     }
 
-    /// Copies device buffer `src` (its whole size) into host buffer `dst`.
+    /// Copies device buffer `src` (its whole size) into host buffer `dst`. Refused, like
+    /// [`copy_to`](Worker::copy_to), while a submitted task that names `src` has not finished.
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer, host: &simpler::Buffer) -> simpler::Result<()> {
@@ -1043,7 +1050,7 @@ impl Worker {
         let (chip, ptr) = device_of("copy_from", src)?;
         let nbytes = src.desc().nbytes();
         check_host("copy_from", dst, nbytes)?;
-        self.started("copy_from")?.copy_from(dst, chip, ptr, nbytes)
+        self.started("copy_from")?.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
     }
 
     /// Frees device memory from [`alloc_child_tensor`](Worker::alloc_child_tensor). Freeing

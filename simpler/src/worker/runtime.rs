@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::callable::identity::CallableHandle;
-use crate::data::buffer::{Buffer, IdentityMinter};
+use crate::data::buffer::{Buffer, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
@@ -48,10 +48,10 @@ pub(super) trait Runtime: Send + Sync {
     fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer>;
 
     /// Copies `nbytes` from host buffer `src` to device address `ptr` of chip `chip`.
-    fn copy_to(&self, chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()>;
+    fn copy_to(&self, chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()>;
 
     /// Copies `nbytes` from device address `ptr` of chip `chip` into host buffer `dst`.
-    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, nbytes: u64) -> Result<()>;
+    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()>;
 
     /// Frees device buffer `buf` (at `ptr` on chip `chip`).
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()>;

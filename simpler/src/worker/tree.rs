@@ -431,11 +431,12 @@ impl Runtime for Tree {
                 Error::new(e.kind(), format!("Worker.alloc_child_tensor on chip {chip}: {}", e.message()))
             })?;
         let identity = self.minter.mint()?;
-        sync::lock(&self.devices.live).insert(identity);
+        sync::lock(&self.devices.live).insert(identity, 0);
         Buffer::device(identity, chip, ptr, nbytes)
     }
 
-    fn copy_to(&self, chip: u32, ptr: u64, src: &Buffer, nbytes: u64) -> Result<()> {
+    fn copy_to(&self, chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
+        self.devices.idle("copy_to", dev)?;
         let payload = host_payload(src, nbytes);
         let mbox = self.chip_mailbox("copy_to", chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
@@ -445,7 +446,8 @@ impl Runtime for Tree {
         .map_err(|e| Error::new(e.kind(), format!("Worker.copy_to: {}", e.message())))
     }
 
-    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, nbytes: u64) -> Result<()> {
+    fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
+        self.devices.idle("copy_from", dev)?;
         let payload = host_payload(dst, nbytes);
         let mbox = self.chip_mailbox("copy_from", chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
@@ -522,12 +524,25 @@ fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
     monitor.stop();
 }
 
-/// The device buffers an L3 Worker allocated on its chips and has not freed, and the rule its
-/// engine checks device tensors by at submit: device memory goes only to a task on its own
-/// chip (never to a SUB task), and only while it is allocated.
+/// The device buffers an L3 Worker allocated on its chips and has not freed, each with the
+/// number of submitted tasks that name it and have not finished, and the rule its engine
+/// checks device tensors by at submit: device memory goes only to a task on its own chip
+/// (never to a SUB task), and only while it is allocated.
 #[derive(Default)]
 pub(crate) struct ChipBuffers {
-    live: std::sync::Mutex<std::collections::HashSet<Identity>>,
+    live: std::sync::Mutex<std::collections::HashMap<Identity, u32>>,
+}
+
+impl ChipBuffers {
+    /// Refuses `api` on device buffer `id` while a submitted task names it.
+    fn idle(&self, api: &str, id: Identity) -> Result<()> {
+        match sync::lock(&self.live).get(&id) {
+            Some(&n) if n > 0 => Err(Error::state(format!(
+                "Worker.{api}: device buffer {id} is named by {n} submitted task(s) that have not finished; a copy now would reorder data around them, so wait for their run first"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl DeviceRules for ChipBuffers {
@@ -554,11 +569,23 @@ impl DeviceRules for ChipBuffers {
             }
             Target::NextLevel(_) => {}
         }
-        if !sync::lock(&self.live).contains(&id) {
+        if !sync::lock(&self.live).contains_key(&id) {
             return Err(Error::invalid(format!(
                 "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was freed (or never allocated by this Worker)"
             )));
         }
         Ok(())
+    }
+
+    fn hold(&self, id: Identity) {
+        if let Some(n) = sync::lock(&self.live).get_mut(&id) {
+            *n += 1;
+        }
+    }
+
+    fn release(&self, id: Identity) {
+        if let Some(n) = sync::lock(&self.live).get_mut(&id) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
