@@ -78,3 +78,37 @@ fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
     common::expect_err(chip.run(|_| Ok(())), ErrorKind::InvalidState, &["run_callable"]);
     chip.close().unwrap();
 }
+
+#[test]
+fn another_workers_device_buffer_is_refused_by_copies_and_free() {
+    if !in_own_process() {
+        return;
+    }
+    let mut a = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    let mut b = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    a.init().unwrap();
+    b.init().unwrap();
+    let host = a.create_buffer(64).unwrap();
+    host.write(0, &[7.0f32; 16]).unwrap();
+    let dev_a = a.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    a.copy_to(&dev_a, &host).unwrap();
+    // B has a device buffer of its own at the same offset of its chip's memory.
+    let dev_b = b.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    let out = b.create_buffer(64).unwrap();
+    common::expect_err(
+        b.copy_from(&out, &dev_a),
+        ErrorKind::InvalidArgument,
+        &["copy_from", "another Worker"],
+    );
+    common::expect_err(b.copy_to(&dev_a, &out), ErrorKind::InvalidArgument, &["copy_to", "another Worker"]);
+    common::expect_err(b.free(&dev_a), ErrorKind::InvalidArgument, &["free", "another Worker"]);
+    // Nothing of either Worker was touched: A's buffer still holds its data, B's is still live.
+    a.copy_from(&host, &dev_a).unwrap();
+    assert_eq!(host.read::<f32>(0, 16).unwrap(), vec![7.0f32; 16]);
+    b.free(&dev_b).unwrap();
+    a.free(&dev_a).unwrap();
+    common::expect_err(a.copy_to(&dev_a, &host), ErrorKind::InvalidState, &["already freed"]);
+    drop((host, out));
+    a.close().unwrap();
+    b.close().unwrap();
+}

@@ -4,8 +4,7 @@ mod common;
 
 use common::*;
 use simpler::{
-    Access, BufferDesc, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag, TaskArgs, Tensor,
-    TensorView,
+    Access, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag, TaskArgs, Tensor, TensorView,
 };
 
 #[test]
@@ -118,8 +117,7 @@ fn tensor_after_scalar_is_rejected() {
 
 /// `t` with its descriptor's access narrowed to `access`.
 fn with_access(t: &Tensor, access: Access) -> Tensor {
-    let d = t.desc();
-    Tensor::new(BufferDesc::new(d.identity(), d.backing(), access, d.nbytes()).unwrap(), *t.view()).unwrap()
+    t.narrowed(access).unwrap()
 }
 
 #[test]

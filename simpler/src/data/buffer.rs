@@ -24,11 +24,21 @@ pub use crate::sys::shm::ShmName;
 /// `owner` is a random nonce minted when the owning Worker starts, `buffer_id` counts up per
 /// owner (0 is reserved) and `generation` starts at 1 (0 is invalid).
 ///
+/// Only the library mints identities (a Worker for its buffers and intermediates): a
+/// descriptor can never describe a buffer under a second identity.
+///
 /// ```
-/// use simpler::Identity;
-/// let id = Identity::new(0xfeed, 1, 1).unwrap();
-/// assert_eq!(id.buffer_id(), 1);
-/// assert!(Identity::new(0xfeed, 1, 0).is_err());
+/// # let buffer = simpler::__private::doc_buffer(64)?;
+/// // `buffer`: a host buffer (`worker.create_buffer(64)?`).
+/// let id = buffer.desc().identity();
+/// assert_eq!(id.generation(), 1);
+/// # Ok::<(), simpler::Error>(())
+/// ```
+///
+/// User code cannot make one:
+///
+/// ```compile_fail
+/// let forged = simpler::Identity::new(0xfeed, 1, 1); // error: `new` is private
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Identity {
@@ -38,21 +48,10 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Builds an identity.
-    ///
-    /// # Errors
-    ///
-    /// A zero `buffer_id` (reserved) or `generation` (invalid) is an
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
-    ///
-    /// ```
-    /// use simpler::{ErrorKind, Identity};
-    /// let id = Identity::new(0xfeed, 3, 1).unwrap();
-    /// assert_eq!(id.to_string(), "000000000000feed:3:1");
-    /// assert_eq!(Identity::new(0xfeed, 0, 1).unwrap_err().kind(), ErrorKind::InvalidArgument);
-    /// assert!(Identity::new(0xfeed, 3, 0).is_err());
-    /// ```
-    pub fn new(owner: u64, buffer_id: u64, generation: u32) -> Result<Identity> {
+    /// Builds an identity; a zero `buffer_id` (reserved) or `generation` (invalid) is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error. Crate-private:
+    /// identities are minted by the library only ([`IdentityMinter`]).
+    pub(crate) fn new(owner: u64, buffer_id: u64, generation: u32) -> Result<Identity> {
         if buffer_id == 0 {
             return Err(Error::invalid("buffer identity: buffer_id 0 is reserved"));
         }
@@ -66,7 +65,10 @@ impl Identity {
     ///
     /// ```
     /// use simpler::Identity;
-    /// assert_eq!(Identity::new(0xfeed, 1, 1).unwrap().owner(), 0xfeed);
+    /// # let (a, b) = (simpler::__private::doc_buffer(8)?, simpler::__private::doc_buffer(8)?);
+    /// // Two buffers of one Worker.
+    /// assert_eq!(a.desc().identity().owner(), b.desc().identity().owner());
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn owner(&self) -> u64 {
         self.owner
@@ -76,7 +78,10 @@ impl Identity {
     ///
     /// ```
     /// use simpler::Identity;
-    /// assert_eq!(Identity::new(0xfeed, 42, 1).unwrap().buffer_id(), 42);
+    /// # let (a, b) = (simpler::__private::doc_buffer(8)?, simpler::__private::doc_buffer(8)?);
+    /// // Two buffers of one Worker.
+    /// assert_ne!(a.desc().identity().buffer_id(), b.desc().identity().buffer_id());
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn buffer_id(&self) -> u64 {
         self.buffer_id
@@ -86,7 +91,9 @@ impl Identity {
     ///
     /// ```
     /// use simpler::Identity;
-    /// assert_eq!(Identity::new(0xfeed, 1, 2).unwrap().generation(), 2);
+    /// # let buffer = simpler::__private::doc_buffer(8)?;
+    /// assert_eq!(buffer.desc().identity().generation(), 1);
+    /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn generation(&self) -> u32 {
         self.generation
@@ -267,15 +274,19 @@ impl Backing {
 /// ```
 /// use simpler::{Access, BufferDesc, Identity};
 /// # use simpler::__private::{Backing, ShmName};
-/// # let desc = BufferDesc::new(
-/// #     Identity::new(7, 1, 1).unwrap(),
-/// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-/// #     Access::ReadWrite,
-/// #     4096,
-/// # )
-/// # .unwrap();
+/// # let buf = simpler::__private::doc_buffer(4096).unwrap();
+/// # let desc = *buf.desc();
 /// // `desc`: the descriptor of a 4096-byte buffer (`buffer.desc()`).
 /// assert_eq!(desc.nbytes(), 4096);
+/// ```
+///
+/// Only the library makes descriptors, from the buffers it creates, so no descriptor can name a
+/// buffer's bytes under a second identity:
+///
+/// ```compile_fail
+/// # use simpler::{Access, BufferDesc};
+/// # let desc: BufferDesc = todo!();
+/// let alias = BufferDesc::new(desc.identity(), desc.backing(), Access::ReadWrite, 64); // error: private
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BufferDesc {
@@ -286,24 +297,16 @@ pub struct BufferDesc {
 }
 
 impl BufferDesc {
-    /// Builds a descriptor, validating the backing. Internal (descriptors come from buffers).
-    ///
-    /// # Errors
-    ///
-    /// A [`Backing::HeapSlab`] at address 0 is an
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
-    ///
-    /// ```
-    /// use simpler::{Access, BufferDesc, Identity};
-    /// # use simpler::__private::Backing;
-    /// let id = Identity::new(7, 1, 1).unwrap();
-    /// let ok = BufferDesc::new(id, Backing::HeapSlab { addr: 0x1000 }, Access::Read, 64);
-    /// assert!(ok.is_ok());
-    /// let null = BufferDesc::new(id, Backing::HeapSlab { addr: 0 }, Access::Read, 64);
-    /// assert!(null.is_err());
-    /// ```
-    #[doc(hidden)]
-    pub fn new(identity: Identity, backing: Backing, access: Access, nbytes: u64) -> Result<BufferDesc> {
+    /// Builds a descriptor, validating the backing (a [`Backing::HeapSlab`] at address 0 is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error). Crate-private:
+    /// descriptors come from buffers the library made, so none can describe a buffer's bytes
+    /// under a second identity.
+    pub(crate) fn new(
+        identity: Identity,
+        backing: Backing,
+        access: Access,
+        nbytes: u64,
+    ) -> Result<BufferDesc> {
         if let Backing::HeapSlab { addr } = backing
             && addr == 0
         {
@@ -317,14 +320,9 @@ impl BufferDesc {
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(7, 1, 1).unwrap(),
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-    /// #     Access::ReadWrite,
-    /// #     4096,
-    /// # )
-    /// # .unwrap();
-    /// assert_eq!(desc.identity(), Identity::new(7, 1, 1).unwrap());
+    /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
+    /// # let desc = *buf.desc();
+    /// assert_eq!(desc.identity(), buf.desc().identity());
     /// ```
     pub fn identity(&self) -> Identity {
         self.identity
@@ -335,14 +333,9 @@ impl BufferDesc {
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(7, 1, 1).unwrap(),
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-    /// #     Access::ReadWrite,
-    /// #     4096,
-    /// # )
-    /// # .unwrap();
-    /// assert!(matches!(desc.backing(), Backing::PosixShm { name } if name.as_str() == "sp-doc-b1"));
+    /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
+    /// # let desc = *buf.desc();
+    /// assert!(matches!(desc.backing(), Backing::PosixShm { .. }));
     /// ```
     #[doc(hidden)]
     pub fn backing(&self) -> Backing {
@@ -354,13 +347,8 @@ impl BufferDesc {
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(7, 1, 1).unwrap(),
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-    /// #     Access::ReadWrite,
-    /// #     4096,
-    /// # )
-    /// # .unwrap();
+    /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
+    /// # let desc = *buf.desc();
     /// assert_eq!(desc.access(), Access::ReadWrite);
     /// ```
     pub fn access(&self) -> Access {
@@ -372,13 +360,8 @@ impl BufferDesc {
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(7, 1, 1).unwrap(),
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc-b1").unwrap() },
-    /// #     Access::ReadWrite,
-    /// #     4096,
-    /// # )
-    /// # .unwrap();
+    /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
+    /// # let desc = *buf.desc();
     /// assert_eq!(desc.nbytes(), 4096);
     /// ```
     pub fn nbytes(&self) -> u64 {

@@ -166,7 +166,7 @@ pub struct Dep {
 /// ```
 /// use simpler::{Access, BufferDesc, DataType, Identity, Tag, TaskArgs, Tensor, TensorView};
 /// # use simpler::__private::{Backing, ShmName};
-/// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+/// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
 /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
 /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
 /// let mut args = TaskArgs::new();
@@ -219,7 +219,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
@@ -249,7 +249,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
@@ -267,7 +267,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
@@ -285,7 +285,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
@@ -365,7 +365,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
@@ -393,7 +393,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
@@ -411,7 +411,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::Tag;
@@ -435,7 +435,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::Tag;
@@ -472,7 +472,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
@@ -517,7 +517,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();

@@ -4,7 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::data::buffer::BufferDesc;
+use crate::data::buffer::{Access, BufferDesc};
 use crate::data::dtype::DataType;
 use crate::error::{Error, Result};
 
@@ -136,8 +136,8 @@ impl TensorView {
         // matter). So the element count is at most the extent in elements, and a writable view
         // can never hand out two `&mut` to one element.
         let mut dims: [(u64, u64); MAX_TENSOR_DIMS] = [(0, 0); MAX_TENSOR_DIMS];
-        for i in 0..nd {
-            dims[i] = (u64::from(self.strides[i]), u64::from(self.shape[i]));
+        for (d, (&stride, &size)) in dims.iter_mut().zip(self.strides[..nd].iter().zip(&self.shape[..nd])) {
+            *d = (u64::from(stride), u64::from(size));
         }
         dims[..nd].sort_unstable();
         let mut span: u64 = 0;
@@ -389,12 +389,8 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 /// ```
 /// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
 /// # use simpler::__private::{Backing, ShmName};
-/// # let desc = BufferDesc::new(
-/// #     Identity::new(1, 1, 1).unwrap(),
-/// #     Backing::PosixShm { name: ShmName::new("sp-doc").unwrap() },
-/// #     Access::ReadWrite,
-/// #     64,
-/// # ).unwrap();
+/// # let buf = simpler::__private::doc_buffer(64).unwrap();
+/// # let desc = *buf.desc();
 /// // `desc`: the descriptor of a 64-byte buffer (`buffer.desc()`).
 /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32).unwrap()).unwrap();
 /// assert_eq!(t.view().num_elements(), 16);
@@ -419,7 +415,7 @@ impl Tensor {
     /// ```
     /// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::Backing;
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::HeapSlab { addr: 0x1000 }, Access::ReadWrite, 32)?;
+    /// # let buf = simpler::__private::doc_buffer(32)?; let desc = *buf.desc();
     /// // `desc`: the descriptor of a 32-byte buffer (`buffer.desc()`).
     /// let t = Tensor::new(desc, TensorView::new(16, &[2, 2], None, DataType::Float32)?)?;
     /// assert_eq!(t.view().byte_range(), (16, 32));
@@ -445,20 +441,41 @@ impl Tensor {
         Ok(Tensor { desc, view, keepalive })
     }
 
+    /// The same tensor with less access, for handing a buffer on to code that must not write
+    /// it (or not read it). Only narrowing is allowed: asking for access the descriptor does
+    /// not grant is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```
+    /// use simpler::{Access, DataType};
+    /// # let buffer = simpler::__private::doc_buffer(64)?;
+    /// // `buffer`: a host buffer (`worker.create_buffer(64)?`).
+    /// let t = buffer.tensor(&[16], DataType::Float32)?;
+    /// let read_only = t.narrowed(Access::Read)?;
+    /// assert_eq!(read_only.desc().access(), Access::Read);
+    /// assert!(read_only.narrowed(Access::ReadWrite).is_err()); // never wider
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn narrowed(&self, access: Access) -> Result<Tensor> {
+        if !self.desc.access().allows(access) {
+            return Err(Error::invalid(format!(
+                "tensor of buffer {}: cannot widen {:?} access to {access:?}",
+                self.desc.identity(),
+                self.desc.access()
+            )));
+        }
+        Ok(Tensor { desc: self.desc.with_access(access), view: self.view, keepalive: self.keepalive.clone() })
+    }
+
     /// The buffer descriptor.
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(1, 1, 1)?,
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
-    /// #     Access::ReadWrite,
-    /// #     64,
-    /// # )?;
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let desc = *buf.desc();
     /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32)?)?;
     /// assert_eq!(t.desc(), &desc);
-    /// assert_eq!(t.desc().identity(), Identity::new(1, 1, 1)?);
+    /// assert_eq!(t.desc().identity(), desc.identity());
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn desc(&self) -> &BufferDesc {
@@ -470,12 +487,8 @@ impl Tensor {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(1, 1, 1)?,
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
-    /// #     Access::ReadWrite,
-    /// #     64,
-    /// # )?;
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let desc = *buf.desc();
     /// let t = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
     /// assert_eq!(t.view().shape(), &[4, 4]);
     /// assert_eq!(t.view().dtype(), DataType::Float32);
@@ -494,12 +507,8 @@ impl Tensor {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(
-    /// #     Identity::new(1, 1, 1)?,
-    /// #     Backing::PosixShm { name: ShmName::new("sp-doc")? },
-    /// #     Access::ReadWrite,
-    /// #     64,
-    /// # )?;
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let desc = *buf.desc();
     /// let whole = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
     /// // The bottom two rows.
     /// let bottom = whole.reshape(TensorView::new(32, &[2, 4], None, DataType::Float32)?)?;

@@ -39,21 +39,24 @@ pub struct TaskNode {
 /// Why one task waits for another: the edge weight of [`RunDag::graph`].
 ///
 /// ```
-/// use simpler::{EdgeReason, Identity};
+/// use simpler::EdgeReason;
+/// # let buffer = simpler::__private::doc_buffer(8)?.desc().identity();
+/// // `buffer`: the identity of a buffer (`buffer.desc().identity()`).
 /// let reasons = [
-///     EdgeReason::Tensor { arg: 1, buffer: Identity::new(7, 3, 1).unwrap() },
+///     EdgeReason::Tensor { arg: 1, buffer },
 ///     EdgeReason::Explicit { retain: true },
 ///     EdgeReason::Explicit { retain: false },
 /// ];
 /// let labels: Vec<String> = reasons
 ///     .iter()
 ///     .map(|r| match r {
-///         EdgeReason::Tensor { arg, buffer } => format!("arg {arg} of buffer {}", buffer.buffer_id()),
+///         EdgeReason::Tensor { arg, buffer } => format!("arg {arg} of buffer {}", buffer.generation()),
 ///         EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
 ///         EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
 ///     })
 ///     .collect();
-/// assert_eq!(labels, ["arg 1 of buffer 3", "add_dep", "add_dep_wait"]);
+/// assert_eq!(labels, ["arg 1 of buffer 1", "add_dep", "add_dep_wait"]);
+/// # Ok::<(), simpler::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EdgeReason {

@@ -146,3 +146,17 @@ pub fn dim<S: Scalar>(d: S) -> Result<u32> {
     u32::try_from(bits)
         .map_err(|_| Error::invalid(format!("task graph alloc: dimension {bits} does not fit in u32")))
 }
+
+/// A host buffer of `nbytes` outside any Worker, for the documentation's examples: a fresh
+/// POSIX shared-memory object under a fresh identity (one nonce per process), so it can
+/// describe no other buffer. Unlinked when dropped.
+pub fn doc_buffer(nbytes: usize) -> Result<crate::data::buffer::Buffer> {
+    use std::hash::{BuildHasher, RandomState};
+    static MINTER: std::sync::OnceLock<crate::data::buffer::IdentityMinter> = std::sync::OnceLock::new();
+    let minter = MINTER.get_or_init(|| {
+        crate::data::buffer::IdentityMinter::new(RandomState::new().hash_one(("doc", std::process::id())))
+    });
+    let id = minter.mint()?;
+    let name = crate::sys::shm::ShmName::new(&format!("sp-doc-{}-{}", std::process::id(), id.buffer_id()))?;
+    crate::data::buffer::Buffer::from_shm(id, crate::sys::shm::PosixShm::create(&name, nbytes)?)
+}

@@ -89,10 +89,11 @@ pub(crate) struct TaskData {
 impl TaskData {
     /// The identities of the device buffers the task's tensors name, once per tensor.
     pub(crate) fn device_buffers(&self) -> impl Iterator<Item = crate::data::buffer::Identity> + '_ {
-        self.args.iter().flat_map(|a| a.tensors.iter()).filter_map(|t| {
-            matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. })
-                .then(|| t.desc().identity())
-        })
+        self.args
+            .iter()
+            .flat_map(|a| a.tensors.iter())
+            .filter(|t| matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. }))
+            .map(|t| t.desc().identity())
     }
 }
 

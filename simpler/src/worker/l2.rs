@@ -47,6 +47,20 @@ impl L2Chip {
         })
     }
 
+    /// Refuses `api` on a device buffer another Worker allocated and, when `live`, on one
+    /// already freed.
+    fn owned(&self, api: &str, id: Identity, live: bool) -> Result<()> {
+        if id.owner() != self.minter.owner() {
+            return Err(Error::invalid(format!(
+                "Worker.{api}: device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
+            )));
+        }
+        if live && !sync::lock(&self.live).contains(&id) {
+            return Err(Error::state(format!("Worker.{api}: device buffer {id} was already freed")));
+        }
+        Ok(())
+    }
+
     fn runtime(&self) -> std::sync::MutexGuard<'_, ChipRuntime> {
         sync::lock(&self.runtime)
     }
@@ -158,18 +172,21 @@ impl Runtime for L2Chip {
         Buffer::device(id, 0, ptr, nbytes)
     }
 
-    fn copy_to(&self, _chip: u32, ptr: u64, _dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
+    fn copy_to(&self, _chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
+        self.owned("copy_to", dev, true)?;
         let bytes = src.read::<u8>(0, nbytes as usize)?;
         self.runtime().copy_to_device(ptr, &bytes)
     }
 
-    fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, _dev: Identity, nbytes: u64) -> Result<()> {
+    fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
+        self.owned("copy_from", dev, true)?;
         let mut bytes = vec![0u8; nbytes as usize];
         self.runtime().copy_from_device(ptr, &mut bytes)?;
         dst.write::<u8>(0, &bytes)
     }
 
     fn free(&self, buf: &Buffer, _chip: u32, ptr: u64) -> Result<()> {
+        self.owned("free", buf.desc().identity(), false)?;
         if !buf.mark_freed() {
             return Err(Error::state(format!(
                 "Worker.free: device buffer {} was already freed",

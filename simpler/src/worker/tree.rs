@@ -436,6 +436,7 @@ impl Runtime for Tree {
     }
 
     fn copy_to(&self, chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
+        self.devices.owned("copy_to", &self.minter, dev, true)?;
         self.devices.idle("copy_to", dev)?;
         let payload = host_payload(src, nbytes);
         let mbox = self.chip_mailbox("copy_to", chip)?;
@@ -447,6 +448,7 @@ impl Runtime for Tree {
     }
 
     fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
+        self.devices.owned("copy_from", &self.minter, dev, true)?;
         self.devices.idle("copy_from", dev)?;
         let payload = host_payload(dst, nbytes);
         let mbox = self.chip_mailbox("copy_from", chip)?;
@@ -458,6 +460,7 @@ impl Runtime for Tree {
     }
 
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()> {
+        self.devices.owned("free", &self.minter, buf.desc().identity(), false)?;
         let mbox = self.chip_mailbox("free", chip)?;
         let in_flight = self.engine.live_runs().len();
         if in_flight > 0 {
@@ -534,6 +537,20 @@ pub(crate) struct ChipBuffers {
 }
 
 impl ChipBuffers {
+    /// Refuses `api` on a device buffer another Worker allocated (its identity has another
+    /// owner than `minter`'s) and, when `live`, on one already freed.
+    fn owned(&self, api: &str, minter: &IdentityMinter, id: Identity, live: bool) -> Result<()> {
+        if id.owner() != minter.owner() {
+            return Err(Error::invalid(format!(
+                "Worker.{api}: device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
+            )));
+        }
+        if live && !sync::lock(&self.live).contains_key(&id) {
+            return Err(Error::state(format!("Worker.{api}: device buffer {id} was already freed")));
+        }
+        Ok(())
+    }
+
     /// Refuses `api` on device buffer `id` while a submitted task names it.
     fn idle(&self, api: &str, id: Identity) -> Result<()> {
         match sync::lock(&self.live).get(&id) {
