@@ -233,7 +233,7 @@ fn chip_resident_memory_round_trip() {
     expect_err(
         rig.alloc_child_tensor(7, &[4], DataType::Float32),
         ErrorKind::InvalidArgument,
-        &["worker id 7", "names no chip"],
+        &["chip 7 does not exist", "WorkerBuilder::chips"],
     );
 }
 
@@ -294,7 +294,11 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     let e = attempt(&|o| o.submit_sub(&k, TaskArgs::new()).map(|_| ()));
     common::assert_err(&e, ErrorKind::Callable, &["vadd", "chip"]);
     let e = attempt(&|o| o.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 2).map(|_| ()));
-    common::assert_err(&e, ErrorKind::InvalidArgument, &["worker id 2"]);
+    common::assert_err(
+        &e,
+        ErrorKind::InvalidArgument,
+        &["chip 2 does not exist", "has 2 chips", "WorkerBuilder::chips"],
+    );
     let e = attempt(&|o| {
         o.submit_next_level_group(&k, vec![TaskArgs::new(), TaskArgs::new()], CallConfig::default(), &[1, 1])
             .map(|_| ())

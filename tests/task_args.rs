@@ -250,7 +250,7 @@ fn host_functions_get_only_the_access_their_tags_grant() {
 }
 
 #[test]
-fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
+fn arguments_too_large_for_the_mailbox_are_refused_at_submit() {
     if !in_own_process() {
         return;
     }
@@ -268,7 +268,7 @@ fn arguments_too_large_for_the_mailbox_fail_the_task_clearly() {
     assert_err(
         &err,
         ErrorKind::InvalidArgument,
-        &["noop", "could not start", "exceeds the mailbox capacity"],
+        &["noop", "10000 scalars", "63808 bytes a worker's mailbox holds"],
     );
     rig.run(|orch| {
         let mut a = TaskArgs::new();

@@ -203,7 +203,7 @@ fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
     assert!(rig.pids().is_empty());
     rig.run(|orch| {
         let err = orch.submit_sub(&fill, TaskArgs::new()).expect_err("no SUB workers");
-        assert_err(&err, ErrorKind::Callable, &["fill", "not registered"]);
+        assert_err(&err, ErrorKind::Callable, &["fill", "no SUB workers", "WorkerBuilder::sub_workers"]);
         Ok(())
     })
     .unwrap();

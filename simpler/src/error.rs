@@ -58,6 +58,22 @@ pub enum ErrorKind {
     Decode,
     /// An operating-system call failed (mapping memory, forking, shared memory).
     Os,
+    /// A fixed-size resource cannot hold what was asked for: a chip's device memory (its size
+    /// is `WorkerBuilder::chip_memory`). The message names the request, the size and the
+    /// builder call that sets it.
+    ///
+    /// ```no_run
+    /// use simpler::{DataType, ErrorKind, Worker};
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().chips(1).chip_memory(1 << 20).build()?;
+    /// worker.init()?;
+    /// let err = worker.alloc_child_tensor(0, &[1 << 20], DataType::Float32).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+    /// assert!(err.message().contains("chip_memory"));
+    /// # Ok(()) }
+    /// ```
+    ResourceExhausted,
 }
 
 impl ErrorKind {
@@ -72,6 +88,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timed out",
             ErrorKind::Decode => "decode error",
             ErrorKind::Os => "os error",
+            ErrorKind::ResourceExhausted => "resource exhausted",
         }
     }
 }

@@ -58,11 +58,27 @@ impl Device {
         self.memory.size()
     }
 
-    /// Allocates through the backend. The backend's own errors pass through (no room is an
-    /// [`ErrorKind::InvalidState`] error that says "out of device memory"); a result that is
-    /// not a free block of the memory is an [`ErrorKind::Os`] error naming the block.
+    /// Allocates through the backend. No room (the backend's [`ErrorKind::InvalidState`]
+    /// error, or a request larger than the whole memory) is an [`ErrorKind::ResourceExhausted`]
+    /// error naming `WorkerBuilder::chip_memory`; the backend's other errors pass through; a
+    /// result that is not a free block of the memory is an [`ErrorKind::Os`] error naming the
+    /// block.
     pub(crate) fn malloc(&self, nbytes: u64) -> Result<u64> {
-        let ptr = self.backend.malloc(nbytes)?;
+        let ptr = self.backend.malloc(nbytes).map_err(|e| {
+            let no_room = e.kind() == ErrorKind::InvalidState
+                || (e.kind() == ErrorKind::InvalidArgument && nbytes > self.size());
+            if !no_room {
+                return e;
+            }
+            Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "{}; raise WorkerBuilder::chip_memory (now {} bytes) or free device memory sooner",
+                    e.message(),
+                    self.size()
+                ),
+            )
+        })?;
         let mut held = sync::lock(&self.held);
         let end = ptr.checked_add(nbytes);
         let clash = end.and_then(|end| held.range(..end).next_back().filter(|&(&p, &l)| p + l > ptr));
@@ -82,12 +98,12 @@ impl Device {
         Ok(ptr)
     }
 
-    /// As [`Device::malloc`], but `Ok(None)` when the backend has no room now (an
-    /// [`ErrorKind::InvalidState`] error: a free may make room).
+    /// As [`Device::malloc`], but `Ok(None)` when the backend has no room now though the
+    /// memory could hold the request (a free may make room).
     pub(crate) fn try_malloc(&self, nbytes: u64) -> Result<Option<u64>> {
         match self.malloc(nbytes) {
             Ok(ptr) => Ok(Some(ptr)),
-            Err(e) if e.kind() == ErrorKind::InvalidState => Ok(None),
+            Err(e) if e.kind() == ErrorKind::ResourceExhausted && nbytes <= self.size() => Ok(None),
             Err(e) => Err(e),
         }
     }

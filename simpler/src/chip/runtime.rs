@@ -229,6 +229,7 @@ impl ChipRuntime {
             next_level_workers: cores,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
+            next_level_names: ("core", "WorkerBuilder::chip_cores(n)"),
             ..EngineConfig::default()
         };
         // Owner nonces of the buffers this chip mints, `orch.alloc` intermediates (the engine's)
@@ -399,7 +400,13 @@ impl ChipRuntime {
                             .map_err(|e| bad(e.message().to_string()))?;
                     let ptr = device
                         .malloc(size)
-                        .map_err(|e| bad(format!("device scratch for a host tensor: {}", e.message())))?;
+                        // Out of memory stays a resource error.
+                        .map_err(|e| {
+                            e.context(format!(
+                                "chip {chip}: `{}` tensor {i}: device scratch for a host tensor",
+                                f.name()
+                            ))
+                        })?;
                     scratch.push(ptr);
                     if m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;

@@ -380,6 +380,39 @@ impl BufferDesc {
 /// Made by `Worker::create_buffer`. Clones share the backing; the last drop unmaps it and
 /// unlinks the name. Tensors made from it keep it alive while tasks use them.
 ///
+/// A buffer belongs to the Worker that created it: only that Worker's runs (and the runs of the
+/// Workers nested below it, which receive its tensors) may name it; a task of another Worker
+/// naming it is refused at submit with an
+/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error that says so. Its
+/// bytes are the caller's memory: `read` and `write` keep working after its Worker closed,
+/// though no run can name it any more (a closed Worker refuses every run).
+///
+/// ```no_run
+/// # fn main() -> simpler::Result<()> {
+/// use simpler::{DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+/// fn noop(_: &HostArgs<'_>) -> HostResult {
+///     Ok(())
+/// }
+/// let (mut a, mut b) = (Worker::builder().sub_workers(1).build()?, Worker::builder().sub_workers(1).build()?);
+/// let h = b.register(HostFn::new("noop", noop))?;
+/// a.init()?;
+/// b.init()?;
+/// let buf = a.create_buffer(16)?;
+/// let t = buf.tensor(&[4], DataType::Float32)?;
+/// let err = b
+///     .run(|orch| {
+///         let mut args = TaskArgs::new();
+///         args.input(&t)?;
+///         orch.submit_sub(&h, args).map(|_| ())
+///     })
+///     .unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidArgument); // `buf` is `a`'s
+/// a.close()?;
+/// buf.write(0, &[1.0f32; 4])?; // still the caller's memory
+/// assert_eq!(buf.read::<f32>(0, 4)?, vec![1.0; 4]);
+/// # Ok(()) }
+/// ```
+///
 /// ```no_run
 /// # fn main() -> simpler::Result<()> {
 /// use simpler::{DataType, Worker};

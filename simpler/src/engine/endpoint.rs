@@ -29,6 +29,8 @@ pub(crate) enum Outcome {
     Success,
     /// The task ran (or was refused by its target) and failed with this message.
     TaskFailure(String),
+    /// The task could not run: its target ran out of a fixed-size resource (device memory).
+    ResourceExhausted(String),
     /// The worker itself is gone or broke its protocol; the lane is dead from now on.
     EndpointFailure(String),
 }

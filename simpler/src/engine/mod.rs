@@ -80,6 +80,16 @@ pub(crate) struct EngineConfig {
     /// The kind of callable NEXT_LEVEL workers run (chips run chip callables, nested Workers
     /// run orchestration functions).
     pub(crate) next_level_kind: CallableKind,
+    /// How messages name one NEXT_LEVEL worker ("chip", "nested Worker", "core") and the call
+    /// that adds them ("WorkerBuilder::chips(n)", ...).
+    pub(crate) next_level_names: (&'static str, &'static str),
+    /// The most bytes one member's encoded `TaskArgs` may take (the mailbox a task crosses);
+    /// `None` when tasks never leave the process.
+    pub(crate) args_capacity: Option<usize>,
+    /// The owner nonces whose buffers this engine's tasks may name: the Worker's own and its
+    /// ancestors' (a `Buffer` belongs to the Worker that created it). `None`: any (engines
+    /// whose tensors come from their parent, such as a chip's).
+    pub(crate) owners: Option<Vec<u64>>,
 }
 
 impl Default for EngineConfig {
@@ -92,6 +102,9 @@ impl Default for EngineConfig {
             next_level_workers: 0,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
+            next_level_names: ("NEXT_LEVEL worker", "the level's builder"),
+            args_capacity: None,
+            owners: None,
         }
     }
 }

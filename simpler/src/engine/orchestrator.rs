@@ -25,6 +25,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::{TaskArgs, TaskHandle};
 use crate::data::tensor::{Overlap, Tensor, TensorView, overlap};
+use crate::data::wire::blob_size;
 use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
@@ -471,27 +472,49 @@ impl<'a> Orchestrator<'a> {
             self.checked.push((digest, want));
         }
         match known {
-            None => Err(Error::new(
-                ErrorKind::Callable,
-                format!("{api}: callable {callable} is not registered on this Worker; register it first"),
-            )),
-            Some(kind) if kind != want => Err(Error::new(
-                ErrorKind::Callable,
-                format!(
-                    "{api}: {callable} is a {} callable, but this API runs {} callables",
-                    kind.name(),
-                    want.name()
-                ),
-            )),
-            Some(_) => Ok(()),
+            Some(kind) if kind == want => Ok(()),
+            known => Err(self.kind_error(callable, known.unwrap_or(callable.kind()), want, api)),
         }
+    }
+
+    /// Why `callable` (of `kind`, or registered as `kind`) cannot run through `api`, which runs
+    /// `want` callables: the wrong kind, no worker that runs `want`, or not registered.
+    fn kind_error(
+        &self,
+        callable: &CallableHandle,
+        kind: CallableKind,
+        want: CallableKind,
+        api: &str,
+    ) -> Error {
+        let cfg = &self.eng.cfg;
+        let (noun, adds) = cfg.next_level_names;
+        let message = if kind != want && kind == CallableKind::Chip && want == CallableKind::Orch {
+            format!(
+                "{api}: {callable} is a chip callable, but this Worker's NEXT_LEVEL workers are {noun}s, which run orchestration callables; submit chip callables from an orchestration callable placed on a {noun} that has chips"
+            )
+        } else if kind != want {
+            format!(
+                "{api}: {callable} is a {} callable, but this API runs {} callables",
+                kind.name(),
+                want.name()
+            )
+        } else if want == CallableKind::HostFn && cfg.sub_workers == 0 {
+            format!(
+                "{api}: {callable} cannot run: this Worker has no SUB workers; add them with WorkerBuilder::sub_workers(n)"
+            )
+        } else if want != CallableKind::HostFn && cfg.next_level_workers == 0 {
+            format!("{api}: {callable} cannot run: this Worker has no {noun}s; add them with {adds}")
+        } else {
+            format!("{api}: callable {callable} is not registered on this Worker; register it first")
+        };
+        Error::new(ErrorKind::Callable, message)
     }
 
     fn check_sub_pool(&self, callable: &CallableHandle, need: usize) -> Result<()> {
         let n = self.eng.cfg.sub_workers;
         if need > n {
             let why = if n == 0 {
-                "this Worker has no SUB workers (set WorkerBuilder::sub_workers)".to_string()
+                "this Worker has no SUB workers; add them with WorkerBuilder::sub_workers(n)".to_string()
             } else {
                 format!("it needs {need} SUB workers at once but this Worker has {n}")
             };
@@ -503,8 +526,9 @@ impl<'a> Orchestrator<'a> {
     fn check_worker(&self, worker: u32, callable: &CallableHandle) -> Result<()> {
         let n = self.eng.cfg.next_level_workers;
         if worker as usize >= n {
+            let (noun, adds) = self.eng.cfg.next_level_names;
             return Err(Error::invalid(format!(
-                "{callable}: worker id {worker} names no NEXT_LEVEL worker (this Worker has {n})"
+                "{callable}: {noun} {worker} does not exist: this Worker has {n} {noun}s; add them with {adds}"
             )));
         }
         Ok(())
@@ -849,6 +873,23 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// Refuses arguments whose encoding would not fit the mailbox a task crosses.
+    fn check_args_size(&self, callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
+        let Some(cap) = self.eng.cfg.args_capacity else { return Ok(()) };
+        let (t, s) = (args.tensors.len(), args.scalars.len());
+        let need = blob_size(t, s);
+        if need <= cap {
+            return Ok(());
+        }
+        let header = blob_size(0, 0);
+        let (per_tensor, per_scalar) = (blob_size(1, 0) - header, blob_size(0, 1) - header);
+        Err(Error::invalid(format!(
+            "{callable}: the task's arguments ({t} tensors and {s} scalars) take {need} bytes, more than the {cap} bytes a worker's mailbox holds (at most {} tensors, or {} scalars, each tensor taking {per_tensor} bytes and each scalar {per_scalar}); split the task or pass values in a tensor",
+            (cap - header) / per_tensor,
+            (cap - header) / per_scalar
+        )))
+    }
+
     /// Device tensors may only go to the chip that owns them, and only while they are live.
     fn validate_placement(
         &self,
@@ -858,6 +899,13 @@ impl<'a> Orchestrator<'a> {
         member: usize,
     ) -> Result<()> {
         for (i, t) in args.tensors.iter().enumerate() {
+            let owner = t.desc().identity().owner();
+            if self.eng.cfg.owners.as_ref().is_some_and(|owners| !owners.contains(&owner)) {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} names buffer {} of another Worker; a Buffer can be named only in runs of the Worker that created it (and of the Workers nested below it): create it with this Worker's create_buffer",
+                    t.desc().identity()
+                )));
+            }
             // An `orch.alloc` tensor of this engine is usable only while its allocation is live
             // in this run (after its scope ended and it was reclaimed, the bytes belong to
             // another allocation).
@@ -902,6 +950,7 @@ impl<'a> Orchestrator<'a> {
             None => None,
         };
         for (member, args) in args_list.iter().enumerate() {
+            self.check_args_size(callable, args)?;
             self.validate_args(callable, args)?;
             self.validate_placement(callable, args, &target, member)?;
         }

@@ -233,6 +233,10 @@ impl Scheduler {
                     ErrorKind::TaskFailed,
                     format!("{} failed on {lane_name}: {msg}", slot.describe()),
                 )),
+                Outcome::ResourceExhausted(msg) => Err(Error::new(
+                    ErrorKind::ResourceExhausted,
+                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
+                )),
                 Outcome::EndpointFailure(msg) => {
                     self.lanes[i].dead = Some(msg.clone());
                     Err(Error::new(

@@ -1328,7 +1328,7 @@ fn submit_validates_before_anything_changes() {
     assert_eq!(e.kind(), ErrorKind::Callable, "{e}");
     let e = err_of(orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 2));
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    assert!(e.message().contains("worker id 2"), "{e}");
+    assert!(e.message().contains("NEXT_LEVEL worker 2 does not exist"), "{e}");
     let e = err_of(orch.submit_next_level_group(&rig.chip, vec![args(1, &[]), args(1, &[])], cc(), &[1, 1]));
     assert!(e.message().contains("named twice"), "{e}");
     let e = err_of(orch.submit_next_level_group(&rig.chip, vec![args(1, &[])], cc(), &[0, 1]));

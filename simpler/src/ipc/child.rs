@@ -70,6 +70,9 @@ pub(crate) const ERR_UNKNOWN_CALLABLE: i32 = 2;
 pub(crate) const ERR_BAD_FRAME: i32 = 3;
 /// Frame error code: a device-memory operation failed.
 pub(crate) const ERR_DEVICE: i32 = 4;
+/// Frame error code: a fixed-size resource (a chip's device memory) cannot hold what the task
+/// or request needs; the parent reports it as `ErrorKind::ResourceExhausted`.
+pub(crate) const ERR_RESOURCE: i32 = 5;
 
 /// The function a `REGISTER_*` control carries, typed by its command (rule C1).
 #[derive(Debug, Clone, Copy)]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
+use crate::ipc::child::ERR_RESOURCE;
 use crate::ipc::mailbox::MailboxRegion;
 use crate::sys::process::ExitBoard;
 
@@ -57,6 +58,7 @@ impl Endpoint for MailboxEndpoint {
         if let Some(r) = mb.take_task_result() {
             return Some(match r {
                 Ok(()) => Outcome::Success,
+                Err(e) if e.code == ERR_RESOURCE => Outcome::ResourceExhausted(e.message),
                 Err(e) => Outcome::TaskFailure(e.message),
             });
         }

@@ -87,6 +87,9 @@ pub struct Worker {
     children: Vec<Worker>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
     extra_heaps: Vec<(u64, u64)>,
+    /// Owner nonces of the ancestors of a nested Worker (their buffers reach this Worker's
+    /// tasks).
+    extra_owners: Vec<u64>,
     state: State,
 }
 
@@ -180,6 +183,7 @@ impl Worker {
             callables: Callables::new(),
             children: Vec::new(),
             extra_heaps: Vec::new(),
+            extra_owners: Vec::new(),
             state: State::New,
         }
     }
@@ -678,6 +682,7 @@ impl Worker {
                 &self.callables,
                 &mut self.children,
                 &self.extra_heaps,
+                &self.extra_owners,
             )?)
         };
         self.state = State::Started(runtime);

@@ -25,10 +25,10 @@ use crate::engine::{Bell, DeviceRules, Engine, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
-    CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, HostResolver,
+    CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_RESOURCE, HostResolver,
 };
 use crate::ipc::endpoint::MailboxEndpoint;
-use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
+use crate::ipc::mailbox::{ARGS_CAPACITY, InitStatus, Mailbox, MailboxRegion};
 use crate::level::Level;
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::Doorbell;
@@ -71,13 +71,15 @@ pub(super) struct Tree {
 impl Tree {
     /// Starts the tree of a Worker configured by `cfg`, with the children `lanes` lists:
     /// `callables` is the snapshot every child starts with, `children` the nested Workers (L4
-    /// and up; each goes to its own process), `extra_heaps` the heap rings of the ancestors.
+    /// and up; each goes to its own process), `extra_heaps` the heap rings of the ancestors,
+    /// `extra_owners` their owner nonces (their buffers reach this Worker's tasks).
     pub(super) fn start(
         cfg: &WorkerBuilder,
         lanes: &Lanes,
         callables: &Callables,
         children: &mut Vec<Worker>,
         extra_heaps: &[(u64, u64)],
+        extra_owners: &[u64],
     ) -> Result<Tree> {
         let deadline = Instant::now() + cfg.startup_timeout;
         let nested = cfg.level > Level::Node;
@@ -85,11 +87,21 @@ impl Tree {
         if nested {
             engine_cfg.next_level_workers = children.len();
             engine_cfg.next_level_kind = CallableKind::Orch;
+            engine_cfg.next_level_names = ("nested Worker", "Worker::add_worker");
+        } else {
+            engine_cfg.next_level_names = ("chip", "WorkerBuilder::chips(n)");
         }
+        // Every task crosses a child's mailbox: larger arguments are refused at submit.
+        engine_cfg.args_capacity = Some(ARGS_CAPACITY);
+        // Tasks name buffers of this Worker and of its ancestors only.
+        let nonce = super::random_u64();
+        let mut owners = vec![nonce];
+        owners.extend_from_slice(extra_owners);
+        engine_cfg.owners = Some(owners.clone());
         let n_sub = engine_cfg.sub_workers;
         let n_chip = engine_cfg.next_level_workers;
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
-        let minter = Arc::new(IdentityMinter::new(super::random_u64()));
+        let minter = Arc::new(IdentityMinter::new(nonce));
         let devices = Arc::new(ChipBuffers::default());
         let parts = LevelParts {
             minter: minter.clone(),
@@ -133,6 +145,7 @@ impl Tree {
                     registry: callables.orch().clone(),
                     deadline,
                     heaps: heaps.clone(),
+                    owners: owners.clone(),
                 };
                 fork_child(move || child.run())
             } else {
@@ -260,6 +273,10 @@ impl Tree {
         let board = self.monitor.board.clone();
         match mb.wait_control_done(None, || board.exit_of(i).is_some()) {
             Some(Ok(v)) => Ok(v),
+            // A resource error names its chip already.
+            Some(Err(e)) if e.code == ERR_RESOURCE => {
+                Err(Error::new(ErrorKind::ResourceExhausted, e.message))
+            }
             Some(Err(e)) => Err(Error::new(ErrorKind::Callable, format!("{who} refused: {}", e.message))),
             None => Err(Error::new(ErrorKind::WorkerDied, format!("{who} died during the request"))),
         }
@@ -341,7 +358,7 @@ impl Tree {
         self.open(api)?;
         self.lanes.chip(chip).ok_or_else(|| {
             Error::invalid(format!(
-                "Worker.{api}: worker id {chip} names no chip (this Worker has {})",
+                "Worker.{api}: chip {chip} does not exist: this Worker has {} chips; add chips with WorkerBuilder::chips(n)",
                 self.lanes.chips()
             ))
         })
@@ -427,8 +444,9 @@ impl Runtime for Tree {
         let nbytes = super::device_extent(shape, dtype)?;
         let ptr = self
             .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &[0; 32], &[]))
-            .map_err(|e| {
-                Error::new(e.kind(), format!("Worker.alloc_child_tensor on chip {chip}: {}", e.message()))
+            .map_err(|e| match e.kind() {
+                ErrorKind::ResourceExhausted => e.context("Worker.alloc_child_tensor"),
+                _ => e.context(format!("Worker.alloc_child_tensor on chip {chip}")),
             })?;
         let identity = self.minter.mint()?;
         sync::lock(&self.devices.live).insert(identity, 0);

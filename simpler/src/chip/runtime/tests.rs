@@ -597,7 +597,7 @@ fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
     assert_eq!(err.kind(), ErrorKind::Callable);
     assert!(err.message().contains("`stray`") && err.message().contains("not registered"), "{err}");
     let err = go(&mut rt, 3);
-    assert!(err.message().contains("worker id 9"), "{err}");
+    assert!(err.message().contains("core 9 does not exist"), "{err}");
     let err = go(&mut rt, 4);
     assert!(err.message().contains("chip 7"), "{err}");
     let err = go(&mut rt, 5);

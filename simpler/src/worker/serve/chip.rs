@@ -75,7 +75,7 @@ impl ChipServer {
 impl Serve for ChipServer {
     fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError> {
         let digest = Digest::from_bytes(req.digest);
-        let dev = |e: crate::error::Error| FrameError::new(ERR_DEVICE, e.to_string());
+        let dev = |e: crate::error::Error| FrameError::new(super::frame_code(&e, ERR_DEVICE), e.to_string());
         match req.command {
             CTRL_REGISTER_CHIP | CTRL_REGISTER_CHIP_ORCH => {
                 // `from_parts` checks the function's kind against the descriptor's sub-kind.
@@ -169,7 +169,7 @@ impl Serve for ChipServer {
         }
         match catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config))) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.message().to_string())),
+            Ok(Err(e)) => Err(FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string())),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
                 format!("chip runtime panicked: {}", crate::error::panic_message(&*panic)),

@@ -12,7 +12,8 @@ pub(crate) mod nested;
 pub(crate) mod sub;
 
 use crate::chip::ChipBody;
-use crate::ipc::child::ReceivedFn;
+use crate::error::{Error, ErrorKind};
+use crate::ipc::child::{ERR_RESOURCE, ReceivedFn};
 
 /// A chip callable's body from the function a `REGISTER_CHIP` / `REGISTER_CHIP_ORCH` control
 /// carries.
@@ -21,4 +22,10 @@ fn chip_body(f: ReceivedFn) -> ChipBody {
         ReceivedFn::Host(k) => ChipBody::Kernel(k),
         ReceivedFn::Orch(o) => ChipBody::Orchestration(o),
     }
+}
+
+/// The frame error code for `e`: [`ERR_RESOURCE`] for a resource error (so the parent reports
+/// the same kind), `otherwise` for every other error.
+fn frame_code(e: &Error, otherwise: i32) -> i32 {
+    if e.kind() == ErrorKind::ResourceExhausted { ERR_RESOURCE } else { otherwise }
 }

@@ -39,6 +39,8 @@ pub(crate) struct NestedChild {
     pub(crate) deadline: Instant,
     /// Heap rings of the parent and its ancestors.
     pub(crate) heaps: Vec<(u64, u64)>,
+    /// Owner nonces of the parent and its ancestors: their buffers reach this Worker's tasks.
+    pub(crate) owners: Vec<u64>,
 }
 
 impl NestedChild {
@@ -54,6 +56,7 @@ impl NestedChild {
         let left = self.deadline.saturating_duration_since(Instant::now());
         inner.cfg.startup_timeout = left.max(Duration::from_millis(1));
         inner.extra_heaps = self.heaps;
+        inner.extra_owners = self.owners;
         if let Err(e) = inner.init() {
             mb.publish_init(Err(&format!("worker {}: {}", self.id, e.message())));
             return 1;
@@ -152,6 +155,6 @@ impl Serve for NestedServer {
         }
         self.inner
             .run_with(RunOptions::new().args(args).config(config), |orch, a, c| f.call(orch, a, c))
-            .map_err(|e| FrameError::new(ERR_TASK, e.message().to_string()))
+            .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))
     }
 }

@@ -1,0 +1,215 @@
+//! Errors that name the real cause, each met as a new user would meet it: a placement the
+//! Worker has no worker for, a chip id out of range, device memory exhausted, task arguments
+//! too big for a worker's mailbox, and a host buffer named in a Worker that did not create it.
+
+mod common;
+
+use common::{Rig, expect_err, in_own_process, noop, vadd};
+use simpler::{
+    CallConfig, ChipFn, DataType, ErrorKind, HostFn, In, Level, Out, TaskArgs, TensorOf, Worker, callable,
+    chip, sub,
+};
+
+/// `out = a` on a SUB worker.
+#[callable(sub)]
+fn copy_host(a: In<f32>, mut out: Out<f32>) {
+    out.copy_from_slice(&a);
+}
+
+/// `out = a` on one chip core.
+#[callable(chip)]
+fn copy_kernel(a: In<f32>, mut out: Out<f32>) {
+    out.copy_from_slice(&a);
+}
+
+fn f32s(w: &Worker, n: usize) -> (simpler::Buffer, TensorOf<f32>) {
+    let b = w.create_buffer(n * 4).unwrap();
+    let t = TensorOf::<f32>::new(b.tensor(&[n as u32], DataType::Float32).unwrap()).unwrap();
+    (b, t)
+}
+
+// ------------------------------------------------------------------------------- placements
+
+#[test]
+fn a_sub_call_on_a_worker_without_sub_workers_names_the_builder_call() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
+    rig.init();
+    let (_a, a) = f32s(&rig, 16);
+    let (_b, mut b) = f32s(&rig, 16);
+    let err = rig.run(|orch| copy_host::call(&a, &mut b)?.on(orch, sub()).map(|_| ())).unwrap_err();
+    assert!(
+        err.message().contains("no SUB workers") && err.message().contains("WorkerBuilder::sub_workers"),
+        "{err}"
+    );
+    assert!(!err.message().contains("register it first"), "{err}");
+    // The same through the plain API, with a handle the Worker refused to register.
+    let h = HostFn::new("h", noop).handle();
+    let err = rig.run(|orch| orch.submit_sub(&h, TaskArgs::new()).map(|_| ())).unwrap_err();
+    assert!(
+        err.message().contains("no SUB workers") && err.message().contains("WorkerBuilder::sub_workers"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_chip_kernel_placed_at_l4_says_chips_are_reached_through_a_nested_worker() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3 = Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    l3.register(HostFn::new("noop", noop)).unwrap_err(); // (no SUB workers: refused)
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1));
+    rig.add_worker(l3).unwrap();
+    rig.init();
+    let (_a, a) = f32s(&rig, 16);
+    let (_b, mut b) = f32s(&rig, 16);
+    let err = rig.run(|orch| copy_kernel::call(&a, &mut b)?.on(orch, chip(0)).map(|_| ())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Callable, "{err:?}");
+    assert!(!err.message().contains("register it first"), "{err}");
+    assert!(err.message().contains("chip callable") && err.message().contains("nested Worker"), "{err}");
+    // A chip kernel the L4 Worker never saw (its L3 has chips; an L4 without them alike).
+    let k = ChipFn::kernel("k", vadd).handle();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+        .unwrap_err();
+    assert!(!err.message().contains("register it first"), "{err}");
+    assert!(err.message().contains("nested Worker"), "{err}");
+}
+
+#[test]
+fn a_chip_id_out_of_range_says_chip_and_the_builder_call() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1));
+    rig.init();
+    let (_a, a) = f32s(&rig, 16);
+    let (_b, mut b) = f32s(&rig, 16);
+    let err = rig.run(|orch| copy_kernel::call(&a, &mut b)?.on(orch, chip(5)).map(|_| ())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("chip 5")
+            && err.message().contains("2 chips")
+            && err.message().contains("WorkerBuilder::chips"),
+        "{err}"
+    );
+    assert!(!err.message().contains("NEXT_LEVEL"), "{err}");
+}
+
+// ------------------------------------------------------------------------------- resources
+
+#[test]
+fn device_memory_exhausted_is_a_resource_error_naming_chip_memory() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
+    rig.init();
+    // An input larger than the chip's memory: the kernel's device copy cannot be made.
+    let n = (2 << 20) / 4;
+    let (_a, a) = f32s(&rig, n);
+    let (_b, mut b) = f32s(&rig, n);
+    let err = rig.run(|orch| copy_kernel::call(&a, &mut b)?.on(orch, chip(0)).map(|_| ())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("chip_memory"), "{err}");
+    assert!(err.message().matches("chip 0").count() <= 1, "{err}");
+    // Chip memory asked for directly.
+    let err = expect_err(
+        rig.alloc_child_tensor(0, &[n as u32], DataType::Float32),
+        ErrorKind::ResourceExhausted,
+        &["chip_memory"],
+    );
+    assert!(err.message().matches("chip 0").count() <= 1, "{err}");
+}
+
+#[test]
+fn task_args_over_the_mailbox_capacity_are_refused_at_submit() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
+    let buf = rig.create_buffer(4 * 444).unwrap();
+    let tensors: Vec<_> = (0..444u64)
+        .map(|i| buf.view(simpler::TensorView::new(4 * i, &[1], None, DataType::Float32).unwrap()).unwrap())
+        .collect();
+    let mut submitted = false;
+    let err = rig
+        .run(|orch| {
+            let mut args = TaskArgs::new();
+            for t in &tensors {
+                args.input(t)?;
+            }
+            let r = orch.submit_sub(&h, args);
+            submitted = r.is_ok();
+            r.map(|_| ())
+        })
+        .unwrap_err();
+    assert!(!submitted, "a task of 444 tensors was accepted at submit: {err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("444 tensors") && err.message().contains("mailbox"), "{err}");
+
+    let mut submitted = false;
+    let err = rig
+        .run(|orch| {
+            let mut args = TaskArgs::new();
+            for i in 0..7976u64 {
+                args.scalar(i);
+            }
+            let r = orch.submit_sub(&h, args);
+            submitted = r.is_ok();
+            r.map(|_| ())
+        })
+        .unwrap_err();
+    assert!(!submitted, "a task of 7976 scalars was accepted at submit: {err}");
+    assert!(err.message().contains("7976 scalars") && err.message().contains("mailbox"), "{err}");
+
+    // The largest that fits still runs.
+    rig.run(|orch| {
+        let mut args = TaskArgs::new();
+        for t in &tensors[..443] {
+            args.input(t)?;
+        }
+        orch.submit_sub(&h, args).map(|_| ())
+    })
+    .unwrap();
+}
+
+// ------------------------------------------------------------------------------- host buffers
+
+/// `h` names tensor 0 of `t` in a run of `w`.
+fn run_naming(w: &Worker, h: &simpler::CallableHandle, t: &simpler::Tensor) -> simpler::Result<()> {
+    w.run(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(t)?;
+        orch.submit_sub(h, args).map(|_| ())
+    })
+}
+
+#[test]
+fn a_buffer_belongs_to_its_worker_and_its_bytes_outlive_it() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
+    let (mut other, [other_h]) = Rig::start(common::subs(1), [("noop", noop)]);
+    let foreign = other.create_buffer(64).unwrap();
+    let t = foreign.tensor(&[16], DataType::Float32).unwrap();
+    run_naming(&other, &other_h, &t).unwrap(); // its own Worker's runs may name it
+    // Another Worker's runs may not.
+    let err = run_naming(&rig, &h, &t).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("another Worker") && err.message().contains("create_buffer"), "{err}");
+
+    other.close().unwrap();
+    // The bytes are the user's: still readable and writable after the Worker closed.
+    foreign.write(0, &[2.0f32; 16]).unwrap();
+    assert_eq!(foreign.read::<f32>(0, 16).unwrap(), vec![2.0; 16]);
+    // But no run names it: its Worker is closed, and it is still not the other's.
+    expect_err(run_naming(&other, &other_h, &t), ErrorKind::InvalidState, &["closed"]);
+    expect_err(run_naming(&rig, &h, &t), ErrorKind::InvalidArgument, &["another Worker"]);
+    drop(t);
+    drop(foreign);
+}
