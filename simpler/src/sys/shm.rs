@@ -41,7 +41,7 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// A POSIX shared-memory object mapped `MAP_SHARED` read-write.
 ///
@@ -69,6 +69,18 @@ impl PosixShm {
         }
         let size = i64::try_from(len)
             .map_err(|_| Error::invalid(format!("shared memory object {name}: length {len} is too large")))?;
+        // The object is backed lazily: one larger than the space left would be created, then
+        // crash the first process that touches a page past it (SIGBUS). Refuse it here.
+        if let Some(free) = shm_space_left()
+            && len as u64 > free
+        {
+            return Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "shared memory object {name}: {len} bytes asked for, but {SHM_DIR} has only {free} bytes free; drop buffers that are no longer needed, or make {SHM_DIR} larger"
+                ),
+            ));
+        }
         let fd = shm_open(
             path(name).as_str(),
             OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
@@ -193,6 +205,15 @@ impl fmt::Debug for PosixShm {
             .field("owner", &self.owner)
             .finish()
     }
+}
+
+/// Where POSIX shared-memory objects live on Linux.
+const SHM_DIR: &str = "/dev/shm";
+
+/// Bytes an unprivileged process may still allocate in [`SHM_DIR`], if the file system says.
+fn shm_space_left() -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(SHM_DIR).ok()?;
+    Some(u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size())))
 }
 
 /// Unlinks `/{name}`, ignoring failures (a name that no longer exists is the common one).
