@@ -54,6 +54,9 @@ mod dfx;
 mod dsl;
 mod engine;
 mod error;
+#[cfg(feature = "bench-support")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod ipc;
 #[cfg(test)]
 mod layering;

@@ -131,6 +131,14 @@ impl TensorView {
         if self.extent_bytes_checked().is_none() {
             return Err(Error::invalid("tensor view extent overflows u64"));
         }
+        // Overlapping strides keep the extent small while the element count grows: the count
+        // must fit too (`num_elements`, `is_contiguous` and every size computed from it).
+        if self.shape().iter().try_fold(1u64, |n, &d| n.checked_mul(u64::from(d))).is_none() {
+            return Err(Error::invalid(format!(
+                "tensor shape {:?} has more elements than fit in u64",
+                self.shape()
+            )));
+        }
         // Each element has bytes of its own: taken by increasing stride, every dimension's
         // stride is larger than the span of the dimensions before it (size-1 dimensions do not
         // matter). So the element count is at most the extent in elements, and a writable view
@@ -552,6 +560,19 @@ mod tests {
         assert!(TensorView::new(0, &[4], Some(&[1, 1]), DataType::Float32).is_err());
         assert!(TensorView::new(6, &[4], None, DataType::Float32).is_err());
         assert!(TensorView::new(6, &[4], None, DataType::Int16).is_ok());
+    }
+
+    /// Found by the decoder fuzz harness: unit strides over `[65535; 5]` span 327 671 elements
+    /// but count 65535^5 (more than `u64` holds), so `num_elements` overflowed on a view that
+    /// had passed validation.
+    #[test]
+    fn element_count_must_fit_u64() {
+        let err = TensorView::new(0, &[65535; 5], Some(&[1; 5]), DataType::Uint8).unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::InvalidArgument);
+        assert!(err.message().contains("more elements than fit in u64"), "{err}");
+        let v = TensorView::new(0, &[65535; 4], Some(&[1; 4]), DataType::Uint8).unwrap();
+        assert_eq!(v.num_elements(), 65535u64.pow(4));
+        assert!(!v.is_contiguous());
     }
 
     #[test]

@@ -277,6 +277,23 @@ fn corrupted_fields_are_named() {
     expect(corrupt(&slab, 0, |r| r[4] = 1), "shm name");
 }
 
+/// Found by the decoder fuzz harness: a record whose unit strides keep the extent inside the
+/// buffer while its element count overflows `u64` is refused, not decoded into a view whose
+/// `num_elements` panics.
+#[test]
+fn an_element_count_past_u64_is_refused() {
+    let slab = one_slab();
+    let huge = |r: &mut [u8]| {
+        put32(r, 96, 5);
+        for i in 0..5 {
+            put32(r, 100 + 4 * i, 65535);
+            put32(r, 120 + 4 * i, 1);
+        }
+        put64(r, 40, 1 << 20);
+    };
+    expect(corrupt(&slab, 0, huge), "more elements than fit in u64");
+}
+
 #[test]
 fn ignored_fields_do_not_fail() {
     let mut blob = encode(&two_shm(), &[]);
