@@ -107,6 +107,14 @@ pub(crate) fn received_fn(req: &ControlRequest) -> Result<ReceivedFn, FrameError
 /// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;
 
+/// Mappings at least this large are dropped once their object is unlinked (the buffer was
+/// dropped by its owner), so their memory goes back to the system instead of staying until
+/// the cache pushes them out.
+const LARGE_MAPPING: usize = 1 << 20;
+
+/// One `trim` in this many looks for unlinked large objects (a `stat` each).
+const UNLINKED_CHECK_EVERY: u32 = 16;
+
 /// What a child loop does with each request.
 pub(crate) trait Serve {
     fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError>;
@@ -160,11 +168,13 @@ pub(crate) struct HostResolver {
     heaps: Vec<(u64, u64)>,
     maps: HashMap<Identity, PosixShm>,
     order: VecDeque<Identity>,
+    /// Trims since the last look for unlinked large objects.
+    trims: u32,
 }
 
 impl HostResolver {
     pub(crate) fn new(heaps: Vec<(u64, u64)>) -> HostResolver {
-        HostResolver { heaps, maps: HashMap::new(), order: VecDeque::new() }
+        HostResolver { heaps, maps: HashMap::new(), order: VecDeque::new(), trims: 0 }
     }
 
     /// The base address of a host buffer in this process.
@@ -241,12 +251,38 @@ impl HostResolver {
     }
 
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).
+    /// Also drops, every few calls, large mappings whose object was unlinked.
     pub(crate) fn trim(&mut self) {
         while self.order.len() > SHM_CACHE {
             if let Some(old) = self.order.pop_front() {
                 self.maps.remove(&old);
             }
         }
+        self.trims += 1;
+        if self.trims >= UNLINKED_CHECK_EVERY {
+            self.trims = 0;
+            self.drop_unlinked();
+        }
+    }
+
+    /// Drops the large mappings whose object no longer exists (only between requests, rule C2).
+    pub(crate) fn drop_unlinked(&mut self) {
+        let gone: Vec<Identity> = self
+            .maps
+            .iter()
+            .filter(|(_, shm)| shm.len() >= LARGE_MAPPING && !shm.is_linked())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.maps.remove(&id);
+            self.order.retain(|o| *o != id);
+        }
+    }
+
+    /// Mappings held now (for tests).
+    #[cfg(test)]
+    pub(crate) fn mapped(&self) -> usize {
+        self.maps.len()
     }
 
     /// `nbytes` bytes at `offset` of a host buffer, as a mutable byte slice.
@@ -259,5 +295,46 @@ impl HostResolver {
         // the range was bounds-checked above, and the slice borrows `self`, so no `trim` unmaps
         // it meanwhile.
         Ok(unsafe { std::slice::from_raw_parts_mut(base.add(offset as usize), nbytes as usize) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::buffer::{Access, IdentityMinter};
+    use crate::sys::shm::{ShmName, unlink_quietly};
+
+    fn shm_desc(minter: &IdentityMinter, tag: &str, len: usize) -> (PosixShm, BufferDesc) {
+        let name = ShmName::new(&format!("sp-c{}-{tag}", std::process::id())).unwrap();
+        unlink_quietly(&name);
+        let shm = PosixShm::create(&name, len).unwrap();
+        let desc = BufferDesc::new(
+            minter.mint().unwrap(),
+            Backing::PosixShm { name },
+            Access::ReadWrite,
+            len as u64,
+        )
+        .unwrap();
+        (shm, desc)
+    }
+
+    #[test]
+    fn large_mappings_of_dropped_buffers_are_given_back() {
+        let minter = IdentityMinter::new(7);
+        let mut resolver = HostResolver::new(Vec::new());
+        let (big, big_desc) = shm_desc(&minter, "big", 2 * LARGE_MAPPING);
+        let (small, small_desc) = shm_desc(&minter, "small", 4096);
+        resolver.resolve(&big_desc).unwrap();
+        resolver.resolve(&small_desc).unwrap();
+        resolver.drop_unlinked();
+        assert_eq!(resolver.mapped(), 2, "both objects still exist");
+        // The owner drops both buffers (unlinking them); the child's mapping of the large one
+        // goes at the next look, so its memory is freed; the small one may wait for the cache.
+        drop((big, small));
+        for _ in 0..UNLINKED_CHECK_EVERY {
+            resolver.trim();
+        }
+        assert_eq!(resolver.mapped(), 1, "the large mapping was dropped, the small one kept");
+        assert!(resolver.resolve(&big_desc).is_err(), "and it cannot be mapped again");
     }
 }

@@ -207,13 +207,20 @@ impl fmt::Debug for PosixShm {
     }
 }
 
+impl PosixShm {
+    /// Whether the object still has its name (its creator has not unlinked it yet).
+    pub(crate) fn is_linked(&self) -> bool {
+        std::fs::metadata(format!("{SHM_DIR}/{}", self.name)).is_ok()
+    }
+}
+
 /// Where POSIX shared-memory objects live on Linux.
 const SHM_DIR: &str = "/dev/shm";
 
 /// Bytes an unprivileged process may still allocate in [`SHM_DIR`], if the file system says.
 fn shm_space_left() -> Option<u64> {
     let st = nix::sys::statvfs::statvfs(SHM_DIR).ok()?;
-    Some(u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size())))
+    Some(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// Unlinks `/{name}`, ignoring failures (a name that no longer exists is the common one).
