@@ -58,6 +58,10 @@ pub enum ErrorKind {
     Decode,
     /// An operating-system call failed (mapping memory, forking, shared memory).
     Os,
+    /// `simpler` itself failed: its scheduler, or its link to a worker, panicked (a bug). The
+    /// run it hit fails with this kind, the message says where it panicked, and the Worker
+    /// stays usable (a worker whose link panicked is taken out of service).
+    Internal,
 }
 
 impl ErrorKind {
@@ -72,6 +76,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timed out",
             ErrorKind::Decode => "decode error",
             ErrorKind::Os => "os error",
+            ErrorKind::Internal => "internal error",
         }
     }
 }
