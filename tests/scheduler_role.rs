@@ -1,4 +1,4 @@
-//! The scheduler role protocol (engine/mod.rs rules 1-4).
+//! The scheduler role protocol (engine/mod.rs rules 1-5).
 
 mod common;
 
@@ -58,4 +58,62 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     });
     h1.wait_timeout(Duration::from_secs(10)).unwrap();
     assert!(finished_in_time, "run 1 was not driven while another thread built inside Worker::run");
+}
+
+/// A lost wake-up (rule 4): the thread that waits on run 1 announces that it wants the
+/// scheduler role, so the background thread gives it up and sleeps on its own bell; when the
+/// waiter left (run 1 done) it did not wake the background thread again, and run 2, which nobody
+/// waits on, stalled once its producer ended (SUB completions ring only the engine's doorbell)
+/// until someone polled it. Run 2's consumers write results the test reads without driving the
+/// scheduler. The window depends on timing (about 1-3% of tries on a many-core machine), so the
+/// pattern repeats up to 1000 times within a time budget.
+#[test]
+fn a_run_nobody_waits_on_finishes_after_the_run_before_it_is_waited() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [block_h, fill_h, affine_h]) =
+        Rig::start(subs(1), [("block", block_on_flag), ("fill", fill), ("affine", affine)]);
+    let flag = u32_buffer(&rig, 2);
+    let flag_t = words_of(&flag);
+    let x = u64_buffer(&rig, 1);
+    let ys = u64_buffer(&rig, 2);
+    let budget = Instant::now() + Duration::from_secs(20);
+    let mut tries = 0u64;
+    while tries < 1000 && Instant::now() < budget {
+        tries += 1;
+        flag.write(0, &[0u32, 0]).unwrap();
+        ys.write(0, &[0u64, 0]).unwrap();
+        // Run 1 holds the only SUB worker.
+        let h1 = rig
+            .submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
+                orch.submit_sub(&block_h, a).map(|_| ())
+            })
+            .unwrap();
+        wait_blocked(&flag);
+        // Run 2, behind it: a producer and two consumers.
+        let h2 = rig
+            .submit(|orch| {
+                let mut p = TaskArgs::new();
+                p.add_tensor(&u64s(&x, 0, 1), Tag::Output)?.scalar(tries);
+                orch.submit_sub(&fill_h, p)?;
+                for i in 0..2 {
+                    let mut c = TaskArgs::new();
+                    c.add_tensor(&u64s(&x, 0, 1), Tag::Input)?;
+                    c.add_tensor(&u64s(&ys, i, 1), Tag::Output)?.scalar(1).scalar(1 + i as u64);
+                    orch.submit_sub(&affine_h, c)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        release(&flag);
+        h1.wait_timeout(Duration::from_secs(10)).unwrap();
+        // Nobody waits on run 2, and reading its outputs does not drive the scheduler.
+        let want = [tries + 1, tries + 2];
+        let finished = spin_until(Instant::now() + Duration::from_secs(2), || read_u64(&ys, 0, 2) == want);
+        h2.wait_timeout(Duration::from_secs(10)).unwrap();
+        assert!(finished, "try {tries}: run 2's consumers did not run until run 2 was waited on");
+    }
 }

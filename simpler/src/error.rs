@@ -74,6 +74,10 @@ pub enum ErrorKind {
     /// # Ok(()) }
     /// ```
     ResourceExhausted,
+    /// `simpler` itself failed: its scheduler, or its link to a worker, panicked (a bug). The
+    /// run it hit fails with this kind, the message says where it panicked, and the Worker
+    /// stays usable (a worker whose link panicked is taken out of service).
+    Internal,
 }
 
 impl ErrorKind {
@@ -89,6 +93,7 @@ impl ErrorKind {
             ErrorKind::Decode => "decode error",
             ErrorKind::Os => "os error",
             ErrorKind::ResourceExhausted => "resource exhausted",
+            ErrorKind::Internal => "internal error",
         }
     }
 }

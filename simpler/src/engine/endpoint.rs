@@ -55,7 +55,7 @@ pub(crate) trait Endpoint: Send {
 pub(crate) mod testing {
     //! In-process endpoints for engine tests: each runs tasks on its own thread.
 
-    use std::collections::VecDeque;
+    use std::collections::{HashSet, VecDeque};
     use std::sync::mpsc;
     use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -174,6 +174,61 @@ pub(crate) mod testing {
 
         fn poll(&mut self) -> Option<Outcome> {
             self.inner.poll()
+        }
+
+        fn shutdown(&mut self) {
+            self.inner.shutdown();
+        }
+    }
+
+    /// Which tasks (by id, their first scalar) make a [`Faulty`] endpoint panic, and where.
+    #[derive(Default)]
+    pub(crate) struct FaultPlan {
+        /// Ids whose `start` panics (before the task reaches the wrapped endpoint).
+        pub(crate) start: Mutex<HashSet<u64>>,
+        /// Ids whose `poll` panics when it would report the task's end (the outcome is lost).
+        pub(crate) poll: Mutex<HashSet<u64>>,
+    }
+
+    impl FaultPlan {
+        fn hits(set: &Mutex<HashSet<u64>>, id: u64) -> bool {
+            let set = sync::lock(set);
+            set.contains(&id)
+        }
+    }
+
+    /// Forwards to another endpoint, and panics where its [`FaultPlan`] says.
+    pub(crate) struct Faulty {
+        inner: Box<dyn Endpoint>,
+        plan: Arc<FaultPlan>,
+        running: Option<u64>,
+    }
+
+    impl Faulty {
+        pub(crate) fn new(plan: Arc<FaultPlan>, inner: Box<dyn Endpoint>) -> Faulty {
+            Faulty { inner, plan, running: None }
+        }
+    }
+
+    impl Endpoint for Faulty {
+        fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            let id = d.args.scalar_at(0).unwrap_or(0);
+            if FaultPlan::hits(&self.plan.start, id) {
+                panic!("injected panic in start of task {id}");
+            }
+            self.inner.start(d)?;
+            self.running = Some(id);
+            Ok(())
+        }
+
+        fn poll(&mut self) -> Option<Outcome> {
+            let outcome = self.inner.poll()?;
+            if let Some(id) = self.running.take()
+                && FaultPlan::hits(&self.plan.poll, id)
+            {
+                panic!("injected panic in poll of task {id}");
+            }
+            Some(outcome)
         }
 
         fn shutdown(&mut self) {

@@ -15,13 +15,28 @@
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
 //!    child's death) rings the engine doorbell; the holder sleeps on it only after a pass that
 //!    made no progress (spin, yield, then futex: never a fixed sleep).
-//! 3. A thread that wants the role and cannot take it announces itself (`role_wanted`) and rings
-//!    the doorbell; the background holder gives the role up at its next wake. Every release of
-//!    the role and every finished run rings `events`, on which such threads sleep.
-//! 4. When the role is released with work outstanding and nobody wanting it, or when work is
-//!    published while nobody holds it, `bg_bell` wakes the background thread. Both sides use
-//!    sequentially consistent operations (publish, then check the holder; release, then check
-//!    the work), so one of them always sees the other.
+//! 3. A thread that wants the role and cannot take it announces itself (`role_wanted`, through a
+//!    [`WaiterIntent`]) and rings the doorbell; the background holder gives the role up at its
+//!    next wake. Every release of the role and every finished run rings `events`, on which such
+//!    threads sleep. The role is held through a [`Role`] guard and the announcement through the
+//!    intent: both are given up by dropping them, never by hand, so every way out (a return, a
+//!    panic) gives them up and applies rule 4.
+//! 4. When the role is released or an announcement withdrawn with work outstanding and nobody
+//!    holding or wanting the role, or when work is published while nobody holds it, `bg_bell`
+//!    wakes the background thread. Both sides use sequentially consistent operations (publish,
+//!    then check the holder; release or withdraw, then check the work), so one of them always
+//!    sees the other. The background thread sleeps on `bg_bell` alone, which completions do not
+//!    ring (they ring the doorbell), so a missed wake-up here is a run nobody drives: a waiter
+//!    that announced itself, found its run done and left by decrementing `role_wanted` by hand
+//!    (without the check) left a later run, which nobody waited on, stalled for ever.
+//! 5. A panic ends runs, never the role or a waiter's wait. It is contained where it happens: an
+//!    endpoint's `start` or `poll` that panics fails its task with an [`ErrorKind::Internal`]
+//!    error and takes its lane out of service (what the worker does is unknown from then on); a
+//!    panic while completing a task fails that task's run (the task is completed again as failed
+//!    when the panic came before it changed, else the run is abandoned: it ends and leaves the
+//!    FIFO at once, and what the panic cut off stays allocated); any other panic in a pass fails
+//!    every live run. Each error names the run, the task and where it panicked. The engine stays
+//!    usable, the background thread lives on, and the role is given up (rule 3).
 
 pub(crate) mod endpoint;
 pub(crate) mod heap;
@@ -38,7 +53,7 @@ mod tests;
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -158,6 +173,64 @@ impl Drop for WaiterIntent<'_> {
         self.eng.wake_background_if_needed();
     }
 }
+
+/// The scheduler role, held (rule 1): the `sched` lock with `role_held` set, taken by
+/// [`Engine::try_role`]. Dropping it gives the role up (rule 3) — on every way out, a panic's
+/// unwinding included (rule 5): the flag is cleared while the lock is still held, so it can never
+/// overwrite the flag of a thread that took the role right after; then `events` rings and the
+/// background thread is woken if work is left and nobody else drives (rule 4).
+pub(crate) struct Role<'a> {
+    eng: &'a Engine,
+    /// `Some` until the drop.
+    sched: Option<MutexGuard<'a, Scheduler>>,
+}
+
+impl std::ops::Deref for Role<'_> {
+    type Target = Scheduler;
+    fn deref(&self) -> &Scheduler {
+        self.sched.as_ref().expect("the role is held until it drops")
+    }
+}
+
+impl std::ops::DerefMut for Role<'_> {
+    fn deref_mut(&mut self) -> &mut Scheduler {
+        self.sched.as_mut().expect("the role is held until it drops")
+    }
+}
+
+impl Role<'_> {
+    /// One scheduler pass (see [`Scheduler::pass`]); returns whether anything happened. A panic
+    /// that escapes the pass is caught here and fails every live run (rule 5); that counts as
+    /// progress when it ended a run (a pass that panics every time then waits for the doorbell
+    /// like one that did nothing, instead of spinning).
+    pub(crate) fn pass(&mut self) -> bool {
+        let eng = self.eng;
+        let sched = self.sched.as_mut().expect("the role is held until it drops");
+        match catch_unwind(AssertUnwindSafe(|| sched.pass(eng))) {
+            Ok(progressed) => progressed,
+            Err(panic) => {
+                let msg = crate::error::panic_message(&*panic);
+                tracing::error!(target: "simpler::scheduler", "the scheduler panicked during a pass: {msg}; every live run fails");
+                sched.recover(eng, &msg)
+            }
+        }
+    }
+}
+
+impl Drop for Role<'_> {
+    fn drop(&mut self) {
+        self.eng.role_held.store(false, Ordering::SeqCst);
+        drop(self.sched.take());
+        self.eng.events.ring();
+        self.eng.wake_background_if_needed();
+    }
+}
+
+/// A hook the engine calls at its fault points (tests only): `phase` names the point
+/// (`"complete"`: `Engine::complete` is entered for a slot; `"dispatch"`: a pass starts
+/// dispatching), `slot` the slot concerned, if any. A hook that panics injects a panic there.
+#[cfg(test)]
+pub(crate) type FaultHook = Box<dyn Fn(&'static str, Option<&Slot>) + Send + Sync>;
 
 /// The callables registered on one level, with their kind: a `RwLock`ed map whose every write
 /// bumps a generation, so an Orchestrator may keep the kinds it checked from one run to the next
@@ -351,6 +424,9 @@ pub(crate) struct Engine {
     minter: Arc<IdentityMinter>,
     /// How the level checks the device memory tasks name.
     devices: Arc<dyn DeviceRules>,
+    /// Injects panics at the engine's fault points (tests only; see [`FaultHook`]).
+    #[cfg(test)]
+    pub(crate) faults: RwLock<Option<FaultHook>>,
 }
 
 impl Engine {
@@ -393,6 +469,8 @@ impl Engine {
             minter,
             devices,
             cfg,
+            #[cfg(test)]
+            faults: RwLock::new(None),
         })
     }
 
@@ -402,8 +480,19 @@ impl Engine {
         self.lock_sched().attach(lanes);
     }
 
-    fn lock_sched(&self) -> std::sync::MutexGuard<'_, Scheduler> {
+    fn lock_sched(&self) -> MutexGuard<'_, Scheduler> {
         sync::lock(&self.sched)
+    }
+
+    /// Calls the test fault hook, if one is set, at fault point `phase` (a no-op outside tests).
+    #[inline(always)]
+    pub(crate) fn fault_point(&self, phase: &'static str, slot: Option<&Slot>) {
+        #[cfg(test)]
+        if let Some(hook) = sync::read(&self.faults).as_ref() {
+            hook(phase, slot);
+        }
+        #[cfg(not(test))]
+        let _ = (phase, slot);
     }
 
     pub(crate) fn doorbell(&self) -> &Doorbell {
@@ -561,12 +650,10 @@ impl Engine {
             // would dominate the cost of building large graphs.
             let unpassed = self.unpassed.fetch_add(1, Ordering::Relaxed);
             if (self.idle_lanes.load(Ordering::Relaxed) > 0 || unpassed >= INLINE_PASS_EVERY)
-                && let Some(mut sched) = sync::try_lock(&self.sched)
+                && let Some(mut role) = self.try_role()
             {
-                self.role_held.store(true, Ordering::SeqCst);
                 self.unpassed.store(0, Ordering::Relaxed);
-                sched.pass(self);
-                self.release_role(sched);
+                role.pass();
             } else {
                 self.wake_background_if_needed();
             }
@@ -603,24 +690,20 @@ impl Engine {
         WaiterIntent { eng: self }
     }
 
-    /// Gives up the role. The flag is cleared while the lock is still held, so it can never
-    /// overwrite the flag of a thread that took the role right after.
-    fn release_role(&self, sched: std::sync::MutexGuard<'_, Scheduler>) {
-        self.role_held.store(false, Ordering::SeqCst);
-        drop(sched);
-        self.events.ring();
-        self.wake_background_if_needed();
+    /// Takes the scheduler role if nobody holds it (see [`Role`]; dropping it gives it up).
+    fn try_role(&self) -> Option<Role<'_>> {
+        let sched = sync::try_lock(&self.sched)?;
+        self.role_held.store(true, Ordering::SeqCst);
+        Some(Role { eng: self, sched: Some(sched) })
     }
 
     /// One non-blocking pass if nobody holds the role (for pollers such as `RunHandle::is_done`,
     /// so a run makes progress even while the background thread stands aside for a waiter).
     pub(crate) fn try_pass(&self) {
         if !self.role_held.load(Ordering::SeqCst)
-            && let Some(mut sched) = sync::try_lock(&self.sched)
+            && let Some(mut role) = self.try_role()
         {
-            self.role_held.store(true, Ordering::SeqCst);
-            sched.pass(self);
-            self.release_role(sched);
+            role.pass();
         }
     }
 
@@ -639,6 +722,10 @@ impl Engine {
     /// The calling thread takes the scheduler role when it is free (rule 3), so a waiter pays
     /// no thread handoff per task.
     pub(crate) fn drive_until(&self, cond: impl Fn() -> bool, deadline: Option<Instant>) -> bool {
+        // Once this thread has announced that it wants the role, it keeps the announcement until
+        // it returns, whichever way: dropping it wakes the background thread if work is left
+        // and nobody drives (rule 4). A bare decrement on the way out lost that wake-up.
+        let mut intent: Option<WaiterIntent<'_>> = None;
         loop {
             if cond() {
                 return true;
@@ -647,12 +734,11 @@ impl Engine {
                 return false;
             }
             let seen_events = self.events.seq();
-            match sync::try_lock(&self.sched) {
-                Some(mut sched) => {
-                    self.role_held.store(true, Ordering::SeqCst);
-                    let ok = loop {
+            match self.try_role() {
+                Some(mut role) => {
+                    return loop {
                         let seen = self.doorbell().seq();
-                        let progressed = sched.pass(self);
+                        let progressed = role.pass();
                         if cond() {
                             break true;
                         }
@@ -660,31 +746,38 @@ impl Engine {
                             break false;
                         }
                         if !progressed {
-                            let how = sched.peer_wait(crate::sys::futex::current_cpu());
+                            let how = role.peer_wait(crate::sys::futex::current_cpu());
                             self.doorbell().wait_for_peer(seen, deadline, how);
                         }
                     };
-                    self.release_role(sched);
-                    return ok;
+                    // `role` drops (rule 3), then `intent` (rule 4).
                 }
                 None => {
-                    self.role_wanted.fetch_add(1, Ordering::SeqCst);
+                    intent.get_or_insert_with(|| self.announce_waiter());
                     self.doorbell().ring();
-                    let done = cond();
-                    if !done {
-                        self.events.wait(seen_events, deadline);
-                    }
-                    self.role_wanted.fetch_sub(1, Ordering::SeqCst);
-                    if done {
+                    if cond() {
                         return true;
                     }
+                    self.events.wait(seen_events, deadline);
                 }
             }
         }
     }
 
     /// The background thread's loop: hold the role while work is outstanding and nobody waits.
+    /// Passes contain their own panics (rule 5); should anything else in the loop panic, the
+    /// loop is entered again, so the background thread lives until `stop_background`.
     pub(crate) fn background_loop(&self) {
+        while let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.background_loop_inner())) {
+            tracing::error!(
+                target: "simpler::scheduler",
+                "the background scheduler thread panicked ({}); it carries on",
+                crate::error::panic_message(&*panic)
+            );
+        }
+    }
+
+    fn background_loop_inner(&self) {
         loop {
             let seen = self.bg_bell.seq();
             if self.stopping.load(Ordering::SeqCst) {
@@ -693,26 +786,22 @@ impl Engine {
             let wanted = self.role_wanted.load(Ordering::SeqCst) > 0;
             if !wanted
                 && self.outstanding()
-                && let Some(mut sched) = sync::try_lock(&self.sched)
+                && let Some(mut role) = self.try_role()
             {
-                {
-                    self.role_held.store(true, Ordering::SeqCst);
-                    loop {
-                        let bell_seen = self.doorbell().seq();
-                        let progressed = sched.pass(self);
-                        if self.stopping.load(Ordering::SeqCst)
-                            || self.role_wanted.load(Ordering::SeqCst) > 0
-                            || !self.outstanding()
-                        {
-                            break;
-                        }
-                        if !progressed {
-                            self.doorbell().wait(bell_seen, None);
-                        }
+                loop {
+                    let bell_seen = self.doorbell().seq();
+                    let progressed = role.pass();
+                    if self.stopping.load(Ordering::SeqCst)
+                        || self.role_wanted.load(Ordering::SeqCst) > 0
+                        || !self.outstanding()
+                    {
+                        break;
                     }
-                    self.release_role(sched);
-                    continue;
+                    if !progressed {
+                        self.doorbell().wait(bell_seen, None);
+                    }
                 }
+                continue;
             }
             self.bg_bell.sleep(seen, None);
         }
@@ -740,6 +829,7 @@ impl Engine {
         result: std::result::Result<(), Error>,
         ready: &mut Vec<Arc<Slot>>,
     ) {
+        self.fault_point("complete", Some(slot));
         let (fanout, retained) = {
             let mut l = slot.lock();
             match &result {
@@ -768,6 +858,55 @@ impl Engine {
             self.release_ref(&p);
         }
         self.release_ref(slot);
+    }
+
+    /// [`Engine::complete`] of `slot` panicked (rule 5). The slot's run fails with an
+    /// [`ErrorKind::Internal`] error naming the task and the panic. When the panic came before
+    /// the slot changed (it is still `Running`), the slot is completed again as failed, so its
+    /// consumers are poisoned and the run settles normally; when that panics too, or the slot
+    /// had changed already, the run's bookkeeping cannot be trusted and it is abandoned
+    /// (see [`Engine::abandon_run`]).
+    pub(crate) fn completion_panicked(
+        &self,
+        slot: &Arc<Slot>,
+        panic: &(dyn std::any::Any + Send),
+        ready: &mut Vec<Arc<Slot>>,
+    ) {
+        let run = slot.run.clone();
+        let err = Error::new(
+            ErrorKind::Internal,
+            format!(
+                "run {}: the scheduler panicked while completing {}: {}",
+                run.id,
+                slot.describe(),
+                crate::error::panic_message(panic)
+            ),
+        );
+        tracing::error!(target: "simpler::scheduler", "{}", err.message());
+        // First, so the run's error names the panic rather than what it led to.
+        run.record_error(err.clone());
+        if slot.state() == State::Running
+            && catch_unwind(AssertUnwindSafe(|| self.complete(slot, Err(err.clone()), ready))).is_ok()
+        {
+            return;
+        }
+        tracing::error!(target: "simpler::scheduler", run_id = run.id, "completing it as failed was not possible; the run is abandoned");
+        self.abandon_run(&run, err);
+    }
+
+    /// Ends `run` now with `err`, without waiting for its tasks (rule 5): it is marked done and
+    /// leaves the run FIFO, so its waiters return and later runs dispatch. Its tasks still
+    /// running end and are released as usual; its READY ones are failed when the scheduler
+    /// retires its queues; what the panic cut off (the panicking task and the consumers only
+    /// it would have released) stays allocated.
+    /// Returns false, doing nothing, when the run was done already.
+    pub(crate) fn abandon_run(&self, run: &Arc<RunState>, err: Error) -> bool {
+        if run.is_done() {
+            return false;
+        }
+        run.abandon(err);
+        self.run_finished(run);
+        true
     }
 
     fn release_fanin(&self, consumer: &Arc<Slot>, ready: &mut Vec<Arc<Slot>>) {

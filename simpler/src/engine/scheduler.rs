@@ -8,6 +8,7 @@
 //! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
@@ -16,7 +17,7 @@ use crate::callable::identity::CallableKind;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, panic_message};
 use crate::sys::futex::PeerWait;
 
 /// What kind of worker a lane drives.
@@ -140,10 +141,36 @@ impl Scheduler {
         }
     }
 
+    /// Shuts every endpoint down; one that panics is logged and the others are still shut down.
     pub(crate) fn shutdown(&mut self) {
         for lane in &mut self.lanes {
-            lane.endpoint.shutdown();
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.shutdown())) {
+                tracing::error!(target: "simpler::scheduler", worker = %lane.kind, "its endpoint panicked in shutdown: {}", panic_message(&*panic));
+            }
         }
+    }
+
+    /// After a panic escaped a pass (rule 5 of the engine), with message `panic`: not one in an
+    /// endpoint or in completion processing, which are contained where they happen, but in the
+    /// scheduler's own bookkeeping. Which run it concerned is unknown and the queues may have
+    /// lost entries, so every live run is abandoned with an [`ErrorKind::Internal`] error; the
+    /// counts are rebuilt from the queues and the lanes, and the READY tasks of the abandoned
+    /// runs are failed as their queues retire. Returns whether a run was abandoned.
+    pub(crate) fn recover(&mut self, eng: &Engine, panic: &str) -> bool {
+        self.queued = self.parts.iter().map(|(_, p)| p.len()).sum();
+        self.in_flight = self.lanes.iter().filter(|l| l.busy.is_some()).count();
+        self.reserved.iter_mut().for_each(|r| *r = false);
+        let mut abandoned = false;
+        for run in eng.live_runs() {
+            let err = Error::new(
+                ErrorKind::Internal,
+                format!("run {}: the scheduler panicked during a pass: {panic}", run.id),
+            );
+            abandoned |= eng.abandon_run(&run, err);
+        }
+        let idle = self.lanes.iter().filter(|l| l.idle()).count();
+        eng.set_outstanding(self.in_flight, self.queued, idle);
+        abandoned
     }
 
     /// One scheduler pass. Returns whether anything happened.
@@ -174,7 +201,9 @@ impl Scheduler {
     pub(crate) fn peer_wait(&self, cpu: u32) -> PeerWait {
         let busy = self.lanes.iter().filter(|l| l.busy.is_some());
         let has_children = |l: &Lane| self.nested_next_level && matches!(l.kind, LaneKind::NextLevel(_));
-        PeerWait::for_peers(cpu, busy.map(|l| (l.endpoint.peer_cpu(), has_children(l))))
+        // A hint only: an endpoint that panics giving it counts as one whose CPU is unknown.
+        let cpu_of = |l: &Lane| catch_unwind(AssertUnwindSafe(|| l.endpoint.peer_cpu())).unwrap_or(None);
+        PeerWait::for_peers(cpu, busy.map(|l| (cpu_of(l), has_children(l))))
     }
 
     /// The partition of run `id`, made (or taken from the spares) if it has none.
@@ -194,8 +223,16 @@ impl Scheduler {
         &mut self.parts[at].1
     }
 
-    /// Drops a partition's (stale) entries and keeps its memory for a later run.
-    fn retire(&mut self, mut part: Partition) {
+    /// Drops a partition's (stale) entries and keeps its memory for a later run. The partition
+    /// of a run that finished holds no READY task; one of a run abandoned after a panic
+    /// (rule 5 of the engine) may: such tasks are failed (never run), so they are released.
+    fn retire(&mut self, eng: &Engine, mut part: Partition) {
+        let leftover = part.sub.iter().chain(&part.groups).chain(part.single.iter().flatten());
+        for slot in leftover.filter(|s| s.state() == State::Ready) {
+            let why = slot.run.first_error().map_or("its run was abandoned", |e| e.message());
+            let err = Error::new(ErrorKind::Poisoned, format!("{} did not run: {why}", slot.describe()));
+            eng.fail_unstarted(slot, err);
+        }
         self.queued -= part.clear();
         if self.spare.len() < SPARE_PARTITIONS {
             self.spare.push(part);
@@ -222,22 +259,41 @@ impl Scheduler {
             if self.lanes[i].busy.is_none() {
                 continue;
             }
-            let Some(outcome) = self.lanes[i].endpoint.poll() else { continue };
+            let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
+                Ok(None) => continue,
+                Ok(Some(outcome)) => Ok(outcome),
+                Err(panic) => Err(panic_message(&*panic)),
+            };
             progress = true;
             let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
             self.in_flight -= 1;
             let lane_name = self.lanes[i].kind;
             let result = match outcome {
-                Outcome::Success => Ok(()),
-                Outcome::TaskFailure(msg) => Err(Error::new(
+                // Whether the task ended, and how, is lost, and the endpoint cannot be trusted:
+                // the task fails and the lane leaves service (rule 5 of the engine).
+                Err(msg) => {
+                    let why = format!("its endpoint panicked in poll: {msg}");
+                    tracing::error!(target: "simpler::scheduler", worker = %lane_name, "{why}; out of service");
+                    self.lanes[i].dead = Some(why.clone());
+                    Err(Error::new(
+                        ErrorKind::Internal,
+                        format!(
+                            "run {}: {} failed on {lane_name}: {why}; {lane_name} is out of service",
+                            slot.run.id,
+                            slot.describe()
+                        ),
+                    ))
+                }
+                Ok(Outcome::Success) => Ok(()),
+                Ok(Outcome::TaskFailure(msg)) => Err(Error::new(
                     ErrorKind::TaskFailed,
                     format!("{} failed on {lane_name}: {msg}", slot.describe()),
                 )),
-                Outcome::ResourceExhausted(msg) => Err(Error::new(
+                Ok(Outcome::ResourceExhausted(msg)) => Err(Error::new(
                     ErrorKind::ResourceExhausted,
                     format!("{} failed on {lane_name}: {msg}", slot.describe()),
                 )),
-                Outcome::EndpointFailure(msg) => {
+                Ok(Outcome::EndpointFailure(msg)) => {
                     self.lanes[i].dead = Some(msg.clone());
                     Err(Error::new(
                         ErrorKind::WorkerDied,
@@ -254,10 +310,19 @@ impl Scheduler {
         progress
     }
 
+    /// Completes `slot` ([`Engine::complete`]), containing a panic there (rule 5 of the engine:
+    /// its run fails, see [`Engine::completion_panicked`]).
+    fn settle(&mut self, eng: &Engine, slot: &Arc<Slot>, result: Result<(), Error>) {
+        let ready = &mut self.ready;
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| eng.complete(slot, result, ready))) {
+            eng.completion_panicked(slot, &*panic, &mut self.ready);
+        }
+    }
+
     /// Records one member's (or a single task's) end; completes the slot when all ended.
     fn finish_member(&mut self, eng: &Engine, slot: &Arc<Slot>, member: u32, result: Result<(), Error>) {
         if !slot.task().group {
-            eng.complete(slot, result, &mut self.ready);
+            self.settle(eng, slot, result);
             return;
         }
         let all_done = {
@@ -273,7 +338,7 @@ impl Scheduler {
         };
         if all_done {
             let failure = slot.lock().failure.clone();
-            eng.complete(slot, failure.map_or(Ok(()), Err), &mut self.ready);
+            self.settle(eng, slot, failure.map_or(Ok(()), Err));
         }
     }
 
@@ -281,7 +346,7 @@ impl Scheduler {
     fn fail_unplaceable(&mut self, eng: &Engine, slot: &Arc<Slot>, why: String) {
         if slot.cas(State::Ready, State::Running) {
             let err = Error::new(ErrorKind::WorkerDied, format!("{} cannot run: {why}", slot.describe()));
-            eng.complete(slot, Err(err), &mut self.ready);
+            self.settle(eng, slot, Err(err));
         }
     }
 
@@ -296,12 +361,30 @@ impl Scheduler {
             member,
         };
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].kind, "dispatch");
-        match self.lanes[lane].endpoint.start(&d) {
-            Ok(()) => {
+        let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
+        match started {
+            Ok(Ok(())) => {
                 self.lanes[lane].busy = Some((slot.clone(), member));
                 self.in_flight += 1;
             }
-            Err(e) => {
+            // Whether the task started is unknown, and the endpoint cannot be trusted: the task
+            // fails and the lane leaves service (rule 5 of the engine).
+            Err(panic) => {
+                let name = self.lanes[lane].kind;
+                let why = format!("its endpoint panicked in start: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %name, "{why}; out of service");
+                self.lanes[lane].dead = Some(why.clone());
+                let err = Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "run {}: {} could not start on {name}: {why}; {name} is out of service",
+                        slot.run.id,
+                        slot.describe()
+                    ),
+                );
+                self.finish_member(eng, slot, member, Err(err));
+            }
+            Ok(Err(e)) => {
                 let name = self.lanes[lane].kind;
                 let err = Error::new(
                     e.kind(),
@@ -313,12 +396,14 @@ impl Scheduler {
     }
 
     fn dispatch(&mut self, eng: &Engine) -> bool {
+        eng.fault_point("dispatch", None);
         let head = eng.head_run();
-        // Partitions of runs that are no longer live hold only stale entries.
+        // Partitions of runs that are no longer live hold only stale entries (and, after a
+        // panic, the READY tasks of an abandoned run).
         while let Some(&(id, _)) = self.parts.front() {
             if id < head || head == 0 {
                 if let Some((_, stale)) = self.parts.pop_front() {
-                    self.retire(stale);
+                    self.retire(eng, stale);
                 }
             } else {
                 break;

@@ -8,6 +8,10 @@
 //! * [`ThreadEndpoint`] driven by a [`Script`]: tasks really run on their own threads, can be held
 //!   at a gate, can meet at a rendezvous (proving concurrency) and record start/end events.
 //!
+//! Every lane is wrapped in a [`Faulty`] endpoint whose [`FaultPlan`] makes `start` or `poll`
+//! panic for chosen tasks, and `Engine::faults` injects panics while completing a task or in a
+//! pass: the panic tests (rule 5 of the scheduler role) use both.
+//!
 //! Every task carries its test id as its first scalar. Nothing sleeps in place of a condition:
 //! tests wait on condvars, doorbells or `drive_until` with a generous deadline.
 
@@ -27,7 +31,7 @@ use crate::data::tensor::{Tensor, TensorView};
 use crate::dfx::graph::{EdgeReason, RunDag};
 use crate::engine::endpoint::Outcome;
 use crate::engine::endpoint::testing::{
-    Behaviour, Logged, ManualControl, ManualEndpoint, StartLog, Started, ThreadEndpoint,
+    Behaviour, FaultPlan, Faulty, Logged, ManualControl, ManualEndpoint, StartLog, Started, ThreadEndpoint,
 };
 use crate::engine::heap::HostRings;
 use crate::engine::orchestrator::Orchestrator;
@@ -77,6 +81,8 @@ struct Rig {
     log: StartLog,
     nl: Vec<ManualControl>,
     sub: Vec<ManualControl>,
+    /// Tasks whose endpoint panics in `start` or `poll` (every lane's).
+    faults: Arc<FaultPlan>,
 }
 
 impl Rig {
@@ -92,6 +98,7 @@ impl Rig {
         };
         let eng = Engine::new(cfg, bell_ref, parts).unwrap();
         let log: StartLog = Arc::default();
+        let faults: Arc<FaultPlan> = Arc::default();
         let kinds = (0..n as u32).map(LaneKind::NextLevel).chain((0..m as u32).map(LaneKind::Sub));
         let (mut nl, mut sub) = (Vec::new(), Vec::new());
         let mut lanes = Vec::new();
@@ -103,7 +110,8 @@ impl Rig {
                     LaneKind::Sub(_) => sub.push(c),
                 }
             }
-            lanes.push(Lane::new(kind, Box::new(Logged::new(kind, log.clone(), ep.into_endpoint()))));
+            let faulty = Box::new(Faulty::new(faults.clone(), ep.into_endpoint()));
+            lanes.push(Lane::new(kind, Box::new(Logged::new(kind, log.clone(), faulty))));
         }
         eng.attach_lanes(lanes);
         let chip = CallableHandle::new(Digest::of(b"chip_kernel"), CallableKind::Chip, "chip_kernel");
@@ -113,7 +121,7 @@ impl Rig {
             reg.insert(chip.digest(), CallableKind::Chip);
             reg.insert(host.digest(), CallableKind::HostFn);
         }
-        Rig { eng: Arc::new(eng), rings, chip, host, log, nl, sub }
+        Rig { eng: Arc::new(eng), rings, chip, host, log, nl, sub, faults }
     }
 
     /// Lanes the test finishes by hand.
@@ -1085,6 +1093,300 @@ fn background_thread_drives_a_run_nobody_waits_on() {
     releaser.join().unwrap();
     rig.eng.stop_background();
     bg.join().unwrap();
+    rig.assert_clean();
+}
+
+/// Waits, without driving the scheduler, until `run` is done or `deadline` passes (the engine
+/// rings `events` when a run finishes).
+fn wait_undriven(eng: &Engine, run: &RunState, deadline: Instant) -> bool {
+    loop {
+        let seen = eng.events.seq();
+        if run.is_done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        eng.events.wait(seen, Some(deadline));
+    }
+}
+
+/// The lost wake-up of rule 4: the test's thread waits on run 1 while the background thread
+/// holds the role, so it announces itself; the background thread gives the role up and, since a
+/// waiter wants it, sleeps on its own bell. The waiter then found run 1 done (before or after
+/// sleeping on `events`) and left by decrementing `role_wanted` by hand, without waking the
+/// background thread; run 2, which nobody waits on, stalled once its producer ended (completions
+/// ring only the engine's doorbell). How often the waiter finds its run done without taking the
+/// role depends on timing (about 1-3% of tries on a many-core machine, nearly always here on
+/// two), so the pattern repeats up to 3000 times within a time budget.
+#[test]
+fn a_run_nobody_waits_on_is_driven_after_a_waiter_leaves() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(0, 1), &script);
+    let bg = {
+        let eng = rig.eng.clone();
+        thread::spawn(move || eng.background_loop())
+    };
+    let budget = Instant::now() + Duration::from_secs(8);
+    let mut tries = 0u64;
+    let mut stalled = None;
+    while tries < 3000 && Instant::now() < budget {
+        let base = 10 * tries + 1;
+        tries += 1;
+        // Run 1 holds the only SUB worker.
+        script.hold(base);
+        let run1 = rig.begin();
+        let mut orch = rig.orch(&run1);
+        orch.submit_sub(&rig.host, args(base, &[])).unwrap();
+        orch.finish(None);
+        script
+            .wait_for("run 1's task to start", |s| s.events.contains(&Ev::Start(LaneKind::Sub(0), base, 0)));
+        // Run 2, behind it: a producer and two consumers.
+        let x = buffer(base);
+        let run2 = rig.begin();
+        let mut orch = rig.orch(&run2);
+        orch.submit_sub(&rig.host, args(base + 1, &[(&whole(x), Tag::Output)])).unwrap();
+        orch.submit_sub(&rig.host, args(base + 2, &[(&whole(x), Tag::Input)])).unwrap();
+        orch.submit_sub(&rig.host, args(base + 3, &[(&whole(x), Tag::Input)])).unwrap();
+        orch.finish(None);
+        // Run 1 is released and waited (a little jitter moves the waiter across the window).
+        script.release(base);
+        for _ in 0..(tries % 7) * 50 {
+            std::hint::spin_loop();
+        }
+        RunHandle { run: run1.clone(), engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+        // Nobody waits on run 2: only the background thread can finish it.
+        if !wait_undriven(&rig.eng, &run2, Instant::now() + Duration::from_secs(2)) {
+            let eng = &rig.eng;
+            stalled = Some(format!(
+                "try {tries}: run 2 stalled with nobody waiting on it (in flight {}, queued {}, role held {}, \
+                 role wanted {}): the background thread was not woken",
+                eng.in_flight.load(Ordering::SeqCst),
+                eng.queued.load(Ordering::SeqCst),
+                eng.role_held.load(Ordering::SeqCst),
+                eng.role_wanted.load(Ordering::SeqCst),
+            ));
+            // Unstick it so the rig can shut down, then fail.
+            RunHandle { run: run2, engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+            break;
+        }
+        run2.result().unwrap();
+    }
+    rig.eng.stop_background();
+    bg.join().unwrap();
+    if let Some(why) = stalled {
+        panic!("{why}");
+    }
+    rig.assert_clean();
+}
+
+// ================================================================================== panics (rule 5)
+
+/// Where a test injects a panic (against the task with id 1, or the next pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inject {
+    /// The endpoint's `start` of task 1.
+    Start,
+    /// The endpoint's `poll` that would report task 1's end.
+    Poll,
+    /// `Engine::complete` of task 1, once.
+    CompleteOnce,
+    /// `Engine::complete` of task 1, every time.
+    CompleteAlways,
+    /// The next scheduler pass, outside endpoints and completion processing.
+    Pass,
+}
+
+impl Inject {
+    const ALL: [Inject; 5] =
+        [Inject::Start, Inject::Poll, Inject::CompleteOnce, Inject::CompleteAlways, Inject::Pass];
+
+    /// What the failed run's error must say.
+    fn needles(self) -> &'static [&'static str] {
+        match self {
+            Inject::Start => &["panicked in start", "injected panic in start of task 1", "out of service"],
+            Inject::Poll => &["panicked in poll", "injected panic in poll of task 1", "out of service"],
+            Inject::CompleteOnce | Inject::CompleteAlways => {
+                &["panicked while completing task", "injected panic completing task 1"]
+            }
+            Inject::Pass => &["panicked during a pass", "injected panic in a pass"],
+        }
+    }
+}
+
+/// The test id of a slot (its first scalar), if it is a task.
+fn test_id(slot: &Slot) -> Option<u64> {
+    slot.task.as_ref()?.args.first()?.scalar_at(0)
+}
+
+/// Arms `what`.
+fn inject(rig: &Rig, what: Inject) {
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook: crate::engine::FaultHook = match what {
+        Inject::Start => {
+            sync::lock(&rig.faults.start).insert(1);
+            return;
+        }
+        Inject::Poll => {
+            sync::lock(&rig.faults.poll).insert(1);
+            return;
+        }
+        Inject::CompleteOnce | Inject::CompleteAlways => Box::new(move |phase, slot| {
+            if phase == "complete"
+                && slot.and_then(test_id) == Some(1)
+                && (what == Inject::CompleteAlways || !fired.swap(true, Ordering::SeqCst))
+            {
+                panic!("injected panic completing task 1");
+            }
+        }),
+        Inject::Pass => Box::new(move |phase, _| {
+            if phase == "dispatch" && !fired.swap(true, Ordering::SeqCst) {
+                panic!("injected panic in a pass");
+            }
+        }),
+    };
+    *sync::write(&rig.eng.faults) = Some(hook);
+}
+
+/// Who drives the runs of a panic test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// The test waits on each run (`RunHandle::wait_timeout`: it takes the role).
+    Waiter,
+    /// The background thread; the test only watches.
+    Background,
+}
+
+/// Waits for `run` the way `driver` says; fails the test if it does not end in time.
+fn settle_run(rig: &Rig, run: &Arc<RunState>, driver: Driver) -> Result<()> {
+    match driver {
+        Driver::Waiter => {
+            let h = RunHandle { run: run.clone(), engine: rig.eng.clone() };
+            let r = h.wait_timeout(LONG);
+            assert!(!r.as_ref().is_err_and(Error::is_timeout), "run {} hung", run.id);
+            r
+        }
+        Driver::Background => {
+            assert!(wait_undriven(&rig.eng, run, Instant::now() + LONG), "run {} hung", run.id);
+            run.result()
+        }
+    }
+}
+
+/// One panic test: run 1 has an independent task 3, task 1 (held at its gate) and its consumer 2
+/// on two SUB workers; the panic is armed, task 1 released, and run 1 must fail with an
+/// `Internal` error naming where it panicked; then run 2 (a producer and its consumer) must
+/// succeed, driven the same way, and the role must be free.
+fn panic_case(what: Inject, driver: Driver) {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(0, 2), &script);
+    let bg = (driver == Driver::Background).then(|| {
+        let eng = rig.eng.clone();
+        thread::spawn(move || eng.background_loop())
+    });
+    if what != Inject::Pass {
+        // Task 1 is dispatched while run 1 is built, so `start` must be armed before.
+        inject(&rig, what);
+    }
+    script.hold(1);
+    let (x, y) = (buffer(1), buffer(2));
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_sub(&rig.host, args(3, &[(&whole(y), Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(1, &[(&whole(x), Tag::Output)])).unwrap();
+    // Refused when task 1 already failed (a panic in `start`): submission stops at a failure.
+    let _ = orch.submit_sub(&rig.host, args(2, &[(&whole(x), Tag::Input)]));
+    orch.finish(None);
+    if what == Inject::Pass {
+        inject(&rig, what);
+    }
+    script.release(1);
+    let err = settle_run(&rig, &run1, driver).expect_err("run 1 must fail");
+    assert_eq!(err.kind(), ErrorKind::Internal, "{what:?}/{driver:?}: {err:?}");
+    for n in what.needles() {
+        assert!(err.message().contains(n), "{what:?}/{driver:?}: the error should mention {n:?}: {err:?}");
+    }
+    assert!(!script.started(2), "{what:?}/{driver:?}: task 2 ran although its producer failed");
+
+    // The engine goes on.
+    let z = buffer(3);
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_sub(&rig.host, args(11, &[(&whole(z), Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(12, &[(&whole(z), Tag::Input)])).unwrap();
+    orch.finish(None);
+    settle_run(&rig, &run2, driver).unwrap_or_else(|e| panic!("{what:?}/{driver:?}: run 2 failed: {e:?}"));
+    assert!(script.ended(11) && script.ended(12));
+    if let Some(bg) = bg {
+        rig.eng.stop_background();
+        bg.join().expect("the background thread survived");
+    }
+    assert!(!rig.eng.role_held.load(Ordering::SeqCst), "{what:?}/{driver:?}: the role is still held");
+    assert_eq!(rig.eng.role_wanted.load(Ordering::SeqCst), 0);
+    if what != Inject::CompleteAlways {
+        // Everything of run 1 was released: 3 ran, 1 failed (or ended), 2 was poisoned.
+        rig.drive("every slot of run 1 to be released", || rig.eng.window.live() == 0);
+        rig.assert_clean();
+    }
+}
+
+#[test]
+fn a_panic_anywhere_in_the_engine_fails_the_run_and_a_waiter_goes_on() {
+    for what in Inject::ALL {
+        panic_case(what, Driver::Waiter);
+    }
+}
+
+#[test]
+fn a_panic_anywhere_in_the_engine_fails_the_run_and_the_background_thread_goes_on() {
+    for what in Inject::ALL {
+        panic_case(what, Driver::Background);
+    }
+}
+
+#[test]
+fn a_lane_whose_endpoint_panicked_is_out_of_service() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    sync::lock(&rig.faults.poll).insert(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let err = err_of(rig.wait(&run));
+    assert_eq!(err.kind(), ErrorKind::Internal, "{err:?}");
+    // Worker 0 takes no more work; worker 1 does.
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let err = err_of(rig.wait(&run));
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err:?}");
+    assert!(err.message().contains("worker 0 is dead (its endpoint panicked in poll"), "{err:?}");
+    assert!(!script.started(2) && script.ended(3));
+    rig.assert_clean();
+}
+
+#[test]
+fn the_role_is_given_up_when_its_holder_panics() {
+    let rig = Rig::manual(cfg(0, 1));
+    let eng = rig.eng.clone();
+    let holder = thread::spawn(move || {
+        let _role = eng.try_role().expect("nobody holds the role");
+        panic!("the holder panics");
+    });
+    assert!(holder.join().is_err());
+    assert!(rig.eng.sched.is_poisoned(), "the panic poisoned the scheduler lock");
+    assert!(!rig.eng.role_held.load(Ordering::SeqCst), "the role flag was left set");
+    // The poisoned lock is taken, not mistaken for a held one: a run is driven to its end.
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[])).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.was_dispatched(1));
+    rig.sub[0].finish(Outcome::Success);
+    rig.wait(&run).unwrap();
     rig.assert_clean();
 }
 

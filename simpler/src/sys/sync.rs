@@ -3,8 +3,9 @@
 //! A `std` lock is poisoned when a thread panics while holding it. Every lock of this crate
 //! guards state that stays consistent across such a panic: the engine and the Worker catch
 //! panics of user code (orchestration functions, host functions, kernels) at the boundary that
-//! turns them into a failed run or task, and their own critical sections only move whole values
-//! in and out of the guarded state. So a poisoned lock is taken as if it were not poisoned:
+//! turns them into a failed run or task, the engine contains panics of its own scheduler passes
+//! (rule 5 of the engine's scheduler role), and their own critical sections only move whole
+//! values in and out of the guarded state. So a poisoned lock is taken as if it were not poisoned:
 //! refusing it would turn one failed run into a Worker that can never run again.
 //!
 //! These helpers are the only places that make that decision; code elsewhere calls them instead
