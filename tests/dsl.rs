@@ -142,7 +142,9 @@ fn shape(dag: &RunDag) -> Shape {
         .map(|e| {
             let (a, b) = g.edge_endpoints(e).unwrap();
             let arg = match g[e] {
-                EdgeReason::Tensor { arg, .. } => Some(arg),
+                EdgeReason::Tensor { arg, .. }
+                | EdgeReason::WriteAfterWrite { arg, .. }
+                | EdgeReason::WriteAfterRead { arg, .. } => Some(arg),
                 EdgeReason::Explicit { .. } => None,
             };
             (g[a].index, g[b].index, arg)

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{Tag, TaskArgs};
+use simpler::TaskArgs;
 
 /// A run submitted with `Worker::submit` and never waited on must be driven by the background
 /// thread. While another thread is inside `Worker::run` (which announces a waiter for the whole
@@ -23,7 +23,7 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let h1 = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
+            a.untracked(&flag_t)?.scalar(20_000);
             let first = orch.submit_sub(&block_h, a)?;
             let mut b = TaskArgs::new();
             b.add_dep(first);

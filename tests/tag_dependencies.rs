@@ -85,7 +85,7 @@ fn waw_later_writer_wins() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (tag, value) in [(Tag::Output, 1u64), (Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 8), tag)?;
+                a.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, 0, 8), tag)?;
                 a.scalar(HOLD_US).scalar(1).scalar(value);
                 orch.submit_sub(&exclusive, a)?;
             }
@@ -113,7 +113,7 @@ fn plain_output_writers_are_not_ordered() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for _ in 0..2 {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 8))?;
+                a.untracked(&words_of(&scratch))?.output(&u64s(&data, 0, 8))?;
                 a.scalar(2).scalar(5_000);
                 orch.submit_sub(&rendezvous, a)?;
             }
@@ -136,7 +136,7 @@ fn inout_accumulates_in_submission_order() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for digit in 1..=5u64 {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.inout(&u64s(&data, 0, 4))?;
+                a.untracked(&words_of(&scratch))?.inout(&u64s(&data, 0, 4))?;
                 a.scalar(HOLD_US / 2).scalar(2).scalar(digit);
                 orch.submit_sub(&exclusive, a)?;
             }
@@ -166,10 +166,10 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
+            w.untracked(&words_of(&flag))?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
             orch.submit_sub(&block, w)?;
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            r.untracked(&words_of(&flag))?.untracked(&u64s(&data, 0, 4))?;
             orch.submit_sub(&release, r)?;
             Ok(())
         })
@@ -195,11 +195,11 @@ fn no_dep_writer_is_not_waited_for() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            w.untracked(&words_of(&flag))?.untracked(&u64s(&data, 0, 4))?;
             w.scalar(5_000).scalar(3);
             orch.submit_sub(&block, w)?;
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&flag), Tag::NoDep)?.input(&u64s(&data, 0, 4))?;
+            r.untracked(&words_of(&flag))?.input(&u64s(&data, 0, 4))?;
             orch.submit_sub(&release, r)?;
             Ok(())
         })
@@ -221,8 +221,7 @@ fn output_existing_orders_later_readers() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&scratch), Tag::NoDep)?
-                .add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
+            w.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
             w.scalar(HOLD_US).scalar(1).scalar(7);
             orch.submit_sub(&exclusive, w)?;
             let mut r = TaskArgs::new();
@@ -281,7 +280,7 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (half, value) in [(0usize, 10u64), (8, 20)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, half, 8))?;
+                a.untracked(&words_of(&scratch))?.output(&u64s(&data, half, 8))?;
                 a.scalar(2).scalar(5_000).scalar(value);
                 orch.submit_sub(&rendezvous, a)?;
             }
@@ -312,7 +311,7 @@ fn disjoint_column_blocks_run_in_parallel() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for col in [0u64, 2] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&block(col))?;
+                a.untracked(&words_of(&scratch))?.output(&block(col))?;
                 a.scalar(2).scalar(5_000);
                 orch.submit_sub(&rendezvous, a)?;
             }
@@ -335,13 +334,13 @@ fn overlapping_views_serialize() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (start, tag, value) in [(0usize, Tag::Output, 1u64), (4, Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, start, 8), tag)?;
+                a.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, start, 8), tag)?;
                 a.scalar(HOLD_US).scalar(1).scalar(value);
                 orch.submit_sub(&exclusive, a)?;
             }
             // A reader of [2, 6) overlaps both writers.
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&scratch), Tag::NoDep)?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
+            r.untracked(&words_of(&scratch))?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
             orch.submit_sub(&exclusive, r)?;
             Ok(())
         })
@@ -468,7 +467,7 @@ fn runs_never_share_edges_but_run_in_order() {
     let r1 = rig
         .submit(|orch| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 4))?;
+            w.untracked(&words_of(&scratch))?.output(&u64s(&data, 0, 4))?;
             w.scalar(HOLD_US).scalar(1).scalar(9);
             orch.submit_sub(&exclusive, w).map(|_| ())
         })

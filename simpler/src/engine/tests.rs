@@ -355,7 +355,7 @@ fn whole(desc: BufferDesc) -> Tensor {
 fn args(id: u64, tensors: &[(&Tensor, Tag)]) -> TaskArgs {
     let mut a = TaskArgs::new();
     for (t, tag) in tensors {
-        a.add_tensor(t, *tag).unwrap();
+        a.push_tensor(t, *tag).unwrap();
     }
     a.scalar(id);
     a
