@@ -6,7 +6,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
-use crate::data::footprint::Footprints;
+use crate::data::footprint::{Footprints, readers_of, record_reader, record_writer, writers_of};
 
 /// One task of a captured run: the node weight of [`RunDag::graph`].
 ///
@@ -303,13 +303,13 @@ impl DagCapture {
                 } else {
                     EdgeReason::WriteAfterWrite { arg, buffer }
                 };
-                edges.extend(fp.writers_of(view).filter(|&&w| w != index).map(|&w| (w, after_write)));
+                edges.extend(writers_of(fp, view).filter(|&&w| w != index).map(|&w| (w, after_write)));
                 if tag.writes() {
                     let war = EdgeReason::WriteAfterRead { arg, buffer };
-                    edges.extend(fp.readers_of(view).filter(|&&r| r != index).map(|&r| (r, war)));
-                    fp.record_writer(*view, index);
+                    edges.extend(readers_of(fp, view).filter(|&&r| r != index).map(|&r| (r, war)));
+                    record_writer(fp, *view, index);
                 } else {
-                    fp.record_reader(*view, index);
+                    record_reader(fp, *view, index);
                 }
             }
         }

@@ -960,15 +960,17 @@ impl<'a> Orchestrator<'a> {
         let task = slot.task();
         let mut walk = self.eng.tensor_map.walk();
         let mut found = Found::default();
-        for args in &task.args {
-            for (t, tag) in args.tensors.iter().zip(&args.tags) {
+        for (member, args) in task.args.iter().enumerate() {
+            for (arg, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
                 if t.desc().nbytes() == 0 {
                     continue;
                 }
                 let id = t.desc().identity();
                 // Readers wait for the writers (RaW, and retain them); writers wait for the
                 // writers (WaW) and the readers since (WaR), for ordering only.
-                if walk.visit(self.run.id, id, t.view(), *tag, &slot, &mut found) && !written.contains(&id) {
+                if walk.visit(self.run.id, id, t.view(), *tag, &slot, (member, arg), &mut found)
+                    && !written.contains(&id)
+                {
                     written.push(id);
                 }
                 if let Some(c) = found.creator.take() {
