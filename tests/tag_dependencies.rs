@@ -100,28 +100,34 @@ fn waw_later_writer_wins() {
 }
 
 #[test]
-fn plain_output_writers_are_not_ordered() {
+fn plain_output_writers_are_ordered() {
     if !in_own_process() {
         return;
     }
-    // Output is a pure overwrite: no lookup, so two Output writers of one tensor get no edge and
-    // may run at the same time (the documented contract; order them with InOut or add_dep).
-    let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
+    // Write after write: the second Output waits for the first (a deliberate divergence from the
+    // upstream, which leaves them unordered), so they never hold the bytes at once.
+    let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 8);
-    let scratch = u32_buffer(&rig, 1);
+    let scratch = u32_buffer(&rig, 2);
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-            for _ in 0..2 {
+            for value in [1u64, 2] {
                 let mut a = TaskArgs::new();
                 a.untracked(&words_of(&scratch))?.output(&u64s(&data, 0, 8))?;
-                a.scalar(2).scalar(5_000);
-                orch.submit_sub(&rendezvous, a)?;
+                a.scalar(HOLD_US).scalar(1).scalar(value);
+                orch.submit_sub(&exclusive, a)?;
             }
             Ok(())
         })
         .unwrap();
-    run.wait().expect("two Output writers run at the same time");
-    assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
+    run.wait().unwrap();
+    assert_eq!(read_u64(&data, 0, 8), vec![2; 8], "the later writer's value wins");
+    assert_eq!(read_u32(&scratch, 1, 1)[0], 1, "the two writers never ran at once");
+    let dag = run.dag().unwrap();
+    assert!(dag.has_edge(0, 1), "WaW edge 0 -> 1 missing:\n{}", dag.to_dot());
+    let e = dag.graph().edge_indices().next().unwrap();
+    assert!(matches!(dag.graph()[e], EdgeReason::WriteAfterWrite { arg: 1, .. }), "{:?}", dag.graph()[e]);
+    assert!(dag.to_dot().contains("write after write"), "{}", dag.to_dot());
 }
 
 #[test]
@@ -239,23 +245,24 @@ fn output_existing_orders_later_readers() {
 }
 
 #[test]
-fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
+fn output_waits_for_earlier_readers_and_inout_for_writers() {
     if !in_own_process() {
         return;
     }
-    // Output: pure overwrite, no lookup (a WaR is not tracked). InOut looks the writer up.
+    // Write after read: the overwrite waits for the reader (a deliberate divergence from the
+    // upstream), so the reader sees the old value. InOut waits for the writer.
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-            let mut r = TaskArgs::new(); // 0: reads data
-            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(0);
+            let mut r = TaskArgs::new(); // 0: reads data (zeros)
+            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(5);
             orch.submit_sub(&affine, r)?;
-            let mut w = TaskArgs::new(); // 1: overwrites data; no edge from the reader
+            let mut w = TaskArgs::new(); // 1: overwrites data; waits for the reader
             w.output(&u64s(&data, 0, 4))?.scalar(3);
             orch.submit_sub(&fill, w)?;
-            let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1
+            let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1 and nothing else
             u.inout(&u64s(&data, 0, 4))?.scalar(4);
             orch.submit_sub(&fill, u)?;
             Ok(())
@@ -263,8 +270,14 @@ fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
         .unwrap();
     run.wait().unwrap();
     let dag = run.dag().unwrap();
-    assert!(!dag.has_edge(0, 1), "WaR is not tracked:\n{}", dag.to_dot());
-    assert!(dag.has_edge(1, 2), "InOut waits for the writer:\n{}", dag.to_dot());
+    let g = dag.graph();
+    let reason =
+        |from: u32, to: u32| g.find_edge(dag.node(from).unwrap(), dag.node(to).unwrap()).map(|e| g[e]);
+    assert!(matches!(reason(0, 1), Some(EdgeReason::WriteAfterRead { arg: 0, .. })), "{}", dag.to_dot());
+    assert!(matches!(reason(1, 2), Some(EdgeReason::Tensor { arg: 0, .. })), "{}", dag.to_dot());
+    assert_eq!(g.edge_count(), 2, "{}", dag.to_dot()); // 2 waits for 1, which waited for 0
+    assert!(dag.to_dot().contains("write after read"), "{}", dag.to_dot());
+    assert_eq!(read_u64(&out, 0, 4), vec![5; 4], "the reader saw data before the overwrite");
     assert_eq!(read_u64(&data, 0, 4), vec![4; 4]);
 }
 
