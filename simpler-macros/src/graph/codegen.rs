@@ -26,7 +26,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         for tensor in &plan.tensors {
             out.replay.push(quote!(#g.tensor(#tensor);));
         }
-        // Task handles outlive the scopes their tasks are in (a later write may wait for them).
+        // Task handles outlive the scopes their tasks are in.
         for t in 0..plan.tasks {
             let handle = format_ident!("__t{}", t, span = model::hidden());
             out.body.push(quote!(let #handle: #root::TaskHandle;));
