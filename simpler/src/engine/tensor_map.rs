@@ -120,10 +120,22 @@ impl Walk<'_> {
             }
             return false;
         }
-        let fp = self.map.entry((run, id)).or_default();
+        let writes = tag.writes();
+        let entry = Entry {
+            who: slot.clone(),
+            member: member as u32,
+            arg: arg as u32 | if writes { 0 } else { READER },
+        };
+        let fp = match self.map.entry((run, id)) {
+            // Most tensors name a buffer nothing else touches yet: one write of the new bucket.
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(smallvec::smallvec![entry]);
+                return true;
+            }
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        };
         // One pass, removing in place (order does not matter here): this runs for every tensor
         // of every submit.
-        let writes = tag.writes();
         let mut i = 0;
         while i < fp.len() {
             let e = &fp[i];
@@ -148,8 +160,7 @@ impl Walk<'_> {
                 i += 1;
             }
         }
-        let arg = arg as u32 | if writes { 0 } else { READER };
-        fp.push(Entry { who: slot.clone(), member: member as u32, arg });
+        fp.push(entry);
         true
     }
 }
