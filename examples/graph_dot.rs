@@ -55,7 +55,7 @@ fn main() -> simpler::Result<ExitCode> {
     let graph = diamond::graph();
     println!("diamond::graph().to_dot():\n{}", graph.to_dot());
     let g = graph.graph();
-    let afters = g.edge_weights().filter(|e| **e == GraphEdge::After).count();
+    let afters = g.edge_weights().filter(|e| matches!(e, GraphEdge::WriteAfterRead { .. })).count();
 
     let mut worker = Worker::builder().sub_workers(2).build()?;
     worker.init()?;

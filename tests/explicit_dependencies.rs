@@ -7,14 +7,14 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, EdgeReason, ErrorKind, RunOptions, Tag, TaskArgs, TaskHandle, TensorView};
+use simpler::{DataType, EdgeReason, ErrorKind, RunOptions, TaskArgs, TaskHandle, TensorView};
 
 const HOLD_US: u64 = 15_000;
 
 /// Arguments of a `log_append` task: the log, its id and hold time.
 fn log_args(log: &simpler::Buffer, id: u64, hold_us: u64) -> TaskArgs {
     let mut a = TaskArgs::new();
-    a.add_tensor(&words_of(log), Tag::NoDep).unwrap().scalar(id).scalar(hold_us);
+    a.untracked(&words_of(log)).unwrap().scalar(id).scalar(hold_us);
     a
 }
 
@@ -163,7 +163,7 @@ fn explicit_dependency_on_a_group_waits_for_every_member() {
             .map(|i| {
                 let slot = who.view(TensorView::new(4 * i, &[1], None, DataType::Uint32)?)?;
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&slot, Tag::NoDep)?;
+                a.untracked(&words_of(&scratch))?.untracked(&slot)?;
                 // Member 1 holds after the rendezvous, so it finishes well after member 0.
                 a.scalar(2).scalar(5_000).scalar(if i == 1 { HOLD_US } else { 0 });
                 Ok(a)
@@ -172,7 +172,7 @@ fn explicit_dependency_on_a_group_waits_for_every_member() {
         let g = orch.submit_sub_group(&member, members)?;
         // No tensor links the snapshot to the group: only the explicit dependency orders it.
         let mut a = TaskArgs::new();
-        a.add_tensor(&words_of(&who), Tag::NoDep)?.output(&words_of(&seen))?;
+        a.untracked(&words_of(&who))?.output(&words_of(&seen))?;
         a.add_dep_wait(g);
         orch.submit_sub(&snapshot, a)?;
         Ok(())

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{DataType, ErrorKind, Tag, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, TaskArgs, TensorView};
 
 const RING: u64 = 64 * 1024;
 
@@ -212,7 +212,7 @@ fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
     let run = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            a.untracked(&words_of(&flag))?.scalar(10_000);
             let gate = orch.submit_sub(&block, a)?;
             let mut a = TaskArgs::new();
             a.input(&u64s(&input, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(1).add_dep_wait(gate);

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use simpler::{
     CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn,
-    Orchestrator, Tag, TaskArgs, TensorView, Worker,
+    Orchestrator, TaskArgs, TensorView, Worker,
 };
 
 /// Group of `n` `member` tasks; member `i` writes its worker index into `who[i]`.
@@ -17,7 +17,7 @@ fn group_args(scratch: &simpler::Buffer, who: &simpler::Buffer, n: usize) -> Vec
             let slot =
                 who.view(TensorView::new(4 * i as u64, &[1], None, DataType::Uint32).unwrap()).unwrap();
             let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(scratch), Tag::NoDep).unwrap().output(&slot).unwrap();
+            a.untracked(&words_of(scratch)).unwrap().output(&slot).unwrap();
             a.scalar(n as u64).scalar(5_000).scalar(0);
             a
         })
@@ -176,7 +176,7 @@ fn registering_while_a_run_is_in_flight() {
         .submit(|orch| {
             for _ in 0..3 {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(30_000);
+                a.untracked(&words_of(&scratch))?.scalar(30_000);
                 orch.submit_sub(&exclusive, a)?;
             }
             Ok(())

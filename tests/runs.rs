@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallableHandle, ErrorKind, RunHandle, RunOptions, Tag, TaskArgs, Worker};
+use simpler::{CallableHandle, ErrorKind, RunHandle, RunOptions, TaskArgs, Worker};
 
 /// Submits a run of one `block_on_flag` task (released through `flag`) that then writes
 /// `value` into `out[0]`.
@@ -20,7 +20,7 @@ fn blocked_run(
 ) -> RunHandle {
     w.submit(|orch| {
         let mut a = TaskArgs::new();
-        a.add_tensor(&words_of(flag), Tag::NoDep)?.output(&u64s(out, 0, 1))?.scalar(10_000).scalar(value);
+        a.untracked(&words_of(flag))?.output(&u64s(out, 0, 1))?.scalar(10_000).scalar(value);
         orch.submit_sub(block, a).map(|_| ())
     })
     .unwrap()
@@ -214,7 +214,7 @@ fn a_run_keeps_going_after_a_wait_timed_out() {
     let run = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&buf, 0, 1))?.scalar(10_000).scalar(20);
+            a.untracked(&words_of(&flag))?.output(&u64s(&buf, 0, 1))?.scalar(10_000).scalar(20);
             orch.submit_sub(&block, a)?;
             let mut a = TaskArgs::new();
             a.input(&u64s(&buf, 0, 1))?.output(&u64s(&buf, 1, 1))?.scalar(1).scalar(1);

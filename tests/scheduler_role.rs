@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{Tag, TaskArgs};
+use simpler::TaskArgs;
 
 /// A run submitted with `Worker::submit` and never waited on must be driven by the background
 /// thread. While another thread is inside `Worker::run` (which announces a waiter for the whole
@@ -23,7 +23,7 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
     let h1 = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
+            a.untracked(&flag_t)?.scalar(20_000);
             let first = orch.submit_sub(&block_h, a)?;
             let mut b = TaskArgs::new();
             b.add_dep(first);
@@ -88,7 +88,7 @@ fn a_run_nobody_waits_on_finishes_after_the_run_before_it_is_waited() {
         let h1 = rig
             .submit(|orch| {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&flag_t, Tag::NoDep)?.scalar(20_000);
+                a.untracked(&flag_t)?.scalar(20_000);
                 orch.submit_sub(&block_h, a).map(|_| ())
             })
             .unwrap();
@@ -97,12 +97,12 @@ fn a_run_nobody_waits_on_finishes_after_the_run_before_it_is_waited() {
         let h2 = rig
             .submit(|orch| {
                 let mut p = TaskArgs::new();
-                p.add_tensor(&u64s(&x, 0, 1), Tag::Output)?.scalar(tries);
+                p.output(&u64s(&x, 0, 1))?.scalar(tries);
                 orch.submit_sub(&fill_h, p)?;
                 for i in 0..2 {
                     let mut c = TaskArgs::new();
-                    c.add_tensor(&u64s(&x, 0, 1), Tag::Input)?;
-                    c.add_tensor(&u64s(&ys, i, 1), Tag::Output)?.scalar(1).scalar(1 + i as u64);
+                    c.input(&u64s(&x, 0, 1))?;
+                    c.output(&u64s(&ys, i, 1))?.scalar(1).scalar(1 + i as u64);
                     orch.submit_sub(&affine_h, c)?;
                 }
                 Ok(())

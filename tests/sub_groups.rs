@@ -20,7 +20,7 @@ fn member_args(
 ) -> TaskArgs {
     let slot = who.view(TensorView::new(4 * i as u64, &[1], None, DataType::Uint32).unwrap()).unwrap();
     let mut a = TaskArgs::new();
-    a.add_tensor(&words_of(scratch), Tag::NoDep).unwrap().add_tensor(&slot, tag).unwrap();
+    a.untracked(&words_of(scratch)).unwrap().add_tensor(&slot, tag).unwrap();
     a.scalar(n as u64).scalar(5_000).scalar(if i == 0 { hold0_us } else { 0 });
     a
 }
@@ -77,7 +77,7 @@ fn groups_and_singles_interleave() {
                     let slot =
                         who.view(TensorView::new(4 * (2 * r + i) as u64, &[1], None, DataType::Uint32)?)?;
                     let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(scratch), Tag::NoDep)?.output(&slot)?;
+                    a.untracked(&words_of(scratch))?.output(&slot)?;
                     a.scalar(2).scalar(5_000).scalar(0);
                     Ok(a)
                 })

@@ -85,7 +85,7 @@ fn waw_later_writer_wins() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (tag, value) in [(Tag::Output, 1u64), (Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 8), tag)?;
+                a.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, 0, 8), tag)?;
                 a.scalar(HOLD_US).scalar(1).scalar(value);
                 orch.submit_sub(&exclusive, a)?;
             }
@@ -100,28 +100,34 @@ fn waw_later_writer_wins() {
 }
 
 #[test]
-fn plain_output_writers_are_not_ordered() {
+fn plain_output_writers_are_ordered() {
     if !in_own_process() {
         return;
     }
-    // Output is a pure overwrite: no lookup, so two Output writers of one tensor get no edge and
-    // may run at the same time (the documented contract; order them with InOut or add_dep).
-    let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
+    // Write after write: the second Output waits for the first (a deliberate divergence from the
+    // upstream, which leaves them unordered), so they never hold the bytes at once.
+    let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 8);
-    let scratch = u32_buffer(&rig, 1);
+    let scratch = u32_buffer(&rig, 2);
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-            for _ in 0..2 {
+            for value in [1u64, 2] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 8))?;
-                a.scalar(2).scalar(5_000);
-                orch.submit_sub(&rendezvous, a)?;
+                a.untracked(&words_of(&scratch))?.output(&u64s(&data, 0, 8))?;
+                a.scalar(HOLD_US).scalar(1).scalar(value);
+                orch.submit_sub(&exclusive, a)?;
             }
             Ok(())
         })
         .unwrap();
-    run.wait().expect("two Output writers run at the same time");
-    assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
+    run.wait().unwrap();
+    assert_eq!(read_u64(&data, 0, 8), vec![2; 8], "the later writer's value wins");
+    assert_eq!(read_u32(&scratch, 1, 1)[0], 1, "the two writers never ran at once");
+    let dag = run.dag().unwrap();
+    assert!(dag.has_edge(0, 1), "WaW edge 0 -> 1 missing:\n{}", dag.to_dot());
+    let e = dag.graph().edge_indices().next().unwrap();
+    assert!(matches!(dag.graph()[e], EdgeReason::WriteAfterWrite { arg: 1, .. }), "{:?}", dag.graph()[e]);
+    assert!(dag.to_dot().contains("write after write"), "{}", dag.to_dot());
 }
 
 #[test]
@@ -136,7 +142,7 @@ fn inout_accumulates_in_submission_order() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for digit in 1..=5u64 {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.inout(&u64s(&data, 0, 4))?;
+                a.untracked(&words_of(&scratch))?.inout(&u64s(&data, 0, 4))?;
                 a.scalar(HOLD_US / 2).scalar(2).scalar(digit);
                 orch.submit_sub(&exclusive, a)?;
             }
@@ -166,10 +172,10 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&flag), Tag::NoDep)?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
+            w.untracked(&words_of(&flag))?.output(&u64s(&data, 0, 4))?.scalar(5_000).scalar(7);
             orch.submit_sub(&block, w)?;
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            r.untracked(&words_of(&flag))?.untracked(&u64s(&data, 0, 4))?;
             orch.submit_sub(&release, r)?;
             Ok(())
         })
@@ -195,11 +201,11 @@ fn no_dep_writer_is_not_waited_for() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&flag), Tag::NoDep)?.add_tensor(&u64s(&data, 0, 4), Tag::NoDep)?;
+            w.untracked(&words_of(&flag))?.untracked(&u64s(&data, 0, 4))?;
             w.scalar(5_000).scalar(3);
             orch.submit_sub(&block, w)?;
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&flag), Tag::NoDep)?.input(&u64s(&data, 0, 4))?;
+            r.untracked(&words_of(&flag))?.input(&u64s(&data, 0, 4))?;
             orch.submit_sub(&release, r)?;
             Ok(())
         })
@@ -221,8 +227,7 @@ fn output_existing_orders_later_readers() {
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&scratch), Tag::NoDep)?
-                .add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
+            w.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, 0, 4), Tag::OutputExisting)?;
             w.scalar(HOLD_US).scalar(1).scalar(7);
             orch.submit_sub(&exclusive, w)?;
             let mut r = TaskArgs::new();
@@ -240,23 +245,24 @@ fn output_existing_orders_later_readers() {
 }
 
 #[test]
-fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
+fn output_waits_for_earlier_readers_and_inout_for_writers() {
     if !in_own_process() {
         return;
     }
-    // Output: pure overwrite, no lookup (a WaR is not tracked). InOut looks the writer up.
+    // Write after read: the overwrite waits for the reader (a deliberate divergence from the
+    // upstream), so the reader sees the old value. InOut waits for the writer.
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-            let mut r = TaskArgs::new(); // 0: reads data
-            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(0);
+            let mut r = TaskArgs::new(); // 0: reads data (zeros)
+            r.input(&u64s(&data, 0, 4))?.output(&u64s(&out, 0, 4))?.scalar(1).scalar(5);
             orch.submit_sub(&affine, r)?;
-            let mut w = TaskArgs::new(); // 1: overwrites data; no edge from the reader
+            let mut w = TaskArgs::new(); // 1: overwrites data; waits for the reader
             w.output(&u64s(&data, 0, 4))?.scalar(3);
             orch.submit_sub(&fill, w)?;
-            let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1
+            let mut u = TaskArgs::new(); // 2: InOut on data waits for writer 1 and nothing else
             u.inout(&u64s(&data, 0, 4))?.scalar(4);
             orch.submit_sub(&fill, u)?;
             Ok(())
@@ -264,8 +270,14 @@ fn output_does_not_wait_for_earlier_readers_but_inout_does_wait_for_writers() {
         .unwrap();
     run.wait().unwrap();
     let dag = run.dag().unwrap();
-    assert!(!dag.has_edge(0, 1), "WaR is not tracked:\n{}", dag.to_dot());
-    assert!(dag.has_edge(1, 2), "InOut waits for the writer:\n{}", dag.to_dot());
+    let g = dag.graph();
+    let reason =
+        |from: u32, to: u32| g.find_edge(dag.node(from).unwrap(), dag.node(to).unwrap()).map(|e| g[e]);
+    assert!(matches!(reason(0, 1), Some(EdgeReason::WriteAfterRead { arg: 0, .. })), "{}", dag.to_dot());
+    assert!(matches!(reason(1, 2), Some(EdgeReason::Tensor { arg: 0, .. })), "{}", dag.to_dot());
+    assert_eq!(g.edge_count(), 2, "{}", dag.to_dot()); // 2 waits for 1, which waited for 0
+    assert!(dag.to_dot().contains("write after read"), "{}", dag.to_dot());
+    assert_eq!(read_u64(&out, 0, 4), vec![5; 4], "the reader saw data before the overwrite");
     assert_eq!(read_u64(&data, 0, 4), vec![4; 4]);
 }
 
@@ -281,7 +293,7 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (half, value) in [(0usize, 10u64), (8, 20)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, half, 8))?;
+                a.untracked(&words_of(&scratch))?.output(&u64s(&data, half, 8))?;
                 a.scalar(2).scalar(5_000).scalar(value);
                 orch.submit_sub(&rendezvous, a)?;
             }
@@ -312,7 +324,7 @@ fn disjoint_column_blocks_run_in_parallel() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for col in [0u64, 2] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&block(col))?;
+                a.untracked(&words_of(&scratch))?.output(&block(col))?;
                 a.scalar(2).scalar(5_000);
                 orch.submit_sub(&rendezvous, a)?;
             }
@@ -335,13 +347,13 @@ fn overlapping_views_serialize() {
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             for (start, tag, value) in [(0usize, Tag::Output, 1u64), (4, Tag::InOut, 2)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&scratch), Tag::NoDep)?.add_tensor(&u64s(&data, start, 8), tag)?;
+                a.untracked(&words_of(&scratch))?.add_tensor(&u64s(&data, start, 8), tag)?;
                 a.scalar(HOLD_US).scalar(1).scalar(value);
                 orch.submit_sub(&exclusive, a)?;
             }
             // A reader of [2, 6) overlaps both writers.
             let mut r = TaskArgs::new();
-            r.add_tensor(&words_of(&scratch), Tag::NoDep)?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
+            r.untracked(&words_of(&scratch))?.input(&u64s(&data, 2, 4))?.scalar(HOLD_US);
             orch.submit_sub(&exclusive, r)?;
             Ok(())
         })
@@ -468,7 +480,7 @@ fn runs_never_share_edges_but_run_in_order() {
     let r1 = rig
         .submit(|orch| {
             let mut w = TaskArgs::new();
-            w.add_tensor(&words_of(&scratch), Tag::NoDep)?.output(&u64s(&data, 0, 4))?;
+            w.untracked(&words_of(&scratch))?.output(&u64s(&data, 0, 4))?;
             w.scalar(HOLD_US).scalar(1).scalar(9);
             orch.submit_sub(&exclusive, w).map(|_| ())
         })

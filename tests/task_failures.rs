@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{ErrorKind, Tag, TaskArgs};
+use simpler::{ErrorKind, TaskArgs};
 
 #[test]
 fn failing_task_poisons_its_consumers_only() {
@@ -26,7 +26,7 @@ fn failing_task_poisons_its_consumers_only() {
             // The gate keeps the failure back until every task is submitted, so the
             // consumers are waiting (PENDING) when their producer fails.
             let mut g = TaskArgs::new();
-            g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            g.untracked(&words_of(&flag))?.scalar(10_000);
             let gate = orch.submit_sub(&block, g)?;
             let mut f = TaskArgs::new();
             f.output(&u64s(&t, 0, 1))?.scalar(42).add_dep_wait(gate);
@@ -127,7 +127,7 @@ fn failing_orchestration_function_cancels_unstarted_tasks() {
         .submit(|orch| {
             // A running task (it holds for 500 ms) and one waiting for it.
             let mut g = TaskArgs::new();
-            g.add_tensor(&words_of(&scratch), Tag::NoDep)?.scalar(500_000);
+            g.untracked(&words_of(&scratch))?.scalar(500_000);
             let gate = orch.submit_sub(&exclusive, g)?;
             let mut a = TaskArgs::new();
             a.output(&u64s(&out, 0, 1))?.scalar(1).add_dep_wait(gate);
@@ -160,7 +160,7 @@ fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) ->
     let run = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(30_000);
+            a.untracked(&words_of(&flag))?.scalar(30_000);
             orch.submit_sub(block, a).map(|_| ())
         })
         .unwrap();
@@ -238,7 +238,7 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
             let members = (0..2)
                 .map(|i| {
                     let mut a = TaskArgs::new();
-                    a.add_tensor(&words_of(&flags[i]), Tag::NoDep)?.output(&u64s(&done, i, 1))?;
+                    a.untracked(&words_of(&flags[i]))?.output(&u64s(&done, i, 1))?;
                     a.scalar(10_000).scalar(1);
                     Ok(a)
                 })
@@ -285,14 +285,14 @@ fn explicit_dependents_of_a_failed_task_never_run() {
     let run = rig
         .submit(|orch| {
             let mut g = TaskArgs::new();
-            g.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(10_000);
+            g.untracked(&words_of(&flag))?.scalar(10_000);
             let gate = orch.submit_sub(&block, g)?;
             let mut f = TaskArgs::new();
             f.scalar(9).add_dep_wait(gate);
             let failed = orch.submit_sub(&fail, f)?;
             for (id, retain) in [(1u64, true), (2, false)] {
                 let mut a = TaskArgs::new();
-                a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(id);
+                a.untracked(&words_of(&log))?.scalar(id);
                 if retain {
                     a.add_dep(failed);
                 } else {
@@ -301,7 +301,7 @@ fn explicit_dependents_of_a_failed_task_never_run() {
                 orch.submit_sub(&log_fn, a)?;
             }
             let mut a = TaskArgs::new(); // depends on the gate only
-            a.add_tensor(&words_of(&log), Tag::NoDep)?.scalar(3).add_dep_wait(gate);
+            a.untracked(&words_of(&log))?.scalar(3).add_dep_wait(gate);
             orch.submit_sub(&log_fn, a)?;
             Ok(())
         })

@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{ErrorKind, HostFn, Level, RunOptions, Tag, TaskArgs, Worker};
+use simpler::{ErrorKind, HostFn, Level, RunOptions, TaskArgs, Worker};
 
 #[test]
 fn builder_rejects_invalid_configurations() {
@@ -96,7 +96,7 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
     let run = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
-            a.add_tensor(&words_of(&flag), Tag::NoDep)?.scalar(20_000);
+            a.untracked(&words_of(&flag))?.scalar(20_000);
             orch.submit_sub(&block, a).map(|_| ())
         })
         .unwrap();

@@ -522,3 +522,18 @@ pub fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
 }
 
 // -------------------------------------------------------------------------------- orchestrate
+
+/// Adds a tensor tagged `NoDep` (untracked) for the tests' scratch state.
+pub trait Untracked {
+    /// `TaskArgs::no_dep` for tensors the tests touch only through [`words`] atomics, or from
+    /// tasks they order by other means (flags, explicit dependencies).
+    fn untracked(&mut self, t: &simpler::Tensor) -> simpler::Result<&mut simpler::TaskArgs>;
+}
+
+impl Untracked for simpler::TaskArgs {
+    fn untracked(&mut self, t: &simpler::Tensor) -> simpler::Result<&mut simpler::TaskArgs> {
+        // SAFETY: the tests' NoDep tensors are scratch words every task reads and writes only
+        // through `words` (atomics), or data whose tasks the test orders itself.
+        unsafe { self.no_dep(t) }
+    }
+}

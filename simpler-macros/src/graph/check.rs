@@ -2,9 +2,9 @@
 //! and intermediates) with, for each, whether it holds a value, which task wrote it and which
 //! tasks read it since; reports def-use errors, writes to read-only inputs, aliasing inside one
 //! call or group, unwritten outputs and unread values; and turns the body into a [`Plan`]: the
-//! steps to generate, with every argument classified, the write-after-read edges the engine
-//! does not infer, and the checks that need the callee's signature (left to rustc as `const`
-//! assertions).
+//! steps to generate, with every argument classified, and the checks that need the callee's
+//! signature (left to rustc as `const` assertions). Every edge, write-after-read included, is
+//! the engine's to infer from the tags.
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -40,8 +40,6 @@ pub(crate) enum Step {
 pub(crate) struct Task {
     pub(crate) index: usize,
     pub(crate) members: Vec<Member>,
-    /// Tasks it must wait for (write after read).
-    pub(crate) after: Vec<usize>,
     /// Signature-dependent checks, emitted as `const` assertions.
     pub(crate) asserts: Vec<Assert>,
 }
@@ -425,9 +423,8 @@ impl Checker<'_> {
         let callee_name = model::squash(lines[0].callee.to_token_stream());
         self.check_uses(&uses, group, &callee_name);
 
-        // Signature-dependent checks and write-after-read edges.
+        // Signature-dependent checks.
         let mut asserts = Vec::new();
-        let mut after: Vec<usize> = Vec::new();
         for &(id, u, span, pos, m) in &uses {
             if u != Use::Write {
                 continue;
@@ -459,10 +456,7 @@ impl Checker<'_> {
                     ),
                 });
             }
-            after.extend(t.readers.iter().copied().filter(|&r| r != index));
         }
-        after.sort_unstable();
-        after.dedup();
 
         // State updates. (A task that reads and writes one tensor is an error above.)
         for &(id, u, span, _, _) in &uses {
@@ -478,7 +472,7 @@ impl Checker<'_> {
                 t.written_at = Some(span);
             }
         }
-        self.steps.push(Step::Task(Task { index, members, after, asserts }));
+        self.steps.push(Step::Task(Task { index, members, asserts }));
     }
 
     /// Checks within one task: writes to `In` inputs, aliasing, reads of empty tensors.

@@ -26,7 +26,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         for tensor in &plan.tensors {
             out.replay.push(quote!(#g.tensor(#tensor);));
         }
-        // Task handles outlive the scopes their tasks are in (a later write may wait for them).
+        // Task handles outlive the scopes their tasks are in.
         for t in 0..plan.tasks {
             let handle = format_ident!("__t{}", t, span = model::hidden());
             out.body.push(quote!(let #handle: #root::TaskHandle;));
@@ -154,11 +154,9 @@ impl Gen<'_> {
             });
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());
-        let afters: Vec<syn::Ident> =
-            task.after.iter().map(|r| format_ident!("__t{}", r, span = model::hidden())).collect();
         let mut calls = Vec::new();
         let mut replay_members = Vec::new();
-        for (m, member) in task.members.iter().enumerate() {
+        for member in &task.members {
             let line = &member.line;
             let callee = &line.callee;
             let args = member.args.iter().map(|a| match a {
@@ -170,12 +168,10 @@ impl Gen<'_> {
                 let (method, a) = (&mc.method, &mc.args);
                 quote!(.#method(#a))
             });
-            let deps: &[syn::Ident] = if m == 0 { &afters } else { &[] };
             let mut list = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             list.set_span(line.paren);
             let place = self.placement(&line.place);
-            calls
-                .push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)* #(.after(#deps))*), place));
+            calls.push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)*), place));
             let target = target_text(&line.place);
             let uses = member.uses.iter().map(|(pos, id)| quote!((#pos, #id)));
             replay_members.push(quote!((#target, &[#(#uses),*] as &[(usize, usize)])));

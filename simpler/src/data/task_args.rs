@@ -8,16 +8,20 @@ use crate::error::{Error, Result};
 
 /// How a task uses a tensor argument; drives dependency inference at submit.
 ///
-/// | Tag | waits for earlier writers | becomes the writer | access required |
-/// | --- | --- | --- | --- |
-/// | `Input` | yes (read-after-write) | no | read |
-/// | `InOut` | yes (RaW and WaW) | yes | read-write |
-/// | `Output` | no (pure overwrite) | yes | write |
-/// | `OutputExisting` | no | yes | write |
-/// | `NoDep` | no | no | none checked |
+/// | Tag | waits for earlier writers | waits for earlier readers | becomes | access required |
+/// | --- | --- | --- | --- | --- |
+/// | `Input` | yes (read-after-write) | no | a reader | read |
+/// | `InOut` | yes (RaW and WaW) | yes (write-after-read) | the writer | read-write |
+/// | `Output` | yes (write-after-write) | yes (write-after-read) | the writer | write |
+/// | `OutputExisting` | yes, as `Output` | yes | the writer | write |
+/// | `NoDep` | no | no | nothing | none checked |
 ///
-/// Nothing waits for earlier *readers*: a write after an unordered read (WaR) needs an explicit
-/// dependency ([`TaskArgs::add_dep_wait`]); `task_graph!` adds it by itself.
+/// Only overlapping bytes of the same buffer order tasks: disjoint views stay parallel. So two
+/// tasks that could be handed aliasing slices (`&mut [T]` beside `&[T]` or `&mut [T]`) are
+/// always ordered, unless one is `NoDep`, which is why only the `unsafe`
+/// [`TaskArgs::no_dep`] adds it. The upstream orders write-after-write and write-after-read
+/// only through explicit dependencies; this crate orders them itself, because its host
+/// functions and kernels receive Rust slices.
 ///
 /// ```
 /// use simpler::Tag;
@@ -35,7 +39,7 @@ pub enum Tag {
     InOut = 2,
     /// Writes into existing memory; same dependency rules as `Output`.
     OutputExisting = 3,
-    /// No dependency tracking at all.
+    /// No dependency tracking at all; added only by the `unsafe` [`TaskArgs::no_dep`].
     NoDep = 4,
 }
 
@@ -212,7 +216,8 @@ impl TaskArgs {
     ///
     /// # Errors
     ///
-    /// When a scalar was already added (tensors must come first), an
+    /// When a scalar was already added (tensors must come first), or the tag is
+    /// [`Tag::NoDep`] (add it with the `unsafe` [`no_dep`](Self::no_dep)), an
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error; the arguments
     /// are left unchanged.
     ///
@@ -224,15 +229,54 @@ impl TaskArgs {
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
-    /// args.add_tensor(&a, Tag::OutputExisting)?.add_tensor(&b, Tag::NoDep)?;
+    /// args.add_tensor(&a, Tag::OutputExisting)?.add_tensor(&b, Tag::Input)?;
     /// assert_eq!(args.tag(0), Some(Tag::OutputExisting));
-    /// assert_eq!(args.tag(1), Some(Tag::NoDep));
+    /// assert!(args.add_tensor(&b, Tag::NoDep).is_err()); // only through `no_dep`
     /// args.scalar(1);
     /// assert!(args.add_tensor(&a, Tag::Input).is_err());
     /// assert_eq!(args.tensor_count(), 2);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn add_tensor(&mut self, tensor: &Tensor, tag: Tag) -> Result<&mut TaskArgs> {
+        if tag == Tag::NoDep {
+            return Err(no_dep_refused(self.tensors.len()));
+        }
+        self.push_tensor(tensor, tag)
+    }
+
+    /// Adds a tensor tagged [`Tag::NoDep`]: untracked, so the task neither waits for the tasks
+    /// that use its bytes nor makes later ones wait, and it gets read-write access; errors as
+    /// [`add_tensor`](Self::add_tensor).
+    ///
+    /// # Safety
+    ///
+    /// The task's callable receives this tensor as a slice it may write (`&mut [T]` from
+    /// [`HostArgs::output`](crate::HostArgs::output), or a kernel's) while other tasks may hold
+    /// slices of the same bytes, on other threads or processes. The caller must ensure that no
+    /// two tasks that may run at once access these bytes in a way that races or aliases a
+    /// mutable slice: for example, every task touches them only through atomics (a scratch word
+    /// that tasks synchronize on), or the tasks are ordered by other means (explicit
+    /// dependencies).
+    ///
+    /// ```
+    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::__private::{Backing, ShmName};
+    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let flags = Tensor::new(desc, TensorView::new(0, &[2], None, DataType::Uint32)?)?;
+    /// use simpler::{Tag, TaskArgs};
+    /// let mut args = TaskArgs::new();
+    /// // SAFETY: every task that names `flags` reads and writes it only as `AtomicU32`s.
+    /// unsafe { args.no_dep(&flags)? };
+    /// assert_eq!(args.tag(0), Some(Tag::NoDep));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    #[expect(unsafe_code, reason = "the caller takes over the ordering of an untracked tensor")]
+    pub unsafe fn no_dep(&mut self, tensor: &Tensor) -> Result<&mut TaskArgs> {
+        self.push_tensor(tensor, Tag::NoDep)
+    }
+
+    /// Adds a tensor with any tag (`NoDep` included; for the crate's own tests).
+    pub(crate) fn push_tensor(&mut self, tensor: &Tensor, tag: Tag) -> Result<&mut TaskArgs> {
         if !self.scalars.is_empty() {
             return Err(Error::invalid(format!(
                 "TaskArgs: cannot add tensor {} after a scalar; add every tensor before the first scalar",
@@ -429,8 +473,9 @@ impl TaskArgs {
     ///
     /// # Errors
     ///
-    /// An index past the end is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// error.
+    /// An index past the end, or [`Tag::NoDep`] (add the tensor with the `unsafe`
+    /// [`no_dep`](Self::no_dep) instead), is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
@@ -441,12 +486,16 @@ impl TaskArgs {
     /// use simpler::Tag;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?;
-    /// args.set_tag(0, Tag::NoDep)?;
-    /// assert_eq!(args.tag(0), Some(Tag::NoDep));
+    /// args.set_tag(0, Tag::InOut)?;
+    /// assert_eq!(args.tag(0), Some(Tag::InOut));
+    /// assert!(args.set_tag(0, Tag::NoDep).is_err());
     /// assert!(args.set_tag(1, Tag::Input).is_err());
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn set_tag(&mut self, i: usize, tag: Tag) -> Result<()> {
+        if tag == Tag::NoDep {
+            return Err(no_dep_refused(i));
+        }
         let n = self.tags.len();
         let slot = self.tags.get_mut(i).ok_or_else(|| {
             Error::invalid(format!("TaskArgs: tensor index {i} out of range ({n} tensors)"))
@@ -533,4 +582,10 @@ impl TaskArgs {
         self.scalars.clear();
         self.deps.clear();
     }
+}
+/// Why `add_tensor` and `set_tag` refuse `Tag::NoDep`.
+fn no_dep_refused(i: usize) -> Error {
+    Error::invalid(format!(
+        "TaskArgs: tensor {i} cannot be tagged NoDep here: an untracked tensor can alias another task's slices, so add it with the unsafe TaskArgs::no_dep"
+    ))
 }

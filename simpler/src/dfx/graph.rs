@@ -6,7 +6,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
-use crate::data::footprint::{Footprints, overlapping, record_writer};
+use crate::data::footprint::{Footprints, readers_of, record_reader, record_writer, writers_of};
 
 /// One task of a captured run: the node weight of [`RunDag::graph`].
 ///
@@ -44,24 +44,48 @@ pub struct TaskNode {
 /// // `buffer`: the identity of a buffer (`buffer.desc().identity()`).
 /// let reasons = [
 ///     EdgeReason::Tensor { arg: 1, buffer },
+///     EdgeReason::WriteAfterWrite { arg: 0, buffer },
+///     EdgeReason::WriteAfterRead { arg: 0, buffer },
 ///     EdgeReason::Explicit { retain: true },
 ///     EdgeReason::Explicit { retain: false },
 /// ];
 /// let labels: Vec<String> = reasons
 ///     .iter()
 ///     .map(|r| match r {
-///         EdgeReason::Tensor { arg, buffer } => format!("arg {arg} of buffer {}", buffer.generation()),
+///         EdgeReason::Tensor { arg, buffer } => format!("arg {arg} reads buffer {}", buffer.generation()),
+///         EdgeReason::WriteAfterWrite { arg, .. } => format!("arg {arg} overwrites"),
+///         EdgeReason::WriteAfterRead { arg, .. } => format!("arg {arg} overwrites what was read"),
 ///         EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
 ///         EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
 ///     })
 ///     .collect();
-/// assert_eq!(labels, ["arg 1 of buffer 1", "add_dep", "add_dep_wait"]);
+/// assert_eq!(
+///     labels,
+///     ["arg 1 reads buffer 1", "arg 0 overwrites", "arg 0 overwrites what was read", "add_dep", "add_dep_wait"]
+/// );
 /// # Ok::<(), simpler::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EdgeReason {
-    /// The consumer's tensor argument `arg` overlaps bytes the producer writes in `buffer`.
+    /// Read after write: the consumer's tensor argument `arg` reads (`Input` or `InOut`) bytes
+    /// the producer writes in `buffer`.
     Tensor {
+        /// Argument index in the consumer.
+        arg: u32,
+        /// The buffer both name.
+        buffer: Identity,
+    },
+    /// Write after write: the consumer's argument `arg` overwrites (`Output` or
+    /// `OutputExisting`) bytes the producer writes in `buffer`.
+    WriteAfterWrite {
+        /// Argument index in the consumer.
+        arg: u32,
+        /// The buffer both name.
+        buffer: Identity,
+    },
+    /// Write after read: the consumer's argument `arg` writes bytes the producer reads in
+    /// `buffer`, so it waits until the producer has read them.
+    WriteAfterRead {
         /// Argument index in the consumer.
         arg: u32,
         /// The buffer both name.
@@ -217,6 +241,12 @@ impl RunDag {
     pub fn to_dot(&self) -> String {
         to_dot("run", &self.graph, |reason| match reason {
             EdgeReason::Tensor { arg, buffer } => format!("arg {arg} (buffer {})", buffer.buffer_id()),
+            EdgeReason::WriteAfterWrite { arg, buffer } => {
+                format!("arg {arg} (buffer {}, write after write)", buffer.buffer_id())
+            }
+            EdgeReason::WriteAfterRead { arg, buffer } => {
+                format!("arg {arg} (buffer {}, write after read)", buffer.buffer_id())
+            }
             EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
             EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
         })
@@ -245,14 +275,17 @@ pub(crate) fn to_dot<E>(name: &str, graph: &DiGraph<TaskNode, E>, label: impl Fn
 pub(crate) struct DagCapture {
     nodes: Vec<TaskNode>,
     edges: Vec<(u32, u32, EdgeReason)>,
-    /// The writers of each buffer by the TensorMap's rules, but never forgetting a finished task.
-    writers: std::collections::HashMap<Identity, Footprints<u32>>,
+    /// The writers and readers of each buffer by the TensorMap's rules, but never forgetting a
+    /// finished task.
+    footprints: std::collections::HashMap<Identity, Footprints<u32>>,
 }
 
 impl DagCapture {
-    /// The edges into task `index`, whose members take `args`: a tensor edge from every earlier
-    /// writer whose bytes a read overlaps (the TensorMap's rule), then one per explicit
-    /// dependency. Records `index` as the writer of what it writes.
+    /// The edges into task `index`, whose members take `args`, by the TensorMap's rules: a
+    /// reading tensor gets an edge from every earlier writer of overlapping bytes (read after
+    /// write), a writing one from every earlier writer (write after write; an `InOut` tensor's
+    /// shows as read after write) and every reader since (write after read); `NoDep` gets none;
+    /// then one per explicit dependency. Records `index` as the writer or a reader of its views.
     pub(crate) fn edges_for(
         &mut self,
         index: u32,
@@ -261,19 +294,24 @@ impl DagCapture {
         let mut edges = Vec::new();
         for a in args {
             for (i, (t, tag)) in a.tensors.iter().zip(&a.tags).enumerate() {
-                if t.desc().nbytes() == 0 {
+                if t.desc().nbytes() == 0 || *tag == crate::data::task_args::Tag::NoDep {
                     continue;
                 }
-                let id = t.desc().identity();
-                if tag.reads()
-                    && let Some(ws) = self.writers.get(&id)
-                {
-                    for &w in overlapping(ws, t.view()).filter(|&&w| w != index) {
-                        edges.push((w, EdgeReason::Tensor { arg: i as u32, buffer: id }));
-                    }
-                }
+                let (arg, buffer) = (i as u32, t.desc().identity());
+                let fp = self.footprints.entry(buffer).or_default();
+                let view = t.view();
+                let after_write = if tag.reads() {
+                    EdgeReason::Tensor { arg, buffer }
+                } else {
+                    EdgeReason::WriteAfterWrite { arg, buffer }
+                };
+                edges.extend(writers_of(fp, view).filter(|&&w| w != index).map(|&w| (w, after_write)));
                 if tag.writes() {
-                    record_writer(self.writers.entry(id).or_default(), *t.view(), index);
+                    let war = EdgeReason::WriteAfterRead { arg, buffer };
+                    edges.extend(readers_of(fp, view).filter(|&&r| r != index).map(|&r| (r, war)));
+                    record_writer(fp, *view, index);
+                } else {
+                    record_reader(fp, *view, index);
                 }
             }
         }

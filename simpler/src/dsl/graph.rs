@@ -8,27 +8,40 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use crate::callable::linked::{CallableInfo, ParamMode};
 use crate::dfx::graph::{EdgeReason, RunDag, TaskNode};
 
-/// Why one task of a [`TaskGraph`] waits for another.
+/// Why one task of a [`TaskGraph`] waits for another: the engine's tag rules, as in
+/// [`EdgeReason`].
 ///
 /// ```
 /// use simpler::GraphEdge;
 /// let e = GraphEdge::Tensor { arg: 0, tensor: "h" };
-/// assert_ne!(e, GraphEdge::After);
+/// assert_ne!(e, GraphEdge::WriteAfterRead { arg: 0, tensor: "h" });
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GraphEdge {
     /// The consumer's tensor argument `arg` reads or updates what the producer wrote
-    /// (read-after-write, or write-after-write through an `InOut` parameter): the engine
-    /// infers it from the tags.
+    /// (read-after-write, through an `In` or `InOut` parameter).
     Tensor {
         /// Argument index among the consumer's tensors.
         arg: u32,
         /// The tensor's name in the graph.
         tensor: &'static str,
     },
-    /// A write after a read: `task_graph!` orders it with `add_dep_wait`, because tags alone
-    /// do not.
-    After,
+    /// The consumer's `Out` argument `arg` overwrites what the producer wrote
+    /// (write-after-write).
+    WriteAfterWrite {
+        /// Argument index among the consumer's tensors.
+        arg: u32,
+        /// The tensor's name in the graph.
+        tensor: &'static str,
+    },
+    /// The consumer's argument `arg` writes what the producer reads (write-after-read): it
+    /// waits until the producer has read it.
+    WriteAfterRead {
+        /// Argument index among the consumer's tensors.
+        arg: u32,
+        /// The tensor's name in the graph.
+        tensor: &'static str,
+    },
 }
 
 /// The structure of a `task_graph!`: one node per task it submits, one edge per dependency.
@@ -80,13 +93,14 @@ impl TaskGraph {
     pub fn to_dot(&self) -> String {
         crate::dfx::graph::to_dot("task_graph", &self.graph, |edge| match edge {
             GraphEdge::Tensor { arg, tensor } => format!("arg {arg} ({tensor})"),
-            GraphEdge::After => "add_dep_wait".to_string(),
+            GraphEdge::WriteAfterWrite { arg, tensor } => format!("arg {arg} ({tensor}, write after write)"),
+            GraphEdge::WriteAfterRead { arg, tensor } => format!("arg {arg} ({tensor}, write after read)"),
         })
     }
 
     /// True when a captured run has exactly this structure: the same tasks (number, callable,
-    /// placement, members) and the same edges with the same kind of reason (a tensor argument
-    /// with the same index, or an `add_dep_wait`). A placement the macro cannot evaluate
+    /// placement, members) and the same edges with the same reason (read-after-write,
+    /// write-after-write or write-after-read, through a tensor argument with the same index). A placement the macro cannot evaluate
     /// (`chip(n)` with a run-time `n`) shows as `worker ?` and matches any worker.
     ///
     /// ```
@@ -111,29 +125,31 @@ impl TaskGraph {
             return false;
         }
         let g = &self.graph;
-        let mut my_edges: Vec<(u32, u32, Option<u32>)> = g
+        let mut my_edges: Vec<(u32, u32, u8, u32)> = g
             .edge_indices()
             .map(|e| {
                 let (a, b) = g.edge_endpoints(e).expect("edge exists");
-                let arg = match g[e] {
-                    GraphEdge::Tensor { arg, .. } => Some(arg),
-                    GraphEdge::After => None,
+                let (kind, arg) = match g[e] {
+                    GraphEdge::Tensor { arg, .. } => (0, arg),
+                    GraphEdge::WriteAfterWrite { arg, .. } => (1, arg),
+                    GraphEdge::WriteAfterRead { arg, .. } => (2, arg),
                 };
-                (g[a].index, g[b].index, arg)
+                (g[a].index, g[b].index, kind, arg)
             })
             .collect();
         let d = dag.graph();
-        let mut their_edges: Vec<(u32, u32, Option<u32>)> = d
+        let mut their_edges: Vec<(u32, u32, u8, u32)> = d
             .edge_indices()
             .map(|e| {
                 let (a, b) = d.edge_endpoints(e).expect("edge exists");
-                let arg = match d[e] {
-                    EdgeReason::Tensor { arg, .. } => Some(arg),
-                    EdgeReason::Explicit { retain: false } => None,
-                    // A graph never retains: an `add_dep` edge cannot match.
-                    EdgeReason::Explicit { retain: true } => return (u32::MAX, u32::MAX, None),
+                let (kind, arg) = match d[e] {
+                    EdgeReason::Tensor { arg, .. } => (0, arg),
+                    EdgeReason::WriteAfterWrite { arg, .. } => (1, arg),
+                    EdgeReason::WriteAfterRead { arg, .. } => (2, arg),
+                    // A graph has no explicit dependencies: such an edge cannot match.
+                    EdgeReason::Explicit { .. } => (u8::MAX, u32::MAX),
                 };
-                (d[a].index, d[b].index, arg)
+                (d[a].index, d[b].index, kind, arg)
             })
             .collect();
         my_edges.sort();
@@ -150,7 +166,7 @@ struct Track {
 }
 
 /// Builds a [`TaskGraph`] by replaying a `task_graph!` body (what the generated `graph()`
-/// does): the engine's edge rules plus the write-after-read edges the macro adds.
+/// does), with the engine's edge rules.
 #[doc(hidden)]
 #[derive(Default)]
 pub struct GraphBuilder {
@@ -196,33 +212,38 @@ impl GraphBuilder {
             members: members.len() as u32,
         });
         self.nodes.insert(index, node);
-        let mut tensor_edges: Vec<(u32, GraphEdge)> = Vec::new();
-        let mut after: Vec<u32> = Vec::new();
-        let mut writes: Vec<usize> = Vec::new();
+        // The TensorMap's walk: argument by argument, in member order; a reader waits for the
+        // writer, a writer for the writer and the readers since; the first reason for an edge
+        // is the one recorded.
+        let mut edges: Vec<(u32, GraphEdge)> = Vec::new();
         for (_, args) in members {
             for &(pos, id) in *args {
                 let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
                 let arg =
-                    info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count();
-                let track = &self.tensors[id];
-                if mode.reads()
-                    && let Some(w) = track.writer
-                {
-                    tensor_edges.push((w, GraphEdge::Tensor { arg: arg as u32, tensor: self.names[id] }));
+                    info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count()
+                        as u32;
+                let tensor = self.names[id];
+                let track = &mut self.tensors[id];
+                if let Some(w) = track.writer {
+                    let why = if mode.reads() {
+                        GraphEdge::Tensor { arg, tensor }
+                    } else {
+                        GraphEdge::WriteAfterWrite { arg, tensor }
+                    };
+                    edges.push((w, why));
                 }
                 if mode.writes() {
-                    after.extend(track.readers.iter().copied().filter(|&r| r != index));
-                    writes.push(id);
+                    edges.extend(
+                        track.readers.iter().map(|&r| (r, GraphEdge::WriteAfterRead { arg, tensor })),
+                    );
+                    *track = Track { writer: Some(index), readers: Vec::new() };
                 } else {
-                    self.tensors[id].readers.push(index);
+                    track.readers.push(index);
                 }
             }
         }
-        for id in writes {
-            self.tensors[id] = Track { writer: Some(index), readers: Vec::new() };
-        }
         let mut seen: Vec<u32> = Vec::new();
-        for (from, why) in tensor_edges.into_iter().chain(after.into_iter().map(|r| (r, GraphEdge::After))) {
+        for (from, why) in edges {
             if from == index || seen.contains(&from) {
                 continue;
             }

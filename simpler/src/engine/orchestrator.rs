@@ -7,8 +7,11 @@
 //!    aliasing, explicit dependencies belong to this run);
 //! 1. claim a place in the task window (waits under back-pressure);
 //! 2. create the slot in BUILDING with all its task data and give the open scope a reference;
-//! 3. walk the tags through the TensorMap: readers find the live writers of overlapping bytes,
-//!    writers become the writer; every task naming an `orch.alloc` buffer retains its creator;
+//! 3. walk the tags through the TensorMap: readers find the live writers of overlapping bytes
+//!    (read after write) and are recorded as readers; writers find the live writers (write
+//!    after write) and the readers since (write after read) of overlapping bytes and become the
+//!    writer; `NoDep` tensors are not tracked; every task naming an `orch.alloc` buffer retains
+//!    its creator;
 //! 4. attach to each producer under its lock (completed producers add no live fanin, a failed
 //!    producer poisons the task);
 //! 5. publish: fanin count and BUILDING -> PENDING | READY in one step under the slot's lock;
@@ -31,6 +34,7 @@ use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
 use crate::engine::slot::{HeapHold, Slot, State, Target, TaskData};
+use crate::engine::tensor_map::Found;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
 
@@ -1011,24 +1015,28 @@ impl<'a> Orchestrator<'a> {
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
         let mut walk = self.eng.tensor_map.walk();
-        for args in &task.args {
-            for (t, tag) in args.tensors.iter().zip(&args.tags) {
+        let mut found = Found::default();
+        for (member, args) in task.args.iter().enumerate() {
+            for (arg, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
                 if t.desc().nbytes() == 0 {
                     continue;
                 }
                 let id = t.desc().identity();
-                let found = walk.lookup(self.run.id, id, t.view(), tag.reads());
-                if let Some(c) = found.creator {
+                // Readers wait for the writers (RaW, and retain them); writers wait for the
+                // writers (WaW) and the readers since (WaR), for ordering only.
+                if walk.visit(self.run.id, id, t.view(), *tag, &slot, (member, arg), &mut found)
+                    && !written.contains(&id)
+                {
+                    written.push(id);
+                }
+                if let Some(c) = found.creator.take() {
                     add(c, false, true);
                 }
-                for w in found.writers {
-                    add(w, true, true);
+                for w in found.writers.drain(..) {
+                    add(w, true, tag.reads());
                 }
-                if tag.writes() {
-                    if !written.contains(&id) {
-                        written.push(id);
-                    }
-                    walk.insert(self.run.id, id, *t.view(), slot.clone());
+                for r in found.readers.drain(..) {
+                    add(r, true, false);
                 }
             }
         }

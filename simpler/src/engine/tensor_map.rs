@@ -1,11 +1,16 @@
-//! The TensorMap: who last wrote which bytes, per run.
+//! The TensorMap: who last wrote, and who read since, which bytes, per run.
 //!
-//! Keyed by (run, buffer identity); each key holds the live writers' view footprints. A lookup
-//! returns every live writer whose footprint overlaps the view (see [`overlap`](crate::data::tensor::overlap)), so
-//! disjoint views of one buffer stay independent. An insert drops the entries the new view
-//! covers wholly and keeps partially covered ones (they still wrote some bytes). Keys never match
-//! across runs. The creator of an `orch.alloc` buffer stays under its key with a whole-buffer
-//! footprint until it is consumed, so every task that names the allocation can retain it.
+//! Keyed by (run, buffer identity); each key holds one list of footprints: the live writers'
+//! views and the readers' since those writes ([`Footprints`]). A task's tensor finds every
+//! footprint that overlaps its view (see [`overlap`](crate::data::tensor::overlap)), so disjoint
+//! views of one buffer stay independent: a reader waits for the overlapping writers (read after
+//! write), a writer for the overlapping writers (write after write) and readers (write after
+//! read), so no two unordered tasks are handed aliasing slices (only `Tag::NoDep` is untracked,
+//! and needs `unsafe`). A writer drops the footprints its view covers wholly and keeps partially
+//! covered ones (they still touched some bytes); a reader drops the finished readers. Keys never
+//! match across runs. The creator of an `orch.alloc` buffer stays under its key with a
+//! whole-buffer footprint until it is consumed, so every task that names the allocation can
+//! retain it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -14,12 +19,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::data::buffer::Identity;
-use crate::data::footprint::{Footprint, record_writer};
+use crate::data::footprint::{covers, touches};
+use crate::data::task_args::Tag;
 use crate::data::tensor::TensorView;
-use crate::engine::slot::Slot;
+use crate::engine::slot::{Slot, State};
 use crate::sys::sync;
-
-type Entry = Footprint<Arc<Slot>>;
 
 /// A multiply-rotate hasher (FxHash's mixing step) for the map's plain-integer keys: keys are
 /// minted by this process (not attacker-chosen), and SipHash was a visible share of submit cost.
@@ -48,7 +52,39 @@ impl Hasher for KeyHasher {
     }
 }
 
-type Map = HashMap<(u64, Identity), SmallVec<[Entry; 1]>, BuildHasherDefault<KeyHasher>>;
+/// One footprint: a task (or an allocation's creator) and which of its tensors touched the
+/// buffer. The view is read from the task's arguments (immutable once submitted), so an entry
+/// stays 16 bytes and a map bucket within a cache line: submit touches one bucket per tensor.
+struct Entry {
+    who: Arc<Slot>,
+    /// The member whose tensor this is; `CREATOR` for an allocation's creator (whole buffer).
+    member: u32,
+    /// The tensor's index in that member's arguments, with `READER` set for a reader.
+    arg: u32,
+}
+
+const CREATOR: u32 = u32::MAX;
+const READER: u32 = 1 << 31;
+
+impl Entry {
+    fn is_creator(&self) -> bool {
+        self.member == CREATOR
+    }
+
+    fn is_reader(&self) -> bool {
+        self.arg & READER != 0
+    }
+
+    /// The view this entry recorded (not for a creator).
+    fn view(&self) -> &TensorView {
+        self.who.task().args[self.member as usize].tensors[(self.arg & !READER) as usize].view()
+    }
+}
+
+/// The footprints of one buffer (see `data::footprint` for the rules).
+type Footprints = SmallVec<[Entry; 1]>;
+
+type Map = HashMap<(u64, Identity), Footprints, BuildHasherDefault<KeyHasher>>;
 
 /// The map; one mutex (the Orchestrator inserts and looks up, consumption erases).
 #[derive(Default)]
@@ -62,41 +98,80 @@ pub(crate) struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Looks up the writers of `view` (when `want_writers`) and the buffer's creator.
-    pub(crate) fn lookup(&self, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
-        lookup_in(&self.map, run, id, view, want_writers)
-    }
-
-    /// Records `slot` as the writer of `view`, dropping entries it covers wholly.
-    pub(crate) fn insert(&mut self, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
-        insert_in(&mut self.map, run, id, view, slot);
-    }
-}
-
-fn lookup_in(map: &Map, run: u64, id: Identity, view: &TensorView, want_writers: bool) -> Found {
-    let mut found = Found::default();
-    if let Some(entries) = map.get(&(run, id)) {
-        // One pass: this runs for every tensor of every submit.
-        for e in entries {
-            if e.view.is_none() {
+    /// One tensor of a submitting task (argument `arg` of member `member`), in one map access:
+    /// fills `found` with what the task waits for under `tag` and records it as a writer or
+    /// reader of `view`. Returns whether it recorded an entry (everything but `NoDep`), which
+    /// the slot erases when it is consumed.
+    #[expect(clippy::too_many_arguments, reason = "one call per tensor on the submit path")]
+    pub(crate) fn visit(
+        &mut self,
+        run: u64,
+        id: Identity,
+        view: &TensorView,
+        tag: Tag,
+        slot: &Arc<Slot>,
+        (member, arg): (usize, usize),
+        found: &mut Found,
+    ) -> bool {
+        if tag == Tag::NoDep {
+            // Untracked: only the allocation's creator, so the task retains its memory.
+            if let Some(fp) = self.map.get(&(run, id)) {
+                found.creator = fp.iter().find(|e| e.is_creator()).map(|e| e.who.clone());
+            }
+            return false;
+        }
+        let writes = tag.writes();
+        let entry = Entry {
+            who: slot.clone(),
+            member: member as u32,
+            arg: arg as u32 | if writes { 0 } else { READER },
+        };
+        let fp = match self.map.entry((run, id)) {
+            // Most tensors name a buffer nothing else touches yet: one write of the new bucket.
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(smallvec::smallvec![entry]);
+                return true;
+            }
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        };
+        // One pass, removing in place (order does not matter here): this runs for every tensor
+        // of every submit.
+        let mut i = 0;
+        while i < fp.len() {
+            let e = &fp[i];
+            let drop = if e.is_creator() {
                 found.creator = Some(e.who.clone());
-            } else if want_writers && e.writes_into(view) {
-                found.writers.push(e.who.clone());
+                false
+            } else if e.is_reader() && !writes {
+                // Finished readers order nothing: drop them, so a buffer that many tasks read
+                // does not grow a long list.
+                matches!(e.who.state(), State::Completed | State::Consumed)
+            } else {
+                let old = e.view();
+                if touches(old, view) {
+                    if e.is_reader() { &mut found.readers } else { &mut found.writers }.push(e.who.clone());
+                }
+                // A writer replaces what it covers wholly.
+                writes && covers(view, old)
+            };
+            if drop {
+                fp.swap_remove(i);
+            } else {
+                i += 1;
             }
         }
+        fp.push(entry);
+        true
     }
-    found
 }
 
-fn insert_in(map: &mut Map, run: u64, id: Identity, view: TensorView, slot: Arc<Slot>) {
-    record_writer(map.entry((run, id)).or_default(), view, slot);
-}
-
-/// What a lookup found for one tensor.
+/// What one tensor of a submitting task found.
 #[derive(Default)]
 pub(crate) struct Found {
     /// Live writers whose bytes overlap the view.
     pub(crate) writers: SmallVec<[Arc<Slot>; 2]>,
+    /// For a writer: the live readers whose bytes overlap the view.
+    pub(crate) readers: SmallVec<[Arc<Slot>; 2]>,
     /// The allocation that owns the buffer, if it is an `orch.alloc` buffer of this run.
     pub(crate) creator: Option<Arc<Slot>>,
 }
@@ -110,22 +185,29 @@ impl TensorMap {
     /// True while the allocation `id` of `run` is live (its creator not yet consumed).
     pub(crate) fn has_creator(&self, run: u64, id: Identity) -> bool {
         let map = sync::lock(&self.map);
-        map.get(&(run, id)).is_some_and(|entries| entries.iter().any(|e| e.view.is_none()))
+        map.get(&(run, id)).is_some_and(|fp| fp.iter().any(Entry::is_creator))
     }
 
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = sync::lock(&self.map);
-        map.entry((run, id)).or_default().push(Entry { view: None, who: slot });
+        map.entry((run, id)).or_default().push(Entry { who: slot, member: CREATOR, arg: 0 });
     }
 
     /// Removes every entry still owned by `slot` under the given keys.
     pub(crate) fn erase(&self, run: u64, keys: &[Identity], slot: &Arc<Slot>) {
         let mut map = sync::lock(&self.map);
         for id in keys {
-            if let Some(entries) = map.get_mut(&(run, *id)) {
-                entries.retain(|e| !Arc::ptr_eq(&e.who, slot));
-                if entries.is_empty() {
+            if let Some(fp) = map.get_mut(&(run, *id)) {
+                let mut i = 0;
+                while i < fp.len() {
+                    if Arc::ptr_eq(&fp[i].who, slot) {
+                        fp.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                if fp.is_empty() {
                     map.remove(&(run, *id));
                 }
             }

@@ -363,7 +363,7 @@ fn whole(desc: BufferDesc) -> Tensor {
 fn args(id: u64, tensors: &[(&Tensor, Tag)]) -> TaskArgs {
     let mut a = TaskArgs::new();
     for (t, tag) in tensors {
-        a.add_tensor(t, *tag).unwrap();
+        a.push_tensor(t, *tag).unwrap();
     }
     a.scalar(id);
     a
@@ -611,8 +611,8 @@ fn tensor_map_infers_exactly_the_documented_edges() {
     // RaW.
     let t0 = sub(&mut orch, &[(&whole(a), Tag::Output)]);
     let t1 = sub(&mut orch, &[(&whole(a), Tag::Input)]);
-    // WaW by Output: pure overwrite, no lookup; the covering write replaces the old writer.
-    let _t2 = sub(&mut orch, &[(&whole(b), Tag::Output)]);
+    // WaW by Output: waits for the writer; the covering write replaces the old writer.
+    let t2 = sub(&mut orch, &[(&whole(b), Tag::Output)]);
     let t3 = sub(&mut orch, &[(&whole(b), Tag::Output)]);
     let t4 = sub(&mut orch, &[(&whole(b), Tag::Input)]);
     // InOut waits for the writer and becomes it.
@@ -624,7 +624,7 @@ fn tensor_map_infers_exactly_the_documented_edges() {
     let _t9 = sub(&mut orch, &[(&whole(d), Tag::NoDep)]);
     let t10 = sub(&mut orch, &[(&whole(d), Tag::Input)]);
     // OutputExisting: like Output.
-    let _t11 = sub(&mut orch, &[(&whole(e), Tag::Output)]);
+    let t11 = sub(&mut orch, &[(&whole(e), Tag::Output)]);
     let t12 = sub(&mut orch, &[(&whole(e), Tag::OutputExisting)]);
     let t13 = sub(&mut orch, &[(&whole(e), Tag::Input)]);
     // Disjoint views: no edge; overlapping views: edge.
@@ -636,9 +636,9 @@ fn tensor_map_infers_exactly_the_documented_edges() {
     let t18 = sub(&mut orch, &[(&view(g, 0, 8), Tag::Output)]);
     let t19 = sub(&mut orch, &[(&whole(g), Tag::Input)]);
     let t20 = sub(&mut orch, &[(&view(g, 8, 8), Tag::Input)]);
-    // Readers never order each other, and WaR is not tracked.
+    // Readers never order each other; a writer waits for the writer (WaW) and the readers (WaR).
     let t21 = sub(&mut orch, &[(&whole(a), Tag::Input)]);
-    let _t22 = sub(&mut orch, &[(&whole(a), Tag::Output)]);
+    let t22 = sub(&mut orch, &[(&whole(a), Tag::Output)]);
     // Explicit dependencies.
     let t23 = sub(&mut orch, &[(&whole(h), Tag::NoDep)]);
     let mut x = args(100, &[]);
@@ -651,18 +651,26 @@ fn tensor_map_infers_exactly_the_documented_edges() {
     rig.wait(&run).unwrap();
 
     let tensor = |arg: u32, buf: BufferDesc| EdgeReason::Tensor { arg, buffer: buf.identity() };
+    let waw = |arg: u32, buf: BufferDesc| EdgeReason::WriteAfterWrite { arg, buffer: buf.identity() };
+    let war = |arg: u32, buf: BufferDesc| EdgeReason::WriteAfterRead { arg, buffer: buf.identity() };
     let want: BTreeSet<(u32, u32, String)> = [
         (t0, t1, tensor(0, a)),
+        (t2, t3, waw(0, b)),
         (t3, t4, tensor(0, b)),
         (t5, t6, tensor(0, c)),
         (t6, t7, tensor(0, c)),
         (t8, t10, tensor(0, d)),
+        (t11, t12, waw(0, e)),
         (t12, t13, tensor(0, e)),
         (t14, t16, tensor(0, f)),
+        (t17, t18, waw(0, g)),
         (t17, t19, tensor(0, g)),
         (t18, t19, tensor(0, g)),
         (t17, t20, tensor(0, g)),
         (t0, t21, tensor(0, a)),
+        (t0, t22, waw(0, a)),
+        (t1, t22, war(0, a)),
+        (t21, t22, war(0, a)),
         (t23, t24, EdgeReason::Explicit { retain: true }),
         (t23, t25, EdgeReason::Explicit { retain: false }),
     ]
@@ -683,34 +691,48 @@ fn tensor_map_infers_exactly_the_documented_edges() {
 }
 
 #[test]
-fn consumers_wait_for_their_producers_and_pure_writers_do_not() {
+fn consumers_wait_for_their_producers_and_writers_for_writers_and_readers() {
     let rig = Rig::manual(cfg(3, 0));
-    let (x, y) = (buffer(1), buffer(2));
+    let (x, y, z) = (buffer(1), buffer(2), buffer(3));
     let run = rig.begin();
     let mut orch = rig.orch(&run);
-    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
-    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap(); // RaW
-    orch.submit_next_level(&rig.chip, args(3, &[(&whole(y), Tag::Output)]), cc(), 2).unwrap();
-    // Output after Output does no lookup: it does not wait for task 3.
-    assert!(rig.nl[2].running().is_some_and(|s| s.id() == 3));
-    orch.submit_next_level(&rig.chip, args(4, &[(&whole(y), Tag::Output)]), cc(), 1).unwrap();
-    assert_eq!(rig.nl[1].running().map(|s| s.id()), Some(4), "WaW by Output runs at once");
-    // InOut after Output waits.
-    orch.submit_next_level(&rig.chip, args(5, &[(&whole(y), Tag::InOut)]), cc(), 2).unwrap();
-    assert!(!rig.drive_briefly(|| rig.was_dispatched(2) || rig.was_dispatched(5)));
-    rig.nl[2].finish(Outcome::Success); // task 3: task 5 still waits for 4
-    rig.drive("task 3 drained", || rig.in_flight() == 2);
-    assert!(!rig.was_dispatched(5));
-    rig.nl[1].finish(Outcome::Success); // task 4
-    rig.drive("task 5 to start", || rig.nl[2].running().is_some());
-    assert!(!rig.was_dispatched(2), "RaW consumer started before its producer ended");
+    let submit = |orch: &mut Orchestrator<'_>, id: u64, t: Tensor, tag: Tag, lane: u32| {
+        orch.submit_next_level(&rig.chip, args(id, &[(&t, tag)]), cc(), lane).unwrap();
+    };
+    // WaW: an Output after an Output starts only after the first completes.
+    submit(&mut orch, 1, whole(x), Tag::Output, 0);
+    submit(&mut orch, 2, whole(x), Tag::Output, 1);
+    assert!(rig.nl[0].running().is_some_and(|s| s.id() == 1));
+    assert!(
+        !rig.drive_briefly(|| rig.was_dispatched(2)),
+        "WaW: the second writer started before the first ended"
+    );
     rig.nl[0].finish(Outcome::Success); // task 1
     rig.drive("task 2 to start", || rig.nl[1].running().is_some());
-    rig.nl[1].finish(Outcome::Success);
-    rig.nl[2].finish(Outcome::Success);
+    // WaR: a writer after a reader starts only after the reader completes.
+    submit(&mut orch, 3, whole(y), Tag::Input, 2);
+    submit(&mut orch, 4, whole(y), Tag::Output, 0);
+    assert!(rig.nl[2].running().is_some_and(|s| s.id() == 3));
+    assert!(!rig.drive_briefly(|| rig.was_dispatched(4)), "WaR: the writer started before the reader ended");
+    rig.nl[2].finish(Outcome::Success); // task 3
+    rig.drive("task 4 to start", || rig.nl[0].running().is_some());
+    rig.nl[1].finish(Outcome::Success); // task 2
+    rig.drive("task 2 drained", || rig.in_flight() == 1);
+    // Disjoint views of one buffer: two writers run at once.
+    submit(&mut orch, 5, view(z, 0, 8), Tag::Output, 1);
+    submit(&mut orch, 6, view(z, 8, 8), Tag::Output, 2);
+    rig.drive("tasks 5 and 6 at once", || rig.nl[1].running().is_some() && rig.nl[2].running().is_some());
+    rig.nl[0].finish(Outcome::Success); // task 4
+    rig.drive("task 4 drained", || rig.in_flight() == 2);
+    // NoDep is untracked: it runs beside the running writers of the same bytes.
+    submit(&mut orch, 7, whole(z), Tag::NoDep, 0);
+    rig.drive("task 7 beside 5 and 6", || rig.nl[0].running().is_some());
+    for lane in 0..3 {
+        rig.nl[lane].finish(Outcome::Success);
+    }
     orch.finish(None);
     rig.wait(&run).unwrap();
-    assert_eq!(ids(&rig.dispatched()), vec![1, 3, 4, 5, 2]);
+    assert_eq!(ids(&rig.dispatched()), vec![1, 2, 3, 4, 5, 6, 7]);
     rig.assert_clean();
 }
 

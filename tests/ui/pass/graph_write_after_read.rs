@@ -1,4 +1,4 @@
-// A write after a read compiles: the macro orders it with an explicit edge.
+// A write after a read compiles: the engine orders it (a write-after-read edge).
 use simpler::{In, InOut, Out, callable, task_graph};
 
 #[callable(sub)]
@@ -28,7 +28,7 @@ fn main() {
     assert_eq!(g.node_count(), 4);
     let after: Vec<_> = g
         .edge_indices()
-        .filter(|&e| g[e] == simpler::GraphEdge::After)
+        .filter(|&e| matches!(g[e], simpler::GraphEdge::WriteAfterRead { .. }))
         .map(|e| {
             let (a, b) = g.edge_endpoints(e).unwrap();
             (g[a].index, g[b].index)

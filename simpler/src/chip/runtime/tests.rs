@@ -212,7 +212,7 @@ fn output_only_host_tensors_are_not_copied_in() {
 /// Tensor 0 (Output) read through a NoDep tag by `probe`, which copies it to tensor 1.
 fn peek_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> Result<()> {
     let mut a = TaskArgs::new();
-    a.add_tensor(args.tensor(0).unwrap(), Tag::NoDep)?.output(args.tensor(1).unwrap())?;
+    a.push_tensor(args.tensor(0).unwrap(), Tag::NoDep)?.output(args.tensor(1).unwrap())?;
     orch.submit_next_level(&h("probe"), a, cfg.clone(), 1).map(|_| ())
 }
 
