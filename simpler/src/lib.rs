@@ -85,7 +85,7 @@ pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
 pub use level::Level;
-pub use worker::{RunOptions, Worker, WorkerBuilder};
+pub use worker::{RunOptions, Worker, WorkerBuilder, WorkerKind, WorkerState, WorkerStatus};
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
 /// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function
