@@ -80,8 +80,10 @@ pub(crate) mod checked {
     #[cfg(not(all(test, loom)))]
     pub(crate) use std::sync::{Mutex, MutexGuard};
 
+    // `AtomicU32` only for the mailbox models: a real frame's state word lives in a shared
+    // mapping and is always `std`'s (rule M1 of `ipc::mailbox`).
     #[cfg(all(test, loom))]
-    pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU32, Ordering};
     #[cfg(all(test, loom))]
     pub(crate) use loom::sync::{Mutex, MutexGuard};
 
