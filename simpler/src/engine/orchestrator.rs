@@ -33,7 +33,7 @@ use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{HeapHold, Slot, State, Target, TaskData};
+use crate::engine::slot::{HeapHold, Published, Slot, State, Target, TaskData};
 use crate::engine::tensor_map::Found;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
@@ -1110,40 +1110,16 @@ impl<'a> Orchestrator<'a> {
         producer_failed: Option<Error>,
         written: SmallVec<[Identity; 4]>,
     ) {
-        enum Next {
-            Ready,
-            Pending,
-            Failed(Error),
-        }
-        let next = {
-            let mut l = slot.lock();
-            l.fanin_count = live;
-            l.written = written;
-            let poison = match producer_failed {
-                Some(cause) => Some(Error::new(
-                    ErrorKind::Poisoned,
-                    format!(
-                        "{} did not run: a task it depends on failed: {}",
-                        slot.describe(),
-                        cause.message()
-                    ),
-                )),
-                None => l.poisoned.take(),
-            };
-            if let Some(err) = poison {
-                Next::Failed(err)
-            } else if l.fanin_released >= live {
-                slot.set_state(State::Ready);
-                Next::Ready
-            } else {
-                slot.set_state(State::Pending);
-                Next::Pending
-            }
-        };
-        match next {
-            Next::Ready => self.eng.publish_ready(slot.clone()),
-            Next::Pending => {}
-            Next::Failed(err) => {
+        let producer_failed = producer_failed.map(|cause| {
+            Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run: a task it depends on failed: {}", slot.describe(), cause.message()),
+            )
+        });
+        match slot.publish(live, written, producer_failed) {
+            Published::Ready => self.eng.publish_ready(slot.clone()),
+            Published::Pending => {}
+            Published::Failed(err) => {
                 self.eng.fail_unstarted(slot, err);
             }
         }
