@@ -276,6 +276,7 @@ impl ChildGuard {
     }
 
     /// Blocks until the child ends, reaps it, and returns how it ended.
+    #[cfg(feature = "bench-support")]
     pub(crate) fn wait(&mut self) -> Result<WaitStatus> {
         assert!(!self.reaped, "child {} was already reaped", self.pid);
         let status = waitpid(self.pid, None).map_err(|e| Error::os("waitpid", e))?;
