@@ -159,3 +159,34 @@ fn group_larger_than_the_pool_is_rejected() {
     })
     .unwrap();
 }
+
+#[test]
+fn members_that_write_bytes_another_member_names_are_refused() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
+    let scratch = u32_buffer(&rig, 1);
+    let who = u32_buffer(&rig, 2);
+    rig.run(|orch| {
+        // Both members write slot 0 of `who`: they would run at once over the same bytes.
+        let same = (0..2).map(|_| member_args(&scratch, &who, 0, 2, Tag::Output, 0)).collect();
+        expect_err(
+            orch.submit_sub_group(&member, same),
+            ErrorKind::InvalidArgument,
+            &["member", "group members 0 and 1 overlap", "writes"],
+        );
+        // One reads what the other writes: refused too.
+        let mixed = vec![
+            member_args(&scratch, &who, 0, 2, Tag::Output, 0),
+            member_args(&scratch, &who, 0, 2, Tag::Input, 0),
+        ];
+        expect_err(orch.submit_sub_group(&member, mixed), ErrorKind::InvalidArgument, &["overlap"]);
+        assert_eq!(orch.task_count(), 0);
+        // Disjoint slots (and the untracked scratch word they share through atomics) are fine.
+        let disjoint = (0..2).map(|i| member_args(&scratch, &who, i, 2, Tag::Output, 0)).collect();
+        orch.submit_sub_group(&member, disjoint)?;
+        Ok(())
+    })
+    .unwrap();
+}

@@ -261,7 +261,7 @@ impl TaskArgs {
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
     /// # use simpler::__private::{Backing, ShmName};
-    /// # let desc = BufferDesc::new(Identity::new(1, 1, 1)?, Backing::PosixShm { name: ShmName::new("x")? }, Access::ReadWrite, 64)?;
+    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let flags = Tensor::new(desc, TensorView::new(0, &[2], None, DataType::Uint32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();

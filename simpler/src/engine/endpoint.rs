@@ -31,6 +31,9 @@ pub(crate) enum Outcome {
     TaskFailure(String),
     /// The task could not run: its target ran out of a fixed-size resource (device memory).
     ResourceExhausted(String),
+    /// The task failed because a worker below its target died (a SUB worker or chip of a
+    /// nested Worker); the target itself lives on.
+    WorkerDied(String),
     /// The worker itself is gone or broke its protocol; the lane is dead from now on.
     EndpointFailure(String),
 }
@@ -43,6 +46,13 @@ pub(crate) trait Endpoint: Send {
     fn poll(&mut self) -> Option<Outcome>;
     /// Stops the worker (close). Must not block for long.
     fn shutdown(&mut self) {}
+
+    /// Why the worker is known to be gone while no task runs on it (`None`: alive, as far as
+    /// is known). Called on every pass for each idle lane, so it must be cheap and never
+    /// block; a lane whose endpoint answers `Some` leaves service before it is given a task.
+    fn gone(&self) -> Option<String> {
+        None
+    }
 
     /// The CPU (plus one) the worker last ran on, if known: a hint that lets a waiting driver
     /// keep checking (peer on another CPU) or yield at once (peer on this CPU).

@@ -830,17 +830,7 @@ impl Engine {
         ready: &mut Vec<Arc<Slot>>,
     ) {
         self.fault_point("complete", Some(slot));
-        let (fanout, retained) = {
-            let mut l = slot.lock();
-            match &result {
-                Ok(()) => slot.set_state(State::Completed),
-                Err(e) => {
-                    slot.set_state(State::Failed);
-                    l.failure = Some(e.clone());
-                }
-            }
-            (std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained))
-        };
+        let (fanout, retained) = slot.settle(&result);
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, ok = result.is_ok(), "completion");
         match result {
             Ok(()) => {
@@ -910,13 +900,7 @@ impl Engine {
     }
 
     fn release_fanin(&self, consumer: &Arc<Slot>, ready: &mut Vec<Arc<Slot>>) {
-        let mut l = consumer.lock();
-        l.fanin_released += 1;
-        if consumer.state() == State::Pending
-            && l.fanin_released >= l.fanin_count
-            && consumer.cas(State::Pending, State::Ready)
-        {
-            drop(l);
+        if consumer.release_fanin() {
             ready.push(consumer.clone());
         }
     }
@@ -936,19 +920,7 @@ impl Engine {
     /// The state change and bookkeeping of [`Engine::fail_unstarted`] for one slot; returns
     /// its consumers for the caller to poison.
     fn fail_one(&self, slot: &Arc<Slot>, err: Error) -> Option<smallvec::SmallVec<[Arc<Slot>; 4]>> {
-        let (fanout, retained) = {
-            let mut l = slot.lock();
-            match slot.state() {
-                State::Building => slot.set_state(State::Failed),
-                s @ (State::Pending | State::Ready) if slot.cas(s, State::Failed) => {}
-                _ => return None,
-            }
-            l.failure = Some(err);
-            for m in l.members.iter_mut() {
-                *m = slot::Member::Skipped;
-            }
-            (std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained))
-        };
+        let (fanout, retained) = slot.fail_unstarted(err)?;
         slot.run.failed.fetch_add(1, Ordering::Relaxed);
         for p in retained {
             self.release_ref(&p);
@@ -968,14 +940,8 @@ impl Engine {
                 ErrorKind::Poisoned,
                 format!("{} did not run: {by} failed: {}", victim.describe(), cause.message()),
             );
-            if victim.state() == State::Building {
-                let mut l = victim.lock();
-                if victim.state() == State::Building {
-                    if l.poisoned.is_none() {
-                        l.poisoned = Some(poison);
-                    }
-                    continue;
-                }
+            if victim.mark_poisoned(&poison) {
+                continue;
             }
             let name = victim.describe();
             if let Some(fanout) = self.fail_one(&victim, poison) {
@@ -996,19 +962,13 @@ impl Engine {
 
     /// Drops one reference on `slot`; consumes it when it was the last (rule 4).
     pub(crate) fn release_ref(&self, slot: &Arc<Slot>) {
-        let consume = {
-            let mut l = slot.lock();
-            l.fanout_released += 1;
-            slot::consumable(slot.state(), &l)
-        };
-        if consume {
+        if slot.release() {
             self.consume(slot);
         }
     }
 
     fn consume(&self, slot: &Arc<Slot>) {
-        let from = slot.state();
-        if !matches!(from, State::Completed | State::Failed) || !slot.cas(from, State::Consumed) {
+        if !slot.claim_consumption() {
             return;
         }
         let (written, retained) = {

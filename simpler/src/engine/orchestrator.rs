@@ -33,7 +33,7 @@ use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{HeapHold, Slot, State, Target, TaskData};
+use crate::engine::slot::{HeapHold, Published, Slot, State, Target, TaskData};
 use crate::engine::tensor_map::Found;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
@@ -958,6 +958,9 @@ impl<'a> Orchestrator<'a> {
             self.validate_args(callable, args)?;
             self.validate_placement(callable, args, &target, member)?;
         }
+        if args_list.len() > 1 {
+            check_members_disjoint(callable, &args_list)?;
+        }
         // Step 1.
         self.claim_window("submit")?;
         if let Some(e) = self.run.first_error() {
@@ -1107,40 +1110,16 @@ impl<'a> Orchestrator<'a> {
         producer_failed: Option<Error>,
         written: SmallVec<[Identity; 4]>,
     ) {
-        enum Next {
-            Ready,
-            Pending,
-            Failed(Error),
-        }
-        let next = {
-            let mut l = slot.lock();
-            l.fanin_count = live;
-            l.written = written;
-            let poison = match producer_failed {
-                Some(cause) => Some(Error::new(
-                    ErrorKind::Poisoned,
-                    format!(
-                        "{} did not run: a task it depends on failed: {}",
-                        slot.describe(),
-                        cause.message()
-                    ),
-                )),
-                None => l.poisoned.take(),
-            };
-            if let Some(err) = poison {
-                Next::Failed(err)
-            } else if l.fanin_released >= live {
-                slot.set_state(State::Ready);
-                Next::Ready
-            } else {
-                slot.set_state(State::Pending);
-                Next::Pending
-            }
-        };
-        match next {
-            Next::Ready => self.eng.publish_ready(slot.clone()),
-            Next::Pending => {}
-            Next::Failed(err) => {
+        let producer_failed = producer_failed.map(|cause| {
+            Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run: a task it depends on failed: {}", slot.describe(), cause.message()),
+            )
+        });
+        match slot.publish(live, written, producer_failed) {
+            Published::Ready => self.eng.publish_ready(slot.clone()),
+            Published::Pending => {}
+            Published::Failed(err) => {
                 self.eng.fail_unstarted(slot, err);
             }
         }
@@ -1182,6 +1161,33 @@ impl<'a> Orchestrator<'a> {
 
 /// Access and aliasing of one task's tensors: each tag within what its buffer grants, and no
 /// two tensors of one buffer overlapping when either is written (the worker hands out `&mut`).
+/// The members of one group task run at the same time and nothing orders them: no member may
+/// write bytes another member names (`NoDep` tensors excepted: their caller took the ordering
+/// over, `TaskArgs::no_dep`).
+fn check_members_disjoint(callable: &CallableHandle, members: &[TaskArgs]) -> Result<()> {
+    use crate::data::task_args::Tag;
+    for (i, a) in members.iter().enumerate() {
+        for (j, b) in members.iter().enumerate().skip(i + 1) {
+            for (x, (ta, tag_a)) in a.tensors.iter().zip(&a.tags).enumerate() {
+                for (y, (tb, tag_b)) in b.tensors.iter().zip(&b.tags).enumerate() {
+                    if *tag_a == Tag::NoDep || *tag_b == Tag::NoDep || !(tag_a.writes() || tag_b.writes()) {
+                        continue;
+                    }
+                    if ta.desc().identity() == tb.desc().identity()
+                        && overlap(ta.view(), tb.view()) != Overlap::None
+                    {
+                        return Err(Error::invalid(format!(
+                            "{callable}: group members {i} and {j} overlap in buffer {} (tensor {x} of member {i}, tensor {y} of member {j}) and one of them writes it; members run at the same time, so give each its own view",
+                            ta.desc().identity()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn check_tensor_args(callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
     for (i, (t, tag)) in args.tensors.iter().zip(&args.tags).enumerate() {
         let granted = t.desc().access();

@@ -257,6 +257,7 @@ impl Scheduler {
         let mut progress = false;
         for i in 0..self.lanes.len() {
             if self.lanes[i].busy.is_none() {
+                progress |= self.check_idle(i);
                 continue;
             }
             let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
@@ -293,6 +294,10 @@ impl Scheduler {
                     ErrorKind::ResourceExhausted,
                     format!("{} failed on {lane_name}: {msg}", slot.describe()),
                 )),
+                Ok(Outcome::WorkerDied(msg)) => Err(Error::new(
+                    ErrorKind::WorkerDied,
+                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
+                )),
                 Ok(Outcome::EndpointFailure(msg)) => {
                     self.lanes[i].dead = Some(msg.clone());
                     Err(Error::new(
@@ -308,6 +313,23 @@ impl Scheduler {
             self.route(slot);
         }
         progress
+    }
+
+    /// Takes idle lane `i` out of service if its worker is known to be gone, before any task
+    /// is given to it (a panic asking counts as gone: the endpoint cannot be trusted, rule 5 of
+    /// the engine). Returns whether the lane left service.
+    fn check_idle(&mut self, i: usize) -> bool {
+        if self.lanes[i].dead.is_some() {
+            return false;
+        }
+        let gone = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.gone())) {
+            Ok(None) => return false,
+            Ok(Some(why)) => why,
+            Err(panic) => format!("its endpoint panicked in gone: {}", panic_message(&*panic)),
+        };
+        tracing::warn!(target: "simpler::scheduler", worker = %self.lanes[i].kind, "{gone}; out of service");
+        self.lanes[i].dead = Some(gone);
+        true
     }
 
     /// Completes `slot` ([`Engine::complete`]), containing a panic there (rule 5 of the engine:

@@ -22,9 +22,14 @@
 //!    marked (`poisoned`), and the submitting thread fails it at publication.
 //! 4. A slot is consumed once it is terminal and `fanout_released >= fanout_total + 1` (the `+1`
 //!    is its own release at completion). Consumption is a CAS to CONSUMED, so it happens once.
+//!
+//! The state word and the lock come from the sync facade (`sys::sync::checked`), and each
+//! transition's locked step is a method here that the engine calls ([`Slot::settle`],
+//! [`Slot::release_fanin`], [`Slot::fail_unstarted`], [`Slot::mark_poisoned`], [`Slot::publish`],
+//! [`Slot::release`], [`Slot::claim_consumption`]), so the `loom` models at the end of this file
+//! run the same code under every interleaving.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -34,7 +39,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::run::RunState;
 use crate::error::Error;
-use crate::sys::sync;
+use crate::sys::sync::checked::{self as sync, AtomicU8, Mutex, MutexGuard, Ordering};
 
 /// Slot states (upstream `TaskState` numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +204,102 @@ impl Slot {
         sync::lock(&self.links)
     }
 
+    /// Completion's step under the lock: the slot settles as COMPLETED or FAILED (recording the
+    /// failure) and hands back its consumers and the producers it retained.
+    pub(crate) fn settle(&self, result: &std::result::Result<(), Error>) -> (Fanout, Fanout) {
+        let mut l = self.lock();
+        match result {
+            Ok(()) => self.set_state(State::Completed),
+            Err(e) => {
+                self.set_state(State::Failed);
+                l.failure = Some(e.clone());
+            }
+        }
+        (std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained))
+    }
+
+    /// One producer of this consumer completed: true when that released its last fanin and
+    /// this call won PENDING -> READY (rules 1, 2), so the caller queues it.
+    pub(crate) fn release_fanin(&self) -> bool {
+        let mut l = self.lock();
+        l.fanin_released += 1;
+        self.state() == State::Pending
+            && l.fanin_released >= l.fanin_count
+            && self.cas(State::Pending, State::Ready)
+    }
+
+    /// Failing a slot that has not started, under its lock (rule 1): a BUILDING slot (only its
+    /// submitting thread calls this then) or a PENDING / READY one whose CAS this call wins
+    /// moves to FAILED with `err`, its members skipped; returns its consumers and the producers
+    /// it retained. `None`, changing nothing, when the slot was past that.
+    pub(crate) fn fail_unstarted(&self, err: Error) -> Option<(Fanout, Fanout)> {
+        let mut l = self.lock();
+        match self.state() {
+            State::Building => self.set_state(State::Failed),
+            s @ (State::Pending | State::Ready) if self.cas(s, State::Failed) => {}
+            _ => return None,
+        }
+        l.failure = Some(err);
+        for m in l.members.iter_mut() {
+            *m = Member::Skipped;
+        }
+        Some((std::mem::take(&mut l.fanout), std::mem::take(&mut l.retained)))
+    }
+
+    /// Rule 3 for a consumer still BUILDING: marks it poisoned (the first cause wins) and
+    /// returns true; false when it was published already, so the caller fails it instead.
+    pub(crate) fn mark_poisoned(&self, poison: &Error) -> bool {
+        if self.state() != State::Building {
+            return false;
+        }
+        let mut l = self.lock();
+        if self.state() != State::Building {
+            return false;
+        }
+        if l.poisoned.is_none() {
+            l.poisoned = Some(poison.clone());
+        }
+        true
+    }
+
+    /// Publication (rule 2): stores the fanin count and what the slot wrote, then moves
+    /// BUILDING to READY (every live producer already released it) or PENDING, or reports the
+    /// failure it must take instead: `producer_failed` (a producer found FAILED at attach), else
+    /// the poison a failing producer marked it with meanwhile (rule 3).
+    pub(crate) fn publish(
+        &self,
+        live: u32,
+        written: SmallVec<[Identity; 4]>,
+        producer_failed: Option<Error>,
+    ) -> Published {
+        let mut l = self.lock();
+        l.fanin_count = live;
+        l.written = written;
+        if let Some(err) = producer_failed.or_else(|| l.poisoned.take()) {
+            Published::Failed(err)
+        } else if l.fanin_released >= live {
+            self.set_state(State::Ready);
+            Published::Ready
+        } else {
+            self.set_state(State::Pending);
+            Published::Pending
+        }
+    }
+
+    /// Drops one reference (rule 4): true when the slot is now consumable, so the caller
+    /// consumes it ([`Slot::claim_consumption`]).
+    pub(crate) fn release(&self) -> bool {
+        let mut l = self.lock();
+        l.fanout_released += 1;
+        consumable(self.state(), &l)
+    }
+
+    /// Rule 4: the CAS of a terminal slot to CONSUMED; true for the one caller that consumes it.
+    pub(crate) fn claim_consumption(&self) -> bool {
+        let from = self.state();
+        matches!(from, State::Completed | State::Failed) && self.cas(from, State::Consumed)
+    }
+
     pub(crate) fn task(&self) -> &TaskData {
         self.task.as_ref().expect("dispatched slots carry task data")
     }
@@ -212,7 +313,185 @@ impl Slot {
     }
 }
 
+/// Consumers or retained producers, as a slot's links hold them.
+pub(crate) type Fanout = SmallVec<[Arc<Slot>; 4]>;
+
+/// What [`Slot::publish`] did.
+pub(crate) enum Published {
+    /// Now READY: the caller queues it.
+    Ready,
+    /// Now PENDING: its last producer's completion makes it ready.
+    Pending,
+    /// Still BUILDING: the caller fails it with this error ([`Slot::fail_unstarted`]).
+    Failed(Error),
+}
+
 /// Rule 4: true when a terminal slot has been released by everyone who holds it.
 pub(crate) fn consumable(state: State, links: &Links) -> bool {
     matches!(state, State::Completed | State::Failed) && links.fanout_released > links.fanout_total
+}
+
+/// `loom` models of rules 1-4: the transitions the engine runs, raced under every interleaving
+/// (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn slot() -> Arc<Slot> {
+        Arc::new(Slot::new(Arc::new(RunState::new(0, false)), 0, None, None))
+    }
+
+    fn check(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    fn err() -> Error {
+        Error::new(ErrorKind::Poisoned, "a producer failed")
+    }
+
+    /// The submitting thread's attach (step 4) and publication (rule 2) of `consumer` after
+    /// `producer`; returns what publication did.
+    fn attach_and_publish(producer: &Arc<Slot>, consumer: &Arc<Slot>) -> Published {
+        let mut live = 0;
+        let mut failed = None;
+        {
+            let mut pl = producer.lock();
+            match producer.state() {
+                State::Consumed | State::Completed => {}
+                State::Failed => failed = pl.failure.clone(),
+                _ => {
+                    pl.fanout.push(consumer.clone());
+                    live += 1;
+                }
+            }
+        }
+        consumer.publish(live, SmallVec::new(), failed)
+    }
+
+    /// A dispatcher (READY -> RUNNING, then completion) races a failure of the unstarted task
+    /// (a cancel or a poisoning producer): exactly one of them wins, and the slot ends as the
+    /// winner left it.
+    #[test]
+    fn loom_dispatch_and_fail_have_one_winner() {
+        check(|| {
+            let s = slot();
+            assert!(matches!(s.publish(0, SmallVec::new(), None), Published::Ready));
+            let s2 = s.clone();
+            let dispatcher = loom::thread::spawn(move || {
+                if s2.cas(State::Ready, State::Running) {
+                    s2.settle(&Ok(()));
+                    true
+                } else {
+                    false
+                }
+            });
+            let failed = s.fail_unstarted(err()).is_some();
+            let ran = dispatcher.join().unwrap();
+            assert!(ran != failed, "ran {ran}, failed {failed}");
+            let l = s.lock();
+            assert_eq!(s.state(), if ran { State::Completed } else { State::Failed });
+            assert_eq!(l.failure.is_some(), failed);
+        });
+    }
+
+    /// Completion's own release, the scope's and a retaining consumer's race: the slot is
+    /// consumed exactly once, and only after the last of them.
+    #[test]
+    fn loom_consumed_once_after_the_last_release() {
+        check(|| {
+            let s = slot();
+            s.lock().fanout_total += 1; // a consumer retains it
+            assert!(matches!(s.publish(0, SmallVec::new(), None), Published::Ready));
+            assert!(s.cas(State::Ready, State::Running));
+            let claims = loom::sync::Arc::new(AtomicUsize::new(0));
+            let release = |s: &Slot, claims: &AtomicUsize| {
+                if s.release() && s.claim_consumption() {
+                    claims.fetch_add(1, Ordering::Relaxed);
+                }
+            };
+            let (s2, c2) = (s.clone(), claims.clone());
+            let completer = loom::thread::spawn(move || {
+                s2.settle(&Ok(()));
+                release(&s2, &c2);
+            });
+            let (s3, c3) = (s.clone(), claims.clone());
+            let consumer = loom::thread::spawn(move || release(&s3, &c3));
+            release(&s, &claims); // the scope's reference
+            completer.join().unwrap();
+            consumer.join().unwrap();
+            assert_eq!(claims.load(Ordering::Relaxed), 1);
+            assert_eq!(s.state(), State::Consumed);
+            assert_eq!(s.lock().fanout_released, 3);
+        });
+    }
+
+    /// A producer completes while its consumer is attached and published (rule 2): the
+    /// consumer becomes READY exactly once, by whichever side saw the last fanin.
+    #[test]
+    fn loom_publication_and_completion_ready_once() {
+        check(|| {
+            let (p, c) = (slot(), slot());
+            assert!(matches!(p.publish(0, SmallVec::new(), None), Published::Ready));
+            assert!(p.cas(State::Ready, State::Running));
+            let readied = loom::sync::Arc::new(AtomicUsize::new(0));
+            let (p2, r2) = (p.clone(), readied.clone());
+            let producer = loom::thread::spawn(move || {
+                let (fanout, _) = p2.settle(&Ok(()));
+                for consumer in fanout {
+                    if consumer.release_fanin() {
+                        r2.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            match attach_and_publish(&p, &c) {
+                Published::Ready => {
+                    readied.fetch_add(1, Ordering::Relaxed);
+                }
+                Published::Pending => {}
+                Published::Failed(e) => panic!("nothing failed: {e}"),
+            }
+            producer.join().unwrap();
+            assert_eq!(readied.load(Ordering::Relaxed), 1);
+            assert_eq!(c.state(), State::Ready);
+        });
+    }
+
+    /// A producer fails while its consumer is attached and published (rule 3): the consumer
+    /// is failed exactly once (poisoned while BUILDING and failed at publication, or failed by
+    /// the producer), and never becomes READY.
+    #[test]
+    fn loom_publication_and_failure_fail_once() {
+        check(|| {
+            let (p, c) = (slot(), slot());
+            assert!(matches!(p.publish(0, SmallVec::new(), None), Published::Ready));
+            assert!(p.cas(State::Ready, State::Running));
+            let failed = loom::sync::Arc::new(AtomicUsize::new(0));
+            let (p2, f2) = (p.clone(), failed.clone());
+            let producer = loom::thread::spawn(move || {
+                let cause = err();
+                let (fanout, _) = p2.settle(&Err(cause.clone()));
+                for victim in fanout {
+                    if !victim.mark_poisoned(&cause) && victim.fail_unstarted(cause.clone()).is_some() {
+                        f2.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            match attach_and_publish(&p, &c) {
+                Published::Failed(e) => {
+                    assert!(c.fail_unstarted(e).is_some());
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                Published::Pending => {}
+                Published::Ready => panic!("a consumer of a failed producer became READY"),
+            }
+            producer.join().unwrap();
+            assert_eq!(failed.load(Ordering::Relaxed), 1);
+            assert_eq!(c.state(), State::Failed);
+        });
+    }
 }

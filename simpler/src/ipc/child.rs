@@ -73,6 +73,9 @@ pub(crate) const ERR_DEVICE: i32 = 4;
 /// Frame error code: a fixed-size resource (a chip's device memory) cannot hold what the task
 /// or request needs; the parent reports it as `ErrorKind::ResourceExhausted`.
 pub(crate) const ERR_RESOURCE: i32 = 5;
+/// Frame error code: a worker below the child (a nested Worker's SUB worker or chip) died and
+/// the task or request failed with it; the parent reports it as `ErrorKind::WorkerDied`.
+pub(crate) const ERR_WORKER_DIED: i32 = 6;
 
 /// The function a `REGISTER_*` control carries, typed by its command (rule C1).
 #[derive(Debug, Clone, Copy)]

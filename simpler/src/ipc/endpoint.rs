@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
-use crate::ipc::child::ERR_RESOURCE;
+use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED};
 use crate::ipc::mailbox::MailboxRegion;
 use crate::sys::process::ExitBoard;
 
@@ -15,6 +15,8 @@ pub(crate) struct MailboxEndpoint {
     index: usize,
     pid: i32,
     exits: Arc<ExitBoard>,
+    /// What the child is to the user ("sub worker 1", "chip 0"), for messages.
+    label: String,
 }
 
 impl MailboxEndpoint {
@@ -23,8 +25,9 @@ impl MailboxEndpoint {
         index: usize,
         pid: i32,
         exits: Arc<ExitBoard>,
+        label: String,
     ) -> MailboxEndpoint {
-        MailboxEndpoint { region, index, pid, exits }
+        MailboxEndpoint { region, index, pid, exits, label }
     }
 }
 
@@ -59,6 +62,7 @@ impl Endpoint for MailboxEndpoint {
             return Some(match r {
                 Ok(()) => Outcome::Success,
                 Err(e) if e.code == ERR_RESOURCE => Outcome::ResourceExhausted(e.message),
+                Err(e) if e.code == ERR_WORKER_DIED => Outcome::WorkerDied(e.message),
                 Err(e) => Outcome::TaskFailure(e.message),
             });
         }
@@ -69,5 +73,14 @@ impl Endpoint for MailboxEndpoint {
         self.exits.exit_of(self.index).map(|how| {
             Outcome::EndpointFailure(format!("(process {}) died: the worker process {how}", self.pid))
         })
+    }
+
+    fn gone(&self) -> Option<String> {
+        // One atomic load while the child lives: this runs on every pass.
+        if !self.exits.has_exited(self.index) {
+            return None;
+        }
+        let how = self.exits.exit_of(self.index)?;
+        Some(format!("{} (process {}) died while idle: the worker process {how}", self.label, self.pid))
     }
 }

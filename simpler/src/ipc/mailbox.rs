@@ -255,14 +255,65 @@ const _: () = {
     assert!(SLOTS_OFFSET.is_multiple_of(align_of::<Slot>()));
 };
 
+/// A frame's state word: the shared mapping's `AtomicU32`, or (in the `loom` models) the sync
+/// facade's, so the claims and hand-overs below are the code the models check.
+trait StateWord {
+    fn load(&self, order: Ordering) -> u32;
+    fn store(&self, value: u32, order: Ordering);
+    fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> std::result::Result<u32, u32>;
+}
+
+macro_rules! state_word {
+    ($t:ty) => {
+        impl StateWord for $t {
+            fn load(&self, order: Ordering) -> u32 {
+                <$t>::load(self, order)
+            }
+            fn store(&self, value: u32, order: Ordering) {
+                <$t>::store(self, value, order)
+            }
+            fn compare_exchange(
+                &self,
+                current: u32,
+                new: u32,
+                success: Ordering,
+                failure: Ordering,
+            ) -> std::result::Result<u32, u32> {
+                <$t>::compare_exchange(self, current, new, success, failure)
+            }
+        }
+    };
+}
+state_word!(AtomicU32);
+#[cfg(all(test, loom))]
+state_word!(crate::sys::sync::checked::AtomicU32);
+
+/// Claims a frame by moving its state word from `from` to `BUSY` (rule M3). `Err` holds the
+/// state found instead.
+fn claim(state: &(impl StateWord + ?Sized), from: u32) -> std::result::Result<(), u32> {
+    state.compare_exchange(from, BUSY, Ordering::Acquire, Ordering::Acquire).map(drop)
+}
+
+/// Claims a frame that a peer hands over as `from` (M3, M4), if it is there: a cheap Relaxed
+/// look first, then the Acquire claim.
+fn claim_if(state: &(impl StateWord + ?Sized), from: u32) -> bool {
+    state.load(Ordering::Relaxed) == from && claim(state, from).is_ok()
+}
+
 /// Stores `next` into a claimed frame's state word (Release) when dropped: the hand-over of rule
 /// M4, which also happens if the code filling the frame unwinds.
-struct Handover<'f> {
-    state: &'f AtomicU32,
+struct Handover<'f, W: StateWord + ?Sized = AtomicU32> {
+    state: &'f W,
     next: u32,
 }
 
-impl Drop for Handover<'_> {
+impl<W: StateWord + ?Sized> Drop for Handover<'_, W> {
     fn drop(&mut self) {
         self.state.store(self.next, Ordering::Release);
     }
@@ -272,7 +323,7 @@ impl Frame {
     /// Claims the frame by moving it from `from` to `BUSY` (rule M3). `Err` holds the state
     /// found instead.
     fn claim(&self, from: u32) -> std::result::Result<(), u32> {
-        self.state.compare_exchange(from, BUSY, Ordering::Acquire, Ordering::Acquire).map(drop)
+        claim(&self.state, from)
     }
 
     /// Writes the error code and message (truncated on a character boundary, NUL-terminated).
@@ -571,7 +622,7 @@ impl<'a> Mailbox<'a> {
     /// otherwise `None`. Never blocks.
     pub(crate) fn take_task_result(&self) -> Option<std::result::Result<(), FrameError>> {
         let frame = &self.slot.task;
-        if frame.state.load(Ordering::Relaxed) != TASK_DONE || frame.claim(TASK_DONE).is_err() {
+        if !claim_if(&frame.state, TASK_DONE) {
             return None;
         }
         // SAFETY: rule M3 — we claimed the frame from TASK_DONE, so we own its fields, and the
@@ -762,7 +813,7 @@ impl<'a> Mailbox<'a> {
     /// [`finish_task`](Mailbox::finish_task) (rule M5).
     pub(crate) fn task_request(&self) -> Option<TaskRequest<'a>> {
         let frame: &'a Frame = &self.slot.task;
-        if frame.state.load(Ordering::Relaxed) != TASK_READY || frame.claim(TASK_READY).is_err() {
+        if !claim_if(&frame.state, TASK_READY) {
             return None;
         }
         // SAFETY: rule M3 — we claimed the frame, so we own its fields, and the Acquire claim
@@ -944,3 +995,112 @@ fn bounded_timeout(deadline: Option<Instant>, give_up: &impl Fn() -> bool) -> Op
 
 #[cfg(test)]
 mod tests;
+
+/// `loom` models of the task frame's state word (rules M3, M4) and the shutdown word, on a plain
+/// struct of facade atomics driven by the mailbox's own `claim_if` and `Handover`
+/// (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`). The frame's fields are
+/// a `loom` cell, so an access outside its owner's claim is reported as a race.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
+
+    use super::*;
+    use crate::sys::sync::checked::AtomicU32 as Word;
+
+    struct ModelFrame {
+        state: Word,
+        shutdown: Word,
+        /// The frame's fields: the request, then the reply.
+        fields: UnsafeCell<u64>,
+    }
+
+    fn check(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.check(f);
+    }
+
+    /// The child loop: takes the task (`TASK_READY` -> `BUSY`), replies (`TASK_DONE`), and
+    /// leaves once it sees shutdown; returns how many tasks it ran.
+    fn child(f: &ModelFrame) -> u32 {
+        let mut ran = 0;
+        loop {
+            if claim_if(&f.state, TASK_READY) {
+                let _done = Handover { state: &f.state, next: TASK_DONE };
+                // SAFETY: rule M3 — the claim won, so the child owns the fields until `_done`.
+                f.fields.with_mut(|v| unsafe { *v = *v * 10 + 1 });
+                ran += 1;
+            } else if f.shutdown.load(Ordering::Acquire) != 0 {
+                return ran;
+            }
+            loom::thread::yield_now();
+        }
+    }
+
+    /// Parent posts a task, collects it, then requests shutdown, while the child loop runs: the
+    /// child runs it exactly once, the parent reads the child's reply (hand-over, M4), the
+    /// child leaves, and the frame ends `IDLE`.
+    #[test]
+    fn loom_post_take_and_shutdown() {
+        check(|| {
+            let f = Arc::new(ModelFrame {
+                state: Word::new(IDLE),
+                shutdown: Word::new(0),
+                fields: UnsafeCell::new(0),
+            });
+            let f2 = f.clone();
+            let c = loom::thread::spawn(move || child(&f2));
+            assert!(claim(&f.state, IDLE).is_ok());
+            {
+                let _post = Handover { state: &f.state, next: TASK_READY };
+                // SAFETY: rule M3 — the parent claimed the IDLE frame; it owns it until `_post`.
+                f.fields.with_mut(|v| unsafe { *v = 4 });
+            }
+            while !claim_if(&f.state, TASK_DONE) {
+                loom::thread::yield_now();
+            }
+            // SAFETY: rules M3, M4 — claimed from TASK_DONE; the Acquire claim sees the reply.
+            let reply = f.fields.with(|v| unsafe { *v });
+            f.state.store(IDLE, Ordering::Release);
+            f.shutdown.store(1, Ordering::Release);
+            assert_eq!(reply, 41);
+            assert_eq!(c.join().unwrap(), 1);
+            assert_eq!(f.state.load(Ordering::Acquire), IDLE);
+        });
+    }
+
+    /// One party's collection: claims the frame from `from`, touches its fields, gives it
+    /// back as `IDLE`.
+    fn take(f: &ModelFrame, from: u32) -> bool {
+        if !claim_if(&f.state, from) {
+            return false;
+        }
+        let _back = Handover { state: &f.state, next: IDLE };
+        // SAFETY: rule M3 — this claim won, so this party owns the fields until `_back` drops.
+        f.fields.with_mut(|v| unsafe { *v += 1 });
+        true
+    }
+
+    /// Two parties race to collect one `TASK_DONE` (and two to take one `TASK_READY`): exactly
+    /// one claim wins each, and the loser touches no field.
+    #[test]
+    fn loom_no_double_claim() {
+        for from in [TASK_DONE, TASK_READY] {
+            check(move || {
+                let f = Arc::new(ModelFrame {
+                    state: Word::new(from),
+                    shutdown: Word::new(0),
+                    fields: UnsafeCell::new(0),
+                });
+                let f2 = f.clone();
+                let other = loom::thread::spawn(move || take(&f2, from));
+                let mine = take(&f, from);
+                let theirs = other.join().unwrap();
+                assert!(mine != theirs, "one claim wins");
+                // SAFETY: both parties are joined; nobody else holds the frame.
+                assert_eq!(f.fields.with(|v| unsafe { *v }), 1);
+            });
+        }
+    }
+}

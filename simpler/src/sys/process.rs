@@ -54,9 +54,20 @@ pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
     }
 }
 
+/// How a child ended, as its wait status said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal (this number) killed it.
+    Signaled(i32),
+    /// It could not be waited for (its status is unknown).
+    Unknown,
+}
+
 /// How each child ended, filled by the monitor thread.
 pub(crate) struct ExitBoard {
-    state: Mutex<Vec<Option<String>>>,
+    state: Mutex<Vec<Option<(String, Ended)>>>,
     /// Lock-free "has exited" flags, for the scheduler's per-poll check.
     exited: Vec<std::sync::atomic::AtomicBool>,
     changed: Condvar,
@@ -71,9 +82,9 @@ impl ExitBoard {
         }
     }
 
-    fn set(&self, i: usize, how: String) {
+    fn set(&self, i: usize, how: String, ended: Ended) {
         let mut st = sync::lock(&self.state);
-        st[i] = Some(how);
+        st[i] = Some((how, ended));
         self.exited[i].store(true, std::sync::atomic::Ordering::Release);
         self.changed.notify_all();
     }
@@ -85,7 +96,12 @@ impl ExitBoard {
 
     /// How child `i` ended, if it has.
     pub(crate) fn exit_of(&self, i: usize) -> Option<String> {
-        sync::lock(&self.state)[i].clone()
+        sync::lock(&self.state)[i].as_ref().map(|(how, _)| how.clone())
+    }
+
+    /// How child `i` ended (its status), if it has.
+    pub(crate) fn ended(&self, i: usize) -> Option<Ended> {
+        sync::lock(&self.state)[i].as_ref().map(|&(_, e)| e)
     }
 
     /// Waits until every child in `which` has exited or the deadline passes; true if all did.
@@ -104,13 +120,16 @@ impl ExitBoard {
     }
 }
 
-fn describe(status: WaitStatus) -> Option<String> {
+fn describe(status: WaitStatus) -> Option<(String, Ended)> {
     match status {
-        WaitStatus::Exited(_, code) => Some(format!("exited with status {code}")),
-        WaitStatus::Signaled(_, sig, core) => Some(format!(
-            "was killed by signal {} ({sig:?}){}",
-            sig as i32,
-            if core { ", core dumped" } else { "" }
+        WaitStatus::Exited(_, code) => Some((format!("exited with status {code}"), Ended::Exited(code))),
+        WaitStatus::Signaled(_, sig, core) => Some((
+            format!(
+                "was killed by signal {} ({sig:?}){}",
+                sig as i32,
+                if core { ", core dumped" } else { "" }
+            ),
+            Ended::Signaled(sig as i32),
         )),
         _ => None,
     }
@@ -217,14 +236,14 @@ fn monitor_loop(
             }
             match waitpid(Pid::from_raw(pids[i]), Some(WaitPidFlag::WNOHANG)) {
                 Ok(status) => match describe(status) {
-                    Some(how) => {
-                        board.set(i, how);
+                    Some((how, ended)) => {
+                        board.set(i, how, ended);
                         on_exit(i);
                     }
                     None => still.push(i),
                 },
                 Err(e) => {
-                    board.set(i, format!("could not be waited for ({e})"));
+                    board.set(i, format!("could not be waited for ({e})"), Ended::Unknown);
                     on_exit(i);
                 }
             }

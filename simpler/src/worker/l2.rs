@@ -20,6 +20,7 @@ use crate::sys::sync;
 use crate::worker::builder::WorkerBuilder;
 use crate::worker::callables::Callable;
 use crate::worker::runtime::Runtime;
+use crate::worker::status::WorkerStatus;
 
 /// A started L2 Worker: its chip's runtime, in this process.
 pub(super) struct L2Chip {
@@ -112,6 +113,10 @@ impl L2Chip {
 
 impl Runtime for L2Chip {
     fn child_pids(&self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    fn workers(&self) -> Vec<WorkerStatus> {
         Vec::new()
     }
 

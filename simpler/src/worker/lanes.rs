@@ -8,6 +8,7 @@
 
 use crate::callable::identity::CallableKind;
 use crate::level::Level;
+use crate::worker::status::WorkerKind;
 
 /// A Worker's children, by mailbox index.
 #[derive(Debug, Clone)]
@@ -46,6 +47,15 @@ impl Lanes {
                 (0..next).filter(|&j| self.chips_below.get(j) == Some(&true)).map(|j| sub + j).collect()
             }
             _ => (sub..sub + next).collect(),
+        }
+    }
+
+    /// The kind and id of the child behind mailbox `i`.
+    pub(super) fn kind_of(&self, i: usize) -> (WorkerKind, u32) {
+        match (i < self.sub, self.nested) {
+            (true, _) => (WorkerKind::Sub, i as u32),
+            (false, false) => (WorkerKind::Chip, (i - self.sub) as u32),
+            (false, true) => (WorkerKind::Nested, (i - self.sub) as u32),
         }
     }
 

@@ -41,10 +41,12 @@ mod lanes;
 mod options;
 mod runtime;
 mod serve;
+mod status;
 mod tree;
 
 pub use builder::WorkerBuilder;
 pub use options::RunOptions;
+pub use status::{WorkerKind, WorkerState, WorkerStatus};
 
 /// Where a Worker is in its life.
 enum State {
@@ -241,7 +243,9 @@ impl Worker {
         }
     }
 
-    /// Process ids of the forked workers (empty before `init` and after `close`).
+    /// Process ids of the forked workers that are alive (empty before `init` and after
+    /// `close`); a worker that died leaves the list once its exit is seen (see
+    /// [`workers`](Worker::workers)).
     ///
     /// For tests and diagnostics: e.g. to check that `close` reaped every child.
     ///
@@ -264,6 +268,39 @@ impl Worker {
     pub fn child_pids(&self) -> Vec<i32> {
         match &self.state {
             State::Started(rt) => rt.child_pids(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every forked worker of this Worker (SUB workers, then chips or nested Workers), with
+    /// whether it lives and, for a dead one, how it ended (empty before `init`, after `close`,
+    /// and for an L2 Worker, which forks nothing).
+    ///
+    /// A worker's death is seen as soon as its process ends: from then on the scheduler gives
+    /// it no task (SUB tasks go to the live SUB workers; a task placed on a dead chip or nested
+    /// Worker fails at once with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied)) and
+    /// [`child_pids`](Worker::child_pids) no longer lists it. A dead worker is not replaced
+    /// yet: forking a new one from a process that already runs the engine's threads is unsafe
+    /// (a lock held by another thread at the fork stays locked in the child); replacement
+    /// comes with the fork server that starts workers for a running Worker. Until then, close
+    /// the Worker and build a new one to get the workers back.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{WorkerKind, WorkerState};
+    /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
+    /// assert!(worker.workers().is_empty()); // nothing forked before init
+    /// worker.init()?;
+    /// let all = worker.workers();
+    /// assert_eq!(all.len(), 2);
+    /// assert!(all.iter().all(|w| w.kind == WorkerKind::Sub && w.state == WorkerState::Alive));
+    /// // Had sub worker 1 been SIGKILLed: `all[1].state == WorkerState::Killed(9)`.
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn workers(&self) -> Vec<WorkerStatus> {
+        match &self.state {
+            State::Started(rt) => rt.workers(),
             _ => Vec::new(),
         }
     }

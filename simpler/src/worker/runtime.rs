@@ -17,11 +17,15 @@ use crate::data::task_args::TaskArgs;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::worker::callables::Callable;
+use crate::worker::status::WorkerStatus;
 
 /// A started Worker. `api` arguments name the `Worker` method for error messages.
 pub(super) trait Runtime: Send + Sync {
-    /// Process ids of the forked children.
+    /// Process ids of the forked children that are alive.
     fn child_pids(&self) -> Vec<i32>;
+
+    /// Every forked child, and whether it lives.
+    fn workers(&self) -> Vec<WorkerStatus>;
 
     /// Whether what is registered from now on reaches other processes by address (so a closure
     /// cannot be registered).

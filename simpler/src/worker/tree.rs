@@ -25,14 +25,14 @@ use crate::engine::{Bell, DeviceRules, Engine, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
-    CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_RESOURCE, HostResolver,
+    CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, CTRL_UNREGISTER, ERR_RESOURCE, ERR_WORKER_DIED, HostResolver,
 };
 use crate::ipc::endpoint::MailboxEndpoint;
 use crate::ipc::mailbox::{ARGS_CAPACITY, InitStatus, Mailbox, MailboxRegion};
 use crate::level::Level;
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::Doorbell;
-use crate::sys::process::{Monitor, fork_child};
+use crate::sys::process::{Ended, Monitor, fork_child};
 use crate::sys::sync;
 use crate::worker::Worker;
 use crate::worker::builder::WorkerBuilder;
@@ -42,6 +42,7 @@ use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
 use crate::worker::serve::sub::SubChild;
+use crate::worker::status::{WorkerState, WorkerStatus};
 
 struct RegionBell(Arc<MailboxRegion>);
 
@@ -217,7 +218,8 @@ impl Tree {
 
         let mailbox_lanes = (0..n_sub + n_chip)
             .map(|i| {
-                let ep = MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone());
+                let ep =
+                    MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone(), lanes.label(i));
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
                 Lane::new(kind, Box::new(ep))
@@ -276,6 +278,9 @@ impl Tree {
             // A resource error names its chip already.
             Some(Err(e)) if e.code == ERR_RESOURCE => {
                 Err(Error::new(ErrorKind::ResourceExhausted, e.message))
+            }
+            Some(Err(e)) if e.code == ERR_WORKER_DIED => {
+                Err(Error::new(ErrorKind::WorkerDied, format!("{who} refused: {}", e.message)))
             }
             Some(Err(e)) => Err(Error::new(ErrorKind::Callable, format!("{who} refused: {}", e.message))),
             None => Err(Error::new(ErrorKind::WorkerDied, format!("{who} died during the request"))),
@@ -377,7 +382,23 @@ fn host_payload(host: &Buffer, nbytes: u64) -> Vec<u8> {
 
 impl Runtime for Tree {
     fn child_pids(&self) -> Vec<i32> {
-        self.pids.clone()
+        let board = &self.monitor.board;
+        self.pids.iter().enumerate().filter(|&(i, _)| !board.has_exited(i)).map(|(_, &p)| p).collect()
+    }
+
+    fn workers(&self) -> Vec<WorkerStatus> {
+        let board = &self.monitor.board;
+        let status = |(i, &pid): (usize, &i32)| {
+            let (kind, id) = self.lanes.kind_of(i);
+            let state = match board.ended(i) {
+                None => WorkerState::Alive,
+                Some(Ended::Exited(code)) => WorkerState::Exited(code),
+                Some(Ended::Signaled(sig)) => WorkerState::Killed(sig),
+                Some(Ended::Unknown) => WorkerState::Lost,
+            };
+            WorkerStatus { kind, id, pid, state }
+        };
+        self.pids.iter().enumerate().map(status).collect()
     }
 
     fn ships_by_address(&self) -> bool {

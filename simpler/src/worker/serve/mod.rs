@@ -13,7 +13,7 @@ pub(crate) mod sub;
 
 use crate::chip::ChipBody;
 use crate::error::{Error, ErrorKind};
-use crate::ipc::child::{ERR_RESOURCE, ReceivedFn};
+use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED, ReceivedFn};
 
 /// A chip callable's body from the function a `REGISTER_CHIP` / `REGISTER_CHIP_ORCH` control
 /// carries.
@@ -24,8 +24,13 @@ fn chip_body(f: ReceivedFn) -> ChipBody {
     }
 }
 
-/// The frame error code for `e`: [`ERR_RESOURCE`] for a resource error (so the parent reports
-/// the same kind), `otherwise` for every other error.
+/// The frame error code for `e`: [`ERR_RESOURCE`] for a resource error and
+/// [`ERR_WORKER_DIED`] for a dead worker (so the parent reports the same kind), `otherwise` for
+/// every other error.
 fn frame_code(e: &Error, otherwise: i32) -> i32 {
-    if e.kind() == ErrorKind::ResourceExhausted { ERR_RESOURCE } else { otherwise }
+    match e.kind() {
+        ErrorKind::ResourceExhausted => ERR_RESOURCE,
+        ErrorKind::WorkerDied => ERR_WORKER_DIED,
+        _ => otherwise,
+    }
 }
