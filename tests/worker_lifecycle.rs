@@ -126,6 +126,37 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
 }
 
 #[test]
+fn close_with_a_stuck_task_takes_close_timeout_not_more() {
+    if !in_own_process() {
+        return;
+    }
+    let timeout = Duration::from_millis(300);
+    let (mut rig, [block]) = Rig::start(subs(2).close_timeout(timeout), [("block_on_flag", block_on_flag)]);
+    let flag = u32_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&words_of(&flag))?.scalar(60_000); // never released
+            orch.submit_sub(&block, a).map(|_| ())
+        })
+        .unwrap();
+    let stuck = wait_blocked(&flag);
+    let started = std::time::Instant::now();
+    let err = rig.close().expect_err("the run did not finish within close_timeout");
+    let took = started.elapsed();
+    assert_err(&err, ErrorKind::Timeout, &["Worker.close", "1 run(s)", "abandoned"]);
+    // The documented bound is close_timeout + 1.1 s; what a stuck task costs is far less.
+    assert!(took >= timeout, "close gave the run its close_timeout: {took:?}");
+    assert!(
+        took < timeout + Duration::from_millis(1100),
+        "close took {took:?} with close_timeout {timeout:?}"
+    );
+    assert!(!process_exists(stuck), "the stuck worker {stuck} was killed and reaped");
+    assert!(run.wait().is_err(), "abandoned");
+    // The rig checks at drop that no process and no buffer is left.
+}
+
+#[test]
 fn dropping_a_worker_closes_it() {
     if !in_own_process() {
         return;

@@ -85,6 +85,7 @@ pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
 pub use level::Level;
+pub use sys::shm::{SweepReport, sweep_stale_buffers};
 pub use worker::{RunOptions, Worker, WorkerBuilder, WorkerKind, WorkerState, WorkerStatus};
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration

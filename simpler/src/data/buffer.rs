@@ -387,6 +387,12 @@ impl BufferDesc {
 /// bytes are the caller's memory: `read` and `write` keep working after its Worker closed,
 /// though no run can name it any more (a closed Worker refuses every run).
 ///
+/// Its name (`/dev/shm/sp-<8 hex>-<pid>-b<N>`) outlives a program that does not drop it only
+/// when that program is killed (`SIGKILL`, `abort`, or a signal it does not handle: `SIGTERM`,
+/// Ctrl-C): a normal exit, `std::process::exit` and a panic unlink it. The next `Worker::init`,
+/// or `simpler::sweep_stale_buffers`, removes what a killed program left (the book's chapter
+/// on failures has the details).
+///
 /// ```no_run
 /// # fn main() -> simpler::Result<()> {
 /// use simpler::{DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};

@@ -23,17 +23,31 @@
 //!   rather than silent corruption.
 //! * **N5 (the name).** Only the owner (the creating side) unlinks the name, once, on drop; a
 //!   creation that fails after `shm_open` unlinks before returning the error, so no name leaks.
+//!   Two exceptions, both for names whose owner can no longer drop them: the exit hook (N6)
+//!   unlinks the names of the process that is exiting, and [`sweep_stale_buffers`] those of dead
+//!   processes (see its documentation for the rule).
+//! * **N6 (the exit hook).** [`install_exit_hook`] registers one `atexit` handler per process
+//!   tree (forked children inherit it). It runs in whichever process calls `exit`, so it unlinks
+//!   only names that carry the calling process's id; it takes no lock (it reads `/dev/shm`), and
+//!   never unwinds (`catch_unwind`), so it cannot deadlock on a lock a dead thread held or
+//!   unwind into C. The sweep's other system calls (`sysconf`, `geteuid`) pass no memory.
 //!
 //! # Memory ordering
 //!
 //! No atomics here: the copies are plain memory accesses, ordered by whatever protocol tells the
 //! reader that the writer is done (rule N3).
 
-#![expect(unsafe_code, reason = "raw copies into and out of a mapping other processes share; rules N1-N5")]
+#![expect(
+    unsafe_code,
+    reason = "raw copies into and out of a mapping other processes share; the exit hook; rules N1-N6"
+)]
 
 use std::fmt;
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::ptr;
+use std::sync::Once;
+use std::time::{Duration, SystemTime};
 
 use memmap2::{MmapOptions, MmapRaw};
 use nix::errno::Errno;
@@ -239,6 +253,224 @@ fn path(name: &ShmName) -> String {
     format!("/{name}")
 }
 
+// ------------------------------------------------------------------ names nobody will drop
+
+/// The id of the process that made `name`, when `name` is one this library makes:
+/// `sp-<8 hex>-<pid>-b<N>` (`Worker::create_buffer`) or `sp-doc-<pid>-<N>`
+/// (`__private::doc_buffer`).
+pub(crate) fn creator_pid(name: &str) -> Option<i32> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = name.split('-').collect();
+    let pid = match parts.as_slice() {
+        ["sp", "doc", pid, n] if digits(n) => *pid,
+        ["sp", nonce, pid, b]
+            if nonce.len() == 8
+                && nonce.bytes().all(|c| c.is_ascii_hexdigit())
+                && b.strip_prefix('b').is_some_and(digits) =>
+        {
+            *pid
+        }
+        _ => return None,
+    };
+    if !digits(pid) {
+        return None;
+    }
+    pid.parse::<i32>().ok().filter(|&p| p > 0)
+}
+
+/// What [`sweep_stale_buffers`] did.
+///
+/// ```
+/// let report = simpler::sweep_stale_buffers()?;
+/// assert_eq!(report.bytes_freed == 0, report.removed.is_empty());
+/// println!("{} stale buffer(s) removed, {} bytes given back", report.removed.len(), report.bytes_freed);
+/// # Ok::<(), simpler::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SweepReport {
+    /// The names it unlinked (as listed in `/dev/shm`), each made by a process that is gone.
+    pub removed: Vec<String>,
+    /// The bytes those objects held: given back to the system once no process maps them.
+    pub bytes_freed: u64,
+    /// How many of this library's names it left alone because the process that made them is
+    /// alive.
+    pub kept: usize,
+}
+
+/// How much earlier than a process started an object must have last changed for the sweep to
+/// take the object for one of an earlier process with the same id: the two times compared (the
+/// object's `ctime`, and the process's start from `/proc`) have 10 ms resolution, and the wall
+/// clock may be adjusted while a process runs.
+pub(crate) const PID_REUSE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Whether the process that made an object last changed at `changed` is gone, given the start
+/// time of the process that has its id now (`None`: no process has it).
+///
+/// A process creates its objects after it starts, and an object's `ctime` only moves forward,
+/// so an object that last changed (by more than [`PID_REUSE_MARGIN`]) before the current
+/// holder of the id started was made by an earlier process that had the same id.
+pub(crate) fn creator_is_gone(changed: SystemTime, holder_started: Option<SystemTime>) -> bool {
+    match holder_started {
+        None => true,
+        Some(started) => changed.checked_add(PID_REUSE_MARGIN).is_some_and(|c| c < started),
+    }
+}
+
+/// When the process with id `pid` started (on the wall clock): `Ok(None)` when no such process
+/// exists (`/proc/<pid>` is missing; a zombie still exists); an error when it cannot be told.
+fn process_start(pid: i32) -> std::io::Result<Option<SystemTime>> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let unreadable = || std::io::Error::other(format!("unreadable /proc/{pid}/stat"));
+    // Field 22, `starttime`, in clock ticks since boot; the fields after the parenthesized
+    // command name start at field 3.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(19))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(unreadable)?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")?
+        .split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(unreadable)?;
+    // SAFETY: rule N6 — sysconf takes and returns plain integers, no memory.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return Err(unreadable());
+    }
+    let age = (uptime - ticks as f64 / hz as f64).max(0.0);
+    Ok(SystemTime::now().checked_sub(Duration::from_secs_f64(age)))
+}
+
+/// Unlinks the `/dev/shm` names this library made (host buffers of `Worker::create_buffer`)
+/// whose creating process has ended, and reports what it removed.
+///
+/// A process that ends without dropping its buffers leaves their names, and the memory behind
+/// them, until reboot: killed by `SIGKILL` (or by any signal it does not handle, `SIGTERM` and
+/// Ctrl-C included), or ended by `abort`. (A normal exit, `std::process::exit` and a panic
+/// under `panic = "abort"` unlink them: see the book's chapter on failures.) Every
+/// [`Worker::init`](crate::Worker::init) runs this sweep first, so the names left by a killed
+/// program go when the next program using `simpler` starts; call it yourself to clean up at any
+/// other time, for example from a cron job or after a crash.
+///
+/// **The rule.** A name `sp-<8 hex>-<pid>-b<N>` (or `sp-doc-<pid>-<N>`) belongs to process
+/// `pid`. It is stale, and unlinked, when no process `pid` exists (`/proc/<pid>` is missing), or
+/// when the process that has that id now started more than one second after the object last
+/// changed (its `ctime`): the id was reused by a later process. A zombie still exists, so its
+/// names go once its parent reaps it. Only objects owned by this user are considered. Processes
+/// are looked up in this process's `/proc`: do not share `/dev/shm` between containers with
+/// separate process-id namespaces while one of them sweeps.
+///
+/// Unlinking removes the name at once; the memory goes back when no process maps it any more.
+///
+/// # Errors
+///
+/// [`ErrorKind::Os`](crate::ErrorKind::Os) when `/dev/shm` cannot be listed. A name that cannot
+/// be checked or unlinked is left alone and not reported.
+///
+/// # Examples
+///
+/// ```
+/// use simpler::Worker;
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// worker.init()?; // sweeps too
+/// let buf = worker.create_buffer(4096)?;
+/// let report = simpler::sweep_stale_buffers()?;
+/// // This process is alive: its buffer is kept.
+/// assert!(report.removed.iter().all(|name| !name.contains(&format!("-{}-", std::process::id()))));
+/// assert!(report.kept >= 1);
+/// drop(buf);
+/// worker.close()
+/// # }
+/// ```
+pub fn sweep_stale_buffers() -> Result<SweepReport> {
+    let dir = std::fs::read_dir(SHM_DIR).map_err(|e| Error::os(&format!("listing {SHM_DIR}"), e))?;
+    // SAFETY: rule N6 — geteuid takes no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mut report = SweepReport::default();
+    for entry in dir.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file.to_str().and_then(creator_pid) else { continue };
+        let Ok(meta) = entry.metadata() else { continue }; // unlinked meanwhile
+        if meta.uid() != me || !meta.file_type().is_file() {
+            continue;
+        }
+        let changed = ctime(&meta);
+        let gone = pid as u32 != std::process::id()
+            && match process_start(pid) {
+                Ok(started) => creator_is_gone(changed, started),
+                Err(_) => false, // cannot tell: keep it
+            };
+        if !gone {
+            report.kept += 1;
+            continue;
+        }
+        let Ok(name) = ShmName::from_bytes(file.as_encoded_bytes()) else { continue };
+        // Another sweep may have unlinked it first (ENOENT); anything else leaves it.
+        if shm_unlink(path(&name).as_str()).is_ok() {
+            report.removed.push(name.to_string());
+            report.bytes_freed += meta.len();
+        }
+    }
+    Ok(report)
+}
+
+/// The time an object's status last changed (`ctime`).
+fn ctime(meta: &std::fs::Metadata) -> SystemTime {
+    let at = Duration::new(meta.ctime().max(0) as u64, meta.ctime_nsec().clamp(0, 999_999_999) as u32);
+    SystemTime::UNIX_EPOCH + at
+}
+
+/// Unlinks every name of this library that carries this process's id (rule N6): what the exit
+/// hook does.
+fn unlink_own() {
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else { return };
+    let me = std::process::id();
+    for entry in dir.flatten() {
+        let file = entry.file_name();
+        if file.to_str().and_then(creator_pid).is_some_and(|pid| pid as u32 == me)
+            && let Ok(name) = ShmName::from_bytes(file.as_encoded_bytes())
+        {
+            unlink_quietly(&name);
+        }
+    }
+}
+
+/// The `atexit` handler (rule N6).
+extern "C" fn unlink_own_at_exit() {
+    let _ = std::panic::catch_unwind(unlink_own);
+}
+
+/// Makes a process that ends by `exit` (returning from `main`, `std::process::exit`) or, in a
+/// program built with `panic = "abort"`, by a panic, unlink the host buffers it made and did
+/// not drop. Installed once per process tree, by the first `Worker::init`; a later call does
+/// nothing.
+///
+/// Under `panic = "abort"` it wraps the panic hook installed at that moment (the wrapper
+/// unlinks, then calls it); a hook the program installs later replaces the wrapper.
+pub(crate) fn install_exit_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: rule N6 — the handler is an `extern "C" fn()` that catches every panic, takes
+        // no lock and touches only names carrying the id of the process it runs in.
+        unsafe { libc::atexit(unlink_own_at_exit) };
+        if cfg!(panic = "abort") && !std::thread::panicking() {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                unlink_own();
+                previous(info);
+            }));
+        }
+    });
+}
+
 /// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
 pub(crate) const SHM_NAME_MAX: usize = 31;
 
@@ -352,6 +584,49 @@ mod tests {
         fn drop(&mut self) {
             unlink_quietly(&self.0);
         }
+    }
+
+    #[test]
+    fn names_of_this_library_name_their_creator() {
+        assert_eq!(creator_pid("sp-0a1b2c3d-4242-b17"), Some(4242));
+        assert_eq!(creator_pid("sp-doc-77-3"), Some(77));
+        for other in [
+            "sp-0a1b2c3d-4242-c17",
+            "sp-0a1b2c3-4242-b1",
+            "sp-0a1b2c3g-4242-b1",
+            "sp-0a1b2c3d-42x-b1",
+            "sp-0a1b2c3d--b1",
+            "sp-0a1b2c3d-0-b1",
+            "sp-0a1b2c3d-4242-b",
+            "sp-doc-77-",
+            "sp-t4242-rw",
+            "sp-c4242-x",
+            "other-0a1b2c3d-4242-b1",
+            "sp-0a1b2c3d-4242-b1-x",
+        ] {
+            assert_eq!(creator_pid(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_keep_an_older_object() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert!(creator_is_gone(t, None), "no process has the id");
+        assert!(!creator_is_gone(t, Some(t - Duration::from_secs(60))), "its creator, started before");
+        assert!(!creator_is_gone(t, Some(t + Duration::from_millis(500))), "within the margin: kept");
+        assert!(creator_is_gone(t, Some(t + PID_REUSE_MARGIN + Duration::from_millis(1))), "a later process");
+    }
+
+    #[test]
+    fn this_process_starts_before_it_creates() {
+        let started = process_start(std::process::id() as i32).unwrap().expect("this process exists");
+        let name = test_name("start");
+        let _cleanup = Cleanup(name);
+        let _shm = PosixShm::create(&name, 8).unwrap();
+        let changed = ctime(&std::fs::metadata(format!("{SHM_DIR}/{name}")).unwrap());
+        assert!(!creator_is_gone(changed, Some(started)), "{changed:?} vs start {started:?}");
+        assert!(started <= SystemTime::now());
+        assert_eq!(process_start(i32::MAX).unwrap(), None, "no such process");
     }
 
     #[test]

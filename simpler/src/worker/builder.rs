@@ -293,6 +293,11 @@ impl WorkerBuilder {
     /// When it abandons any, `close` still shuts everything down and then returns an error of
     /// kind [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
+    /// This bounds the whole `close`: a worker still busy at the deadline (a task that never
+    /// returns) is killed with `SIGKILL` rather than waited for, so `close` returns within
+    /// `close_timeout` plus at most 1.1 s (0.1 s for idle workers to exit on their own, then up
+    /// to 1 s for the kernel to reap the killed ones; usually a few milliseconds).
+    ///
     /// ```
     /// use std::time::Duration;
     /// use simpler::Worker;

@@ -671,6 +671,10 @@ impl Worker {
     /// or does not report ready within `startup_timeout` is an
     /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error (the others are reaped).
     ///
+    /// First it unlinks the host buffers that killed programs left in `/dev/shm`
+    /// ([`sweep_stale_buffers`](crate::sweep_stale_buffers)), and makes this process unlink its
+    /// own when it ends by `exit` without dropping them (see [`create_buffer`](Worker::create_buffer)).
+    ///
     /// ```no_run
     /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, Worker};
     ///
@@ -707,6 +711,12 @@ impl Worker {
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
+        // Names left in /dev/shm by programs that were killed, and the hook that makes this one
+        // unlink its own when it calls `exit` without dropping its buffers.
+        if let Err(e) = crate::sys::shm::sweep_stale_buffers() {
+            tracing::debug!(target: "simpler::worker", "sweeping stale buffers: {e}");
+        }
+        crate::sys::shm::install_exit_hook();
         // Every #[callable] of the binary that this Worker can run, before anything forks.
         self.register_linked()?;
         let runtime: Box<dyn Runtime> = if self.cfg.level == Level::Chip {
@@ -731,6 +741,17 @@ impl Worker {
     /// The buffer is unlinked when the last clone (and the last tensor made from it) drops.
     ///
     /// Needs an initialized Worker; `nbytes` must be greater than zero.
+    ///
+    /// **If the program ends without dropping it.** Its name is `/dev/shm/sp-<8 hex>-<pid>-b<N>`
+    /// and holds its memory until unlinked. Returning from `main`, `std::process::exit` and (in
+    /// a program built with `panic = "abort"`) a panic unlink it all the same: `init` installed an
+    /// exit hook. `SIGKILL`, `abort`, and any signal the program does not handle (`SIGTERM`,
+    /// Ctrl-C's `SIGINT`) leave it: `simpler` installs no signal handler in your process. The
+    /// next [`init`](Worker::init) of any program, or a call of
+    /// [`sweep_stale_buffers`](crate::sweep_stale_buffers), removes names whose process is gone.
+    /// To end cleanly on `SIGTERM` or Ctrl-C, handle the signal yourself (for example with the
+    /// `signal-hook` or `ctrlc` crate), and drop the buffers and close the Worker from your
+    /// program's normal path.
     ///
     /// ```
     /// use simpler::{ErrorKind, Worker};

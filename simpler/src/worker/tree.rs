@@ -538,7 +538,15 @@ impl Runtime for Tree {
         if let Some(t) = self.background.take() {
             let _ = t.join();
         }
-        abort_children(&self.region, &mut self.monitor, &self.pids);
+        // Children still busy at the deadline (a stuck task) are killed, not waited for: the
+        // whole close takes at most `timeout + SHUTDOWN_GRACE + REAP_GRACE` (1.1 s, documented
+        // on `WorkerBuilder::close_timeout`), the extra only when a child had to be killed.
+        stop_children(
+            &self.region,
+            &mut self.monitor,
+            &self.pids,
+            deadline.max(Instant::now() + SHUTDOWN_GRACE),
+        );
         eng.shutdown_lanes();
         if abandoned > 0 {
             return Err(Error::new(
@@ -551,6 +559,29 @@ impl Runtime for Tree {
         }
         Ok(())
     }
+}
+
+/// How long `close` waits for its children to exit once asked, at least: when its
+/// `close_timeout` has already passed (runs were abandoned), the idle ones still get this long
+/// to leave on their own before the stragglers are killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(100);
+
+/// How long `close` waits for the children it killed (`SIGKILL`) to be reaped: the kernel
+/// tears down a killed process's memory before it can be reaped, milliseconds per GiB.
+const REAP_GRACE: Duration = Duration::from_secs(1);
+
+/// `close`'s ending of the children: asks every child to shut down, waits for them until
+/// `exit_by`, kills the stragglers and reaps them within [`REAP_GRACE`].
+fn stop_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32], exit_by: Instant) {
+    for i in 0..pids.len() {
+        region.mailbox(i).request_shutdown();
+    }
+    let all: Vec<usize> = (0..pids.len()).collect();
+    if !monitor.board.wait_all(&all, exit_by) {
+        monitor.kill_all();
+        monitor.board.wait_all(&all, Instant::now() + REAP_GRACE);
+    }
+    monitor.stop();
 }
 
 /// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
