@@ -7,11 +7,11 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::in_own_process;
+use common::{double, in_own_process, vadd};
 
 use simpler::{
-    CallConfig, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, HostArgs, HostResult,
-    Level, Orchestrator, SimChip, TaskArgs, TensorView, Worker,
+    CallConfig, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, Level, Orchestrator,
+    SimChip, TaskArgs, TensorView, Worker,
 };
 
 #[derive(Default)]
@@ -85,24 +85,6 @@ fn counting(
         let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
         Ok(Box::new(Counting { sim, counts: counts.clone(), budget }) as Box<dyn ChipBackend>)
     }
-}
-
-/// The chip tests' vector add.
-fn vadd(args: &HostArgs<'_>) -> HostResult {
-    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
-    for i in 0..out.len() {
-        out[i] = a[i] + b[i];
-    }
-    Ok(())
-}
-
-/// `out = 2 * x`
-fn double(args: &HostArgs<'_>) -> HostResult {
-    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-    for i in 0..out.len() {
-        out[i] = 2.0 * x[i];
-    }
-    Ok(())
 }
 
 /// A chip orchestration: `t = a + b` into an `orch.alloc` intermediate on the cores, then

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fail_kernel, in_own_process, vadd};
+use common::{double, fail_kernel, in_own_process, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -20,15 +20,6 @@ fn add_scalar(args: &HostArgs<'_>) -> HostResult {
     let k = args.scalar_f32(0)?;
     for v in args.output::<f32>(0)? {
         *v += k;
-    }
-    Ok(())
-}
-
-/// `out = x * 2`
-fn double(args: &HostArgs<'_>) -> HostResult {
-    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-    for i in 0..out.len() {
-        out[i] = 2.0 * x[i];
     }
     Ok(())
 }

@@ -2,17 +2,9 @@
 
 mod common;
 
-use common::in_own_process;
+use common::{in_own_process, vadd};
 
 use simpler::{CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostResult, Level, TaskArgs, Worker};
-
-fn vadd(args: &HostArgs<'_>) -> HostResult {
-    let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
-    for i in 0..out.len() {
-        out[i] = a[i] + b[i];
-    }
-    Ok(())
-}
 
 fn bad(_: &HostArgs<'_>) -> HostResult {
     Err("bad input".into())

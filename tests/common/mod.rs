@@ -516,6 +516,15 @@ pub fn vadd(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
+/// `out[i] = 2 * x[i]` (tensor 0 in, 1 out).
+pub fn double(args: &HostArgs<'_>) -> HostResult {
+    let (x, out) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
+    for i in 0..out.len() {
+        out[i] = 2.0 * x[i];
+    }
+    Ok(())
+}
+
 /// Fails with "kernel says no".
 pub fn fail_kernel(_: &HostArgs<'_>) -> HostResult {
     Err("kernel says no".into())
