@@ -72,7 +72,7 @@ fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
 }
 
 #[test]
-fn another_workers_device_buffer_is_refused_by_copies_and_free() {
+fn another_workers_buffers_are_refused_by_copies_and_free() {
     if !in_own_process() {
         return;
     }
@@ -94,6 +94,17 @@ fn another_workers_device_buffer_is_refused_by_copies_and_free() {
     );
     common::expect_err(b.copy_to(&dev_a, &out), ErrorKind::InvalidArgument, &["copy_to", "another Worker"]);
     common::expect_err(b.free(&dev_a), ErrorKind::InvalidArgument, &["free", "another Worker"]);
+    // A's host buffer with B's own device buffer: refused on the host side.
+    common::expect_err(
+        b.copy_to(&dev_b, &host),
+        ErrorKind::InvalidArgument,
+        &["copy_to", "host buffer", "another Worker"],
+    );
+    common::expect_err(
+        b.copy_from(&host, &dev_b),
+        ErrorKind::InvalidArgument,
+        &["copy_from", "host buffer", "another Worker"],
+    );
     // Nothing of either Worker was touched: A's buffer still holds its data, B's is still live.
     a.copy_from(&host, &dev_a).unwrap();
     assert_eq!(host.read::<f32>(0, 16).unwrap(), vec![7.0f32; 16]);

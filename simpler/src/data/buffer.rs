@@ -382,8 +382,8 @@ impl BufferDesc {
 ///
 /// A buffer belongs to the Worker that created it: only that Worker's runs (and the runs of the
 /// Workers nested below it, which receive its tensors) may name it; a task of another Worker
-/// naming it is refused at submit with an
-/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error that says so. Its
+/// naming it is refused at submit, and another Worker's `copy_to` / `copy_from` refuse it, with
+/// an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error that says so. Its
 /// bytes are the caller's memory: `read` and `write` keep working after its Worker closed,
 /// though no run can name it any more (a closed Worker refuses every run).
 ///

@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind};
 use crate::chip::ChipFn;
-use crate::data::buffer::{Backing, Buffer, ShmName};
+use crate::data::buffer::{Backing, Buffer, IdentityMinter, ShmName};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
@@ -151,6 +151,17 @@ fn check_host(api: &str, host: &Buffer, nbytes: u64) -> Result<()> {
         return Err(Error::invalid(format!(
             "Worker.{api}: the host buffer has {} bytes but the device buffer has {nbytes}",
             host.nbytes()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses `api` on a host buffer another Worker created: a buffer belongs to its Worker.
+fn own_host(api: &str, minter: &IdentityMinter, host: &Buffer) -> Result<()> {
+    let id = host.desc().identity();
+    if id.owner() != minter.owner() {
+        return Err(Error::invalid(format!(
+            "Worker.{api}: host buffer {id} belongs to another Worker; a buffer is used by the Worker that created it"
         )));
     }
     Ok(())
@@ -1097,7 +1108,9 @@ impl Worker {
         let (chip, ptr) = device_of("copy_to", dst)?;
         let nbytes = dst.desc().nbytes();
         check_host("copy_to", src, nbytes)?;
-        self.started("copy_to")?.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
+        let rt = self.started("copy_to")?;
+        own_host("copy_to", rt.minter("copy_to")?, src)?;
+        rt.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
     }
 
     /// Copies device buffer `src` (its whole size) into host buffer `dst`. Refused, like
@@ -1113,7 +1126,9 @@ impl Worker {
         let (chip, ptr) = device_of("copy_from", src)?;
         let nbytes = src.desc().nbytes();
         check_host("copy_from", dst, nbytes)?;
-        self.started("copy_from")?.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
+        let rt = self.started("copy_from")?;
+        own_host("copy_from", rt.minter("copy_from")?, dst)?;
+        rt.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
     }
 
     /// Frees device memory from [`alloc_child_tensor`](Worker::alloc_child_tensor). Freeing
