@@ -176,9 +176,10 @@ pub use simpler_macros::callable;
 /// with no value (`S0111`) and an `Out` parameter overwriting a value nothing has read
 /// (`S0112`). Types, modes and placements are checked by rustc through the typed `call`.
 ///
-/// **Write after read.** The engine orders read-after-write and write-after-write from the
-/// tags, but not a write after an earlier read. `task_graph!` adds that edge itself: a call
-/// that writes a tensor waits (`add_dep_wait`) for every task that read its previous value.
+/// **Ordering.** The engine orders read-after-write, write-after-write and write-after-read
+/// from the tags of every call (a call that writes a tensor waits for every task that read its
+/// previous value), so the graph's calls never see aliased slices; `graph()` shows each edge
+/// with its reason.
 ///
 /// ```
 /// use simpler::{callable, task_graph, In, InOut, Out, Worker};

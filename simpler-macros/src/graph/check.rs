@@ -451,7 +451,7 @@ impl Checker<'_> {
                     pos,
                     forbid: Mode::Out,
                     message: format!(
-                        "`{name}` holds a value nothing has read (written{when}), and argument {} of `{callee_name}` is an `Out` parameter that would overwrite it without waiting [S0112]. help: read `{name}` first, or write into a fresh intermediate",
+                        "`{name}` holds a value nothing has read (written{when}), and argument {} of `{callee_name}` is an `Out` parameter that would overwrite it before anything read it, so that value is lost [S0112]. help: read `{name}` first, or write into a fresh intermediate",
                         pos + 1
                     ),
                 });
