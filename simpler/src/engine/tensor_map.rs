@@ -198,7 +198,9 @@ impl TensorMap {
     pub(crate) fn erase(&self, run: u64, keys: &[Identity], slot: &Arc<Slot>) {
         let mut map = sync::lock(&self.map);
         for id in keys {
-            if let Some(fp) = map.get_mut(&(run, *id)) {
+            // One hash lookup per key, also when the key goes.
+            if let std::collections::hash_map::Entry::Occupied(mut entry) = map.entry((run, *id)) {
+                let fp = entry.get_mut();
                 let mut i = 0;
                 while i < fp.len() {
                     if Arc::ptr_eq(&fp[i].who, slot) {
@@ -208,7 +210,7 @@ impl TensorMap {
                     }
                 }
                 if fp.is_empty() {
-                    map.remove(&(run, *id));
+                    entry.remove();
                 }
             }
         }
