@@ -15,20 +15,22 @@
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
 //!    child's death) rings the engine doorbell; the holder sleeps on it only after a pass that
 //!    made no progress (spin, yield, then futex: never a fixed sleep).
-//! 3. A thread that wants the role and cannot take it announces itself (`role_wanted`, through a
-//!    [`WaiterIntent`]) and rings the doorbell; the background holder gives the role up at its
-//!    next wake. Every release of the role and every finished run rings `events`, on which such
-//!    threads sleep. The role is held through a [`Role`] guard and the announcement through the
-//!    intent: both are given up by dropping them, never by hand, so every way out (a return, a
-//!    panic) gives them up and applies rule 4.
+//! 3. A thread that wants the role and cannot take it announces itself
+//!    ([`RoleState::announce`], through a [`WaiterIntent`]) and rings the doorbell; the background
+//!    holder gives the role up at its next wake. Every release of the role and every finished run
+//!    rings `events`, on which such threads sleep. The role is held through a [`Role`] guard and
+//!    the announcement through the intent: both are given up by dropping them, never by hand, so
+//!    every way out (a return, a panic) gives them up and applies rule 4.
 //! 4. When the role is released or an announcement withdrawn with work outstanding and nobody
 //!    holding or wanting the role, or when work is published while nobody holds it, `bg_bell`
 //!    wakes the background thread. Both sides use sequentially consistent operations (publish,
 //!    then check the holder; release or withdraw, then check the work), so one of them always
 //!    sees the other. The background thread sleeps on `bg_bell` alone, which completions do not
 //!    ring (they ring the doorbell), so a missed wake-up here is a run nobody drives: a waiter
-//!    that announced itself, found its run done and left by decrementing `role_wanted` by hand
-//!    (without the check) left a later run, which nobody waited on, stalled for ever.
+//!    that announced itself, found its run done and left by decrementing the count of waiters by
+//!    hand (without the check) left a later run, which nobody waited on, stalled for ever. The
+//!    flags and these checks are [`RoleState`]'s (`engine/role.rs`), whose `loom` models race
+//!    the hand-off, the take and release, and the withdrawal.
 //! 5. A panic ends runs, never the role or a waiter's wait. It is contained where it happens: an
 //!    endpoint's `start` or `poll` that panics fails its task with an [`ErrorKind::Internal`]
 //!    error and takes its lane out of service (what the worker does is unknown from then on); a
@@ -43,6 +45,7 @@ pub(crate) mod heap;
 pub(crate) mod orch_fn;
 pub(crate) mod orchestrator;
 pub(crate) mod ring;
+mod role;
 pub(crate) mod run;
 pub(crate) mod scheduler;
 pub(crate) mod slot;
@@ -52,8 +55,8 @@ mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -64,6 +67,7 @@ use crate::data::buffer::{Identity, IdentityMinter};
 use crate::engine::heap::IntermediateHeap;
 use crate::engine::orchestrator::{OrchBuffers, Orchestrator};
 use crate::engine::ring::TaskWindow;
+use crate::engine::role::RoleState;
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::slot::Target;
@@ -72,6 +76,7 @@ use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
+use crate::sys::sync::checked;
 
 /// With every worker busy, a submit runs an inline scheduler pass only once per this many
 /// READY publications.
@@ -169,12 +174,13 @@ pub(crate) struct WaiterIntent<'a> {
 
 impl Drop for WaiterIntent<'_> {
     fn drop(&mut self) {
-        self.eng.role_wanted.fetch_sub(1, Ordering::SeqCst);
-        self.eng.wake_background_if_needed();
+        if self.eng.role.withdraw(|| self.eng.outstanding()) {
+            self.eng.bg_bell.ring();
+        }
     }
 }
 
-/// The scheduler role, held (rule 1): the `sched` lock with `role_held` set, taken by
+/// The scheduler role, held (rule 1): the `sched` lock flagged held in `role`, taken by
 /// [`Engine::try_role`]. Dropping it gives the role up (rule 3) — on every way out, a panic's
 /// unwinding included (rule 5): the flag is cleared while the lock is still held, so it can never
 /// overwrite the flag of a thread that took the role right after; then `events` rings and the
@@ -182,7 +188,7 @@ impl Drop for WaiterIntent<'_> {
 pub(crate) struct Role<'a> {
     eng: &'a Engine,
     /// `Some` until the drop.
-    sched: Option<MutexGuard<'a, Scheduler>>,
+    sched: Option<checked::MutexGuard<'a, Scheduler>>,
 }
 
 impl std::ops::Deref for Role<'_> {
@@ -219,8 +225,9 @@ impl Role<'_> {
 
 impl Drop for Role<'_> {
     fn drop(&mut self) {
-        self.eng.role_held.store(false, Ordering::SeqCst);
-        drop(self.sched.take());
+        if let Some(sched) = self.sched.take() {
+            self.eng.role.release(sched);
+        }
         self.eng.events.ring();
         self.eng.wake_background_if_needed();
     }
@@ -387,15 +394,15 @@ pub(crate) struct Engine {
     /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
     heap: Arc<dyn IntermediateHeap>,
     tensor_map: TensorMap,
-    /// The scheduler role (rule 1).
-    sched: Mutex<Scheduler>,
+    /// The scheduler role (rule 1), flagged in `role`.
+    sched: checked::Mutex<Scheduler>,
     inbox_tx: Sender<Arc<Slot>>,
     inbox_len: AtomicUsize,
     bell: Bell,
     events: Doorbell,
     bg_bell: Doorbell,
-    role_wanted: AtomicU32,
-    role_held: AtomicBool,
+    /// Who holds the role and who wants it (rules 1, 3, 4).
+    role: RoleState,
     /// Tasks dispatched and not yet completed (kept by the holder, read by anyone).
     in_flight: AtomicUsize,
     /// READY tasks waiting in the scheduler's queues (kept by the holder).
@@ -444,14 +451,13 @@ impl Engine {
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),
-            sched: Mutex::new(Scheduler::new(&cfg, inbox_rx)),
+            sched: checked::Mutex::new(Scheduler::new(&cfg, inbox_rx)),
             inbox_tx,
             inbox_len: AtomicUsize::new(0),
             bell,
             events: Doorbell::new(),
             bg_bell: Doorbell::new(),
-            role_wanted: AtomicU32::new(0),
-            role_held: AtomicBool::new(false),
+            role: RoleState::new(),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             idle_lanes: AtomicUsize::new(0),
@@ -480,8 +486,8 @@ impl Engine {
         self.lock_sched().attach(lanes);
     }
 
-    fn lock_sched(&self) -> MutexGuard<'_, Scheduler> {
-        sync::lock(&self.sched)
+    fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
+        checked::lock(&self.sched)
     }
 
     /// Calls the test fault hook, if one is set, at fault point `phase` (a no-op outside tests).
@@ -641,7 +647,7 @@ impl Engine {
         self.inbox_len.fetch_add(1, Ordering::SeqCst);
         // The receiver lives as long as the engine, so this cannot fail.
         let _ = self.inbox_tx.send(slot);
-        if self.role_held.load(Ordering::SeqCst) {
+        if self.role.held() {
             // The holder may be asleep on the doorbell.
             self.doorbell().ring();
         } else {
@@ -686,21 +692,20 @@ impl Engine {
     /// work does not wake the background thread, so the waiter does not have to take the role
     /// back from it.
     pub(crate) fn announce_waiter(&self) -> WaiterIntent<'_> {
-        self.role_wanted.fetch_add(1, Ordering::SeqCst);
+        self.role.announce();
         WaiterIntent { eng: self }
     }
 
     /// Takes the scheduler role if nobody holds it (see [`Role`]; dropping it gives it up).
     fn try_role(&self) -> Option<Role<'_>> {
-        let sched = sync::try_lock(&self.sched)?;
-        self.role_held.store(true, Ordering::SeqCst);
+        let sched = self.role.try_take(&self.sched)?;
         Some(Role { eng: self, sched: Some(sched) })
     }
 
     /// One non-blocking pass if nobody holds the role (for pollers such as `RunHandle::is_done`,
     /// so a run makes progress even while the background thread stands aside for a waiter).
     pub(crate) fn try_pass(&self) {
-        if !self.role_held.load(Ordering::SeqCst)
+        if !self.role.held()
             && let Some(mut role) = self.try_role()
         {
             role.pass();
@@ -708,10 +713,7 @@ impl Engine {
     }
 
     fn wake_background_if_needed(&self) {
-        if !self.role_held.load(Ordering::SeqCst)
-            && self.role_wanted.load(Ordering::SeqCst) == 0
-            && self.outstanding()
-        {
+        if self.role.needs_background_wake(|| self.outstanding()) {
             self.bg_bell.ring();
         }
     }
@@ -783,7 +785,7 @@ impl Engine {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let wanted = self.role_wanted.load(Ordering::SeqCst) > 0;
+            let wanted = self.role.wanted() > 0;
             if !wanted
                 && self.outstanding()
                 && let Some(mut role) = self.try_role()
@@ -791,10 +793,7 @@ impl Engine {
                 loop {
                     let bell_seen = self.doorbell().seq();
                     let progressed = role.pass();
-                    if self.stopping.load(Ordering::SeqCst)
-                        || self.role_wanted.load(Ordering::SeqCst) > 0
-                        || !self.outstanding()
-                    {
+                    if self.stopping.load(Ordering::SeqCst) || self.role.wanted() > 0 || !self.outstanding() {
                         break;
                     }
                     if !progressed {

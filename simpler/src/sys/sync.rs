@@ -12,7 +12,8 @@
 //! of `lock().unwrap_or_else(|e| e.into_inner())`.
 //!
 //! [`checked`] is the sync facade of the protocols the `loom` models check (the slot state
-//! machine, the mailbox state words): `std` in every normal build, `loom` under `--cfg loom`.
+//! machine, the scheduler role's flags, the mailbox state words): `std` in every normal build,
+//! `loom` under `--cfg loom`.
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::Duration;
@@ -68,22 +69,23 @@ pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The atomics and locks of the protocols that `loom` models check (`engine::slot`, the
-/// state words of `ipc::mailbox`): the `std` types in every normal build, so they cost nothing,
+/// The atomics and locks of the protocols that `loom` models check (`engine::slot`,
+/// `engine::role`, the state words of `ipc::mailbox`): the `std` types in every normal build, so they cost nothing,
 /// and `loom`'s in the unit tests under `--cfg loom` (`loom` is a dev-dependency), where the
 /// `loom_models` explore every interleaving of the code that uses them
 /// (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`). Code under check names
-/// its atomics and locks through here and locks with [`checked::lock`] (the poison policy above).
+/// its atomics and locks through here and locks with [`checked::lock`] and [`checked::try_lock`]
+/// (the poison policy above).
 pub(crate) mod checked {
     #[cfg(not(all(test, loom)))]
-    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
     #[cfg(not(all(test, loom)))]
     pub(crate) use std::sync::{Mutex, MutexGuard};
 
-    // `AtomicU32` only for the mailbox models: a real frame's state word lives in a shared
-    // mapping and is always `std`'s (rule M1 of `ipc::mailbox`).
+    // A real mailbox frame's state word lives in a shared mapping and is always `std`'s
+    // `AtomicU32` (rule M1 of `ipc::mailbox`); only its models take this one.
     #[cfg(all(test, loom))]
-    pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
     #[cfg(all(test, loom))]
     pub(crate) use loom::sync::{Mutex, MutexGuard};
 
@@ -96,6 +98,18 @@ pub(crate) mod checked {
     #[cfg(all(test, loom))]
     pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tries to lock `m` with the crate's poison policy (the same function as
+    /// [`super::try_lock`] in a normal build).
+    #[cfg(not(all(test, loom)))]
+    pub(crate) use super::try_lock;
+
+    /// Tries to lock `m`: `None` only when another thread holds it (`loom`'s locks never
+    /// poison).
+    #[cfg(all(test, loom))]
+    pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+        m.try_lock().ok()
     }
 }
 
