@@ -199,3 +199,80 @@ fn host_functions_that_fail_panic_or_exit_at_random_end_runs_with_named_errors()
     a.scalar(0);
     rig.run(|orch| orch.submit_sub(&flaky, a).map(|_| ())).unwrap();
 }
+
+#[test]
+fn chip_children_killed_at_random_during_kernel_chains_end_every_run_with_a_named_error() {
+    if !in_own_process() {
+        return;
+    }
+    let seed = 0x5eed_0003;
+    let mut rig = Rig::new(simpler::Worker::builder().chips(3).chip_memory(16 << 20).chip_cores(1));
+    let k = rig.register_chip(simpler::ChipFn::kernel("double", double)).unwrap();
+    rig.init();
+    let bufs: Vec<_> = (0..6).map(|_| rig.create_buffer(4 * 1024).unwrap()).collect();
+    let views: Vec<_> = bufs.iter().map(|b| b.tensor(&[1024], simpler::DataType::Float32).unwrap()).collect();
+    let victims = rig.child_pids();
+    let done = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(Mutex::new(Vec::new()));
+    let killer = {
+        let (done, killed, victims) = (done.clone(), killed.clone(), victims.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed);
+            while !done.load(Ordering::SeqCst) {
+                let wait = Instant::now() + Duration::from_micros(1_000 + rng.below(8_000));
+                while Instant::now() < wait && !done.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                let mut k = killed.lock().unwrap();
+                if k.len() + 1 < victims.len() && rng.below(4) == 0 {
+                    let pid = victims[rng.below(victims.len() as u64) as usize];
+                    if !k.contains(&pid) {
+                        sigkill(pid);
+                        k.push(pid);
+                    }
+                }
+            }
+        })
+    };
+    let (mut ok, mut failed) = (0, 0);
+    for run in 0..30 {
+        let start = Instant::now();
+        // One chain of 20 kernels per chip, ping-ponging between two host buffers.
+        let handle = rig.submit(|orch| {
+            for chip in 0..3u32 {
+                let (a, b) = (&views[2 * chip as usize], &views[2 * chip as usize + 1]);
+                for i in 0..20 {
+                    let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                    let mut args = TaskArgs::new();
+                    args.input(src)?.output(dst)?;
+                    orch.submit_next_level(&k, args, simpler::CallConfig::default(), chip)?;
+                }
+            }
+            Ok(())
+        });
+        let result = handle.and_then(|h| h.wait_timeout(Duration::from_secs(20)));
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "run {run} (seed {seed:#x}) took {:?}",
+            start.elapsed()
+        );
+        match result {
+            Ok(()) => ok += 1,
+            Err(e) => {
+                assert!(
+                    NAMED.contains(&e.kind()),
+                    "run {run} (seed {seed:#x}) ended with an unnamed error: {e:?}"
+                );
+                assert!(e.message().contains("chip"), "run {run}: the error names no chip: {e}");
+                failed += 1;
+            }
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    killer.join().unwrap();
+    eprintln!(
+        "seed {seed:#x}: {ok} runs succeeded, {failed} ended with a named error, {} chips killed",
+        killed.lock().unwrap().len()
+    );
+    assert_eq!(ok + failed, 30);
+}

@@ -302,7 +302,7 @@ impl Scheduler {
                     self.lanes[i].dead = Some(msg.clone());
                     Err(Error::new(
                         ErrorKind::WorkerDied,
-                        format!("{} failed: {lane_name} {msg}", slot.describe()),
+                        format!("{} failed on {lane_name}: {msg}", slot.describe()),
                     ))
                 }
             };

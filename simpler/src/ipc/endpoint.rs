@@ -71,7 +71,10 @@ impl Endpoint for MailboxEndpoint {
             return None;
         }
         self.exits.exit_of(self.index).map(|how| {
-            Outcome::EndpointFailure(format!("(process {}) died: the worker process {how}", self.pid))
+            Outcome::EndpointFailure(format!(
+                "{} (process {}) died: the worker process {how}",
+                self.label, self.pid
+            ))
         })
     }
 
