@@ -47,8 +47,7 @@ use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::heap::{HeapBlock, IntermediateHeap};
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::slot::Target;
-use crate::engine::{Bell, DeviceRules, Engine, EngineConfig, LevelParts};
+use crate::engine::{Bell, DeviceRules, DeviceUse, Engine, EngineConfig, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
@@ -95,21 +94,13 @@ struct OneChip {
 }
 
 impl DeviceRules for OneChip {
-    fn check(
-        &self,
-        callable: &CallableHandle,
-        i: usize,
-        chip: u32,
-        _: Identity,
-        _: &Target,
-        _: usize,
-    ) -> Result<()> {
-        if chip == self.chip {
+    fn check(&self, u: &DeviceUse<'_>) -> Result<()> {
+        if u.chip == self.chip {
             return Ok(());
         }
         Err(Error::invalid(format!(
-            "{callable}: tensor {i} is device memory of chip {chip}, but this orchestration runs on chip {}; device memory is usable only by its own chip",
-            self.chip
+            "{}: tensor {} is device memory of chip {}, but this orchestration runs on chip {}; device memory is usable only by its own chip",
+            u.callable, u.tensor, u.chip, self.chip
         )))
     }
 }

@@ -342,6 +342,15 @@ impl BufferDesc {
         self.backing
     }
 
+    /// The chip whose device memory this is (`None` for host memory); read in place, without
+    /// copying the backing (the submit path asks it of every tensor).
+    pub(crate) fn device_chip(&self) -> Option<u32> {
+        match &self.backing {
+            Backing::Device { chip, .. } => Some(*chip),
+            _ => None,
+        }
+    }
+
     /// The granted access.
     ///
     /// ```

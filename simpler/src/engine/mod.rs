@@ -70,7 +70,6 @@ use crate::engine::ring::TaskWindow;
 use crate::engine::role::RoleState;
 use crate::engine::run::RunState;
 use crate::engine::scheduler::Scheduler;
-use crate::engine::slot::Target;
 use crate::engine::slot::{Slot, State};
 use crate::engine::tensor_map::TensorMap;
 use crate::error::{Error, ErrorKind, Result};
@@ -300,21 +299,26 @@ pub(crate) struct LevelParts {
     pub(crate) devices: Arc<dyn DeviceRules>,
 }
 
+/// One device tensor of a task being submitted, as [`DeviceRules::check`] sees it.
+pub(crate) struct DeviceUse<'a> {
+    /// The task's callable (for messages).
+    pub(crate) callable: &'a CallableHandle,
+    /// The tensor's index in the task's arguments.
+    pub(crate) tensor: usize,
+    /// The chip whose memory it is.
+    pub(crate) chip: u32,
+    /// The buffer's identity.
+    pub(crate) id: Identity,
+    /// The NEXT_LEVEL worker the task (member) runs on; `None` for a SUB task.
+    pub(crate) runs_on: Option<u32>,
+}
+
 /// How a level checks a device tensor a task names at submit: whose chip it is, and whether it
 /// is still allocated. (An L3 Worker knows the buffers it allocated on its chips; a chip, that
 /// its memory is its own.)
 pub(crate) trait DeviceRules: Send + Sync {
-    /// Checks tensor `i` of `callable`, device memory of `chip` with identity `id`, for member
-    /// `member` of a task placed on `target`; the error names the callable and the tensor.
-    fn check(
-        &self,
-        callable: &CallableHandle,
-        i: usize,
-        chip: u32,
-        id: Identity,
-        target: &Target,
-        member: usize,
-    ) -> Result<()>;
+    /// Checks one device tensor of a task; the error names the callable and the tensor.
+    fn check(&self, used: &DeviceUse<'_>) -> Result<()>;
 
     /// A submitted task names device buffer `id` (once per naming tensor), from its submit
     /// until its slot is consumed: a level may refuse to copy over the buffer meanwhile.
@@ -330,17 +334,10 @@ pub(crate) struct NoDevices;
 
 #[cfg(any(test, feature = "bench-support"))]
 impl DeviceRules for NoDevices {
-    fn check(
-        &self,
-        callable: &CallableHandle,
-        i: usize,
-        chip: u32,
-        _: Identity,
-        _: &Target,
-        _: usize,
-    ) -> Result<()> {
+    fn check(&self, u: &DeviceUse<'_>) -> Result<()> {
         Err(Error::invalid(format!(
-            "{callable}: tensor {i} is device memory of chip {chip}, and this level has none"
+            "{}: tensor {} is device memory of chip {}, and this level has none",
+            u.callable, u.tensor, u.chip
         )))
     }
 }

@@ -30,11 +30,11 @@ use crate::data::task_args::{TaskArgs, TaskHandle};
 use crate::data::tensor::{Overlap, Tensor, TensorView, overlap};
 use crate::data::wire::blob_size;
 use crate::dfx::graph::{EdgeReason, TaskNode};
-use crate::engine::Engine;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
 use crate::engine::slot::{HeapHold, Published, Slot, State, Target, TaskData};
 use crate::engine::tensor_map::Found;
+use crate::engine::{DeviceUse, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
 
@@ -924,8 +924,13 @@ impl<'a> Orchestrator<'a> {
                     self.run.id
                 )));
             }
-            if let crate::data::buffer::Backing::Device { chip, .. } = t.desc().backing() {
-                self.eng.devices.check(callable, i, chip, t.desc().identity(), target, member)?;
+            if let Some(chip) = t.desc().device_chip() {
+                let runs_on = match target {
+                    Target::Sub => None,
+                    Target::NextLevel(ws) => Some(ws[member]),
+                };
+                let used = DeviceUse { callable, tensor: i, chip, id: t.desc().identity(), runs_on };
+                self.eng.devices.check(&used)?;
             }
         }
         Ok(())
@@ -972,10 +977,8 @@ impl<'a> Orchestrator<'a> {
         }
         // Step 2.
         let index = self.tasks.len() as u32;
-        let names_device = args_list
-            .iter()
-            .flat_map(|a| a.tensors.iter())
-            .any(|t| matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. }));
+        let names_device =
+            args_list.iter().flat_map(|a| a.tensors.iter()).any(|t| t.desc().device_chip().is_some());
         let task =
             TaskData { callable: callable.clone(), args: args_list, config, target, group, names_device };
         if names_device {

@@ -97,7 +97,7 @@ impl TaskData {
         self.args
             .iter()
             .flat_map(|a| a.tensors.iter())
-            .filter(|t| matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. }))
+            .filter(|t| t.desc().device_chip().is_some())
             .map(|t| t.desc().identity())
     }
 }

@@ -20,8 +20,7 @@ use crate::data::task_args::TaskArgs;
 use crate::data::wire::{DESC_SIZE, encode_desc};
 use crate::engine::heap::HostRings;
 use crate::engine::scheduler::{Lane, LaneKind};
-use crate::engine::slot::Target;
-use crate::engine::{Bell, DeviceRules, Engine, LevelParts};
+use crate::engine::{Bell, DeviceRules, DeviceUse, Engine, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
@@ -633,28 +632,20 @@ impl ChipBuffers {
 }
 
 impl DeviceRules for ChipBuffers {
-    fn check(
-        &self,
-        callable: &CallableHandle,
-        i: usize,
-        chip: u32,
-        id: Identity,
-        target: &Target,
-        member: usize,
-    ) -> Result<()> {
-        match target {
-            Target::Sub => {
+    fn check(&self, u: &DeviceUse<'_>) -> Result<()> {
+        let DeviceUse { callable, tensor: i, chip, id, runs_on } = *u;
+        match runs_on {
+            None => {
                 return Err(Error::invalid(format!(
                     "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
                 )));
             }
-            Target::NextLevel(ws) if ws[member] != chip => {
+            Some(w) if w != chip => {
                 return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {}; device memory is usable only by its own chip",
-                    ws[member]
+                    "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {w}; device memory is usable only by its own chip"
                 )));
             }
-            Target::NextLevel(_) => {}
+            Some(_) => {}
         }
         if !sync::lock(&self.live).contains_key(&id) {
             return Err(Error::invalid(format!(
