@@ -104,12 +104,10 @@ impl RunState {
     }
 
     fn try_finish(&self) -> bool {
-        if self.submission_closed.load(Ordering::SeqCst)
-            && self.active.load(Ordering::SeqCst) == 0
-            && self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-        {
+        if self.submission_closed.load(Ordering::SeqCst) && self.active.load(Ordering::SeqCst) == 0 {
+            // The end time first: whoever sees `done` may read the statistics at once.
             let _ = self.finished.set(Instant::now());
-            return true;
+            return self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok();
         }
         false
     }
@@ -118,8 +116,10 @@ impl RunState {
     /// could not drain it).
     pub(crate) fn abandon(&self, err: Error) {
         self.record_error(err);
-        if self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if !self.done.load(Ordering::SeqCst) {
+            // The end time first, as in `try_finish`.
             let _ = self.finished.set(Instant::now());
+            let _ = self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
         }
     }
 
@@ -372,5 +372,28 @@ impl RunHandle {
     pub fn dag(&self) -> Option<RunDag> {
         let cap = self.run.capture.as_ref()?;
         Some(sync::lock(cap).to_dag())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_seen_done_already_has_its_statistics() {
+        // Another thread spins on `is_done` and reads the statistics the moment it sees it:
+        // they must be there (the end time is set before `done` is published).
+        for _ in 0..20_000 {
+            let run = Arc::new(RunState::new(1, false));
+            let seen = run.clone();
+            let reader = std::thread::spawn(move || {
+                while !seen.is_done() {
+                    std::hint::spin_loop();
+                }
+                seen.stats().is_some()
+            });
+            assert!(run.close_submission(), "closing an empty run finishes it");
+            assert!(reader.join().unwrap(), "a run seen done had no statistics yet");
+        }
     }
 }
