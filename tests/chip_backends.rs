@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{double, in_own_process, vadd};
@@ -14,7 +13,17 @@ use simpler::{
     SimChip, TaskArgs, TensorView, Worker,
 };
 
-#[derive(Default)]
+/// What the counting backends of this process counted (each test runs in a process of its
+/// own, and a factory is a plain `fn`, so the counts live in a static).
+static COUNTS: Counts = Counts {
+    malloc: AtomicUsize::new(0),
+    free: AtomicUsize::new(0),
+    copy_in: AtomicUsize::new(0),
+    copy_out: AtomicUsize::new(0),
+    bytes_in: AtomicUsize::new(0),
+    bytes_out: AtomicUsize::new(0),
+};
+
 struct Counts {
     malloc: AtomicUsize,
     free: AtomicUsize,
@@ -34,7 +43,7 @@ impl Counts {
 /// budget with a message of its own.
 struct Counting {
     sim: SimChip,
-    counts: Arc<Counts>,
+    counts: &'static Counts,
     budget: Option<u64>,
 }
 
@@ -76,15 +85,15 @@ impl ChipBackend for Counting {
     }
 }
 
-fn counting(
-    counts: &Arc<Counts>,
-    budget: Option<u64>,
-) -> impl Fn(&ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> + use<> {
-    let counts = counts.clone();
-    move |spec: &ChipSpec| {
-        let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
-        Ok(Box::new(Counting { sim, counts: counts.clone(), budget }) as Box<dyn ChipBackend>)
-    }
+fn counting(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+    let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
+    Ok(Box::new(Counting { sim, counts: &COUNTS, budget: None }))
+}
+
+/// A counting backend that refuses allocations over 1 KiB.
+fn counting_1k(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+    let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
+    Ok(Box::new(Counting { sim, counts: &COUNTS, budget: Some(1024) }))
 }
 
 /// A chip orchestration: `t = a + b` into an `orch.alloc` intermediate on the cores, then
@@ -109,12 +118,12 @@ fn every_device_operation_of_an_l2_chip_goes_through_its_backend() {
     if !in_own_process() {
         return;
     }
-    let counts = Arc::new(Counts::default());
+    let counts = &COUNTS;
     let mut chip = Worker::builder()
         .level(Level::Chip)
         .chip_memory(16 << 20)
         .chip_cores(2)
-        .chip_backend(counting(&counts, None))
+        .chip_backend(counting)
         .build()
         .unwrap();
     let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
@@ -162,12 +171,12 @@ fn a_strided_host_tensor_is_copied_element_by_element_through_the_backend() {
     if !in_own_process() {
         return;
     }
-    let counts = Arc::new(Counts::default());
+    let counts = &COUNTS;
     let mut chip = Worker::builder()
         .level(Level::Chip)
         .chip_memory(1 << 20)
         .chip_cores(1)
-        .chip_backend(counting(&counts, None))
+        .chip_backend(counting)
         .build()
         .unwrap();
     let twice = chip.register_chip(ChipFn::kernel("double", double)).unwrap();
@@ -193,12 +202,8 @@ fn an_l3_chip_child_uses_the_backend_its_factory_makes() {
     if !in_own_process() {
         return;
     }
-    let counts = Arc::new(Counts::default());
-    let builder = Worker::builder()
-        .chips(2)
-        .chip_memory(16 << 20)
-        .chip_cores(1)
-        .chip_backend(counting(&counts, Some(1024)));
+    let counts = &COUNTS;
+    let builder = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).chip_backend(counting_1k);
     let mut rig = common::Rig::new(builder);
     let add = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();

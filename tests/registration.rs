@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use simpler::{
     CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn,
-    Orchestrator, TaskArgs, TensorView, Worker,
+    Orchestrator, StartMethod, TaskArgs, TensorView, Worker,
 };
 
 /// Group of `n` `member` tasks; member `i` writes its worker index into `who[i]`.
@@ -47,7 +47,7 @@ fn closure_after_init_is_refused() {
     if !in_own_process() {
         return;
     }
-    let mut rig = Rig::new(subs(1));
+    let mut rig = Rig::new(subs(1).start_method(StartMethod::Fork));
     rig.init();
     let k = 5u64;
     let f = HostFn::closure("late_closure", move |args: &HostArgs<'_>| -> HostResult {
@@ -65,7 +65,7 @@ fn closure_registered_before_init_runs_with_its_captures() {
         return;
     }
     let base = 1000 + u64::from(std::process::id() % 7); // a value only known at run time
-    let mut rig = Rig::new(subs(2));
+    let mut rig = Rig::new(subs(2).start_method(StartMethod::Fork));
     let f = rig
         .register(HostFn::closure("offset_by_worker", move |args: &HostArgs<'_>| -> HostResult {
             args.output::<u64>(0)?.fill(base + u64::from(args.worker_index()));
@@ -215,7 +215,7 @@ fn closures_that_differ_only_in_their_captures_are_not_confused() {
     // Two closures made by one factory under one name: the same type, different state. The
     // second registration must either get a callable that runs *its* closure or be refused
     // clearly; silently running the first closure for both would compute wrong results.
-    let mut rig = Rig::new(subs(1));
+    let mut rig = Rig::new(subs(1).start_method(StartMethod::Fork));
     let two = rig.register(constant(2)).unwrap();
     let second = rig.register(constant(3));
     rig.init();

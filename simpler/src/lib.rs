@@ -68,7 +68,7 @@ mod worker;
 
 pub use callable::host::{HostFn, HostFnPtr, HostResult};
 pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
-pub use chip::{ChipBackend, ChipFn, ChipOrchFnPtr, ChipSpec, DeviceMemory, SimChip};
+pub use chip::{ChipBackend, ChipBackendFn, ChipFn, ChipOrchFnPtr, ChipSpec, DeviceMemory, SimChip};
 pub use data::buffer::{Access, Buffer, BufferDesc, Identity};
 pub use data::call_config::{CallConfig, RingSizes, Swimlane};
 pub use data::dtype::{DataType, Element};
@@ -86,7 +86,7 @@ pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
 pub use level::Level;
 pub use sys::shm::{SweepReport, sweep_stale_buffers};
-pub use worker::{RunOptions, Worker, WorkerBuilder, WorkerKind, WorkerState, WorkerStatus};
+pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind, WorkerState, WorkerStatus};
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
 /// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function

@@ -145,10 +145,13 @@ impl HostFn {
         HostFn { name: name.into(), body: Body::Ptr(f), descriptor, origin }
     }
 
-    /// A host function from a closure (registrable only before `init`).
+    /// A host function from a closure, for a Worker whose SUB workers are forked
+    /// ([`StartMethod::Fork`](crate::StartMethod::Fork)), registrable only before `init`.
     ///
     /// The closure may capture state (it must be `Send + Sync + 'static`); each forked SUB
-    /// worker gets its own copy at fork time.
+    /// worker gets its own copy at fork time. Under the default
+    /// [`StartMethod::Exec`](crate::StartMethod::Exec) a SUB worker is a new process of the
+    /// binary, which runs functions of the binary only: registering a closure is refused.
     ///
     /// ```
     /// use simpler::{HostArgs, HostFn};

@@ -34,7 +34,7 @@ use crate::sys::fn_address::FnAddress;
 
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
 pub(crate) use sim::BackendFactory;
-pub use sim::{ChipBackend, ChipSpec, DeviceMemory, SimChip};
+pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
 
 /// A chip orchestration as a plain `fn` pointer; what [`ChipFn::orchestration`] takes.
 ///
@@ -423,7 +423,7 @@ mod tests {
     #[test]
     fn descriptor_matches_canonical_bytes() {
         let k = ChipFn::kernel("vadd", noop);
-        let addr = noop as HostFnPtr as usize as u64;
+        let addr = crate::sys::fn_address::FnAddress::of(noop as HostFnPtr).to_wire();
         let mut b = Vec::new();
         b.extend_from_slice(&le(1)); // schema_version
         b.extend_from_slice(&le(1)); // kind = Chip
@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(k.descriptor().bytes(), &b[..]);
         assert_eq!(k.descriptor().kind(), CallableKind::Chip);
         assert_eq!(k.handle().digest(), Digest::of(&b));
-        assert_eq!(k.fn_address(), addr);
+        assert_eq!(k.fn_address(), addr, "the wire word of the kernel");
 
         let o = ChipFn::orchestration("vadd", plan);
         assert_eq!(o.descriptor().bytes()[12..16], le(2));

@@ -372,34 +372,77 @@ impl ChipSpec {
     }
 }
 
+/// A function that makes the backend of one chip from its [`ChipSpec`]; what
+/// [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend) takes.
+///
+/// A plain `fn` (or a closure that captures nothing): it runs in the process that drives the
+/// chip, which at L3 is a process of its own started from this program's binary, so it cannot
+/// carry state from the caller.
+///
+/// ```
+/// use simpler::{ChipBackend, ChipBackendFn, ChipSpec, SimChip};
+///
+/// fn small(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+///     Ok(Box::new(SimChip::new(spec.memory_bytes().min(1 << 20), 1)?))
+/// }
+/// let f: ChipBackendFn = small;
+/// assert_eq!(f(&ChipSpec::default_for(0))?.cores(), 1);
+/// # Ok::<(), simpler::Error>(())
+/// ```
+pub type ChipBackendFn = fn(&ChipSpec) -> Result<Box<dyn ChipBackend>>;
+
+// SAFETY: rule FA1 of `sys::fn_address` — a plain `fn` pointer type.
+#[expect(unsafe_code, reason = "marks a fn pointer type as one whose address may cross to a child")]
+unsafe impl crate::sys::fn_address::FnPointer for ChipBackendFn {}
+
 /// Makes the backend of each chip, in the process that drives it (a chip child at L3, the
 /// calling process at L2): see [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend).
-#[derive(Clone)]
-pub(crate) struct BackendFactory(Arc<MakeBackend>);
-
-/// The function behind a [`BackendFactory`].
-type MakeBackend = dyn Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync;
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum BackendFactory {
+    /// The default: a [`SimChip`] per spec.
+    #[default]
+    Sim,
+    /// A user's function.
+    Fn(ChipBackendFn),
+}
 
 impl BackendFactory {
-    /// A factory from a user's function.
-    pub(crate) fn new(f: impl Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync + 'static) -> Self {
-        BackendFactory(Arc::new(f))
-    }
-
     /// The default: a [`SimChip`] per spec.
     pub(crate) fn sim() -> Self {
-        BackendFactory::new(|spec| Ok(Box::new(SimChip::new(spec.memory_bytes, spec.cores)?)))
+        BackendFactory::Sim
+    }
+
+    /// The factory a start spec carries as `word` (`0` for the default): a child started by
+    /// exec rebuilds its parent's factory with it; `None` for a word that names address 0.
+    ///
+    /// The word must be [`wire`](Self::wire) of a factory of the parent that started this
+    /// process (rule FA2 of `sys::fn_address`): the worker layer's start-spec decoder is the one
+    /// caller, on a spec its parent wrote.
+    pub(crate) fn from_start_spec(word: u64) -> Option<BackendFactory> {
+        if word == 0 {
+            return Some(BackendFactory::Sim);
+        }
+        #[expect(unsafe_code, reason = "reading back a factory's address from a start spec; rule FA2")]
+        // SAFETY: rule FA2 of `sys::fn_address` — the word is `FnAddress::<ChipBackendFn>::to_wire`
+        // written by the parent that started this process, which runs the same binary.
+        let f = unsafe { crate::sys::fn_address::FnAddress::<ChipBackendFn>::from_wire(word) }?;
+        Some(BackendFactory::Fn(f.get()))
+    }
+
+    /// The word a start spec carries for this factory (`0` for the default).
+    pub(crate) fn wire(&self) -> u64 {
+        match self {
+            BackendFactory::Sim => 0,
+            BackendFactory::Fn(f) => crate::sys::fn_address::FnAddress::of(*f).to_wire(),
+        }
     }
 
     /// Makes the backend of the chip `spec` describes.
     pub(crate) fn make(&self, spec: &ChipSpec) -> Result<Box<dyn ChipBackend>> {
-        (self.0)(spec)
-    }
-}
-
-impl std::fmt::Debug for BackendFactory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BackendFactory")
+        match self {
+            BackendFactory::Sim => Ok(Box::new(SimChip::new(spec.memory_bytes, spec.cores)?)),
+            BackendFactory::Fn(f) => f(spec),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::data::buffer::Backing;
 use crate::engine::ring::{HEAP_RINGS, HeapRing};
 use crate::error::Result;
+use crate::sys::mem::SharedSpan;
 
 /// A block an [`IntermediateHeap`] handed out: what it needs to take the block back. `ring` is
 /// the scope ring it came from (heap rings) and `id` names the block in it (a ring block id, or
@@ -33,9 +34,8 @@ pub(crate) trait IntermediateHeap: Send + Sync {
     /// `WorkerBuilder` setting that sizes it, and its size now.
     fn exhausted(&self, ring: usize) -> (String, &'static str, u64);
 
-    /// `(base address, length)` of host mappings that children inherit (heap rings), for
-    /// their resolvers.
-    fn spans(&self) -> Vec<(u64, u64)> {
+    /// The host mappings children map too (heap rings), for their resolvers.
+    fn spans(&self) -> Vec<SharedSpan> {
         Vec::new()
     }
 }
@@ -78,7 +78,7 @@ impl IntermediateHeap for HostRings {
         (format!("heap ring {ring} exhausted"), "heap_ring_size", self.rings[ring].size())
     }
 
-    fn spans(&self) -> Vec<(u64, u64)> {
+    fn spans(&self) -> Vec<SharedSpan> {
         self.rings.iter().filter_map(HeapRing::span).collect()
     }
 }

@@ -11,11 +11,11 @@
 //! by scope depth: `min(depth, 3)`.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::sys::mem::SharedRegion;
+use crate::sys::mem::{SharedRegion, SharedSpan};
 use crate::sys::sync;
 
 /// Every heap allocation is rounded up to this many bytes.
@@ -70,7 +70,7 @@ struct HeapState {
 
 /// One heap ring.
 pub(crate) struct HeapRing {
-    region: Option<SharedRegion>,
+    region: Option<Arc<SharedRegion>>,
     size: u64,
     state: Mutex<HeapState>,
 }
@@ -82,7 +82,7 @@ impl HeapRing {
             None
         } else {
             let len = usize::try_from(size).map_err(|_| Error::invalid("heap_ring_size too large"))?;
-            Some(SharedRegion::new(len, true)?)
+            Some(Arc::new(SharedRegion::new(len, true)?))
         };
         Ok(HeapRing { region, size, state: Mutex::new(HeapState { blocks: VecDeque::new(), next_id: 1 }) })
     }
@@ -91,9 +91,9 @@ impl HeapRing {
         self.size
     }
 
-    /// `(base address, length)` of the mapping, when the ring is enabled.
-    pub(crate) fn span(&self) -> Option<(u64, u64)> {
-        self.region.as_ref().map(|r| (r.addr(), r.len() as u64))
+    /// The mapping, when the ring is enabled.
+    pub(crate) fn span(&self) -> Option<SharedSpan> {
+        self.region.as_ref().map(|r| SharedSpan::here(r.clone()))
     }
 
     #[cfg(test)] // only tests need it

@@ -5,7 +5,8 @@
 //! Rules (cited by the `SAFETY` comments below):
 //!
 //! C1. A `REGISTER_*` control carries, in `arg0`, [`FnAddress::to_wire`] of a function taken in
-//!     the parent this process was forked from: a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and
+//!     the parent that started this process (forked, or exec'd from the same binary file; a
+//!     start spec carries the same pairs of command and word): a [`HostFnPtr`] for [`CTRL_REGISTER_FN`] and
 //!     [`CTRL_REGISTER_CHIP`] (a kernel), an [`OrchFnPtr`] for [`CTRL_REGISTER_ORCH`] and
 //!     [`CTRL_REGISTER_CHIP_ORCH`] (a chip orchestration). Control frames are written only by
 //!     that parent, through `Mailbox::post_control` on its register paths, and a
@@ -39,6 +40,7 @@ use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::PeerWait;
+use crate::sys::mem::SharedSpan;
 use crate::sys::shm::PosixShm;
 
 /// Control command: install a host function (arg0 = fn address, payload = descriptor).
@@ -89,21 +91,50 @@ pub(crate) enum ReceivedFn {
 /// The function in `arg0` of a `REGISTER_*` control (rule C1); an error for another command or
 /// an address of 0.
 pub(crate) fn received_fn(req: &ControlRequest) -> Result<ReceivedFn, FrameError> {
-    let zero = || FrameError::new(ERR_BAD_FRAME, format!("control {}: function address 0", req.command));
-    match req.command {
-        CTRL_REGISTER_FN | CTRL_REGISTER_CHIP => {
-            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<HostFnPtr>::to_wire`,
-            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
-            let f = unsafe { FnAddress::<HostFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
-            Ok(ReceivedFn::Host(f.get()))
+    StartFn::from_control(req).get()
+}
+
+/// A function a parent sent: the `REGISTER_*` command that types it and its wire word, from a
+/// control frame or a start spec (rule C1). Only this module builds one from a frame; a start
+/// spec's decoder builds one with [`StartFn::from_start_spec`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StartFn {
+    command: u64,
+    word: u64,
+}
+
+impl StartFn {
+    fn from_control(req: &ControlRequest) -> StartFn {
+        StartFn { command: req.command, word: req.arg0 }
+    }
+
+    /// A function entry of a start spec (`crate::sys::spawn`): written by the parent that
+    /// started this process, with the command that types it and `FnAddress::to_wire` of it
+    /// (rule C1 holds for start specs as for control frames).
+    pub(crate) fn from_start_spec(command: u64, word: u64) -> StartFn {
+        StartFn { command, word }
+    }
+
+    /// The function (rule C1); an error for a command that carries none or an address of 0.
+    pub(crate) fn get(self) -> Result<ReceivedFn, FrameError> {
+        let zero = || FrameError::new(ERR_BAD_FRAME, format!("control {}: function address 0", self.command));
+        match self.command {
+            CTRL_REGISTER_FN | CTRL_REGISTER_CHIP => {
+                // SAFETY: rule C1 — for these commands the word is
+                // `FnAddress::<HostFnPtr>::to_wire`, written by the parent that started this
+                // process, which runs the same binary (FA2 of `sys::fn_address`).
+                let f = unsafe { FnAddress::<HostFnPtr>::from_wire(self.word) }.ok_or_else(zero)?;
+                Ok(ReceivedFn::Host(f.get()))
+            }
+            CTRL_REGISTER_ORCH | CTRL_REGISTER_CHIP_ORCH => {
+                // SAFETY: rule C1 — for these commands the word is
+                // `FnAddress::<OrchFnPtr>::to_wire`, written by the parent that started this
+                // process, which runs the same binary (FA2 of `sys::fn_address`).
+                let f = unsafe { FnAddress::<OrchFnPtr>::from_wire(self.word) }.ok_or_else(zero)?;
+                Ok(ReceivedFn::Orch(f.get()))
+            }
+            other => Err(FrameError::new(ERR_BAD_FRAME, format!("control {other} carries no function"))),
         }
-        CTRL_REGISTER_ORCH | CTRL_REGISTER_CHIP_ORCH => {
-            // SAFETY: rule C1 — for these commands `arg0` is `FnAddress::<OrchFnPtr>::to_wire`,
-            // written by the parent this process was forked from (FA2 of `sys::fn_address`).
-            let f = unsafe { FnAddress::<OrchFnPtr>::from_wire(req.arg0) }.ok_or_else(zero)?;
-            Ok(ReceivedFn::Orch(f.get()))
-        }
-        other => Err(FrameError::new(ERR_BAD_FRAME, format!("control {other} carries no function"))),
     }
 }
 
@@ -167,8 +198,8 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
 
 /// Maps host buffers named by descriptors into this process (rule C2).
 pub(crate) struct HostResolver {
-    /// (base address, length) of every heap ring.
-    heaps: Vec<(u64, u64)>,
+    /// Every heap ring (base address in its creator, mapping here).
+    heaps: Vec<SharedSpan>,
     maps: HashMap<Identity, PosixShm>,
     order: VecDeque<Identity>,
     /// Trims since the last look for unlinked large objects.
@@ -176,7 +207,7 @@ pub(crate) struct HostResolver {
 }
 
 impl HostResolver {
-    pub(crate) fn new(heaps: Vec<(u64, u64)>) -> HostResolver {
+    pub(crate) fn new(heaps: Vec<SharedSpan>) -> HostResolver {
         HostResolver { heaps, maps: HashMap::new(), order: VecDeque::new(), trims: 0 }
     }
 
@@ -242,15 +273,10 @@ impl HostResolver {
         let Backing::HeapSlab { addr } = desc.backing() else {
             return Err("not a heap slab".to_string());
         };
-        let inside = self
-            .heaps
+        self.heaps
             .iter()
-            .any(|&(base, len)| addr >= base && addr.checked_add(n).is_some_and(|end| end <= base + len));
-        if inside {
-            Ok(addr as usize as *mut u8)
-        } else {
-            Err(format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
-        }
+            .find_map(|span| span.local(addr, n))
+            .ok_or_else(|| format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
     }
 
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).

@@ -410,13 +410,31 @@ pub(crate) struct MailboxRegion {
 impl MailboxRegion {
     /// Maps a region for `count` mailboxes (64 + `count` × [`MAILBOX_SIZE`] bytes), all `IDLE`.
     pub(crate) fn new(count: usize) -> Result<MailboxRegion> {
-        let len = count
-            .checked_mul(MAILBOX_SIZE)
-            .and_then(|n| n.checked_add(SLOTS_OFFSET))
-            .ok_or_else(|| Error::invalid(format!("{count} mailboxes do not fit in memory")))?;
+        let len = MailboxRegion::bytes(count)?;
         let region =
             SharedRegion::new(len, false).map_err(|e| e.context(format!("mapping {count} mailboxes")))?;
         Ok(MailboxRegion { region, count })
+    }
+
+    /// Maps the region of `count` mailboxes a parent made, from its memfd (a child started by
+    /// exec). The memfd must hold at least the region's bytes (checked).
+    pub(crate) fn from_fd(fd: std::os::fd::OwnedFd, count: usize) -> Result<MailboxRegion> {
+        let len = MailboxRegion::bytes(count)?;
+        let region = SharedRegion::map_fd(fd, len, false)
+            .map_err(|e| e.context(format!("mapping the parent's {count} mailboxes")))?;
+        Ok(MailboxRegion { region, count })
+    }
+
+    fn bytes(count: usize) -> Result<usize> {
+        count
+            .checked_mul(MAILBOX_SIZE)
+            .and_then(|n| n.checked_add(SLOTS_OFFSET))
+            .ok_or_else(|| Error::invalid(format!("{count} mailboxes do not fit in memory")))
+    }
+
+    /// The memfd behind the region (what a child started by exec inherits).
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.region.fd()
     }
 
     /// The parent doorbell: rung by every child when it finishes a task or a control request.

@@ -1,19 +1,23 @@
-//! Anonymous shared mappings made before fork, and byte views of element slices.
+//! Shared mappings of nameless memory (memfd), and byte views of element slices.
 //!
-//! A [`SharedRegion`] is an anonymous `MAP_SHARED` mapping. Made before `fork`, it appears in
-//! every child at the same virtual address and all of them see one set of pages: the mailboxes
-//! live in one, and so do the heap rings that `orch.alloc` carves tensors from (whose base
-//! address may therefore travel in a descriptor). `memmap2::MmapOptions::map_anon` is *not* a
-//! substitute: it maps `MAP_PRIVATE`, and a child would get a copy-on-write copy.
+//! A [`SharedRegion`] is a `MAP_SHARED` mapping of a memfd: memory with no name anywhere, freed
+//! when the last process that maps it or holds its descriptor is gone, so nothing can outlive
+//! the process tree. The mailboxes live in one, and so do the heap rings that `orch.alloc`
+//! carves tensors from. A child started by exec receives the memfd as an inherited descriptor
+//! and maps it at an address of its own ([`SharedRegion::map_fd`]); a forked child inherits
+//! the mapping at the same address. Either way all of them see one set of pages. An address a
+//! descriptor carries (a heap slab) is an address in the *creating* process, which a child
+//! translates with [`SharedSpan::local`].
 //!
 //! # Rules
 //!
 //! * **R1 (ownership of the mapping).** `ptr..ptr + len` is a live read-write mapping created by
-//!   [`SharedRegion::new`] and owned by that value alone: nothing else unmaps it, and `Drop`
+//!   [`SharedRegion::new`] or [`SharedRegion::map_fd`] and owned by that value alone: nothing else unmaps it, and `Drop`
 //!   unmaps it exactly once. (A forked child owns its own copy of the value, whose drop would
 //!   unmap only the child's view; children leave through `_exit` anyway.)
-//! * **R2 (shared, zeroed, aligned).** The mapping is anonymous and `MAP_SHARED`, zero-filled by
-//!   the kernel and page-aligned; `lazy` adds `MAP_NORESERVE`, so pages are backed on first
+//! * **R2 (shared, zeroed, aligned).** The mapping is `MAP_SHARED` of a memfd at least `len`
+//!   bytes long (checked with `fstat` before mapping one received from a parent), zero-filled
+//!   by the kernel when created, and page-aligned; `lazy` adds `MAP_NORESERVE`, so pages are backed on first
 //!   touch. Types for which all-zero bytes are a valid value may be laid over it by the modules
 //!   that own its contents (the mailbox, rule M1 there; the heap rings).
 //! * **R3 (no references here).** A [`SharedRegion`] hands out only addresses and raw pointers;
@@ -27,28 +31,62 @@
 //!
 //! # Memory ordering
 //!
-//! This module performs no atomic operations. Mapping happens before fork (so children inherit
-//! the region with the fork's own synchronization); ordering of the contents is the business of
-//! the module that lays them out.
+//! This module performs no atomic operations. A region is made before any child that uses it
+//! starts (children inherit it with the fork's or the exec's own synchronization); ordering of
+//! the contents is the business of the module that lays them out.
 
-#![expect(unsafe_code, reason = "mmap/munmap and the POD byte casts of element slices; rules R1-R4")]
+#![expect(unsafe_code, reason = "memfd, mmap/munmap and the POD byte casts of element slices; rules R1-R4")]
 
 use std::fmt;
 use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
-use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 
 use crate::error::{Error, Result};
 
-/// An anonymous `MAP_SHARED` mapping, made before fork so every child sees it at the same
-/// address.
+/// A `MAP_SHARED` mapping of a memfd, which children map too (forked: at the same address;
+/// started by exec: from the inherited descriptor, wherever their kernel puts it).
 ///
 /// Zero-filled. `lazy` adds `MAP_NORESERVE` (for large heap rings backed on first touch).
-/// `Send + Sync` (rule R3). Dropping it unmaps the region.
+/// `Send + Sync` (rule R3). Dropping it unmaps the region and closes the descriptor.
 pub(crate) struct SharedRegion {
     ptr: NonNull<u8>,
     len: usize,
+    fd: OwnedFd,
+}
+
+/// A shared region as a descriptor names it: `origin` is its base address in the process that
+/// created it (the address heap-slab descriptors carry), `region` its mapping here.
+#[derive(Clone, Debug)]
+pub(crate) struct SharedSpan {
+    pub(crate) origin: u64,
+    pub(crate) region: Arc<SharedRegion>,
+}
+
+impl SharedSpan {
+    /// A span of a region created in this process.
+    pub(crate) fn here(region: Arc<SharedRegion>) -> SharedSpan {
+        SharedSpan { origin: region.addr(), region }
+    }
+
+    /// The length of the region in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.region.len() as u64
+    }
+
+    /// The local address of the `n` bytes at creator address `addr`, if they lie inside.
+    pub(crate) fn local(&self, addr: u64, n: u64) -> Option<*mut u8> {
+        let offset = addr.checked_sub(self.origin)?;
+        let end = offset.checked_add(n)?;
+        if end > self.len() {
+            return None;
+        }
+        // In bounds: `offset + n <= len`, so the pointer stays inside the mapping.
+        Some(self.region.as_ptr().wrapping_add(offset as usize))
+    }
 }
 
 // SAFETY: rule R3 — the value holds only the address of a mapping it owns (R1); it never creates
@@ -66,19 +104,54 @@ impl SharedRegion {
     /// `len == 0` and with [`ErrorKind::Os`](crate::error::ErrorKind::Os), naming the size, when
     /// the kernel refuses the mapping.
     pub(crate) fn new(len: usize, lazy: bool) -> Result<SharedRegion> {
-        let Some(length) = NonZeroUsize::new(len) else {
+        if len == 0 {
             return Err(Error::invalid("shared region: length must be greater than 0"));
-        };
+        }
+        let what = || format!("creating {len} bytes of shared memory");
+        // SAFETY: rule R1 — memfd_create takes a NUL-terminated name and flags; it returns a new
+        // descriptor that nothing else owns, or -1.
+        let raw = unsafe { libc::memfd_create(c"simpler".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(Error::os(&what(), std::io::Error::last_os_error()));
+        }
+        // SAFETY: rule R1 — `raw` is the new descriptor memfd_create returned, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        nix::unistd::ftruncate(&fd, len as libc::off_t).map_err(|e| Error::os(&what(), e))?;
+        SharedRegion::map(fd, len, lazy)
+    }
+
+    /// Maps `len` bytes of the memfd `fd` a parent passed to this process (rule R2: `fd` must
+    /// be at least `len` bytes long, checked here).
+    pub(crate) fn map_fd(fd: OwnedFd, len: usize, lazy: bool) -> Result<SharedRegion> {
+        let size = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|e| Error::os("fstat of an inherited region", e))?
+            .st_size;
+        if len == 0 || u64::try_from(size).unwrap_or(0) < len as u64 {
+            return Err(Error::invalid(format!(
+                "an inherited shared region has {size} bytes, fewer than the {len} its descriptor names"
+            )));
+        }
+        SharedRegion::map(fd, len, lazy)
+    }
+
+    fn map(fd: OwnedFd, len: usize, lazy: bool) -> Result<SharedRegion> {
+        let length = NonZeroUsize::new(len)
+            .ok_or_else(|| Error::invalid("shared region: length must be greater than 0"))?;
         let mut flags = MapFlags::MAP_SHARED;
         if lazy {
             flags |= MapFlags::MAP_NORESERVE;
         }
-        // SAFETY: rule R1 — a new anonymous mapping at an address the kernel chooses aliases no
-        // existing memory; the returned range is owned by the SharedRegion built from it.
-        let ptr =
-            unsafe { mmap_anonymous(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags) }
-                .map_err(|e| Error::os(&format!("mapping {len} bytes of shared memory (lazy: {lazy})"), e))?;
-        Ok(SharedRegion { ptr: ptr.cast(), len })
+        // SAFETY: rules R1, R2 — a new mapping at an address the kernel chooses aliases no
+        // existing memory of this process; the memfd holds at least `len` bytes (created so, or
+        // checked by `map_fd`); the returned range is owned by the SharedRegion built from it.
+        let ptr = unsafe { mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags, &fd, 0) }
+            .map_err(|e| Error::os(&format!("mapping {len} bytes of shared memory (lazy: {lazy})"), e))?;
+        Ok(SharedRegion { ptr: ptr.cast(), len, fd })
+    }
+
+    /// The memfd behind the mapping (what a child started by exec inherits).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// The base address of the mapping (page-aligned).

@@ -2,8 +2,8 @@
 //!
 //! Nothing here knows about tasks, tensors or callables; every other layer builds on it.
 //!
-//! * [`mem`]: anonymous `MAP_SHARED` regions ([`mem::SharedRegion`]), mapped before fork so
-//!   every child sees them at the same address, and the byte views of plain-old-data slices.
+//! * [`mem`]: `MAP_SHARED` regions of nameless memory ([`mem::SharedRegion`], a memfd) that
+//!   children map too, and the byte views of plain-old-data slices.
 //! * [`shm`]: named POSIX shared-memory objects ([`shm::PosixShm`]) and their names
 //!   ([`shm::ShmName`]), the backing of host buffers made by `Worker::create_buffer`.
 //! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
@@ -12,17 +12,20 @@
 //! * [`fn_address`]: [`fn_address::FnAddress`], a function pointer as the address a control
 //!   frame carries to a forked child, and back.
 //! * [`process`]: forking children, watching for their exit through pidfds, and reaping them.
+//! * [`spawn`]: starting a child by exec of this same binary (safe among threads), and the
+//!   `.init_array` hook that turns such a process into the child before `main`.
 //! * [`sync`]: the one way the crate takes a lock, with one poison policy.
 //!
 //! Each module states its protocol as numbered rules and every `unsafe` block cites the rule it
 //! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `FA*` in `fn_address`, `P*`
-//! in `process`, `T*` in the test-only `test_fork`.
+//! in `process`, `S*` in `spawn`, `T*` in the test-only `test_fork`.
 
 pub(crate) mod fn_address;
 pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod process;
 pub(crate) mod shm;
+pub(crate) mod spawn;
 pub(crate) mod sync;
 #[cfg(test)]
 pub(crate) mod test_fork;

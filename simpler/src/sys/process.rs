@@ -82,6 +82,13 @@ impl ExitBoard {
         }
     }
 
+    /// Forgets how child `i` ended (a new child takes its place).
+    fn reset(&self, i: usize) {
+        let mut st = sync::lock(&self.state);
+        st[i] = None;
+        self.exited[i].store(false, std::sync::atomic::Ordering::Release);
+    }
+
     fn set(&self, i: usize, how: String, ended: Ended) {
         let mut st = sync::lock(&self.state);
         st[i] = Some((how, ended));
@@ -136,11 +143,32 @@ fn describe(status: WaitStatus) -> Option<(String, Ended)> {
 }
 
 /// Watches a set of children on a thread of its own; reaps each one when it exits (rule P3).
+///
+/// Child `i` may be replaced once it ended ([`watch`](Monitor::watch)): its entry on the board
+/// is cleared and the new process watched under the same index.
 pub(crate) struct Monitor {
-    pids: Vec<i32>,
-    stop_fd: OwnedFd,
+    pids: Mutex<Vec<i32>>,
+    wake_fd: OwnedFd,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     pub(crate) board: Arc<ExitBoard>,
+}
+
+/// What the monitor thread takes from the others: children to watch, and the stop flag.
+struct Shared {
+    added: Mutex<Vec<(usize, i32, OwnedFd)>>,
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+/// A pidfd of our own child `pid`.
+fn pidfd(pid: i32) -> Result<OwnedFd> {
+    // SAFETY: rule P3 — pidfd_open on our own unreaped child; returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(Error::os("pidfd_open", std::io::Error::last_os_error()));
+    }
+    // SAFETY: rule P4 — `fd` is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 impl Monitor {
@@ -148,15 +176,9 @@ impl Monitor {
     /// reaped and its exit recorded.
     pub(crate) fn start(pids: Vec<i32>, on_exit: impl Fn(usize) + Send + 'static) -> Result<Monitor> {
         let board = Arc::new(ExitBoard::new(pids.len()));
-        let mut fds = Vec::with_capacity(pids.len());
-        for &pid in &pids {
-            // SAFETY: rule P3 — pidfd_open on our own unreaped child; returns a new fd or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd < 0 {
-                return Err(Error::os("pidfd_open", std::io::Error::last_os_error()));
-            }
-            // SAFETY: rule P4 — `fd` is a fresh descriptor we own.
-            fds.push(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        let mut live = Vec::with_capacity(pids.len());
+        for (i, &pid) in pids.iter().enumerate() {
+            live.push((i, pid, pidfd(pid)?));
         }
         // SAFETY: eventfd with valid flags returns a new fd or -1 (rule P4: owned below).
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -164,22 +186,44 @@ impl Monitor {
             return Err(Error::os("eventfd", std::io::Error::last_os_error()));
         }
         // SAFETY: rule P4 — `efd` is a fresh descriptor we own.
-        let stop_fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let wake_fd = unsafe { OwnedFd::from_raw_fd(efd) };
         // A second descriptor of the eventfd for the thread (close-on-exec like the first);
         // failing to make one is an error, never an `OwnedFd` of -1.
-        let stop_thread = stop_fd.try_clone().map_err(|e| Error::os("dup of the monitor's eventfd", e))?;
-        let b = board.clone();
-        let ps = pids.clone();
+        let wake_thread = wake_fd.try_clone().map_err(|e| Error::os("dup of the monitor's eventfd", e))?;
+        let shared = Arc::new(Shared { added: Mutex::new(Vec::new()), stopping: false.into() });
+        let (b, sh) = (board.clone(), shared.clone());
         let thread = std::thread::Builder::new()
             .name("simpler-monitor".into())
-            .spawn(move || monitor_loop(ps, fds, stop_thread, b, on_exit))
+            .spawn(move || monitor_loop(live, wake_thread, sh, b, on_exit))
             .map_err(|e| Error::os("spawn monitor thread", e))?;
-        Ok(Monitor { pids, stop_fd, thread: Some(thread), board })
+        Ok(Monitor { pids: Mutex::new(pids), wake_fd, shared, thread: Some(thread), board })
+    }
+
+    /// Watches `pid`, a new child that replaces child `i` (which has ended), under index `i`:
+    /// the board forgets how the old one ended.
+    pub(crate) fn watch(&self, i: usize, pid: i32) -> Result<()> {
+        let fd = pidfd(pid)?;
+        self.board.reset(i);
+        sync::lock(&self.pids)[i] = pid;
+        sync::lock(&self.shared.added).push((i, pid, fd));
+        self.wake();
+        Ok(())
+    }
+
+    /// The pid of child `i` now.
+    pub(crate) fn pid(&self, i: usize) -> i32 {
+        sync::lock(&self.pids)[i]
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: rule P4 — writing 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.wake_fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// Sends `SIGKILL` to every child that has not exited.
     pub(crate) fn kill_all(&self) {
-        for (i, &pid) in self.pids.iter().enumerate() {
+        for (i, &pid) in sync::lock(&self.pids).iter().enumerate() {
             if self.board.exit_of(i).is_none() {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
@@ -188,9 +232,8 @@ impl Monitor {
 
     /// Stops the monitor thread (children still alive stay unreaped: kill and wait first).
     pub(crate) fn stop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: rule P4 — writing 8 bytes from a live u64 to our own eventfd.
-        unsafe { libc::write(self.stop_fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.shared.stopping.store(true, std::sync::atomic::Ordering::Release);
+        self.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -204,19 +247,18 @@ impl Drop for Monitor {
 }
 
 fn monitor_loop(
-    pids: Vec<i32>,
-    fds: Vec<OwnedFd>,
-    stop: OwnedFd,
+    mut live: Vec<(usize, i32, OwnedFd)>,
+    wake: OwnedFd,
+    shared: Arc<Shared>,
     board: Arc<ExitBoard>,
     on_exit: impl Fn(usize),
 ) {
-    let mut live: Vec<usize> = (0..pids.len()).collect();
     loop {
         let mut polls: Vec<libc::pollfd> = live
             .iter()
-            .map(|&i| libc::pollfd { fd: fds[i].as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .map(|(_, _, fd)| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
             .collect();
-        polls.push(libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        polls.push(libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
         // SAFETY: rule P4 — every fd in `polls` is owned by this thread for the whole call.
         let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
         if n < 0 {
@@ -226,21 +268,26 @@ fn monitor_loop(
             return;
         }
         if polls.last().is_some_and(|p| p.revents != 0) {
-            return;
+            let mut count = 0u64;
+            // SAFETY: rule P4 — reading 8 bytes into a live u64 from our own eventfd.
+            unsafe { libc::read(wake.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+            if shared.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
         }
         let mut still = Vec::with_capacity(live.len());
-        for (k, &i) in live.iter().enumerate() {
-            if polls[k].revents == 0 {
-                still.push(i);
+        for (k, (i, pid, fd)) in live.into_iter().enumerate() {
+            if polls.get(k).is_none_or(|p| p.revents == 0) {
+                still.push((i, pid, fd));
                 continue;
             }
-            match waitpid(Pid::from_raw(pids[i]), Some(WaitPidFlag::WNOHANG)) {
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
                 Ok(status) => match describe(status) {
                     Some((how, ended)) => {
                         board.set(i, how, ended);
                         on_exit(i);
                     }
-                    None => still.push(i),
+                    None => still.push((i, pid, fd)),
                 },
                 Err(e) => {
                     board.set(i, format!("could not be waited for ({e})"), Ended::Unknown);
@@ -248,10 +295,8 @@ fn monitor_loop(
                 }
             }
         }
+        still.append(&mut sync::lock(&shared.added));
         live = still;
-        if live.is_empty() {
-            return;
-        }
     }
 }
 

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use crate::chip::{BackendFactory, ChipBackend, ChipSpec};
+use crate::chip::{BackendFactory, ChipBackendFn};
 use crate::engine::EngineConfig;
 use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::worker::Worker;
+use crate::worker::start::StartMethod;
 
 /// Configures a [`Worker`]. Construction never forks or maps anything; `init` does.
 ///
@@ -35,6 +36,8 @@ pub struct WorkerBuilder {
     pub(super) startup_delay: Duration,
     pub(super) startup_timeout: Duration,
     pub(super) close_timeout: Duration,
+    /// How the children start.
+    pub(super) start: StartMethod,
 }
 
 impl WorkerBuilder {
@@ -49,6 +52,7 @@ impl WorkerBuilder {
             startup_delay: Duration::ZERO,
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
+            start: StartMethod::Exec,
         }
     }
 
@@ -117,15 +121,19 @@ impl WorkerBuilder {
     /// device operation of the chip (allocation, frees, copies in both directions) then goes
     /// through the [`ChipBackend`](crate::ChipBackend) it returns.
     ///
+    /// The factory is a [`ChipBackendFn`](crate::ChipBackendFn): a plain `fn`, or a closure
+    /// that captures nothing, since at L3 it runs in a chip process started from this program's
+    /// binary (state it needs comes from statics, the environment or the spec).
+    ///
     /// ```
-    /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use simpler::{ChipBackend, ChipSpec, DeviceMemory, Level, SimChip, Worker};
+    ///
+    /// static COPIED_IN: AtomicUsize = AtomicUsize::new(0);
     ///
     /// /// A SimChip that counts the bytes copied to it.
     /// struct Counting {
     ///     sim: SimChip,
-    ///     copied_in: Arc<AtomicUsize>,
     /// }
     ///
     /// impl ChipBackend for Counting {
@@ -136,36 +144,31 @@ impl WorkerBuilder {
     ///         self.sim.memory()
     ///     }
     ///     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
-    ///         self.copied_in.fetch_add(src.len(), Ordering::Relaxed);
+    ///         COPIED_IN.fetch_add(src.len(), Ordering::Relaxed);
     ///         self.sim.copy_to_device(dst, src)
     ///     }
     /// }
     ///
     /// # fn main() -> simpler::Result<()> {
-    /// let copied_in = Arc::new(AtomicUsize::new(0));
-    /// let count = copied_in.clone();
     /// let mut chip = Worker::builder()
     ///     .level(Level::Chip)
     ///     .chip_memory(1 << 20)
-    ///     .chip_backend(move |spec: &ChipSpec| {
+    ///     .chip_backend(|spec: &ChipSpec| {
     ///         let sim = SimChip::new(spec.memory_bytes(), spec.cores())?;
-    ///         Ok(Box::new(Counting { sim, copied_in: count.clone() }) as Box<dyn ChipBackend>)
+    ///         Ok(Box::new(Counting { sim }) as Box<dyn ChipBackend>)
     ///     })
     ///     .build()?;
     /// chip.init()?;
     /// let dev = chip.alloc_child_tensor(0, &[16], simpler::DataType::Float32)?;
     /// let host = chip.create_buffer(64)?;
     /// chip.copy_to(&dev, &host)?;
-    /// assert_eq!(copied_in.load(Ordering::Relaxed), 64);
+    /// assert_eq!(COPIED_IN.load(Ordering::Relaxed), 64);
     /// chip.free(&dev)?;
     /// chip.close()
     /// # }
     /// ```
-    pub fn chip_backend(
-        mut self,
-        factory: impl Fn(&ChipSpec) -> Result<Box<dyn ChipBackend>> + Send + Sync + 'static,
-    ) -> Self {
-        self.chip_backend = BackendFactory::new(factory);
+    pub fn chip_backend(mut self, factory: ChipBackendFn) -> Self {
+        self.chip_backend = BackendFactory::Fn(factory);
         self
     }
 
@@ -308,6 +311,28 @@ impl WorkerBuilder {
     /// ```
     pub fn close_timeout(mut self, t: Duration) -> Self {
         self.close_timeout = t;
+        self
+    }
+
+    /// How `init` starts the child processes (default [`StartMethod::Exec`]: a new process of
+    /// this binary per child, safe whatever other threads run). See [`StartMethod`] for what
+    /// each method lets reach the children.
+    ///
+    /// ```
+    /// use simpler::{HostArgs, HostFn, StartMethod, Worker};
+    ///
+    /// // A closure reaches SUB workers only by fork, and only before other threads exist.
+    /// let bias = 2.0f32;
+    /// let mut worker = Worker::builder().sub_workers(1).start_method(StartMethod::Fork).build()?;
+    /// worker.register(HostFn::closure("add_bias", move |args: &HostArgs<'_>| {
+    ///     let mut out = args.output::<f32>(0)?;
+    ///     out.iter_mut().for_each(|x| *x += bias);
+    ///     Ok(())
+    /// }))?;
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn start_method(mut self, method: StartMethod) -> Self {
+        self.start = method;
         self
     }
 

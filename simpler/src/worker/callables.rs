@@ -14,7 +14,7 @@ use crate::engine::orch_fn::OrchFn;
 use crate::error::Result;
 
 /// Most callables one target keeps installed at once.
-const MAX_CALLABLES: usize = 1024;
+pub(super) const MAX_CALLABLES: usize = 1024;
 
 /// One callable of any kind, as a Worker registers it.
 pub(super) enum Callable {
@@ -71,6 +71,11 @@ impl Callables {
             chip: Registry::new(MAX_CALLABLES),
             orch: Registry::new(MAX_CALLABLES),
         }
+    }
+
+    /// The registries a start spec carried (a nested Worker started by exec).
+    pub(super) fn restore(&mut self, host: Registry<HostFn>, chip: Registry<ChipFn>, orch: Registry<OrchFn>) {
+        (self.host, self.chip, self.orch) = (host, chip, orch);
     }
 
     /// Whether [`install`](Callables::install) of `c` would succeed (the registry's own rules:

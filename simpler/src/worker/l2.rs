@@ -37,7 +37,7 @@ impl L2Chip {
     pub(super) fn start(cfg: &WorkerBuilder, registry: &Registry<ChipFn>) -> Result<L2Chip> {
         let config = ChipConfig {
             spec: ChipSpec { chip_id: 0, memory_bytes: cfg.chip_memory, cores: cfg.chip_cores },
-            backend: cfg.chip_backend.clone(),
+            backend: cfg.chip_backend,
         };
         let runtime = ChipRuntime::new(config, registry.clone())?;
         Ok(L2Chip {

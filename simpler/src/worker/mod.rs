@@ -41,11 +41,13 @@ mod lanes;
 mod options;
 mod runtime;
 mod serve;
+mod start;
 mod status;
 mod tree;
 
 pub use builder::WorkerBuilder;
 pub use options::RunOptions;
+pub use start::StartMethod;
 pub use status::{WorkerKind, WorkerState, WorkerStatus};
 
 /// Where a Worker is in its life.
@@ -88,7 +90,7 @@ pub struct Worker {
     /// Nested Workers added with `add_worker`, handed to their processes by `init` (L4 and up).
     children: Vec<Worker>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
-    extra_heaps: Vec<(u64, u64)>,
+    extra_heaps: Vec<crate::sys::mem::SharedSpan>,
     /// Owner nonces of the ancestors of a nested Worker (their buffers reach this Worker's
     /// tasks).
     extra_owners: Vec<u64>,
@@ -199,6 +201,18 @@ impl Worker {
             extra_owners: Vec::new(),
             state: State::New,
         }
+    }
+
+    /// How this Worker starts its children ([`WorkerBuilder::start_method`]).
+    ///
+    /// ```
+    /// use simpler::{StartMethod, Worker};
+    ///
+    /// assert_eq!(Worker::builder().build()?.start_method(), StartMethod::Exec);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn start_method(&self) -> StartMethod {
+        self.cfg.start
     }
 
     /// The level this Worker runs at.
@@ -393,9 +407,8 @@ impl Worker {
 
     /// Registers a host function; returns the handle tasks use to name it.
     ///
-    /// Before `init` the function goes into the snapshot every forked worker starts with.
-    /// After `init` (only `fn`-pointer functions, see [`HostFn`]) it is sent to every live SUB
-    /// worker, and this returns once all of them installed it; if one refuses, the others drop
+    /// Before `init` the function goes into the snapshot every SUB worker starts with. After
+    /// `init` it is sent to every live SUB worker, and this returns once all of them installed it; if one refuses, the others drop
     /// it again and nothing is registered. Registering the same function twice returns the
     /// same handle and counts a second reference; a different function under the name of a
     /// registered one is refused ([`ErrorKind::Callable`](crate::ErrorKind::Callable), naming
@@ -403,7 +416,12 @@ impl Worker {
     /// L2 Worker among them) refuses a host function
     /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
     ///
-    /// Before `init` (nothing is forked):
+    /// A closure ([`HostFn::closure`]) reaches SUB workers only under
+    /// [`StartMethod::Fork`], and only before `init`; under the default
+    /// [`StartMethod::Exec`] each SUB worker is a new process of the binary and runs functions
+    /// of the binary only, so registering a closure is refused, naming it.
+    ///
+    /// Before `init` (nothing is started):
     ///
     /// ```
     /// use simpler::{HostArgs, HostFn, HostResult, Worker};
@@ -427,15 +445,16 @@ impl Worker {
     /// let err = worker.register(HostFn::new("negate", keep)).unwrap_err();
     /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
     ///
-    /// // Closures capture state; they must be registered before `init`.
+    /// // Closures capture state: a SUB worker started by exec cannot run one.
     /// let bias = 0.5f32;
-    /// let add_bias = worker.register(HostFn::closure("add_bias", move |args: &HostArgs<'_>| {
+    /// let add_bias = HostFn::closure("add_bias", move |args: &HostArgs<'_>| {
     ///     for v in args.output::<f32>(0)? {
     ///         *v += bias;
     ///     }
     ///     Ok(())
-    /// }))?;
-    /// assert_ne!(add_bias, negate_h);
+    /// });
+    /// let err = worker.register(add_bias).unwrap_err();
+    /// assert!(err.message().contains("StartMethod::Fork"));
     /// # Ok::<(), simpler::Error>(())
     /// ```
     ///
@@ -536,6 +555,16 @@ impl Worker {
         let handle = c.handle();
         match (&self.state, &c) {
             (State::Closed, _) => return Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+            (_, Callable::Host(f))
+                if self.cfg.start == StartMethod::Exec && matches!(f.body(), Body::Closure(_)) =>
+            {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!(
+                        "Worker.register: {handle} is a closure; SUB workers started by exec (StartMethod::Exec, the default) run only functions of the binary: register a fn with HostFn::new, or build the Worker with start_method(StartMethod::Fork) (see its hazards)"
+                    ),
+                ));
+            }
             (State::Started(rt), Callable::Host(f))
                 if rt.ships_by_address() && matches!(f.body(), Body::Closure(_)) =>
             {

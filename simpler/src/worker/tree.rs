@@ -31,7 +31,8 @@ use crate::ipc::mailbox::{ARGS_CAPACITY, InitStatus, Mailbox, MailboxRegion};
 use crate::level::Level;
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::Doorbell;
-use crate::sys::process::{Ended, Monitor, fork_child};
+use crate::sys::mem::SharedSpan;
+use crate::sys::process::{Ended, Monitor};
 use crate::sys::sync;
 use crate::worker::Worker;
 use crate::worker::builder::WorkerBuilder;
@@ -41,6 +42,7 @@ use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
 use crate::worker::serve::sub::SubChild;
+use crate::worker::start::{ChildPlan, start_child};
 use crate::worker::status::{WorkerState, WorkerStatus};
 
 struct RegionBell(Arc<MailboxRegion>);
@@ -78,7 +80,7 @@ impl Tree {
         lanes: &Lanes,
         callables: &Callables,
         children: &mut Vec<Worker>,
-        extra_heaps: &[(u64, u64)],
+        extra_heaps: &[SharedSpan],
         extra_owners: &[u64],
     ) -> Result<Tree> {
         let deadline = Instant::now() + cfg.startup_timeout;
@@ -109,8 +111,8 @@ impl Tree {
             devices: devices.clone(),
         };
         let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), parts)?;
-        let mut heaps: Vec<(u64, u64)> = engine.heap().spans();
-        heaps.extend(extra_heaps.iter().copied());
+        let mut heaps: Vec<SharedSpan> = engine.heap().spans();
+        heaps.extend(extra_heaps.iter().cloned());
         // Chip callables registered here reach the chips below: hand them (one registration
         // per reference) to each nested Worker with chips below it before it starts, so they
         // are in its chips' startup snapshot.
@@ -123,21 +125,21 @@ impl Tree {
         }
         let mut children = std::mem::take(children).into_iter();
 
-        // Fork order: every SUB child, then every chip child, all before any engine thread.
+        // Start order: every SUB child, then every chip child, all before any engine thread
+        // (which matters to `StartMethod::Fork` only).
         let mut pids = Vec::with_capacity(n_sub + n_chip);
         let mut failure = None;
         for i in 0..n_sub + n_chip {
             let resolver = HostResolver::new(heaps.clone());
-            let forked = if i < n_sub {
-                let child = SubChild {
+            let plan = if i < n_sub {
+                ChildPlan::Sub(SubChild {
                     region: region.clone(),
                     index: i,
                     registry: callables.host().clone(),
                     resolver,
-                };
-                fork_child(move || child.run())
+                })
             } else if nested {
-                let child = serve::nested::NestedChild {
+                ChildPlan::Nested(Box::new(serve::nested::NestedChild {
                     region: region.clone(),
                     index: i,
                     id: (i - n_sub) as u32,
@@ -146,8 +148,7 @@ impl Tree {
                     deadline,
                     heaps: heaps.clone(),
                     owners: owners.clone(),
-                };
-                fork_child(move || child.run())
+                }))
             } else {
                 let config = ChipConfig {
                     spec: ChipSpec {
@@ -155,18 +156,17 @@ impl Tree {
                         memory_bytes: cfg.chip_memory,
                         cores: cfg.chip_cores,
                     },
-                    backend: cfg.chip_backend.clone(),
+                    backend: cfg.chip_backend,
                 };
-                let child = ChipChild {
+                ChildPlan::Chip(ChipChild {
                     region: region.clone(),
                     index: i,
                     config,
                     registry: callables.chip().clone(),
                     resolver,
-                };
-                fork_child(move || child.run())
+                })
             };
-            match forked {
+            match start_child(cfg.start, &lanes.label(i), plan, &region, &heaps) {
                 Ok(pid) => pids.push(pid),
                 Err(e) => {
                     failure = Some(e);

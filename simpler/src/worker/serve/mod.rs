@@ -17,7 +17,7 @@ use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED, ReceivedFn};
 
 /// A chip callable's body from the function a `REGISTER_CHIP` / `REGISTER_CHIP_ORCH` control
 /// carries.
-fn chip_body(f: ReceivedFn) -> ChipBody {
+pub(crate) fn chip_body(f: ReceivedFn) -> ChipBody {
     match f {
         ReceivedFn::Host(k) => ChipBody::Kernel(k),
         ReceivedFn::Orch(o) => ChipBody::Orchestration(o),

@@ -22,6 +22,7 @@ use crate::ipc::child::{
     ERR_TASK, ERR_UNKNOWN_CALLABLE, ReceivedFn, Serve, received_fn, serve,
 };
 use crate::ipc::mailbox::{CONFIG_BYTES, ControlRequest, FrameError, MailboxRegion, TaskRequest};
+use crate::sys::mem::SharedSpan;
 use crate::worker::{RunOptions, Worker};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ pub(crate) struct NestedChild {
     /// The parent's startup deadline: the whole subtree must be ready by then.
     pub(crate) deadline: Instant,
     /// Heap rings of the parent and its ancestors.
-    pub(crate) heaps: Vec<(u64, u64)>,
+    pub(crate) heaps: Vec<SharedSpan>,
     /// Owner nonces of the parent and its ancestors: their buffers reach this Worker's tasks.
     pub(crate) owners: Vec<u64>,
 }

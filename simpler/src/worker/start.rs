@@ -1,0 +1,563 @@
+//! How a Worker starts its children: [`StartMethod`], and the start spec a child started by
+//! exec receives.
+//!
+//! With [`StartMethod::Exec`] (the default) each child is a new process of this same binary
+//! (`sys::spawn`): before `main` runs, its start hook reads a *start spec* and becomes the
+//! child the spec describes. The spec carries everything the child would otherwise inherit by
+//! fork: its mailbox region and the heap rings (as inherited memfds), which mailbox it serves,
+//! the callables it starts with (each as its descriptor and its function's offset in the
+//! binary, rule FA2 of `sys::fn_address`), and for a nested Worker that Worker's whole
+//! configuration, its callables and its own nested Workers, recursively.
+//!
+//! The spec is bytes this module writes and reads: a magic word, a version, then fields in a
+//! fixed order, every length bounds-checked on the way in (a malformed spec is a named error in
+//! the child, never a panic).
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::callable::host::{Body, HostFn};
+use crate::callable::identity::{CallableKind, Descriptor};
+use crate::callable::registry::Registry;
+use crate::chip::{BackendFactory, ChipConfig, ChipFn, ChipSpec};
+use crate::engine::orch_fn::OrchFn;
+use crate::error::{Error, Result};
+use crate::ipc::child::{
+    CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH, CTRL_REGISTER_FN, CTRL_REGISTER_ORCH, HostResolver,
+    ReceivedFn, StartFn,
+};
+use crate::ipc::mailbox::MailboxRegion;
+use crate::level::Level;
+use crate::sys::mem::{SharedRegion, SharedSpan};
+use crate::sys::process::fork_child;
+use crate::sys::spawn::{CHILD_ENTRY, ChildStart, spawn_self};
+use crate::worker::Worker;
+use crate::worker::builder::WorkerBuilder;
+use crate::worker::callables::Callables;
+use crate::worker::serve::chip::ChipChild;
+use crate::worker::serve::nested::NestedChild;
+use crate::worker::serve::sub::SubChild;
+
+/// How a Worker starts its child processes (SUB workers, chips, nested Workers); set with
+/// [`WorkerBuilder::start_method`](crate::WorkerBuilder::start_method).
+///
+/// * [`Exec`](StartMethod::Exec), the default: each child is a new process of this program's
+///   binary, which becomes the child before `main` runs. Safe whatever other threads the
+///   program runs (nothing they lock is inherited), and the children live as long as the
+///   Worker whichever thread created it. Children receive callables as functions of the binary:
+///   `#[callable]`s and [`HostFn::new`](crate::HostFn::new) functions reach them, registered
+///   before or after `init`; a [`HostFn::closure`](crate::HostFn::closure) cannot (registering
+///   one is refused, naming it). Statics and other state the program set up in `main` are not
+///   in the children: a child starts from the binary, not from a copy of the program.
+/// * [`Fork`](StartMethod::Fork): each child is a fork of the program at `init`. Closures
+///   reach the children, but a fork copies every lock another thread held at that moment
+///   (stdout, a logger, the allocator's): a child that needs one hangs for ever. Use it only
+///   where `init` runs before the program starts any thread. A forked child is also killed when
+///   the thread that called `init` ends.
+///
+/// ```
+/// use simpler::{StartMethod, Worker};
+///
+/// let worker = Worker::builder().sub_workers(2).build()?;
+/// assert_eq!(worker.start_method(), StartMethod::Exec);
+/// let forked = Worker::builder().sub_workers(2).start_method(StartMethod::Fork).build()?;
+/// assert_eq!(forked.start_method(), StartMethod::Fork);
+/// # Ok::<(), simpler::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StartMethod {
+    /// A new process of this binary per child (safe among threads).
+    #[default]
+    Exec,
+    /// A fork of the calling process per child (closures reach the children; see the hazards).
+    Fork,
+}
+
+/// The first bytes of every start spec.
+const MAGIC: &[u8; 8] = b"SIMPLER1";
+/// The start spec's format version.
+const VERSION: u32 = 1;
+/// Deepest nesting of Workers a spec may describe (levels L3..L7).
+const MAX_DEPTH: u32 = 8;
+/// Most entries of any list in a spec.
+const MAX_LIST: u32 = 1 << 16;
+
+const ROLE_SUB: u8 = 1;
+const ROLE_CHIP: u8 = 2;
+const ROLE_NESTED: u8 = 3;
+
+/// One child to start: what it serves, with everything it needs.
+pub(crate) enum ChildPlan {
+    Sub(SubChild),
+    Chip(ChipChild),
+    Nested(Box<NestedChild>),
+}
+
+impl ChildPlan {
+    fn run(self) -> i32 {
+        match self {
+            ChildPlan::Sub(c) => c.run(),
+            ChildPlan::Chip(c) => c.run(),
+            ChildPlan::Nested(c) => c.run(),
+        }
+    }
+}
+
+/// Starts `plan` by `method`; `label` names it (the child's `argv[0]` under exec). Returns its
+/// pid.
+pub(crate) fn start_child(
+    method: StartMethod,
+    label: &str,
+    plan: ChildPlan,
+    region: &Arc<MailboxRegion>,
+    heaps: &[SharedSpan],
+) -> Result<i32> {
+    match method {
+        StartMethod::Fork => fork_child(move || plan.run()),
+        StartMethod::Exec => {
+            let mut spec = Enc::new();
+            let index = match &plan {
+                ChildPlan::Sub(c) => c.index,
+                ChildPlan::Chip(c) => c.index,
+                ChildPlan::Nested(c) => c.index,
+            };
+            spec.u32(region.len() as u32).u32(index as u32).u32(heaps.len() as u32);
+            let mut fds: Vec<BorrowedFd<'_>> = vec![region.fd()];
+            for h in heaps {
+                spec.u64(h.origin).u64(h.len());
+                fds.push(h.region.fd());
+            }
+            match &plan {
+                ChildPlan::Sub(c) => {
+                    spec.u8(ROLE_SUB);
+                    host_registry(&mut spec, &c.registry)?;
+                }
+                ChildPlan::Chip(c) => {
+                    spec.u8(ROLE_CHIP);
+                    let s = &c.config.spec;
+                    spec.u32(s.chip_id).u64(s.memory_bytes).u64(s.cores as u64).u64(c.config.backend.wire());
+                    chip_registry(&mut spec, &c.registry);
+                }
+                ChildPlan::Nested(c) => {
+                    spec.u8(ROLE_NESTED).u32(c.id);
+                    spec.duration(c.deadline.saturating_duration_since(Instant::now()));
+                    spec.u32(c.owners.len() as u32);
+                    for &o in &c.owners {
+                        spec.u64(o);
+                    }
+                    orch_registry(&mut spec, &c.registry);
+                    worker_spec(&mut spec, &c.worker, 0)?;
+                }
+            }
+            spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds)
+        }
+    }
+}
+
+/// The entry a child started by exec runs (registered with `sys::spawn`).
+#[expect(
+    unsafe_code,
+    reason = "a link-time registry entry: linkme places the static in a link section; no unsafe operation"
+)]
+#[linkme::distributed_slice(CHILD_ENTRY)]
+static ENTRY: fn(ChildStart) -> i32 = child_main;
+
+fn child_main(mut start: ChildStart) -> i32 {
+    let spec = std::mem::take(&mut start.spec);
+    let mut d = Dec::new(&spec);
+    let region = match read_region(&mut d, &mut start) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("simpler: a worker process could not read its start spec: {e}");
+            return 2;
+        }
+    };
+    let index = match d.u32() {
+        Ok(i) if (i as usize) < region.len() => i as usize,
+        _ => {
+            eprintln!("simpler: a worker process's start spec names no mailbox of its region");
+            return 2;
+        }
+    };
+    match read_plan(&mut d, &mut start, &region, index) {
+        Ok(plan) => plan.run(),
+        Err(e) => {
+            let mb = region.mailbox(index);
+            mb.set_child_pid(std::process::id());
+            mb.publish_init(Err(&format!("its start spec is malformed: {e}")));
+            1
+        }
+    }
+}
+
+fn read_region(d: &mut Dec<'_>, start: &mut ChildStart) -> Result<Arc<MailboxRegion>> {
+    d.magic()?;
+    let count = d.u32()? as usize;
+    Ok(Arc::new(MailboxRegion::from_fd(start.take_fd(0)?, count)?))
+}
+
+fn read_plan(
+    d: &mut Dec<'_>,
+    start: &mut ChildStart,
+    region: &Arc<MailboxRegion>,
+    index: usize,
+) -> Result<ChildPlan> {
+    let n_heaps = d.count()?;
+    let mut heaps = Vec::with_capacity(n_heaps);
+    for i in 0..n_heaps {
+        let origin = d.u64()?;
+        let len = usize::try_from(d.u64()?).map_err(|_| Error::invalid("heap ring too large"))?;
+        let region = SharedRegion::map_fd(start.take_fd(1 + i)?, len, true)?;
+        heaps.push(SharedSpan { origin, region: Arc::new(region) });
+    }
+    let region = region.clone();
+    match d.u8()? {
+        ROLE_SUB => {
+            let registry = read_host(d)?;
+            Ok(ChildPlan::Sub(SubChild { region, index, registry, resolver: HostResolver::new(heaps) }))
+        }
+        ROLE_CHIP => {
+            let chip_id = d.u32()?;
+            let memory_bytes = d.u64()?;
+            let cores = d.u64()? as usize;
+            let backend = BackendFactory::from_start_spec(d.u64()?)
+                .ok_or_else(|| Error::invalid("chip backend factory at address 0"))?;
+            let registry = read_chip(d)?;
+            let config = ChipConfig { spec: ChipSpec { chip_id, memory_bytes, cores }, backend };
+            Ok(ChildPlan::Chip(ChipChild {
+                region,
+                index,
+                config,
+                registry,
+                resolver: HostResolver::new(heaps),
+            }))
+        }
+        ROLE_NESTED => {
+            let id = d.u32()?;
+            let deadline = Instant::now() + d.duration()?;
+            let owners = (0..d.count()?).map(|_| d.u64()).collect::<Result<Vec<_>>>()?;
+            let registry = read_orch(d)?;
+            let worker = read_worker(d, 0)?;
+            Ok(ChildPlan::Nested(Box::new(NestedChild {
+                region,
+                index,
+                id,
+                worker,
+                registry,
+                deadline,
+                heaps,
+                owners,
+            })))
+        }
+        other => Err(Error::invalid(format!("unknown child role {other}"))),
+    }
+}
+
+/// Writes a Worker's configuration, callables and nested Workers (not started yet).
+fn worker_spec(e: &mut Enc, w: &Worker, depth: u32) -> Result<()> {
+    if depth >= MAX_DEPTH {
+        return Err(Error::invalid("Workers nested deeper than a start spec can carry"));
+    }
+    let c = &w.cfg;
+    e.u32(c.level.number())
+        .u64(c.engine.task_window as u64)
+        .u64(c.engine.heap_ring_size)
+        .u64(c.engine.pipeline_depth as u64)
+        .duration(c.engine.backpressure_timeout)
+        .u64(c.engine.next_level_workers as u64)
+        .u64(c.engine.sub_workers as u64)
+        .u64(c.chip_memory)
+        .u64(c.chip_cores as u64)
+        .u64(c.chip_backend.wire())
+        .duration(c.startup_delay)
+        .duration(c.startup_timeout)
+        .duration(c.close_timeout)
+        .u8(match c.start {
+            StartMethod::Exec => 0,
+            StartMethod::Fork => 1,
+        });
+    host_registry(e, w.callables.host())?;
+    chip_registry(e, w.callables.chip());
+    orch_registry(e, w.callables.orch());
+    e.u32(w.children.len() as u32);
+    for child in &w.children {
+        worker_spec(e, child, depth + 1)?;
+    }
+    Ok(())
+}
+
+fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
+    if depth >= MAX_DEPTH {
+        return Err(Error::invalid("Workers nested too deep"));
+    }
+    let mut c = WorkerBuilder::defaults();
+    c.level = Level::from_number(d.u32()?).ok_or_else(|| Error::invalid("unknown level"))?;
+    c.engine.task_window = d.usize()?;
+    c.engine.heap_ring_size = d.u64()?;
+    c.engine.pipeline_depth = d.usize()?;
+    c.engine.backpressure_timeout = d.duration()?;
+    c.engine.next_level_workers = d.usize()?;
+    c.engine.sub_workers = d.usize()?;
+    c.chip_memory = d.u64()?;
+    c.chip_cores = d.usize()?;
+    c.chip_backend = BackendFactory::from_start_spec(d.u64()?)
+        .ok_or_else(|| Error::invalid("chip backend factory at address 0"))?;
+    c.startup_delay = d.duration()?;
+    c.startup_timeout = d.duration()?;
+    c.close_timeout = d.duration()?;
+    c.start = match d.u8()? {
+        0 => StartMethod::Exec,
+        1 => StartMethod::Fork,
+        other => return Err(Error::invalid(format!("unknown start method {other}"))),
+    };
+    let mut callables = Callables::new();
+    callables.restore(read_host(d)?, read_chip(d)?, read_orch(d)?);
+    let mut children = Vec::new();
+    for _ in 0..d.count()? {
+        children.push(read_worker(d, depth + 1)?);
+    }
+    let mut w = c.build()?;
+    w.callables = callables;
+    w.children = children;
+    Ok(w)
+}
+
+/// Writes one registry entry: the command that types the function, its wire word, the
+/// references held, and the descriptor.
+fn entry(e: &mut Enc, command: u64, word: u64, refs: u32, descriptor: &[u8]) {
+    e.u64(command).u64(word).u32(refs).bytes(descriptor);
+}
+
+fn host_registry(e: &mut Enc, r: &Registry<HostFn>) -> Result<()> {
+    e.u32(r.iter().count() as u32);
+    for (digest, desc, f) in r.iter() {
+        let Body::Ptr(ptr) = f.body() else {
+            return Err(Error::new(
+                crate::error::ErrorKind::Callable,
+                format!(
+                    "{}: a closure cannot reach a worker process started by exec (StartMethod::Exec); register a fn with HostFn::new, or start the children with StartMethod::Fork",
+                    f.handle()
+                ),
+            ));
+        };
+        let word = crate::sys::fn_address::FnAddress::of(*ptr).to_wire();
+        entry(e, CTRL_REGISTER_FN, word, r.refs(digest), desc);
+    }
+    Ok(())
+}
+
+fn chip_registry(e: &mut Enc, r: &Registry<ChipFn>) {
+    e.u32(r.iter().count() as u32);
+    for (digest, desc, f) in r.iter() {
+        let command = if f.is_kernel() { CTRL_REGISTER_CHIP } else { CTRL_REGISTER_CHIP_ORCH };
+        entry(e, command, f.fn_address(), r.refs(digest), desc);
+    }
+}
+
+fn orch_registry(e: &mut Enc, r: &Registry<OrchFn>) {
+    e.u32(r.iter().count() as u32);
+    for (digest, desc, f) in r.iter() {
+        entry(e, CTRL_REGISTER_ORCH, f.fn_address(), r.refs(digest), desc);
+    }
+}
+
+/// Reads `count` registry entries, building each value with `make` from its function and
+/// descriptor, and installs each with its references.
+fn read_registry<T: Clone + crate::callable::registry::Installable>(
+    d: &mut Dec<'_>,
+    kind: CallableKind,
+    make: impl Fn(u64, ReceivedFn, Descriptor) -> Result<T>,
+) -> Result<Registry<T>> {
+    let mut r = Registry::new(crate::worker::callables::MAX_CALLABLES);
+    for _ in 0..d.count()? {
+        let command = d.u64()?;
+        let word = d.u64()?;
+        let refs = d.u32()?;
+        let desc = Descriptor::from_bytes(d.bytes()?.to_vec())?;
+        if desc.kind() != kind {
+            return Err(Error::invalid(format!(
+                "{}: a {:?} descriptor among {kind:?} callables",
+                desc.digest(),
+                desc.kind()
+            )));
+        }
+        let f = StartFn::from_start_spec(command, word).get().map_err(|e| Error::invalid(e.message))?;
+        let digest = desc.digest();
+        let bytes = desc.bytes().to_vec();
+        let value = make(command, f, desc)?;
+        if refs == 0 {
+            return Err(Error::invalid(format!("{digest}: registered with no reference")));
+        }
+        for _ in 0..refs {
+            r.install(digest, &bytes, value.clone())?;
+        }
+    }
+    Ok(r)
+}
+
+fn read_host(d: &mut Dec<'_>) -> Result<Registry<HostFn>> {
+    read_registry(d, CallableKind::HostFn, |command, f, desc| match (command, f) {
+        (CTRL_REGISTER_FN, ReceivedFn::Host(f)) => Ok(HostFn::from_parts(f, desc)),
+        _ => Err(Error::invalid(format!("command {command} among host functions"))),
+    })
+}
+
+fn read_chip(d: &mut Dec<'_>) -> Result<Registry<ChipFn>> {
+    read_registry(d, CallableKind::Chip, |_, f, desc| {
+        ChipFn::from_parts(crate::worker::serve::chip_body(f), desc)
+    })
+}
+
+fn read_orch(d: &mut Dec<'_>) -> Result<Registry<OrchFn>> {
+    read_registry(d, CallableKind::Orch, |command, f, desc| match (command, f) {
+        (CTRL_REGISTER_ORCH, ReceivedFn::Orch(f)) => Ok(OrchFn::from_parts(f, desc)),
+        _ => Err(Error::invalid(format!("command {command} among orchestration functions"))),
+    })
+}
+
+/// Writes a start spec.
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn new() -> Enc {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&VERSION.to_le_bytes());
+        Enc(v)
+    }
+    fn u8(&mut self, v: u8) -> &mut Enc {
+        self.0.push(v);
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Enc {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Enc {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn duration(&mut self, d: Duration) -> &mut Enc {
+        self.u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+    fn bytes(&mut self, b: &[u8]) -> &mut Enc {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn finish(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// Reads a start spec, bounds-checking every field.
+struct Dec<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Dec<'a> {
+    fn new(b: &'a [u8]) -> Dec<'a> {
+        Dec { b, at: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| {
+            Error::invalid(format!("start spec ends at byte {} inside a {n}-byte field", self.b.len()))
+        })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn magic(&mut self) -> Result<()> {
+        if self.take(MAGIC.len())? != MAGIC {
+            return Err(Error::invalid("not a start spec (bad magic)"));
+        }
+        match self.u32()? {
+            VERSION => Ok(()),
+            v => Err(Error::invalid(format!("start spec version {v}, expected {VERSION}"))),
+        }
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn usize(&mut self) -> Result<usize> {
+        usize::try_from(self.u64()?)
+            .map_err(|_| Error::invalid("start spec: a count past this address space"))
+    }
+    fn count(&mut self) -> Result<usize> {
+        match self.u32()? {
+            n if n <= MAX_LIST => Ok(n as usize),
+            n => Err(Error::invalid(format!("start spec: a list of {n} entries (at most {MAX_LIST})"))),
+        }
+    }
+    fn duration(&mut self) -> Result<Duration> {
+        Ok(Duration::from_nanos(self.u64()?))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_truncated_or_foreign_spec_is_a_named_error() {
+        let mut e = Enc::new();
+        e.u32(2);
+        let good = e.finish();
+        let mut d = Dec::new(&good);
+        d.magic().unwrap();
+        assert_eq!(d.u32().unwrap(), 2);
+        assert!(d.u32().unwrap_err().message().contains("ends at byte"));
+        assert!(Dec::new(b"NOTSPEC!\x01\0\0\0").magic().unwrap_err().message().contains("magic"));
+        let mut future = MAGIC.to_vec();
+        future.extend_from_slice(&9u32.to_le_bytes());
+        assert!(Dec::new(&future).magic().unwrap_err().message().contains("version 9"));
+        let mut long = Enc::new();
+        long.u32(MAX_LIST + 1);
+        let long = long.finish();
+        let mut d = Dec::new(&long);
+        d.magic().unwrap();
+        assert!(d.count().unwrap_err().message().contains("entries"));
+    }
+
+    #[test]
+    fn a_worker_round_trips_through_a_spec() {
+        fn noop(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+            Ok(())
+        }
+        let mut w = Worker::builder()
+            .sub_workers(3)
+            .task_window(64)
+            .close_timeout(Duration::from_millis(1500))
+            .build()
+            .unwrap();
+        w.register(HostFn::new("noop", noop)).unwrap();
+        w.register(HostFn::new("noop", noop)).unwrap();
+        let mut e = Enc::new();
+        worker_spec(&mut e, &w, 0).unwrap();
+        let bytes = e.finish();
+        let mut d = Dec::new(&bytes);
+        d.magic().unwrap();
+        let back = read_worker(&mut d, 0).unwrap();
+        assert_eq!(back.cfg.engine.sub_workers, 3);
+        assert_eq!(back.cfg.engine.task_window, 64);
+        assert_eq!(back.cfg.close_timeout, Duration::from_millis(1500));
+        let (digest, _, _) = w.callables.host().iter().next().unwrap();
+        assert_eq!(back.callables.host().refs(digest), 2);
+        // Every prefix of the spec is refused with an error, never a panic.
+        for cut in 0..bytes.len() {
+            let mut d = Dec::new(&bytes[..cut]);
+            assert!(d.magic().and_then(|()| read_worker(&mut d, 0)).is_err(), "prefix of {cut} bytes");
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Starting workers in a program that has threads: a lock another thread holds at `init`
+//! (stdout, a tracing subscriber's, the panic machinery's) never reaches a worker, and the
+//! workers live as long as their Worker whichever thread made it.
+//!
+//! Each test holds the lock on a thread of its own across `init`, then runs a task that needs
+//! it in the worker. A worker forked at that moment inherits the lock held by a thread that does
+//! not exist in it and hangs for ever the first time it takes it (the bound on each run turns
+//! such a hang into a failure); a worker started by exec does not inherit it.
+
+mod common;
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use common::*;
+use simpler::{ErrorKind, HostArgs, HostFn, HostResult, StartMethod, TaskArgs, Worker};
+
+/// How long one run may take before the test calls it a hang.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Runs `hold` on a thread of its own, which takes a lock, reports it holds it, and keeps it
+/// until the returned sender is dropped or sent to.
+fn hold_on_other_thread(
+    hold: impl FnOnce(mpsc::Receiver<()>, mpsc::Sender<()>) + Send + 'static,
+) -> (mpsc::Sender<()>, JoinHandle<()>) {
+    let (release, released) = mpsc::channel();
+    let (held, is_held) = mpsc::channel();
+    let t = std::thread::spawn(move || hold(released, held));
+    is_held.recv().expect("the holder thread took its lock");
+    (release, t)
+}
+
+#[expect(clippy::print_stdout, reason = "printing in a worker is what the test checks")]
+fn prints(_args: &HostArgs<'_>) -> HostResult {
+    println!("a line from a SUB worker");
+    std::io::stdout().flush()?;
+    eprintln!("and one on stderr");
+    Ok(())
+}
+
+fn traces(_args: &HostArgs<'_>) -> HostResult {
+    tracing::info!(target: "simpler_test", "an event from a SUB worker");
+    Ok(())
+}
+
+fn panics(_args: &HostArgs<'_>) -> HostResult {
+    panic!("on purpose")
+}
+
+/// Runs one task of `f` on `w` and returns its result, failing the test if it takes longer
+/// than [`BOUND`].
+fn run_one(w: &Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    let run = w.submit(|orch| orch.submit_sub(f, TaskArgs::new()).map(|_| ())).expect("submit");
+    match run.wait_timeout(BOUND) {
+        Err(e) if e.kind() == ErrorKind::Timeout => panic!("the task hung: {e}"),
+        other => other,
+    }
+}
+
+#[test]
+fn a_worker_started_while_another_thread_holds_stdout_can_print() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(2));
+    let print = rig.register(HostFn::new("prints", prints)).unwrap();
+    let (release, holder) = hold_on_other_thread(|released, held| {
+        let out = std::io::stdout().lock();
+        let err = std::io::stderr().lock();
+        held.send(()).unwrap();
+        let _ = released.recv();
+        drop((out, err));
+    });
+    rig.init();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    for _ in 0..4 {
+        run_one(&rig, &print).expect("the SUB worker prints");
+    }
+}
+
+/// A subscriber that takes a mutex for every event (as a writer to a shared sink does).
+struct Locking {
+    sink: Arc<Mutex<Vec<String>>>,
+}
+
+impl tracing::Subscriber for Locking {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        meta.target() == "simpler_test"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        self.sink.lock().unwrap().push(event.metadata().target().to_string());
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn a_worker_started_while_another_thread_holds_the_subscribers_lock_can_trace() {
+    if !in_own_process() {
+        return;
+    }
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    tracing::subscriber::set_global_default(Locking { sink: sink.clone() })
+        .expect("one subscriber per process");
+    let mut rig = Rig::new(subs(1));
+    let trace = rig.register(HostFn::new("traces", traces)).unwrap();
+    let held_sink = sink.clone();
+    let (release, holder) = hold_on_other_thread(move |released, held| {
+        let guard = held_sink.lock().unwrap();
+        held.send(()).unwrap();
+        let _ = released.recv();
+        drop(guard);
+    });
+    rig.init();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    for _ in 0..4 {
+        run_one(&rig, &trace).expect("the SUB worker traces");
+    }
+    // The subscriber is live here: the parent's own event reaches it.
+    tracing::info!(target: "simpler_test", "an event from the parent");
+    assert_eq!(sink.lock().unwrap().as_slice(), ["simpler_test"]);
+}
+
+#[test]
+fn a_worker_started_while_another_thread_is_panicking_can_panic() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1));
+    let panic = rig.register(HostFn::new("panics", panics)).unwrap();
+    // Another thread stays inside the panic machinery (in the hook) across `init`.
+    let (in_hook, hook_entered) = mpsc::channel::<()>();
+    let (leave_hook, may_leave) = mpsc::channel::<()>();
+    let gate = Mutex::new((Some(in_hook), may_leave));
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let mut g = gate.lock().unwrap();
+        if let Some(tx) = g.0.take() {
+            tx.send(()).unwrap();
+            let _ = g.1.recv();
+        }
+        drop(g);
+        default(info);
+    }));
+    let panicker = std::thread::spawn(|| {
+        let _ = std::panic::catch_unwind(|| panic!("a panic of the program's own"));
+    });
+    hook_entered.recv().unwrap();
+    rig.init();
+    leave_hook.send(()).unwrap();
+    panicker.join().unwrap();
+    let _ = std::panic::take_hook();
+    for _ in 0..2 {
+        let err = run_one(&rig, &panic).expect_err("the host function panics");
+        assert_err(&err, ErrorKind::TaskFailed, &["panicked", "on purpose"]);
+    }
+}
+
+#[test]
+fn a_worker_made_on_a_short_lived_thread_keeps_its_workers() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut worker, print) = std::thread::spawn(|| {
+        let mut w = subs(2).build().unwrap();
+        let f = w.register(HostFn::new("prints", prints)).unwrap();
+        w.init().unwrap();
+        (w, f)
+    })
+    .join()
+    .unwrap();
+    // The thread that started the children has ended.
+    let pids = worker.child_pids();
+    assert_eq!(pids.len(), 2);
+    for _ in 0..4 {
+        run_one(&worker, &print).expect("the workers outlive the thread that made them");
+    }
+    assert!(worker.workers().iter().all(|w| w.is_alive()), "{:?}", worker.workers());
+    worker.close().unwrap();
+    assert_left_nothing(&pids);
+}
+
+#[test]
+fn workers_are_new_processes_of_this_binary_unless_fork_is_asked_for() {
+    if !in_own_process() {
+        return;
+    }
+    let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let (rig, _) = Rig::start(subs(1), [("noop", noop)]);
+    let started = cmdline(rig.pids()[0]);
+    assert!(String::from_utf8_lossy(&started).starts_with("simpler: sub worker 0"), "{started:?}");
+    drop(rig);
+    let (rig, _) = Rig::start(subs(1).start_method(StartMethod::Fork), [("noop", noop)]);
+    assert_eq!(
+        cmdline(rig.pids()[0]),
+        cmdline(std::process::id() as i32),
+        "a fork keeps the parent's command line"
+    );
+}
+
+#[test]
+fn a_closure_is_refused_under_exec_naming_it_and_the_way_out() {
+    let mut w = subs(1).build().unwrap();
+    let err = w.register(HostFn::closure("scaled", |_: &HostArgs<'_>| Ok(()))).unwrap_err();
+    assert_err(&err, ErrorKind::Callable, &["scaled", "closure", "HostFn::new", "StartMethod::Fork"]);
+    let mut forked = subs(1).start_method(StartMethod::Fork).build().unwrap();
+    forked
+        .register(HostFn::closure("scaled", |_: &HostArgs<'_>| Ok(())))
+        .expect("a closure reaches forked workers");
+}
