@@ -151,3 +151,148 @@ fn a_sub_worker_killed_under_a_nested_worker_is_reported_as_a_dead_worker() {
         .expect_err("the L3 has no live SUB worker");
     assert_err(&err, ErrorKind::WorkerDied, &["l3_noop", "noop", "0 are alive"]);
 }
+
+/// `who[0] = 7`: a host function registered only after `init`.
+fn late_seven(args: &HostArgs<'_>) -> HostResult {
+    args.output::<u32>(0)?[0] = 7;
+    Ok(())
+}
+
+/// Runs `f` with `who[i]` as its only output.
+fn run_into(w: &Worker, f: &simpler::CallableHandle, who: &simpler::Buffer, i: usize) -> simpler::Result<()> {
+    w.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u32s(who, i))?;
+        orch.submit_sub(f, a).map(|_| ())
+    })
+}
+
+#[test]
+fn a_dead_sub_worker_is_replaced_with_everything_registered_and_runs_tasks_again() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, [record]) = Rig::start(subs(1), [("record_worker", record_worker)]);
+    let late = rig.register(HostFn::new("late_seven", late_seven)).unwrap(); // after init
+    let old = rig.pids()[0];
+    sigkill(old);
+    wait_seen_dead(&rig, 0);
+    let who = u32_buffer(&rig, 2);
+    let err = run_into(&rig, &record, &who, 0).expect_err("no live SUB worker");
+    assert_err(&err, ErrorKind::WorkerDied, &["record_worker", "0 are alive"]);
+
+    let new = rig.replace_worker(WorkerKind::Sub, 0).expect("replace sub worker 0");
+    assert_eq!((new.kind, new.id, new.state), (WorkerKind::Sub, 0, WorkerState::Alive));
+    assert_ne!(new.pid, old);
+    assert_eq!(rig.child_pids(), vec![new.pid]);
+    // What was registered before init and after it both reach the new worker.
+    run_into(&rig, &record, &who, 0).expect("the replacement runs a host function registered before init");
+    run_into(&rig, &late, &who, 1).expect("and one registered after init");
+    assert_eq!(read_u32(&who, 0, 2), vec![0, 7]);
+    // And one registered after the replacement.
+    let later = rig.register(HostFn::new("noop", noop)).unwrap();
+    rig.run(|orch| orch.submit_sub(&later, TaskArgs::new()).map(|_| ())).unwrap();
+    // A live worker is not replaced.
+    let err = rig.replace_worker(WorkerKind::Sub, 0).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidState, &["sub worker 0", "alive"]);
+    rig.close().unwrap();
+    assert!(!process_exists(new.pid), "the replacement was reaped at close");
+}
+
+#[test]
+fn a_worker_built_to_replace_dead_workers_does_so_at_the_next_submit() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [record]) = Rig::start(subs(2).replace_dead_workers(true), [("record_worker", record_worker)]);
+    let pids = rig.pids().to_vec();
+    let who = u32_buffer(&rig, 2);
+    for round in 0..3 {
+        for &pid in &rig.child_pids() {
+            sigkill(pid);
+        }
+        wait_for("both workers to be seen dead", Duration::from_secs(10), || {
+            rig.workers().iter().all(|w| !w.is_alive())
+        });
+        rig.run(|orch| {
+            let members = (0..2)
+                .map(|i| {
+                    let mut a = TaskArgs::new();
+                    a.output(&u32s(&who, i))?;
+                    Ok(a)
+                })
+                .collect::<simpler::Result<Vec<_>>>()?;
+            orch.submit_sub_group(&record, members).map(|_| ())
+        })
+        .unwrap_or_else(|e| panic!("round {round}: the run after both workers died: {e}"));
+        let mut got = read_u32(&who, 0, 2);
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1], "round {round}: both new workers ran a member");
+        let now = rig.child_pids();
+        assert_eq!(now.len(), 2);
+        assert!(now.iter().all(|p| !pids.contains(p)), "round {round}: new processes");
+    }
+    let last = rig.child_pids();
+    drop(who);
+    drop(rig);
+    assert!(last.iter().all(|&p| !process_exists(p)), "the replacements were reaped at close");
+}
+
+#[test]
+fn a_replaced_chip_runs_kernels_and_refuses_the_device_buffers_lost_with_the_old_one() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1));
+    let add = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    rig.init();
+    let lost = rig.alloc_child_tensor(1, &[16], DataType::Float32).unwrap();
+    let kept = rig.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    sigkill(rig.pids()[1]);
+    wait_seen_dead(&rig, 1);
+    let new = rig.replace_worker(WorkerKind::Chip, 1).expect("replace chip 1");
+    assert_eq!((new.kind, new.id, new.state), (WorkerKind::Chip, 1, WorkerState::Alive));
+    let (a, b, out) =
+        (rig.create_buffer(64).unwrap(), rig.create_buffer(64).unwrap(), rig.create_buffer(64).unwrap());
+    a.write(0, &[1.0f32; 16]).unwrap();
+    b.write(0, &[2.0f32; 16]).unwrap();
+    let t = |x: &simpler::Buffer| x.tensor(&[16], DataType::Float32).unwrap();
+    let (ta, tb, to) = (t(&a), t(&b), t(&out));
+    rig.run(|orch| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&add, args, CallConfig::default(), 1).map(|_| ())
+    })
+    .expect("the new chip 1 runs a kernel registered before init");
+    assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![3.0f32; 16]);
+    let err = rig.copy_to(&lost, &a).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidState, &["lost with chip 1", "replaced"]);
+    rig.copy_to(&kept, &a).expect("chip 0's buffers are untouched");
+    rig.free(&kept).unwrap();
+    let pid = new.pid;
+    rig.close().unwrap();
+    assert!(!process_exists(pid));
+}
+
+#[test]
+fn replacing_is_refused_where_it_cannot_work_saying_why() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, _) = Rig::start(subs(1).start_method(simpler::StartMethod::Fork), [("noop", noop)]);
+    sigkill(rig.pids()[0]);
+    wait_seen_dead(&rig, 0);
+    let err = rig.replace_worker(WorkerKind::Sub, 0).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidState, &["sub worker 0", "StartMethod::Exec"]);
+    let err = rig.replace_worker(WorkerKind::Sub, 3).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["no Sub worker 3"]);
+    drop(rig);
+
+    let mut l4 = Rig::new(Worker::builder().level(Level::Network1));
+    l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
+    l4.init();
+    sigkill(l4.pids()[0]);
+    wait_seen_dead(&l4, 0);
+    let err = l4.replace_worker(WorkerKind::Nested, 0).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["nested Worker", "close this Worker"]);
+}

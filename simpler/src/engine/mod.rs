@@ -483,6 +483,16 @@ impl Engine {
         self.lock_sched().attach(lanes);
     }
 
+    /// Puts lane `i` back in service after a new worker replaced its dead one (the caller
+    /// made sure the new worker is ready), and wakes the scheduler: tasks waiting for it run.
+    pub(crate) fn revive_lane(&self, i: usize) {
+        self.lock_sched().revive(i);
+        self.idle_lanes.fetch_add(1, Ordering::Relaxed);
+        // Whoever drives (a waiter or the background thread) sleeps on the doorbell or its bell.
+        self.doorbell().ring();
+        self.bg_bell.ring();
+    }
+
     fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
         checked::lock(&self.sched)
     }

@@ -315,6 +315,16 @@ impl Scheduler {
         progress
     }
 
+    /// Puts lane `i`, out of service since its worker died, back in service: a new worker
+    /// took its place. A lane still in service is left as it is.
+    pub(crate) fn revive(&mut self, i: usize) {
+        if let Some(lane) = self.lanes.get_mut(i)
+            && lane.busy.is_none()
+        {
+            lane.dead = None;
+        }
+    }
+
     /// Takes idle lane `i` out of service if its worker is known to be gone, before any task
     /// is given to it (a panic asking counts as gone: the endpoint cannot be trusted, rule 5 of
     /// the engine). Returns whether the lane left service.

@@ -31,6 +31,17 @@ impl MailboxEndpoint {
     }
 }
 
+impl MailboxEndpoint {
+    /// The child's pid for messages: the one it recorded (a replacement records its own), or
+    /// the one it was started with.
+    fn pid(&self) -> i32 {
+        match self.region.mailbox(self.index).child_pid() {
+            0 => self.pid,
+            pid => pid as i32,
+        }
+    }
+}
+
 impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
         let mb = self.region.mailbox(self.index);
@@ -73,7 +84,8 @@ impl Endpoint for MailboxEndpoint {
         self.exits.exit_of(self.index).map(|how| {
             Outcome::EndpointFailure(format!(
                 "{} (process {}) died: the worker process {how}",
-                self.label, self.pid
+                self.label,
+                self.pid()
             ))
         })
     }
@@ -84,6 +96,6 @@ impl Endpoint for MailboxEndpoint {
             return None;
         }
         let how = self.exits.exit_of(self.index)?;
-        Some(format!("{} (process {}) died while idle: the worker process {how}", self.label, self.pid))
+        Some(format!("{} (process {}) died while idle: the worker process {how}", self.label, self.pid()))
     }
 }

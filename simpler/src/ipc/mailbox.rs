@@ -112,6 +112,12 @@
 //!   [`Mailbox::wait_control_done`] and [`Mailbox::wait_init`] sleep. A waiter on a doorbell
 //!   follows rule D3 of `sys::futex` (read `seq`, check the states, then wait), so no post is
 //!   missed.
+//! * **M8 (a new child).** Once a child is reaped, its mailbox has one party left, the parent;
+//!   [`Mailbox::reset_for_new_child`] may then return both frames to `IDLE` (atomic stores
+//!   only, no field access) before a replacement child starts on it, provided no parent-side
+//!   party uses the mailbox until that child reports ready (the scheduler keeps the lane out of
+//!   service, control requests are refused for a dead worker and serialized with the
+//!   replacement). The replacement then follows the startup protocol as a first child does.
 //!
 //! # Memory ordering
 //!
@@ -126,7 +132,7 @@
 //!   shared futex on the state word, whose compare-and-block the kernel does atomically with
 //!   respect to the wake.
 
-#![expect(unsafe_code, reason = "typed views of a frame layout that forked processes share; rules M1-M7")]
+#![expect(unsafe_code, reason = "typed views of a frame layout that forked processes share; rules M1-M8")]
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -815,6 +821,19 @@ impl<'a> Mailbox<'a> {
     /// The CPU (plus one) the parent last posted from; 0 when unknown.
     pub(crate) fn parent_cpu(&self) -> u32 {
         self.slot.parent_cpu.load(Ordering::Relaxed)
+    }
+
+    /// Returns both frames to `IDLE` for a new child, after the old one died (rule M8): the
+    /// caller has seen the old child reaped, keeps every other parent-side party (the scheduler,
+    /// which has the lane out of service; control requests) off this mailbox until the new
+    /// child reports ready, and has not requested shutdown.
+    pub(crate) fn reset_for_new_child(&self) {
+        for frame in [&self.slot.base, &self.slot.task] {
+            frame.error_code.store(0, Ordering::Relaxed);
+            frame.state.store(IDLE, Ordering::Release);
+        }
+        self.slot.child_pid.store(0, Ordering::Release);
+        self.slot.child_cpu.store(0, Ordering::Relaxed);
     }
 
     pub(crate) fn set_child_pid(&self, pid: u32) {

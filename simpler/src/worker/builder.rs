@@ -38,6 +38,8 @@ pub struct WorkerBuilder {
     pub(super) close_timeout: Duration,
     /// How the children start.
     pub(super) start: StartMethod,
+    /// Whether each submit first replaces dead SUB workers and chips.
+    pub(super) replace_dead: bool,
 }
 
 impl WorkerBuilder {
@@ -53,6 +55,7 @@ impl WorkerBuilder {
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
             start: StartMethod::Exec,
+            replace_dead: false,
         }
     }
 
@@ -333,6 +336,23 @@ impl WorkerBuilder {
     /// ```
     pub fn start_method(mut self, method: StartMethod) -> Self {
         self.start = method;
+        self
+    }
+
+    /// Whether every `submit` (and `run`) first replaces the SUB workers and chips that died
+    /// (default `false`: a dead worker stays out of service until
+    /// [`Worker::replace_worker`](crate::Worker::replace_worker) or
+    /// [`Worker::replace_dead_workers`](crate::Worker::replace_dead_workers)). A replacement
+    /// that fails is logged and the run goes on without that worker. Needs
+    /// [`StartMethod::Exec`], the default.
+    ///
+    /// ```
+    /// let worker = simpler::Worker::builder().sub_workers(4).replace_dead_workers(true).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn replace_dead_workers(mut self, replace: bool) -> Self {
+        self.replace_dead = replace;
         self
     }
 

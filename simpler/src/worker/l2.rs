@@ -120,6 +120,12 @@ impl Runtime for L2Chip {
         Vec::new()
     }
 
+    fn replace(&self, _: usize, _: &crate::worker::callables::Callables) -> Result<i32> {
+        Err(Error::invalid(
+            "Worker.replace_worker: an L2 (chip) Worker runs its chip in this process; it has no worker processes",
+        ))
+    }
+
     fn ships_by_address(&self) -> bool {
         false
     }

@@ -304,11 +304,11 @@ impl Worker {
     /// A worker's death is seen as soon as its process ends: from then on the scheduler gives
     /// it no task (SUB tasks go to the live SUB workers; a task placed on a dead chip or nested
     /// Worker fails at once with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied)) and
-    /// [`child_pids`](Worker::child_pids) no longer lists it. A dead worker is not replaced
-    /// yet: forking a new one from a process that already runs the engine's threads is unsafe
-    /// (a lock held by another thread at the fork stays locked in the child); replacement
-    /// comes with the fork server that starts workers for a running Worker. Until then, close
-    /// the Worker and build a new one to get the workers back.
+    /// [`child_pids`](Worker::child_pids) no longer lists it. A dead SUB worker or chip can be
+    /// replaced: by a call ([`replace_worker`](Worker::replace_worker),
+    /// [`replace_dead_workers`](Worker::replace_dead_workers)), or at each submit when the
+    /// Worker was built with
+    /// [`WorkerBuilder::replace_dead_workers`](crate::WorkerBuilder::replace_dead_workers).
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
@@ -328,6 +328,72 @@ impl Worker {
             State::Started(rt) => rt.workers(),
             _ => Vec::new(),
         }
+    }
+
+    /// Starts a new worker in place of dead worker `id` of `kind` (a SUB worker or a chip),
+    /// with everything registered now, and puts it back in service once it reported ready;
+    /// returns its status (its new pid).
+    ///
+    /// Refused for a live worker ([`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState)),
+    /// a nested Worker (its whole subtree would start again: close and rebuild), a Worker
+    /// started with [`StartMethod::Fork`] (a fork of a process running the engine's threads
+    /// could inherit a lock they hold), and an L2 Worker. A replaced chip starts with empty
+    /// device memory: device buffers of the dead chip are lost, and using one is an error that
+    /// says so. A new worker that fails to start is a
+    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error naming it.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// use simpler::{ErrorKind, WorkerKind};
+    /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
+    /// worker.init()?;
+    /// // A live worker is not replaced.
+    /// let err = worker.replace_worker(WorkerKind::Sub, 1).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidState);
+    /// // Had sub worker 1 died (`worker.workers()[1].is_alive()` false):
+    /// // let new = worker.replace_worker(WorkerKind::Sub, 1)?; assert!(new.is_alive());
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replace_worker(&self, kind: WorkerKind, id: u32) -> Result<WorkerStatus> {
+        let rt = self.started("replace_worker")?;
+        let i = match kind {
+            WorkerKind::Sub if (id as usize) < self.sub_workers() => Some(id as usize),
+            WorkerKind::Chip => self.lanes.chip(id),
+            WorkerKind::Nested if (id as usize) < self.nested_workers() => {
+                Some(self.sub_workers() + id as usize)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::invalid(format!("Worker.replace_worker: this Worker has no {kind:?} worker {id}"))
+        })?;
+        rt.replace(i, &self.callables)?;
+        Ok(rt.workers()[i])
+    }
+
+    /// Replaces every dead SUB worker and chip ([`replace_worker`](Worker::replace_worker));
+    /// returns the new workers' statuses (empty when none was dead). Stops at the first that
+    /// cannot be replaced, with its error.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
+    /// worker.init()?;
+    /// assert!(worker.replace_dead_workers()?.is_empty()); // all alive
+    /// worker.close()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replace_dead_workers(&self) -> Result<Vec<WorkerStatus>> {
+        let rt = self.started("replace_dead_workers")?;
+        let mut replaced = Vec::new();
+        for (i, w) in rt.workers().into_iter().enumerate() {
+            if !w.is_alive() && w.kind != WorkerKind::Nested {
+                rt.replace(i, &self.callables)?;
+                replaced.push(rt.workers()[i]);
+            }
+        }
+        Ok(replaced)
     }
 
     /// True between a successful `init` and `close`.
@@ -955,13 +1021,31 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        let eng = self.started("submit")?.engine("submit")?;
+        let rt = self.started("submit")?;
+        if self.cfg.replace_dead {
+            self.replace_dead_before_submit(rt);
+        }
+        let eng = rt.engine("submit")?;
         let RunOptions { args, config, capture } = options;
         config.validate()?;
         match eng.build_run(capture, will_wait, |orch| orch_fn(orch, &args, &config)) {
             Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
+        }
+    }
+
+    /// Replaces the dead SUB workers and chips before a run is built (the builder's
+    /// `replace_dead_workers`). A worker whose replacement fails stays out of service, and the
+    /// run goes on without it (its tasks fail naming the dead worker).
+    fn replace_dead_before_submit(&self, rt: &dyn Runtime) {
+        for (i, w) in rt.workers().into_iter().enumerate() {
+            if !w.is_alive()
+                && w.kind != WorkerKind::Nested
+                && let Err(e) = rt.replace(i, &self.callables)
+            {
+                tracing::warn!(target: "simpler::worker", "replacing a dead worker before a submit: {e}");
+            }
         }
     }
 

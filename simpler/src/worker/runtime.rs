@@ -16,7 +16,7 @@ use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::worker::callables::Callable;
+use crate::worker::callables::{Callable, Callables};
 use crate::worker::status::WorkerStatus;
 
 /// A started Worker. `api` arguments name the `Worker` method for error messages.
@@ -59,6 +59,10 @@ pub(super) trait Runtime: Send + Sync {
 
     /// Frees device buffer `buf` (at `ptr` on chip `chip`).
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()>;
+
+    /// Starts a new worker in place of dead child `i` (its mailbox index) with the callables of
+    /// `callables`, and puts its lane back in service once it is ready; returns its pid.
+    fn replace(&self, i: usize, callables: &Callables) -> Result<i32>;
 
     /// Shuts down: waits up to `timeout` for runs in flight, then stops everything.
     fn close(self: Box<Self>, timeout: Duration) -> Result<()>;

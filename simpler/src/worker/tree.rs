@@ -42,8 +42,9 @@ use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
 use crate::worker::serve::sub::SubChild;
+use crate::worker::start::StartMethod;
 use crate::worker::start::{ChildPlan, start_child};
-use crate::worker::status::{WorkerState, WorkerStatus};
+use crate::worker::status::{WorkerKind, WorkerState, WorkerStatus};
 
 struct RegionBell(Arc<MailboxRegion>);
 
@@ -64,7 +65,12 @@ pub(super) struct Tree {
     /// Serializes control requests (one per mailbox base frame at a time).
     control_lock: Mutex<()>,
     region: Arc<MailboxRegion>,
-    pids: Vec<i32>,
+    /// Number of children (mailboxes).
+    children: usize,
+    /// The configuration, for replacement children.
+    cfg: WorkerBuilder,
+    /// The heap rings every child maps (this Worker's and its ancestors').
+    heaps: Vec<SharedSpan>,
     monitor: Monitor,
     background: Option<JoinHandle<()>>,
     lanes: Lanes,
@@ -250,7 +256,9 @@ impl Tree {
             devices,
             control_lock: Mutex::new(()),
             region,
-            pids,
+            children: pids.len(),
+            cfg: cfg.clone(),
+            heaps,
             monitor,
             background: Some(background),
             lanes: lanes.clone(),
@@ -382,7 +390,7 @@ fn host_payload(host: &Buffer, nbytes: u64) -> Vec<u8> {
 impl Runtime for Tree {
     fn child_pids(&self) -> Vec<i32> {
         let board = &self.monitor.board;
-        self.pids.iter().enumerate().filter(|&(i, _)| !board.has_exited(i)).map(|(_, &p)| p).collect()
+        (0..self.children).filter(|&i| !board.has_exited(i)).map(|i| self.monitor.pid(i)).collect()
     }
 
     fn workers(&self) -> Vec<WorkerStatus> {
@@ -397,11 +405,100 @@ impl Runtime for Tree {
             };
             WorkerStatus { kind, id, pid, state }
         };
-        self.pids.iter().enumerate().map(status).collect()
+        (0..self.children).map(|i| (i, self.monitor.pid(i))).map(|(i, pid)| status((i, &pid))).collect()
     }
 
     fn ships_by_address(&self) -> bool {
         true
+    }
+
+    fn replace(&self, i: usize, callables: &Callables) -> Result<i32> {
+        let _one_at_a_time = sync::lock(&self.control_lock);
+        self.open("replace_worker")?;
+        let who = self.lanes.label(i);
+        let old = self.monitor.pid(i);
+        if !self.monitor.board.has_exited(i) {
+            return Err(Error::state(format!(
+                "Worker.replace_worker: {who} (process {old}) is alive; only a dead worker is replaced"
+            )));
+        }
+        let (kind, id) = self.lanes.kind_of(i);
+        if kind == WorkerKind::Nested {
+            return Err(Error::invalid(format!(
+                "Worker.replace_worker: {who} is a nested Worker, whose whole subtree would have to start again; close this Worker and build a new one"
+            )));
+        }
+        if self.cfg.start == StartMethod::Fork {
+            return Err(Error::state(format!(
+                "Worker.replace_worker: {who} would be forked from a process whose engine threads run (a new child could inherit a lock they hold); build the Worker with StartMethod::Exec to replace workers"
+            )));
+        }
+        // Rule M8 of the mailbox: the old child is reaped, the lane is out of service, and
+        // control requests wait for `control_lock`.
+        let mb = self.region.mailbox(i);
+        mb.reset_for_new_child();
+        let resolver = HostResolver::new(self.heaps.clone());
+        let plan = match kind {
+            WorkerKind::Sub => ChildPlan::Sub(SubChild {
+                region: self.region.clone(),
+                index: i,
+                registry: callables.host().clone(),
+                resolver,
+            }),
+            _ => {
+                let config = ChipConfig {
+                    spec: ChipSpec {
+                        chip_id: id,
+                        memory_bytes: self.cfg.chip_memory,
+                        cores: self.cfg.chip_cores,
+                    },
+                    backend: self.cfg.chip_backend,
+                };
+                ChildPlan::Chip(ChipChild {
+                    region: self.region.clone(),
+                    index: i,
+                    config,
+                    registry: callables.chip().clone(),
+                    resolver,
+                })
+            }
+        };
+        let pid = start_child(self.cfg.start, &who, plan, &self.region, &self.heaps)?;
+        if let Err(e) = self.monitor.watch(i, pid) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            return Err(e);
+        }
+        let board = self.monitor.board.clone();
+        let deadline = Instant::now() + self.cfg.startup_timeout;
+        let failed = match mb.wait_init(deadline, || board.exit_of(i).is_some()) {
+            InitStatus::Ready => None,
+            InitStatus::Failed(msg) => Some(format!("failed to start: {msg}")),
+            InitStatus::Pending => Some(match board.exit_of(i) {
+                Some(how) => format!("{how} during startup"),
+                None => format!(
+                    "did not report ready within the startup timeout of {:?}",
+                    self.cfg.startup_timeout
+                ),
+            }),
+        };
+        if let Some(why) = failed {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            board.wait_all(&[i], Instant::now() + REAP_GRACE);
+            return Err(Error::new(
+                ErrorKind::WorkerDied,
+                format!("Worker.replace_worker: the new {who} (process {pid}) {why}"),
+            ));
+        }
+        if kind == WorkerKind::Chip {
+            // The dead chip's device memory died with it: its buffers are gone.
+            self.devices.forget_chip(id);
+        }
+        self.engine.revive_lane(i);
+        tracing::info!(target: "simpler::worker", worker = %who, old, pid, "worker replaced");
+        Ok(pid)
     }
 
     fn install(&self, c: &Callable) -> Result<()> {
@@ -469,7 +566,7 @@ impl Runtime for Tree {
                 _ => e.context(format!("Worker.alloc_child_tensor on chip {chip}")),
             })?;
         let identity = self.minter.mint()?;
-        sync::lock(&self.devices.live).insert(identity, 0);
+        sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
         Buffer::device(identity, chip, ptr, nbytes)
     }
 
@@ -543,7 +640,7 @@ impl Runtime for Tree {
         stop_children(
             &self.region,
             &mut self.monitor,
-            &self.pids,
+            self.children,
             deadline.max(Instant::now() + SHUTDOWN_GRACE),
         );
         eng.shutdown_lanes();
@@ -571,11 +668,11 @@ const REAP_GRACE: Duration = Duration::from_secs(1);
 
 /// `close`'s ending of the children: asks every child to shut down, waits for them until
 /// `exit_by`, kills the stragglers and reaps them within [`REAP_GRACE`].
-fn stop_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32], exit_by: Instant) {
-    for i in 0..pids.len() {
+fn stop_children(region: &MailboxRegion, monitor: &mut Monitor, children: usize, exit_by: Instant) {
+    for i in 0..children {
         region.mailbox(i).request_shutdown();
     }
-    let all: Vec<usize> = (0..pids.len()).collect();
+    let all: Vec<usize> = (0..children).collect();
     if !monitor.board.wait_all(&all, exit_by) {
         monitor.kill_all();
         monitor.board.wait_all(&all, Instant::now() + REAP_GRACE);
@@ -602,7 +699,17 @@ fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
 /// (never to a SUB task), and only while it is allocated.
 #[derive(Default)]
 pub(crate) struct ChipBuffers {
-    live: std::sync::Mutex<std::collections::HashMap<Identity, u32>>,
+    live: std::sync::Mutex<std::collections::HashMap<Identity, Held>>,
+    /// Buffers whose chip died and was replaced (their memory died with it), by chip.
+    lost: std::sync::Mutex<std::collections::HashMap<Identity, u32>>,
+}
+
+/// One live device buffer: its chip, and the submitted tasks that name it and have not
+/// finished.
+#[derive(Clone, Copy)]
+struct Held {
+    chip: u32,
+    holds: u32,
 }
 
 impl ChipBuffers {
@@ -615,15 +722,32 @@ impl ChipBuffers {
             )));
         }
         if live && !sync::lock(&self.live).contains_key(&id) {
+            if let Some(chip) = sync::lock(&self.lost).get(&id) {
+                return Err(Error::state(format!(
+                    "Worker.{api}: device buffer {id} was lost with chip {chip}, which died and was replaced"
+                )));
+            }
             return Err(Error::state(format!("Worker.{api}: device buffer {id} was already freed")));
         }
         Ok(())
     }
 
+    /// Forgets every buffer of `chip` (it died and was replaced): they are lost.
+    fn forget_chip(&self, chip: u32) {
+        let mut live = sync::lock(&self.live);
+        let mut lost = sync::lock(&self.lost);
+        live.retain(|&id, h| {
+            if h.chip == chip {
+                lost.insert(id, chip);
+            }
+            h.chip != chip
+        });
+    }
+
     /// Refuses `api` on device buffer `id` while a submitted task names it.
     fn idle(&self, api: &str, id: Identity) -> Result<()> {
-        match sync::lock(&self.live).get(&id) {
-            Some(&n) if n > 0 => Err(Error::state(format!(
+        match sync::lock(&self.live).get(&id).map(|h| h.holds) {
+            Some(n) if n > 0 => Err(Error::state(format!(
                 "Worker.{api}: device buffer {id} is named by {n} submitted task(s) that have not finished; a copy now would reorder data around them, so wait for their run first"
             ))),
             _ => Ok(()),
@@ -648,6 +772,11 @@ impl DeviceRules for ChipBuffers {
             Some(_) => {}
         }
         if !sync::lock(&self.live).contains_key(&id) {
+            if sync::lock(&self.lost).contains_key(&id) {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was lost when chip {chip} died and was replaced"
+                )));
+            }
             return Err(Error::invalid(format!(
                 "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was freed (or never allocated by this Worker)"
             )));
@@ -656,14 +785,14 @@ impl DeviceRules for ChipBuffers {
     }
 
     fn hold(&self, id: Identity) {
-        if let Some(n) = sync::lock(&self.live).get_mut(&id) {
-            *n += 1;
+        if let Some(h) = sync::lock(&self.live).get_mut(&id) {
+            h.holds += 1;
         }
     }
 
     fn release(&self, id: Identity) {
-        if let Some(n) = sync::lock(&self.live).get_mut(&id) {
-            *n = n.saturating_sub(1);
+        if let Some(h) = sync::lock(&self.live).get_mut(&id) {
+            h.holds = h.holds.saturating_sub(1);
         }
     }
 }
