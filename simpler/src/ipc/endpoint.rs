@@ -78,6 +78,12 @@ impl Endpoint for MailboxEndpoint {
         })
     }
 
+    fn stop(&mut self) -> bool {
+        tracing::debug!(target: "simpler::ipc", child = self.index, pid = self.pid, "stopping {} (SIGKILL)", self.label);
+        // Also when it already exited: its death is then reported as it is.
+        self.exits.kill(self.index, self.pid) || self.exits.has_exited(self.index)
+    }
+
     fn gone(&self) -> Option<String> {
         // One atomic load while the child lives: this runs on every pass.
         if !self.exits.has_exited(self.index) {

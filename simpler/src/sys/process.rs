@@ -71,6 +71,10 @@ pub(crate) struct ExitBoard {
     /// Lock-free "has exited" flags, for the scheduler's per-poll check.
     exited: Vec<std::sync::atomic::AtomicBool>,
     changed: Condvar,
+    /// Held by the monitor from its `waitpid` of a child until that child's exit is recorded,
+    /// and by [`ExitBoard::kill`] from its check to its signal: a child seen not exited under
+    /// it is not reaped yet, so its pid is still ours (rule P3).
+    reaping: Mutex<()>,
 }
 
 impl ExitBoard {
@@ -79,7 +83,16 @@ impl ExitBoard {
             state: Mutex::new(vec![None; n]),
             exited: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             changed: Condvar::new(),
+            reaping: Mutex::new(()),
         }
+    }
+
+    /// Sends `SIGKILL` to child `i`, whose pid is `pid`, unless it has exited (and been
+    /// reaped): the monitor then reaps it and records how it ended, as for any death. Returns
+    /// whether the signal was sent.
+    pub(crate) fn kill(&self, i: usize, pid: i32) -> bool {
+        let _not_reaped_meanwhile = sync::lock(&self.reaping);
+        !self.has_exited(i) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
     }
 
     fn set(&self, i: usize, how: String, ended: Ended) {
@@ -180,9 +193,7 @@ impl Monitor {
     /// Sends `SIGKILL` to every child that has not exited.
     pub(crate) fn kill_all(&self) {
         for (i, &pid) in self.pids.iter().enumerate() {
-            if self.board.exit_of(i).is_none() {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
+            self.board.kill(i, pid);
         }
     }
 
@@ -234,6 +245,7 @@ fn monitor_loop(
                 still.push(i);
                 continue;
             }
+            let _reaping = sync::lock(&board.reaping);
             match waitpid(Pid::from_raw(pids[i]), Some(WaitPidFlag::WNOHANG)) {
                 Ok(status) => match describe(status) {
                     Some((how, ended)) => {

@@ -927,9 +927,10 @@ impl Worker {
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         let eng = self.started("submit")?.engine("submit")?;
-        let RunOptions { args, config, capture } = options;
+        let RunOptions { args, config, capture, deadline } = options;
         config.validate()?;
-        match eng.build_run(capture, will_wait, |orch| orch_fn(orch, &args, &config)) {
+        let deadline = deadline.or(self.cfg.run_deadline);
+        match eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config)) {
             Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
