@@ -2,7 +2,8 @@
 //!
 //! Queues are partitioned by run; only the run at the head of the admission FIFO dispatches,
 //! so two runs' effects never interleave. Per pass: drain completions first (which may make
-//! consumers READY), take newly published READY tasks from the inbox, then dispatch: the
+//! consumers READY), stop the runs whose deadline passed or whose cancel waits
+//! ([`Scheduler::stop_run`]), take newly published READY tasks from the inbox, then dispatch: the
 //! NEXT_LEVEL group FIFO head (all targets idle, or it reserves them against new singles), each
 //! idle and unreserved NEXT_LEVEL worker's own FIFO head, then SUB work on any idle SUB worker
 //! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
@@ -336,6 +337,9 @@ impl Scheduler {
         // First, so the run's error is this one rather than what the stopped tasks report.
         run.record_error(err.clone());
         run.mark_stopped(cause);
+        // A `cancel` waiting for the stop while another thread holds the role sleeps on
+        // `events`.
+        eng.events.ring();
         let mut unstoppable = false;
         for &i in &running {
             match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.stop())) {
