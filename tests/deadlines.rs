@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    Buffer, CallConfig, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, RunHandle,
-    RunOptions, TaskArgs, Tensor, Worker, WorkerState,
+    Buffer, CallConfig, ChipFn, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
+    RunHandle, RunOptions, TaskArgs, Tensor, Worker, WorkerState,
 };
 
 /// Never returns. Tensor 0: one scratch `u32` word (`NoDep`) that receives this process's id
@@ -414,4 +414,31 @@ fn a_deadline_at_l4_kills_the_nested_worker_running_the_stuck_task() {
     assert_err(&err, ErrorKind::Timeout, &["deadline of 300 ms", "task 0", "l3_hang", "nested Worker 0"]);
     assert_only_killed(&rig, &[0]);
     wait_for("the L3's SUB worker to die with it", Duration::from_secs(5), || !process_alive(sub_pid));
+}
+
+/// A chip kernel that never returns.
+fn hang_kernel(_args: &HostArgs<'_>) -> HostResult {
+    loop {
+        std::thread::park();
+    }
+}
+
+#[test]
+fn a_deadline_kills_the_chip_running_the_stuck_kernel_and_names_it() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1));
+    let k = rig.register_chip(ChipFn::kernel("hang_kernel", hang_kernel)).unwrap();
+    let ok = rig.register_chip(ChipFn::kernel("noop_kernel", noop)).unwrap();
+    rig.init();
+    let err = rig
+        .run_with(RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
+            orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ())
+        })
+        .expect_err("the kernel never returns");
+    assert_err(&err, ErrorKind::Timeout, &["deadline of 300 ms", "task 0 `hang_kernel`", "on chip 1"]);
+    assert_only_killed(&rig, &[1]);
+    rig.run(|orch| orch.submit_next_level(&ok, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+        .expect("chip 0 still runs work");
 }

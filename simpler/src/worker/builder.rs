@@ -248,9 +248,10 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    /// How long a full task window or heap ring waits before the submit fails (default 10 s);
+    /// also how long `Worker::submit` waits for room when `pipeline_depth` runs are in flight.
     ///
-    /// The failing `submit_*` or `orch.alloc` returns an error of kind
+    /// The failing `submit_*`, `orch.alloc` or `Worker::submit` returns an error of kind
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// ```
