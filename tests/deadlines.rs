@@ -442,3 +442,30 @@ fn a_deadline_kills_the_chip_running_the_stuck_kernel_and_names_it() {
     rig.run(|orch| orch.submit_next_level(&ok, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .expect("chip 0 still runs work");
 }
+
+#[test]
+fn a_deadline_is_enforced_while_the_run_is_still_being_built() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [hang, fill]) = Rig::start(subs(2), [("hang", hang), ("fill", fill)]);
+    let flags = u32_buffer(&rig, 1);
+    let out = u64_buffer(&rig, 1);
+    // `run_with` announces that this thread will wait, but it is still in the orchestration
+    // function when the deadline passes: the background thread stops the run all the same.
+    let err = rig
+        .run_with(RunOptions::new().deadline(Duration::from_millis(200)), |orch, _, _| {
+            submit_hang(orch, &hang, &flags, 0)?;
+            let stuck = sub_index(&rig, wait_hanging(&flags, 0));
+            wait_for("the stuck worker to be killed during the build", Duration::from_secs(5), || {
+                !rig.workers()[stuck].is_alive()
+            });
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(1);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
+        .expect_err("the run was stopped");
+    // The submit after the stop was refused with the run's error.
+    assert_err(&err, ErrorKind::Timeout, &["refused", "deadline of 200 ms", "hang"]);
+    assert_eq!(read_u64(&out, 0, 1), vec![0]);
+}

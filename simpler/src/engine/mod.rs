@@ -890,9 +890,10 @@ impl Engine {
             }
             let wanted = self.role.wanted() > 0;
             // A run deadline is enforced also while nobody waits and nothing runs (a run still
-            // being built): this thread wakes at the earliest one and stops that run.
-            if !wanted
-                && (self.outstanding() || self.stop_due())
+            // being built): this thread wakes at the earliest one and stops that run. Also while
+            // a waiter announced itself but does not drive yet (it is still building its run):
+            // one pass, after which the role is given back to it (below).
+            if ((!wanted && self.outstanding()) || self.stop_due())
                 && let Some(mut role) = self.try_role()
             {
                 loop {
