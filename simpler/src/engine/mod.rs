@@ -9,7 +9,9 @@
 //! (drain completions, then dispatch). A thread that waits — on a run
 //! ([`RunHandle::wait`](run::RunHandle::wait)), on ring back-pressure, on pipeline admission —
 //! takes the role and drives until its condition holds ([`Engine::drive_until`]). A background
-//! thread holds the role only while work is outstanding and nobody waits. The rules:
+//! thread holds the role only while work is outstanding and nobody waits, or for one pass when a
+//! run is due to be stopped (its deadline passed, or a cancel waits). Every driver's sleep is
+//! bounded by the next such moment ([`Engine::next_check`]). The rules:
 //!
 //! 1. Only the role holder touches the scheduler's queues and lanes.
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
