@@ -233,7 +233,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
         let mut start = Instant::now();
         let mut submit = Duration::ZERO;
         let built = engine
-            .build_run(false, false, |orch| {
+            .build_run(false, None, false, |orch| {
                 start = Instant::now();
                 for args in batch {
                     orch.submit_sub(&noop, args)?;

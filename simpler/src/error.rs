@@ -52,7 +52,10 @@ pub enum ErrorKind {
     Poisoned,
     /// A worker process died or broke the mailbox protocol.
     WorkerDied,
-    /// Waiting ran out of time (ring back-pressure, a run's `wait_timeout`, startup).
+    /// Waiting ran out of time (ring back-pressure, pipeline admission, a run's `wait_timeout`,
+    /// startup), or a run passed its deadline (`RunOptions::deadline`,
+    /// `WorkerBuilder::run_deadline`): the message then names the task still running, its
+    /// callable, the worker it ran on (which was stopped) and the deadline.
     Timeout,
     /// Bytes received over the wire are malformed.
     Decode,
@@ -78,6 +81,22 @@ pub enum ErrorKind {
     /// run it hit fails with this kind, the message says where it panicked, and the Worker
     /// stays usable (a worker whose link panicked is taken out of service).
     Internal,
+    /// The run was cancelled with `RunHandle::cancel`: its tasks not yet started never ran and
+    /// the workers running its tasks were stopped. The message names the run.
+    ///
+    /// ```no_run
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// let run = worker.submit(|_orch| Ok(()))?;
+    /// if run.cancel() {
+    ///     assert_eq!(run.wait().unwrap_err().kind(), ErrorKind::Cancelled);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -94,6 +113,7 @@ impl ErrorKind {
             ErrorKind::Os => "os error",
             ErrorKind::ResourceExhausted => "resource exhausted",
             ErrorKind::Internal => "internal error",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

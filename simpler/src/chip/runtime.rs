@@ -440,7 +440,7 @@ impl ChipRuntime {
         let eng = &self.engine;
         let context = format!("chip orchestration `{name}` on chip {chip}");
         let built = eng
-            .build_run(false, false, |orch| o(orch, &args, config))
+            .build_run(false, None, false, |orch| o(orch, &args, config))
             .map_err(|f| f.into_error().context(&context))?;
         eng.drive_until(|| built.run.is_done(), None);
         built.run.result().map_err(|e| e.context(context))

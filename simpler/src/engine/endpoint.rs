@@ -47,6 +47,16 @@ pub(crate) trait Endpoint: Send {
     /// Stops the worker (close). Must not block for long.
     fn shutdown(&mut self) {}
 
+    /// Stops the worker now, whatever it is doing: its run passed its deadline or was
+    /// cancelled. Returns true when the worker was told to stop (a forked child is killed); its
+    /// end is then reported as for any death (`poll` returns [`Outcome::EndpointFailure`], or
+    /// `gone` answers), so the lane leaves service by the usual path. Returns false when this
+    /// endpoint cannot stop its worker (a thread of this process): the scheduler then abandons
+    /// the run and the task finishes in the background. Must not block.
+    fn stop(&mut self) -> bool {
+        false
+    }
+
     /// Why the worker is known to be gone while no task runs on it (`None`: alive, as far as
     /// is known). Called on every pass for each idle lane, so it must be cheap and never
     /// block; a lane whose endpoint answers `Some` leaves service before it is given a task.
@@ -189,6 +199,10 @@ pub(crate) mod testing {
         fn shutdown(&mut self) {
             self.inner.shutdown();
         }
+
+        fn stop(&mut self) -> bool {
+            self.inner.stop()
+        }
     }
 
     /// Which tasks (by id, their first scalar) make a [`Faulty`] endpoint panic, and where.
@@ -244,6 +258,10 @@ pub(crate) mod testing {
         fn shutdown(&mut self) {
             self.inner.shutdown();
         }
+
+        fn stop(&mut self) -> bool {
+            self.inner.stop()
+        }
     }
 
     #[derive(Default)]
@@ -251,6 +269,10 @@ pub(crate) mod testing {
         running: Option<Started>,
         outcomes: VecDeque<Outcome>,
         history: Vec<Started>,
+        /// `stop` cannot stop this lane's worker (as a thread of this process).
+        unstoppable: bool,
+        /// Times `stop` was called.
+        stops: usize,
     }
 
     /// An endpoint whose tasks end only when the test says so ([`ManualControl::finish`]).
@@ -289,6 +311,16 @@ pub(crate) mod testing {
             self.lock().history.clone()
         }
 
+        /// Makes `stop` fail to stop this lane's worker (as for a thread of this process).
+        pub(crate) fn set_unstoppable(&self) {
+            self.lock().unstoppable = true;
+        }
+
+        /// Times the scheduler called `stop` on this lane.
+        pub(crate) fn stops(&self) -> usize {
+            self.lock().stops
+        }
+
         /// Ends the running task with `outcome` and rings the engine doorbell.
         pub(crate) fn finish(&self, outcome: Outcome) -> Started {
             let started = {
@@ -319,6 +351,20 @@ pub(crate) mod testing {
 
         fn poll(&mut self) -> Option<Outcome> {
             sync::lock(&self.state).outcomes.pop_front()
+        }
+
+        /// Like a killed child: the running task ends as the worker's death (the lane leaves
+        /// service); unless the test made this lane unstoppable.
+        fn stop(&mut self) -> bool {
+            let mut st = sync::lock(&self.state);
+            st.stops += 1;
+            if st.unstoppable {
+                return false;
+            }
+            if st.running.take().is_some() {
+                st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
+            }
+            true
         }
     }
 }

@@ -9,7 +9,9 @@
 //! (drain completions, then dispatch). A thread that waits — on a run
 //! ([`RunHandle::wait`](run::RunHandle::wait)), on ring back-pressure, on pipeline admission —
 //! takes the role and drives until its condition holds ([`Engine::drive_until`]). A background
-//! thread holds the role only while work is outstanding and nobody waits. The rules:
+//! thread holds the role only while work is outstanding and nobody waits, or for one pass when a
+//! run is due to be stopped (its deadline passed, or a cancel waits). Every driver's sleep is
+//! bounded by the next such moment ([`Engine::next_check`]). The rules:
 //!
 //! 1. Only the role holder touches the scheduler's queues and lanes.
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
@@ -68,7 +70,7 @@ use crate::engine::heap::IntermediateHeap;
 use crate::engine::orchestrator::{OrchBuffers, Orchestrator};
 use crate::engine::ring::TaskWindow;
 use crate::engine::role::RoleState;
-use crate::engine::run::RunState;
+use crate::engine::run::{RunState, StopCause};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::slot::{Slot, State};
 use crate::engine::tensor_map::TensorMap;
@@ -413,6 +415,12 @@ pub(crate) struct Engine {
     /// Admitted runs (FIFO; the front one dispatches).
     runs: Mutex<Runs>,
     head_run: AtomicU64,
+    /// Time zero of `next_check`.
+    epoch: Instant,
+    /// When the scheduler must next stop a run (the earliest deadline of a live run, or now for
+    /// a cancel), in nanoseconds since `epoch`; `u64::MAX` when no run asks. Written under the
+    /// `runs` lock; read by every pass (one load while no run has a deadline).
+    next_check: AtomicU64,
     next_run_id: AtomicU64,
     /// Serializes graph building (one orchestration function at a time).
     building: Mutex<()>,
@@ -462,6 +470,8 @@ impl Engine {
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
+            epoch: Instant::now(),
+            next_check: AtomicU64::new(u64::MAX),
             next_run_id: AtomicU64::new(1),
             building: Mutex::new(()),
             builder: AtomicUsize::new(0),
@@ -538,35 +548,129 @@ impl Engine {
 
     // ------------------------------------------------------------------ runs and admission
 
-    /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live.
-    pub(crate) fn begin_run(&self, capture: bool) -> Result<Arc<RunState>> {
+    /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live, for at most
+    /// the back-pressure timeout; `deadline`: when the run must end, and the limit it was given.
+    pub(crate) fn begin_run(
+        &self,
+        capture: bool,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<Arc<RunState>> {
         let depth = self.cfg.pipeline_depth;
         let room = || sync::lock(&self.runs).live.len() < depth;
         if !room() {
-            self.drive_until(room, None);
+            let limit = self.cfg.backpressure_timeout;
+            if !self.drive_until(room, Some(Instant::now() + limit)) {
+                let head = self.head_run();
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "Worker.submit: no room for a new run within the backpressure timeout of {limit:?}: \
+                         {depth} run(s) are admitted (pipeline_depth {depth}) and run {head}, the first, \
+                         has not finished; a task that never returns holds every later run: give runs a \
+                         deadline (RunOptions::deadline, WorkerBuilder::run_deadline) or cancel them \
+                         (RunHandle::cancel)"
+                    ),
+                ));
+            }
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
+        let make = || {
+            let state = RunState::new(id, capture);
+            match deadline {
+                Some((at, limit)) => state.with_deadline(at, limit),
+                None => state,
+            }
+        };
         let mut runs = sync::lock(&self.runs);
         let run = match runs.spare.take() {
             Some(mut spare) => match Arc::get_mut(&mut spare) {
                 Some(state) => {
-                    *state = RunState::new(id, capture);
+                    *state = make();
                     spare
                 }
-                None => Arc::new(RunState::new(id, capture)),
+                None => Arc::new(make()),
             },
-            None => Arc::new(RunState::new(id, capture)),
+            None => Arc::new(make()),
         };
         runs.live.push_back(run.clone());
         self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+        if let Some((at, _)) = deadline {
+            self.next_check.fetch_min(self.since_epoch(at), Ordering::SeqCst);
+            drop(runs);
+            // Whoever drives (or sleeps waiting to) bounds its sleep by the new deadline.
+            self.doorbell().ring();
+            self.bg_bell.ring();
+        }
         Ok(run)
+    }
+
+    /// `t` in nanoseconds since the engine's epoch (for `next_check`).
+    fn since_epoch(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// When the scheduler must next stop a run (see `next_check`); `None` when no run asks.
+    pub(crate) fn next_check(&self) -> Option<Instant> {
+        match self.next_check.load(Ordering::SeqCst) {
+            u64::MAX => None,
+            n => Some(self.epoch + Duration::from_nanos(n)),
+        }
+    }
+
+    /// True when a run is to be stopped now (its deadline passed, or a cancel waits).
+    pub(crate) fn stop_due(&self) -> bool {
+        self.next_check().is_some_and(|at| at <= Instant::now())
+    }
+
+    /// `min(deadline, next_check)`: how long a driver may sleep.
+    fn sleep_bound(&self, deadline: Option<Instant>) -> Option<Instant> {
+        match (deadline, self.next_check()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The live runs the scheduler must stop now, and why (the role holder, when
+    /// [`stop_due`](Engine::stop_due)); recomputes `next_check` from the others.
+    pub(crate) fn runs_to_stop(&self, now: Instant) -> Vec<(Arc<RunState>, StopCause)> {
+        let runs = sync::lock(&self.runs);
+        let due: Vec<_> = runs.live.iter().filter_map(|r| r.due(now).map(|c| (r.clone(), c))).collect();
+        let next = runs
+            .live
+            .iter()
+            .filter(|r| !due.iter().any(|(d, _)| Arc::ptr_eq(d, r)))
+            .filter_map(|r| r.next_check())
+            .map(|at| self.since_epoch(at))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.next_check.store(next, Ordering::SeqCst);
+        due
+    }
+
+    /// [`RunHandle::cancel`](run::RunHandle::cancel): asks the scheduler to stop `run` and drives
+    /// until it did (or the run ended first); true when this call cancelled it.
+    pub(crate) fn cancel_run(&self, run: &Arc<RunState>) -> bool {
+        if run.is_done() || run.is_stopped() || self.is_closed() || !run.request_cancel() {
+            return false;
+        }
+        {
+            let _runs = sync::lock(&self.runs);
+            self.next_check.store(0, Ordering::SeqCst);
+        }
+        let _span = tracing::debug_span!(target: "simpler::run", "cancel", run_id = run.id).entered();
+        self.doorbell().ring();
+        self.bg_bell.ring();
+        self.drive_until(|| run.is_done() || run.is_stopped(), None);
+        run.was_cancelled()
     }
 
     /// Builds one run: refuses a build from inside an orchestration function of this engine
     /// (it would deadlock on the build lock), takes the build lock (one orchestration
     /// function at a time), admits the run, runs `f` on its Orchestrator with panics caught, and
     /// ends the build. `will_wait` announces, once this thread builds, that it will wait on the
-    /// run, so the background thread leaves it the scheduler role. When `f` fails or panics,
+    /// run, so the background thread leaves it the scheduler role. `deadline`: the run must end
+    /// within this long of this call, or the scheduler stops it (see [`StopCause`]). When `f`
+    /// fails or panics,
     /// the run's unstarted tasks are cancelled and the run is driven to its end before this
     /// returns the error or the panic.
     ///
@@ -574,6 +678,7 @@ impl Engine {
     pub(crate) fn build_run<F>(
         &self,
         capture: bool,
+        deadline: Option<Duration>,
         will_wait: bool,
         f: F,
     ) -> std::result::Result<Built<'_>, BuildFailed>
@@ -584,6 +689,8 @@ impl Engine {
         // re-entrant build instead of deadlocking on `building`.
         thread_local!(static TOKEN: u8 = const { 0 });
         let me = TOKEN.with(|t| t as *const u8 as usize);
+        // The deadline counts from the submit, admission and building included.
+        let deadline = deadline.map(|limit| (Instant::now() + limit, limit));
         if self.builder.load(Ordering::Acquire) == me {
             return Err(BuildFailed::Error(Error::state(
                 "Worker.submit: called from inside an orchestration function of the same Worker; \
@@ -601,7 +708,7 @@ impl Engine {
             }
         }
         let _clear = ClearBuilder(&self.builder);
-        let run = self.begin_run(capture).map_err(BuildFailed::Error)?;
+        let run = self.begin_run(capture, deadline).map_err(BuildFailed::Error)?;
         let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
         let mut orch = Orchestrator::new(self, run.clone());
         match catch_unwind(AssertUnwindSafe(|| f(&mut orch))) {
@@ -720,7 +827,7 @@ impl Engine {
     }
 
     fn wake_background_if_needed(&self) {
-        if self.role.needs_background_wake(|| self.outstanding()) {
+        if self.role.needs_background_wake(|| self.outstanding() || self.stop_due()) {
             self.bg_bell.ring();
         }
     }
@@ -756,7 +863,8 @@ impl Engine {
                         }
                         if !progressed {
                             let how = role.peer_wait(crate::sys::futex::current_cpu());
-                            self.doorbell().wait_for_peer(seen, deadline, how);
+                            // Also woken by the next run deadline: the holder stops that run.
+                            self.doorbell().wait_for_peer(seen, self.sleep_bound(deadline), how);
                         }
                     };
                     // `role` drops (rule 3), then `intent` (rule 4).
@@ -793,23 +901,32 @@ impl Engine {
                 return;
             }
             let wanted = self.role.wanted() > 0;
-            if !wanted
-                && self.outstanding()
+            // A run deadline is enforced also while nobody waits and nothing runs (a run still
+            // being built): this thread wakes at the earliest one and stops that run. Also while
+            // a waiter announced itself but does not drive yet (it is still building its run):
+            // one pass, after which the role is given back to it (below).
+            if ((!wanted && self.outstanding()) || self.stop_due())
                 && let Some(mut role) = self.try_role()
             {
                 loop {
                     let bell_seen = self.doorbell().seq();
                     let progressed = role.pass();
-                    if self.stopping.load(Ordering::SeqCst) || self.role.wanted() > 0 || !self.outstanding() {
+                    if self.stopping.load(Ordering::SeqCst)
+                        || self.role.wanted() > 0
+                        || !(self.outstanding() || self.stop_due())
+                    {
                         break;
                     }
                     if !progressed {
-                        self.doorbell().wait(bell_seen, None);
+                        self.doorbell().wait(bell_seen, self.next_check());
                     }
                 }
                 continue;
             }
-            self.bg_bell.sleep(seen, None);
+            // Past the next check, whoever holds or wants the role stops that run, and the
+            // role's release wakes this thread if it is still due (rule 4): no spinning here.
+            let bound = self.next_check().filter(|&at| at > Instant::now());
+            self.bg_bell.sleep(seen, bound);
         }
     }
 

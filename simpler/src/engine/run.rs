@@ -1,6 +1,6 @@
 //! Runs: the state of one `Worker::submit`, and the handle the caller waits on.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,19 @@ pub struct RunStats {
     pub wall: Duration,
 }
 
+/// Why the scheduler stopped a run before its tasks ended (see [`RunState::due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    /// It passed its deadline, this long after its submit.
+    Deadline(Duration),
+    /// [`RunHandle::cancel`].
+    Cancelled,
+}
+
+const NOT_STOPPED: u8 = 0;
+const STOPPED_BY_DEADLINE: u8 = 1;
+const STOPPED_BY_CANCEL: u8 = 2;
+
 /// The engine-side state of one run.
 pub(crate) struct RunState {
     pub(crate) id: u64,
@@ -60,6 +73,13 @@ pub(crate) struct RunState {
     started: Instant,
     finished: OnceLock<Instant>,
     pub(crate) capture: Option<Mutex<DagCapture>>,
+    /// When the run must have ended, and the limit it was given (for messages).
+    deadline: Option<(Instant, Duration)>,
+    /// [`RunHandle::cancel`] asked the scheduler to stop the run.
+    cancel_requested: AtomicBool,
+    /// Whether (and why) the scheduler stopped the run: from then on none of its tasks is
+    /// dispatched (one of the `STOPPED_*` values).
+    stopped: AtomicU8,
 }
 
 impl RunState {
@@ -75,7 +95,67 @@ impl RunState {
             started: Instant::now(),
             finished: OnceLock::new(),
             capture: capture.then(|| Mutex::new(DagCapture::default())),
+            deadline: None,
+            cancel_requested: AtomicBool::new(false),
+            stopped: AtomicU8::new(NOT_STOPPED),
         }
+    }
+
+    /// The run must end by `at`, `limit` after its submit.
+    pub(crate) fn with_deadline(mut self, at: Instant, limit: Duration) -> RunState {
+        self.deadline = Some((at, limit));
+        self
+    }
+
+    /// When the scheduler must look at this run again: now when a cancel waits, at its deadline
+    /// otherwise; `None` once it was stopped (or without a deadline).
+    pub(crate) fn next_check(&self) -> Option<Instant> {
+        if self.is_stopped() || self.is_done() {
+            return None;
+        }
+        if self.cancel_requested.load(Ordering::SeqCst) {
+            return Some(self.started);
+        }
+        self.deadline.map(|(at, _)| at)
+    }
+
+    /// Why the scheduler must stop the run now (a cancel, else a deadline passed by `now`), if
+    /// it must and has not yet.
+    pub(crate) fn due(&self, now: Instant) -> Option<StopCause> {
+        if self.is_stopped() || self.is_done() {
+            return None;
+        }
+        if self.cancel_requested.load(Ordering::SeqCst) {
+            return Some(StopCause::Cancelled);
+        }
+        match self.deadline {
+            Some((at, limit)) if at <= now => Some(StopCause::Deadline(limit)),
+            _ => None,
+        }
+    }
+
+    /// Asks the scheduler to stop the run; false when a cancel was asked for already.
+    pub(crate) fn request_cancel(&self) -> bool {
+        !self.cancel_requested.swap(true, Ordering::SeqCst)
+    }
+
+    /// The scheduler stops the run (the holder only): none of its tasks is dispatched any more.
+    pub(crate) fn mark_stopped(&self, cause: StopCause) {
+        let v = match cause {
+            StopCause::Deadline(_) => STOPPED_BY_DEADLINE,
+            StopCause::Cancelled => STOPPED_BY_CANCEL,
+        };
+        let _ = self.stopped.compare_exchange(NOT_STOPPED, v, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether the scheduler stopped the run (deadline or cancel).
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst) != NOT_STOPPED
+    }
+
+    /// Whether the scheduler stopped the run because it was cancelled.
+    pub(crate) fn was_cancelled(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst) == STOPPED_BY_CANCEL
     }
 
     /// Records the run's error; the first one wins.
@@ -146,7 +226,8 @@ impl RunState {
 
 /// A submitted run: wait on it, poll it, read its statistics and captured DAG.
 ///
-/// The handle keeps the engine alive; dropping it does not cancel the run.
+/// The handle keeps the engine alive; dropping it does not cancel the run
+/// ([`cancel`](RunHandle::cancel) does).
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
@@ -307,6 +388,47 @@ impl RunHandle {
             self.engine.try_pass();
         }
         self.run.is_done()
+    }
+
+    /// Cancels the run: it fails now with an [`ErrorKind::Cancelled`] error naming it.
+    ///
+    /// Its tasks not yet started never run (they fail without being dispatched), and the workers
+    /// running its tasks are stopped: each such child process is killed (`SIGKILL`), its lane
+    /// leaves service as for any worker death (see [`Worker::workers`](crate::Worker::workers)),
+    /// and later runs go to the workers left. When this returns true, no task of the run
+    /// starts any more; [`wait`](Self::wait) returns as soon as the stopped workers' deaths are
+    /// collected (milliseconds).
+    ///
+    /// Returns true when this call cancelled the run; false, doing nothing, when the run had
+    /// finished already or was stopped already (cancelled before, or past its
+    /// [deadline](crate::RunOptions::deadline)), or the Worker is closed. As with every run
+    /// error, the first one wins: when a task of the run had failed before, `wait` returns that
+    /// failure.
+    ///
+    /// ```no_run
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn forever(_args: &HostArgs<'_>) -> HostResult {
+    ///     loop {
+    ///         std::thread::park(); // never returns
+    ///     }
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let forever = worker.register(HostFn::new("forever", forever))?;
+    /// worker.init()?;
+    /// let run = worker.submit(|orch| orch.submit_sub(&forever, TaskArgs::new()).map(|_| ()))?;
+    /// assert!(run.cancel());
+    /// let err = run.wait().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Cancelled);
+    /// assert!(err.message().contains(&format!("run {}", run.id())));
+    /// assert!(!run.cancel()); // finished: nothing to cancel
+    /// worker.run(|_orch| Ok(()))?; // later runs proceed (on the SUB worker left)
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel(&self) -> bool {
+        self.engine.cancel_run(&self.run)
     }
 
     /// Statistics, once the run is done (`None` before).

@@ -2,7 +2,8 @@
 //!
 //! Queues are partitioned by run; only the run at the head of the admission FIFO dispatches,
 //! so two runs' effects never interleave. Per pass: drain completions first (which may make
-//! consumers READY), take newly published READY tasks from the inbox, then dispatch: the
+//! consumers READY), stop the runs whose deadline passed or whose cancel waits
+//! ([`Scheduler::stop_run`]), take newly published READY tasks from the inbox, then dispatch: the
 //! NEXT_LEVEL group FIFO head (all targets idle, or it reserves them against new singles), each
 //! idle and unreserved NEXT_LEVEL worker's own FIFO head, then SUB work on any idle SUB worker
 //! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
@@ -10,11 +11,13 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use crate::callable::identity::CallableKind;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::engine::run::{RunState, StopCause};
 use crate::engine::slot::{Member, Slot, State, Target};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, panic_message};
@@ -35,6 +38,24 @@ impl std::fmt::Display for LaneKind {
             LaneKind::Sub(i) => write!(f, "sub worker {i}"),
             LaneKind::NextLevel(i) => write!(f, "worker {i}"),
         }
+    }
+}
+
+/// The error of a task that never started because the scheduler stopped its run.
+fn not_started(slot: &Slot) -> Error {
+    let (kind, why) = match slot.run.first_error() {
+        Some(e) => (e.kind(), e.message()),
+        None => (ErrorKind::Cancelled, "its run was stopped"),
+    };
+    Error::new(kind, format!("{} did not run: {why}", slot.describe()))
+}
+
+/// A duration as messages show it: "200 ms", "1.5 s".
+fn show(d: Duration) -> String {
+    if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{d:?}")
     }
 }
 
@@ -104,6 +125,8 @@ pub(crate) struct Scheduler {
     /// READY entries in the partitions (stale ones included until popped).
     queued: usize,
     ready: Vec<Arc<Slot>>,
+    /// How messages name a NEXT_LEVEL worker ("chip", "nested Worker", "core").
+    next_level_noun: &'static str,
 }
 
 impl Scheduler {
@@ -120,6 +143,15 @@ impl Scheduler {
             in_flight: 0,
             queued: 0,
             ready: Vec::new(),
+            next_level_noun: cfg.next_level_names.0,
+        }
+    }
+
+    /// How messages name the worker of lane `i` ("sub worker 1", "chip 0", "nested Worker 2").
+    fn label(&self, i: usize) -> String {
+        match self.lanes[i].kind {
+            LaneKind::Sub(n) => format!("sub worker {n}"),
+            LaneKind::NextLevel(n) => format!("{} {n}", self.next_level_noun),
         }
     }
 
@@ -179,10 +211,13 @@ impl Scheduler {
         let mut taken = 0;
         // The count goes up before a send, so a send it does not show yet is taken next pass
         // (the publisher rings the doorbell after sending).
+        if eng.stop_due() {
+            progress |= self.stop_runs(eng);
+        }
         if eng.inbox_pending() {
             while let Ok(slot) = self.inbox.try_recv() {
                 taken += 1;
-                self.route(slot);
+                self.route_or_fail(eng, slot);
             }
         }
         if taken > 0 {
@@ -236,6 +271,102 @@ impl Scheduler {
         self.queued -= part.clear();
         if self.spare.len() < SPARE_PARTITIONS {
             self.spare.push(part);
+        }
+    }
+
+    /// Queues a READY task, or fails it at once when the scheduler stopped its run (deadline
+    /// or cancel): nothing of a stopped run is dispatched.
+    fn route_or_fail(&mut self, eng: &Engine, slot: Arc<Slot>) {
+        if !slot.run.is_stopped() {
+            self.route(slot);
+            return;
+        }
+        let err = not_started(&slot);
+        eng.fail_unstarted(&slot, err);
+    }
+
+    /// Stops every live run whose deadline passed or whose cancel waits (see
+    /// [`Scheduler::stop_run`]); returns whether it stopped any.
+    fn stop_runs(&mut self, eng: &Engine) -> bool {
+        let due = eng.runs_to_stop(Instant::now());
+        for (run, cause) in &due {
+            self.stop_run(eng, run, *cause);
+        }
+        !due.is_empty()
+    }
+
+    /// Stops `run` before its tasks ended: records its error (a [`ErrorKind::Timeout`] naming
+    /// the deadline, or [`ErrorKind::Cancelled`]; each names the tasks still running, their
+    /// callables and workers), marks it stopped so none of its tasks is dispatched any more,
+    /// fails its queued READY tasks (never dispatched; their consumers are poisoned), and stops
+    /// the workers running its tasks ([`Endpoint::stop`]): their deaths complete those tasks
+    /// as failed and take the lanes out of service by the usual path, and then the run ends.
+    /// A worker that cannot be stopped keeps its task; the run is abandoned (it ends now).
+    fn stop_run(&mut self, eng: &Engine, run: &Arc<RunState>, cause: StopCause) {
+        let running: Vec<usize> = (0..self.lanes.len())
+            .filter(|&i| self.lanes[i].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run)))
+            .collect();
+        let names: Vec<String> = running
+            .iter()
+            .map(|&i| {
+                let (slot, member) = self.lanes[i].busy.as_ref().expect("busy lane");
+                let member = if slot.task().group { format!(" (member {member})") } else { String::new() };
+                format!("{}{member} on {}", slot.describe(), self.label(i))
+            })
+            .collect();
+        let (kind, what) = match cause {
+            StopCause::Deadline(limit) => (
+                ErrorKind::Timeout,
+                format!("run {} did not finish within its deadline of {}", run.id, show(limit)),
+            ),
+            StopCause::Cancelled => {
+                (ErrorKind::Cancelled, format!("run {} was cancelled (RunHandle::cancel)", run.id))
+            }
+        };
+        let message = if names.is_empty() {
+            format!("{what}; no task of it was running; its tasks not started do not run")
+        } else {
+            format!(
+                "{what}; still running: {}; {} stopped (the worker process is killed and leaves service); its tasks not started do not run",
+                names.join(", "),
+                if names.len() == 1 { "it was" } else { "they were" }
+            )
+        };
+        let err = Error::new(kind, message);
+        tracing::warn!(target: "simpler::scheduler", run_id = run.id, "{}", err.message());
+        // First, so the run's error is this one rather than what the stopped tasks report.
+        run.record_error(err.clone());
+        run.mark_stopped(cause);
+        // A `cancel` waiting for the stop while another thread holds the role sleeps on
+        // `events`.
+        eng.events.ring();
+        let mut unstoppable = false;
+        for &i in &running {
+            match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.stop())) {
+                Ok(true) => {}
+                Ok(false) => unstoppable = true,
+                Err(panic) => {
+                    let why = format!("its endpoint panicked in stop: {}", panic_message(&*panic));
+                    tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].kind, "{why}; out of service");
+                    self.lanes[i].dead = Some(why);
+                    unstoppable = true;
+                }
+            }
+        }
+        let queued: Vec<Arc<Slot>> = self
+            .parts
+            .iter()
+            .filter(|(id, _)| *id == run.id)
+            .flat_map(|(_, p)| p.sub.iter().chain(&p.groups).chain(p.single.iter().flatten()))
+            .filter(|s| s.state() == State::Ready)
+            .cloned()
+            .collect();
+        for slot in queued {
+            let err = not_started(&slot);
+            eng.fail_unstarted(&slot, err);
+        }
+        if unstoppable {
+            eng.abandon_run(run, err);
         }
     }
 
@@ -309,8 +440,13 @@ impl Scheduler {
             self.finish_member(eng, &slot, member, result);
         }
         progress |= !self.ready.is_empty();
-        for slot in std::mem::take(&mut self.ready) {
-            self.route(slot);
+        let mut ready = std::mem::take(&mut self.ready);
+        for slot in ready.drain(..) {
+            self.route_or_fail(eng, slot);
+        }
+        // Keep the memory; a failure above may have refilled `ready` (it is routed next pass).
+        if self.ready.is_empty() {
+            self.ready = ready;
         }
         progress
     }

@@ -142,7 +142,7 @@ impl Rig {
     }
 
     fn begin(&self) -> Arc<RunState> {
-        self.eng.begin_run(true).unwrap()
+        self.eng.begin_run(true, None).unwrap()
     }
 
     fn orch(&self, run: &Arc<RunState>) -> Orchestrator<'_> {
@@ -986,6 +986,142 @@ fn cancelled_tasks_count_as_failed_in_run_stats() {
     rig.assert_clean();
 }
 
+// ================================================================================== deadlines and cancel
+
+/// A run that must end within `ms` milliseconds.
+fn begin_with_deadline(rig: &Rig, ms: u64) -> Arc<RunState> {
+    let limit = Duration::from_millis(ms);
+    rig.eng.begin_run(false, Some((Instant::now() + limit, limit))).unwrap()
+}
+
+#[track_caller]
+fn assert_mentions(err: &Error, needles: &[&str]) {
+    for n in needles {
+        assert!(err.message().contains(n), "the error should mention {n:?}: {err:?}");
+    }
+}
+
+#[test]
+fn a_run_past_its_deadline_stops_its_workers_and_never_dispatches_the_rest() {
+    let rig = Rig::manual(cfg(2, 1));
+    let x = buffer(1);
+    let started = Instant::now();
+    let run = begin_with_deadline(&rig, 50);
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap(); // running
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap(); // ready, queued behind 1
+    orch.submit_next_level(&rig.chip, args(3, &[(&whole(x), Tag::Input)]), cc(), 1).unwrap(); // pending on 1
+    orch.submit_sub(&rig.host, args(4, &[])).unwrap(); // running
+    orch.finish(None);
+    let err = rig.wait(&run).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(50), "stopped before its deadline");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
+    assert_mentions(
+        &err,
+        &[
+            "run 1 ",
+            "deadline of 50 ms",
+            "task 0 `chip_kernel`",
+            "on NEXT_LEVEL worker 0",
+            "task 3 `host_fn`",
+        ],
+    );
+    assert_mentions(&err, &["on sub worker 0", "they were stopped"]);
+    let mut dispatched = ids(&rig.dispatched());
+    dispatched.sort_unstable();
+    assert_eq!(dispatched, vec![1, 4], "the tasks not started never ran");
+    assert_eq!((rig.nl[0].stops(), rig.nl[1].stops(), rig.sub[0].stops()), (1, 0, 1));
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (4, 4));
+    rig.assert_clean();
+    // The stopped workers left service; the other one runs a later run.
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(5, &[]), cc(), 1).unwrap();
+    orch.submit_next_level(&rig.chip, args(6, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.drive("task 5 to start", || rig.nl[1].running().is_some());
+    rig.nl[1].finish(Outcome::Success);
+    let err = rig.wait(&run2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err:?}");
+    assert_mentions(&err, &["task 1 ", "was stopped"]);
+    assert!(!rig.was_dispatched(6));
+    rig.assert_clean();
+}
+
+#[test]
+fn a_run_whose_worker_cannot_be_stopped_is_abandoned_at_its_deadline_and_later_runs_proceed() {
+    let rig = Rig::manual(cfg(2, 0));
+    rig.nl[0].set_unstoppable();
+    let run = begin_with_deadline(&rig, 30);
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
+    assert_mentions(&err, &["deadline of 30 ms", "task 0 ", "NEXT_LEVEL worker 0"]);
+    assert!(rig.nl[0].running().is_some(), "the task still runs on its worker");
+    assert_eq!(rig.nl[0].stops(), 1);
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    rig.drive("task 2 to start", || rig.nl[1].running().is_some());
+    rig.nl[1].finish(Outcome::Success);
+    rig.wait(&run2).unwrap();
+    // The abandoned task ends at last: its slot is released like any other.
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the abandoned task to be collected", || rig.in_flight() == 0 && rig.eng.window.live() == 0);
+    assert_eq!(run.result().unwrap_err().kind(), ErrorKind::Timeout, "the run keeps its error");
+    rig.assert_clean();
+}
+
+#[test]
+fn cancel_stops_a_run_once_and_a_finished_run_not_at_all() {
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap(); // running
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap(); // ready, queued
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.nl[0].running().is_some());
+    let handle = RunHandle { run: run.clone(), engine: rig.eng.clone() };
+    assert!(handle.cancel());
+    assert!(run.is_stopped(), "stopped when cancel returns");
+    assert!(!handle.cancel(), "cancelled already");
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+    assert_mentions(&err, &["run 1 was cancelled", "task 0 ", "NEXT_LEVEL worker 0", "it was stopped"]);
+    assert_eq!(ids(&rig.dispatched()), vec![1]);
+    assert_eq!(rig.nl[0].stops(), 1);
+    let run2 = rig.begin();
+    rig.orch(&run2).finish(None);
+    rig.wait(&run2).unwrap();
+    assert!(!RunHandle { run: run2.clone(), engine: rig.eng.clone() }.cancel(), "finished already");
+    assert!(run2.result().is_ok());
+    rig.assert_clean();
+}
+
+#[test]
+fn admission_gives_up_after_the_backpressure_timeout_naming_the_run_ahead() {
+    let mut c = cfg(1, 0);
+    c.pipeline_depth = 1;
+    c.backpressure_timeout = Duration::from_millis(30);
+    let rig = Rig::manual(c);
+    let run = rig.begin(); // still being built: it holds the pipeline
+    let err = rig.eng.begin_run(false, None).err().expect("no room in the pipeline");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
+    assert_mentions(
+        &err,
+        &["backpressure timeout of 30ms", "pipeline_depth 1", "run 1,", "RunHandle::cancel"],
+    );
+    rig.orch(&run).finish(None);
+    rig.wait(&run).unwrap();
+    let next = rig.eng.begin_run(false, None).unwrap();
+    rig.orch(&next).finish(None);
+    rig.wait(&next).unwrap();
+}
+
 // ================================================================================== runs and pipelining
 
 #[test]
@@ -1017,7 +1153,7 @@ fn pipelined_run_dispatches_only_after_the_previous_run() {
     let eng = rig.eng.clone();
     let r1 = run1.clone();
     let admit = thread::spawn(move || {
-        let run3 = eng.begin_run(false).unwrap();
+        let run3 = eng.begin_run(false, None).unwrap();
         tx.send((run3, r1.is_done())).unwrap();
     });
     script.release(1);

@@ -13,7 +13,6 @@ use crate::sys::process::ExitBoard;
 pub(crate) struct MailboxEndpoint {
     region: Arc<MailboxRegion>,
     index: usize,
-    pid: i32,
     exits: Arc<ExitBoard>,
     /// What the child is to the user ("sub worker 1", "chip 0"), for messages.
     label: String,
@@ -23,22 +22,17 @@ impl MailboxEndpoint {
     pub(crate) fn new(
         region: Arc<MailboxRegion>,
         index: usize,
-        pid: i32,
         exits: Arc<ExitBoard>,
         label: String,
     ) -> MailboxEndpoint {
-        MailboxEndpoint { region, index, pid, exits, label }
+        MailboxEndpoint { region, index, exits, label }
     }
 }
 
 impl MailboxEndpoint {
-    /// The child's pid for messages: the one it recorded (a replacement records its own), or
-    /// the one it was started with.
+    /// The child's pid now (a replacement has its own), as the parent's exit board has it.
     fn pid(&self) -> i32 {
-        match self.region.mailbox(self.index).child_pid() {
-            0 => self.pid,
-            pid => pid as i32,
-        }
+        self.exits.pid(self.index)
     }
 }
 
@@ -88,6 +82,12 @@ impl Endpoint for MailboxEndpoint {
                 self.pid()
             ))
         })
+    }
+
+    fn stop(&mut self) -> bool {
+        tracing::debug!(target: "simpler::ipc", child = self.index, pid = self.pid(), "stopping {} (SIGKILL)", self.label);
+        // Also when it already exited: its death is then reported as it is.
+        self.exits.kill(self.index) || self.exits.has_exited(self.index)
     }
 
     fn gone(&self) -> Option<String> {

@@ -65,28 +65,51 @@ pub(crate) enum Ended {
     Unknown,
 }
 
-/// How each child ended, filled by the monitor thread.
+/// Each child's pid now, and how each child ended, filled by the monitor thread.
 pub(crate) struct ExitBoard {
+    /// The pid of child `i` now (a replacement takes the index of the child it replaces).
+    pids: Vec<std::sync::atomic::AtomicI32>,
     state: Mutex<Vec<Option<(String, Ended)>>>,
     /// Lock-free "has exited" flags, for the scheduler's per-poll check.
     exited: Vec<std::sync::atomic::AtomicBool>,
     changed: Condvar,
+    /// Held by the monitor from its `waitpid` of a child until that child's exit is recorded,
+    /// and by [`ExitBoard::kill`] from its check to its signal: a child seen not exited under
+    /// it is not reaped yet, so its pid is still ours (rule P3).
+    reaping: Mutex<()>,
 }
 
 impl ExitBoard {
-    pub(crate) fn new(n: usize) -> ExitBoard {
+    pub(crate) fn new(pids: &[i32]) -> ExitBoard {
+        let n = pids.len();
         ExitBoard {
+            pids: pids.iter().map(|&p| std::sync::atomic::AtomicI32::new(p)).collect(),
             state: Mutex::new(vec![None; n]),
             exited: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             changed: Condvar::new(),
+            reaping: Mutex::new(()),
         }
     }
 
-    /// Forgets how child `i` ended (a new child takes its place).
-    fn reset(&self, i: usize) {
+    /// Child `i`, which has ended, is replaced by `pid`: forgets how the old one ended.
+    fn replace(&self, i: usize, pid: i32) {
+        let _no_kill_meanwhile = sync::lock(&self.reaping);
         let mut st = sync::lock(&self.state);
+        self.pids[i].store(pid, std::sync::atomic::Ordering::Release);
         st[i] = None;
         self.exited[i].store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The pid of child `i` now.
+    pub(crate) fn pid(&self, i: usize) -> i32 {
+        self.pids[i].load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sends `SIGKILL` to child `i` unless it has exited (and been reaped): the monitor then
+    /// reaps it and records how it ended, as for any death. Returns whether the signal was sent.
+    pub(crate) fn kill(&self, i: usize) -> bool {
+        let _not_reaped_meanwhile = sync::lock(&self.reaping);
+        !self.has_exited(i) && kill(Pid::from_raw(self.pid(i)), Signal::SIGKILL).is_ok()
     }
 
     fn set(&self, i: usize, how: String, ended: Ended) {
@@ -147,7 +170,6 @@ fn describe(status: WaitStatus) -> Option<(String, Ended)> {
 /// Child `i` may be replaced once it ended ([`watch`](Monitor::watch)): its entry on the board
 /// is cleared and the new process watched under the same index.
 pub(crate) struct Monitor {
-    pids: Mutex<Vec<i32>>,
     wake_fd: OwnedFd,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -175,7 +197,7 @@ impl Monitor {
     /// Starts watching `pids`; `on_exit(i)` runs (on the monitor thread) after child `i` is
     /// reaped and its exit recorded.
     pub(crate) fn start(pids: Vec<i32>, on_exit: impl Fn(usize) + Send + 'static) -> Result<Monitor> {
-        let board = Arc::new(ExitBoard::new(pids.len()));
+        let board = Arc::new(ExitBoard::new(&pids));
         let mut live = Vec::with_capacity(pids.len());
         for (i, &pid) in pids.iter().enumerate() {
             live.push((i, pid, pidfd(pid)?));
@@ -196,15 +218,14 @@ impl Monitor {
             .name("simpler-monitor".into())
             .spawn(move || monitor_loop(live, wake_thread, sh, b, on_exit))
             .map_err(|e| Error::os("spawn monitor thread", e))?;
-        Ok(Monitor { pids: Mutex::new(pids), wake_fd, shared, thread: Some(thread), board })
+        Ok(Monitor { wake_fd, shared, thread: Some(thread), board })
     }
 
     /// Watches `pid`, a new child that replaces child `i` (which has ended), under index `i`:
     /// the board forgets how the old one ended.
     pub(crate) fn watch(&self, i: usize, pid: i32) -> Result<()> {
         let fd = pidfd(pid)?;
-        self.board.reset(i);
-        sync::lock(&self.pids)[i] = pid;
+        self.board.replace(i, pid);
         sync::lock(&self.shared.added).push((i, pid, fd));
         self.wake();
         Ok(())
@@ -212,7 +233,7 @@ impl Monitor {
 
     /// The pid of child `i` now.
     pub(crate) fn pid(&self, i: usize) -> i32 {
-        sync::lock(&self.pids)[i]
+        self.board.pid(i)
     }
 
     fn wake(&self) {
@@ -223,10 +244,8 @@ impl Monitor {
 
     /// Sends `SIGKILL` to every child that has not exited.
     pub(crate) fn kill_all(&self) {
-        for (i, &pid) in sync::lock(&self.pids).iter().enumerate() {
-            if self.board.exit_of(i).is_none() {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
+        for i in 0..self.board.pids.len() {
+            self.board.kill(i);
         }
     }
 
@@ -281,6 +300,7 @@ fn monitor_loop(
                 still.push((i, pid, fd));
                 continue;
             }
+            let _reaping = sync::lock(&board.reaping);
             match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
                 Ok(status) => match describe(status) {
                     Some((how, ended)) => {

@@ -40,6 +40,8 @@ pub struct WorkerBuilder {
     pub(super) start: StartMethod,
     /// Whether each submit first replaces dead SUB workers and chips.
     pub(super) replace_dead: bool,
+    /// The deadline of every run submitted without one of its own (`None`: no deadline).
+    pub(super) run_deadline: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -56,6 +58,7 @@ impl WorkerBuilder {
             close_timeout: Duration::from_secs(10),
             start: StartMethod::Exec,
             replace_dead: false,
+            run_deadline: None,
         }
     }
 
@@ -251,9 +254,10 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    /// How long a full task window or heap ring waits before the submit fails (default 10 s);
+    /// also how long `Worker::submit` waits for room when `pipeline_depth` runs are in flight.
     ///
-    /// The failing `submit_*` or `orch.alloc` returns an error of kind
+    /// The failing `submit_*`, `orch.alloc` or `Worker::submit` returns an error of kind
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// ```
@@ -356,6 +360,30 @@ impl WorkerBuilder {
         self
     }
 
+    /// A deadline for every run of this Worker that sets none of its own (default: none).
+    ///
+    /// A run still running `limit` after its submit is stopped and fails with an
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error naming the tasks still running,
+    /// their callables, their workers and the deadline; the workers running them are killed and
+    /// leave service (see [`RunOptions::deadline`](crate::RunOptions::deadline), which overrides
+    /// this per run). Must be greater than zero. An L2 (chip) Worker has no runs: this does not
+    /// apply to [`Worker::run_callable`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// let worker = Worker::builder().sub_workers(2).run_deadline(Duration::from_secs(30)).build()?;
+    /// # drop(worker);
+    /// let err = Worker::builder().run_deadline(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn run_deadline(mut self, limit: Duration) -> Self {
+        self.run_deadline = Some(limit);
+        self
+    }
+
     #[doc(hidden)]
     /// Test hook: when this Worker runs nested under a parent, its process waits `delay`
     /// before it starts its own children (to exercise the parent's startup deadline).
@@ -370,7 +398,7 @@ impl WorkerBuilder {
     ///
     /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error for a level
     /// other than [`Level::Node`], a `task_window` or `pipeline_depth` of 0, or a zero
-    /// `startup_timeout`.
+    /// `startup_timeout` or `run_deadline`.
     ///
     /// ```
     /// use simpler::{ErrorKind, Worker};
@@ -408,6 +436,9 @@ impl WorkerBuilder {
         }
         if self.startup_timeout.is_zero() {
             return Err(Error::invalid("startup_timeout must be greater than zero"));
+        }
+        if self.run_deadline.is_some_and(|d| d.is_zero()) {
+            return Err(Error::invalid("run_deadline must be greater than zero"));
         }
         if self.engine.next_level_workers > 0 && self.chip_cores == 0 {
             return Err(Error::invalid("chip_cores must be at least 1"));

@@ -913,7 +913,11 @@ impl Worker {
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a
     /// handle without waiting. Building is serialized; while `pipeline_depth` runs are in
-    /// flight this first waits for the oldest to finish.
+    /// flight this first waits for the oldest to finish, for at most the
+    /// [`backpressure_timeout`](WorkerBuilder::backpressure_timeout): then it fails with an
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error naming the run ahead (a run
+    /// stuck on a task that never returns is ended by a
+    /// [deadline](crate::RunOptions::deadline) or [`RunHandle::cancel`]).
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,
     /// the run settles, and the error is returned. To pass the run arguments and a config, or
@@ -1026,9 +1030,10 @@ impl Worker {
             self.replace_dead_before_submit(rt);
         }
         let eng = rt.engine("submit")?;
-        let RunOptions { args, config, capture } = options;
+        let RunOptions { args, config, capture, deadline } = options;
         config.validate()?;
-        match eng.build_run(capture, will_wait, |orch| orch_fn(orch, &args, &config)) {
+        let deadline = deadline.or(self.cfg.run_deadline);
+        match eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config)) {
             Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),

@@ -276,7 +276,9 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32) -> Result<()> {
         .u8(match c.start {
             StartMethod::Exec => 0,
             StartMethod::Fork => 1,
-        });
+        })
+        .u8(u8::from(c.replace_dead))
+        .duration(c.run_deadline.unwrap_or(Duration::ZERO));
     host_registry(e, w.callables.host())?;
     chip_registry(e, w.callables.chip());
     orch_registry(e, w.callables.orch());
@@ -311,6 +313,8 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
         1 => StartMethod::Fork,
         other => return Err(Error::invalid(format!("unknown start method {other}"))),
     };
+    c.replace_dead = d.u8()? != 0;
+    c.run_deadline = Some(d.duration()?).filter(|d| !d.is_zero());
     let mut callables = Callables::new();
     callables.restore(read_host(d)?, read_chip(d)?, read_orch(d)?);
     let mut children = Vec::new();

@@ -223,8 +223,7 @@ impl Tree {
 
         let mailbox_lanes = (0..n_sub + n_chip)
             .map(|i| {
-                let ep =
-                    MailboxEndpoint::new(region.clone(), i, pids[i], monitor.board.clone(), lanes.label(i));
+                let ep = MailboxEndpoint::new(region.clone(), i, monitor.board.clone(), lanes.label(i));
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
                 Lane::new(kind, Box::new(ep))
