@@ -469,3 +469,29 @@ fn a_deadline_is_enforced_while_the_run_is_still_being_built() {
     assert_err(&err, ErrorKind::Timeout, &["refused", "deadline of 200 ms", "hang"]);
     assert_eq!(read_u64(&out, 0, 1), vec![0]);
 }
+
+#[test]
+fn with_replacement_a_worker_stopped_by_a_deadline_comes_back_for_the_next_run() {
+    if !in_own_process() {
+        return;
+    }
+    // One SUB worker: without replacement nothing could run after the stuck task is stopped.
+    let (rig, [hang, record]) =
+        Rig::start(subs(1).replace_dead_workers(true), [("hang", hang), ("record_worker", record_worker)]);
+    let flags = u32_buffer(&rig, 1);
+    for round in 0..3 {
+        flags.write(0, &[0u32]).unwrap();
+        let before = rig.child_pids();
+        let run = hang_run(&rig, &hang, &flags, RunOptions::new().deadline(Duration::from_millis(100)));
+        let err = run.wait().expect_err("the task never returns");
+        assert_err(&err, ErrorKind::Timeout, &["deadline of 100 ms", "hang", "on sub worker 0"]);
+        assert_eq!(ran_on(&rig, &record), 0, "round {round}: the next run runs on a new sub worker 0");
+        let after = rig.child_pids();
+        assert_eq!(after.len(), 1);
+        assert_ne!(after, before, "round {round}: a new process");
+    }
+    let last = rig.child_pids();
+    drop(flags);
+    drop(rig);
+    assert!(last.iter().all(|&p| !process_exists(p)));
+}
