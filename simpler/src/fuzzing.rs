@@ -31,7 +31,7 @@ use crate::callable::identity::{
     CallableKind, Descriptor, DescriptorWriter, Digest, host_fn_descriptor, orch_fn_descriptor,
 };
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity, ShmName};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH};
 use crate::data::dtype::DataType;
 use crate::data::host_args::HostArgs;
@@ -713,20 +713,25 @@ fn identity(rng: &mut Rng) -> Identity {
     Identity::new(owner, id, generation).expect("non-zero id and generation")
 }
 
-fn shm_name(rng: &mut Rng) -> ShmName {
-    let n = 1 + rng.index(31);
-    let name: Vec<u8> = (0..n).map(|_| b"abcxyz019-_.~!"[rng.index(14)]).collect();
-    ShmName::from_bytes(&name).expect("printable ASCII without '/'")
+/// A valid memfd backing: pid 1..=i32::MAX, fd 0..=i32::MAX, inode non-zero, with edge
+/// values often.
+fn memfd(rng: &mut Rng) -> Backing {
+    let max = i32::MAX as u64;
+    let (any_pid, any_fd, any_ino) = (1 + rng.below(max), rng.below(max + 1), 1 + rng.below(u64::MAX - 1));
+    let pid = rng.pick(&[1, max, any_pid]) as u32;
+    let fd = rng.pick(&[0, 3, max, any_fd]) as u32;
+    let ino = rng.pick(&[1, u64::MAX, any_ino]);
+    Backing::Memfd { pid, fd, ino }
 }
 
 fn desc(rng: &mut Rng, nbytes: u64) -> BufferDesc {
     let backing = match rng.below(3) {
         0 => Backing::HeapSlab { addr: 1 + rng.below(u64::MAX - 1) },
-        1 => Backing::PosixShm { name: shm_name(rng) },
+        1 => memfd(rng),
         _ => Backing::Device { ptr: rng.next_u64(), chip: rng.below(8) as u32 },
     };
     let access = rng.pick(&[Access::Read, Access::Write, Access::ReadWrite]);
-    BufferDesc::new(identity(rng), backing, access, nbytes).expect("a non-null heap slab address")
+    BufferDesc::new(identity(rng), backing, access, nbytes).expect("a valid backing")
 }
 
 fn view(rng: &mut Rng) -> TensorView {
