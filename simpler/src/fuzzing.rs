@@ -516,6 +516,12 @@ fn check_desc(input: &[u8]) -> Verdict {
         Ok(d) => d,
         Err(e) => return refused(&e, &[ErrorKind::Decode]),
     };
+    // A memfd backing names a process and a descriptor a child will open: only valid ones pass.
+    if let Backing::Memfd { pid, fd, ino } = desc.backing()
+        && (pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 || ino == 0)
+    {
+        return Err(format!("an out-of-range memfd backing was accepted: {desc:?}"));
+    }
     let mut again = [0u8; DESC_SIZE];
     encode_desc(&desc, &mut again);
     match decode_desc(&again) {
@@ -637,8 +643,8 @@ fn corrupt_length(target: Target, bytes: &mut [u8], rng: &mut Rng) {
             put_word(bytes, at, 32, v);
         }
         Target::Desc => {
-            // body_len, or the nbytes word.
-            let (at, bits) = rng.pick(&[(52, 16), (40, 64)]);
+            // body_len, the nbytes word, or a memfd body's pid, fd and inode.
+            let (at, bits) = rng.pick(&[(52, 16), (40, 64), (56, 32), (60, 32), (64, 64)]);
             let v = interesting(rng, bits, len);
             put_word(bytes, at, bits, v);
         }

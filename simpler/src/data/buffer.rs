@@ -489,7 +489,8 @@ impl Buffer {
     pub(crate) fn create_host(identity: Identity, nbytes: usize) -> Result<Buffer> {
         let shm = SharedMem::create(&host_label(identity, std::process::id()), nbytes)?;
         let SharedKey { pid, fd, ino } = shm.key();
-        let desc = BufferDesc::new(identity, Backing::Memfd { pid, fd, ino }, Access::ReadWrite, shm.len() as u64)?;
+        let desc =
+            BufferDesc::new(identity, Backing::Memfd { pid, fd, ino }, Access::ReadWrite, shm.len() as u64)?;
         Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm) }) })
     }
 

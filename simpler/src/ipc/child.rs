@@ -204,7 +204,10 @@ impl HostResolver {
                     ));
                 }
                 if (shm.len() as u64) < n {
-                    return Err(format!("host buffer {id} is smaller ({}) than its descriptor ({n})", shm.len()));
+                    return Err(format!(
+                        "host buffer {id} is smaller ({}) than its descriptor ({n})",
+                        shm.len()
+                    ));
                 }
                 Ok(shm.as_ptr())
             }
@@ -230,7 +233,9 @@ impl HostResolver {
                 return Err(format!("device memory of chip {chip} is not host memory"));
             }
             Backing::Memfd { pid, fd, ino } => match self.maps.get(&desc.identity()) {
-                Some(shm) if shm.len() as u64 >= desc.nbytes() && shm.key() == (SharedKey { pid, fd, ino }) => {
+                Some(shm)
+                    if shm.len() as u64 >= desc.nbytes() && shm.key() == (SharedKey { pid, fd, ino }) =>
+                {
                     shm.as_ptr()
                 }
                 _ => return Err(format!("host buffer {} is not mapped here", desc.identity())),
@@ -370,8 +375,13 @@ mod tests {
         // SAFETY: test only — `base` maps the 4096-byte buffer `new`, alive here.
         assert_eq!(unsafe { *base }, 2);
         let Backing::Memfd { pid, fd, ino } = new_desc.backing() else { unreachable!() };
-        let forged = BufferDesc::new(new_desc.identity(), Backing::Memfd { pid, fd, ino: ino + 1 }, Access::Read, 4096)
-            .unwrap();
+        let forged = BufferDesc::new(
+            new_desc.identity(),
+            Backing::Memfd { pid, fd, ino: ino + 1 },
+            Access::Read,
+            4096,
+        )
+        .unwrap();
         assert!(resolver.resolve(&forged).unwrap_err().contains("this descriptor names"));
         let view = TensorView::new(0, &[16], None, crate::data::dtype::DataType::Uint8).unwrap();
         assert!(resolver.tensor(&forged, view.clone(), Access::Read).is_err());

@@ -127,7 +127,8 @@ impl SharedMem {
             ));
         }
         raise_fd_limit();
-        let cname = CString::new(label).map_err(|_| Error::invalid(format!("host buffer label {label:?} holds a NUL")))?;
+        let cname = CString::new(label)
+            .map_err(|_| Error::invalid(format!("host buffer label {label:?} holds a NUL")))?;
         let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
             .map_err(|e| fd_error(label, len, e))?;
         let file = File::from(fd);
@@ -147,7 +148,8 @@ impl SharedMem {
             .len(len)
             .map_raw(&file)
             .map_err(|e| Error::os(&format!("mapping host buffer {label} ({len} bytes)"), e))?;
-        let fd = u32::try_from(file.as_raw_fd()).map_err(|_| Error::invalid("memfd_create returned a negative descriptor"))?;
+        let fd = u32::try_from(file.as_raw_fd())
+            .map_err(|_| Error::invalid("memfd_create returned a negative descriptor"))?;
         let key = SharedKey { pid: std::process::id(), fd, ino };
         Ok(SharedMem { map, file: Some(file), key, label: label.to_string() })
     }
@@ -163,11 +165,9 @@ impl SharedMem {
     pub(crate) fn open(key: SharedKey, label: &str, min_len: usize) -> Result<SharedMem> {
         let SharedKey { pid, fd, ino } = key;
         let path = format!("/proc/{pid}/fd/{fd}");
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::os(&format!("opening host buffer {label} at {path} (has its creator dropped it?)"), e))?;
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+            Error::os(&format!("opening host buffer {label} at {path} (has its creator dropped it?)"), e)
+        })?;
         // The name of what we opened, read from our own descriptor: no race with the creator.
         let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .map_err(|e| Error::os(&format!("reading what {path} is"), e))?;
@@ -180,8 +180,9 @@ impl SharedMem {
             )));
         }
         let size = meta.len();
-        let len = usize::try_from(size)
-            .map_err(|_| Error::invalid(format!("host buffer {label}: size {size} does not fit in memory")))?;
+        let len = usize::try_from(size).map_err(|_| {
+            Error::invalid(format!("host buffer {label}: size {size} does not fit in memory"))
+        })?;
         if len < min_len || len == 0 {
             return Err(Error::invalid(format!(
                 "host buffer {label} holds {len} bytes, but {} are needed",
@@ -293,7 +294,9 @@ fn fd_error(label: &str, len: usize, e: Errno) -> Error {
         ),
         Errno::ENFILE => Error::new(
             ErrorKind::ResourceExhausted,
-            format!("host buffer {label} ({len} bytes): the system's table of open files is full (fs.file-max)"),
+            format!(
+                "host buffer {label} ({len} bytes): the system's table of open files is full (fs.file-max)"
+            ),
         ),
         e => Error::os(&format!("creating host buffer {label} ({len} bytes)"), e),
     }
@@ -342,7 +345,8 @@ pub(crate) fn memory_left() -> Option<MemoryLeft> {
         })
     };
     let system = field("MemAvailable")?.saturating_add(field("SwapFree").unwrap_or(0));
-    let mut left = MemoryLeft { bytes: system, source: "MemAvailable + SwapFree in /proc/meminfo".to_string() };
+    let mut left =
+        MemoryLeft { bytes: system, source: "MemAvailable + SwapFree in /proc/meminfo".to_string() };
     if let Some((headroom, path)) = cgroup_headroom()
         && headroom < left.bytes
     {
@@ -368,7 +372,8 @@ fn cgroup_headroom() -> Option<(u64, String)> {
             continue;
         };
         // "max" (v2) does not parse: no limit.
-        if let (Some(limit), Some(usage)) = (read(&format!("{dir}/{limit}")), read(&format!("{dir}/{usage}"))) {
+        if let (Some(limit), Some(usage)) = (read(&format!("{dir}/{limit}")), read(&format!("{dir}/{usage}")))
+        {
             return Some((limit.saturating_sub(usage), dir));
         }
     }
@@ -569,7 +574,9 @@ mod tests {
         std::fs::read_dir("/proc/self/fd")
             .unwrap()
             .flatten()
-            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| is_memfd_named(&l.to_string_lossy(), label)))
+            .filter(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| is_memfd_named(&l.to_string_lossy(), label))
+            })
             .count()
     }
 
@@ -632,7 +639,10 @@ mod tests {
         let owner = SharedMem::create(&name, 4096).unwrap();
         assert_eq!(owner.len(), 4096);
         assert_eq!(owner.key().pid, std::process::id());
-        assert!(std::fs::read_dir(SHM_DIR).unwrap().flatten().all(|e| e.file_name().to_string_lossy() != name), "no name in /dev/shm");
+        assert!(
+            std::fs::read_dir(SHM_DIR).unwrap().flatten().all(|e| e.file_name().to_string_lossy() != name),
+            "no name in /dev/shm"
+        );
         let mut zeros = [1u8; 16];
         owner.read_bytes(4080, &mut zeros).unwrap();
         assert_eq!(zeros, [0; 16]);
