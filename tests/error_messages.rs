@@ -233,3 +233,29 @@ fn a_host_buffer_larger_than_memory_can_hold_is_refused_at_once() {
     // A buffer that fits is created as usual.
     rig.create_buffer(4096).unwrap();
 }
+
+#[test]
+fn running_out_of_file_descriptors_names_the_limit() {
+    if !in_own_process() {
+        return;
+    }
+    // Each live host buffer holds one descriptor of its creator; with the hard limit low, the
+    // soft one cannot be raised past it.
+    common::limit_fds(96);
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let mut live = Vec::new();
+    let err = loop {
+        match rig.create_buffer(4096) {
+            Ok(buf) => live.push(buf),
+            Err(e) => break e,
+        }
+        assert!(live.len() < 96, "more buffers than descriptors");
+    };
+    assert!(!live.is_empty(), "some buffers fit: {err}");
+    common::assert_err(&err, ErrorKind::ResourceExhausted, &["RLIMIT_NOFILE", "96", "drop buffers"]);
+    // Dropping one gives its descriptor back.
+    live.pop();
+    let again = rig.create_buffer(4096).unwrap();
+    drop((again, live));
+}

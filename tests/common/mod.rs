@@ -151,13 +151,14 @@ pub fn process_alive(pid: i32) -> bool {
         .is_some_and(|s| s != "Z" && s != "X")
 }
 
-/// Asserts that every process in `pids` is gone (reaped) and that no shm buffer of this
-/// process or of any of them is left in `/dev/shm`.
+/// Asserts that every process in `pids` is gone (reaped) and that no host buffer of this
+/// process or of any of them is left: no process holds or maps one, and no `/dev/shm` name of
+/// one exists.
 #[track_caller]
 pub fn assert_left_nothing(pids: &[i32]) {
     let alive: Vec<i32> = pids.iter().copied().filter(|&p| process_exists(p)).collect();
     assert!(alive.is_empty(), "child processes {alive:?} outlived their Worker");
-    let mut left = leftover_shm();
+    let mut left = shm_of(std::process::id() as i32);
     for &pid in pids {
         left.extend(shm_of(pid));
     }
@@ -183,6 +184,15 @@ pub fn send_signal(pid: i32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
+/// Sets this process's soft and hard limits on open file descriptors to `n` (irreversible: for
+/// a test that runs alone in its process).
+pub fn limit_fds(n: u64) {
+    let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+    // SAFETY: setrlimit(2) reads the struct passed by reference, alive for the call.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert_eq!(rc, 0, "setrlimit(RLIMIT_NOFILE, {n}): {}", std::io::Error::last_os_error());
+}
+
 /// Sends SIGKILL to `pid`.
 pub fn sigkill(pid: i32) {
     // SAFETY: kill(2) on a pid this test forked (through the Worker); no memory is involved.
@@ -190,9 +200,25 @@ pub fn sigkill(pid: i32) {
     assert_eq!(rc, 0, "kill({pid}, SIGKILL): {}", std::io::Error::last_os_error());
 }
 
-/// The host buffers of this process that anything still holds: see [`shm_of`].
+/// The host buffers of this process that are alive: the memfds it made and still holds a
+/// descriptor of (one per buffer, by name), and any `/dev/shm` name of it (what earlier
+/// versions made). A buffer a worker process still maps after its last clone dropped is not
+/// alive (see [`shm_of`] for that).
 pub fn leftover_shm() -> Vec<String> {
-    shm_of(std::process::id() as i32)
+    let me = std::process::id() as i32;
+    let mut out: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|fds| {
+            fds.filter_map(|e| e.ok())
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|t| memfd_label(&t.to_string_lossy()))
+                .filter(|label| buffer_creator(label) == Some(me))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out.extend(legacy_names_of(me));
+    out
 }
 
 /// The host buffers process `pid` made that anything still holds: every live process that holds
@@ -204,6 +230,13 @@ pub fn shm_of(pid: i32) -> Vec<String> {
         .filter(|(_, label)| buffer_creator(label) == Some(pid))
         .map(|(holder, label)| format!("{holder}:{label}"))
         .collect();
+    out.extend(legacy_names_of(pid));
+    out
+}
+
+/// The `/dev/shm` names of process `pid`'s buffers (what earlier versions made).
+fn legacy_names_of(pid: i32) -> Vec<String> {
+    let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return out };
     out.extend(
         dir.filter_map(|e| e.ok())
@@ -224,14 +257,17 @@ pub fn buffer_creator(name: &str) -> Option<i32> {
     if ok { parts[2].parse().ok() } else { None }
 }
 
+/// The label of a memfd in a `/proc/*/fd` link or a `/proc/*/maps` line: the kernel shows it
+/// as `/memfd:<label> (deleted)`.
+pub fn memfd_label(s: &str) -> Option<String> {
+    let rest = &s[s.find("/memfd:")? + "/memfd:".len()..];
+    Some(rest.strip_suffix(" (deleted)").unwrap_or(rest).to_string())
+}
+
 /// Every (live process, memfd label) where the process holds a descriptor of the memfd or maps
 /// it, from `/proc/*/fd` and `/proc/*/maps` (processes this user cannot inspect are skipped).
-/// The kernel shows a memfd as `/memfd:<label> (deleted)`.
 pub fn memfd_users() -> Vec<(i32, String)> {
-    fn label(s: &str) -> Option<String> {
-        let rest = &s[s.find("/memfd:")? + "/memfd:".len()..];
-        Some(rest.strip_suffix(" (deleted)").unwrap_or(rest).to_string())
-    }
+    let label = memfd_label;
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
     for p in procs.filter_map(|e| e.ok()) {

@@ -384,7 +384,7 @@ mod tests {
         .unwrap();
         assert!(resolver.resolve(&forged).unwrap_err().contains("this descriptor names"));
         let view = TensorView::new(0, &[16], None, crate::data::dtype::DataType::Uint8).unwrap();
-        assert!(resolver.tensor(&forged, view.clone(), Access::Read).is_err());
+        assert!(resolver.tensor(&forged, view, Access::Read).is_err());
         assert!(resolver.tensor(&new_desc, view, Access::Read).is_ok());
     }
 }

@@ -767,6 +767,11 @@ impl Worker {
     /// milliseconds of its death. `/proc/<pid>/maps` of a process that maps it shows
     /// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`.
     ///
+    /// The Worker's processes open `/proc/<this pid>/fd/<fd>`, which Linux allows a process of
+    /// the same user while this one is dumpable (the default; not after
+    /// `prctl(PR_SET_DUMPABLE, 0)` or a change of credentials, and a security module may
+    /// forbid it): a task naming the buffer then fails with an error that names the path.
+    ///
     /// ```
     /// use simpler::{ErrorKind, Worker};
     ///
