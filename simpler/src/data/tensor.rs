@@ -390,7 +390,7 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 /// A tensor: a buffer descriptor and a validated view that fits inside it.
 ///
 /// Tensors carry no address. Cloning is cheap. A tensor made from an owned [`Buffer`] keeps
-/// that buffer alive, so tasks that still name it never see it unlinked.
+/// that buffer alive, so tasks that still name it never see it freed.
 ///
 /// [`Buffer`]: crate::Buffer
 ///

@@ -34,9 +34,9 @@
 //! * **N6 (lifetime).** The creator closes its descriptor only when the value drops, after
 //!   unmapping; an opener closes its own right after mapping. Nothing else holds the object: no
 //!   name exists to outlive the processes.
-//!
-//! The legacy sweep ([`sweep_stale_buffers`]) passes no memory to the system calls it makes
-//! (`sysconf`, `geteuid`): rule N7.
+//! * **N7 (the legacy sweep).** [`sweep_stale_buffers`] removes `/dev/shm` names through
+//!   `std::fs`; the only system calls it makes itself (`sysconf`, `geteuid`) take and return
+//!   plain integers, no memory.
 //!
 //! # Memory ordering
 //!
