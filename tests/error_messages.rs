@@ -215,18 +215,47 @@ fn a_buffer_belongs_to_its_worker_and_its_bytes_outlive_it() {
 }
 
 #[test]
-fn a_host_buffer_larger_than_dev_shm_can_hold_is_refused_at_once() {
+fn a_host_buffer_larger_than_memory_can_hold_is_refused_at_once() {
     if !in_own_process() {
         return;
     }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
-    // A petabyte: more than any /dev/shm here holds. Refused when asked for, not created
-    // sparsely and left to crash the first process that touches a page past the space left.
-    let err =
-        expect_err(rig.create_buffer(1 << 50), ErrorKind::ResourceExhausted, &["bytes free", "/dev/shm"]);
+    // A petabyte: more than this machine can back. Refused when asked for, not created
+    // sparsely and left to crash the first process that touches a page past the memory left.
+    let err = expect_err(
+        rig.create_buffer(1 << 50),
+        ErrorKind::ResourceExhausted,
+        &["bytes asked for", "bytes of memory are left"],
+    );
     assert!(err.message().contains(&(1u64 << 50).to_string()), "names the size asked for: {err}");
     assert!(common::leftover_shm().is_empty(), "nothing was created");
     // A buffer that fits is created as usual.
     rig.create_buffer(4096).unwrap();
+}
+
+#[test]
+fn running_out_of_file_descriptors_names_the_limit() {
+    if !in_own_process() {
+        return;
+    }
+    // Each live host buffer holds one descriptor of its creator; with the hard limit low, the
+    // soft one cannot be raised past it.
+    common::limit_fds(96);
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let mut live = Vec::new();
+    let err = loop {
+        match rig.create_buffer(4096) {
+            Ok(buf) => live.push(buf),
+            Err(e) => break e,
+        }
+        assert!(live.len() < 96, "more buffers than descriptors");
+    };
+    assert!(!live.is_empty(), "some buffers fit: {err}");
+    common::assert_err(&err, ErrorKind::ResourceExhausted, &["RLIMIT_NOFILE", "96", "drop buffers"]);
+    // Dropping one gives its descriptor back.
+    live.pop();
+    let again = rig.create_buffer(4096).unwrap();
+    drop((again, live));
 }

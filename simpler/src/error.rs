@@ -201,8 +201,8 @@ impl Error {
     /// True for [`ErrorKind::InvalidArgument`].
     ///
     /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert!(ShmName::new("a/b").unwrap_err().is_invalid_argument());
+    /// use simpler::Worker;
+    /// assert!(Worker::builder().sub_workers(1).pipeline_depth(0).build().unwrap_err().is_invalid_argument());
     /// ```
     pub fn is_invalid_argument(&self) -> bool {
         self.kind == ErrorKind::InvalidArgument

@@ -31,7 +31,7 @@ use crate::callable::identity::{
     CallableKind, Descriptor, DescriptorWriter, Digest, host_fn_descriptor, orch_fn_descriptor,
 };
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity, ShmName};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH};
 use crate::data::dtype::DataType;
 use crate::data::host_args::HostArgs;
@@ -516,6 +516,12 @@ fn check_desc(input: &[u8]) -> Verdict {
         Ok(d) => d,
         Err(e) => return refused(&e, &[ErrorKind::Decode]),
     };
+    // A memfd backing names a process and a descriptor a child will open: only valid ones pass.
+    if let Backing::Memfd { pid, fd, ino } = desc.backing()
+        && (pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 || ino == 0)
+    {
+        return Err(format!("an out-of-range memfd backing was accepted: {desc:?}"));
+    }
     let mut again = [0u8; DESC_SIZE];
     encode_desc(&desc, &mut again);
     match decode_desc(&again) {
@@ -637,8 +643,8 @@ fn corrupt_length(target: Target, bytes: &mut [u8], rng: &mut Rng) {
             put_word(bytes, at, 32, v);
         }
         Target::Desc => {
-            // body_len, or the nbytes word.
-            let (at, bits) = rng.pick(&[(52, 16), (40, 64)]);
+            // body_len, the nbytes word, or a memfd body's pid, fd and inode.
+            let (at, bits) = rng.pick(&[(52, 16), (40, 64), (56, 32), (60, 32), (64, 64)]);
             let v = interesting(rng, bits, len);
             put_word(bytes, at, bits, v);
         }
@@ -713,20 +719,25 @@ fn identity(rng: &mut Rng) -> Identity {
     Identity::new(owner, id, generation).expect("non-zero id and generation")
 }
 
-fn shm_name(rng: &mut Rng) -> ShmName {
-    let n = 1 + rng.index(31);
-    let name: Vec<u8> = (0..n).map(|_| b"abcxyz019-_.~!"[rng.index(14)]).collect();
-    ShmName::from_bytes(&name).expect("printable ASCII without '/'")
+/// A valid memfd backing: pid 1..=i32::MAX, fd 0..=i32::MAX, inode non-zero, with edge
+/// values often.
+fn memfd(rng: &mut Rng) -> Backing {
+    let max = i32::MAX as u64;
+    let (any_pid, any_fd, any_ino) = (1 + rng.below(max), rng.below(max + 1), 1 + rng.below(u64::MAX - 1));
+    let pid = rng.pick(&[1, max, any_pid]) as u32;
+    let fd = rng.pick(&[0, 3, max, any_fd]) as u32;
+    let ino = rng.pick(&[1, u64::MAX, any_ino]);
+    Backing::Memfd { pid, fd, ino }
 }
 
 fn desc(rng: &mut Rng, nbytes: u64) -> BufferDesc {
     let backing = match rng.below(3) {
         0 => Backing::HeapSlab { addr: 1 + rng.below(u64::MAX - 1) },
-        1 => Backing::PosixShm { name: shm_name(rng) },
+        1 => memfd(rng),
         _ => Backing::Device { ptr: rng.next_u64(), chip: rng.below(8) as u32 },
     };
     let access = rng.pick(&[Access::Read, Access::Write, Access::ReadWrite]);
-    BufferDesc::new(identity(rng), backing, access, nbytes).expect("a non-null heap slab address")
+    BufferDesc::new(identity(rng), backing, access, nbytes).expect("a valid backing")
 }
 
 fn view(rng: &mut Rng) -> TensorView {

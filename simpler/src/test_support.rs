@@ -3,7 +3,7 @@
 //! Not part of the public API: nothing here is stable, and the library itself never calls it.
 //!
 //! Forking is only safe while no other thread of the process can hold a lock the child needs,
-//! and the tests' leak checks (no process, no `/dev/shm` name of this process left) only mean
+//! and the tests' leak checks (no process, no host buffer of this process left) only mean
 //! something while no other test runs in the process. `cargo nextest` runs every test in a
 //! process of its own; plain `cargo test` runs many tests on threads of one process. A test that
 //! forks therefore starts with

@@ -2,8 +2,10 @@
 //!
 //! * [`Rig`]: a [`Worker`] that, when it drops at the end of a test, closes the Worker and checks
 //!   that it left nothing behind: every child process it forked is gone (reaped, not a zombie),
-//!   every process below them (under nested Workers) has died, and no `/dev/shm/sp-*-<pid>-*`
-//!   buffer of any of them, or of this process, remains. Declare it first in a test so every
+//!   every process below them (under nested Workers) has died, and no host buffer of any of
+//!   them, or of this process, remains: no process holds or maps its memfd
+//!   (`/memfd:sp-<8 hex>-<pid>-b<N>`), and no `/dev/shm/sp-*-<pid>-*` name (what earlier
+//!   versions made) exists. Declare it first in a test so every
 //!   buffer, tensor and run handle of the test drops before it. When the test panics it only
 //!   closes the Worker (which reaps the children), so a failure is never hidden by a second panic.
 //! * Host functions used by several suites, and helpers to build tensors and check errors.
@@ -105,8 +107,10 @@ impl Drop for Rig {
         }
         assert!(!self.worker.is_ready(), "a closed Worker is not ready");
         assert!(self.worker.child_pids().is_empty(), "a closed Worker lists no children");
-        assert_left_nothing(&self.pids);
+        // The processes below the children first: until they have died, they may still map a
+        // buffer of this process.
         assert_descendants_dead(&self.grandchildren);
+        assert_left_nothing(&self.pids);
     }
 }
 
@@ -147,13 +151,14 @@ pub fn process_alive(pid: i32) -> bool {
         .is_some_and(|s| s != "Z" && s != "X")
 }
 
-/// Asserts that every process in `pids` is gone (reaped) and that no shm buffer of this
-/// process or of any of them is left in `/dev/shm`.
+/// Asserts that every process in `pids` is gone (reaped) and that no host buffer of this
+/// process or of any of them is left: no process holds or maps one, and no `/dev/shm` name of
+/// one exists.
 #[track_caller]
 pub fn assert_left_nothing(pids: &[i32]) {
     let alive: Vec<i32> = pids.iter().copied().filter(|&p| process_exists(p)).collect();
     assert!(alive.is_empty(), "child processes {alive:?} outlived their Worker");
-    let mut left = leftover_shm();
+    let mut left = shm_of(std::process::id() as i32);
     for &pid in pids {
         left.extend(shm_of(pid));
     }
@@ -172,6 +177,22 @@ pub fn process_exists(pid: i32) -> bool {
     false
 }
 
+/// Sends `sig` to `pid` (to the process group `-pid` when `pid` is negative); false when
+/// `kill(2)` fails (no such process).
+pub fn send_signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: kill(2) on a process or group this test started; no memory is involved.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Sets this process's soft and hard limits on open file descriptors to `n` (irreversible: for
+/// a test that runs alone in its process).
+pub fn limit_fds(n: u64) {
+    let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+    // SAFETY: setrlimit(2) reads the struct passed by reference, alive for the call.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert_eq!(rc, 0, "setrlimit(RLIMIT_NOFILE, {n}): {}", std::io::Error::last_os_error());
+}
+
 /// Sends SIGKILL to `pid`.
 pub fn sigkill(pid: i32) {
     // SAFETY: kill(2) on a pid this test forked (through the Worker); no memory is involved.
@@ -179,27 +200,94 @@ pub fn sigkill(pid: i32) {
     assert_eq!(rc, 0, "kill({pid}, SIGKILL): {}", std::io::Error::last_os_error());
 }
 
-/// `/dev/shm` objects named like this process's buffers: `sp-<8 hex>-<pid>-b<N>`.
+/// The host buffers of this process that are alive: the memfds it made and still holds a
+/// descriptor of (one per buffer, by name), and any `/dev/shm` name of it (what earlier
+/// versions made). A buffer a worker process still maps after its last clone dropped is not
+/// alive (see [`shm_of`] for that).
 pub fn leftover_shm() -> Vec<String> {
-    shm_of(std::process::id() as i32)
+    let me = std::process::id() as i32;
+    let mut out: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|fds| {
+            fds.filter_map(|e| e.ok())
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|t| memfd_label(&t.to_string_lossy()))
+                .filter(|label| buffer_creator(label) == Some(me))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out.extend(legacy_names_of(me));
+    out
 }
 
-/// `/dev/shm` objects named like the buffers of process `pid`: `sp-<8 hex>-<pid>-b<N>`.
+/// The host buffers process `pid` made that anything still holds: every live process that holds
+/// or maps one of its memfds (as `"<holder pid>:<label>"`, see [`memfd_users`]), and the
+/// `/dev/shm` names (what earlier versions made) named like its buffers.
 pub fn shm_of(pid: i32) -> Vec<String> {
-    let me = pid.to_string();
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
-    dir.filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| {
-            let parts: Vec<&str> = name.split('-').collect();
-            parts.len() == 4
-                && parts[0] == "sp"
-                && parts[1].len() == 8
-                && parts[1].bytes().all(|b| b.is_ascii_hexdigit())
-                && parts[2] == me
-                && parts[3].starts_with('b')
-        })
-        .collect()
+    let mut out: Vec<String> = memfd_users()
+        .into_iter()
+        .filter(|(_, label)| buffer_creator(label) == Some(pid))
+        .map(|(holder, label)| format!("{holder}:{label}"))
+        .collect();
+    out.extend(legacy_names_of(pid));
+    out
+}
+
+/// The `/dev/shm` names of process `pid`'s buffers (what earlier versions made).
+fn legacy_names_of(pid: i32) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return out };
+    out.extend(
+        dir.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| buffer_creator(name) == Some(pid)),
+    );
+    out
+}
+
+/// The creator's pid in a host buffer's name `sp-<8 hex>-<pid>-b<N>`.
+pub fn buffer_creator(name: &str) -> Option<i32> {
+    let parts: Vec<&str> = name.split('-').collect();
+    let ok = parts.len() == 4
+        && parts[0] == "sp"
+        && parts[1].len() == 8
+        && parts[1].bytes().all(|b| b.is_ascii_hexdigit())
+        && parts[3].strip_prefix('b').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if ok { parts[2].parse().ok() } else { None }
+}
+
+/// The label of a memfd in a `/proc/*/fd` link or a `/proc/*/maps` line: the kernel shows it
+/// as `/memfd:<label> (deleted)`.
+pub fn memfd_label(s: &str) -> Option<String> {
+    let rest = &s[s.find("/memfd:")? + "/memfd:".len()..];
+    Some(rest.strip_suffix(" (deleted)").unwrap_or(rest).to_string())
+}
+
+/// Every (live process, memfd label) where the process holds a descriptor of the memfd or maps
+/// it, from `/proc/*/fd` and `/proc/*/maps` (processes this user cannot inspect are skipped).
+pub fn memfd_users() -> Vec<(i32, String)> {
+    let label = memfd_label;
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for p in procs.filter_map(|e| e.ok()) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let mut labels: Vec<String> = Vec::new();
+        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+            for fd in fds.filter_map(|e| e.ok()) {
+                if let Some(l) = std::fs::read_link(fd.path()).ok().and_then(|t| label(&t.to_string_lossy()))
+                {
+                    labels.push(l);
+                }
+            }
+        }
+        let maps = std::fs::read_to_string(p.path().join("maps")).unwrap_or_default();
+        labels.extend(maps.lines().filter_map(label));
+        labels.sort();
+        labels.dedup();
+        out.extend(labels.into_iter().map(|l| (pid, l)));
+    }
+    out
 }
 
 // -------------------------------------------------------------------------- builders & checks

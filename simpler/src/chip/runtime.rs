@@ -540,8 +540,9 @@ impl CoreShared {
             Backing::HeapSlab { addr } => Err(format!(
                 "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
             )),
-            Backing::PosixShm { name } => Err(format!(
-                "tensor {i} is host memory (shm {name}); kernels on a chip's cores use device memory only"
+            Backing::Memfd { .. } => Err(format!(
+                "tensor {i} is host memory (a host buffer, {}); kernels on a chip's cores use device memory only",
+                desc.identity()
             )),
         }
     }

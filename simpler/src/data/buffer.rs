@@ -6,8 +6,8 @@
 //! local address itself (map-once per identity); no address crosses a process boundary except
 //! the fork-inherited heap-ring base of a [`Backing::HeapSlab`].
 //!
-//! A [`Buffer`] owns the backing of a POSIX shared-memory host buffer made by
-//! `Worker::create_buffer`; dropping the last clone unlinks it.
+//! A [`Buffer`] owns the backing of a host buffer made by `Worker::create_buffer` (an anonymous
+//! memfd object, see `sys::shm`); dropping the last clone closes it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,8 +16,7 @@ use crate::data::dtype::{DataType, Element};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::error::{Error, Result};
 use crate::sys::mem::{as_bytes, as_bytes_mut};
-use crate::sys::shm::PosixShm;
-pub use crate::sys::shm::ShmName;
+use crate::sys::shm::{SharedKey, SharedMem, buffer_label};
 
 /// The canonical identity of a buffer: invariant across every process and level it travels to.
 ///
@@ -220,12 +219,12 @@ impl Access {
 /// Where a buffer's bytes live.
 ///
 /// ```
-/// # use simpler::__private::{Backing, ShmName};
-/// let shm = Backing::PosixShm { name: ShmName::new("sp-1-b1").unwrap() };
+/// # use simpler::__private::Backing;
+/// let host = Backing::Memfd { pid: 4242, fd: 7, ino: 1234 };
 /// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000 };
-/// assert_ne!(shm.kind_u8(), slab.kind_u8());
-/// if let Backing::PosixShm { name } = shm {
-///     assert_eq!(name.as_str(), "sp-1-b1");
+/// assert_ne!(host.kind_u8(), slab.kind_u8());
+/// if let Backing::Memfd { pid, fd, .. } = host {
+///     assert_eq!((pid, fd), (4242, 7)); // /proc/4242/fd/7
 /// }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -236,10 +235,17 @@ pub enum Backing {
         /// Base virtual address of the slab.
         addr: u64,
     },
-    /// A named POSIX shared-memory object, mapped once per identity by each process that uses it.
-    PosixShm {
-        /// The object's name.
-        name: ShmName,
+    /// An anonymous memfd object held by the process that created it, mapped once per identity
+    /// by each process that uses it through `/proc/<pid>/fd/<fd>`; the opener checks that the
+    /// object there has inode `ino` and the buffer's memfd name, so a descriptor number reused
+    /// for another object is refused, never mapped.
+    Memfd {
+        /// The creating process (1..=`i32::MAX`).
+        pid: u32,
+        /// The creator's descriptor of the object (0..=`i32::MAX`).
+        fd: u32,
+        /// The object's inode number (non-zero).
+        ino: u64,
     },
     /// Device memory owned by one chip: only tasks on that chip may name it.
     Device {
@@ -251,18 +257,19 @@ pub enum Backing {
 }
 
 impl Backing {
-    /// The wire number of this backend kind: 0 for [`Backing::HeapSlab`], 1 for
-    /// [`Backing::PosixShm`], 4 for [`Backing::Device`].
+    /// The wire number of this backend kind: 0 for [`Backing::HeapSlab`], 2 for
+    /// [`Backing::Memfd`], 4 for [`Backing::Device`] (1 was the named POSIX shm objects of
+    /// earlier versions).
     ///
     /// ```
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// assert_eq!(Backing::HeapSlab { addr: 0x1000 }.kind_u8(), 0);
-    /// assert_eq!(Backing::PosixShm { name: ShmName::new("x").unwrap() }.kind_u8(), 1);
+    /// assert_eq!(Backing::Memfd { pid: 1, fd: 3, ino: 9 }.kind_u8(), 2);
     /// ```
     pub fn kind_u8(&self) -> u8 {
         match self {
             Backing::HeapSlab { .. } => 0,
-            Backing::PosixShm { .. } => 1,
+            Backing::Memfd { .. } => 2,
             Backing::Device { .. } => 4,
         }
     }
@@ -273,7 +280,7 @@ impl Backing {
 ///
 /// ```
 /// use simpler::{Access, BufferDesc, Identity};
-/// # use simpler::__private::{Backing, ShmName};
+/// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
 /// # let desc = *buf.desc();
 /// // `desc`: the descriptor of a 4096-byte buffer (`buffer.desc()`).
@@ -297,8 +304,10 @@ pub struct BufferDesc {
 }
 
 impl BufferDesc {
-    /// Builds a descriptor, validating the backing (a [`Backing::HeapSlab`] at address 0 is an
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error). Crate-private:
+    /// Builds a descriptor, validating the backing (a [`Backing::HeapSlab`] at address 0, or a
+    /// [`Backing::Memfd`] with a pid of 0 or above `i32::MAX`, a descriptor above `i32::MAX` or
+    /// inode 0, is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error).
+    /// Crate-private:
     /// descriptors come from buffers the library made, so none can describe a buffer's bytes
     /// under a second identity.
     pub(crate) fn new(
@@ -312,6 +321,14 @@ impl BufferDesc {
         {
             return Err(Error::invalid("heap slab buffer: base address is null"));
         }
+        if let Backing::Memfd { pid, fd, ino } = backing {
+            let max = i32::MAX as u32;
+            if pid == 0 || pid > max || fd > max || ino == 0 {
+                return Err(Error::invalid(format!(
+                    "memfd host buffer: pid {pid} (1..={max}), descriptor {fd} (0..={max}) or inode {ino} (non-zero) out of range"
+                )));
+            }
+        }
         Ok(BufferDesc { identity, backing, access, nbytes })
     }
 
@@ -319,7 +336,7 @@ impl BufferDesc {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
     /// assert_eq!(desc.identity(), buf.desc().identity());
@@ -332,10 +349,10 @@ impl BufferDesc {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
-    /// assert!(matches!(desc.backing(), Backing::PosixShm { .. }));
+    /// assert!(matches!(desc.backing(), Backing::Memfd { .. }));
     /// ```
     #[doc(hidden)]
     pub fn backing(&self) -> Backing {
@@ -355,7 +372,7 @@ impl BufferDesc {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
     /// assert_eq!(desc.access(), Access::ReadWrite);
@@ -368,7 +385,7 @@ impl BufferDesc {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, Identity};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
     /// assert_eq!(desc.nbytes(), 4096);
@@ -384,10 +401,10 @@ impl BufferDesc {
     }
 }
 
-/// A host buffer in POSIX shared memory, owned by the caller.
+/// A host buffer in memory shared with the Worker's processes, owned by the caller.
 ///
 /// Made by `Worker::create_buffer`. Clones share the backing; the last drop unmaps it and
-/// unlinks the name. Tensors made from it keep it alive while tasks use them.
+/// closes it. Tensors made from it keep it alive while tasks use them.
 ///
 /// A buffer belongs to the Worker that created it: only that Worker's runs (and the runs of the
 /// Workers nested below it, which receive its tensors) may name it; a task of another Worker
@@ -396,11 +413,13 @@ impl BufferDesc {
 /// bytes are the caller's memory: `read` and `write` keep working after its Worker closed,
 /// though no run can name it any more (a closed Worker refuses every run).
 ///
-/// Its name (`/dev/shm/sp-<8 hex>-<pid>-b<N>`) outlives a program that does not drop it only
-/// when that program is killed (`SIGKILL`, `abort`, or a signal it does not handle: `SIGTERM`,
-/// Ctrl-C): a normal exit, `std::process::exit` and a panic unlink it. The next `Worker::init`,
-/// or `simpler::sweep_stale_buffers`, removes what a killed program left (the book's chapter
-/// on failures has the details).
+/// It has no name in `/dev/shm` or anywhere else: it is an anonymous memfd object that this
+/// process holds and the Worker's processes map. Its memory goes back to the system when the
+/// last clone drops (and the processes that mapped it notice, within a few tasks) or when the
+/// program and its Worker's processes end, however they end: `SIGKILL`, `SIGTERM`, Ctrl-C,
+/// `abort` and `std::process::exit` leave nothing behind. `/proc/<pid>/maps` shows it as
+/// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`. Each live buffer holds one file descriptor of this
+/// process (the first buffer raises the soft limit to the hard one).
 ///
 /// ```no_run
 /// # fn main() -> simpler::Result<()> {
@@ -452,8 +471,8 @@ pub(crate) struct BufferInner {
 
 /// Where an owned buffer's bytes are.
 enum Mem {
-    /// Host memory in POSIX shm, mapped in this process.
-    Shm(PosixShm),
+    /// Host memory in a memfd object, held and mapped by this process.
+    Shm(SharedMem),
     /// Device memory of one chip, reached only through the Worker (`copy_to` / `copy_from`).
     Device { freed: std::sync::atomic::AtomicBool },
 }
@@ -465,13 +484,13 @@ impl fmt::Debug for Buffer {
 }
 
 impl Buffer {
-    pub(crate) fn from_shm(identity: Identity, shm: PosixShm) -> Result<Buffer> {
-        let desc = BufferDesc::new(
-            identity,
-            Backing::PosixShm { name: *shm.name() },
-            Access::ReadWrite,
-            shm.len() as u64,
-        )?;
+    /// A host buffer of `nbytes` under `identity`: a fresh memfd object named
+    /// [`host_label`] of the identity and this process.
+    pub(crate) fn create_host(identity: Identity, nbytes: usize) -> Result<Buffer> {
+        let shm = SharedMem::create(&host_label(identity, std::process::id()), nbytes)?;
+        let SharedKey { pid, fd, ino } = shm.key();
+        let desc =
+            BufferDesc::new(identity, Backing::Memfd { pid, fd, ino }, Access::ReadWrite, shm.len() as u64)?;
         Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm) }) })
     }
 
@@ -495,7 +514,7 @@ impl Buffer {
         matches!(&self.inner.mem, Mem::Device { freed } if freed.load(std::sync::atomic::Ordering::Acquire))
     }
 
-    fn shm(&self, api: &str) -> Result<&PosixShm> {
+    fn shm(&self, api: &str) -> Result<&SharedMem> {
         match &self.inner.mem {
             Mem::Shm(shm) => Ok(shm),
             Mem::Device { .. } => Err(Error::invalid(format!(
@@ -505,7 +524,7 @@ impl Buffer {
         }
     }
 
-    /// The descriptor: a fresh identity, a [`Backing::PosixShm`] backing and
+    /// The descriptor: a fresh identity, a [`Backing::Memfd`] backing and
     /// [`Access::ReadWrite`].
     ///
     /// ```no_run
@@ -645,4 +664,10 @@ impl Buffer {
         self.shm("read")?.read_bytes(start, as_bytes_mut(&mut out))?;
         Ok(out)
     }
+}
+
+/// The memfd name of the host buffer `identity` made by process `pid` (rule N5 of `sys::shm`):
+/// what a process mapping it checks.
+pub(crate) fn host_label(identity: Identity, pid: u32) -> String {
+    buffer_label(identity.owner(), pid, identity.buffer_id())
 }

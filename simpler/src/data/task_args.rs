@@ -169,7 +169,7 @@ pub struct Dep {
 ///
 /// ```
 /// use simpler::{Access, BufferDesc, DataType, Identity, Tag, TaskArgs, Tensor, TensorView};
-/// # use simpler::__private::{Backing, ShmName};
+/// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
 /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
 /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -223,7 +223,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -260,7 +260,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let flags = Tensor::new(desc, TensorView::new(0, &[2], None, DataType::Uint32)?)?;
     /// use simpler::{Tag, TaskArgs};
@@ -292,7 +292,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -310,7 +310,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -328,7 +328,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -408,7 +408,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -436,7 +436,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -454,7 +454,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -479,7 +479,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -520,7 +520,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
@@ -565,7 +565,7 @@ impl TaskArgs {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
     /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;

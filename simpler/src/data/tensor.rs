@@ -390,13 +390,13 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 /// A tensor: a buffer descriptor and a validated view that fits inside it.
 ///
 /// Tensors carry no address. Cloning is cheap. A tensor made from an owned [`Buffer`] keeps
-/// that buffer alive, so tasks that still name it never see it unlinked.
+/// that buffer alive, so tasks that still name it never see it freed.
 ///
 /// [`Buffer`]: crate::Buffer
 ///
 /// ```
 /// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-/// # use simpler::__private::{Backing, ShmName};
+/// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(64).unwrap();
 /// # let desc = *buf.desc();
 /// // `desc`: the descriptor of a 64-byte buffer (`buffer.desc()`).
@@ -478,7 +478,7 @@ impl Tensor {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();
     /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32)?)?;
@@ -494,7 +494,7 @@ impl Tensor {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();
     /// let t = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
@@ -514,7 +514,7 @@ impl Tensor {
     ///
     /// ```
     /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
-    /// # use simpler::__private::{Backing, ShmName};
+    /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();
     /// let whole = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
@@ -545,7 +545,7 @@ impl PartialEq for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::buffer::{Access, Backing, Identity, ShmName};
+    use crate::data::buffer::{Access, Backing, Identity};
 
     fn f32v(off: u64, shape: &[u32], strides: Option<&[u32]>) -> TensorView {
         TensorView::new(off, shape, strides, DataType::Float32).unwrap()
@@ -587,7 +587,7 @@ mod tests {
     fn view_must_fit_buffer() {
         let desc = BufferDesc::new(
             Identity::new(1, 1, 1).unwrap(),
-            Backing::PosixShm { name: ShmName::new("x").unwrap() },
+            Backing::Memfd { pid: 1, fd: 3, ino: 9 },
             Access::ReadWrite,
             16,
         )

@@ -15,7 +15,7 @@
 //! | 0 | u16 | magic `0x5342` |
 //! | 2 | u8 | address space (HOST = 0, DEVICE = 1; DEVICE goes with backend kind Device and no other) |
 //! | 3 | u8 | access (Read = 0, Write = 1, ReadWrite = 2) |
-//! | 4 | u8 | backend kind (HeapSlab = 0, PosixShm = 1, Device = 4) |
+//! | 4 | u8 | backend kind (HeapSlab = 0, Memfd = 2, Device = 4; 1, the named shm objects of earlier versions, is refused) |
 //! | 5..8 | | zero |
 //! | 8 | u64 | identity owner |
 //! | 16 | u64 | identity buffer_id (non-zero) |
@@ -25,7 +25,7 @@
 //! | 48 | u32 | owner_worker_path_id (written 0, ignored) |
 //! | 52 | u16 | body_len (<= 32) |
 //! | 54..56 | | zero |
-//! | 56..88 | bytes | body: HeapSlab = u64 address (8 bytes), PosixShm = name, Device = u64 pointer + u32 chip; zero past body_len |
+//! | 56..88 | bytes | body: HeapSlab = u64 address (8 bytes), Memfd = u32 pid + u32 fd + u64 inode (16 bytes), Device = u64 pointer + u32 chip (12 bytes); zero past body_len |
 //! | 88 | u64 | byte_offset |
 //! | 96 | u32 | ndims (1..=5) |
 //! | 100 | u32 × 5 | shape |
@@ -37,7 +37,7 @@
 
 use std::ops::Range;
 
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity, ShmName};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH};
 use crate::data::dtype::DataType;
 use crate::data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
@@ -62,7 +62,7 @@ const MAGIC: u16 = 0x5342;
 const ADDRESS_SPACE_HOST: u8 = 0;
 const ADDRESS_SPACE_DEVICE: u8 = 1;
 const BACKEND_HEAP_SLAB: u8 = 0;
-const BACKEND_POSIX_SHM: u8 = 1;
+const BACKEND_MEMFD: u8 = 2;
 const BACKEND_DEVICE: u8 = 4;
 const BODY_MAX: usize = 32;
 
@@ -205,10 +205,11 @@ fn write_desc(desc: &BufferDesc, out: &mut [u8]) {
             put(out, D_BODY, &addr.to_le_bytes());
             8
         }
-        Backing::PosixShm { name } => {
-            let name = name.as_bytes();
-            put(out, D_BODY, name);
-            name.len()
+        Backing::Memfd { pid, fd, ino } => {
+            put(out, D_BODY, &pid.to_le_bytes());
+            put(out, D_BODY + 4, &fd.to_le_bytes());
+            put(out, D_BODY + 8, &ino.to_le_bytes());
+            16
         }
         Backing::Device { ptr, chip } => {
             put(out, D_BODY, &ptr.to_le_bytes());
@@ -216,7 +217,7 @@ fn write_desc(desc: &BufferDesc, out: &mut [u8]) {
             12
         }
     };
-    // A body is at most 31 (shm name) or 8 (address) bytes, so this never truncates.
+    // A body is at most 16 bytes, so this never truncates.
     put(out, D_BODY_LEN, &(body_len as u16).to_le_bytes());
 }
 
@@ -237,9 +238,9 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
     }
     let access = Access::from_u8(b[D_ACCESS])?;
     let backend = b[D_BACKEND];
-    if backend != BACKEND_HEAP_SLAB && backend != BACKEND_POSIX_SHM && backend != BACKEND_DEVICE {
+    if backend != BACKEND_HEAP_SLAB && backend != BACKEND_MEMFD && backend != BACKEND_DEVICE {
         return Err(Error::decode(format!(
-            "unknown backend kind {backend} (known: 0 = heap slab, 1 = posix shm, 4 = device)"
+            "unknown backend kind {backend} (known: 0 = heap slab, 2 = memfd, 4 = device)"
         )));
     }
     if (backend == BACKEND_DEVICE) != (space == ADDRESS_SPACE_DEVICE) {
@@ -285,8 +286,13 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
         }
         Backing::Device { ptr: get_u64(body, 0), chip: get_u32(body, 8) }
     } else {
-        let name = ShmName::from_bytes(body).map_err(to_decode)?;
-        Backing::PosixShm { name }
+        if body_len != 16 {
+            return Err(Error::decode(format!(
+                "memfd body_len must be 16 (u32 pid, u32 fd, u64 inode), got {body_len}"
+            )));
+        }
+        // Ranges are checked by `BufferDesc::new` below.
+        Backing::Memfd { pid: get_u32(body, 0), fd: get_u32(body, 4), ino: get_u64(body, 8) }
     };
     BufferDesc::new(identity, backing, access, nbytes).map_err(to_decode)
 }

@@ -14,7 +14,6 @@ use crate::error::{Error, ErrorKind, Result};
 pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
 pub use crate::data::buffer::Backing;
 pub use crate::dsl::graph::GraphBuilder;
-pub use crate::sys::shm::ShmName;
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.
@@ -148,15 +147,13 @@ pub fn dim<S: Scalar>(d: S) -> Result<u32> {
 }
 
 /// A host buffer of `nbytes` outside any Worker, for the documentation's examples: a fresh
-/// POSIX shared-memory object under a fresh identity (one nonce per process), so it can
-/// describe no other buffer. Unlinked when dropped.
+/// memfd object under a fresh identity (one nonce per process), so it can describe no other
+/// buffer. Closed when dropped.
 pub fn doc_buffer(nbytes: usize) -> Result<crate::data::buffer::Buffer> {
     use std::hash::{BuildHasher, RandomState};
     static MINTER: std::sync::OnceLock<crate::data::buffer::IdentityMinter> = std::sync::OnceLock::new();
     let minter = MINTER.get_or_init(|| {
         crate::data::buffer::IdentityMinter::new(RandomState::new().hash_one(("doc", std::process::id())))
     });
-    let id = minter.mint()?;
-    let name = crate::sys::shm::ShmName::new(&format!("sp-doc-{}-{}", std::process::id(), id.buffer_id()))?;
-    crate::data::buffer::Buffer::from_shm(id, crate::sys::shm::PosixShm::create(&name, nbytes)?)
+    crate::data::buffer::Buffer::create_host(minter.mint()?, nbytes)
 }

@@ -14,7 +14,8 @@
 //!     [`received_fn`] is the one place that reads a function back; the child also recomputes
 //!     the digest from the descriptor and installs only on a match.
 //! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
-//!     rings mapped before the fork; POSIX shm tensors only inside the object as mapped here.
+//!     rings mapped before the fork; memfd tensors only inside the object as mapped here (the
+//!     object the descriptor names, checked by `SharedMem::open`, rule N5 of `sys::shm`).
 //!     A mapping is dropped only by [`HostResolver::trim`], which takes `&mut self`: the
 //!     tensors and byte slices the resolver lends borrow it, so none outlives its mapping.
 //!     Heap rings stay mapped for the life of the process.
@@ -33,7 +34,7 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::callable::host::HostFnPtr;
-use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
+use crate::data::buffer::{Access, Backing, BufferDesc, Identity, host_label};
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::engine::orch_fn::OrchFnPtr;
@@ -41,7 +42,7 @@ use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::PeerWait;
 use crate::sys::mem::SharedSpan;
-use crate::sys::shm::PosixShm;
+use crate::sys::shm::{SharedKey, SharedMem};
 
 /// Control command: install a host function (arg0 = fn address, payload = descriptor).
 pub(crate) const CTRL_REGISTER_FN: u64 = 1;
@@ -138,15 +139,15 @@ impl StartFn {
     }
 }
 
-/// Most POSIX shm objects a child keeps mapped; older mappings are dropped between tasks.
+/// Most memfd host buffers a child keeps mapped; older mappings are dropped between tasks.
 const SHM_CACHE: usize = 64;
 
-/// Mappings at least this large are dropped once their object is unlinked (the buffer was
-/// dropped by its owner), so their memory goes back to the system instead of staying until
-/// the cache pushes them out.
+/// Mappings at least this large are dropped once their creator no longer holds the object (the
+/// buffer was dropped by its owner), so their memory goes back to the system instead of staying
+/// until the cache pushes them out.
 const LARGE_MAPPING: usize = 1 << 20;
 
-/// One `trim` in this many looks for unlinked large objects (a `stat` each).
+/// One `trim` in this many looks for dropped large objects (a `stat` each).
 const UNLINKED_CHECK_EVERY: u32 = 16;
 
 /// What a child loop does with each request.
@@ -200,9 +201,9 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
 pub(crate) struct HostResolver {
     /// Every heap ring (base address in its creator, mapping here).
     heaps: Vec<SharedSpan>,
-    maps: HashMap<Identity, PosixShm>,
+    maps: HashMap<Identity, SharedMem>,
     order: VecDeque<Identity>,
-    /// Trims since the last look for unlinked large objects.
+    /// Trims since the last look for dropped large objects.
     trims: u32,
 }
 
@@ -217,18 +218,25 @@ impl HostResolver {
         match desc.backing() {
             Backing::HeapSlab { .. } => self.heap_slab(desc),
             Backing::Device { chip, .. } => Err(format!("device memory of chip {chip} is not host memory")),
-            Backing::PosixShm { name } => {
+            Backing::Memfd { pid, fd, ino } => {
                 let id = desc.identity();
+                let key = SharedKey { pid, fd, ino };
                 if !self.maps.contains_key(&id) {
                     let len = usize::try_from(n).map_err(|_| "buffer too large".to_string())?;
-                    let shm = PosixShm::open(&name, len).map_err(|e| e.to_string())?;
+                    let shm = SharedMem::open(key, &host_label(id, pid), len).map_err(|e| e.to_string())?;
                     self.order.push_back(id);
                     self.maps.insert(id, shm);
                 }
                 let shm = &self.maps[&id];
+                if shm.key() != key {
+                    return Err(format!(
+                        "host buffer {id} is mapped here as {:?}, but this descriptor names {key:?}",
+                        shm.key()
+                    ));
+                }
                 if (shm.len() as u64) < n {
                     return Err(format!(
-                        "shm object {name} is smaller ({}) than its descriptor ({n})",
+                        "host buffer {id} is smaller ({}) than its descriptor ({n})",
                         shm.len()
                     ));
                 }
@@ -255,13 +263,17 @@ impl HostResolver {
             Backing::Device { chip, .. } => {
                 return Err(format!("device memory of chip {chip} is not host memory"));
             }
-            Backing::PosixShm { name } => match self.maps.get(&desc.identity()) {
-                Some(shm) if shm.len() as u64 >= desc.nbytes() => shm.as_ptr(),
-                _ => return Err(format!("shm object {name} is not mapped here")),
+            Backing::Memfd { pid, fd, ino } => match self.maps.get(&desc.identity()) {
+                Some(shm)
+                    if shm.len() as u64 >= desc.nbytes() && shm.key() == (SharedKey { pid, fd, ino }) =>
+                {
+                    shm.as_ptr()
+                }
+                _ => return Err(format!("host buffer {} is not mapped here", desc.identity())),
             },
         };
-        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the shm object as mapped
-        // here (checked above), and the view inside the buffer; the tensor borrows `self`, so
+        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the memfd object as
+        // mapped here (checked above), and the view inside the buffer; the tensor borrows `self`, so
         // `trim` cannot unmap it meanwhile. Nobody else touches the bytes a writable view
         // covers while the task runs: the parent's engine orders tasks by their tags (rule H1).
         Ok(unsafe { MappedTensor::new(base, view, access) })
@@ -280,7 +292,7 @@ impl HostResolver {
     }
 
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).
-    /// Also drops, every few calls, large mappings whose object was unlinked.
+    /// Also drops, every few calls, large mappings whose creator dropped the buffer.
     pub(crate) fn trim(&mut self) {
         while self.order.len() > SHM_CACHE {
             if let Some(old) = self.order.pop_front() {
@@ -290,16 +302,17 @@ impl HostResolver {
         self.trims += 1;
         if self.trims >= UNLINKED_CHECK_EVERY {
             self.trims = 0;
-            self.drop_unlinked();
+            self.drop_dropped();
         }
     }
 
-    /// Drops the large mappings whose object no longer exists (only between requests, rule C2).
-    pub(crate) fn drop_unlinked(&mut self) {
+    /// Drops the large mappings whose creator no longer holds the object: it dropped the
+    /// buffer, so this mapping is all that keeps the memory (only between requests, rule C2).
+    pub(crate) fn drop_dropped(&mut self) {
         let gone: Vec<Identity> = self
             .maps
             .iter()
-            .filter(|(_, shm)| shm.len() >= LARGE_MAPPING && !shm.is_linked())
+            .filter(|(_, shm)| shm.len() >= LARGE_MAPPING && !shm.is_held())
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -330,34 +343,26 @@ impl HostResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::buffer::{Access, IdentityMinter};
-    use crate::sys::shm::{ShmName, unlink_quietly};
+    use crate::data::buffer::{Buffer, IdentityMinter};
 
-    fn shm_desc(minter: &IdentityMinter, tag: &str, len: usize) -> (PosixShm, BufferDesc) {
-        let name = ShmName::new(&format!("sp-c{}-{tag}", std::process::id())).unwrap();
-        unlink_quietly(&name);
-        let shm = PosixShm::create(&name, len).unwrap();
-        let desc = BufferDesc::new(
-            minter.mint().unwrap(),
-            Backing::PosixShm { name },
-            Access::ReadWrite,
-            len as u64,
-        )
-        .unwrap();
-        (shm, desc)
+    /// A host buffer of `len` bytes and its descriptor.
+    fn host(minter: &IdentityMinter, len: usize) -> (Buffer, BufferDesc) {
+        let buf = Buffer::create_host(minter.mint().unwrap(), len).unwrap();
+        let desc = *buf.desc();
+        (buf, desc)
     }
 
     #[test]
     fn large_mappings_of_dropped_buffers_are_given_back() {
         let minter = IdentityMinter::new(7);
         let mut resolver = HostResolver::new(Vec::new());
-        let (big, big_desc) = shm_desc(&minter, "big", 2 * LARGE_MAPPING);
-        let (small, small_desc) = shm_desc(&minter, "small", 4096);
+        let (big, big_desc) = host(&minter, 2 * LARGE_MAPPING);
+        let (small, small_desc) = host(&minter, 4096);
         resolver.resolve(&big_desc).unwrap();
         resolver.resolve(&small_desc).unwrap();
-        resolver.drop_unlinked();
-        assert_eq!(resolver.mapped(), 2, "both objects still exist");
-        // The owner drops both buffers (unlinking them); the child's mapping of the large one
+        resolver.drop_dropped();
+        assert_eq!(resolver.mapped(), 2, "both buffers are still held by their creator");
+        // The owner drops both buffers (closing them); the child's mapping of the large one
         // goes at the next look, so its memory is freed; the small one may wait for the cache.
         drop((big, small));
         for _ in 0..UNLINKED_CHECK_EVERY {
@@ -365,5 +370,47 @@ mod tests {
         }
         assert_eq!(resolver.mapped(), 1, "the large mapping was dropped, the small one kept");
         assert!(resolver.resolve(&big_desc).is_err(), "and it cannot be mapped again");
+    }
+
+    #[test]
+    fn a_stale_descriptor_never_maps_the_buffer_that_reused_its_descriptor_number() {
+        let minter = IdentityMinter::new(9);
+        let mut resolver = HostResolver::new(Vec::new());
+        let fd = |d: &BufferDesc| match d.backing() {
+            Backing::Memfd { fd, .. } => fd,
+            other => panic!("host buffers are memfd objects, not {other:?}"),
+        };
+        // The new buffer gets the dropped one's descriptor number (unless another test thread
+        // took it in between: then try again).
+        let (old_desc, new, new_desc) = (0..100)
+            .map(|_| {
+                let (old, old_desc) = host(&minter, 4096);
+                old.write(0, &[1u8; 16]).unwrap();
+                drop(old);
+                let (new, new_desc) = host(&minter, 4096);
+                (old_desc, new, new_desc)
+            })
+            .find(|(old_desc, _, new_desc)| fd(old_desc) == fd(new_desc))
+            .expect("a descriptor number is reused");
+        new.write(0, &[2u8; 16]).unwrap();
+        let err = resolver.resolve(&old_desc).unwrap_err();
+        assert!(err.contains("reused the descriptor number"), "{err}");
+        assert_eq!(resolver.mapped(), 0);
+        // The same identity with another key is refused too, also once mapped.
+        let base = resolver.resolve(&new_desc).unwrap();
+        // SAFETY: test only — `base` maps the 4096-byte buffer `new`, alive here.
+        assert_eq!(unsafe { *base }, 2);
+        let Backing::Memfd { pid, fd, ino } = new_desc.backing() else { unreachable!() };
+        let forged = BufferDesc::new(
+            new_desc.identity(),
+            Backing::Memfd { pid, fd, ino: ino + 1 },
+            Access::Read,
+            4096,
+        )
+        .unwrap();
+        assert!(resolver.resolve(&forged).unwrap_err().contains("this descriptor names"));
+        let view = TensorView::new(0, &[16], None, crate::data::dtype::DataType::Uint8).unwrap();
+        assert!(resolver.tensor(&forged, view, Access::Read).is_err());
+        assert!(resolver.tensor(&new_desc, view, Access::Read).is_ok());
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! * [`mem`]: `MAP_SHARED` regions of nameless memory ([`mem::SharedRegion`], a memfd) that
 //!   children map too, and the byte views of plain-old-data slices.
-//! * [`shm`]: named POSIX shared-memory objects ([`shm::PosixShm`]) and their names
-//!   ([`shm::ShmName`]), the backing of host buffers made by `Worker::create_buffer`.
+//! * [`shm`]: memfd objects shared across the process tree ([`shm::SharedMem`]), the backing of
+//!   host buffers made by `Worker::create_buffer`, and the sweep of the `/dev/shm` names earlier
+//!   versions left.
 //! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
 //!   and CPU placement ([`futex::current_cpu`], [`futex::PeerWait`]): spin a few microseconds,
 //!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.

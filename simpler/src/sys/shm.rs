@@ -1,14 +1,18 @@
-//! Named POSIX shared-memory objects: the backing of host buffers.
+//! Host memory shared across the process tree, and the sweep of the names older versions left
+//! in `/dev/shm`.
 //!
-//! A [`PosixShm`] is an object under `/dev/shm` (`shm_open("/{name}")`) mapped `MAP_SHARED`
-//! read-write. The side that creates it owns the name and unlinks it on drop; a side that opens
-//! an existing object (a child resolving a buffer descriptor, map-once per identity) only maps
-//! and unmaps it.
+//! A [`SharedMem`] is an anonymous `memfd` object (`memfd_create`, `MFD_CLOEXEC`) mapped
+//! `MAP_SHARED` read-write. It has no name in any file system: the creating process holds the
+//! only descriptor, and another process of the tree (a child or a grandchild resolving a buffer
+//! descriptor, map-once per identity) reaches it through `/proc/<creator>/fd/<fd>`, maps it and
+//! closes its own descriptor at once. Its memory is given back when the creator has closed the
+//! descriptor and no process maps it any more, so a tree that ends in any way, `SIGKILL`
+//! included, leaves nothing behind.
 //!
 //! # Rules
 //!
 //! * **N1 (the mapping).** The whole object (`len` bytes) is mapped `MAP_SHARED` read-write by a
-//!   `memmap2::MmapRaw` owned by the [`PosixShm`]; it stays mapped until the value drops.
+//!   `memmap2::MmapRaw` owned by the [`SharedMem`]; it stays mapped until the value drops.
 //! * **N2 (bounds).** Every copy into or out of the mapping is checked against `len` first:
 //!   `offset + count <= len`, computed without overflow.
 //! * **N3 (plain shared bytes).** Other processes may access the same bytes at any time. This
@@ -17,20 +21,22 @@
 //!   byte pattern is a valid `u8`, so a racing writer can make a reader see stale or torn bytes,
 //!   never an invalid value. Ordering between a task's writes and a later reader's copies comes
 //!   from the task protocol (a completion is published through the mailbox state word).
-//! * **N4 (size).** The creator sets the size with `ftruncate` before mapping; an opener maps the
-//!   size `fstat` reports and refuses an object smaller than it needs. Nothing in this crate
-//!   shrinks an object; a foreign process that did would make accesses fault (`SIGBUS`), a crash
-//!   rather than silent corruption.
-//! * **N5 (the name).** Only the owner (the creating side) unlinks the name, once, on drop; a
-//!   creation that fails after `shm_open` unlinks before returning the error, so no name leaks.
-//!   Two exceptions, both for names whose owner can no longer drop them: the exit hook (N6)
-//!   unlinks the names of the process that is exiting, and [`sweep_stale_buffers`] those of dead
-//!   processes (see its documentation for the rule).
-//! * **N6 (the exit hook).** [`install_exit_hook`] registers one `atexit` handler per process
-//!   tree (forked children inherit it). It runs in whichever process calls `exit`, so it unlinks
-//!   only names that carry the calling process's id; it takes no lock (it reads `/dev/shm`), and
-//!   never unwinds (`catch_unwind`), so it cannot deadlock on a lock a dead thread held or
-//!   unwind into C. The sweep's other system calls (`sysconf`, `geteuid`) pass no memory.
+//! * **N4 (size).** The creator sets the size with `ftruncate` before mapping, then seals it
+//!   (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`): no process can change it afterwards, so no
+//!   access within the size faults. An opener maps the size `fstat` reports and refuses an
+//!   object smaller than it needs.
+//! * **N5 (identity).** An opener maps only the object its descriptor names: after opening
+//!   `/proc/<pid>/fd/<fd>` it checks, on the descriptor it got, that the object is a memfd named
+//!   for the buffer (`/memfd:sp-<8 hex>-<pid>-b<N>`, from the buffer's identity and its
+//!   creator) with the inode number the descriptor carries. A descriptor number the creator
+//!   closed and reused names another object (another inode, another name): refused with an
+//!   error that says so, never mapped.
+//! * **N6 (lifetime).** The creator closes its descriptor only when the value drops, after
+//!   unmapping; an opener closes its own right after mapping. Nothing else holds the object: no
+//!   name exists to outlive the processes.
+//! * **N7 (the legacy sweep).** [`sweep_stale_buffers`] removes `/dev/shm` names through
+//!   `std::fs`; the only system calls it makes itself (`sysconf`, `geteuid`) take and return
+//!   plain integers, no memory.
 //!
 //! # Memory ordering
 //!
@@ -39,11 +45,13 @@
 
 #![expect(
     unsafe_code,
-    reason = "raw copies into and out of a mapping other processes share; the exit hook; rules N1-N6"
+    reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N7"
 )]
 
+use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::ptr;
 use std::sync::Once;
@@ -51,105 +59,157 @@ use std::time::{Duration, SystemTime};
 
 use memmap2::{MmapOptions, MmapRaw};
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::Mode;
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// A POSIX shared-memory object mapped `MAP_SHARED` read-write.
-///
-/// The creating side (owner) unlinks the name on drop; an opener does not (rule N5).
-/// `Send + Sync`: it holds only the mapping, and access to the bytes is by copy (rule N3).
-pub(crate) struct PosixShm {
-    name: ShmName,
-    map: MmapRaw,
-    owner: bool,
+/// Where another process finds a [`SharedMem`]: its creator's process id, the creator's
+/// descriptor number and the object's inode number (rule N5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SharedKey {
+    /// The creating process.
+    pub(crate) pid: u32,
+    /// The creator's descriptor of the object.
+    pub(crate) fd: u32,
+    /// The object's inode number.
+    pub(crate) ino: u64,
 }
 
-impl PosixShm {
-    /// Creates `/{name}` exclusively (`O_CREAT | O_EXCL | O_RDWR`, mode 0600), sizes it to `len`
-    /// bytes (zero-filled) and maps it.
+/// The memfd name of a host buffer: `sp-<low 32 bits of the owner nonce, 8 hex>-<creator
+/// pid>-b<buffer id>`. Shown in `/proc/<pid>/maps` and `/proc/<pid>/fd` (as
+/// `/memfd:<name> (deleted)`), and checked by every opener (rule N5).
+pub(crate) fn buffer_label(owner: u64, pid: u32, buffer_id: u64) -> String {
+    format!("sp-{:08x}-{pid}-b{buffer_id}", owner as u32)
+}
+
+/// A memfd object mapped `MAP_SHARED` read-write.
+///
+/// The creator holds the object's descriptor until the value drops; an opener holds only the
+/// mapping (rule N6). `Send + Sync`: it holds the mapping and a descriptor, and access to the
+/// bytes is by copy (rule N3).
+pub(crate) struct SharedMem {
+    map: MmapRaw,
+    /// The creator's descriptor; `None` in an opener. Declared after `map`, so it closes after
+    /// the unmap (rule N6).
+    file: Option<File>,
+    key: SharedKey,
+    label: String,
+}
+
+impl SharedMem {
+    /// Creates a memfd object named `label` of `len` bytes (zero-filled, backed lazily), seals
+    /// its size and maps it.
     ///
     /// `len` must be greater than 0 ([`ErrorKind::InvalidArgument`](crate::error::ErrorKind)
-    /// otherwise); an existing name or a refused system call is an
-    /// [`ErrorKind::Os`](crate::error::ErrorKind) error. On any failure after the object was
-    /// created it is unlinked before the error returns.
-    pub(crate) fn create(name: &ShmName, len: usize) -> Result<PosixShm> {
+    /// otherwise). More than the machine can back ([`memory_left`]), or a process out of file
+    /// descriptors, is an [`ErrorKind::ResourceExhausted`](crate::error::ErrorKind) error that
+    /// names the size and what is left; a refused system call an
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error. Nothing outlives a failure.
+    pub(crate) fn create(label: &str, len: usize) -> Result<SharedMem> {
         if len == 0 {
-            return Err(Error::invalid(format!(
-                "shared memory object {name}: length must be greater than 0"
-            )));
+            return Err(Error::invalid(format!("host buffer {label}: length must be greater than 0")));
         }
         let size = i64::try_from(len)
-            .map_err(|_| Error::invalid(format!("shared memory object {name}: length {len} is too large")))?;
-        // The object is backed lazily: one larger than the space left would be created, then
-        // crash the first process that touches a page past it (SIGBUS). Refuse it here.
-        if let Some(free) = shm_space_left()
-            && len as u64 > free
+            .map_err(|_| Error::invalid(format!("host buffer {label}: length {len} is too large")))?;
+        // The object is backed lazily: one larger than what the machine can back would be
+        // created, then fail the first process that touches a page past it (SIGBUS, or the OOM
+        // killer). Refuse it here.
+        if let Some(left) = memory_left()
+            && len as u64 > left.bytes
         {
             return Err(Error::new(
                 ErrorKind::ResourceExhausted,
                 format!(
-                    "shared memory object {name}: {len} bytes asked for, but {SHM_DIR} has only {free} bytes free; drop buffers that are no longer needed, or make {SHM_DIR} larger"
+                    "host buffer {label}: {len} bytes asked for, but only {} bytes of memory are left ({}); drop buffers that are no longer needed",
+                    left.bytes, left.source
                 ),
             ));
         }
-        let fd = shm_open(
-            path(name).as_str(),
-            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
-            Mode::S_IRUSR | Mode::S_IWUSR,
+        raise_fd_limit();
+        let cname = CString::new(label)
+            .map_err(|_| Error::invalid(format!("host buffer label {label:?} holds a NUL")))?;
+        let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
+            .map_err(|e| fd_error(label, len, e))?;
+        let file = File::from(fd);
+        nix::unistd::ftruncate(&file, size)
+            .map_err(|e| Error::os(&format!("sizing host buffer {label} to {len} bytes"), e))?;
+        // Rule N4: the size never changes again.
+        fcntl(
+            file.as_raw_fd(),
+            FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL),
         )
-        .map_err(|e| Error::os(&format!("creating shared memory object {name} ({len} bytes)"), e))?;
-        let mapped = nix::unistd::ftruncate(&fd, size)
-            .map_err(|e| Error::os(&format!("sizing shared memory object {name} to {len} bytes"), e))
-            .and_then(|()| {
-                MmapOptions::new()
-                    .len(len)
-                    .map_raw(&File::from(fd))
-                    .map_err(|e| Error::os(&format!("mapping shared memory object {name} ({len} bytes)"), e))
-            });
-        match mapped {
-            Ok(map) => Ok(PosixShm { name: *name, map, owner: true }),
-            Err(e) => {
-                unlink_quietly(name);
-                Err(e)
-            }
-        }
+        .map_err(|e| Error::os(&format!("sealing the size of host buffer {label}"), e))?;
+        let ino = file
+            .metadata()
+            .map_err(|e| Error::os(&format!("reading the inode of host buffer {label}"), e))?
+            .ino();
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| Error::os(&format!("mapping host buffer {label} ({len} bytes)"), e))?;
+        let fd = u32::try_from(file.as_raw_fd())
+            .map_err(|_| Error::invalid("memfd_create returned a negative descriptor"))?;
+        let key = SharedKey { pid: std::process::id(), fd, ino };
+        Ok(SharedMem { map, file: Some(file), key, label: label.to_string() })
     }
 
-    /// Opens the existing object `/{name}` read-write and maps all of it.
+    /// Opens the object `key` names, checks that it is the memfd `label` with the inode the key
+    /// carries (rule N5), and maps all of it; the descriptor opened for it is closed before
+    /// this returns.
     ///
-    /// Refuses ([`ErrorKind::InvalidArgument`](crate::error::ErrorKind)) an object smaller than
-    /// `min_len` bytes or empty (rule N4); a missing object or a refused system call is an
-    /// [`ErrorKind::Os`](crate::error::ErrorKind) error.
-    pub(crate) fn open(name: &ShmName, min_len: usize) -> Result<PosixShm> {
-        let fd = shm_open(path(name).as_str(), OFlag::O_RDWR, Mode::empty())
-            .map_err(|e| Error::os(&format!("opening shared memory object {name}"), e))?;
-        let file = File::from(fd);
-        let size = file
-            .metadata()
-            .map_err(|e| Error::os(&format!("reading the size of shared memory object {name}"), e))?
-            .len();
+    /// A creator that is gone or closed the descriptor is an
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error; another object at that descriptor
+    /// number (a reused number), or an object smaller than `min_len` bytes, an
+    /// [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) error that names both.
+    pub(crate) fn open(key: SharedKey, label: &str, min_len: usize) -> Result<SharedMem> {
+        let SharedKey { pid, fd, ino } = key;
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+            Error::os(&format!("opening host buffer {label} at {path} (has its creator dropped it?)"), e)
+        })?;
+        // The name of what we opened, read from our own descriptor: no race with the creator.
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map_err(|e| Error::os(&format!("reading what {path} is"), e))?;
+        let meta = file.metadata().map_err(|e| Error::os(&format!("reading the status of {path}"), e))?;
+        if !is_memfd_named(&link.to_string_lossy(), label) || meta.ino() != ino {
+            return Err(Error::invalid(format!(
+                "host buffer {label}: {path} is {} (inode {}), not the memfd {label} with inode {ino}; its creator dropped it and reused the descriptor number",
+                link.display(),
+                meta.ino()
+            )));
+        }
+        let size = meta.len();
         let len = usize::try_from(size).map_err(|_| {
-            Error::invalid(format!("shared memory object {name}: size {size} does not fit in memory"))
+            Error::invalid(format!("host buffer {label}: size {size} does not fit in memory"))
         })?;
         if len < min_len || len == 0 {
             return Err(Error::invalid(format!(
-                "shared memory object {name} holds {len} bytes, but {} are needed",
+                "host buffer {label} holds {len} bytes, but {} are needed",
                 min_len.max(1)
             )));
         }
         let map = MmapOptions::new()
             .len(len)
             .map_raw(&file)
-            .map_err(|e| Error::os(&format!("mapping shared memory object {name} ({len} bytes)"), e))?;
-        Ok(PosixShm { name: *name, map, owner: false })
+            .map_err(|e| Error::os(&format!("mapping host buffer {label} ({len} bytes)"), e))?;
+        // Rule N6: the opener keeps the mapping only; `file` closes here.
+        Ok(SharedMem { map, file: None, key, label: label.to_string() })
     }
 
-    /// The object's name (without the leading `/`).
-    pub(crate) fn name(&self) -> &ShmName {
-        &self.name
+    /// Where other processes find the object.
+    pub(crate) fn key(&self) -> SharedKey {
+        self.key
+    }
+
+    /// Whether the creator still holds the object: its descriptor number still names this
+    /// object (an opener's view; the creator's own is always true).
+    pub(crate) fn is_held(&self) -> bool {
+        if self.file.is_some() {
+            return true;
+        }
+        let SharedKey { pid, fd, ino } = self.key;
+        std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|m| m.ino() == ino)
     }
 
     /// The mapped length in bytes (never 0).
@@ -195,69 +255,139 @@ impl PosixShm {
             Ok(())
         } else {
             Err(Error::invalid(format!(
-                "shm object {}: {what} of {count} bytes at offset {offset} exceeds its size of {len} bytes",
-                self.name
+                "host buffer {}: {what} of {count} bytes at offset {offset} exceeds its size of {len} bytes",
+                self.label
             )))
         }
     }
 }
 
-impl Drop for PosixShm {
-    fn drop(&mut self) {
-        // Rule N5: only the owner unlinks. The mapping itself is unmapped by `MmapRaw`.
-        if self.owner {
-            unlink_quietly(&self.name);
-        }
-    }
-}
-
-impl fmt::Debug for PosixShm {
+impl fmt::Debug for SharedMem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PosixShm")
-            .field("name", &self.name)
+        f.debug_struct("SharedMem")
+            .field("label", &self.label)
+            .field("key", &self.key)
             .field("len", &self.len())
-            .field("owner", &self.owner)
+            .field("creator", &self.file.is_some())
             .finish()
     }
 }
 
-impl PosixShm {
-    /// Whether the object still has its name (its creator has not unlinked it yet).
-    pub(crate) fn is_linked(&self) -> bool {
-        std::fs::metadata(format!("{SHM_DIR}/{}", self.name)).is_ok()
+/// Whether `link` (what `/proc/<pid>/fd/<n>` points at) is the memfd named `label`: the kernel
+/// shows it as `/memfd:<label> (deleted)`.
+fn is_memfd_named(link: &str, label: &str) -> bool {
+    link.strip_prefix("/memfd:")
+        .and_then(|rest| rest.strip_prefix(label))
+        .is_some_and(|rest| rest.is_empty() || rest == " (deleted)")
+}
+
+/// The error of a failed `memfd_create`: out of descriptors is `ResourceExhausted`, naming the
+/// limit.
+fn fd_error(label: &str, len: usize, e: Errno) -> Error {
+    match e {
+        Errno::EMFILE => Error::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "host buffer {label} ({len} bytes): this process has used all {} file descriptors its limit (RLIMIT_NOFILE) allows; each live host buffer holds one: drop buffers that are no longer needed, or raise the hard limit (ulimit -Hn)",
+                fd_limit().map_or_else(|| "the".to_string(), |n| n.to_string())
+            ),
+        ),
+        Errno::ENFILE => Error::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "host buffer {label} ({len} bytes): the system's table of open files is full (fs.file-max)"
+            ),
+        ),
+        e => Error::os(&format!("creating host buffer {label} ({len} bytes)"), e),
     }
 }
 
-/// Where POSIX shared-memory objects live on Linux.
+/// This process's soft limit on open descriptors.
+fn fd_limit() -> Option<u64> {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok().map(|(soft, _)| soft)
+}
+
+/// Raises the soft limit on open descriptors to the hard limit, once per process (each live
+/// host buffer holds a descriptor in its creator), as Go's runtime does. A failure leaves the
+/// limit as it was: `memfd_create` then reports `EMFILE` when it is reached.
+fn raise_fd_limit() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+            && soft < hard
+        {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    });
+}
+
+/// How much memory a new host buffer may still take, and where that figure comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MemoryLeft {
+    /// Bytes.
+    pub(crate) bytes: u64,
+    /// What limits it, for messages.
+    pub(crate) source: String,
+}
+
+/// What the machine can still back for a memfd object, if it can be told: `MemAvailable +
+/// SwapFree` from `/proc/meminfo`, or less when this process's memory cgroup has less headroom
+/// (its limit minus its usage). A memfd lives on the kernel's internal tmpfs, which has no size
+/// limit of its own: `/dev/shm`'s size does not bound it.
+pub(crate) fn memory_left() -> Option<MemoryLeft> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |key: &str| -> Option<u64> {
+        meminfo.lines().find_map(|line| {
+            let rest = line.strip_prefix(key)?.strip_prefix(':')?;
+            let kb: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+            Some(kb.saturating_mul(1024))
+        })
+    };
+    let system = field("MemAvailable")?.saturating_add(field("SwapFree").unwrap_or(0));
+    let mut left =
+        MemoryLeft { bytes: system, source: "MemAvailable + SwapFree in /proc/meminfo".to_string() };
+    if let Some((headroom, path)) = cgroup_headroom()
+        && headroom < left.bytes
+    {
+        left = MemoryLeft { bytes: headroom, source: format!("the memory limit of cgroup {path}") };
+    }
+    Some(left)
+}
+
+/// The memory this process's cgroup may still charge (limit minus usage), when it has a limit
+/// that can be read: cgroup v2 (`memory.max`, `memory.current`), else v1
+/// (`memory.limit_in_bytes`, `memory.usage_in_bytes`).
+fn cgroup_headroom() -> Option<(u64, String)> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |path: &str| std::fs::read_to_string(path).ok()?.trim().parse::<u64>().ok();
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (dir, limit, usage) = if controllers.is_empty() {
+            (format!("/sys/fs/cgroup{path}"), "memory.max", "memory.current")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (format!("/sys/fs/cgroup/memory{path}"), "memory.limit_in_bytes", "memory.usage_in_bytes")
+        } else {
+            continue;
+        };
+        // "max" (v2) does not parse: no limit.
+        if let (Some(limit), Some(usage)) = (read(&format!("{dir}/{limit}")), read(&format!("{dir}/{usage}")))
+        {
+            return Some((limit.saturating_sub(usage), dir));
+        }
+    }
+    None
+}
+
+// -------------------------------------------------------- names left by older versions
+
+/// Where versions of this library before memfd-backed buffers put them.
 const SHM_DIR: &str = "/dev/shm";
 
-/// Bytes an unprivileged process may still allocate in [`SHM_DIR`], if the file system says.
-fn shm_space_left() -> Option<u64> {
-    let st = nix::sys::statvfs::statvfs(SHM_DIR).ok()?;
-    Some(st.blocks_available().saturating_mul(st.fragment_size()))
-}
-
-/// Unlinks `/{name}`, ignoring failures (a name that no longer exists is the common one).
-///
-/// For cleanup paths, where the object may never have been created or was already unlinked.
-pub(crate) fn unlink_quietly(name: &ShmName) {
-    match shm_unlink(path(name).as_str()) {
-        Ok(()) | Err(Errno::ENOENT) => {}
-        // Nothing useful to do on a cleanup path; the name is reported by whoever leaks it.
-        Err(_) => {}
-    }
-}
-
-/// The `shm_open` path of a name: a leading `/` and the name.
-fn path(name: &ShmName) -> String {
-    format!("/{name}")
-}
-
-// ------------------------------------------------------------------ names nobody will drop
-
-/// The id of the process that made `name`, when `name` is one this library makes:
-/// `sp-<8 hex>-<pid>-b<N>` (`Worker::create_buffer`) or `sp-doc-<pid>-<N>`
-/// (`__private::doc_buffer`).
+/// The id of the process that made `name`, when `name` is one older versions of this library
+/// made in `/dev/shm`: `sp-<8 hex>-<pid>-b<N>` (`Worker::create_buffer`) or `sp-doc-<pid>-<N>`
+/// (`__private::doc_buffer`). Today's buffers have the first form as their memfd name.
 pub(crate) fn creator_pid(name: &str) -> Option<i32> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let parts: Vec<&str> = name.split('-').collect();
@@ -338,7 +468,7 @@ fn process_start(pid: i32) -> std::io::Result<Option<SystemTime>> {
         .next()
         .and_then(|t| t.parse().ok())
         .ok_or_else(unreadable)?;
-    // SAFETY: rule N6 — sysconf takes and returns plain integers, no memory.
+    // SAFETY: rule N7 — sysconf takes and returns plain integers, no memory.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz <= 0 {
         return Err(unreadable());
@@ -347,16 +477,16 @@ fn process_start(pid: i32) -> std::io::Result<Option<SystemTime>> {
     Ok(SystemTime::now().checked_sub(Duration::from_secs_f64(age)))
 }
 
-/// Unlinks the `/dev/shm` names this library made (host buffers of `Worker::create_buffer`)
-/// whose creating process has ended, and reports what it removed.
+/// Unlinks the `/dev/shm` names that earlier versions of this library made (host buffers of
+/// `Worker::create_buffer`) and whose creating process has ended, and reports what it removed.
 ///
-/// A process that ends without dropping its buffers leaves their names, and the memory behind
-/// them, until reboot: killed by `SIGKILL` (or by any signal it does not handle, `SIGTERM` and
-/// Ctrl-C included), or ended by `abort`. (A normal exit, `std::process::exit` and a panic
-/// under `panic = "abort"` unlink them: see the book's chapter on failures.) Every
-/// [`Worker::init`](crate::Worker::init) runs this sweep first, so the names left by a killed
-/// program go when the next program using `simpler` starts; call it yourself to clean up at any
-/// other time, for example from a cron job or after a crash.
+/// Host buffers no longer have a name: each is an anonymous `memfd` object that its creating
+/// process holds and the processes of its Worker tree map, so its memory goes back to the
+/// system when the last of them ends, however it ends (`SIGKILL`, `SIGTERM`, Ctrl-C, `abort`
+/// and `std::process::exit` included). What is left to sweep are the names an older program
+/// that was killed left behind, which held their memory until reboot. Every
+/// [`Worker::init`](crate::Worker::init) runs this sweep first; call it yourself to clean up at
+/// any other time.
 ///
 /// **The rule.** A name `sp-<8 hex>-<pid>-b<N>` (or `sp-doc-<pid>-<N>`) belongs to process
 /// `pid`. It is stale, and unlinked, when no process `pid` exists (`/proc/<pid>` is missing), or
@@ -381,18 +511,18 @@ fn process_start(pid: i32) -> std::io::Result<Option<SystemTime>> {
 /// # fn main() -> simpler::Result<()> {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// worker.init()?; // sweeps too
-/// let buf = worker.create_buffer(4096)?;
+/// let buf = worker.create_buffer(4096)?; // a memfd: nothing in /dev/shm
 /// let report = simpler::sweep_stale_buffers()?;
-/// // This process is alive: its buffer is kept.
+/// // Names of live processes are kept; this process made none.
 /// assert!(report.removed.iter().all(|name| !name.contains(&format!("-{}-", std::process::id()))));
-/// assert!(report.kept >= 1);
+/// assert_eq!(report.bytes_freed == 0, report.removed.is_empty());
 /// drop(buf);
 /// worker.close()
 /// # }
 /// ```
 pub fn sweep_stale_buffers() -> Result<SweepReport> {
     let dir = std::fs::read_dir(SHM_DIR).map_err(|e| Error::os(&format!("listing {SHM_DIR}"), e))?;
-    // SAFETY: rule N6 — geteuid takes no arguments and cannot fail.
+    // SAFETY: rule N7 — geteuid takes no arguments and cannot fail.
     let me = unsafe { libc::geteuid() };
     let mut report = SweepReport::default();
     for entry in dir.flatten() {
@@ -412,9 +542,10 @@ pub fn sweep_stale_buffers() -> Result<SweepReport> {
             report.kept += 1;
             continue;
         }
-        let Ok(name) = ShmName::from_bytes(file.as_encoded_bytes()) else { continue };
-        // Another sweep may have unlinked it first (ENOENT); anything else leaves it.
-        if shm_unlink(path(&name).as_str()).is_ok() {
+        let Some(name) = file.to_str() else { continue };
+        // `shm_unlink` is `unlink` in /dev/shm. Another sweep may have unlinked it first
+        // (ENOENT); anything else leaves it.
+        if std::fs::remove_file(entry.path()).is_ok() {
             report.removed.push(name.to_string());
             report.bytes_freed += meta.len();
         }
@@ -428,167 +559,31 @@ fn ctime(meta: &std::fs::Metadata) -> SystemTime {
     SystemTime::UNIX_EPOCH + at
 }
 
-/// Unlinks every name of this library that carries this process's id (rule N6): what the exit
-/// hook does.
-fn unlink_own() {
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else { return };
-    let me = std::process::id();
-    for entry in dir.flatten() {
-        let file = entry.file_name();
-        if file.to_str().and_then(creator_pid).is_some_and(|pid| pid as u32 == me)
-            && let Ok(name) = ShmName::from_bytes(file.as_encoded_bytes())
-        {
-            unlink_quietly(&name);
-        }
-    }
-}
-
-/// The `atexit` handler (rule N6).
-extern "C" fn unlink_own_at_exit() {
-    let _ = std::panic::catch_unwind(unlink_own);
-}
-
-/// Makes a process that ends by `exit` (returning from `main`, `std::process::exit`) or, in a
-/// program built with `panic = "abort"`, by a panic, unlink the host buffers it made and did
-/// not drop. Installed once per process tree, by the first `Worker::init`; a later call does
-/// nothing.
-///
-/// Under `panic = "abort"` it wraps the panic hook installed at that moment (the wrapper
-/// unlinks, then calls it); a hook the program installs later replaces the wrapper.
-pub(crate) fn install_exit_hook() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: rule N6 — the handler is an `extern "C" fn()` that catches every panic, takes
-        // no lock and touches only names carrying the id of the process it runs in.
-        unsafe { libc::atexit(unlink_own_at_exit) };
-        if cfg!(panic = "abort") && !std::thread::panicking() {
-            let previous = std::panic::take_hook();
-            std::panic::set_hook(Box::new(move |info| {
-                unlink_own();
-                previous(info);
-            }));
-        }
-    });
-}
-
-/// The longest POSIX shared-memory name a [`ShmName`] holds (without the leading `/`).
-pub(crate) const SHM_NAME_MAX: usize = 31;
-
-/// A POSIX shared-memory object name: 1..=31 printable ASCII bytes, no `/`, no space.
-///
-/// ```
-/// # use simpler::__private::ShmName;
-/// assert_eq!(ShmName::new("sp-1234-b1").unwrap().as_str(), "sp-1234-b1");
-/// assert!(ShmName::new("a/b").is_err());
-/// assert!(ShmName::new("").is_err());
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ShmName {
-    len: u8,
-    bytes: [u8; SHM_NAME_MAX],
-}
-
-impl ShmName {
-    /// Validates and stores a name.
-    ///
-    /// # Errors
-    ///
-    /// An empty name, one longer than [`SHM_NAME_MAX`] bytes, or one holding `/`, a space or
-    /// any byte that is not printable ASCII is an
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
-    ///
-    /// ```
-    /// use simpler::ErrorKind;
-    /// # use simpler::__private::ShmName;
-    /// let name = ShmName::new("sp-42-b7").unwrap();
-    /// assert_eq!(name.to_string(), "sp-42-b7");
-    /// assert_eq!(ShmName::new("has space").unwrap_err().kind(), ErrorKind::InvalidArgument);
-    /// assert!(ShmName::new("/leading-slash").is_err());
-    /// ```
-    pub fn new(name: &str) -> Result<ShmName> {
-        ShmName::from_bytes(name.as_bytes())
-    }
-
-    /// Validates and stores a name given as bytes; the rules are those of [`ShmName::new`].
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::from_bytes(b"sp-1").unwrap(), ShmName::new("sp-1").unwrap());
-    /// assert!(ShmName::from_bytes(b"tab\there").is_err());
-    /// assert!(ShmName::from_bytes(&[0xff]).is_err());
-    /// ```
-    pub fn from_bytes(name: &[u8]) -> Result<ShmName> {
-        if name.is_empty() || name.len() > SHM_NAME_MAX {
-            return Err(Error::invalid(format!(
-                "shm name must be 1..={SHM_NAME_MAX} bytes, got {}",
-                name.len()
-            )));
-        }
-        if let Some(bad) = name.iter().find(|b| !b.is_ascii_graphic() || **b == b'/') {
-            return Err(Error::invalid(format!(
-                "shm name may hold only printable ASCII without '/' or space, found byte {bad:#04x}"
-            )));
-        }
-        let mut bytes = [0u8; SHM_NAME_MAX];
-        bytes[..name.len()].copy_from_slice(name);
-        Ok(ShmName { len: name.len() as u8, bytes })
-    }
-
-    /// The name as a string.
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::new("sp-1").unwrap().as_str(), "sp-1");
-    /// ```
-    pub fn as_str(&self) -> &str {
-        // Validated as ASCII at construction.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("")
-    }
-
-    /// The name as bytes.
-    ///
-    /// ```
-    /// # use simpler::__private::ShmName;
-    /// assert_eq!(ShmName::new("sp-1").unwrap().as_bytes(), b"sp-1");
-    /// ```
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-}
-
-impl fmt::Debug for ShmName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ShmName({:?})", self.as_str())
-    }
-}
-
-impl fmt::Display for ShmName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
-    /// A name unique to this test process.
-    fn test_name(tag: &str) -> ShmName {
-        ShmName::new(&format!("sp-t{}-{tag}", std::process::id())).unwrap()
+    /// A label unique to this test process.
+    fn label(tag: &str) -> String {
+        format!("sp-t{}-{tag}", std::process::id())
     }
 
-    /// Unlinks the name on drop, so a failing test leaks nothing.
-    struct Cleanup(ShmName);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            unlink_quietly(&self.0);
-        }
+    /// Descriptors this process holds that name a memfd labelled `label`.
+    fn held(label: &str) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| is_memfd_named(&l.to_string_lossy(), label))
+            })
+            .count()
     }
 
     #[test]
     fn names_of_this_library_name_their_creator() {
         assert_eq!(creator_pid("sp-0a1b2c3d-4242-b17"), Some(4242));
+        assert_eq!(creator_pid(&buffer_label(0xff_0a1b_2c3d, 4242, 17)), Some(4242));
         assert_eq!(creator_pid("sp-doc-77-3"), Some(77));
         for other in [
             "sp-0a1b2c3d-4242-c17",
@@ -609,6 +604,15 @@ mod tests {
     }
 
     #[test]
+    fn memfd_links_are_matched_exactly() {
+        assert!(is_memfd_named("/memfd:sp-1-b2 (deleted)", "sp-1-b2"));
+        assert!(is_memfd_named("/memfd:sp-1-b2", "sp-1-b2"));
+        assert!(!is_memfd_named("/memfd:sp-1-b23 (deleted)", "sp-1-b2"));
+        assert!(!is_memfd_named("/dev/shm/sp-1-b2", "sp-1-b2"));
+        assert!(!is_memfd_named("/memfd:sp-1-b2 (deleted)x", "sp-1-b2"));
+    }
+
+    #[test]
     fn a_reused_pid_does_not_keep_an_older_object() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         assert!(creator_is_gone(t, None), "no process has the id");
@@ -620,10 +624,10 @@ mod tests {
     #[test]
     fn this_process_starts_before_it_creates() {
         let started = process_start(std::process::id() as i32).unwrap().expect("this process exists");
-        let name = test_name("start");
-        let _cleanup = Cleanup(name);
-        let _shm = PosixShm::create(&name, 8).unwrap();
-        let changed = ctime(&std::fs::metadata(format!("{SHM_DIR}/{name}")).unwrap());
+        let path = format!("{SHM_DIR}/{}", label("start"));
+        std::fs::write(&path, b"x").unwrap();
+        let changed = ctime(&std::fs::metadata(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
         assert!(!creator_is_gone(changed, Some(started)), "{changed:?} vs start {started:?}");
         assert!(started <= SystemTime::now());
         assert_eq!(process_start(i32::MAX).unwrap(), None, "no such process");
@@ -631,35 +635,73 @@ mod tests {
 
     #[test]
     fn create_open_write_read() {
-        let name = test_name("rw");
-        let _cleanup = Cleanup(name);
-        let owner = PosixShm::create(&name, 4096).unwrap();
+        let name = label("rw");
+        let owner = SharedMem::create(&name, 4096).unwrap();
         assert_eq!(owner.len(), 4096);
-        assert_eq!(owner.name(), &name);
+        assert_eq!(owner.key().pid, std::process::id());
+        assert!(
+            std::fs::read_dir(SHM_DIR).unwrap().flatten().all(|e| e.file_name().to_string_lossy() != name),
+            "no name in /dev/shm"
+        );
         let mut zeros = [1u8; 16];
         owner.read_bytes(4080, &mut zeros).unwrap();
         assert_eq!(zeros, [0; 16]);
         owner.write_bytes(100, b"hello").unwrap();
 
-        let opener = PosixShm::open(&name, 4096).unwrap();
+        let opener = SharedMem::open(owner.key(), &name, 4096).unwrap();
         assert_eq!(opener.len(), 4096);
+        assert_eq!(held(&name), 1, "the opener keeps no descriptor");
         let mut got = [0u8; 5];
         opener.read_bytes(100, &mut got).unwrap();
         assert_eq!(&got, b"hello");
         opener.write_bytes(4091, b"tail!").unwrap();
         owner.read_bytes(4091, &mut got).unwrap();
         assert_eq!(&got, b"tail!");
+        assert!(opener.is_held());
 
-        // Dropping an opener does not unlink.
-        drop(opener);
-        assert!(PosixShm::open(&name, 1).is_ok());
+        // The creator drops it: its descriptor closes, the opener's mapping stays usable.
+        drop(owner);
+        assert_eq!(held(&name), 0);
+        assert!(!opener.is_held());
+        opener.read_bytes(100, &mut got).unwrap();
+        assert_eq!(&got, b"hello");
+    }
+
+    #[test]
+    fn the_size_is_sealed() {
+        let owner = SharedMem::create(&label("seal"), 8192).unwrap();
+        let file = owner.file.as_ref().unwrap();
+        assert!(nix::unistd::ftruncate(file, 4096).is_err(), "shrinking is refused");
+        assert!(nix::unistd::ftruncate(file, 1 << 20).is_err(), "growing is refused");
+    }
+
+    #[test]
+    fn a_reused_descriptor_number_is_refused() {
+        let (first, second) = (label("first"), label("second"));
+        // The lowest free number is taken again: the new object gets the old one's number
+        // (unless another test thread took it in between: then try again).
+        let (stale, b) = (0..100)
+            .map(|_| {
+                let stale = SharedMem::create(&first, 64).unwrap().key();
+                (stale, SharedMem::create(&second, 64).unwrap())
+            })
+            .find(|(stale, b)| b.key().fd == stale.fd)
+            .expect("a descriptor number is reused");
+        assert_ne!(b.key().ino, stale.ino);
+        let err = SharedMem::open(stale, &first, 64).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("reused"), "{err}");
+        // Same label, stale inode: refused as well.
+        let err = SharedMem::open(SharedKey { ino: stale.ino, ..b.key() }, &second, 64).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        // Right inode, wrong label: refused.
+        assert!(SharedMem::open(b.key(), &first, 64).is_err());
+        assert!(SharedMem::open(b.key(), &second, 64).is_ok());
     }
 
     #[test]
     fn out_of_range_copies_are_refused() {
-        let name = test_name("oob");
-        let _cleanup = Cleanup(name);
-        let shm = PosixShm::create(&name, 64).unwrap();
+        let shm = SharedMem::create(&label("oob"), 64).unwrap();
         let err = shm.write_bytes(60, &[0; 5]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err.message().contains("offset 60"), "{err}");
@@ -671,43 +713,27 @@ mod tests {
     }
 
     #[test]
-    fn open_refuses_smaller_objects_and_missing_names() {
-        let name = test_name("small");
-        let _cleanup = Cleanup(name);
-        let _owner = PosixShm::create(&name, 100).unwrap();
-        let err = PosixShm::open(&name, 101).unwrap_err();
+    fn open_refuses_smaller_objects_and_missing_descriptors() {
+        let name = label("small");
+        let owner = SharedMem::create(&name, 100).unwrap();
+        let err = SharedMem::open(owner.key(), &name, 101).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
         assert!(err.message().contains("100 bytes"), "{err}");
-        assert!(PosixShm::open(&name, 100).is_ok());
-
-        let missing = test_name("missing");
-        assert_eq!(PosixShm::open(&missing, 1).unwrap_err().kind(), ErrorKind::Os);
+        assert!(SharedMem::open(owner.key(), &name, 100).is_ok());
+        let missing = SharedKey { fd: i32::MAX as u32, ..owner.key() };
+        assert_eq!(SharedMem::open(missing, &name, 1).unwrap_err().kind(), ErrorKind::Os);
+        let no_process = SharedKey { pid: i32::MAX as u32, ..owner.key() };
+        assert_eq!(SharedMem::open(no_process, &name, 1).unwrap_err().kind(), ErrorKind::Os);
     }
 
     #[test]
-    fn owner_drop_unlinks() {
-        let name = test_name("unlink");
-        let _cleanup = Cleanup(name);
-        let owner = PosixShm::create(&name, 8).unwrap();
-        drop(owner);
-        assert_eq!(PosixShm::open(&name, 1).unwrap_err().kind(), ErrorKind::Os);
-        // Unlinking again is quiet.
-        unlink_quietly(&name);
-    }
-
-    #[test]
-    fn create_refuses_existing_names_and_zero_length() {
-        let name = test_name("excl");
-        let _cleanup = Cleanup(name);
-        let first = PosixShm::create(&name, 8).unwrap();
-        let err = PosixShm::create(&name, 8).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Os);
-        // The failed create must not have unlinked the first object's name.
-        assert!(PosixShm::open(&name, 8).is_ok());
-        drop(first);
-
-        let zero = test_name("zero");
-        assert_eq!(PosixShm::create(&zero, 0).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert!(PosixShm::open(&zero, 0).is_err());
+    fn zero_length_and_more_than_memory_are_refused() {
+        assert_eq!(SharedMem::create(&label("zero"), 0).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let left = memory_left().expect("/proc/meminfo is readable");
+        assert!(left.bytes > 0, "{left:?}");
+        let err = SharedMem::create(&label("huge"), 1 << 50).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+        assert!(err.message().contains(&(1u64 << 50).to_string()) && err.message().contains("left"), "{err}");
+        assert_eq!(held(&label("huge")), 0, "nothing was created");
     }
 }

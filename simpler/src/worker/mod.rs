@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind};
 use crate::chip::ChipFn;
-use crate::data::buffer::{Backing, Buffer, IdentityMinter, ShmName};
+use crate::data::buffer::{Backing, Buffer, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
@@ -29,7 +29,6 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
-use crate::sys::shm::PosixShm;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
 use crate::worker::runtime::Runtime;
@@ -777,9 +776,9 @@ impl Worker {
     /// or does not report ready within `startup_timeout` is an
     /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error (the others are reaped).
     ///
-    /// First it unlinks the host buffers that killed programs left in `/dev/shm`
-    /// ([`sweep_stale_buffers`](crate::sweep_stale_buffers)), and makes this process unlink its
-    /// own when it ends by `exit` without dropping them (see [`create_buffer`](Worker::create_buffer)).
+    /// First it unlinks the host buffers that killed programs of earlier versions of this
+    /// library left in `/dev/shm` ([`sweep_stale_buffers`](crate::sweep_stale_buffers)); the
+    /// buffers of this version have no name (see [`create_buffer`](Worker::create_buffer)).
     ///
     /// ```no_run
     /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, Worker};
@@ -817,12 +816,10 @@ impl Worker {
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
-        // Names left in /dev/shm by programs that were killed, and the hook that makes this one
-        // unlink its own when it calls `exit` without dropping its buffers.
+        // Names left in /dev/shm by killed programs of earlier versions (this one makes none).
         if let Err(e) = crate::sys::shm::sweep_stale_buffers() {
             tracing::debug!(target: "simpler::worker", "sweeping stale buffers: {e}");
         }
-        crate::sys::shm::install_exit_hook();
         // Every #[callable] of the binary that this Worker can run, before anything forks.
         self.register_linked()?;
         let runtime: Box<dyn Runtime> = if self.cfg.level == Level::Chip {
@@ -842,22 +839,33 @@ impl Worker {
         Ok(())
     }
 
-    /// Creates a host buffer of `nbytes` in POSIX shared memory, visible to every worker.
+    /// Creates a host buffer of `nbytes` in memory shared with every process of the Worker's tree.
     ///
-    /// The buffer is unlinked when the last clone (and the last tensor made from it) drops.
+    /// The buffer is an anonymous `memfd` object that this process holds (one file descriptor
+    /// per live buffer; the first buffer raises this process's soft `RLIMIT_NOFILE` to its hard
+    /// limit) and that the Worker's processes map through `/proc/<pid>/fd` when a task names it.
+    /// It is closed when the last clone (and the last tensor made from it) drops; the memory
+    /// goes back to the system once the processes that mapped it notice (large buffers within a
+    /// few tasks) or end.
     ///
-    /// Needs an initialized Worker; `nbytes` must be greater than zero.
+    /// Needs an initialized Worker; `nbytes` must be greater than zero and no more than the
+    /// memory the machine can still back (`MemAvailable + SwapFree`, or less under a memory
+    /// cgroup limit): a larger request fails at once with
+    /// [`ErrorKind::ResourceExhausted`](crate::ErrorKind::ResourceExhausted), naming the size and
+    /// what is left, rather than crashing the first task that touches it. Running out of file
+    /// descriptors is `ResourceExhausted` too, naming the limit.
     ///
-    /// **If the program ends without dropping it.** Its name is `/dev/shm/sp-<8 hex>-<pid>-b<N>`
-    /// and holds its memory until unlinked. Returning from `main`, `std::process::exit` and (in
-    /// a program built with `panic = "abort"`) a panic unlink it all the same: `init` installed an
-    /// exit hook. `SIGKILL`, `abort`, and any signal the program does not handle (`SIGTERM`,
-    /// Ctrl-C's `SIGINT`) leave it: `simpler` installs no signal handler in your process. The
-    /// next [`init`](Worker::init) of any program, or a call of
-    /// [`sweep_stale_buffers`](crate::sweep_stale_buffers), removes names whose process is gone.
-    /// To end cleanly on `SIGTERM` or Ctrl-C, handle the signal yourself (for example with the
-    /// `signal-hook` or `ctrlc` crate), and drop the buffers and close the Worker from your
-    /// program's normal path.
+    /// **If the program ends without dropping it.** Nothing is left: the buffer has no name in
+    /// `/dev/shm` or anywhere else, so its memory goes back when this process and the Worker's
+    /// processes end, however they end (returning from `main`, `std::process::exit`, a panic,
+    /// `abort`, `SIGKILL`, `SIGTERM`, Ctrl-C). The Worker's processes follow this one within
+    /// milliseconds of its death. `/proc/<pid>/maps` of a process that maps it shows
+    /// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`.
+    ///
+    /// The Worker's processes open `/proc/<this pid>/fd/<fd>`, which Linux allows a process of
+    /// the same user while this one is dumpable (the default; not after
+    /// `prctl(PR_SET_DUMPABLE, 0)` or a change of credentials, and a security module may
+    /// forbid it): a task naming the buffer then fails with an error that names the path.
     ///
     /// ```
     /// use simpler::{ErrorKind, Worker};
@@ -900,15 +908,7 @@ impl Worker {
         if nbytes == 0 {
             return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
         }
-        let identity = minter.mint()?;
-        let name = ShmName::new(&format!(
-            "sp-{:08x}-{}-b{}",
-            identity.owner() as u32,
-            std::process::id(),
-            identity.buffer_id()
-        ))?;
-        let shm = PosixShm::create(&name, nbytes)?;
-        Buffer::from_shm(identity, shm)
+        Buffer::create_host(minter.mint()?, nbytes)
     }
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a

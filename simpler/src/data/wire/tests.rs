@@ -1,10 +1,10 @@
 use super::*;
 use crate::error::ErrorKind;
 
-fn shm_desc(buffer_id: u64, name: &str, access: Access, nbytes: u64) -> BufferDesc {
+fn shm_desc(buffer_id: u64, fd: u32, access: Access, nbytes: u64) -> BufferDesc {
     let identity = Identity::new(0xfeed_beef_0123_4567, buffer_id, 3).unwrap();
-    let name = ShmName::new(name).unwrap();
-    BufferDesc::new(identity, Backing::PosixShm { name }, access, nbytes).unwrap()
+    let backing = Backing::Memfd { pid: 4242, fd, ino: 0x1_0000_0000 + u64::from(fd) };
+    BufferDesc::new(identity, backing, access, nbytes).unwrap()
 }
 
 fn slab_desc(buffer_id: u64, addr: u64, access: Access, nbytes: u64) -> BufferDesc {
@@ -21,9 +21,9 @@ fn tensor(d: BufferDesc, dt: DataType, off: u64, shape: &[u32], st: &[u32]) -> T
 /// A varied set of tensors with their granted access.
 fn sample() -> Vec<(Tensor, Access)> {
     use Access::{Read, ReadWrite, Write};
-    let shm = shm_desc(1, "sp-test-b1", ReadWrite, 4096);
+    let shm = shm_desc(1, 7, ReadWrite, 4096);
     let slab = slab_desc(2, 0x7f00_0000_1000, ReadWrite, 1 << 20);
-    let long = shm_desc(9, "abcdefghijklmnopqrstuvwxyz01234", Read, 64);
+    let long = shm_desc(9, i32::MAX as u32, Read, 64);
     let tensors = [
         tensor(shm, DataType::Float32, 0, &[4, 8], &[]),
         tensor(slab, DataType::Float16, 128, &[3, 4, 2], &[64, 8, 2]),
@@ -110,8 +110,22 @@ fn record_layout_is_as_documented() {
 }
 
 #[test]
+fn memfd_body_layout_is_as_documented() {
+    let d = shm_desc(2, 0x0a0b_0c0d, Access::ReadWrite, 64);
+    let blob = encode(&[(tensor(d, DataType::Uint8, 0, &[64], &[]), Access::Read)], &[]);
+    let r = &blob[8..8 + 144];
+    assert_eq!(r[4], 2); // Memfd
+    assert_eq!(r[52..54], 16u16.to_le_bytes());
+    assert_eq!(r[56..60], 4242u32.to_le_bytes()); // pid
+    assert_eq!(r[60..64], 0x0a0b_0c0d_u32.to_le_bytes()); // fd
+    assert_eq!(r[64..72], (0x1_0000_0000_u64 + 0x0a0b_0c0d).to_le_bytes()); // inode
+    assert!(r[72..88].iter().all(|&b| b == 0));
+    assert_eq!(decode_args(&blob).unwrap().tensors[0].desc, d.with_access(Access::Read));
+}
+
+#[test]
 fn access_byte_is_the_granted_access() {
-    let read_only = shm_desc(4, "ro", Access::Read, 64);
+    let read_only = shm_desc(4, 4, Access::Read, 64);
     let t = tensor(read_only, DataType::Float32, 0, &[16], &[]);
     for granted in [Access::Read, Access::Write, Access::ReadWrite] {
         let blob = encode(&[(t.clone(), granted)], &[]);
@@ -119,7 +133,7 @@ fn access_byte_is_the_granted_access() {
         let dec = decode_args(&blob).unwrap();
         assert_eq!(dec.tensors[0].desc.access(), granted);
     }
-    let rw = shm_desc(5, "rw", Access::ReadWrite, 64);
+    let rw = shm_desc(5, 5, Access::ReadWrite, 64);
     let t = tensor(rw, DataType::Float32, 0, &[16], &[]);
     let blob = encode(&[(t, Access::Read)], &[]);
     assert_eq!(blob[8 + 3], Access::Read as u8);
@@ -194,7 +208,7 @@ fn expect(err: Error, needle: &str) {
 }
 
 fn two_shm() -> Vec<(Tensor, Access)> {
-    let d = shm_desc(1, "abc", Access::ReadWrite, 256);
+    let d = shm_desc(1, 3, Access::ReadWrite, 256);
     let a = tensor(d, DataType::Float32, 0, &[4], &[]);
     let b = tensor(d, DataType::Float32, 16, &[2, 4], &[8, 1]);
     vec![(a, Access::Read), (b, Access::ReadWrite)]
@@ -239,13 +253,14 @@ fn corrupted_fields_are_named() {
     expect(corrupt(&shm, 0, |r| r[4] = 4), "does not match address_space 0");
     expect(corrupt(&shm, 0, |r| r[2] = 9), "address_space");
     expect(corrupt(&shm, 0, |r| r[3] = 3), "access");
-    expect(corrupt(&shm, 0, |r| r[4] = 2), "backend");
+    expect(corrupt(&shm, 0, |r| r[4] = 1), "backend"); // the named shm objects of earlier versions
+    expect(corrupt(&shm, 0, |r| r[4] = 3), "backend");
     expect(corrupt(&shm, 0, |r| r[140] = 15), "data type");
     expect(corrupt(&shm, 1, |r| put64(r, 16, 0)), "buffer_id");
     expect(corrupt(&shm, 0, |r| put32(r, 24, 0)), "generation");
     expect(corrupt(&shm, 0, |r| r[52] = 33), "body_len");
     expect(corrupt(&shm, 0, |r| r[53] = 1), "body_len");
-    expect(corrupt(&shm, 0, |r| r[56 + 5] = b'x'), "past body_len");
+    expect(corrupt(&shm, 0, |r| r[56 + 16] = 1), "past body_len");
     expect(corrupt(&shm, 0, |r| r[87] = 1), "past body_len");
     expect(corrupt(&shm, 0, |r| r[52] = 0), "past body_len");
     for at in [5, 7, 28, 39, 54, 55, 141, 143] {
@@ -261,20 +276,24 @@ fn corrupted_fields_are_named() {
     expect(corrupt(&shm, 0, |r| r[88] = 2), "byte offset");
     expect(corrupt(&shm, 0, |r| put64(r, 40, 8)), "past the end");
     expect(corrupt(&shm, 0, |r| put32(r, 100, 1000)), "past the end");
-    expect(corrupt(&shm, 0, |r| r[56] = b'/'), "shm name");
-    expect(corrupt(&shm, 0, |r| r[56] = b' '), "shm name");
-    let empty_name = |r: &mut [u8]| {
-        r[52] = 0;
-        r[56..59].fill(0);
+    // The memfd body: u32 pid (1..=i32::MAX), u32 fd (0..=i32::MAX), u64 inode (non-zero).
+    expect(corrupt(&shm, 0, |r| put32(r, 56, 0)), "memfd host buffer: pid 0");
+    expect(corrupt(&shm, 0, |r| put32(r, 56, 1 << 31)), "memfd host buffer: pid 2147483648");
+    expect(corrupt(&shm, 0, |r| put32(r, 60, u32::MAX)), "descriptor 4294967295");
+    expect(corrupt(&shm, 0, |r| put64(r, 64, 0)), "inode 0");
+    let short_body = |r: &mut [u8]| {
+        r[52] = 12;
+        r[68..72].fill(0);
     };
-    expect(corrupt(&shm, 0, empty_name), "shm name");
-    expect(corrupt(&shm, 0, |r| r[52] = 32), "shm name");
+    expect(corrupt(&shm, 0, short_body), "memfd body_len must be 16");
+    expect(corrupt(&shm, 0, |r| r[52] = 17), "memfd body_len must be 16");
+    expect(corrupt(&shm, 0, |r| r[52] = 32), "memfd body_len must be 16");
     expect(corrupt(&slab, 0, |r| put64(r, 56, 0)), "address");
     expect(corrupt(&slab, 0, |r| r[52] = 4), "body_len");
     expect(corrupt(&slab, 0, |r| r[52] = 9), "body_len");
     expect(corrupt(&slab, 0, |r| r[64] = 1), "past body_len");
-    // The address bytes are not a valid name.
-    expect(corrupt(&slab, 0, |r| r[4] = 1), "shm name");
+    // An address is not a memfd body.
+    expect(corrupt(&slab, 0, |r| r[4] = 2), "memfd body_len must be 16");
 }
 
 /// Found by the decoder fuzz harness: a record whose unit strides keep the extent inside the
@@ -304,7 +323,7 @@ fn ignored_fields_do_not_fail() {
 
 #[test]
 fn desc_round_trip() {
-    let shm = shm_desc(3, "sp-123-b3", Access::Write, 1 << 40);
+    let shm = shm_desc(3, 0, Access::Write, 1 << 40);
     let slab = slab_desc(u64::MAX, u64::MAX, Access::Read, 0);
     for desc in [shm, slab] {
         let mut out = [0xffu8; DESC_SIZE];
