@@ -8,7 +8,7 @@
 //!   orchestration function into a DAG, inferring dependencies from each tensor's [`Tag`];
 //! * the **Scheduler**, which dispatches ready tasks and processes completions (a role taken by
 //!   whichever thread waits on a run, or by a background thread when nobody waits);
-//! * the **lanes** to its workers, which drive forked child processes through shared-memory
+//! * the **lanes** to its workers, which drive child processes through shared-memory
 //!   mailboxes.
 //!
 //! ```no_run

@@ -59,8 +59,9 @@ type Closure = dyn for<'a, 'b> Fn(&'a HostArgs<'b>) -> HostResult + Send + Sync;
 /// task's tensors and scalars.
 ///
 /// [`HostFn::new`] takes a plain `fn` and may be registered before or after `init`;
-/// [`HostFn::closure`] takes a closure and must be registered before `init` (it reaches the
-/// forked SUB workers through the fork snapshot; a live worker cannot receive new code).
+/// [`HostFn::closure`] takes a closure: only SUB workers started by fork
+/// ([`StartMethod::Fork`](crate::StartMethod::Fork)) can run one, and only if it is registered
+/// before `init` (the fork copies it; a live worker cannot receive new code).
 ///
 /// ```
 /// use simpler::{HostArgs, HostFn, HostResult};

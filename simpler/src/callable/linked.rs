@@ -2,7 +2,7 @@
 //!
 //! Every `#[callable]` (and every `task_graph!`) adds one [`CallableInfo`] to a distributed
 //! slice that the linker gathers from all crates of the binary. Any process of the binary —
-//! the parent, a forked SUB worker, a chip child, a nested Worker — finds a callable by its
+//! the parent, a SUB worker, a chip child, a nested Worker — finds a callable by its
 //! digest there, without a registration message. A Worker registers every linked callable that
 //! it can run when it starts ([`Worker::init`](crate::Worker::init)).
 

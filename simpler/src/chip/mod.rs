@@ -295,7 +295,7 @@ impl ChipFn {
     }
 
     /// The function's address, as a `REGISTER_CHIP` (kernel) or `REGISTER_CHIP_ORCH` control
-    /// carries it to a forked child.
+    /// carries it to a child process.
     pub(crate) fn fn_address(&self) -> u64 {
         match self.body {
             ChipBody::Kernel(f) => FnAddress::of(f).to_wire(),
@@ -324,7 +324,7 @@ impl ChipFn {
         })
     }
 
-    /// Rebuilds a chip callable in a process forked from the one that made it, from the
+    /// Rebuilds a chip callable in a child process of the one that made it (same binary), from the
     /// function `body` sent with it and its descriptor.
     ///
     /// The descriptor must be a well-formed chip descriptor whose sub-kind is known and names

@@ -71,7 +71,7 @@ impl Mode for ReadWrite {
 /// ```
 /// use simpler::{DataType, Level, ReadOnly, TensorOf, Worker};
 ///
-/// let mut worker = Worker::builder().level(Level::Chip).build()?; // a chip: nothing is forked
+/// let mut worker = Worker::builder().level(Level::Chip).build()?; // a chip: nothing is started
 /// worker.init()?;
 /// let buf = worker.create_buffer(64)?;
 /// let t: TensorOf<f32> = buf.typed(&[16])?;

@@ -48,7 +48,7 @@ pub(crate) trait Endpoint: Send {
     fn shutdown(&mut self) {}
 
     /// Stops the worker now, whatever it is doing: its run passed its deadline or was
-    /// cancelled. Returns true when the worker was told to stop (a forked child is killed); its
+    /// cancelled. Returns true when the worker was told to stop (a child process is killed); its
     /// end is then reported as for any death (`poll` returns [`Outcome::EndpointFailure`], or
     /// `gone` answers), so the lane leaves service by the usual path. Returns false when this
     /// endpoint cannot stop its worker (a thread of this process): the scheduler then abandons

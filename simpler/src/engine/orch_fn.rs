@@ -101,7 +101,7 @@ impl OrchFn {
         &self.descriptor
     }
 
-    /// The function's address, as a `REGISTER_ORCH` control carries it to a forked child.
+    /// The function's address, as a `REGISTER_ORCH` control carries it to a child.
     pub(crate) fn fn_address(&self) -> u64 {
         crate::sys::fn_address::FnAddress::of(self.f).to_wire()
     }

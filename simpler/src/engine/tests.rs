@@ -1,4 +1,4 @@
-//! Engine unit tests with in-process endpoints (no processes are forked).
+//! Engine unit tests with in-process endpoints (no processes are started).
 //!
 //! Two kinds of lanes:
 //!

@@ -1,4 +1,4 @@
-//! The child end of a mailbox: the loop every forked child runs until shutdown, and the
+//! The child end of a mailbox: the loop every child process runs until shutdown, and the
 //! resolver that maps a task's host buffers by identity. What each kind of child serves lives
 //! in `worker::serve` (`sub`, `chip`, `nested`).
 //!

@@ -1,4 +1,4 @@
-//! `MailboxEndpoint`: the engine's [`Endpoint`] for a forked child behind a mailbox.
+//! `MailboxEndpoint`: the engine's [`Endpoint`] for a child process behind a mailbox.
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
-//! Mailboxes: the local endpoint wire contract between a parent and its forked children.
+//! Mailboxes: the local endpoint wire contract between a parent and its child processes.
 //!
-//! One anonymous [`SharedRegion`] (rule R2 of `sys::mem`), mapped before fork, holds a parent
+//! One [`SharedRegion`] (a memfd, rule R2 of `sys::mem`), which every child maps, holds a parent
 //! [`Doorbell`] and `N` mailboxes, one per child. The parent doorbell is rung by every child when
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
@@ -67,9 +67,10 @@
 //!
 //! # Rules
 //!
-//! * **M1 (layout).** The region is one zero-filled, page-aligned `MAP_SHARED` mapping made
-//!   before fork (rules R1, R2 of `sys::mem`), so every process of the tree sees it at the same
-//!   address, and it lives as long as the [`MailboxRegion`] that every [`Mailbox`] borrows. Every
+//! * **M1 (layout).** The region is one zero-filled, page-aligned `MAP_SHARED` mapping of a
+//!   memfd (rules R1, R2 of `sys::mem`) that every process of the tree maps (a forked child at
+//!   the same address, one started by exec wherever its kernel puts it: the layout holds no
+//!   address), and it lives as long as the [`MailboxRegion`] that every [`Mailbox`] borrows. Every
 //!   field is an atomic or an `UnsafeCell` of integers or bytes: all-zero bytes are a valid
 //!   value of every type (every frame `IDLE`, doorbells at zero), a shared reference to the
 //!   layout never asserts that the non-atomic bytes are immutable, and all offsets are multiples

@@ -1,4 +1,4 @@
-//! The IPC layer: the mailboxes that connect a Worker to its forked child processes, and the
+//! The IPC layer: the mailboxes that connect a Worker to its child processes, and the
 //! parent and child ends of each.
 //!
 //! It builds on the OS layer ([`crate::sys`]): the mailbox region is a `sys::mem` mapping made
@@ -8,8 +8,8 @@
 //! * [`mailbox`]: the local endpoint wire contract: one region holding a parent doorbell and one
 //!   mailbox per child (child doorbell, shutdown word, a base frame for startup and control, a
 //!   task frame), with the state-word protocol that hands each frame back and forth.
-//! * [`endpoint`]: the engine's endpoint for a forked child, driving its mailbox's task frame.
-//! * [`child`]: the child end: the loop every forked child runs until shutdown ([`child::serve`],
+//! * [`endpoint`]: the engine's endpoint for a child process, driving its mailbox's task frame.
+//! * [`child`]: the child end: the loop every child process runs until shutdown ([`child::serve`],
 //!   over a [`child::Serve`] handler), and the resolver that maps a task's buffers by identity.
 //!   What each kind of child serves (SUB worker, chip, nested Worker) lives with the Worker,
 //!   in `worker::serve`.

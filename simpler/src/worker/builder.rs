@@ -66,9 +66,9 @@ impl WorkerBuilder {
     ///
     /// * [`Level::Chip`] (L2): one simulated chip in this process; run chip callables with
     ///   [`Worker::run_callable`].
-    /// * [`Level::Node`] (L3): SUB workers and chips, each in a forked process.
+    /// * [`Level::Node`] (L3): SUB workers and chips, each in a process of its own.
     /// * [`Level::Network1`] and up (L4+): Workers one level down, added with
-    ///   [`Worker::add_worker`], each in a forked process.
+    ///   [`Worker::add_worker`], each in a process of its own.
     ///
     /// ```
     /// use simpler::{ErrorKind, Level, Worker};
@@ -86,7 +86,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Number of simulated chips, each in its own forked process (default 0). Chips are the
+    /// Number of simulated chips, each in its own process (default 0). Chips are the
     /// NEXT_LEVEL workers of an L3 Worker, with worker ids `0..n`.
     ///
     /// ```
@@ -122,7 +122,7 @@ impl WorkerBuilder {
 
     /// How each chip's device is made (default: a [`SimChip`](crate::SimChip) of `chip_memory`
     /// bytes and `chip_cores` cores). The factory runs in the process that drives the chip (a
-    /// chip child forked at `init` at L3, the calling process at L2), once per chip, with that
+    /// chip child started at `init` at L3, the calling process at L2), once per chip, with that
     /// chip's [`ChipSpec`](crate::ChipSpec); its error fails `init`, naming the chip. Every
     /// device operation of the chip (allocation, frees, copies in both directions) then goes
     /// through the [`ChipBackend`](crate::ChipBackend) it returns.
@@ -178,7 +178,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Number of forked SUB workers that run host functions (default 0).
+    /// Number of SUB worker processes that run host functions (default 0).
     ///
     /// `init` forks one process per SUB worker. A Worker without any can be built, but has
     /// nowhere to run host functions: `submit_sub` then fails.
@@ -404,7 +404,7 @@ impl WorkerBuilder {
     /// use simpler::{ErrorKind, Worker};
     ///
     /// let worker = Worker::builder().sub_workers(2).build()?;
-    /// // Nothing is forked or mapped yet: that is `init`'s job.
+    /// // Nothing is started or mapped yet: that is `init`'s job.
     /// assert!(!worker.is_ready());
     /// assert!(worker.child_pids().is_empty());
     /// drop(worker); // dropping an uninitialized Worker does nothing

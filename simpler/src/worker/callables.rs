@@ -2,7 +2,7 @@
 //!
 //! A Worker keeps its host functions, chip callables and orchestration functions here, with
 //! their reference counts, before and after `init`. The per-kind registries are also what the
-//! forked children start with (the fork snapshot). What each *target* installed lives on the
+//! child processes start with (the start snapshot). What each *target* installed lives on the
 //! target (a child's own registry, the in-process chip's runtime); the engine's map of callable
 //! kinds (what a submit may name) follows this record.
 

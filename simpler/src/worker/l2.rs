@@ -1,5 +1,5 @@
 //! The L2 runtime: a Worker that is one chip, run in this process (how one tests a kernel
-//! alone). Nothing is forked and there is no engine: `run_callable` runs one chip callable on
+//! alone). Nothing is started and there is no engine: `run_callable` runs one chip callable on
 //! the chip and waits for it.
 
 use std::collections::HashSet;

@@ -5,12 +5,12 @@
 //! ([`lanes::Lanes`]: where each kind of callable goes) and a state: new, started or closed.
 //! `init` starts one of two runtimes behind one seam ([`runtime::Runtime`]):
 //!
-//! * [`tree::Tree`] (L3 and up): an engine and forked children: SUB workers, then chips (L3)
+//! * [`tree::Tree`] (L3 and up): an engine and child processes: SUB workers, then chips (L3)
 //!   or nested Workers (L4 and up);
 //! * [`l2::L2Chip`] (L2): one chip in this process.
 //!
 //! The methods below check what holds for every runtime, then hand the rest to the started
-//! one. The child side of each lane (what a forked child serves) is [`serve`].
+//! one. The child side of each lane (what a child process serves) is [`serve`].
 
 use std::hash::BuildHasher;
 use std::panic::resume_unwind;
@@ -51,7 +51,7 @@ pub use status::{WorkerKind, WorkerState, WorkerStatus};
 
 /// Where a Worker is in its life.
 enum State {
-    /// Built, not initialized: registrations go into the fork snapshot.
+    /// Built, not initialized: registrations go into the start snapshot.
     New,
     /// Initialized: the runtime `init` started.
     Started(Box<dyn Runtime>),
@@ -59,7 +59,7 @@ enum State {
     Closed,
 }
 
-/// One level of the hierarchy: its engine and its forked workers.
+/// One level of the hierarchy: its engine and its worker processes.
 ///
 /// Lifecycle: [`Worker::builder`] → [`register`](Worker::register) host functions →
 /// [`init`](Worker::init) (maps shared memory, forks the children) → [`submit`](Worker::submit)
@@ -267,7 +267,7 @@ impl Worker {
         }
     }
 
-    /// Process ids of the forked workers that are alive (empty before `init` and after
+    /// Process ids of the worker processes that are alive (empty before `init` and after
     /// `close`); a worker that died leaves the list once its exit is seen (see
     /// [`workers`](Worker::workers)).
     ///
@@ -275,7 +275,7 @@ impl Worker {
     ///
     /// ```
     /// let worker = simpler::Worker::builder().sub_workers(1).build().unwrap();
-    /// assert!(worker.child_pids().is_empty()); // nothing forked before init
+    /// assert!(worker.child_pids().is_empty()); // nothing started before init
     /// ```
     ///
     /// ```no_run
@@ -296,7 +296,7 @@ impl Worker {
         }
     }
 
-    /// Every forked worker of this Worker (SUB workers, then chips or nested Workers), with
+    /// Every worker process of this Worker (SUB workers, then chips or nested Workers), with
     /// whether it lives and, for a dead one, how it ended (empty before `init`, after `close`,
     /// and for an L2 Worker, which forks nothing).
     ///
@@ -313,7 +313,7 @@ impl Worker {
     /// # fn main() -> simpler::Result<()> {
     /// use simpler::{WorkerKind, WorkerState};
     /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
-    /// assert!(worker.workers().is_empty()); // nothing forked before init
+    /// assert!(worker.workers().is_empty()); // nothing started before init
     /// worker.init()?;
     /// let all = worker.workers();
     /// assert_eq!(all.len(), 2);
@@ -823,7 +823,7 @@ impl Worker {
         // Every #[callable] of the binary that this Worker can run, before anything forks.
         self.register_linked()?;
         let runtime: Box<dyn Runtime> = if self.cfg.level == Level::Chip {
-            // L2: the chip runs in this process; nothing is forked.
+            // L2: the chip runs in this process; nothing is started.
             Box::new(l2::L2Chip::start(&self.cfg, self.callables.chip())?)
         } else {
             Box::new(tree::Tree::start(

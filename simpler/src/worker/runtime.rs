@@ -1,6 +1,6 @@
 //! `Runtime`: the seam between a `Worker` and what `init` started.
 //!
-//! Two implementations: [`Tree`](super::tree::Tree) (an engine and forked children: SUB
+//! Two implementations: [`Tree`](super::tree::Tree) (an engine and child processes: SUB
 //! workers, then chips at L3 or nested Workers at L4 and up) and [`L2Chip`](super::l2::L2Chip)
 //! (an L2 Worker: one chip in this process). The `Worker` keeps the configuration and what is
 //! registered ([`Callables`](super::callables::Callables)) and checks what holds for both; each
@@ -21,10 +21,10 @@ use crate::worker::status::WorkerStatus;
 
 /// A started Worker. `api` arguments name the `Worker` method for error messages.
 pub(super) trait Runtime: Send + Sync {
-    /// Process ids of the forked children that are alive.
+    /// Process ids of the child processes that are alive.
     fn child_pids(&self) -> Vec<i32>;
 
-    /// Every forked child, and whether it lives.
+    /// Every child process, and whether it lives.
     fn workers(&self) -> Vec<WorkerStatus>;
 
     /// Whether what is registered from now on reaches other processes by address (so a closure

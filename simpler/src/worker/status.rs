@@ -1,4 +1,4 @@
-//! `WorkerStatus`: which of a Worker's forked workers live, and how the dead ones died.
+//! `WorkerStatus`: which of a Worker's worker processes live, and how the dead ones died.
 
 /// What kind of worker a [`WorkerStatus`] describes.
 ///
@@ -49,7 +49,7 @@ impl WorkerState {
     }
 }
 
-/// One forked worker of a started Worker, as [`Worker::workers`](crate::Worker::workers)
+/// One worker process of a started Worker, as [`Worker::workers`](crate::Worker::workers)
 /// reports it.
 ///
 /// ```

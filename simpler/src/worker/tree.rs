@@ -1,4 +1,4 @@
-//! The tree runtime: an engine and forked children (L3 and up).
+//! The tree runtime: an engine and child processes (L3 and up).
 //!
 //! `start` maps the mailboxes and heap rings and forks, in order, the SUB workers, then the
 //! chips (L3) or the nested Workers (L4 and up), all before any engine thread; one startup
@@ -54,7 +54,7 @@ impl AsRef<Doorbell> for RegionBell {
     }
 }
 
-/// A started Worker of L3 and up: its engine and its forked children.
+/// A started Worker of L3 and up: its engine and its child processes.
 pub(super) struct Tree {
     engine: Arc<Engine>,
     /// Mints this Worker's buffer identities (host buffers, chip buffers, and its engine's

@@ -1,4 +1,4 @@
-//! What a forked chip process serves: chip callables on its own chip (its backend, a simulated chip by default), and the memory
+//! What a chip process serves: chip callables on its own chip (its backend, a simulated chip by default), and the memory
 //! controls of chip-resident buffers.
 //!
 //! The chip runtime (device memory, core threads) is built after the fork, inside the child,

@@ -1,4 +1,4 @@
-//! The child end of each kind of lane: what a forked child process serves, one module per kind.
+//! The child end of each kind of lane: what a child process serves, one module per kind.
 //!
 //! Every child runs the same loop, `ipc::child::serve` (sleep on its doorbell, then shutdown, a
 //! control, or a task), with a handler that says what it serves:

@@ -1,4 +1,4 @@
-//! What a forked nested Worker process serves: orchestration functions, each run as a run of
+//! What a nested Worker process serves: orchestration functions, each run as a run of
 //! the whole Worker it starts in its process (L3 under L4, recursively).
 //!
 //! This is the one place a child process runs a whole Worker. In its process the child starts its

@@ -1,4 +1,4 @@
-//! What a forked SUB worker process serves: host functions, one task at a time.
+//! What a SUB worker process serves: host functions, one task at a time.
 //!
 //! The process runs the shared child loop ([`serve`]) with a [`SubChild`] handler: a task names
 //! a host function by digest; its arguments are decoded and validated, every buffer is mapped
