@@ -82,6 +82,8 @@ const VERSION: u32 = 1;
 const MAX_DEPTH: u32 = 8;
 /// Most entries of any list in a spec.
 const MAX_LIST: u32 = 1 << 16;
+/// Most references one callable may hold in a spec (a registration per reference).
+const MAX_REFS: u32 = 1 << 16;
 
 const ROLE_SUB: u8 = 1;
 const ROLE_CHIP: u8 = 2;
@@ -390,8 +392,8 @@ fn read_registry<T: Clone + crate::callable::registry::Installable>(
         let digest = desc.digest();
         let bytes = desc.bytes().to_vec();
         let value = make(command, f, desc)?;
-        if refs == 0 {
-            return Err(Error::invalid(format!("{digest}: registered with no reference")));
+        if refs == 0 || refs > MAX_REFS {
+            return Err(Error::invalid(format!("{digest}: registered {refs} times (1 to {MAX_REFS})")));
         }
         for _ in 0..refs {
             r.install(digest, &bytes, value.clone())?;
@@ -562,6 +564,45 @@ mod tests {
         for cut in 0..bytes.len() {
             let mut d = Dec::new(&bytes[..cut]);
             assert!(d.magic().and_then(|()| read_worker(&mut d, 0)).is_err(), "prefix of {cut} bytes");
+        }
+    }
+
+    #[test]
+    fn hostile_bytes_in_a_spec_give_errors_never_panics() {
+        fn noop(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+            Ok(())
+        }
+        let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+        let mut l3 = Worker::builder().sub_workers(2).build().unwrap();
+        l3.register(HostFn::new("noop", noop)).unwrap();
+        l4.add_worker(l3).unwrap();
+        let mut e = Enc::new();
+        worker_spec(&mut e, &l4, 0).unwrap();
+        let good = e.finish();
+        // A fixed-seed xorshift: replayable, no dependency.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..2_000 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes[at] = match next() % 3 {
+                    0 => next() as u8,
+                    1 => 0xff,
+                    _ => 0,
+                };
+            }
+            let mut d = Dec::new(&bytes);
+            // Either a Worker (a mutation the format cannot tell from a valid spec) or an error.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                d.magic().and_then(|()| read_worker(&mut d, 0)).map(drop)
+            }))
+            .expect("reading a mutated spec must not panic");
         }
     }
 }
