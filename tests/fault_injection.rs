@@ -276,3 +276,391 @@ fn chip_children_killed_at_random_during_kernel_chains_end_every_run_with_a_name
     );
     assert_eq!(ok + failed, 30);
 }
+
+// ------------------------------------------------------------------ a tree of nested Workers
+
+/// `t0[i] += 1` (tensor 0: `u64`, `InOut`).
+fn bump(args: &HostArgs<'_>) -> HostResult {
+    for x in args.output::<u64>(0)? {
+        *x += 1;
+    }
+    Ok(())
+}
+
+/// `t0[0] = this process's id` (tensor 0: one writable `u32`): a chip kernel that tells which
+/// process runs the chip.
+fn chip_pid(args: &HostArgs<'_>) -> HostResult {
+    args.output::<u32>(0)?[0] = std::process::id();
+    Ok(())
+}
+
+/// L3 orchestration: `s0` `bump` tasks on tensor 0, and as many on tensor 1: two chains, one
+/// per SUB worker.
+fn l3_bumps(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &simpler::CallConfig,
+) -> simpler::Result<()> {
+    let bump = simpler::HostFn::new("bump", bump).handle();
+    let n = args.scalar_at(0).expect("a count");
+    for _ in 0..n {
+        for t in 0..2 {
+            let mut a = TaskArgs::new();
+            a.inout(args.tensor(t).expect("two tensors"))?;
+            orch.submit_sub(&bump, a)?;
+        }
+    }
+    Ok(())
+}
+
+/// L3 orchestration: `s0` `double` kernels on chip 0, ping-ponging between tensors 0 and 1
+/// (`f32`), so an even count leaves `t0 * 2^s0` in tensor 0.
+fn l3_doubles(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &simpler::CallConfig,
+) -> simpler::Result<()> {
+    let double = simpler::ChipFn::kernel("double", double).handle();
+    let (a, b) = (args.tensor(0).expect("tensor 0"), args.tensor(1).expect("tensor 1"));
+    for i in 0..args.scalar_at(0).expect("a count") {
+        let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let mut k = TaskArgs::new();
+        k.input(src)?.output(dst)?;
+        orch.submit_next_level(&double, k, simpler::CallConfig::default(), 0)?;
+    }
+    Ok(())
+}
+
+/// L3 orchestration: `t_last = sum of the earlier tensors` on a SUB worker.
+fn l3_sum(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &simpler::CallConfig,
+) -> simpler::Result<()> {
+    let sum = simpler::HostFn::new("sum", sum).handle();
+    let n = args.tensor_count();
+    let mut a = TaskArgs::new();
+    for i in 0..n - 1 {
+        a.input(args.tensor(i).expect("an input"))?;
+    }
+    a.output(args.tensor(n - 1).expect("the output"))?;
+    orch.submit_sub(&sum, a).map(|_| ())
+}
+
+/// L3 orchestration: chip 0 writes its process id into tensor 0 (one `u32`).
+fn l3_chip_pid(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &simpler::CallConfig,
+) -> simpler::Result<()> {
+    let k = simpler::ChipFn::kernel("chip_pid", chip_pid).handle();
+    let mut a = TaskArgs::new();
+    a.output(args.tensor(0).expect("tensor 0"))?;
+    orch.submit_next_level(&k, a, simpler::CallConfig::default(), 0).map(|_| ())
+}
+
+/// The parent of process `pid` (`/proc/<pid>/stat`), while it has not exited.
+fn live_parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = rest.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    rest.next()?.parse().ok()
+}
+
+/// One process of the tree under the L4: a nested L3 Worker, or one of its SUB workers or its
+/// chip; what the test knows of it.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    pid: i32,
+    /// The process it is a child of.
+    parent: i32,
+    /// The nested Worker it belongs to (is, or is below).
+    l3: usize,
+    kind: PartKind,
+    dead: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PartKind {
+    L3,
+    Sub,
+    Chip,
+}
+
+struct TreeModel(Vec<Part>);
+
+impl TreeModel {
+    fn live(&self, l3: usize, kind: PartKind) -> usize {
+        self.0.iter().filter(|p| p.l3 == l3 && p.kind == kind && !p.dead).count()
+    }
+
+    /// True while nested Worker `l3` is alive with a SUB worker: it can run `l3_bumps`.
+    fn subs_usable(&self, l3: usize) -> bool {
+        self.live(l3, PartKind::L3) == 1 && self.live(l3, PartKind::Sub) > 0
+    }
+
+    fn chip_usable(&self, l3: usize) -> bool {
+        self.live(l3, PartKind::L3) == 1 && self.live(l3, PartKind::Chip) > 0
+    }
+
+    /// Kills part `i` (and, for a nested Worker, marks what is below it dead too), unless that
+    /// would leave no nested Worker able to run SUB tasks. Returns the pid killed.
+    fn kill(&mut self, i: usize) -> Option<i32> {
+        let victim = self.0[i];
+        if victim.dead {
+            return None;
+        }
+        let mut after: Vec<Part> = self.0.clone();
+        for p in after.iter_mut() {
+            if p.pid == victim.pid || (victim.kind == PartKind::L3 && p.l3 == victim.l3) {
+                p.dead = true;
+            }
+        }
+        let after = TreeModel(after);
+        if !(0..2).any(|l3| after.subs_usable(l3)) {
+            return None;
+        }
+        // Only a process still a child of its parent (so its pid is not reused): SIGKILL.
+        if live_parent(victim.pid) != Some(victim.parent) {
+            return None;
+        }
+        sigkill(victim.pid);
+        *self = after;
+        Some(victim.pid)
+    }
+}
+
+#[test]
+fn nested_workers_and_grandchildren_killed_at_random_end_every_run_with_a_named_error() {
+    if !in_own_process() {
+        return;
+    }
+    use simpler::{CallConfig, ChipFn, DataType, HostFn, Level, OrchFn, Worker};
+    let seed = 0x5eed_0004;
+    let mut rng = Rng(seed);
+    // L3 0: two SUB workers and a chip; L3 1: two SUB workers.
+    let mut l3_chip =
+        Worker::builder().sub_workers(2).chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    let mut l3_subs = Worker::builder().sub_workers(2).build().unwrap();
+    for l3 in [&mut l3_chip, &mut l3_subs] {
+        l3.register(HostFn::new("bump", bump)).unwrap();
+        l3.register(HostFn::new("sum", sum)).unwrap();
+    }
+    l3_chip.register_chip(ChipFn::kernel("double", double)).unwrap();
+    l3_chip.register_chip(ChipFn::kernel("chip_pid", chip_pid)).unwrap();
+    let mut rig =
+        Rig::new(Worker::builder().level(Level::Network1).backpressure_timeout(Duration::from_secs(5)));
+    rig.add_worker(l3_chip).unwrap();
+    rig.add_worker(l3_subs).unwrap();
+    let bumps = rig.register_orch(OrchFn::new("l3_bumps", l3_bumps)).unwrap();
+    let doubles = rig.register_orch(OrchFn::new("l3_doubles", l3_doubles)).unwrap();
+    let summed = rig.register_orch(OrchFn::new("l3_sum", l3_sum)).unwrap();
+    let whoami = rig.register_orch(OrchFn::new("l3_chip_pid", l3_chip_pid)).unwrap();
+    rig.init();
+
+    // Which process is what: the chip of L3 0 tells its pid; the rest below each L3 are SUB
+    // workers.
+    let pid_word = u32_buffer(&rig, 1);
+    let pid_t = words_of(&pid_word);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&pid_t)?;
+        orch.submit_next_level(&whoami, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap();
+    let chip = read_u32(&pid_word, 0, 1)[0] as i32;
+    let mut parts = Vec::new();
+    for (l3, &pid) in rig.pids().iter().enumerate() {
+        parts.push(Part { pid, parent: std::process::id() as i32, l3, kind: PartKind::L3, dead: false });
+        let below: Vec<i32> = descendants(pid).into_iter().skip(1).collect();
+        assert_eq!(below.len(), if l3 == 0 { 3 } else { 2 }, "the processes below L3 {l3}: {below:?}");
+        for p in below {
+            let kind = if p == chip { PartKind::Chip } else { PartKind::Sub };
+            parts.push(Part { pid: p, parent: pid, l3, kind, dead: false });
+        }
+    }
+    assert!(parts.iter().any(|p| p.kind == PartKind::Chip), "the chip {chip} is below L3 0: {parts:?}");
+    let mut tree = TreeModel(parts);
+
+    const N: usize = 256;
+    const BUMPS: u64 = 10; // SUB tasks per chain per L3 task
+    const RUNS: usize = 60;
+    // Per L3: two u64 tensors bumped by its SUB workers; L3 0 also two f32 tensors for its chip.
+    let ints: Vec<_> = (0..4).map(|_| u64_buffer(&rig, N)).collect();
+    let int_t: Vec<_> = ints.iter().map(|b| u64s(b, 0, N)).collect();
+    let floats: Vec<_> = (0..2).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let float_t: Vec<_> = floats.iter().map(|b| b.tensor(&[N as u32], DataType::Float32).unwrap()).collect();
+    let total = u64_buffer(&rig, N);
+    let total_t = u64s(&total, 0, N);
+
+    // One run: per usable L3, three L3 tasks in a chain (each bumping both its tensors BUMPS
+    // times, on its two SUB workers); L3 0's chip doubles four times; then one L3 task sums the
+    // first tensor of each.
+    let submit = |tree: &TreeModel, at: usize| {
+        for b in ints.iter().chain([&total]) {
+            b.write(0, &[0u64; N]).unwrap();
+        }
+        floats[0].write(0, &[1.0f32; N]).unwrap();
+        let subs: Vec<usize> = (0..2).filter(|&l3| tree.subs_usable(l3)).collect();
+        let chip_ok = tree.chip_usable(0);
+        let handle = rig.submit(|orch| {
+            for &l3 in &subs {
+                for _ in 0..3 {
+                    let mut a = TaskArgs::new();
+                    a.inout(&int_t[2 * l3])?.inout(&int_t[2 * l3 + 1])?.scalar(BUMPS);
+                    orch.submit_next_level(&bumps, a, CallConfig::default(), l3 as u32)?;
+                }
+            }
+            if chip_ok {
+                let mut a = TaskArgs::new();
+                a.inout(&float_t[0])?.inout(&float_t[1])?.scalar(4);
+                orch.submit_next_level(&doubles, a, CallConfig::default(), 0)?;
+            }
+            let mut a = TaskArgs::new();
+            for &l3 in &subs {
+                a.input(&int_t[2 * l3])?;
+            }
+            a.output(&total_t)?;
+            orch.submit_next_level(&summed, a, CallConfig::default(), subs[at % subs.len()] as u32)?;
+            Ok(())
+        });
+        (handle, subs, chip_ok)
+    };
+    // How long a whole run takes here and now: the kills fall within that time.
+    let started = Instant::now();
+    submit(&tree, 0).0.and_then(|h| h.wait()).expect("a run before any kill");
+    let span = started.elapsed();
+
+    let (mut ok, mut failed, mut kills) = (0, 0, Vec::new());
+    for run in 0..RUNS {
+        let start = Instant::now();
+        let (handle, subs, chip_ok) = submit(&tree, run);
+        // Now and then, at a random moment of the run, SIGKILL a random process of the tree:
+        // up to three SUB workers or chips of either nested Worker in the first half, and
+        // then maybe a nested Worker itself.
+        let mut killed = None;
+        let below = kills.iter().filter(|p: &&Part| p.kind != PartKind::L3).count();
+        let candidates: Vec<usize> = (0..tree.0.len())
+            .filter(|&i| !tree.0[i].dead)
+            .filter(|&i| if tree.0[i].kind == PartKind::L3 { run >= RUNS / 2 } else { below < 3 })
+            .collect();
+        if !candidates.is_empty() && rng.below(4) == 0 {
+            let at = start + span.mul_f64(rng.below(1_000) as f64 / 1_000.0);
+            let victim = candidates[rng.below(candidates.len() as u64) as usize];
+            while Instant::now() < at {
+                std::thread::yield_now();
+            }
+            killed = tree.kill(victim).map(|pid| (pid, tree.0[victim]));
+        }
+        let result = handle.and_then(|h| h.wait_timeout(Duration::from_secs(10)));
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(10), "run {run} (seed {seed:#x}) took {took:?}");
+        match (&result, killed) {
+            (Ok(()), _) => {
+                ok += 1;
+                let expect = 3 * BUMPS;
+                for &l3 in &subs {
+                    assert_eq!(read_u64(&ints[2 * l3], 0, N), vec![expect; N], "run {run}: L3 {l3}'s tensor");
+                }
+                assert_eq!(read_u64(&total, 0, N), vec![expect * subs.len() as u64; N], "run {run}: the sum");
+                if chip_ok {
+                    assert_eq!(floats[0].read::<f32>(0, N).unwrap(), vec![16.0f32; N], "run {run}: the chip");
+                }
+            }
+            (Err(e), None) => panic!(
+                "run {run} (seed {seed:#x}) killed nothing and avoided the dead parts, yet failed: {e:?}"
+            ),
+            (Err(e), Some((_, part))) => {
+                failed += 1;
+                assert_names(e, &part, &format!("run {run} (seed {seed:#x})"));
+                eprintln!("run {run}: {:?}: {e}", e.kind());
+            }
+        }
+        if let Some((pid, part)) = killed {
+            eprintln!("run {run}: killed {part:?}");
+            kills.push(part);
+            // Before the next run, its parent has seen it die: the L4 a nested Worker, the
+            // nested Worker its SUB worker or chip (it reaped it).
+            match part.kind {
+                PartKind::L3 => {
+                    wait_for("the L4 to see its nested Worker die", Duration::from_secs(10), || {
+                        !rig.workers()[part.l3].is_alive()
+                    })
+                }
+                _ => wait_for("the nested Worker to reap its child", Duration::from_secs(10), || {
+                    !process_exists(pid)
+                }),
+            }
+        }
+    }
+    eprintln!("seed {seed:#x}: {ok} runs succeeded, {failed} ended with a named error, killed {kills:?}");
+    assert_eq!(ok + failed, RUNS);
+    assert!(!kills.is_empty(), "seed {seed:#x} killed nothing");
+    // What was killed stays out of service, and work sent to it fails naming it.
+    for l3 in 0..2 {
+        let bump_on = |l3: usize| {
+            rig.run(|orch| {
+                let mut a = TaskArgs::new();
+                a.inout(&int_t[2 * l3])?.inout(&int_t[2 * l3 + 1])?.scalar(1);
+                orch.submit_next_level(&bumps, a, CallConfig::default(), l3 as u32).map(|_| ())
+            })
+        };
+        let dead = if tree.live(l3, PartKind::L3) == 0 {
+            Some((bump_on(l3), vec![format!("worker {l3} is dead"), "SIGKILL".into()]))
+        } else if !tree.subs_usable(l3) {
+            Some((bump_on(l3), vec![format!("on worker {l3}"), "only 0 are alive".into()]))
+        } else {
+            None
+        };
+        let chip_dead = (l3 == 0 && tree.live(0, PartKind::L3) == 1 && !tree.chip_usable(0)).then(|| {
+            let r = rig.run(|orch| {
+                let mut a = TaskArgs::new();
+                a.inout(&float_t[0])?.inout(&float_t[1])?.scalar(2);
+                orch.submit_next_level(&doubles, a, CallConfig::default(), 0).map(|_| ())
+            });
+            (r, vec!["on worker 0".into(), "chip 0".into(), "SIGKILL".into()])
+        });
+        for (result, needles) in dead.into_iter().chain(chip_dead) {
+            let e = result.expect_err("work for a dead part of the tree");
+            assert_eq!(e.kind(), ErrorKind::WorkerDied, "seed {seed:#x}: {e:?}");
+            for n in &needles {
+                assert!(
+                    e.message().contains(n.as_str()),
+                    "seed {seed:#x}: the error does not say {n:?}: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// Asserts that `e`, the error of a run during which `part` was killed, is a named error that
+/// names the nested Worker the part is or is below (the L4's worker index), and the part itself
+/// with its process id.
+#[track_caller]
+fn assert_names(e: &simpler::Error, part: &Part, what: &str) {
+    assert!(
+        matches!(e.kind(), ErrorKind::WorkerDied | ErrorKind::TaskFailed),
+        "{what}: killing {part:?} ended it with {e:?}"
+    );
+    let said = e.message();
+    let l3 = part.l3;
+    assert!(
+        said.contains(&format!("on worker {l3}:")) || said.contains(&format!("worker {l3} is dead")),
+        "{what}: the error for killing {part:?} does not name worker {l3}: {said}"
+    );
+    let process = format!("(process {})", part.pid);
+    let named = match part.kind {
+        PartKind::L3 => said.contains(&format!("worker {l3} {process} died")) && said.contains("SIGKILL"),
+        PartKind::Chip => said.contains(&format!("chip 0 {process} died")) && said.contains("SIGKILL"),
+        // The last SUB worker, killed before its nested Worker gave it a task, shows as none
+        // being alive.
+        PartKind::Sub => {
+            (said.contains("sub worker") && said.contains(&format!("{process} died")))
+                || said.contains("SUB workers but only 0 are alive")
+        }
+    };
+    assert!(named, "{what}: the error for killing {part:?} does not name it: {said}");
+}
