@@ -1,7 +1,12 @@
-//! Fault injection across many runs: SUB workers SIGKILLed at random moments of long DAGs, and
-//! host functions that panic, fail or end their process at random. Every run must end, within
-//! a bound, with success or a named error; the Worker must then close cleanly and leave no
-//! process and no shared-memory name (the rig checks that when it drops).
+//! Fault injection across many runs: SUB workers SIGKILLed at random moments of long DAGs;
+//! host functions that panic, fail, end their process or hang past their run's deadline at
+//! random; chip children, nested L3 Workers and the SUB workers and chip below them
+//! (grandchildren of this process) SIGKILLed at random under an L4 Worker. Every run must end,
+//! within a bound, with success or a named error; the Worker keeps running what does not need
+//! the dead parts (or replaces them, when built to); it must then close cleanly and leave no
+//! process and no host buffer (the rig checks that when it drops), and this process no file
+//! descriptor or mapping more than before. Each test has its seed, so a failure can be
+//! replayed (the kill times follow the machine's speed, the choices the seed).
 
 mod common;
 
@@ -10,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{ErrorKind, HostArgs, HostResult, TaskArgs};
+use simpler::{ErrorKind, HostArgs, HostResult, RunOptions, TaskArgs};
 
 /// A small seedable generator (xorshift64*), so a failure can be replayed from its seed.
 struct Rng(u64);
@@ -663,4 +668,222 @@ fn assert_names(e: &simpler::Error, part: &Part, what: &str) {
         }
     };
     assert!(named, "{what}: the error for killing {part:?} does not name it: {said}");
+}
+
+// ------------------------------------------------------------------------ hangs past deadlines
+
+/// `t0[i] += 1` (tensor 0: `u64`, `InOut`); then, when scalar 0 is 1, never returns.
+fn maybe_hang(args: &HostArgs<'_>) -> HostResult {
+    bump(args)?;
+    if args.scalar(0)? == 1 {
+        loop {
+            std::thread::park();
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn host_functions_that_hang_at_random_past_run_deadlines_are_stopped_and_replaced() {
+    if !in_own_process() {
+        return;
+    }
+    const CHAINS: usize = 3;
+    const STEPS: usize = 4;
+    const RUNS: usize = 30;
+    let deadline = Duration::from_millis(250);
+    let seed = 0x5eed_0005;
+    let mut rng = Rng(seed);
+    let (rig, [hang]) = Rig::start(subs(CHAINS).replace_dead_workers(true), [("maybe_hang", maybe_hang)]);
+    let bufs: Vec<_> = (0..CHAINS).map(|_| u64_buffer(&rig, 64)).collect();
+    let views: Vec<_> = bufs.iter().map(|b| u64s(b, 0, 64)).collect();
+    let mut seen: std::collections::BTreeSet<i32> = rig.child_pids().into_iter().collect();
+    let (mut clean, mut stopped, mut hung_total) = (0, 0, 0);
+    for run in 0..RUNS {
+        for b in &bufs {
+            b.write(0, &[0u64; 64]).unwrap();
+        }
+        // A third of the runs have a task that hangs, and some of those a second one (in
+        // another chain): task `c * STEPS + s` is step `s` of chain `c`.
+        let mut hangs: Vec<usize> = Vec::new();
+        if rng.below(3) == 0 {
+            let first = rng.below(CHAINS as u64) as usize;
+            hangs.push(first * STEPS + rng.below(STEPS as u64) as usize);
+            if rng.below(3) == 0 {
+                let second = (first + 1 + rng.below(CHAINS as u64 - 1) as usize) % CHAINS;
+                hangs.push(second * STEPS + rng.below(STEPS as u64) as usize);
+            }
+        }
+        let start = Instant::now();
+        let handle = rig.submit_with(RunOptions::new().deadline(deadline), |orch, _, _| {
+            for (c, view) in views.iter().enumerate() {
+                for s in 0..STEPS {
+                    let mut a = TaskArgs::new();
+                    a.inout(view)?.scalar(u64::from(hangs.contains(&(c * STEPS + s))));
+                    orch.submit_sub(&hang, a)?;
+                }
+            }
+            Ok(())
+        });
+        // Every worker is alive (dead ones were replaced at this submit).
+        let now: Vec<i32> = rig.child_pids();
+        assert_eq!(
+            now.len(),
+            CHAINS,
+            "run {run} (seed {seed:#x}): the live workers at its submit: {:?}",
+            rig.workers()
+        );
+        seen.extend(&now);
+        let result = handle.and_then(|h| h.wait());
+        let took = start.elapsed();
+        assert!(
+            took < deadline + Duration::from_secs(2),
+            "run {run} (seed {seed:#x}) ended {took:?} after its submit"
+        );
+        if hangs.is_empty() {
+            result.unwrap_or_else(|e| panic!("run {run} (seed {seed:#x}) hangs nowhere, yet: {e:?}"));
+            for (c, b) in bufs.iter().enumerate() {
+                assert_eq!(read_u64(b, 0, 64), vec![STEPS as u64; 64], "run {run}: chain {c}");
+            }
+            clean += 1;
+            continue;
+        }
+        let e = result.expect_err("a task hangs");
+        assert!(took >= deadline, "run {run} (seed {seed:#x}) was stopped {took:?} after its submit");
+        let mut needles = vec!["deadline of 250 ms".to_string()];
+        needles.extend(hangs.iter().map(|t| format!("task {t} `maybe_hang`")));
+        assert_err(&e, ErrorKind::Timeout, &needles.iter().map(String::as_str).collect::<Vec<_>>());
+        // Only the hung tasks were still running: the others had ended, or wait behind them.
+        assert_eq!(
+            e.message().matches("`maybe_hang`").count(),
+            hangs.len(),
+            "run {run} (seed {seed:#x}): {e}"
+        );
+        // The workers running them were killed; the next submit replaces them.
+        let killed =
+            rig.workers().iter().filter(|w| w.state == simpler::WorkerState::Killed(libc::SIGKILL)).count();
+        assert_eq!(killed, hangs.len(), "run {run} (seed {seed:#x}): {:?}", rig.workers());
+        stopped += 1;
+        hung_total += hangs.len();
+    }
+    eprintln!(
+        "seed {seed:#x}: {clean} runs succeeded, {stopped} were stopped at their deadline, {hung_total} workers replaced"
+    );
+    assert!(stopped > 0 && clean > 0, "seed {seed:#x}: {stopped} runs stopped, {clean} clean");
+    // One more run brings the last stopped workers back; every process ever started was new.
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.inout(&views[0])?.scalar(0);
+        orch.submit_sub(&hang, a).map(|_| ())
+    })
+    .expect("a run after the last replacement");
+    seen.extend(rig.child_pids());
+    assert_eq!(seen.len(), CHAINS + hung_total, "one new process per stopped worker: {seen:?}");
+    drop((views, bufs));
+    drop(rig);
+    let left: Vec<i32> = seen.into_iter().filter(|&p| process_exists(p)).collect();
+    assert!(left.is_empty(), "workers {left:?} outlived the Worker");
+}
+
+// ------------------------------------------------------------------ nothing left in this process
+
+/// This process's open file descriptors (`/proc/self/fd`, less the one reading it).
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let target = std::fs::read_link(e.path()).map(|t| t.display().to_string()).unwrap_or_default();
+            format!("{} -> {target}", e.file_name().to_string_lossy())
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// This process's memory mappings (`/proc/self/maps`, one a line).
+fn mappings() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps").lines().map(str::to_string).collect()
+}
+
+/// Panics, showing what differs, unless `after` has as many lines as `before`.
+#[track_caller]
+fn assert_as_many(what: &str, before: &[String], after: &[String]) {
+    if before.len() != after.len() {
+        let gone: Vec<_> = before.iter().filter(|x| !after.contains(x)).collect();
+        let new: Vec<_> = after.iter().filter(|x| !before.contains(x)).collect();
+        panic!("{} {what} before, {} after; gone: {gone:#?}\nnew: {new:#?}", before.len(), after.len());
+    }
+}
+
+/// A Worker through faults of every kind: `runs` runs of three chains on three SUB workers,
+/// each with a deadline; in each run a SUB worker is SIGKILLed during the run, a task hangs
+/// past the deadline, fails, panics or ends its process, or nothing happens: each of these in
+/// turn in the first six runs, then at random. Dead workers are replaced at each submit.
+fn fault_session(seed: u64, runs: usize) {
+    let mut rng = Rng(seed);
+    let (rig, [hang, flaky]) =
+        Rig::start(subs(3).replace_dead_workers(true), [("maybe_hang", maybe_hang), ("flaky", flaky)]);
+    let bufs: Vec<_> = (0..3).map(|_| u64_buffer(&rig, 512)).collect();
+    let views: Vec<_> = bufs.iter().map(|b| u64s(b, 0, 512)).collect();
+    for run in 0..runs {
+        // 0: SIGKILL, 1: hang, 2, 3, 4: fail, panic, exit (flaky's 1, 2, 3), 5: none.
+        let fault = if run < 6 { run as u64 } else { rng.below(6) };
+        let at = rng.below(12) as usize;
+        let start = Instant::now();
+        let options = RunOptions::new().deadline(Duration::from_millis(200));
+        let handle = rig.submit_with(options, |orch, _, _| {
+            for t in 0..12 {
+                let mut a = TaskArgs::new();
+                if (2..=4).contains(&fault) && t == at {
+                    a.scalar(fault - 1);
+                    orch.submit_sub(&flaky, a)?;
+                } else {
+                    a.inout(&views[t / 4])?.scalar(u64::from(fault == 1 && t == at));
+                    orch.submit_sub(&hang, a)?;
+                }
+            }
+            Ok(())
+        });
+        if fault == 0 {
+            let pids = rig.child_pids();
+            sigkill(pids[rng.below(pids.len() as u64) as usize]);
+        }
+        let result = handle.and_then(|h| h.wait());
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(3), "run {run} (seed {seed:#x}) took {took:?}");
+        match (fault, result) {
+            (0 | 5, Ok(())) => {}
+            (1, Err(e)) => assert_err(&e, ErrorKind::Timeout, &["maybe_hang", "deadline of 200 ms"]),
+            (0 | 2..=4, Err(e)) => {
+                assert!(NAMED.contains(&e.kind()), "run {run} (seed {seed:#x}), fault {fault}: {e:?}")
+            }
+            (_, r) => panic!("run {run} (seed {seed:#x}), fault {fault}: {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn after_faults_and_close_this_process_has_the_fds_and_mappings_it_had_before() {
+    if !in_own_process() {
+        return;
+    }
+    // A first session starts what stays for the life of the process, not a leak: the spawner
+    // thread that starts children (its stack), and the allocator's arenas and cached thread
+    // stacks for as many threads as a Worker runs at once.
+    fault_session(0x5eed_0006, 6);
+    let (fds, maps) = (open_fds(), mappings());
+    fault_session(0x5eed_0007, 40);
+    let (fds_after, maps_after) = (open_fds(), mappings());
+    eprintln!(
+        "{} fds, {} mappings; after 40 runs with faults: {}, {}",
+        fds.len(),
+        maps.len(),
+        fds_after.len(),
+        maps_after.len()
+    );
+    assert_eq!(fds, fds_after, "the same file descriptors, to the same files");
+    assert_as_many("mappings", &maps, &maps_after);
+    let memfds: Vec<&String> = maps_after.iter().filter(|m| m.contains("/memfd:")).collect();
+    assert!(memfds.is_empty(), "memfds still mapped: {memfds:?}");
 }
