@@ -826,6 +826,7 @@ fn fault_session(seed: u64, runs: usize) {
         Rig::start(subs(3).replace_dead_workers(true), [("maybe_hang", maybe_hang), ("flaky", flaky)]);
     let bufs: Vec<_> = (0..3).map(|_| u64_buffer(&rig, 512)).collect();
     let views: Vec<_> = bufs.iter().map(|b| u64s(b, 0, 512)).collect();
+    let mut seen: std::collections::BTreeSet<i32> = rig.child_pids().into_iter().collect();
     for run in 0..runs {
         // 0: SIGKILL, 1: hang, 2, 3, 4: fail, panic, exit (flaky's 1, 2, 3), 5: none.
         let fault = if run < 6 { run as u64 } else { rng.below(6) };
@@ -845,8 +846,9 @@ fn fault_session(seed: u64, runs: usize) {
             }
             Ok(())
         });
+        let pids = rig.child_pids();
+        seen.extend(&pids);
         if fault == 0 {
-            let pids = rig.child_pids();
             sigkill(pids[rng.below(pids.len() as u64) as usize]);
         }
         let result = handle.and_then(|h| h.wait());
@@ -866,6 +868,11 @@ fn fault_session(seed: u64, runs: usize) {
             (_, r) => panic!("run {run} (seed {seed:#x}), fault {fault}: {r:?}"),
         }
     }
+    // The rig checks the first workers; the replacements must be gone too.
+    drop((views, bufs));
+    drop(rig);
+    let left: Vec<i32> = seen.into_iter().filter(|&p| process_exists(p)).collect();
+    assert!(left.is_empty(), "workers {left:?} outlived the Worker");
 }
 
 #[test]
