@@ -149,7 +149,7 @@ fn a_sub_worker_killed_under_a_nested_worker_is_reported_as_a_dead_worker() {
     let err = rig
         .run(|orch| orch.submit_next_level(&l3_noop, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .expect_err("the L3 has no live SUB worker");
-    assert_err(&err, ErrorKind::WorkerDied, &["l3_noop", "noop", "0 are alive"]);
+    assert_err(&err, ErrorKind::WorkerDied, &["l3_noop", "noop", "0 are alive", "sub worker 0", "SIGKILL"]);
 }
 
 /// `who[0] = 7`: a host function registered only after `init`.
@@ -179,7 +179,7 @@ fn a_dead_sub_worker_is_replaced_with_everything_registered_and_runs_tasks_again
     wait_seen_dead(&rig, 0);
     let who = u32_buffer(&rig, 2);
     let err = run_into(&rig, &record, &who, 0).expect_err("no live SUB worker");
-    assert_err(&err, ErrorKind::WorkerDied, &["record_worker", "0 are alive"]);
+    assert_err(&err, ErrorKind::WorkerDied, &["record_worker", "0 are alive", "sub worker 0", "SIGKILL"]);
 
     let new = rig.replace_worker(WorkerKind::Sub, 0).expect("replace sub worker 0");
     assert_eq!((new.kind, new.id, new.state), (WorkerKind::Sub, 0, WorkerState::Alive));

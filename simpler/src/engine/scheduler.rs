@@ -690,7 +690,9 @@ impl Scheduler {
                 let why = if self.sub.is_empty() {
                     "this Worker has no SUB workers (WorkerBuilder::sub_workers)".to_string()
                 } else {
-                    format!("it needs {need} SUB workers but only {live} are alive")
+                    let dead: Vec<&str> =
+                        self.sub.iter().filter_map(|&l| self.lanes[l].dead.as_deref()).take(4).collect();
+                    format!("it needs {need} SUB workers but only {live} are alive ({})", dead.join("; "))
                 };
                 self.fail_unplaceable(eng, &slot, why);
                 progress = true;
