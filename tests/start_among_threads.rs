@@ -218,3 +218,40 @@ fn a_closure_is_refused_under_exec_naming_it_and_the_way_out() {
         .register(HostFn::closure("scaled", |_: &HostArgs<'_>| Ok(())))
         .expect("a closure reaches forked workers");
 }
+
+/// The CPUs `pid` may run on, as `/proc/<pid>/status` lists them.
+fn cpus_allowed(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+    line.split(':').nth(1).unwrap().trim().to_string()
+}
+
+#[test]
+#[expect(unsafe_code, reason = "sched_getaffinity/sched_setaffinity have no safe wrapper")]
+fn workers_run_where_the_thread_that_started_them_may_run() {
+    if !in_own_process() {
+        return;
+    }
+    // Start the spawner thread first, with every CPU allowed.
+    drop(Rig::start(subs(1), [("noop", noop)]));
+    let pinned = std::thread::spawn(|| {
+        let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+        // SAFETY: writes at most size_of::<cpu_set_t>() bytes into the zeroed set.
+        assert_eq!(unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), set.as_mut_ptr()) }, 0);
+        // SAFETY: zeroed, then written by sched_getaffinity.
+        let set = unsafe { set.assume_init() };
+        // SAFETY: CPU_ISSET reads the set in bounds for a cpu below CPU_SETSIZE.
+        let cpu = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) }).unwrap();
+        let mut one = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+        // SAFETY: the zeroed set is a valid cpu_set_t; CPU_SET writes in bounds.
+        let mut one = unsafe { one.assume_init_mut() }.to_owned();
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut one) };
+        // SAFETY: pins this thread only, with a valid set.
+        assert_eq!(unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) }, 0);
+        let (rig, _) = Rig::start(subs(1), [("noop", noop)]);
+        (rig, cpu)
+    });
+    let (rig, cpu) = pinned.join().unwrap();
+    assert_eq!(cpus_allowed(rig.pids()[0]), cpu.to_string(), "the worker inherits its starter's CPUs");
+}

@@ -16,8 +16,10 @@
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
-//! S1. Between fork and exec the child runs only async-signal-safe calls (`prctl`, `getppid`,
-//!     `fcntl`, `_exit`) on values prepared before the fork: no allocation, no lock.
+//! S1. Between fork and exec the child runs only async-signal-safe calls (`prctl`,
+//!     `sched_setaffinity`, `getppid`, `fcntl`, `_exit`) on values prepared before the fork: no
+//!     allocation, no lock. The child takes the CPU affinity of the thread that asked for it
+//!     (as a fork from that thread would), not the spawner thread's.
 //! S2. The descriptors named in [`CHILD_ENV`] are the ones the parent cleared close-on-exec on
 //!     between fork and exec (S1): in the fresh image they are open and owned by nothing else,
 //!     so the hook may take ownership of each exactly once; it checks each is open first.
@@ -107,14 +109,26 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     fds.extend(pass.iter().map(|f| f.as_raw_fd()));
     let list: Vec<String> = fds[1..].iter().map(|f| f.to_string()).collect();
     let parent = std::process::id() as libc::pid_t;
+    // The child runs where the calling thread may run (as a fork from it would), not where the
+    // spawner thread may.
+    let mut cpus = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: rule S1 does not apply yet (before the fork); sched_getaffinity writes at most
+    // `size_of::<cpu_set_t>()` bytes into the zeroed set.
+    let have_cpus =
+        unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), cpus.as_mut_ptr()) } == 0;
+    // SAFETY: zero-initialized above, and written by sched_getaffinity when it succeeded.
+    let cpus = unsafe { cpus.assume_init() };
     let mut command = Command::new("/proc/self/exe");
     command.arg0(label).env(CHILD_ENV, format!("{}:{}", fds[0], list.join(",")));
     let keep = fds.clone();
-    // SAFETY: rule S1 — the closure runs between fork and exec and calls only prctl, getppid,
-    // fcntl and _exit on the integers captured above.
+    // SAFETY: rule S1 — the closure runs between fork and exec and calls only prctl,
+    // sched_setaffinity, getppid, fcntl and _exit on the values captured above.
     unsafe {
         command.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if have_cpus {
+                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &cpus);
+            }
             if libc::getppid() != parent {
                 libc::_exit(0); // the parent died before we could ask to follow it
             }
