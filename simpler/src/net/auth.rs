@@ -498,6 +498,22 @@ mod tests {
     }
 
     #[test]
+    fn the_handshake_runs_over_loopback_tcp() {
+        use crate::net::transport::{Listener, NodeAddr};
+        let l = Listener::bind(&NodeAddr::loopback(0), false).unwrap();
+        let addr = l.local_addr();
+        let node = thread::spawn(move || {
+            let (mut s, peer) = l.accept().unwrap();
+            server_handshake(&mut s, &key("the-cluster-secret"), &HELLO, &peer)
+        });
+        let mut s = Stream::connect(&addr, Duration::from_secs(5)).unwrap();
+        let peer = s.peer();
+        let got = client_handshake(&mut s, &key("the-cluster-secret"), &peer).unwrap();
+        assert_eq!(got, HELLO);
+        node.join().unwrap().unwrap();
+    }
+
+    #[test]
     fn a_wrong_key_fails_both_sides() {
         let (node, root) = run(key("the-cluster-secret"), |s| {
             client_handshake(s, &key("another-secret-key"), "unix:node-peer")
