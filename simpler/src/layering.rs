@@ -2,13 +2,14 @@
 //! (and itself).
 //!
 //! ```text
-//! error  <-  sys  <-  data, level  <-  callable  <-  dfx  <-  engine  <-  ipc, chip  <-  worker  <-  dsl  <-  lib.rs
+//! error  <-  sys  <-  data, level  <-  callable  <-  dfx  <-  engine  <-  ipc, chip, net  <-  worker  <-  dsl  <-  lib.rs
 //! ```
 //!
 //! The test reads every source file under `src/` and checks each `crate::module` path outside
-//! comments against the table below. `ipc` and `chip` share a layer and may not name each other.
-//! Paths through the crate root's re-exports (`crate::Worker`) are refused everywhere but at the
-//! top, since they hide which layer an item comes from. `super::` stays inside one module.
+//! comments against the table below. `ipc`, `chip` and `net` share a layer and may not name
+//! each other. Paths through the crate root's re-exports (`crate::Worker`) are refused everywhere
+//! but at the top, since they hide which layer an item comes from. `super::` stays inside one
+//! module.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("engine", 5),
     ("ipc", 6),
     ("chip", 6),
+    ("net", 6),
     ("worker", 7),
     ("dsl", 8),
     // The top: the crate root and what only it (or the benches) uses.

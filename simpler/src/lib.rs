@@ -61,6 +61,7 @@ mod ipc;
 #[cfg(test)]
 mod layering;
 mod level;
+pub(crate) mod net;
 mod sys;
 #[doc(hidden)]
 pub mod test_support;
