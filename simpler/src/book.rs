@@ -34,6 +34,9 @@ pub struct Chips;
 #[doc = include_str!("../../book/src/going-up-a-level.md")]
 pub struct GoingUpALevel;
 
+#[doc = include_str!("../../book/src/across-hosts.md")]
+pub struct AcrossHosts;
+
 #[doc = include_str!("../../book/src/failures.md")]
 pub struct Failures;
 

@@ -86,8 +86,12 @@ pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunHandle, RunStats};
 pub use error::{Error, ErrorKind, Result};
 pub use level::Level;
+pub use net::{ClusterKey, NodeAddr};
 pub use sys::shm::{SweepReport, sweep_stale_buffers};
-pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind, WorkerState, WorkerStatus};
+pub use worker::{
+    BoundNode, Node, RemoteWorker, RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind, WorkerState,
+    WorkerStatus,
+};
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
 /// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function

@@ -294,16 +294,6 @@ impl BodyWriter {
         self
     }
 
-    /// The bytes written so far.
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// True when nothing was written.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The body.
     pub(crate) fn finish(self) -> Vec<u8> {
         self.0
@@ -591,9 +581,8 @@ mod tests {
     fn body_reader_reads_back_what_the_writer_wrote() {
         let mut w = BodyWriter::new();
         w.u8(1).u16(0x0203).u32(0x0405_0607).u64(u64::MAX).bytes(b"hello").raw(b"tail");
-        assert_eq!(w.len(), 1 + 2 + 4 + 8 + 4 + 5 + 4);
-        assert!(!w.is_empty());
         let body = w.finish();
+        assert_eq!(body.len(), 1 + 2 + 4 + 8 + 4 + 5 + 4);
         let mut r = BodyReader::new(&body);
         assert_eq!(r.u8().unwrap(), 1);
         assert_eq!(r.u16().unwrap(), 0x0203);
@@ -603,7 +592,7 @@ mod tests {
         assert_eq!(r.remaining(), 4);
         assert_eq!(r.raw(4).unwrap(), b"tail");
         r.finish().unwrap();
-        assert!(BodyWriter::with_capacity(8).is_empty());
+        assert!(BodyWriter::with_capacity(8).finish().is_empty());
     }
 
     #[test]

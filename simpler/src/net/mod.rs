@@ -70,13 +70,9 @@
 //!
 //! None: everything here is safe `std` (sockets, `/dev/urandom`) and the `hmac` crate.
 
-#![allow(dead_code, reason = "used by the remote endpoint and node server (issue 13), landing next")]
-
 pub(crate) mod auth;
 pub(crate) mod frame;
 pub(crate) mod transport;
 
-#[allow(unused_imports, reason = "re-exported at the crate root with the remote endpoint (issue 13)")]
 pub use auth::ClusterKey;
-#[allow(unused_imports, reason = "re-exported at the crate root with the remote endpoint (issue 13)")]
 pub use transport::NodeAddr;

@@ -128,14 +128,6 @@ impl Stream {
         }
     }
 
-    /// Sets (or with `None` clears) the timeout of each write.
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(t),
-            Stream::Unix(s) => s.set_write_timeout(t),
-        }
-    }
-
     /// Shuts both directions down (a blocked reader on any clone wakes with end of stream);
     /// errors are ignored.
     pub(crate) fn shutdown(&self) {
@@ -314,15 +306,6 @@ impl Listener {
                 let peer = s.peer();
                 Ok((s, peer))
             }
-        }
-    }
-
-    /// Makes [`Listener::accept`] return `WouldBlock` instead of blocking (a server that polls
-    /// for its shutdown). An accepted stream is blocking whatever this says.
-    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        match &self.inner {
-            ListenerInner::Tcp(l) => l.set_nonblocking(nonblocking),
-            ListenerInner::Unix(l, _) => l.set_nonblocking(nonblocking),
         }
     }
 }

@@ -103,6 +103,11 @@ fn spawner() -> Result<&'static Mutex<mpsc::Sender<Job>>> {
 /// The child is killed when this process dies (`PR_SET_PDEATHSIG`, tied to the spawner thread,
 /// which lives as long as the process) and exits at once if this process is already gone.
 pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> Result<i32> {
+    if !hook_in_executable() {
+        return Err(Error::state(format!(
+            "starting {label}: simpler is not linked into this program's executable (a shared library?), so a new process of the executable would not become a worker; build the Worker with StartMethod::Fork"
+        )));
+    }
     let what = |e: &dyn std::fmt::Display| Error::os(&format!("starting {label}"), e);
     let spec_fd = spec_memfd(spec).map_err(|e| what(&e))?;
     let mut fds: Vec<RawFd> = vec![spec_fd.as_raw_fd()];
@@ -146,6 +151,39 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     let pid = answer.recv().map_err(|_| what(&"the spawner thread is gone"))?.map_err(|e| what(&e))?;
     drop(spec_fd);
     Ok(pid as i32)
+}
+
+/// Whether [`START_HOOK`] is in the program's executable (so a new process of it runs the
+/// hook), rather than in a shared library (`/proc/self/exe` would then be another program, a
+/// Python interpreter for instance). Looked up once, in `/proc/self/maps`.
+fn hook_in_executable() -> bool {
+    static IN_EXE: OnceLock<bool> = OnceLock::new();
+    *IN_EXE.get_or_init(|| {
+        let hook = start_hook as extern "C" fn() as usize;
+        let (Ok(exe), Ok(maps)) =
+            (std::fs::read_link("/proc/self/exe"), std::fs::read_to_string("/proc/self/maps"))
+        else {
+            return true; // cannot tell: let exec try
+        };
+        let exe = exe.to_string_lossy().trim_end_matches(" (deleted)").to_string();
+        maps.lines().any(|line| {
+            // "lo-hi perms offset dev inode path": the path is what follows the fifth field.
+            let mut rest = line;
+            let mut fields = [""; 5];
+            for f in &mut fields {
+                let t = rest.trim_start();
+                let end = t.find(char::is_whitespace).unwrap_or(t.len());
+                *f = &t[..end];
+                rest = &t[end..];
+            }
+            let path = rest.trim().trim_end_matches(" (deleted)");
+            let Some((lo, hi)) = fields[0].split_once('-') else { return false };
+            let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else {
+                return false;
+            };
+            (lo..hi).contains(&hook) && path == exe
+        })
+    })
 }
 
 /// A close-on-exec memfd holding `spec`.
@@ -230,6 +268,11 @@ fn take_start(value: &str) -> Result<ChildStart> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hook_is_found_in_this_executable() {
+        assert!(hook_in_executable());
+    }
 
     #[test]
     fn a_malformed_variable_is_refused_without_taking_anything() {

@@ -21,13 +21,32 @@ pub(super) struct Lanes {
     nested: bool,
     /// For each nested Worker, whether chip callables run below it.
     chips_below: Vec<bool>,
+    /// Remote L3 Workers (their addresses), NEXT_LEVEL ids `next..next + remote.len()`, lanes
+    /// after the mailboxes.
+    remote: Vec<String>,
 }
 
 impl Lanes {
     /// The lanes a Worker of `level` starts with: `sub` SUB workers and `chips` chips (nested
     /// Workers come with [`add_nested`](Lanes::add_nested)).
     pub(super) fn new(level: Level, sub: usize, chips: usize) -> Lanes {
-        Lanes { sub, next: chips, nested: level > Level::Node, chips_below: Vec::new() }
+        Lanes { sub, next: chips, nested: level > Level::Node, chips_below: Vec::new(), remote: Vec::new() }
+    }
+
+    /// One more remote L3 Worker, at `addr`; returns its NEXT_LEVEL id.
+    pub(super) fn add_remote(&mut self, addr: String) -> u32 {
+        self.remote.push(addr);
+        (self.next + self.remote.len() - 1) as u32
+    }
+
+    /// The number of mailboxes (SUB workers, then local NEXT_LEVEL workers).
+    pub(super) fn mailboxes(&self) -> usize {
+        self.sub + self.next
+    }
+
+    /// The number of remote L3 Workers.
+    pub(super) fn remotes(&self) -> usize {
+        self.remote.len()
     }
 
     /// One more nested Worker; `runs_chips`: whether chip callables run below it.
@@ -50,8 +69,11 @@ impl Lanes {
         }
     }
 
-    /// The kind and id of the child behind mailbox `i`.
+    /// The kind and id of the child behind lane `i` (mailboxes first, then remote Workers).
     pub(super) fn kind_of(&self, i: usize) -> (WorkerKind, u32) {
+        if i >= self.mailboxes() {
+            return (WorkerKind::Remote, (i - self.sub) as u32);
+        }
         match (i < self.sub, self.nested) {
             (true, _) => (WorkerKind::Sub, i as u32),
             (false, false) => (WorkerKind::Chip, (i - self.sub) as u32),
@@ -59,8 +81,11 @@ impl Lanes {
         }
     }
 
-    /// How messages name the child behind mailbox `i`.
+    /// How messages name the child behind lane `i`.
     pub(super) fn label(&self, i: usize) -> String {
+        if let Some(addr) = i.checked_sub(self.mailboxes()).and_then(|j| self.remote.get(j)) {
+            return format!("remote worker {} ({addr})", i - self.sub);
+        }
         match (i < self.sub, self.nested) {
             (true, _) => format!("sub worker {i}"),
             (false, false) => format!("chip {}", i - self.sub),
@@ -68,9 +93,9 @@ impl Lanes {
         }
     }
 
-    /// The number of NEXT_LEVEL workers (chips at L3, nested Workers above).
+    /// The number of NEXT_LEVEL workers (chips at L3, nested and remote Workers above).
     pub(super) fn next_level(&self) -> usize {
-        self.next
+        self.next + self.remote.len()
     }
 
     /// The number of chips (0 above L3, whose NEXT_LEVEL workers are Workers).

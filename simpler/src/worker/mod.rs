@@ -38,6 +38,7 @@ mod callables;
 mod l2;
 mod lanes;
 mod options;
+mod remote;
 mod runtime;
 mod serve;
 mod start;
@@ -46,6 +47,8 @@ mod tree;
 
 pub use builder::WorkerBuilder;
 pub use options::RunOptions;
+pub use remote::RemoteWorker;
+pub use remote::node::{BoundNode, Node};
 pub use start::StartMethod;
 pub use status::{WorkerKind, WorkerState, WorkerStatus};
 
@@ -88,6 +91,8 @@ pub struct Worker {
     callables: Callables,
     /// Nested Workers added with `add_worker`, handed to their processes by `init` (L4 and up).
     children: Vec<Worker>,
+    /// Remote L3 Workers added with `add_remote_worker`, connected by `init` (L4 and up).
+    remote: Vec<remote::RemoteWorker>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
     extra_heaps: Vec<crate::sys::mem::SharedSpan>,
     /// Owner nonces of the ancestors of a nested Worker (their buffers reach this Worker's
@@ -196,6 +201,7 @@ impl Worker {
             lanes,
             callables: Callables::new(),
             children: Vec::new(),
+            remote: Vec::new(),
             extra_heaps: Vec::new(),
             extra_owners: Vec::new(),
             state: State::New,
@@ -262,7 +268,9 @@ impl Worker {
     /// ```
     pub fn nested_workers(&self) -> usize {
         match &self.state {
-            State::Started(_) if self.cfg.level > Level::Node => self.lanes.next_level(),
+            State::Started(_) if self.cfg.level > Level::Node => {
+                self.lanes.next_level() - self.lanes.remotes()
+            }
             _ => self.children.len(),
         }
     }
@@ -468,6 +476,67 @@ impl Worker {
         self.lanes.add_nested(child.runs_chip_callables());
         self.children.push(child);
         Ok(self.children.len() as u32 - 1)
+    }
+
+    /// Adds a remote L3 Worker (before `init`; L4 and up): a node on another host, or another
+    /// process of this one, started in the node role ([`Node`]). Returns its worker id, in the
+    /// same id space as [`add_worker`](Worker::add_worker)'s (after the nested Workers).
+    ///
+    /// `init` connects to it and authenticates with the cluster key; the node must run every
+    /// orchestration function registered here (the same program registers the same ones in
+    /// both roles), or `init` fails naming the function and the node. Tasks reach it like a
+    /// nested Worker's (`submit_next_level(.., id)`): their tensors' bytes travel with the task
+    /// and what the task writes comes back with its completion. A node that dies, closes its
+    /// session or stays silent past its health timeout fails its task naming its address, and
+    /// leaves service.
+    ///
+    /// ```
+    /// use simpler::{ClusterKey, ErrorKind, Level, NodeAddr, RemoteWorker, Worker};
+    ///
+    /// let key = ClusterKey::new([9u8; 32])?;
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// l4.add_worker(Worker::builder().sub_workers(1).build()?)?; // worker 0: local
+    /// let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key.clone()))?;
+    /// assert_eq!(id, 1);
+    /// assert_eq!(l4.remote_workers(), 1);
+    ///
+    /// let mut l3 = Worker::builder().build()?;
+    /// let err = l3.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key)).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn add_remote_worker(&mut self, node: RemoteWorker) -> Result<u32> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "Worker.add_remote_worker: an {} Worker takes chips and SUB workers; add remote L3 Workers to an L4 (or higher) Worker",
+                self.cfg.level
+            )));
+        }
+        if self.cfg.level != Level::Network1 {
+            return Err(Error::invalid(format!(
+                "Worker.add_remote_worker: a remote Worker is an L3 Worker; an {} Worker takes {} Workers",
+                self.cfg.level,
+                Level::from_number(self.cfg.level.number() - 1)
+                    .map_or("lower".to_string(), |l| l.to_string())
+            )));
+        }
+        if !matches!(self.state, State::New) {
+            return Err(Error::state("Worker.add_remote_worker: only before init"));
+        }
+        let id = self.lanes.add_remote(node.addr.to_string());
+        self.remote.push(node);
+        Ok(id)
+    }
+
+    /// Number of remote L3 Workers added with [`add_remote_worker`](Worker::add_remote_worker).
+    ///
+    /// ```
+    /// let l4 = simpler::Worker::builder().level(simpler::Level::Network1).build()?;
+    /// assert_eq!(l4.remote_workers(), 0);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn remote_workers(&self) -> usize {
+        self.remote.len()
     }
 
     /// Registers a host function; returns the handle tasks use to name it.
@@ -831,6 +900,7 @@ impl Worker {
                 &self.lanes,
                 &self.callables,
                 &mut self.children,
+                &self.remote,
                 &self.extra_heaps,
                 &self.extra_owners,
             )?)

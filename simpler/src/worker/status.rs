@@ -16,6 +16,10 @@ pub enum WorkerKind {
     /// A nested Worker (L4 and up); its `id` is the worker id `worker(id)` names, in
     /// `add_worker` order.
     Nested,
+    /// A remote L3 Worker (L4 and up) on another host or process, reached over a session; its
+    /// `id` is the worker id `worker(id)` names (after the nested Workers, in
+    /// `add_remote_worker` order), its `pid` 0, and its state `Alive` or `Lost`.
+    Remote,
 }
 
 /// Whether a worker process lives, and if not, how it ended.

@@ -38,6 +38,7 @@ use crate::worker::Worker;
 use crate::worker::builder::WorkerBuilder;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
+use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable};
 use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
@@ -67,6 +68,8 @@ pub(super) struct Tree {
     region: Arc<MailboxRegion>,
     /// Number of children (mailboxes).
     children: usize,
+    /// The sessions with remote L3 Workers, lanes `children..`.
+    remote: Vec<Arc<Session>>,
     /// The configuration, for replacement children.
     cfg: WorkerBuilder,
     /// The heap rings every child maps (this Worker's and its ancestors').
@@ -86,6 +89,7 @@ impl Tree {
         lanes: &Lanes,
         callables: &Callables,
         children: &mut Vec<Worker>,
+        remote: &[RemoteWorker],
         extra_heaps: &[SharedSpan],
         extra_owners: &[u64],
     ) -> Result<Tree> {
@@ -93,7 +97,7 @@ impl Tree {
         let nested = cfg.level > Level::Node;
         let mut engine_cfg = cfg.engine.clone();
         if nested {
-            engine_cfg.next_level_workers = children.len();
+            engine_cfg.next_level_workers = children.len() + remote.len();
             engine_cfg.next_level_kind = CallableKind::Orch;
             engine_cfg.next_level_names = ("nested Worker", "Worker::add_worker");
         } else {
@@ -107,7 +111,8 @@ impl Tree {
         owners.extend_from_slice(extra_owners);
         engine_cfg.owners = Some(owners.clone());
         let n_sub = engine_cfg.sub_workers;
-        let n_chip = engine_cfg.next_level_workers;
+        // The mailbox children: remote Workers have no mailbox.
+        let n_chip = engine_cfg.next_level_workers - remote.len();
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let minter = Arc::new(IdentityMinter::new(nonce));
         let devices = Arc::new(ChipBuffers::default());
@@ -229,7 +234,45 @@ impl Tree {
                 Lane::new(kind, Box::new(ep))
             })
             .collect();
-        engine.attach_lanes(mailbox_lanes);
+        // Remote L3 Workers: connected and authenticated now, after every local child started
+        // (the sessions' threads start here), each checked to run every orchestration function.
+        let mut sessions = Vec::with_capacity(remote.len());
+        let mut lanes_all: Vec<Lane> = mailbox_lanes;
+        for (j, spec) in remote.iter().enumerate() {
+            let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(region.clone()));
+            let connected = Session::connect(
+                spec,
+                lanes.label(n_sub + n_chip + j),
+                HostResolver::new(heaps.clone()),
+                bell,
+            )
+            .and_then(|s| {
+                for (_, _, f) in callables.orch().iter() {
+                    if let Err(e) = check_callable(&s, &f.handle(), spec.connect_timeout) {
+                        s.close();
+                        return Err(e.context("Worker.init"));
+                    }
+                }
+                Ok(s)
+            });
+            match connected {
+                Ok(s) => {
+                    lanes_all.push(Lane::new(
+                        LaneKind::NextLevel((n_chip + j) as u32),
+                        Box::new(RemoteEndpoint::new(s.clone())),
+                    ));
+                    sessions.push(s);
+                }
+                Err(e) => {
+                    for s in &sessions {
+                        s.close();
+                    }
+                    abort_children(&region, &mut monitor, &pids);
+                    return Err(e);
+                }
+            }
+        }
+        engine.attach_lanes(lanes_all);
         {
             let mut known = engine.callables().write();
             for (d, kind) in callables.kinds() {
@@ -256,6 +299,7 @@ impl Tree {
             control_lock: Mutex::new(()),
             region,
             children: pids.len(),
+            remote: sessions,
             cfg: cfg.clone(),
             heaps,
             monitor,
@@ -404,7 +448,14 @@ impl Runtime for Tree {
             };
             WorkerStatus { kind, id, pid, state }
         };
-        (0..self.children).map(|i| (i, self.monitor.pid(i))).map(|(i, pid)| status((i, &pid))).collect()
+        let mut all: Vec<WorkerStatus> =
+            (0..self.children).map(|i| (i, self.monitor.pid(i))).map(|(i, pid)| status((i, &pid))).collect();
+        for (j, s) in self.remote.iter().enumerate() {
+            let (kind, id) = self.lanes.kind_of(self.children + j);
+            let state = if s.is_lost() { WorkerState::Lost } else { WorkerState::Alive };
+            all.push(WorkerStatus { kind, id, pid: 0, state });
+        }
+        all
     }
 
     fn ships_by_address(&self) -> bool {
@@ -523,6 +574,12 @@ impl Runtime for Tree {
         self.register_on(&self.lanes.targets(c.kind()), &digest, |mb| {
             mb.post_control(command, addr, digest.as_bytes(), desc.bytes())
         })?;
+        if c.kind() == CallableKind::Orch {
+            // A remote node has it only if its program registered it too: it says so.
+            for s in self.remote.iter().filter(|s| !s.is_lost()) {
+                check_callable(s, &c.handle(), self.cfg.startup_timeout)?;
+            }
+        }
         // From now on, submits may name it.
         self.engine.callables().write().insert(digest, c.kind());
         Ok(())

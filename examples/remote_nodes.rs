@@ -1,0 +1,144 @@
+//! One L4 Worker driving a local L3 Worker and two remote L3 Workers: two more processes of
+//! this same program, started in the node role and reached over loopback TCP with the cluster
+//! key. The graph is a `task_graph!` whose tasks run on `worker(0)` (local, with a chip),
+//! `worker(1)` and `worker(2)` (the nodes, with SUB workers); the tensors the remote tasks use
+//! travel with them, and what they write comes back.
+//!
+//! The same program is root and node (SPMD, as `mpirun` and `srun` users know it): started
+//! with `--node ADDR` it serves one root as a node, otherwise it is the root and starts its two
+//! nodes itself. Run it with `cargo run --example remote_nodes`.
+
+#![allow(clippy::print_stdout)] // An example talks to its user.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitCode, Stdio};
+
+use simpler::{ClusterKey, In, InOut, Level, Node, NodeAddr, Orchestrator, Out, RemoteWorker, Worker};
+use simpler::{callable, sub, task_graph};
+
+const N: u32 = 1024;
+
+/// `out = a + b` on a chip.
+#[callable(chip)]
+fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
+    for i in 0..out.len() {
+        out[i] = a[i] + b[i];
+    }
+}
+
+/// `x = x * x` on a SUB worker.
+#[callable(sub)]
+fn square(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v *= *v);
+}
+
+/// `x += 1` on a SUB worker.
+#[callable(sub)]
+fn inc(mut x: InOut<f32>) {
+    x.iter_mut().for_each(|v| *v += 1.0);
+}
+
+task_graph! {
+    /// Runs on the local L3, which has a chip.
+    fn add_on_chip(a: In<f32>, b: In<f32>, out: Out<f32>) {
+        vadd(a, b, &mut out).on(chip(0));
+    }
+}
+
+/// Runs on a node: `x = x * x + times`.
+#[callable(orch)]
+fn square_then_inc(o: &mut Orchestrator<'_>, x: InOut<f32>, times: u32) -> simpler::Result<()> {
+    square::call(&mut x)?.on(o, sub())?;
+    for _ in 0..times {
+        inc::call(&mut x)?.on(o, sub())?;
+    }
+    Ok(())
+}
+
+task_graph! {
+    /// The L4 graph: `y = (a + b)^2 + 3` and `z = (a + a)^2 + 1`, the squares on the nodes.
+    fn across(a: In<f32>, b: In<f32>, y: Out<f32>, z: Out<f32>) {
+        add_on_chip(a, b, &mut y).on(worker(0));
+        add_on_chip(a, a, &mut z).on(worker(0));
+        square_then_inc(&mut y, 3).on(worker(1));
+        square_then_inc(&mut z, 1).on(worker(2));
+    }
+}
+
+/// The node role: an L3 Worker with two SUB workers, served to one root.
+fn node(addr: &str) -> simpler::Result<()> {
+    let l3 = Worker::builder().sub_workers(2).build()?;
+    let node = Node::new(l3, NodeAddr::parse(addr)?, ClusterKey::from_env()?)?;
+    let bound = node.bind()?;
+    println!("{}", bound.local_addr()); // the root reads where we listen
+    bound.serve_one()
+}
+
+/// Starts a node of this program on a free loopback port; returns it and its address.
+fn start_node(key: &str) -> Result<(Child, String), Box<dyn std::error::Error>> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--node", "127.0.0.1:0"])
+        .env("SIMPLER_CLUSTER_KEY", key)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().ok_or("no stdout")?.by_ref()).read_line(&mut line)?;
+    Ok((child, line.trim().to_string()))
+}
+
+fn root() -> Result<(), Box<dyn std::error::Error>> {
+    // A fresh key for this run; a cluster keeps one in its launcher's environment.
+    let mut secret = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+    let key_text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let key = ClusterKey::new(&key_text)?;
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        nodes.push(start_node(&key_text)?);
+    }
+
+    let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    l4.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).build()?)?; // worker 0
+    for (_, addr) in &nodes {
+        let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()))?;
+        println!("worker {id}: the node at {addr}");
+    }
+    l4.init()?;
+
+    let (a, b) = (l4.create_buffer(4 * N as usize)?, l4.create_buffer(4 * N as usize)?);
+    let (y, z) = (l4.create_buffer(4 * N as usize)?, l4.create_buffer(4 * N as usize)?);
+    a.write(0, &vec![1.0f32; N as usize])?;
+    b.write(0, &vec![2.0f32; N as usize])?;
+    let (ta, tb) = (a.typed::<f32>(&[N])?, b.typed::<f32>(&[N])?);
+    let (mut ty, mut tz) = (y.typed::<f32>(&[N])?, z.typed::<f32>(&[N])?);
+    across::call(&ta, &tb, &mut ty, &mut tz)?.run(&l4)?;
+
+    let (ys, zs) = (y.read::<f32>(0, N as usize)?, z.read::<f32>(0, N as usize)?);
+    l4.close()?;
+    for (mut child, _) in nodes {
+        child.wait()?; // each node ends its session when the root closes it
+    }
+    let ok = ys.iter().all(|&v| v == 12.0) && zs.iter().all(|&v| v == 5.0);
+    println!(
+        "result check: y = (1 + 2)^2 + 3 = {} and z = (1 + 1)^2 + 1 = {} in all {N} elements, the squares computed on two nodes: {}",
+        ys[0],
+        zs[0],
+        if ok { "correct" } else { "WRONG" }
+    );
+    if ok { Ok(()) } else { Err("wrong result".into()) }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let result = match args.iter().position(|a| a == "--node") {
+        Some(i) => node(args.get(i + 1).map_or("127.0.0.1:0", String::as_str)).map_err(Into::into),
+        None => root(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! Remote L3 Workers: an L4 Worker drives L3 Workers on other hosts (or other processes of
+//! this one) over an authenticated session (`net`), behind the same engine [`Endpoint`] as a
+//! mailbox lane.
+//!
+//! * The root side ([`RemoteWorker`], added with `Worker::add_remote_worker`): at `init` the L4
+//!   connects to each node, runs the challenge–response handshake on the cluster key, and only
+//!   then gives it a lane. A reader thread per session takes the node's frames: a COMPLETION
+//!   writes the task's outputs back into the root's memory, records the outcome and rings the
+//!   engine's doorbell (as a mailbox completion does); HEALTH frames prove the node alive; a
+//!   session silent past its health deadline, closed, or sending a malformed frame fails its
+//!   task and leaves service, naming the node's address and what was seen.
+//! * The node side ([`Node`](node::Node)): a program in the node role builds its L3 Worker and
+//!   the orchestration functions the root may send (the same program runs on every host, so
+//!   the same registrations run there), binds its address, and serves one session: each TASK
+//!   runs one orchestration function as a run of its L3 Worker, over buffers of its own filled
+//!   with the tensors' bytes; the written bytes travel back with the COMPLETION.
+
+pub(crate) mod node;
+pub(crate) mod wire;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::callable::identity::{CallableHandle, Digest};
+use crate::data::buffer::BufferDesc;
+use crate::data::tensor::TensorView;
+use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipc::child::HostResolver;
+use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
+use crate::net::frame::{DEFAULT_MAX_BODY, FrameError, FrameKind, read_frame, write_frame};
+use crate::net::transport::{NodeAddr, Stream};
+use crate::sys::futex::Doorbell;
+use crate::sys::sync;
+
+/// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
+/// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
+///
+/// ```
+/// use std::time::Duration;
+/// use simpler::{ClusterKey, NodeAddr, RemoteWorker};
+///
+/// let key = ClusterKey::new("a secret of at least sixteen bytes")?;
+/// let node = RemoteWorker::new(NodeAddr::parse("127.0.0.1:7301")?, key)
+///     .connect_timeout(Duration::from_secs(5))
+///     .health_timeout(Duration::from_secs(2));
+/// assert_eq!(node.addr().to_string(), "127.0.0.1:7301");
+/// # Ok::<(), simpler::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RemoteWorker {
+    pub(crate) addr: NodeAddr,
+    pub(crate) key: ClusterKey,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) health_timeout: Duration,
+}
+
+impl RemoteWorker {
+    /// The node at `addr`, which must know `key`. Defaults: 10 s to connect and authenticate,
+    /// 2 s of silence before the node counts as lost.
+    ///
+    /// ```
+    /// let key = simpler::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7302), key);
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn new(addr: NodeAddr, key: ClusterKey) -> RemoteWorker {
+        RemoteWorker {
+            addr,
+            key,
+            connect_timeout: Duration::from_secs(10),
+            health_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// How long `init` waits to connect to the node and authenticate (default 10 s).
+    ///
+    /// ```
+    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7303), key)
+    ///     .connect_timeout(std::time::Duration::from_secs(30));
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn connect_timeout(mut self, t: Duration) -> RemoteWorker {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// How long the node may stay silent (no heartbeat, no reply) before its session is lost:
+    /// its task fails naming the node, and its lane leaves service (default 2 s; the node
+    /// sends a heartbeat every 200 ms).
+    ///
+    /// ```
+    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7304), key)
+    ///     .health_timeout(std::time::Duration::from_millis(500));
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn health_timeout(mut self, t: Duration) -> RemoteWorker {
+        self.health_timeout = t;
+        self
+    }
+
+    /// Where the node listens.
+    ///
+    /// ```
+    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7305), key);
+    /// assert!(node.addr().is_loopback());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn addr(&self) -> &NodeAddr {
+        &self.addr
+    }
+}
+
+/// What a session's reader thread reports.
+#[derive(Default)]
+struct SessionState {
+    /// The outcome of the task in flight, once its COMPLETION arrived.
+    completion: Option<Outcome>,
+    /// The reply to the control in flight: (sequence, result).
+    reply: Option<(u64, std::result::Result<(), String>)>,
+    /// Why the session is over (set once).
+    lost: Option<String>,
+}
+
+/// One authenticated session with a node, shared by its endpoint, its reader thread and the
+/// Worker's control requests.
+pub(crate) struct Session {
+    /// "remote worker N (ADDR)", for messages.
+    label: String,
+    writer: Mutex<Stream>,
+    state: Mutex<SessionState>,
+    changed: Condvar,
+    seq: AtomicU64,
+    /// The root's memory, where task inputs are read from and outputs written to.
+    resolver: Mutex<HostResolver>,
+    /// The tensors of the task in flight that come back written: (index, descriptor, view).
+    outputs: Mutex<Vec<(usize, BufferDesc, TensorView)>>,
+    /// Rung when something arrives (the engine's doorbell).
+    bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
+    /// The reader thread, joined by `close`.
+    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Session {
+    /// Connects to `spec`'s node and authenticates; starts the reader thread.
+    pub(crate) fn connect(
+        spec: &RemoteWorker,
+        label: String,
+        resolver: HostResolver,
+        bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
+    ) -> Result<Arc<Session>> {
+        let peer = spec.addr.to_string();
+        let mut stream = Stream::connect(&spec.addr, spec.connect_timeout).map_err(|e| {
+            Error::new(ErrorKind::WorkerDied, format!("{label}: cannot connect to the node at {peer}: {e}"))
+        })?;
+        let hello: NodeHello =
+            client_handshake(&mut stream, &spec.key, &peer).map_err(|e| e.context(label.clone()))?;
+        tracing::info!(target: "simpler::remote", node = %label, node_id = hello.node_id, sub_workers = hello.sub_workers, chips = hello.chips, "session ready");
+        let reader = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
+        reader
+            .set_read_timeout(Some(spec.health_timeout))
+            .map_err(|e| Error::os("setting a session timeout", e))?;
+        let session = Arc::new(Session {
+            label,
+            writer: Mutex::new(stream),
+            state: Mutex::new(SessionState::default()),
+            changed: Condvar::new(),
+            seq: AtomicU64::new(1),
+            resolver: Mutex::new(resolver),
+            outputs: Mutex::new(Vec::new()),
+            bell,
+            reader: Mutex::new(None),
+        });
+        let s = session.clone();
+        let health = spec.health_timeout;
+        let thread = std::thread::Builder::new()
+            .name("simpler-remote".into())
+            .spawn(move || s.read_loop(reader, health))
+            .map_err(|e| Error::os("starting a session reader thread", e))?;
+        *sync::lock(&session.reader) = Some(thread);
+        Ok(session)
+    }
+
+    fn send(&self, kind: FrameKind, body: &[u8]) -> Result<u64> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut w = sync::lock(&self.writer);
+        write_frame(&mut *w, kind, seq, body).map_err(|e| {
+            self.lose(format!("the connection failed while sending: {e}"));
+            Error::new(ErrorKind::WorkerDied, format!("{}: {}", self.label, self.lost().unwrap_or_default()))
+        })?;
+        Ok(seq)
+    }
+
+    /// Marks the session lost (the first reason stays) and wakes everyone.
+    fn lose(&self, why: String) {
+        {
+            let mut st = sync::lock(&self.state);
+            if st.lost.is_none() {
+                tracing::warn!(target: "simpler::remote", node = %self.label, "{why}");
+                st.lost = Some(why);
+            }
+        }
+        self.changed.notify_all();
+        AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+        sync::lock(&self.writer).shutdown();
+    }
+
+    fn lost(&self) -> Option<String> {
+        sync::lock(&self.state).lost.clone()
+    }
+
+    /// Whether the session is over.
+    pub(crate) fn is_lost(&self) -> bool {
+        sync::lock(&self.state).lost.is_some()
+    }
+
+    fn read_loop(&self, mut reader: Stream, health: Duration) {
+        loop {
+            let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
+                Ok(f) => f,
+                Err(FrameError::Closed) => return self.lose("the node closed the connection".into()),
+                Err(FrameError::Io(e))
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    return self.lose(format!("the node stopped answering: nothing heard for {health:?}"));
+                }
+                Err(FrameError::Io(e)) => return self.lose(format!("the connection failed: {e}")),
+                Err(FrameError::Malformed(m)) => {
+                    return self.lose(format!("the node sent a malformed frame: {m}"));
+                }
+            };
+            match frame.kind {
+                FrameKind::Health => {}
+                FrameKind::Completion => {
+                    let outcome = match self.complete(&frame.body) {
+                        Ok(o) => o,
+                        Err(e) => return self.lose(format!("the node sent a bad COMPLETION: {e}")),
+                    };
+                    sync::lock(&self.state).completion = Some(outcome);
+                    AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+                }
+                FrameKind::ControlReply => match wire::decode_reply(&frame.body) {
+                    Ok(r) => {
+                        sync::lock(&self.state).reply = Some((frame.seq, r));
+                        self.changed.notify_all();
+                    }
+                    Err(e) => return self.lose(format!("the node sent a bad CONTROL_REPLY: {e}")),
+                },
+                FrameKind::Shutdown => return self.lose("the node ended the session".into()),
+                other => return self.lose(format!("the node sent an unexpected {other:?} frame")),
+            }
+        }
+    }
+
+    /// Writes a COMPLETION's outputs into the root's memory; returns the task's outcome.
+    fn complete(&self, body: &[u8]) -> Result<Outcome> {
+        let msg = wire::decode_completion(body)?;
+        let expected = std::mem::take(&mut *sync::lock(&self.outputs));
+        if msg.status == wire::DONE {
+            let mut resolver = sync::lock(&self.resolver);
+            for (i, bytes) in &msg.outputs {
+                let Some((_, desc, view)) = expected.iter().find(|(j, _, _)| j == i) else {
+                    return Err(Error::decode(format!("output {i} is not a written tensor of the task")));
+                };
+                if bytes.len() as u64 != desc.nbytes() {
+                    return Err(Error::decode(format!(
+                        "output {i} has {} bytes, its buffer {}",
+                        bytes.len(),
+                        desc.nbytes()
+                    )));
+                }
+                let dst = resolver.bytes(desc, 0, desc.nbytes()).map_err(Error::decode)?;
+                for (off, len) in view_runs(view) {
+                    let (a, b) = (off as usize, (off + len) as usize);
+                    dst[a..b].copy_from_slice(&bytes[a..b]);
+                }
+            }
+        }
+        let m = format!("{}: {}", self.label, msg.message);
+        Ok(match msg.status {
+            wire::DONE => Outcome::Success,
+            wire::WORKER_DIED => Outcome::WorkerDied(m),
+            wire::RESOURCE => Outcome::ResourceExhausted(m),
+            _ => Outcome::TaskFailure(m),
+        })
+    }
+
+    /// Sends a control and waits for its reply (or the session's loss).
+    pub(crate) fn control(&self, body: &[u8], timeout: Duration) -> Result<std::result::Result<(), String>> {
+        let seq = self.send(FrameKind::Control, body)?;
+        let deadline = Instant::now() + timeout;
+        let mut st = sync::lock(&self.state);
+        loop {
+            if let Some((s, _)) = &st.reply
+                && *s == seq
+            {
+                return Ok(st.reply.take().expect("checked").1);
+            }
+            if let Some(why) = &st.lost {
+                return Err(Error::new(ErrorKind::WorkerDied, format!("{}: {why}", self.label)));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{}: no reply to a control request", self.label),
+                ));
+            }
+            st = sync::wait_timeout(&self.changed, st, deadline - now);
+        }
+    }
+
+    /// Ends the session: tells the node, closes the connection, waits for the reader thread
+    /// and drops the mappings of the root's memory the session held.
+    pub(crate) fn close(&self) {
+        if self.lost().is_none() {
+            let _ = self.send(FrameKind::Shutdown, &[]);
+        }
+        self.lose("the session was closed".into());
+        let reader = sync::lock(&self.reader).take();
+        if let Some(t) = reader
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+        *sync::lock(&self.resolver) = HostResolver::new(Vec::new());
+    }
+}
+
+/// The byte runs (offset, length) of `view`'s elements within its buffer.
+fn view_runs(view: &TensorView) -> Vec<(u64, u64)> {
+    let (start, end) = view.byte_range();
+    if view.is_contiguous() {
+        return vec![(start, end - start)];
+    }
+    let size = view.dtype().size() as u64;
+    let (shape, strides) = (view.shape(), view.strides());
+    let mut idx = vec![0u32; shape.len()];
+    let mut runs = Vec::with_capacity(view.num_elements() as usize);
+    for _ in 0..view.num_elements() {
+        let elem: u64 = idx.iter().zip(strides).map(|(&i, &s)| u64::from(i) * u64::from(s)).sum();
+        runs.push((start + elem * size, size));
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    runs
+}
+
+/// The engine's endpoint for one remote L3 Worker.
+pub(crate) struct RemoteEndpoint {
+    session: Arc<Session>,
+}
+
+impl RemoteEndpoint {
+    pub(crate) fn new(session: Arc<Session>) -> RemoteEndpoint {
+        RemoteEndpoint { session }
+    }
+}
+
+impl Endpoint for RemoteEndpoint {
+    fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+        let s = &self.session;
+        if let Some(why) = s.lost() {
+            return Err(Error::new(ErrorKind::WorkerDied, format!("{}: {why}", s.label)));
+        }
+        let mut outputs = Vec::new();
+        let body = {
+            let mut resolver = sync::lock(&s.resolver);
+            wire::encode_task(&d.callable.digest(), d.callable.name(), d.config, d.args, |i| {
+                let t = &d.args.tensors[i];
+                let desc = t.desc();
+                if wire::writes(d.args.tags[i].access()) {
+                    outputs.push((i, *desc, *t.view()));
+                }
+                // Every tensor's buffer travels: a node's buffer starts as the root's, so bytes
+                // a written view does not cover come back unchanged.
+                let bytes = resolver
+                    .bytes(desc, 0, desc.nbytes())
+                    .map_err(|m| Error::invalid(format!("{}: tensor {i}: {m}", d.callable)))?;
+                Ok(Some(bytes.to_vec()))
+            })?
+        };
+        *sync::lock(&s.outputs) = outputs;
+        sync::lock(&s.state).completion = None;
+        tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, "send task");
+        s.send(FrameKind::Task, &body).map(|_| ())
+    }
+
+    fn poll(&mut self) -> Option<Outcome> {
+        let mut st = sync::lock(&self.session.state);
+        if let Some(o) = st.completion.take() {
+            return Some(o);
+        }
+        st.lost.as_ref().map(|why| Outcome::EndpointFailure(format!("{}: {why}", self.session.label)))
+    }
+
+    fn shutdown(&mut self) {
+        self.session.close();
+    }
+
+    fn stop(&mut self) -> bool {
+        // A node cannot be killed from here: ending the session makes it drop the task's run
+        // and free what the session held; the lane leaves service as for a lost node.
+        self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
+        true
+    }
+
+    fn gone(&self) -> Option<String> {
+        self.session.lost().map(|why| format!("{}: {why}", self.session.label))
+    }
+}
+
+/// Checks that `session`'s node runs the callable `handle` names (registration reaches a node
+/// only when it answers).
+pub(crate) fn check_callable(session: &Session, handle: &CallableHandle, timeout: Duration) -> Result<()> {
+    let digest: Digest = handle.digest();
+    match session.control(&wire::encode_check(&digest, handle.name()), timeout)? {
+        Ok(()) => Ok(()),
+        Err(m) => Err(Error::new(ErrorKind::Callable, format!("{}: {m}", session.label))),
+    }
+}

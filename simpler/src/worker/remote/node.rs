@@ -1,0 +1,396 @@
+//! The node role: a program that serves an L4 root as a remote L3 Worker.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::data::buffer::Buffer;
+use crate::data::task_args::{Tag, TaskArgs};
+use crate::data::wire::decode_args;
+use crate::engine::orch_fn::OrchFn;
+use crate::engine::run::RunHandle;
+use crate::error::{Error, ErrorKind, Result};
+use crate::level::Level;
+use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
+use crate::net::frame::{DEFAULT_MAX_BODY, FrameError, FrameKind, read_frame, write_frame};
+use crate::net::transport::{Listener, NodeAddr, Stream};
+use crate::sys::sync;
+use crate::worker::remote::wire;
+use crate::worker::{RunOptions, Worker};
+
+/// How often a node tells its root it is alive.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// A program in the node role: an L3 Worker served to one L4 root over an authenticated
+/// session.
+///
+/// The same program runs as the root and as every node (SPMD): each decides its role at start
+/// (an argument, the environment, or the launcher's rank) and makes the same registrations, so
+/// a callable the root names by digest is found on the node. A node builds its L3 Worker (SUB
+/// workers, chips, their callables), registers the orchestration functions the root will send
+/// ([`register_orch`](Node::register_orch); `#[callable(orch)]`s are found on their own), binds
+/// its address, and serves: each task runs one orchestration function as a run of its L3
+/// Worker. Nodes listen on loopback unless [`allow_remote`](Node::allow_remote) says otherwise,
+/// and only a root that proves it knows the [`ClusterKey`] may drive one.
+///
+/// ```no_run
+/// use simpler::{ClusterKey, Node, NodeAddr, Worker};
+///
+/// # fn main() -> simpler::Result<()> {
+/// let l3 = Worker::builder().sub_workers(2).build()?;
+/// let mut node = Node::new(l3, NodeAddr::parse("127.0.0.1:7401")?, ClusterKey::from_env()?)?;
+/// // node.register_orch(OrchFn::new("step", step))?; // what the root will send
+/// let bound = node.bind()?; // init the L3 Worker, listen
+/// bound.serve_one()?; // one root's session, until it ends
+/// # Ok(()) }
+/// ```
+pub struct Node {
+    worker: Worker,
+    addr: NodeAddr,
+    key: ClusterKey,
+    allow_remote: bool,
+    orch: HashMap<Digest, OrchFn>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("addr", &self.addr).field("orch", &self.orch.len()).finish()
+    }
+}
+
+impl Node {
+    /// A node that will serve `worker` (an L3 Worker, not initialized) at `addr` to roots that
+    /// know `key`.
+    ///
+    /// ```
+    /// use simpler::{ClusterKey, ErrorKind, Level, Node, NodeAddr, Worker};
+    ///
+    /// let key = ClusterKey::new([1u8; 32])?;
+    /// let node = Node::new(Worker::builder().sub_workers(1).build()?, NodeAddr::loopback(0), key.clone())?;
+    /// # drop(node);
+    /// let l4 = Worker::builder().level(Level::Network1).build()?;
+    /// let err = Node::new(l4, NodeAddr::loopback(0), key).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn new(worker: Worker, addr: NodeAddr, key: ClusterKey) -> Result<Node> {
+        if worker.level() != Level::Node {
+            return Err(Error::invalid(format!(
+                "Node::new: a node serves an L3 Worker, not an {} one",
+                worker.level()
+            )));
+        }
+        if worker.is_ready() {
+            return Err(Error::state("Node::new: the Worker must not be initialized (the node starts it)"));
+        }
+        Ok(Node { worker, addr, key, allow_remote: false, orch: HashMap::new() })
+    }
+
+    /// Whether the node may listen on an address other than loopback (default `false`: a node
+    /// executes code on request, so reaching it from other hosts is a decision).
+    ///
+    /// ```
+    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
+    /// # let w = simpler::Worker::builder().build()?;
+    /// let node = simpler::Node::new(w, simpler::NodeAddr::parse("0.0.0.0:7402")?, key)?.allow_remote(true);
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn allow_remote(mut self, allow: bool) -> Node {
+        self.allow_remote = allow;
+        self
+    }
+
+    /// Registers an orchestration function the root may send (the root registers the same one
+    /// with `register_orch`; they meet by digest).
+    ///
+    /// ```
+    /// use simpler::{CallConfig, ClusterKey, Node, NodeAddr, OrchFn, Orchestrator, TaskArgs, Worker};
+    ///
+    /// fn step(_o: &mut Orchestrator<'_>, _a: &TaskArgs, _c: &CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let key = ClusterKey::new([1u8; 32])?;
+    /// let mut node = Node::new(Worker::builder().build()?, NodeAddr::loopback(0), key)?;
+    /// let h = node.register_orch(OrchFn::new("step", step));
+    /// assert_eq!(h, OrchFn::new("step", step).handle());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn register_orch(&mut self, f: OrchFn) -> CallableHandle {
+        let h = f.handle();
+        self.orch.insert(h.digest(), f);
+        h
+    }
+
+    /// Starts the L3 Worker and listens; a node is reachable from here on.
+    ///
+    /// ```no_run
+    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
+    /// let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// let bound = node.bind()?;
+    /// println!("listening on {}", bound.local_addr()); // the real port when 0 was asked
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn bind(mut self) -> Result<BoundNode> {
+        for info in crate::callable::linked::CallableInfo::linked() {
+            if info.kind == CallableKind::Orch {
+                let f = OrchFn::from_linked(info)?;
+                self.orch.entry(f.handle().digest()).or_insert(f);
+            }
+        }
+        let listener = Listener::bind(&self.addr, self.allow_remote)?;
+        self.worker.init()?;
+        Ok(BoundNode { worker: self.worker, listener, key: self.key, orch: self.orch })
+    }
+}
+
+/// A node listening, with its L3 Worker started ([`Node::bind`]).
+pub struct BoundNode {
+    worker: Worker,
+    listener: Listener,
+    key: ClusterKey,
+    orch: HashMap<Digest, OrchFn>,
+}
+
+impl std::fmt::Debug for BoundNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundNode").field("addr", &self.listener.local_addr()).finish()
+    }
+}
+
+impl BoundNode {
+    /// Where the node listens (with the real port when port 0 was asked).
+    ///
+    /// ```no_run
+    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// let bound = node.bind()?;
+    /// assert!(bound.local_addr().is_loopback());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn local_addr(&self) -> NodeAddr {
+        self.listener.local_addr()
+    }
+
+    /// Serves the next root that authenticates, until it ends the session or is lost (its
+    /// connection closes: a dead root frees the node's session at once). Connections that fail
+    /// the handshake are refused, logged with their address, and waited past.
+    ///
+    /// ```no_run
+    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// let bound = node.bind()?;
+    /// bound.serve_one()?;
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn serve_one(&self) -> Result<()> {
+        let hello = NodeHello {
+            node_id: std::process::id() as u64,
+            sub_workers: self.worker.sub_workers() as u32,
+            chips: self.worker.chips() as u32,
+        };
+        // Workers a cancelled task of an earlier session left dead come back first.
+        if let Err(e) = self.worker.replace_dead_workers() {
+            tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
+        }
+        loop {
+            let (mut stream, peer) = self.listener.accept().map_err(|e| Error::os("accepting a root", e))?;
+            match server_handshake(&mut stream, &self.key, &hello, &peer) {
+                Ok(()) => return self.session(stream, &peer),
+                Err(e) => {
+                    tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
+                    stream.shutdown();
+                }
+            }
+        }
+    }
+
+    fn session(&self, stream: Stream, peer: &str) -> Result<()> {
+        tracing::info!(target: "simpler::remote", peer = %peer, "session started");
+        let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
+        let done = Arc::new(AtomicBool::new(false));
+        let beat = {
+            let (writer, done) = (writer.clone(), done.clone());
+            std::thread::Builder::new()
+                .name("simpler-heartbeat".into())
+                .spawn(move || {
+                    while !done.load(Ordering::Acquire) {
+                        if write_frame(&mut *sync::lock(&writer), FrameKind::Health, 0, &[]).is_err() {
+                            return;
+                        }
+                        std::thread::park_timeout(HEARTBEAT);
+                    }
+                })
+                .map_err(|e| Error::os("starting the heartbeat thread", e))?
+        };
+        // Tasks run on a thread of their own, so this loop keeps reading: a root that ends the
+        // session or dies (its connection closes) cancels the task in flight at once.
+        let current: Mutex<Option<RunHandle>> = Mutex::new(None);
+        let mut reader = stream;
+        let result = std::thread::scope(|scope| {
+            let (tasks, queue) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
+            let runner = scope.spawn(|| {
+                for (seq, body) in queue {
+                    let reply = self.task(&body, peer, &current);
+                    if write_frame(&mut *sync::lock(&writer), FrameKind::Completion, seq, &reply).is_err() {
+                        return;
+                    }
+                }
+            });
+            let result = loop {
+                let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
+                    Ok(f) => f,
+                    Err(FrameError::Closed) => break Ok(()),
+                    Err(e) => {
+                        break Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}")));
+                    }
+                };
+                match frame.kind {
+                    FrameKind::Task => {
+                        if tasks.send((frame.seq, frame.body)).is_err() {
+                            break Err(Error::new(
+                                ErrorKind::WorkerDied,
+                                format!("session with {peer}: the task runner stopped"),
+                            ));
+                        }
+                    }
+                    FrameKind::Control => {
+                        let reply = self.control(&frame.body, peer);
+                        if let Err(e) =
+                            write_frame(&mut *sync::lock(&writer), FrameKind::ControlReply, frame.seq, &reply)
+                        {
+                            break Err(Error::new(
+                                ErrorKind::WorkerDied,
+                                format!("session with {peer}: {e}"),
+                            ));
+                        }
+                    }
+                    FrameKind::Shutdown => break Ok(()),
+                    FrameKind::Health => {}
+                    other => {
+                        break Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("session with {peer}: unexpected {other:?} frame"),
+                        ));
+                    }
+                }
+            };
+            drop(tasks);
+            if let Some(run) = sync::lock(&current).as_ref() {
+                run.cancel(); // the root is gone or done: the task's result has nowhere to go
+            }
+            let _ = runner.join();
+            result
+        });
+        done.store(true, Ordering::Release);
+        beat.thread().unpark();
+        sync::lock(&writer).shutdown();
+        let _ = beat.join();
+        tracing::info!(target: "simpler::remote", peer = %peer, "session ended");
+        result
+    }
+
+    fn control(&self, body: &[u8], peer: &str) -> Vec<u8> {
+        let result = match wire::decode_control(body) {
+            Ok((wire::CHECK_CALLABLE, digest, name)) => {
+                if self.orch.contains_key(&digest) {
+                    Ok(())
+                } else {
+                    Err(self.unknown(&digest, &name, peer))
+                }
+            }
+            Ok((other, _, _)) => Err(format!("unknown control command {other}")),
+            Err(e) => Err(e.to_string()),
+        };
+        wire::encode_reply(&result)
+    }
+
+    fn unknown(&self, digest: &Digest, name: &str, _peer: &str) -> String {
+        format!(
+            "UNKNOWN_CALLABLE: {digest} (`{name}`) is not registered on the node at {} (register it with Node::register_orch, or make it a #[callable(orch)])",
+            self.listener.local_addr()
+        )
+    }
+
+    /// Runs one TASK; returns the COMPLETION body. The run is in `current` while it runs.
+    fn task(&self, body: &[u8], peer: &str, current: &Mutex<Option<RunHandle>>) -> Vec<u8> {
+        let msg = match wire::decode_task(body) {
+            Ok(m) => m,
+            Err(e) => return wire::encode_completion(wire::BAD_FRAME, &e.to_string(), &[]),
+        };
+        let Some(f) = self.orch.get(&msg.digest) else {
+            return wire::encode_completion(
+                wire::UNKNOWN_CALLABLE,
+                &self.unknown(&msg.digest, &msg.name, peer),
+                &[],
+            );
+        };
+        match self.run_task(f, &msg, current) {
+            Ok(outputs) => wire::encode_completion(wire::DONE, "", &outputs),
+            Err(e) => {
+                let status = match e.kind() {
+                    ErrorKind::WorkerDied => wire::WORKER_DIED,
+                    ErrorKind::ResourceExhausted => wire::RESOURCE,
+                    _ => wire::TASK_FAILED,
+                };
+                wire::encode_completion(status, e.message(), &[])
+            }
+        }
+    }
+
+    /// Fills a buffer of this node per tensor, runs `f` on the L3 Worker, and returns the bytes
+    /// of every buffer the task may have written.
+    fn run_task(
+        &self,
+        f: &OrchFn,
+        msg: &wire::TaskMsg<'_>,
+        current: &Mutex<Option<RunHandle>>,
+    ) -> Result<Vec<(usize, Vec<u8>)>> {
+        let decoded = decode_args(msg.args_blob)?;
+        if decoded.tensors.len() != msg.data.len() {
+            return Err(Error::decode("a TASK's tensor data does not match its arguments"));
+        }
+        let mut buffers: Vec<(usize, Buffer, usize)> = Vec::new();
+        let mut args = TaskArgs::new();
+        for (i, t) in decoded.tensors.iter().enumerate() {
+            let n = usize::try_from(t.desc.nbytes()).map_err(|_| Error::invalid("tensor too large"))?;
+            let buf = self.worker.create_buffer(n.max(1))?;
+            if let Some(bytes) = msg.data[i] {
+                if bytes.len() != n {
+                    return Err(Error::decode(format!(
+                        "tensor {i}: {} bytes for a {n}-byte buffer",
+                        bytes.len()
+                    )));
+                }
+                buf.write(0, bytes)?;
+            }
+            let access = t.desc.access().within_orchestration();
+            let tensor = buf.view(t.view)?.narrowed(access)?;
+            args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
+            if wire::writes(t.desc.access()) {
+                buffers.push((i, buf, n));
+            }
+        }
+        for &s in &decoded.scalars {
+            args.scalar(s);
+        }
+        let run = self
+            .worker
+            .submit_with(RunOptions::new().args(args).config(msg.config.clone()), |orch, a, c| {
+                f.call(orch, a, c)
+            })?;
+        *sync::lock(current) = Some(run.clone());
+        let result = run.wait();
+        *sync::lock(current) = None;
+        result?;
+        buffers.into_iter().map(|(i, b, n)| Ok((i, b.read::<u8>(0, n)?))).collect()
+    }
+}
+
+impl Drop for BoundNode {
+    fn drop(&mut self) {
+        let _ = self.worker.close();
+    }
+}

@@ -1,0 +1,401 @@
+//! Remote L3 Workers over loopback: an L4 drives nodes (other processes, or threads of this
+//! one, in the node role) over authenticated sessions. Graphs across local and remote Workers,
+//! the wrong key, a digest the node lacks, a node killed mid-task, a node that stops answering,
+//! garbage on the wire, and a root that dies.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use simpler::{
+    CallConfig, ClusterKey, ErrorKind, HostArgs, HostFn, HostResult, Level, Node, NodeAddr, OrchFn,
+    Orchestrator, RemoteWorker, TaskArgs, Worker, WorkerKind, WorkerState,
+};
+
+const KEY: &str = "the test cluster's shared secret";
+
+fn key() -> ClusterKey {
+    ClusterKey::new(KEY).unwrap()
+}
+
+/// `x[i] = x[i] * 2 + 1` for every u64 word.
+fn twice_plus_one(args: &HostArgs<'_>) -> HostResult {
+    for v in args.output::<u64>(0)?.iter_mut() {
+        *v = *v * 2 + 1;
+    }
+    Ok(())
+}
+
+/// Where `stall` announces that it runs, on the node whose process is `node_pid`.
+fn stall_marker(node_pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-remote-stall-{node_pid}"))
+}
+
+/// Announces that it runs (a SUB worker of a node process), then blocks for up to a minute
+/// (the test kills or stops its node meanwhile).
+fn stall(_args: &HostArgs<'_>) -> HostResult {
+    std::fs::write(stall_marker(std::os::unix::process::parent_id()), b"running")?;
+    spin_until(Instant::now() + Duration::from_secs(60), || false);
+    Ok(())
+}
+
+/// The orchestration the root sends: one `twice_plus_one` on the node's SUB worker.
+fn step(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.inout(args.tensor(0).unwrap())?;
+    orch.submit_sub(&HostFn::new("twice_plus_one", twice_plus_one).handle(), a).map(|_| ())
+}
+
+/// The orchestration that stalls on the node.
+fn stalled(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    orch.submit_sub(&HostFn::new("stall", stall).handle(), TaskArgs::new()).map(|_| ())
+}
+
+/// A node's L3 Worker and orchestration functions: what both roles register (SPMD).
+fn node_with(addr: &str) -> Node {
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
+    l3.register(HostFn::new("stall", stall)).unwrap();
+    let mut node = Node::new(l3, NodeAddr::parse(addr).unwrap(), key()).unwrap();
+    node.register_orch(OrchFn::new("step", step));
+    node.register_orch(OrchFn::new("stalled", stalled));
+    node
+}
+
+/// A node on a thread of this process, serving one session; returns its address and thread.
+fn thread_node() -> (NodeAddr, std::thread::JoinHandle<simpler::Result<()>>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let bound = node_with("127.0.0.1:0").bind()?;
+        tx.send(bound.local_addr()).unwrap();
+        bound.serve_one()
+    });
+    (rx.recv_timeout(Duration::from_secs(30)).expect("the node bound its address"), t)
+}
+
+/// The env var that makes `node_process` serve as a node.
+const NODE_ENV: &str = "SIMPLER_TEST_REMOTE_NODE";
+
+/// Not a test of its own: the body of a node process (this test binary started with
+/// `NODE_ENV`), which prints its address and serves one session.
+#[test]
+fn node_process() {
+    if std::env::var_os(NODE_ENV).is_none() {
+        return;
+    }
+    let bound = node_with("127.0.0.1:0").bind().unwrap();
+    let mut out = std::io::stdout();
+    writeln!(out, "NODE {}", bound.local_addr()).unwrap();
+    out.flush().unwrap();
+    bound.serve_one().unwrap();
+}
+
+/// Sends `sig` to our own child `pid`.
+#[expect(unsafe_code, reason = "kill(2) has no safe wrapper in std")]
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on our own child with a valid signal; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// A node in a process of its own (this binary, in `node_process`), killed on drop.
+struct NodeProcess {
+    child: Child,
+    addr: NodeAddr,
+}
+
+impl NodeProcess {
+    fn start() -> NodeProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "node_process", "--nocapture", "--test-threads=1"])
+            .env(NODE_ENV, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let addr = loop {
+            line.clear();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "the node process ended before binding");
+            // libtest may print "test node_process ... " on the same line first.
+            if let Some(a) = line.split("NODE ").nth(1) {
+                break NodeAddr::parse(a.trim()).unwrap();
+            }
+        };
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+        });
+        NodeProcess { child, addr }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Closes `root`, waits for the thread nodes to end their sessions, then checks that nothing
+/// of the test is left (the nodes' processes and buffers are this process's too).
+fn finish(mut root: Worker, nodes: Vec<std::thread::JoinHandle<simpler::Result<()>>>) {
+    let pids = root.child_pids();
+    root.close().expect("the root closes");
+    for n in nodes {
+        n.join().unwrap().expect("the node served its session");
+    }
+    assert_left_nothing(&pids);
+}
+
+/// An L4 Worker (not initialized) with one local L3 (one SUB worker) and the remote nodes
+/// `addrs`, `step` and `stalled` registered.
+fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
+    let mut w = Worker::builder().level(Level::Network1).build().unwrap();
+    let mut local = Worker::builder().sub_workers(1).build().unwrap();
+    local.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
+    local.register(HostFn::new("stall", stall)).unwrap();
+    w.add_worker(local).unwrap();
+    for a in addrs {
+        w.add_remote_worker(RemoteWorker::new(a.clone(), key()).health_timeout(health)).unwrap();
+    }
+    w.register_orch(OrchFn::new("step", step)).unwrap();
+    w.register_orch(OrchFn::new("stalled", stalled)).unwrap();
+    w
+}
+
+/// An L4 with one local L3 (one SUB worker) and the remote nodes `addrs`, `step` registered.
+fn root_with(addrs: &[NodeAddr], health: Duration) -> Rig {
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    let mut local = Worker::builder().sub_workers(1).build().unwrap();
+    local.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
+    local.register(HostFn::new("stall", stall)).unwrap();
+    rig.add_worker(local).unwrap();
+    for a in addrs {
+        rig.add_remote_worker(RemoteWorker::new(a.clone(), key()).health_timeout(health)).unwrap();
+    }
+    rig.register_orch(OrchFn::new("step", step)).unwrap();
+    rig.register_orch(OrchFn::new("stalled", stalled)).unwrap();
+    rig
+}
+
+/// Runs `step` on worker `w` over words `from..from + n` of `buf`.
+fn step_on(rig: &Worker, buf: &simpler::Buffer, from: usize, n: usize, w: u32) -> simpler::Result<()> {
+    let t = u64s(buf, from, n);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.inout(&t)?;
+        orch.submit_next_level(&OrchFn::new("step", step).handle(), a, CallConfig::default(), w).map(|_| ())
+    })
+}
+
+#[test]
+fn a_graph_runs_across_a_local_and_two_remote_l3_workers() {
+    if !in_own_process() {
+        return;
+    }
+    let (a1, n1) = thread_node();
+    let (a2, n2) = thread_node();
+    let mut rig = root_worker(&[a1.clone(), a2.clone()], Duration::from_secs(2));
+    rig.init().unwrap();
+    let kinds: Vec<_> = rig.workers().iter().map(|w| (w.kind, w.id, w.state)).collect();
+    assert!(kinds.contains(&(WorkerKind::Remote, 1, WorkerState::Alive)), "{kinds:?}");
+    assert!(kinds.contains(&(WorkerKind::Remote, 2, WorkerState::Alive)), "{kinds:?}");
+    let buf = u64_buffer(&rig, 12);
+    buf.write(0, &(0..12u64).collect::<Vec<_>>()).unwrap();
+    // One run: a chain per worker, over disjoint words, then a second pass on the other nodes.
+    let (x0, x1, x2) = (u64s(&buf, 0, 4), u64s(&buf, 4, 4), u64s(&buf, 8, 4));
+    rig.run(|orch| {
+        let h = OrchFn::new("step", step).handle();
+        for (t, w) in [(&x0, 0u32), (&x1, 1), (&x2, 2), (&x0, 2), (&x1, 0), (&x2, 1)] {
+            let mut a = TaskArgs::new();
+            a.inout(t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), w)?;
+        }
+        Ok(())
+    })
+    .expect("the run across local and remote Workers");
+    let want: Vec<u64> = (0..12u64).map(|v| (v * 2 + 1) * 2 + 1).collect();
+    assert_eq!(read_u64(&buf, 0, 12), want);
+    // Data written on a node comes back, and can go out again in the next run.
+    step_on(&rig, &buf, 4, 4, 2).unwrap();
+    assert_eq!(read_u64(&buf, 4, 4), want[4..8].iter().map(|v| v * 2 + 1).collect::<Vec<_>>());
+    drop((x0, x1, x2, buf));
+    finish(rig, vec![n1, n2]); // closing the root ends each node's session
+}
+
+#[test]
+fn a_root_with_the_wrong_key_is_refused_and_the_node_serves_the_next_one() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    let wrong = ClusterKey::new("not the cluster's secret at all").unwrap();
+    l4.add_remote_worker(RemoteWorker::new(addr.clone(), wrong)).unwrap();
+    let err = l4.init().expect_err("the node refuses the key");
+    assert!(err.message().contains(&addr.to_string()), "{err}");
+    assert!(err.message().contains("refused"), "{err}");
+    // Nothing changed on the node: the right root is served.
+    let mut rig = root_worker(&[addr], Duration::from_secs(2));
+    rig.init().unwrap();
+    let buf = u64_buffer(&rig, 2);
+    step_on(&rig, &buf, 0, 2, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    drop(buf);
+    finish(rig, vec![node]);
+}
+
+fn only_here(_o: &mut Orchestrator<'_>, _a: &TaskArgs, _c: &CallConfig) -> simpler::Result<()> {
+    Ok(())
+}
+
+#[test]
+fn an_orchestration_the_node_lacks_fails_init_naming_digest_name_and_node() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut rig = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
+    let h = rig.register_orch(OrchFn::new("only_here", only_here)).unwrap();
+    let err = rig.init().expect_err("the node does not run `only_here`");
+    assert_err(&err, ErrorKind::Callable, &["only_here", &h.digest().to_string(), &addr.to_string()]);
+    // The failed init ended the session: the node's serve_one returns.
+    node.join().unwrap().expect("the node's session ended cleanly");
+    assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
+}
+
+#[test]
+fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
+    if !in_own_process() {
+        return;
+    }
+    let node = NodeProcess::start();
+    let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_secs(2));
+    rig.init();
+    let h = OrchFn::new("stalled", stalled).handle();
+    let marker = stall_marker(node.pid() as u32);
+    let _ = std::fs::remove_file(&marker);
+    let run = rig
+        .submit(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .unwrap();
+    wait_for("the task to run on the node", Duration::from_secs(20), || marker.exists());
+    let _ = std::fs::remove_file(&marker);
+    sigkill(node.pid());
+    let started = Instant::now();
+    let err = run.wait().expect_err("the node died under the task");
+    assert!(started.elapsed() < Duration::from_secs(3), "noticed in {:?}", started.elapsed());
+    assert_err(&err, ErrorKind::WorkerDied, &["stalled", &node.addr.to_string()]);
+    let remote = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Remote).unwrap();
+    assert_eq!(remote.state, WorkerState::Lost);
+    // The local L3 still works; close does not hang.
+    let buf = u64_buffer(&rig, 1);
+    step_on(&rig, &buf, 0, 1, 0).unwrap();
+    drop(buf);
+}
+
+#[test]
+fn a_node_that_stops_answering_is_lost_within_its_health_timeout() {
+    if !in_own_process() {
+        return;
+    }
+    let node = NodeProcess::start();
+    let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_millis(500));
+    rig.init();
+    // SIGSTOP: the process lives, but sends nothing (no heartbeat, no completion).
+    signal(node.pid(), libc::SIGSTOP);
+    let h = OrchFn::new("step", step).handle();
+    let buf = u64_buffer(&rig, 1);
+    let t = u64s(&buf, 0, 1);
+    let started = Instant::now();
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), 1).map(|_| ())
+        })
+        .expect_err("the node is silent");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "noticed in {took:?}");
+    assert_err(&err, ErrorKind::WorkerDied, &[&node.addr.to_string(), "stopped answering"]);
+    signal(node.pid(), libc::SIGCONT);
+    drop(buf);
+}
+
+#[test]
+fn garbage_on_the_wire_is_refused_and_the_node_keeps_serving() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let NodeAddr::Tcp(sock) = addr.clone() else { panic!("a TCP node") };
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0u8; 3][..], &[0xffu8; 64][..]] {
+        let mut s = std::net::TcpStream::connect(sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(garbage);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest); // the node closes the connection
+    }
+    let mut rig = root_worker(&[addr], Duration::from_secs(2));
+    rig.init().unwrap();
+    let buf = u64_buffer(&rig, 1);
+    step_on(&rig, &buf, 0, 1, 1).unwrap();
+    drop(buf);
+    finish(rig, vec![node]);
+}
+
+/// The env var that makes `root_process` act as a root driving the node at its value.
+const ROOT_ENV: &str = "SIMPLER_TEST_REMOTE_ROOT";
+
+/// Not a test of its own: the body of a root process (this test binary started with
+/// `ROOT_ENV`), which sends a task that stalls on the node and waits on it.
+#[test]
+fn root_process() {
+    let Some(addr) = std::env::var_os(ROOT_ENV) else {
+        return;
+    };
+    let addr = NodeAddr::parse(&addr.to_string_lossy()).unwrap();
+    let mut root = root_worker(&[addr], Duration::from_secs(2));
+    root.init().unwrap();
+    let h = OrchFn::new("stalled", stalled).handle();
+    let run = root
+        .submit(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .unwrap();
+    let _ = run.wait(); // killed meanwhile
+}
+
+#[test]
+fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let marker = stall_marker(std::process::id());
+    let _ = std::fs::remove_file(&marker);
+    let mut root = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "root_process", "--nocapture", "--test-threads=1"])
+        .env(ROOT_ENV, addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the root's task to run on the node", Duration::from_secs(30), || marker.exists());
+    let _ = std::fs::remove_file(&marker);
+    root.kill().unwrap();
+    root.wait().unwrap();
+    let killed = Instant::now();
+    // The node notices the closed connection, cancels the task (stopping the SUB worker that
+    // ran it) and ends the session, long before the task would have ended on its own.
+    let served = node.join().unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(5), "the node took {:?}", killed.elapsed());
+    served.expect("a root that disappears ends the session cleanly");
+    assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
+}
