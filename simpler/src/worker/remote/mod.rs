@@ -34,6 +34,9 @@ use crate::net::transport::{NodeAddr, Stream};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 
+/// How long a session's reader keeps checking for the next frame before it sleeps in `read`.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
 /// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
 /// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
 ///
@@ -223,6 +226,9 @@ impl Session {
 
     fn read_loop(&self, mut reader: Stream, health: Duration) {
         loop {
+            // A completion usually follows a task within microseconds: keep checking briefly
+            // before sleeping in `read` (whose wake-up costs tens of microseconds).
+            reader.spin_readable(SPIN);
             let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
                 Ok(f) => f,
                 Err(FrameError::Closed) => return self.lose("the node closed the connection".into()),

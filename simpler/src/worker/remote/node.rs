@@ -211,13 +211,19 @@ impl BoundNode {
         tracing::info!(target: "simpler::remote", peer = %peer, "session started");
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
         let done = Arc::new(AtomicBool::new(false));
+        // The task in flight: the heartbeat thread cancels it when the root is gone (its
+        // heartbeat cannot be written), since this thread is busy running it.
+        let current: Arc<Mutex<Option<RunHandle>>> = Arc::new(Mutex::new(None));
         let beat = {
-            let (writer, done) = (writer.clone(), done.clone());
+            let (writer, done, current) = (writer.clone(), done.clone(), current.clone());
             std::thread::Builder::new()
                 .name("simpler-heartbeat".into())
                 .spawn(move || {
                     while !done.load(Ordering::Acquire) {
                         if write_frame(&mut *sync::lock(&writer), FrameKind::Health, 0, &[]).is_err() {
+                            if let Some(run) = sync::lock(&current).as_ref() {
+                                run.cancel(); // the root is gone: the result has nowhere to go
+                            }
                             return;
                         }
                         std::thread::park_timeout(HEARTBEAT);
@@ -225,65 +231,40 @@ impl BoundNode {
                 })
                 .map_err(|e| Error::os("starting the heartbeat thread", e))?
         };
-        // Tasks run on a thread of their own, so this loop keeps reading: a root that ends the
-        // session or dies (its connection closes) cancels the task in flight at once.
-        let current: Mutex<Option<RunHandle>> = Mutex::new(None);
         let mut reader = stream;
-        let result = std::thread::scope(|scope| {
-            let (tasks, queue) = std::sync::mpsc::channel::<(u64, Vec<u8>)>();
-            let runner = scope.spawn(|| {
-                for (seq, body) in queue {
-                    let reply = self.task(&body, peer, &current);
-                    if write_frame(&mut *sync::lock(&writer), FrameKind::Completion, seq, &reply).is_err() {
-                        return;
-                    }
+        let result = loop {
+            reader.spin_readable(super::SPIN);
+            let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
+                Ok(f) => f,
+                Err(FrameError::Closed) => break Ok(()),
+                Err(FrameError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    break Ok(()); // the root is gone
                 }
-            });
-            let result = loop {
-                let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
-                    Ok(f) => f,
-                    Err(FrameError::Closed) => break Ok(()),
-                    Err(e) => {
-                        break Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}")));
-                    }
-                };
-                match frame.kind {
-                    FrameKind::Task => {
-                        if tasks.send((frame.seq, frame.body)).is_err() {
-                            break Err(Error::new(
-                                ErrorKind::WorkerDied,
-                                format!("session with {peer}: the task runner stopped"),
-                            ));
-                        }
-                    }
-                    FrameKind::Control => {
-                        let reply = self.control(&frame.body, peer);
-                        if let Err(e) =
-                            write_frame(&mut *sync::lock(&writer), FrameKind::ControlReply, frame.seq, &reply)
-                        {
-                            break Err(Error::new(
-                                ErrorKind::WorkerDied,
-                                format!("session with {peer}: {e}"),
-                            ));
-                        }
-                    }
-                    FrameKind::Shutdown => break Ok(()),
-                    FrameKind::Health => {}
-                    other => {
-                        break Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("session with {peer}: unexpected {other:?} frame"),
-                        ));
-                    }
+                Err(e) => break Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}"))),
+            };
+            let reply = match frame.kind {
+                FrameKind::Task => (FrameKind::Completion, self.task(&frame.body, peer, &current)),
+                FrameKind::Control => (FrameKind::ControlReply, self.control(&frame.body, peer)),
+                FrameKind::Shutdown => break Ok(()),
+                FrameKind::Health => continue,
+                other => {
+                    break Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("session with {peer}: unexpected {other:?} frame"),
+                    ));
                 }
             };
-            drop(tasks);
-            if let Some(run) = sync::lock(&current).as_ref() {
-                run.cancel(); // the root is gone or done: the task's result has nowhere to go
+            if let Err(e) = write_frame(&mut *sync::lock(&writer), reply.0, frame.seq, &reply.1) {
+                // The root is gone (its end of the connection closed): the session is over.
+                tracing::info!(target: "simpler::remote", peer = %peer, "the root is gone: {e}");
+                break Ok(());
             }
-            let _ = runner.join();
-            result
-        });
+        };
         done.store(true, Ordering::Release);
         beat.thread().unpark();
         sync::lock(&writer).shutdown();

@@ -17,7 +17,7 @@ use crate::callable::identity::Digest;
 use crate::data::buffer::Access;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
-use crate::data::wire::{CALL_CONFIG_WIRE_SIZE, decode_config, encode_args, encode_config};
+use crate::data::wire::{CALL_CONFIG_WIRE_SIZE, blob_size, decode_config, encode_args, encode_config};
 use crate::error::{Error, Result};
 use crate::net::frame::{BodyReader, BodyWriter, FrameError};
 
@@ -69,7 +69,13 @@ pub(crate) fn encode_task(
         encode_config(c, &mut cfg);
     }
     w.raw(&cfg);
-    let mut blob = vec![0u8; MAX_ARGS_BLOB];
+    let size = blob_size(args.tensors.len(), args.scalars.len());
+    if size > MAX_ARGS_BLOB {
+        return Err(Error::invalid(format!(
+            "a task's arguments take {size} bytes encoded, over the {MAX_ARGS_BLOB}-byte limit of a remote task"
+        )));
+    }
+    let mut blob = vec![0u8; size];
     let n =
         encode_args(args.tensors.iter().zip(args.tags.iter().map(|t| t.access())), &args.scalars, &mut blob)?;
     w.bytes(&blob[..n]);
