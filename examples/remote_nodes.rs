@@ -7,13 +7,24 @@
 //! The same program is root and node (SPMD, as `mpirun` and `srun` users know it): started
 //! with `--node ADDR` it serves one root as a node, otherwise it is the root and starts its two
 //! nodes itself. Run it with `cargo run --example remote_nodes`.
+//!
+//! Under a launcher, rank 0 is the root and ranks 1 and 2 the nodes, which connect to the root:
+//!
+//! ```text
+//! cargo build --example remote_nodes
+//! SIMPLER_CLUSTER_KEY=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n') \
+//!   mpirun --oversubscribe -np 3 -x SIMPLER_CLUSTER_KEY -x SIMPLER_ROOT=127.0.0.1:7470 \
+//!   target/debug/examples/remote_nodes
+//! ```
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitCode, Stdio};
 
-use simpler::{ClusterKey, In, InOut, Level, Node, NodeAddr, Orchestrator, Out, RemoteWorker, Worker};
+use simpler::{
+    ClusterKey, In, InOut, Launch, Level, Node, NodeAddr, Orchestrator, Out, RemoteWorker, Worker,
+};
 use simpler::{callable, sub, task_graph};
 
 const N: u32 = 1024;
@@ -86,22 +97,42 @@ fn start_node(key: &str) -> Result<(Child, String), Box<dyn std::error::Error>> 
     Ok((child, line.trim().to_string()))
 }
 
-fn root() -> Result<(), Box<dyn std::error::Error>> {
-    // A fresh key for this run; a cluster keeps one in its launcher's environment.
-    let mut secret = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
-    let key_text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let key = ClusterKey::new(&key_text)?;
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        nodes.push(start_node(&key_text)?);
-    }
+/// A node of a launched job: connects to the root (rank 0) and serves it.
+fn launched_node(launch: &Launch) -> simpler::Result<()> {
+    let l3 = Worker::builder().sub_workers(2).build()?;
+    Node::new(l3, NodeAddr::loopback(0), ClusterKey::from_env()?)?.serve_launch(launch)
+}
 
+fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
     let mut l4 = Worker::builder().level(Level::Network1).build()?;
     l4.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).build()?)?; // worker 0
-    for (_, addr) in &nodes {
-        let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()))?;
-        println!("worker {id}: the node at {addr}");
+    let mut nodes = Vec::new();
+    match launch {
+        Some(launch) => {
+            if launch.size() != 3 {
+                return Err(format!(
+                    "this example runs as 3 ranks (a root and two nodes), not {}",
+                    launch.size()
+                )
+                .into());
+            }
+            let ids = l4.add_launched_workers(launch, ClusterKey::from_env()?)?;
+            println!("workers {ids:?}: ranks 1 and 2, connecting to {}", launch.root());
+        }
+        None => {
+            // A fresh key for this run; a cluster keeps one in its launcher's environment.
+            let mut secret = [0u8; 16];
+            std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+            let key_text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            let key = ClusterKey::new(&key_text)?;
+            for _ in 0..2 {
+                nodes.push(start_node(&key_text)?);
+            }
+            for (_, addr) in &nodes {
+                let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()))?;
+                println!("worker {id}: the node at {addr}");
+            }
+        }
     }
     l4.init()?;
 
@@ -130,9 +161,14 @@ fn root() -> Result<(), Box<dyn std::error::Error>> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let result = match args.iter().position(|a| a == "--node") {
-        Some(i) => node(args.get(i + 1).map_or("127.0.0.1:0", String::as_str)).map_err(Into::into),
-        None => root(),
+    let result = match (Launch::from_env(), args.iter().position(|a| a == "--node")) {
+        (Err(e), _) => Err(e.into()),
+        (Ok(Some(launch)), _) if launch.is_root() => root(Some(&launch)),
+        (Ok(Some(launch)), _) => launched_node(&launch).map_err(Into::into),
+        (Ok(None), Some(i)) => {
+            node(args.get(i + 1).map_or("127.0.0.1:0", String::as_str)).map_err(Into::into)
+        }
+        (Ok(None), None) => root(None),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

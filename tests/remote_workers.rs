@@ -399,3 +399,38 @@ fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
     served.expect("a root that disappears ends the session cleanly");
     assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
 }
+
+#[test]
+fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
+    if !in_own_process() {
+        return;
+    }
+    // Three ranks as a launcher would start them, here as threads: the root listens at the
+    // address every rank was given; ranks 1 and 2 connect to it (before or after it listens).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let root_addr = NodeAddr::loopback(port);
+    let nodes: Vec<_> = (1..3)
+        .map(|rank| {
+            let launch = simpler::Launch::new(rank, 3, root_addr.clone()).unwrap();
+            std::thread::spawn(move || node_with("127.0.0.1:0").serve_launch(&launch))
+        })
+        .collect();
+    let launch = simpler::Launch::new(0, 3, root_addr).unwrap();
+    let mut root = root_worker(&[], Duration::from_secs(2));
+    assert_eq!(root.add_launched_workers(&launch, key()).unwrap(), vec![1, 2]);
+    root.init().unwrap();
+    let names: Vec<String> =
+        root.workers().iter().filter(|w| w.kind == WorkerKind::Remote).map(|w| format!("{}", w.id)).collect();
+    assert_eq!(names, ["1", "2"]);
+    let buf = u64_buffer(&root, 2);
+    step_on(&root, &buf, 0, 1, 1).unwrap();
+    step_on(&root, &buf, 1, 1, 2).unwrap();
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    // A node that is not part of the launch is refused by its rank.
+    let err = root_worker(&[], Duration::from_secs(2))
+        .add_launched_workers(&simpler::Launch::new(1, 3, NodeAddr::loopback(1)).unwrap(), key())
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["rank 1", "root"]);
+    drop(buf);
+    finish(root, nodes);
+}

@@ -89,8 +89,8 @@ pub use level::Level;
 pub use net::{ClusterKey, NodeAddr};
 pub use sys::shm::{SweepReport, sweep_stale_buffers};
 pub use worker::{
-    BoundNode, Node, RemoteWorker, RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind, WorkerState,
-    WorkerStatus,
+    BoundNode, Launch, Node, RemoteWorker, RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind,
+    WorkerState, WorkerStatus,
 };
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration

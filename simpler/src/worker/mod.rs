@@ -29,6 +29,7 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
+use crate::net::auth::ClusterKey;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
 use crate::worker::runtime::Runtime;
@@ -48,6 +49,7 @@ mod tree;
 pub use builder::WorkerBuilder;
 pub use options::RunOptions;
 pub use remote::RemoteWorker;
+pub use remote::launch::Launch;
 pub use remote::node::{BoundNode, Node};
 pub use start::StartMethod;
 pub use status::{WorkerKind, WorkerState, WorkerStatus};
@@ -523,9 +525,44 @@ impl Worker {
         if !matches!(self.state, State::New) {
             return Err(Error::state("Worker.add_remote_worker: only before init"));
         }
-        let id = self.lanes.add_remote(node.addr.to_string());
+        let name = node.addr.to_string();
+        self.add_remote_worker_named(node, name)
+    }
+
+    fn add_remote_worker_named(&mut self, node: RemoteWorker, name: String) -> Result<u32> {
+        let id = self.lanes.add_remote(name);
         self.remote.push(node);
         Ok(id)
+    }
+
+    /// Adds the nodes of a launched job (`mpirun`, `srun`) as remote L3 Workers (before `init`;
+    /// L4, on rank 0): one per rank from 1 to `launch.size() - 1`, in rank order. Returns their
+    /// worker ids. `init` listens at `launch.root()`, waits for every rank to connect and
+    /// authenticate (within the default connect timeout of 10 s, counted from `init`), and then
+    /// runs as with [`add_remote_worker`](Worker::add_remote_worker).
+    ///
+    /// ```
+    /// use simpler::{ClusterKey, Launch, Level, NodeAddr, Worker};
+    ///
+    /// let launch = Launch::new(0, 3, NodeAddr::loopback(7510))?;
+    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
+    /// assert_eq!(l4.add_launched_workers(&launch, ClusterKey::new([3u8; 16])?)?, vec![0, 1]);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn add_launched_workers(&mut self, launch: &Launch, key: ClusterKey) -> Result<Vec<u32>> {
+        if !launch.is_root() {
+            return Err(Error::invalid(format!(
+                "Worker.add_launched_workers: rank {} is a node; only rank 0 (the root) adds the others",
+                launch.rank()
+            )));
+        }
+        let mut ids = Vec::new();
+        for rank in 1..launch.size() {
+            let mut node = RemoteWorker::new(launch.root().clone(), key.clone());
+            node.launch_rank = Some(rank);
+            ids.push(self.add_remote_worker_named(node, format!("rank {rank}"))?);
+        }
+        Ok(ids)
     }
 
     /// Number of remote L3 Workers added with [`add_remote_worker`](Worker::add_remote_worker).

@@ -38,6 +38,7 @@ use crate::worker::Worker;
 use crate::worker::builder::WorkerBuilder;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
+use crate::worker::remote::launch::accept_ranks;
 use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable};
 use crate::worker::runtime::Runtime;
 use crate::worker::serve;
@@ -238,14 +239,26 @@ impl Tree {
         // (the sessions' threads start here), each checked to run every orchestration function.
         let mut sessions = Vec::with_capacity(remote.len());
         let mut lanes_all: Vec<Lane> = mailbox_lanes;
+        // Nodes of a launched job connect to this root: accept them all first.
+        let ranks: Vec<u32> = remote.iter().filter_map(|s| s.launch_rank).collect();
+        let mut launched = match remote.iter().find(|s| s.launch_rank.is_some()) {
+            Some(first) => match accept_ranks(&first.addr, &ranks, &first.key, first.connect_timeout) {
+                Ok(a) => a,
+                Err(e) => {
+                    abort_children(&region, &mut monitor, &pids);
+                    return Err(e);
+                }
+            },
+            None => Default::default(),
+        };
         for (j, spec) in remote.iter().enumerate() {
             let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(region.clone()));
-            let connected = Session::connect(
-                spec,
-                lanes.label(n_sub + n_chip + j),
-                HostResolver::new(heaps.clone()),
-                bell,
-            )
+            let label = lanes.label(n_sub + n_chip + j);
+            let resolver = HostResolver::new(heaps.clone());
+            let connected = match spec.launch_rank.and_then(|r| launched.remove(&r)) {
+                Some((stream, hello, _)) => Session::open(stream, &hello, spec, label, resolver, bell),
+                None => Session::connect(spec, label, resolver, bell),
+            }
             .and_then(|s| {
                 for (_, _, f) in callables.orch().iter() {
                     if let Err(e) = check_callable(&s, &f.handle(), spec.connect_timeout) {

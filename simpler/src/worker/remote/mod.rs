@@ -15,6 +15,7 @@
 //!   runs one orchestration function as a run of its L3 Worker, over buffers of its own filled
 //!   with the tensors' bytes; the written bytes travel back with the COMPLETION.
 
+pub(crate) mod launch;
 pub(crate) mod node;
 pub(crate) mod wire;
 
@@ -57,6 +58,9 @@ pub struct RemoteWorker {
     pub(crate) key: ClusterKey,
     pub(crate) connect_timeout: Duration,
     pub(crate) health_timeout: Duration,
+    /// Set for a node a launcher started: its rank. The node connects to the root, which
+    /// listens at `addr`, instead of the root connecting to it.
+    pub(crate) launch_rank: Option<u32>,
 }
 
 impl RemoteWorker {
@@ -75,6 +79,7 @@ impl RemoteWorker {
             key,
             connect_timeout: Duration::from_secs(10),
             health_timeout: Duration::from_secs(2),
+            launch_rank: None,
         }
     }
 
@@ -165,6 +170,18 @@ impl Session {
         })?;
         let hello: NodeHello =
             client_handshake(&mut stream, &spec.key, &peer).map_err(|e| e.context(label.clone()))?;
+        Session::open(stream, &hello, spec, label, resolver, bell)
+    }
+
+    /// Starts the session over `stream`, authenticated already (`hello` is the node's).
+    pub(crate) fn open(
+        stream: Stream,
+        hello: &NodeHello,
+        spec: &RemoteWorker,
+        label: String,
+        resolver: HostResolver,
+        bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
+    ) -> Result<Arc<Session>> {
         tracing::info!(target: "simpler::remote", node = %label, node_id = hello.node_id, sub_workers = hello.sub_workers, chips = hello.chips, "session ready");
         let reader = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         reader

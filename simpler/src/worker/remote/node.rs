@@ -17,6 +17,7 @@ use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
 use crate::net::frame::{DEFAULT_MAX_BODY, FrameError, FrameKind, read_frame, write_frame};
 use crate::net::transport::{Listener, NodeAddr, Stream};
 use crate::sys::sync;
+use crate::worker::remote::launch::Launch;
 use crate::worker::remote::wire;
 use crate::worker::{RunOptions, Worker};
 
@@ -142,21 +143,88 @@ impl Node {
         }
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
-        Ok(BoundNode { worker: self.worker, listener, key: self.key, orch: self.orch })
+        let name = listener.local_addr().to_string();
+        Ok(BoundNode { worker: self.worker, listener: Some(listener), key: self.key, orch: self.orch, name })
+    }
+
+    /// Serves the root of a launched job (`mpirun`, `srun`): starts the L3 Worker, connects to
+    /// the root at `launch.root()` (waiting for it to listen, up to a minute), authenticates,
+    /// and serves its session until it ends. The node's own address is not used: it connects
+    /// out, so nothing listens on it.
+    ///
+    /// ```no_run
+    /// use simpler::{ClusterKey, Launch, Node, NodeAddr, Worker};
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// if let Some(launch) = Launch::from_env()?.filter(|l| !l.is_root()) {
+    ///     let l3 = Worker::builder().sub_workers(2).build()?;
+    ///     Node::new(l3, NodeAddr::loopback(0), ClusterKey::from_env()?)?.serve_launch(&launch)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn serve_launch(mut self, launch: &Launch) -> Result<()> {
+        if launch.is_root() {
+            return Err(Error::invalid("Node::serve_launch: rank 0 is the root, not a node"));
+        }
+        for info in crate::callable::linked::CallableInfo::linked() {
+            if info.kind == CallableKind::Orch {
+                let f = OrchFn::from_linked(info)?;
+                self.orch.entry(f.handle().digest()).or_insert(f);
+            }
+        }
+        self.worker.init()?;
+        let node = BoundNode {
+            worker: self.worker,
+            listener: None,
+            key: self.key,
+            orch: self.orch,
+            name: format!("rank {}", launch.rank()),
+        };
+        let root = launch.root();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut backoff = Duration::from_millis(10);
+        let mut stream = loop {
+            match Stream::connect(root, Duration::from_secs(5)) {
+                Ok(s) => break s,
+                // The root may not listen yet: the launcher starts every rank at once.
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::debug!(target: "simpler::remote", "rank {}: the root at {root} is not there yet: {e}", launch.rank());
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::WorkerDied,
+                        format!("rank {}: cannot connect to the root at {root}: {e}", launch.rank()),
+                    ));
+                }
+            }
+        };
+        let hello = NodeHello {
+            node_id: u64::from(launch.rank()),
+            sub_workers: node.worker.sub_workers() as u32,
+            chips: node.worker.chips() as u32,
+        };
+        let peer = stream.peer();
+        server_handshake(&mut stream, &node.key, &hello, &peer)?;
+        node.session(stream, &peer)
     }
 }
 
 /// A node listening, with its L3 Worker started ([`Node::bind`]).
 pub struct BoundNode {
     worker: Worker,
-    listener: Listener,
+    /// `None` for a node of a launched job, which connects to its root.
+    listener: Option<Listener>,
     key: ClusterKey,
     orch: HashMap<Digest, OrchFn>,
+    /// How messages name this node (its address, or its rank).
+    name: String,
 }
 
 impl std::fmt::Debug for BoundNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BoundNode").field("addr", &self.listener.local_addr()).finish()
+        f.debug_struct("BoundNode").field("name", &self.name).finish()
     }
 }
 
@@ -171,7 +239,7 @@ impl BoundNode {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn local_addr(&self) -> NodeAddr {
-        self.listener.local_addr()
+        self.listener.as_ref().expect("a bound node listens").local_addr()
     }
 
     /// Serves the next root that authenticates, until it ends the session or is lost (its
@@ -196,7 +264,8 @@ impl BoundNode {
             tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
         }
         loop {
-            let (mut stream, peer) = self.listener.accept().map_err(|e| Error::os("accepting a root", e))?;
+            let listener = self.listener.as_ref().expect("a bound node listens");
+            let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
             match server_handshake(&mut stream, &self.key, &hello, &peer) {
                 Ok(()) => return self.session(stream, &peer),
                 Err(e) => {
@@ -291,7 +360,7 @@ impl BoundNode {
     fn unknown(&self, digest: &Digest, name: &str, _peer: &str) -> String {
         format!(
             "UNKNOWN_CALLABLE: {digest} (`{name}`) is not registered on the node at {} (register it with Node::register_orch, or make it a #[callable(orch)])",
-            self.listener.local_addr()
+            self.name
         )
     }
 
