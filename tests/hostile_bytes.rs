@@ -104,3 +104,18 @@ fn mailbox_task_frame() {
 fn mailbox_base_frame() {
     fuzz(Target::BaseFrame);
 }
+
+#[test]
+fn remote_frame() {
+    fuzz(Target::RemoteFrame);
+}
+
+#[test]
+fn remote_task() {
+    fuzz(Target::RemoteTask);
+}
+
+#[test]
+fn remote_completion() {
+    fuzz(Target::RemoteCompletion);
+}

@@ -148,6 +148,12 @@ pub enum Target {
     /// A base frame: a control request a child reads (then decodes), the control result and
     /// error tail a parent reads, a startup failure message.
     BaseFrame,
+    /// `net::frame::read_frame`: a frame of a remote session, as read from a socket.
+    RemoteFrame,
+    /// The body of a remote TASK, as a node decodes it (and its argument blob).
+    RemoteTask,
+    /// The body of a remote COMPLETION, as a root decodes it.
+    RemoteCompletion,
 }
 
 impl Target {
@@ -156,7 +162,7 @@ impl Target {
     /// ```
     /// assert!(simpler::fuzzing::Target::ALL.contains(&simpler::fuzzing::Target::TaskFrame));
     /// ```
-    pub const ALL: [Target; 7] = [
+    pub const ALL: [Target; 10] = [
         Target::Args,
         Target::Config,
         Target::Desc,
@@ -164,6 +170,9 @@ impl Target {
         Target::ChipDescriptor,
         Target::TaskFrame,
         Target::BaseFrame,
+        Target::RemoteFrame,
+        Target::RemoteTask,
+        Target::RemoteCompletion,
     ];
 
     /// The name used in figures and findings.
@@ -180,6 +189,9 @@ impl Target {
             Target::ChipDescriptor => "chip_descriptor",
             Target::TaskFrame => "mailbox_task_frame",
             Target::BaseFrame => "mailbox_base_frame",
+            Target::RemoteFrame => "remote_frame",
+            Target::RemoteTask => "remote_task",
+            Target::RemoteCompletion => "remote_completion",
         }
     }
 }
@@ -355,6 +367,9 @@ impl Harness {
             Target::ChipDescriptor => check_chip(owned),
             Target::TaskFrame => self.check_task_frame(input),
             Target::BaseFrame => self.check_base_frame(input),
+            Target::RemoteFrame => check_remote_frame(input),
+            Target::RemoteTask => check_remote_task(input),
+            Target::RemoteCompletion => check_remote_completion(input),
         }
     }
 
@@ -451,6 +466,99 @@ impl Harness {
             }
         }
     }
+}
+
+/// The largest body a fuzzed remote frame may declare.
+const REMOTE_MAX_BODY: usize = 4096;
+
+fn check_remote_frame(input: &[u8]) -> Verdict {
+    use crate::net::frame::{FrameError, read_frame, write_frame};
+    match read_frame(&mut &input[..], REMOTE_MAX_BODY) {
+        Ok(f) => {
+            if f.body.len() > REMOTE_MAX_BODY {
+                return Err(format!(
+                    "a body of {} bytes passed a {REMOTE_MAX_BODY}-byte limit",
+                    f.body.len()
+                ));
+            }
+            let mut again = Vec::new();
+            write_frame(&mut again, f.kind, f.seq, &f.body).map_err(|e| format!("re-encoding: {e}"))?;
+            if !input.starts_with(&again) {
+                return Err("an accepted frame re-encodes to other bytes".into());
+            }
+            Ok(true)
+        }
+        Err(FrameError::Closed | FrameError::Malformed(_)) => Ok(false),
+        Err(FrameError::Io(e)) => Err(format!("reading from memory gave an I/O error: {e}")),
+    }
+}
+
+fn check_remote_task(input: &[u8]) -> Verdict {
+    match crate::worker::remote::wire::decode_task(input) {
+        Ok(t) => {
+            // What a node does next: decode the argument blob.
+            let args_ok = check_args(t.args_blob)?;
+            let data: usize = t.data.iter().flatten().map(|d| d.len()).sum();
+            if data > input.len() {
+                return Err(format!("{data} bytes of tensor data from a {}-byte body", input.len()));
+            }
+            Ok(args_ok)
+        }
+        Err(e) => refused(&e, &[ErrorKind::Decode, ErrorKind::InvalidArgument]),
+    }
+}
+
+fn check_remote_completion(input: &[u8]) -> Verdict {
+    match crate::worker::remote::wire::decode_completion(input) {
+        Ok(c) => {
+            let bytes: usize = c.outputs.iter().map(|(_, b)| b.len()).sum();
+            if bytes + c.message.len() > input.len() * 3 {
+                return Err("a completion decoded into more than its body held".into());
+            }
+            Ok(true)
+        }
+        Err(e) => refused(&e, &[ErrorKind::Decode]),
+    }
+}
+
+/// A valid remote frame of a random kind and body (then mutated by the caller).
+fn remote_frame_bytes(rng: &mut Rng) -> Vec<u8> {
+    use crate::net::frame::{FrameKind, write_frame};
+    let kind = rng.pick(&FrameKind::ALL);
+    let n = rng.index(64);
+    let body = rng.bytes(n);
+    let mut out = Vec::new();
+    write_frame(&mut out, kind, rng.next_u64(), &body).expect("writing to memory");
+    out
+}
+
+/// A valid TASK body (then mutated by the caller).
+fn remote_task_bytes(rng: &mut Rng) -> Vec<u8> {
+    let mut args = crate::data::task_args::TaskArgs::new();
+    for _ in 0..rng.index(3) {
+        let _ = args.input(&tensor(rng));
+    }
+    for _ in 0..rng.index(3) {
+        args.scalar(rng.next_u64());
+    }
+    let digest = crate::callable::identity::Digest::from_bytes([rng.below(256) as u8; 32]);
+    let cfg = config(rng);
+    let with_cfg = rng.one_in(2);
+    crate::worker::remote::wire::encode_task(&digest, "fuzzed", with_cfg.then_some(&cfg), &args, |_| {
+        Ok(Some(vec![7u8; 16]))
+    })
+    .unwrap_or_default()
+}
+
+/// A valid COMPLETION body (then mutated by the caller).
+fn remote_completion_bytes(rng: &mut Rng) -> Vec<u8> {
+    let outputs: Vec<(usize, Vec<u8>)> = (0..rng.index(3))
+        .map(|i| {
+            let n = rng.index(32);
+            (i, rng.bytes(n))
+        })
+        .collect();
+    crate::worker::remote::wire::encode_completion(rng.below(6) as u32, "message", &outputs)
 }
 
 /// An error read back from a frame: a non-zero code and a bounded message.
@@ -585,6 +693,9 @@ fn generate(target: Target, rng: &mut Rng) -> Vec<u8> {
         Target::Config => config_bytes(rng),
         Target::Desc => desc_bytes(rng),
         Target::CallableDescriptor => callable_bytes(rng),
+        Target::RemoteFrame => remote_frame_bytes(rng),
+        Target::RemoteTask => remote_task_bytes(rng),
+        Target::RemoteCompletion => remote_completion_bytes(rng),
         _ => chip_bytes(rng),
     };
     if rng.one_in(4) {

@@ -39,7 +39,7 @@ mod callables;
 mod l2;
 mod lanes;
 mod options;
-mod remote;
+pub(crate) mod remote;
 mod runtime;
 mod serve;
 mod start;
