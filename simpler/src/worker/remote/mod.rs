@@ -126,6 +126,12 @@ impl RemoteWorker {
     }
 }
 
+/// What the writer thread sends next.
+enum Outgoing {
+    Frame(FrameKind, u64, Vec<u8>),
+    Stop,
+}
+
 /// What a session's reader thread reports.
 #[derive(Default)]
 struct SessionState {
@@ -142,7 +148,13 @@ struct SessionState {
 pub(crate) struct Session {
     /// "remote worker N (ADDR)", for messages.
     label: String,
-    writer: Mutex<Stream>,
+    /// Frames to send, in order, to the writer thread (so neither the scheduler nor a control
+    /// caller ever blocks on the socket).
+    outbox: crossbeam_channel::Sender<Outgoing>,
+    /// A handle on the socket, used only to shut it down.
+    socket: Stream,
+    /// The writer thread, joined by `close`.
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     state: Mutex<SessionState>,
     changed: Condvar,
     seq: AtomicU64,
@@ -187,9 +199,13 @@ impl Session {
         reader
             .set_read_timeout(Some(spec.health_timeout))
             .map_err(|e| Error::os("setting a session timeout", e))?;
+        let socket = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
+        let (outbox, outgoing) = crossbeam_channel::unbounded();
         let session = Arc::new(Session {
             label,
-            writer: Mutex::new(stream),
+            outbox,
+            socket,
+            writer: Mutex::new(None),
             state: Mutex::new(SessionState::default()),
             changed: Condvar::new(),
             seq: AtomicU64::new(1),
@@ -205,14 +221,27 @@ impl Session {
             .spawn(move || s.read_loop(reader, health))
             .map_err(|e| Error::os("starting a session reader thread", e))?;
         *sync::lock(&session.reader) = Some(thread);
+        let s = session.clone();
+        let mut stream = stream;
+        let thread = std::thread::Builder::new()
+            .name("simpler-remote-tx".into())
+            .spawn(move || {
+                for out in outgoing {
+                    let Outgoing::Frame(kind, seq, body) = out else { return };
+                    if let Err(e) = write_frame(&mut stream, kind, seq, &body) {
+                        return s.lose(format!("the connection failed while sending: {e}"));
+                    }
+                }
+            })
+            .map_err(|e| Error::os("starting a session writer thread", e))?;
+        *sync::lock(&session.writer) = Some(thread);
         Ok(session)
     }
 
-    fn send(&self, kind: FrameKind, body: &[u8]) -> Result<u64> {
+    /// Queues a frame for the writer thread; returns its sequence number.
+    fn send(&self, kind: FrameKind, body: Vec<u8>) -> Result<u64> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let mut w = sync::lock(&self.writer);
-        write_frame(&mut *w, kind, seq, body).map_err(|e| {
-            self.lose(format!("the connection failed while sending: {e}"));
+        self.outbox.send(Outgoing::Frame(kind, seq, body)).map_err(|_| {
             Error::new(ErrorKind::WorkerDied, format!("{}: {}", self.label, self.lost().unwrap_or_default()))
         })?;
         Ok(seq)
@@ -229,7 +258,7 @@ impl Session {
         }
         self.changed.notify_all();
         AsRef::<Doorbell>::as_ref(&*self.bell).ring();
-        sync::lock(&self.writer).shutdown();
+        self.socket.shutdown();
     }
 
     fn lost(&self) -> Option<String> {
@@ -317,7 +346,7 @@ impl Session {
 
     /// Sends a control and waits for its reply (or the session's loss).
     pub(crate) fn control(&self, body: &[u8], timeout: Duration) -> Result<std::result::Result<(), String>> {
-        let seq = self.send(FrameKind::Control, body)?;
+        let seq = self.send(FrameKind::Control, body.to_vec())?;
         let deadline = Instant::now() + timeout;
         let mut st = sync::lock(&self.state);
         loop {
@@ -344,7 +373,14 @@ impl Session {
     /// and drops the mappings of the root's memory the session held.
     pub(crate) fn close(&self) {
         if self.lost().is_none() {
-            let _ = self.send(FrameKind::Shutdown, &[]);
+            let _ = self.send(FrameKind::Shutdown, Vec::new());
+        }
+        let _ = self.outbox.send(Outgoing::Stop);
+        let writer = sync::lock(&self.writer).take();
+        if let Some(t) = writer
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join(); // the SHUTDOWN went out (or the socket failed)
         }
         self.lose("the session was closed".into());
         let reader = sync::lock(&self.reader).take();
@@ -418,7 +454,7 @@ impl Endpoint for RemoteEndpoint {
         *sync::lock(&s.outputs) = outputs;
         sync::lock(&s.state).completion = None;
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, "send task");
-        s.send(FrameKind::Task, &body).map(|_| ())
+        s.send(FrameKind::Task, body).map(|_| ())
     }
 
     fn poll(&mut self) -> Option<Outcome> {
