@@ -434,3 +434,50 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
     drop(buf);
     finish(root, nodes);
 }
+
+#[test]
+fn node_resident_memory_stays_on_the_node_across_runs() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
+    root.init().unwrap();
+    // Worker 1 is the node: a buffer that lives there.
+    let dev = root.alloc_child_tensor(1, &[4], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, 4);
+    host.write(0, &[1u64, 2, 3, 4]).unwrap();
+    root.copy_to(&dev, &host).unwrap();
+    let t = dev.tensor(&[4], simpler::DataType::Uint64).unwrap();
+    let h = OrchFn::new("step", step).handle();
+    for _ in 0..2 {
+        root.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), 1).map(|_| ())
+        })
+        .expect("a run on the node-resident buffer");
+    }
+    let back = u64_buffer(&root, 4);
+    root.copy_from(&back, &dev).unwrap();
+    assert_eq!(
+        read_u64(&back, 0, 4),
+        vec![7, 11, 15, 19],
+        "(x * 2 + 1) * 2 + 1, computed in place on the node"
+    );
+    assert_eq!(read_u64(&host, 0, 4), vec![1, 2, 3, 4], "the host copy is untouched");
+    // The local L3 cannot use it; after free nothing can.
+    let err = root
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["lives on chip 1", "runs on chip 0"]);
+    drop(t);
+    root.free(&dev).unwrap();
+    assert_err(&root.copy_from(&back, &dev).unwrap_err(), ErrorKind::InvalidState, &["freed"]);
+    drop((dev, host, back));
+    finish(root, vec![node]);
+}

@@ -49,6 +49,11 @@ impl Lanes {
         self.remote.len()
     }
 
+    /// Which remote Worker NEXT_LEVEL id `id` names, if it names one.
+    pub(super) fn remote_index(&self, id: u32) -> Option<usize> {
+        (id as usize).checked_sub(self.next).filter(|&j| j < self.remote.len())
+    }
+
     /// One more nested Worker; `runs_chips`: whether chip callables run below it.
     pub(super) fn add_nested(&mut self, runs_chips: bool) {
         self.next += 1;

@@ -1293,12 +1293,13 @@ impl Worker {
         self.started("run_callable")?.run_callable(callable, args, config)
     }
 
-    /// Allocates `shape` elements of `dtype` in the device memory of chip `worker`.
+    /// Allocates `shape` elements of `dtype` in the device memory of chip `worker` (at L3 and
+    /// L2), or in the memory of remote L3 Worker `worker` (at L4: a node-resident buffer).
     ///
-    /// The buffer lives on that chip: only tasks on that chip may name it (aiming it at another
-    /// worker is an error at submit), and it is never copied in or out around a run. Move bytes
-    /// with [`copy_to`](Worker::copy_to) / [`copy_from`](Worker::copy_from); release it with
-    /// [`free`](Worker::free).
+    /// The buffer lives on that chip (or node): only tasks on it may name it (aiming it at
+    /// another worker is an error at submit), and it is never copied in or out around a run.
+    /// Move bytes with [`copy_to`](Worker::copy_to) / [`copy_from`](Worker::copy_from); release
+    /// it with [`free`](Worker::free). A node-resident buffer also ends with its node's session.
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {

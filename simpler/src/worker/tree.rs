@@ -39,7 +39,7 @@ use crate::worker::builder::WorkerBuilder;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
 use crate::worker::remote::launch::accept_ranks;
-use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable};
+use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable, resident, wire};
 use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
@@ -421,6 +421,12 @@ impl Tree {
         Ok(())
     }
 
+    /// The session of the remote Worker NEXT_LEVEL id `id` names, if it names one (open).
+    fn remote_of(&self, api: &str, id: u32) -> Result<Option<&Session>> {
+        self.open(api)?;
+        Ok(self.lanes.remote_index(id).map(|j| &*self.remote[j]))
+    }
+
     /// The mailbox of chip `chip`, for a request by `Worker.{api}`.
     fn chip_mailbox(&self, api: &str, chip: u32) -> Result<usize> {
         self.open(api)?;
@@ -626,6 +632,19 @@ impl Runtime for Tree {
     }
 
     fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
+        if let Some(s) = self.remote_of("alloc_child_tensor", chip)? {
+            let nbytes = super::device_extent(shape, dtype)?;
+            let reply = resident(s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)
+                .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
+            let id = u64::from_le_bytes(
+                reply
+                    .try_into()
+                    .map_err(|_| Error::decode("a node answered an allocation with no buffer id"))?,
+            );
+            let identity = self.minter.mint()?;
+            sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
+            return Buffer::device(identity, chip, id, nbytes);
+        }
         let mbox = self.chip_mailbox("alloc_child_tensor", chip)?;
         let nbytes = super::device_extent(shape, dtype)?;
         let ptr = self
@@ -642,6 +661,13 @@ impl Runtime for Tree {
     fn copy_to(&self, chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
         self.devices.owned("copy_to", &self.minter, dev, true)?;
         self.devices.idle("copy_to", dev)?;
+        if let Some(s) = self.remote_of("copy_to", chip)? {
+            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("Worker.copy_to: too large"))?;
+            let bytes = src.read::<u8>(0, n)?;
+            return resident(s, wire::COPY_TO, ptr, 0, &bytes, self.cfg.startup_timeout)
+                .map(|_| ())
+                .map_err(|e| e.context("Worker.copy_to"));
+        }
         let payload = host_payload(src, nbytes);
         let mbox = self.chip_mailbox("copy_to", chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
@@ -654,6 +680,17 @@ impl Runtime for Tree {
     fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
         self.devices.owned("copy_from", &self.minter, dev, true)?;
         self.devices.idle("copy_from", dev)?;
+        if let Some(s) = self.remote_of("copy_from", chip)? {
+            let bytes = resident(s, wire::COPY_FROM, ptr, nbytes, &[], self.cfg.startup_timeout)
+                .map_err(|e| e.context("Worker.copy_from"))?;
+            if bytes.len() as u64 != nbytes {
+                return Err(Error::decode(format!(
+                    "Worker.copy_from: the node sent {} of {nbytes} bytes",
+                    bytes.len()
+                )));
+            }
+            return dst.write(0, &bytes);
+        }
         let payload = host_payload(dst, nbytes);
         let mbox = self.chip_mailbox("copy_from", chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
@@ -665,6 +702,24 @@ impl Runtime for Tree {
 
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()> {
         self.devices.owned("free", &self.minter, buf.desc().identity(), false)?;
+        if let Some(s) = self.remote_of("free", chip)? {
+            let in_flight = self.engine.live_runs().len();
+            if in_flight > 0 {
+                return Err(Error::state(format!(
+                    "Worker.free: {in_flight} run(s) are in flight and may use the buffer; wait for them first"
+                )));
+            }
+            if !buf.mark_freed() {
+                return Err(Error::state(format!(
+                    "Worker.free: node-resident buffer {} was already freed",
+                    buf.desc().identity()
+                )));
+            }
+            sync::lock(&self.devices.live).remove(&buf.desc().identity());
+            return resident(s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout)
+                .map(|_| ())
+                .map_err(|e| e.context("Worker.free"));
+        }
         let mbox = self.chip_mailbox("free", chip)?;
         let in_flight = self.engine.live_runs().len();
         if in_flight > 0 {

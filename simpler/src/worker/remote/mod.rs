@@ -138,7 +138,7 @@ struct SessionState {
     /// The outcome of the task in flight, once its COMPLETION arrived.
     completion: Option<Outcome>,
     /// The reply to the control in flight: (sequence, result).
-    reply: Option<(u64, std::result::Result<(), String>)>,
+    reply: Option<(u64, std::result::Result<Vec<u8>, String>)>,
     /// Why the session is over (set once).
     lost: Option<String>,
 }
@@ -345,7 +345,11 @@ impl Session {
     }
 
     /// Sends a control and waits for its reply (or the session's loss).
-    pub(crate) fn control(&self, body: &[u8], timeout: Duration) -> Result<std::result::Result<(), String>> {
+    pub(crate) fn control(
+        &self,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<std::result::Result<Vec<u8>, String>> {
         let seq = self.send(FrameKind::Control, body.to_vec())?;
         let deadline = Instant::now() + timeout;
         let mut st = sync::lock(&self.state);
@@ -440,6 +444,9 @@ impl Endpoint for RemoteEndpoint {
             wire::encode_task(&d.callable.digest(), d.callable.name(), d.config, d.args, |i| {
                 let t = &d.args.tensors[i];
                 let desc = t.desc();
+                if matches!(desc.backing(), crate::data::buffer::Backing::Device { .. }) {
+                    return Ok(None); // node-resident: it stays on the node
+                }
                 if wire::writes(d.args.tags[i].access()) {
                     outputs.push((i, *desc, *t.view()));
                 }
@@ -486,7 +493,27 @@ impl Endpoint for RemoteEndpoint {
 pub(crate) fn check_callable(session: &Session, handle: &CallableHandle, timeout: Duration) -> Result<()> {
     let digest: Digest = handle.digest();
     match session.control(&wire::encode_check(&digest, handle.name()), timeout)? {
-        Ok(()) => Ok(()),
+        Ok(_) => Ok(()),
         Err(m) => Err(Error::new(ErrorKind::Callable, format!("{}: {m}", session.label))),
+    }
+}
+
+/// A node-resident buffer operation on `session`'s node (`wire::ALLOC`, `COPY_TO`, `COPY_FROM`,
+/// `FREE`); returns the reply's bytes, or the node's refusal as an error of kind `kind`.
+pub(crate) fn resident(
+    session: &Session,
+    command: u32,
+    arg: u64,
+    arg2: u64,
+    data: &[u8],
+    timeout: Duration,
+) -> Result<Vec<u8>> {
+    let body = wire::encode_control(command, &Digest::from_bytes([0; 32]), "", arg, arg2, data);
+    match session.control(&body, timeout)? {
+        Ok(bytes) => Ok(bytes),
+        Err(m) if m.starts_with("RESOURCE") => {
+            Err(Error::new(ErrorKind::ResourceExhausted, format!("{}: {m}", session.label)))
+        }
+        Err(m) => Err(Error::new(ErrorKind::InvalidState, format!("{}: {m}", session.label))),
     }
 }

@@ -144,7 +144,15 @@ impl Node {
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
         let name = listener.local_addr().to_string();
-        Ok(BoundNode { worker: self.worker, listener: Some(listener), key: self.key, orch: self.orch, name })
+        Ok(BoundNode {
+            worker: self.worker,
+            listener: Some(listener),
+            key: self.key,
+            orch: self.orch,
+            name,
+            resident: Mutex::new(HashMap::new()),
+            next_resident: std::sync::atomic::AtomicU64::new(1),
+        })
     }
 
     /// Serves the root of a launched job (`mpirun`, `srun`): starts the L3 Worker, connects to
@@ -179,6 +187,8 @@ impl Node {
             key: self.key,
             orch: self.orch,
             name: format!("rank {}", launch.rank()),
+            resident: Mutex::new(HashMap::new()),
+            next_resident: std::sync::atomic::AtomicU64::new(1),
         };
         let root = launch.root();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -220,6 +230,9 @@ pub struct BoundNode {
     orch: HashMap<Digest, OrchFn>,
     /// How messages name this node (its address, or its rank).
     name: String,
+    /// Node-resident buffers of the session, by id (freed when the session ends).
+    resident: Mutex<HashMap<u64, Buffer>>,
+    next_resident: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for BoundNode {
@@ -338,23 +351,62 @@ impl BoundNode {
         beat.thread().unpark();
         sync::lock(&writer).shutdown();
         let _ = beat.join();
+        sync::lock(&self.resident).clear(); // what the session held goes with it
         tracing::info!(target: "simpler::remote", peer = %peer, "session ended");
         result
     }
 
     fn control(&self, body: &[u8], peer: &str) -> Vec<u8> {
         let result = match wire::decode_control(body) {
-            Ok((wire::CHECK_CALLABLE, digest, name)) => {
-                if self.orch.contains_key(&digest) {
-                    Ok(())
-                } else {
-                    Err(self.unknown(&digest, &name, peer))
-                }
-            }
-            Ok((other, _, _)) => Err(format!("unknown control command {other}")),
+            Ok(m) => match m.command {
+                wire::CHECK_CALLABLE if self.orch.contains_key(&m.digest) => Ok(Vec::new()),
+                wire::CHECK_CALLABLE => Err(self.unknown(&m.digest, &m.name, peer)),
+                wire::ALLOC => self.alloc_resident(m.arg),
+                wire::COPY_TO => self.with_resident(m.arg, |b| {
+                    if m.data.len() > b.nbytes() {
+                        return Err(format!("{} bytes do not fit in its {} bytes", m.data.len(), b.nbytes()));
+                    }
+                    b.write(0, m.data).map(|()| Vec::new()).map_err(|e| e.to_string())
+                }),
+                wire::COPY_FROM => self.with_resident(m.arg, |b| {
+                    let n = usize::try_from(m.arg2).unwrap_or(usize::MAX);
+                    if n > b.nbytes() {
+                        return Err(format!("{n} bytes asked of its {} bytes", b.nbytes()));
+                    }
+                    b.read::<u8>(0, n).map_err(|e| e.to_string())
+                }),
+                wire::FREE => match sync::lock(&self.resident).remove(&m.arg) {
+                    Some(_) => Ok(Vec::new()),
+                    None => Err(format!("node-resident buffer {} does not exist (freed already?)", m.arg)),
+                },
+                other => Err(format!("unknown control command {other}")),
+            },
             Err(e) => Err(e.to_string()),
         };
         wire::encode_reply(&result)
+    }
+
+    /// Allocates a node-resident buffer of `nbytes`; its id as the reply.
+    fn alloc_resident(&self, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
+        let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
+        let buf = self.worker.create_buffer(n.max(1)).map_err(|e| match e.kind() {
+            ErrorKind::ResourceExhausted => format!("RESOURCE: {}", e.message()),
+            _ => e.message().to_string(),
+        })?;
+        let id = self.next_resident.fetch_add(1, Ordering::Relaxed);
+        sync::lock(&self.resident).insert(id, buf);
+        Ok(id.to_le_bytes().to_vec())
+    }
+
+    fn with_resident(
+        &self,
+        id: u64,
+        f: impl FnOnce(&Buffer) -> std::result::Result<Vec<u8>, String>,
+    ) -> std::result::Result<Vec<u8>, String> {
+        match sync::lock(&self.resident).get(&id) {
+            Some(b) => f(b),
+            None => Err(format!("node-resident buffer {id} does not exist (freed already?)")),
+        }
     }
 
     fn unknown(&self, digest: &Digest, name: &str, _peer: &str) -> String {
@@ -405,6 +457,19 @@ impl BoundNode {
         let mut buffers: Vec<(usize, Buffer, usize)> = Vec::new();
         let mut args = TaskArgs::new();
         for (i, t) in decoded.tensors.iter().enumerate() {
+            if let crate::data::buffer::Backing::Device { ptr, .. } = t.desc.backing() {
+                // A node-resident buffer: the task uses it in place.
+                let resident = sync::lock(&self.resident);
+                let buf = resident.get(&ptr).ok_or_else(|| {
+                    Error::state(format!(
+                        "tensor {i}: node-resident buffer {ptr} does not exist (freed already?)"
+                    ))
+                })?;
+                let access = t.desc.access().within_orchestration();
+                let tensor = buf.view(t.view)?.narrowed(access)?;
+                args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
+                continue;
+            }
             let n = usize::try_from(t.desc.nbytes()).map_err(|_| Error::invalid("tensor too large"))?;
             let buf = self.worker.create_buffer(n.max(1))?;
             if let Some(bytes) = msg.data[i] {

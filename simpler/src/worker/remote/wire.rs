@@ -36,6 +36,14 @@ pub(crate) const BAD_FRAME: u32 = 5;
 
 /// CONTROL command: is a callable of this digest registered on the node?
 pub(crate) const CHECK_CALLABLE: u32 = 1;
+/// CONTROL command: allocate a node-resident buffer of `arg` bytes (result: its id).
+pub(crate) const ALLOC: u32 = 2;
+/// CONTROL command: write `data` into node-resident buffer `arg`.
+pub(crate) const COPY_TO: u32 = 3;
+/// CONTROL command: read `arg2` bytes of node-resident buffer `arg` (result: the bytes).
+pub(crate) const COPY_FROM: u32 = 4;
+/// CONTROL command: free node-resident buffer `arg`.
+pub(crate) const FREE: u32 = 5;
 
 /// Largest encoded argument blob a TASK carries (tensors' descriptors and views, scalars).
 const MAX_ARGS_BLOB: usize = 1 << 20;
@@ -154,40 +162,64 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<CompletionMsg<'_>> {
     Ok(CompletionMsg { status, message, outputs })
 }
 
-/// Encodes a CONTROL `CHECK_CALLABLE`.
-pub(crate) fn encode_check(digest: &Digest, name: &str) -> Vec<u8> {
+/// A CONTROL as the node reads it.
+pub(crate) struct ControlMsg<'a> {
+    pub(crate) command: u32,
+    pub(crate) digest: Digest,
+    pub(crate) name: String,
+    pub(crate) arg: u64,
+    pub(crate) arg2: u64,
+    pub(crate) data: &'a [u8],
+}
+
+/// Encodes a CONTROL.
+pub(crate) fn encode_control(
+    command: u32,
+    digest: &Digest,
+    name: &str,
+    arg: u64,
+    arg2: u64,
+    data: &[u8],
+) -> Vec<u8> {
     let mut w = BodyWriter::new();
-    w.u32(CHECK_CALLABLE).raw(digest.as_bytes()).bytes(name.as_bytes());
+    w.u32(command).raw(digest.as_bytes()).bytes(name.as_bytes()).u64(arg).u64(arg2).bytes(data);
     w.finish()
 }
 
-/// Decodes a CONTROL body: the command, the digest and the name.
-pub(crate) fn decode_control(body: &[u8]) -> Result<(u32, Digest, String)> {
+/// Encodes a CONTROL `CHECK_CALLABLE`.
+pub(crate) fn encode_check(digest: &Digest, name: &str) -> Vec<u8> {
+    encode_control(CHECK_CALLABLE, digest, name, 0, 0, &[])
+}
+
+/// Decodes a CONTROL body.
+pub(crate) fn decode_control(body: &[u8]) -> Result<ControlMsg<'_>> {
     let mut r = BodyReader::new(body);
     let command = r.u32().map_err(bad)?;
     let digest: [u8; 32] = r.raw(32).map_err(bad)?.try_into().expect("32 bytes");
     let name = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+    let (arg, arg2) = (r.u64().map_err(bad)?, r.u64().map_err(bad)?);
+    let data = r.bytes().map_err(bad)?;
     r.finish().map_err(bad)?;
-    Ok((command, Digest::from_bytes(digest), name))
+    Ok(ControlMsg { command, digest: Digest::from_bytes(digest), name, arg, arg2, data })
 }
 
-/// Encodes a CONTROL_REPLY: `Ok` or the node's refusal.
-pub(crate) fn encode_reply(result: &std::result::Result<(), String>) -> Vec<u8> {
+/// Encodes a CONTROL_REPLY: the result bytes, or the node's refusal.
+pub(crate) fn encode_reply(result: &std::result::Result<Vec<u8>, String>) -> Vec<u8> {
     let mut w = BodyWriter::new();
     match result {
-        Ok(()) => w.u32(0).bytes(b""),
+        Ok(bytes) => w.u32(0).bytes(bytes),
         Err(m) => w.u32(1).bytes(m.as_bytes()),
     };
     w.finish()
 }
 
 /// Decodes a CONTROL_REPLY.
-pub(crate) fn decode_reply(body: &[u8]) -> Result<std::result::Result<(), String>> {
+pub(crate) fn decode_reply(body: &[u8]) -> Result<std::result::Result<Vec<u8>, String>> {
     let mut r = BodyReader::new(body);
     let code = r.u32().map_err(bad)?;
-    let message = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+    let bytes = r.bytes().map_err(bad)?;
     r.finish().map_err(bad)?;
-    Ok(if code == 0 { Ok(()) } else { Err(message) })
+    Ok(if code == 0 { Ok(bytes.to_vec()) } else { Err(String::from_utf8_lossy(bytes).into_owned()) })
 }
 
 /// Whether a task with `access` may write its tensor (its bytes come back with the COMPLETION).
@@ -209,9 +241,14 @@ mod tests {
             assert!(decode_completion(&c[..cut]).is_err(), "{cut}");
         }
         let d = Digest::from_bytes([7; 32]);
-        let (cmd, dd, name) = decode_control(&encode_check(&d, "f")).unwrap();
-        assert_eq!((cmd, dd, name.as_str()), (CHECK_CALLABLE, d, "f"));
+        let c = encode_check(&d, "f");
+        let m = decode_control(&c).unwrap();
+        assert_eq!((m.command, m.digest, m.name.as_str()), (CHECK_CALLABLE, d, "f"));
+        for cut in 0..c.len() {
+            assert!(decode_control(&c[..cut]).is_err(), "{cut}");
+        }
         assert_eq!(decode_reply(&encode_reply(&Err("no".into()))).unwrap(), Err("no".to_string()));
+        assert_eq!(decode_reply(&encode_reply(&Ok(vec![1, 2]))).unwrap(), Ok(vec![1, 2]));
         let t = encode_task(&d, "f", None, &TaskArgs::new(), |_| Ok(None)).unwrap();
         let task = decode_task(&t).unwrap();
         assert_eq!((task.digest, task.name.as_str(), task.data.len()), (d, "f", 0));
