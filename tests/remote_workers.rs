@@ -481,3 +481,32 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
     drop((dev, host, back));
     finish(root, vec![node]);
 }
+
+#[test]
+fn a_session_runs_over_a_unix_socket_and_late_registrations_ask_the_node() {
+    if !in_own_process() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("simpler-remote-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let addr = NodeAddr::parse(&format!("unix:{}", path.display())).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let at = addr.clone();
+    let node = std::thread::spawn(move || {
+        let bound = node_with(&at.to_string()).bind()?;
+        tx.send(()).unwrap();
+        bound.serve_one()
+    });
+    rx.recv().unwrap();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
+    root.init().unwrap();
+    let buf = u64_buffer(&root, 1);
+    step_on(&root, &buf, 0, 1, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 1), vec![1]);
+    // Registered after init: the node is asked, and refuses what it does not run.
+    let err = root.register_orch(OrchFn::new("only_here", only_here)).unwrap_err();
+    assert_err(&err, ErrorKind::Callable, &["only_here", "not registered on the node"]);
+    drop(buf);
+    finish(root, vec![node]);
+    assert!(!path.exists(), "the node removed its socket file");
+}

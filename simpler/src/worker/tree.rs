@@ -590,15 +590,16 @@ impl Runtime for Tree {
             Callable::Chip(f) => (CTRL_REGISTER_CHIP_ORCH, f.fn_address()),
             Callable::Orch(f) => (CTRL_REGISTER_ORCH, f.fn_address()),
         };
-        self.register_on(&self.lanes.targets(c.kind()), &digest, |mb| {
-            mb.post_control(command, addr, digest.as_bytes(), desc.bytes())
-        })?;
         if c.kind() == CallableKind::Orch {
-            // A remote node has it only if its program registered it too: it says so.
+            // A remote node has it only if its program registered it too: it says so, before
+            // any local target installs it (so a refusal leaves nothing installed anywhere).
             for s in self.remote.iter().filter(|s| !s.is_lost()) {
                 check_callable(s, &c.handle(), self.cfg.startup_timeout)?;
             }
         }
+        self.register_on(&self.lanes.targets(c.kind()), &digest, |mb| {
+            mb.post_control(command, addr, digest.as_bytes(), desc.bytes())
+        })?;
         // From now on, submits may name it.
         self.engine.callables().write().insert(digest, c.kind());
         Ok(())
