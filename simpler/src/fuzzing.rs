@@ -129,7 +129,7 @@ fn input_seed(seed: u64, index: u64) -> u64 {
 /// ```
 /// use simpler::fuzzing::Target;
 /// assert_eq!(Target::Args.name(), "wire_args");
-/// assert_eq!(Target::ALL.len(), 7);
+/// assert_eq!(Target::ALL.len(), 10);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
