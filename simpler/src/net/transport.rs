@@ -212,26 +212,6 @@ impl Write for Stream {
     }
 }
 
-impl Stream {
-    /// Keeps checking, for up to `spin`, whether a byte can be read without blocking (a busy
-    /// session answers within microseconds, which a blocking read's wake-up would add to);
-    /// returns whether one can. Costs nothing when `spin` is zero; never blocks past `spin`.
-    pub(crate) fn spin_readable(&self, spin: Duration) -> bool {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let start = std::time::Instant::now();
-        loop {
-            let mut fds = [PollFd::new(self.as_fd(), PollFlags::POLLIN)];
-            if poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0) {
-                return true;
-            }
-            if start.elapsed() >= spin {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    }
-}
-
 impl AsFd for Stream {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {

@@ -35,8 +35,8 @@ use crate::net::transport::{NodeAddr, Stream};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 
-/// How long a session's reader keeps checking for the next frame before it sleeps in `read`.
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
+/// Bodies up to this size are written by the sender itself (no hop to the writer thread).
+const DIRECT_SEND: usize = 16 << 10;
 
 /// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
 /// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
@@ -151,6 +151,11 @@ pub(crate) struct Session {
     /// Frames to send, in order, to the writer thread (so neither the scheduler nor a control
     /// caller ever blocks on the socket).
     outbox: crossbeam_channel::Sender<Outgoing>,
+    /// The socket's writing end, shared by the writer thread and small direct sends.
+    direct: Mutex<Stream>,
+    /// Frames queued for the writer thread and not written yet: a small frame is written
+    /// directly (no thread hop) only when none is, so frames of one sender keep their order.
+    pending: std::sync::atomic::AtomicUsize,
     /// A handle on the socket, used only to shut it down.
     socket: Stream,
     /// The writer thread, joined by `close`.
@@ -201,9 +206,12 @@ impl Session {
             .map_err(|e| Error::os("setting a session timeout", e))?;
         let socket = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let (outbox, outgoing) = crossbeam_channel::unbounded();
+        let direct = Mutex::new(stream);
         let session = Arc::new(Session {
             label,
             outbox,
+            direct,
+            pending: std::sync::atomic::AtomicUsize::new(0),
             socket,
             writer: Mutex::new(None),
             state: Mutex::new(SessionState::default()),
@@ -222,13 +230,14 @@ impl Session {
             .map_err(|e| Error::os("starting a session reader thread", e))?;
         *sync::lock(&session.reader) = Some(thread);
         let s = session.clone();
-        let mut stream = stream;
         let thread = std::thread::Builder::new()
             .name("simpler-remote-tx".into())
             .spawn(move || {
                 for out in outgoing {
                     let Outgoing::Frame(kind, seq, body) = out else { return };
-                    if let Err(e) = write_frame(&mut stream, kind, seq, &body) {
+                    let written = write_frame(&mut *sync::lock(&s.direct), kind, seq, &body);
+                    s.pending.fetch_sub(1, Ordering::AcqRel);
+                    if let Err(e) = written {
                         return s.lose(format!("the connection failed while sending: {e}"));
                     }
                 }
@@ -238,9 +247,26 @@ impl Session {
         Ok(session)
     }
 
-    /// Queues a frame for the writer thread; returns its sequence number.
+    /// Sends a frame: a small one directly when nothing is queued and the socket is free (a
+    /// small write does not block: it fits the socket's buffer), any other through the writer
+    /// thread; returns its sequence number.
     fn send(&self, kind: FrameKind, body: Vec<u8>) -> Result<u64> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if body.len() <= DIRECT_SEND
+            && let Ok(mut stream) = self.direct.try_lock()
+            && self.pending.load(Ordering::Acquire) == 0
+        {
+            if let Err(e) = write_frame(&mut *stream, kind, seq, &body) {
+                drop(stream);
+                self.lose(format!("the connection failed while sending: {e}"));
+                return Err(Error::new(
+                    ErrorKind::WorkerDied,
+                    format!("{}: {}", self.label, self.lost().unwrap_or_default()),
+                ));
+            }
+            return Ok(seq);
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
         self.outbox.send(Outgoing::Frame(kind, seq, body)).map_err(|_| {
             Error::new(ErrorKind::WorkerDied, format!("{}: {}", self.label, self.lost().unwrap_or_default()))
         })?;
@@ -272,9 +298,6 @@ impl Session {
 
     fn read_loop(&self, mut reader: Stream, health: Duration) {
         loop {
-            // A completion usually follows a task within microseconds: keep checking briefly
-            // before sleeping in `read` (whose wake-up costs tens of microseconds).
-            reader.spin_readable(SPIN);
             let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
                 Ok(f) => f,
                 Err(FrameError::Closed) => return self.lose("the node closed the connection".into()),

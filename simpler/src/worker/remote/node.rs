@@ -315,7 +315,6 @@ impl BoundNode {
         };
         let mut reader = stream;
         let result = loop {
-            reader.spin_readable(super::SPIN);
             let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
                 Ok(f) => f,
                 Err(FrameError::Closed) => break Ok(()),

@@ -70,7 +70,11 @@ pub(crate) fn encode_task(
     args: &TaskArgs,
     mut data: impl FnMut(usize) -> Result<Option<Vec<u8>>>,
 ) -> Result<Vec<u8>> {
-    let mut w = BodyWriter::new();
+    let data: Vec<Option<Vec<u8>>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
+    let bytes: usize = data.iter().flatten().map(|d| d.len() + 4).sum();
+    let mut w = BodyWriter::with_capacity(
+        64 + name.len() + CALL_CONFIG_WIRE_SIZE + MAX_ARGS_BLOB.min(1 << 12) + bytes,
+    );
     w.raw(digest.as_bytes()).bytes(name.as_bytes());
     let mut cfg = [0u8; CALL_CONFIG_WIRE_SIZE];
     if let Some(c) = config {
@@ -88,10 +92,10 @@ pub(crate) fn encode_task(
         encode_args(args.tensors.iter().zip(args.tags.iter().map(|t| t.access())), &args.scalars, &mut blob)?;
     w.bytes(&blob[..n]);
     w.u32(args.tensors.len() as u32);
-    for i in 0..args.tensors.len() {
-        match data(i)? {
+    for d in &data {
+        match d {
             Some(bytes) => {
-                w.u8(1).bytes(&bytes);
+                w.u8(1).bytes(bytes);
             }
             None => {
                 w.u8(0);
@@ -136,7 +140,8 @@ pub(crate) struct CompletionMsg<'a> {
 
 /// Encodes a COMPLETION.
 pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, Vec<u8>)]) -> Vec<u8> {
-    let mut w = BodyWriter::new();
+    let bytes: usize = outputs.iter().map(|(_, b)| b.len() + 8).sum();
+    let mut w = BodyWriter::with_capacity(12 + message.len() + bytes);
     w.u32(status).bytes(message.as_bytes()).u32(outputs.len() as u32);
     for (i, bytes) in outputs {
         w.u32(*i as u32).bytes(bytes);
