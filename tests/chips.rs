@@ -305,7 +305,7 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
         args.input(&td)?;
         o.submit_sub(&h, args).map(|_| ())
     });
-    common::assert_err(&e, ErrorKind::InvalidArgument, &["device memory of chip 0", "SUB"]);
+    common::assert_err(&e, ErrorKind::InvalidArgument, &["memory of chip 0", "SUB"]);
     rig.free(&dev).unwrap();
 }
 

@@ -474,7 +474,7 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
             orch.submit_next_level(&h, a, CallConfig::default(), 0).map(|_| ())
         })
         .unwrap_err();
-    assert_err(&err, ErrorKind::InvalidArgument, &["lives on chip 1", "runs on chip 0"]);
+    assert_err(&err, ErrorKind::InvalidArgument, &["lives on worker 1", "runs on worker 0"]);
     drop(t);
     root.free(&dev).unwrap();
     assert_err(&root.copy_from(&back, &dev).unwrap_err(), ErrorKind::InvalidState, &["freed"]);

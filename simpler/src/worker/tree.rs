@@ -116,7 +116,9 @@ impl Tree {
         let n_chip = engine_cfg.next_level_workers - remote.len();
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let minter = Arc::new(IdentityMinter::new(nonce));
-        let devices = Arc::new(ChipBuffers::default());
+        // Above L3 the memory lives on a remote L3 Worker (a node), named as a worker.
+        let devices =
+            Arc::new(ChipBuffers { noun: if nested { "worker" } else { "chip" }, ..Default::default() });
         let parts = LevelParts {
             minter: minter.clone(),
             heap: Arc::new(HostRings::new(engine_cfg.heap_ring_size)?),
@@ -824,6 +826,8 @@ fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
 /// (never to a SUB task), and only while it is allocated.
 #[derive(Default)]
 pub(crate) struct ChipBuffers {
+    /// What holds the memory, for messages: "chip" at L3, "worker" (a remote L3 Worker) above.
+    noun: &'static str,
     live: std::sync::Mutex<std::collections::HashMap<Identity, Held>>,
     /// Buffers whose chip died and was replaced (their memory died with it), by chip.
     lost: std::sync::Mutex<std::collections::HashMap<Identity, u32>>,
@@ -886,12 +890,14 @@ impl DeviceRules for ChipBuffers {
         match runs_on {
             None => {
                 return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} is device memory of chip {chip}; SUB tasks run on the host and cannot use it"
+                    "{callable}: tensor {i} is memory of {} {chip}; SUB tasks run on the host and cannot use it",
+                    self.noun
                 )));
             }
             Some(w) if w != chip => {
                 return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} lives on chip {chip} but this task runs on chip {w}; device memory is usable only by its own chip"
+                    "{callable}: tensor {i} lives on {noun} {chip} but this task runs on {noun} {w}; such memory is usable only there",
+                    noun = self.noun
                 )));
             }
             Some(_) => {}
@@ -899,11 +905,13 @@ impl DeviceRules for ChipBuffers {
         if !sync::lock(&self.live).contains_key(&id) {
             if sync::lock(&self.lost).contains_key(&id) {
                 return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was lost when chip {chip} died and was replaced"
+                    "{callable}: tensor {i} names buffer {id} of {noun} {chip}, which was lost when {noun} {chip} died and was replaced",
+                    noun = self.noun
                 )));
             }
             return Err(Error::invalid(format!(
-                "{callable}: tensor {i} names device buffer {id} of chip {chip}, which was freed (or never allocated by this Worker)"
+                "{callable}: tensor {i} names buffer {id} of {} {chip}, which was freed (or never allocated by this Worker)",
+                self.noun
             )));
         }
         Ok(())
