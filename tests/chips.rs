@@ -320,7 +320,7 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
     let err = rig
         .run(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
         .unwrap_err();
-    common::assert_err(&err, ErrorKind::TaskFailed, &["fail_kernel", "worker 1", "kernel says no"]);
+    common::assert_err(&err, ErrorKind::TaskFailed, &["fail_kernel", "failed on chip 1", "kernel says no"]);
 }
 
 #[test]
@@ -355,7 +355,7 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
             orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
         })
         .unwrap_err();
-    common::assert_err(&err, ErrorKind::WorkerDied, &["worker 0 is dead"]);
+    common::assert_err(&err, ErrorKind::WorkerDied, &["chip 0 is dead"]);
     rig.run(|orch| {
         let mut args = TaskArgs::new();
         args.input(&ta)?.input(&tb)?.output(&to)?;

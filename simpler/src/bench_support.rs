@@ -194,7 +194,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
         (0..lanes)
             .map(|i| {
                 let ep = InstantEndpoint { running: false, release: release.clone() };
-                Lane::new(LaneKind::Sub(i), Box::new(ep))
+                Lane::named(LaneKind::Sub(i), Box::new(ep), format!("sub worker {i}"))
             })
             .collect(),
     );

@@ -247,7 +247,7 @@ impl ChipRuntime {
         for core in 0..cores as u32 {
             // On failure, the endpoints made so far stop their threads as `lanes` drops.
             let ep = CoreEndpoint::spawn(core, shared.clone(), bell.clone()).map_err(in_chip)?;
-            lanes.push(Lane::new(LaneKind::NextLevel(core), Box::new(ep)));
+            lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");

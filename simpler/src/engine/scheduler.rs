@@ -50,6 +50,14 @@ fn not_started(slot: &Slot) -> Error {
     Error::new(kind, format!("{} did not run: {why}", slot.describe()))
 }
 
+/// `message` without a leading `"{name}: "` (the lane's name, which the caller says already).
+fn once(name: &str, message: String) -> String {
+    match message.strip_prefix(name).and_then(|rest| rest.strip_prefix(": ")) {
+        Some(rest) => rest.to_string(),
+        None => message,
+    }
+}
+
 /// A duration as messages show it: "200 ms", "1.5 s".
 fn show(d: Duration) -> String {
     if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
@@ -62,14 +70,17 @@ fn show(d: Duration) -> String {
 /// One worker as the scheduler drives it.
 pub(crate) struct Lane {
     pub(crate) kind: LaneKind,
+    /// How messages name the worker ("sub worker 1", "chip 0", "remote worker 2 (ADDR)").
+    name: String,
     endpoint: Box<dyn Endpoint>,
     busy: Option<(Arc<Slot>, u32)>,
     dead: Option<String>,
 }
 
 impl Lane {
-    pub(crate) fn new(kind: LaneKind, endpoint: Box<dyn Endpoint>) -> Lane {
-        Lane { kind, endpoint, busy: None, dead: None }
+    /// A lane that messages call `name` (what the worker is to the user: "chip 0").
+    pub(crate) fn named(kind: LaneKind, endpoint: Box<dyn Endpoint>, name: String) -> Lane {
+        Lane { kind, name, endpoint, busy: None, dead: None }
     }
 
     fn idle(&self) -> bool {
@@ -177,7 +188,7 @@ impl Scheduler {
     pub(crate) fn shutdown(&mut self) {
         for lane in &mut self.lanes {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.shutdown())) {
-                tracing::error!(target: "simpler::scheduler", worker = %lane.kind, "its endpoint panicked in shutdown: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %lane.name, "its endpoint panicked in shutdown: {}", panic_message(&*panic));
             }
         }
     }
@@ -347,7 +358,7 @@ impl Scheduler {
                 Ok(false) => unstoppable = true,
                 Err(panic) => {
                     let why = format!("its endpoint panicked in stop: {}", panic_message(&*panic));
-                    tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].kind, "{why}; out of service");
+                    tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
                     self.lanes[i].dead = Some(why);
                     unstoppable = true;
                 }
@@ -399,7 +410,14 @@ impl Scheduler {
             progress = true;
             let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
             self.in_flight -= 1;
-            let lane_name = self.lanes[i].kind;
+            let lane_name = self.lanes[i].name.clone();
+            // A worker's own message may start with its name ("chip 0: ..."): say it once.
+            let outcome = outcome.map(|o| match o {
+                Outcome::TaskFailure(m) => Outcome::TaskFailure(once(&lane_name, m)),
+                Outcome::ResourceExhausted(m) => Outcome::ResourceExhausted(once(&lane_name, m)),
+                Outcome::WorkerDied(m) => Outcome::WorkerDied(once(&lane_name, m)),
+                other => other,
+            });
             let result = match outcome {
                 // Whether the task ended, and how, is lost, and the endpoint cannot be trusted:
                 // the task fails and the lane leaves service (rule 5 of the engine).
@@ -473,7 +491,7 @@ impl Scheduler {
             Ok(Some(why)) => why,
             Err(panic) => format!("its endpoint panicked in gone: {}", panic_message(&*panic)),
         };
-        tracing::warn!(target: "simpler::scheduler", worker = %self.lanes[i].kind, "{gone}; out of service");
+        tracing::warn!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{gone}; out of service");
         self.lanes[i].dead = Some(gone);
         true
     }
@@ -528,7 +546,7 @@ impl Scheduler {
             task: slot.index,
             member,
         };
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].kind, "dispatch");
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].name, "dispatch");
         let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
         match started {
             Ok(Ok(())) => {
@@ -538,7 +556,7 @@ impl Scheduler {
             // Whether the task started is unknown, and the endpoint cannot be trusted: the task
             // fails and the lane leaves service (rule 5 of the engine).
             Err(panic) => {
-                let name = self.lanes[lane].kind;
+                let name = self.lanes[lane].name.clone();
                 let why = format!("its endpoint panicked in start: {}", panic_message(&*panic));
                 tracing::error!(target: "simpler::scheduler", worker = %name, "{why}; out of service");
                 self.lanes[lane].dead = Some(why.clone());
@@ -553,7 +571,7 @@ impl Scheduler {
                 self.finish_member(eng, slot, member, Err(err));
             }
             Ok(Err(e)) => {
-                let name = self.lanes[lane].kind;
+                let name = self.lanes[lane].name.clone();
                 let err = Error::new(
                     e.kind(),
                     format!("{} could not start on {name}: {}", slot.describe(), e.message()),
@@ -611,7 +629,7 @@ impl Scheduler {
             if let Some(dead) = lanes.iter().find_map(|&l| self.lanes[l].dead.clone().map(|m| (l, m))) {
                 part.groups.pop_front();
                 self.queued -= 1;
-                let name = self.lanes[dead.0].kind;
+                let name = self.lanes[dead.0].name.clone();
                 self.fail_unplaceable(eng, &slot, format!("{name} is dead ({})", dead.1));
                 progress = true;
                 continue;
@@ -654,7 +672,7 @@ impl Scheduler {
                 if let Some(msg) = self.lanes[lane].dead.clone() {
                     part.single[w].pop_front();
                     self.queued -= 1;
-                    let name = self.lanes[lane].kind;
+                    let name = self.lanes[lane].name.clone();
                     self.fail_unplaceable(eng, &slot, format!("{name} is dead ({msg})"));
                     progress = true;
                     continue;

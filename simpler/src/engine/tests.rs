@@ -111,7 +111,7 @@ impl Rig {
                 }
             }
             let faulty = Box::new(Faulty::new(faults.clone(), ep.into_endpoint()));
-            lanes.push(Lane::new(kind, Box::new(Logged::new(kind, log.clone(), faulty))));
+            lanes.push(Lane::named(kind, Box::new(Logged::new(kind, log.clone(), faulty)), kind.to_string()));
         }
         eng.attach_lanes(lanes);
         let chip = CallableHandle::new(Digest::of(b"chip_kernel"), CallableKind::Chip, "chip_kernel");

@@ -234,7 +234,7 @@ impl Tree {
                 let ep = MailboxEndpoint::new(region.clone(), i, monitor.board.clone(), lanes.label(i));
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
-                Lane::new(kind, Box::new(ep))
+                Lane::named(kind, Box::new(ep), lanes.label(i))
             })
             .collect();
         // Remote L3 Workers: connected and authenticated now, after every local child started
@@ -272,9 +272,10 @@ impl Tree {
             });
             match connected {
                 Ok(s) => {
-                    lanes_all.push(Lane::new(
+                    lanes_all.push(Lane::named(
                         LaneKind::NextLevel((n_chip + j) as u32),
                         Box::new(RemoteEndpoint::new(s.clone())),
+                        lanes.label(n_sub + n_chip + j),
                     ));
                     sessions.push(s);
                 }
