@@ -85,15 +85,29 @@ fn node(addr: &str) -> simpler::Result<()> {
     bound.serve_one()
 }
 
+/// A node process, killed and reaped if the root gives up before the node's session ended.
+struct NodeChild(Child);
+
+impl Drop for NodeChild {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts a node of this program on a free loopback port; returns it and its address.
-fn start_node(key: &str) -> Result<(Child, String), Box<dyn std::error::Error>> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["--node", "127.0.0.1:0"])
-        .env("SIMPLER_CLUSTER_KEY", key)
-        .stdout(Stdio::piped())
-        .spawn()?;
+fn start_node(key: &str) -> Result<(NodeChild, String), Box<dyn std::error::Error>> {
+    let mut child = NodeChild(
+        Command::new(std::env::current_exe()?)
+            .args(["--node", "127.0.0.1:0"])
+            .env("SIMPLER_CLUSTER_KEY", key)
+            .stdout(Stdio::piped())
+            .spawn()?,
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().ok_or("no stdout")?.by_ref()).read_line(&mut line)?;
+    BufReader::new(child.0.stdout.as_mut().ok_or("no stdout")?.by_ref()).read_line(&mut line)?;
     Ok((child, line.trim().to_string()))
 }
 
@@ -147,7 +161,7 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
     let (ys, zs) = (y.read::<f32>(0, N as usize)?, z.read::<f32>(0, N as usize)?);
     l4.close()?;
     for (mut child, _) in nodes {
-        child.wait()?; // each node ends its session when the root closes it
+        child.0.wait()?; // each node ends its session when the root closes it
     }
     let ok = ys.iter().all(|&v| v == 12.0) && zs.iter().all(|&v| v == 5.0);
     println!(

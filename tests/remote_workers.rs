@@ -80,12 +80,14 @@ fn thread_node() -> (NodeAddr, std::thread::JoinHandle<simpler::Result<()>>) {
 const NODE_ENV: &str = "SIMPLER_TEST_REMOTE_NODE";
 
 /// Not a test of its own: the body of a node process (this test binary started with
-/// `NODE_ENV`), which prints its address and serves one session.
+/// `NODE_ENV`), which prints its address and serves one session. Ignored, so it runs only when
+/// a test starts it.
 #[test]
+#[ignore = "the body of a node process that a test starts"]
 fn node_process() {
-    if std::env::var_os(NODE_ENV).is_none() {
-        return;
-    }
+    let Some(_) = std::env::var_os(NODE_ENV) else {
+        panic!("node_process runs only in a process a test started with {NODE_ENV}");
+    };
     let bound = node_with("127.0.0.1:0").bind().unwrap();
     let mut out = std::io::stdout();
     writeln!(out, "NODE {}", bound.local_addr()).unwrap();
@@ -100,16 +102,26 @@ fn signal(pid: i32, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
+/// A child process killed (SIGKILL) and reaped on drop, also when the test panics.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A node in a process of its own (this binary, in `node_process`), killed on drop.
 struct NodeProcess {
-    child: Child,
+    child: KillOnDrop,
     addr: NodeAddr,
 }
 
 impl NodeProcess {
     fn start() -> NodeProcess {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "node_process", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "node_process", "--ignored", "--nocapture", "--test-threads=1"])
             .env(NODE_ENV, "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -129,18 +141,11 @@ impl NodeProcess {
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
-        NodeProcess { child, addr }
+        NodeProcess { child: KillOnDrop(child), addr }
     }
 
     fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.0.id() as i32
     }
 }
 
@@ -295,6 +300,10 @@ fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
     assert_err(&err, ErrorKind::WorkerDied, &["stalled", &node.addr.to_string()]);
     let remote = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Remote).unwrap();
     assert_eq!(remote.state, WorkerState::Lost);
+    // A lost remote Worker is not restarted from here: replacing skips it, or says why.
+    assert!(rig.replace_dead_workers().unwrap().is_empty());
+    let err = rig.replace_worker(WorkerKind::Remote, remote.id).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["remote Worker", "not restarted"]);
     // The local L3 still works; close does not hang.
     let buf = u64_buffer(&rig, 1);
     step_on(&rig, &buf, 0, 1, 0).unwrap();
@@ -356,11 +365,13 @@ fn garbage_on_the_wire_is_refused_and_the_node_keeps_serving() {
 const ROOT_ENV: &str = "SIMPLER_TEST_REMOTE_ROOT";
 
 /// Not a test of its own: the body of a root process (this test binary started with
-/// `ROOT_ENV`), which sends a task that stalls on the node and waits on it.
+/// `ROOT_ENV`), which sends a task that stalls on the node and waits on it. Ignored, so it runs
+/// only when a test starts it.
 #[test]
+#[ignore = "the body of a root process that a test starts"]
 fn root_process() {
     let Some(addr) = std::env::var_os(ROOT_ENV) else {
-        return;
+        panic!("root_process runs only in a process a test started with {ROOT_ENV}");
     };
     let addr = NodeAddr::parse(&addr.to_string_lossy()).unwrap();
     let mut root = root_worker(&[addr], Duration::from_secs(2));
@@ -380,17 +391,18 @@ fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
     let (addr, node) = thread_node();
     let marker = stall_marker(std::process::id());
     let _ = std::fs::remove_file(&marker);
-    let mut root = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "root_process", "--nocapture", "--test-threads=1"])
-        .env(ROOT_ENV, addr.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let root = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "root_process", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(ROOT_ENV, addr.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for("the root's task to run on the node", Duration::from_secs(30), || marker.exists());
     let _ = std::fs::remove_file(&marker);
-    root.kill().unwrap();
-    root.wait().unwrap();
+    drop(root); // SIGKILL, and reaped
     let killed = Instant::now();
     // The node notices the closed connection, cancels the task (stopping the SUB worker that
     // ran it) and ends the session, long before the task would have ended on its own.
@@ -458,6 +470,19 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
         })
         .expect("a run on the node-resident buffer");
     }
+    // Controls from two threads at once each get their own reply.
+    let other = root.alloc_child_tensor(1, &[4], simpler::DataType::Uint64).unwrap();
+    std::thread::scope(|s| {
+        for target in [&other, &other] {
+            let (root, host) = (&root, &host);
+            s.spawn(move || {
+                for _ in 0..20 {
+                    root.copy_to(target, host).expect("a concurrent copy_to");
+                }
+            });
+        }
+    });
+    root.free(&other).unwrap();
     let back = u64_buffer(&root, 4);
     root.copy_from(&back, &dev).unwrap();
     assert_eq!(
@@ -478,7 +503,7 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
     drop(t);
     root.free(&dev).unwrap();
     assert_err(&root.copy_from(&back, &dev).unwrap_err(), ErrorKind::InvalidState, &["freed"]);
-    drop((dev, host, back));
+    drop((dev, other, host, back));
     finish(root, vec![node]);
 }
 

@@ -242,9 +242,8 @@ fn workers_run_where_the_thread_that_started_them_may_run() {
         let set = unsafe { set.assume_init() };
         // SAFETY: CPU_ISSET reads the set in bounds for a cpu below CPU_SETSIZE.
         let cpu = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) }).unwrap();
-        let mut one = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
-        // SAFETY: the zeroed set is a valid cpu_set_t; CPU_SET writes in bounds.
-        let mut one = unsafe { one.assume_init_mut() }.to_owned();
+        // SAFETY: an all-zero cpu_set_t is the empty set.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: `cpu` is below CPU_SETSIZE.
         unsafe { libc::CPU_SET(cpu, &mut one) };
         // SAFETY: pins this thread only, with a valid set.

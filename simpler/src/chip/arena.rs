@@ -344,7 +344,7 @@ impl Arena {
         let dev = ptr + dev_view.byte_offset();
         let src = host.ptr();
         let mut result = Ok(());
-        for_each_run(host.view(), |offset, len| {
+        host.view().for_each_run(|offset, len| {
             if result.is_ok() {
                 // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range,
                 // mapped while `host` lives and written by nobody else meanwhile (H1); the slice lives
@@ -371,7 +371,7 @@ impl Arena {
         let dev = ptr + dev_view.byte_offset();
         let dst = host.ptr();
         let mut result = Ok(());
-        for_each_run(host.view(), |offset, len| {
+        host.view().for_each_run(|offset, len| {
             if result.is_ok() {
                 // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
                 // mapped while `host` lives (H1), and the running task alone may touch those bytes (it
@@ -382,40 +382,6 @@ impl Arena {
             }
         });
         result
-    }
-}
-
-/// Calls `f(byte offset from the view's first byte, length)` for every contiguous run of the
-/// view's elements, in order. A contiguous view is one run; otherwise runs are the innermost
-/// rows when their stride is 1, else single elements.
-fn for_each_run(view: &TensorView, mut f: impl FnMut(usize, usize)) {
-    let esize = view.dtype().size();
-    if view.is_contiguous() {
-        f(0, view.num_elements() as usize * esize);
-        return;
-    }
-    let shape = view.shape();
-    let strides = view.strides();
-    let rank = shape.len();
-    let (inner, run_len) =
-        if strides[rank - 1] == 1 { (rank - 1, shape[rank - 1] as usize * esize) } else { (rank, esize) };
-    let mut idx = [0u32; crate::data::tensor::MAX_TENSOR_DIMS];
-    loop {
-        let elem: u64 = (0..inner).map(|k| u64::from(idx[k]) * u64::from(strides[k])).sum();
-        f(elem as usize * esize, run_len);
-        // Odometer over the outer `inner` dimensions.
-        let mut k = inner;
-        loop {
-            if k == 0 {
-                return;
-            }
-            k -= 1;
-            idx[k] += 1;
-            if idx[k] < shape[k] {
-                break;
-            }
-            idx[k] = 0;
-        }
     }
 }
 
@@ -582,11 +548,11 @@ mod tests {
         // A 2x3 window of a 4x5 u8 matrix starting at (1, 1): rows of 3 bytes, 5 apart.
         let v = TensorView::new(6, &[2, 3], Some(&[5, 1]), DataType::Uint8).unwrap();
         let mut runs = Vec::new();
-        for_each_run(&v, |o, l| runs.push((o, l)));
+        v.for_each_run(|o, l| runs.push((o, l)));
         assert_eq!(runs, vec![(0, 3), (5, 3)]);
         let c = TensorView::new(0, &[2, 3], None, DataType::Int16).unwrap();
         let mut one = Vec::new();
-        for_each_run(&c, |o, l| one.push((o, l)));
+        c.for_each_run(|o, l| one.push((o, l)));
         assert_eq!(one, vec![(0, 12)]);
     }
 }

@@ -398,7 +398,12 @@ impl Installable for ChipFn {
     }
 
     fn describe(&self) -> String {
-        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
+        // The address in this process (the wire word is an offset, see `sys::fn_address`).
+        let addr = match self.body {
+            ChipBody::Kernel(f) => f as usize,
+            ChipBody::Orchestration(f) => f as usize,
+        };
+        format!("`{}` ({}, fn at {addr:#x})", self.name, self.origin)
     }
 }
 

@@ -280,6 +280,40 @@ impl TensorView {
         (self.byte_offset, self.byte_offset.saturating_add(self.extent_bytes()))
     }
 
+    /// Calls `f(byte offset from the view's first byte, length)` for every contiguous run of the
+    /// view's elements, in order. A contiguous view is one run; otherwise runs are the innermost
+    /// rows when their stride is 1, else single elements.
+    pub(crate) fn for_each_run(&self, mut f: impl FnMut(usize, usize)) {
+        let esize = self.dtype().size();
+        if self.is_contiguous() {
+            f(0, self.num_elements() as usize * esize);
+            return;
+        }
+        let shape = self.shape();
+        let strides = self.strides();
+        let rank = shape.len();
+        let (inner, run_len) =
+            if strides[rank - 1] == 1 { (rank - 1, shape[rank - 1] as usize * esize) } else { (rank, esize) };
+        let mut idx = [0u32; MAX_TENSOR_DIMS];
+        loop {
+            let elem: u64 = (0..inner).map(|k| u64::from(idx[k]) * u64::from(strides[k])).sum();
+            f(elem as usize * esize, run_len);
+            // Odometer over the outer `inner` dimensions.
+            let mut k = inner;
+            loop {
+                if k == 0 {
+                    return;
+                }
+                k -= 1;
+                idx[k] += 1;
+                if idx[k] < shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
     /// Raw parts for the wire codec.
     pub(crate) fn raw(&self) -> (u64, u8, [u32; MAX_TENSOR_DIMS], [u32; MAX_TENSOR_DIMS], DataType) {
         (self.byte_offset, self.ndims, self.shape, self.strides, self.dtype)

@@ -135,6 +135,7 @@ impl Installable for OrchFn {
     }
 
     fn describe(&self) -> String {
-        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.fn_address())
+        // The address in this process (the wire word is an offset, see `sys::fn_address`).
+        format!("`{}` ({}, fn at {:#x})", self.name, self.origin, self.f as usize)
     }
 }

@@ -122,6 +122,12 @@ fn random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now()))
 }
 
+/// Whether `w` is a dead worker this Worker can start again (a SUB worker or a chip; a nested
+/// Worker's subtree and a remote Worker's session are not restarted from here).
+fn replaceable(w: &WorkerStatus) -> bool {
+    !w.is_alive() && matches!(w.kind, WorkerKind::Sub | WorkerKind::Chip)
+}
+
 /// The bytes of `shape` elements of `dtype` (for `alloc_child_tensor`).
 fn device_extent(shape: &[u32], dtype: DataType) -> Result<u64> {
     let view = crate::data::tensor::TensorView::new(0, shape, None, dtype)
@@ -372,6 +378,7 @@ impl Worker {
             WorkerKind::Nested if (id as usize) < self.nested_workers() => {
                 Some(self.sub_workers() + id as usize)
             }
+            WorkerKind::Remote => self.lanes.remote_index(id).map(|_| self.sub_workers() + id as usize),
             _ => None,
         }
         .ok_or_else(|| {
@@ -397,7 +404,7 @@ impl Worker {
         let rt = self.started("replace_dead_workers")?;
         let mut replaced = Vec::new();
         for (i, w) in rt.workers().into_iter().enumerate() {
-            if !w.is_alive() && w.kind != WorkerKind::Nested {
+            if replaceable(&w) {
                 rt.replace(i, &self.callables)?;
                 replaced.push(rt.workers()[i]);
             }
@@ -1151,9 +1158,11 @@ impl Worker {
     /// `replace_dead_workers`). A worker whose replacement fails stays out of service, and the
     /// run goes on without it (its tasks fail naming the dead worker).
     fn replace_dead_before_submit(&self, rt: &dyn Runtime) {
+        if !rt.any_dead() {
+            return; // the common case: one atomic load per child, no allocation
+        }
         for (i, w) in rt.workers().into_iter().enumerate() {
-            if !w.is_alive()
-                && w.kind != WorkerKind::Nested
+            if replaceable(&w)
                 && let Err(e) = rt.replace(i, &self.callables)
             {
                 tracing::warn!(target: "simpler::worker", "replacing a dead worker before a submit: {e}");

@@ -60,6 +60,12 @@ pub(super) trait Runtime: Send + Sync {
     /// Frees device buffer `buf` (at `ptr` on chip `chip`).
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()>;
 
+    /// Whether some child process has died (atomic loads only: asked on every submit of a
+    /// Worker that replaces dead workers).
+    fn any_dead(&self) -> bool {
+        false
+    }
+
     /// Starts a new worker in place of dead child `i` (its mailbox index) with the callables of
     /// `callables`, and puts its lane back in service once it is ready; returns its pid.
     fn replace(&self, i: usize, callables: &Callables) -> Result<i32>;

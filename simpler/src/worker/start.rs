@@ -29,6 +29,7 @@ use crate::ipc::child::{
 };
 use crate::ipc::mailbox::MailboxRegion;
 use crate::level::Level;
+use crate::net::frame::{BodyReader, BodyWriter, FrameError};
 use crate::sys::mem::{SharedRegion, SharedSpan};
 use crate::sys::process::fork_child;
 use crate::sys::spawn::{CHILD_ENTRY, ChildStart, spawn_self};
@@ -422,60 +423,53 @@ fn read_orch(d: &mut Dec<'_>) -> Result<Registry<OrchFn>> {
     })
 }
 
-/// Writes a start spec.
-struct Enc(Vec<u8>);
+/// Writes a start spec: the session protocol's little-endian body writer, with a header.
+struct Enc(BodyWriter);
 
 impl Enc {
     fn new() -> Enc {
-        let mut v = MAGIC.to_vec();
-        v.extend_from_slice(&VERSION.to_le_bytes());
-        Enc(v)
+        let mut w = BodyWriter::new();
+        w.raw(MAGIC).u32(VERSION);
+        Enc(w)
     }
     fn u8(&mut self, v: u8) -> &mut Enc {
-        self.0.push(v);
+        self.0.u8(v);
         self
     }
     fn u32(&mut self, v: u32) -> &mut Enc {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.0.u32(v);
         self
     }
     fn u64(&mut self, v: u64) -> &mut Enc {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.0.u64(v);
         self
     }
     fn duration(&mut self, d: Duration) -> &mut Enc {
         self.u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
     fn bytes(&mut self, b: &[u8]) -> &mut Enc {
-        self.u32(b.len() as u32);
-        self.0.extend_from_slice(b);
+        self.0.bytes(b);
         self
     }
     fn finish(self) -> Vec<u8> {
-        self.0
+        self.0.finish()
     }
 }
 
-/// Reads a start spec, bounds-checking every field.
-struct Dec<'a> {
-    b: &'a [u8],
-    at: usize,
+/// Reads a start spec: the session protocol's bounds-checked body reader, its errors as the
+/// crate's.
+struct Dec<'a>(BodyReader<'a>);
+
+fn spec_error(e: FrameError) -> Error {
+    Error::invalid(format!("start spec: {e}"))
 }
 
 impl<'a> Dec<'a> {
     fn new(b: &'a [u8]) -> Dec<'a> {
-        Dec { b, at: 0 }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| {
-            Error::invalid(format!("start spec ends at byte {} inside a {n}-byte field", self.b.len()))
-        })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
+        Dec(BodyReader::new(b))
     }
     fn magic(&mut self) -> Result<()> {
-        if self.take(MAGIC.len())? != MAGIC {
+        if self.0.raw(MAGIC.len()).map_err(spec_error)? != MAGIC {
             return Err(Error::invalid("not a start spec (bad magic)"));
         }
         match self.u32()? {
@@ -484,13 +478,13 @@ impl<'a> Dec<'a> {
         }
     }
     fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        self.0.u8().map_err(spec_error)
     }
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        self.0.u32().map_err(spec_error)
     }
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        self.0.u64().map_err(spec_error)
     }
     fn usize(&mut self) -> Result<usize> {
         usize::try_from(self.u64()?)
@@ -506,8 +500,7 @@ impl<'a> Dec<'a> {
         Ok(Duration::from_nanos(self.u64()?))
     }
     fn bytes(&mut self) -> Result<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
+        self.0.bytes().map_err(spec_error)
     }
 }
 
@@ -523,7 +516,7 @@ mod tests {
         let mut d = Dec::new(&good);
         d.magic().unwrap();
         assert_eq!(d.u32().unwrap(), 2);
-        assert!(d.u32().unwrap_err().message().contains("ends at byte"));
+        assert!(d.u32().unwrap_err().message().contains("start spec"));
         assert!(Dec::new(b"NOTSPEC!\x01\0\0\0").magic().unwrap_err().message().contains("magic"));
         let mut future = MAGIC.to_vec();
         future.extend_from_slice(&9u32.to_le_bytes());

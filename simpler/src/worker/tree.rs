@@ -303,6 +303,9 @@ impl Tree {
         {
             Ok(t) => t,
             Err(e) => {
+                for s in &sessions {
+                    s.close();
+                }
                 abort_children(&region, &mut monitor, &pids);
                 return Err(Error::os("spawn scheduler thread", e));
             }
@@ -484,10 +487,19 @@ impl Runtime for Tree {
         true
     }
 
+    fn any_dead(&self) -> bool {
+        (0..self.children).any(|i| self.monitor.board.has_exited(i))
+    }
+
     fn replace(&self, i: usize, callables: &Callables) -> Result<i32> {
         let _one_at_a_time = sync::lock(&self.control_lock);
         self.open("replace_worker")?;
         let who = self.lanes.label(i);
+        if i >= self.children {
+            return Err(Error::invalid(format!(
+                "Worker.replace_worker: {who} is a remote Worker, started by its own host; a lost session is not restarted from here"
+            )));
+        }
         let old = self.monitor.pid(i);
         if !self.monitor.board.has_exited(i) {
             return Err(Error::state(format!(

@@ -169,6 +169,8 @@ pub(crate) struct Session {
     outputs: Mutex<Vec<(usize, BufferDesc, TensorView)>>,
     /// Rung when something arrives (the engine's doorbell).
     bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
+    /// One control at a time (the state holds one reply): held from send to reply.
+    control_lock: Mutex<()>,
     /// The reader thread, joined by `close`.
     reader: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -220,6 +222,7 @@ impl Session {
             resolver: Mutex::new(resolver),
             outputs: Mutex::new(Vec::new()),
             bell,
+            control_lock: Mutex::new(()),
             reader: Mutex::new(None),
         });
         let s = session.clone();
@@ -352,10 +355,11 @@ impl Session {
                     )));
                 }
                 let dst = resolver.bytes(desc, 0, desc.nbytes()).map_err(Error::decode)?;
-                for (off, len) in view_runs(view) {
-                    let (a, b) = (off as usize, (off + len) as usize);
+                let start = view.byte_offset() as usize;
+                view.for_each_run(|off, len| {
+                    let (a, b) = (start + off, start + off + len);
                     dst[a..b].copy_from_slice(&bytes[a..b]);
-                }
+                });
             }
         }
         let m = format!("{}: {}", self.label, msg.message);
@@ -373,6 +377,7 @@ impl Session {
         body: &[u8],
         timeout: Duration,
     ) -> Result<std::result::Result<Vec<u8>, String>> {
+        let _one_at_a_time = sync::lock(&self.control_lock);
         let seq = self.send(FrameKind::Control, body.to_vec())?;
         let deadline = Instant::now() + timeout;
         let mut st = sync::lock(&self.state);
@@ -418,30 +423,6 @@ impl Session {
         }
         *sync::lock(&self.resolver) = HostResolver::new(Vec::new());
     }
-}
-
-/// The byte runs (offset, length) of `view`'s elements within its buffer.
-fn view_runs(view: &TensorView) -> Vec<(u64, u64)> {
-    let (start, end) = view.byte_range();
-    if view.is_contiguous() {
-        return vec![(start, end - start)];
-    }
-    let size = view.dtype().size() as u64;
-    let (shape, strides) = (view.shape(), view.strides());
-    let mut idx = vec![0u32; shape.len()];
-    let mut runs = Vec::with_capacity(view.num_elements() as usize);
-    for _ in 0..view.num_elements() {
-        let elem: u64 = idx.iter().zip(strides).map(|(&i, &s)| u64::from(i) * u64::from(s)).sum();
-        runs.push((start + elem * size, size));
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    runs
 }
 
 /// The engine's endpoint for one remote L3 Worker.

@@ -329,8 +329,8 @@ impl BoundNode {
                 Err(e) => break Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}"))),
             };
             let reply = match frame.kind {
-                FrameKind::Task => (FrameKind::Completion, self.task(&frame.body, peer, &current)),
-                FrameKind::Control => (FrameKind::ControlReply, self.control(&frame.body, peer)),
+                FrameKind::Task => (FrameKind::Completion, self.task(&frame.body, &current)),
+                FrameKind::Control => (FrameKind::ControlReply, self.control(&frame.body)),
                 FrameKind::Shutdown => break Ok(()),
                 FrameKind::Health => continue,
                 other => {
@@ -355,11 +355,11 @@ impl BoundNode {
         result
     }
 
-    fn control(&self, body: &[u8], peer: &str) -> Vec<u8> {
+    fn control(&self, body: &[u8]) -> Vec<u8> {
         let result = match wire::decode_control(body) {
             Ok(m) => match m.command {
                 wire::CHECK_CALLABLE if self.orch.contains_key(&m.digest) => Ok(Vec::new()),
-                wire::CHECK_CALLABLE => Err(self.unknown(&m.digest, &m.name, peer)),
+                wire::CHECK_CALLABLE => Err(self.unknown(&m.digest, &m.name)),
                 wire::ALLOC => self.alloc_resident(m.arg),
                 wire::COPY_TO => self.with_resident(m.arg, |b| {
                     if m.data.len() > b.nbytes() {
@@ -408,7 +408,7 @@ impl BoundNode {
         }
     }
 
-    fn unknown(&self, digest: &Digest, name: &str, _peer: &str) -> String {
+    fn unknown(&self, digest: &Digest, name: &str) -> String {
         format!(
             "UNKNOWN_CALLABLE: {digest} (`{name}`) is not registered on the node at {} (register it with Node::register_orch, or make it a #[callable(orch)])",
             self.name
@@ -416,7 +416,7 @@ impl BoundNode {
     }
 
     /// Runs one TASK; returns the COMPLETION body. The run is in `current` while it runs.
-    fn task(&self, body: &[u8], peer: &str, current: &Mutex<Option<RunHandle>>) -> Vec<u8> {
+    fn task(&self, body: &[u8], current: &Mutex<Option<RunHandle>>) -> Vec<u8> {
         let msg = match wire::decode_task(body) {
             Ok(m) => m,
             Err(e) => return wire::encode_completion(wire::BAD_FRAME, &e.to_string(), &[]),
@@ -424,7 +424,7 @@ impl BoundNode {
         let Some(f) = self.orch.get(&msg.digest) else {
             return wire::encode_completion(
                 wire::UNKNOWN_CALLABLE,
-                &self.unknown(&msg.digest, &msg.name, peer),
+                &self.unknown(&msg.digest, &msg.name),
                 &[],
             );
         };
