@@ -498,7 +498,7 @@ fn check_remote_task(input: &[u8]) -> Verdict {
         Ok(t) => {
             // What a node does next: decode the argument blob.
             let args_ok = check_args(t.args_blob)?;
-            let data: usize = t.data.iter().flatten().map(|d| d.len()).sum();
+            let data: usize = t.data.iter().flatten().map(|(_, d)| d.len()).sum();
             if data > input.len() {
                 return Err(format!("{data} bytes of tensor data from a {}-byte body", input.len()));
             }
@@ -511,7 +511,7 @@ fn check_remote_task(input: &[u8]) -> Verdict {
 fn check_remote_completion(input: &[u8]) -> Verdict {
     match crate::worker::remote::wire::decode_completion(input) {
         Ok(c) => {
-            let bytes: usize = c.outputs.iter().map(|(_, b)| b.len()).sum();
+            let bytes: usize = c.outputs.iter().map(|(_, _, b)| b.len()).sum();
             if bytes + c.message.len() > input.len() * 3 {
                 return Err("a completion decoded into more than its body held".into());
             }
@@ -545,17 +545,17 @@ fn remote_task_bytes(rng: &mut Rng) -> Vec<u8> {
     let cfg = config(rng);
     let with_cfg = rng.one_in(2);
     crate::worker::remote::wire::encode_task(&digest, "fuzzed", with_cfg.then_some(&cfg), &args, |_| {
-        Ok(Some(vec![7u8; 16]))
+        Ok(Some((0, vec![7u8; 16])))
     })
     .unwrap_or_default()
 }
 
 /// A valid COMPLETION body (then mutated by the caller).
 fn remote_completion_bytes(rng: &mut Rng) -> Vec<u8> {
-    let outputs: Vec<(usize, Vec<u8>)> = (0..rng.index(3))
+    let outputs: Vec<(usize, u64, Vec<u8>)> = (0..rng.index(3))
         .map(|i| {
             let n = rng.index(32);
-            (i, rng.bytes(n))
+            (i, rng.below(64), rng.bytes(n))
         })
         .collect();
     crate::worker::remote::wire::encode_completion(rng.below(6) as u32, "message", &outputs)

@@ -51,6 +51,8 @@ use crate::worker::serve::sub::SubChild;
 ///   before or after `init`; a [`HostFn::closure`](crate::HostFn::closure) cannot (registering
 ///   one is refused, naming it). Statics and other state the program set up in `main` are not
 ///   in the children: a child starts from the binary, not from a copy of the program.
+///   The environment variable `SIMPLER_START_SPEC` is how a child learns its role: it is
+///   reserved (a program started with it set does not reach `main`).
 /// * [`Fork`](StartMethod::Fork): each child is a fork of the program at `init`. Closures
 ///   reach the children, but a fork copies every lock another thread held at that moment
 ///   (stdout, a logger, the allocator's): a child that needs one hangs for ever. Use it only

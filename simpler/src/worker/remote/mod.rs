@@ -343,23 +343,21 @@ impl Session {
         let expected = std::mem::take(&mut *sync::lock(&self.outputs));
         if msg.status == wire::DONE {
             let mut resolver = sync::lock(&self.resolver);
-            for (i, bytes) in &msg.outputs {
+            for (i, offset, bytes) in &msg.outputs {
                 let Some((_, desc, view)) = expected.iter().find(|(j, _, _)| j == i) else {
                     return Err(Error::decode(format!("output {i} is not a written tensor of the task")));
                 };
-                if bytes.len() as u64 != desc.nbytes() {
+                let (start, end) = view.byte_range();
+                if *offset != start || bytes.len() as u64 != end - start {
                     return Err(Error::decode(format!(
-                        "output {i} has {} bytes, its buffer {}",
+                        "output {i} has {} bytes at {offset}; its view spans {} at {start}",
                         bytes.len(),
-                        desc.nbytes()
+                        end - start
                     )));
                 }
-                let dst = resolver.bytes(desc, 0, desc.nbytes()).map_err(Error::decode)?;
-                let start = view.byte_offset() as usize;
-                view.for_each_run(|off, len| {
-                    let (a, b) = (start + off, start + off + len);
-                    dst[a..b].copy_from_slice(&bytes[a..b]);
-                });
+                let dst = resolver.bytes(desc, start, end - start).map_err(Error::decode)?;
+                // Only the view's elements: bytes between them may belong to other tasks.
+                view.for_each_run(|off, len| dst[off..off + len].copy_from_slice(&bytes[off..off + len]));
             }
         }
         let m = format!("{}: {}", self.label, msg.message);
@@ -454,12 +452,13 @@ impl Endpoint for RemoteEndpoint {
                 if wire::writes(d.args.tags[i].access()) {
                     outputs.push((i, *desc, *t.view()));
                 }
-                // Every tensor's buffer travels: a node's buffer starts as the root's, so bytes
-                // a written view does not cover come back unchanged.
+                // The bytes the view spans travel (not the rest of a large buffer); gaps of a
+                // strided view go too, so the node's copy matches the root's there.
+                let (start, end) = t.view().byte_range();
                 let bytes = resolver
-                    .bytes(desc, 0, desc.nbytes())
+                    .bytes(desc, start, end - start)
                     .map_err(|m| Error::invalid(format!("{}: tensor {i}: {m}", d.callable)))?;
-                Ok(Some(bytes.to_vec()))
+                Ok(Some((start, bytes.to_vec())))
             })?
         };
         *sync::lock(&s.outputs) = outputs;

@@ -441,19 +441,19 @@ impl BoundNode {
         }
     }
 
-    /// Fills a buffer of this node per tensor, runs `f` on the L3 Worker, and returns the bytes
-    /// of every buffer the task may have written.
+    /// Fills a buffer of this node per tensor (the bytes its view spans), runs `f` on the L3
+    /// Worker, and returns the bytes every written view spans.
     fn run_task(
         &self,
         f: &OrchFn,
         msg: &wire::TaskMsg<'_>,
         current: &Mutex<Option<RunHandle>>,
-    ) -> Result<Vec<(usize, Vec<u8>)>> {
+    ) -> Result<Vec<(usize, u64, Vec<u8>)>> {
         let decoded = decode_args(msg.args_blob)?;
         if decoded.tensors.len() != msg.data.len() {
             return Err(Error::decode("a TASK's tensor data does not match its arguments"));
         }
-        let mut buffers: Vec<(usize, Buffer, usize)> = Vec::new();
+        let mut buffers: Vec<(usize, Buffer, (u64, u64))> = Vec::new();
         let mut args = TaskArgs::new();
         for (i, t) in decoded.tensors.iter().enumerate() {
             if let crate::data::buffer::Backing::Device { ptr, .. } = t.desc.backing() {
@@ -471,20 +471,23 @@ impl BoundNode {
             }
             let n = usize::try_from(t.desc.nbytes()).map_err(|_| Error::invalid("tensor too large"))?;
             let buf = self.worker.create_buffer(n.max(1))?;
-            if let Some(bytes) = msg.data[i] {
-                if bytes.len() != n {
+            // The bytes the view spans arrive with the task; the rest of the buffer is unused.
+            let (start, end) = t.view.byte_range();
+            if let Some((offset, bytes)) = msg.data[i] {
+                if offset != start || bytes.len() as u64 != end - start {
                     return Err(Error::decode(format!(
-                        "tensor {i}: {} bytes for a {n}-byte buffer",
-                        bytes.len()
+                        "tensor {i}: {} bytes at {offset}, but its view spans {} bytes at {start}",
+                        bytes.len(),
+                        end - start
                     )));
                 }
-                buf.write(0, bytes)?;
+                buf.write(start as usize, bytes)?;
             }
             let access = t.desc.access().within_orchestration();
             let tensor = buf.view(t.view)?.narrowed(access)?;
             args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
             if wire::writes(t.desc.access()) {
-                buffers.push((i, buf, n));
+                buffers.push((i, buf, (start, end)));
             }
         }
         for &s in &decoded.scalars {
@@ -499,7 +502,10 @@ impl BoundNode {
         let result = run.wait();
         *sync::lock(current) = None;
         result?;
-        buffers.into_iter().map(|(i, b, n)| Ok((i, b.read::<u8>(0, n)?))).collect()
+        buffers
+            .into_iter()
+            .map(|(i, b, (start, end))| Ok((i, start, b.read::<u8>(start as usize, (end - start) as usize)?)))
+            .collect()
     }
 }
 

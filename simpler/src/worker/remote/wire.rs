@@ -2,10 +2,11 @@
 //! Worker), on top of `net::frame`.
 //!
 //! * `TASK`: the callable's digest and name, the config, the arguments (the local wire blob:
-//!   descriptors, views, scalars), then for each tensor a flag and, when the task reads it, the
-//!   bytes of its whole buffer (a node shares no memory with the root).
-//! * `COMPLETION`: a status code, a message, and the bytes of every buffer the task may have
-//!   written, by tensor index.
+//!   descriptors, views, scalars), then for each tensor a flag and, unless it stays on the node,
+//!   the bytes its view spans in its buffer with their offset (a node shares no memory with the
+//!   root).
+//! * `COMPLETION`: a status code, a message, and the bytes every written view spans, by tensor
+//!   index, with their offset.
 //! * `CONTROL` / `CONTROL_REPLY`: a command (`CHECK_CALLABLE`: does the node run this digest?)
 //!   and its answer.
 //! * `HEALTH`, `SHUTDOWN`: empty.
@@ -54,24 +55,25 @@ pub(crate) struct TaskMsg<'a> {
     pub(crate) name: String,
     pub(crate) config: CallConfig,
     pub(crate) args_blob: &'a [u8],
-    /// For each tensor, the bytes of its buffer when the task reads it.
-    pub(crate) data: Vec<Option<&'a [u8]>>,
+    /// For each tensor, the bytes its view spans in its buffer and where they start.
+    pub(crate) data: Vec<Option<(u64, &'a [u8])>>,
 }
 
 fn bad(e: FrameError) -> Error {
     Error::decode(format!("malformed message: {e}"))
 }
 
-/// Encodes a TASK; `data(i)` gives the bytes of tensor `i`'s buffer when it is read.
+/// Encodes a TASK; `data(i)` gives the bytes tensor `i`'s view spans and their offset in its
+/// buffer (`None` for a tensor that stays on the node).
 pub(crate) fn encode_task(
     digest: &Digest,
     name: &str,
     config: Option<&CallConfig>,
     args: &TaskArgs,
-    mut data: impl FnMut(usize) -> Result<Option<Vec<u8>>>,
+    mut data: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>>,
 ) -> Result<Vec<u8>> {
-    let data: Vec<Option<Vec<u8>>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
-    let bytes: usize = data.iter().flatten().map(|d| d.len() + 4).sum();
+    let data: Vec<Option<(u64, Vec<u8>)>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
+    let bytes: usize = data.iter().flatten().map(|(_, d)| d.len() + 12).sum();
     let mut w = BodyWriter::with_capacity(
         64 + name.len() + CALL_CONFIG_WIRE_SIZE + MAX_ARGS_BLOB.min(1 << 12) + bytes,
     );
@@ -94,8 +96,8 @@ pub(crate) fn encode_task(
     w.u32(args.tensors.len() as u32);
     for d in &data {
         match d {
-            Some(bytes) => {
-                w.u8(1).bytes(bytes);
+            Some((offset, bytes)) => {
+                w.u8(1).u64(*offset).bytes(bytes);
             }
             None => {
                 w.u8(0);
@@ -122,7 +124,10 @@ pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
     for _ in 0..n {
         data.push(match r.u8().map_err(bad)? {
             0 => None,
-            1 => Some(r.bytes().map_err(bad)?),
+            1 => {
+                let offset = r.u64().map_err(bad)?;
+                Some((offset, r.bytes().map_err(bad)?))
+            }
             f => return Err(Error::decode(format!("tensor data flag {f}"))),
         });
     }
@@ -134,17 +139,17 @@ pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
 pub(crate) struct CompletionMsg<'a> {
     pub(crate) status: u32,
     pub(crate) message: String,
-    /// The bytes of every buffer the task may have written, by tensor index.
-    pub(crate) outputs: Vec<(usize, &'a [u8])>,
+    /// The bytes every written view spans, by tensor index, with their offset in the buffer.
+    pub(crate) outputs: Vec<(usize, u64, &'a [u8])>,
 }
 
 /// Encodes a COMPLETION.
-pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, Vec<u8>)]) -> Vec<u8> {
-    let bytes: usize = outputs.iter().map(|(_, b)| b.len() + 8).sum();
+pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, u64, Vec<u8>)]) -> Vec<u8> {
+    let bytes: usize = outputs.iter().map(|(_, _, b)| b.len() + 16).sum();
     let mut w = BodyWriter::with_capacity(12 + message.len() + bytes);
     w.u32(status).bytes(message.as_bytes()).u32(outputs.len() as u32);
-    for (i, bytes) in outputs {
-        w.u32(*i as u32).bytes(bytes);
+    for (i, offset, bytes) in outputs {
+        w.u32(*i as u32).u64(*offset).bytes(bytes);
     }
     w.finish()
 }
@@ -161,7 +166,8 @@ pub(crate) fn decode_completion(body: &[u8]) -> Result<CompletionMsg<'_>> {
     let mut outputs = Vec::with_capacity(n);
     for _ in 0..n {
         let i = r.u32().map_err(bad)? as usize;
-        outputs.push((i, r.bytes().map_err(bad)?));
+        let offset = r.u64().map_err(bad)?;
+        outputs.push((i, offset, r.bytes().map_err(bad)?));
     }
     r.finish().map_err(bad)?;
     Ok(CompletionMsg { status, message, outputs })
@@ -238,10 +244,10 @@ mod tests {
 
     #[test]
     fn messages_round_trip_and_truncations_are_errors() {
-        let c = encode_completion(TASK_FAILED, "boom", &[(1, vec![1, 2, 3])]);
+        let c = encode_completion(TASK_FAILED, "boom", &[(1, 8, vec![1, 2, 3])]);
         let m = decode_completion(&c).unwrap();
         assert_eq!((m.status, m.message.as_str(), m.outputs.len()), (TASK_FAILED, "boom", 1));
-        assert_eq!(m.outputs[0], (1, &[1u8, 2, 3][..]));
+        assert_eq!(m.outputs[0], (1, 8, &[1u8, 2, 3][..]));
         for cut in 0..c.len() {
             assert!(decode_completion(&c[..cut]).is_err(), "{cut}");
         }
