@@ -320,6 +320,14 @@ fn a_node_that_stops_answering_is_lost_within_its_health_timeout() {
     rig.init();
     // SIGSTOP: the process lives, but sends nothing (no heartbeat, no completion).
     signal(node.pid(), libc::SIGSTOP);
+    // kill(2) returns before the stop takes effect: wait until every thread of it is stopped.
+    let stopped = || {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", node.pid())).into_iter().flatten().flatten();
+        tasks
+            .map(|t| std::fs::read_to_string(t.path().join("stat")).unwrap_or_default())
+            .all(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')))
+    };
+    wait_for("the node process to be stopped", Duration::from_secs(10), stopped);
     let h = OrchFn::new("step", step).handle();
     let buf = u64_buffer(&rig, 1);
     let t = u64s(&buf, 0, 1);
