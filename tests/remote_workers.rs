@@ -49,6 +49,16 @@ fn step(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler
     orch.submit_sub(&HostFn::new("twice_plus_one", twice_plus_one).handle(), a).map(|_| ())
 }
 
+/// Every tensor of the task through `twice_plus_one`, one SUB task each.
+fn step_all(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    for t in args.tensors() {
+        let mut a = TaskArgs::new();
+        a.inout(t)?;
+        orch.submit_sub(&HostFn::new("twice_plus_one", twice_plus_one).handle(), a)?;
+    }
+    Ok(())
+}
+
 /// The orchestration that stalls on the node.
 fn stalled(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     orch.submit_sub(&HostFn::new("stall", stall).handle(), TaskArgs::new()).map(|_| ())
@@ -62,6 +72,7 @@ fn node_with(addr: &str) -> Node {
     let mut node = Node::new(l3, NodeAddr::parse(addr).unwrap(), key()).unwrap();
     node.register_orch(OrchFn::new("step", step));
     node.register_orch(OrchFn::new("stalled", stalled));
+    node.register_orch(OrchFn::new("step_all", step_all));
     node
 }
 
@@ -173,6 +184,7 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
     }
     w.register_orch(OrchFn::new("step", step)).unwrap();
     w.register_orch(OrchFn::new("stalled", stalled)).unwrap();
+    w.register_orch(OrchFn::new("step_all", step_all)).unwrap();
     w
 }
 
@@ -234,6 +246,45 @@ fn a_graph_runs_across_a_local_and_two_remote_l3_workers() {
     assert_eq!(read_u64(&buf, 4, 4), want[4..8].iter().map(|v| v * 2 + 1).collect::<Vec<_>>());
     drop((x0, x1, x2, buf));
     finish(rig, vec![n1, n2]); // closing the root ends each node's session
+}
+
+#[test]
+fn large_tensors_go_to_the_node_and_back_run_after_run() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut rig = root_worker(&[addr], Duration::from_secs(5));
+    rig.init().unwrap();
+    // Two 2 MiB tensors and a small one between them, in one task: the large ones travel
+    // straight from the root's buffer to the node's and back, the small one with the head.
+    const BIG: usize = 1 << 18;
+    let n = 2 * BIG + 8;
+    let buf = u64_buffer(&rig, n);
+    let mut want: Vec<u64> = (0..n as u64).map(|v| v * 3).collect();
+    buf.write(0, &want).unwrap();
+    let (big, small, tail) = (u64s(&buf, 0, BIG), u64s(&buf, BIG, 8), u64s(&buf, BIG + 8, BIG));
+    // Several runs: the node reuses its buffers from the second on.
+    for round in 0..3 {
+        rig.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&big)?;
+            a.inout(&small)?;
+            a.inout(&tail)?;
+            orch.submit_next_level(&OrchFn::new("step_all", step_all).handle(), a, CallConfig::default(), 1)
+                .map(|_| ())
+        })
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        want.iter_mut().for_each(|v| *v = *v * 2 + 1);
+        assert!(read_u64(&buf, 0, n) == want, "round {round}: the words differ from what the node computed");
+    }
+    // A tile from the middle of the buffer, in a buffer the node reused: only its words come
+    // back changed.
+    step_on(&rig, &buf, 1000, 100_000, 1).unwrap();
+    want[1000..101_000].iter_mut().for_each(|v| *v = *v * 2 + 1);
+    assert!(read_u64(&buf, 0, n) == want, "only the tile's words change");
+    drop((big, small, tail, buf));
+    finish(rig, vec![node]);
 }
 
 #[test]

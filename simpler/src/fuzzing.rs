@@ -497,7 +497,7 @@ fn check_remote_task(input: &[u8]) -> Verdict {
     match crate::worker::remote::wire::decode_task(input) {
         Ok(t) => {
             // What a node does next: decode the argument blob.
-            let args_ok = check_args(t.args_blob)?;
+            let args_ok = check_args(t.head.args_blob)?;
             let data: usize = t.data.iter().flatten().map(|(_, d)| d.len()).sum();
             if data > input.len() {
                 return Err(format!("{data} bytes of tensor data from a {}-byte body", input.len()));
@@ -512,7 +512,10 @@ fn check_remote_completion(input: &[u8]) -> Verdict {
     match crate::worker::remote::wire::decode_completion(input) {
         Ok(c) => {
             let bytes: usize = c.outputs.iter().map(|(_, _, b)| b.len()).sum();
-            if bytes + c.message.len() > input.len() * 3 {
+            if c.outputs.iter().zip(&c.head.outputs).any(|(o, h)| o.2.len() as u64 != h.2 || o.0 != h.0) {
+                return Err("a completion's outputs differ from what its head lists".into());
+            }
+            if bytes + c.head.message.len() > input.len() * 3 {
                 return Err("a completion decoded into more than its body held".into());
             }
             Ok(true)

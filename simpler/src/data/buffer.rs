@@ -664,6 +664,31 @@ impl Buffer {
         self.shm("read")?.read_bytes(start, as_bytes_mut(&mut out))?;
         Ok(out)
     }
+
+    /// Fills `count` bytes at byte `offset` straight from a socket (a remote node's tensors
+    /// arrive this way, without an intermediate copy). Host buffers only.
+    pub(crate) fn read_from_fd(
+        &self,
+        offset: usize,
+        count: usize,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<()> {
+        self.shm("read_from_fd")
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
+            .read_from_fd(offset, count, fd)
+    }
+
+    /// Sends `count` bytes at byte `offset` straight to a socket. Host buffers only.
+    pub(crate) fn send_to_fd(
+        &self,
+        offset: usize,
+        count: usize,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<()> {
+        self.shm("send_to_fd")
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
+            .send_to_fd(offset, count, fd)
+    }
 }
 
 /// The memfd name of the host buffer `identity` made by process `pid` (rule N5 of `sys::shm`):

@@ -66,6 +66,10 @@ pub(crate) struct Frame {
     /// What the frame carries.
     pub(crate) kind: FrameKind,
     /// The sender's sequence number (the protocol layer above gives it meaning).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "sessions read the header first (`read_frame_head`)")
+    )]
     pub(crate) seq: u64,
     /// The body, exactly as long as the header said.
     pub(crate) body: Vec<u8>,
@@ -149,14 +153,30 @@ fn header(kind: FrameKind, seq: u64, body_len: u32) -> [u8; HEADER_LEN] {
 /// flush. A body of 4 GiB or more is refused (`io::ErrorKind::InvalidInput`) before anything is
 /// written.
 pub(crate) fn write_frame(w: &mut impl Write, kind: FrameKind, seq: u64, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len()).map_err(|_| {
+    write_frame_start(w, kind, seq, body.len(), body)
+}
+
+/// Writes a frame's header for a body of `body_len` bytes and the body's first part `first`
+/// (in one vectored write); the caller writes the other `body_len - first.len()` bytes right
+/// after, before any other frame. A body of 4 GiB or more, or a first part longer than the
+/// body, is refused (`io::ErrorKind::InvalidInput`) before anything is written.
+pub(crate) fn write_frame_start(
+    w: &mut impl Write,
+    kind: FrameKind,
+    seq: u64,
+    body_len: usize,
+    first: &[u8],
+) -> io::Result<()> {
+    let len = u32::try_from(body_len).ok().filter(|_| first.len() <= body_len).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("a frame body of {} bytes does not fit the header's 32-bit length", body.len()),
+            format!(
+                "a frame body of {body_len} bytes does not fit the header's 32-bit length (or its first part)"
+            ),
         )
     })?;
     let head = header(kind, seq, len);
-    let mut parts = [IoSlice::new(&head), IoSlice::new(body)];
+    let mut parts = [IoSlice::new(&head), IoSlice::new(first)];
     let mut bufs = &mut parts[..];
     IoSlice::advance_slices(&mut bufs, 0);
     while !bufs.is_empty() {
@@ -185,9 +205,22 @@ fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-/// Reads one frame; every header field is checked (magic, version, kind, flags must be 0,
-/// length <= `max_body`) BEFORE the body is allocated or read.
-pub(crate) fn read_frame(r: &mut impl Read, max_body: usize) -> Result<Frame, FrameError> {
+/// A frame's header as read: its kind, the sender's sequence number and how long its body is
+/// (checked against the limit; the body has not been read).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameHead {
+    /// What the frame carries.
+    pub(crate) kind: FrameKind,
+    /// The sender's sequence number.
+    pub(crate) seq: u64,
+    /// The body's length in bytes, at most the `max_body` it was read with.
+    pub(crate) len: usize,
+}
+
+/// Reads one frame's header; every field is checked (magic, version, kind, flags must be 0,
+/// length <= `max_body`). The caller reads the body (exactly `len` bytes) before the next
+/// frame; [`read_frame`] does both.
+pub(crate) fn read_frame_head(r: &mut impl Read, max_body: usize) -> Result<FrameHead, FrameError> {
     let mut h = [0u8; HEADER_LEN];
     match fill(r, &mut h).map_err(FrameError::Io)? {
         0 => return Err(FrameError::Closed),
@@ -225,15 +258,29 @@ pub(crate) fn read_frame(r: &mut impl Read, max_body: usize) -> Result<Frame, Fr
     if len > max_body {
         return Err(FrameError::Malformed(format!("body of {len} bytes is over the {max_body}-byte limit")));
     }
+    Ok(FrameHead { kind, seq, len })
+}
+
+/// Reads the body of a frame whose header `head` was just read.
+pub(crate) fn read_body(r: &mut impl Read, head: FrameHead) -> Result<Vec<u8>, FrameError> {
     // Zeroed memory: a large body is backed page by page only as it arrives.
-    let mut body = vec![0u8; len];
+    let mut body = vec![0u8; head.len];
     let got = fill(r, &mut body).map_err(FrameError::Io)?;
-    if got < len {
+    if got < head.len {
         return Err(FrameError::Malformed(format!(
-            "connection closed inside a frame ({got} of {len} body bytes of a {kind:?} frame)"
+            "connection closed inside a frame ({got} of {} body bytes of a {:?} frame)",
+            head.len, head.kind
         )));
     }
-    Ok(Frame { kind, seq, body })
+    Ok(body)
+}
+
+/// Reads one frame; every header field is checked (magic, version, kind, flags must be 0,
+/// length <= `max_body`) BEFORE the body is allocated or read.
+pub(crate) fn read_frame(r: &mut impl Read, max_body: usize) -> Result<Frame, FrameError> {
+    let head = read_frame_head(r, max_body)?;
+    let body = read_body(r, head)?;
+    Ok(Frame { kind: head.kind, seq: head.seq, body })
 }
 
 /// Builds a frame body: little-endian integers, length-prefixed and raw byte strings.

@@ -51,7 +51,7 @@
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::ptr;
 use std::sync::Once;
@@ -245,6 +245,87 @@ impl SharedMem {
         // (N1); rule N3 — a raw copy that creates no reference into the mapping and tolerates
         // overlap; any bytes are valid `u8`s in `dst`.
         unsafe { ptr::copy(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Fills `count` bytes of the object at byte `offset` from the file descriptor `fd` (a
+    /// socket), with `read(2)`: the kernel copies straight into the mapping, so bytes arriving
+    /// from the network land in the buffer without passing through another one.
+    ///
+    /// An end of stream before `count` bytes is `io::ErrorKind::UnexpectedEof`; a read timeout
+    /// on `fd` comes back as the `WouldBlock` error `read` gives. A range outside the object is
+    /// `io::ErrorKind::InvalidInput`, before anything is read.
+    pub(crate) fn read_from_fd(
+        &self,
+        offset: usize,
+        count: usize,
+        fd: BorrowedFd<'_>,
+    ) -> std::io::Result<()> {
+        self.check_range("read from a socket", offset, count)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut done = 0;
+        while done < count {
+            // SAFETY: rule N2 — `offset + count <= len`, checked above, so `offset + done` and
+            // `count - done` stay inside the live mapping (N1); rule N3 — the kernel writes the
+            // bytes through the raw pointer, no reference into the mapping is made, and any
+            // byte is a valid `u8` there.
+            let n =
+                unsafe { libc::read(fd.as_raw_fd(), self.as_ptr().add(offset + done).cast(), count - done) };
+            match n {
+                0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the connection closed after {done} of {count} bytes"),
+                    ));
+                }
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `count` bytes of the object at byte `offset` to the socket `fd`, with `send(2)`
+    /// (`MSG_NOSIGNAL`: a closed peer is an `EPIPE` error, not a signal): the kernel copies
+    /// straight out of the mapping. A range outside the object is
+    /// `io::ErrorKind::InvalidInput`, before anything is sent.
+    pub(crate) fn send_to_fd(&self, offset: usize, count: usize, fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        self.check_range("send to a socket", offset, count)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut done = 0;
+        while done < count {
+            // SAFETY: rule N2 — `offset + count <= len`, checked above, so the range stays
+            // inside the live mapping (N1); rule N3 — the kernel reads the bytes through the raw
+            // pointer and no reference into the mapping is made.
+            let n = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    self.as_ptr().add(offset + done).cast_const().cast(),
+                    count - done,
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            match n {
+                0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WriteZero,
+                        "the peer took no more bytes",
+                    ));
+                }
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 

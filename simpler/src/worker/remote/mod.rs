@@ -30,10 +30,13 @@ use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
-use crate::net::frame::{DEFAULT_MAX_BODY, FrameError, FrameKind, read_frame, write_frame};
+use crate::net::frame::{
+    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame_head, write_frame, write_frame_start,
+};
 use crate::net::transport::{NodeAddr, Stream};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
+use std::io::Write as _;
 
 /// Bodies up to this size are written by the sender itself (no hop to the writer thread).
 const DIRECT_SEND: usize = 16 << 10;
@@ -129,6 +132,13 @@ impl RemoteWorker {
 /// What the writer thread sends next.
 enum Outgoing {
     Frame(FrameKind, u64, Vec<u8>),
+    /// A TASK with tensor data: its head, then the bytes of each (descriptor, offset, length)
+    /// of the root's memory, sent straight from the root's mappings.
+    Bulk {
+        seq: u64,
+        head: Vec<u8>,
+        segments: Vec<(BufferDesc, u64, u64)>,
+    },
     Stop,
 }
 
@@ -237,8 +247,13 @@ impl Session {
             .name("simpler-remote-tx".into())
             .spawn(move || {
                 for out in outgoing {
-                    let Outgoing::Frame(kind, seq, body) = out else { return };
-                    let written = write_frame(&mut *sync::lock(&s.direct), kind, seq, &body);
+                    let written = match out {
+                        Outgoing::Frame(kind, seq, body) => {
+                            write_frame(&mut *sync::lock(&s.direct), kind, seq, &body)
+                        }
+                        Outgoing::Bulk { seq, head, segments } => s.write_bulk(seq, &head, &segments),
+                        Outgoing::Stop => return,
+                    };
                     s.pending.fetch_sub(1, Ordering::AcqRel);
                     if let Err(e) = written {
                         return s.lose(format!("the connection failed while sending: {e}"));
@@ -276,6 +291,32 @@ impl Session {
         Ok(seq)
     }
 
+    /// Queues a TASK whose tensor bytes go straight from the root's memory to the socket (on
+    /// the writer thread); returns its sequence number.
+    fn send_bulk(&self, head: Vec<u8>, segments: Vec<(BufferDesc, u64, u64)>) -> Result<u64> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.outbox.send(Outgoing::Bulk { seq, head, segments }).map_err(|_| {
+            Error::new(ErrorKind::WorkerDied, format!("{}: {}", self.label, self.lost().unwrap_or_default()))
+        })?;
+        Ok(seq)
+    }
+
+    /// Writes a TASK frame: its head, then each segment of the root's memory as it is (no
+    /// copy). The resolver stays locked while a segment is written, so its mapping stays.
+    fn write_bulk(&self, seq: u64, head: &[u8], segments: &[(BufferDesc, u64, u64)]) -> std::io::Result<()> {
+        let bulk: u64 = segments.iter().map(|(_, _, len)| *len).sum();
+        let body_len = usize::try_from(head.len() as u64 + bulk).unwrap_or(usize::MAX);
+        let mut stream = sync::lock(&self.direct);
+        write_frame_start(&mut *stream, FrameKind::Task, seq, body_len, head)?;
+        for (desc, start, len) in segments {
+            let mut resolver = sync::lock(&self.resolver);
+            let bytes = resolver.bytes(desc, *start, *len).map_err(std::io::Error::other)?;
+            stream.write_all(bytes)?;
+        }
+        Ok(())
+    }
+
     /// Marks the session lost (the first reason stays) and wakes everyone.
     fn lose(&self, why: String) {
         {
@@ -300,33 +341,40 @@ impl Session {
     }
 
     fn read_loop(&self, mut reader: Stream, health: Duration) {
+        let why = |e: FrameError| match e {
+            FrameError::Closed => "the node closed the connection".to_string(),
+            FrameError::Io(e)
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                format!("the node stopped answering: nothing heard for {health:?}")
+            }
+            FrameError::Io(e) => format!("the connection failed: {e}"),
+            FrameError::Malformed(m) => format!("the node sent a malformed frame: {m}"),
+        };
         loop {
-            let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
-                Ok(f) => f,
-                Err(FrameError::Closed) => return self.lose("the node closed the connection".into()),
-                Err(FrameError::Io(e))
-                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-                {
-                    return self.lose(format!("the node stopped answering: nothing heard for {health:?}"));
-                }
-                Err(FrameError::Io(e)) => return self.lose(format!("the connection failed: {e}")),
-                Err(FrameError::Malformed(m)) => {
-                    return self.lose(format!("the node sent a malformed frame: {m}"));
-                }
+            let head = match read_frame_head(&mut reader, DEFAULT_MAX_BODY) {
+                Ok(h) => h,
+                Err(e) => return self.lose(why(e)),
             };
-            match frame.kind {
+            if head.kind == FrameKind::Completion {
+                let outcome = match self.complete(&mut reader, head.len) {
+                    Ok(Ok(o)) => o,
+                    Ok(Err(e)) => return self.lose(format!("the node sent a bad COMPLETION: {e}")),
+                    Err(e) => return self.lose(why(e)),
+                };
+                sync::lock(&self.state).completion = Some(outcome);
+                AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+                continue;
+            }
+            let body = match read_body(&mut reader, head) {
+                Ok(b) => b,
+                Err(e) => return self.lose(why(e)),
+            };
+            match head.kind {
                 FrameKind::Health => {}
-                FrameKind::Completion => {
-                    let outcome = match self.complete(&frame.body) {
-                        Ok(o) => o,
-                        Err(e) => return self.lose(format!("the node sent a bad COMPLETION: {e}")),
-                    };
-                    sync::lock(&self.state).completion = Some(outcome);
-                    AsRef::<Doorbell>::as_ref(&*self.bell).ring();
-                }
-                FrameKind::ControlReply => match wire::decode_reply(&frame.body) {
+                FrameKind::ControlReply => match wire::decode_reply(&body) {
                     Ok(r) => {
-                        sync::lock(&self.state).reply = Some((frame.seq, r));
+                        sync::lock(&self.state).reply = Some((head.seq, r));
                         self.changed.notify_all();
                     }
                     Err(e) => return self.lose(format!("the node sent a bad CONTROL_REPLY: {e}")),
@@ -337,36 +385,56 @@ impl Session {
         }
     }
 
-    /// Writes a COMPLETION's outputs into the root's memory; returns the task's outcome.
-    fn complete(&self, body: &[u8]) -> Result<Outcome> {
-        let msg = wire::decode_completion(body)?;
+    /// Reads a COMPLETION whose body is `body_len` bytes: each output's bytes go straight from
+    /// the socket into the root's memory (through a scratch buffer only for a strided view,
+    /// whose gaps may belong to other tasks). Returns the task's outcome; an inner `Err` is a
+    /// COMPLETION that breaks the protocol, an outer one a failed read.
+    fn complete(&self, r: &mut Stream, body_len: usize) -> std::result::Result<Result<Outcome>, FrameError> {
+        let (head, bulk) = match wire::read_head(r, body_len)? {
+            Ok(h) => h,
+            Err(e) => return Ok(Err(e)),
+        };
+        let msg = match wire::decode_completion_head(&head, bulk) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(e)),
+        };
         let expected = std::mem::take(&mut *sync::lock(&self.outputs));
-        if msg.status == wire::DONE {
+        if msg.status != wire::DONE {
+            wire::skip(r, bulk)?;
+        } else {
             let mut resolver = sync::lock(&self.resolver);
-            for (i, offset, bytes) in &msg.outputs {
-                let Some((_, desc, view)) = expected.iter().find(|(j, _, _)| j == i) else {
-                    return Err(Error::decode(format!("output {i} is not a written tensor of the task")));
+            for &(i, offset, len) in &msg.outputs {
+                let Some((_, desc, view)) = expected.iter().find(|(j, _, _)| *j == i) else {
+                    return Ok(Err(Error::decode(format!("output {i} is not a written tensor of the task"))));
                 };
                 let (start, end) = view.byte_range();
-                if *offset != start || bytes.len() as u64 != end - start {
-                    return Err(Error::decode(format!(
-                        "output {i} has {} bytes at {offset}; its view spans {} at {start}",
-                        bytes.len(),
+                if offset != start || len != end - start {
+                    return Ok(Err(Error::decode(format!(
+                        "output {i} has {len} bytes at {offset}; its view spans {} at {start}",
                         end - start
-                    )));
+                    ))));
                 }
-                let dst = resolver.bytes(desc, start, end - start).map_err(Error::decode)?;
-                // Only the view's elements: bytes between them may belong to other tasks.
-                view.for_each_run(|off, len| dst[off..off + len].copy_from_slice(&bytes[off..off + len]));
+                let dst = match resolver.bytes(desc, start, len) {
+                    Ok(d) => d,
+                    Err(m) => return Ok(Err(Error::decode(m))),
+                };
+                if view.is_contiguous() {
+                    wire::read_exactly(r, dst)?;
+                } else {
+                    // Only the view's elements: bytes between them may belong to other tasks.
+                    let mut bytes = vec![0u8; dst.len()];
+                    wire::read_exactly(r, &mut bytes)?;
+                    view.for_each_run(|off, n| dst[off..off + n].copy_from_slice(&bytes[off..off + n]));
+                }
             }
         }
         let m = format!("{}: {}", self.label, msg.message);
-        Ok(match msg.status {
+        Ok(Ok(match msg.status {
             wire::DONE => Outcome::Success,
             wire::WORKER_DIED => Outcome::WorkerDied(m),
             wire::RESOURCE => Outcome::ResourceExhausted(m),
             _ => Outcome::TaskFailure(m),
-        })
+        }))
     }
 
     /// Sends a control and waits for its reply (or the session's loss).
@@ -441,30 +509,41 @@ impl Endpoint for RemoteEndpoint {
             return Err(Error::new(ErrorKind::WorkerDied, format!("{}: {why}", s.label)));
         }
         let mut outputs = Vec::new();
-        let body = {
-            let mut resolver = sync::lock(&s.resolver);
-            wire::encode_task(&d.callable.digest(), d.callable.name(), d.config, d.args, |i| {
-                let t = &d.args.tensors[i];
-                let desc = t.desc();
-                if matches!(desc.backing(), crate::data::buffer::Backing::Device { .. }) {
-                    return Ok(None); // node-resident: it stays on the node
-                }
-                if wire::writes(d.args.tags[i].access()) {
-                    outputs.push((i, *desc, *t.view()));
-                }
-                // The bytes the view spans travel (not the rest of a large buffer); gaps of a
-                // strided view go too, so the node's copy matches the root's there.
-                let (start, end) = t.view().byte_range();
-                let bytes = resolver
-                    .bytes(desc, start, end - start)
-                    .map_err(|m| Error::invalid(format!("{}: tensor {i}: {m}", d.callable)))?;
-                Ok(Some((start, bytes.to_vec())))
-            })?
-        };
+        let mut spans = Vec::with_capacity(d.args.tensors.len());
+        let mut segments = Vec::new();
+        let mut resolver = sync::lock(&s.resolver);
+        for (i, t) in d.args.tensors.iter().enumerate() {
+            let desc = t.desc();
+            if matches!(desc.backing(), crate::data::buffer::Backing::Device { .. }) {
+                spans.push(None); // node-resident: it stays on the node
+                continue;
+            }
+            if wire::writes(d.args.tags[i].access()) {
+                outputs.push((i, *desc, *t.view()));
+            }
+            // The bytes the view spans travel (not the rest of a large buffer); gaps of a
+            // strided view go too, so the node's copy matches the root's there.
+            let (start, end) = t.view().byte_range();
+            resolver
+                .bytes(desc, start, end - start)
+                .map_err(|m| Error::invalid(format!("{}: tensor {i}: {m}", d.callable)))?;
+            spans.push(Some((start, end - start)));
+            segments.push((*desc, start, end - start));
+        }
+        let mut head =
+            wire::encode_task_head(&d.callable.digest(), d.callable.name(), d.config, d.args, &spans)?;
+        let bulk: u64 = segments.iter().map(|(_, _, len)| *len).sum();
+        let small = head.len() as u64 + bulk <= DIRECT_SEND as u64;
+        if small {
+            for (desc, start, len) in &segments {
+                head.extend_from_slice(resolver.bytes(desc, *start, *len).map_err(Error::invalid)?);
+            }
+        }
+        drop(resolver);
         *sync::lock(&s.outputs) = outputs;
         sync::lock(&s.state).completion = None;
-        tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, "send task");
-        s.send(FrameKind::Task, body).map(|_| ())
+        tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
+        if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }.map(|_| ())
     }
 
     fn poll(&mut self) -> Option<Outcome> {

@@ -14,12 +14,15 @@ use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
 use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
-use crate::net::frame::{DEFAULT_MAX_BODY, FrameError, FrameKind, read_frame, write_frame};
+use crate::net::frame::{
+    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame_head, write_frame, write_frame_start,
+};
 use crate::net::transport::{Listener, NodeAddr, Stream};
 use crate::sys::sync;
 use crate::worker::remote::launch::Launch;
 use crate::worker::remote::wire;
 use crate::worker::{RunOptions, Worker};
+use std::os::fd::AsFd;
 
 /// How often a node tells its root it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(200);
@@ -151,6 +154,7 @@ impl Node {
             orch: self.orch,
             name,
             resident: Mutex::new(HashMap::new()),
+            pool: Mutex::new(Vec::new()),
             next_resident: std::sync::atomic::AtomicU64::new(1),
         })
     }
@@ -188,6 +192,7 @@ impl Node {
             orch: self.orch,
             name: format!("rank {}", launch.rank()),
             resident: Mutex::new(HashMap::new()),
+            pool: Mutex::new(Vec::new()),
             next_resident: std::sync::atomic::AtomicU64::new(1),
         };
         let root = launch.root();
@@ -232,6 +237,8 @@ pub struct BoundNode {
     name: String,
     /// Node-resident buffers of the session, by id (freed when the session ends).
     resident: Mutex<HashMap<u64, Buffer>>,
+    /// Host buffers of finished tasks, reused by the session's next tasks (freed when it ends).
+    pool: Mutex<Vec<Buffer>>,
     next_resident: std::sync::atomic::AtomicU64,
 }
 
@@ -315,22 +322,30 @@ impl BoundNode {
         };
         let mut reader = stream;
         let result = loop {
-            let frame = match read_frame(&mut reader, DEFAULT_MAX_BODY) {
-                Ok(f) => f,
-                Err(FrameError::Closed) => break Ok(()),
-                Err(FrameError::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-                    ) =>
-                {
-                    break Ok(()); // the root is gone
-                }
-                Err(e) => break Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}"))),
+            let head = match read_frame_head(&mut reader, DEFAULT_MAX_BODY) {
+                Ok(h) => h,
+                Err(e) => break session_end(e, peer),
             };
-            let reply = match frame.kind {
-                FrameKind::Task => (FrameKind::Completion, self.task(&frame.body, &current)),
-                FrameKind::Control => (FrameKind::ControlReply, self.control(&frame.body)),
+            if head.kind == FrameKind::Task {
+                // The tensors' bytes go straight from the socket into the node's buffers, and
+                // the written ones straight back (no copy of the bulk on this side).
+                let reply = match self.task(&mut reader, head.len, &current) {
+                    Ok(r) => r,
+                    Err(e) => break session_end(e, peer),
+                };
+                if let Err(e) = reply.send(&mut sync::lock(&writer), head.seq) {
+                    tracing::info!(target: "simpler::remote", peer = %peer, "the root is gone: {e}");
+                    break Ok(());
+                }
+                self.recycle(reply.buffers);
+                continue;
+            }
+            let body = match read_body(&mut reader, head) {
+                Ok(b) => b,
+                Err(e) => break session_end(e, peer),
+            };
+            let reply = match head.kind {
+                FrameKind::Control => (FrameKind::ControlReply, self.control(&body)),
                 FrameKind::Shutdown => break Ok(()),
                 FrameKind::Health => continue,
                 other => {
@@ -340,7 +355,7 @@ impl BoundNode {
                     ));
                 }
             };
-            if let Err(e) = write_frame(&mut *sync::lock(&writer), reply.0, frame.seq, &reply.1) {
+            if let Err(e) = write_frame(&mut *sync::lock(&writer), reply.0, head.seq, &reply.1) {
                 // The root is gone (its end of the connection closed): the session is over.
                 tracing::info!(target: "simpler::remote", peer = %peer, "the root is gone: {e}");
                 break Ok(());
@@ -351,6 +366,7 @@ impl BoundNode {
         sync::lock(&writer).shutdown();
         let _ = beat.join();
         sync::lock(&self.resident).clear(); // what the session held goes with it
+        sync::lock(&self.pool).clear();
         tracing::info!(target: "simpler::remote", peer = %peer, "session ended");
         result
     }
@@ -415,46 +431,82 @@ impl BoundNode {
         )
     }
 
-    /// Runs one TASK; returns the COMPLETION body. The run is in `current` while it runs.
-    fn task(&self, body: &[u8], current: &Mutex<Option<RunHandle>>) -> Vec<u8> {
-        let msg = match wire::decode_task(body) {
+    /// Reads one TASK whose body is `body_len` bytes (the bulk straight into this node's
+    /// buffers), runs it, and returns its COMPLETION. The run is in `current` while it runs.
+    /// An `Err` is a broken connection (the session ends); everything else, a malformed body
+    /// included, is a COMPLETION, with the whole body read so the next frame can be.
+    fn task(
+        &self,
+        r: &mut Stream,
+        body_len: usize,
+        current: &Mutex<Option<RunHandle>>,
+    ) -> std::result::Result<Reply, FrameError> {
+        let (head, bulk) = match wire::read_head(r, body_len)? {
+            Ok(h) => h,
+            Err(e) => return Ok(Reply::failed(wire::BAD_FRAME, e.message())),
+        };
+        let msg = match wire::decode_task_head(&head, bulk) {
             Ok(m) => m,
-            Err(e) => return wire::encode_completion(wire::BAD_FRAME, &e.to_string(), &[]),
+            Err(e) => {
+                wire::skip(r, bulk)?;
+                return Ok(Reply::failed(wire::BAD_FRAME, e.message()));
+            }
         };
         let Some(f) = self.orch.get(&msg.digest) else {
-            return wire::encode_completion(
-                wire::UNKNOWN_CALLABLE,
-                &self.unknown(&msg.digest, &msg.name),
-                &[],
-            );
+            wire::skip(r, bulk)?;
+            return Ok(Reply::failed(wire::UNKNOWN_CALLABLE, &self.unknown(&msg.digest, &msg.name)));
         };
-        match self.run_task(f, &msg, current) {
-            Ok(outputs) => wire::encode_completion(wire::DONE, "", &outputs),
+        let prepared = match self.prepare(&msg) {
+            Ok(p) => p,
             Err(e) => {
-                let status = match e.kind() {
-                    ErrorKind::WorkerDied => wire::WORKER_DIED,
-                    ErrorKind::ResourceExhausted => wire::RESOURCE,
-                    _ => wire::TASK_FAILED,
-                };
-                wire::encode_completion(status, e.message(), &[])
+                wire::skip(r, bulk)?;
+                return Ok(Reply::failed(status_of(&e), e.message()));
             }
+        };
+        // The bulk: each tensor's bytes, in order, into the buffer it belongs in.
+        for (buf, start, len) in &prepared.incoming {
+            buf.read_from_fd(*start as usize, *len as usize, r.as_fd()).map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    FrameError::Malformed(format!("connection closed inside a TASK's tensor data: {e}"))
+                }
+                _ => FrameError::Io(e),
+            })?;
         }
+        let Prepared { args, incoming, outgoing } = prepared;
+        let run =
+            self.worker.submit_with(RunOptions::new().args(args).config(msg.config.clone()), |orch, a, c| {
+                f.call(orch, a, c)
+            });
+        let result = run.and_then(|run| {
+            *sync::lock(current) = Some(run.clone());
+            let result = run.wait();
+            *sync::lock(current) = None;
+            result
+        });
+        let mut buffers: Vec<Buffer> = incoming.into_iter().map(|(b, _, _)| b).collect();
+        Ok(match result {
+            Ok(()) => {
+                let spans: Vec<(usize, u64, u64)> =
+                    outgoing.iter().map(|(i, _, s, l)| (*i, *s, *l)).collect();
+                let head = wire::encode_completion_head(wire::DONE, "", &spans);
+                let outputs = outgoing.into_iter().map(|(_, b, s, l)| (b, s, l)).collect();
+                Reply { head, outputs, buffers }
+            }
+            Err(e) => {
+                buffers.clear(); // a failed run's buffers are not reused
+                Reply::failed(status_of(&e), e.message())
+            }
+        })
     }
 
-    /// Fills a buffer of this node per tensor (the bytes its view spans), runs `f` on the L3
-    /// Worker, and returns the bytes every written view spans.
-    fn run_task(
-        &self,
-        f: &OrchFn,
-        msg: &wire::TaskMsg<'_>,
-        current: &Mutex<Option<RunHandle>>,
-    ) -> Result<Vec<(usize, u64, Vec<u8>)>> {
+    /// Checks a TASK's tensors against its arguments and finds a buffer of this node for each
+    /// one that travels (a reused one when the session has one of that size).
+    fn prepare(&self, msg: &wire::TaskHead<'_>) -> Result<Prepared> {
         let decoded = decode_args(msg.args_blob)?;
         if decoded.tensors.len() != msg.data.len() {
             return Err(Error::decode("a TASK's tensor data does not match its arguments"));
         }
-        let mut buffers: Vec<(usize, Buffer, (u64, u64))> = Vec::new();
-        let mut args = TaskArgs::new();
+        let mut p = Prepared { args: TaskArgs::new(), incoming: Vec::new(), outgoing: Vec::new() };
         for (i, t) in decoded.tensors.iter().enumerate() {
             if let crate::data::buffer::Backing::Device { ptr, .. } = t.desc.backing() {
                 // A node-resident buffer: the task uses it in place.
@@ -466,46 +518,147 @@ impl BoundNode {
                 })?;
                 let access = t.desc.access().within_orchestration();
                 let tensor = buf.view(t.view)?.narrowed(access)?;
-                args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
+                p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
                 continue;
             }
             let n = usize::try_from(t.desc.nbytes()).map_err(|_| Error::invalid("tensor too large"))?;
-            let buf = self.worker.create_buffer(n.max(1))?;
             // The bytes the view spans arrive with the task; the rest of the buffer is unused.
             let (start, end) = t.view.byte_range();
-            if let Some((offset, bytes)) = msg.data[i] {
-                if offset != start || bytes.len() as u64 != end - start {
+            let buf = self.buffer(n.max(1))?;
+            let access = t.desc.access().within_orchestration();
+            let tensor = buf.view(t.view)?.narrowed(access)?;
+            p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
+            if wire::writes(t.desc.access()) {
+                p.outgoing.push((i, buf.clone(), start, end - start));
+            }
+            match msg.data[i] {
+                Some((offset, len)) if offset != start || len != end - start => {
                     return Err(Error::decode(format!(
-                        "tensor {i}: {} bytes at {offset}, but its view spans {} bytes at {start}",
-                        bytes.len(),
+                        "tensor {i}: {len} bytes at {offset}, but its view spans {} bytes at {start}",
                         end - start
                     )));
                 }
-                buf.write(start as usize, bytes)?;
-            }
-            let access = t.desc.access().within_orchestration();
-            let tensor = buf.view(t.view)?.narrowed(access)?;
-            args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
-            if wire::writes(t.desc.access()) {
-                buffers.push((i, buf, (start, end)));
+                Some(_) => p.incoming.push((buf, start, end - start)),
+                None => {
+                    return Err(Error::decode(format!(
+                        "tensor {i}: host memory of the root sent without its bytes"
+                    )));
+                }
             }
         }
         for &s in &decoded.scalars {
-            args.scalar(s);
+            p.args.scalar(s);
         }
-        let run = self
-            .worker
-            .submit_with(RunOptions::new().args(args).config(msg.config.clone()), |orch, a, c| {
-                f.call(orch, a, c)
-            })?;
-        *sync::lock(current) = Some(run.clone());
-        let result = run.wait();
-        *sync::lock(current) = None;
-        result?;
-        buffers
-            .into_iter()
-            .map(|(i, b, (start, end))| Ok((i, start, b.read::<u8>(start as usize, (end - start) as usize)?)))
-            .collect()
+        Ok(p)
+    }
+
+    /// A host buffer of at least `n` bytes: one the session used before when one fits (its
+    /// pages are in memory already), or a new one.
+    fn buffer(&self, n: usize) -> Result<Buffer> {
+        let mut pool = sync::lock(&self.pool);
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.nbytes() >= n && b.nbytes() <= n.saturating_mul(2).max(n + 4096))
+            .min_by_key(|(_, b)| b.nbytes())
+            .map(|(at, _)| at);
+        match best {
+            Some(at) => Ok(pool.swap_remove(at)),
+            None => {
+                drop(pool);
+                self.worker.create_buffer(n)
+            }
+        }
+    }
+
+    /// Keeps the buffers of a finished task for the session's next tasks (up to a bound).
+    fn recycle(&self, buffers: Vec<Buffer>) {
+        let mut pool = sync::lock(&self.pool);
+        for b in buffers {
+            let held: usize = pool.iter().map(Buffer::nbytes).sum();
+            if pool.len() < POOL_BUFFERS && held + b.nbytes() <= POOL_BYTES {
+                pool.push(b);
+            }
+        }
+    }
+}
+
+/// Buffers a session keeps for its next tasks: at most this many...
+const POOL_BUFFERS: usize = 16;
+/// ... holding at most this many bytes.
+const POOL_BYTES: usize = 1 << 30;
+
+/// A TASK's arguments on this node, and where its bytes go and come from.
+struct Prepared {
+    args: TaskArgs,
+    /// (buffer, offset, length) of each tensor's bytes in the bulk, in order.
+    incoming: Vec<(Buffer, u64, u64)>,
+    /// (tensor index, buffer, offset, length) of each written view.
+    outgoing: Vec<(usize, Buffer, u64, u64)>,
+}
+
+/// A COMPLETION to send: its head, then the bytes of each output, from this node's buffers.
+struct Reply {
+    head: Vec<u8>,
+    outputs: Vec<(Buffer, u64, u64)>,
+    /// The task's buffers, for the session's next tasks.
+    buffers: Vec<Buffer>,
+}
+
+impl Reply {
+    fn failed(status: u32, message: &str) -> Reply {
+        Reply {
+            head: wire::encode_completion_head(status, message, &[]),
+            outputs: Vec::new(),
+            buffers: Vec::new(),
+        }
+    }
+
+    /// Writes the COMPLETION: small ones in one write, large outputs straight from their
+    /// buffers.
+    fn send(&self, w: &mut Stream, seq: u64) -> std::io::Result<()> {
+        let bulk: u64 = self.outputs.iter().map(|(_, _, l)| *l).sum();
+        let body_len = usize::try_from(self.head.len() as u64 + bulk).unwrap_or(usize::MAX);
+        if bulk <= SMALL_OUTPUTS {
+            let mut body = self.head.clone();
+            for (b, start, len) in &self.outputs {
+                body.extend_from_slice(
+                    &b.read::<u8>(*start as usize, *len as usize).map_err(std::io::Error::other)?,
+                );
+            }
+            return write_frame(w, FrameKind::Completion, seq, &body);
+        }
+        write_frame_start(w, FrameKind::Completion, seq, body_len, &self.head)?;
+        for (b, start, len) in &self.outputs {
+            b.send_to_fd(*start as usize, *len as usize, w.as_fd())?;
+        }
+        Ok(())
+    }
+}
+
+/// Outputs up to this many bytes go in one write with the head.
+const SMALL_OUTPUTS: u64 = 16 << 10;
+
+/// The COMPLETION status of a task that failed with `e`.
+fn status_of(e: &Error) -> u32 {
+    match e.kind() {
+        ErrorKind::WorkerDied => wire::WORKER_DIED,
+        ErrorKind::ResourceExhausted => wire::RESOURCE,
+        _ => wire::TASK_FAILED,
+    }
+}
+
+/// How a session ends when reading a frame fails: a clean close or a vanished root is the end
+/// of it, anything else an error naming the root.
+fn session_end(e: FrameError, peer: &str) -> Result<()> {
+    match e {
+        FrameError::Closed => Ok(()),
+        FrameError::Io(e)
+            if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(()) // the root is gone
+        }
+        e => Err(Error::new(ErrorKind::WorkerDied, format!("session with {peer}: {e}"))),
     }
 }
 

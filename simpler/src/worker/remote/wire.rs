@@ -1,12 +1,19 @@
 //! The bodies of the session frames between a root (an L4 Worker) and a node (a remote L3
 //! Worker), on top of `net::frame`.
 //!
-//! * `TASK`: the callable's digest and name, the config, the arguments (the local wire blob:
-//!   descriptors, views, scalars), then for each tensor a flag and, unless it stays on the node,
-//!   the bytes its view spans in its buffer with their offset (a node shares no memory with the
-//!   root).
-//! * `COMPLETION`: a status code, a message, and the bytes every written view spans, by tensor
-//!   index, with their offset.
+//! A `TASK` or `COMPLETION` body is a *head* (a `u32` length, then everything but tensor bytes)
+//! followed by its *bulk*: the tensors' bytes, back to back, in the order the head lists them.
+//! The head is read and checked first (at most [`MAX_HEAD`] bytes, and its segment lengths must
+//! add up to exactly the bulk's length), so the bulk can go straight from the socket into the
+//! buffers it belongs in, and straight from the buffers to the socket, with no copy on either
+//! side.
+//!
+//! * `TASK` head: the callable's digest and name, the config, the arguments (the local wire
+//!   blob: descriptors, views, scalars), then for each tensor a flag and, unless it stays on
+//!   the node, where the bytes its view spans start in its buffer and how many there are (a
+//!   node shares no memory with the root).
+//! * `COMPLETION` head: a status code, a message, and for every written view its tensor index,
+//!   offset and length.
 //! * `CONTROL` / `CONTROL_REPLY`: a command (`CHECK_CALLABLE`: does the node run this digest?)
 //!   and its answer.
 //! * `HEALTH`, `SHUTDOWN`: empty.
@@ -48,74 +55,166 @@ pub(crate) const FREE: u32 = 5;
 
 /// Largest encoded argument blob a TASK carries (tensors' descriptors and views, scalars).
 const MAX_ARGS_BLOB: usize = 1 << 20;
-
-/// A TASK as the node reads it.
-pub(crate) struct TaskMsg<'a> {
-    pub(crate) digest: Digest,
-    pub(crate) name: String,
-    pub(crate) config: CallConfig,
-    pub(crate) args_blob: &'a [u8],
-    /// For each tensor, the bytes its view spans in its buffer and where they start.
-    pub(crate) data: Vec<Option<(u64, &'a [u8])>>,
-}
+/// Largest head of a TASK or COMPLETION (everything but the tensor bytes).
+pub(crate) const MAX_HEAD: usize = MAX_ARGS_BLOB + (64 << 10);
 
 fn bad(e: FrameError) -> Error {
     Error::decode(format!("malformed message: {e}"))
 }
 
-/// Encodes a TASK; `data(i)` gives the bytes tensor `i`'s view spans and their offset in its
-/// buffer (`None` for a tensor that stays on the node).
-pub(crate) fn encode_task(
+/// Splits a TASK or COMPLETION body into its head and its bulk (the tensor bytes).
+#[cfg(any(test, feature = "bench-support"))]
+fn split(body: &[u8]) -> Result<(&[u8], &[u8])> {
+    let mut r = BodyReader::new(body);
+    let head_len = r.u32().map_err(bad)? as usize;
+    if head_len > MAX_HEAD || head_len > r.remaining() {
+        return Err(Error::decode(format!(
+            "a head of {head_len} bytes in a body of {} (at most {MAX_HEAD})",
+            body.len()
+        )));
+    }
+    let head = r.raw(head_len).map_err(bad)?;
+    Ok((head, &body[4 + head_len..]))
+}
+
+/// Prefixes an encoded head with its length.
+fn with_len(head: BodyWriter) -> Vec<u8> {
+    let head = head.finish();
+    let mut out = Vec::with_capacity(4 + head.len());
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+    out.extend_from_slice(&head);
+    out
+}
+
+/// Reads the head of a TASK or COMPLETION frame whose body is `body_len` bytes from `r` (the
+/// frame header read already); returns the head and how many bulk bytes follow it. Lengths
+/// are checked before anything is allocated. A head length that does not fit the body is an
+/// `Err` inside: the rest of the body was read and dropped, so the next frame can be read.
+pub(crate) fn read_head(
+    r: &mut impl std::io::Read,
+    body_len: usize,
+) -> std::result::Result<Result<(Vec<u8>, u64)>, FrameError> {
+    if body_len < 4 {
+        skip(r, body_len as u64)?;
+        return Ok(Err(Error::decode(format!("a body of {body_len} bytes has no head length"))));
+    }
+    let mut len = [0u8; 4];
+    read_exactly(r, &mut len)?;
+    let head_len = u32::from_le_bytes(len) as usize;
+    if head_len > MAX_HEAD || head_len > body_len - 4 {
+        skip(r, (body_len - 4) as u64)?;
+        return Ok(Err(Error::decode(format!(
+            "a head of {head_len} bytes in a body of {body_len} (at most {MAX_HEAD})"
+        ))));
+    }
+    let mut head = vec![0u8; head_len];
+    read_exactly(r, &mut head)?;
+    Ok(Ok((head, (body_len - 4 - head_len) as u64)))
+}
+
+/// `read_exact` with a short read named as a malformed frame.
+pub(crate) fn read_exactly(
+    r: &mut impl std::io::Read,
+    buf: &mut [u8],
+) -> std::result::Result<(), FrameError> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            FrameError::Malformed(format!("connection closed inside a frame (a part of {} bytes)", buf.len()))
+        }
+        _ => FrameError::Io(e),
+    })
+}
+
+/// Reads and drops `n` bytes of bulk nobody wants (the outputs of a failed task).
+pub(crate) fn skip(r: &mut impl std::io::Read, n: u64) -> std::result::Result<(), FrameError> {
+    let copied =
+        std::io::copy(&mut std::io::Read::take(&mut *r, n), &mut std::io::sink()).map_err(FrameError::Io)?;
+    if copied < n {
+        return Err(FrameError::Malformed(format!(
+            "connection closed inside a frame ({copied} of {n} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that segments of `lens` fill a bulk of `bulk` bytes exactly.
+fn check_bulk(mut lens: impl Iterator<Item = u64>, bulk: u64) -> Result<()> {
+    let sum =
+        lens.try_fold(0u64, u64::checked_add).ok_or_else(|| Error::decode("tensor lengths overflow"))?;
+    if sum != bulk {
+        return Err(Error::decode(format!(
+            "the head names {sum} bytes of tensor data, the body carries {bulk}"
+        )));
+    }
+    Ok(())
+}
+
+/// A TASK's head as the node reads it: everything but the tensors' bytes, which follow it in
+/// tensor order.
+pub(crate) struct TaskHead<'a> {
+    pub(crate) digest: Digest,
+    pub(crate) name: String,
+    pub(crate) config: CallConfig,
+    pub(crate) args_blob: &'a [u8],
+    /// For each tensor, where the bytes its view spans start in its buffer and how many
+    /// follow in the bulk (`None`: it stays on the node).
+    pub(crate) data: Vec<Option<(u64, u64)>>,
+}
+
+/// A whole TASK (head and bulk in memory).
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) struct TaskMsg<'a> {
+    pub(crate) head: TaskHead<'a>,
+    /// For each tensor, the bytes its view spans in its buffer and where they start.
+    pub(crate) data: Vec<Option<(u64, &'a [u8])>>,
+}
+
+/// Encodes a TASK's head (with its length prefix); `data[i]` is where tensor `i`'s bytes start
+/// in its buffer and how many follow in the bulk (`None` for a tensor that stays on the node).
+/// The sender writes the bulk after it: the bytes of each tensor in order.
+pub(crate) fn encode_task_head(
     digest: &Digest,
     name: &str,
     config: Option<&CallConfig>,
     args: &TaskArgs,
-    mut data: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>>,
+    data: &[Option<(u64, u64)>],
 ) -> Result<Vec<u8>> {
-    let data: Vec<Option<(u64, Vec<u8>)>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
-    let bytes: usize = data.iter().flatten().map(|(_, d)| d.len() + 12).sum();
-    let mut w = BodyWriter::with_capacity(
-        64 + name.len() + CALL_CONFIG_WIRE_SIZE + MAX_ARGS_BLOB.min(1 << 12) + bytes,
-    );
-    w.raw(digest.as_bytes()).bytes(name.as_bytes());
-    let mut cfg = [0u8; CALL_CONFIG_WIRE_SIZE];
-    if let Some(c) = config {
-        encode_config(c, &mut cfg);
-    }
-    w.raw(&cfg);
     let size = blob_size(args.tensors.len(), args.scalars.len());
     if size > MAX_ARGS_BLOB {
         return Err(Error::invalid(format!(
             "a task's arguments take {size} bytes encoded, over the {MAX_ARGS_BLOB}-byte limit of a remote task"
         )));
     }
+    let mut w = BodyWriter::with_capacity(96 + name.len() + CALL_CONFIG_WIRE_SIZE + size + 17 * data.len());
+    w.raw(digest.as_bytes()).bytes(name.as_bytes());
+    let mut cfg = [0u8; CALL_CONFIG_WIRE_SIZE];
+    if let Some(c) = config {
+        encode_config(c, &mut cfg);
+    }
+    w.raw(&cfg);
     let mut blob = vec![0u8; size];
     let n =
         encode_args(args.tensors.iter().zip(args.tags.iter().map(|t| t.access())), &args.scalars, &mut blob)?;
     w.bytes(&blob[..n]);
-    w.u32(args.tensors.len() as u32);
-    for d in &data {
+    w.u32(data.len() as u32);
+    for d in data {
         match d {
-            Some((offset, bytes)) => {
-                w.u8(1).u64(*offset).bytes(bytes);
-            }
-            None => {
-                w.u8(0);
-            }
-        }
+            Some((offset, len)) => w.u8(1).u64(*offset).u64(*len),
+            None => w.u8(0),
+        };
     }
-    Ok(w.finish())
+    Ok(with_len(w))
 }
 
-/// Decodes a TASK body.
-pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
-    let mut r = BodyReader::new(body);
+/// Decodes a TASK's head (without its length prefix), followed by a bulk of `bulk` bytes.
+pub(crate) fn decode_task_head(head: &[u8], bulk: u64) -> Result<TaskHead<'_>> {
+    let mut r = BodyReader::new(head);
     let digest: [u8; 32] = r.raw(32).map_err(bad)?.try_into().expect("32 bytes");
     let name = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
     let config = decode_config(r.raw(CALL_CONFIG_WIRE_SIZE).map_err(bad)?)?;
     let args_blob = r.bytes().map_err(bad)?;
     let n = r.u32().map_err(bad)? as usize;
-    if n > args_blob.len() {
+    if n > args_blob.len() || n > r.remaining() {
         return Err(Error::decode(format!(
             "a TASK names {n} tensors but its argument blob cannot hold them"
         )));
@@ -124,53 +223,126 @@ pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
     for _ in 0..n {
         data.push(match r.u8().map_err(bad)? {
             0 => None,
-            1 => {
-                let offset = r.u64().map_err(bad)?;
-                Some((offset, r.bytes().map_err(bad)?))
-            }
+            1 => Some((r.u64().map_err(bad)?, r.u64().map_err(bad)?)),
             f => return Err(Error::decode(format!("tensor data flag {f}"))),
         });
     }
     r.finish().map_err(bad)?;
-    Ok(TaskMsg { digest: Digest::from_bytes(digest), name, config, args_blob, data })
+    check_bulk(data.iter().flatten().map(|(_, len)| *len), bulk)?;
+    Ok(TaskHead { digest: Digest::from_bytes(digest), name, config, args_blob, data })
 }
 
-/// A COMPLETION as the root reads it.
-pub(crate) struct CompletionMsg<'a> {
+/// Encodes a whole TASK (head and bulk in one body); `data(i)` gives the bytes tensor `i`'s
+/// view spans and their offset in its buffer (`None` for a tensor that stays on the node).
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) fn encode_task(
+    digest: &Digest,
+    name: &str,
+    config: Option<&CallConfig>,
+    args: &TaskArgs,
+    mut data: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>>,
+) -> Result<Vec<u8>> {
+    let data: Vec<Option<(u64, Vec<u8>)>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
+    let spans: Vec<Option<(u64, u64)>> =
+        data.iter().map(|d| d.as_ref().map(|(o, b)| (*o, b.len() as u64))).collect();
+    let mut body = encode_task_head(digest, name, config, args, &spans)?;
+    for (_, bytes) in data.iter().flatten() {
+        body.extend_from_slice(bytes);
+    }
+    Ok(body)
+}
+
+/// Decodes a whole TASK body.
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
+    let (head, mut bulk) = split(body)?;
+    let head = decode_task_head(head, bulk.len() as u64)?;
+    let data = head
+        .data
+        .iter()
+        .map(|d| {
+            d.map(|(offset, len)| {
+                let (bytes, rest) = bulk.split_at(len as usize); // lengths checked against the bulk
+                bulk = rest;
+                (offset, bytes)
+            })
+        })
+        .collect();
+    Ok(TaskMsg { head, data })
+}
+
+/// A COMPLETION's head as the root reads it: the written tensors' bytes follow it in order.
+pub(crate) struct CompletionHead {
     pub(crate) status: u32,
     pub(crate) message: String,
+    /// For every written tensor: its index, where its view's bytes start in its buffer, and
+    /// how many follow in the bulk.
+    pub(crate) outputs: Vec<(usize, u64, u64)>,
+}
+
+/// A whole COMPLETION (head and bulk in memory).
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) struct CompletionMsg<'a> {
+    pub(crate) head: CompletionHead,
     /// The bytes every written view spans, by tensor index, with their offset in the buffer.
     pub(crate) outputs: Vec<(usize, u64, &'a [u8])>,
 }
 
-/// Encodes a COMPLETION.
-pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, u64, Vec<u8>)]) -> Vec<u8> {
-    let bytes: usize = outputs.iter().map(|(_, _, b)| b.len() + 16).sum();
-    let mut w = BodyWriter::with_capacity(12 + message.len() + bytes);
+/// Encodes a COMPLETION's head (with its length prefix); the sender writes each output's
+/// bytes after it, in order.
+pub(crate) fn encode_completion_head(status: u32, message: &str, outputs: &[(usize, u64, u64)]) -> Vec<u8> {
+    let mut w = BodyWriter::with_capacity(16 + message.len() + 20 * outputs.len());
     w.u32(status).bytes(message.as_bytes()).u32(outputs.len() as u32);
-    for (i, offset, bytes) in outputs {
-        w.u32(*i as u32).u64(*offset).bytes(bytes);
+    for (i, offset, len) in outputs {
+        w.u32(*i as u32).u64(*offset).u64(*len);
     }
-    w.finish()
+    with_len(w)
 }
 
-/// Decodes a COMPLETION body.
-pub(crate) fn decode_completion(body: &[u8]) -> Result<CompletionMsg<'_>> {
-    let mut r = BodyReader::new(body);
+/// Decodes a COMPLETION's head (without its length prefix), followed by `bulk` bytes.
+pub(crate) fn decode_completion_head(head: &[u8], bulk: u64) -> Result<CompletionHead> {
+    let mut r = BodyReader::new(head);
     let status = r.u32().map_err(bad)?;
     let message = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
     let n = r.u32().map_err(bad)? as usize;
     if n > r.remaining() {
-        return Err(Error::decode(format!("a COMPLETION names {n} outputs but carries fewer bytes")));
+        return Err(Error::decode(format!("a COMPLETION names {n} outputs but its head cannot hold them")));
     }
     let mut outputs = Vec::with_capacity(n);
     for _ in 0..n {
-        let i = r.u32().map_err(bad)? as usize;
-        let offset = r.u64().map_err(bad)?;
-        outputs.push((i, offset, r.bytes().map_err(bad)?));
+        outputs.push((r.u32().map_err(bad)? as usize, r.u64().map_err(bad)?, r.u64().map_err(bad)?));
     }
     r.finish().map_err(bad)?;
-    Ok(CompletionMsg { status, message, outputs })
+    check_bulk(outputs.iter().map(|(_, _, len)| *len), bulk)?;
+    Ok(CompletionHead { status, message, outputs })
+}
+
+/// Encodes a whole COMPLETION (head and bulk in one body).
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, u64, Vec<u8>)]) -> Vec<u8> {
+    let spans: Vec<(usize, u64, u64)> = outputs.iter().map(|(i, o, b)| (*i, *o, b.len() as u64)).collect();
+    let mut body = encode_completion_head(status, message, &spans);
+    for (_, _, bytes) in outputs {
+        body.extend_from_slice(bytes);
+    }
+    body
+}
+
+/// Decodes a whole COMPLETION body.
+#[cfg(any(test, feature = "bench-support"))]
+pub(crate) fn decode_completion(body: &[u8]) -> Result<CompletionMsg<'_>> {
+    let (head, mut bulk) = split(body)?;
+    let head = decode_completion_head(head, bulk.len() as u64)?;
+    let outputs = head
+        .outputs
+        .iter()
+        .map(|&(i, offset, len)| {
+            let (bytes, rest) = bulk.split_at(len as usize); // lengths checked against the bulk
+            bulk = rest;
+            (i, offset, bytes)
+        })
+        .collect();
+    Ok(CompletionMsg { head, outputs })
 }
 
 /// A CONTROL as the node reads it.
@@ -246,7 +418,7 @@ mod tests {
     fn messages_round_trip_and_truncations_are_errors() {
         let c = encode_completion(TASK_FAILED, "boom", &[(1, 8, vec![1, 2, 3])]);
         let m = decode_completion(&c).unwrap();
-        assert_eq!((m.status, m.message.as_str(), m.outputs.len()), (TASK_FAILED, "boom", 1));
+        assert_eq!((m.head.status, m.head.message.as_str(), m.outputs.len()), (TASK_FAILED, "boom", 1));
         assert_eq!(m.outputs[0], (1, 8, &[1u8, 2, 3][..]));
         for cut in 0..c.len() {
             assert!(decode_completion(&c[..cut]).is_err(), "{cut}");
@@ -262,9 +434,46 @@ mod tests {
         assert_eq!(decode_reply(&encode_reply(&Ok(vec![1, 2]))).unwrap(), Ok(vec![1, 2]));
         let t = encode_task(&d, "f", None, &TaskArgs::new(), |_| Ok(None)).unwrap();
         let task = decode_task(&t).unwrap();
-        assert_eq!((task.digest, task.name.as_str(), task.data.len()), (d, "f", 0));
+        assert_eq!((task.head.digest, task.head.name.as_str(), task.data.len()), (d, "f", 0));
         for cut in 0..t.len() {
             assert!(decode_task(&t[..cut]).is_err(), "{cut}");
         }
+    }
+
+    #[test]
+    fn a_bulk_that_differs_from_what_the_head_lists_is_refused() {
+        let d = Digest::from_bytes([3; 32]);
+        let mut args = TaskArgs::new();
+        args.scalar(5);
+        let head = encode_task_head(&d, "f", None, &args, &[]).unwrap();
+        // The head lists no tensor data; one stray byte after it is refused, not ignored.
+        let mut body = head.clone();
+        body.push(9);
+        assert!(decode_task(&body).is_err());
+        assert!(decode_task(&head).is_ok());
+        let c = encode_completion_head(DONE, "", &[(0, 0, 4)]);
+        let mut body = c.clone();
+        body.extend_from_slice(&[1, 2, 3]); // one byte short
+        assert!(decode_completion(&body).is_err());
+        body.push(4);
+        assert_eq!(decode_completion(&body).unwrap().outputs, vec![(0, 0, &[1u8, 2, 3, 4][..])]);
+    }
+
+    #[test]
+    fn a_bad_head_length_is_refused_and_the_rest_of_the_body_read() {
+        // A body of 12 bytes whose head claims 100: the 8 bytes after the length are dropped,
+        // so the next frame's bytes come next.
+        let mut wire = Vec::new();
+        wire.extend_from_slice(&100u32.to_le_bytes());
+        wire.extend_from_slice(&[0xAA; 8]);
+        wire.extend_from_slice(b"NEXT");
+        let mut r = &wire[..];
+        let refused = read_head(&mut r, 12).unwrap();
+        assert!(refused.unwrap_err().message().contains("head of 100 bytes"));
+        assert_eq!(r, b"NEXT");
+        // A truncated head is a malformed frame (the connection ended inside it).
+        let mut wire = 8u32.to_le_bytes().to_vec();
+        wire.extend_from_slice(&[1, 2]);
+        assert!(matches!(read_head(&mut &wire[..], 20), Err(FrameError::Malformed(_))));
     }
 }
