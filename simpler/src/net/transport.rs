@@ -128,6 +128,22 @@ impl Stream {
         }
     }
 
+    /// Whether a read would return at once (bytes, the end of the stream or an error wait): a
+    /// `poll` with a zero timeout.
+    pub(crate) fn readable_now(&self) -> bool {
+        let mut fds = [nix::poll::PollFd::new(self.as_fd(), nix::poll::PollFlags::POLLIN)];
+        !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
+    }
+
+    /// Waits briefly for the peer's next frame while it is expected soon (a reply to a task in
+    /// flight, the next task of a busy root): checks politely (yielding the CPU between short
+    /// bursts) for up to `sys::futex::REMOTE_SPIN_NANOS`. Waking a thread asleep in `read` on
+    /// another vCPU costs tens of microseconds in a guest; a thread that is still checking
+    /// takes the bytes at once.
+    pub(crate) fn await_briefly(&self) {
+        crate::sys::futex::poll_politely(None, || self.readable_now());
+    }
+
     /// Shuts both directions down (a blocked reader on any clone wakes with end of stream);
     /// errors are ignored.
     pub(crate) fn shutdown(&self) {

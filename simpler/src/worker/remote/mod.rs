@@ -183,6 +183,9 @@ pub(crate) struct Session {
     control_lock: Mutex<()>,
     /// The reader thread, joined by `close`.
     reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// A TASK was sent and its COMPLETION has not arrived (the reader keeps checking for it a
+    /// moment before it sleeps in `read`).
+    in_flight: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
@@ -234,6 +237,7 @@ impl Session {
             bell,
             control_lock: Mutex::new(()),
             reader: Mutex::new(None),
+            in_flight: std::sync::atomic::AtomicBool::new(false),
         });
         let s = session.clone();
         let health = spec.health_timeout;
@@ -352,6 +356,9 @@ impl Session {
             FrameError::Malformed(m) => format!("the node sent a malformed frame: {m}"),
         };
         loop {
+            if self.in_flight.load(Ordering::Acquire) {
+                reader.await_briefly(); // the COMPLETION is due
+            }
             let head = match read_frame_head(&mut reader, DEFAULT_MAX_BODY) {
                 Ok(h) => h,
                 Err(e) => return self.lose(why(e)),
@@ -362,6 +369,7 @@ impl Session {
                     Ok(Err(e)) => return self.lose(format!("the node sent a bad COMPLETION: {e}")),
                     Err(e) => return self.lose(why(e)),
                 };
+                self.in_flight.store(false, Ordering::Release);
                 sync::lock(&self.state).completion = Some(outcome);
                 AsRef::<Doorbell>::as_ref(&*self.bell).ring();
                 continue;
@@ -543,6 +551,7 @@ impl Endpoint for RemoteEndpoint {
         *sync::lock(&s.outputs) = outputs;
         sync::lock(&s.state).completion = None;
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
+        s.in_flight.store(true, Ordering::Release);
         if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }.map(|_| ())
     }
 

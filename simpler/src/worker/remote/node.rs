@@ -338,6 +338,7 @@ impl BoundNode {
                     break Ok(());
                 }
                 self.recycle(reply.buffers);
+                reader.await_briefly(); // a busy root sends its next task right away
                 continue;
             }
             let body = match read_body(&mut reader, head) {
