@@ -258,7 +258,9 @@ impl Tree {
             let label = lanes.label(n_sub + n_chip + j);
             let resolver = HostResolver::new(heaps.clone());
             let connected = match spec.launch_rank.and_then(|r| launched.remove(&r)) {
-                Some((stream, hello, _)) => Session::open(stream, &hello, spec, label, resolver, bell),
+                Some((stream, health, hello, _)) => {
+                    Session::open(stream, health, &hello, spec, label, resolver, bell)
+                }
                 None => Session::connect(spec, label, resolver, bell),
             }
             .and_then(|s| {

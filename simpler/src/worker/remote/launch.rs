@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
 use crate::net::transport::{Listener, NodeAddr, Stream};
+use crate::worker::remote::lane;
 
 /// Where the root of a launched job listens: `SIMPLER_ROOT=HOST:PORT`, the same in every rank.
 pub(crate) const ROOT_ENV: &str = "SIMPLER_ROOT";
@@ -144,17 +145,23 @@ impl Launch {
     }
 }
 
+/// A launched node's connections as the root accepted them: session, health, HELLO, address.
+pub(crate) type Accepted = (Stream, Stream, NodeHello, String);
+
 /// The root's side of a launch: listens at `root`, accepts the nodes of `ranks`, authenticates
-/// each, and returns each rank's stream and HELLO, within `timeout`.
+/// each one's session and health connections (paired by their token, `lane`), and returns
+/// them with each rank's HELLO, within `timeout`.
 pub(crate) fn accept_ranks(
     root: &NodeAddr,
     ranks: &[u32],
     key: &ClusterKey,
     timeout: Duration,
-) -> Result<HashMap<u32, (Stream, NodeHello, String)>> {
+) -> Result<HashMap<u32, Accepted>> {
     let listener = Listener::bind(root, true)?;
     let deadline = Instant::now() + timeout;
-    let mut got = HashMap::new();
+    let mut got: HashMap<u32, Accepted> = HashMap::new();
+    // Ranks whose session connection came, waiting for their health connection.
+    let mut pending: HashMap<u32, (Stream, NodeHello, String, lane::Token)> = HashMap::new();
     while got.len() < ranks.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         let missing: Vec<u32> = ranks.iter().copied().filter(|r| !got.contains_key(r)).collect();
@@ -176,16 +183,29 @@ pub(crate) fn accept_ranks(
             continue;
         }
         let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a node", e))?;
-        match client_handshake(&mut stream, key, &peer) {
-            Ok(hello)
-                if ranks.contains(&(hello.node_id as u32)) && !got.contains_key(&(hello.node_id as u32)) =>
-            {
-                got.insert(hello.node_id as u32, (stream, hello, peer));
+        let accepted = client_handshake(&mut stream, key, &peer).and_then(|hello| {
+            let rank = hello.node_id as u32;
+            if !ranks.contains(&rank) || got.contains_key(&rank) {
+                return Err(Error::invalid(format!("a node claiming rank {rank}, which is not expected")));
             }
-            Ok(hello) => {
-                tracing::warn!(target: "simpler::remote", peer = %peer, "refused a node claiming rank {}", hello.node_id);
-                stream.shutdown();
-            }
+            let token = lane::read_token(&mut stream, left.min(Duration::from_secs(5)), &peer)?;
+            Ok((rank, hello, token))
+        });
+        match accepted {
+            Ok((rank, hello, token)) => match pending.remove(&rank) {
+                // The rank's second connection: its health connection, if the token matches.
+                Some((session, first, at, t)) if t == token => {
+                    got.insert(rank, (session, stream, first, at));
+                }
+                Some(p) => {
+                    tracing::warn!(target: "simpler::remote", peer = %peer, "refused a second connection of rank {rank}: not its session's token");
+                    pending.insert(rank, p);
+                    stream.shutdown();
+                }
+                None => {
+                    pending.insert(rank, (stream, hello, peer, token));
+                }
+            },
             Err(e) => {
                 tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
                 stream.shutdown();

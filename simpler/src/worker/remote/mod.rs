@@ -3,18 +3,21 @@
 //! mailbox lane.
 //!
 //! * The root side ([`RemoteWorker`], added with `Worker::add_remote_worker`): at `init` the L4
-//!   connects to each node, runs the challenge–response handshake on the cluster key, and only
-//!   then gives it a lane. A reader thread per session takes the node's frames: a COMPLETION
-//!   writes the task's outputs back into the root's memory, records the outcome and rings the
-//!   engine's doorbell (as a mailbox completion does); HEALTH frames prove the node alive; a
-//!   session silent past its health deadline, closed, or sending a malformed frame fails its
-//!   task and leaves service, naming the node's address and what was seen.
+//!   connects to each node, runs the challenge–response handshake on the cluster key over two
+//!   connections (the session's and its health connection, paired by a token: `lane`), and
+//!   only then gives it a lane. A reader thread per session takes the node's frames: a
+//!   COMPLETION's outputs go straight from the socket into the root's memory, then it records
+//!   the outcome and rings the engine's doorbell (as a mailbox completion does). A health
+//!   thread reads the node's heartbeats on the health connection. A node silent there past its
+//!   health deadline, a closed connection, or a malformed frame fails the task and takes the
+//!   lane out of service, naming the node's address and what was seen.
 //! * The node side ([`Node`](node::Node)): a program in the node role builds its L3 Worker and
 //!   the orchestration functions the root may send (the same program runs on every host, so
 //!   the same registrations run there), binds its address, and serves one session: each TASK
 //!   runs one orchestration function as a run of its L3 Worker, over buffers of its own filled
 //!   with the tensors' bytes; the written bytes travel back with the COMPLETION.
 
+pub(crate) mod lane;
 pub(crate) mod launch;
 pub(crate) mod node;
 pub(crate) mod wire;
@@ -31,7 +34,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
 use crate::net::frame::{
-    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame_head, write_frame, write_frame_start,
+    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
+    write_frame_start,
 };
 use crate::net::transport::{NodeAddr, Stream};
 use crate::sys::futex::Doorbell;
@@ -100,9 +104,10 @@ impl RemoteWorker {
         self
     }
 
-    /// How long the node may stay silent (no heartbeat, no reply) before its session is lost:
+    /// How long the node may stay silent on its health connection before its session is lost:
     /// its task fails naming the node, and its lane leaves service (default 2 s; the node
-    /// sends a heartbeat every 200 ms).
+    /// sends a heartbeat every 200 ms on a connection of its own, so a long task or a large
+    /// transfer on the session connection never counts as silence).
     ///
     /// ```
     /// # let key = simpler::ClusterKey::new([7u8; 32])?;
@@ -186,10 +191,15 @@ pub(crate) struct Session {
     /// A TASK was sent and its COMPLETION has not arrived (the reader keeps checking for it a
     /// moment before it sleeps in `read`).
     in_flight: std::sync::atomic::AtomicBool,
+    /// A handle on the health connection, used only to shut it down.
+    health_socket: Stream,
+    /// The health thread (reads the node's heartbeats), joined by `close`.
+    health_reader: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Session {
-    /// Connects to `spec`'s node and authenticates; starts the reader thread.
+    /// Connects to `spec`'s node and authenticates its session and health connections
+    /// (`lane`); starts the session's threads.
     pub(crate) fn connect(
         spec: &RemoteWorker,
         label: String,
@@ -197,17 +207,30 @@ impl Session {
         bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
     ) -> Result<Arc<Session>> {
         let peer = spec.addr.to_string();
-        let mut stream = Stream::connect(&spec.addr, spec.connect_timeout).map_err(|e| {
-            Error::new(ErrorKind::WorkerDied, format!("{label}: cannot connect to the node at {peer}: {e}"))
-        })?;
-        let hello: NodeHello =
-            client_handshake(&mut stream, &spec.key, &peer).map_err(|e| e.context(label.clone()))?;
-        Session::open(stream, &hello, spec, label, resolver, bell)
+        let open = |what: &str| -> Result<(Stream, NodeHello)> {
+            let mut stream = Stream::connect(&spec.addr, spec.connect_timeout).map_err(|e| {
+                Error::new(
+                    ErrorKind::WorkerDied,
+                    format!("{label}: cannot connect {what} to the node at {peer}: {e}"),
+                )
+            })?;
+            let hello =
+                client_handshake(&mut stream, &spec.key, &peer).map_err(|e| e.context(label.clone()))?;
+            Ok((stream, hello))
+        };
+        let token = lane::token()?;
+        let (mut stream, hello) = open("the session")?;
+        lane::announce(&mut stream, &token, &peer)?;
+        let (mut health, _) = open("the health connection")?;
+        lane::announce(&mut health, &token, &peer)?;
+        Session::open(stream, health, &hello, spec, label, resolver, bell)
     }
 
-    /// Starts the session over `stream`, authenticated already (`hello` is the node's).
+    /// Starts the session over `stream` and `health` (its session and health connections,
+    /// authenticated and paired already; `hello` is the node's).
     pub(crate) fn open(
         stream: Stream,
+        health: Stream,
         hello: &NodeHello,
         spec: &RemoteWorker,
         label: String,
@@ -216,9 +239,10 @@ impl Session {
     ) -> Result<Arc<Session>> {
         tracing::info!(target: "simpler::remote", node = %label, node_id = hello.node_id, sub_workers = hello.sub_workers, chips = hello.chips, "session ready");
         let reader = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
-        reader
+        health
             .set_read_timeout(Some(spec.health_timeout))
             .map_err(|e| Error::os("setting a session timeout", e))?;
+        let health_socket = health.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let socket = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let (outbox, outgoing) = crossbeam_channel::unbounded();
         let direct = Mutex::new(stream);
@@ -238,14 +262,22 @@ impl Session {
             control_lock: Mutex::new(()),
             reader: Mutex::new(None),
             in_flight: std::sync::atomic::AtomicBool::new(false),
+            health_socket,
+            health_reader: Mutex::new(None),
         });
         let s = session.clone();
-        let health = spec.health_timeout;
         let thread = std::thread::Builder::new()
             .name("simpler-remote".into())
-            .spawn(move || s.read_loop(reader, health))
+            .spawn(move || s.read_loop(reader))
             .map_err(|e| Error::os("starting a session reader thread", e))?;
         *sync::lock(&session.reader) = Some(thread);
+        let s = session.clone();
+        let timeout = spec.health_timeout;
+        let thread = std::thread::Builder::new()
+            .name("simpler-health".into())
+            .spawn(move || s.health_loop(health, timeout))
+            .map_err(|e| Error::os("starting a session health thread", e))?;
+        *sync::lock(&session.health_reader) = Some(thread);
         let s = session.clone();
         let thread = std::thread::Builder::new()
             .name("simpler-remote-tx".into())
@@ -333,6 +365,7 @@ impl Session {
         self.changed.notify_all();
         AsRef::<Doorbell>::as_ref(&*self.bell).ring();
         self.socket.shutdown();
+        self.health_socket.shutdown();
     }
 
     fn lost(&self) -> Option<String> {
@@ -344,17 +377,22 @@ impl Session {
         sync::lock(&self.state).lost.is_some()
     }
 
-    fn read_loop(&self, mut reader: Stream, health: Duration) {
-        let why = |e: FrameError| match e {
-            FrameError::Closed => "the node closed the connection".to_string(),
-            FrameError::Io(e)
-                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-            {
-                format!("the node stopped answering: nothing heard for {health:?}")
+    /// Reads the node's heartbeats on the health connection; silence past `timeout`, a closed
+    /// connection or anything but a heartbeat loses the session.
+    fn health_loop(&self, mut health: Stream, timeout: Duration) {
+        loop {
+            match read_frame(&mut health, 0) {
+                Ok(f) if f.kind == FrameKind::Health => {}
+                Ok(f) => {
+                    return self.lose(format!("the node sent a {:?} frame on its health connection", f.kind));
+                }
+                Err(e) => return self.lose(why_lost(e, timeout, "health connection")),
             }
-            FrameError::Io(e) => format!("the connection failed: {e}"),
-            FrameError::Malformed(m) => format!("the node sent a malformed frame: {m}"),
-        };
+        }
+    }
+
+    fn read_loop(&self, mut reader: Stream) {
+        let why = |e: FrameError| why_lost(e, Duration::ZERO, "connection");
         loop {
             if self.in_flight.load(Ordering::Acquire) {
                 reader.await_briefly(); // the COMPLETION is due
@@ -489,13 +527,30 @@ impl Session {
             let _ = t.join(); // the SHUTDOWN went out (or the socket failed)
         }
         self.lose("the session was closed".into());
-        let reader = sync::lock(&self.reader).take();
-        if let Some(t) = reader
-            && t.thread().id() != std::thread::current().id()
-        {
-            let _ = t.join();
+        for thread in [&self.reader, &self.health_reader] {
+            let t = sync::lock(thread).take();
+            if let Some(t) = t
+                && t.thread().id() != std::thread::current().id()
+            {
+                let _ = t.join();
+            }
         }
         *sync::lock(&self.resolver) = HostResolver::new(Vec::new());
+    }
+}
+
+/// Why a session is lost when reading its `what` (a connection) failed with `e`; a timeout is
+/// silence past `timeout`.
+fn why_lost(e: FrameError, timeout: Duration, what: &str) -> String {
+    match e {
+        FrameError::Closed => format!("the node closed the {what}"),
+        FrameError::Io(e)
+            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+        {
+            format!("the node stopped answering: nothing heard for {timeout:?}")
+        }
+        FrameError::Io(e) => format!("the {what} failed: {e}"),
+        FrameError::Malformed(m) => format!("the node sent a malformed frame: {m}"),
     }
 }
 

@@ -19,10 +19,14 @@ use crate::net::frame::{
 };
 use crate::net::transport::{Listener, NodeAddr, Stream};
 use crate::sys::sync;
+use crate::worker::remote::lane;
 use crate::worker::remote::launch::Launch;
 use crate::worker::remote::wire;
 use crate::worker::{RunOptions, Worker};
 use std::os::fd::AsFd;
+
+/// How long a node waits for the health connection of a session a root opened.
+const HEALTH_PAIRING: Duration = Duration::from_secs(10);
 
 /// How often a node tells its root it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(200);
@@ -222,7 +226,21 @@ impl Node {
         };
         let peer = stream.peer();
         server_handshake(&mut stream, &node.key, &hello, &peer)?;
-        node.session(stream, &peer)
+        // The health connection: opened by this node too, paired by a token.
+        let token = lane::token()?;
+        lane::announce(&mut stream, &token, &peer)?;
+        let mut health = Stream::connect(root, Duration::from_secs(5)).map_err(|e| {
+            Error::new(
+                ErrorKind::WorkerDied,
+                format!(
+                    "rank {}: cannot open the health connection to the root at {root}: {e}",
+                    launch.rank()
+                ),
+            )
+        })?;
+        server_handshake(&mut health, &node.key, &hello, &peer)?;
+        lane::announce(&mut health, &token, &peer)?;
+        node.session(stream, health, &peer)
     }
 }
 
@@ -283,11 +301,14 @@ impl BoundNode {
         if let Err(e) = self.worker.replace_dead_workers() {
             tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
         }
+        let listener = self.listener.as_ref().expect("a bound node listens");
         loop {
-            let listener = self.listener.as_ref().expect("a bound node listens");
             let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
-            match server_handshake(&mut stream, &self.key, &hello, &peer) {
-                Ok(()) => return self.session(stream, &peer),
+            let paired = server_handshake(&mut stream, &self.key, &hello, &peer)
+                .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer))
+                .and_then(|token| self.accept_health(listener, &hello, &token, &peer));
+            match paired {
+                Ok(health) => return self.session(stream, health, &peer),
                 Err(e) => {
                     tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
                     stream.shutdown();
@@ -296,20 +317,62 @@ impl BoundNode {
         }
     }
 
-    fn session(&self, stream: Stream, peer: &str) -> Result<()> {
+    /// Accepts the health connection of the session `peer` just opened: the next connection
+    /// that authenticates and presents `token` within [`HEALTH_PAIRING`]. Others are refused.
+    fn accept_health(
+        &self,
+        listener: &Listener,
+        hello: &NodeHello,
+        token: &lane::Token,
+        peer: &str,
+    ) -> Result<Stream> {
+        let deadline = std::time::Instant::now() + HEALTH_PAIRING;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut fds = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            if left.is_zero()
+                || nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))
+                    .map_err(|e| Error::os("poll", e))?
+                    == 0
+            {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{peer} opened a session but no health connection within {HEALTH_PAIRING:?}"),
+                ));
+            }
+            let (mut stream, from) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
+            let presented = server_handshake(&mut stream, &self.key, hello, &from)
+                .and_then(|()| lane::read_token(&mut stream, left, &from));
+            match presented {
+                Ok(t) if t == *token => return Ok(stream),
+                Ok(_) => {
+                    tracing::warn!(target: "simpler::remote", peer = %from, "refused a connection: not the health connection of the session being opened")
+                }
+                Err(e) => {
+                    tracing::warn!(target: "simpler::remote", peer = %from, "refused a connection: {e}")
+                }
+            }
+            stream.shutdown();
+        }
+    }
+
+    /// Serves one session: its tasks and controls on `stream`, heartbeats on `health`.
+    fn session(&self, stream: Stream, health: Stream, peer: &str) -> Result<()> {
         tracing::info!(target: "simpler::remote", peer = %peer, "session started");
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
+        let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let done = Arc::new(AtomicBool::new(false));
         // The task in flight: the heartbeat thread cancels it when the root is gone (its
         // heartbeat cannot be written), since this thread is busy running it.
         let current: Arc<Mutex<Option<RunHandle>>> = Arc::new(Mutex::new(None));
         let beat = {
-            let (writer, done, current) = (writer.clone(), done.clone(), current.clone());
+            let (mut health, done, current) = (health, done.clone(), current.clone());
             std::thread::Builder::new()
                 .name("simpler-heartbeat".into())
                 .spawn(move || {
                     while !done.load(Ordering::Acquire) {
-                        if write_frame(&mut *sync::lock(&writer), FrameKind::Health, 0, &[]).is_err() {
+                        if write_frame(&mut health, FrameKind::Health, 0, &[]).is_err() {
                             if let Some(run) = sync::lock(&current).as_ref() {
                                 run.cancel(); // the root is gone: the result has nowhere to go
                             }
@@ -365,6 +428,7 @@ impl BoundNode {
         done.store(true, Ordering::Release);
         beat.thread().unpark();
         sync::lock(&writer).shutdown();
+        health_socket.shutdown();
         let _ = beat.join();
         sync::lock(&self.resident).clear(); // what the session held goes with it
         sync::lock(&self.pool).clear();
@@ -666,5 +730,65 @@ fn session_end(e: FrameError, peer: &str) -> Result<()> {
 impl Drop for BoundNode {
     fn drop(&mut self) {
         let _ = self.worker.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::auth::client_handshake;
+    use crate::net::frame::read_frame;
+
+    fn key() -> ClusterKey {
+        ClusterKey::new("the unit test cluster's secret").unwrap()
+    }
+
+    /// An authenticated connection to `addr` that presents `token` first.
+    fn connect(addr: &NodeAddr, token: &lane::Token) -> Stream {
+        let mut s = Stream::connect(addr, Duration::from_secs(5)).unwrap();
+        client_handshake(&mut s, &key(), "node").unwrap();
+        lane::announce(&mut s, token, "node").unwrap();
+        s
+    }
+
+    #[test]
+    fn a_session_pairs_with_the_health_connection_that_presents_its_token() {
+        if !crate::test_support::in_own_process() {
+            return;
+        }
+        let node = Node::new(Worker::builder().build().unwrap(), NodeAddr::loopback(0), key()).unwrap();
+        let bound = node.bind().unwrap();
+        let addr = bound.local_addr();
+        let serving = std::thread::spawn(move || bound.serve_one());
+        let token = lane::token().unwrap();
+        let mut session = connect(&addr, &token);
+        // Another authenticated connection with another token is not the session's health
+        // connection: refused (closed), and the session still waits for the right one.
+        let mut stranger = connect(&addr, &lane::token().unwrap());
+        stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert!(matches!(read_frame(&mut stranger, 64), Err(FrameError::Closed | FrameError::Io(_))));
+        let mut health = connect(&addr, &token);
+        health.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Heartbeats come on the health connection; the session connection answers controls.
+        let beat = read_frame(&mut health, 0).unwrap();
+        assert_eq!((beat.kind, beat.body.len()), (FrameKind::Health, 0));
+        let check = wire::encode_check(&Digest::from_bytes([1; 32]), "nothing");
+        write_frame(&mut session, FrameKind::Control, 9, &check).unwrap();
+        session.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let reply = read_frame(&mut session, DEFAULT_MAX_BODY).unwrap();
+        assert_eq!((reply.kind, reply.seq), (FrameKind::ControlReply, 9));
+        let refusal = wire::decode_reply(&reply.body).unwrap().unwrap_err();
+        assert!(refusal.contains("UNKNOWN_CALLABLE") && refusal.contains("`nothing`"), "{refusal}");
+        // The root goes: the session ends, and so does the health connection.
+        session.shutdown();
+        serving.join().unwrap().unwrap();
+        // The health connection closes too, after any heartbeat still in flight.
+        loop {
+            match read_frame(&mut health, 0) {
+                Ok(f) => assert_eq!(f.kind, FrameKind::Health),
+                Err(FrameError::Closed) => break,
+                Err(e) => panic!("the health connection should end cleanly: {e}"),
+            }
+        }
     }
 }
