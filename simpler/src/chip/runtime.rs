@@ -221,6 +221,7 @@ impl ChipRuntime {
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,
             next_level_names: ("core", "WorkerBuilder::chip_cores(n)"),
+            level: crate::level::Level::Chip,
             ..EngineConfig::default()
         };
         // Owner nonces of the buffers this chip mints, `orch.alloc` intermediates (the engine's)

@@ -467,6 +467,15 @@ pub struct Buffer {
 pub(crate) struct BufferInner {
     desc: BufferDesc,
     mem: Mem,
+    /// What timelines and DOT exports call it ([`Buffer::set_name`]).
+    name: std::sync::Mutex<Option<std::sync::Arc<str>>>,
+}
+
+impl BufferInner {
+    /// The buffer's name, if it was given one.
+    pub(crate) fn name(&self) -> Option<std::sync::Arc<str>> {
+        self.name.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// Where an owned buffer's bytes are.
@@ -491,14 +500,14 @@ impl Buffer {
         let SharedKey { pid, fd, ino } = shm.key();
         let desc =
             BufferDesc::new(identity, Backing::Memfd { pid, fd, ino }, Access::ReadWrite, shm.len() as u64)?;
-        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm) }) })
+        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm), name: Default::default() }) })
     }
 
     /// A buffer naming device memory of one chip (made by `Worker::alloc_child_tensor`).
     pub(crate) fn device(identity: Identity, chip: u32, ptr: u64, nbytes: u64) -> Result<Buffer> {
         let desc = BufferDesc::new(identity, Backing::Device { ptr, chip }, Access::ReadWrite, nbytes)?;
         let mem = Mem::Device { freed: std::sync::atomic::AtomicBool::new(false) };
-        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem }) })
+        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem, name: Default::default() }) })
     }
 
     /// Marks device memory freed; false when it already was (or is not device memory).
@@ -556,6 +565,51 @@ impl Buffer {
     /// ```
     pub fn nbytes(&self) -> usize {
         self.inner.desc.nbytes() as usize
+    }
+
+    /// Names the buffer: captured runs' DAGs, timelines and DOT exports then call its tensors
+    /// by this name instead of by buffer number. Every clone of the buffer, and every tensor on
+    /// it, shares the name; naming it again renames it.
+    ///
+    /// # Errors
+    ///
+    /// An empty name, or one longer than 256 bytes, is an
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let weights = worker.create_buffer(1024)?;
+    /// weights.set_name("weights")?;
+    /// assert_eq!(weights.name().as_deref(), Some("weights"));
+    /// assert!(weights.set_name("").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn set_name(&self, name: impl Into<String>) -> Result<()> {
+        let name = name.into();
+        if name.is_empty() || name.len() > 256 {
+            return Err(Error::invalid(format!(
+                "Buffer::set_name: a name of {} bytes (between 1 and 256, please)",
+                name.len()
+            )));
+        }
+        *self.inner.name.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(name.into());
+        Ok(())
+    }
+
+    /// The buffer's name ([`set_name`](Buffer::set_name)), if it has one.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let b = worker.create_buffer(8)?;
+    /// assert_eq!(b.name(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> Option<String> {
+        self.inner.name().map(|n| n.to_string())
     }
 
     /// A contiguous row-major tensor starting at byte 0 of the buffer.

@@ -468,6 +468,25 @@ impl Tensor {
         Tensor::with_keepalive(desc, view, None)
     }
 
+    /// The name of the buffer under the tensor ([`Buffer::set_name`](crate::Buffer::set_name)),
+    /// if it has one.
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
+    /// # worker.init()?;
+    /// let x = worker.create_buffer(16)?;
+    /// let t = x.tensor(&[4], simpler::DataType::Float32)?;
+    /// assert_eq!(t.buffer_name(), None);
+    /// x.set_name("x")?;
+    /// assert_eq!(t.buffer_name().as_deref(), Some("x"));
+    /// # Ok(()) }
+    /// ```
+    pub fn buffer_name(&self) -> Option<String> {
+        let inner = self.keepalive.as_ref()?.downcast_ref::<crate::data::buffer::BufferInner>()?;
+        inner.name().map(|n| n.to_string())
+    }
+
     pub(crate) fn with_keepalive(
         desc: BufferDesc,
         view: TensorView,

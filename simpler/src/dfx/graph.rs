@@ -122,6 +122,8 @@ pub enum EdgeReason {
 #[derive(Debug, Clone, Default)]
 pub struct RunDag {
     graph: DiGraph<TaskNode, EdgeReason>,
+    /// The names of the named buffers its tasks use ([`Buffer::set_name`](crate::Buffer::set_name)).
+    names: std::collections::HashMap<Identity, String>,
 }
 
 impl RunDag {
@@ -239,21 +241,42 @@ impl RunDag {
     /// # Ok(()) }
     /// ```
     pub fn to_dot(&self) -> String {
-        to_dot("run", &self.graph, |reason| match reason {
-            EdgeReason::Tensor { arg, buffer } => format!("arg {arg} (buffer {})", buffer.buffer_id()),
-            EdgeReason::WriteAfterWrite { arg, buffer } => {
-                format!("arg {arg} (buffer {}, write after write)", buffer.buffer_id())
-            }
-            EdgeReason::WriteAfterRead { arg, buffer } => {
-                format!("arg {arg} (buffer {}, write after read)", buffer.buffer_id())
-            }
-            EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
-            EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
-        })
+        to_dot("run", &self.graph, |reason| self.edge_label(reason))
+    }
+
+    /// The name of buffer `buffer` when its tasks used it named
+    /// ([`Buffer::set_name`](crate::Buffer::set_name)).
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::{DataType, RunOptions, TaskArgs};
+    /// let x = worker.create_buffer(64)?;
+    /// x.set_name("x")?;
+    /// let t = x.tensor(&[16], DataType::Float32)?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    ///     let mut a = TaskArgs::new();
+    ///     a.output(&t)?;
+    ///     orch.submit_sub(f, a)?;
+    ///     let mut b = TaskArgs::new();
+    ///     b.input(&t)?;
+    ///     orch.submit_sub(f, b).map(|_| ())
+    /// })?;
+    /// run.wait()?;
+    /// let dag = run.dag().unwrap();
+    /// assert_eq!(dag.buffer_name(&x.desc().identity()), Some("x"));
+    /// assert!(dag.to_dot().contains("t0 -> t1 [label=\"arg 0 (x)\"];"));
+    /// # Ok(()) }
+    /// ```
+    pub fn buffer_name(&self, buffer: &Identity) -> Option<&str> {
+        self.names.get(buffer).map(String::as_str)
+    }
+
+    /// The label of an edge: the argument and the tensor's name, or its buffer's number.
+    pub(crate) fn edge_label(&self, reason: &EdgeReason) -> String {
+        crate::dfx::timeline::edge_label(reason, |b| self.buffer_name(b).map(str::to_string))
     }
 }
 
-/// Capture buffer filled by the Orchestrator.
 /// DOT text of a task graph named `name`: one node per task (`index: callable` over its
 /// target), one edge per dependency labelled by `label`. Shared by run DAGs and task graphs, so
 /// the two exports line up.
@@ -278,6 +301,10 @@ pub(crate) struct DagCapture {
     /// The writers and readers of each buffer by the TensorMap's rules, but never forgetting a
     /// finished task.
     footprints: std::collections::HashMap<Identity, Footprints<u32>>,
+    /// The names of the named buffers seen.
+    names: std::collections::HashMap<Identity, String>,
+    /// When each task was submitted, became ready, started and ended.
+    pub(crate) times: crate::dfx::timeline::Recorder,
 }
 
 impl DagCapture {
@@ -298,6 +325,11 @@ impl DagCapture {
                     continue;
                 }
                 let (arg, buffer) = (i as u32, t.desc().identity());
+                if let Some(name) = t.buffer_name()
+                    && !self.names.contains_key(&buffer)
+                {
+                    self.names.insert(buffer, name.to_string());
+                }
                 let fp = self.footprints.entry(buffer).or_default();
                 let view = t.view();
                 let after_write = if tag.reads() {
@@ -342,6 +374,6 @@ impl DagCapture {
                 graph.add_edge(x, y, why);
             }
         }
-        RunDag { graph }
+        RunDag { graph, names: self.names.clone() }
     }
 }

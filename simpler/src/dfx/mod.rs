@@ -1,3 +1,4 @@
 //! Observability: DAG capture and export, run statistics.
 
 pub(crate) mod graph;
+pub(crate) mod timeline;

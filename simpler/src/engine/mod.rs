@@ -66,6 +66,7 @@ use crossbeam_channel::Sender;
 use crate::callable::identity::CallableHandle;
 use crate::callable::identity::{CallableKind, Digest};
 use crate::data::buffer::{Identity, IdentityMinter};
+use crate::dfx::timeline::TaskEvent;
 use crate::engine::heap::IntermediateHeap;
 use crate::engine::orchestrator::{OrchBuffers, Orchestrator};
 use crate::engine::ring::TaskWindow;
@@ -111,6 +112,8 @@ pub(crate) struct EngineConfig {
     /// ancestors' (a `Buffer` belongs to the Worker that created it). `None`: any (engines
     /// whose tensors come from their parent, such as a chip's).
     pub(crate) owners: Option<Vec<u64>>,
+    /// The level of the Worker this engine schedules for (task records name it).
+    pub(crate) level: crate::level::Level,
 }
 
 impl Default for EngineConfig {
@@ -126,6 +129,7 @@ impl Default for EngineConfig {
             next_level_names: ("NEXT_LEVEL worker", "the level's builder"),
             args_capacity: None,
             owners: None,
+            level: crate::level::Level::Node,
         }
     }
 }
@@ -575,7 +579,7 @@ impl Engine {
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
         let make = || {
-            let state = RunState::new(id, capture);
+            let state = RunState::new(id, capture).at_level(self.cfg.level);
             match deadline {
                 Some((at, limit)) => state.with_deadline(at, limit),
                 None => state,
@@ -954,9 +958,11 @@ impl Engine {
     ) {
         self.fault_point("complete", Some(slot));
         let (fanout, retained) = slot.settle(&result);
+        slot.run.note(slot.index, TaskEvent::Ended(result.as_ref().map(|_| ())));
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, ok = result.is_ok(), "completion");
         match result {
             Ok(()) => {
+                slot.run.completed.fetch_add(1, Ordering::Relaxed);
                 for consumer in fanout {
                     self.release_fanin(&consumer, ready);
                 }
@@ -1024,6 +1030,7 @@ impl Engine {
 
     fn release_fanin(&self, consumer: &Arc<Slot>, ready: &mut Vec<Arc<Slot>>) {
         if consumer.release_fanin() {
+            consumer.run.note(consumer.index, TaskEvent::Ready);
             ready.push(consumer.clone());
         }
     }
@@ -1043,7 +1050,8 @@ impl Engine {
     /// The state change and bookkeeping of [`Engine::fail_unstarted`] for one slot; returns
     /// its consumers for the caller to poison.
     fn fail_one(&self, slot: &Arc<Slot>, err: Error) -> Option<smallvec::SmallVec<[Arc<Slot>; 4]>> {
-        let (fanout, retained) = slot.fail_unstarted(err)?;
+        let (fanout, retained) = slot.fail_unstarted(err.clone())?;
+        slot.run.note(slot.index, TaskEvent::NotRun(&err));
         slot.run.failed.fetch_add(1, Ordering::Relaxed);
         for p in retained {
             self.release_ref(&p);

@@ -1016,7 +1016,9 @@ impl<'a> Orchestrator<'a> {
         if let Some(cap) = &self.run.capture {
             // The DAG records every dependency the tags and deps express, also on tasks that
             // already finished (and left the TensorMap): the same run gives the same DAG.
-            edges = sync::lock(cap).edges_for(index, &slot.task().args);
+            let mut cap = sync::lock(cap);
+            cap.times.submitted(index, crate::sys::clock::monotonic_ns());
+            edges = cap.edges_for(index, &slot.task().args);
         }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
@@ -1120,7 +1122,10 @@ impl<'a> Orchestrator<'a> {
             )
         });
         match slot.publish(live, written, producer_failed) {
-            Published::Ready => self.eng.publish_ready(slot.clone()),
+            Published::Ready => {
+                slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Ready);
+                self.eng.publish_ready(slot.clone());
+            }
             Published::Pending => {}
             Published::Failed(err) => {
                 self.eng.fail_unstarted(slot, err);

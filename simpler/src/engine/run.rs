@@ -69,7 +69,11 @@ pub(crate) struct RunState {
     done: AtomicBool,
     first_error: OnceLock<Error>,
     pub(crate) tasks: AtomicU64,
+    /// Tasks that completed successfully.
+    pub(crate) completed: AtomicU64,
     pub(crate) failed: AtomicU64,
+    /// The level of the Worker that runs it (task records name it).
+    level: crate::level::Level,
     started: Instant,
     finished: OnceLock<Instant>,
     pub(crate) capture: Option<Mutex<DagCapture>>,
@@ -91,13 +95,31 @@ impl RunState {
             done: AtomicBool::new(false),
             first_error: OnceLock::new(),
             tasks: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            level: crate::level::Level::Node,
             started: Instant::now(),
             finished: OnceLock::new(),
             capture: capture.then(|| Mutex::new(DagCapture::default())),
             deadline: None,
             cancel_requested: AtomicBool::new(false),
             stopped: AtomicU8::new(NOT_STOPPED),
+        }
+    }
+
+    /// The run belongs to a Worker of `level`.
+    pub(crate) fn at_level(mut self, level: crate::level::Level) -> RunState {
+        self.level = level;
+        self
+    }
+
+    /// Records what happened to task `index` now, when the run is captured (one branch
+    /// otherwise).
+    #[inline]
+    pub(crate) fn note(&self, index: u32, event: crate::dfx::timeline::TaskEvent<'_>) {
+        if let Some(cap) = &self.capture {
+            let now = crate::sys::clock::monotonic_ns();
+            sync::lock(cap).times.note(index, event, now);
         }
     }
 
@@ -494,6 +516,124 @@ impl RunHandle {
     pub fn dag(&self) -> Option<RunDag> {
         let cap = self.run.capture.as_ref()?;
         Some(sync::lock(cap).to_dag())
+    }
+
+    /// The run as it happened, once it has ended, when it was submitted with capture on
+    /// (`RunOptions::capture_dag`): a [`TaskRecord`](crate::TaskRecord) per task (where it
+    /// ran; when it was submitted, became ready, started and ended; how it ended), and the
+    /// Chrome trace, SVG and DOT pictures made from them. `None` before the run ends.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, TaskStatus, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+    ///     let first = orch.submit_sub(&step, TaskArgs::new())?;
+    ///     let mut args = TaskArgs::new();
+    ///     args.add_dep(first);
+    ///     orch.submit_sub(&step, args).map(|_| ())
+    /// })?;
+    /// run.wait()?;
+    /// let timeline = run.timeline().expect("captured and ended");
+    /// let [a, b] = timeline.records() else { panic!("two tasks") };
+    /// assert!(a.worker.starts_with("sub worker") && a.status == TaskStatus::Completed);
+    /// assert!(b.started_ns >= a.ended_ns); // b waited for a
+    /// timeline.write_files("target/two-steps")?; // .json (Perfetto), .svg, .dot
+    /// # Ok(()) }
+    /// ```
+    pub fn timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
+        let cap = self.run.capture.as_ref()?;
+        if !self.run.is_done() {
+            return None;
+        }
+        let cap = sync::lock(cap);
+        let dag = cap.to_dag();
+        let records = cap.times.records(&dag, self.run.level);
+        Some(crate::dfx::timeline::Timeline::new(dag, records))
+    }
+
+    /// How far the run has got, now: tasks submitted so far, completed and failed (including
+    /// those that did not run), and whether the orchestration has finished submitting.
+    /// Cheap (a few atomic loads): poll it from another thread for a progress bar.
+    ///
+    /// ```no_run
+    /// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+    /// use simpler::TaskArgs;
+    /// let run = worker.submit(|orch| {
+    ///     for _ in 0..1000 {
+    ///         orch.submit_sub(f, TaskArgs::new())?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// while !run.is_done() {
+    ///     let p = run.progress();
+    ///     eprint!("\r{}/{} done, {} failed", p.completed, p.submitted, p.failed);
+    ///     # break;
+    /// }
+    /// run.wait()?;
+    /// let p = run.progress();
+    /// assert_eq!((p.submitted, p.completed, p.failed, p.submitting), (1000, 1000, 0, false));
+    /// # Ok(()) }
+    /// ```
+    pub fn progress(&self) -> RunProgress {
+        RunProgress {
+            submitted: self.run.tasks.load(Ordering::Relaxed),
+            completed: self.run.completed.load(Ordering::Relaxed),
+            failed: self.run.failed.load(Ordering::Relaxed),
+            submitting: !self.run.submission_closed.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// How far a run has got ([`RunHandle::progress`]).
+///
+/// ```
+/// let p = simpler::RunProgress { submitted: 10, completed: 7, failed: 1, submitting: false };
+/// assert_eq!(p.remaining(), 2);
+/// assert!((p.fraction() - 0.8).abs() < 1e-9);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunProgress {
+    /// Tasks submitted so far (allocations not counted).
+    pub submitted: u64,
+    /// Tasks that completed successfully.
+    pub completed: u64,
+    /// Tasks that failed, or did not run because a task they depend on failed or the run was
+    /// stopped.
+    pub failed: u64,
+    /// Whether the orchestration is still submitting (the total may still grow).
+    pub submitting: bool,
+}
+
+impl RunProgress {
+    /// Tasks submitted and not ended yet.
+    ///
+    /// ```
+    /// assert_eq!(simpler::RunProgress::default().remaining(), 0);
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        self.submitted.saturating_sub(self.completed + self.failed)
+    }
+
+    /// The share of the submitted tasks that have ended, from 0 to 1 (1 when none were
+    /// submitted).
+    ///
+    /// ```
+    /// let p = simpler::RunProgress { submitted: 4, completed: 1, failed: 0, submitting: true };
+    /// assert_eq!(p.fraction(), 0.25);
+    /// ```
+    pub fn fraction(&self) -> f64 {
+        if self.submitted == 0 {
+            return 1.0;
+        }
+        (self.completed + self.failed) as f64 / self.submitted as f64
     }
 }
 

@@ -547,6 +547,7 @@ impl Scheduler {
             member,
         };
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].name, "dispatch");
+        slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name));
         let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
         match started {
             Ok(Ok(())) => {

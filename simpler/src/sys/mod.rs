@@ -21,6 +21,7 @@
 //! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `FA*` in `fn_address`, `P*`
 //! in `process`, `S*` in `spawn`, `T*` in the test-only `test_fork`.
 
+pub(crate) mod clock;
 pub(crate) mod fn_address;
 pub(crate) mod futex;
 pub(crate) mod mem;

@@ -97,6 +97,7 @@ impl Tree {
         let deadline = Instant::now() + cfg.startup_timeout;
         let nested = cfg.level > Level::Node;
         let mut engine_cfg = cfg.engine.clone();
+        engine_cfg.level = cfg.level;
         if nested {
             engine_cfg.next_level_workers = children.len() + remote.len();
             engine_cfg.next_level_kind = CallableKind::Orch;

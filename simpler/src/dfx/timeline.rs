@@ -1,0 +1,776 @@
+//! A captured run as it happened: one [`TaskRecord`] per task (where it ran; when it was
+//! submitted, became ready, started and ended, on one clock for every process of the host;
+//! how it ended), and the pictures made from them: a Chrome trace (Perfetto) JSON file, a
+//! self-contained SVG timeline and a DOT graph with times and workers.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::dfx::graph::{EdgeReason, RunDag};
+use crate::error::{Error, Result};
+use crate::level::Level;
+
+/// How a task of a captured run ended.
+///
+/// ```
+/// use simpler::TaskStatus;
+/// assert_ne!(TaskStatus::Completed, TaskStatus::Failed);
+/// assert_eq!(TaskStatus::NotRun.to_string(), "not run");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskStatus {
+    /// It ran and succeeded.
+    Completed,
+    /// It ran (or was started) and failed.
+    Failed,
+    /// It never ran: a task it depended on failed, its run was stopped, or the run ended
+    /// before it was reached.
+    #[default]
+    NotRun,
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::NotRun => "not run",
+        })
+    }
+}
+
+/// One task of a captured run, as it happened.
+///
+/// Times are nanoseconds of `CLOCK_MONOTONIC`, one clock for every process on the host, so
+/// records taken by different Workers of one tree line up.
+///
+/// ```
+/// use simpler::{Level, TaskRecord, TaskStatus};
+/// let r = TaskRecord {
+///     index: 0,
+///     callable: "scale".into(),
+///     worker: "chip 1".into(),
+///     level: Level::Node,
+///     submitted_ns: 1_000,
+///     ready_ns: Some(1_500),
+///     started_ns: Some(2_000),
+///     ended_ns: Some(9_000),
+///     status: TaskStatus::Completed,
+///     error: None,
+/// };
+/// assert_eq!(r.duration(), Some(std::time::Duration::from_nanos(7_000)));
+/// assert_eq!(r.waited(), Some(std::time::Duration::from_nanos(500)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// The task's number within its run.
+    pub index: u32,
+    /// The callable's name.
+    pub callable: String,
+    /// Where it ran, as messages name the worker (`"sub worker 0"`, `"chip 1"`, `"worker 2"`,
+    /// `"remote worker 3 (10.0.0.7:7400)"`; the members of a group joined by `", "`); empty
+    /// when it never started.
+    pub worker: String,
+    /// The level of the Worker that scheduled it.
+    pub level: Level,
+    /// When it was submitted.
+    pub submitted_ns: u64,
+    /// When every task it depends on had completed (`None`: never).
+    pub ready_ns: Option<u64>,
+    /// When it was handed to its worker (`None`: never).
+    pub started_ns: Option<u64>,
+    /// When its end was seen (`None` if it never ended).
+    pub ended_ns: Option<u64>,
+    /// How it ended.
+    pub status: TaskStatus,
+    /// Why it failed or did not run.
+    pub error: Option<String>,
+}
+
+impl TaskRecord {
+    /// How long it ran (start to end), if it ran.
+    ///
+    /// ```
+    /// # use simpler::{Level, TaskRecord, TaskStatus};
+    /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: String::new(), level: Level::Node,
+    /// #     submitted_ns: 0, ready_ns: None, started_ns: None, ended_ns: Some(5),
+    /// #     status: TaskStatus::NotRun, error: Some("a producer failed".into()) };
+    /// assert_eq!(r.duration(), None); // never started
+    /// ```
+    pub fn duration(&self) -> Option<Duration> {
+        Some(Duration::from_nanos(self.ended_ns?.saturating_sub(self.started_ns?)))
+    }
+
+    /// How long it waited for a worker once ready (ready to start), if it started.
+    ///
+    /// ```
+    /// # use simpler::{Level, TaskRecord, TaskStatus};
+    /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: "chip 0".into(), level: Level::Node,
+    /// #     submitted_ns: 0, ready_ns: Some(10), started_ns: Some(40), ended_ns: Some(90),
+    /// #     status: TaskStatus::Completed, error: None };
+    /// assert_eq!(r.waited(), Some(std::time::Duration::from_nanos(30)));
+    /// ```
+    pub fn waited(&self) -> Option<Duration> {
+        Some(Duration::from_nanos(self.started_ns?.saturating_sub(self.ready_ns?)))
+    }
+}
+
+/// What the engine tells a captured run about one of its tasks.
+pub(crate) enum TaskEvent<'a> {
+    /// Every producer completed.
+    Ready,
+    /// Handed to the worker (lane) named so.
+    Started(&'a str),
+    /// Its end: success, or the error it failed with.
+    Ended(std::result::Result<(), &'a Error>),
+    /// Failed without running (poisoned, stopped).
+    NotRun(&'a Error),
+}
+
+/// The times and outcome of one task while its run is captured.
+#[derive(Debug, Clone, Default)]
+struct Times {
+    submitted: u64,
+    ready: Option<u64>,
+    started: Option<u64>,
+    ended: Option<u64>,
+    worker: String,
+    status: TaskStatus,
+    error: Option<String>,
+}
+
+/// The records of a captured run, filled as its tasks move (indexed by task number).
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    times: Vec<Option<Times>>,
+}
+
+impl Recorder {
+    /// Task `index` was submitted at `now`.
+    pub(crate) fn submitted(&mut self, index: u32, now: u64) {
+        let i = index as usize;
+        if self.times.len() <= i {
+            self.times.resize(i + 1, None);
+        }
+        self.times[i] = Some(Times { submitted: now, ..Times::default() });
+    }
+
+    /// Something happened to task `index` at `now` (ignored for tasks not recorded: the
+    /// allocations of `orch.alloc`).
+    pub(crate) fn note(&mut self, index: u32, event: TaskEvent<'_>, now: u64) {
+        let Some(Some(t)) = self.times.get_mut(index as usize) else { return };
+        match event {
+            TaskEvent::Ready => {
+                t.ready.get_or_insert(now);
+            }
+            TaskEvent::Started(worker) => {
+                t.started.get_or_insert(now);
+                if !t.worker.is_empty() {
+                    t.worker.push_str(", ");
+                }
+                t.worker.push_str(worker);
+            }
+            TaskEvent::Ended(result) => {
+                t.ended = Some(now);
+                match result {
+                    Ok(()) => t.status = TaskStatus::Completed,
+                    Err(e) => {
+                        t.status = if t.started.is_some() { TaskStatus::Failed } else { TaskStatus::NotRun };
+                        t.error = Some(e.message().to_string());
+                    }
+                }
+            }
+            TaskEvent::NotRun(e) => {
+                t.ended = Some(now);
+                t.status = TaskStatus::NotRun;
+                t.error = Some(e.message().to_string());
+            }
+        }
+    }
+
+    /// The records, with each task's callable name from `dag`.
+    pub(crate) fn records(&self, dag: &RunDag, level: Level) -> Vec<TaskRecord> {
+        let g = dag.graph();
+        g.node_indices()
+            .filter_map(|n| {
+                let node = &g[n];
+                let t = self.times.get(node.index as usize)?.as_ref()?;
+                Some(TaskRecord {
+                    index: node.index,
+                    callable: node.callable.clone(),
+                    worker: t.worker.clone(),
+                    level,
+                    submitted_ns: t.submitted,
+                    ready_ns: t.ready,
+                    started_ns: t.started,
+                    ended_ns: t.ended,
+                    status: t.status,
+                    error: t.error.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A captured run as it happened: its DAG and one [`TaskRecord`] per task, with the pictures
+/// made from them. From [`RunHandle::timeline`](crate::RunHandle::timeline) once the run has
+/// ended (for runs submitted with `RunOptions::capture_dag`).
+///
+/// ```no_run
+/// # fn demo(worker: &simpler::Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
+/// use simpler::{RunOptions, TaskArgs};
+/// let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+///     orch.submit_sub(f, TaskArgs::new())?;
+///     orch.submit_sub(f, TaskArgs::new())?;
+///     Ok(())
+/// })?;
+/// run.wait()?;
+/// let timeline = run.timeline().expect("captured and ended");
+/// for r in timeline.records() {
+///     println!("{} {} on {} took {:?}", r.index, r.callable, r.worker, r.duration());
+/// }
+/// let written = timeline.write_files("target/run")?; // run.json, run.svg, run.dot
+/// assert_eq!(written.len(), 3);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    dag: RunDag,
+    records: Vec<TaskRecord>,
+}
+
+impl Timeline {
+    pub(crate) fn new(dag: RunDag, records: Vec<TaskRecord>) -> Timeline {
+        Timeline { dag, records }
+    }
+
+    /// One record per task, in submission order.
+    ///
+    /// ```
+    /// assert!(simpler::Timeline::default().records().is_empty());
+    /// ```
+    pub fn records(&self) -> &[TaskRecord] {
+        &self.records
+    }
+
+    /// The run's DAG (the edges the pictures draw as flows).
+    ///
+    /// ```
+    /// assert_eq!(simpler::Timeline::default().dag().graph().node_count(), 0);
+    /// ```
+    pub fn dag(&self) -> &RunDag {
+        &self.dag
+    }
+
+    /// The workers that ran tasks, one lane each, in a stable order: by level (highest first),
+    /// then SUB workers, chips, Workers and remote Workers by number.
+    ///
+    /// ```
+    /// assert!(simpler::Timeline::default().lanes().is_empty());
+    /// ```
+    pub fn lanes(&self) -> Vec<(Level, String)> {
+        let mut lanes: Vec<(Level, String)> = Vec::new();
+        for r in &self.records {
+            for w in r.worker.split(", ").filter(|w| !w.is_empty()) {
+                if !lanes.iter().any(|(l, n)| *l == r.level && n == w) {
+                    lanes.push((r.level, w.to_string()));
+                }
+            }
+        }
+        lanes.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| lane_order(&a.1).cmp(&lane_order(&b.1))));
+        lanes
+    }
+
+    /// The earliest time of the run (its first submit), the origin of the pictures' axes.
+    fn origin(&self) -> u64 {
+        self.records.iter().map(|r| r.submitted_ns).min().unwrap_or(0)
+    }
+
+    /// The latest time of the run.
+    fn end(&self) -> u64 {
+        self.records
+            .iter()
+            .flat_map(|r| [Some(r.submitted_ns), r.ready_ns, r.started_ns, r.ended_ns])
+            .flatten()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A Chrome trace (the JSON object format that Perfetto, `chrome://tracing` and Speedscope
+    /// read): one process per level, one thread per worker lane, one complete event per task
+    /// that ran (its callable, status, index, and when it was submitted and ready, in its
+    /// `args`), and one flow arrow per dependency edge between tasks that ran.
+    ///
+    /// ```
+    /// let json = simpler::Timeline::default().to_chrome_trace();
+    /// assert!(json.starts_with("{\"traceEvents\":["));
+    /// assert!(json.ends_with("],\"displayTimeUnit\":\"ns\"}\n"));
+    /// ```
+    pub fn to_chrome_trace(&self) -> String {
+        let origin = self.origin();
+        let us = |ns: u64| ns.saturating_sub(origin) as f64 / 1000.0;
+        let lanes = self.lanes();
+        let tid = |level: Level, worker: &str| {
+            lanes.iter().position(|(l, n)| *l == level && n == worker).map_or(0, |p| p + 1)
+        };
+        let mut events: Vec<String> = Vec::new();
+        let mut levels: Vec<Level> = lanes.iter().map(|(l, _)| *l).collect();
+        levels.dedup();
+        for level in &levels {
+            events.push(format!(
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                level.number(),
+                json_escape(&level.to_string())
+            ));
+        }
+        for (i, (level, name)) in lanes.iter().enumerate() {
+            events.push(format!(
+                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                level.number(),
+                i + 1,
+                json_escape(name)
+            ));
+            events.push(format!(
+                "{{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":{},\"tid\":{},\"args\":{{\"sort_index\":{}}}}}",
+                level.number(),
+                i + 1,
+                i + 1
+            ));
+        }
+        for r in &self.records {
+            let (Some(start), Some(end)) = (r.started_ns, r.ended_ns) else { continue };
+            for w in r.worker.split(", ") {
+                let mut args = format!(
+                    "\"index\":{},\"status\":\"{}\",\"submitted_us\":{:.3}",
+                    r.index,
+                    r.status,
+                    us(r.submitted_ns)
+                );
+                if let Some(ready) = r.ready_ns {
+                    let _ = write!(args, ",\"ready_us\":{:.3}", us(ready));
+                }
+                if let Some(e) = &r.error {
+                    let _ = write!(args, ",\"error\":\"{}\"", json_escape(e));
+                }
+                events.push(format!(
+                    "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{{args}}}}}",
+                    json_escape(&r.callable),
+                    r.status,
+                    r.level.number(),
+                    tid(r.level, w),
+                    us(start),
+                    end.saturating_sub(start) as f64 / 1000.0
+                ));
+            }
+        }
+        let by_index = |i: u32| self.records.iter().find(|r| r.index == i);
+        let g = self.dag.graph();
+        for (id, e) in g.edge_indices().enumerate() {
+            let (a, b) = g.edge_endpoints(e).expect("edge exists");
+            let (Some(from), Some(to)) = (by_index(g[a].index), by_index(g[b].index)) else { continue };
+            let (Some(from_end), Some(to_start)) = (from.ended_ns, to.started_ns) else { continue };
+            let (from_w, to_w) = (first_worker(&from.worker), first_worker(&to.worker));
+            events.push(format!(
+                "{{\"ph\":\"s\",\"id\":{id},\"name\":\"dependency\",\"cat\":\"dependency\",\"pid\":{},\"tid\":{},\"ts\":{:.3}}}",
+                from.level.number(),
+                tid(from.level, from_w),
+                // Inside the producer's box, so viewers bind the arrow to it.
+                us(from_end.saturating_sub(1).max(from.started_ns.unwrap_or(from_end)))
+            ));
+            events.push(format!(
+                "{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"name\":\"dependency\",\"cat\":\"dependency\",\"pid\":{},\"tid\":{},\"ts\":{:.3}}}",
+                to.level.number(),
+                tid(to.level, to_w),
+                us(to_start)
+            ));
+        }
+        let mut out = String::from("{\"traceEvents\":[");
+        out.push_str(&events.join(",\n"));
+        out.push_str("],\"displayTimeUnit\":\"ns\"}\n");
+        out
+    }
+
+    /// A self-contained SVG picture of the run: one lane per worker (by level), one box per
+    /// task from its start to its end, labelled with its callable and coloured by status
+    /// (green completed, red failed), a time axis, and a tooltip per box with its index,
+    /// status, times and error. No script, font or stylesheet from outside.
+    ///
+    /// ```
+    /// let svg = simpler::Timeline::default().to_svg();
+    /// assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    /// ```
+    pub fn to_svg(&self) -> String {
+        const LEFT: f64 = 210.0;
+        const WIDTH: f64 = 960.0;
+        const TOP: f64 = 44.0;
+        const ROW: f64 = 26.0;
+        let lanes = self.lanes();
+        let origin = self.origin();
+        let span = self.end().saturating_sub(origin).max(1) as f64;
+        let x = |ns: u64| LEFT + ns.saturating_sub(origin) as f64 / span * WIDTH;
+        let height = TOP + ROW * lanes.len().max(1) as f64 + 16.0;
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{height:.0}\" \
+             font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+            LEFT + WIDTH + 20.0
+        );
+        // The axis: about eight ticks at round times.
+        let step = nice_step(span / 8.0);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{LEFT}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#444\"/>",
+            TOP - 8.0,
+            LEFT + WIDTH,
+            TOP - 8.0
+        );
+        let mut t = 0.0;
+        while t <= span + 0.5 {
+            let tx = LEFT + t / span * WIDTH;
+            let _ = writeln!(
+                s,
+                "<line x1=\"{tx:.1}\" y1=\"{}\" x2=\"{tx:.1}\" y2=\"{height:.0}\" stroke=\"#ddd\"/>\
+                 <text x=\"{tx:.1}\" y=\"{}\" text-anchor=\"middle\" fill=\"#444\">{}</text>",
+                TOP - 8.0,
+                TOP - 14.0,
+                show_ns(t)
+            );
+            t += step;
+        }
+        for (i, (level, name)) in lanes.iter().enumerate() {
+            let y = TOP + ROW * i as f64;
+            let _ = writeln!(
+                s,
+                "<text x=\"8\" y=\"{:.1}\" fill=\"#222\">L{} {}</text>",
+                y + ROW * 0.65,
+                level.number(),
+                xml_escape(name)
+            );
+        }
+        for r in &self.records {
+            let (Some(start), Some(end)) = (r.started_ns, r.ended_ns) else { continue };
+            let colour = match r.status {
+                TaskStatus::Completed => "#4caf50",
+                TaskStatus::Failed => "#e53935",
+                TaskStatus::NotRun => "#9e9e9e",
+            };
+            for w in r.worker.split(", ") {
+                let Some(row) = lanes.iter().position(|(l, n)| *l == r.level && n == w) else { continue };
+                let y = TOP + ROW * row as f64 + 3.0;
+                let (x0, x1) = (x(start), x(end));
+                let w_px = (x1 - x0).max(1.0);
+                let mut tip = format!(
+                    "{}: {} on {} ({}), {} after submit, ran {}",
+                    r.index,
+                    r.callable,
+                    w,
+                    r.status,
+                    show_ns(start.saturating_sub(r.submitted_ns) as f64),
+                    show_ns(end.saturating_sub(start) as f64)
+                );
+                if let Some(e) = &r.error {
+                    let _ = write!(tip, ": {e}");
+                }
+                let _ = writeln!(
+                    s,
+                    "<g><title>{}</title><rect x=\"{x0:.2}\" y=\"{y:.1}\" width=\"{w_px:.2}\" height=\"{:.1}\" \
+                     fill=\"{colour}\" stroke=\"#1b5e20\" stroke-width=\"0.5\"/>",
+                    xml_escape(&tip),
+                    ROW - 6.0
+                );
+                // The label only where it fits (about 7 px a character).
+                if w_px > 7.0 * r.callable.len() as f64 + 6.0 {
+                    let _ = writeln!(
+                        s,
+                        "<text x=\"{:.2}\" y=\"{:.1}\" fill=\"white\">{}</text>",
+                        x0 + 3.0,
+                        y + ROW * 0.55,
+                        xml_escape(&r.callable)
+                    );
+                }
+                s.push_str("</g>\n");
+            }
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+
+    /// Graphviz DOT of the run: one node per task labelled with its callable, the worker it
+    /// ran on, when it started (after the run's first submit) and how long it ran, coloured by
+    /// status; one edge per dependency, labelled with the argument and the tensor's name (see
+    /// [`Buffer::set_name`](crate::Buffer::set_name)) or buffer number.
+    ///
+    /// ```
+    /// assert_eq!(simpler::Timeline::default().to_dot(), "digraph run {\n  rankdir=LR;\n}\n");
+    /// ```
+    pub fn to_dot(&self) -> String {
+        let origin = self.origin();
+        let mut s = String::from("digraph run {\n  rankdir=LR;\n");
+        for r in &self.records {
+            let when = match (r.started_ns, r.duration()) {
+                (Some(start), Some(took)) => format!(
+                    "\\nat {}, ran {}",
+                    show_ns(start.saturating_sub(origin) as f64),
+                    show_ns(took.as_nanos() as f64)
+                ),
+                _ => String::new(),
+            };
+            let colour = match r.status {
+                TaskStatus::Completed => "palegreen",
+                TaskStatus::Failed => "salmon",
+                TaskStatus::NotRun => "lightgrey",
+            };
+            let worker = if r.worker.is_empty() { "(not run)" } else { r.worker.as_str() };
+            let _ = writeln!(
+                s,
+                "  t{} [label=\"{}: {}\\n{}{}\", style=filled, fillcolor={colour}];",
+                r.index,
+                r.index,
+                dot_escape(&r.callable),
+                dot_escape(worker),
+                when
+            );
+        }
+        let g = self.dag.graph();
+        for e in g.edge_indices() {
+            let (a, b) = g.edge_endpoints(e).expect("edge exists");
+            let label = self.dag.edge_label(&g[e]);
+            let _ = writeln!(s, "  t{} -> t{} [label=\"{}\"];", g[a].index, g[b].index, dot_escape(&label));
+        }
+        s.push_str("}\n");
+        s
+    }
+
+    /// Writes the three pictures next to `prefix`: `<prefix>.json` (Chrome trace),
+    /// `<prefix>.svg` and `<prefix>.dot`, creating the parent folder if needed; returns their
+    /// paths.
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("simpler-doc-timeline-{}", std::process::id()));
+    /// let files = simpler::Timeline::default().write_files(dir.join("run"))?;
+    /// assert_eq!(files[1], dir.join("run.svg"));
+    /// assert!(files.iter().all(|f| f.exists()));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn write_files(&self, prefix: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+        let prefix = prefix.as_ref();
+        if let Some(dir) = prefix.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::os(&format!("creating {}", dir.display()), e))?;
+        }
+        let mut written = Vec::new();
+        for (ext, text) in [("json", self.to_chrome_trace()), ("svg", self.to_svg()), ("dot", self.to_dot())]
+        {
+            let mut path = prefix.as_os_str().to_owned();
+            path.push(".");
+            path.push(ext);
+            let path = PathBuf::from(path);
+            std::fs::write(&path, text).map_err(|e| Error::os(&format!("writing {}", path.display()), e))?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}
+
+impl Default for Timeline {
+    /// The timeline of an empty run.
+    fn default() -> Timeline {
+        Timeline { dag: RunDag::default(), records: Vec::new() }
+    }
+}
+
+/// Where a lane sorts: SUB workers, chips, cores, Workers, remote Workers, by number.
+fn lane_order(name: &str) -> (u8, u64, String) {
+    let (kind, rest) = name.split_once(' ').unwrap_or((name, ""));
+    let rank = match kind {
+        "sub" => 0,
+        "chip" => 1,
+        "core" => 2,
+        "worker" => 3,
+        "remote" => 4,
+        _ => 5,
+    };
+    let number =
+        rest.split(|c: char| !c.is_ascii_digit()).find(|p| !p.is_empty()).and_then(|n| n.parse().ok());
+    (rank, number.unwrap_or(0), name.to_string())
+}
+
+/// The first worker of a (possibly joined) worker list.
+fn first_worker(w: &str) -> &str {
+    w.split(", ").next().unwrap_or(w)
+}
+
+/// A round step (1, 2 or 5 times a power of ten) of at least `raw` nanoseconds.
+fn nice_step(raw: f64) -> f64 {
+    let raw = raw.max(1.0);
+    let pow = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * pow).find(|&s| s >= raw).unwrap_or(10.0 * pow)
+}
+
+/// `ns` in the largest unit that keeps it at least 1 (ns, us, ms, s).
+fn show_ns(ns: f64) -> String {
+    let (v, unit) = if ns >= 1e9 {
+        (ns / 1e9, "s")
+    } else if ns >= 1e6 {
+        (ns / 1e6, "ms")
+    } else if ns >= 1e3 {
+        (ns / 1e3, "us")
+    } else {
+        (ns, "ns")
+    };
+    let text = format!("{v:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text} {unit}")
+}
+
+fn json_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn dot_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// The label of an edge of `reason`, naming the tensor when its buffer has a name.
+pub(crate) fn edge_label(
+    reason: &EdgeReason,
+    name: impl Fn(&crate::data::buffer::Identity) -> Option<String>,
+) -> String {
+    let tensor = |arg: &u32, buffer: &crate::data::buffer::Identity| match name(buffer) {
+        Some(n) => format!("arg {arg} ({n})"),
+        None => format!("arg {arg} (buffer {})", buffer.buffer_id()),
+    };
+    match reason {
+        EdgeReason::Tensor { arg, buffer } => tensor(arg, buffer),
+        EdgeReason::WriteAfterWrite { arg, buffer } => format!("{}, write after write", tensor(arg, buffer)),
+        EdgeReason::WriteAfterRead { arg, buffer } => format!("{}, write after read", tensor(arg, buffer)),
+        EdgeReason::Explicit { retain: true } => "add_dep".to_string(),
+        EdgeReason::Explicit { retain: false } => "add_dep_wait".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callable::identity::Digest;
+    use crate::dfx::graph::{DagCapture, TaskNode};
+
+    /// A run of three tasks: 0 and 1 ran on two lanes, 2 depended on 1 and failed; 3 never ran.
+    fn sample() -> Timeline {
+        let mut cap = DagCapture::default();
+        let node = |index: u32, callable: &str| TaskNode {
+            index,
+            callable: callable.to_string(),
+            digest: Digest::from_bytes([index as u8; 32]),
+            target: "sub".to_string(),
+            members: 1,
+        };
+        cap.record(node(0, "load"), vec![]);
+        cap.record(node(1, "scale<f32>"), vec![]);
+        cap.record(node(2, "sum"), vec![(1, EdgeReason::Explicit { retain: true })]);
+        cap.record(node(3, "never"), vec![(2, EdgeReason::Explicit { retain: true })]);
+        let mut rec = Recorder::default();
+        let err = Error::new(crate::error::ErrorKind::TaskFailed, "sum failed: \"boom\" <x>");
+        for i in 0..4 {
+            rec.submitted(i, 1_000 + u64::from(i));
+        }
+        rec.note(0, TaskEvent::Ready, 1_100);
+        rec.note(0, TaskEvent::Started("sub worker 0"), 2_000);
+        rec.note(0, TaskEvent::Ended(Ok(())), 12_000);
+        rec.note(1, TaskEvent::Ready, 1_100);
+        rec.note(1, TaskEvent::Started("chip 1"), 3_000);
+        rec.note(1, TaskEvent::Ended(Ok(())), 5_000);
+        rec.note(2, TaskEvent::Ready, 5_100);
+        rec.note(2, TaskEvent::Started("chip 0"), 6_000);
+        rec.note(2, TaskEvent::Ended(Err(&err)), 20_000);
+        rec.note(3, TaskEvent::NotRun(&err), 20_001);
+        rec.note(99, TaskEvent::Ready, 1); // not a task: ignored
+        let dag = cap.to_dag();
+        let records = rec.records(&dag, Level::Node);
+        Timeline::new(dag, records)
+    }
+
+    #[test]
+    fn records_keep_each_tasks_times_worker_and_outcome() {
+        let t = sample();
+        let r = t.records();
+        assert_eq!(r.len(), 4);
+        assert_eq!(
+            (r[0].worker.as_str(), r[0].status, r[0].duration()),
+            ("sub worker 0", TaskStatus::Completed, Some(Duration::from_nanos(10_000)))
+        );
+        assert_eq!((r[2].status, r[2].waited()), (TaskStatus::Failed, Some(Duration::from_nanos(900))));
+        assert!(r[2].error.as_deref().unwrap().contains("boom"));
+        assert_eq!((r[3].status, r[3].started_ns, r[3].worker.as_str()), (TaskStatus::NotRun, None, ""));
+        let lanes: Vec<String> = t.lanes().into_iter().map(|(_, n)| n).collect();
+        assert_eq!(lanes, ["sub worker 0", "chip 0", "chip 1"]);
+    }
+
+    #[test]
+    fn the_chrome_trace_has_a_lane_per_worker_a_box_per_task_and_flows() {
+        let json = sample().to_chrome_trace();
+        // Names of the lanes, a complete event per task that ran, a flow for 1 -> 2 (not for
+        // 2 -> 3: 3 never ran), and every quote in the error escaped.
+        for needle in [
+            "\"name\":\"thread_name\",\"pid\":3,\"tid\":1,\"args\":{\"name\":\"sub worker 0\"}",
+            "\"ph\":\"X\",\"name\":\"load\",\"cat\":\"completed\",\"pid\":3,\"tid\":1,\"ts\":1.000,\"dur\":10.000",
+            "\"ph\":\"X\",\"name\":\"sum\",\"cat\":\"failed\",\"pid\":3,\"tid\":2",
+            "\"ph\":\"s\",\"id\":0,",
+            "\"ph\":\"f\",\"bp\":\"e\",\"id\":0,",
+            "sum failed: \\\"boom\\\" <x>",
+        ] {
+            assert!(json.contains(needle), "{needle} in {json}");
+        }
+        assert_eq!(json.matches("\"ph\":\"X\"").count(), 3);
+        assert_eq!(json.matches("\"ph\":\"s\"").count(), 1);
+        // Balanced braces and brackets: a viewer can parse it.
+        assert_eq!(json.matches('{').count(), json.matches('}').count());
+        assert_eq!(json.matches('[').count(), json.matches(']').count());
+    }
+
+    #[test]
+    fn the_svg_draws_lanes_boxes_and_an_axis_without_outside_resources() {
+        let svg = sample().to_svg();
+        assert_eq!(svg.matches("<rect x=").count(), 3, "{svg}");
+        assert!(svg.contains("fill=\"#e53935\"") && svg.contains("fill=\"#4caf50\""));
+        assert!(svg.contains(">L3 chip 1</text>"));
+        assert!(svg.contains("&lt;x&gt;") && !svg.contains("<x>"), "the error is escaped");
+        assert!(svg.contains(">0 ns</text>") && svg.contains(" us</text>"), "an axis in microseconds");
+        assert!(!svg.contains("href") && !svg.contains("<script"));
+    }
+
+    #[test]
+    fn the_dot_labels_tasks_with_workers_and_times() {
+        let dot = sample().to_dot();
+        assert!(dot.contains("t0 [label=\"0: load\\nsub worker 0\\nat 1 us, ran 10 us\", style=filled, fillcolor=palegreen];"), "{dot}");
+        assert!(dot.contains("t3 [label=\"3: never\\n(not run)\", style=filled, fillcolor=lightgrey];"));
+        assert!(dot.contains("t1 -> t2 [label=\"add_dep\"];"));
+    }
+
+    #[test]
+    fn steps_and_units_are_round() {
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(1200.0), 2000.0);
+        assert_eq!(show_ns(1500.0), "1.5 us");
+        assert_eq!(show_ns(2_000_000.0), "2 ms");
+        assert_eq!(lane_order("sub worker 10").1, 10);
+        assert!(lane_order("sub worker 2") < lane_order("sub worker 10"));
+        assert!(lane_order("sub worker 9") < lane_order("chip 0"));
+    }
+}

@@ -1,0 +1,129 @@
+//! A captured run as it happened: per-task records (where, when, how it ended), the Chrome
+//! trace, SVG and DOT pictures written from one call, and a run's progress while in flight.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use simpler::{CallConfig, ChipFn, DataType, ErrorKind, RunOptions, TaskArgs, TaskStatus, Worker};
+
+const N: usize = 1024;
+
+fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
+    b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
+}
+
+#[test]
+fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
+    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    let add = rig.register(simpler::HostFn::new("vadd", vadd)).unwrap();
+    let boom = rig.register(simpler::HostFn::new("fail", fail)).unwrap();
+    let after = rig.register(simpler::HostFn::new("noop", noop)).unwrap();
+    rig.init();
+    let bufs: Vec<simpler::Buffer> = (0..4).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    for (b, name) in bufs.iter().zip(["x", "y0", "y1", "sum"]) {
+        b.set_name(name).unwrap();
+    }
+    bufs[0].write(0, &vec![1.5f32; N]).unwrap();
+    let [x, y0, y1, s] = [0, 1, 2, 3].map(|i| f32s(&bufs[i]));
+    let flag = u32_buffer(&rig, 1);
+    let run = rig
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+            // Two chips double x in parallel; a SUB worker adds the halves; a failing task and
+            // a task that depends on it (so it never runs).
+            for (chip, y) in [(0u32, &y0), (1, &y1)] {
+                let mut a = TaskArgs::new();
+                a.input(&x)?.output(y)?;
+                orch.submit_next_level(&double, a, CallConfig::default(), chip)?;
+            }
+            let mut a = TaskArgs::new();
+            a.input(&y0)?.input(&y1)?.output(&s)?;
+            orch.submit_sub(&add, a)?;
+            let mut f = TaskArgs::new();
+            f.scalar(7);
+            let failed = orch.submit_sub(&boom, f)?;
+            let mut n = TaskArgs::new();
+            n.add_dep(failed).untracked(&words_of(&flag))?;
+            orch.submit_sub(&after, n).map(|_| ())
+        })
+        .unwrap();
+    expect_err(run.wait(), ErrorKind::TaskFailed, &["boom 7"]);
+    assert_eq!(bufs[3].read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
+
+    let timeline = run.timeline().expect("captured and ended");
+    let r = timeline.records();
+    assert_eq!(r.len(), 5, "{r:#?}");
+    let names: Vec<&str> = r.iter().map(|t| t.callable.as_str()).collect();
+    assert_eq!(names, ["double", "double", "vadd", "fail", "noop"]);
+    assert_eq!((r[0].worker.as_str(), r[1].worker.as_str()), ("chip 0", "chip 1"));
+    assert!(r[2].worker.starts_with("sub worker ") && r[3].worker.starts_with("sub worker "));
+    for t in &r[..4] {
+        let (ready, start, end) = (t.ready_ns.unwrap(), t.started_ns.unwrap(), t.ended_ns.unwrap());
+        assert!(t.submitted_ns <= ready && ready <= start && start <= end, "{t:?}");
+        assert_eq!(t.level, simpler::Level::Node);
+    }
+    // The adder became ready only when both chips were done, and started after that.
+    assert!(r[2].ready_ns.unwrap() >= r[0].ended_ns.unwrap().max(r[1].ended_ns.unwrap()));
+    assert_eq!([r[0].status, r[1].status, r[2].status], [TaskStatus::Completed; 3]);
+    assert_eq!(r[3].status, TaskStatus::Failed);
+    assert!(r[3].error.as_deref().unwrap().contains("boom 7"));
+    assert_eq!((r[4].status, r[4].started_ns, r[4].worker.as_str()), (TaskStatus::NotRun, None, ""));
+    assert!(r[4].error.as_deref().unwrap().contains("did not run"), "{:?}", r[4].error);
+
+    // The three pictures, written by one call and read back.
+    let dir = std::env::temp_dir().join(format!("simpler-timeline-{}", std::process::id()));
+    let files = timeline.write_files(dir.join("run")).unwrap();
+    let read = |i: usize| std::fs::read_to_string(&files[i]).unwrap();
+    let (json, svg, dot) = (read(0), read(1), read(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+    for lane in ["chip 0", "chip 1"] {
+        assert!(json.contains(&format!("\"args\":{{\"name\":\"{lane}\"}}")), "a lane for {lane}");
+        assert!(svg.contains(&format!(">L3 {lane}</text>")), "an SVG lane for {lane}");
+    }
+    assert_eq!(json.matches("\"ph\":\"X\"").count(), 4, "a box per task that ran");
+    assert_eq!(json.matches("\"ph\":\"s\"").count(), 2, "the chips' outputs flow into the adder");
+    assert!(svg.contains("<title>2: vadd on sub worker"), "{svg}");
+    assert!(svg.contains("fill=\"#e53935\""), "the failed task is red");
+    assert!(dot.contains("t0 -> t2 [label=\"arg 0 (y0)\"];"), "{dot}");
+    assert!(dot.contains("t1 -> t2 [label=\"arg 1 (y1)\"];"), "{dot}");
+    assert!(dot.contains("0: double\\nchip 0\\nat "), "{dot}");
+    // Not captured: nothing recorded.
+    let plain = rig.submit(|_| Ok(())).unwrap();
+    plain.wait().unwrap();
+    assert!(plain.timeline().is_none());
+}
+
+#[test]
+fn progress_counts_tasks_while_the_run_is_in_flight() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [block, noop]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("noop", noop)]);
+    let flag = u32_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&words_of(&flag))?.scalar(30_000);
+            let gate = orch.submit_sub(&block, a)?;
+            for _ in 0..9 {
+                let mut n = TaskArgs::new();
+                n.add_dep(gate);
+                orch.submit_sub(&noop, n)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    wait_blocked(&flag);
+    wait_for("submission to close", Duration::from_secs(10), || !run.progress().submitting);
+    let p = run.progress();
+    assert_eq!((p.submitted, p.completed, p.failed, p.remaining()), (10, 0, 0, 10), "{p:?}");
+    release(&flag);
+    run.wait().unwrap();
+    let p = run.progress();
+    assert_eq!((p.submitted, p.completed, p.failed, p.fraction()), (10, 10, 0, 1.0));
+}
