@@ -127,3 +127,85 @@ fn progress_counts_tasks_while_the_run_is_in_flight() {
     let p = run.progress();
     assert_eq!((p.submitted, p.completed, p.failed, p.fraction()), (10, 10, 0, 1.0));
 }
+
+/// A subscriber that keeps each span's name, fields and parent, and each event's fields.
+mod recorder {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Metadata, Subscriber, span};
+
+    #[derive(Default)]
+    pub struct Seen {
+        /// (id, name, parent id, fields)
+        pub spans: Vec<(u64, String, Option<u64>, String)>,
+        /// (parent span id, fields)
+        pub events: Vec<(Option<u64>, String)>,
+    }
+
+    #[derive(Clone, Default)]
+    pub struct Recorder(pub Arc<Mutex<Seen>>, Arc<AtomicU64>);
+
+    struct Fields(String);
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={:?} ", field.name(), value));
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, meta: &Metadata<'_>) -> bool {
+            meta.target().starts_with("simpler::run") || meta.target().starts_with("simpler::task")
+        }
+        fn new_span(&self, span: &span::Attributes<'_>) -> span::Id {
+            let id = self.1.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut f = Fields(String::new());
+            span.record(&mut f);
+            let parent = span.parent().map(span::Id::into_u64);
+            self.0.lock().unwrap().spans.push((id, span.metadata().name().to_string(), parent, f.0));
+            span::Id::from_u64(id)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut f = Fields(String::new());
+            event.record(&mut f);
+            self.0.lock().unwrap().events.push((event.parent().map(span::Id::into_u64), f.0));
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+}
+
+#[test]
+fn each_task_has_a_span_under_its_runs_and_its_end_says_what_and_how_long() {
+    if !in_own_process() {
+        return;
+    }
+    let rec = recorder::Recorder::default();
+    // Global: the scheduler's role may be taken by the Worker's background thread.
+    tracing::subscriber::set_global_default(rec.clone()).expect("the first subscriber of this process");
+    let (rig, [noop, fail]) = Rig::start(subs(1), [("noop", noop), ("fail", fail)]);
+    rig.run(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ())).unwrap();
+    let mut a = TaskArgs::new();
+    a.scalar(3);
+    expect_err(
+        rig.run(|orch| orch.submit_sub(&fail, a.clone()).map(|_| ())),
+        ErrorKind::TaskFailed,
+        &["boom 3"],
+    );
+    let seen = rec.0.lock().unwrap();
+    let runs: Vec<_> = seen.spans.iter().filter(|s| s.1 == "run").collect();
+    let tasks: Vec<_> = seen.spans.iter().filter(|s| s.1 == "task").collect();
+    assert_eq!((runs.len(), tasks.len()), (2, 2), "{:?}", seen.spans);
+    for (task, run) in tasks.iter().zip(&runs) {
+        assert_eq!(task.2, Some(run.0), "a task's span is a child of its run's");
+        assert!(task.3.contains("worker=sub worker 0"), "{}", task.3);
+    }
+    assert!(tasks[0].3.contains("callable=\"noop\"") && tasks[1].3.contains("callable=\"fail\""));
+    let ends: Vec<_> = seen.events.iter().filter(|e| e.1.contains("duration_us=")).collect();
+    assert_eq!(ends.len(), 2, "{:?}", seen.events);
+    assert_eq!(ends[0].0, Some(tasks[0].0), "the end event is inside the task's span");
+    assert!(ends[0].1.contains("task completed") && ends[0].1.contains("ok=true"), "{}", ends[0].1);
+    assert!(ends[1].1.contains("task failed") && ends[1].1.contains("boom 3"), "{}", ends[1].1);
+}

@@ -713,7 +713,7 @@ impl Engine {
         }
         let _clear = ClearBuilder(&self.builder);
         let run = self.begin_run(capture, deadline).map_err(BuildFailed::Error)?;
-        let _span = tracing::debug_span!(target: "simpler::run", "run", run_id = run.id).entered();
+        let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
         match catch_unwind(AssertUnwindSafe(|| f(&mut orch))) {
             Ok(Ok(())) => {

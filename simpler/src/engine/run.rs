@@ -74,6 +74,9 @@ pub(crate) struct RunState {
     pub(crate) failed: AtomicU64,
     /// The level of the Worker that runs it (task records name it).
     level: crate::level::Level,
+    /// The run's span (`simpler::run`, `run`): entered while its orchestration builds it, the
+    /// parent of its tasks' spans.
+    pub(crate) span: tracing::Span,
     started: Instant,
     finished: OnceLock<Instant>,
     pub(crate) capture: Option<Mutex<DagCapture>>,
@@ -98,6 +101,7 @@ impl RunState {
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             level: crate::level::Level::Node,
+            span: tracing::Span::none(),
             started: Instant::now(),
             finished: OnceLock::new(),
             capture: capture.then(|| Mutex::new(DagCapture::default())),
@@ -110,6 +114,8 @@ impl RunState {
     /// The run belongs to a Worker of `level`.
     pub(crate) fn at_level(mut self, level: crate::level::Level) -> RunState {
         self.level = level;
+        self.span =
+            tracing::debug_span!(target: "simpler::run", "run", run_id = self.id, level = level.number());
         self
     }
 

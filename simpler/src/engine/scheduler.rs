@@ -75,12 +75,15 @@ pub(crate) struct Lane {
     endpoint: Box<dyn Endpoint>,
     busy: Option<(Arc<Slot>, u32)>,
     dead: Option<String>,
+    /// The task in flight's span (`simpler::task`, child of its run's span) and when it
+    /// started, when a subscriber wants it.
+    span: Option<(tracing::Span, std::time::Instant)>,
 }
 
 impl Lane {
     /// A lane that messages call `name` (what the worker is to the user: "chip 0").
     pub(crate) fn named(kind: LaneKind, endpoint: Box<dyn Endpoint>, name: String) -> Lane {
-        Lane { kind, name, endpoint, busy: None, dead: None }
+        Lane { kind, name, endpoint, busy: None, dead: None, span: None }
     }
 
     fn idle(&self) -> bool {
@@ -410,6 +413,7 @@ impl Scheduler {
             progress = true;
             let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
             self.in_flight -= 1;
+            let span = self.lanes[i].span.take();
             let lane_name = self.lanes[i].name.clone();
             // A worker's own message may start with its name ("chip 0: ..."): say it once.
             let outcome = outcome.map(|o| match o {
@@ -455,6 +459,18 @@ impl Scheduler {
                     ))
                 }
             };
+            if let Some((span, since)) = span {
+                let us = since.elapsed().as_secs_f64() * 1e6;
+                let callable = slot.task().callable.name();
+                match &result {
+                    Ok(()) => {
+                        tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = true, "task completed")
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = false, error = e.message(), "task failed")
+                    }
+                }
+            }
             self.finish_member(eng, &slot, member, result);
         }
         progress |= !self.ready.is_empty();
@@ -546,7 +562,9 @@ impl Scheduler {
             task: slot.index,
             member,
         };
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, worker = %self.lanes[lane].name, "dispatch");
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
+        let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);
+        self.lanes[lane].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
         slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name));
         let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
         match started {

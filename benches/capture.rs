@@ -1,0 +1,79 @@
+//! The cost of capturing a run (its DAG and a record per task, `RunOptions::capture_dag`):
+//! one empty SUB task through `Worker::run`, back to back, with capture off and on,
+//! interleaved in rounds in one process so both see the same machine. Also a run of 1000
+//! empty SUB tasks each way.
+//!
+//! * `capture_overhead_ratio`: p50 with capture over p50 without (target at most 1.1).
+//! * `capture_off_p50_us`, `capture_on_p50_us`: the two medians.
+//! * `capture_1000_tasks_ratio`: the same ratio for a run of 1000 independent empty tasks.
+
+#![allow(clippy::print_stdout)]
+
+mod common;
+
+use std::time::Instant;
+
+use common::{figure, percentile, target, us};
+use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, Worker};
+
+const WARMUP: usize = 300;
+const ROUNDS: usize = 20;
+const PER_ROUND: usize = 100;
+const BIG_RUNS: usize = 10;
+const BIG_TASKS: usize = 1000;
+
+fn empty(_args: &HostArgs<'_>) -> HostResult {
+    Ok(())
+}
+
+fn main() -> simpler::Result<()> {
+    let mut worker = Worker::builder().sub_workers(1).build()?;
+    let f = worker.register(HostFn::new("empty", empty))?;
+    worker.init()?;
+    let run = |capture: bool, tasks: usize| -> simpler::Result<f64> {
+        let options = if capture { RunOptions::new().capture_dag() } else { RunOptions::new() };
+        let t = Instant::now();
+        let handle = worker.submit_with(options, |orch, _, _| {
+            for _ in 0..tasks {
+                orch.submit_sub(&f, TaskArgs::new())?;
+            }
+            Ok(())
+        })?;
+        handle.wait()?;
+        if capture && handle.timeline().map(|t| t.records().len()) != Some(tasks) {
+            return Err(simpler::Error::new(
+                simpler::ErrorKind::InvalidState,
+                "a captured run without its records",
+            ));
+        }
+        Ok(us(t.elapsed()))
+    };
+    for i in 0..WARMUP {
+        run(i % 2 == 0, 1)?;
+    }
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // Alternate which goes first, so neither always follows the other.
+        for first in [round % 2 == 0, round % 2 == 1] {
+            for _ in 0..PER_ROUND {
+                let v = run(first, 1)?;
+                if first { on.push(v) } else { off.push(v) }
+            }
+        }
+    }
+    let (mut big_off, mut big_on) = (Vec::new(), Vec::new());
+    for _ in 0..BIG_RUNS {
+        big_off.push(run(false, BIG_TASKS)?);
+        big_on.push(run(true, BIG_TASKS)?);
+    }
+    worker.close()?;
+    let (p_off, p_on) = (percentile(&mut off, 50.0), percentile(&mut on, 50.0));
+    let ratio = p_on / p_off;
+    figure("capture_off_p50_us", p_off, "us");
+    figure("capture_on_p50_us", p_on, "us");
+    figure("capture_overhead_ratio", ratio, "x");
+    let big = percentile(&mut big_on, 50.0) / percentile(&mut big_off, 50.0);
+    figure("capture_1000_tasks_ratio", big, "x");
+    target("capture_overhead_ratio", ratio, "<=", 1.1, "x");
+    Ok(())
+}
