@@ -358,8 +358,11 @@ impl DagCapture {
     pub(crate) fn record(&mut self, node: TaskNode, incoming: Vec<(u32, EdgeReason)>) {
         let to = node.index;
         self.nodes.push(node);
+        // The first reason for each producer stays (incoming edges all end at `to`, a new
+        // task, so only this task's own list can repeat one).
+        let first = self.edges.len();
         for (from, why) in incoming {
-            if !self.edges.iter().any(|&(a, b, _)| a == from && b == to) {
+            if !self.edges[first..].iter().any(|&(a, _, _)| a == from) {
                 self.edges.push((from, to, why));
             }
         }
@@ -367,8 +370,9 @@ impl DagCapture {
 
     pub(crate) fn to_dag(&self) -> RunDag {
         let mut graph = DiGraph::new();
-        let idx: Vec<NodeIndex> = self.nodes.iter().map(|n| graph.add_node(n.clone())).collect();
-        let find = |i: u32| self.nodes.iter().position(|n| n.index == i).map(|p| idx[p]);
+        let idx: std::collections::HashMap<u32, NodeIndex> =
+            self.nodes.iter().map(|n| (n.index, graph.add_node(n.clone()))).collect();
+        let find = |i: u32| idx.get(&i).copied();
         for &(a, b, why) in &self.edges {
             if let (Some(x), Some(y)) = (find(a), find(b)) {
                 graph.add_edge(x, y, why);
