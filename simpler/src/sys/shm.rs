@@ -261,33 +261,14 @@ impl SharedMem {
         count: usize,
         fd: BorrowedFd<'_>,
     ) -> std::io::Result<()> {
-        self.check_range("read from a socket", offset, count)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        let mut done = 0;
-        while done < count {
-            // SAFETY: rule N2 — `offset + count <= len`, checked above, so `offset + done` and
-            // `count - done` stay inside the live mapping (N1); rule N3 — the kernel writes the
-            // bytes through the raw pointer, no reference into the mapping is made, and any
-            // byte is a valid `u8` there.
-            let n =
-                unsafe { libc::read(fd.as_raw_fd(), self.as_ptr().add(offset + done).cast(), count - done) };
-            match n {
-                0 => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!("the connection closed after {done} of {count} bytes"),
-                    ));
-                }
-                n if n > 0 => done += n as usize,
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.transfer("read from a socket", offset, count, |at, n| {
+            // SAFETY: rule N2 — `transfer` checked `offset + count <= len` and passes a range
+            // inside it, in the live mapping (N1); rule N3 — the kernel writes the bytes through
+            // the raw pointer, no reference into the mapping is made, and any byte is a valid
+            // `u8` there.
+            let got = unsafe { libc::read(fd.as_raw_fd(), at.cast(), n) };
+            (got, std::io::ErrorKind::UnexpectedEof)
+        })
     }
 
     /// Sends `count` bytes of the object at byte `offset` to the socket `fd`, with `send(2)`
@@ -295,29 +276,40 @@ impl SharedMem {
     /// straight out of the mapping. A range outside the object is
     /// `io::ErrorKind::InvalidInput`, before anything is sent.
     pub(crate) fn send_to_fd(&self, offset: usize, count: usize, fd: BorrowedFd<'_>) -> std::io::Result<()> {
-        self.check_range("send to a socket", offset, count)
+        self.transfer("send to a socket", offset, count, |at, n| {
+            // SAFETY: rule N2 — `transfer` checked `offset + count <= len` and passes a range
+            // inside it, in the live mapping (N1); rule N3 — the kernel reads the bytes through
+            // the raw pointer and no reference into the mapping is made.
+            let sent = unsafe { libc::send(fd.as_raw_fd(), at.cast_const().cast(), n, libc::MSG_NOSIGNAL) };
+            (sent, std::io::ErrorKind::WriteZero)
+        })
+    }
+
+    /// Moves `count` bytes at `offset` with `op(address, bytes left)`, a system call that
+    /// returns how many it moved (0: the other end is done, an error of the kind it returns
+    /// with; negative: `errno`, retried when interrupted), until all moved. Checks the range
+    /// first (rule N2).
+    fn transfer(
+        &self,
+        what: &str,
+        offset: usize,
+        count: usize,
+        mut op: impl FnMut(*mut u8, usize) -> (isize, std::io::ErrorKind),
+    ) -> std::io::Result<()> {
+        self.check_range(what, offset, count)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut done = 0;
         while done < count {
-            // SAFETY: rule N2 — `offset + count <= len`, checked above, so the range stays
-            // inside the live mapping (N1); rule N3 — the kernel reads the bytes through the raw
-            // pointer and no reference into the mapping is made.
-            let n = unsafe {
-                libc::send(
-                    fd.as_raw_fd(),
-                    self.as_ptr().add(offset + done).cast_const().cast(),
-                    count - done,
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            match n {
-                0 => {
+            // `offset + done < offset + count <= len`: inside the mapping.
+            let at = self.as_ptr().wrapping_add(offset + done);
+            match op(at, count - done) {
+                (0, ended) => {
                     return Err(std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        "the peer took no more bytes",
+                        ended,
+                        format!("{what}: the connection ended after {done} of {count} bytes"),
                     ));
                 }
-                n if n > 0 => done += n as usize,
+                (n, _) if n > 0 => done += n as usize,
                 _ => {
                     let e = std::io::Error::last_os_error();
                     if e.kind() != std::io::ErrorKind::Interrupted {
