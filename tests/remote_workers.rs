@@ -362,6 +362,42 @@ fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
 }
 
 #[test]
+fn a_node_that_stops_in_the_middle_of_a_large_transfer_is_lost_and_nothing_hangs() {
+    if !in_own_process() {
+        return;
+    }
+    let node = NodeProcess::start();
+    let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_millis(500));
+    rig.init();
+    // 128 MiB to send: far more than the socket buffers hold, so the root's writer is still
+    // sending when the node stops reading (or has not started: either way it must not hang).
+    let words = 16 << 20;
+    let buf = rig.create_buffer(8 * words).unwrap();
+    let t = u64s(&buf, 0, words);
+    let h = OrchFn::new("step", step).handle();
+    let run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), 1).map(|_| ())
+        })
+        .unwrap();
+    signal(node.pid(), libc::SIGSTOP);
+    let started = Instant::now();
+    let err = run.wait().expect_err("the node stopped under the transfer");
+    assert!(started.elapsed() < Duration::from_secs(3), "noticed in {:?}", started.elapsed());
+    assert_err(&err, ErrorKind::WorkerDied, &["step", &node.addr.to_string()]);
+    // The local L3 still works, and close returns although the node never read the bytes.
+    let small = u64_buffer(&rig, 1);
+    step_on(&rig, &small, 0, 1, 0).unwrap();
+    drop((t, buf, small));
+    let closing = Instant::now();
+    rig.close().expect("close");
+    assert!(closing.elapsed() < Duration::from_secs(3), "close took {:?}", closing.elapsed());
+    signal(node.pid(), libc::SIGCONT);
+}
+
+#[test]
 fn a_node_that_stops_answering_is_lost_within_its_health_timeout() {
     if !in_own_process() {
         return;
