@@ -78,6 +78,7 @@ pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
 pub use data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
 pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
 pub use dsl::graph::{GraphEdge, TaskGraph};
+pub use dsl::launch::IndexLaunch;
 pub use dsl::place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
 pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
 pub use dsl::view::{In, InOut, Out};

@@ -327,6 +327,11 @@ impl<K: Kind> Call<K> {
         &self.args
     }
 
+    /// The callable's name (for messages).
+    pub(crate) fn name(&self) -> &'static str {
+        self.info.name
+    }
+
     /// The handle of the callable this call runs.
     ///
     /// ```no_run
