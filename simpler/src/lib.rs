@@ -179,8 +179,10 @@ pub use simpler_macros::callable;
 /// (`S0107`, an error since a proc macro cannot warn; a `_`-prefixed intermediate may stay
 /// unread), group members that differ or collide (`S0108`), an unsupported statement
 /// (`S0109`), an unknown or out-of-scope tensor (`S0110`), an `InOut` parameter given a tensor
-/// with no value (`S0111`) and an `Out` parameter overwriting a value nothing has read
-/// (`S0112`). Types, modes and placements are checked by rustc through the typed `call`.
+/// with no value (`S0111`), an `Out` parameter overwriting a value nothing has read
+/// (`S0112`), loop iterations that write the same bytes (`S0113`) or read what another
+/// iteration writes (`S0114`), and a loop bound or partition count not known at compile time
+/// (`S0115`). Types, modes and placements are checked by rustc through the typed `call`.
 ///
 /// **Ordering.** The engine orders read-after-write, write-after-write and write-after-read
 /// from the tags of every call (a call that writes a tensor waits for every task that read its

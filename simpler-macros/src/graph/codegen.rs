@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::check::{Arg, Plan, Step, Task};
+use super::check::{Arg, Plan, Step, Target, Task};
 use super::parse::{GraphDef, single_ident};
 use crate::callable::{self, Sig};
 use crate::descriptor;
@@ -29,7 +29,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         // Task handles outlive the scopes their tasks are in.
         for t in 0..plan.tasks {
             let handle = format_ident!("__t{}", t, span = model::hidden());
-            out.body.push(quote!(let #handle: #root::TaskHandle;));
+            out.body.push(quote!(let mut #handle: #root::TaskHandle;));
         }
         for step in &plan.steps {
             out.step(step);
@@ -77,6 +77,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let extra = quote! {
         /// The graph's structure: its tasks and the dependencies between them, computed with
         /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
+        #[allow(unused_variables, clippy::cast_possible_truncation)]
         pub fn graph() -> #root::TaskGraph {
             let mut #g = #root::__private::GraphBuilder::new();
             #(#replay)*
@@ -112,9 +113,14 @@ impl Gen<'_> {
     fn step(&mut self, step: &Step) {
         let (root, o) = (self.root, self.o);
         match step {
-            Step::Alloc { ident, elem, dims } => self.body.push(quote_spanned! {ident.span()=>
-                let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
-            }),
+            Step::Alloc { id, ident, elem, dims } => {
+                self.body.push(quote_spanned! {ident.span()=>
+                    let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
+                });
+                // A new buffer each time (each iteration of a loop allocates its own).
+                let g = self.g;
+                self.replay.push(quote!(#g.fresh(#id);));
+            }
             Step::Scalar(local) => self.body.push(local.to_token_stream()),
             Step::Scope(inner) => {
                 let outer = std::mem::take(&mut self.body);
@@ -131,6 +137,39 @@ impl Gen<'_> {
                 });
             }
             Step::Task(task) => self.task(task),
+            Step::Partition { id, tensor, ident, source, method, counts } => {
+                let counts: Vec<TokenStream> = counts.iter().map(const_u32).collect();
+                let arg = if method == "split" { quote!(#(#counts)*) } else { quote!(&[#(#counts),*]) };
+                self.body.push(quote_spanned! {method.span()=>
+                    let mut #ident = #source.#method(#arg)?;
+                });
+                let g = self.g;
+                self.replay.push(quote!(#g.partition(#id, #tensor, &[#(#counts),*]);));
+            }
+            Step::For { var, range, part, body } => {
+                let g = self.g;
+                let (run, replay_range) = match (range, part) {
+                    (Some((start, end)), _) => {
+                        let (s, e) = (const_u32(start), const_u32(end));
+                        let root = self.root;
+                        let r = quote!(#root::__private::range(#s, #e));
+                        (r.clone(), r)
+                    }
+                    (None, Some((ident, id))) => {
+                        (quote!(0u32..(#ident.len() as u32)), quote!(0u32..#g.pieces(#id)))
+                    }
+                    (None, None) => unreachable!("a loop has a range or a partition"),
+                };
+                let (outer_body, outer_replay) =
+                    (std::mem::take(&mut self.body), std::mem::take(&mut self.replay));
+                for s in body {
+                    self.step(s);
+                }
+                let inner = std::mem::replace(&mut self.body, outer_body);
+                let inner_replay = std::mem::replace(&mut self.replay, outer_replay);
+                self.body.push(quote!(for #var in #run { #(#inner)* }));
+                self.replay.push(quote!(for #var in #replay_range { #(#inner_replay)* }));
+            }
         }
     }
 
@@ -160,8 +199,16 @@ impl Gen<'_> {
             let line = &member.line;
             let callee = &line.callee;
             let args = member.args.iter().map(|a| match a {
-                Arg::Read(ident, span) => quote_spanned!(*span=> &#ident),
-                Arg::Write(ident, span) => quote_spanned!(*span=> &mut #ident),
+                Arg::Read(Target { ident, index: None }, span) => quote_spanned!(*span=> &#ident),
+                Arg::Write(Target { ident, index: None }, span) => quote_spanned!(*span=> &mut #ident),
+                Arg::Read(Target { ident, index: Some(ix) }, span) => {
+                    let name = ident.to_string();
+                    quote_spanned!(*span=> #root::__private::piece(&#ident, #ix, #name)?)
+                }
+                Arg::Write(Target { ident, index: Some(ix) }, span) => {
+                    let name = ident.to_string();
+                    quote_spanned!(*span=> #root::__private::piece_mut(&mut #ident, #ix, #name)?)
+                }
                 Arg::Other(e) => e.to_token_stream(),
             });
             let mods = line.mods.iter().map(|mc| {
@@ -172,9 +219,20 @@ impl Gen<'_> {
             list.set_span(line.paren);
             let place = self.placement(&line.place);
             calls.push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)*), place));
-            let target = target_text(&line.place);
-            let uses = member.uses.iter().map(|(pos, id)| quote!((#pos, #id)));
-            replay_members.push(quote!((#target, &[#(#uses),*] as &[(usize, usize)])));
+            let target = match &member.target {
+                Some(e) if target_text(&line.place) == "worker ?" => {
+                    quote!(::std::format!("worker {}", #e).as_str())
+                }
+                _ => {
+                    let t = target_text(&line.place);
+                    quote!(#t)
+                }
+            };
+            let uses = member.uses.iter().map(|(pos, id, piece)| match piece {
+                Some((part, ix)) => quote!((#pos, #id, ::core::option::Option::Some((#part, (#ix) as u32)))),
+                None => quote!((#pos, #id, ::core::option::Option::None)),
+            });
+            replay_members.push(quote!((#target, &[#(#uses),*] as &[#root::__private::ArgUse])));
         }
         if calls.len() > 1 {
             let items = calls.iter().map(|(c, p)| quote!((#c, #p)));
@@ -200,6 +258,13 @@ impl Gen<'_> {
         }
         place.to_token_stream()
     }
+}
+
+/// `{ const N: u32 = e; N }`: `e` evaluated at compile time, as a `u32` (a loop bound, a
+/// partition's count: `graph()` needs them without the run's values).
+fn const_u32(e: &syn::Expr) -> TokenStream {
+    let n = format_ident!("__N", span = model::hidden());
+    quote_spanned!(e.span()=> { const #n: u32 = #e; #n })
 }
 
 /// `ts` with every token at `span` (so an error about the generated path points at the user's).

@@ -158,11 +158,35 @@ impl TaskGraph {
     }
 }
 
-/// A tensor's state while the builder replays a graph.
-#[derive(Default)]
-struct Track {
-    writer: Option<u32>,
-    readers: Vec<u32>,
+/// The part of a tensor a use names, per axis `[lo, hi)` in units of `1/den` of the axis (the
+/// whole axis is `(0, 1, 1)`): a piece of a partition in the graph's terms, compared exactly as
+/// the engine compares the views (the partitions divide their axes evenly).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Region([(u64, u64, u64); crate::data::tensor::MAX_TENSOR_DIMS]);
+
+impl Region {
+    const WHOLE: Region = Region([(0, 1, 1); crate::data::tensor::MAX_TENSOR_DIMS]);
+
+    fn touches(&self, other: &Region) -> bool {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .all(|(&(l1, h1, d1), &(l2, h2, d2))| l1 * d2 < h2 * d1 && l2 * d1 < h1 * d2)
+    }
+
+    fn covers(&self, other: &Region) -> bool {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .all(|(&(l1, h1, d1), &(l2, h2, d2))| l1 * d2 <= l2 * d1 && h2 * d1 <= h1 * d2)
+    }
+}
+
+/// Who wrote or read which part of one tensor (the engine's footprints).
+struct Entry {
+    who: u32,
+    region: Region,
+    reader: bool,
 }
 
 /// Builds a [`TaskGraph`] by replaying a `task_graph!` body (what the generated `graph()`
@@ -172,14 +196,17 @@ struct Track {
 pub struct GraphBuilder {
     graph: DiGraph<TaskNode, GraphEdge>,
     nodes: HashMap<u32, NodeIndex>,
-    tensors: Vec<Track>,
+    tensors: Vec<Vec<Entry>>,
     names: Vec<&'static str>,
+    /// Partitions: the pieces per axis.
+    parts: Vec<Vec<u32>>,
     next: u32,
 }
 
-/// One tensor argument of a replayed call: parameter position, tensor id.
+/// One tensor argument of a replayed call: parameter position, tensor id, and the piece
+/// (partition number, index) when it names one.
 #[doc(hidden)]
-pub type ArgUse = (usize, usize);
+pub type ArgUse = (usize, usize, Option<(usize, u32)>);
 
 impl GraphBuilder {
     /// An empty builder.
@@ -189,9 +216,44 @@ impl GraphBuilder {
 
     /// A tensor the graph receives or allocates (an allocation takes no task number).
     pub fn tensor(&mut self, name: &'static str) -> usize {
-        self.tensors.push(Track::default());
+        self.tensors.push(Vec::new());
         self.names.push(name);
         self.tensors.len() - 1
+    }
+
+    /// Tensor `id` is allocated (again): a new buffer that no task has touched.
+    pub fn fresh(&mut self, id: usize) {
+        if let Some(e) = self.tensors.get_mut(id) {
+            e.clear();
+        }
+    }
+
+    /// Partition number `id` of a tensor: `counts[axis]` equal pieces along each axis.
+    pub fn partition(&mut self, id: usize, _tensor: usize, counts: &[u32]) {
+        if self.parts.len() <= id {
+            self.parts.resize(id + 1, Vec::new());
+        }
+        self.parts[id] = counts.to_vec();
+    }
+
+    /// How many pieces partition `id` has.
+    pub fn pieces(&self, id: usize) -> u32 {
+        self.parts.get(id).map_or(0, |c| c.iter().product())
+    }
+
+    fn region(&self, piece: Option<(usize, u32)>) -> Region {
+        let Some((part, mut index)) = piece else { return Region::WHOLE };
+        let Some(counts) = self.parts.get(part) else { return Region::WHOLE };
+        let mut r = Region::WHOLE;
+        for (axis, &n) in counts.iter().enumerate().rev() {
+            let n = n.max(1);
+            let c = u64::from(index % n);
+            index /= n;
+            if let Some(slot) = r.0.get_mut(axis) {
+                *slot = (c, c + 1, u64::from(n));
+            }
+        }
+        r
     }
 
     /// One call (or one group of `members` calls of one callable, each with its target).
@@ -213,32 +275,37 @@ impl GraphBuilder {
         });
         self.nodes.insert(index, node);
         // The TensorMap's walk: argument by argument, in member order; a reader waits for the
-        // writer, a writer for the writer and the readers since; the first reason for an edge
-        // is the one recorded.
+        // overlapping writers, a writer for the overlapping writers and readers since; a writer
+        // replaces what it covers; the first reason for an edge is the one recorded.
         let mut edges: Vec<(u32, GraphEdge)> = Vec::new();
         for (_, args) in members {
-            for &(pos, id) in *args {
+            for &(pos, id, piece) in *args {
                 let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
                 let arg =
                     info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count()
                         as u32;
                 let tensor = self.names[id];
-                let track = &mut self.tensors[id];
-                if let Some(w) = track.writer {
+                let region = self.region(piece);
+                let entries = &mut self.tensors[id];
+                for e in entries.iter().filter(|e| !e.reader && e.region.touches(&region)) {
                     let why = if mode.reads() {
                         GraphEdge::Tensor { arg, tensor }
                     } else {
                         GraphEdge::WriteAfterWrite { arg, tensor }
                     };
-                    edges.push((w, why));
+                    edges.push((e.who, why));
                 }
                 if mode.writes() {
                     edges.extend(
-                        track.readers.iter().map(|&r| (r, GraphEdge::WriteAfterRead { arg, tensor })),
+                        entries
+                            .iter()
+                            .filter(|e| e.reader && e.region.touches(&region))
+                            .map(|e| (e.who, GraphEdge::WriteAfterRead { arg, tensor })),
                     );
-                    *track = Track { writer: Some(index), readers: Vec::new() };
+                    entries.retain(|e| !region.covers(&e.region));
+                    entries.push(Entry { who: index, region, reader: false });
                 } else {
-                    track.readers.push(index);
+                    entries.push(Entry { who: index, region, reader: true });
                 }
             }
         }
