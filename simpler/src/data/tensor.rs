@@ -540,7 +540,10 @@ impl Tensor {
         &self.view
     }
 
-    /// Another view of the same buffer (keeps the same owner alive).
+    /// Another view of the same buffer (keeps the same owner alive). The view's byte offset
+    /// counts from the start of the buffer, not of this tensor; to take part of the tensor
+    /// itself, use [`rows`](Tensor::rows), [`slice`](Tensor::slice), [`split`](Tensor::split),
+    /// [`tiles`](Tensor::tiles) or [`grid`](Tensor::grid).
     ///
     /// # Errors
     ///
