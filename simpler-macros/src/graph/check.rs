@@ -69,6 +69,9 @@ pub(crate) struct Member {
     pub(crate) uses: Vec<ArgUse>,
     /// The worker index of `chip(e)` / `worker(e)` where `graph()` can evaluate `e`.
     pub(crate) target: Option<syn::Expr>,
+    /// The uses of the graph's intermediates, every piece index included: their edges are
+    /// computed by the generated code (static edges), not looked up in the TensorMap.
+    pub(crate) internal: Vec<ArgUse>,
 }
 
 /// One tensor argument as `graph()` replays it: (argument position, tensor id, piece).
@@ -828,6 +831,7 @@ impl Checker<'_> {
         for (m, line) in lines.iter().enumerate() {
             let mut args = Vec::new();
             let mut member_uses = Vec::new();
+            let mut internal = Vec::new();
             for (pos, a) in line.args.iter().enumerate() {
                 match self.classify(a) {
                     Some(c) => {
@@ -837,6 +841,10 @@ impl Checker<'_> {
                             _ => None,
                         };
                         member_uses.push((pos, c.id, piece));
+                        if self.tensors[c.id].origin == Origin::Alloc {
+                            let piece = c.part.zip(c.target.index.clone());
+                            internal.push((pos, c.id, piece));
+                        }
                         self.loop_access(&c, &line.callee, pos, &mut loop_asserts);
                         args.push(match c.use_ {
                             Use::Read => Arg::Read(c.target, a.span()),
@@ -852,7 +860,7 @@ impl Checker<'_> {
                 }
                 _ => None,
             };
-            members.push(Member { line: line.clone(), args, uses: member_uses, target });
+            members.push(Member { line: line.clone(), args, uses: member_uses, target, internal });
         }
         let callee_name = model::squash(lines[0].callee.to_token_stream());
         self.check_uses(&uses, group, &callee_name);

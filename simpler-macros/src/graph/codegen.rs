@@ -22,7 +22,10 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let (body, replay) = if failed {
         (Vec::new(), Vec::new())
     } else {
-        let mut out = Gen { root: &root, o: &o, g: &g, body: Vec::new(), replay: Vec::new() };
+        let se = format_ident!("__se", span = model::hidden());
+        let mut out = Gen { root: &root, o: &o, g: &g, se: &se, body: Vec::new(), replay: Vec::new() };
+        let n = plan.tensors.len();
+        out.body.push(quote!(let mut #se = #root::__private::StaticEdges::new(#n); let _ = &mut #se;));
         for tensor in &plan.tensors {
             out.replay.push(quote!(#g.tensor(#tensor);));
         }
@@ -77,7 +80,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let extra = quote! {
         /// The graph's structure: its tasks and the dependencies between them, computed with
         /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
-        #[allow(unused_variables, clippy::cast_possible_truncation)]
+        #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
         pub fn graph() -> #root::TaskGraph {
             let mut #g = #root::__private::GraphBuilder::new();
             #(#replay)*
@@ -90,7 +93,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let quiet = if failed { quote!(#[allow(unused_variables)]) } else { TokenStream::new() };
     quote! {
         #(#attrs)*
-        #[allow(unused_mut, clippy::needless_question_mark)]
+        #[allow(unused_mut, clippy::needless_question_mark, clippy::unnecessary_cast)]
         #quiet
         #vis fn #name(#o: &mut #root::Orchestrator<'_>, #(#fn_params),*) -> #root::Result<()> {
             #(#markers)*
@@ -105,6 +108,8 @@ struct Gen<'a> {
     root: &'a TokenStream,
     o: &'a syn::Ident,
     g: &'a syn::Ident,
+    /// The generated `StaticEdges` of the graph's intermediates.
+    se: &'a syn::Ident,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
 }
@@ -118,7 +123,8 @@ impl Gen<'_> {
                     let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
                 });
                 // A new buffer each time (each iteration of a loop allocates its own).
-                let g = self.g;
+                let (g, se) = (self.g, self.se);
+                self.body.push(quote!(#se.fresh(#id);));
                 self.replay.push(quote!(#g.fresh(#id);));
             }
             Step::Scalar(local) => self.body.push(local.to_token_stream()),
@@ -143,7 +149,8 @@ impl Gen<'_> {
                 self.body.push(quote_spanned! {method.span()=>
                     let mut #ident = #source.#method(#arg)?;
                 });
-                let g = self.g;
+                let (g, se) = (self.g, self.se);
+                self.body.push(quote!(#se.partition(#id, &[#(#counts),*]);));
                 self.replay.push(quote!(#g.partition(#id, #tensor, &[#(#counts),*]);));
             }
             Step::For { var, range, part, body } => {
@@ -218,7 +225,25 @@ impl Gen<'_> {
             let mut list = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             list.set_span(line.paren);
             let place = self.placement(&line.place);
-            calls.push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)*), place));
+            let call = quote_spanned!(line.span=> #callee::call #list ? #(#mods)*);
+            let call = if member.internal.is_empty() {
+                call
+            } else {
+                let se = self.se;
+                let c = format_ident!("__c", span = model::hidden());
+                let uses = member.internal.iter().map(|(pos, id, piece)| match piece {
+                    Some((part, ix)) => {
+                        quote!((#pos, #id, ::core::option::Option::Some((#part, (#ix) as u32))))
+                    }
+                    None => quote!((#pos, #id, ::core::option::Option::None)),
+                });
+                quote!({
+                    let mut #c = #call;
+                    #se.uses(#callee::INFO, &[#(#uses),*], &mut #c);
+                    #c
+                })
+            };
+            calls.push((call, place));
             let target = match &member.target {
                 Some(e) if target_text(&line.place) == "worker ?" => {
                     quote!(::std::format!("worker {}", #e).as_str())
@@ -240,6 +265,10 @@ impl Gen<'_> {
         } else {
             let (c, p) = &calls[0];
             self.body.push(quote!(#handle = #c.on(#o, #p)?;));
+        }
+        if task.members.iter().any(|m| !m.internal.is_empty()) {
+            let se = self.se;
+            self.body.push(quote!(#se.done(#handle);));
         }
         self.body.push(quote!(let _ = #handle;));
         let callee = &task.members[0].line.callee;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::callable::linked::{CallableInfo, ParamMode};
+use crate::data::task_args::TaskHandle;
 use crate::dfx::graph::{EdgeReason, RunDag, TaskNode};
 
 /// Why one task of a [`TaskGraph`] waits for another: the engine's tag rules, as in
@@ -162,7 +163,7 @@ impl TaskGraph {
 /// whole axis is `(0, 1, 1)`): a piece of a partition in the graph's terms, compared exactly as
 /// the engine compares the views (the partitions divide their axes evenly).
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Region([(u64, u64, u64); crate::data::tensor::MAX_TENSOR_DIMS]);
+pub(crate) struct Region([(u64, u64, u64); crate::data::tensor::MAX_TENSOR_DIMS]);
 
 impl Region {
     const WHOLE: Region = Region([(0, 1, 1); crate::data::tensor::MAX_TENSOR_DIMS]);
@@ -207,6 +208,156 @@ pub struct GraphBuilder {
 /// (partition number, index) when it names one.
 #[doc(hidden)]
 pub type ArgUse = (usize, usize, Option<(usize, u32)>);
+
+/// Pieces per axis of each partition, and the region of a piece.
+#[derive(Default)]
+struct Parts(Vec<Vec<u32>>);
+
+impl Parts {
+    fn set(&mut self, id: usize, counts: &[u32]) {
+        if self.0.len() <= id {
+            self.0.resize(id + 1, Vec::new());
+        }
+        self.0[id] = counts.to_vec();
+    }
+
+    fn region(&self, piece: Option<(usize, u32)>) -> Region {
+        let Some((part, mut index)) = piece else { return Region::WHOLE };
+        let Some(counts) = self.0.get(part) else { return Region::WHOLE };
+        let mut r = Region::WHOLE;
+        for (axis, &n) in counts.iter().enumerate().rev() {
+            let n = n.max(1);
+            let c = u64::from(index % n);
+            index /= n;
+            if let Some(slot) = r.0.get_mut(axis) {
+                *slot = (c, c + 1, u64::from(n));
+            }
+        }
+        r
+    }
+}
+
+/// One recorded use of an intermediate.
+struct Use {
+    who: TaskHandle,
+    region: Region,
+    reader: bool,
+}
+
+/// The uses of one intermediate: of the whole (or of pieces of several partitions), and of
+/// the pieces of one partition by index, so that a loop over pieces costs O(1) per use.
+#[derive(Default)]
+struct Uses {
+    whole: Vec<Use>,
+    /// The partition whose pieces are indexed (the first one used).
+    part: Option<usize>,
+    pieces: HashMap<u32, Vec<Use>>,
+}
+
+/// A use of the task being submitted: (tensor, region, indexable piece, reader).
+type Pending = (usize, Region, Option<(usize, u32)>, bool);
+
+/// Static edges: the dependencies among a `task_graph!`'s own tasks through its intermediates
+/// (`alloc`s, which nothing outside the graph can name), computed as the graph submits them
+/// with the engine's footprint rules and handed to the engine as the tasks' deps, so the
+/// TensorMap never looks these tensors up (generated code only).
+#[doc(hidden)]
+#[derive(Default)]
+pub struct StaticEdges {
+    tensors: Vec<Uses>,
+    parts: Parts,
+    /// The uses of the task being submitted.
+    pending: Vec<Pending>,
+}
+
+impl StaticEdges {
+    /// A tracker for `n` tensors (ids as in `graph()`).
+    pub fn new(n: usize) -> StaticEdges {
+        StaticEdges { tensors: (0..n).map(|_| Uses::default()).collect(), ..StaticEdges::default() }
+    }
+
+    /// Tensor `id` is allocated (again): nothing has touched the new buffer.
+    pub fn fresh(&mut self, id: usize) {
+        if let Some(u) = self.tensors.get_mut(id) {
+            *u = Uses::default();
+        }
+    }
+
+    /// Partition number `id`: `counts[axis]` equal pieces along each axis.
+    pub fn partition(&mut self, id: usize, counts: &[u32]) {
+        self.parts.set(id, counts);
+    }
+
+    /// The uses of one call's intermediates, `(parameter position, tensor, piece)`: marks each
+    /// as static in `call` and adds the dependencies the engine's rules give (a reader waits
+    /// for the overlapping writers and retains them; a writer waits for the overlapping
+    /// writers and readers). [`done`](StaticEdges::done) records them once submitted.
+    pub fn uses<K: crate::dsl::place::kind::Kind>(
+        &mut self,
+        info: &'static CallableInfo,
+        uses: &[ArgUse],
+        call: &mut crate::dsl::place::Call<K>,
+    ) {
+        let mut deps: Vec<(TaskHandle, bool)> = Vec::new();
+        for &(pos, id, piece) in uses {
+            let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
+            let arg = info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count();
+            call.__static(arg);
+            let region = self.parts.region(piece);
+            let Some(t) = self.tensors.get(id) else { continue };
+            let indexed = match piece {
+                Some((p, k)) if t.part.is_none_or(|q| q == p) => Some(k),
+                _ => None,
+            };
+            let mut visit = |u: &Use| {
+                if u.region.touches(&region) && (!u.reader || mode.writes()) {
+                    deps.push((u.who, !u.reader && mode.reads()));
+                }
+            };
+            t.whole.iter().for_each(&mut visit);
+            match indexed {
+                Some(k) => t.pieces.get(&k).into_iter().flatten().for_each(&mut visit),
+                None => t.pieces.values().flatten().for_each(&mut visit),
+            }
+            self.pending.push((id, region, piece.filter(|_| indexed.is_some()), !mode.writes()));
+        }
+        deps.sort_by_key(|(h, retain)| (h.index, !retain));
+        deps.dedup_by_key(|(h, _)| h.index);
+        for (h, retain) in deps {
+            call.__dep(h, retain);
+        }
+    }
+
+    /// Records the pending uses as task `who`'s.
+    pub fn done(&mut self, who: TaskHandle) {
+        for (id, region, indexed, reader) in self.pending.drain(..) {
+            let Some(t) = self.tensors.get_mut(id) else { continue };
+            let u = Use { who, region, reader };
+            // The pieces of one partition are indexed (the first one used); pieces of others
+            // are kept with the whole-tensor uses and compared by region.
+            let indexed = indexed.filter(|&(p, _)| *t.part.get_or_insert(p) == p);
+            match indexed {
+                Some((_, k)) => {
+                    let list = t.pieces.entry(k).or_default();
+                    if !reader {
+                        list.retain(|e| !region.covers(&e.region));
+                    }
+                    list.push(u);
+                }
+                None => {
+                    if !reader {
+                        t.whole.retain(|e| !region.covers(&e.region));
+                        t.pieces.retain(|_, l| {
+                            l.retain(|e| !region.covers(&e.region));
+                            !l.is_empty()
+                        });
+                    }
+                    t.whole.push(u);
+                }
+            }
+        }
+    }
+}
 
 impl GraphBuilder {
     /// An empty builder.

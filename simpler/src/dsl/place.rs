@@ -273,6 +273,24 @@ impl<K: Kind> Call<K> {
         Ok(())
     }
 
+    /// Generated code only (`task_graph!`'s static edges): tensor `i`'s edges are the deps.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __static(&mut self, i: usize) {
+        self.args.set_static(i);
+    }
+
+    /// Generated code only: a dependency the graph computed (`retain`: a read after write).
+    #[doc(hidden)]
+    #[inline]
+    pub fn __dep(&mut self, task: TaskHandle, retain: bool) {
+        if retain {
+            self.args.add_dep(task);
+        } else {
+            self.args.add_dep_wait(task);
+        }
+    }
+
     #[doc(hidden)]
     #[inline]
     pub fn __scalar(&mut self, bits: u64) {

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
 pub use crate::data::buffer::Backing;
-pub use crate::dsl::graph::{ArgUse, GraphBuilder};
+pub use crate::dsl::graph::{ArgUse, GraphBuilder, StaticEdges};
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.
