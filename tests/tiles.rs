@@ -175,3 +175,47 @@ fn an_index_launch_checks_its_pieces_at_run_time() {
     let err = scale_launch::call(&x, &mut y, 5).unwrap().run(&rig).unwrap_err();
     assert!(err.message().contains("64 rows into 5 equal pieces"), "{err}");
 }
+
+/// `total[0] = Σ a + Σ b`.
+#[callable(sub)]
+fn sum_both(a: In<f32>, b: In<f32>, mut total: Out<f32>) {
+    total[0] = a.iter().sum::<f32>() + b.iter().sum::<f32>();
+}
+
+task_graph! {
+    /// Intermediates with static edges: pieces of `parts` written on two chips, each read by
+    /// an accumulation into `acc` (written once before the loop), both read after the loop.
+    fn static_edges(x: In<f32>, total: Out<f32>) {
+        let parts = alloc::<f32>([ROWS]);
+        let acc = alloc::<f32>([ROWS / TILES]);
+        zero(&mut acc).on(sub());
+        let ps = parts.split(TILES);
+        for (i, xt) in x.split(TILES) {
+            scale(xt, &mut ps[i], 2.0).on(chip(i % 2));
+            accumulate(&mut acc, ps[i]).on(sub());
+        }
+        sum_both(parts, acc, &mut total).on(sub());
+    }
+}
+
+#[test]
+fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (bt, mut total) = ramp(&rig, 1);
+    let want = 2.0 * (0..ROWS).map(|v| 2.0 * v as f32).sum::<f32>();
+    for _ in 0..20 {
+        bt.write(0, &[0.0f32]).unwrap();
+        let run = static_edges::call(&x, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+        run.wait().unwrap();
+        assert_eq!(bt.read::<f32>(0, 1).unwrap(), vec![want]);
+        // The edges the engine was given are the ones its rules give: no other edge shows.
+        let dag = run.dag().unwrap();
+        assert!(static_edges::graph().matches(&dag), "{}", dag.to_dot());
+        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
+    }
+}

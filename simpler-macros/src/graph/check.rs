@@ -22,6 +22,8 @@ pub(crate) struct Plan {
     pub(crate) steps: Vec<Step>,
     /// How many tasks the graph submits.
     pub(crate) tasks: usize,
+    /// Whether some intermediate's edges are static (the body then tracks them).
+    pub(crate) statik: bool,
 }
 
 /// One generated step.
@@ -130,6 +132,10 @@ struct Tensor {
     dead: bool,
     /// Already reported: no follow-on errors about it.
     errored: bool,
+    /// An intermediate that is partitioned or used in a loop: its edges are static (computed
+    /// by the generated code), where tracking them by piece pays; other intermediates go
+    /// through the TensorMap like the parameters.
+    statik: bool,
 }
 
 /// How one argument of a call uses its tensor.
@@ -242,8 +248,11 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     }
     ck.stmts(&def.body);
     ck.close_scope(true);
+    // Every use of a static intermediate takes the static path, every other use the TensorMap.
+    let statik: Vec<bool> = ck.tensors.iter().map(|t| t.statik).collect();
+    keep_static(&mut ck.steps, &statik);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
-    Plan { tensors, steps: ck.steps, tasks: ck.next_task }
+    Plan { tensors, steps: ck.steps, tasks: ck.next_task, statik: statik.contains(&true) }
 }
 
 /// The identifiers of a token stream that could name a tensor: not a field or method name
@@ -263,6 +272,21 @@ fn tensor_mentions(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::Iden
                 }
             }
             TokenTree::Group(g) => tensor_mentions(g.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// Keeps, in every task, only the uses of static intermediates as static uses.
+fn keep_static(steps: &mut [Step], statik: &[bool]) {
+    for step in steps {
+        match step {
+            Step::Task(t) => {
+                for m in &mut t.members {
+                    m.internal.retain(|(_, id, _)| statik[*id]);
+                }
+            }
+            Step::Scope(inner) | Step::For { body: inner, .. } => keep_static(inner, statik),
             _ => {}
         }
     }
@@ -297,6 +321,7 @@ impl Checker<'_> {
             written_at: None,
             dead: false,
             errored: false,
+            statik: false,
         });
         let id = self.tensors.len() - 1;
         self.scopes.last_mut().expect("a scope").push((name.to_string(), Bind::Tensor(id)));
@@ -591,6 +616,7 @@ impl Checker<'_> {
             counts.iter().map(|c| model::squash(c.to_token_stream())).collect::<Vec<_>>().join(", ")
         );
         let id = self.parts.len();
+        self.tensors[tensor].statik = true;
         self.parts.push(Part { tensor, ident: ident.clone(), key });
         self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), Bind::Partition(id)));
         if !counts.is_empty() {
@@ -841,6 +867,9 @@ impl Checker<'_> {
                             _ => None,
                         };
                         member_uses.push((pos, c.id, piece));
+                        if self.tensors[c.id].origin == Origin::Alloc && !self.loops.is_empty() {
+                            self.tensors[c.id].statik = true;
+                        }
                         if self.tensors[c.id].origin == Origin::Alloc {
                             let piece = c.part.zip(c.target.index.clone());
                             internal.push((pos, c.id, piece));

@@ -23,9 +23,19 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         (Vec::new(), Vec::new())
     } else {
         let se = format_ident!("__se", span = model::hidden());
-        let mut out = Gen { root: &root, o: &o, g: &g, se: &se, body: Vec::new(), replay: Vec::new() };
-        let n = plan.tensors.len();
-        out.body.push(quote!(let mut #se = #root::__private::StaticEdges::new(#n); let _ = &mut #se;));
+        let mut out = Gen {
+            root: &root,
+            o: &o,
+            g: &g,
+            se: &se,
+            statik: plan.statik,
+            body: Vec::new(),
+            replay: Vec::new(),
+        };
+        if plan.statik {
+            let n = plan.tensors.len();
+            out.body.push(quote!(let mut #se = #root::__private::StaticEdges::new(#n); let _ = &mut #se;));
+        }
         for tensor in &plan.tensors {
             out.replay.push(quote!(#g.tensor(#tensor);));
         }
@@ -110,6 +120,8 @@ struct Gen<'a> {
     g: &'a syn::Ident,
     /// The generated `StaticEdges` of the graph's intermediates.
     se: &'a syn::Ident,
+    /// Whether the body tracks static edges at all.
+    statik: bool,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
 }
@@ -124,7 +136,9 @@ impl Gen<'_> {
                 });
                 // A new buffer each time (each iteration of a loop allocates its own).
                 let (g, se) = (self.g, self.se);
-                self.body.push(quote!(#se.fresh(#id);));
+                if self.statik {
+                    self.body.push(quote!(#se.fresh(#id);));
+                }
                 self.replay.push(quote!(#g.fresh(#id);));
             }
             Step::Scalar(local) => self.body.push(local.to_token_stream()),
@@ -150,7 +164,9 @@ impl Gen<'_> {
                     let mut #ident = #source.#method(#arg)?;
                 });
                 let (g, se) = (self.g, self.se);
-                self.body.push(quote!(#se.partition(#id, &[#(#counts),*]);));
+                if self.statik {
+                    self.body.push(quote!(#se.partition(#id, &[#(#counts),*]);));
+                }
                 self.replay.push(quote!(#g.partition(#id, #tensor, &[#(#counts),*]);));
             }
             Step::For { var, range, part, body } => {

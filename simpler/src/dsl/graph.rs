@@ -298,7 +298,7 @@ impl StaticEdges {
         uses: &[ArgUse],
         call: &mut crate::dsl::place::Call<K>,
     ) {
-        let mut deps: Vec<(TaskHandle, bool)> = Vec::new();
+        let mut deps: smallvec::SmallVec<[(TaskHandle, bool); 4]> = smallvec::SmallVec::new();
         for &(pos, id, piece) in uses {
             let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
             let arg = info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count();
@@ -321,8 +321,10 @@ impl StaticEdges {
             }
             self.pending.push((id, region, piece.filter(|_| indexed.is_some()), !mode.writes()));
         }
-        deps.sort_by_key(|(h, retain)| (h.index, !retain));
-        deps.dedup_by_key(|(h, _)| h.index);
+        if deps.len() > 1 {
+            deps.sort_by_key(|(h, retain)| (h.index, !retain));
+            deps.dedup_by_key(|(h, _)| h.index);
+        }
         for (h, retain) in deps {
             call.__dep(h, retain);
         }
