@@ -477,3 +477,57 @@ impl GraphBuilder {
         TaskGraph { graph: self.graph }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callable::identity::CallableKind;
+    use crate::callable::linked::Param;
+    use crate::dsl::place::Call;
+    use crate::dsl::place::kind::HostCallable;
+
+    static PARAMS: [Param; 2] = [
+        Param { name: "x", mode: ParamMode::In, ty: "f32" },
+        Param { name: "y", mode: ParamMode::Out, ty: "f32" },
+    ];
+    static ENTRY: u8 = 0;
+    static INFO: CallableInfo =
+        CallableInfo::__new("k", "tests::k", CallableKind::HostFn, &[], [0; 32], &PARAMS, &ENTRY);
+
+    /// Submits one call through the tracker: its uses as `(position, piece)` of tensor 0;
+    /// returns the deps it was given, `(task, retain)` in task order.
+    fn submit(se: &mut StaticEdges, index: u32, uses: &[(usize, Option<(usize, u32)>)]) -> Vec<(u32, bool)> {
+        let mut call: Call<HostCallable> = Call::__new(&INFO);
+        let uses: Vec<ArgUse> = uses.iter().map(|&(pos, piece)| (pos, 0, piece)).collect();
+        se.uses(&INFO, &uses, &mut call);
+        for &(pos, _, _) in &uses {
+            assert!(call.args().is_static(pos), "argument {pos} is static");
+        }
+        se.done(TaskHandle { run: 1, index });
+        call.args().deps().iter().map(|d| (d.task.index, d.retain)).collect()
+    }
+
+    #[test]
+    fn static_edges_follow_the_footprint_rules_by_piece() {
+        let mut se = StaticEdges::new(1);
+        se.partition(0, &[4]);
+        se.partition(1, &[2]);
+        // Four writers of distinct pieces: independent.
+        for i in 0..4 {
+            assert_eq!(submit(&mut se, i, &[(1, Some((0, i)))]), vec![]);
+        }
+        // A reader of the whole waits for all four and retains them.
+        assert_eq!(submit(&mut se, 4, &[(0, None)]), vec![(0, true), (1, true), (2, true), (3, true)]);
+        // Overwriting piece 1: after its writer (write after write) and the reader (write after
+        // read), ordering only.
+        assert_eq!(submit(&mut se, 5, &[(1, Some((0, 1)))]), vec![(1, false), (4, false)]);
+        // Half 0 of another partition (quarters 0 and 1): their current writers, 0 and 5.
+        assert_eq!(submit(&mut se, 6, &[(0, Some((1, 0)))]), vec![(0, true), (5, true)]);
+        // A whole write covers everything: the next reader of a piece waits for it alone.
+        assert_eq!(submit(&mut se, 7, &[(1, None)]).len(), 6); // writers 0, 2, 3, 5; readers 4, 6
+        assert_eq!(submit(&mut se, 8, &[(0, Some((0, 3)))]), vec![(7, true)]);
+        // A fresh allocation forgets the tensor's history.
+        se.fresh(0);
+        assert_eq!(submit(&mut se, 9, &[(0, None)]), vec![]);
+    }
+}
