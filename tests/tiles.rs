@@ -169,8 +169,8 @@ fn an_index_launch_checks_its_pieces_at_run_time() {
     let err = overlapping_launch::call(&x, &mut y, 4).unwrap().run(&rig).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Overlap, "{err}");
     let msg = err.message();
-    assert!(msg.contains("task 1 of the index launch (`scale` argument 1) writes"), "{msg}");
-    assert!(msg.contains("task 0 (`scale` argument 1) writes"), "{msg}");
+    assert!(msg.contains("task 1 of the index launch (`scale` parameter `y`) writes"), "{msg}");
+    assert!(msg.contains("task 0 (`scale` parameter `y`) writes"), "{msg}");
     // A split that does not divide says so.
     let err = scale_launch::call(&x, &mut y, 5).unwrap().run(&rig).unwrap_err();
     assert!(err.message().contains("64 rows into 5 equal pieces"), "{err}");

@@ -190,6 +190,8 @@ struct LoopAccess {
     key: Option<String>,
     /// The piece as written (`ys[i]`), for messages.
     text: String,
+    /// The callable that touches it, for messages.
+    callee: String,
     index: Index,
     span: Span,
 }
@@ -730,7 +732,9 @@ impl Checker<'_> {
                         self.cx.error(
                             c.span,
                             format!(
-                                "the graph cannot prove that the iterations of the loop over `{frame_var}` ({}) write different pieces of `{name}`: the piece index `{t}` is not the loop's index [S0113]\nhelp: index the written piece with the loop variable itself, `&mut {}[{frame_var}]`, with a partition whose pieces match the iterations",
+                                "argument {} of `{}` writes `{text}`, but the graph cannot prove that the iterations of the loop over `{frame_var}` ({}) write different pieces of `{name}`: the piece index `{t}` is not the loop's index [S0113]\nhelp: index the written piece with the loop variable itself, `&mut {}[{frame_var}]`, with a partition whose pieces match the iterations",
+                                pos + 1,
+                                model::squash(callee.to_token_stream()),
                                 at(self.loops[depth].span),
                                 c.target.ident
                             ),
@@ -743,6 +747,7 @@ impl Checker<'_> {
                 write,
                 key: key.clone(),
                 text: text.clone(),
+                callee: model::squash(callee.to_token_stream()),
                 index,
                 span: c.span,
             });
@@ -776,21 +781,25 @@ impl Checker<'_> {
                     self.cx.error(
                         b.span,
                         format!(
-                            "`{}` overlaps the pieces `{}` ({}) that other iterations of the loop over `{var}` ({}) write: both write `{name}` [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
+                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write by `{}` ({}) [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
                             b.text,
+                            b.callee,
                             first.text,
-                            at(first.span),
-                            at(frame.span)
+                            at(frame.span),
+                            first.callee,
+                            at(first.span)
                         ),
                     );
                 } else {
                     self.cx.error(
                         b.span,
                         format!(
-                            "`{}` is read here, but other iterations of the loop over `{var}` ({}) write the pieces `{}` ({}) of `{name}`, and nothing orders the iterations [S0114]\nhelp: read only this iteration's piece, `{}`, or read `{name}` after the loop, when every piece is written",
+                            "`{}` is read here by `{}`, but other iterations of the loop over `{var}` ({}) write the pieces `{}` of `{name}` by `{}` ({}), and nothing orders the iterations [S0114]\nhelp: read only this iteration's piece, `{}`, or read `{name}` after the loop, when every piece is written",
                             b.text,
+                            b.callee,
                             at(frame.span),
                             first.text,
+                            first.callee,
                             at(first.span),
                             first.text
                         ),

@@ -13,7 +13,8 @@ use crate::error::{Error, ErrorKind, Result};
 struct Piece {
     tensor: Tensor,
     writes: bool,
-    arg: usize,
+    /// The callable's parameter.
+    param: &'static str,
 }
 
 /// One task of the launch.
@@ -132,7 +133,7 @@ impl IndexLaunch<'_, '_> {
             .map(|(arg, t)| Piece {
                 tensor: t.clone(),
                 writes: args.tag(arg).is_some_and(|g| g.writes()),
-                arg,
+                param: call.tensor_param(arg),
             })
             .collect();
         let me = self.tasks.len();
@@ -148,13 +149,13 @@ impl IndexLaunch<'_, '_> {
                         return Err(Error::new(
                             ErrorKind::Overlap,
                             format!(
-                                "task {me} of the index launch (`{}` argument {}) {} {}, which overlaps what task {other} (`{}` argument {}) {} ({}); the tasks of an index launch must touch disjoint pieces of what they write: give each task its own piece (`split`, `tiles`, `grid`), or combine the results after the launch",
+                                "task {me} of the index launch (`{}` parameter `{}`) {} {}, which overlaps what task {other} (`{}` parameter `{}`) {} ({}); the tasks of an index launch must touch disjoint pieces of what they write: give each task its own piece (`split`, `tiles`, `grid`), or combine the results after the launch",
                                 call.name(),
-                                p.arg,
+                                p.param,
                                 verb(p.writes),
                                 range(&p.tensor),
                                 earlier.callable,
-                                q.arg,
+                                q.param,
                                 verb(q.writes),
                                 range(&q.tensor),
                             ),

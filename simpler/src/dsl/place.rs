@@ -350,6 +350,11 @@ impl<K: Kind> Call<K> {
         self.info.name
     }
 
+    /// The name of the parameter that tensor argument `i` is passed to (for messages).
+    pub(crate) fn tensor_param(&self, i: usize) -> &'static str {
+        self.info.params.iter().filter(|p| p.mode.is_tensor()).nth(i).map_or("?", |p| p.name)
+    }
+
     /// The handle of the callable this call runs.
     ///
     /// ```no_run
