@@ -781,7 +781,7 @@ impl Checker<'_> {
                     self.cx.error(
                         b.span,
                         format!(
-                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write by `{}` ({}) [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
+                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write through `{}` ({}) [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
                             b.text,
                             b.callee,
                             first.text,
@@ -794,7 +794,7 @@ impl Checker<'_> {
                     self.cx.error(
                         b.span,
                         format!(
-                            "`{}` is read here by `{}`, but other iterations of the loop over `{var}` ({}) write the pieces `{}` of `{name}` by `{}` ({}), and nothing orders the iterations [S0114]\nhelp: read only this iteration's piece, `{}`, or read `{name}` after the loop, when every piece is written",
+                            "`{}` is read here by `{}`, but other iterations of the loop over `{var}` ({}) write the pieces `{}` of `{name}` through `{}` ({}), and nothing orders the iterations [S0114]\nhelp: read only this iteration's piece, `{}`, or read `{name}` after the loop, when every piece is written",
                             b.text,
                             b.callee,
                             at(frame.span),
