@@ -24,6 +24,22 @@ pub(crate) struct Plan {
     pub(crate) tasks: usize,
     /// Whether some intermediate's edges are static (the body then tracks them).
     pub(crate) statik: bool,
+    /// No loop and no partition: every tensor use names a whole tensor, so the edges computed
+    /// here are the engine's, and `graph()` reads them instead of replaying the body.
+    pub(crate) compile_time_edges: bool,
+}
+
+/// An edge the check pass computed: the task that wrote (or read, for a write after read) the
+/// tensor, and the consuming use (member, argument position). Whether an edge after a write
+/// is a read after write or a write after write depends on the callee's parameter mode, which
+/// the generated `graph()` takes from its `PARAMS`.
+pub(crate) struct GraphEdge {
+    pub(crate) from: usize,
+    pub(crate) member: usize,
+    pub(crate) pos: usize,
+    pub(crate) tensor: String,
+    /// A write after read (else: after the writer).
+    pub(crate) war: bool,
 }
 
 /// One generated step.
@@ -60,6 +76,8 @@ pub(crate) struct Task {
     pub(crate) members: Vec<Member>,
     /// Signature-dependent checks, emitted as `const` assertions.
     pub(crate) asserts: Vec<Assert>,
+    /// Its incoming edges, in the order the engine's walk finds them.
+    pub(crate) edges: Vec<GraphEdge>,
 }
 
 /// One call line of a task.
@@ -221,6 +239,8 @@ struct Checker<'c> {
     tensors: Vec<Tensor>,
     parts: Vec<Part>,
     loops: Vec<Frame>,
+    /// The graph has a loop.
+    looped: bool,
     /// Name scopes: name -> what it is bound to.
     scopes: Vec<Vec<(String, Bind)>>,
     /// Task numbers as the engine counts them.
@@ -236,6 +256,7 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
         tensors: Vec::new(),
         parts: Vec::new(),
         loops: Vec::new(),
+        looped: false,
         scopes: vec![Vec::new()],
         next_task: 0,
         partial: def.partial,
@@ -254,7 +275,8 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     let statik: Vec<bool> = ck.tensors.iter().map(|t| t.statik).collect();
     keep_static(&mut ck.steps, &statik);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
-    Plan { tensors, steps: ck.steps, tasks: ck.next_task, statik: statik.contains(&true) }
+    let compile_time_edges = ck.parts.is_empty() && !ck.looped;
+    Plan { tensors, steps: ck.steps, tasks: ck.next_task, statik: statik.contains(&true), compile_time_edges }
 }
 
 /// The identifiers of a token stream that could name a tensor: not a field or method name
@@ -654,6 +676,7 @@ impl Checker<'_> {
             None => None,
         };
         let var = l.var.unraw().to_string();
+        self.looped = true;
         self.loops.push(Frame {
             var: var.clone(),
             var_ident: l.var.clone(),
@@ -941,6 +964,21 @@ impl Checker<'_> {
             }
         }
 
+        // Edges, from the state before this task (a task never reads and writes one tensor),
+        // in the engine's walk order: per argument, its writer, then for a write the readers.
+        let mut edges = Vec::new();
+        for &(id, u, _, pos, m) in &uses {
+            let t = &self.tensors[id];
+            if let Some(from) = t.writer {
+                edges.push(GraphEdge { from, member: m, pos, tensor: t.name.clone(), war: false });
+            }
+            if u == Use::Write {
+                for &from in &t.readers {
+                    edges.push(GraphEdge { from, member: m, pos, tensor: t.name.clone(), war: true });
+                }
+            }
+        }
+
         // State updates. (A task that reads and writes one tensor is an error above.)
         for &(id, u, span, _, _) in &uses {
             let t = &mut self.tensors[id];
@@ -955,7 +993,7 @@ impl Checker<'_> {
                 t.written_at = Some(span);
             }
         }
-        self.steps.push(Step::Task(Task { index, members, asserts }));
+        self.steps.push(Step::Task(Task { index, members, asserts, edges }));
     }
 
     /// Checks within one task: writes to `In` inputs, aliasing, reads of empty tensors.

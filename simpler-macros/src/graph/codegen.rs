@@ -29,6 +29,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             g: &g,
             se: &se,
             statik: plan.statik,
+            compile_time_edges: plan.compile_time_edges,
             body: Vec::new(),
             replay: Vec::new(),
         };
@@ -122,6 +123,8 @@ struct Gen<'a> {
     se: &'a syn::Ident,
     /// Whether the body tracks static edges at all.
     statik: bool,
+    /// Whether `graph()` reads the edges the check pass computed (else it replays the body).
+    compile_time_edges: bool,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
 }
@@ -288,7 +291,18 @@ impl Gen<'_> {
         }
         self.body.push(quote!(let _ = #handle;));
         let callee = &task.members[0].line.callee;
-        self.replay.push(quote!(#g.call(#callee::INFO, &[#(#replay_members),*]);));
+        if self.compile_time_edges {
+            let targets = task.members.iter().map(|m| target_text(&m.line.place));
+            let to = task.index;
+            self.replay.push(quote!(#g.node(#callee::INFO, &[#(#targets),*]);));
+            for e in &task.edges {
+                let (from, pos, tensor, war) = (e.from, e.pos, &e.tensor, e.war);
+                let consumer = &task.members[e.member].line.callee;
+                self.replay.push(quote!(#g.edge(#from, #to, #consumer::INFO, #pos, #tensor, #war);));
+            }
+        } else {
+            self.replay.push(quote!(#g.call(#callee::INFO, &[#(#replay_members),*]);));
+        }
     }
 
     /// `sub()`, `chip(n)`, `worker(n)` need no import inside a graph.

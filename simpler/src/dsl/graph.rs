@@ -409,24 +409,59 @@ impl GraphBuilder {
         r
     }
 
-    /// One call (or one group of `members` calls of one callable, each with its target).
-    pub fn call(&mut self, info: &'static CallableInfo, members: &[(&str, &[ArgUse])]) {
+    /// The next task: one call, or a group of `targets.len()` members of one callable.
+    pub fn node(&mut self, info: &'static CallableInfo, targets: &[&str]) -> (u32, NodeIndex) {
         let index = self.next;
         self.next += 1;
         // The engine prints a SUB group's target once.
-        let target = if members.iter().all(|(t, _)| *t == "sub") {
-            "sub".to_string()
-        } else {
-            members.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(", ")
-        };
+        let target = if targets.iter().all(|t| *t == "sub") { "sub".to_string() } else { targets.join(", ") };
         let node = self.graph.add_node(TaskNode {
             index,
             callable: info.name.to_string(),
             digest: info.digest,
             target,
-            members: members.len() as u32,
+            members: targets.len() as u32,
         });
         self.nodes.insert(index, node);
+        (index, node)
+    }
+
+    /// An edge the `task_graph!` check pass computed: task `to`'s argument at parameter
+    /// position `pos` of `info` waits for task `from` (after its write, or, `war`, for a write
+    /// after its read). The first reason for a pair of tasks is the one recorded, as in the
+    /// engine.
+    pub fn edge(
+        &mut self,
+        from: usize,
+        to: usize,
+        info: &'static CallableInfo,
+        pos: usize,
+        tensor: &'static str,
+        war: bool,
+    ) {
+        let (Ok(from), Ok(to)) = (u32::try_from(from), u32::try_from(to)) else { return };
+        let (Some(&a), Some(&b)) = (self.nodes.get(&from), self.nodes.get(&to)) else { return };
+        if from == to || self.graph.find_edge(a, b).is_some() {
+            return;
+        }
+        let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
+        let arg =
+            info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count() as u32;
+        let why = if war {
+            GraphEdge::WriteAfterRead { arg, tensor }
+        } else if mode.reads() {
+            GraphEdge::Tensor { arg, tensor }
+        } else {
+            GraphEdge::WriteAfterWrite { arg, tensor }
+        };
+        self.graph.add_edge(a, b, why);
+    }
+
+    /// One call (or one group of `members` calls of one callable, each with its target),
+    /// replayed with the engine's rules.
+    pub fn call(&mut self, info: &'static CallableInfo, members: &[(&str, &[ArgUse])]) {
+        let targets: Vec<&str> = members.iter().map(|(t, _)| *t).collect();
+        let (index, node) = self.node(info, &targets);
         // The TensorMap's walk: argument by argument, in member order; a reader waits for the
         // overlapping writers, a writer for the overlapping writers and readers since; a writer
         // replaces what it covers; the first reason for an edge is the one recorded.
