@@ -28,6 +28,9 @@ pub struct ScopesAndMemory;
 #[doc = include_str!("../../book/src/placement-and-groups.md")]
 pub struct PlacementAndGroups;
 
+#[doc = include_str!("../../book/src/tiles-and-index-launches.md")]
+pub struct TilesAndIndexLaunches;
+
 #[doc = include_str!("../../book/src/chips.md")]
 pub struct Chips;
 
@@ -119,6 +122,18 @@ pub struct ErrorS0111;
 /// Error code S0112.
 #[doc = include_str!("../../book/src/errors/S0112.md")]
 pub struct ErrorS0112;
+
+/// Error code S0113.
+#[doc = include_str!("../../book/src/errors/S0113.md")]
+pub struct ErrorS0113;
+
+/// Error code S0114.
+#[doc = include_str!("../../book/src/errors/S0114.md")]
+pub struct ErrorS0114;
+
+/// Error code S0115.
+#[doc = include_str!("../../book/src/errors/S0115.md")]
+pub struct ErrorS0115;
 
 /// The error-code index.
 #[doc = include_str!("../../book/src/errors/README.md")]

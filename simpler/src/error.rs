@@ -97,6 +97,15 @@ pub enum ErrorKind {
     /// # Ok(()) }
     /// ```
     Cancelled,
+    /// Tasks of one index launch ([`IndexLaunch`](crate::IndexLaunch)) would touch overlapping
+    /// pieces of a tensor that one of them writes. The message names both tasks, their
+    /// callables, the arguments and the byte ranges. `task_graph!` loops refuse the same at
+    /// compile time (S0113, S0114).
+    ///
+    /// ```
+    /// assert_eq!(simpler::ErrorKind::Overlap.to_string(), "overlapping pieces");
+    /// ```
+    Overlap,
 }
 
 impl ErrorKind {
@@ -114,6 +123,7 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource exhausted",
             ErrorKind::Internal => "internal error",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Overlap => "overlapping pieces",
         }
     }
 }

@@ -79,6 +79,7 @@ pub use data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
 pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
 pub use dfx::timeline::{TaskRecord, TaskStatus, Timeline};
 pub use dsl::graph::{GraphEdge, TaskGraph};
+pub use dsl::launch::IndexLaunch;
 pub use dsl::place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
 pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
 pub use dsl::view::{In, InOut, Out};
@@ -179,8 +180,10 @@ pub use simpler_macros::callable;
 /// (`S0107`, an error since a proc macro cannot warn; a `_`-prefixed intermediate may stay
 /// unread), group members that differ or collide (`S0108`), an unsupported statement
 /// (`S0109`), an unknown or out-of-scope tensor (`S0110`), an `InOut` parameter given a tensor
-/// with no value (`S0111`) and an `Out` parameter overwriting a value nothing has read
-/// (`S0112`). Types, modes and placements are checked by rustc through the typed `call`.
+/// with no value (`S0111`), an `Out` parameter overwriting a value nothing has read
+/// (`S0112`), loop iterations that write the same bytes (`S0113`) or read what another
+/// iteration writes (`S0114`), and a loop bound or partition count not known at compile time
+/// (`S0115`). Types, modes and placements are checked by rustc through the typed `call`.
 ///
 /// **Ordering.** The engine orders read-after-write, write-after-write and write-after-read
 /// from the tags of every call (a call that writes a tensor waits for every task that read its

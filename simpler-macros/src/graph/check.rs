@@ -11,7 +11,7 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 
-use super::parse::{CallLine, GraphDef, Stmt, single_ident, unwrap};
+use super::parse::{CallLine, ForLoop, GraphDef, Stmt, single_ident, unwrap};
 use crate::ctxt::{Ctxt, at};
 use crate::model::{self, Mode, ParamTy};
 
@@ -22,18 +22,52 @@ pub(crate) struct Plan {
     pub(crate) steps: Vec<Step>,
     /// How many tasks the graph submits.
     pub(crate) tasks: usize,
+    /// Whether some intermediate's edges are static (the body then tracks them).
+    pub(crate) statik: bool,
+    /// No loop and no partition: every tensor use names a whole tensor, so the edges computed
+    /// here are the engine's, and `graph()` reads them instead of replaying the body.
+    pub(crate) compile_time_edges: bool,
+}
+
+/// An edge the check pass computed: the task that wrote (or read, for a write after read) the
+/// tensor, and the consuming use (member, argument position). Whether an edge after a write
+/// is a read after write or a write after write depends on the callee's parameter mode, which
+/// the generated `graph()` takes from its `PARAMS`.
+pub(crate) struct GraphEdge {
+    pub(crate) from: usize,
+    pub(crate) member: usize,
+    pub(crate) pos: usize,
+    pub(crate) tensor: String,
+    /// A write after read (else: after the writer).
+    pub(crate) war: bool,
 }
 
 /// One generated step.
 pub(crate) enum Step {
     /// `let mut x = o.alloc_of::<T>(&[dims])?;` for tensor `id`.
-    Alloc { ident: syn::Ident, elem: syn::Type, dims: Vec<syn::Expr> },
+    Alloc { id: usize, ident: syn::Ident, elem: syn::Type, dims: Vec<syn::Expr> },
     /// A scalar `let`, unchanged.
     Scalar(syn::Local),
     /// `scope(|| { ... })`: its steps, in a Rust block of their own (so its names end with it).
     Scope(Vec<Step>),
     /// One task: a call, or a group of members.
     Task(Task),
+    /// `let xs = x.split(n);` / `x.grid([..])`: partition number `id` of tensor `tensor`.
+    Partition {
+        id: usize,
+        tensor: usize,
+        ident: syn::Ident,
+        source: syn::Ident,
+        method: syn::Ident,
+        counts: Vec<syn::Expr>,
+    },
+    /// A loop: over `start..end`, or over the pieces of partition `part` (its name and number).
+    For {
+        var: syn::Ident,
+        range: Option<(syn::Expr, syn::Expr)>,
+        part: Option<(syn::Ident, usize)>,
+        body: Vec<Step>,
+    },
 }
 
 /// One task.
@@ -42,22 +76,41 @@ pub(crate) struct Task {
     pub(crate) members: Vec<Member>,
     /// Signature-dependent checks, emitted as `const` assertions.
     pub(crate) asserts: Vec<Assert>,
+    /// Its incoming edges, in the order the engine's walk finds them.
+    pub(crate) edges: Vec<GraphEdge>,
 }
 
 /// One call line of a task.
 pub(crate) struct Member {
     pub(crate) line: CallLine,
     pub(crate) args: Vec<Arg>,
-    /// (argument position, tensor id) of its tensor arguments.
-    pub(crate) uses: Vec<(usize, usize)>,
+    /// (argument position, tensor id, piece) of its tensor arguments; the piece (partition
+    /// number, index expression) only where `graph()` can evaluate the index.
+    pub(crate) uses: Vec<ArgUse>,
+    /// The worker index of `chip(e)` / `worker(e)` where `graph()` can evaluate `e`.
+    pub(crate) target: Option<syn::Expr>,
+    /// The uses of the graph's intermediates, every piece index included: their edges are
+    /// computed by the generated code (static edges), not looked up in the TensorMap.
+    pub(crate) internal: Vec<ArgUse>,
+}
+
+/// One tensor argument as `graph()` replays it: (argument position, tensor id, piece).
+pub(crate) type ArgUse = (usize, usize, Option<(usize, syn::Expr)>);
+
+/// What a tensor argument names: a whole tensor, or a piece `part[index]` of a partition.
+pub(crate) struct Target {
+    /// The tensor's name, or the partition's.
+    pub(crate) ident: syn::Ident,
+    /// The piece's index expression.
+    pub(crate) index: Option<syn::Expr>,
 }
 
 /// One argument as lowered.
 pub(crate) enum Arg {
     /// `&t`: a read.
-    Read(syn::Ident, Span),
+    Read(Target, Span),
     /// `&mut t`: a write.
-    Write(syn::Ident, Span),
+    Write(Target, Span),
     /// Anything else: a scalar expression, unchanged.
     Other(syn::Expr),
 }
@@ -97,6 +150,10 @@ struct Tensor {
     dead: bool,
     /// Already reported: no follow-on errors about it.
     errored: bool,
+    /// An intermediate that is partitioned or used in a loop: its edges are static (computed
+    /// by the generated code), where tracking them by piece pays; other intermediates go
+    /// through the TensorMap like the parameters.
+    statik: bool,
 }
 
 /// How one argument of a call uses its tensor.
@@ -106,11 +163,86 @@ enum Use {
     Write,
 }
 
+/// What a name is bound to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bind {
+    /// A tensor of the graph.
+    Tensor(usize),
+    /// A scalar (a parameter or a `let`).
+    Scalar,
+    /// A loop's index variable.
+    Index,
+    /// A partition of a tensor.
+    Partition(usize),
+    /// `t` of `for (i, t) in xs`: the piece of partition `part` at the index of loop `depth`.
+    Piece(usize, usize),
+}
+
+/// A partition the graph declared.
+struct Part {
+    tensor: usize,
+    /// The name the generated code gives it.
+    ident: syn::Ident,
+    /// The tensor and the counts as written: two partitions with the same key have the same pieces.
+    key: String,
+}
+
+/// How a loop body indexes the tensor it touches.
+#[derive(Clone, PartialEq, Eq)]
+enum Index {
+    /// The whole tensor.
+    Whole,
+    /// A piece at this loop variable.
+    Var(String),
+    /// A piece at an index that does not change with the loop (a literal).
+    Fixed,
+    /// A piece at another expression.
+    Other(String),
+}
+
+/// One access of a tensor declared outside the loop.
+struct LoopAccess {
+    tensor: usize,
+    write: bool,
+    /// The partition's key (for pieces).
+    key: Option<String>,
+    /// The piece as written (`ys[i]`), for messages.
+    text: String,
+    /// The callable that touches it, for messages.
+    callee: String,
+    index: Index,
+    span: Span,
+}
+
+/// A loop being checked.
+struct Frame {
+    var: String,
+    var_ident: syn::Ident,
+    /// Tensors with a smaller id were declared outside the loop.
+    first_tensor: usize,
+    span: Span,
+    accesses: Vec<LoopAccess>,
+}
+
+/// A classified tensor argument.
+struct Classified {
+    id: usize,
+    use_: Use,
+    span: Span,
+    target: Target,
+    /// The partition (for a piece).
+    part: Option<usize>,
+}
+
 struct Checker<'c> {
     cx: &'c mut Ctxt,
     tensors: Vec<Tensor>,
-    /// Name scopes: name -> tensor index, or `None` for a scalar binding that shadows.
-    scopes: Vec<Vec<(String, Option<usize>)>>,
+    parts: Vec<Part>,
+    loops: Vec<Frame>,
+    /// The graph has a loop.
+    looped: bool,
+    /// Name scopes: name -> what it is bound to.
+    scopes: Vec<Vec<(String, Bind)>>,
     /// Task numbers as the engine counts them.
     next_task: usize,
     partial: bool,
@@ -122,6 +254,9 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     let mut ck = Checker {
         cx,
         tensors: Vec::new(),
+        parts: Vec::new(),
+        loops: Vec::new(),
+        looped: false,
         scopes: vec![Vec::new()],
         next_task: 0,
         partial: def.partial,
@@ -131,13 +266,17 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
         if let ParamTy::Tensor { mode, .. } = &p.ty {
             ck.declare(&p.ident.unraw().to_string(), p.ident.span(), Origin::Param(*mode));
         } else {
-            ck.scopes[0].push((p.ident.unraw().to_string(), None));
+            ck.scopes[0].push((p.ident.unraw().to_string(), Bind::Scalar));
         }
     }
     ck.stmts(&def.body);
     ck.close_scope(true);
+    // Every use of a static intermediate takes the static path, every other use the TensorMap.
+    let statik: Vec<bool> = ck.tensors.iter().map(|t| t.statik).collect();
+    keep_static(&mut ck.steps, &statik);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
-    Plan { tensors, steps: ck.steps, tasks: ck.next_task }
+    let compile_time_edges = ck.parts.is_empty() && !ck.looped;
+    Plan { tensors, steps: ck.steps, tasks: ck.next_task, statik: statik.contains(&true), compile_time_edges }
 }
 
 /// The identifiers of a token stream that could name a tensor: not a field or method name
@@ -157,6 +296,21 @@ fn tensor_mentions(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::Iden
                 }
             }
             TokenTree::Group(g) => tensor_mentions(g.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// Keeps, in every task, only the uses of static intermediates as static uses.
+fn keep_static(steps: &mut [Step], statik: &[bool]) {
+    for step in steps {
+        match step {
+            Step::Task(t) => {
+                for m in &mut t.members {
+                    m.internal.retain(|(_, id, _)| statik[*id]);
+                }
+            }
+            Step::Scope(inner) | Step::For { body: inner, .. } => keep_static(inner, statik),
             _ => {}
         }
     }
@@ -191,14 +345,15 @@ impl Checker<'_> {
             written_at: None,
             dead: false,
             errored: false,
+            statik: false,
         });
         let id = self.tensors.len() - 1;
-        self.scopes.last_mut().expect("a scope").push((name.to_string(), Some(id)));
+        self.scopes.last_mut().expect("a scope").push((name.to_string(), Bind::Tensor(id)));
         id
     }
 
-    /// The live binding of `name`: `Some(Some(t))` a tensor, `Some(None)` a scalar.
-    fn lookup(&self, name: &str) -> Option<Option<usize>> {
+    /// The live binding of `name`.
+    fn lookup(&self, name: &str) -> Option<Bind> {
         self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, t)| *t)
     }
 
@@ -217,6 +372,7 @@ impl Checker<'_> {
                     let id = self.declare(&ident.unraw().to_string(), ident.span(), Origin::Alloc);
                     match elem {
                         Some(elem) => self.steps.push(Step::Alloc {
+                            id,
                             ident: ident.clone(),
                             elem: elem.clone(),
                             dims: dims.clone(),
@@ -230,8 +386,12 @@ impl Checker<'_> {
                         self.no_hidden_tensors(&init.expr);
                     }
                     self.steps.push(Step::Scalar(local.clone()));
-                    self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), None));
+                    self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), Bind::Scalar));
                 }
+                Stmt::Partition { ident, source, method, counts } => {
+                    self.partition(ident, source, method, counts)
+                }
+                Stmt::For(l) => self.for_loop(l),
                 Stmt::Call(line) => self.task(std::slice::from_ref(line)),
                 Stmt::Scope(inner) => {
                     let outer = std::mem::take(&mut self.steps);
@@ -250,7 +410,7 @@ impl Checker<'_> {
     fn close_scope(&mut self, function: bool) {
         let scope = self.scopes.pop().unwrap_or_default();
         for (_, t) in scope {
-            let Some(id) = t else { continue };
+            let Bind::Tensor(id) = t else { continue };
             self.tensors[id].dead = !function;
             let t = &self.tensors[id];
             if t.errored || self.partial {
@@ -291,8 +451,9 @@ impl Checker<'_> {
         }
     }
 
-    /// Classifies one argument: a tensor use, or `None` for a scalar expression.
-    fn classify(&mut self, e: &syn::Expr) -> Option<(usize, Use, Span)> {
+    /// Classifies one argument: a tensor use (a whole tensor or a piece of a partition), or
+    /// `None` for a scalar expression.
+    fn classify(&mut self, e: &syn::Expr) -> Option<Classified> {
         let e = unwrap(e);
         let (inner, use_) = match e {
             syn::Expr::Reference(r) => {
@@ -301,21 +462,75 @@ impl Checker<'_> {
             other => (other, Use::Read),
         };
         let explicit = matches!(e, syn::Expr::Reference(_));
+        // `xs[index]`: a piece of a partition.
+        if let syn::Expr::Index(ix) = inner
+            && let Some(ident) = single_ident(&ix.expr)
+        {
+            let name = ident.unraw().to_string();
+            match self.lookup(&name) {
+                Some(Bind::Partition(p)) => {
+                    self.no_hidden_tensors(&ix.index);
+                    let index = (*ix.index).clone();
+                    return Some(Classified {
+                        id: self.parts[p].tensor,
+                        use_,
+                        span: ident.span(),
+                        target: Target { ident: self.parts[p].ident.clone(), index: Some(index) },
+                        part: Some(p),
+                    });
+                }
+                Some(Bind::Tensor(_)) => {
+                    self.cx.error(
+                        ident.span(),
+                        format!("`{name}` is a tensor, not a partition: it has no pieces to index [S0110]\nhelp: partition it first, `let {name}s = {name}.split(N);`, then pass `{name}s[i]`"),
+                    );
+                    return None;
+                }
+                _ => {}
+            }
+        }
         let Some(ident) = single_ident(inner) else {
             self.no_hidden_tensors(e);
             return None;
         };
         let name = ident.unraw().to_string();
         match self.lookup(&name) {
-            Some(Some(id)) => Some((id, use_, ident.span())),
-            Some(None) if explicit => {
+            Some(Bind::Tensor(id)) => Some(Classified {
+                id,
+                use_,
+                span: ident.span(),
+                target: Target { ident: ident.clone(), index: None },
+                part: None,
+            }),
+            Some(Bind::Piece(p, depth)) => {
+                let var = self.loops[depth].var_ident.clone();
+                Some(Classified {
+                    id: self.parts[p].tensor,
+                    use_,
+                    span: ident.span(),
+                    target: Target {
+                        ident: self.parts[p].ident.clone(),
+                        index: Some(syn::parse_quote!(#var)),
+                    },
+                    part: Some(p),
+                })
+            }
+            Some(Bind::Partition(p)) => {
+                let t = self.tensors[self.parts[p].tensor].name.clone();
+                self.cx.error(
+                    ident.span(),
+                    format!("`{name}` is a partition of `{t}`, not a tensor [S0110]\nhelp: pass one piece, `{name}[i]`, or the whole tensor, `{t}`"),
+                );
+                None
+            }
+            Some(Bind::Scalar | Bind::Index) if explicit => {
                 self.cx.error(
                     ident.span(),
                     format!("`{name}` is a scalar, not a tensor of this graph [S0110]\nhelp: pass scalars by value"),
                 );
                 None
             }
-            Some(None) => None,
+            Some(Bind::Scalar | Bind::Index) => None,
             None => {
                 if let Some(d) = self.dead(&name) {
                     self.cx.error(
@@ -344,7 +559,12 @@ impl Checker<'_> {
         let mut found = Vec::new();
         tensor_mentions(e.to_token_stream(), &mut found);
         for i in found {
-            if let Some(Some(id)) = self.lookup(&i.unraw().to_string()) {
+            let id = match self.lookup(&i.unraw().to_string()) {
+                Some(Bind::Tensor(id)) => Some(id),
+                Some(Bind::Partition(p) | Bind::Piece(p, _)) => Some(self.parts[p].tensor),
+                _ => None,
+            };
+            if let Some(id) = id {
                 self.tensors[id].errored = true;
                 self.cx.error(
                     i.span(),
@@ -356,9 +576,272 @@ impl Checker<'_> {
         }
     }
 
+    /// Refuses names bound at run time (graph scalars, `let`s, tensors) in an expression that
+    /// must be known at compile time: a loop bound or a partition's count.
+    fn compile_time(&mut self, e: &syn::Expr, what: &str) {
+        let mut found = Vec::new();
+        tensor_mentions(e.to_token_stream(), &mut found);
+        for i in found {
+            if self.lookup(&i.unraw().to_string()).is_some() {
+                self.cx.error(
+                    i.span(),
+                    format!(
+                        "{what} must be known at compile time, but `{i}` is a value of the run [S0115]\nhelp: use a literal or a `const`; when the count is known only at run time, write a `#[callable(orch)]` function and submit the tasks through an `IndexLaunch` (`o.index_launch()`), which checks the pieces at run time"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Whether `graph()` can evaluate `e`: it names only loop indices, literals and constants
+    /// (names that start with an upper-case letter).
+    fn replayable(&self, e: &syn::Expr) -> bool {
+        let mut found = Vec::new();
+        tensor_mentions(e.to_token_stream(), &mut found);
+        found.iter().all(|i| {
+            let name = i.unraw().to_string();
+            match self.lookup(&name) {
+                Some(Bind::Index) => true,
+                Some(_) => false,
+                None => name.starts_with(|c: char| c.is_ascii_uppercase()),
+            }
+        })
+    }
+
+    /// `let xs = x.split(n);` / `x.grid([..])`.
+    fn partition(
+        &mut self,
+        ident: &syn::Ident,
+        source: &syn::Ident,
+        method: &syn::Ident,
+        counts: &[syn::Expr],
+    ) {
+        let name = source.unraw().to_string();
+        let tensor = match self.lookup(&name) {
+            Some(Bind::Tensor(id)) => id,
+            _ => {
+                self.cx.error(
+                    source.span(),
+                    format!("`{name}` is not a tensor of this graph, so it cannot be partitioned [S0110]\nhelp: partition a graph parameter or an `alloc` intermediate"),
+                );
+                self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), Bind::Scalar));
+                return;
+            }
+        };
+        for c in counts {
+            self.compile_time(c, "a partition's piece count");
+        }
+        if counts.is_empty() {
+            // Malformed (reported by the parser).
+            self.tensors[tensor].errored = true;
+        }
+        let key = format!(
+            "{name}.{method}({})",
+            counts.iter().map(|c| model::squash(c.to_token_stream())).collect::<Vec<_>>().join(", ")
+        );
+        let id = self.parts.len();
+        self.tensors[tensor].statik = true;
+        self.parts.push(Part { tensor, ident: ident.clone(), key });
+        self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), Bind::Partition(id)));
+        if !counts.is_empty() {
+            self.steps.push(Step::Partition {
+                id,
+                tensor,
+                ident: ident.clone(),
+                source: source.clone(),
+                method: method.clone(),
+                counts: counts.to_vec(),
+            });
+        }
+    }
+
+    /// A loop: its body is checked once, as any iteration; then the accesses of tensors
+    /// declared outside it are compared across iterations.
+    fn for_loop(&mut self, l: &ForLoop) {
+        if let Some((start, end)) = &l.range {
+            self.compile_time(start, "a loop's bound");
+            self.compile_time(end, "a loop's bound");
+        }
+        let part = match &l.piece {
+            Some((_, p)) => match self.lookup(&p.unraw().to_string()) {
+                Some(Bind::Partition(id)) => Some((self.parts[id].ident.clone(), id)),
+                _ => {
+                    self.cx.error(
+                        p.span(),
+                        format!("`{p}` is not a partition of this graph [S0115]\nhelp: loop over a partition: `let {p} = x.split(N);` first, or `for (i, t) in x.split(N) {{ .. }}`"),
+                    );
+                    return;
+                }
+            },
+            None => None,
+        };
+        let var = l.var.unraw().to_string();
+        self.looped = true;
+        self.loops.push(Frame {
+            var: var.clone(),
+            var_ident: l.var.clone(),
+            first_tensor: self.tensors.len(),
+            span: l.span,
+            accesses: Vec::new(),
+        });
+        let outer = std::mem::take(&mut self.steps);
+        self.scopes.push(vec![(var, Bind::Index)]);
+        if let (Some((t, _)), Some((_, id))) = (&l.piece, &part) {
+            let depth = self.loops.len() - 1;
+            self.scopes.last_mut().expect("a scope").push((t.unraw().to_string(), Bind::Piece(*id, depth)));
+        }
+        self.stmts(&l.body);
+        self.close_scope(false);
+        let frame = self.loops.pop().expect("a loop");
+        self.across_iterations(&frame);
+        let body = std::mem::replace(&mut self.steps, outer);
+        self.steps.push(Step::For { var: l.var.clone(), range: l.range.clone(), part, body });
+    }
+
+    /// Records an access for every enclosing loop the tensor was declared outside of; a write
+    /// that is not a piece at that loop's index touches the same bytes in every iteration:
+    /// refused (an index the graph cannot follow), or allowed only through an `InOut`
+    /// parameter (an accumulator the engine orders), checked by an assertion.
+    fn loop_access(&mut self, c: &Classified, callee: &syn::Expr, pos: usize, asserts: &mut Vec<Assert>) {
+        let name = self.tensors[c.id].name.clone();
+        let (key, text, index_text) = match (c.part, &c.target.index) {
+            (Some(p), Some(ix)) => {
+                let ix_text = model::squash(ix.to_token_stream());
+                (
+                    Some(self.parts[p].key.clone()),
+                    format!("{}[{ix_text}]", c.target.ident),
+                    Some((ix, ix_text)),
+                )
+            }
+            _ => (None, name.clone(), None),
+        };
+        let write = c.use_ == Use::Write;
+        let mut asserted = false;
+        for depth in (0..self.loops.len()).rev() {
+            if c.id >= self.loops[depth].first_tensor {
+                continue;
+            }
+            let frame_var = self.loops[depth].var.clone();
+            let index = match &index_text {
+                None => Index::Whole,
+                Some((ix, t)) => match single_ident(ix) {
+                    Some(i) if i.unraw() == frame_var => Index::Var(frame_var.clone()),
+                    Some(i) if self.lookup(&i.unraw().to_string()) == Some(Bind::Index) => Index::Fixed,
+                    _ if matches!(unwrap(ix), syn::Expr::Lit(_)) => Index::Fixed,
+                    _ => Index::Other(t.clone()),
+                },
+            };
+            if write && !self.tensors[c.id].errored {
+                match &index {
+                    Index::Var(_) => {}
+                    Index::Whole | Index::Fixed if !asserted => {
+                        asserted = true;
+                        let callee_name = model::squash(callee.to_token_stream());
+                        asserts.push(Assert {
+                            span: c.span,
+                            callee: callee.clone(),
+                            pos,
+                            forbid: Mode::Out,
+                            message: format!(
+                                "`{text}` is written in every iteration of the loop over `{frame_var}` ({}), and argument {} of `{callee_name}` is an `Out` parameter: each iteration would overwrite the same bytes [S0113]. help: write one piece per iteration (`let parts = {name}.split(N);`, then `&mut parts[{frame_var}]`), or accumulate through an `InOut` parameter, which the loop orders",
+                                at(self.loops[depth].span),
+                                pos + 1
+                            ),
+                        });
+                    }
+                    Index::Whole | Index::Fixed => {}
+                    Index::Other(t) => {
+                        self.tensors[c.id].errored = true;
+                        self.cx.error(
+                            c.span,
+                            format!(
+                                "argument {} of `{}` writes `{text}`, but the graph cannot prove that the iterations of the loop over `{frame_var}` ({}) write different pieces of `{name}`: the piece index `{t}` is not the loop's index [S0113]\nhelp: index the written piece with the loop variable itself, `&mut {}[{frame_var}]`, with a partition whose pieces match the iterations",
+                                pos + 1,
+                                model::squash(callee.to_token_stream()),
+                                at(self.loops[depth].span),
+                                c.target.ident
+                            ),
+                        );
+                    }
+                }
+            }
+            self.loops[depth].accesses.push(LoopAccess {
+                tensor: c.id,
+                write,
+                key: key.clone(),
+                text: text.clone(),
+                callee: model::squash(callee.to_token_stream()),
+                index,
+                span: c.span,
+            });
+        }
+    }
+
+    /// The checks between iterations of one loop: the pieces written at the loop's index are
+    /// of one partition, and nothing else in the body touches what they write.
+    fn across_iterations(&mut self, frame: &Frame) {
+        let var = &frame.var;
+        let mut done: Vec<usize> = Vec::new();
+        for a in &frame.accesses {
+            if done.contains(&a.tensor) {
+                continue;
+            }
+            done.push(a.tensor);
+            let all: Vec<&LoopAccess> = frame.accesses.iter().filter(|b| b.tensor == a.tensor).collect();
+            let Some(first) = all.iter().find(|b| b.write && b.index == Index::Var(var.clone())) else {
+                continue;
+            };
+            let name = self.tensors[a.tensor].name.clone();
+            if self.tensors[a.tensor].errored {
+                continue;
+            }
+            let same_piece = |b: &LoopAccess| b.key == first.key && b.index == first.index;
+            for b in &all {
+                if same_piece(b) {
+                    continue;
+                }
+                if b.write {
+                    self.cx.error(
+                        b.span,
+                        format!(
+                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write through `{}` ({}) [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
+                            b.text,
+                            b.callee,
+                            first.text,
+                            at(frame.span),
+                            first.callee,
+                            at(first.span)
+                        ),
+                    );
+                } else {
+                    self.cx.error(
+                        b.span,
+                        format!(
+                            "`{}` is read here by `{}`, but other iterations of the loop over `{var}` ({}) write the pieces `{}` of `{name}` through `{}` ({}), and nothing orders the iterations [S0114]\nhelp: read only this iteration's piece, `{}`, or read `{name}` after the loop, when every piece is written",
+                            b.text,
+                            b.callee,
+                            at(frame.span),
+                            first.text,
+                            first.callee,
+                            at(first.span),
+                            first.text
+                        ),
+                    );
+                }
+                self.tensors[a.tensor].errored = true;
+                break;
+            }
+        }
+    }
+
     /// A live tensor whose name is close to `name`.
     fn similar(&self, name: &str) -> Option<String> {
-        let live = self.scopes.iter().flat_map(|s| s.iter()).filter_map(|(n, t)| t.map(|_| n.clone()));
+        let live = self
+            .scopes
+            .iter()
+            .flat_map(|s| s.iter())
+            .filter(|(_, t)| matches!(t, Bind::Tensor(_) | Bind::Partition(_)))
+            .map(|(n, _)| n.clone());
         live.map(|n| (distance(&n, name), n))
             .filter(|(d, n)| *d <= (n.len().max(name.len()) / 3).max(1))
             .min()
@@ -401,34 +884,57 @@ impl Checker<'_> {
         // Uses: (tensor, use, span, argument position, member).
         let mut uses: Vec<(usize, Use, Span, usize, usize)> = Vec::new();
         let mut members = Vec::new();
+        // S0113 assertions of writes that touch the same bytes in every iteration of a loop.
+        let mut loop_asserts: Vec<Assert> = Vec::new();
         for (m, line) in lines.iter().enumerate() {
             let mut args = Vec::new();
             let mut member_uses = Vec::new();
+            let mut internal = Vec::new();
             for (pos, a) in line.args.iter().enumerate() {
                 match self.classify(a) {
-                    Some((id, u, span)) => {
-                        uses.push((id, u, span, pos, m));
-                        member_uses.push((pos, id));
-                        let ident = tensor_ident(a).expect("a tensor argument is a name");
-                        args.push(match u {
-                            Use::Read => Arg::Read(ident, a.span()),
-                            Use::Write => Arg::Write(ident, a.span()),
+                    Some(c) => {
+                        uses.push((c.id, c.use_, c.span, pos, m));
+                        let piece = match (c.part, &c.target.index) {
+                            (Some(p), Some(ix)) if self.replayable(ix) => Some((p, ix.clone())),
+                            _ => None,
+                        };
+                        member_uses.push((pos, c.id, piece));
+                        if self.tensors[c.id].origin == Origin::Alloc && !self.loops.is_empty() {
+                            self.tensors[c.id].statik = true;
+                        }
+                        if self.tensors[c.id].origin == Origin::Alloc {
+                            let piece = c.part.zip(c.target.index.clone());
+                            internal.push((pos, c.id, piece));
+                        }
+                        self.loop_access(&c, &line.callee, pos, &mut loop_asserts);
+                        args.push(match c.use_ {
+                            Use::Read => Arg::Read(c.target, a.span()),
+                            Use::Write => Arg::Write(c.target, a.span()),
                         });
                     }
                     None => args.push(Arg::Other(a.clone())),
                 }
             }
-            members.push(Member { line: line.clone(), args, uses: member_uses });
+            let target = match &line.place {
+                syn::Expr::Call(c) if c.args.len() == 1 && self.replayable(&c.args[0]) => {
+                    Some(c.args[0].clone())
+                }
+                _ => None,
+            };
+            members.push(Member { line: line.clone(), args, uses: member_uses, target, internal });
         }
         let callee_name = model::squash(lines[0].callee.to_token_stream());
         self.check_uses(&uses, group, &callee_name);
 
         // Signature-dependent checks.
-        let mut asserts = Vec::new();
+        let accumulated: Vec<Span> = loop_asserts.iter().map(|a| a.span).collect();
+        let mut asserts = loop_asserts;
         for &(id, u, span, pos, m) in &uses {
             if u != Use::Write {
                 continue;
             }
+            // A loop's accumulator: S0113 says it better than S0112.
+            let accumulator = accumulated.iter().any(|s| format!("{s:?}") == format!("{span:?}"));
             let t = &self.tensors[id];
             let name = &t.name;
             let callee = lines[m].callee.clone();
@@ -443,7 +949,7 @@ impl Checker<'_> {
                         pos + 1
                     ),
                 });
-            } else if t.readers.is_empty() && t.writer.is_some() {
+            } else if t.readers.is_empty() && t.writer.is_some() && !accumulator {
                 let when = t.written_at.map(|s| format!(" at {}", at(s))).unwrap_or_default();
                 asserts.push(Assert {
                     span,
@@ -455,6 +961,21 @@ impl Checker<'_> {
                         pos + 1
                     ),
                 });
+            }
+        }
+
+        // Edges, from the state before this task (a task never reads and writes one tensor),
+        // in the engine's walk order: per argument, its writer, then for a write the readers.
+        let mut edges = Vec::new();
+        for &(id, u, _, pos, m) in &uses {
+            let t = &self.tensors[id];
+            if let Some(from) = t.writer {
+                edges.push(GraphEdge { from, member: m, pos, tensor: t.name.clone(), war: false });
+            }
+            if u == Use::Write {
+                for &from in &t.readers {
+                    edges.push(GraphEdge { from, member: m, pos, tensor: t.name.clone(), war: true });
+                }
             }
         }
 
@@ -472,7 +993,7 @@ impl Checker<'_> {
                 t.written_at = Some(span);
             }
         }
-        self.steps.push(Step::Task(Task { index, members, asserts }));
+        self.steps.push(Step::Task(Task { index, members, asserts, edges }));
     }
 
     /// Checks within one task: writes to `In` inputs, aliasing, reads of empty tensors.
@@ -540,14 +1061,4 @@ impl Checker<'_> {
             }
         }
     }
-}
-
-/// The identifier naming the tensor in a tensor argument (`t`, `&t`, `&mut (t)`).
-fn tensor_ident(e: &syn::Expr) -> Option<syn::Ident> {
-    let e = unwrap(e);
-    let inner = match e {
-        syn::Expr::Reference(r) => unwrap(&r.expr),
-        other => other,
-    };
-    single_ident(inner).cloned()
 }

@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::check::{Arg, Plan, Step, Task};
+use super::check::{Arg, Plan, Step, Target, Task};
 use super::parse::{GraphDef, single_ident};
 use crate::callable::{self, Sig};
 use crate::descriptor;
@@ -22,14 +22,28 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let (body, replay) = if failed {
         (Vec::new(), Vec::new())
     } else {
-        let mut out = Gen { root: &root, o: &o, g: &g, body: Vec::new(), replay: Vec::new() };
+        let se = format_ident!("__se", span = model::hidden());
+        let mut out = Gen {
+            root: &root,
+            o: &o,
+            g: &g,
+            se: &se,
+            statik: plan.statik,
+            compile_time_edges: plan.compile_time_edges,
+            body: Vec::new(),
+            replay: Vec::new(),
+        };
+        if plan.statik {
+            let n = plan.tensors.len();
+            out.body.push(quote!(let mut #se = #root::__private::StaticEdges::new(#n); let _ = &mut #se;));
+        }
         for tensor in &plan.tensors {
             out.replay.push(quote!(#g.tensor(#tensor);));
         }
         // Task handles outlive the scopes their tasks are in.
         for t in 0..plan.tasks {
             let handle = format_ident!("__t{}", t, span = model::hidden());
-            out.body.push(quote!(let #handle: #root::TaskHandle;));
+            out.body.push(quote!(let mut #handle: #root::TaskHandle;));
         }
         for step in &plan.steps {
             out.step(step);
@@ -77,6 +91,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let extra = quote! {
         /// The graph's structure: its tasks and the dependencies between them, computed with
         /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
+        #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
         pub fn graph() -> #root::TaskGraph {
             let mut #g = #root::__private::GraphBuilder::new();
             #(#replay)*
@@ -89,7 +104,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     let quiet = if failed { quote!(#[allow(unused_variables)]) } else { TokenStream::new() };
     quote! {
         #(#attrs)*
-        #[allow(unused_mut, clippy::needless_question_mark)]
+        #[allow(unused_mut, clippy::needless_question_mark, clippy::unnecessary_cast)]
         #quiet
         #vis fn #name(#o: &mut #root::Orchestrator<'_>, #(#fn_params),*) -> #root::Result<()> {
             #(#markers)*
@@ -104,6 +119,12 @@ struct Gen<'a> {
     root: &'a TokenStream,
     o: &'a syn::Ident,
     g: &'a syn::Ident,
+    /// The generated `StaticEdges` of the graph's intermediates.
+    se: &'a syn::Ident,
+    /// Whether the body tracks static edges at all.
+    statik: bool,
+    /// Whether `graph()` reads the edges the check pass computed (else it replays the body).
+    compile_time_edges: bool,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
 }
@@ -112,9 +133,17 @@ impl Gen<'_> {
     fn step(&mut self, step: &Step) {
         let (root, o) = (self.root, self.o);
         match step {
-            Step::Alloc { ident, elem, dims } => self.body.push(quote_spanned! {ident.span()=>
-                let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
-            }),
+            Step::Alloc { id, ident, elem, dims } => {
+                self.body.push(quote_spanned! {ident.span()=>
+                    let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
+                });
+                // A new buffer each time (each iteration of a loop allocates its own).
+                let (g, se) = (self.g, self.se);
+                if self.statik {
+                    self.body.push(quote!(#se.fresh(#id);));
+                }
+                self.replay.push(quote!(#g.fresh(#id);));
+            }
             Step::Scalar(local) => self.body.push(local.to_token_stream()),
             Step::Scope(inner) => {
                 let outer = std::mem::take(&mut self.body);
@@ -131,6 +160,42 @@ impl Gen<'_> {
                 });
             }
             Step::Task(task) => self.task(task),
+            Step::Partition { id, tensor, ident, source, method, counts } => {
+                let counts: Vec<TokenStream> = counts.iter().map(const_u32).collect();
+                let arg = if method == "split" { quote!(#(#counts)*) } else { quote!(&[#(#counts),*]) };
+                self.body.push(quote_spanned! {method.span()=>
+                    let mut #ident = #source.#method(#arg)?;
+                });
+                let (g, se) = (self.g, self.se);
+                if self.statik {
+                    self.body.push(quote!(#se.partition(#id, &[#(#counts),*]);));
+                }
+                self.replay.push(quote!(#g.partition(#id, #tensor, &[#(#counts),*]);));
+            }
+            Step::For { var, range, part, body } => {
+                let g = self.g;
+                let (run, replay_range) = match (range, part) {
+                    (Some((start, end)), _) => {
+                        let (s, e) = (const_u32(start), const_u32(end));
+                        let root = self.root;
+                        let r = quote!(#root::__private::range(#s, #e));
+                        (r.clone(), r)
+                    }
+                    (None, Some((ident, id))) => {
+                        (quote!(0u32..(#ident.len() as u32)), quote!(0u32..#g.pieces(#id)))
+                    }
+                    (None, None) => unreachable!("a loop has a range or a partition"),
+                };
+                let (outer_body, outer_replay) =
+                    (std::mem::take(&mut self.body), std::mem::take(&mut self.replay));
+                for s in body {
+                    self.step(s);
+                }
+                let inner = std::mem::replace(&mut self.body, outer_body);
+                let inner_replay = std::mem::replace(&mut self.replay, outer_replay);
+                self.body.push(quote!(for #var in #run { #(#inner)* }));
+                self.replay.push(quote!(for #var in #replay_range { #(#inner_replay)* }));
+            }
         }
     }
 
@@ -160,8 +225,16 @@ impl Gen<'_> {
             let line = &member.line;
             let callee = &line.callee;
             let args = member.args.iter().map(|a| match a {
-                Arg::Read(ident, span) => quote_spanned!(*span=> &#ident),
-                Arg::Write(ident, span) => quote_spanned!(*span=> &mut #ident),
+                Arg::Read(Target { ident, index: None }, span) => quote_spanned!(*span=> &#ident),
+                Arg::Write(Target { ident, index: None }, span) => quote_spanned!(*span=> &mut #ident),
+                Arg::Read(Target { ident, index: Some(ix) }, span) => {
+                    let name = ident.to_string();
+                    quote_spanned!(*span=> #root::__private::piece(&#ident, #ix, #name)?)
+                }
+                Arg::Write(Target { ident, index: Some(ix) }, span) => {
+                    let name = ident.to_string();
+                    quote_spanned!(*span=> #root::__private::piece_mut(&mut #ident, #ix, #name)?)
+                }
                 Arg::Other(e) => e.to_token_stream(),
             });
             let mods = line.mods.iter().map(|mc| {
@@ -171,10 +244,39 @@ impl Gen<'_> {
             let mut list = proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#args),*));
             list.set_span(line.paren);
             let place = self.placement(&line.place);
-            calls.push((quote_spanned!(line.span=> #callee::call #list ? #(#mods)*), place));
-            let target = target_text(&line.place);
-            let uses = member.uses.iter().map(|(pos, id)| quote!((#pos, #id)));
-            replay_members.push(quote!((#target, &[#(#uses),*] as &[(usize, usize)])));
+            let call = quote_spanned!(line.span=> #callee::call #list ? #(#mods)*);
+            let call = if member.internal.is_empty() {
+                call
+            } else {
+                let se = self.se;
+                let c = format_ident!("__c", span = model::hidden());
+                let uses = member.internal.iter().map(|(pos, id, piece)| match piece {
+                    Some((part, ix)) => {
+                        quote!((#pos, #id, ::core::option::Option::Some((#part, (#ix) as u32))))
+                    }
+                    None => quote!((#pos, #id, ::core::option::Option::None)),
+                });
+                quote!({
+                    let mut #c = #call;
+                    #se.uses(#callee::INFO, &[#(#uses),*], &mut #c);
+                    #c
+                })
+            };
+            calls.push((call, place));
+            let target = match &member.target {
+                Some(e) if target_text(&line.place) == "worker ?" => {
+                    quote!(::std::format!("worker {}", #e).as_str())
+                }
+                _ => {
+                    let t = target_text(&line.place);
+                    quote!(#t)
+                }
+            };
+            let uses = member.uses.iter().map(|(pos, id, piece)| match piece {
+                Some((part, ix)) => quote!((#pos, #id, ::core::option::Option::Some((#part, (#ix) as u32)))),
+                None => quote!((#pos, #id, ::core::option::Option::None)),
+            });
+            replay_members.push(quote!((#target, &[#(#uses),*] as &[#root::__private::ArgUse])));
         }
         if calls.len() > 1 {
             let items = calls.iter().map(|(c, p)| quote!((#c, #p)));
@@ -183,9 +285,24 @@ impl Gen<'_> {
             let (c, p) = &calls[0];
             self.body.push(quote!(#handle = #c.on(#o, #p)?;));
         }
+        if task.members.iter().any(|m| !m.internal.is_empty()) {
+            let se = self.se;
+            self.body.push(quote!(#se.done(#handle);));
+        }
         self.body.push(quote!(let _ = #handle;));
         let callee = &task.members[0].line.callee;
-        self.replay.push(quote!(#g.call(#callee::INFO, &[#(#replay_members),*]);));
+        if self.compile_time_edges {
+            let targets = task.members.iter().map(|m| target_text(&m.line.place));
+            let to = task.index;
+            self.replay.push(quote!(#g.node(#callee::INFO, &[#(#targets),*]);));
+            for e in &task.edges {
+                let (from, pos, tensor, war) = (e.from, e.pos, &e.tensor, e.war);
+                let consumer = &task.members[e.member].line.callee;
+                self.replay.push(quote!(#g.edge(#from, #to, #consumer::INFO, #pos, #tensor, #war);));
+            }
+        } else {
+            self.replay.push(quote!(#g.call(#callee::INFO, &[#(#replay_members),*]);));
+        }
     }
 
     /// `sub()`, `chip(n)`, `worker(n)` need no import inside a graph.
@@ -200,6 +317,13 @@ impl Gen<'_> {
         }
         place.to_token_stream()
     }
+}
+
+/// `{ const N: u32 = e; N }`: `e` evaluated at compile time, as a `u32` (a loop bound, a
+/// partition's count: `graph()` needs them without the run's values).
+fn const_u32(e: &syn::Expr) -> TokenStream {
+    let n = format_ident!("__N", span = model::hidden());
+    quote_spanned!(e.span()=> { const #n: u32 = #e; #n })
 }
 
 /// `ts` with every token at `span` (so an error about the generated path points at the user's).

@@ -36,6 +36,25 @@ pub(crate) enum Stmt {
     Scope(Vec<Stmt>),
     /// `group(|| { ... });`: its call lines are the members of one task.
     Group { span: Span, members: Vec<CallLine> },
+    /// `let xs = x.split(n);` or `let xs = x.grid([a, b]);`: a partition of tensor `source`
+    /// into pieces (`counts`: pieces per axis, from axis 0).
+    Partition { ident: syn::Ident, source: syn::Ident, method: syn::Ident, counts: Vec<syn::Expr> },
+    /// `for i in a..b { ... }`, or `for (i, t) in xs { ... }` over a partition (`piece`: `t` and
+    /// the partition's name; the range is then the partition's pieces).
+    For(Box<ForLoop>),
+}
+
+/// A `for` loop of a graph body (an index launch).
+pub(crate) struct ForLoop {
+    /// The index variable (`_` allowed).
+    pub(crate) var: syn::Ident,
+    /// `a..b` of `for i in a..b` (`None`: over a partition's pieces).
+    pub(crate) range: Option<(syn::Expr, syn::Expr)>,
+    /// `(t, xs)` of `for (i, t) in xs`.
+    pub(crate) piece: Option<(syn::Ident, syn::Ident)>,
+    pub(crate) body: Vec<Stmt>,
+    /// The `for` keyword.
+    pub(crate) span: Span,
 }
 
 /// A call line: `callee(args)[.config(..)].on(place)`.
@@ -166,7 +185,7 @@ fn unsupported(cx: &mut Ctxt, partial: &mut bool, span: Span) {
     *partial = true;
     cx.error(
         span,
-        "unsupported statement in `task_graph!` [S0109]\nhelp: a graph body has `let x = alloc::<T>([dims]);`, scalar `let`s, call lines `f(args).on(placement);`, `scope(|| { ... });` and `group(|| { ... });`; for loops and branches, write a `#[callable(orch)]` function with the builder API".to_string(),
+        "unsupported statement in `task_graph!` [S0109]\nhelp: a graph body has `let x = alloc::<T>([dims]);`, scalar `let`s, call lines `f(args).on(placement);`, `scope(|| { ... });`, `group(|| { ... });`, partitions `let xs = x.split(N);` and loops `for i in 0..N { ... }`; for branches and loops whose bound is known only at run time, write a `#[callable(orch)]` function with the builder API".to_string(),
     );
 }
 
@@ -177,6 +196,11 @@ fn stmts(cx: &mut Ctxt, partial: &mut bool, input: &[syn::Stmt]) -> Vec<Stmt> {
             syn::Stmt::Local(local) => {
                 if let Some(s) = parse_local(cx, partial, local) {
                     out.push(s);
+                }
+            }
+            syn::Stmt::Expr(syn::Expr::ForLoop(f), _) => {
+                if let Some(l) = parse_for(cx, partial, f, &mut out) {
+                    out.push(Stmt::For(Box::new(l)));
                 }
             }
             syn::Stmt::Expr(e, _) => {
@@ -231,6 +255,10 @@ fn parse_local(cx: &mut Ctxt, partial: &mut bool, local: &syn::Local) -> Option<
         unsupported(cx, partial, local.span());
         return None;
     };
+    // `x.split(n)`, `x.grid([a, b])`
+    if let Some((source, method, counts)) = partition_expr(cx, partial, &init.expr) {
+        return Some(Stmt::Partition { ident, source, method, counts });
+    }
     // `alloc::<T>([dims])`
     if let syn::Expr::Call(call) = &*init.expr
         && let syn::Expr::Path(p) = &*call.func
@@ -261,6 +289,104 @@ fn parse_local(cx: &mut Ctxt, partial: &mut bool, local: &syn::Local) -> Option<
         });
     }
     Some(Stmt::Scalar { ident, local: local.clone() })
+}
+
+/// `x.split(n)` / `x.grid([a, b])`: the tensor, the method and the piece counts per axis.
+/// `x.tiles(..)` is refused here: its count depends on the tensor's shape, known only at run time.
+fn partition_expr(
+    cx: &mut Ctxt,
+    partial: &mut bool,
+    e: &syn::Expr,
+) -> Option<(syn::Ident, syn::Ident, Vec<syn::Expr>)> {
+    let syn::Expr::MethodCall(m) = unwrap(e) else { return None };
+    let source = single_ident(&m.receiver)?.clone();
+    let method = m.method.to_string();
+    if !matches!(method.as_str(), "split" | "grid" | "tiles" | "rows" | "slice") {
+        return None;
+    }
+    let counts = match (method.as_str(), m.args.len(), m.args.first()) {
+        ("split", 1, Some(n)) => Some(vec![n.clone()]),
+        ("grid", 1, Some(syn::Expr::Array(a))) if !a.elems.is_empty() => {
+            Some(a.elems.iter().cloned().collect())
+        }
+        _ => None,
+    };
+    match counts {
+        Some(counts) => Some((source, m.method.clone(), counts)),
+        None => {
+            *partial = true;
+            cx.error(
+                m.method.span(),
+                format!(
+                    "`{source}.{method}(..)` is not a partition a graph can check [S0115]\nhelp: a graph partitions a tensor with a piece count known at compile time: `{source}.split(N)` (N equal pieces of axis 0) or `{source}.grid([A, B])` (A x B pieces); for `tiles(shape)`, `rows(..)`, `slice(..)` or counts known at run time, use `IndexLaunch` in a `#[callable(orch)]` function"
+                ),
+            );
+            Some((source, m.method.clone(), Vec::new()))
+        }
+    }
+}
+
+/// `for i in a..b { .. }` or `for (i, t) in xs { .. }` / `for (i, t) in x.split(n) { .. }` (the
+/// inline partition is pushed to `out` first, under a hidden name).
+fn parse_for(
+    cx: &mut Ctxt,
+    partial: &mut bool,
+    f: &syn::ExprForLoop,
+    out: &mut Vec<Stmt>,
+) -> Option<ForLoop> {
+    let span = f.for_token.span;
+    let help = "help: a graph loop is `for i in 0..N { .. }` with `N` a literal or a `const`, or `for (i, t) in xs { .. }` over a partition `let xs = x.split(N);` (or `for (i, t) in x.split(N) { .. }`)";
+    let bad = |cx: &mut Ctxt, partial: &mut bool, span: Span, what: &str| {
+        *partial = true;
+        cx.error(span, format!("{what} [S0115]\n{help}"));
+    };
+    let pat_ident = |p: &syn::Pat| match p {
+        syn::Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => Some(pi.ident.clone()),
+        syn::Pat::Wild(w) => Some(syn::Ident::new("_", w.underscore_token.span)),
+        _ => None,
+    };
+    let body = stmts(cx, partial, &f.body.stmts);
+    if let syn::Expr::Range(r) = unwrap(&f.expr) {
+        let Some(var) = pat_ident(&f.pat) else {
+            bad(cx, partial, f.pat.span(), "a loop over a range binds one index variable");
+            return None;
+        };
+        let (Some(start), Some(end), syn::RangeLimits::HalfOpen(_)) = (&r.start, &r.end, &r.limits) else {
+            bad(cx, partial, r.span(), "a graph loop runs over a half-open range `a..b`");
+            return None;
+        };
+        return Some(ForLoop {
+            var,
+            range: Some(((**start).clone(), (**end).clone())),
+            piece: None,
+            body,
+            span,
+        });
+    }
+    let syn::Pat::Tuple(t) = &*f.pat else {
+        bad(cx, partial, f.pat.span(), "a loop over a partition binds `(i, piece)`");
+        return None;
+    };
+    let (Some(var), Some(piece)) = (
+        t.elems.first().and_then(pat_ident),
+        t.elems.iter().nth(1).and_then(pat_ident).filter(|_| t.elems.len() == 2),
+    ) else {
+        bad(cx, partial, t.span(), "a loop over a partition binds `(i, piece)`");
+        return None;
+    };
+    // `for (_, t) in xs`: the piece still needs the index, under a name the user cannot see.
+    let var = if var == "_" { syn::Ident::new("__index", Span::mixed_site()) } else { var };
+    let part = if let Some(p) = single_ident(&f.expr) {
+        p.clone()
+    } else if let Some((source, method, counts)) = partition_expr(cx, partial, &f.expr) {
+        let hidden = syn::Ident::new(&format!("__part_{piece}"), piece.span());
+        out.push(Stmt::Partition { ident: hidden.clone(), source, method, counts });
+        hidden
+    } else {
+        bad(cx, partial, f.expr.span(), "a graph loop runs over a range `0..N` or a partition");
+        return None;
+    };
+    Some(ForLoop { var, range: None, piece: Some((piece, part)), body, span })
 }
 
 /// The path's single identifier, if it is one.

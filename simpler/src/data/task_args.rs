@@ -188,6 +188,10 @@ pub struct TaskArgs {
     pub(crate) tags: SmallVec<[Tag; 8]>,
     pub(crate) scalars: SmallVec<[u64; 4]>,
     pub(crate) deps: Vec<Dep>,
+    /// Tensors (bit `i`: tensor `i`, the first 64) whose edges the submitter states itself
+    /// through `deps`, so the TensorMap neither looks them up nor records them: a
+    /// `task_graph!`'s own intermediates, whose every use the graph tracks (static edges).
+    pub(crate) static_tensors: u64,
 }
 
 impl std::fmt::Debug for TaskArgs {
@@ -561,6 +565,20 @@ impl TaskArgs {
         &self.deps
     }
 
+    /// Marks tensor `i` as one whose edges `deps` state (a `task_graph!`'s intermediate). Only
+    /// for generated code: every task that names the tensor must be submitted this way, with
+    /// every dependency the engine's rules would give it.
+    pub(crate) fn set_static(&mut self, i: usize) {
+        if i < 64 {
+            self.static_tensors |= 1 << i;
+        }
+    }
+
+    /// Whether tensor `i`'s edges are stated by `deps` (see `set_static`).
+    pub(crate) fn is_static(&self, i: usize) -> bool {
+        i < 64 && self.static_tensors & (1 << i) != 0
+    }
+
     /// Removes everything (tensors, scalars and dependencies), so the value can be reused.
     ///
     /// ```
@@ -577,6 +595,7 @@ impl TaskArgs {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn clear(&mut self) {
+        self.static_tensors = 0;
         self.tensors.clear();
         self.tags.clear();
         self.scalars.clear();

@@ -559,7 +559,10 @@ impl Tensor {
         &self.view
     }
 
-    /// Another view of the same buffer (keeps the same owner alive).
+    /// Another view of the same buffer (keeps the same owner alive). The view's byte offset
+    /// counts from the start of the buffer, not of this tensor; to take part of the tensor
+    /// itself, use [`rows`](Tensor::rows), [`slice`](Tensor::slice), [`split`](Tensor::split),
+    /// [`tiles`](Tensor::tiles) or [`grid`](Tensor::grid).
     ///
     /// # Errors
     ///
@@ -580,6 +583,237 @@ impl Tensor {
     /// ```
     pub fn reshape(&self, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(self.desc, view, self.keepalive.clone())
+    }
+}
+
+/// Partitions: views of a part of a tensor, with offsets and ranges counted in elements of the
+/// tensor (not bytes of its buffer). Each keeps the buffer, the element type, the strides and
+/// the access of the tensor it was taken from, so a piece of a read-only tensor is read-only.
+impl Tensor {
+    /// The rows `range` of the tensor (axis 0): `slice(0, range)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`slice`](Tensor::slice).
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 12)?;
+    /// // `buffer`: a host buffer (`worker.create_buffer(48)?`).
+    /// let m = buffer.tensor(&[4, 3], DataType::Float32)?; // 4 rows of 3
+    /// let mid = m.rows(1..3)?;
+    /// assert_eq!(mid.view().shape(), &[2, 3]);
+    /// assert_eq!(mid.view().byte_offset(), 12); // row 1 starts 3 elements in
+    /// assert!(m.rows(3..5).is_err()); // past the last row
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn rows(&self, range: std::ops::Range<u32>) -> Result<Tensor> {
+        self.slice(0, range)
+    }
+
+    /// The part of the tensor whose index along `axis` is in `range`; the other axes are whole.
+    /// The piece has the tensor's strides, so a slice along an inner axis is a strided view.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when `axis`
+    /// is not an axis of the tensor, or `range` is empty or ends past the axis.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 12)?;
+    /// let m = buffer.tensor(&[4, 3], DataType::Float32)?;
+    /// let last_column = m.slice(1, 2..3)?;
+    /// assert_eq!(last_column.view().shape(), &[4, 1]);
+    /// assert_eq!(last_column.view().strides(), &[3, 1]);
+    /// assert_eq!(last_column.view().byte_offset(), 8);
+    /// let err = m.slice(2, 0..1).unwrap_err();
+    /// assert!(err.message().contains("has no axis 2"), "{err}");
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn slice(&self, axis: usize, range: std::ops::Range<u32>) -> Result<Tensor> {
+        let v = &self.view;
+        let shape = v.shape();
+        let Some(&len) = shape.get(axis) else {
+            return Err(Error::invalid(format!(
+                "cannot slice tensor {shape:?} along axis {axis}: it has no axis {axis} (rank {})",
+                shape.len()
+            )));
+        };
+        if range.start >= range.end || range.end > len {
+            return Err(Error::invalid(format!(
+                "cannot slice {}..{} of axis {axis} of tensor {shape:?}: the range must be non-empty and within 0..{len}",
+                range.start, range.end
+            )));
+        }
+        let mut s = [0u32; MAX_TENSOR_DIMS];
+        s[..shape.len()].copy_from_slice(shape);
+        s[axis] = range.end - range.start;
+        let offset = u64::from(range.start) * u64::from(v.strides()[axis]) * v.dtype().size() as u64;
+        let view = TensorView::new(v.byte_offset + offset, &s[..shape.len()], Some(v.strides()), v.dtype())?;
+        self.reshape(view)
+    }
+
+    /// `n` equal pieces along axis 0, in order (a partition of the rows).
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when `n` is 0
+    /// or does not divide the number of rows: pieces are never of unequal size. To handle a
+    /// remainder, split the rows that divide and take the rest with [`rows`](Tensor::rows).
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 12)?;
+    /// let m = buffer.tensor(&[4, 3], DataType::Float32)?;
+    /// let halves = m.split(2)?;
+    /// assert_eq!(halves.len(), 2);
+    /// assert_eq!(halves[1].view().shape(), &[2, 3]);
+    /// assert_eq!(halves[1].view().byte_offset(), 24);
+    /// let err = m.split(3).unwrap_err();
+    /// assert!(err.message().contains("4 rows into 3 equal pieces"), "{err}");
+    /// // The remainder by hand: 3 pieces of 1 row, then the last row.
+    /// let (head, tail) = (m.rows(0..3)?.split(3)?, m.rows(3..4)?);
+    /// assert_eq!((head.len(), tail.view().shape()[0]), (3, 1));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn split(&self, n: u32) -> Result<Vec<Tensor>> {
+        let rows = self.view.shape()[0];
+        if n == 0 || !rows.is_multiple_of(n) {
+            return Err(Error::invalid(format!(
+                "cannot split tensor {:?} of {rows} rows into {n} equal pieces: {}; choose a count that divides {rows}, or split the first {} rows and take the rest with `rows(..)`",
+                self.view.shape(),
+                if n == 0 {
+                    "a count of 0".to_string()
+                } else {
+                    format!("{} rows would be left over", rows % n)
+                },
+                if n == 0 { 0 } else { rows - rows % n },
+            )));
+        }
+        let step = rows / n;
+        (0..n).map(|i| self.rows(i * step..(i + 1) * step)).collect()
+    }
+
+    /// Pieces of shape `tile` covering the tensor, in row-major order of the tile grid (the
+    /// piece at grid position `(r, c)` of a 2-D grid with `C` columns is number `r * C + c`).
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when `tile`
+    /// has another rank than the tensor, or a tile dimension is 0 or does not divide the
+    /// tensor's.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 16)?;
+    /// let m = buffer.tensor(&[4, 4], DataType::Float32)?;
+    /// let tiles = m.tiles(&[2, 2])?; // a 2x2 grid of 2x2 tiles
+    /// assert_eq!(tiles.len(), 4);
+    /// assert_eq!(tiles[1].view().byte_offset(), 2 * 4); // top right: column 2
+    /// assert_eq!(tiles[2].view().byte_offset(), 8 * 4); // bottom left: row 2
+    /// assert_eq!(tiles[3].view().strides(), &[4, 1]);
+    /// assert!(m.tiles(&[3, 2]).is_err()); // 3 does not divide 4
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn tiles(&self, tile: &[u32]) -> Result<Vec<Tensor>> {
+        let shape = self.view.shape();
+        if tile.len() != shape.len() {
+            return Err(Error::invalid(format!(
+                "cannot tile tensor {shape:?} with tiles {tile:?}: a tile needs one dimension per axis ({})",
+                shape.len()
+            )));
+        }
+        let mut counts = [0u32; MAX_TENSOR_DIMS];
+        for (axis, (&d, &t)) in shape.iter().zip(tile).enumerate() {
+            if t == 0 || !d.is_multiple_of(t) {
+                return Err(Error::invalid(format!(
+                    "cannot tile tensor {shape:?} with tiles {tile:?}: a tile dimension of {t} does not divide axis {axis} of {d}{}",
+                    if t == 0 { String::new() } else { format!(" ({} left over)", d % t) }
+                )));
+            }
+            counts[axis] = d / t;
+        }
+        self.grid(&counts[..shape.len()])
+    }
+
+    /// The tensor cut into `counts[axis]` equal pieces along each axis: [`tiles`](Tensor::tiles)
+    /// given the grid instead of the tile shape. `grid(&[n])` on a 1-D tensor is `split(n)`.
+    ///
+    /// # Errors
+    ///
+    /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when `counts`
+    /// has another rank than the tensor, or a count is 0 or does not divide its axis.
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 16)?;
+    /// let m = buffer.tensor(&[4, 4], DataType::Float32)?;
+    /// let quarters = m.grid(&[2, 2])?;
+    /// assert_eq!(quarters[3].view().shape(), &[2, 2]);
+    /// assert_eq!(quarters[3].view().byte_offset(), (2 * 4 + 2) * 4);
+    /// let err = m.grid(&[3, 1]).unwrap_err();
+    /// assert!(err.message().contains("3 pieces"), "{err}");
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn grid(&self, counts: &[u32]) -> Result<Vec<Tensor>> {
+        let shape = self.view.shape();
+        if counts.len() != shape.len() {
+            return Err(Error::invalid(format!(
+                "cannot cut tensor {shape:?} into a grid of {counts:?}: the grid needs one count per axis ({})",
+                shape.len()
+            )));
+        }
+        for (axis, (&d, &n)) in shape.iter().zip(counts).enumerate() {
+            if n == 0 || !d.is_multiple_of(n) {
+                return Err(Error::invalid(format!(
+                    "cannot cut axis {axis} of tensor {shape:?} ({d} long) into {n} pieces of equal size; choose a count that divides {d}"
+                )));
+            }
+        }
+        let total: u64 = counts.iter().map(|&n| u64::from(n)).product();
+        let mut pieces = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        let mut idx = [0u32; MAX_TENSOR_DIMS];
+        let nd = shape.len();
+        loop {
+            let mut t = self.clone();
+            for axis in 0..nd {
+                let len = shape[axis] / counts[axis];
+                if counts[axis] > 1 {
+                    t = t.slice(axis, idx[axis] * len..(idx[axis] + 1) * len)?;
+                }
+            }
+            pieces.push(t);
+            // Row-major odometer over the grid.
+            let mut axis = nd;
+            loop {
+                if axis == 0 {
+                    return Ok(pieces);
+                }
+                axis -= 1;
+                idx[axis] += 1;
+                if idx[axis] < counts[axis] {
+                    break;
+                }
+                idx[axis] = 0;
+            }
+        }
+    }
+
+    /// Whether the two tensors may share bytes: the same buffer and views that overlap (by
+    /// the rule the engine orders tasks with; views it cannot compare count as overlapping).
+    ///
+    /// ```
+    /// use simpler::DataType;
+    /// # let buffer = simpler::__private::doc_buffer(4 * 16)?;
+    /// let m = buffer.tensor(&[4, 4], DataType::Float32)?;
+    /// let q = m.grid(&[2, 2])?;
+    /// assert!(!q[0].overlaps(&q[1]));
+    /// assert!(m.overlaps(&q[3]));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn overlaps(&self, other: &Tensor) -> bool {
+        self.desc.identity() == other.desc.identity() && overlap(&self.view, &other.view) != Overlap::None
     }
 }
 
@@ -671,5 +905,63 @@ mod tests {
         let odd = f32v(4, &[2], Some(&[2]));
         let even = f32v(0, &[2], Some(&[2]));
         assert_eq!(overlap(&odd, &even), Overlap::Partial);
+    }
+
+    fn matrix(rows: u32, cols: u32) -> Tensor {
+        let desc = BufferDesc::new(
+            Identity::new(1, 1, 1).unwrap(),
+            Backing::Memfd { pid: 1, fd: 3, ino: 9 },
+            Access::Read,
+            u64::from(rows * cols) * 4,
+        )
+        .unwrap();
+        Tensor::new(desc, f32v(0, &[rows, cols], None)).unwrap()
+    }
+
+    #[test]
+    fn pieces_are_relative_to_the_tensor() {
+        // A view that starts at row 2 of an 8x4 buffer: its row 1 is row 3 of the buffer.
+        let m = matrix(8, 4);
+        let lower = m.rows(2..8).unwrap();
+        let r = lower.rows(1..2).unwrap();
+        assert_eq!(r.view().byte_offset(), 3 * 4 * 4);
+        let col = lower.slice(1, 3..4).unwrap().rows(0..1).unwrap();
+        assert_eq!(col.view().byte_offset(), (2 * 4 + 3) * 4);
+        // Access and element type are carried.
+        assert_eq!(r.desc().access(), Access::Read);
+        assert_eq!(r.view().dtype(), DataType::Float32);
+    }
+
+    #[test]
+    fn partitions_cover_the_tensor_without_overlap() {
+        let m = matrix(8, 4);
+        for pieces in [m.split(4).unwrap(), m.tiles(&[2, 2]).unwrap(), m.grid(&[2, 4]).unwrap()] {
+            let elems: u64 = pieces.iter().map(|p| p.view().num_elements()).sum();
+            assert_eq!(elems, 32);
+            for (i, a) in pieces.iter().enumerate() {
+                assert!(m.overlaps(a));
+                for b in &pieces[i + 1..] {
+                    assert!(!a.overlaps(b), "{a:?} and {b:?}");
+                }
+            }
+        }
+        // Row-major grid order.
+        let t = m.tiles(&[4, 2]).unwrap();
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[1].view().byte_offset(), 2 * 4);
+        assert_eq!(t[2].view().byte_offset(), 4 * 4 * 4);
+    }
+
+    #[test]
+    fn partitions_that_do_not_divide_are_refused() {
+        let m = matrix(6, 4);
+        let err = m.split(4).unwrap_err();
+        assert!(err.message().contains("2 rows would be left over"), "{err}");
+        assert!(m.split(0).is_err());
+        assert!(m.tiles(&[4, 4]).is_err());
+        assert!(m.tiles(&[2]).is_err());
+        assert!(m.grid(&[1, 3]).is_err());
+        assert!(m.rows(5..7).is_err());
+        assert!(m.rows(2..2).is_err());
     }
 }

@@ -5,11 +5,13 @@
 //!   that make rustc check every argument of a typed call;
 //! * [`place`]: placements (`sub()`, `chip(N)`, `worker(N)`) checked against the callable's
 //!   kind, and the typed [`Call`](place::Call);
-//! * [`graph`]: the static structure of a `task_graph!`.
+//! * [`graph`]: the static structure of a `task_graph!`;
+//! * [`launch`]: index launches whose bound is known only at run time, checked for overlap.
 //!
 //! The link-time registry the macros add to is callable identity: `callable::linked`.
 
 pub(crate) mod graph;
+pub(crate) mod launch;
 pub(crate) mod place;
 pub mod private;
 pub(crate) mod typed;

@@ -273,6 +273,24 @@ impl<K: Kind> Call<K> {
         Ok(())
     }
 
+    /// Generated code only (`task_graph!`'s static edges): tensor `i`'s edges are the deps.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __static(&mut self, i: usize) {
+        self.args.set_static(i);
+    }
+
+    /// Generated code only: a dependency the graph computed (`retain`: a read after write).
+    #[doc(hidden)]
+    #[inline]
+    pub fn __dep(&mut self, task: TaskHandle, retain: bool) {
+        if retain {
+            self.args.add_dep(task);
+        } else {
+            self.args.add_dep_wait(task);
+        }
+    }
+
     #[doc(hidden)]
     #[inline]
     pub fn __scalar(&mut self, bits: u64) {
@@ -325,6 +343,16 @@ impl<K: Kind> Call<K> {
     /// ```
     pub fn args(&self) -> &TaskArgs {
         &self.args
+    }
+
+    /// The callable's name (for messages).
+    pub(crate) fn name(&self) -> &'static str {
+        self.info.name
+    }
+
+    /// The name of the parameter that tensor argument `i` is passed to (for messages).
+    pub(crate) fn tensor_param(&self, i: usize) -> &'static str {
+        self.info.params.iter().filter(|p| p.mode.is_tensor()).nth(i).map_or("?", |p| p.name)
     }
 
     /// The handle of the callable this call runs.

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
 pub use crate::data::buffer::Backing;
-pub use crate::dsl::graph::GraphBuilder;
+pub use crate::dsl::graph::{ArgUse, GraphBuilder, StaticEdges};
 pub use linkme;
 
 /// The link-time registry: one entry per `#[callable]` in the binary.
@@ -137,6 +137,43 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
             }
         })
     }
+}
+
+/// The range of a task graph's `for i in start..end` (bounds evaluated at compile time).
+pub fn range(start: u32, end: u32) -> std::ops::Range<u32> {
+    start..end
+}
+
+/// The piece `index` of a partition in a task graph (`xs[i]` read).
+pub fn piece<'p, T: Element, A: Mode, S: Scalar>(
+    part: &'p [TensorOf<T, A>],
+    index: S,
+    name: &str,
+) -> Result<&'p TensorOf<T, A>> {
+    let bits = index.to_bits();
+    let n = part.len();
+    usize::try_from(bits).ok().and_then(|i| part.get(i)).ok_or_else(|| {
+        Error::invalid(format!(
+            "task graph: piece {} of partition `{name}`, which has {n} pieces",
+            bits as i64
+        ))
+    })
+}
+
+/// The piece `index` of a partition in a task graph, for a write (`&mut xs[i]`).
+pub fn piece_mut<'p, T: Element, A: Mode, S: Scalar>(
+    part: &'p mut [TensorOf<T, A>],
+    index: S,
+    name: &str,
+) -> Result<&'p mut TensorOf<T, A>> {
+    let bits = index.to_bits();
+    let n = part.len();
+    usize::try_from(bits).ok().and_then(|i| part.get_mut(i)).ok_or_else(|| {
+        Error::invalid(format!(
+            "task graph: piece {} of partition `{name}`, which has {n} pieces",
+            bits as i64
+        ))
+    })
 }
 
 /// One dimension of an `alloc::<T>([..])` in a task graph.

@@ -162,6 +162,101 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     }
 }
 
+/// Partitions of a typed tensor: the pieces keep the element type `T` and the access `A` (a
+/// piece of a writable tensor is writable, one of a read-only tensor read-only), and their
+/// offsets count in elements of this tensor. They are [`Tensor`]'s partitions, typed; the
+/// errors are the same.
+impl<T: Element, A: Mode> TensorOf<T, A> {
+    fn typed_like(tensor: Tensor) -> TensorOf<T, A> {
+        TensorOf { tensor, _marker: PhantomData }
+    }
+
+    /// The rows `range` (axis 0). See [`Tensor::rows`].
+    ///
+    /// # Errors
+    ///
+    /// An empty range or one past the last row.
+    ///
+    /// ```
+    /// # let buf = simpler::__private::doc_buffer(4 * 12)?;
+    /// let m = buf.typed::<f32>(&[4, 3])?;
+    /// assert_eq!(m.rows(2..4)?.shape(), &[2, 3]);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn rows(&self, range: std::ops::Range<u32>) -> Result<TensorOf<T, A>> {
+        self.tensor.rows(range).map(Self::typed_like)
+    }
+
+    /// The part whose index along `axis` is in `range`. See [`Tensor::slice`].
+    ///
+    /// # Errors
+    ///
+    /// An axis the tensor does not have, or an empty or out-of-range `range`.
+    ///
+    /// ```
+    /// # let buf = simpler::__private::doc_buffer(4 * 12)?;
+    /// let m = buf.typed::<f32>(&[4, 3])?.read_only();
+    /// let col: simpler::TensorOf<f32, simpler::ReadOnly> = m.slice(1, 0..1)?;
+    /// assert_eq!(col.shape(), &[4, 1]);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn slice(&self, axis: usize, range: std::ops::Range<u32>) -> Result<TensorOf<T, A>> {
+        self.tensor.slice(axis, range).map(Self::typed_like)
+    }
+
+    /// `n` equal pieces along axis 0. See [`Tensor::split`].
+    ///
+    /// # Errors
+    ///
+    /// `n` is 0 or does not divide the number of rows.
+    ///
+    /// ```
+    /// # let buf = simpler::__private::doc_buffer(4 * 64)?;
+    /// let x = buf.typed::<f32>(&[64])?;
+    /// let pieces = x.split(4)?;
+    /// assert!(pieces.iter().all(|p| p.shape() == [16]));
+    /// assert!(x.split(5).is_err()); // 64 rows do not split into 5 equal pieces
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn split(&self, n: u32) -> Result<Vec<TensorOf<T, A>>> {
+        Ok(self.tensor.split(n)?.into_iter().map(Self::typed_like).collect())
+    }
+
+    /// Pieces of shape `tile`, in row-major grid order. See [`Tensor::tiles`].
+    ///
+    /// # Errors
+    ///
+    /// A tile of another rank, or a tile dimension that does not divide the tensor's.
+    ///
+    /// ```
+    /// # let buf = simpler::__private::doc_buffer(4 * 64)?;
+    /// let m = buf.typed::<f32>(&[8, 8])?;
+    /// assert_eq!(m.tiles(&[4, 4])?.len(), 4);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn tiles(&self, tile: &[u32]) -> Result<Vec<TensorOf<T, A>>> {
+        Ok(self.tensor.tiles(tile)?.into_iter().map(Self::typed_like).collect())
+    }
+
+    /// `counts[axis]` equal pieces along each axis, in row-major grid order. See
+    /// [`Tensor::grid`].
+    ///
+    /// # Errors
+    ///
+    /// A grid of another rank, or a count that does not divide its axis.
+    ///
+    /// ```
+    /// # let buf = simpler::__private::doc_buffer(4 * 64)?;
+    /// let m = buf.typed::<f32>(&[8, 8])?;
+    /// let g = m.grid(&[2, 4])?;
+    /// assert_eq!((g.len(), g[0].shape()), (8, &[4u32, 2][..]));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn grid(&self, counts: &[u32]) -> Result<Vec<TensorOf<T, A>>> {
+        Ok(self.tensor.grid(counts)?.into_iter().map(Self::typed_like).collect())
+    }
+}
+
 impl<T: Element> TensorOf<T, ReadWrite> {
     /// A second writable handle to the same tensor (a `TensorOf` is not `Clone`, so that two
     /// writable handles to one tensor are always made on purpose).

@@ -26,7 +26,7 @@ use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::data::buffer::{Access, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
-use crate::data::task_args::{TaskArgs, TaskHandle};
+use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
 use crate::data::tensor::{Overlap, Tensor, TensorView, overlap};
 use crate::data::wire::blob_size;
 use crate::dfx::graph::{EdgeReason, TaskNode};
@@ -1030,6 +1030,9 @@ impl<'a> Orchestrator<'a> {
                     continue;
                 }
                 let id = t.desc().identity();
+                // A static tensor's edges are the task's deps: only its allocation's creator
+                // is looked up (as for `NoDep`), so that the task retains the memory.
+                let tag = if args.is_static(arg) { &Tag::NoDep } else { tag };
                 // Readers wait for the writers (RaW, and retain them); writers wait for the
                 // writers (WaW) and the readers since (WaR), for ordering only.
                 if walk.visit(self.run.id, id, t.view(), *tag, &slot, (member, arg), &mut found)

@@ -1,4 +1,4 @@
-// S0109: a loop in a graph body.
+// S0109: a `while` loop in a graph body (only `for` loops over a constant range or a partition).
 use simpler::{In, InOut, Out, callable, task_graph};
 
 #[callable(sub)]
@@ -19,7 +19,7 @@ fn split(a: In<f32>, mut lo: Out<f32>, mut hi: Out<f32>) {
 
 task_graph! {
     fn g(x: In<f32>, y: Out<f32>) {
-        for _ in 0..2 {
+        while true {
             copy(x, &mut y).on(sub());
         }
     }

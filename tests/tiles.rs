@@ -1,0 +1,221 @@
+//! Tiles and index launches: partitions of typed tensors, `task_graph!` loops over a constant
+//! bound and over a partition (the pieces written by different iterations run in parallel, and
+//! the graph's structure is the run's), the reduction patterns (an `InOut` accumulator the loop
+//! orders, a combine that reads every piece), and the run-time check of an `IndexLaunch`.
+
+mod common;
+
+use common::{Rig, in_own_process};
+use simpler::{ErrorKind, In, InOut, Orchestrator, Out, TensorOf, Worker, callable, task_graph};
+
+const TILES: u32 = 8;
+const ROWS: u32 = 64;
+
+/// `y = k * x` on one chip core.
+#[callable(chip)]
+fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
+    for (o, i) in y.iter_mut().zip(x.iter()) {
+        *o = k * i;
+    }
+}
+
+/// `y = k * x` on a SUB worker.
+#[callable(sub)]
+fn scale_sub(x: In<f32>, mut y: Out<f32>, k: f32) {
+    for (o, i) in y.iter_mut().zip(x.iter()) {
+        *o = k * i;
+    }
+}
+
+/// `acc[j] += x[j]` on a SUB worker.
+#[callable(sub)]
+fn accumulate(mut acc: InOut<f32>, x: In<f32>) {
+    for (a, v) in acc.iter_mut().zip(x.iter()) {
+        *a += v;
+    }
+}
+
+/// `acc = 0`.
+#[callable(sub)]
+fn zero(mut acc: Out<f32>) {
+    acc.fill(0.0);
+}
+
+/// `total[0] = sum(parts)`.
+#[callable(sub)]
+fn sum(parts: In<f32>, mut total: Out<f32>) {
+    total[0] = parts.iter().sum();
+}
+
+task_graph! {
+    /// `y = 2x`, one task per tile over two chips, then the sum of `y` on a SUB worker.
+    fn scale_tiles(x: In<f32>, y: Out<f32>, total: Out<f32>) {
+        let xs = x.split(TILES);
+        let ys = y.split(TILES);
+        for i in 0..TILES {
+            scale(xs[i], &mut ys[i], 2.0).on(chip(i % 2));
+        }
+        sum(y, &mut total).on(sub());
+    }
+}
+
+task_graph! {
+    /// The same loop over a partition, with an intermediate per tile and an `InOut`
+    /// accumulator that the loop orders.
+    fn tile_sums(x: In<f32>, acc: Out<f32>) {
+        zero(&mut acc).on(sub());
+        for (i, xt) in x.split(TILES) {
+            let t = alloc::<f32>([8]);
+            scale_sub(xt, &mut t, 1.0).on(sub());
+            accumulate(&mut acc, t).on(sub());
+        }
+    }
+}
+
+fn ramp(w: &Worker, n: u32) -> (simpler::Buffer, TensorOf<f32>) {
+    let b = w.create_buffer(n as usize * 4).unwrap();
+    b.write(0, &(0..n).map(|v| v as f32).collect::<Vec<_>>()).unwrap();
+    let t = b.typed::<f32>(&[n]).unwrap();
+    (b, t)
+}
+
+#[test]
+fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (by, mut y) = ramp(&rig, ROWS);
+    let (bt, mut total) = ramp(&rig, 1);
+    let run = scale_tiles::call(&x, &mut y, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+    run.wait().unwrap();
+    let want: Vec<f32> = (0..ROWS).map(|v| 2.0 * v as f32).collect();
+    assert_eq!(by.read::<f32>(0, ROWS as usize).unwrap(), want);
+    assert_eq!(bt.read::<f32>(0, 1).unwrap(), vec![want.iter().sum::<f32>()]);
+
+    let dag = run.dag().unwrap();
+    let graph = scale_tiles::graph();
+    assert!(graph.matches(&dag), "{}\n{}", graph.to_dot(), dag.to_dot());
+    // Eight tile tasks with no edge between them, each feeding the sum.
+    assert_eq!(graph.graph().node_count(), TILES as usize + 1);
+    assert_eq!(graph.graph().edge_count(), TILES as usize);
+    for i in 0..TILES {
+        assert!(dag.has_edge(i, TILES));
+    }
+    // The placement computed from the index shows in the export.
+    let dot = graph.to_dot();
+    assert!(dot.contains("worker 0") && dot.contains("worker 1"), "{dot}");
+}
+
+#[test]
+fn an_inout_accumulator_is_ordered_by_the_loop() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (ba, mut acc) = ramp(&rig, ROWS / TILES);
+    let run = tile_sums::call(&x, &mut acc).unwrap().capture_dag().submit(&rig).unwrap();
+    run.wait().unwrap();
+    let want: Vec<f32> =
+        (0..ROWS / TILES).map(|j| (0..TILES).map(|i| (i * ROWS / TILES + j) as f32).sum()).collect();
+    assert_eq!(ba.read::<f32>(0, (ROWS / TILES) as usize).unwrap(), want);
+    let graph = tile_sums::graph();
+    assert!(graph.matches(&run.dag().unwrap()), "{}", graph.to_dot());
+    assert_eq!(graph.graph().node_count(), 1 + 2 * TILES as usize);
+}
+
+/// `y = 2x`, one task per tile, the tile count a run-time value.
+#[callable(orch)]
+fn scale_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: u32) -> simpler::Result<()> {
+    let (xs, mut ys) = (x.split(tiles)?, y.split(tiles)?);
+    let mut launch = o.index_launch();
+    for (i, (xt, yt)) in xs.iter().zip(ys.iter_mut()).enumerate() {
+        launch.submit(scale::call(xt, yt, 2.0)?, simpler::chip(i as u32 % 2))?;
+    }
+    Ok(())
+}
+
+/// The same with a piece that overlaps its neighbour's: refused before it is submitted.
+#[callable(orch)]
+fn overlapping_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: u32) -> simpler::Result<()> {
+    let xs = x.split(tiles)?;
+    let rows = ROWS / tiles;
+    let mut launch = o.index_launch();
+    for (i, xt) in xs.iter().enumerate() {
+        let start = (i as u32 * rows).saturating_sub(1); // one row into the previous piece
+        let mut yt = y.rows(start..start + rows)?;
+        launch.submit(scale::call(xt, &mut yt, 2.0)?, simpler::chip(i as u32 % 2))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn an_index_launch_checks_its_pieces_at_run_time() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (by, mut y) = ramp(&rig, ROWS);
+    scale_launch::call(&x, &mut y, 16).unwrap().run(&rig).unwrap();
+    let want: Vec<f32> = (0..ROWS).map(|v| 2.0 * v as f32).collect();
+    assert_eq!(by.read::<f32>(0, ROWS as usize).unwrap(), want);
+
+    let err = overlapping_launch::call(&x, &mut y, 4).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Overlap, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("task 1 of the index launch (`scale` parameter `y`) writes"), "{msg}");
+    assert!(msg.contains("task 0 (`scale` parameter `y`) writes"), "{msg}");
+    // A split that does not divide says so.
+    let err = scale_launch::call(&x, &mut y, 5).unwrap().run(&rig).unwrap_err();
+    assert!(err.message().contains("64 rows into 5 equal pieces"), "{err}");
+}
+
+/// `total[0] = Σ a + Σ b`.
+#[callable(sub)]
+fn sum_both(a: In<f32>, b: In<f32>, mut total: Out<f32>) {
+    total[0] = a.iter().sum::<f32>() + b.iter().sum::<f32>();
+}
+
+task_graph! {
+    /// Intermediates with static edges: pieces of `parts` written on two chips, each read by
+    /// an accumulation into `acc` (written once before the loop), both read after the loop.
+    fn static_edges(x: In<f32>, total: Out<f32>) {
+        let parts = alloc::<f32>([ROWS]);
+        let acc = alloc::<f32>([ROWS / TILES]);
+        zero(&mut acc).on(sub());
+        let ps = parts.split(TILES);
+        for (i, xt) in x.split(TILES) {
+            scale(xt, &mut ps[i], 2.0).on(chip(i % 2));
+            accumulate(&mut acc, ps[i]).on(sub());
+        }
+        sum_both(parts, acc, &mut total).on(sub());
+    }
+}
+
+#[test]
+fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (bt, mut total) = ramp(&rig, 1);
+    let want = 2.0 * (0..ROWS).map(|v| 2.0 * v as f32).sum::<f32>();
+    for _ in 0..20 {
+        bt.write(0, &[0.0f32]).unwrap();
+        let run = static_edges::call(&x, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+        run.wait().unwrap();
+        assert_eq!(bt.read::<f32>(0, 1).unwrap(), vec![want]);
+        // The edges the engine was given are the ones its rules give: no other edge shows.
+        let dag = run.dag().unwrap();
+        assert!(static_edges::graph().matches(&dag), "{}", dag.to_dot());
+        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
+    }
+}

@@ -1,0 +1,28 @@
+// S0114: an iteration reads a piece that another iteration writes.
+use simpler::{In, InOut, Out, callable, task_graph};
+
+#[callable(sub)]
+fn copy(a: In<f32>, mut b: Out<f32>) {
+    b.copy_from_slice(&a);
+}
+
+#[callable(sub)]
+fn acc(mut total: InOut<f32>, x: In<f32>) {
+    total.iter_mut().zip(x.iter()).for_each(|(t, v)| *t += v);
+}
+
+const TILES: u32 = 4;
+
+task_graph! {
+    fn g(x: In<f32>, y: Out<f32>, z: Out<f32>) {
+        let xs = x.split(TILES);
+        let ys = y.split(TILES);
+        let zs = z.split(TILES);
+        for i in 0..TILES {
+            copy(xs[i], &mut ys[i]).on(sub());
+            copy(ys[TILES - 1 - i], &mut zs[i]).on(sub());
+        }
+    }
+}
+
+fn main() {}
