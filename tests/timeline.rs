@@ -209,3 +209,97 @@ fn each_task_has_a_span_under_its_runs_and_its_end_says_what_and_how_long() {
     assert!(ends[0].1.contains("task completed") && ends[0].1.contains("ok=true"), "{}", ends[0].1);
     assert!(ends[1].1.contains("task failed") && ends[1].1.contains("boom 3"), "{}", ends[1].1);
 }
+
+/// A chip orchestration: in a scope, `t = a + b` on core 0 into an `orch.alloc` intermediate,
+/// then `out = 2 t` on core 1.
+fn add_then_double(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &CallConfig,
+) -> simpler::Result<()> {
+    let (a, b, out) = (args.tensor(0).unwrap(), args.tensor(1).unwrap(), args.tensor(2).unwrap());
+    orch.scope_begin()?;
+    let t = orch.alloc(&[N as u32], DataType::Float32)?;
+    let mut first = TaskArgs::new();
+    first.input(a)?.input(b)?.output(&t)?.scalar(5);
+    orch.submit_next_level(&ChipFn::kernel("vadd", vadd).handle(), first, CallConfig::default(), 0)?;
+    let mut second = TaskArgs::new();
+    second.input(&t)?.output(out)?;
+    orch.submit_next_level(
+        &ChipFn::kernel("double", common::double).handle(),
+        second,
+        CallConfig::default(),
+        1,
+    )?;
+    orch.scope_end()
+}
+
+#[test]
+fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20));
+    rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    let orch = rig.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
+    rig.init();
+    let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    bufs[0].write(0, &vec![1.0f32; N]).unwrap();
+    bufs[1].write(0, &vec![2.0f32; N]).unwrap();
+    let [a, b, out] = [0, 1, 2].map(|i| f32s(&bufs[i]));
+    let dir = std::env::temp_dir().join(format!("simpler-diag-{}", std::process::id()));
+    let all = CallConfig::new()
+        .swimlane(simpler::Swimlane::Level1)
+        .dump_args(true)
+        .dep_gen(true)
+        .scope_stats(true)
+        .output_prefix(dir.to_str().unwrap());
+    rig.run(|o| {
+        let mut args = TaskArgs::new();
+        args.input(&a)?.input(&b)?.output(&out)?;
+        o.submit_next_level(&orch, args, all.clone(), 0)?;
+        let mut k = TaskArgs::new();
+        k.input(&a)?.output(&f32s(&bufs[1]))?;
+        // Only the arguments of this bare kernel (after the orchestration: it overwrites b).
+        o.submit_next_level(
+            &double,
+            k,
+            CallConfig::new().dump_args(true).output_prefix(dir.to_str().unwrap()),
+            0,
+        )
+        .map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(bufs[2].read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
+    let mut names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let read = |suffix: &str| {
+        let f = names.iter().find(|n| n.contains("add_then_double") && n.ends_with(suffix)).expect(suffix);
+        std::fs::read_to_string(dir.join(f)).unwrap()
+    };
+    // The swimlane: one lane per core, a box per kernel.
+    let json = read(".swimlane.json");
+    for lane in ["core 0", "core 1"] {
+        assert!(json.contains(&format!("\"args\":{{\"name\":\"{lane}\"}}")), "{lane}: {json}");
+    }
+    assert!(json.contains("\"name\":\"vadd\"") && json.contains("\"name\":\"double\""), "{json}");
+    assert!(read(".swimlane.svg").contains(">L2 core 1</text>"));
+    // The DAG: the kernel reading the intermediate waits for the one writing it.
+    assert!(read(".deps.dot").contains("t0 -> t1"), "{}", read(".deps.dot"));
+    // The arguments, decoded.
+    let args = read(".args.txt");
+    assert!(args.contains("task 0: `vadd` on core 0"), "{args}");
+    assert!(args.contains("arg 2: Output f32 [1024]") && args.contains("scalar 0: 5"), "{args}");
+    // The scopes: the inner one had two tasks and one allocation, the outer none.
+    let scopes = read(".scopes.txt");
+    assert!(scopes.contains("0\t2\t2\t1\n") && scopes.contains("1\t1\t0\t0\n"), "{scopes}");
+    // The bare kernel: its arguments only.
+    let bare: Vec<&String> = names.iter().filter(|n| n.contains("-double-")).collect();
+    assert_eq!(bare.len(), 1, "{names:?}");
+    assert!(bare[0].ends_with(".args.txt"));
+    let text = std::fs::read_to_string(dir.join(bare[0])).unwrap();
+    assert!(text.contains("task 0: `double` on core 0") && text.contains("arg 1: "), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

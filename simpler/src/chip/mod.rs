@@ -17,6 +17,7 @@
 
 mod arena;
 mod device;
+mod diag;
 mod runtime;
 mod sim;
 

@@ -340,6 +340,22 @@ impl ChipRuntime {
     ) -> Result<()> {
         let prepared = self.prepare(f, args, scratch)?;
         match f.body() {
+            ChipBody::Kernel(k) if super::diag::wanted(config) => {
+                let started = crate::sys::clock::monotonic_ns();
+                let result = self.run_kernel(f.name(), k, &prepared, scalars);
+                let ended = crate::sys::clock::monotonic_ns();
+                let text = self.describe_kernel_args(&prepared, scalars);
+                super::diag::write_kernel(
+                    self.chip,
+                    f.name(),
+                    config,
+                    (started, ended),
+                    result.as_ref().map(|_| ()),
+                    text,
+                )
+                .map_err(|e| self.diag_error(f.name(), e))?;
+                result?;
+            }
             ChipBody::Kernel(k) => self.run_kernel(f.name(), k, &prepared, scalars)?,
             ChipBody::Orchestration(o) => self.run_orchestration(f.name(), o, &prepared, scalars, config)?,
         }
@@ -440,11 +456,54 @@ impl ChipRuntime {
         }
         let eng = &self.engine;
         let context = format!("chip orchestration `{name}` on chip {chip}");
+        // The diagnostics the config asks for come from the run's capture.
+        let diagnose = super::diag::wanted(config);
         let built = eng
-            .build_run(false, None, false, |orch| o(orch, &args, config))
+            .build_run(diagnose, None, false, |orch| {
+                if config.get_dump_args() {
+                    orch.keep_args_text();
+                }
+                o(orch, &args, config)
+            })
             .map_err(|f| f.into_error().context(&context))?;
         eng.drive_until(|| built.run.is_done(), None);
+        if diagnose {
+            super::diag::write_run(chip, name, config, &built.run).map_err(|e| self.diag_error(name, e))?;
+        }
         built.run.result().map_err(|e| e.context(context))
+    }
+
+    /// A diagnostic that could not be written: the task fails saying so (its results are
+    /// there; what it was asked to record is not).
+    fn diag_error(&self, name: &str, e: Error) -> Error {
+        e.context(format!(
+            "chip {}: `{name}` ran, but its diagnostics (CallConfig) could not be written",
+            self.chip
+        ))
+    }
+
+    /// A bare kernel's arguments as text (the `dump_args` diagnostic).
+    fn describe_kernel_args(&self, prepared: &[Prepared], scalars: &[u64]) -> String {
+        let mut s = String::new();
+        for (i, p) in prepared.iter().enumerate() {
+            let v = &p.view;
+            s.push_str(&format!(
+                "  arg {i}: {:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, device memory of chip {} at {:#x})\n",
+                p.access,
+                v.dtype(),
+                v.shape(),
+                v.strides(),
+                v.byte_offset(),
+                p.identity.buffer_id(),
+                p.nbytes,
+                self.chip,
+                p.ptr
+            ));
+        }
+        for (i, v) in scalars.iter().enumerate() {
+            s.push_str(&format!("  scalar {i}: {v} ({v:#x})\n"));
+        }
+        s
     }
 
     /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).

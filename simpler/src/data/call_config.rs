@@ -33,7 +33,10 @@ pub struct RingSizes {
     pub dep_pool: Option<u64>,
 }
 
-/// Swimlane profiling on the chip (upstream's perf level `0..=4`); real hardware only.
+/// Swimlane profiling on the chip (upstream's perf level `0..=4`). On the simulated chip any
+/// level on writes the chip task's per-core timeline under the output prefix
+/// (`chip<N>-<callable>-<K>.swimlane.json`, a Chrome trace, and `.swimlane.svg`); the levels
+/// differ only on hardware.
 ///
 /// ```
 /// use simpler::{CallConfig, Swimlane};
@@ -77,8 +80,15 @@ impl Swimlane {
 /// hardware: the AICPU scheduler thread count, the ring sizes, and the diagnostics (swimlane,
 /// argument dumps, PMU, dependency-graph generation, scope statistics, all written under the
 /// output prefix). The simulated chip ([`SimChip`](crate::SimChip)) checks the config, carries it
-/// to the chip, and hands it to a chip orchestration (`ChipFn::orchestration`), but sizes and
-/// records nothing by it: results never depend on it. SUB tasks take no config.
+/// to the chip, hands it to a chip orchestration (`ChipFn::orchestration`), and writes the
+/// diagnostics into the folder the output prefix names, one set of files per chip task,
+/// `chip<N>-<callable>-<K>.*`: [`swimlane`](CallConfig::swimlane) the per-core timeline
+/// (`.swimlane.json`, a Chrome trace, and `.swimlane.svg`), [`dump_args`](CallConfig::dump_args)
+/// the decoded arguments of each task (`.args.txt`), [`dep_gen`](CallConfig::dep_gen) the DAG the
+/// chip orchestration built (`.deps.dot`), [`scope_stats`](CallConfig::scope_stats) each scope's
+/// tasks and allocations (`.scopes.txt`). The thread count, rings and PMU event matter only on
+/// hardware: results never depend on the config. A diagnostic that cannot be written fails the
+/// task, saying so. SUB tasks take no config.
 ///
 /// ```
 /// use simpler::{CallConfig, RingSizes};
@@ -152,7 +162,8 @@ impl CallConfig {
         self
     }
 
-    /// Dumps each task's arguments (diagnostic; needs an output prefix). Real hardware only.
+    /// Dumps the decoded arguments of each task the chip runs for this task (diagnostic; needs an
+    /// output prefix): `chip<N>-<callable>-<K>.args.txt` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().dump_args(true).output_prefix("/tmp/args");
@@ -176,8 +187,8 @@ impl CallConfig {
         self
     }
 
-    /// Generates the chip-side dependency graph (diagnostic; needs an output prefix). Real
-    /// hardware only.
+    /// Writes the DAG a chip orchestration built, with each kernel's core and times
+    /// (diagnostic; needs an output prefix): `chip<N>-<callable>-<K>.deps.dot` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().dep_gen(true).output_prefix("/tmp/deps");
@@ -188,8 +199,8 @@ impl CallConfig {
         self
     }
 
-    /// Writes scope statistics to `<output_prefix>/scope_stats/scope_stats.jsonl` (diagnostic).
-    /// Real hardware only.
+    /// Writes each scope's counters of a chip orchestration (depth, tasks, allocations;
+    /// diagnostic; needs an output prefix): `chip<N>-<callable>-<K>.scopes.txt` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().scope_stats(true).output_prefix("/tmp/stats");

@@ -305,6 +305,57 @@ pub(crate) struct DagCapture {
     names: std::collections::HashMap<Identity, String>,
     /// When each task was submitted, became ready, started and ended.
     pub(crate) times: crate::dfx::timeline::Recorder,
+    /// Whether to keep each task's arguments as text (`CallConfig::dump_args` on a chip).
+    pub(crate) dump_args: bool,
+    /// Each task's arguments as text, when `dump_args` is on.
+    pub(crate) args_text: Vec<(u32, String)>,
+    /// One entry per scope that ended, in the order they ended.
+    pub(crate) scopes: Vec<ScopeStat>,
+}
+
+/// The counters of one scope of a captured run (`CallConfig::scope_stats` on a chip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScopeStat {
+    /// Its depth: 1 for the run's outer scope.
+    pub(crate) depth: usize,
+    /// Tasks submitted directly in it.
+    pub(crate) tasks: usize,
+    /// `orch.alloc` allocations made directly in it.
+    pub(crate) allocations: usize,
+}
+
+/// The arguments of one task as text: one line per tensor (tag, element type, shape, strides,
+/// byte offset, and where its buffer is) and per scalar, for each member.
+pub(crate) fn describe_args(args: &[crate::data::task_args::TaskArgs]) -> String {
+    let mut s = String::new();
+    for (m, a) in args.iter().enumerate() {
+        if args.len() > 1 {
+            let _ = writeln!(s, "  member {m}:");
+        }
+        for (i, (t, tag)) in a.tensors.iter().zip(&a.tags).enumerate() {
+            let v = t.view();
+            let place = match t.desc().backing() {
+                crate::data::buffer::Backing::Device { ptr, chip } => {
+                    format!("device memory of chip {chip} at {ptr:#x}")
+                }
+                _ => "host memory".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "  arg {i}: {tag:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, {place})",
+                v.dtype(),
+                v.shape(),
+                v.strides(),
+                v.byte_offset(),
+                t.desc().identity().buffer_id(),
+                t.desc().nbytes()
+            );
+        }
+        for (i, v) in a.scalars.iter().enumerate() {
+            let _ = writeln!(s, "  scalar {i}: {v} ({v:#x})");
+        }
+    }
+    s
 }
 
 impl DagCapture {

@@ -159,6 +159,14 @@ impl<'a> Orchestrator<'a> {
         }
     }
 
+    /// Keeps every task's arguments as text in the run's capture (a chip's
+    /// `CallConfig::dump_args`); nothing when the run is not captured.
+    pub(crate) fn keep_args_text(&mut self) {
+        if let Some(cap) = &self.run.capture {
+            sync::lock(cap).dump_args = true;
+        }
+    }
+
     /// The id of the run being built.
     ///
     /// The same as the [`RunHandle::id`](crate::RunHandle::id) the submit returns, and as
@@ -816,6 +824,15 @@ impl<'a> Orchestrator<'a> {
     }
 
     fn end_top_scope(&mut self) {
+        if let (Some(cap), Some(frame)) = (&self.run.capture, self.scopes.last()) {
+            let tasks = frame.iter().filter(|s| s.task.is_some()).count();
+            let stat = crate::dfx::graph::ScopeStat {
+                depth: self.scopes.len(),
+                tasks,
+                allocations: frame.len() - tasks,
+            };
+            sync::lock(cap).scopes.push(stat);
+        }
         if let Some(mut frame) = self.scopes.pop() {
             for slot in frame.drain(..) {
                 self.eng.release_ref(&slot);
@@ -1018,6 +1035,10 @@ impl<'a> Orchestrator<'a> {
             // already finished (and left the TensorMap): the same run gives the same DAG.
             let mut cap = sync::lock(cap);
             cap.times.submitted(index, crate::sys::clock::monotonic_ns());
+            if cap.dump_args {
+                let text = crate::dfx::graph::describe_args(&slot.task().args);
+                cap.args_text.push((index, text));
+            }
             edges = cap.edges_for(index, &slot.task().args);
         }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();

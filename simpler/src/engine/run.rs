@@ -111,6 +111,18 @@ impl RunState {
         }
     }
 
+    /// The captured run as it happened, once it is done (see [`RunHandle::timeline`]).
+    pub(crate) fn timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
+        let cap = self.capture.as_ref()?;
+        if !self.is_done() {
+            return None;
+        }
+        let cap = sync::lock(cap);
+        let dag = cap.to_dag();
+        let records = cap.times.records(&dag, self.level);
+        Some(crate::dfx::timeline::Timeline::new(dag, records))
+    }
+
     /// The run belongs to a Worker of `level`.
     pub(crate) fn at_level(mut self, level: crate::level::Level) -> RunState {
         self.level = level;
@@ -555,14 +567,7 @@ impl RunHandle {
     /// # Ok(()) }
     /// ```
     pub fn timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
-        let cap = self.run.capture.as_ref()?;
-        if !self.run.is_done() {
-            return None;
-        }
-        let cap = sync::lock(cap);
-        let dag = cap.to_dag();
-        let records = cap.times.records(&dag, self.run.level);
-        Some(crate::dfx::timeline::Timeline::new(dag, records))
+        self.run.timeline()
     }
 
     /// How far the run has got, now: tasks submitted so far, completed and failed (including
