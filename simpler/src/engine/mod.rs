@@ -44,6 +44,7 @@
 
 pub(crate) mod endpoint;
 pub(crate) mod heap;
+pub(crate) mod lease;
 pub(crate) mod orch_fn;
 pub(crate) mod orchestrator;
 pub(crate) mod ring;
