@@ -19,6 +19,7 @@ mod arena;
 mod device;
 mod runtime;
 mod sim;
+mod staging;
 
 use std::sync::Arc;
 

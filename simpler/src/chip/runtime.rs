@@ -13,14 +13,17 @@
 //! 1. look the callable up by digest (`UNKNOWN_CALLABLE` when absent);
 //! 2. check every device tensor: its view lies inside its buffer, and the buffer is a live
 //!    allocation of this chip;
-//! 3. give every host tensor a device scratch block laid out like its view (offset 0), and copy
-//!    the view's elements in when the tensor is readable (`Read`, `ReadWrite`);
+//! 3. give every host tensor a slice of the pipeline slot's retained staging buffer
+//!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
+//!    enough) laid out like its view (offset 0), and copy the view's elements in when the
+//!    tensor is readable (`Read`, `ReadWrite`);
 //! 4. run: a kernel on the calling thread as core 0; a chip orchestration as one run of the
 //!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
 //!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
 //! 5. on success, copy the elements of every writable host tensor back (on failure the host
 //!    tensors are left as they were);
-//! 6. free the scratch blocks, whatever happened.
+//! 6. fence the staging buffer again (rule A6 of `chip::arena`), whatever happened; it is
+//!    freed when the chip shuts down.
 //!
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
@@ -35,9 +38,9 @@ use std::thread;
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
-use crate::chip::arena::Arena;
 use crate::chip::device::Device;
 use crate::chip::sim::{BackendFactory, ChipSpec};
+use crate::chip::staging::{self, Staging};
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
@@ -155,17 +158,16 @@ fn tag_for(access: Access) -> Tag {
 }
 
 /// Calls a kernel on `core`'s behalf: builds its `HostArgs` (which checks that no writable
-/// tensor overlaps another) and catches its panic. `Err` carries the failure message.
+/// tensor overlaps another) and catches its panic. `Err` carries the failure message. The
+/// caller holds the arena's kernel gate from before it made `tensors` (rules A3, A6 of
+/// `chip::arena`).
 fn call_kernel(
-    arena: &Arena,
     f: HostFnPtr,
     tensors: Vec<MappedTensor<'_>>,
     scalars: &[u64],
     core: u32,
 ) -> std::result::Result<(), String> {
     let args = HostArgs::new(tensors, scalars, core).map_err(|e| format!("bad arguments: {e}"))?;
-    // Copies wait while a kernel runs (rule A3 of `chip::arena`).
-    let _running = arena.kernel_gate();
     match catch_unwind(AssertUnwindSafe(|| f(&args))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
@@ -186,6 +188,8 @@ pub(crate) struct ChipRuntime {
     in_run: bool,
     /// Mints the host scratch buffers' identities (a nonce of their own).
     scratch: IdentityMinter,
+    /// The retained staging buffer of each pipeline slot (`chip::staging`).
+    staging: Vec<Staging>,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -251,7 +255,16 @@ impl ChipRuntime {
         }
         engine.attach_lanes(lanes);
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
-        Ok(ChipRuntime { chip, device, registry, engine, closed: false, in_run: false, scratch })
+        Ok(ChipRuntime {
+            chip,
+            device,
+            registry,
+            engine,
+            closed: false,
+            in_run: false,
+            scratch,
+            staging: vec![Staging::default()],
+        })
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
@@ -318,12 +331,12 @@ impl ChipRuntime {
             tracing::debug_span!(target: "simpler::chip", "chip run", chip = self.chip, callable = f.name())
                 .entered();
         self.in_run = true;
-        let mut scratch = Vec::new();
-        let result = self.run_with(&f, &args, scalars, config, &mut scratch);
-        for ptr in scratch {
-            if let Err(e) = self.device.free(ptr) {
-                tracing::error!(target: "simpler::chip", chip = self.chip, "freeing device scratch: {e}");
-            }
+        let mut unfenced = None;
+        let result = self.run_with(&f, &args, scalars, config, &mut unfenced);
+        if let Some(ptr) = unfenced
+            && let Err(e) = self.device.arena().fence(ptr)
+        {
+            tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
         }
         self.in_run = false;
         result
@@ -335,9 +348,13 @@ impl ChipRuntime {
         args: &[ChipArg<'_>],
         scalars: &[u64],
         config: &CallConfig,
-        scratch: &mut Vec<u64>,
+        unfenced: &mut Option<u64>,
     ) -> Result<()> {
-        let prepared = self.prepare(f, args, scratch)?;
+        let prepared = self.prepare(f, args, 0)?;
+        if let Some(ptr) = self.staging[0].ptr() {
+            self.device.arena().unfence(ptr)?;
+            *unfenced = Some(ptr);
+        }
         match f.body() {
             ChipBody::Kernel(k) => self.run_kernel(f.name(), k, &prepared, scalars)?,
             ChipBody::Orchestration(o) => self.run_orchestration(f.name(), o, &prepared, scalars, config)?,
@@ -354,11 +371,28 @@ impl ChipRuntime {
         Ok(())
     }
 
-    /// Steps 2 and 3: device tensors checked, host tensors given (and, when readable, copied
-    /// into) device scratch. Scratch pointers are pushed to `scratch` as soon as they exist.
-    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
+    /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
+    /// staging buffer (grown first when the run needs more, before anything is copied) and,
+    /// when readable, copied into it.
+    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let device = self.device.clone();
+        let host_sizes = args.iter().filter_map(|a| match a {
+            ChipArg::Host(m) => {
+                let (start, end) = m.view().byte_range();
+                Some(end - start)
+            }
+            ChipArg::Device { .. } => None,
+        });
+        let (offsets, need) =
+            staging::layout(host_sizes).map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
+        let base = self.staging[slot].reserve(&device, need).map_err(|e| {
+            e.context(format!(
+                "chip {chip}: `{}`: device scratch for its host tensors ({need} bytes in the staging buffer of pipeline slot {slot})",
+                f.name()
+            ))
+        })?;
+        let mut offsets = offsets.into_iter();
         let mut out = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
             let bad = |msg: String| Error::invalid(format!("chip {chip}: `{}` tensor {i}: {msg}", f.name()));
@@ -389,16 +423,11 @@ impl ChipRuntime {
                     let view =
                         TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
                             .map_err(|e| bad(e.message().to_string()))?;
-                    let ptr = device
-                        .malloc(size)
-                        // Out of memory stays a resource error.
-                        .map_err(|e| {
-                            e.context(format!(
-                                "chip {chip}: `{}` tensor {i}: device scratch for a host tensor",
-                                f.name()
-                            ))
-                        })?;
-                    scratch.push(ptr);
+                    let at = offsets.next().expect("one slice per host tensor");
+                    let ptr = base.expect("a staging block when a host tensor is staged") + at;
+                    // A write-only tensor is not copied in: its slice holds what an earlier run
+                    // left there, as freshly allocated device memory would (never the host's
+                    // bytes).
                     if m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
@@ -412,9 +441,11 @@ impl ChipRuntime {
 
     fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
         let arena = self.device.arena();
+        // The gate before the views (rule A6 of `chip::arena`).
+        let _running = arena.kernel_gate();
         let tensors =
             prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
-        call_kernel(arena, k, tensors, scalars, 0).map_err(|msg| {
+        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
             Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
         })
     }
@@ -488,7 +519,30 @@ impl ChipRuntime {
             self.closed = true;
             self.engine.mark_closed();
             self.engine.shutdown_lanes();
+            for s in &mut self.staging {
+                if let Err(e) = s.release(&self.device) {
+                    tracing::error!(target: "simpler::chip", chip = self.chip, "freeing a staging buffer: {e}");
+                }
+            }
         }
+    }
+
+    /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`).
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by the pipeline benchmark, next"))]
+    pub(crate) fn device_allocations(&self) -> u64 {
+        self.device.allocations()
+    }
+
+    /// Bytes of device memory held outside the staging buffers (what users and `orch.alloc`
+    /// hold), rounded to blocks.
+    #[cfg(test)]
+    pub(crate) fn used_outside_staging(&self) -> u64 {
+        let staged: u64 = self
+            .staging
+            .iter()
+            .map(|s| s.capacity().next_multiple_of(crate::chip::arena::DEVICE_ALIGN))
+            .sum();
+        self.device.arena().used() - staged
     }
 }
 
@@ -529,7 +583,7 @@ impl CoreShared {
                         self.chip
                     ));
                 }
-                if !self.device.is_live(ptr, n) {
+                if !self.device.usable_by_kernels(ptr, n) {
                     return Err(format!(
                         "tensor {i}: device buffer {} at {ptr:#x} (+{n} bytes) is not a live allocation of chip {chip}",
                         desc.identity()
@@ -580,14 +634,17 @@ impl CoreEndpoint {
             .spawn(move || {
                 for job in jobs {
                     cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
+                    // The gate before the views (rule A6 of `chip::arena`).
+                    let running = device.arena().kernel_gate();
                     let tensors = job
                         .tensors
                         .iter()
                         .map(|&(ptr, view, access)| device.arena().tensor(ptr, view, access));
                     let called = match tensors.collect::<Result<Vec<_>>>() {
-                        Ok(tensors) => call_kernel(device.arena(), job.kernel, tensors, &job.scalars, core),
+                        Ok(tensors) => call_kernel(job.kernel, tensors, &job.scalars, core),
                         Err(e) => Err(e.message().to_string()),
                     };
+                    drop(running);
                     let out = match called {
                         Ok(()) => Outcome::Success,
                         Err(msg) => Outcome::TaskFailure(msg),

@@ -159,7 +159,7 @@ fn vector_add_with_host_tensors() {
     let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
     let mut out = vec![-7.0f32; 1000];
     let (a0, b0) = (a.clone(), b.clone());
-    let before = rt.device.arena().used();
+    let before = rt.used_outside_staging();
     run(
         &mut rt,
         &kernel("vadd"),
@@ -169,7 +169,36 @@ fn vector_add_with_host_tensors() {
     .unwrap();
     assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "vector add result");
     assert_eq!((a, b), (a0, b0), "inputs unchanged");
-    assert_eq!(rt.device.arena().used(), before, "device scratch freed");
+    assert_eq!(rt.used_outside_staging(), before, "device scratch freed");
+}
+
+#[test]
+fn host_tensors_reuse_the_retained_staging_buffer() {
+    let mut rt = chip(1, &[]);
+    let runs = |rt: &mut ChipRuntime, n: usize| {
+        for k in 0..3 {
+            let mut a = vec![k as f32; n];
+            let mut b = vec![1.0f32; n];
+            let mut out = vec![0.0f32; n];
+            let args =
+                vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+            run(rt, &kernel("vadd"), args, &[]).unwrap();
+            assert!(out.iter().all(|v| *v == k as f32 + 1.0));
+        }
+    };
+    runs(&mut rt, 1000);
+    let after_first = rt.device_allocations();
+    assert_eq!(after_first, 1, "one staging block for the three host tensors");
+    runs(&mut rt, 1000);
+    runs(&mut rt, 10);
+    assert_eq!(rt.device_allocations(), after_first, "steady state: no device allocation per run");
+    runs(&mut rt, 5000);
+    assert_eq!(rt.device_allocations(), after_first + 1, "a larger run grows it once");
+    let staged = rt.device.arena().used();
+    let (_, need) = staging::layout([20_000; 3]).unwrap();
+    assert_eq!(staged, need.next_multiple_of(64), "bump slices of one block");
+    rt.shutdown();
+    assert_eq!(rt.device.arena().used(), 0, "freed at close");
 }
 
 #[test]
@@ -288,7 +317,7 @@ fn dead_or_out_of_bounds_device_tensors_are_refused() {
     )
     .unwrap_err();
     assert!(err.message().contains("not a live allocation"), "{err}");
-    assert_eq!(rt.device.arena().used(), 0, "the scratch of refused runs is freed");
+    assert_eq!(rt.used_outside_staging(), 0, "the scratch of refused runs is freed");
     // Still usable.
     let mut a = vec![2.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut a, Access::Read), host(&mut out, Access::Write)], &[])
@@ -328,7 +357,7 @@ fn host_scratch_counts_against_device_memory() {
         err.message().contains("device scratch") && err.message().contains("out of device memory"),
         "{err}"
     );
-    assert_eq!(rt.device.arena().used(), 0, "the first scratch block was freed");
+    assert_eq!(rt.used_outside_staging(), 0, "the first scratch block was freed");
 }
 
 /// `tmp = a + b` on core 0, then `out = 2 * tmp` on core 1: read-after-write across cores
@@ -398,7 +427,7 @@ fn chip_orchestration_intermediates_from_orch_alloc() {
         )
         .unwrap();
         assert_eq!(out, vec![6.0; 256]);
-        assert_eq!(rt.device.arena().used(), 0, "the intermediate and the scratch were freed");
+        assert_eq!(rt.used_outside_staging(), 0, "the intermediate and the scratch were freed");
         out.fill(0.0);
     }
 }
@@ -438,7 +467,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
     let in_turn = ChipFn::orchestration("alloc_in_turn", alloc_in_turn);
     let mut rt = chip(1, &[sized.clone(), in_turn.clone()]);
     run(&mut rt, &sized, vec![], &[1024]).unwrap();
-    assert_eq!(rt.device.arena().used(), 0, "freed when the run ended");
+    assert_eq!(rt.used_outside_staging(), 0, "freed when the run ended");
 
     // More than the chip has: refused at once, naming the chip and its memory.
     let err = run(&mut rt, &sized, vec![], &[8 << 20]).unwrap_err();
@@ -460,7 +489,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
     run(&mut rt, &in_turn, vec![], &[5]).unwrap();
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
 }
 
 /// Two independent kernels, one per core, that must overlap in time.
@@ -523,7 +552,7 @@ fn failing_and_panicking_kernels_give_clear_errors() {
         assert!(err.message().contains("chip orchestration `failing_plan` on chip 3"), "{err}");
         assert_eq!(y, vec![5.0; 8], "host outputs untouched by a failed run");
     }
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
     // Still usable, cores included.
     let ok = ChipFn::orchestration("pipeline", pipeline);
     rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
@@ -603,7 +632,7 @@ fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
     let err = go(&mut rt, 5);
     assert!(err.message().contains("only kernels run on a core"), "{err}");
     assert_eq!(x, vec![1.0; 4], "no failed run copied back");
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
     let mut y = vec![0.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut x, Access::Read), host(&mut y, Access::Write)], &[])
         .unwrap();
