@@ -44,7 +44,9 @@
 //!   overlap a kernel's view of it and does not take the gate exclusively: it holds the
 //!   `staging` gate shared instead, so a copy into the next run's staging overlaps the running
 //!   run's kernels. [`Arena::unfence`] takes the `staging` gate exclusively (waiting for every
-//!   such copy) before a kernel may see the block again.
+//!   such copy) before a kernel may see the block again. A block fenced as soon as it is
+//!   allocated ([`Arena::fence_new`]) needs no wait: views are made only of blocks the runtime
+//!   holds (and checked live), and it frees a block only once no task uses it.
 
 #![expect(
     unsafe_code,
@@ -285,6 +287,14 @@ impl Arena {
     /// starts at `ptr`.
     pub(crate) fn fence(&self, ptr: u64) -> Result<()> {
         let _exclusive = sync::write(&self.gate);
+        self.set_fence(ptr, true)
+    }
+
+    /// Fences the block at `ptr` that the caller has just allocated, without waiting for
+    /// running kernels (rule A6): no kernel view reaches into a block nobody held a moment ago
+    /// (views are made only of live blocks the runtime checked, and a block is freed only once
+    /// no task uses it).
+    pub(crate) fn fence_new(&self, ptr: u64) -> Result<()> {
         self.set_fence(ptr, true)
     }
 

@@ -80,7 +80,7 @@ impl Device {
     /// once (rule A6 of `chip::arena`) and invisible to users.
     pub(crate) fn malloc_internal(&self, nbytes: u64) -> Result<u64> {
         let ptr = self.malloc_as(nbytes, true)?;
-        if let Err(e) = self.arena().fence(ptr) {
+        if let Err(e) = self.arena().fence_new(ptr) {
             let _ = self.free(ptr);
             return Err(e);
         }

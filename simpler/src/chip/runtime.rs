@@ -2,11 +2,33 @@
 //!
 //! A runtime owns its chip's [`Device`] (the backend a [`ChipBackend`](super::ChipBackend)
 //! factory made, a [`SimChip`](super::SimChip) by default, with the checks of `device.rs`), a
-//! registry of chip callables and an
-//! in-process [`Engine`] whose NEXT_LEVEL workers are the chip's cores. Each core is an
-//! [`Endpoint`] backed by one thread; the engine has no background thread: the thread that
-//! calls [`ChipRuntime::run`] builds the chip orchestration's graph and then drives the engine
-//! until the run is done (the scheduler role, see the engine's module docs).
+//! registry of chip callables, an
+//! in-process [`Engine`] whose NEXT_LEVEL workers are the chip's cores, and an executor thread.
+//! Each core is an [`Endpoint`] backed by one thread; the engine has no background thread: the
+//! executor thread builds a chip orchestration's graph and then drives the engine until the run
+//! is done (the scheduler role, see the engine's module docs).
+//!
+//! # The L2 lifecycle
+//!
+//! A run goes through four phases, and [`ChipRuntime::run`] is their blocking composition:
+//!
+//! * [`prepare`](ChipRuntime::prepare) (steps 1-3 below, on the caller's thread): admit the
+//!   run's [`Lease`] (its slot's generation high-water mark refuses a stale one, rule L5 of
+//!   `engine::lease`), look the callable up, check the tensors, grow the slot's staging buffer
+//!   if needed and copy the host inputs in. Nothing reaches the cores: the slot's staging
+//!   buffer is fenced (rule A6 of `chip::arena`), so this overlaps the kernels of the run that
+//!   executes.
+//! * [`launch`](ChipRuntime::launch): hands the run to the executor thread and returns at once.
+//!   Refused while another run is launched and not finalized: runs execute one at a time.
+//! * [`poll`](ChipRuntime::poll) / [`wait`](ChipRuntime::wait): whether / until it is done.
+//! * [`finalize`](ChipRuntime::finalize) (steps 5-6): copy the outputs back on success, fence
+//!   the staging buffer, and give the run's result.
+//!
+//! A chip holds at most one launched (active) run and one prepared, unlaunched run: a second
+//! prepare is refused until the prepared run launches, and a prepared run's slot must differ
+//! from the active one's (each slot has its own staging buffer: resource class `HostPerRun`;
+//! the chip engine and its `orch.alloc` memory are the one `DeviceScratch`, used only by the
+//! active run).
 //!
 //! One run, end to end:
 //!
@@ -17,7 +39,7 @@
 //!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
 //!    enough) laid out like its view (offset 0), and copy the view's elements in when the
 //!    tensor is readable (`Read`, `ReadWrite`);
-//! 4. run: a kernel on the calling thread as core 0; a chip orchestration as one run of the
+//! 4. run, on the executor thread: a kernel there as core 0; a chip orchestration as one run of the
 //!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
 //!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
 //! 5. on success, copy the elements of every writable host tensor back (on failure the host
@@ -28,6 +50,7 @@
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
 
+use crate::engine::lease::{HighWater, Lease, LeaseArena};
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -181,7 +204,7 @@ pub(crate) struct ChipRuntime {
     chip: u32,
     device: Arc<Device>,
     registry: SharedRegistry,
-    engine: Engine,
+    engine: Arc<Engine>,
     closed: bool,
     /// Set for the duration of a run; still set at the next call only if a run unwound out of
     /// the runtime itself (user code is caught), after which the chip refuses further runs.
@@ -190,6 +213,17 @@ pub(crate) struct ChipRuntime {
     scratch: IdentityMinter,
     /// The retained staging buffer of each pipeline slot (`chip::staging`).
     staging: Vec<Staging>,
+    /// Per-slot generation high-water marks of the leases runs came with (rule L5).
+    marks: HighWater,
+    /// Leases for callers in this process that mint none of their own ([`ChipRuntime::run`],
+    /// an L2 Worker, benchmarks).
+    leases: LeaseArena,
+    /// The launched, unfinalized run's lease.
+    active: Option<Lease>,
+    /// The prepared, unlaunched run's lease.
+    waiting: Option<Lease>,
+    /// The thread runs execute on.
+    exec: Executor,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -237,8 +271,9 @@ impl ChipRuntime {
             heap: Arc::new(ChipHeap { chip, device: device.clone() }),
             devices: Arc::new(OneChip { chip }),
         };
-        let engine =
-            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?;
+        let engine = Arc::new(
+            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?,
+        );
         {
             let mut kinds = engine.callables().write();
             for (digest, _, _) in registry.iter() {
@@ -254,6 +289,8 @@ impl ChipRuntime {
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
+        let exec = Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() })
+            .map_err(in_chip)?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
         Ok(ChipRuntime {
             chip,
@@ -264,6 +301,11 @@ impl ChipRuntime {
             in_run: false,
             scratch,
             staging: vec![Staging::default()],
+            marks: HighWater::new(1),
+            leases: LeaseArena::new(1)?,
+            active: None,
+            waiting: None,
+            exec,
         })
     }
 
@@ -294,9 +336,71 @@ impl ChipRuntime {
         self.read_registry().contains(digest)
     }
 
-    /// Runs a chip callable with `args` (see the [module docs](self) for the steps).
+    /// Sets the granted pipeline depth (at least 1). Only while no run is prepared or
+    /// launched: the staging buffers of slots past the new depth are freed, the marks and the
+    /// chip's own leases start over.
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn set_pipeline_depth(&mut self, depth: u32) -> Result<()> {
+        if depth == 0 {
+            return Err(Error::invalid(format!("chip {}: a pipeline depth of 0; use at least 1", self.chip)));
+        }
+        if self.active.is_some() || self.waiting.is_some() {
+            return Err(Error::state(format!(
+                "chip {}: the pipeline depth changes only while no run is in flight",
+                self.chip
+            )));
+        }
+        while self.staging.len() > depth as usize {
+            if let Some(mut s) = self.staging.pop() {
+                s.release(&self.device)?;
+            }
+        }
+        self.staging.resize_with(depth as usize, Staging::default);
+        self.marks = HighWater::new(depth);
+        self.leases = LeaseArena::new(depth)?;
+        Ok(())
+    }
+
+    /// A lease from the chip's own arena, for a caller that mints none (`None`: every slot is
+    /// taken by a run in flight).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn acquire_lease(&mut self) -> Option<Lease> {
+        self.leases.acquire()
+    }
+
+    /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn release_lease(&mut self, lease: Lease) -> Result<()> {
+        self.leases.release(lease)
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::state(format!("chip {} is shut down", self.chip)));
+        }
+        if self.in_run {
+            return Err(Error::state(format!(
+                "chip {} is unusable: an earlier run broke off inside the chip runtime",
+                self.chip
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
+    /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
+    /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
     ///
-    /// A kernel runs on the calling thread as core 0 (`worker_index() == 0`) and ignores
+    /// A kernel runs on the executor thread as core 0 (`worker_index() == 0`) and ignores
     /// `config`; a chip orchestration receives `config` and runs its kernels on the core
     /// threads. Device tensors must belong to this chip (the caller checks the owner; this
     /// checks liveness and bounds). Errors: an unknown digest is an [`ErrorKind::Callable`]
@@ -312,69 +416,192 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
+        self.usable()?;
+        let lease = self.leases.acquire().ok_or_else(|| {
+            Error::state(format!(
+                "chip {}: every pipeline slot is held by a run in flight; finalize one first",
+                self.chip
+            ))
+        })?;
+        self.in_run = true;
+        let result = match self.prepare(lease, digest, args, scalars, config) {
+            Err(e) => Err(e),
+            Ok(mut run) => match self.launch(&mut run) {
+                Ok(()) => self.finalize(run),
+                Err(e) => {
+                    let _ = self.finalize(run);
+                    Err(e)
+                }
+            },
+        };
+        if let Err(e) = self.leases.release(lease) {
+            tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
+        }
+        self.in_run = false;
+        result
+    }
+
+    /// Phase 1: admits `lease`, looks the callable up, checks the tensors, and stages the host
+    /// tensors in the lease's slot (see the [module docs](self)). Overlaps the executing run.
+    ///
+    /// Refused (an [`ErrorKind::InvalidState`] error) while another run is prepared and not
+    /// launched, for the slot of the executing run, or for a stale lease; otherwise errors as
+    /// [`run`](Self::run)'s steps 1-3. A failed prepare leaves no run behind and nothing else
+    /// changed: the executing run goes on.
+    pub(crate) fn prepare<'a>(
+        &mut self,
+        lease: Lease,
+        digest: &Digest,
+        args: Vec<ChipArg<'a>>,
+        scalars: &[u64],
+        config: &CallConfig,
+    ) -> Result<ChipRun<'a>> {
         if self.closed {
             return Err(Error::state(format!("chip {} is shut down", self.chip)));
         }
-        if self.in_run {
+        if let Some(w) = self.waiting {
             return Err(Error::state(format!(
-                "chip {} is unusable: an earlier run broke off inside the chip runtime",
+                "chip {}: preparing a run under {lease} while the run under {w} is prepared and not launched; a chip holds one prepared run",
                 self.chip
             )));
         }
+        if let Some(a) = self.active
+            && a.slot == lease.slot
+        {
+            return Err(Error::state(format!(
+                "chip {}: preparing a run under {lease} while the run under {a} executes in the same slot",
+                self.chip
+            )));
+        }
+        self.marks.admit(lease).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         let Some(f) = self.read_registry().get(digest).cloned() else {
             return Err(Error::new(
                 ErrorKind::Callable,
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
             ));
         };
-        let _span =
-            tracing::debug_span!(target: "simpler::chip", "chip run", chip = self.chip, callable = f.name())
-                .entered();
-        self.in_run = true;
-        let mut unfenced = None;
-        let result = self.run_with(&f, &args, scalars, config, &mut unfenced);
-        if let Some(ptr) = unfenced
+        let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
+            .entered();
+        let prepared = self.stage(&f, &args, lease.slot as usize)?;
+        self.waiting = Some(lease);
+        Ok(ChipRun {
+            lease,
+            name: f.name().to_string(),
+            body: f.body(),
+            args,
+            prepared,
+            scalars: scalars.to_vec(),
+            config: config.clone(),
+            phase: Phase::Prepared,
+        })
+    }
+
+    /// Phase 2: hands the prepared `run` to the executor thread and returns. Refused (an
+    /// [`ErrorKind::InvalidState`] error) while another run is launched and not finalized, or
+    /// for a run that is not this chip's prepared one.
+    pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
+        if !matches!(run.phase, Phase::Prepared) || self.waiting != Some(run.lease) {
+            return Err(Error::state(format!(
+                "chip {}: the run under {} is not this chip's prepared run",
+                self.chip, run.lease
+            )));
+        }
+        if let Some(a) = self.active {
+            return Err(Error::state(format!(
+                "chip {}: launching the run under {} while the run under {a} executes; finalize it first",
+                self.chip, run.lease
+            )));
+        }
+        if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
+            self.device.arena().unfence(ptr)?;
+        }
+        let job = ExecJob {
+            lease: run.lease,
+            name: run.name.clone(),
+            body: run.body,
+            prepared: run.prepared.clone(),
+            scalars: run.scalars.clone(),
+            config: run.config.clone(),
+        };
+        self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
+        self.waiting = None;
+        self.active = Some(run.lease);
+        run.phase = Phase::Launched;
+        Ok(())
+    }
+
+    /// Phase 3, without blocking: true once the launched `run` is done (or when it is not
+    /// launched at all).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "a non-blocking driver (a two-frame chip child) is not built yet")
+    )]
+    pub(crate) fn poll(&mut self, run: &mut ChipRun<'_>) -> bool {
+        if matches!(run.phase, Phase::Launched)
+            && let Some(result) = self.exec.try_take(run.lease, self.chip)
+        {
+            run.phase = Phase::Done(result);
+        }
+        !matches!(run.phase, Phase::Launched)
+    }
+
+    /// Phase 3: blocks until the launched `run` is done.
+    pub(crate) fn wait(&mut self, run: &mut ChipRun<'_>) {
+        if matches!(run.phase, Phase::Launched) {
+            run.phase = Phase::Done(self.exec.take(run.lease, self.chip));
+        }
+    }
+
+    /// Phase 4: waits for `run` if needed, copies its writable host tensors back on success,
+    /// fences its staging buffer and returns its result. A run finalized before it was
+    /// launched gives up its prepared place and fails with an [`ErrorKind::InvalidState`]
+    /// error saying so.
+    pub(crate) fn finalize(&mut self, mut run: ChipRun<'_>) -> Result<()> {
+        self.wait(&mut run);
+        let slot = run.lease.slot as usize;
+        let result = match std::mem::replace(&mut run.phase, Phase::Finished) {
+            Phase::Prepared => {
+                if self.waiting == Some(run.lease) {
+                    self.waiting = None;
+                }
+                return Err(Error::state(format!(
+                    "chip {}: the run under {} was finalized before it was launched",
+                    self.chip, run.lease
+                )));
+            }
+            Phase::Done(result) => result,
+            Phase::Launched | Phase::Finished => unreachable!("waited for above"),
+        };
+        let result = result.and_then(|()| {
+            for (i, (arg, p)) in run.args.iter().zip(&run.prepared).enumerate() {
+                if let ChipArg::Host(m) = arg
+                    && m.access().can_write()
+                {
+                    self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
+                        e.context(format!(
+                            "chip {}: copying back host tensor {i} of `{}`",
+                            self.chip, run.name
+                        ))
+                    })?;
+                }
+            }
+            Ok(())
+        });
+        if let Some(ptr) = self.staging.get(slot).and_then(Staging::ptr)
             && let Err(e) = self.device.arena().fence(ptr)
         {
             tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
         }
-        self.in_run = false;
+        if self.active == Some(run.lease) {
+            self.active = None;
+        }
         result
-    }
-
-    fn run_with(
-        &mut self,
-        f: &ChipFn,
-        args: &[ChipArg<'_>],
-        scalars: &[u64],
-        config: &CallConfig,
-        unfenced: &mut Option<u64>,
-    ) -> Result<()> {
-        let prepared = self.prepare(f, args, 0)?;
-        if let Some(ptr) = self.staging[0].ptr() {
-            self.device.arena().unfence(ptr)?;
-            *unfenced = Some(ptr);
-        }
-        match f.body() {
-            ChipBody::Kernel(k) => self.run_kernel(f.name(), k, &prepared, scalars)?,
-            ChipBody::Orchestration(o) => self.run_orchestration(f.name(), o, &prepared, scalars, config)?,
-        }
-        for (i, (arg, p)) in args.iter().zip(&prepared).enumerate() {
-            if let ChipArg::Host(m) = arg
-                && m.access().can_write()
-            {
-                self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
-                    e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, f.name()))
-                })?;
-            }
-        }
-        Ok(())
     }
 
     /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
     /// staging buffer (grown first when the run needs more, before anything is copied) and,
     /// when readable, copied into it.
-    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize) -> Result<Vec<Prepared>> {
+    fn stage(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let device = self.device.clone();
         let host_sizes = args.iter().filter_map(|a| match a {
@@ -439,44 +666,6 @@ impl ChipRuntime {
         Ok(out)
     }
 
-    fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
-        let arena = self.device.arena();
-        // The gate before the views (rule A6 of `chip::arena`).
-        let _running = arena.kernel_gate();
-        let tensors =
-            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
-        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
-            Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
-        })
-    }
-
-    fn run_orchestration(
-        &self,
-        name: &str,
-        o: ChipOrchFnPtr,
-        prepared: &[Prepared],
-        scalars: &[u64],
-        config: &CallConfig,
-    ) -> Result<()> {
-        let chip = self.chip;
-        let mut args = TaskArgs::new();
-        for p in prepared {
-            let access = p.access.within_orchestration();
-            let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
-            args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
-        }
-        for &s in scalars {
-            args.scalar(s);
-        }
-        let eng = &self.engine;
-        let context = format!("chip orchestration `{name}` on chip {chip}");
-        let built = eng
-            .build_run(false, None, false, |orch| o(orch, &args, config))
-            .map_err(|f| f.into_error().context(&context))?;
-        eng.drive_until(|| built.run.is_done(), None);
-        built.run.result().map_err(|e| e.context(context))
-    }
-
     /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).
     pub(crate) fn malloc(&mut self, nbytes: u64) -> Result<u64> {
         self.device.malloc(nbytes).map_err(|e| e.context(format!("chip {}", self.chip)))
@@ -517,6 +706,7 @@ impl ChipRuntime {
     pub(crate) fn shutdown(&mut self) {
         if !self.closed {
             self.closed = true;
+            self.exec.stop();
             self.engine.mark_closed();
             self.engine.shutdown_lanes();
             for s in &mut self.staging {
@@ -528,9 +718,22 @@ impl ChipRuntime {
     }
 
     /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`).
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by the pipeline benchmark, next"))]
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "read by the pipeline benchmark")
+    )]
     pub(crate) fn device_allocations(&self) -> u64 {
         self.device.allocations()
+    }
+
+    /// Changes the chip engine's configuration (tests only): stops the executor thread, which
+    /// shares the engine, and starts a new one.
+    #[cfg(test)]
+    pub(crate) fn tune_engine(&mut self, f: impl FnOnce(&mut EngineConfig)) {
+        self.exec.stop();
+        f(Arc::get_mut(&mut self.engine).expect("only the runtime holds the engine").config_mut());
+        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        self.exec = Executor::spawn(ctx).expect("restarting the executor thread");
     }
 
     /// Bytes of device memory held outside the staging buffers (what users and `orch.alloc`
@@ -552,7 +755,198 @@ impl Drop for ChipRuntime {
     }
 }
 
+/// Where a [`ChipRun`] is.
+enum Phase {
+    Prepared,
+    Launched,
+    Done(Result<()>),
+    Finished,
+}
+
+/// One chip run between [`ChipRuntime::prepare`] and [`ChipRuntime::finalize`]: its lease, its
+/// callable, its arguments (host tensors borrowed until their outputs are copied back) and
+/// where it is. Give every run to `finalize`: a launched run dropped unfinalized leaves the
+/// chip refusing further launches.
+pub(crate) struct ChipRun<'a> {
+    lease: Lease,
+    name: String,
+    body: ChipBody,
+    args: Vec<ChipArg<'a>>,
+    prepared: Vec<Prepared>,
+    scalars: Vec<u64>,
+    config: CallConfig,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for ChipRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChipRun").field("lease", &self.lease).field("callable", &self.name).finish()
+    }
+}
+
+impl ChipRun<'_> {
+    /// The lease the run holds.
+    #[cfg_attr(
+        not(feature = "bench-support"),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn lease(&self) -> Lease {
+        self.lease
+    }
+}
+
+/// What the executor thread needs to run a launched run.
+struct ExecCtx {
+    chip: u32,
+    device: Arc<Device>,
+    engine: Arc<Engine>,
+}
+
+/// A launched run, as the executor thread receives it.
+struct ExecJob {
+    lease: Lease,
+    name: String,
+    body: ChipBody,
+    prepared: Vec<Prepared>,
+    scalars: Vec<u64>,
+    config: CallConfig,
+}
+
+impl ExecCtx {
+    fn execute(&self, job: &ExecJob) -> Result<()> {
+        match job.body {
+            ChipBody::Kernel(k) => self.run_kernel(&job.name, k, &job.prepared, &job.scalars),
+            ChipBody::Orchestration(o) => {
+                self.run_orchestration(&job.name, o, &job.prepared, &job.scalars, &job.config)
+            }
+        }
+    }
+
+    fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
+        let arena = self.device.arena();
+        // The gate before the views (rule A6 of `chip::arena`).
+        let _running = arena.kernel_gate();
+        let tensors =
+            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
+        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
+            Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
+        })
+    }
+
+    fn run_orchestration(
+        &self,
+        name: &str,
+        o: ChipOrchFnPtr,
+        prepared: &[Prepared],
+        scalars: &[u64],
+        config: &CallConfig,
+    ) -> Result<()> {
+        let chip = self.chip;
+        let mut args = TaskArgs::new();
+        for p in prepared {
+            let access = p.access.within_orchestration();
+            let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
+            args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
+        }
+        for &s in scalars {
+            args.scalar(s);
+        }
+        let eng = &self.engine;
+        let context = format!("chip orchestration `{name}` on chip {chip}");
+        let built = eng
+            .build_run(false, None, false, |orch| o(orch, &args, config))
+            .map_err(|f| f.into_error().context(&context))?;
+        eng.drive_until(|| built.run.is_done(), None);
+        built.run.result().map_err(|e| e.context(context))
+    }
+}
+
+/// The chip's executor thread: runs one launched run at a time and hands back its result.
+struct Executor {
+    tx: Option<mpsc::Sender<ExecJob>>,
+    rx: mpsc::Receiver<(Lease, Result<()>)>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Executor {
+    fn spawn(ctx: ExecCtx) -> Result<Executor> {
+        let (tx, jobs) = mpsc::channel::<ExecJob>();
+        let (done_tx, rx) = mpsc::channel();
+        let chip = ctx.chip;
+        let handle = thread::Builder::new()
+            .name(format!("chip{chip}-exec"))
+            .spawn(move || {
+                for job in jobs {
+                    let result =
+                        catch_unwind(AssertUnwindSafe(|| ctx.execute(&job))).unwrap_or_else(|panic| {
+                            Err(Error::new(
+                                ErrorKind::Internal,
+                                format!(
+                                    "chip {chip}: the chip runtime panicked running `{}`: {}",
+                                    job.name,
+                                    crate::error::panic_message(&*panic)
+                                ),
+                            ))
+                        });
+                    if done_tx.send((job.lease, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::os("starting the chip's executor thread", e))?;
+        Ok(Executor { tx: Some(tx), rx, handle: Some(handle) })
+    }
+
+    fn send(&self, job: ExecJob) -> Result<()> {
+        match &self.tx {
+            Some(tx) if tx.send(job).is_ok() => Ok(()),
+            _ => Err(Error::state("the executor thread has stopped")),
+        }
+    }
+
+    fn outcome(lease: Lease, chip: u32, got: (Lease, Result<()>)) -> Result<()> {
+        let (done, result) = got;
+        if done != lease {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("chip {chip}: waiting for the run under {lease}, the run under {done} ended"),
+            ));
+        }
+        result
+    }
+
+    fn stopped(chip: u32) -> Error {
+        Error::new(ErrorKind::Internal, format!("chip {chip}: the executor thread has stopped"))
+    }
+
+    /// The launched run's result, once it is done.
+    fn take(&self, lease: Lease, chip: u32) -> Result<()> {
+        match self.rx.recv() {
+            Ok(got) => Self::outcome(lease, chip, got),
+            Err(mpsc::RecvError) => Err(Self::stopped(chip)),
+        }
+    }
+
+    /// The launched run's result if it is done.
+    fn try_take(&self, lease: Lease, chip: u32) -> Option<Result<()>> {
+        match self.rx.try_recv() {
+            Ok(got) => Some(Self::outcome(lease, chip, got)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(Self::stopped(chip))),
+        }
+    }
+
+    /// Stops the thread once its run (if any) returns.
+    fn stop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// A tensor ready to run: device memory of this chip.
+#[derive(Clone)]
 struct Prepared {
     ptr: u64,
     view: TensorView,

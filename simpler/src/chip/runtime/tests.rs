@@ -478,7 +478,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Device memory a caller holds leaves less for intermediates.
     let held = rt.malloc(14 << 20).unwrap();
-    rt.engine.config_mut().backpressure_timeout = std::time::Duration::from_millis(200);
+    rt.tune_engine(|c| c.backpressure_timeout = std::time::Duration::from_millis(200));
     let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(
@@ -704,4 +704,152 @@ fn a_bad_configuration_is_an_error() {
         backend: BackendFactory::sim(),
     };
     assert!(ChipRuntime::new(cfg, Registry::new(1)).is_err());
+}
+
+// ------------------------------------------------------------------ the pipelined lifecycle
+
+/// Opened by the test: `held` waits for it (10 s at most) after saying it started.
+static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+
+/// `out = 2 * x`, once the test opens [`GATE`].
+fn held(args: &HostArgs<'_>) -> HostResult {
+    let (lock, cv) = &GATE;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut g = lock.lock().unwrap();
+    g.0 = true; // started
+    cv.notify_all();
+    while !g.1 {
+        let left = deadline.checked_duration_since(Instant::now()).ok_or("the gate never opened")?;
+        g = cv.wait_timeout(g, left).unwrap().0;
+    }
+    drop(g);
+    double(args)
+}
+
+fn await_gate(cond: impl Fn(&(bool, bool)) -> bool) {
+    let (lock, cv) = &GATE;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut g = lock.lock().unwrap();
+    while !cond(&g) {
+        let left = deadline.checked_duration_since(Instant::now()).expect("the kernel never started");
+        g = cv.wait_timeout(g, left).unwrap().0;
+    }
+}
+
+fn open_gate() {
+    let (lock, cv) = &GATE;
+    lock.lock().unwrap().1 = true;
+    cv.notify_all();
+}
+
+fn digest(name: &str) -> Digest {
+    h(name).digest()
+}
+
+fn pipelined(cores: usize, extra: &[ChipFn]) -> ChipRuntime {
+    let mut rt = chip(cores, extra);
+    rt.set_pipeline_depth(2).unwrap();
+    rt
+}
+
+#[test]
+fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
+    let k = ChipFn::kernel("held", held);
+    let mut rt = pipelined(1, std::slice::from_ref(&k));
+    let (mut x, mut y) = (vec![1.0f32; 4096], vec![0.0f32; 4096]);
+    let (mut a, mut b, mut out) = (vec![2.0f32; 4096], vec![3.0f32; 4096], vec![0.0f32; 4096]);
+    let (l0, l1) = (rt.acquire_lease().unwrap(), rt.acquire_lease().unwrap());
+    assert_ne!(l0.slot, l1.slot);
+    let head_args = vec![host(&mut x, Access::Read), host(&mut y, Access::Write)];
+    let mut head = rt.prepare(l0, &k.handle().digest(), head_args, &[], &CallConfig::default()).unwrap();
+    rt.launch(&mut head).unwrap();
+    await_gate(|g| g.0);
+    // The head's kernel runs (and holds the kernel gate): the successor's copy-in goes ahead
+    // all the same, into its own fenced staging buffer.
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut next = rt.prepare(l1, &digest("vadd"), args, &[], &CallConfig::default()).unwrap();
+    assert!(!rt.poll(&mut head), "the head still runs while its successor is prepared");
+    let err = rt.launch(&mut next).unwrap_err();
+    assert!(err.message().contains("finalize it first") && err.message().contains("generation 1"), "{err}");
+    open_gate();
+    rt.finalize(head).unwrap();
+    rt.launch(&mut next).unwrap();
+    rt.finalize(next).unwrap();
+    assert!(y.iter().all(|v| *v == 2.0) && out.iter().all(|v| *v == 5.0));
+    rt.release_lease(l0).unwrap();
+    rt.release_lease(l1).unwrap();
+}
+
+#[test]
+fn a_chip_holds_one_active_and_one_prepared_run() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let (mut x, mut y, mut z) = (vec![1.0f32; 8], vec![1.0f32; 8], vec![1.0f32; 8]);
+    let l0 = Lease { slot: 0, generation: 1 };
+    let l1 = Lease { slot: 1, generation: 1 };
+    let mut first = rt.prepare(l0, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    let err = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("one prepared run"), "{err}");
+    rt.launch(&mut first).unwrap();
+    let same_slot = Lease { slot: 0, generation: 2 };
+    let err =
+        rt.prepare(same_slot, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("same slot"), "{err}");
+    let second = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap();
+    rt.finalize(first).unwrap();
+    // A prepared run finalized unlaunched gives its place up.
+    let err = rt.finalize(second).unwrap_err();
+    assert!(err.message().contains("before it was launched"), "{err}");
+    let mut third =
+        rt.prepare(same_slot, &digest("ones"), vec![host(&mut z, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut third).unwrap();
+    rt.finalize(third).unwrap();
+    assert!(x.iter().chain(&z).all(|v| *v == 1.0));
+    assert_eq!(y, vec![1.0; 8], "the unlaunched run wrote nothing back");
+}
+
+#[test]
+fn stale_and_invalid_leases_are_refused() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let mut x = vec![0.0f32; 8];
+    let newer = Lease { slot: 0, generation: 3 };
+    let mut run = rt.prepare(newer, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut run).unwrap();
+    rt.finalize(run).unwrap();
+    for (lease, says) in [
+        (Lease { slot: 0, generation: 2 }, "stale"),
+        (Lease { slot: 2, generation: 1 }, "outside the granted pipeline depth 2"),
+        (Lease::NONE, "generation 0"),
+    ] {
+        let err =
+            rt.prepare(lease, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap_err();
+        assert!(err.message().contains(says) && err.message().starts_with("chip 3"), "{err}");
+        assert_eq!(err.kind(), ErrorKind::InvalidState);
+    }
+}
+
+#[test]
+fn a_failed_prepare_fails_only_its_run() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let (mut a, mut b, mut out) = (vec![1.0f32; 64], vec![2.0f32; 64], vec![0.0f32; 64]);
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut head = rt.prepare(Lease { slot: 0, generation: 1 }, &digest("vadd"), args, &[], &cfg).unwrap();
+    rt.launch(&mut head).unwrap();
+    let next = Lease { slot: 1, generation: 1 };
+    let unknown = Digest::from_bytes([7; 32]);
+    let err = rt.prepare(next, &unknown, vec![], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("UNKNOWN_CALLABLE"), "{err}");
+    // More than the chip's 16 MiB: the staging buffer cannot grow, and nothing is copied.
+    let mut huge = vec![0.0f32; 5 << 20];
+    let err = rt.prepare(next, &digest("ones"), vec![host(&mut huge, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("out of device memory") && err.message().contains("staging"), "{err}");
+    rt.finalize(head).unwrap();
+    assert!(out.iter().all(|v| *v == 3.0), "the head ran as if nothing happened");
+    let mut x = vec![0.0f32; 8];
+    let mut run = rt.prepare(next, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut run).unwrap();
+    rt.finalize(run).unwrap();
+    assert_eq!(x, vec![1.0; 8]);
 }
