@@ -78,6 +78,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 
+/// The most runs a chip holds per-run resources for: one launched and one prepared.
+pub(crate) const MAX_PIPELINE_DEPTH: u32 = 2;
+
 /// The chip's device memory as the chip engine's [`IntermediateHeap`]: `orch.alloc` inside a chip
 /// orchestration carves its intermediates from it, so they count against the chip's memory
 /// and kernels only ever touch device memory.
@@ -339,10 +342,6 @@ impl ChipRuntime {
     /// Sets the granted pipeline depth (at least 1). Only while no run is prepared or
     /// launched: the staging buffers of slots past the new depth are freed, the marks and the
     /// chip's own leases start over.
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
     pub(crate) fn set_pipeline_depth(&mut self, depth: u32) -> Result<()> {
         if depth == 0 {
             return Err(Error::invalid(format!("chip {}: a pipeline depth of 0; use at least 1", self.chip)));
@@ -362,6 +361,14 @@ impl ChipRuntime {
         self.marks = HighWater::new(depth);
         self.leases = LeaseArena::new(depth)?;
         Ok(())
+    }
+
+    /// Grants a pipeline depth of at most [`MAX_PIPELINE_DEPTH`] (`requested`, 0 counted as 1)
+    /// and sizes the chip's per-run resources to it; returns the grant.
+    pub(crate) fn grant_pipeline_depth(&mut self, requested: u32) -> Result<u32> {
+        let granted = requested.clamp(1, MAX_PIPELINE_DEPTH);
+        self.set_pipeline_depth(granted)?;
+        Ok(granted)
     }
 
     /// A lease from the chip's own arena, for a caller that mints none (`None`: every slot is
