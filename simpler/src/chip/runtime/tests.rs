@@ -853,3 +853,23 @@ fn a_failed_prepare_fails_only_its_run() {
     rt.finalize(run).unwrap();
     assert_eq!(x, vec![1.0; 8]);
 }
+
+#[test]
+fn a_run_whose_kernel_fails_returns_its_lease() {
+    let mut rt = pipelined(1, &[]);
+    for _ in 0..3 {
+        let err = run(&mut rt, &kernel("fail_kernel"), vec![], &[]).unwrap_err();
+        assert!(err.message().contains("kernel says no"), "{err}");
+        let err = run(&mut rt, &kernel("panic_kernel"), vec![], &[]).unwrap_err();
+        assert!(err.message().contains("kernel exploded"), "{err}");
+    }
+    // Both slots are free again: the failed runs gave their leases back.
+    let (a, b) = (rt.acquire_lease().unwrap(), rt.acquire_lease().unwrap());
+    assert_eq!((a.slot, b.slot), (0, 1));
+    assert!(rt.acquire_lease().is_none());
+    rt.release_lease(a).unwrap();
+    rt.release_lease(b).unwrap();
+    let mut x = vec![0.0f32; 4];
+    run(&mut rt, &kernel("ones"), vec![host(&mut x, Access::Write)], &[]).unwrap();
+    assert_eq!(x, vec![1.0; 4], "and the chip runs on");
+}
