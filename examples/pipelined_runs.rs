@@ -3,13 +3,22 @@
 //! and stats. `pipeline_depth(2)` allows two runs in flight: the third `submit` waits until
 //! the first is done. A failing run does not affect the others.
 //!
+//! What overlaps across runs, exactly: building a run's graph (its orchestration function)
+//! overlaps the execution of the runs before it. The *execution* of independent runs does not:
+//! only the oldest unfinished run dispatches tasks, so runs execute one after another whatever
+//! `pipeline_depth` is. (On a chip, the runtime can also prepare the next run, copying its
+//! inputs in, while the current one's kernels run: `benches/chip_pipeline.rs`; an L3 chip child
+//! does not do this across Worker runs yet.) To overlap the stages of independent batches,
+//! submit the batches as one run: the part after the runs shows that pattern, 8 batches of a
+//! 3-stage pipeline as 8 runs and as one run.
+//!
 //! Run it with `cargo run --example pipelined_runs`.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
 use std::process::ExitCode;
 
-use simpler::{In, InOut, Worker, callable, task_graph};
+use simpler::{In, InOut, Worker, callable, sub, task_graph};
 
 const N: u32 = 64;
 
@@ -17,6 +26,13 @@ const N: u32 = 64;
 #[callable(sub)]
 fn step(mut x: InOut<u64>) {
     x.iter_mut().for_each(|v| *v = *v * 2 + 1);
+}
+
+/// One stage of a batch: `x += 1`, after `ms` milliseconds standing in for the stage's work.
+#[callable(sub)]
+fn stage(mut x: InOut<u64>, ms: u64) {
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    x.iter_mut().for_each(|v| *v += 1);
 }
 
 /// Checks that `x` is all `want`; fails its task when asked to.
@@ -69,6 +85,48 @@ fn main() -> simpler::Result<ExitCode> {
     for b in &buffers {
         // 0 -> 1 -> 3 -> 7 -> 15 in every run, the failing one included (its chain ran first).
         ok &= b.read::<u64>(0, N as usize)?.iter().all(|&v| v == 15);
+    }
+
+    // 8 batches of a 3-stage pipeline (each stage depends on the one before, in its batch).
+    const BATCHES: usize = 8;
+    const STAGE_MS: u64 = 5;
+    let batches: Vec<_> =
+        (0..BATCHES).map(|_| worker.create_buffer(8 * N as usize)).collect::<simpler::Result<_>>()?;
+    // As 8 runs: each run's stages are a chain, and runs execute one after another, so nothing
+    // overlaps but graph building.
+    let start = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for buf in &batches {
+        let mut x = buf.typed::<u64>(&[N])?;
+        handles.push(worker.submit(|orch| {
+            for _ in 0..3 {
+                stage::call(&mut x, STAGE_MS)?.on(orch, sub())?;
+            }
+            Ok(())
+        })?);
+    }
+    for h in &handles {
+        h.wait()?;
+    }
+    let as_runs = start.elapsed();
+    // As one run: the batches are independent, so stage k of one batch runs beside stage k of
+    // another on the two SUB workers.
+    let start = std::time::Instant::now();
+    worker.run(|orch| {
+        for buf in &batches {
+            let mut x = buf.typed::<u64>(&[N])?;
+            for _ in 0..3 {
+                stage::call(&mut x, STAGE_MS)?.on(orch, sub())?;
+            }
+        }
+        Ok(())
+    })?;
+    let as_one_run = start.elapsed();
+    println!(
+        "{BATCHES} batches x 3 stages of {STAGE_MS} ms on 2 SUB workers: as {BATCHES} runs {as_runs:?}, as one run {as_one_run:?}"
+    );
+    for b in &batches {
+        ok &= b.read::<u64>(0, N as usize)?.iter().all(|&v| v == 6);
     }
     worker.close()?;
     if !ok {

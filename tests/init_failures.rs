@@ -65,3 +65,51 @@ fn an_orchestration_function_can_be_unregistered() {
     let h = l4.register_orch(simpler::OrchFn::new("step", step)).unwrap();
     l4.unregister(&h).expect("unregister of a registered OrchFn");
 }
+
+/// A chip grants at most two runs' worth of per-run resources (one executing, one prepared) and
+/// says so before it reports ready: an explicit `pipeline_depth` above that fails `init` naming
+/// both numbers and the way out, and leaves nothing behind.
+#[test]
+fn a_pipeline_depth_above_what_the_chips_grant_fails_init_naming_both() {
+    if !in_own_process() {
+        return;
+    }
+    let mut w =
+        Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1).pipeline_depth(8).build().unwrap();
+    let err = w.init().unwrap_err();
+    let msg = err.message();
+    assert!(
+        msg.contains("pipeline_depth(8)") && msg.contains("at most 2") && msg.contains("chip 0"),
+        "{err}"
+    );
+    assert!(msg.contains("pending_run_depth"), "{err}");
+    assert_eq!(err.kind(), simpler::ErrorKind::InvalidArgument);
+    assert!(!w.is_ready());
+    assert!(w.child_pids().is_empty());
+    assert!(leftover_shm().is_empty());
+}
+
+/// `pending_run_depth` is not limited by what the chips grant: a Worker whose chips grant two
+/// starts with eight and runs eight submitted runs (the engine's unit test
+/// `pending_run_depth_admits_runs_apart_from_the_pipeline_depth` shows the admission itself).
+#[test]
+fn a_pending_run_depth_above_the_chips_grant_is_accepted() {
+    if !in_own_process() {
+        return;
+    }
+    let mut w = Worker::builder()
+        .chips(1)
+        .chip_memory(1 << 20)
+        .chip_cores(1)
+        .pipeline_depth(2)
+        .pending_run_depth(8)
+        .backpressure_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    w.init().unwrap();
+    let handles: Vec<_> = (0..8).map(|_| w.submit(|_| Ok(())).unwrap()).collect();
+    for h in &handles {
+        h.wait().unwrap();
+    }
+    w.close().unwrap();
+}

@@ -266,3 +266,166 @@ pub fn type_sizes() -> Vec<(&'static str, usize)> {
         ("CallConfig", size_of::<crate::data::call_config::CallConfig>()),
     ]
 }
+
+/// For each input element `x`, `scalar 0` rounds of `x = 0.999 x + 0.5` (in blocks that stay in
+/// the first-level cache, so the kernel is bound by arithmetic, not by memory bandwidth the
+/// next run's copy-in needs), summed into `out[i % out.len()]`: a kernel whose duration scales
+/// with its input and the rounds (the pipeline benchmark's "kernel of comparable duration").
+fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+    let rounds = args.scalar(0)?;
+    let input = args.input::<f32>(0)?;
+    let out = args.output::<f32>(1)?;
+    out.fill(0.0);
+    let n = out.len();
+    let mut block = [0.0f32; 1024];
+    for (k, chunk) in input.chunks(block.len()).enumerate() {
+        let tmp = &mut block[..chunk.len()];
+        tmp.copy_from_slice(chunk);
+        for _ in 0..rounds {
+            for v in tmp.iter_mut() {
+                *v = *v * 0.999 + 0.5;
+            }
+        }
+        let at = (k * 1024) % n;
+        for (o, v) in out[at..].iter_mut().zip(tmp.iter()) {
+            *o += *v;
+        }
+    }
+    Ok(())
+}
+
+/// What [`chip_pipeline`] measured.
+#[derive(Debug, Clone)]
+pub struct ChipPipelineRuns {
+    /// Wall time of all the runs, first prepare to last finalize.
+    pub wall: Duration,
+    /// Device allocations the first run made (growing the staging buffers).
+    pub first_run_allocations: u64,
+    /// Device allocations of every run after the first two (the steady state), in total.
+    pub steady_allocations: u64,
+    /// Runs in the steady state (after the first two).
+    pub steady_runs: usize,
+    /// Whether every run's output came back the same, and not all zeros.
+    pub outputs_checked: bool,
+    /// Mean time of a prepare (the copy-in) after the first two runs.
+    pub prepare: Duration,
+    /// Mean time from a launch to its run being done, after the first two runs (at depth 1:
+    /// the kernel's time plus the hand-offs to and from the executor thread).
+    pub execute: Duration,
+}
+
+/// Runs `runs` chip runs of one kernel on an in-process simulated chip (2 cores) through the
+/// L2 lifecycle at pipeline depth `depth` (1 or 2): each run copies in `input_bytes` of f32,
+/// runs a kernel making `passes` passes over them, and copies back `output_bytes`. At depth 1
+/// every run is prepared, launched, waited for and finalized before the next; at depth 2 the
+/// next run is prepared (its copy-in) while the current one's kernel runs, then launched once
+/// the current one is finalized.
+pub fn chip_pipeline(
+    depth: u32,
+    runs: usize,
+    input_bytes: usize,
+    output_bytes: usize,
+    passes: u64,
+) -> Result<ChipPipelineRuns> {
+    use crate::callable::registry::Registry;
+    use crate::chip::{BackendFactory, ChipArg, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
+    use crate::data::host_args::MappedTensor;
+
+    if !(1..=2).contains(&depth) || runs == 0 || output_bytes == 0 {
+        return Err(Error::invalid("chip_pipeline: depth 1 or 2, at least one run and one output byte"));
+    }
+    let k = ChipFn::kernel("pipeline_kernel", pipeline_kernel);
+    let digest = k.handle().digest();
+    let mut reg = Registry::new(4);
+    reg.install(digest, k.descriptor().bytes(), k.clone())?;
+    let memory = 4 * (input_bytes + output_bytes) as u64 + (1 << 20);
+    let cfg = ChipConfig {
+        spec: ChipSpec { chip_id: 0, memory_bytes: memory, cores: 2 },
+        backend: BackendFactory::sim(),
+    };
+    let mut rt = ChipRuntime::new(cfg, reg)?;
+    rt.set_pipeline_depth(depth)?;
+    let (n_in, n_out) = (input_bytes / 4, output_bytes / 4);
+    // Each run its own host input and output, so the runs in flight borrow disjoint memory.
+    let mut inputs: Vec<Vec<f32>> = (0..runs).map(|_| (0..n_in).map(|i| (i % 7) as f32).collect()).collect();
+    // Touched before the clock starts (a fresh zeroed vector would fault its pages in during the copy-back).
+    let mut outputs: Vec<Vec<f32>> = (0..runs).map(|_| vec![-1.0f32; n_out]).collect();
+    let in_view = TensorView::new(0, &[n_in as u32], None, DataType::Float32)?;
+    let out_view = TensorView::new(0, &[n_out as u32], None, DataType::Float32)?;
+    let scalars = [passes];
+    let config = crate::data::call_config::CallConfig::default();
+    fn args_of<'a>(
+        input: &'a mut [f32],
+        out: &'a mut [f32],
+        views: (TensorView, TensorView),
+    ) -> Result<Vec<ChipArg<'a>>> {
+        Ok(vec![
+            ChipArg::Host(MappedTensor::from_slice(
+                crate::sys::mem::as_bytes_mut(input),
+                views.0,
+                Access::Read,
+            )?),
+            ChipArg::Host(MappedTensor::from_slice(
+                crate::sys::mem::as_bytes_mut(out),
+                views.1,
+                Access::Write,
+            )?),
+        ])
+    }
+    let mut allocations = Vec::with_capacity(runs + 1);
+    allocations.push(rt.device_allocations());
+    let start = Instant::now();
+    let mut active = None;
+    let (mut prepares, mut executes) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for (input, out) in inputs.iter_mut().zip(outputs.iter_mut()) {
+        let lease = match rt.acquire_lease() {
+            Some(l) => l,
+            None => return Err(Error::state("chip_pipeline: no free lease")),
+        };
+        let p0 = Instant::now();
+        let mut run =
+            rt.prepare(lease, &digest, args_of(input, out, (in_view, out_view))?, &scalars, &config)?;
+        prepares.push(p0.elapsed());
+        if let Some(head) = active.take() {
+            executes.push(finish(&mut rt, head)?);
+        }
+        rt.launch(&mut run)?;
+        allocations.push(rt.device_allocations());
+        if depth == 1 {
+            executes.push(finish(&mut rt, run)?);
+        } else {
+            active = Some(run);
+        }
+    }
+    if let Some(head) = active.take() {
+        executes.push(finish(&mut rt, head)?);
+    }
+    let wall = start.elapsed();
+    /// Waits for, finalizes and releases `run`; how long the wait took.
+    fn finish(rt: &mut ChipRuntime, mut run: crate::chip::ChipRun<'_>) -> Result<Duration> {
+        let t = Instant::now();
+        rt.wait(&mut run);
+        let waited = t.elapsed();
+        let lease = run.lease();
+        let r = rt.finalize(run);
+        rt.release_lease(lease)?;
+        r.map(|()| waited)
+    }
+    let mean = |v: &[Duration]| {
+        let tail = &v[v.len().min(2)..];
+        if tail.is_empty() { Duration::ZERO } else { tail.iter().sum::<Duration>() / tail.len() as u32 }
+    };
+    rt.shutdown();
+    // Every run had the same input: every output must be the first one, and not all zero.
+    let outputs_checked = outputs.iter().all(|o| *o == outputs[0]) && outputs[0].iter().any(|v| *v != 0.0);
+    let steady_runs = runs.saturating_sub(2);
+    Ok(ChipPipelineRuns {
+        wall,
+        first_run_allocations: allocations[1] - allocations[0],
+        steady_allocations: allocations[runs] - allocations[runs.min(2)],
+        steady_runs,
+        outputs_checked,
+        prepare: mean(&prepares),
+        execute: mean(&executes),
+    })
+}

@@ -36,6 +36,17 @@
 //!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
 //!   writes those bytes meanwhile (they belong to the running task). They lend those bytes, run
 //!   by run, to the backend's copy functions, for the length of one call each.
+//! * **A6 (fenced blocks).** A block may be *fenced* ([`Arena::fence`]): the chip runtime's
+//!   retained staging buffer of a pipeline slot whose run is not executing. No kernel view
+//!   reaches into a fenced block ([`Arena::tensor`] refuses one; views are made only while their
+//!   maker holds the kernel gate, so fencing, which takes the gate exclusively, waits for every
+//!   view made before it). A copy whose device range lies in a fenced block therefore cannot
+//!   overlap a kernel's view of it and does not take the gate exclusively: it holds the
+//!   `staging` gate shared instead, so a copy into the next run's staging overlaps the running
+//!   run's kernels. [`Arena::unfence`] takes the `staging` gate exclusively (waiting for every
+//!   such copy) before a kernel may see the block again. A block fenced as soon as it is
+//!   allocated ([`Arena::fence_new`]) needs no wait: views are made only of blocks the runtime
+//!   holds (and checked live), and it frees a block only once no task uses it.
 
 #![expect(
     unsafe_code,
@@ -62,6 +73,8 @@ struct Block {
     size: u64,
     /// Bytes asked for: the live range is `[start, start + requested)`.
     requested: u64,
+    /// No kernel view may reach into it (rule A6).
+    fenced: bool,
 }
 
 /// First-fit allocator over `[0, size)`.
@@ -114,7 +127,7 @@ impl Allocator {
         if len > size {
             self.free.insert(start + size, len - size);
         }
-        self.live.insert(start, Block { size, requested: nbytes });
+        self.live.insert(start, Block { size, requested: nbytes, fenced: false });
         let stale: Vec<u64> = self.freed.range(start..start + size).copied().collect();
         for s in stale {
             self.freed.remove(&s);
@@ -167,9 +180,20 @@ impl Allocator {
     /// True when `[ptr, ptr + len)` lies inside one allocation as requested. An empty range is
     /// live when `ptr` lies in `[start, start + requested]` of a live allocation.
     fn is_live(&self, ptr: u64, len: u64) -> bool {
-        let Some((&start, block)) = self.live.range(..=ptr).next_back() else { return false };
+        self.live_block(ptr, len).is_some()
+    }
+
+    /// The live block `[ptr, ptr + len)` lies inside (as requested).
+    fn live_block(&self, ptr: u64, len: u64) -> Option<Block> {
+        let (&start, block) = self.live.range(..=ptr).next_back()?;
         let end = start + block.requested;
-        ptr <= end && len <= end - ptr
+        (ptr <= end && len <= end - ptr).then_some(*block)
+    }
+
+    /// Whether any fenced block overlaps `[start, end)`.
+    fn touches_fenced(&self, start: u64, end: u64) -> bool {
+        let first = self.live.range(..=start).next_back().map_or(start, |(&s, _)| s);
+        self.live.range(first..end).any(|(&s, b)| b.fenced && s + b.size > start)
     }
 }
 
@@ -180,8 +204,11 @@ pub(crate) struct Arena {
     region: SharedRegion,
     size: u64,
     alloc: Mutex<Allocator>,
-    /// Held shared by every running kernel, exclusively by every copy (rule A3).
+    /// Held shared by every running kernel, exclusively by every copy of an unfenced block
+    /// (rule A3) and by fencing (A6).
     gate: RwLock<()>,
+    /// Held shared by every copy of a fenced block, exclusively by unfencing (rule A6).
+    staging: RwLock<()>,
 }
 
 impl std::fmt::Debug for Arena {
@@ -208,7 +235,13 @@ impl Arena {
             Error::invalid(format!("chip memory size {size} does not fit this address space"))
         })?;
         let region = SharedRegion::new(len, true).map_err(|e| e.context("mapping chip device memory"))?;
-        Ok(Arena { region, size, alloc: Mutex::new(Allocator::new(size)), gate: RwLock::new(()) })
+        Ok(Arena {
+            region,
+            size,
+            alloc: Mutex::new(Allocator::new(size)),
+            gate: RwLock::new(()),
+            staging: RwLock::new(()),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Allocator> {
@@ -222,7 +255,8 @@ impl Arena {
         self.size
     }
 
-    /// Held by a kernel for as long as it runs: copies wait for it (rule A3).
+    /// Held by a kernel for as long as it runs, taken before its views are made: copies of
+    /// unfenced blocks and fencing wait for it (rules A3, A6).
     pub(crate) fn kernel_gate(&self) -> RwLockReadGuard<'_, ()> {
         sync::read(&self.gate)
     }
@@ -248,6 +282,54 @@ impl Arena {
         self.lock().is_live(ptr, len)
     }
 
+    /// Fences the live block starting at `ptr` (rule A6): waits for every running kernel, then
+    /// no kernel view may reach into it until [`Arena::unfence`]. An error when no live block
+    /// starts at `ptr`.
+    pub(crate) fn fence(&self, ptr: u64) -> Result<()> {
+        let _exclusive = sync::write(&self.gate);
+        self.set_fence(ptr, true)
+    }
+
+    /// Fences the block at `ptr` that the caller has just allocated, without waiting for
+    /// running kernels (rule A6): no kernel view reaches into a block nobody held a moment ago
+    /// (views are made only of live blocks the runtime checked, and a block is freed only once
+    /// no task uses it).
+    pub(crate) fn fence_new(&self, ptr: u64) -> Result<()> {
+        self.set_fence(ptr, true)
+    }
+
+    /// Lifts the fence of the block at `ptr` (rule A6): waits for every copy into a fenced
+    /// block, then kernels may see it.
+    pub(crate) fn unfence(&self, ptr: u64) -> Result<()> {
+        let _exclusive = sync::write(&self.staging);
+        self.set_fence(ptr, false)
+    }
+
+    fn set_fence(&self, ptr: u64, fenced: bool) -> Result<()> {
+        let mut a = self.lock();
+        let Some(block) = a.live.get_mut(&ptr) else {
+            return Err(Error::invalid(format!(
+                "fencing device block {ptr:#x}: no live allocation starts there"
+            )));
+        };
+        block.fenced = fenced;
+        Ok(())
+    }
+
+    /// Whether the live block holding `[ptr, ptr + len)` is fenced (`None`: not live).
+    fn fenced_at(&self, ptr: u64, len: u64) -> Option<bool> {
+        self.lock().live_block(ptr, len).map(|b| b.fenced)
+    }
+
+    /// The gate a copy of `[ptr, ptr + len)` holds (rules A3, A6), or the not-live error.
+    fn copy_gate(&self, what: &str, ptr: u64, len: u64) -> Result<CopyGate<'_>> {
+        match self.fenced_at(ptr, len) {
+            None => Err(self.not_live(what, ptr, len)),
+            Some(true) => Ok(CopyGate::Fenced(sync::read(&self.staging))),
+            Some(false) => Ok(CopyGate::Exclusive(sync::write(&self.gate))),
+        }
+    }
+
     fn not_live(&self, what: &str, ptr: u64, len: u64) -> Error {
         Error::invalid(format!(
             "{what}: device range {ptr:#x}..+{len} does not lie inside one live allocation (of this chip's {} bytes)",
@@ -258,12 +340,10 @@ impl Arena {
     /// Copies `src` into device memory at `dst`, which must be a live range (rule A2).
     pub(crate) fn copy_to(&self, dst: u64, src: &[u8]) -> Result<()> {
         let len = src.len() as u64;
-        if !self.is_live(dst, len) {
-            return Err(self.not_live("copy to device", dst, len));
-        }
-        let _exclusive = sync::write(&self.gate);
+        let _gate = self.copy_gate("copy to device", dst, len)?;
         // SAFETY: rule A2 — `dst..dst + len` lies in a live allocation, hence in the mapping
-        // (A1); rule A3 — no kernel runs during a copy; rule A4 — `src` is a slice of other
+        // (A1); rules A3, A6 — no kernel runs during a copy of an unfenced block, and none sees
+        // a fenced one; rule A4 — `src` is a slice of other
         // memory, so the ranges do not overlap.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.region.as_ptr().add(dst as usize), src.len());
@@ -274,12 +354,9 @@ impl Arena {
     /// Copies device memory at `src`, which must be a live range, into `dst` (rule A2).
     pub(crate) fn copy_from(&self, src: u64, dst: &mut [u8]) -> Result<()> {
         let len = dst.len() as u64;
-        if !self.is_live(src, len) {
-            return Err(self.not_live("copy from device", src, len));
-        }
-        let _exclusive = sync::write(&self.gate);
+        let _gate = self.copy_gate("copy from device", src, len)?;
         // SAFETY: rule A2 — the source range lies in a live allocation inside the mapping (A1);
-        // rule A3 — nothing writes it during the copy; rule A4 — `dst` is other memory.
+        // rules A3, A6 — no kernel writes it during the copy; rule A4 — `dst` is other memory.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 self.region.as_ptr().add(src as usize),
@@ -294,18 +371,26 @@ impl Arena {
     /// does not lie inside the arena.
     ///
     /// Whether the buffer is a live allocation is the caller's check (the chip runtime checks
-    /// it before it dispatches); the bounds checked here keep every access inside the mapping.
+    /// it before it dispatches); the bounds checked here keep every access inside the mapping,
+    /// and a view into a fenced block is refused (rule A6). Call it only while holding the
+    /// [kernel gate](Arena::kernel_gate).
     pub(crate) fn tensor(&self, ptr: u64, view: TensorView, access: Access) -> Result<MappedTensor<'_>> {
-        let (_, end) = view.byte_range();
+        let (start, end) = view.byte_range();
         if ptr.checked_add(end).is_none_or(|e| e > self.size) {
             return Err(Error::invalid(format!(
                 "device view {view:?} at {ptr:#x} ends past the chip's {} bytes",
                 self.size
             )));
         }
+        if end > start && self.lock().touches_fenced(ptr + start, ptr + end) {
+            return Err(Error::invalid(format!(
+                "device view {view:?} at {ptr:#x} reaches into another run's staging buffer"
+            )));
+        }
         // SAFETY: rule A1 — the view's bytes lie inside the mapping (checked above), which lives
-        // as long as the `&self` the tensor borrows; rule A3 — nobody else writes them while the
-        // kernel runs (the chip engine orders kernels by their tags, and no copy runs meanwhile).
+        // as long as the `&self` the tensor borrows; rules A3, A6 — nobody else writes them while
+        // the kernel runs (the chip engine orders kernels by their tags, no copy of an unfenced
+        // block runs meanwhile, and the view reaches into no fenced block).
         Ok(unsafe { MappedTensor::new(self.region.as_ptr().wrapping_add(ptr as usize), view, access) })
     }
 
@@ -385,11 +470,44 @@ impl Arena {
     }
 }
 
+/// The gate one copy holds (rules A3, A6).
+enum CopyGate<'a> {
+    Exclusive(#[expect(dead_code, reason = "held, not read")] std::sync::RwLockWriteGuard<'a, ()>),
+    Fenced(#[expect(dead_code, reason = "held, not read")] RwLockReadGuard<'a, ()>),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::dtype::DataType;
     use crate::sys::mem::as_bytes_mut;
+
+    #[test]
+    fn fenced_blocks_copy_beside_a_running_kernel_and_refuse_kernel_views() {
+        let a = Arena::new(4096).unwrap();
+        let staging = a.malloc(256).unwrap();
+        let other = a.malloc(256).unwrap();
+        a.fence(staging).unwrap();
+        let view = TensorView::new(0, &[64], None, DataType::Float32).unwrap();
+        let running = a.kernel_gate();
+        assert!(a.tensor(other, view, Access::ReadWrite).is_ok());
+        let err = a.tensor(staging, view, Access::Read).unwrap_err();
+        assert!(err.message().contains("staging"), "{err}");
+        let inside = TensorView::new(64, &[4], None, DataType::Float32).unwrap();
+        assert!(a.tensor(staging, inside, Access::Read).is_err(), "an interior view too");
+        // A copy into the fenced block does not wait for the running kernel (this would
+        // deadlock otherwise: the gate is held on this thread).
+        a.copy_to(staging + 8, &[1, 2, 3]).unwrap();
+        let mut back = [0u8; 3];
+        a.copy_from(staging + 8, &mut back).unwrap();
+        assert_eq!(back, [1, 2, 3]);
+        drop(running);
+        a.unfence(staging).unwrap();
+        let running = a.kernel_gate();
+        assert!(a.tensor(staging, view, Access::Read).is_ok(), "unfenced: kernels may see it");
+        drop(running);
+        assert!(a.fence(other + 64).is_err(), "only a block's start can be fenced");
+    }
 
     #[test]
     fn alloc_is_first_fit_and_aligned() {

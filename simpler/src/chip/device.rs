@@ -8,8 +8,15 @@
 //! [`Device`] keeps the blocks it handed out (`held`) and refuses a result that is not a live
 //! block of the memory or that overlaps a held one. Copies may run only while no kernel runs;
 //! the memory enforces that itself (rule A3 of `chip::arena`).
+//!
+//! Some held blocks are the runtime's own (*internal*: the retained staging buffers of the
+//! pipeline slots). They are invisible to users: a device tensor or a memory control naming
+//! one is refused as not live ([`Device::is_live`]), and only the runtime hands kernels views
+//! of them ([`Device::usable_by_kernels`]). Every successful backend `malloc` is counted
+//! ([`Device::allocations`]), so a benchmark sees how many device allocations a run costs.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::chip::arena::Arena;
@@ -25,8 +32,10 @@ pub(crate) struct Device {
     backend: Box<dyn ChipBackend>,
     /// The memory kernels see: what `backend.memory()` returned when the chip was built.
     memory: DeviceMemory,
-    /// Blocks handed out by `backend.malloc` and not freed: start -> length.
-    held: Mutex<BTreeMap<u64, u64>>,
+    /// Blocks handed out by `backend.malloc` and not freed: start -> (length, internal).
+    held: Mutex<BTreeMap<u64, (u64, bool)>>,
+    /// Successful backend mallocs so far.
+    mallocs: AtomicU64,
 }
 
 impl std::fmt::Debug for Device {
@@ -40,7 +49,7 @@ impl Device {
     pub(crate) fn new(chip: u32, backend: Box<dyn ChipBackend>) -> Result<Device> {
         check_cores(backend.cores())?;
         let memory = backend.memory().clone();
-        Ok(Device { chip, backend, memory, held: Mutex::new(BTreeMap::new()) })
+        Ok(Device { chip, backend, memory, held: Mutex::new(BTreeMap::new()), mallocs: AtomicU64::new(0) })
     }
 
     /// The backend's core count (checked at construction).
@@ -64,6 +73,27 @@ impl Device {
     /// result that is not a free block of the memory is an [`ErrorKind::Os`] error naming the
     /// block.
     pub(crate) fn malloc(&self, nbytes: u64) -> Result<u64> {
+        self.malloc_as(nbytes, false)
+    }
+
+    /// As [`Device::malloc`], for a block of the runtime's own (a staging buffer): fenced at
+    /// once (rule A6 of `chip::arena`) and invisible to users.
+    pub(crate) fn malloc_internal(&self, nbytes: u64) -> Result<u64> {
+        let ptr = self.malloc_as(nbytes, true)?;
+        if let Err(e) = self.arena().fence_new(ptr) {
+            let _ = self.free(ptr);
+            return Err(e);
+        }
+        Ok(ptr)
+    }
+
+    /// Successful backend allocations so far (user buffers, `orch.alloc` intermediates and
+    /// staging buffers alike).
+    pub(crate) fn allocations(&self) -> u64 {
+        self.mallocs.load(Ordering::Relaxed)
+    }
+
+    fn malloc_as(&self, nbytes: u64, internal: bool) -> Result<u64> {
         let ptr = self.backend.malloc(nbytes).map_err(|e| {
             let no_room = e.kind() == ErrorKind::InvalidState
                 || (e.kind() == ErrorKind::InvalidArgument && nbytes > self.size());
@@ -81,7 +111,7 @@ impl Device {
         })?;
         let mut held = sync::lock(&self.held);
         let end = ptr.checked_add(nbytes);
-        let clash = end.and_then(|end| held.range(..end).next_back().filter(|&(&p, &l)| p + l > ptr));
+        let clash = end.and_then(|end| held.range(..end).next_back().filter(|&(&p, &(l, _))| p + l > ptr));
         if end.is_none() || !self.memory.is_live(ptr, nbytes) || clash.is_some() {
             return Err(Error::new(
                 ErrorKind::Os,
@@ -89,12 +119,13 @@ impl Device {
                     "chip {}: the backend's malloc({nbytes}) returned {ptr:#x}, which is not a free block of its device memory{}",
                     self.chip,
                     clash
-                        .map(|(p, l)| format!(" (it overlaps the held block {p:#x}..+{l})"))
+                        .map(|(p, (l, _))| format!(" (it overlaps the held block {p:#x}..+{l})"))
                         .unwrap_or_default()
                 ),
             ));
         }
-        held.insert(ptr, nbytes);
+        held.insert(ptr, (nbytes, internal));
+        self.mallocs.fetch_add(1, Ordering::Relaxed);
         Ok(ptr)
     }
 
@@ -115,13 +146,27 @@ impl Device {
         Ok(())
     }
 
-    /// True when `ptr..ptr + len` lies inside a block the runtime holds, live in the memory.
+    /// True when `ptr..ptr + len` lies inside a block the runtime holds for a user (not an
+    /// internal one), live in the memory.
     pub(crate) fn is_live(&self, ptr: u64, len: u64) -> bool {
-        let inside = sync::lock(&self.held)
+        self.held_block(ptr, len).is_some_and(|internal| !internal)
+    }
+
+    /// True when `ptr..ptr + len` lies inside any block the runtime holds (a staging buffer
+    /// included), live in the memory: what a core may be handed (the memory itself refuses a
+    /// view into a fenced block).
+    pub(crate) fn usable_by_kernels(&self, ptr: u64, len: u64) -> bool {
+        self.held_block(ptr, len).is_some()
+    }
+
+    /// Whether the held block holding the range is internal; `None` when none holds it.
+    fn held_block(&self, ptr: u64, len: u64) -> Option<bool> {
+        let internal = sync::lock(&self.held)
             .range(..=ptr)
             .next_back()
-            .is_some_and(|(&p, &l)| ptr.checked_add(len).is_some_and(|end| end <= p + l));
-        inside && self.memory.is_live(ptr, len)
+            .filter(|&(&p, &(l, _))| ptr.checked_add(len).is_some_and(|end| end <= p + l))
+            .map(|(_, &(_, internal))| internal)?;
+        self.memory.is_live(ptr, len).then_some(internal)
     }
 
     /// Host to device, through the backend.

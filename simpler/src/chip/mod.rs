@@ -20,6 +20,7 @@ mod device;
 mod diag;
 mod runtime;
 mod sim;
+mod staging;
 
 use std::sync::Arc;
 
@@ -33,6 +34,8 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
+#[cfg(feature = "bench-support")]
+pub(crate) use runtime::ChipRun;
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
 pub(crate) use sim::BackendFactory;
 pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};

@@ -2,29 +2,55 @@
 //!
 //! A runtime owns its chip's [`Device`] (the backend a [`ChipBackend`](super::ChipBackend)
 //! factory made, a [`SimChip`](super::SimChip) by default, with the checks of `device.rs`), a
-//! registry of chip callables and an
-//! in-process [`Engine`] whose NEXT_LEVEL workers are the chip's cores. Each core is an
-//! [`Endpoint`] backed by one thread; the engine has no background thread: the thread that
-//! calls [`ChipRuntime::run`] builds the chip orchestration's graph and then drives the engine
-//! until the run is done (the scheduler role, see the engine's module docs).
+//! registry of chip callables, an
+//! in-process [`Engine`] whose NEXT_LEVEL workers are the chip's cores, and an executor thread.
+//! Each core is an [`Endpoint`] backed by one thread; the engine has no background thread: the
+//! executor thread builds a chip orchestration's graph and then drives the engine until the run
+//! is done (the scheduler role, see the engine's module docs).
+//!
+//! # The L2 lifecycle
+//!
+//! A run goes through four phases, and [`ChipRuntime::run`] is their blocking composition:
+//!
+//! * [`prepare`](ChipRuntime::prepare) (steps 1-3 below, on the caller's thread): admit the
+//!   run's [`Lease`] (its slot's generation high-water mark refuses a stale one, rule L5 of
+//!   `engine::lease`), look the callable up, check the tensors, grow the slot's staging buffer
+//!   if needed and copy the host inputs in. Nothing reaches the cores: the slot's staging
+//!   buffer is fenced (rule A6 of `chip::arena`), so this overlaps the kernels of the run that
+//!   executes.
+//! * [`launch`](ChipRuntime::launch): hands the run to the executor thread and returns at once.
+//!   Refused while another run is launched and not finalized: runs execute one at a time.
+//! * [`poll`](ChipRuntime::poll) / [`wait`](ChipRuntime::wait): whether / until it is done.
+//! * [`finalize`](ChipRuntime::finalize) (steps 5-6): copy the outputs back on success, fence
+//!   the staging buffer, and give the run's result.
+//!
+//! A chip holds at most one launched (active) run and one prepared, unlaunched run: a second
+//! prepare is refused until the prepared run launches, and a prepared run's slot must differ
+//! from the active one's (each slot has its own staging buffer: resource class `HostPerRun`;
+//! the chip engine and its `orch.alloc` memory are the one `DeviceScratch`, used only by the
+//! active run).
 //!
 //! One run, end to end:
 //!
 //! 1. look the callable up by digest (`UNKNOWN_CALLABLE` when absent);
 //! 2. check every device tensor: its view lies inside its buffer, and the buffer is a live
 //!    allocation of this chip;
-//! 3. give every host tensor a device scratch block laid out like its view (offset 0), and copy
-//!    the view's elements in when the tensor is readable (`Read`, `ReadWrite`);
-//! 4. run: a kernel on the calling thread as core 0; a chip orchestration as one run of the
+//! 3. give every host tensor a slice of the pipeline slot's retained staging buffer
+//!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
+//!    enough) laid out like its view (offset 0), and copy the view's elements in when the
+//!    tensor is readable (`Read`, `ReadWrite`);
+//! 4. run, on the executor thread: a kernel there as core 0; a chip orchestration as one run of the
 //!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
 //!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
 //! 5. on success, copy the elements of every writable host tensor back (on failure the host
 //!    tensors are left as they were);
-//! 6. free the scratch blocks, whatever happened.
+//! 6. fence the staging buffer again (rule A6 of `chip::arena`), whatever happened; it is
+//!    freed when the chip shuts down.
 //!
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
 
+use crate::engine::lease::{HighWater, Lease, LeaseArena};
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -35,9 +61,9 @@ use std::thread;
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
-use crate::chip::arena::Arena;
 use crate::chip::device::Device;
 use crate::chip::sim::{BackendFactory, ChipSpec};
+use crate::chip::staging::{self, Staging};
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
@@ -51,6 +77,9 @@ use crate::engine::{Bell, DeviceRules, DeviceUse, Engine, EngineConfig, LevelPar
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
+
+/// The most runs a chip holds per-run resources for: one launched and one prepared.
+pub(crate) const MAX_PIPELINE_DEPTH: u32 = 2;
 
 /// The chip's device memory as the chip engine's [`IntermediateHeap`]: `orch.alloc` inside a chip
 /// orchestration carves its intermediates from it, so they count against the chip's memory
@@ -155,17 +184,16 @@ fn tag_for(access: Access) -> Tag {
 }
 
 /// Calls a kernel on `core`'s behalf: builds its `HostArgs` (which checks that no writable
-/// tensor overlaps another) and catches its panic. `Err` carries the failure message.
+/// tensor overlaps another) and catches its panic. `Err` carries the failure message. The
+/// caller holds the arena's kernel gate from before it made `tensors` (rules A3, A6 of
+/// `chip::arena`).
 fn call_kernel(
-    arena: &Arena,
     f: HostFnPtr,
     tensors: Vec<MappedTensor<'_>>,
     scalars: &[u64],
     core: u32,
 ) -> std::result::Result<(), String> {
     let args = HostArgs::new(tensors, scalars, core).map_err(|e| format!("bad arguments: {e}"))?;
-    // Copies wait while a kernel runs (rule A3 of `chip::arena`).
-    let _running = arena.kernel_gate();
     match catch_unwind(AssertUnwindSafe(|| f(&args))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
@@ -179,13 +207,26 @@ pub(crate) struct ChipRuntime {
     chip: u32,
     device: Arc<Device>,
     registry: SharedRegistry,
-    engine: Engine,
+    engine: Arc<Engine>,
     closed: bool,
     /// Set for the duration of a run; still set at the next call only if a run unwound out of
     /// the runtime itself (user code is caught), after which the chip refuses further runs.
     in_run: bool,
     /// Mints the host scratch buffers' identities (a nonce of their own).
     scratch: IdentityMinter,
+    /// The retained staging buffer of each pipeline slot (`chip::staging`).
+    staging: Vec<Staging>,
+    /// Per-slot generation high-water marks of the leases runs came with (rule L5).
+    marks: HighWater,
+    /// Leases for callers in this process that mint none of their own ([`ChipRuntime::run`],
+    /// an L2 Worker, benchmarks).
+    leases: LeaseArena,
+    /// The launched, unfinalized run's lease.
+    active: Option<Lease>,
+    /// The prepared, unlaunched run's lease.
+    waiting: Option<Lease>,
+    /// The thread runs execute on.
+    exec: Executor,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -234,8 +275,9 @@ impl ChipRuntime {
             heap: Arc::new(ChipHeap { chip, device: device.clone() }),
             devices: Arc::new(OneChip { chip }),
         };
-        let engine =
-            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?;
+        let engine = Arc::new(
+            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?,
+        );
         {
             let mut kinds = engine.callables().write();
             for (digest, _, _) in registry.iter() {
@@ -251,8 +293,24 @@ impl ChipRuntime {
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
+        let exec = Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() })
+            .map_err(in_chip)?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
-        Ok(ChipRuntime { chip, device, registry, engine, closed: false, in_run: false, scratch })
+        Ok(ChipRuntime {
+            chip,
+            device,
+            registry,
+            engine,
+            closed: false,
+            in_run: false,
+            scratch,
+            staging: vec![Staging::default()],
+            marks: HighWater::new(1),
+            leases: LeaseArena::new(1)?,
+            active: None,
+            waiting: None,
+            exec,
+        })
     }
 
     fn read_registry(&self) -> std::sync::RwLockReadGuard<'_, Registry<ChipFn>> {
@@ -282,9 +340,75 @@ impl ChipRuntime {
         self.read_registry().contains(digest)
     }
 
-    /// Runs a chip callable with `args` (see the [module docs](self) for the steps).
+    /// Sets the granted pipeline depth (at least 1). Only while no run is prepared or
+    /// launched: the staging buffers of slots past the new depth are freed, the marks and the
+    /// chip's own leases start over.
+    pub(crate) fn set_pipeline_depth(&mut self, depth: u32) -> Result<()> {
+        if depth == 0 {
+            return Err(Error::invalid(format!("chip {}: a pipeline depth of 0; use at least 1", self.chip)));
+        }
+        if self.active.is_some() || self.waiting.is_some() {
+            return Err(Error::state(format!(
+                "chip {}: the pipeline depth changes only while no run is in flight",
+                self.chip
+            )));
+        }
+        while self.staging.len() > depth as usize {
+            if let Some(mut s) = self.staging.pop() {
+                s.release(&self.device)?;
+            }
+        }
+        self.staging.resize_with(depth as usize, Staging::default);
+        self.marks = HighWater::new(depth);
+        self.leases = LeaseArena::new(depth)?;
+        Ok(())
+    }
+
+    /// Grants a pipeline depth of at most [`MAX_PIPELINE_DEPTH`] (`requested`, 0 counted as 1)
+    /// and sizes the chip's per-run resources to it; returns the grant.
+    pub(crate) fn grant_pipeline_depth(&mut self, requested: u32) -> Result<u32> {
+        let granted = requested.clamp(1, MAX_PIPELINE_DEPTH);
+        self.set_pipeline_depth(granted)?;
+        Ok(granted)
+    }
+
+    /// A lease from the chip's own arena, for a caller that mints none (`None`: every slot is
+    /// taken by a run in flight).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn acquire_lease(&mut self) -> Option<Lease> {
+        self.leases.acquire()
+    }
+
+    /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn release_lease(&mut self, lease: Lease) -> Result<()> {
+        self.leases.release(lease)
+    }
+
+    fn usable(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::state(format!("chip {} is shut down", self.chip)));
+        }
+        if self.in_run {
+            return Err(Error::state(format!(
+                "chip {} is unusable: an earlier run broke off inside the chip runtime",
+                self.chip
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
+    /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
+    /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
     ///
-    /// A kernel runs on the calling thread as core 0 (`worker_index() == 0`) and ignores
+    /// A kernel runs on the executor thread as core 0 (`worker_index() == 0`) and ignores
     /// `config`; a chip orchestration receives `config` and runs its kernels on the core
     /// threads. Device tensors must belong to this chip (the caller checks the owner; this
     /// checks liveness and bounds). Errors: an unknown digest is an [`ErrorKind::Callable`]
@@ -300,82 +424,210 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
+        self.usable()?;
+        let lease = self.leases.acquire().ok_or_else(|| {
+            Error::state(format!(
+                "chip {}: every pipeline slot is held by a run in flight; finalize one first",
+                self.chip
+            ))
+        })?;
+        self.in_run = true;
+        let result = match self.prepare(lease, digest, args, scalars, config) {
+            Err(e) => Err(e),
+            Ok(mut run) => match self.launch(&mut run) {
+                Ok(()) => self.finalize(run),
+                Err(e) => {
+                    let _ = self.finalize(run);
+                    Err(e)
+                }
+            },
+        };
+        if let Err(e) = self.leases.release(lease) {
+            tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
+        }
+        self.in_run = false;
+        result
+    }
+
+    /// Phase 1: admits `lease`, looks the callable up, checks the tensors, and stages the host
+    /// tensors in the lease's slot (see the [module docs](self)). Overlaps the executing run.
+    ///
+    /// Refused (an [`ErrorKind::InvalidState`] error) while another run is prepared and not
+    /// launched, for the slot of the executing run, or for a stale lease; otherwise errors as
+    /// [`run`](Self::run)'s steps 1-3. A failed prepare leaves no run behind and nothing else
+    /// changed: the executing run goes on.
+    pub(crate) fn prepare<'a>(
+        &mut self,
+        lease: Lease,
+        digest: &Digest,
+        args: Vec<ChipArg<'a>>,
+        scalars: &[u64],
+        config: &CallConfig,
+    ) -> Result<ChipRun<'a>> {
         if self.closed {
             return Err(Error::state(format!("chip {} is shut down", self.chip)));
         }
-        if self.in_run {
+        if let Some(w) = self.waiting {
             return Err(Error::state(format!(
-                "chip {} is unusable: an earlier run broke off inside the chip runtime",
+                "chip {}: preparing a run under {lease} while the run under {w} is prepared and not launched; a chip holds one prepared run",
                 self.chip
             )));
         }
+        if let Some(a) = self.active
+            && a.slot == lease.slot
+        {
+            return Err(Error::state(format!(
+                "chip {}: preparing a run under {lease} while the run under {a} executes in the same slot",
+                self.chip
+            )));
+        }
+        self.marks.admit(lease).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         let Some(f) = self.read_registry().get(digest).cloned() else {
             return Err(Error::new(
                 ErrorKind::Callable,
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
             ));
         };
-        let _span =
-            tracing::debug_span!(target: "simpler::chip", "chip run", chip = self.chip, callable = f.name())
-                .entered();
-        self.in_run = true;
-        let mut scratch = Vec::new();
-        let result = self.run_with(&f, &args, scalars, config, &mut scratch);
-        for ptr in scratch {
-            if let Err(e) = self.device.free(ptr) {
-                tracing::error!(target: "simpler::chip", chip = self.chip, "freeing device scratch: {e}");
-            }
-        }
-        self.in_run = false;
-        result
+        let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
+            .entered();
+        let prepared = self.stage(&f, &args, lease.slot as usize)?;
+        self.waiting = Some(lease);
+        Ok(ChipRun {
+            lease,
+            name: f.name().to_string(),
+            body: f.body(),
+            args,
+            prepared,
+            scalars: scalars.to_vec(),
+            config: config.clone(),
+            phase: Phase::Prepared,
+        })
     }
 
-    fn run_with(
-        &mut self,
-        f: &ChipFn,
-        args: &[ChipArg<'_>],
-        scalars: &[u64],
-        config: &CallConfig,
-        scratch: &mut Vec<u64>,
-    ) -> Result<()> {
-        let prepared = self.prepare(f, args, scratch)?;
-        match f.body() {
-            ChipBody::Kernel(k) if super::diag::wanted(config) => {
-                let started = crate::sys::clock::monotonic_ns();
-                let result = self.run_kernel(f.name(), k, &prepared, scalars);
-                let ended = crate::sys::clock::monotonic_ns();
-                let text = self.describe_kernel_args(&prepared, scalars);
-                super::diag::write_kernel(
-                    self.chip,
-                    f.name(),
-                    config,
-                    (started, ended),
-                    result.as_ref().map(|_| ()),
-                    text,
-                )
-                .map_err(|e| self.diag_error(f.name(), e))?;
-                result?;
-            }
-            ChipBody::Kernel(k) => self.run_kernel(f.name(), k, &prepared, scalars)?,
-            ChipBody::Orchestration(o) => self.run_orchestration(f.name(), o, &prepared, scalars, config)?,
+    /// Phase 2: hands the prepared `run` to the executor thread and returns. Refused (an
+    /// [`ErrorKind::InvalidState`] error) while another run is launched and not finalized, or
+    /// for a run that is not this chip's prepared one.
+    pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
+        if !matches!(run.phase, Phase::Prepared) || self.waiting != Some(run.lease) {
+            return Err(Error::state(format!(
+                "chip {}: the run under {} is not this chip's prepared run",
+                self.chip, run.lease
+            )));
         }
-        for (i, (arg, p)) in args.iter().zip(&prepared).enumerate() {
-            if let ChipArg::Host(m) = arg
-                && m.access().can_write()
-            {
-                self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
-                    e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, f.name()))
-                })?;
-            }
+        if let Some(a) = self.active {
+            return Err(Error::state(format!(
+                "chip {}: launching the run under {} while the run under {a} executes; finalize it first",
+                self.chip, run.lease
+            )));
         }
+        if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
+            self.device.arena().unfence(ptr)?;
+        }
+        let job = ExecJob {
+            lease: run.lease,
+            name: run.name.clone(),
+            body: run.body,
+            prepared: run.prepared.clone(),
+            scalars: run.scalars.clone(),
+            config: run.config.clone(),
+        };
+        self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
+        self.waiting = None;
+        self.active = Some(run.lease);
+        run.phase = Phase::Launched;
         Ok(())
     }
 
-    /// Steps 2 and 3: device tensors checked, host tensors given (and, when readable, copied
-    /// into) device scratch. Scratch pointers are pushed to `scratch` as soon as they exist.
-    fn prepare(&mut self, f: &ChipFn, args: &[ChipArg<'_>], scratch: &mut Vec<u64>) -> Result<Vec<Prepared>> {
+    /// Phase 3, without blocking: true once the launched `run` is done (or when it is not
+    /// launched at all).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "a non-blocking driver (a two-frame chip child) is not built yet")
+    )]
+    pub(crate) fn poll(&mut self, run: &mut ChipRun<'_>) -> bool {
+        if matches!(run.phase, Phase::Launched)
+            && let Some(result) = self.exec.try_take(run.lease, self.chip)
+        {
+            run.phase = Phase::Done(result);
+        }
+        !matches!(run.phase, Phase::Launched)
+    }
+
+    /// Phase 3: blocks until the launched `run` is done.
+    pub(crate) fn wait(&mut self, run: &mut ChipRun<'_>) {
+        if matches!(run.phase, Phase::Launched) {
+            run.phase = Phase::Done(self.exec.take(run.lease, self.chip));
+        }
+    }
+
+    /// Phase 4: waits for `run` if needed, copies its writable host tensors back on success,
+    /// fences its staging buffer and returns its result. A run finalized before it was
+    /// launched gives up its prepared place and fails with an [`ErrorKind::InvalidState`]
+    /// error saying so.
+    pub(crate) fn finalize(&mut self, mut run: ChipRun<'_>) -> Result<()> {
+        self.wait(&mut run);
+        let slot = run.lease.slot as usize;
+        let result = match std::mem::replace(&mut run.phase, Phase::Finished) {
+            Phase::Prepared => {
+                if self.waiting == Some(run.lease) {
+                    self.waiting = None;
+                }
+                return Err(Error::state(format!(
+                    "chip {}: the run under {} was finalized before it was launched",
+                    self.chip, run.lease
+                )));
+            }
+            Phase::Done(result) => result,
+            Phase::Launched | Phase::Finished => unreachable!("waited for above"),
+        };
+        let result = result.and_then(|()| {
+            for (i, (arg, p)) in run.args.iter().zip(&run.prepared).enumerate() {
+                if let ChipArg::Host(m) = arg
+                    && m.access().can_write()
+                {
+                    self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
+                        e.context(format!(
+                            "chip {}: copying back host tensor {i} of `{}`",
+                            self.chip, run.name
+                        ))
+                    })?;
+                }
+            }
+            Ok(())
+        });
+        if let Some(ptr) = self.staging.get(slot).and_then(Staging::ptr)
+            && let Err(e) = self.device.arena().fence(ptr)
+        {
+            tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
+        }
+        if self.active == Some(run.lease) {
+            self.active = None;
+        }
+        result
+    }
+
+    /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
+    /// staging buffer (grown first when the run needs more, before anything is copied) and,
+    /// when readable, copied into it.
+    fn stage(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let device = self.device.clone();
+        let host_sizes = args.iter().filter_map(|a| match a {
+            ChipArg::Host(m) => {
+                let (start, end) = m.view().byte_range();
+                Some(end - start)
+            }
+            ChipArg::Device { .. } => None,
+        });
+        let (offsets, need) =
+            staging::layout(host_sizes).map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
+        let base = self.staging[slot].reserve(&device, need).map_err(|e| {
+            e.context(format!(
+                "chip {chip}: `{}`: device scratch for its host tensors ({need} bytes in the staging buffer of pipeline slot {slot})",
+                f.name()
+            ))
+        })?;
+        let mut offsets = offsets.into_iter();
         let mut out = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
             let bad = |msg: String| Error::invalid(format!("chip {chip}: `{}` tensor {i}: {msg}", f.name()));
@@ -406,16 +658,11 @@ impl ChipRuntime {
                     let view =
                         TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
                             .map_err(|e| bad(e.message().to_string()))?;
-                    let ptr = device
-                        .malloc(size)
-                        // Out of memory stays a resource error.
-                        .map_err(|e| {
-                            e.context(format!(
-                                "chip {chip}: `{}` tensor {i}: device scratch for a host tensor",
-                                f.name()
-                            ))
-                        })?;
-                    scratch.push(ptr);
+                    let at = offsets.next().expect("one slice per host tensor");
+                    let ptr = base.expect("a staging block when a host tensor is staged") + at;
+                    // A write-only tensor is not copied in: its slice holds what an earlier run
+                    // left there, as freshly allocated device memory would (never the host's
+                    // bytes).
                     if m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
@@ -425,85 +672,6 @@ impl ChipRuntime {
             }
         }
         Ok(out)
-    }
-
-    fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
-        let arena = self.device.arena();
-        let tensors =
-            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
-        call_kernel(arena, k, tensors, scalars, 0).map_err(|msg| {
-            Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
-        })
-    }
-
-    fn run_orchestration(
-        &self,
-        name: &str,
-        o: ChipOrchFnPtr,
-        prepared: &[Prepared],
-        scalars: &[u64],
-        config: &CallConfig,
-    ) -> Result<()> {
-        let chip = self.chip;
-        let mut args = TaskArgs::new();
-        for p in prepared {
-            let access = p.access.within_orchestration();
-            let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
-            args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
-        }
-        for &s in scalars {
-            args.scalar(s);
-        }
-        let eng = &self.engine;
-        let context = format!("chip orchestration `{name}` on chip {chip}");
-        // The diagnostics the config asks for come from the run's capture.
-        let diagnose = super::diag::wanted(config);
-        let built = eng
-            .build_run(diagnose, None, false, |orch| {
-                if config.get_dump_args() {
-                    orch.keep_args_text();
-                }
-                o(orch, &args, config)
-            })
-            .map_err(|f| f.into_error().context(&context))?;
-        eng.drive_until(|| built.run.is_done(), None);
-        if diagnose {
-            super::diag::write_run(chip, name, config, &built.run).map_err(|e| self.diag_error(name, e))?;
-        }
-        built.run.result().map_err(|e| e.context(context))
-    }
-
-    /// A diagnostic that could not be written: the task fails saying so (its results are
-    /// there; what it was asked to record is not).
-    fn diag_error(&self, name: &str, e: Error) -> Error {
-        e.context(format!(
-            "chip {}: `{name}` ran, but its diagnostics (CallConfig) could not be written",
-            self.chip
-        ))
-    }
-
-    /// A bare kernel's arguments as text (the `dump_args` diagnostic).
-    fn describe_kernel_args(&self, prepared: &[Prepared], scalars: &[u64]) -> String {
-        let mut s = String::new();
-        for (i, p) in prepared.iter().enumerate() {
-            let v = &p.view;
-            s.push_str(&format!(
-                "  arg {i}: {:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, device memory of chip {} at {:#x})\n",
-                p.access,
-                v.dtype(),
-                v.shape(),
-                v.strides(),
-                v.byte_offset(),
-                p.identity.buffer_id(),
-                p.nbytes,
-                self.chip,
-                p.ptr
-            ));
-        }
-        for (i, v) in scalars.iter().enumerate() {
-            s.push_str(&format!("  scalar {i}: {v} ({v:#x})\n"));
-        }
-        s
     }
 
     /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).
@@ -546,9 +714,46 @@ impl ChipRuntime {
     pub(crate) fn shutdown(&mut self) {
         if !self.closed {
             self.closed = true;
+            self.exec.stop();
             self.engine.mark_closed();
             self.engine.shutdown_lanes();
+            for s in &mut self.staging {
+                if let Err(e) = s.release(&self.device) {
+                    tracing::error!(target: "simpler::chip", chip = self.chip, "freeing a staging buffer: {e}");
+                }
+            }
         }
+    }
+
+    /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "read by the pipeline benchmark")
+    )]
+    pub(crate) fn device_allocations(&self) -> u64 {
+        self.device.allocations()
+    }
+
+    /// Changes the chip engine's configuration (tests only): stops the executor thread, which
+    /// shares the engine, and starts a new one.
+    #[cfg(test)]
+    pub(crate) fn tune_engine(&mut self, f: impl FnOnce(&mut EngineConfig)) {
+        self.exec.stop();
+        f(Arc::get_mut(&mut self.engine).expect("only the runtime holds the engine").config_mut());
+        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        self.exec = Executor::spawn(ctx).expect("restarting the executor thread");
+    }
+
+    /// Bytes of device memory held outside the staging buffers (what users and `orch.alloc`
+    /// hold), rounded to blocks.
+    #[cfg(test)]
+    pub(crate) fn used_outside_staging(&self) -> u64 {
+        let staged: u64 = self
+            .staging
+            .iter()
+            .map(|s| s.capacity().next_multiple_of(crate::chip::arena::DEVICE_ALIGN))
+            .sum();
+        self.device.arena().used() - staged
     }
 }
 
@@ -558,7 +763,258 @@ impl Drop for ChipRuntime {
     }
 }
 
+/// Where a [`ChipRun`] is.
+enum Phase {
+    Prepared,
+    Launched,
+    Done(Result<()>),
+    Finished,
+}
+
+/// One chip run between [`ChipRuntime::prepare`] and [`ChipRuntime::finalize`]: its lease, its
+/// callable, its arguments (host tensors borrowed until their outputs are copied back) and
+/// where it is. Give every run to `finalize`: a launched run dropped unfinalized leaves the
+/// chip refusing further launches.
+pub(crate) struct ChipRun<'a> {
+    lease: Lease,
+    name: String,
+    body: ChipBody,
+    args: Vec<ChipArg<'a>>,
+    prepared: Vec<Prepared>,
+    scalars: Vec<u64>,
+    config: CallConfig,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for ChipRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChipRun").field("lease", &self.lease).field("callable", &self.name).finish()
+    }
+}
+
+impl ChipRun<'_> {
+    /// The lease the run holds.
+    #[cfg_attr(
+        not(feature = "bench-support"),
+        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
+    )]
+    pub(crate) fn lease(&self) -> Lease {
+        self.lease
+    }
+}
+
+/// What the executor thread needs to run a launched run.
+struct ExecCtx {
+    chip: u32,
+    device: Arc<Device>,
+    engine: Arc<Engine>,
+}
+
+/// A launched run, as the executor thread receives it.
+struct ExecJob {
+    lease: Lease,
+    name: String,
+    body: ChipBody,
+    prepared: Vec<Prepared>,
+    scalars: Vec<u64>,
+    config: CallConfig,
+}
+
+impl ExecCtx {
+    fn execute(&self, job: &ExecJob) -> Result<()> {
+        match job.body {
+            ChipBody::Kernel(k) if super::diag::wanted(&job.config) => {
+                let started = crate::sys::clock::monotonic_ns();
+                let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
+                let ended = crate::sys::clock::monotonic_ns();
+                let text = self.describe_kernel_args(&job.prepared, &job.scalars);
+                let times = (started, ended);
+                super::diag::write_kernel(
+                    self.chip,
+                    &job.name,
+                    &job.config,
+                    times,
+                    result.as_ref().map(|_| ()),
+                    text,
+                )
+                .map_err(|e| self.diag_error(&job.name, e))?;
+                result
+            }
+            ChipBody::Kernel(k) => self.run_kernel(&job.name, k, &job.prepared, &job.scalars),
+            ChipBody::Orchestration(o) => {
+                self.run_orchestration(&job.name, o, &job.prepared, &job.scalars, &job.config)
+            }
+        }
+    }
+
+    /// A diagnostic that could not be written: the task fails saying so (its results are
+    /// there; what it was asked to record is not).
+    fn diag_error(&self, name: &str, e: Error) -> Error {
+        e.context(format!(
+            "chip {}: `{name}` ran, but its diagnostics (CallConfig) could not be written",
+            self.chip
+        ))
+    }
+
+    /// A bare kernel's arguments as text (the `dump_args` diagnostic).
+    fn describe_kernel_args(&self, prepared: &[Prepared], scalars: &[u64]) -> String {
+        let mut s = String::new();
+        for (i, p) in prepared.iter().enumerate() {
+            let v = &p.view;
+            s.push_str(&format!(
+                "  arg {i}: {:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, device memory of chip {} at {:#x})\n",
+                p.access,
+                v.dtype(),
+                v.shape(),
+                v.strides(),
+                v.byte_offset(),
+                p.identity.buffer_id(),
+                p.nbytes,
+                self.chip,
+                p.ptr
+            ));
+        }
+        for (i, v) in scalars.iter().enumerate() {
+            s.push_str(&format!("  scalar {i}: {v} ({v:#x})\n"));
+        }
+        s
+    }
+
+    fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
+        let arena = self.device.arena();
+        // The gate before the views (rule A6 of `chip::arena`).
+        let _running = arena.kernel_gate();
+        let tensors =
+            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
+        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
+            Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
+        })
+    }
+
+    fn run_orchestration(
+        &self,
+        name: &str,
+        o: ChipOrchFnPtr,
+        prepared: &[Prepared],
+        scalars: &[u64],
+        config: &CallConfig,
+    ) -> Result<()> {
+        let chip = self.chip;
+        let mut args = TaskArgs::new();
+        for p in prepared {
+            let access = p.access.within_orchestration();
+            let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
+            args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
+        }
+        for &s in scalars {
+            args.scalar(s);
+        }
+        let eng = &self.engine;
+        let context = format!("chip orchestration `{name}` on chip {chip}");
+        // The diagnostics the config asks for come from the run's capture.
+        let diagnose = super::diag::wanted(config);
+        let built = eng
+            .build_run(diagnose, None, false, |orch| {
+                if config.get_dump_args() {
+                    orch.keep_args_text();
+                }
+                o(orch, &args, config)
+            })
+            .map_err(|f| f.into_error().context(&context))?;
+        eng.drive_until(|| built.run.is_done(), None);
+        if diagnose {
+            super::diag::write_run(chip, name, config, &built.run).map_err(|e| self.diag_error(name, e))?;
+        }
+        built.run.result().map_err(|e| e.context(context))
+    }
+}
+
+/// The chip's executor thread: runs one launched run at a time and hands back its result.
+struct Executor {
+    tx: Option<mpsc::Sender<ExecJob>>,
+    rx: mpsc::Receiver<(Lease, Result<()>)>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Executor {
+    fn spawn(ctx: ExecCtx) -> Result<Executor> {
+        let (tx, jobs) = mpsc::channel::<ExecJob>();
+        let (done_tx, rx) = mpsc::channel();
+        let chip = ctx.chip;
+        let handle = thread::Builder::new()
+            .name(format!("chip{chip}-exec"))
+            .spawn(move || {
+                for job in jobs {
+                    let result =
+                        catch_unwind(AssertUnwindSafe(|| ctx.execute(&job))).unwrap_or_else(|panic| {
+                            Err(Error::new(
+                                ErrorKind::Internal,
+                                format!(
+                                    "chip {chip}: the chip runtime panicked running `{}`: {}",
+                                    job.name,
+                                    crate::error::panic_message(&*panic)
+                                ),
+                            ))
+                        });
+                    if done_tx.send((job.lease, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::os("starting the chip's executor thread", e))?;
+        Ok(Executor { tx: Some(tx), rx, handle: Some(handle) })
+    }
+
+    fn send(&self, job: ExecJob) -> Result<()> {
+        match &self.tx {
+            Some(tx) if tx.send(job).is_ok() => Ok(()),
+            _ => Err(Error::state("the executor thread has stopped")),
+        }
+    }
+
+    fn outcome(lease: Lease, chip: u32, got: (Lease, Result<()>)) -> Result<()> {
+        let (done, result) = got;
+        if done != lease {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("chip {chip}: waiting for the run under {lease}, the run under {done} ended"),
+            ));
+        }
+        result
+    }
+
+    fn stopped(chip: u32) -> Error {
+        Error::new(ErrorKind::Internal, format!("chip {chip}: the executor thread has stopped"))
+    }
+
+    /// The launched run's result, once it is done.
+    fn take(&self, lease: Lease, chip: u32) -> Result<()> {
+        match self.rx.recv() {
+            Ok(got) => Self::outcome(lease, chip, got),
+            Err(mpsc::RecvError) => Err(Self::stopped(chip)),
+        }
+    }
+
+    /// The launched run's result if it is done.
+    fn try_take(&self, lease: Lease, chip: u32) -> Option<Result<()>> {
+        match self.rx.try_recv() {
+            Ok(got) => Some(Self::outcome(lease, chip, got)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(Self::stopped(chip))),
+        }
+    }
+
+    /// Stops the thread once its run (if any) returns.
+    fn stop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// A tensor ready to run: device memory of this chip.
+#[derive(Clone)]
 struct Prepared {
     ptr: u64,
     view: TensorView,
@@ -589,7 +1045,7 @@ impl CoreShared {
                         self.chip
                     ));
                 }
-                if !self.device.is_live(ptr, n) {
+                if !self.device.usable_by_kernels(ptr, n) {
                     return Err(format!(
                         "tensor {i}: device buffer {} at {ptr:#x} (+{n} bytes) is not a live allocation of chip {chip}",
                         desc.identity()
@@ -640,14 +1096,17 @@ impl CoreEndpoint {
             .spawn(move || {
                 for job in jobs {
                     cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
+                    // The gate before the views (rule A6 of `chip::arena`).
+                    let running = device.arena().kernel_gate();
                     let tensors = job
                         .tensors
                         .iter()
                         .map(|&(ptr, view, access)| device.arena().tensor(ptr, view, access));
                     let called = match tensors.collect::<Result<Vec<_>>>() {
-                        Ok(tensors) => call_kernel(device.arena(), job.kernel, tensors, &job.scalars, core),
+                        Ok(tensors) => call_kernel(job.kernel, tensors, &job.scalars, core),
                         Err(e) => Err(e.message().to_string()),
                     };
+                    drop(running);
                     let out = match called {
                         Ok(()) => Outcome::Success,
                         Err(msg) => Outcome::TaskFailure(msg),

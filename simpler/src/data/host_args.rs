@@ -51,7 +51,7 @@ impl<'a> MappedTensor<'a> {
     }
 
     /// A tensor over `bytes`, the whole buffer; an error if the view does not fit in it.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn from_slice(
         bytes: &'a mut [u8],
         view: TensorView,

@@ -44,6 +44,7 @@
 
 pub(crate) mod endpoint;
 pub(crate) mod heap;
+pub(crate) mod lease;
 pub(crate) mod orch_fn;
 pub(crate) mod orchestrator;
 pub(crate) mod ring;
@@ -91,8 +92,12 @@ pub(crate) struct EngineConfig {
     pub(crate) task_window: usize,
     /// Bytes per heap ring (0 disables `orch.alloc`).
     pub(crate) heap_ring_size: u64,
-    /// Runs admitted at once (one executing, the rest built and waiting).
+    /// Runs that may hold per-run resources at once (the lease grant); also the admission
+    /// bound when `pending_run_depth` is 0.
     pub(crate) pipeline_depth: usize,
+    /// Runs admitted at once (non-terminal runs in the FIFO: one executing, the rest built and
+    /// waiting); 0: `pipeline_depth`.
+    pub(crate) pending_run_depth: usize,
     /// How long a full task window or heap ring waits before failing.
     pub(crate) backpressure_timeout: Duration,
     /// Number of NEXT_LEVEL workers (ids 0..n).
@@ -122,6 +127,7 @@ impl Default for EngineConfig {
             task_window: 65536,
             heap_ring_size: 1 << 30,
             pipeline_depth: 2,
+            pending_run_depth: 0,
             backpressure_timeout: Duration::from_secs(10),
             next_level_workers: 0,
             sub_workers: 0,
@@ -552,14 +558,18 @@ impl Engine {
 
     // ------------------------------------------------------------------ runs and admission
 
-    /// Admits a new run, waiting (and driving) while `pipeline_depth` runs are live, for at most
+    /// Admits a new run, waiting (and driving) while `pending_run_depth` (or, when that is 0,
+    /// `pipeline_depth`) runs are live, for at most
     /// the back-pressure timeout; `deadline`: when the run must end, and the limit it was given.
     pub(crate) fn begin_run(
         &self,
         capture: bool,
         deadline: Option<(Instant, Duration)>,
     ) -> Result<Arc<RunState>> {
-        let depth = self.cfg.pipeline_depth;
+        let (depth, knob) = match self.cfg.pending_run_depth {
+            0 => (self.cfg.pipeline_depth, "pipeline_depth"),
+            n => (n, "pending_run_depth"),
+        };
         let room = || sync::lock(&self.runs).live.len() < depth;
         if !room() {
             let limit = self.cfg.backpressure_timeout;
@@ -569,7 +579,7 @@ impl Engine {
                     ErrorKind::Timeout,
                     format!(
                         "Worker.submit: no room for a new run within the backpressure timeout of {limit:?}: \
-                         {depth} run(s) are admitted (pipeline_depth {depth}) and run {head}, the first, \
+                         {depth} run(s) are admitted ({knob} {depth}) and run {head}, the first, \
                          has not finished; a task that never returns holds every later run: give runs a \
                          deadline (RunOptions::deadline, WorkerBuilder::run_deadline) or cancel them \
                          (RunHandle::cancel)"

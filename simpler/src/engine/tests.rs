@@ -1122,6 +1122,23 @@ fn admission_gives_up_after_the_backpressure_timeout_naming_the_run_ahead() {
     rig.wait(&next).unwrap();
 }
 
+#[test]
+fn pending_run_depth_admits_runs_apart_from_the_pipeline_depth() {
+    let mut c = cfg(1, 0);
+    c.pipeline_depth = 1;
+    c.pending_run_depth = 2;
+    c.backpressure_timeout = Duration::from_millis(30);
+    let rig = Rig::manual(c);
+    let first = rig.begin();
+    let second = rig.eng.begin_run(false, None).expect("two runs may wait although one holds resources");
+    let err = rig.eng.begin_run(false, None).err().expect("a third waits for room");
+    assert_mentions(&err, &["pending_run_depth 2", "run 1,"]);
+    for run in [first, second] {
+        rig.orch(&run).finish(None);
+        rig.wait(&run).unwrap();
+    }
+}
+
 // ================================================================================== runs and pipelining
 
 #[test]

@@ -29,6 +29,7 @@
 //! | 68 | 4 | `child_pid` u32 |
 //! | 72 | 4 | `child_cpu` u32: CPU + 1 the child last ran a task on (a wait hint, 0 = unknown) |
 //! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
+//! | 80 | 4 | `granted_depth` u32: the pipeline depth a chip child grants (M9); 0 = none |
 //! | 128 | 65 536 | base frame (startup + control) |
 //! | 65 664 | 65 536 | task frame |
 //!
@@ -119,6 +120,12 @@
 //!   party uses the mailbox until that child reports ready (the scheduler keeps the lane out of
 //!   service, control requests are refused for a dead worker and serialized with the
 //!   replacement). The replacement then follows the startup protocol as a first child does.
+//!
+//! * **M9 (granted depth).** A chip child stores the pipeline depth it grants in
+//!   `granted_depth` before it reports `INIT_READY`; the parent reads it only after
+//!   [`Mailbox::wait_init`] saw `INIT_READY` (Acquire), so the Release store of `INIT_READY`
+//!   orders it (the word itself is atomic and Relaxed). SUB and nested children publish none
+//!   (0). [`Mailbox::reset_for_new_child`] clears it.
 //!
 //! # Memory ordering
 //!
@@ -231,6 +238,8 @@ struct Slot {
     child_cpu: AtomicU32,
     /// The CPU (plus one) the parent last posted from; 0 = unknown. A hint for waits only.
     parent_cpu: AtomicU32,
+    /// The pipeline depth the child grants (rule M9); 0 = none published.
+    granted_depth: AtomicU32,
     base: Frame,
     task: Frame,
 }
@@ -254,6 +263,7 @@ const _: () = {
     assert!(offset_of!(Slot, child_pid) == 68);
     assert!(offset_of!(Slot, child_cpu) == 72);
     assert!(offset_of!(Slot, parent_cpu) == 76);
+    assert!(offset_of!(Slot, granted_depth) == 80);
     assert!(offset_of!(Slot, base) == 128);
     assert!(offset_of!(Slot, task) == 128 + FRAME_SIZE);
     assert!(MAILBOX_SIZE == 131_200);
@@ -835,6 +845,18 @@ impl<'a> Mailbox<'a> {
         }
         self.slot.child_pid.store(0, Ordering::Release);
         self.slot.child_cpu.store(0, Ordering::Relaxed);
+        self.slot.granted_depth.store(0, Ordering::Relaxed);
+    }
+
+    /// Publishes the pipeline depth this child grants; call it before reporting ready (M9).
+    pub(crate) fn set_granted_depth(&self, depth: u32) {
+        self.slot.granted_depth.store(depth, Ordering::Relaxed);
+    }
+
+    /// The pipeline depth the child granted (0: none), as published before it reported ready
+    /// (M9); read it after [`Mailbox::wait_init`] returned [`InitStatus::Ready`].
+    pub(crate) fn granted_depth(&self) -> u32 {
+        self.slot.granted_depth.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_child_pid(&self, pid: u32) {

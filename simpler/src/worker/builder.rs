@@ -42,6 +42,8 @@ pub struct WorkerBuilder {
     pub(super) replace_dead: bool,
     /// The deadline of every run submitted without one of its own (`None`: no deadline).
     pub(super) run_deadline: Option<Duration>,
+    /// Whether `pipeline_depth` was set (then chips that grant less fail `init`).
+    pub(super) explicit_depth: bool,
 }
 
 impl WorkerBuilder {
@@ -58,6 +60,7 @@ impl WorkerBuilder {
             close_timeout: Duration::from_secs(10),
             start: StartMethod::Exec,
             replace_dead: false,
+            explicit_depth: false,
             run_deadline: None,
         }
     }
@@ -249,8 +252,32 @@ impl WorkerBuilder {
     /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     /// # Ok::<(), simpler::Error>(())
     /// ```
+    ///
+    /// On a Worker with chips this is also the depth asked of every chip (a simulated chip
+    /// grants at most 2: one run executing and one prepared). An explicit `pipeline_depth` above
+    /// what a chip grants fails [`Worker::init`](crate::Worker::init) with an error naming both
+    /// numbers; to let more runs wait, use [`pending_run_depth`](Self::pending_run_depth).
     pub fn pipeline_depth(mut self, n: usize) -> Self {
         self.engine.pipeline_depth = n;
+        self.explicit_depth = true;
+        self
+    }
+
+    /// How many runs may be admitted at once, waiting in the run FIFO (one executing, the rest
+    /// built and waiting), apart from how many hold per-run resources
+    /// ([`pipeline_depth`](Self::pipeline_depth)). 0, the default, means `pipeline_depth`.
+    /// Further `submit`s wait for the oldest run to finish (at most `backpressure_timeout`).
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// // Eight runs may be built ahead while chips hold resources for two at most.
+    /// let worker = Worker::builder().chips(1).pending_run_depth(8).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn pending_run_depth(mut self, n: usize) -> Self {
+        self.engine.pending_run_depth = n;
         self
     }
 

@@ -142,6 +142,7 @@ pub(crate) fn start_child(
                     spec.u8(ROLE_CHIP);
                     let s = &c.config.spec;
                     spec.u32(s.chip_id).u64(s.memory_bytes).u64(s.cores as u64).u64(c.config.backend.wire());
+                    spec.u32(c.pipeline_depth);
                     chip_registry(&mut spec, &c.registry);
                 }
                 ChildPlan::Nested(c) => {
@@ -228,12 +229,14 @@ fn read_plan(
             let cores = d.u64()? as usize;
             let backend = BackendFactory::from_start_spec(d.u64()?)
                 .ok_or_else(|| Error::invalid("chip backend factory at address 0"))?;
+            let pipeline_depth = d.u32()?;
             let registry = read_chip(d)?;
             let config = ChipConfig { spec: ChipSpec { chip_id, memory_bytes, cores }, backend };
             Ok(ChildPlan::Chip(ChipChild {
                 region,
                 index,
                 config,
+                pipeline_depth,
                 registry,
                 resolver: HostResolver::new(heaps),
             }))
@@ -269,6 +272,8 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32) -> Result<()> {
         .u64(c.engine.task_window as u64)
         .u64(c.engine.heap_ring_size)
         .u64(c.engine.pipeline_depth as u64)
+        .u64(c.engine.pending_run_depth as u64)
+        .u8(u8::from(c.explicit_depth))
         .duration(c.engine.backpressure_timeout)
         .u64(c.engine.next_level_workers as u64)
         .u64(c.engine.sub_workers as u64)
@@ -303,6 +308,8 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     c.engine.task_window = d.usize()?;
     c.engine.heap_ring_size = d.u64()?;
     c.engine.pipeline_depth = d.usize()?;
+    c.engine.pending_run_depth = d.usize()?;
+    c.explicit_depth = d.u8()? != 0;
     c.engine.backpressure_timeout = d.duration()?;
     c.engine.next_level_workers = d.usize()?;
     c.engine.sub_workers = d.usize()?;

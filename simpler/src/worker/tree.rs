@@ -177,6 +177,7 @@ impl Tree {
                     region: region.clone(),
                     index: i,
                     config,
+                    pipeline_depth: chip_depth(cfg),
                     registry: callables.chip().clone(),
                     resolver,
                 })
@@ -228,6 +229,22 @@ impl Tree {
             };
             abort_children(&region, &mut monitor, &pids);
             return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
+        }
+
+        // Each chip published the pipeline depth it grants before it reported ready (rule M9
+        // of `ipc::mailbox`); an explicit request above the smallest grant fails here.
+        if let Some((chip, granted)) = (n_sub..n_sub + n_chip)
+            .map(|i| (i - n_sub, region.mailbox(i).granted_depth()))
+            .min_by_key(|&(_, g)| g)
+            && cfg.explicit_depth
+            && cfg.engine.pipeline_depth > granted as usize
+        {
+            abort_children(&region, &mut monitor, &pids);
+            return Err(Error::invalid(format!(
+                "Worker.init: pipeline_depth({}) asks chip {chip} to hold {} runs at once, but it grants at most {granted}; \
+                 lower pipeline_depth, or keep it and let more runs wait with WorkerBuilder::pending_run_depth({})",
+                cfg.engine.pipeline_depth, cfg.engine.pipeline_depth, cfg.engine.pipeline_depth
+            )));
         }
 
         let mailbox_lanes = (0..n_sub + n_chip)
@@ -545,6 +562,7 @@ impl Runtime for Tree {
                     region: self.region.clone(),
                     index: i,
                     config,
+                    pipeline_depth: chip_depth(&self.cfg),
                     registry: callables.chip().clone(),
                     resolver,
                 })
@@ -944,4 +962,9 @@ impl DeviceRules for ChipBuffers {
             h.holds = h.holds.saturating_sub(1);
         }
     }
+}
+
+/// The pipeline depth a Worker asks of each chip: its `pipeline_depth`.
+fn chip_depth(cfg: &WorkerBuilder) -> u32 {
+    u32::try_from(cfg.engine.pipeline_depth).unwrap_or(u32::MAX)
 }

@@ -159,7 +159,7 @@ fn vector_add_with_host_tensors() {
     let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
     let mut out = vec![-7.0f32; 1000];
     let (a0, b0) = (a.clone(), b.clone());
-    let before = rt.device.arena().used();
+    let before = rt.used_outside_staging();
     run(
         &mut rt,
         &kernel("vadd"),
@@ -169,7 +169,36 @@ fn vector_add_with_host_tensors() {
     .unwrap();
     assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "vector add result");
     assert_eq!((a, b), (a0, b0), "inputs unchanged");
-    assert_eq!(rt.device.arena().used(), before, "device scratch freed");
+    assert_eq!(rt.used_outside_staging(), before, "device scratch freed");
+}
+
+#[test]
+fn host_tensors_reuse_the_retained_staging_buffer() {
+    let mut rt = chip(1, &[]);
+    let runs = |rt: &mut ChipRuntime, n: usize| {
+        for k in 0..3 {
+            let mut a = vec![k as f32; n];
+            let mut b = vec![1.0f32; n];
+            let mut out = vec![0.0f32; n];
+            let args =
+                vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+            run(rt, &kernel("vadd"), args, &[]).unwrap();
+            assert!(out.iter().all(|v| *v == k as f32 + 1.0));
+        }
+    };
+    runs(&mut rt, 1000);
+    let after_first = rt.device_allocations();
+    assert_eq!(after_first, 1, "one staging block for the three host tensors");
+    runs(&mut rt, 1000);
+    runs(&mut rt, 10);
+    assert_eq!(rt.device_allocations(), after_first, "steady state: no device allocation per run");
+    runs(&mut rt, 5000);
+    assert_eq!(rt.device_allocations(), after_first + 1, "a larger run grows it once");
+    let staged = rt.device.arena().used();
+    let (_, need) = staging::layout([20_000; 3]).unwrap();
+    assert_eq!(staged, need.next_multiple_of(64), "bump slices of one block");
+    rt.shutdown();
+    assert_eq!(rt.device.arena().used(), 0, "freed at close");
 }
 
 #[test]
@@ -288,7 +317,7 @@ fn dead_or_out_of_bounds_device_tensors_are_refused() {
     )
     .unwrap_err();
     assert!(err.message().contains("not a live allocation"), "{err}");
-    assert_eq!(rt.device.arena().used(), 0, "the scratch of refused runs is freed");
+    assert_eq!(rt.used_outside_staging(), 0, "the scratch of refused runs is freed");
     // Still usable.
     let mut a = vec![2.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut a, Access::Read), host(&mut out, Access::Write)], &[])
@@ -328,7 +357,7 @@ fn host_scratch_counts_against_device_memory() {
         err.message().contains("device scratch") && err.message().contains("out of device memory"),
         "{err}"
     );
-    assert_eq!(rt.device.arena().used(), 0, "the first scratch block was freed");
+    assert_eq!(rt.used_outside_staging(), 0, "the first scratch block was freed");
 }
 
 /// `tmp = a + b` on core 0, then `out = 2 * tmp` on core 1: read-after-write across cores
@@ -398,7 +427,7 @@ fn chip_orchestration_intermediates_from_orch_alloc() {
         )
         .unwrap();
         assert_eq!(out, vec![6.0; 256]);
-        assert_eq!(rt.device.arena().used(), 0, "the intermediate and the scratch were freed");
+        assert_eq!(rt.used_outside_staging(), 0, "the intermediate and the scratch were freed");
         out.fill(0.0);
     }
 }
@@ -438,7 +467,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
     let in_turn = ChipFn::orchestration("alloc_in_turn", alloc_in_turn);
     let mut rt = chip(1, &[sized.clone(), in_turn.clone()]);
     run(&mut rt, &sized, vec![], &[1024]).unwrap();
-    assert_eq!(rt.device.arena().used(), 0, "freed when the run ended");
+    assert_eq!(rt.used_outside_staging(), 0, "freed when the run ended");
 
     // More than the chip has: refused at once, naming the chip and its memory.
     let err = run(&mut rt, &sized, vec![], &[8 << 20]).unwrap_err();
@@ -449,7 +478,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Device memory a caller holds leaves less for intermediates.
     let held = rt.malloc(14 << 20).unwrap();
-    rt.engine.config_mut().backpressure_timeout = std::time::Duration::from_millis(200);
+    rt.tune_engine(|c| c.backpressure_timeout = std::time::Duration::from_millis(200));
     let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(
@@ -460,7 +489,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
 
     // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
     run(&mut rt, &in_turn, vec![], &[5]).unwrap();
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
 }
 
 /// Two independent kernels, one per core, that must overlap in time.
@@ -523,7 +552,7 @@ fn failing_and_panicking_kernels_give_clear_errors() {
         assert!(err.message().contains("chip orchestration `failing_plan` on chip 3"), "{err}");
         assert_eq!(y, vec![5.0; 8], "host outputs untouched by a failed run");
     }
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
     // Still usable, cores included.
     let ok = ChipFn::orchestration("pipeline", pipeline);
     rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
@@ -603,7 +632,7 @@ fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
     let err = go(&mut rt, 5);
     assert!(err.message().contains("only kernels run on a core"), "{err}");
     assert_eq!(x, vec![1.0; 4], "no failed run copied back");
-    assert_eq!(rt.device.arena().used(), 0);
+    assert_eq!(rt.used_outside_staging(), 0);
     let mut y = vec![0.0f32; 4];
     run(&mut rt, &kernel("double"), vec![host(&mut x, Access::Read), host(&mut y, Access::Write)], &[])
         .unwrap();
@@ -675,4 +704,172 @@ fn a_bad_configuration_is_an_error() {
         backend: BackendFactory::sim(),
     };
     assert!(ChipRuntime::new(cfg, Registry::new(1)).is_err());
+}
+
+// ------------------------------------------------------------------ the pipelined lifecycle
+
+/// Opened by the test: `held` waits for it (10 s at most) after saying it started.
+static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+
+/// `out = 2 * x`, once the test opens [`GATE`].
+fn held(args: &HostArgs<'_>) -> HostResult {
+    let (lock, cv) = &GATE;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut g = lock.lock().unwrap();
+    g.0 = true; // started
+    cv.notify_all();
+    while !g.1 {
+        let left = deadline.checked_duration_since(Instant::now()).ok_or("the gate never opened")?;
+        g = cv.wait_timeout(g, left).unwrap().0;
+    }
+    drop(g);
+    double(args)
+}
+
+fn await_gate(cond: impl Fn(&(bool, bool)) -> bool) {
+    let (lock, cv) = &GATE;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut g = lock.lock().unwrap();
+    while !cond(&g) {
+        let left = deadline.checked_duration_since(Instant::now()).expect("the kernel never started");
+        g = cv.wait_timeout(g, left).unwrap().0;
+    }
+}
+
+fn open_gate() {
+    let (lock, cv) = &GATE;
+    lock.lock().unwrap().1 = true;
+    cv.notify_all();
+}
+
+fn digest(name: &str) -> Digest {
+    h(name).digest()
+}
+
+fn pipelined(cores: usize, extra: &[ChipFn]) -> ChipRuntime {
+    let mut rt = chip(cores, extra);
+    rt.set_pipeline_depth(2).unwrap();
+    rt
+}
+
+#[test]
+fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
+    let k = ChipFn::kernel("held", held);
+    let mut rt = pipelined(1, std::slice::from_ref(&k));
+    let (mut x, mut y) = (vec![1.0f32; 4096], vec![0.0f32; 4096]);
+    let (mut a, mut b, mut out) = (vec![2.0f32; 4096], vec![3.0f32; 4096], vec![0.0f32; 4096]);
+    let (l0, l1) = (rt.acquire_lease().unwrap(), rt.acquire_lease().unwrap());
+    assert_ne!(l0.slot, l1.slot);
+    let head_args = vec![host(&mut x, Access::Read), host(&mut y, Access::Write)];
+    let mut head = rt.prepare(l0, &k.handle().digest(), head_args, &[], &CallConfig::default()).unwrap();
+    rt.launch(&mut head).unwrap();
+    await_gate(|g| g.0);
+    // The head's kernel runs (and holds the kernel gate): the successor's copy-in goes ahead
+    // all the same, into its own fenced staging buffer.
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut next = rt.prepare(l1, &digest("vadd"), args, &[], &CallConfig::default()).unwrap();
+    assert!(!rt.poll(&mut head), "the head still runs while its successor is prepared");
+    let err = rt.launch(&mut next).unwrap_err();
+    assert!(err.message().contains("finalize it first") && err.message().contains("generation 1"), "{err}");
+    open_gate();
+    rt.finalize(head).unwrap();
+    rt.launch(&mut next).unwrap();
+    rt.finalize(next).unwrap();
+    assert!(y.iter().all(|v| *v == 2.0) && out.iter().all(|v| *v == 5.0));
+    rt.release_lease(l0).unwrap();
+    rt.release_lease(l1).unwrap();
+}
+
+#[test]
+fn a_chip_holds_one_active_and_one_prepared_run() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let (mut x, mut y, mut z) = (vec![1.0f32; 8], vec![1.0f32; 8], vec![1.0f32; 8]);
+    let l0 = Lease { slot: 0, generation: 1 };
+    let l1 = Lease { slot: 1, generation: 1 };
+    let mut first = rt.prepare(l0, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    let err = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("one prepared run"), "{err}");
+    rt.launch(&mut first).unwrap();
+    let same_slot = Lease { slot: 0, generation: 2 };
+    let err =
+        rt.prepare(same_slot, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("same slot"), "{err}");
+    let second = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap();
+    rt.finalize(first).unwrap();
+    // A prepared run finalized unlaunched gives its place up.
+    let err = rt.finalize(second).unwrap_err();
+    assert!(err.message().contains("before it was launched"), "{err}");
+    let mut third =
+        rt.prepare(same_slot, &digest("ones"), vec![host(&mut z, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut third).unwrap();
+    rt.finalize(third).unwrap();
+    assert!(x.iter().chain(&z).all(|v| *v == 1.0));
+    assert_eq!(y, vec![1.0; 8], "the unlaunched run wrote nothing back");
+}
+
+#[test]
+fn stale_and_invalid_leases_are_refused() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let mut x = vec![0.0f32; 8];
+    let newer = Lease { slot: 0, generation: 3 };
+    let mut run = rt.prepare(newer, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut run).unwrap();
+    rt.finalize(run).unwrap();
+    for (lease, says) in [
+        (Lease { slot: 0, generation: 2 }, "stale"),
+        (Lease { slot: 2, generation: 1 }, "outside the granted pipeline depth 2"),
+        (Lease::NONE, "generation 0"),
+    ] {
+        let err =
+            rt.prepare(lease, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap_err();
+        assert!(err.message().contains(says) && err.message().starts_with("chip 3"), "{err}");
+        assert_eq!(err.kind(), ErrorKind::InvalidState);
+    }
+}
+
+#[test]
+fn a_failed_prepare_fails_only_its_run() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let (mut a, mut b, mut out) = (vec![1.0f32; 64], vec![2.0f32; 64], vec![0.0f32; 64]);
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut head = rt.prepare(Lease { slot: 0, generation: 1 }, &digest("vadd"), args, &[], &cfg).unwrap();
+    rt.launch(&mut head).unwrap();
+    let next = Lease { slot: 1, generation: 1 };
+    let unknown = Digest::from_bytes([7; 32]);
+    let err = rt.prepare(next, &unknown, vec![], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("UNKNOWN_CALLABLE"), "{err}");
+    // More than the chip's 16 MiB: the staging buffer cannot grow, and nothing is copied.
+    let mut huge = vec![0.0f32; 5 << 20];
+    let err = rt.prepare(next, &digest("ones"), vec![host(&mut huge, Access::Write)], &[], &cfg).unwrap_err();
+    assert!(err.message().contains("out of device memory") && err.message().contains("staging"), "{err}");
+    rt.finalize(head).unwrap();
+    assert!(out.iter().all(|v| *v == 3.0), "the head ran as if nothing happened");
+    let mut x = vec![0.0f32; 8];
+    let mut run = rt.prepare(next, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
+    rt.launch(&mut run).unwrap();
+    rt.finalize(run).unwrap();
+    assert_eq!(x, vec![1.0; 8]);
+}
+
+#[test]
+fn a_run_whose_kernel_fails_returns_its_lease() {
+    let mut rt = pipelined(1, &[]);
+    for _ in 0..3 {
+        let err = run(&mut rt, &kernel("fail_kernel"), vec![], &[]).unwrap_err();
+        assert!(err.message().contains("kernel says no"), "{err}");
+        let err = run(&mut rt, &kernel("panic_kernel"), vec![], &[]).unwrap_err();
+        assert!(err.message().contains("kernel exploded"), "{err}");
+    }
+    // Both slots are free again: the failed runs gave their leases back.
+    let (a, b) = (rt.acquire_lease().unwrap(), rt.acquire_lease().unwrap());
+    assert_eq!((a.slot, b.slot), (0, 1));
+    assert!(rt.acquire_lease().is_none());
+    rt.release_lease(a).unwrap();
+    rt.release_lease(b).unwrap();
+    let mut x = vec![0.0f32; 4];
+    run(&mut rt, &kernel("ones"), vec![host(&mut x, Access::Write)], &[]).unwrap();
+    assert_eq!(x, vec![1.0; 4], "and the chip runs on");
 }

@@ -28,6 +28,9 @@ pub(crate) struct ChipChild {
     /// Mailbox index of this chip.
     pub(crate) index: usize,
     pub(crate) config: ChipConfig,
+    /// The pipeline depth the parent asks for; the chip grants at most
+    /// 2 (one run launched, one prepared) and publishes its grant.
+    pub(crate) pipeline_depth: u32,
     pub(crate) registry: Registry<ChipFn>,
     pub(crate) resolver: HostResolver,
 }
@@ -46,8 +49,14 @@ impl ChipChild {
         let mb = region.mailbox(self.index);
         mb.set_child_pid(std::process::id());
         let chip = self.config.spec.chip_id;
-        let runtime = match ChipRuntime::new(self.config, self.registry) {
-            Ok(rt) => rt,
+        let built = ChipRuntime::new(self.config, self.registry)
+            .and_then(|mut rt| rt.grant_pipeline_depth(self.pipeline_depth).map(|granted| (rt, granted)));
+        let runtime = match built {
+            Ok((rt, granted)) => {
+                // Before reporting ready (rule M9 of `ipc::mailbox`).
+                mb.set_granted_depth(granted);
+                rt
+            }
             Err(e) => {
                 mb.publish_init(Err(&format!("chip {chip}: {e}")));
                 return 1;
