@@ -408,7 +408,9 @@ impl ChipRuntime {
     /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
     /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
     ///
-    /// A kernel runs on the executor thread as core 0 (`worker_index() == 0`) and ignores
+    /// It executes on the calling thread ([`launch`](Self::launch) hands a run to the chip's
+    /// executor thread instead, for a caller that prepares the next run meanwhile). A kernel
+    /// runs as core 0 (`worker_index() == 0`) and ignores
     /// `config`; a chip orchestration receives `config` and runs its kernels on the core
     /// threads. Device tensors must belong to this chip (the caller checks the owner; this
     /// checks liveness and bounds). Errors: an unknown digest is an [`ErrorKind::Callable`]
@@ -434,7 +436,7 @@ impl ChipRuntime {
         self.in_run = true;
         let result = match self.prepare(lease, digest, args, scalars, config) {
             Err(e) => Err(e),
-            Ok(mut run) => match self.launch(&mut run) {
+            Ok(mut run) => match self.launch_here(&mut run) {
                 Ok(()) => self.finalize(run),
                 Err(e) => {
                     let _ = self.finalize(run);
@@ -507,7 +509,37 @@ impl ChipRuntime {
     /// Phase 2: hands the prepared `run` to the executor thread and returns. Refused (an
     /// [`ErrorKind::InvalidState`] error) while another run is launched and not finalized, or
     /// for a run that is not this chip's prepared one.
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(
+            dead_code,
+            reason = "the pipelined driver is the benchmark's and the tests' until chip children pipeline"
+        )
+    )]
     pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
+        let job = self.launchable(run)?;
+        self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
+        self.waiting = None;
+        self.active = Some(run.lease);
+        run.phase = Phase::Launched;
+        Ok(())
+    }
+
+    /// [`launch`](Self::launch), but the run executes here, on the calling thread, and is done
+    /// when this returns: what the blocking [`run`](Self::run) does when no other run of the
+    /// chip is prepared to overlap it (a hop to the executor thread and back would cost two
+    /// wake-ups per chip task for nothing).
+    fn launch_here(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
+        let job = self.launchable(run)?;
+        self.waiting = None;
+        self.active = Some(run.lease);
+        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        run.phase = Phase::Done(ctx.execute_caught(&job));
+        Ok(())
+    }
+
+    /// The checks of a launch, the run's staging buffer unfenced, and the job to execute.
+    fn launchable(&mut self, run: &ChipRun<'_>) -> Result<ExecJob> {
         if !matches!(run.phase, Phase::Prepared) || self.waiting != Some(run.lease) {
             return Err(Error::state(format!(
                 "chip {}: the run under {} is not this chip's prepared run",
@@ -523,19 +555,14 @@ impl ChipRuntime {
         if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
             self.device.arena().unfence(ptr)?;
         }
-        let job = ExecJob {
+        Ok(ExecJob {
             lease: run.lease,
             name: run.name.clone(),
             body: run.body,
             prepared: run.prepared.clone(),
             scalars: run.scalars.clone(),
             config: run.config.clone(),
-        };
-        self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
-        self.waiting = None;
-        self.active = Some(run.lease);
-        run.phase = Phase::Launched;
-        Ok(())
+        })
     }
 
     /// Phase 3, without blocking: true once the launched `run` is done (or when it is not
@@ -821,6 +848,21 @@ struct ExecJob {
 }
 
 impl ExecCtx {
+    /// [`execute`](Self::execute) with a panic turned into an [`ErrorKind::Internal`] error.
+    fn execute_caught(&self, job: &ExecJob) -> Result<()> {
+        catch_unwind(AssertUnwindSafe(|| self.execute(job))).unwrap_or_else(|panic| {
+            Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "chip {}: the chip runtime panicked running `{}`: {}",
+                    self.chip,
+                    job.name,
+                    crate::error::panic_message(&*panic)
+                ),
+            ))
+        })
+    }
+
     fn execute(&self, job: &ExecJob) -> Result<()> {
         match job.body {
             ChipBody::Kernel(k) if super::diag::wanted(&job.config) => {
@@ -945,17 +987,7 @@ impl Executor {
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
                 for job in jobs {
-                    let result =
-                        catch_unwind(AssertUnwindSafe(|| ctx.execute(&job))).unwrap_or_else(|panic| {
-                            Err(Error::new(
-                                ErrorKind::Internal,
-                                format!(
-                                    "chip {chip}: the chip runtime panicked running `{}`: {}",
-                                    job.name,
-                                    crate::error::panic_message(&*panic)
-                                ),
-                            ))
-                        });
+                    let result = ctx.execute_caught(&job);
                     if done_tx.send((job.lease, result)).is_err() {
                         break;
                     }
