@@ -85,7 +85,10 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
         assert!(json.contains(&format!("\"args\":{{\"name\":\"{lane}\"}}")), "a lane for {lane}");
         assert!(svg.contains(&format!(">L3 {lane}</text>")), "an SVG lane for {lane}");
     }
-    assert_eq!(json.matches("\"ph\":\"X\"").count(), 4, "a box per task that ran");
+    // A box per task that ran, and one per kernel the chips ran for them on their cores.
+    assert_eq!(json.matches("\"ph\":\"X\"").count(), 6);
+    let inner: Vec<&str> = timeline.inner_records().iter().map(|r| r.worker.as_str()).collect();
+    assert_eq!(inner, ["chip 0 / core 0", "chip 1 / core 0"]);
     assert_eq!(json.matches("\"ph\":\"s\"").count(), 2, "the chips' outputs flow into the adder");
     assert!(svg.contains("<title>2: vadd on sub worker"), "{svg}");
     assert!(svg.contains("fill=\"#e53935\""), "the failed task is red");
@@ -302,4 +305,97 @@ fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
     let text = std::fs::read_to_string(dir.join(bare[0])).unwrap();
     assert!(text.contains("task 0: `double` on core 0") && text.contains("arg 1: "), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An L3 orchestration: `add_then_double` on chip 0 (its kernels on the chip's two cores),
+/// then `out += 1` on a SUB worker... here `noop` with the output, to keep it short.
+fn l3_chip_then_sub(
+    orch: &mut simpler::Orchestrator<'_>,
+    args: &TaskArgs,
+    _: &CallConfig,
+) -> simpler::Result<()> {
+    let (a, b, out) = (args.tensor(0).unwrap(), args.tensor(1).unwrap(), args.tensor(2).unwrap());
+    let mut c = TaskArgs::new();
+    c.input(a)?.input(b)?.output(out)?;
+    let pipe = ChipFn::orchestration("add_then_double", add_then_double).handle();
+    orch.submit_next_level(&pipe, c, CallConfig::default(), 0)?;
+    let mut s = TaskArgs::new();
+    s.input(out)?;
+    orch.submit_sub(&simpler::HostFn::new("noop", noop).handle(), s).map(|_| ())
+}
+
+#[test]
+fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3 =
+        Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20).sub_workers(1).build().unwrap();
+    l3.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    l3.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    l3.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
+    l3.register(simpler::HostFn::new("noop", noop)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(simpler::Level::Network1));
+    let w = rig.add_worker(l3).unwrap();
+    let step = rig.register_orch(simpler::OrchFn::new("l3_chip_then_sub", l3_chip_then_sub)).unwrap();
+    rig.init();
+    let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    bufs[0].write(0, &vec![1.0f32; N]).unwrap();
+    bufs[1].write(0, &vec![2.0f32; N]).unwrap();
+    let [a, b, out] = [0, 1, 2].map(|i| f32s(&bufs[i]));
+    let run = rig
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+            let mut x = TaskArgs::new();
+            x.input(&a)?.input(&b)?.output(&out)?;
+            orch.submit_next_level(&step, x, CallConfig::default(), w).map(|_| ())
+        })
+        .unwrap();
+    run.wait().unwrap();
+    assert_eq!(bufs[2].read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
+    let timeline = run.timeline().unwrap();
+    assert_eq!(timeline.records().len(), 1);
+    assert_eq!(
+        (timeline.records()[0].worker.as_str(), timeline.records()[0].level),
+        ("worker 0", simpler::Level::Network1)
+    );
+    let inner: Vec<(String, simpler::Level, String, Vec<u32>)> = timeline
+        .inner_records()
+        .iter()
+        .map(|r| (r.callable.clone(), r.level, r.worker.clone(), r.within.clone()))
+        .collect();
+    let has = |callable: &str, level: simpler::Level, worker: &str, within: &[u32]| {
+        inner.iter().any(|(c, l, w, p)| c == callable && *l == level && w == worker && p == within)
+    };
+    // The nested L3's two tasks, inside task 0 of the L4 run.
+    assert!(has("add_then_double", simpler::Level::Node, "worker 0 / chip 0", &[0]), "{inner:#?}");
+    assert!(has("noop", simpler::Level::Node, "worker 0 / sub worker 0", &[0]), "{inner:#?}");
+    // The chip's kernels on its cores, inside the L3's task 0 inside the L4's task 0.
+    assert!(has("vadd", simpler::Level::Chip, "worker 0 / chip 0 / core 0", &[0, 0]), "{inner:#?}");
+    assert!(has("double", simpler::Level::Chip, "worker 0 / chip 0 / core 1", &[0, 0]), "{inner:#?}");
+    // Inner times lie within their host task's.
+    let host = &timeline.records()[0];
+    for r in timeline.inner_records() {
+        assert!(r.started_ns >= host.started_ns && r.ended_ns <= host.ended_ns, "{r:?} within {host:?}");
+    }
+    // One process per level in the Chrome trace, and every lane drawn in the SVG.
+    let json = timeline.to_chrome_trace();
+    for (pid, name) in [(4, "L4 (network"), (3, "L3 (node)"), (2, "L2 (chip)")] {
+        assert!(
+            json.contains(&format!("\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":\"{name}")),
+            "{pid} in {json}"
+        );
+    }
+    let svg = timeline.to_svg();
+    for lane in
+        ["L4 worker 0", "L3 worker 0 / chip 0", "L3 worker 0 / sub worker 0", "L2 worker 0 / chip 0 / core 1"]
+    {
+        assert!(svg.contains(&format!(">{lane}</text>")), "{lane} in {svg}");
+    }
+    // Runs that are not captured leave nothing: the nested Worker captures only for a captured parent.
+    rig.run(|orch| {
+        let mut x = TaskArgs::new();
+        x.input(&a)?.input(&b)?.output(&out)?;
+        orch.submit_next_level(&step, x, CallConfig::default(), w).map(|_| ())
+    })
+    .unwrap();
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::data::call_config::{CallConfig, Swimlane};
 use crate::dfx::graph::{DagCapture, TaskNode};
-use crate::dfx::timeline::{TaskEvent, Timeline};
+use crate::dfx::timeline::{TaskRecord, TaskStatus, Timeline};
 use crate::engine::run::RunState;
 use crate::error::{Error, Result};
 use crate::sys::sync;
@@ -34,7 +34,7 @@ pub(crate) fn wanted(config: &CallConfig) -> bool {
 /// Writes the diagnostics `config` asks for of a chip orchestration's run `run` (captured,
 /// done), named for chip `chip` and callable `name`; returns the files written.
 pub(crate) fn write_run(chip: u32, name: &str, config: &CallConfig, run: &RunState) -> Result<Vec<PathBuf>> {
-    let timeline = run.timeline().unwrap_or_default();
+    let timeline = run.own_timeline().unwrap_or_default();
     let (args, scopes) = match &run.capture {
         Some(cap) => {
             let cap = sync::lock(cap);
@@ -45,14 +45,39 @@ pub(crate) fn write_run(chip: u32, name: &str, config: &CallConfig, run: &RunSta
     write(chip, name, config, &timeline, &args, &scopes)
 }
 
-/// Writes the diagnostics of a bare kernel `name` that ran on core 0 of chip `chip` from
-/// `started` to `ended` (`CLOCK_MONOTONIC` ns), with arguments `args` as text.
+/// The record of a bare kernel `name` that ran on core 0 from `times.0` to `times.1`
+/// (`CLOCK_MONOTONIC` ns) with `result`.
+pub(crate) fn kernel_record(
+    name: &str,
+    times: (u64, u64),
+    result: std::result::Result<(), &Error>,
+) -> TaskRecord {
+    let (status, error) = match result {
+        Ok(()) => (TaskStatus::Completed, None),
+        Err(e) => (TaskStatus::Failed, Some(e.message().to_string())),
+    };
+    TaskRecord {
+        index: 0,
+        callable: name.to_string(),
+        worker: "core 0".to_string(),
+        level: crate::level::Level::Chip,
+        submitted_ns: times.0,
+        ready_ns: Some(times.0),
+        started_ns: Some(times.0),
+        ended_ns: Some(times.1),
+        status,
+        error,
+        within: Vec::new(),
+    }
+}
+
+/// Writes the diagnostics of a bare kernel, `record` (see [`kernel_record`]), with its
+/// arguments `args` as text.
 pub(crate) fn write_kernel(
     chip: u32,
     name: &str,
     config: &CallConfig,
-    times: (u64, u64),
-    result: std::result::Result<(), &Error>,
+    record: TaskRecord,
     args: String,
 ) -> Result<Vec<PathBuf>> {
     let mut cap = DagCapture::default();
@@ -66,13 +91,7 @@ pub(crate) fn write_kernel(
         },
         Vec::new(),
     );
-    cap.times.submitted(0, times.0);
-    cap.times.note(0, TaskEvent::Ready, times.0);
-    cap.times.note(0, TaskEvent::Started("core 0"), times.0);
-    cap.times.note(0, TaskEvent::Ended(result), times.1);
-    let dag = cap.to_dag();
-    let records = cap.times.records(&dag, crate::level::Level::Chip);
-    let timeline = Timeline::new(dag, records);
+    let timeline = Timeline::new(cap.to_dag(), vec![record]);
     write(chip, name, config, &timeline, &[(0, args)], &[])
 }
 

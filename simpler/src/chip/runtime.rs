@@ -55,7 +55,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread;
 
 use crate::callable::host::HostFnPtr;
@@ -227,6 +227,10 @@ pub(crate) struct ChipRuntime {
     waiting: Option<Lease>,
     /// The thread runs execute on.
     exec: Executor,
+    /// Whether the next [`run`](Self::run) records its tasks for a captured parent run.
+    trace_next: bool,
+    /// What the last traced run recorded ([`take_trace`](Self::take_trace)).
+    traced: Arc<Mutex<Option<Vec<crate::dfx::timeline::TaskRecord>>>>,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -293,8 +297,14 @@ impl ChipRuntime {
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
-        let exec = Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() })
-            .map_err(in_chip)?;
+        let traced = Arc::new(Mutex::new(None));
+        let exec = Executor::spawn(ExecCtx {
+            chip,
+            device: device.clone(),
+            engine: engine.clone(),
+            traced: traced.clone(),
+        })
+        .map_err(in_chip)?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
         Ok(ChipRuntime {
             chip,
@@ -310,6 +320,8 @@ impl ChipRuntime {
             active: None,
             waiting: None,
             exec,
+            trace_next: false,
+            traced,
         })
     }
 
@@ -402,6 +414,18 @@ impl ChipRuntime {
             )));
         }
         Ok(())
+    }
+
+    /// The next run records what it runs (its kernels on the cores, or the bare kernel as one
+    /// task on core 0), for [`take_trace`](Self::take_trace): the task is part of a captured
+    /// run of the parent.
+    pub(crate) fn trace_next(&mut self) {
+        self.trace_next = true;
+    }
+
+    /// The records of the last traced run, once.
+    pub(crate) fn take_trace(&mut self) -> Option<Vec<crate::dfx::timeline::TaskRecord>> {
+        sync::lock(&self.traced).take()
     }
 
     /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
@@ -533,7 +557,12 @@ impl ChipRuntime {
         let job = self.launchable(run)?;
         self.waiting = None;
         self.active = Some(run.lease);
-        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        let ctx = ExecCtx {
+            chip: self.chip,
+            device: self.device.clone(),
+            engine: self.engine.clone(),
+            traced: self.traced.clone(),
+        };
         run.phase = Phase::Done(ctx.execute_caught(&job));
         Ok(())
     }
@@ -562,6 +591,7 @@ impl ChipRuntime {
             prepared: run.prepared.clone(),
             scalars: run.scalars.clone(),
             config: run.config.clone(),
+            trace: std::mem::take(&mut self.trace_next),
         })
     }
 
@@ -767,7 +797,12 @@ impl ChipRuntime {
     pub(crate) fn tune_engine(&mut self, f: impl FnOnce(&mut EngineConfig)) {
         self.exec.stop();
         f(Arc::get_mut(&mut self.engine).expect("only the runtime holds the engine").config_mut());
-        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        let ctx = ExecCtx {
+            chip: self.chip,
+            device: self.device.clone(),
+            engine: self.engine.clone(),
+            traced: self.traced.clone(),
+        };
         self.exec = Executor::spawn(ctx).expect("restarting the executor thread");
     }
 
@@ -835,6 +870,8 @@ struct ExecCtx {
     chip: u32,
     device: Arc<Device>,
     engine: Arc<Engine>,
+    /// Where a traced run leaves its records.
+    traced: Arc<Mutex<Option<Vec<crate::dfx::timeline::TaskRecord>>>>,
 }
 
 /// A launched run, as the executor thread receives it.
@@ -845,6 +882,8 @@ struct ExecJob {
     prepared: Vec<Prepared>,
     scalars: Vec<u64>,
     config: CallConfig,
+    /// Record the run's tasks for a captured parent run (`ChipRuntime::trace_next`).
+    trace: bool,
 }
 
 impl ExecCtx {
@@ -865,26 +904,32 @@ impl ExecCtx {
 
     fn execute(&self, job: &ExecJob) -> Result<()> {
         match job.body {
+            ChipBody::Kernel(k) if job.trace && !super::diag::wanted(&job.config) => {
+                let started = crate::sys::clock::monotonic_ns();
+                let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
+                let ended = crate::sys::clock::monotonic_ns();
+                let record =
+                    super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
+                *sync::lock(&self.traced) = Some(vec![record]);
+                result
+            }
             ChipBody::Kernel(k) if super::diag::wanted(&job.config) => {
                 let started = crate::sys::clock::monotonic_ns();
                 let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
                 let ended = crate::sys::clock::monotonic_ns();
                 let text = self.describe_kernel_args(&job.prepared, &job.scalars);
-                let times = (started, ended);
-                super::diag::write_kernel(
-                    self.chip,
-                    &job.name,
-                    &job.config,
-                    times,
-                    result.as_ref().map(|_| ()),
-                    text,
-                )
-                .map_err(|e| self.diag_error(&job.name, e))?;
+                let record =
+                    super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
+                if job.trace {
+                    *sync::lock(&self.traced) = Some(vec![record.clone()]);
+                }
+                super::diag::write_kernel(self.chip, &job.name, &job.config, record, text)
+                    .map_err(|e| self.diag_error(&job.name, e))?;
                 result
             }
             ChipBody::Kernel(k) => self.run_kernel(&job.name, k, &job.prepared, &job.scalars),
             ChipBody::Orchestration(o) => {
-                self.run_orchestration(&job.name, o, &job.prepared, &job.scalars, &job.config)
+                self.run_orchestration(&job.name, o, &job.prepared, &job.scalars, &job.config, job.trace)
             }
         }
     }
@@ -940,6 +985,7 @@ impl ExecCtx {
         prepared: &[Prepared],
         scalars: &[u64],
         config: &CallConfig,
+        trace: bool,
     ) -> Result<()> {
         let chip = self.chip;
         let mut args = TaskArgs::new();
@@ -956,7 +1002,7 @@ impl ExecCtx {
         // The diagnostics the config asks for come from the run's capture.
         let diagnose = super::diag::wanted(config);
         let built = eng
-            .build_run(diagnose, None, false, |orch| {
+            .build_run(diagnose || trace, None, false, |orch| {
                 if config.get_dump_args() {
                     orch.keep_args_text();
                 }
@@ -964,6 +1010,10 @@ impl ExecCtx {
             })
             .map_err(|f| f.into_error().context(&context))?;
         eng.drive_until(|| built.run.is_done(), None);
+        if trace {
+            let records = built.run.own_timeline().map(|t| t.records().to_vec()).unwrap_or_default();
+            *sync::lock(&self.traced) = Some(records);
+        }
         if diagnose {
             super::diag::write_run(chip, name, config, &built.run).map_err(|e| self.diag_error(name, e))?;
         }

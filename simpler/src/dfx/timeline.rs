@@ -58,6 +58,7 @@ impl std::fmt::Display for TaskStatus {
 ///     ended_ns: Some(9_000),
 ///     status: TaskStatus::Completed,
 ///     error: None,
+///     within: vec![],
 /// };
 /// assert_eq!(r.duration(), Some(std::time::Duration::from_nanos(7_000)));
 /// assert_eq!(r.waited(), Some(std::time::Duration::from_nanos(500)));
@@ -86,6 +87,10 @@ pub struct TaskRecord {
     pub status: TaskStatus,
     /// Why it failed or did not run.
     pub error: Option<String>,
+    /// The tasks it ran inside, outermost first, by index in their runs: empty for a task of
+    /// the run itself; `[3]` for a kernel a chip ran for the run's task 3; `[3, 0]` for one run
+    /// by task 0 of the nested Worker that ran task 3 ([`Timeline::inner_records`]).
+    pub within: Vec<u32>,
 }
 
 impl TaskRecord {
@@ -95,7 +100,7 @@ impl TaskRecord {
     /// # use simpler::{Level, TaskRecord, TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: String::new(), level: Level::Node,
     /// #     submitted_ns: 0, ready_ns: None, started_ns: None, ended_ns: Some(5),
-    /// #     status: TaskStatus::NotRun, error: Some("a producer failed".into()) };
+    /// #     status: TaskStatus::NotRun, error: Some("a producer failed".into()), within: vec![] };
     /// assert_eq!(r.duration(), None); // never started
     /// ```
     pub fn duration(&self) -> Option<Duration> {
@@ -108,7 +113,7 @@ impl TaskRecord {
     /// # use simpler::{Level, TaskRecord, TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: "chip 0".into(), level: Level::Node,
     /// #     submitted_ns: 0, ready_ns: Some(10), started_ns: Some(40), ended_ns: Some(90),
-    /// #     status: TaskStatus::Completed, error: None };
+    /// #     status: TaskStatus::Completed, error: None, within: vec![] };
     /// assert_eq!(r.waited(), Some(std::time::Duration::from_nanos(30)));
     /// ```
     pub fn waited(&self) -> Option<Duration> {
@@ -207,6 +212,7 @@ impl Recorder {
                     ended_ns: t.ended,
                     status: t.status,
                     error: t.error.clone(),
+                    within: Vec::new(),
                 })
             })
             .collect()
@@ -238,11 +244,41 @@ impl Recorder {
 pub struct Timeline {
     dag: RunDag,
     records: Vec<TaskRecord>,
+    /// The records of what ran inside the run's tasks in other processes.
+    inner: Vec<TaskRecord>,
 }
 
 impl Timeline {
     pub(crate) fn new(dag: RunDag, records: Vec<TaskRecord>) -> Timeline {
-        Timeline { dag, records }
+        Timeline { dag, records, inner: Vec::new() }
+    }
+
+    /// Adds what ran inside this run's tasks in other processes of the tree, as they left it
+    /// in the trace log (`entries`, read from it): the kernels a chip ran for a task on its
+    /// cores, the tasks of a nested Worker's run, recursively. `pid` and `run` name this run.
+    pub(crate) fn with_inner(mut self, entries: &[Entry], pid: u32, run: u64) -> Timeline {
+        let mut inner = Vec::new();
+        collect_inner(entries, pid, run, &self.records, &[], &mut inner, 0);
+        self.inner = inner;
+        self
+    }
+
+    /// The records of what ran inside this run's tasks in other processes of this host: a
+    /// chip's kernels on its cores (level 2, lanes `"chip 0 / core 1"`), a nested Worker's tasks
+    /// (lanes `"worker 0 / chip 1"`) and, recursively, theirs. Each names the tasks it ran
+    /// inside ([`TaskRecord::within`]). The Chrome trace and the SVG draw them in lanes of their
+    /// own, by level; the DOT shows the run's own tasks only.
+    ///
+    /// ```
+    /// assert!(simpler::Timeline::default().inner_records().is_empty());
+    /// ```
+    pub fn inner_records(&self) -> &[TaskRecord] {
+        &self.inner
+    }
+
+    /// Every record drawn: the run's own, then the inner ones.
+    fn drawn(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.records.iter().chain(self.inner.iter())
     }
 
     /// One record per task, in submission order.
@@ -271,7 +307,7 @@ impl Timeline {
     /// ```
     pub fn lanes(&self) -> Vec<(Level, String)> {
         let mut lanes: Vec<(Level, String)> = Vec::new();
-        for r in &self.records {
+        for r in self.drawn() {
             for w in r.worker.split(", ").filter(|w| !w.is_empty()) {
                 if !lanes.iter().any(|(l, n)| *l == r.level && n == w) {
                     lanes.push((r.level, w.to_string()));
@@ -289,8 +325,7 @@ impl Timeline {
 
     /// The latest time of the run.
     fn end(&self) -> u64 {
-        self.records
-            .iter()
+        self.drawn()
             .flat_map(|r| [Some(r.submitted_ns), r.ready_ns, r.started_ns, r.ended_ns])
             .flatten()
             .max()
@@ -338,7 +373,7 @@ impl Timeline {
                 i + 1
             ));
         }
-        for r in &self.records {
+        for r in self.drawn() {
             let (Some(start), Some(end)) = (r.started_ns, r.ended_ns) else { continue };
             for w in r.worker.split(", ") {
                 let mut args = format!(
@@ -349,6 +384,9 @@ impl Timeline {
                 );
                 if let Some(ready) = r.ready_ns {
                     let _ = write!(args, ",\"ready_us\":{:.3}", us(ready));
+                }
+                if !r.within.is_empty() {
+                    let _ = write!(args, ",\"within\":{:?}", r.within);
                 }
                 if let Some(e) = &r.error {
                     let _ = write!(args, ",\"error\":\"{}\"", json_escape(e));
@@ -447,7 +485,7 @@ impl Timeline {
                 xml_escape(name)
             );
         }
-        for r in &self.records {
+        for r in self.drawn() {
             let (Some(start), Some(end)) = (r.started_ns, r.ended_ns) else { continue };
             let colour = match r.status {
                 TaskStatus::Completed => "#4caf50",
@@ -575,7 +613,159 @@ impl Timeline {
 impl Default for Timeline {
     /// The timeline of an empty run.
     fn default() -> Timeline {
-        Timeline { dag: RunDag::default(), records: Vec::new() }
+        Timeline { dag: RunDag::default(), records: Vec::new(), inner: Vec::new() }
+    }
+}
+
+/// What a worker process leaves in the trace log for one captured run it ran inside a task of
+/// its parent: who wrote it, which task of which run of which process it ran inside, its own
+/// run's number, its level and its records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) writer: u32,
+    pub(crate) parent: (u32, u64, u32),
+    pub(crate) run: u64,
+    pub(crate) records: Vec<TaskRecord>,
+}
+
+/// The first bytes of every entry.
+const ENTRY_MAGIC: [u8; 4] = *b"SPTL";
+
+/// Encodes an entry: its length, the magic, then the fields (strings as a `u32` length and
+/// bytes, absent times as 0).
+pub(crate) fn encode_entry(e: &Entry) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64 + 96 * e.records.len());
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&ENTRY_MAGIC);
+    b.extend_from_slice(&e.writer.to_le_bytes());
+    b.extend_from_slice(&e.parent.0.to_le_bytes());
+    b.extend_from_slice(&e.parent.1.to_le_bytes());
+    b.extend_from_slice(&e.parent.2.to_le_bytes());
+    b.extend_from_slice(&e.run.to_le_bytes());
+    b.extend_from_slice(&(e.records.len() as u32).to_le_bytes());
+    let s = |b: &mut Vec<u8>, s: &str| {
+        let s = &s.as_bytes()[..s.len().min(4096)];
+        b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        b.extend_from_slice(s);
+    };
+    for r in &e.records {
+        b.extend_from_slice(&r.index.to_le_bytes());
+        b.push(r.level.number() as u8);
+        s(&mut b, &r.callable);
+        s(&mut b, &r.worker);
+        for t in [Some(r.submitted_ns), r.ready_ns, r.started_ns, r.ended_ns] {
+            b.extend_from_slice(&t.unwrap_or(0).to_le_bytes());
+        }
+        b.push(match r.status {
+            TaskStatus::Completed => 0,
+            TaskStatus::Failed => 1,
+            TaskStatus::NotRun => 2,
+        });
+        s(&mut b, r.error.as_deref().unwrap_or(""));
+    }
+    let len = (b.len() - 4) as u32;
+    b[..4].copy_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// Decodes the entries of a trace log, in order; stops at the first malformed one (the log is
+/// written by this library's processes, but a reader never trusts bytes it did not write).
+pub(crate) fn decode_entries(mut bytes: &[u8]) -> Vec<Entry> {
+    let mut out = Vec::new();
+    while let Some(len) = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+    {
+        let Some(body) = bytes.get(4..4 + len) else { break };
+        match decode_entry(body) {
+            Some(e) => out.push(e),
+            None => break,
+        }
+        bytes = &bytes[4 + len..];
+    }
+    out
+}
+
+fn decode_entry(mut b: &[u8]) -> Option<Entry> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    let u32_ = |b: &mut &[u8]| take(b, 4).map(|x| u32::from_le_bytes(x.try_into().expect("4 bytes")));
+    let u64_ = |b: &mut &[u8]| take(b, 8).map(|x| u64::from_le_bytes(x.try_into().expect("8 bytes")));
+    let str_ = |b: &mut &[u8]| -> Option<String> {
+        let n = u32_(b)? as usize;
+        Some(String::from_utf8_lossy(take(b, n)?).into_owned())
+    };
+    if take(&mut b, 4)? != ENTRY_MAGIC {
+        return None;
+    }
+    let writer = u32_(&mut b)?;
+    let parent = (u32_(&mut b)?, u64_(&mut b)?, u32_(&mut b)?);
+    let run = u64_(&mut b)?;
+    let n = u32_(&mut b)? as usize;
+    let mut records = Vec::with_capacity(n.min(b.len() / 40));
+    for _ in 0..n {
+        let index = u32_(&mut b)?;
+        let level = Level::from_number(u32::from(*take(&mut b, 1)?.first()?))?;
+        let callable = str_(&mut b)?;
+        let worker = str_(&mut b)?;
+        let t: Vec<u64> = (0..4).map(|_| u64_(&mut b)).collect::<Option<_>>()?;
+        let some = |v: u64| (v != 0).then_some(v);
+        let status = match take(&mut b, 1)?.first()? {
+            0 => TaskStatus::Completed,
+            1 => TaskStatus::Failed,
+            2 => TaskStatus::NotRun,
+            _ => return None,
+        };
+        let error = str_(&mut b)?;
+        records.push(TaskRecord {
+            index,
+            callable,
+            worker,
+            level,
+            submitted_ns: t[0],
+            ready_ns: some(t[1]),
+            started_ns: some(t[2]),
+            ended_ns: some(t[3]),
+            status,
+            error: (!error.is_empty()).then_some(error),
+            within: Vec::new(),
+        });
+    }
+    b.is_empty().then_some(Entry { writer, parent, run, records })
+}
+
+/// Appends to `out` the records of every entry written for a task of run `run` of process
+/// `pid` (`records`), with the lane of the task it ran inside before its own lane names and the
+/// task's index added to `within`, and recursively what ran inside those.
+fn collect_inner(
+    entries: &[Entry],
+    pid: u32,
+    run: u64,
+    records: &[TaskRecord],
+    within: &[u32],
+    out: &mut Vec<TaskRecord>,
+    depth: u32,
+) {
+    if depth > 8 {
+        return; // deeper than any tree: a loop in hostile entries
+    }
+    for e in entries.iter().filter(|e| e.parent.0 == pid && e.parent.1 == run) {
+        let Some(host) = records.iter().find(|r| r.index == e.parent.2) else { continue };
+        let mut path = within.to_vec();
+        path.push(host.index);
+        let lane = first_worker(&host.worker).to_string();
+        let renamed: Vec<TaskRecord> = e
+            .records
+            .iter()
+            .map(|r| TaskRecord {
+                worker: r.worker.split(", ").map(|w| format!("{lane} / {w}")).collect::<Vec<_>>().join(", "),
+                within: path.clone(),
+                ..r.clone()
+            })
+            .collect();
+        collect_inner(entries, e.writer, e.run, &renamed, &path, out, depth + 1);
+        out.extend(renamed);
     }
 }
 
@@ -772,5 +962,42 @@ mod tests {
         assert_eq!(lane_order("sub worker 10").1, 10);
         assert!(lane_order("sub worker 2") < lane_order("sub worker 10"));
         assert!(lane_order("sub worker 9") < lane_order("chip 0"));
+    }
+
+    #[test]
+    fn entries_round_trip_and_nest_under_the_task_they_ran_in() {
+        let t = sample();
+        let kernel = |index: u32, worker: &str, at: u64| TaskRecord {
+            index,
+            callable: format!("k{index}"),
+            worker: worker.to_string(),
+            level: Level::Chip,
+            submitted_ns: at,
+            ready_ns: Some(at),
+            started_ns: Some(at + 1),
+            ended_ns: Some(at + 2),
+            status: TaskStatus::Completed,
+            error: None,
+            within: vec![],
+        };
+        // Process 50 ran task 1 of run 9 of process 7 (this sample); process 60 ran task 0 of
+        // process 50's run 4; an entry for another run is left out; garbage ends the log.
+        let entries = [
+            Entry { writer: 50, parent: (7, 9, 1), run: 4, records: vec![kernel(0, "core 1", 3_100)] },
+            Entry { writer: 60, parent: (50, 4, 0), run: 0, records: vec![kernel(0, "core 0", 3_200)] },
+            Entry { writer: 70, parent: (7, 8, 1), run: 0, records: vec![kernel(0, "core 0", 1)] },
+        ];
+        let mut log: Vec<u8> = entries.iter().flat_map(encode_entry).collect();
+        log.extend_from_slice(&[9, 0, 0, 0, b'S', b'P']); // truncated
+        let decoded = decode_entries(&log);
+        assert_eq!(decoded, entries);
+        let mut bad = encode_entry(&entries[0]);
+        bad[4] = b'X'; // not the magic
+        assert!(decode_entries(&bad).is_empty());
+        let t = t.with_inner(&decoded, 7, 9);
+        let inner: Vec<(&str, &[u32])> =
+            t.inner_records().iter().map(|r| (r.worker.as_str(), &r.within[..])).collect();
+        assert_eq!(inner, [("chip 1 / core 1 / core 0", &[1, 0][..]), ("chip 1 / core 1", &[1][..])]);
+        assert_eq!(t.to_chrome_trace().matches("\"ph\":\"X\"").count(), 5);
     }
 }

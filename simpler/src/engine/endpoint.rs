@@ -20,6 +20,10 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) run: u64,
     pub(crate) task: u32,
     pub(crate) member: u32,
+    /// The run is captured: a worker process that runs a run of its own for the task (a chip
+    /// orchestration, a nested Worker) captures it too and leaves its records in the trace log
+    /// (`sys::tracelog`), keyed by this process, `run` and `task`.
+    pub(crate) captured: bool,
 }
 
 /// How a dispatched task ended.

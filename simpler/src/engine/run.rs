@@ -117,7 +117,26 @@ impl RunState {
         if !self.is_done() {
             return None;
         }
-        let cap = sync::lock(cap);
+        let _ = cap;
+        let timeline = self.own_timeline()?;
+        // What ran inside its tasks in other processes of the tree (chips' kernels, nested
+        // Workers' runs): in the trace log, if this process has one.
+        match crate::sys::tracelog::key().map(|_| crate::sys::tracelog::read_all()) {
+            Some(Ok(bytes)) => {
+                let entries = crate::dfx::timeline::decode_entries(&bytes);
+                Some(timeline.with_inner(&entries, std::process::id(), self.id))
+            }
+            _ => Some(timeline),
+        }
+    }
+
+    /// The captured run's own records, without what ran inside its tasks in other processes
+    /// (no look at the trace log), once it is done.
+    pub(crate) fn own_timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
+        let cap = sync::lock(self.capture.as_ref()?);
+        if !self.is_done() {
+            return None;
+        }
         let dag = cap.to_dag();
         let records = cap.times.records(&dag, self.level);
         Some(crate::dfx::timeline::Timeline::new(dag, records))
@@ -568,6 +587,11 @@ impl RunHandle {
     /// ```
     pub fn timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
         self.run.timeline()
+    }
+
+    /// [`timeline`](Self::timeline) without what ran in other processes.
+    pub(crate) fn own_timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
+        self.run.own_timeline()
     }
 
     /// How far the run has got, now: tasks submitted so far, completed and failed (including

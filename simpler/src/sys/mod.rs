@@ -31,3 +31,4 @@ pub(crate) mod spawn;
 pub(crate) mod sync;
 #[cfg(test)]
 pub(crate) mod test_fork;
+pub(crate) mod tracelog;

@@ -133,6 +133,10 @@ pub(crate) fn start_child(
                 spec.u64(h.origin).u64(h.len());
                 fds.push(h.region.fd());
             }
+            // The tree's trace log (`sys::tracelog`), where the child leaves what it runs for
+            // tasks of captured runs.
+            let log = crate::sys::tracelog::key();
+            spec.u32(log.map_or(0, |k| k.pid)).u32(log.map_or(0, |k| k.fd)).u64(log.map_or(0, |k| k.ino));
             match &plan {
                 ChildPlan::Sub(c) => {
                     spec.u8(ROLE_SUB);
@@ -216,6 +220,10 @@ fn read_plan(
         let len = usize::try_from(d.u64()?).map_err(|_| Error::invalid("heap ring too large"))?;
         let region = SharedRegion::map_fd(start.take_fd(1 + i)?, len, true)?;
         heaps.push(SharedSpan { origin, region: Arc::new(region) });
+    }
+    let (pid, fd, ino) = (d.u32()?, d.u32()?, d.u64()?);
+    if pid != 0 {
+        crate::sys::tracelog::inherit(crate::sys::tracelog::LogKey { pid, fd, ino });
     }
     let region = region.clone();
     match d.u8()? {

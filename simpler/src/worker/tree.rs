@@ -95,6 +95,10 @@ impl Tree {
         extra_owners: &[u64],
     ) -> Result<Tree> {
         let deadline = Instant::now() + cfg.startup_timeout;
+        // The trace log of this process's tree: inherited, or made now (a root).
+        if let Err(e) = crate::sys::tracelog::ensure() {
+            tracing::warn!(target: "simpler::worker", "no trace log: timelines will miss what runs in worker processes: {e}");
+        }
         let nested = cfg.level > Level::Node;
         let mut engine_cfg = cfg.engine.clone();
         engine_cfg.level = cfg.level;

@@ -176,7 +176,15 @@ impl Serve for ChipServer {
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
             ));
         }
-        match catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config))) {
+        if req.trace.is_some() {
+            self.runtime.trace_next();
+        }
+        let result =
+            catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config)));
+        if let (Some(trace), Some(records)) = (req.trace, self.runtime.take_trace()) {
+            super::leave_trace(trace, 0, records);
+        }
+        match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string())),
             Err(panic) => Err(FrameError::new(

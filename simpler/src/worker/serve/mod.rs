@@ -34,3 +34,20 @@ fn frame_code(e: &Error, otherwise: i32) -> i32 {
         _ => otherwise,
     }
 }
+
+/// Leaves `records`, what this process ran for task `trace` (its parent's run and task number,
+/// rule M10 of the mailbox) as its own run `run`, in the trace log for the root's timeline.
+/// Best effort: a log that cannot take it costs the timeline those records, never the task.
+fn leave_trace(trace: (u64, u32), run: u64, records: Vec<crate::dfx::timeline::TaskRecord>) {
+    let entry = crate::dfx::timeline::Entry {
+        writer: std::process::id(),
+        parent: (std::os::unix::process::parent_id(), trace.0, trace.1),
+        run,
+        records,
+    };
+    if crate::sys::tracelog::key().is_some()
+        && let Err(e) = crate::sys::tracelog::append(&crate::dfx::timeline::encode_entry(&entry))
+    {
+        tracing::warn!(target: "simpler::worker", "the records of a captured task were not kept: {e}");
+    }
+}

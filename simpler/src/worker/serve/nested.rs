@@ -154,8 +154,18 @@ impl Serve for NestedServer {
         for &s in &decoded.scalars {
             args.scalar(s);
         }
-        self.inner
-            .run_with(RunOptions::new().args(args).config(config), |orch, a, c| f.call(orch, a, c))
-            .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))
+        let mut options = RunOptions::new().args(args).config(config);
+        if req.trace.is_some() {
+            options = options.capture_dag(); // its parent's run is captured: so is this one
+        }
+        let run = self
+            .inner
+            .submit_with(options, |orch, a, c| f.call(orch, a, c))
+            .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))?;
+        let result = run.wait();
+        if let (Some(trace), Some(t)) = (req.trace, run.own_timeline()) {
+            super::leave_trace(trace, run.id(), t.records().to_vec());
+        }
+        result.map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))
     }
 }
