@@ -1,7 +1,9 @@
-//! A run as a picture: a graph over two simulated chips and two SUB workers is submitted with
-//! capture on, and its timeline is written three ways from one call: a Chrome trace (open it in
-//! <https://ui.perfetto.dev>), a self-contained SVG, and a Graphviz DOT with each task's worker
-//! and times and each edge's tensor by name. The records are also printed.
+//! A run as a picture: an L4 Worker drives a nested L3 Worker (two simulated chips with two
+//! cores each, and two SUB workers) and a SUB worker of its own; a run submitted with capture
+//! on is drawn three ways from one call: a Chrome trace (open it in <https://ui.perfetto.dev>),
+//! a self-contained SVG, and a Graphviz DOT with each task's worker and times and each edge's
+//! tensor by name. The timeline has a lane per worker at every level: the L4's, the nested
+//! L3's chips and SUB workers, and each chip's cores. The records are also printed.
 //!
 //! Run it with `cargo run --example timeline` (files go to `target/timeline/`, or to the
 //! folder given as the first argument).
@@ -10,7 +12,9 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, InOut, Out, RunOptions, TaskStatus, TensorOf, Worker, callable, chip, sub};
+use simpler::{
+    In, InOut, Level, Orchestrator, Out, RunOptions, TaskStatus, TensorOf, Worker, callable, chip, sub,
+};
 
 const TILES: usize = 6;
 const N: u32 = 64 * 1024;
@@ -42,9 +46,38 @@ fn check_inputs(x: In<f32>) -> Result<(), String> {
     }
 }
 
+/// The L3's part, run on the nested Worker: the inputs checked on a SUB worker, a square per
+/// tile on alternating chips, the tiles accumulated on SUB workers.
+#[callable(orch)]
+fn tiles_on_l3(
+    orch: &mut Orchestrator<'_>,
+    x: In<f32>,
+    total: InOut<f32>,
+    ys: Out<f32>,
+) -> simpler::Result<()> {
+    let mut total = total;
+    let mut tiles = ys.split(TILES as u32)?; // one piece per tile, written in parallel
+    check_inputs::call(&x)?.on(orch, sub())?;
+    for (i, y) in tiles.iter_mut().enumerate() {
+        square::call(&x, y)?.on(orch, chip(i as u32 % 2))?; // alternate chips
+    }
+    for y in &tiles {
+        accumulate::call(y, &mut total)?.on(orch, sub())?; // ordered by `total`
+    }
+    Ok(())
+}
+
+/// The L4's own SUB worker: a checksum of the inputs, in parallel with the L3's task.
+#[callable(sub)]
+fn checksum(x: In<f32>, mut sum: Out<f32>) {
+    sum[0] = x.iter().sum();
+}
+
 fn main() -> simpler::Result<ExitCode> {
     let out_dir = std::env::args().nth(1).unwrap_or_else(|| "target/timeline".to_string());
-    let mut worker = Worker::builder().chips(2).chip_memory(64 << 20).sub_workers(2).build()?;
+    let l3 = Worker::builder().chips(2).chip_cores(2).chip_memory(64 << 20).sub_workers(2).build()?;
+    let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).build()?;
+    let l3_id = worker.add_worker(l3)?;
     worker.init()?;
     let n = N as usize;
     let bx = worker.create_buffer(4 * n)?;
@@ -54,20 +87,15 @@ fn main() -> simpler::Result<ExitCode> {
     let bt = worker.create_buffer(4 * n)?;
     bt.set_name("total")?;
     let mut total: TensorOf<f32> = bt.typed(&[N])?;
-    let ys: Vec<_> = (0..TILES).map(|_| worker.create_buffer(4 * n)).collect::<simpler::Result<_>>()?;
-    for (i, y) in ys.iter().enumerate() {
-        y.set_name(format!("y{i}"))?;
-    }
-    let mut yt: Vec<TensorOf<f32>> = ys.iter().map(|b| b.typed(&[N])).collect::<simpler::Result<_>>()?;
-
+    let by = worker.create_buffer(4 * n * TILES)?;
+    by.set_name("tiles")?;
+    let mut ys: TensorOf<f32> = by.typed(&[N * TILES as u32])?;
+    let bs = worker.create_buffer(4)?;
+    bs.set_name("checksum")?;
+    let mut sum: TensorOf<f32> = bs.typed(&[1])?;
     let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-        check_inputs::call(&x)?.on(orch, sub())?;
-        for (i, y) in yt.iter_mut().enumerate() {
-            square::call(&x, y)?.on(orch, chip(i as u32 % 2))?; // alternate chips
-        }
-        for y in &yt {
-            accumulate::call(y, &mut total)?.on(orch, sub())?; // ordered by `total`
-        }
+        tiles_on_l3::call(&x, &mut total, &mut ys)?.on(orch, simpler::worker(l3_id))?;
+        checksum::call(&x, &mut sum)?.on(orch, sub())?;
         Ok(())
     })?;
     run.wait()?;
@@ -76,10 +104,11 @@ fn main() -> simpler::Result<ExitCode> {
     let want = |i: usize| TILES as f32 * (((i % 100) as f32 * 0.01).powi(2) + 1.0);
     let worst = (0..n).map(|i| (got[i] - want(i)).abs()).fold(0.0f32, f32::max);
     let timeline = run.timeline().expect("captured and ended");
-    println!("{} tasks:", timeline.records().len());
-    for r in timeline.records() {
+    println!("{} tasks at L4, {} inside them:", timeline.records().len(), timeline.inner_records().len());
+    for r in timeline.records().iter().chain(timeline.inner_records()) {
         println!(
-            "  {:>2} {:<13} on {:<13} waited {:>9.1?}, ran {:>9.1?}: {}",
+            "  {} {:>2} {:<16} on {:<26} waited {:>9.1?}, ran {:>9.1?}: {}",
+            r.level,
             r.index,
             r.callable,
             r.worker,
@@ -93,8 +122,12 @@ fn main() -> simpler::Result<ExitCode> {
         println!("wrote {}", f.display());
     }
     worker.close()?;
-    let all_done = timeline.records().iter().all(|r| r.status == TaskStatus::Completed);
-    if worst > 1e-3 || !all_done || timeline.lanes().len() < 3 {
+    let all_done =
+        timeline.records().iter().chain(timeline.inner_records()).all(|r| r.status == TaskStatus::Completed);
+    // Lanes at three levels: the L4's (worker 0, sub worker 0), the L3's (chips, SUB workers),
+    // the chips' cores.
+    let levels: std::collections::BTreeSet<Level> = timeline.lanes().iter().map(|(l, _)| *l).collect();
+    if worst > 1e-3 || !all_done || levels.len() != 3 {
         eprintln!("FAILED: largest error {worst}, all completed: {all_done}, lanes {:?}", timeline.lanes());
         return Ok(ExitCode::FAILURE);
     }
