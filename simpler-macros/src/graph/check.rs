@@ -629,19 +629,22 @@ impl Checker<'_> {
     }
 
     /// Refuses names bound at run time (graph scalars, `let`s, tensors) in an expression that
-    /// must be known at compile time: a loop bound or a partition's count.
+    /// must be known at compile time: a loop bound, a partition's count or a tile's shape.
     fn compile_time(&mut self, e: &syn::Expr, what: &str) {
         let mut found = Vec::new();
         tensor_mentions(e.to_token_stream(), &mut found);
         for i in found {
-            if self.lookup(&i.unraw().to_string()).is_some() {
-                self.cx.error(
-                    i.span(),
-                    format!(
-                        "{what} must be known at compile time, but `{i}` is a value of the run [S0115]\nhelp: use a literal or a `const`; when the count is known only at run time, write a `#[callable(orch)]` function and submit the tasks through an `IndexLaunch` (`o.index_launch()`), which checks the pieces at run time"
-                    ),
-                );
-            }
+            let help = match self.lookup(&i.unraw().to_string()) {
+                None => continue,
+                Some(Bind::Partition(_)) => format!(
+                    "to run once per piece of `{i}`, loop over the partition itself: `for (i, t) in {i} {{ .. }}` (its piece count may be the run's)"
+                ),
+                Some(_) => "use a literal or a `const`; when the count or the tile shape is known only at run time, write a `#[callable(orch)]` function and submit the tasks through an `IndexLaunch` (`o.index_launch()`), which checks the pieces at run time".to_string(),
+            };
+            self.cx.error(
+                i.span(),
+                format!("{what} must be known at compile time, but `{i}` is a value of the run [S0115]\nhelp: {help}"),
+            );
         }
     }
 

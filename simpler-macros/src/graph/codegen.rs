@@ -57,7 +57,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                     }
                     None => {
                         let pc = piece_counts(p.part);
-                        quote!(#pc.iter().product::<u32>())
+                        quote!(::core::iter::Iterator::product::<u32>(#pc.iter()))
                     }
                 };
                 quote!((#text, #n))
