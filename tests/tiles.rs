@@ -224,12 +224,15 @@ fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
 const TILE: u32 = 16;
 
 task_graph! {
-    /// `y = 3x` over tiles of `TILE` rows, as many as the tensors have, alternating between two
-    /// chips; then the sum of `y`.
+    /// `y = 3x` over tiles of `TILE` rows, as many as the tensors have: each tile scaled on
+    /// one of two chips into an intermediate of its own (static edges), copied into its piece
+    /// of `y` on a SUB worker; then the sum of `y`.
     fn scale_row_tiles(x: In<f32>, y: Out<f32>, total: Out<f32>) {
         let ys = y.tiles([TILE]);
         for (i, xt) in x.tiles([TILE]) {
-            scale(xt, &mut ys[i], 3.0).on(chip(i % 2));
+            let h = alloc::<f32>([TILE]);
+            scale(xt, &mut h, 3.0).on(chip(i % 2));
+            scale_sub(h, &mut ys[i], 1.0).on(sub());
         }
         sum(y, &mut total).on(sub());
     }
@@ -251,6 +254,17 @@ task_graph! {
         let zs = z.tiles([TILE]);
         for (i, xt) in xs {
             add(xt, ys[i], &mut zs[i]).on(sub());
+        }
+    }
+}
+
+task_graph! {
+    /// A range loop over the first four tiles: the tensors need at least four.
+    fn first_four(x: In<f32>, y: Out<f32>) {
+        let xs = x.tiles([TILE]);
+        let ys = y.tiles([TILE]);
+        for i in 0..4 {
+            scale_sub(xs[i], &mut ys[i], 1.0).on(sub());
         }
     }
 }
@@ -277,12 +291,15 @@ fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
         let dag = run.dag().unwrap();
         let graph = scale_row_tiles::graph_for(x.shape(), y.shape(), total.shape()).unwrap();
         assert!(graph.matches(&dag), "{}\n{}", graph.to_dot(), dag.to_dot());
-        // One task per tile, with no edge between them, each feeding the sum.
-        assert_eq!(graph.graph().node_count(), tiles as usize + 1);
-        assert_eq!(graph.graph().edge_count(), tiles as usize);
+        // Two tasks per tile, ordered through the tile's intermediate, and no edge between
+        // tiles; each tile's copy feeds the sum. The intermediate's edges are static.
+        assert_eq!(graph.graph().node_count(), 2 * tiles as usize + 1);
+        assert_eq!(graph.graph().edge_count(), 2 * tiles as usize);
         for i in 0..tiles {
-            assert!(dag.has_edge(i, tiles));
+            assert!(dag.has_edge(2 * i, 2 * i + 1));
+            assert!(dag.has_edge(2 * i + 1, 2 * tiles));
         }
+        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
         let dot = graph.to_dot();
         assert!(dot.contains("worker 0") && dot.contains("worker 1"), "{dot}");
         // The graph of the other count is not this run's.
@@ -331,4 +348,37 @@ fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
     assert_eq!(bz.read::<f32>(0, 64).unwrap(), vec![-1.0; 64], "no task ran");
     let err = add_tiles::graph_for(&[64], &[96], &[64]).unwrap_err();
     assert_eq!(err.message(), msg);
+}
+
+#[test]
+fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    // 96 rows: six tiles, the first four copied.
+    let (_bx, x) = ramp(&rig, 96);
+    let (by, mut y) = ramp(&rig, 96);
+    by.write(0, &[-1.0f32; 96]).unwrap();
+    let run = first_four::call(&x, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    run.wait().unwrap();
+    let got = by.read::<f32>(0, 96).unwrap();
+    assert_eq!(got[..64], (0..64).map(|v| v as f32).collect::<Vec<_>>());
+    assert_eq!(got[64..], [-1.0; 32]);
+    let graph = first_four::graph_for(x.shape(), y.shape()).unwrap();
+    assert!(graph.matches(&run.dag().unwrap()), "{}", graph.to_dot());
+    assert_eq!(graph.graph().node_count(), 4);
+
+    // 48 rows: three tiles, refused before any task is submitted.
+    let (_bx, x) = ramp(&rig, 48);
+    let (by, mut y) = ramp(&rig, 48);
+    by.write(0, &[-1.0f32; 48]).unwrap();
+    let err = first_four::call(&x, &mut y).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("task graph `first_four`"), "{msg}");
+    assert!(msg.contains("runs up to index 3 and indexes `xs` (`x.tiles([TILE])`) at its index, but `xs` (`x.tiles([TILE])`) has 3 pieces"), "{msg}");
+    assert_eq!(by.read::<f32>(0, 48).unwrap(), vec![-1.0; 48], "no task ran");
+    assert_eq!(first_four::graph_for(&[48], &[48]).unwrap_err().message(), msg);
 }

@@ -56,11 +56,15 @@ pub(crate) struct CountedPart {
     pub(crate) counts: Option<Vec<syn::Expr>>,
 }
 
-/// A loop over partition `parts[0]` that indexes the others at its index.
+/// A loop over partition `parts[0]` that indexes the others at its index (they must have as
+/// many pieces), or a loop over `a..end` that indexes `tiles` partitions at its index (they
+/// must have at least `end` pieces).
 pub(crate) struct CountCheck {
     /// "the loop at line 3".
     pub(crate) what: String,
     pub(crate) parts: Vec<CountedPart>,
+    /// The range loop's end.
+    pub(crate) end: Option<syn::Expr>,
 }
 
 /// An edge the check pass computed: the task that wrote (or read, for a write after read) the
@@ -776,29 +780,30 @@ impl Checker<'_> {
         self.close_scope(false);
         let frame = self.loops.pop().expect("a loop");
         self.across_iterations(&frame);
-        if let Some((_, p)) = &part {
-            // The partitions indexed at the loop's index must have as many pieces as the loop's.
-            let mut ids = vec![*p];
-            for a in &frame.accesses {
-                if let Some(q) = a.part
-                    && a.index == Index::Var(frame.var.clone())
-                    && !ids.contains(&q)
-                {
-                    ids.push(q);
-                }
+        // The partitions indexed at the loop's index must have as many pieces as the loop's (a
+        // range loop: at least as many pieces as its end, for those whose count is the run's).
+        let end = l.range.as_ref().map(|(_, end)| end.clone());
+        let mut ids: Vec<usize> = part.iter().map(|(_, p)| *p).collect();
+        for a in &frame.accesses {
+            if let Some(q) = a.part
+                && a.index == Index::Var(frame.var.clone())
+                && !ids.contains(&q)
+                && (end.is_none() || self.parts[q].counts.is_none())
+            {
+                ids.push(q);
             }
-            if ids.len() > 1 {
-                let parts = ids
-                    .iter()
-                    .map(|&q| CountedPart {
-                        text: self.parts[q].text.clone(),
-                        part: q,
-                        counts: self.parts[q].counts.clone(),
-                    })
-                    .collect();
-                let what = format!("the loop at line {}", frame.span.start().line);
-                self.count_checks.push(CountCheck { what, parts });
-            }
+        }
+        if ids.len() > usize::from(end.is_none()) {
+            let parts = ids
+                .iter()
+                .map(|&q| CountedPart {
+                    text: self.parts[q].text.clone(),
+                    part: q,
+                    counts: self.parts[q].counts.clone(),
+                })
+                .collect();
+            let what = format!("the loop at line {}", frame.span.start().line);
+            self.count_checks.push(CountCheck { what, parts, end });
         }
         let body = std::mem::replace(&mut self.steps, outer);
         self.steps.push(Step::For { var: l.var.clone(), range: l.range.clone(), part, body });

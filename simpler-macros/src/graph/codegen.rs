@@ -62,8 +62,16 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                 };
                 quote!((#text, #n))
             });
-            let check = quote! {
-                #root::__private::same_counts(#graph_name, #what, &[#(#parts),*])?;
+            let check = match &c.end {
+                None => quote! {
+                    #root::__private::same_counts(#graph_name, #what, &[#(#parts),*])?;
+                },
+                Some(end) => {
+                    let end = const_u32(end);
+                    quote! {
+                        #root::__private::enough_pieces(#graph_name, #what, #end, &[#(#parts),*])?;
+                    }
+                }
             };
             out.body.push(check.clone());
             // `graph()` (no tiles) returns no `Result`: its counts are the compiler's.

@@ -212,6 +212,18 @@ pub fn same_counts(graph: &str, what: &str, parts: &[(&str, u32)]) -> Result<()>
     }
 }
 
+/// The check of a task graph's loop over `a..end` that indexes `tiles` partitions at its
+/// index: each has at least `end` pieces.
+pub fn enough_pieces(graph: &str, what: &str, end: u32, parts: &[(&str, u32)]) -> Result<()> {
+    match parts.iter().find(|(_, m)| *m < end) {
+        None => Ok(()),
+        Some(&(part, m)) => Err(Error::invalid(format!(
+            "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
+            end.saturating_sub(1)
+        ))),
+    }
+}
+
 /// One dimension of an `alloc::<T>([..])` in a task graph.
 pub fn dim<S: Scalar>(d: S) -> Result<u32> {
     let bits = d.to_bits();
