@@ -219,3 +219,166 @@ fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
         assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
     }
 }
+
+/// Rows per tile of the `tiles` loops: the tile count is the run's.
+const TILE: u32 = 16;
+
+task_graph! {
+    /// `y = 3x` over tiles of `TILE` rows, as many as the tensors have: each tile scaled on
+    /// one of two chips into an intermediate of its own (static edges), copied into its piece
+    /// of `y` on a SUB worker; then the sum of `y`.
+    fn scale_row_tiles(x: In<f32>, y: Out<f32>, total: Out<f32>) {
+        let ys = y.tiles([TILE]);
+        for (i, xt) in x.tiles([TILE]) {
+            let h = alloc::<f32>([TILE]);
+            scale(xt, &mut h, 3.0).on(chip(i % 2));
+            scale_sub(h, &mut ys[i], 1.0).on(sub());
+        }
+        sum(y, &mut total).on(sub());
+    }
+}
+
+/// `c = a + b` on a SUB worker.
+#[callable(sub)]
+fn add(a: In<f32>, b: In<f32>, mut c: Out<f32>) {
+    for ((o, x), y) in c.iter_mut().zip(a.iter()).zip(b.iter()) {
+        *o = x + y;
+    }
+}
+
+task_graph! {
+    /// `z = x + y`, tile by tile: three partitions of one loop.
+    fn add_tiles(x: In<f32>, y: In<f32>, z: Out<f32>) {
+        let xs = x.tiles([TILE]);
+        let ys = y.tiles([TILE]);
+        let zs = z.tiles([TILE]);
+        for (i, xt) in xs {
+            add(xt, ys[i], &mut zs[i]).on(sub());
+        }
+    }
+}
+
+task_graph! {
+    /// A range loop over the first four tiles: the tensors need at least four.
+    fn first_four(x: In<f32>, y: Out<f32>) {
+        let xs = x.tiles([TILE]);
+        let ys = y.tiles([TILE]);
+        for i in 0..4 {
+            scale_sub(xs[i], &mut ys[i], 1.0).on(sub());
+        }
+    }
+}
+
+#[test]
+fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
+    rig.init();
+    // One graph, two runs: 64 rows (4 tiles), then 96 rows (6 tiles).
+    for rows in [64u32, 96] {
+        let tiles = rows / TILE;
+        let (_bx, x) = ramp(&rig, rows);
+        let (by, mut y) = ramp(&rig, rows);
+        let (bt, mut total) = ramp(&rig, 1);
+        let run = scale_row_tiles::call(&x, &mut y, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+        run.wait().unwrap();
+        let want: Vec<f32> = (0..rows).map(|v| 3.0 * v as f32).collect();
+        assert_eq!(by.read::<f32>(0, rows as usize).unwrap(), want);
+        assert_eq!(bt.read::<f32>(0, 1).unwrap(), vec![want.iter().sum::<f32>()]);
+
+        let dag = run.dag().unwrap();
+        let graph = scale_row_tiles::graph_for(x.shape(), y.shape(), total.shape()).unwrap();
+        assert!(graph.matches(&dag), "{}\n{}", graph.to_dot(), dag.to_dot());
+        // Two tasks per tile, ordered through the tile's intermediate, and no edge between
+        // tiles; each tile's copy feeds the sum. The intermediate's edges are static.
+        assert_eq!(graph.graph().node_count(), 2 * tiles as usize + 1);
+        assert_eq!(graph.graph().edge_count(), 2 * tiles as usize);
+        for i in 0..tiles {
+            assert!(dag.has_edge(2 * i, 2 * i + 1));
+            assert!(dag.has_edge(2 * i + 1, 2 * tiles));
+        }
+        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
+        let dot = graph.to_dot();
+        assert!(dot.contains("worker 0") && dot.contains("worker 1"), "{dot}");
+        // The graph of the other count is not this run's.
+        let other = scale_row_tiles::graph_for(&[160 - rows], &[160 - rows], &[1]).unwrap();
+        assert!(!other.matches(&dag));
+    }
+    // A tile that does not divide the tensor: refused before anything is submitted.
+    let (_bx, x) = ramp(&rig, 40);
+    let (by, mut y) = ramp(&rig, 40);
+    let (_bt, mut total) = ramp(&rig, 1);
+    let err = scale_row_tiles::call(&x, &mut y, &mut total).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.message().contains("`ys` (`y.tiles([TILE])`)"), "{err}");
+    assert!(err.message().contains("does not divide axis 0 of 40 (8 left over)"), "{err}");
+    assert_eq!(by.read::<f32>(0, 40).unwrap(), (0..40).map(|v| v as f32).collect::<Vec<_>>());
+    let err = scale_row_tiles::graph_for(&[40], &[40], &[1]).unwrap_err();
+    assert!(err.message().contains("(8 left over)"), "{err}");
+}
+
+#[test]
+fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, 64);
+    let (_by, y) = ramp(&rig, 64);
+    let (bz, mut z) = ramp(&rig, 64);
+    let run = add_tiles::call(&x, &y, &mut z).unwrap().capture_dag().submit(&rig).unwrap();
+    run.wait().unwrap();
+    assert_eq!(bz.read::<f32>(0, 64).unwrap(), (0..64).map(|v| 2.0 * v as f32).collect::<Vec<_>>());
+    let graph = add_tiles::graph_for(&[64], &[64], &[64]).unwrap();
+    assert!(graph.matches(&run.dag().unwrap()), "{}", graph.to_dot());
+    assert_eq!((graph.graph().node_count(), graph.graph().edge_count()), (4, 0));
+
+    // `y` has 6 tiles where `x` has 4: refused before any task of the graph is submitted.
+    let (_by, y) = ramp(&rig, 96);
+    bz.write(0, &[-1.0f32; 64]).unwrap();
+    let err = add_tiles::call(&x, &y, &mut z).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("task graph `add_tiles`"), "{msg}");
+    assert!(msg.contains("runs over the 4 pieces of `xs` (`x.tiles([TILE])`)"), "{msg}");
+    assert!(msg.contains("indexes `ys` (`y.tiles([TILE])`), which has 6 pieces"), "{msg}");
+    assert_eq!(bz.read::<f32>(0, 64).unwrap(), vec![-1.0; 64], "no task ran");
+    let err = add_tiles::graph_for(&[64], &[96], &[64]).unwrap_err();
+    assert_eq!(err.message(), msg);
+}
+
+#[test]
+fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    // 96 rows: six tiles, the first four copied.
+    let (_bx, x) = ramp(&rig, 96);
+    let (by, mut y) = ramp(&rig, 96);
+    by.write(0, &[-1.0f32; 96]).unwrap();
+    let run = first_four::call(&x, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    run.wait().unwrap();
+    let got = by.read::<f32>(0, 96).unwrap();
+    assert_eq!(got[..64], (0..64).map(|v| v as f32).collect::<Vec<_>>());
+    assert_eq!(got[64..], [-1.0; 32]);
+    let graph = first_four::graph_for(x.shape(), y.shape()).unwrap();
+    assert!(graph.matches(&run.dag().unwrap()), "{}", graph.to_dot());
+    assert_eq!(graph.graph().node_count(), 4);
+
+    // 48 rows: three tiles, refused before any task is submitted.
+    let (_bx, x) = ramp(&rig, 48);
+    let (by, mut y) = ramp(&rig, 48);
+    by.write(0, &[-1.0f32; 48]).unwrap();
+    let err = first_four::call(&x, &mut y).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("task graph `first_four`"), "{msg}");
+    assert!(msg.contains("runs up to index 3 and indexes `xs` (`x.tiles([TILE])`) at its index, but `xs` (`x.tiles([TILE])`) has 3 pieces"), "{msg}");
+    assert_eq!(by.read::<f32>(0, 48).unwrap(), vec![-1.0; 48], "no task ran");
+    assert_eq!(first_four::graph_for(&[48], &[48]).unwrap_err().message(), msg);
+}

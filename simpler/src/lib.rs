@@ -172,7 +172,9 @@ pub use simpler_macros::callable;
 /// lowers to exactly the Orchestrator calls a hand-written orchestration makes, and generates
 /// the same twin as `#[callable(orch)]` (`g::call(...)`, which can `run` it on a Worker or
 /// place it on a nested Worker with `.on(o, worker(N))`) plus `g::graph()`, the graph's
-/// structure as a [`TaskGraph`].
+/// structure as a [`TaskGraph`] (for a graph that tiles its tensors, `x.tiles([R, C])`, whose
+/// task count is the run's: `g::graph_for(x_shape, ..)`, the structure for tensors of those
+/// shapes).
 ///
 /// Checked at compile time, each error spanned on the user's tokens: a read before any write
 /// (`S0101`), a write to an `In` input (`S0102`), one tensor written twice (`S0103`) or read
@@ -182,8 +184,8 @@ pub use simpler_macros::callable;
 /// (`S0109`), an unknown or out-of-scope tensor (`S0110`), an `InOut` parameter given a tensor
 /// with no value (`S0111`), an `Out` parameter overwriting a value nothing has read
 /// (`S0112`), loop iterations that write the same bytes (`S0113`) or read what another
-/// iteration writes (`S0114`), and a loop bound or partition count not known at compile time
-/// (`S0115`). Types, modes and placements are checked by rustc through the typed `call`.
+/// iteration writes (`S0114`), and a loop bound, partition count or tile shape not known at
+/// compile time (`S0115`). Types, modes and placements are checked by rustc through the typed `call`.
 ///
 /// **Ordering.** The engine orders read-after-write, write-after-write and write-after-read
 /// from the tags of every call (a call that writes a tensor waits for every task that read its

@@ -27,6 +27,44 @@ pub(crate) struct Plan {
     /// No loop and no partition: every tensor use names a whole tensor, so the edges computed
     /// here are the engine's, and `graph()` reads them instead of replaying the body.
     pub(crate) compile_time_edges: bool,
+    /// The `tiles` partitions (their piece counts are the run's), computed before anything is
+    /// submitted.
+    pub(crate) tiled: Vec<Tiled>,
+    /// The loops over a partition that index other partitions at the loop's index: their
+    /// piece counts must agree (checked before anything is submitted).
+    pub(crate) count_checks: Vec<CountCheck>,
+}
+
+/// A `let xs = x.tiles([r, c]);` of graph parameter `x`: partition `part`.
+pub(crate) struct Tiled {
+    pub(crate) part: usize,
+    /// The parameter (as written in the signature).
+    pub(crate) source: syn::Ident,
+    /// The tile's dimensions (compile-time expressions).
+    pub(crate) tile: Vec<syn::Expr>,
+    /// `xs` (`x.tiles([16])`), for messages.
+    pub(crate) text: String,
+}
+
+/// One partition whose piece count a loop relies on.
+pub(crate) struct CountedPart {
+    /// `xs` (`x.tiles([16])`), for messages.
+    pub(crate) text: String,
+    /// Partition number; its count is the run's when it is in `Plan::tiled`.
+    pub(crate) part: usize,
+    /// The counts per axis, for a partition known at compile time (`split`, `grid`).
+    pub(crate) counts: Option<Vec<syn::Expr>>,
+}
+
+/// A loop over partition `parts[0]` that indexes the others at its index (they must have as
+/// many pieces), or a loop over `a..end` that indexes `tiles` partitions at its index (they
+/// must have at least `end` pieces).
+pub(crate) struct CountCheck {
+    /// "the loop at line 3".
+    pub(crate) what: String,
+    pub(crate) parts: Vec<CountedPart>,
+    /// The range loop's end.
+    pub(crate) end: Option<syn::Expr>,
 }
 
 /// An edge the check pass computed: the task that wrote (or read, for a write after read) the
@@ -185,6 +223,10 @@ struct Part {
     ident: syn::Ident,
     /// The tensor and the counts as written: two partitions with the same key have the same pieces.
     key: String,
+    /// `xs` (`x.tiles([16])`), for messages.
+    text: String,
+    /// The counts per axis for `split`/`grid` (`None`: `tiles`, counted at run time).
+    counts: Option<Vec<syn::Expr>>,
 }
 
 /// How a loop body indexes the tensor it touches.
@@ -203,6 +245,8 @@ enum Index {
 /// One access of a tensor declared outside the loop.
 struct LoopAccess {
     tensor: usize,
+    /// The partition (for pieces).
+    part: Option<usize>,
     write: bool,
     /// The partition's key (for pieces).
     key: Option<String>,
@@ -247,6 +291,8 @@ struct Checker<'c> {
     next_task: usize,
     partial: bool,
     steps: Vec<Step>,
+    tiled: Vec<Tiled>,
+    count_checks: Vec<CountCheck>,
 }
 
 /// Checks `def` and plans its lowering; errors go to `cx`.
@@ -261,6 +307,8 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
         next_task: 0,
         partial: def.partial,
         steps: Vec::new(),
+        tiled: Vec::new(),
+        count_checks: Vec::new(),
     };
     for p in &def.params {
         if let ParamTy::Tensor { mode, .. } = &p.ty {
@@ -276,7 +324,15 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     keep_static(&mut ck.steps, &statik);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
     let compile_time_edges = ck.parts.is_empty() && !ck.looped;
-    Plan { tensors, steps: ck.steps, tasks: ck.next_task, statik: statik.contains(&true), compile_time_edges }
+    Plan {
+        tensors,
+        steps: ck.steps,
+        tasks: ck.next_task,
+        statik: statik.contains(&true),
+        compile_time_edges,
+        tiled: ck.tiled,
+        count_checks: ck.count_checks,
+    }
 }
 
 /// The identifiers of a token stream that could name a tensor: not a field or method name
@@ -577,19 +633,22 @@ impl Checker<'_> {
     }
 
     /// Refuses names bound at run time (graph scalars, `let`s, tensors) in an expression that
-    /// must be known at compile time: a loop bound or a partition's count.
+    /// must be known at compile time: a loop bound, a partition's count or a tile's shape.
     fn compile_time(&mut self, e: &syn::Expr, what: &str) {
         let mut found = Vec::new();
         tensor_mentions(e.to_token_stream(), &mut found);
         for i in found {
-            if self.lookup(&i.unraw().to_string()).is_some() {
-                self.cx.error(
-                    i.span(),
-                    format!(
-                        "{what} must be known at compile time, but `{i}` is a value of the run [S0115]\nhelp: use a literal or a `const`; when the count is known only at run time, write a `#[callable(orch)]` function and submit the tasks through an `IndexLaunch` (`o.index_launch()`), which checks the pieces at run time"
-                    ),
-                );
-            }
+            let help = match self.lookup(&i.unraw().to_string()) {
+                None => continue,
+                Some(Bind::Partition(_)) => format!(
+                    "to run once per piece of `{i}`, loop over the partition itself: `for (i, t) in {i} {{ .. }}` (its piece count may be the run's)"
+                ),
+                Some(_) => "use a literal or a `const`; when the count or the tile shape is known only at run time, write a `#[callable(orch)]` function and submit the tasks through an `IndexLaunch` (`o.index_launch()`), which checks the pieces at run time".to_string(),
+            };
+            self.cx.error(
+                i.span(),
+                format!("{what} must be known at compile time, but `{i}` is a value of the run [S0115]\nhelp: {help}"),
+            );
         }
     }
 
@@ -628,20 +687,47 @@ impl Checker<'_> {
                 return;
             }
         };
+        let tiles = method == "tiles";
         for c in counts {
-            self.compile_time(c, "a partition's piece count");
+            self.compile_time(c, if tiles { "a tile's shape" } else { "a partition's piece count" });
         }
         if counts.is_empty() {
             // Malformed (reported by the parser).
             self.tensors[tensor].errored = true;
         }
-        let key = format!(
-            "{name}.{method}({})",
-            counts.iter().map(|c| model::squash(c.to_token_stream())).collect::<Vec<_>>().join(", ")
-        );
+        if tiles && !matches!(self.tensors[tensor].origin, Origin::Param(_)) {
+            // The count of an intermediate's tiles would depend on its `alloc`'s run-time dims.
+            self.tensors[tensor].errored = true;
+            self.cx.error(
+                method.span(),
+                format!("`{name}.tiles(..)` tiles an intermediate, whose tile count the graph cannot compute before the run [S0115]\nhelp: tile the graph's parameters; cut an intermediate with `{name}.split(N)` or `{name}.grid([A, B])`"),
+            );
+        }
+        let args = counts.iter().map(|c| model::squash(c.to_token_stream())).collect::<Vec<_>>().join(", ");
+        let key = format!("{name}.{method}({args})");
+        let written = if tiles || method == "grid" {
+            format!("{name}.{method}([{args}])")
+        } else {
+            format!("{name}.{method}({args})")
+        };
+        let pname = ident.unraw().to_string();
+        let text = if pname.starts_with("__part_") {
+            format!("`{written}`")
+        } else {
+            format!("`{pname}` (`{written}`)")
+        };
         let id = self.parts.len();
         self.tensors[tensor].statik = true;
-        self.parts.push(Part { tensor, ident: ident.clone(), key });
+        if tiles && !counts.is_empty() {
+            self.tiled.push(Tiled {
+                part: id,
+                source: source.clone(),
+                tile: counts.to_vec(),
+                text: text.clone(),
+            });
+        }
+        let fixed = if tiles { None } else { Some(counts.to_vec()) };
+        self.parts.push(Part { tensor, ident: ident.clone(), key, text, counts: fixed });
         self.scopes.last_mut().expect("a scope").push((ident.unraw().to_string(), Bind::Partition(id)));
         if !counts.is_empty() {
             self.steps.push(Step::Partition {
@@ -694,6 +780,31 @@ impl Checker<'_> {
         self.close_scope(false);
         let frame = self.loops.pop().expect("a loop");
         self.across_iterations(&frame);
+        // The partitions indexed at the loop's index must have as many pieces as the loop's (a
+        // range loop: at least as many pieces as its end, for those whose count is the run's).
+        let end = l.range.as_ref().map(|(_, end)| end.clone());
+        let mut ids: Vec<usize> = part.iter().map(|(_, p)| *p).collect();
+        for a in &frame.accesses {
+            if let Some(q) = a.part
+                && a.index == Index::Var(frame.var.clone())
+                && !ids.contains(&q)
+                && (end.is_none() || self.parts[q].counts.is_none())
+            {
+                ids.push(q);
+            }
+        }
+        if ids.len() > usize::from(end.is_none()) {
+            let parts = ids
+                .iter()
+                .map(|&q| CountedPart {
+                    text: self.parts[q].text.clone(),
+                    part: q,
+                    counts: self.parts[q].counts.clone(),
+                })
+                .collect();
+            let what = format!("the loop at line {}", frame.span.start().line);
+            self.count_checks.push(CountCheck { what, parts, end });
+        }
         let body = std::mem::replace(&mut self.steps, outer);
         self.steps.push(Step::For { var: l.var.clone(), range: l.range.clone(), part, body });
     }
@@ -767,6 +878,7 @@ impl Checker<'_> {
             }
             self.loops[depth].accesses.push(LoopAccess {
                 tensor: c.id,
+                part: c.part,
                 write,
                 key: key.clone(),
                 text: text.clone(),

@@ -33,6 +33,52 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             body: Vec::new(),
             replay: Vec::new(),
         };
+        // Before anything is submitted: the tile counts (a tile that does not divide its
+        // tensor is an error here), then the loops' piece counts.
+        for t in &plan.tiled {
+            let (pc, src, text) = (piece_counts(t.part), &t.source, &t.text);
+            let tile: Vec<TokenStream> = t.tile.iter().map(const_u32).collect();
+            out.body.push(quote! {
+                let #pc = #root::__private::tile_counts(#src.shape(), &[#(#tile),*], #text)?;
+            });
+            out.replay.push(quote! {
+                let #pc = #root::__private::tile_counts(#src, &[#(#tile),*], #text)?;
+            });
+        }
+        let graph_name = name.to_string();
+        for c in &plan.count_checks {
+            let what = &c.what;
+            let parts = c.parts.iter().map(|p| {
+                let text = &p.text;
+                let n = match &p.counts {
+                    Some(counts) => {
+                        let counts: Vec<TokenStream> = counts.iter().map(const_u32).collect();
+                        quote!(1u32 #(* #counts)*)
+                    }
+                    None => {
+                        let pc = piece_counts(p.part);
+                        quote!(::core::iter::Iterator::product::<u32>(#pc.iter()))
+                    }
+                };
+                quote!((#text, #n))
+            });
+            let check = match &c.end {
+                None => quote! {
+                    #root::__private::same_counts(#graph_name, #what, &[#(#parts),*])?;
+                },
+                Some(end) => {
+                    let end = const_u32(end);
+                    quote! {
+                        #root::__private::enough_pieces(#graph_name, #what, #end, &[#(#parts),*])?;
+                    }
+                }
+            };
+            out.body.push(check.clone());
+            // `graph()` (no tiles) returns no `Result`: its counts are the compiler's.
+            if !plan.tiled.is_empty() {
+                out.replay.push(check);
+            }
+        }
         if plan.statik {
             let n = plan.tensors.len();
             out.body.push(quote!(let mut #se = #root::__private::StaticEdges::new(#n); let _ = &mut #se;));
@@ -88,14 +134,39 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     );
     let sig = Sig { params: def.params, orchestrates: true };
     let shim = callable::shim(&root, name, &sig, Kind::Orch);
-    let extra = quote! {
-        /// The graph's structure: its tasks and the dependencies between them, computed with
-        /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
-        #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
-        pub fn graph() -> #root::TaskGraph {
-            let mut #g = #root::__private::GraphBuilder::new();
-            #(#replay)*
-            #g.finish()
+    let extra = if plan.tiled.is_empty() {
+        quote! {
+            /// The graph's structure: its tasks and the dependencies between them, computed with
+            /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
+            #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
+            pub fn graph() -> #root::TaskGraph {
+                let mut #g = #root::__private::GraphBuilder::new();
+                #(#replay)*
+                #g.finish()
+            }
+        }
+    } else {
+        // Its tile counts are the run's: the graph is drawn for the shapes of its tensors.
+        let shapes = sig.params.iter().filter(|p| matches!(p.ty, ParamTy::Tensor { .. })).map(|p| {
+            let id = &p.ident;
+            quote!(#id: &[u32])
+        });
+        quote! {
+            /// The graph's structure for tensors of these shapes (one per tensor parameter, in
+            /// order): its tasks and the dependencies between them, computed with the engine's
+            /// rules (compare it with a captured run using `TaskGraph::matches`). A graph that
+            /// tiles its tensors has as many tasks as the run's shapes give tiles.
+            ///
+            /// # Errors
+            ///
+            /// A tile that does not divide its tensor, or partitions of one loop whose piece
+            /// counts differ: the errors the run would return.
+            #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
+            pub fn graph_for(#(#shapes),*) -> #root::Result<#root::TaskGraph> {
+                let mut #g = #root::__private::GraphBuilder::new();
+                #(#replay)*
+                ::core::result::Result::Ok(#g.finish())
+            }
         }
     };
     let twin = callable::twin(&root, &def.vis, name, Kind::Orch, 0, &sig.params, &desc, shim, extra);
@@ -160,6 +231,17 @@ impl Gen<'_> {
                 });
             }
             Step::Task(task) => self.task(task),
+            Step::Partition { id, tensor, ident, source, method, counts } if method == "tiles" => {
+                let tile: Vec<TokenStream> = counts.iter().map(const_u32).collect();
+                self.body.push(quote_spanned! {method.span()=>
+                    let mut #ident = #source.#method(&[#(#tile),*])?;
+                });
+                let (g, se, pc) = (self.g, self.se, piece_counts(*id));
+                if self.statik {
+                    self.body.push(quote!(#se.partition(#id, &#pc);));
+                }
+                self.replay.push(quote!(#g.partition(#id, #tensor, &#pc);));
+            }
             Step::Partition { id, tensor, ident, source, method, counts } => {
                 let counts: Vec<TokenStream> = counts.iter().map(const_u32).collect();
                 let arg = if method == "split" { quote!(#(#counts)*) } else { quote!(&[#(#counts),*]) };
@@ -317,6 +399,11 @@ impl Gen<'_> {
         }
         place.to_token_stream()
     }
+}
+
+/// The generated name of the piece counts per axis of `tiles` partition `part`.
+fn piece_counts(part: usize) -> syn::Ident {
+    format_ident!("__pc{}", part, span = model::hidden())
 }
 
 /// `{ const N: u32 = e; N }`: `e` evaluated at compile time, as a `u32` (a loop bound, a

@@ -36,8 +36,9 @@ pub(crate) enum Stmt {
     Scope(Vec<Stmt>),
     /// `group(|| { ... });`: its call lines are the members of one task.
     Group { span: Span, members: Vec<CallLine> },
-    /// `let xs = x.split(n);` or `let xs = x.grid([a, b]);`: a partition of tensor `source`
-    /// into pieces (`counts`: pieces per axis, from axis 0).
+    /// `let xs = x.split(n);`, `let xs = x.grid([a, b]);` or `let xs = x.tiles([r, c]);`: a
+    /// partition of tensor `source` into pieces (`counts`: pieces per axis, from axis 0; for
+    /// `tiles`, the tile's dimensions).
     Partition { ident: syn::Ident, source: syn::Ident, method: syn::Ident, counts: Vec<syn::Expr> },
     /// `for i in a..b { ... }`, or `for (i, t) in xs { ... }` over a partition (`piece`: `t` and
     /// the partition's name; the range is then the partition's pieces).
@@ -291,8 +292,9 @@ fn parse_local(cx: &mut Ctxt, partial: &mut bool, local: &syn::Local) -> Option<
     Some(Stmt::Scalar { ident, local: local.clone() })
 }
 
-/// `x.split(n)` / `x.grid([a, b])`: the tensor, the method and the piece counts per axis.
-/// `x.tiles(..)` is refused here: its count depends on the tensor's shape, known only at run time.
+/// `x.split(n)` / `x.grid([a, b])` / `x.tiles([r, c])`: the tensor, the method and the piece
+/// counts per axis (for `tiles`, the tile's dimensions: the count is the run's). `rows(..)` and
+/// `slice(..)` are refused here: their pieces depend on run-time bounds.
 fn partition_expr(
     cx: &mut Ctxt,
     partial: &mut bool,
@@ -304,11 +306,18 @@ fn partition_expr(
     if !matches!(method.as_str(), "split" | "grid" | "tiles" | "rows" | "slice") {
         return None;
     }
+    let array = |e: &syn::Expr| match unwrap(e) {
+        syn::Expr::Array(a) if !a.elems.is_empty() => Some(a.elems.iter().cloned().collect::<Vec<_>>()),
+        syn::Expr::Reference(r) if r.mutability.is_none() => match unwrap(&r.expr) {
+            syn::Expr::Array(a) if !a.elems.is_empty() => Some(a.elems.iter().cloned().collect()),
+            _ => None,
+        },
+        _ => None,
+    };
+    // For `tiles`, the "counts" are the tile's dimensions (the piece count is the run's).
     let counts = match (method.as_str(), m.args.len(), m.args.first()) {
         ("split", 1, Some(n)) => Some(vec![n.clone()]),
-        ("grid", 1, Some(syn::Expr::Array(a))) if !a.elems.is_empty() => {
-            Some(a.elems.iter().cloned().collect())
-        }
+        ("grid" | "tiles", 1, Some(a)) => array(a),
         _ => None,
     };
     match counts {
@@ -318,7 +327,7 @@ fn partition_expr(
             cx.error(
                 m.method.span(),
                 format!(
-                    "`{source}.{method}(..)` is not a partition a graph can check [S0115]\nhelp: a graph partitions a tensor with a piece count known at compile time: `{source}.split(N)` (N equal pieces of axis 0) or `{source}.grid([A, B])` (A x B pieces); for `tiles(shape)`, `rows(..)`, `slice(..)` or counts known at run time, use `IndexLaunch` in a `#[callable(orch)]` function"
+                    "`{source}.{method}(..)` is not a partition a graph can check [S0115]\nhelp: a graph partitions a tensor into pieces it can tell apart: `{source}.split(N)` (N equal pieces of axis 0), `{source}.grid([A, B])` (A x B pieces) with counts known at compile time, or `{source}.tiles([R, C])` with a tile shape known at compile time; for `rows(..)`, `slice(..)` or counts and tile shapes known only at run time, use `IndexLaunch` in a `#[callable(orch)]` function"
                 ),
             );
             Some((source, m.method.clone(), Vec::new()))
@@ -335,7 +344,7 @@ fn parse_for(
     out: &mut Vec<Stmt>,
 ) -> Option<ForLoop> {
     let span = f.for_token.span;
-    let help = "help: a graph loop is `for i in 0..N { .. }` with `N` a literal or a `const`, or `for (i, t) in xs { .. }` over a partition `let xs = x.split(N);` (or `for (i, t) in x.split(N) { .. }`)";
+    let help = "help: a graph loop is `for i in 0..N { .. }` with `N` a literal or a `const`, or `for (i, t) in xs { .. }` over a partition `let xs = x.split(N);` or `let xs = x.tiles([R]);` (or `for (i, t) in x.tiles([R]) { .. }`)";
     let bad = |cx: &mut Ctxt, partial: &mut bool, span: Span, what: &str| {
         *partial = true;
         cx.error(span, format!("{what} [S0115]\n{help}"));

@@ -176,6 +176,54 @@ pub fn piece_mut<'p, T: Element, A: Mode, S: Scalar>(
     })
 }
 
+/// The piece counts per axis of a task graph's `tiles` partition (`text`: `xs` (`x.tiles([16])`))
+/// of a tensor of shape `shape`: the errors of [`Tensor::tiles`](crate::Tensor::tiles), before
+/// anything is submitted.
+pub fn tile_counts(shape: &[u32], tile: &[u32], text: &str) -> Result<Vec<u32>> {
+    let fail = |why: String| {
+        Err(Error::invalid(format!(
+            "task graph partition {text}: cannot tile tensor {shape:?} with tiles {tile:?}: {why}"
+        )))
+    };
+    if tile.len() != shape.len() {
+        return fail(format!("a tile needs one dimension per axis ({})", shape.len()));
+    }
+    let mut counts = Vec::with_capacity(shape.len());
+    for (axis, (&d, &t)) in shape.iter().zip(tile).enumerate() {
+        if t == 0 || !d.is_multiple_of(t) {
+            let left = if t == 0 { String::new() } else { format!(" ({} left over)", d % t) };
+            return fail(format!("a tile dimension of {t} does not divide axis {axis} of {d}{left}"));
+        }
+        counts.push(d / t);
+    }
+    Ok(counts)
+}
+
+/// The check of a task graph's loop over a partition (`parts[0]`) that indexes the others at
+/// its index: every partition has as many pieces as the loop has iterations. `parts`:
+/// (`xs` (`x.tiles([16])`), piece count).
+pub fn same_counts(graph: &str, what: &str, parts: &[(&str, u32)]) -> Result<()> {
+    let Some(&(first, n)) = parts.first() else { return Ok(()) };
+    match parts.iter().find(|(_, m)| *m != n) {
+        None => Ok(()),
+        Some(&(other, m)) => Err(Error::invalid(format!(
+            "task graph `{graph}`: {what} runs over the {n} pieces of {first}, but indexes {other}, which has {m} pieces, at the same index: the piece counts of the partitions of one loop must agree (no task of the graph was submitted)\nhelp: give the tensors shapes with as many tiles, or tile them so that the counts agree"
+        ))),
+    }
+}
+
+/// The check of a task graph's loop over `a..end` that indexes `tiles` partitions at its
+/// index: each has at least `end` pieces.
+pub fn enough_pieces(graph: &str, what: &str, end: u32, parts: &[(&str, u32)]) -> Result<()> {
+    match parts.iter().find(|(_, m)| *m < end) {
+        None => Ok(()),
+        Some(&(part, m)) => Err(Error::invalid(format!(
+            "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
+            end.saturating_sub(1)
+        ))),
+    }
+}
+
 /// One dimension of an `alloc::<T>([..])` in a task graph.
 pub fn dim<S: Scalar>(d: S) -> Result<u32> {
     let bits = d.to_bits();

@@ -1,6 +1,6 @@
 // Partitions and loops expand in a module without the prelude: the generated code (the loop,
 // the pieces, the static edges, the replay's computed placements) names everything by
-// absolute path.
+// absolute path. So do `tiles` loops (their counts and their check).
 #![no_implicit_prelude]
 
 mod kernels {
@@ -36,8 +36,20 @@ mod kernels {
             }
         }
     }
+
+    // Tiles: the run-time counts and the loop's count check, by absolute path too.
+    ::simpler::task_graph! {
+        pub fn t(x: In<f32>, y: Out<f32>) {
+            let ys = y.tiles([TILES]);
+            for (i, xt) in x.tiles([TILES]) {
+                scale(xt, &mut ys[i]).on(chip(i % 2));
+            }
+        }
+    }
 }
 
 fn main() {
     ::std::assert_eq!(kernels::g::graph().graph().node_count(), 9);
+    let t = kernels::t::graph_for(&[16], &[16]).unwrap();
+    ::std::assert_eq!(t.graph().node_count(), 4);
 }
