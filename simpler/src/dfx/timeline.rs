@@ -735,8 +735,8 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
     b.is_empty().then_some(Entry { writer, parent, run, records })
 }
 
-/// Appends to `out` the records of every entry written for a task of run `run` of process
-/// `pid` (`records`), with the lane of the task it ran inside before its own lane names and the
+/// Appends to `out`, in the order of `records`, the records of every entry written for a task
+/// of run `run` of process `pid` (`records`), with the lane of the task it ran inside before its own lane names and the
 /// task's index added to `within`, and recursively what ran inside those.
 fn collect_inner(
     entries: &[Entry],
@@ -750,8 +750,12 @@ fn collect_inner(
     if depth > 8 {
         return; // deeper than any tree: a loop in hostile entries
     }
-    for e in entries.iter().filter(|e| e.parent.0 == pid && e.parent.1 == run) {
-        let Some(host) = records.iter().find(|r| r.index == e.parent.2) else { continue };
+    // By host task, in the run's order (the log holds entries in the order processes wrote
+    // them, which varies from run to run).
+    let hosted = records.iter().flat_map(|host| {
+        entries.iter().filter(move |e| e.parent == (pid, run, host.index)).map(move |e| (host, e))
+    });
+    for (host, e) in hosted {
         let mut path = within.to_vec();
         path.push(host.index);
         let lane = first_worker(&host.worker).to_string();
