@@ -1270,6 +1270,21 @@ impl Worker {
         handle.wait()
     }
 
+    /// [`run_with`](Worker::run_with) that also returns the run's handle (for its timeline):
+    /// `Err` only when the run could not be submitted; the run's own result is the inner one.
+    pub(crate) fn run_keeping_handle<F>(
+        &self,
+        options: RunOptions,
+        orch_fn: F,
+    ) -> Result<(crate::engine::run::RunHandle, Result<()>)>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
+        let result = handle.wait();
+        Ok((handle, result))
+    }
+
     /// Runs one chip callable (a kernel or a chip orchestration) on an L2 Worker, in this
     /// process, and waits for it: how one tests a kernel alone.
     ///

@@ -158,11 +158,11 @@ impl Serve for NestedServer {
         if req.trace.is_some() {
             options = options.capture_dag(); // its parent's run is captured: so is this one
         }
-        let run = self
+        // This thread waits for the run, so it drives it (no hop to the background thread).
+        let (run, result) = self
             .inner
-            .submit_with(options, |orch, a, c| f.call(orch, a, c))
+            .run_keeping_handle(options, |orch, a, c| f.call(orch, a, c))
             .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))?;
-        let result = run.wait();
         if let (Some(trace), Some(t)) = (req.trace, run.own_timeline()) {
             super::leave_trace(trace, run.id(), t.records().to_vec());
         }
