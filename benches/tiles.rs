@@ -12,7 +12,7 @@
 //! compute the same output.
 //!
 //! Figures: `tiles256_submit_macro_us`, `tiles256_submit_plain_us` (medians) and
-//! `tiles256_submit_ratio`. Target (issue 16): the macro graph at most 0.7x the plain one.
+//! `tiles256_submit_ratio`. Target: the macro graph at most 0.7x the plain one.
 
 #![allow(clippy::print_stdout)]
 

@@ -1,5 +1,5 @@
 //! The network layer: the framed, authenticated protocol between a root (an L4 Worker) and the
-//! L3 nodes it drives on other hosts (issue 13).
+//! L3 nodes it drives on other hosts.
 //!
 //! It sits beside `ipc` and `chip` (layer 6) and names only `error` below it. The message layer
 //! (what TASK, CONTROL and COMPLETION bodies hold), the node server and the engine endpoint are
