@@ -399,3 +399,32 @@ fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
+    if !in_own_process() {
+        return;
+    }
+    // Run numbers restart in every Worker: the trace log's keys name the engine too, so the
+    // second Worker's run 1 does not pick up what the first Worker's run 1 left there.
+    for round in 0..2 {
+        let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(16 << 20));
+        let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+        rig.init();
+        let (x, y) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
+        let (tx, ty) = (f32s(&x), f32s(&y));
+        let run = rig
+            .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+                let mut a = TaskArgs::new();
+                a.input(&tx)?.output(&ty)?;
+                orch.submit_next_level(&double, a, CallConfig::default(), 0).map(|_| ())
+            })
+            .unwrap();
+        run.wait().unwrap();
+        assert_eq!(run.id(), 1, "round {round}: the first run of its Worker");
+        let inner = run.timeline().unwrap().inner_records().len();
+        assert_eq!(inner, 1, "round {round}: one kernel ran inside the run's one task");
+        drop((tx, ty, x, y));
+        rig.close().unwrap();
+    }
+}

@@ -255,10 +255,10 @@ impl Timeline {
 
     /// Adds what ran inside this run's tasks in other processes of the tree, as they left it
     /// in the trace log (`entries`, read from it): the kernels a chip ran for a task on its
-    /// cores, the tasks of a nested Worker's run, recursively. `pid` and `run` name this run.
-    pub(crate) fn with_inner(mut self, entries: &[Entry], pid: u32, run: u64) -> Timeline {
+    /// cores, the tasks of a nested Worker's run, recursively. `key` names this run: its process, engine and run number.
+    pub(crate) fn with_inner(mut self, entries: &[Entry], key: (u32, u64, u64)) -> Timeline {
         let mut inner = Vec::new();
-        collect_inner(entries, pid, run, &self.records, &[], &mut inner, 0);
+        collect_inner(entries, key, &self.records, &[], &mut inner, 0);
         self.inner = inner;
         self
     }
@@ -618,12 +618,14 @@ impl Default for Timeline {
 }
 
 /// What a worker process leaves in the trace log for one captured run it ran inside a task of
-/// its parent: who wrote it, which task of which run of which process it ran inside, its own
-/// run's number, its level and its records.
+/// its parent: who wrote it, which task it ran inside (the parent's process, engine, run and
+/// task number), its own engine's and run's numbers (the key its own children use) and its
+/// records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub(crate) writer: u32,
-    pub(crate) parent: (u32, u64, u32),
+    pub(crate) parent: (u32, u64, u64, u32),
+    pub(crate) engine: u64,
     pub(crate) run: u64,
     pub(crate) records: Vec<TaskRecord>,
 }
@@ -641,6 +643,8 @@ pub(crate) fn encode_entry(e: &Entry) -> Vec<u8> {
     b.extend_from_slice(&e.parent.0.to_le_bytes());
     b.extend_from_slice(&e.parent.1.to_le_bytes());
     b.extend_from_slice(&e.parent.2.to_le_bytes());
+    b.extend_from_slice(&e.parent.3.to_le_bytes());
+    b.extend_from_slice(&e.engine.to_le_bytes());
     b.extend_from_slice(&e.run.to_le_bytes());
     b.extend_from_slice(&(e.records.len() as u32).to_le_bytes());
     let s = |b: &mut Vec<u8>, s: &str| {
@@ -700,8 +704,8 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
         return None;
     }
     let writer = u32_(&mut b)?;
-    let parent = (u32_(&mut b)?, u64_(&mut b)?, u32_(&mut b)?);
-    let run = u64_(&mut b)?;
+    let parent = (u32_(&mut b)?, u64_(&mut b)?, u64_(&mut b)?, u32_(&mut b)?);
+    let (engine, run) = (u64_(&mut b)?, u64_(&mut b)?);
     let n = u32_(&mut b)? as usize;
     let mut records = Vec::with_capacity(n.min(b.len() / 40));
     for _ in 0..n {
@@ -732,16 +736,15 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
             within: Vec::new(),
         });
     }
-    b.is_empty().then_some(Entry { writer, parent, run, records })
+    b.is_empty().then_some(Entry { writer, parent, engine, run, records })
 }
 
 /// Appends to `out`, in the order of `records`, the records of every entry written for a task
-/// of run `run` of process `pid` (`records`), with the lane of the task it ran inside before its own lane names and the
+/// of the run `(pid, engine, run)` names (`records`), with the lane of the task it ran inside before its own lane names and the
 /// task's index added to `within`, and recursively what ran inside those.
 fn collect_inner(
     entries: &[Entry],
-    pid: u32,
-    run: u64,
+    (pid, engine, run): (u32, u64, u64),
     records: &[TaskRecord],
     within: &[u32],
     out: &mut Vec<TaskRecord>,
@@ -753,7 +756,7 @@ fn collect_inner(
     // By host task, in the run's order (the log holds entries in the order processes wrote
     // them, which varies from run to run).
     let hosted = records.iter().flat_map(|host| {
-        entries.iter().filter(move |e| e.parent == (pid, run, host.index)).map(move |e| (host, e))
+        entries.iter().filter(move |e| e.parent == (pid, engine, run, host.index)).map(move |e| (host, e))
     });
     for (host, e) in hosted {
         let mut path = within.to_vec();
@@ -768,7 +771,7 @@ fn collect_inner(
                 ..r.clone()
             })
             .collect();
-        collect_inner(entries, e.writer, e.run, &renamed, &path, out, depth + 1);
+        collect_inner(entries, (e.writer, e.engine, e.run), &renamed, &path, out, depth + 1);
         out.extend(renamed);
     }
 }
@@ -987,9 +990,35 @@ mod tests {
         // Process 50 ran task 1 of run 9 of process 7 (this sample); process 60 ran task 0 of
         // process 50's run 4; an entry for another run is left out; garbage ends the log.
         let entries = [
-            Entry { writer: 50, parent: (7, 9, 1), run: 4, records: vec![kernel(0, "core 1", 3_100)] },
-            Entry { writer: 60, parent: (50, 4, 0), run: 0, records: vec![kernel(0, "core 0", 3_200)] },
-            Entry { writer: 70, parent: (7, 8, 1), run: 0, records: vec![kernel(0, "core 0", 1)] },
+            Entry {
+                writer: 50,
+                parent: (7, 2, 9, 1),
+                engine: 3,
+                run: 4,
+                records: vec![kernel(0, "core 1", 3_100)],
+            },
+            Entry {
+                writer: 60,
+                parent: (50, 3, 4, 0),
+                engine: 1,
+                run: 0,
+                records: vec![kernel(0, "core 0", 3_200)],
+            },
+            // Another run, and the same run number of another engine of process 7: not ours.
+            Entry {
+                writer: 70,
+                parent: (7, 2, 8, 1),
+                engine: 1,
+                run: 0,
+                records: vec![kernel(0, "core 0", 1)],
+            },
+            Entry {
+                writer: 80,
+                parent: (7, 5, 9, 1),
+                engine: 1,
+                run: 0,
+                records: vec![kernel(0, "core 0", 1)],
+            },
         ];
         let mut log: Vec<u8> = entries.iter().flat_map(encode_entry).collect();
         log.extend_from_slice(&[9, 0, 0, 0, b'S', b'P']); // truncated
@@ -998,7 +1027,7 @@ mod tests {
         let mut bad = encode_entry(&entries[0]);
         bad[4] = b'X'; // not the magic
         assert!(decode_entries(&bad).is_empty());
-        let t = t.with_inner(&decoded, 7, 9);
+        let t = t.with_inner(&decoded, (7, 2, 9));
         let inner: Vec<(&str, &[u32])> =
             t.inner_records().iter().map(|r| (r.worker.as_str(), &r.within[..])).collect();
         assert_eq!(inner, [("chip 1 / core 1 / core 0", &[1, 0][..]), ("chip 1 / core 1", &[1][..])]);

@@ -22,8 +22,10 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) member: u32,
     /// The run is captured: a worker process that runs a run of its own for the task (a chip
     /// orchestration, a nested Worker) captures it too and leaves its records in the trace log
-    /// (`sys::tracelog`), keyed by this process, `run` and `task`.
+    /// (`sys::tracelog`), keyed by this process, `engine`, `run` and `task`.
     pub(crate) captured: bool,
+    /// The number of the engine that dispatches it.
+    pub(crate) engine: u64,
 }
 
 /// How a dispatched task ended.

@@ -397,7 +397,13 @@ struct Runs {
 }
 
 /// One level's engine.
+/// The number the next engine of this process gets ([`Engine::id`]).
+static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+
 pub(crate) struct Engine {
+    /// This engine's number in its process (run numbers restart in every engine, so trace-log
+    /// keys name the engine too).
+    pub(crate) id: u64,
     cfg: EngineConfig,
     window: TaskWindow,
     /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
@@ -463,6 +469,7 @@ impl Engine {
         let LevelParts { minter, heap, devices } = parts;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
+            id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),
@@ -589,7 +596,7 @@ impl Engine {
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
         let make = || {
-            let state = RunState::new(id, capture).at_level(self.cfg.level);
+            let state = RunState::new(id, capture).at_level(self.cfg.level).in_engine(self.id);
             match deadline {
                 Some((at, limit)) => state.with_deadline(at, limit),
                 None => state,

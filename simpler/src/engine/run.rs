@@ -74,6 +74,8 @@ pub(crate) struct RunState {
     pub(crate) failed: AtomicU64,
     /// The level of the Worker that runs it (task records name it).
     level: crate::level::Level,
+    /// The number of the engine that runs it ([`Engine::id`](crate::engine::Engine)).
+    pub(crate) engine: u64,
     /// The run's span (`simpler::run`, `run`): entered while its orchestration builds it, the
     /// parent of its tasks' spans.
     pub(crate) span: tracing::Span,
@@ -101,6 +103,7 @@ impl RunState {
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             level: crate::level::Level::Node,
+            engine: 0,
             span: tracing::Span::none(),
             started: Instant::now(),
             finished: OnceLock::new(),
@@ -124,7 +127,7 @@ impl RunState {
         match crate::sys::tracelog::key().map(|_| crate::sys::tracelog::read_all()) {
             Some(Ok(bytes)) => {
                 let entries = crate::dfx::timeline::decode_entries(&bytes);
-                Some(timeline.with_inner(&entries, std::process::id(), self.id))
+                Some(timeline.with_inner(&entries, (std::process::id(), self.engine, self.id)))
             }
             _ => Some(timeline),
         }
@@ -140,6 +143,12 @@ impl RunState {
         let dag = cap.to_dag();
         let records = cap.times.records(&dag, self.level);
         Some(crate::dfx::timeline::Timeline::new(dag, records))
+    }
+
+    /// The run is `engine`'s.
+    pub(crate) fn in_engine(mut self, engine: u64) -> RunState {
+        self.engine = engine;
+        self
     }
 
     /// The run belongs to a Worker of `level`.
@@ -592,6 +601,11 @@ impl RunHandle {
     /// [`timeline`](Self::timeline) without what ran in other processes.
     pub(crate) fn own_timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
         self.run.own_timeline()
+    }
+
+    /// The number of the engine that runs it.
+    pub(crate) fn engine_id(&self) -> u64 {
+        self.run.engine
     }
 
     /// How far the run has got, now: tasks submitted so far, completed and failed (including

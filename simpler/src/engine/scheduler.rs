@@ -562,6 +562,7 @@ impl Scheduler {
             task: slot.index,
             member,
             captured: slot.run.capture.is_some(),
+            engine: slot.run.engine,
         };
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
         let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);

@@ -41,7 +41,7 @@
 //! | 4 | 4 | `error_code` i32 (atomic): 0 = success |
 //! | 8 | 8 | `command` u64: control sub-command (base frame); the run number of a captured task (task frame, M10) |
 //! | 16 | 8 | `arg0` u64: control argument; the task number of a captured task (task frame, M10) |
-//! | 24 | 8 | `result` u64: control result |
+//! | 24 | 8 | `result` u64: control result; the engine number of a captured task (task frame, M10) |
 //! | 32 | 32 | `digest`: callable digest (task) or control digest |
 //! | 64 | 1 144 | `config`: opaque bytes, an encoded `CallConfig` ([`CONFIG_BYTES`]) |
 //! | 1 208 | 4 | `payload_len` u32 |
@@ -127,9 +127,9 @@
 //!   orders it (the word itself is atomic and Relaxed). SUB and nested children publish none
 //!   (0). [`Mailbox::reset_for_new_child`] clears it.
 //!
-//! * **M10 (trace key).** In the task frame, `command` and `arg0` carry the posting run's
-//!   number and the task's number when the run is captured, and 0 and 0 when it is not
-//!   ([`Mailbox::post_task_traced`]); they are written and read under the frame's ownership
+//! * **M10 (trace key).** In the task frame, `command`, `arg0` and `result` carry the posting
+//!   run's number, the task's number and the posting engine's number when the run is
+//!   captured, and zeros when it is not ([`Mailbox::post_task_traced`]); they are written and read under the frame's ownership
 //!   (M3) like the other fields. The child leaves the records of what it runs for the task in
 //!   the trace log (`sys::tracelog`) under that key; a run number of 0, or a task number past
 //!   `u32`, is no key.
@@ -513,8 +513,9 @@ pub(crate) struct TaskRequest<'a> {
     frame: &'a Frame,
     /// The callable digest.
     pub(crate) digest: [u8; 32],
-    /// For a task of a captured run: its run and task number in the parent (rule M10).
-    pub(crate) trace: Option<(u64, u32)>,
+    /// For a task of a captured run: its engine, run and task number in the parent (rule
+    /// M10).
+    pub(crate) trace: Option<(u64, u64, u32)>,
     finished: bool,
 }
 
@@ -641,13 +642,13 @@ impl<'a> Mailbox<'a> {
         self.post_task_traced(digest, None, write)
     }
 
-    /// [`post_task`](Mailbox::post_task) for a task of a captured run: `trace` is its run and
-    /// task number, written to the task frame's `command` and `arg0` (0 and 0: not captured),
-    /// so that the child records what it runs for it (rule M10).
+    /// [`post_task`](Mailbox::post_task) for a task of a captured run: `trace` is its engine,
+    /// run and task number, written to the task frame's `result`, `command` and `arg0` (zeros:
+    /// not captured), so that the child records what it runs for it (rule M10).
     pub(crate) fn post_task_traced(
         &self,
         digest: &[u8; 32],
-        trace: Option<(u64, u32)>,
+        trace: Option<(u64, u64, u32)>,
         write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
     ) -> Result<()> {
         let frame = &self.slot.task;
@@ -669,9 +670,10 @@ impl<'a> Mailbox<'a> {
         unsafe {
             *frame.digest.get() = *digest;
             *frame.payload_len.get() = len as u32;
-            let (run, task) = trace.unwrap_or((0, 0));
+            let (engine, run, task) = trace.unwrap_or((0, 0, 0));
             *frame.command.get() = run;
             *frame.arg0.get() = u64::from(task);
+            *frame.result.get() = engine;
         }
         frame.error_code.store(0, Ordering::Relaxed);
         handover.next = TASK_READY;
@@ -906,9 +908,10 @@ impl<'a> Mailbox<'a> {
         }
         // SAFETY: rule M3 — we claimed the frame, so we own its fields, and the Acquire claim
         // sees the parent's writes (M4).
-        let (digest, run, task) = unsafe { (*frame.digest.get(), *frame.command.get(), *frame.arg0.get()) };
+        let (digest, run, task, engine) =
+            unsafe { (*frame.digest.get(), *frame.command.get(), *frame.arg0.get(), *frame.result.get()) };
         // Rule M10: a run number of 0 is no trace; a task number past u32 is not one either.
-        let trace = (run != 0).then_some(run).zip(u32::try_from(task).ok());
+        let trace = u32::try_from(task).ok().filter(|_| run != 0).map(|task| (engine, run, task));
         Some(TaskRequest { frame, digest, trace, finished: false })
     }
 

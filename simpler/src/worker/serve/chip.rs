@@ -182,7 +182,7 @@ impl Serve for ChipServer {
         let result =
             catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config)));
         if let (Some(trace), Some(records)) = (req.trace, self.runtime.take_trace()) {
-            super::leave_trace(trace, 0, records);
+            super::leave_trace(trace, 0, 0, records);
         }
         match result {
             Ok(Ok(())) => Ok(()),

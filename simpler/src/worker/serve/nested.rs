@@ -164,7 +164,7 @@ impl Serve for NestedServer {
             .run_keeping_handle(options, |orch, a, c| f.call(orch, a, c))
             .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))?;
         if let (Some(trace), Some(t)) = (req.trace, run.own_timeline()) {
-            super::leave_trace(trace, run.id(), t.records().to_vec());
+            super::leave_trace(trace, run.engine_id(), run.id(), t.records().to_vec());
         }
         result.map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))
     }
