@@ -397,8 +397,12 @@ struct Runs {
 }
 
 /// One level's engine.
-/// The number the next engine of this process gets ([`Engine::id`]).
-static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+/// A number for a new engine ([`Engine::id`]): random, so that engines of different
+/// processes (a worker replaced under a reused pid included) do not share one either.
+fn engine_id() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) | 1
+}
 
 pub(crate) struct Engine {
     /// This engine's number in its process (run numbers restart in every engine, so trace-log
@@ -469,7 +473,7 @@ impl Engine {
         let LevelParts { minter, heap, devices } = parts;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
-            id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
+            id: engine_id(),
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),
