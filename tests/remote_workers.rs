@@ -59,6 +59,11 @@ fn step_all(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> sim
     Ok(())
 }
 
+/// Fails with a 2 MiB message.
+fn huge_error(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    Err(simpler::Error::new(ErrorKind::TaskFailed, "x".repeat(2 << 20)))
+}
+
 /// The orchestration that stalls on the node.
 fn stalled(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     orch.submit_sub(&HostFn::new("stall", stall).handle(), TaskArgs::new()).map(|_| ())
@@ -73,6 +78,7 @@ fn node_with(addr: &str) -> Node {
     node.register_orch(OrchFn::new("step", step));
     node.register_orch(OrchFn::new("stalled", stalled));
     node.register_orch(OrchFn::new("step_all", step_all));
+    node.register_orch(OrchFn::new("huge_error", huge_error));
     node
 }
 
@@ -185,6 +191,7 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
     w.register_orch(OrchFn::new("step", step)).unwrap();
     w.register_orch(OrchFn::new("stalled", stalled)).unwrap();
     w.register_orch(OrchFn::new("step_all", step_all)).unwrap();
+    w.register_orch(OrchFn::new("huge_error", huge_error)).unwrap();
     w
 }
 
@@ -284,6 +291,29 @@ fn large_tensors_go_to_the_node_and_back_run_after_run() {
     want[1000..101_000].iter_mut().for_each(|v| *v = *v * 2 + 1);
     assert!(read_u64(&buf, 0, n) == want, "only the tile's words change");
     drop((big, small, tail, buf));
+    finish(rig, vec![node]);
+}
+
+#[test]
+fn a_task_failing_with_a_huge_message_fails_alone_and_the_node_serves_on() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut rig = root_worker(&[addr], Duration::from_secs(5));
+    rig.init().unwrap();
+    let h = OrchFn::new("huge_error", huge_error).handle();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .expect_err("the task fails");
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "{}", &err.message()[..200.min(err.message().len())]);
+    assert!(err.message().len() < 128 << 10, "the message was cut: {} bytes", err.message().len());
+    assert!(err.message().contains("more bytes]"));
+    // The session is still up: the node serves the next task.
+    let buf = u64_buffer(&rig, 2);
+    step_on(&rig, &buf, 0, 2, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    drop(buf);
     finish(rig, vec![node]);
 }
 

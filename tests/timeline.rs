@@ -428,3 +428,34 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
         rig.close().unwrap();
     }
 }
+
+#[test]
+fn each_member_of_a_group_has_its_kernels_on_its_own_chips_lane() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20));
+    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    rig.init();
+    let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let [x, y0, y1] = [0, 1, 2].map(|i| f32s(&bufs[i]));
+    let run = rig
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+            let members = [&y0, &y1]
+                .into_iter()
+                .map(|y| {
+                    let mut a = TaskArgs::new();
+                    a.input(&x)?.output(y)?;
+                    Ok(a)
+                })
+                .collect::<simpler::Result<Vec<_>>>()?;
+            orch.submit_next_level_group(&double, members, CallConfig::default(), &[0, 1]).map(|_| ())
+        })
+        .unwrap();
+    run.wait().unwrap();
+    let timeline = run.timeline().unwrap();
+    assert_eq!(timeline.records()[0].worker, "chip 0, chip 1");
+    let mut lanes: Vec<&str> = timeline.inner_records().iter().map(|r| r.worker.as_str()).collect();
+    lanes.sort();
+    assert_eq!(lanes, ["chip 0 / core 0", "chip 1 / core 0"], "one kernel per member, each on its chip");
+}

@@ -5,7 +5,8 @@
 //! cores are the tasks); a bare kernel is one task on core 0.
 //!
 //! Files, in the folder the output prefix names (made if missing), all starting
-//! `chip<N>-<callable>-<K>` (`K` counts this process's diagnosed chip tasks from 1):
+//! `chip<N>-<pid>-<callable>-<K>` (the chip's process, and `K` counting its diagnosed chip tasks
+//! from 1):
 //! `.swimlane.json` (Chrome trace) and `.swimlane.svg`, `.args.txt`, `.deps.dot`,
 //! `.scopes.txt`.
 
@@ -110,7 +111,9 @@ fn write(
     std::fs::create_dir_all(dir).map_err(|e| Error::os(&format!("creating {}", dir.display()), e))?;
     let k = SEQUENCE.fetch_add(1, Ordering::Relaxed) + 1;
     let safe: String = name.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect();
-    let base = format!("chip{chip}-{safe}-{k}");
+    // The process id too: chip children of other Workers, or a replaced chip, may share the
+    // folder, the chip's number and `K`.
+    let base = format!("chip{chip}-{}-{safe}-{k}", std::process::id());
     let mut files = Vec::new();
     let mut put = |ext: &str, text: String| -> Result<()> {
         let path = dir.join(format!("{base}.{ext}"));

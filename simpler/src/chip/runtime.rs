@@ -450,6 +450,10 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
+        // The trace flag is this run's alone: taken now, whatever happens below, and what an
+        // earlier traced run recorded is not this run's.
+        let trace = std::mem::take(&mut self.trace_next);
+        *sync::lock(&self.traced) = None;
         self.usable()?;
         let lease = self.leases.acquire().ok_or_else(|| {
             Error::state(format!(
@@ -460,13 +464,18 @@ impl ChipRuntime {
         self.in_run = true;
         let result = match self.prepare(lease, digest, args, scalars, config) {
             Err(e) => Err(e),
-            Ok(mut run) => match self.launch_here(&mut run) {
-                Ok(()) => self.finalize(run),
-                Err(e) => {
-                    let _ = self.finalize(run);
-                    Err(e)
+            Ok(mut run) => {
+                self.trace_next = trace;
+                let launched = self.launch_here(&mut run);
+                self.trace_next = false;
+                match launched {
+                    Ok(()) => self.finalize(run),
+                    Err(e) => {
+                        let _ = self.finalize(run);
+                        Err(e)
+                    }
                 }
-            },
+            }
         };
         if let Err(e) = self.leases.release(lease) {
             tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
@@ -923,9 +932,10 @@ impl ExecCtx {
                 if job.trace {
                     *sync::lock(&self.traced) = Some(vec![record.clone()]);
                 }
-                super::diag::write_kernel(self.chip, &job.name, &job.config, record, text)
-                    .map_err(|e| self.diag_error(&job.name, e))?;
-                result
+                let written = super::diag::write_kernel(self.chip, &job.name, &job.config, record, text);
+                // The kernel's own error first; a diagnostic that could not be written fails a
+                // kernel that succeeded.
+                result.and(written.map(|_| ()).map_err(|e| self.diag_error(&job.name, e)))
             }
             ChipBody::Kernel(k) => self.run_kernel(&job.name, k, &job.prepared, &job.scalars),
             ChipBody::Orchestration(o) => {
@@ -1014,10 +1024,14 @@ impl ExecCtx {
             let records = built.run.own_timeline().map(|t| t.records().to_vec()).unwrap_or_default();
             *sync::lock(&self.traced) = Some(records);
         }
-        if diagnose {
-            super::diag::write_run(chip, name, config, &built.run).map_err(|e| self.diag_error(name, e))?;
-        }
-        built.run.result().map_err(|e| e.context(context))
+        let written = if diagnose {
+            super::diag::write_run(chip, name, config, &built.run).map(|_| ())
+        } else {
+            Ok(())
+        };
+        // The run's own error first; a diagnostic that could not be written fails a run that
+        // succeeded.
+        built.run.result().map_err(|e| e.context(context)).and(written.map_err(|e| self.diag_error(name, e)))
     }
 }
 

@@ -35,7 +35,7 @@ pub struct RingSizes {
 
 /// Swimlane profiling on the chip (upstream's perf level `0..=4`). On the simulated chip any
 /// level on writes the chip task's per-core timeline under the output prefix
-/// (`chip<N>-<callable>-<K>.swimlane.json`, a Chrome trace, and `.swimlane.svg`); the levels
+/// (`chip<N>-<pid>-<callable>-<K>.swimlane.json`, a Chrome trace, and `.swimlane.svg`); the levels
 /// differ only on hardware.
 ///
 /// ```
@@ -82,7 +82,7 @@ impl Swimlane {
 /// output prefix). The simulated chip ([`SimChip`](crate::SimChip)) checks the config, carries it
 /// to the chip, hands it to a chip orchestration (`ChipFn::orchestration`), and writes the
 /// diagnostics into the folder the output prefix names, one set of files per chip task,
-/// `chip<N>-<callable>-<K>.*`: [`swimlane`](CallConfig::swimlane) the per-core timeline
+/// `chip<N>-<pid>-<callable>-<K>.*`: [`swimlane`](CallConfig::swimlane) the per-core timeline
 /// (`.swimlane.json`, a Chrome trace, and `.swimlane.svg`), [`dump_args`](CallConfig::dump_args)
 /// the decoded arguments of each task (`.args.txt`), [`dep_gen`](CallConfig::dep_gen) the DAG the
 /// chip orchestration built (`.deps.dot`), [`scope_stats`](CallConfig::scope_stats) each scope's
@@ -163,7 +163,7 @@ impl CallConfig {
     }
 
     /// Dumps the decoded arguments of each task the chip runs for this task (diagnostic; needs an
-    /// output prefix): `chip<N>-<callable>-<K>.args.txt` there.
+    /// output prefix): `chip<N>-<pid>-<callable>-<K>.args.txt` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().dump_args(true).output_prefix("/tmp/args");
@@ -188,7 +188,7 @@ impl CallConfig {
     }
 
     /// Writes the DAG a chip orchestration built, with each kernel's core and times
-    /// (diagnostic; needs an output prefix): `chip<N>-<callable>-<K>.deps.dot` there.
+    /// (diagnostic; needs an output prefix): `chip<N>-<pid>-<callable>-<K>.deps.dot` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().dep_gen(true).output_prefix("/tmp/deps");
@@ -200,7 +200,7 @@ impl CallConfig {
     }
 
     /// Writes each scope's counters of a chip orchestration (depth, tasks, allocations;
-    /// diagnostic; needs an output prefix): `chip<N>-<callable>-<K>.scopes.txt` there.
+    /// diagnostic; needs an output prefix): `chip<N>-<pid>-<callable>-<K>.scopes.txt` there.
     ///
     /// ```
     /// let cfg = simpler::CallConfig::new().scope_stats(true).output_prefix("/tmp/stats");

@@ -257,8 +257,12 @@ impl Timeline {
     /// in the trace log (`entries`, read from it): the kernels a chip ran for a task on its
     /// cores, the tasks of a nested Worker's run, recursively. `key` names this run: its process, engine and run number.
     pub(crate) fn with_inner(mut self, entries: &[Entry], key: (u32, u64, u64)) -> Timeline {
+        let mut by_parent: Hosted<'_> = std::collections::HashMap::new();
+        for e in entries {
+            by_parent.entry(e.parent).or_default().push(e);
+        }
         let mut inner = Vec::new();
-        collect_inner(entries, key, &self.records, &[], &mut inner, 0);
+        collect_inner(&by_parent, key, &self.records, &[], &mut inner, 0);
         self.inner = inner;
         self
     }
@@ -402,7 +406,9 @@ impl Timeline {
                 ));
             }
         }
-        let by_index = |i: u32| self.records.iter().find(|r| r.index == i);
+        let index: std::collections::HashMap<u32, &TaskRecord> =
+            self.records.iter().map(|r| (r.index, r)).collect();
+        let by_index = |i: u32| index.get(&i).copied();
         let g = self.dag.graph();
         for (id, e) in g.edge_indices().enumerate() {
             let (a, b) = g.edge_endpoints(e).expect("edge exists");
@@ -625,10 +631,15 @@ impl Default for Timeline {
 pub(crate) struct Entry {
     pub(crate) writer: u32,
     pub(crate) parent: (u32, u64, u64, u32),
+    /// The member of the parent's task (a group), whose lane it ran in.
+    pub(crate) member: u32,
     pub(crate) engine: u64,
     pub(crate) run: u64,
     pub(crate) records: Vec<TaskRecord>,
 }
+
+/// Trace-log entries by the task they ran inside (process, engine, run, task).
+type Hosted<'a> = std::collections::HashMap<(u32, u64, u64, u32), Vec<&'a Entry>>;
 
 /// The first bytes of every entry.
 const ENTRY_MAGIC: [u8; 4] = *b"SPTL";
@@ -644,6 +655,7 @@ pub(crate) fn encode_entry(e: &Entry) -> Vec<u8> {
     b.extend_from_slice(&e.parent.1.to_le_bytes());
     b.extend_from_slice(&e.parent.2.to_le_bytes());
     b.extend_from_slice(&e.parent.3.to_le_bytes());
+    b.extend_from_slice(&e.member.to_le_bytes());
     b.extend_from_slice(&e.engine.to_le_bytes());
     b.extend_from_slice(&e.run.to_le_bytes());
     b.extend_from_slice(&(e.records.len() as u32).to_le_bytes());
@@ -672,16 +684,17 @@ pub(crate) fn encode_entry(e: &Entry) -> Vec<u8> {
     b
 }
 
-/// Decodes the entries of a trace log, in order; stops at the first malformed one (the log is
-/// written by this library's processes, but a reader never trusts bytes it did not write).
+/// Decodes the entries of a trace log, in order, skipping malformed ones and stopping at a
+/// length that runs past the end (the log is written by this library's processes, but a
+/// reader never trusts bytes it did not write).
 pub(crate) fn decode_entries(mut bytes: &[u8]) -> Vec<Entry> {
     let mut out = Vec::new();
     while let Some(len) = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
     {
         let Some(body) = bytes.get(4..4 + len) else { break };
-        match decode_entry(body) {
-            Some(e) => out.push(e),
-            None => break,
+        // A malformed entry is skipped (its length is known): it costs its own records only.
+        if let Some(e) = decode_entry(body) {
+            out.push(e);
         }
         bytes = &bytes[4 + len..];
     }
@@ -705,6 +718,7 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
     }
     let writer = u32_(&mut b)?;
     let parent = (u32_(&mut b)?, u64_(&mut b)?, u64_(&mut b)?, u32_(&mut b)?);
+    let member = u32_(&mut b)?;
     let (engine, run) = (u64_(&mut b)?, u64_(&mut b)?);
     let n = u32_(&mut b)? as usize;
     let mut records = Vec::with_capacity(n.min(b.len() / 40));
@@ -736,14 +750,14 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
             within: Vec::new(),
         });
     }
-    b.is_empty().then_some(Entry { writer, parent, engine, run, records })
+    b.is_empty().then_some(Entry { writer, parent, member, engine, run, records })
 }
 
 /// Appends to `out`, in the order of `records`, the records of every entry written for a task
 /// of the run `(pid, engine, run)` names (`records`), with the lane of the task it ran inside before its own lane names and the
 /// task's index added to `within`, and recursively what ran inside those.
 fn collect_inner(
-    entries: &[Entry],
+    entries: &Hosted<'_>,
     (pid, engine, run): (u32, u64, u64),
     records: &[TaskRecord],
     within: &[u32],
@@ -756,12 +770,18 @@ fn collect_inner(
     // By host task, in the run's order (the log holds entries in the order processes wrote
     // them, which varies from run to run).
     let hosted = records.iter().flat_map(|host| {
-        entries.iter().filter(move |e| e.parent == (pid, engine, run, host.index)).map(move |e| (host, e))
+        entries.get(&(pid, engine, run, host.index)).into_iter().flatten().map(move |e| (host, *e))
     });
     for (host, e) in hosted {
         let mut path = within.to_vec();
         path.push(host.index);
-        let lane = first_worker(&host.worker).to_string();
+        // The lane of the member it ran for (a group's members ran on their own workers).
+        let lane = host
+            .worker
+            .split(", ")
+            .nth(e.member as usize)
+            .unwrap_or_else(|| first_worker(&host.worker))
+            .to_string();
         let renamed: Vec<TaskRecord> = e
             .records
             .iter()
@@ -837,7 +857,17 @@ fn json_escape(s: &str) -> String {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.chars()
+        .map(|c| match c {
+            '&' => "&amp;".to_string(),
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '"' => "&quot;".to_string(),
+            // XML 1.0 allows no other control character, not even as a reference.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => "\u{FFFD}".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 fn dot_escape(s: &str) -> String {
@@ -948,6 +978,7 @@ mod tests {
         assert!(svg.contains("fill=\"#e53935\"") && svg.contains("fill=\"#4caf50\""));
         assert!(svg.contains(">L3 chip 1</text>"));
         assert!(svg.contains("&lt;x&gt;") && !svg.contains("<x>"), "the error is escaped");
+        assert_eq!(xml_escape("a\u{1b}b\n\0"), "a\u{FFFD}b\n\u{FFFD}", "no control character XML forbids");
         assert!(svg.contains(">0 ns</text>") && svg.contains(" us</text>"), "an axis in microseconds");
         assert!(!svg.contains("href") && !svg.contains("<script"));
     }
@@ -987,12 +1018,13 @@ mod tests {
             error: None,
             within: vec![],
         };
-        // Process 50 ran task 1 of run 9 of process 7 (this sample); process 60 ran task 0 of
-        // process 50's run 4; an entry for another run is left out; garbage ends the log.
+        // Process 50 ran task 1 of run 9 of engine 2 of process 7 (this sample); process 60 ran
+        // task 0 of process 50's run 4 of its engine 3; garbage ends the log.
         let entries = [
             Entry {
                 writer: 50,
                 parent: (7, 2, 9, 1),
+                member: 0,
                 engine: 3,
                 run: 4,
                 records: vec![kernel(0, "core 1", 3_100)],
@@ -1000,6 +1032,7 @@ mod tests {
             Entry {
                 writer: 60,
                 parent: (50, 3, 4, 0),
+                member: 0,
                 engine: 1,
                 run: 0,
                 records: vec![kernel(0, "core 0", 3_200)],
@@ -1008,6 +1041,7 @@ mod tests {
             Entry {
                 writer: 70,
                 parent: (7, 2, 8, 1),
+                member: 0,
                 engine: 1,
                 run: 0,
                 records: vec![kernel(0, "core 0", 1)],
@@ -1015,6 +1049,7 @@ mod tests {
             Entry {
                 writer: 80,
                 parent: (7, 5, 9, 1),
+                member: 0,
                 engine: 1,
                 run: 0,
                 records: vec![kernel(0, "core 0", 1)],
@@ -1025,8 +1060,9 @@ mod tests {
         let decoded = decode_entries(&log);
         assert_eq!(decoded, entries);
         let mut bad = encode_entry(&entries[0]);
-        bad[4] = b'X'; // not the magic
-        assert!(decode_entries(&bad).is_empty());
+        bad[4] = b'X'; // not the magic: skipped, the next entry still read
+        bad.extend(encode_entry(&entries[1]));
+        assert_eq!(decode_entries(&bad), [entries[1].clone()]);
         let t = t.with_inner(&decoded, (7, 2, 9));
         let inner: Vec<(&str, &[u32])> =
             t.inner_records().iter().map(|r| (r.worker.as_str(), &r.within[..])).collect();

@@ -126,6 +126,12 @@ impl RunState {
         // Workers' runs): in the trace log, if this process has one.
         match crate::sys::tracelog::key().map(|_| crate::sys::tracelog::read_all()) {
             Some(Ok(bytes)) => {
+                if bytes.len() as u64 + (1 << 20) > crate::sys::tracelog::CAP {
+                    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                    if !SAID.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(target: "simpler::run", "the trace log is (nearly) full ({} bytes): timelines of later captured runs miss what ran in worker processes", bytes.len());
+                    }
+                }
                 let entries = crate::dfx::timeline::decode_entries(&bytes);
                 Some(timeline.with_inner(&entries, (std::process::id(), self.engine, self.id)))
             }

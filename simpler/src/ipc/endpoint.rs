@@ -41,7 +41,7 @@ impl Endpoint for MailboxEndpoint {
         let mb = self.region.mailbox(self.index);
         mb.set_parent_cpu(crate::sys::futex::current_cpu());
         tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, "post task");
-        let trace = d.captured.then_some((d.engine, d.run, d.task));
+        let trace = d.captured.then_some((d.engine, d.run, d.task, d.member));
         mb.post_task_traced(d.callable.digest().as_bytes(), trace, |config, payload| {
             // `post_task` hands over a zeroed config, which is the default config's encoding.
             if let Some(c) = d.config {

@@ -128,8 +128,9 @@
 //!   (0). [`Mailbox::reset_for_new_child`] clears it.
 //!
 //! * **M10 (trace key).** In the task frame, `command`, `arg0` and `result` carry the posting
-//!   run's number, the task's number and the posting engine's number when the run is
-//!   captured, and zeros when it is not ([`Mailbox::post_task_traced`]); they are written and read under the frame's ownership
+//!   run's number, the task's number (low 32 bits of `arg0`; its member of a group in the high
+//!   32) and the posting engine's number when the run is captured, and zeros when it is not
+//!   ([`Mailbox::post_task_traced`]); they are written and read under the frame's ownership
 //!   (M3) like the other fields. The child leaves the records of what it runs for the task in
 //!   the trace log (`sys::tracelog`) under that key; a run number of 0, or a task number past
 //!   `u32`, is no key.
@@ -513,9 +514,9 @@ pub(crate) struct TaskRequest<'a> {
     frame: &'a Frame,
     /// The callable digest.
     pub(crate) digest: [u8; 32],
-    /// For a task of a captured run: its engine, run and task number in the parent (rule
-    /// M10).
-    pub(crate) trace: Option<(u64, u64, u32)>,
+    /// For a task of a captured run: its engine, run and task number in the parent, and the
+    /// member of a group (rule M10).
+    pub(crate) trace: Option<(u64, u64, u32, u32)>,
     finished: bool,
 }
 
@@ -644,11 +645,11 @@ impl<'a> Mailbox<'a> {
 
     /// [`post_task`](Mailbox::post_task) for a task of a captured run: `trace` is its engine,
     /// run and task number, written to the task frame's `result`, `command` and `arg0` (zeros:
-    /// not captured), so that the child records what it runs for it (rule M10).
+    /// not captured; the member in `arg0`'s high half), so that the child records what it runs for it (rule M10).
     pub(crate) fn post_task_traced(
         &self,
         digest: &[u8; 32],
-        trace: Option<(u64, u64, u32)>,
+        trace: Option<(u64, u64, u32, u32)>,
         write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
     ) -> Result<()> {
         let frame = &self.slot.task;
@@ -670,9 +671,9 @@ impl<'a> Mailbox<'a> {
         unsafe {
             *frame.digest.get() = *digest;
             *frame.payload_len.get() = len as u32;
-            let (engine, run, task) = trace.unwrap_or((0, 0, 0));
+            let (engine, run, task, member) = trace.unwrap_or((0, 0, 0, 0));
             *frame.command.get() = run;
-            *frame.arg0.get() = u64::from(task);
+            *frame.arg0.get() = u64::from(task) | (u64::from(member) << 32);
             *frame.result.get() = engine;
         }
         frame.error_code.store(0, Ordering::Relaxed);
@@ -910,8 +911,8 @@ impl<'a> Mailbox<'a> {
         // sees the parent's writes (M4).
         let (digest, run, task, engine) =
             unsafe { (*frame.digest.get(), *frame.command.get(), *frame.arg0.get(), *frame.result.get()) };
-        // Rule M10: a run number of 0 is no trace; a task number past u32 is not one either.
-        let trace = u32::try_from(task).ok().filter(|_| run != 0).map(|task| (engine, run, task));
+        // Rule M10: a run number of 0 is no trace.
+        let trace = (run != 0).then_some((engine, run, task as u32, (task >> 32) as u32));
         Some(TaskRequest { frame, digest, trace, finished: false })
     }
 

@@ -596,6 +596,12 @@ impl Endpoint for RemoteEndpoint {
         let mut head =
             wire::encode_task_head(&d.callable.digest(), d.callable.name(), d.config, d.args, &spans)?;
         let bulk: u64 = segments.iter().map(|(_, _, len)| *len).sum();
+        if head.len() as u64 + bulk > DEFAULT_MAX_BODY as u64 {
+            return Err(Error::invalid(format!(
+                "{}: its tensors take {bulk} bytes, over the {DEFAULT_MAX_BODY}-byte limit of a remote task; keep large data on the node (Worker::alloc_child_tensor on a remote Worker)",
+                d.callable
+            )));
+        }
         let small = head.len() as u64 + bulk <= DIRECT_SEND as u64;
         if small {
             for (desc, start, len) in &segments {

@@ -528,7 +528,10 @@ impl BoundNode {
                 return Ok(Reply::failed(status_of(&e), e.message()));
             }
         };
-        // The bulk: each tensor's bytes, in order, into the buffer it belongs in.
+        // The bulk: each tensor's bytes, in order, into the buffer it belongs in (exactly the
+        // bulk: `decode_task_head` checked the lengths add up to it, and `prepare` that only
+        // host tensors bring bytes).
+        debug_assert_eq!(prepared.incoming.iter().map(|(_, _, l)| *l).sum::<u64>(), bulk);
         for (buf, start, len) in &prepared.incoming {
             buf.read_from_fd(*start as usize, *len as usize, r.as_fd()).map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => {
@@ -574,7 +577,12 @@ impl BoundNode {
         let mut p = Prepared { args: TaskArgs::new(), incoming: Vec::new(), outgoing: Vec::new() };
         for (i, t) in decoded.tensors.iter().enumerate() {
             if let crate::data::buffer::Backing::Device { ptr, .. } = t.desc.backing() {
-                // A node-resident buffer: the task uses it in place.
+                // A node-resident buffer: the task uses it in place, and no bytes come for it.
+                if msg.data[i].is_some() {
+                    return Err(Error::decode(format!(
+                        "tensor {i}: node-resident buffer {ptr} sent with bytes of its own"
+                    )));
+                }
                 let resident = sync::lock(&self.resident);
                 let buf = resident.get(&ptr).ok_or_else(|| {
                     Error::state(format!(
@@ -617,16 +625,12 @@ impl BoundNode {
         Ok(p)
     }
 
-    /// A host buffer of at least `n` bytes: one the session used before when one fits (its
-    /// pages are in memory already), or a new one.
+    /// A host buffer of `n` bytes: one of that size the session used before (its pages are in
+    /// memory already; its bytes outside the task's views are what the session's earlier task
+    /// left there), or a new one.
     fn buffer(&self, n: usize) -> Result<Buffer> {
         let mut pool = sync::lock(&self.pool);
-        let best = pool
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.nbytes() >= n && b.nbytes() <= n.saturating_mul(2).max(n + 4096))
-            .min_by_key(|(_, b)| b.nbytes())
-            .map(|(at, _)| at);
+        let best = pool.iter().enumerate().find(|(_, b)| b.nbytes() == n).map(|(at, _)| at);
         match best {
             Some(at) => Ok(pool.swap_remove(at)),
             None => {
@@ -790,5 +794,70 @@ mod tests {
                 Err(e) => panic!("the health connection should end cleanly: {e}"),
             }
         }
+    }
+
+    fn nothing(
+        _: &mut crate::engine::orchestrator::Orchestrator<'_>,
+        _: &TaskArgs,
+        _: &crate::data::call_config::CallConfig,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    #[test]
+    fn bytes_sent_for_a_node_resident_tensor_are_refused_and_the_session_stays_in_step() {
+        if !crate::test_support::in_own_process() {
+            return;
+        }
+        use crate::data::buffer::IdentityMinter;
+        use crate::data::dtype::DataType;
+        use crate::data::tensor::TensorView;
+        let mut node = Node::new(Worker::builder().build().unwrap(), NodeAddr::loopback(0), key()).unwrap();
+        let f = node.register_orch(OrchFn::new("nothing", nothing));
+        let bound = node.bind().unwrap();
+        let addr = bound.local_addr();
+        let serving = std::thread::spawn(move || bound.serve_one());
+        let token = lane::token().unwrap();
+        let mut session = connect(&addr, &token);
+        let _health = connect(&addr, &token);
+        session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let next = |s: &mut Stream| loop {
+            let f = read_frame(s, DEFAULT_MAX_BODY).unwrap();
+            if f.kind != FrameKind::Health {
+                return f;
+            }
+        };
+        // A node-resident buffer of 64 bytes.
+        let alloc = wire::encode_control(wire::ALLOC, &Digest::from_bytes([0; 32]), "", 64, 0, &[]);
+        write_frame(&mut session, FrameKind::Control, 1, &alloc).unwrap();
+        let id = u64::from_le_bytes(
+            wire::decode_reply(&next(&mut session).body).unwrap().unwrap()[..8].try_into().unwrap(),
+        );
+        // A TASK naming it, with 64 "bytes" for it: a whole CONTROL frame (seq 77) smuggled in.
+        let identity = IdentityMinter::new(5).mint().unwrap();
+        let t = Buffer::device(identity, 0, id, 64)
+            .unwrap()
+            .view(TensorView::new(0, &[16], None, DataType::Float32).unwrap())
+            .unwrap();
+        let mut args = TaskArgs::new();
+        args.inout(&t).unwrap();
+        let mut body = wire::encode_task_head(&f.digest(), "nothing", None, &args, &[Some((0, 64))]).unwrap();
+        let mut smuggled = Vec::new();
+        write_frame(&mut smuggled, FrameKind::Control, 77, &[0u8; 40]).unwrap();
+        assert_eq!(smuggled.len(), 64);
+        body.extend_from_slice(&smuggled);
+        write_frame(&mut session, FrameKind::Task, 5, &body).unwrap();
+        let done = next(&mut session);
+        assert_eq!((done.kind, done.seq), (FrameKind::Completion, 5));
+        let head = wire::decode_completion(&done.body).unwrap().head;
+        assert_eq!(head.status, wire::TASK_FAILED);
+        assert!(head.message.contains("sent with bytes of its own"), "{}", head.message);
+        // The smuggled frame was read as the TASK's bytes, not run: the next reply is to seq 6.
+        let check = wire::encode_check(&f.digest(), "nothing");
+        write_frame(&mut session, FrameKind::Control, 6, &check).unwrap();
+        let reply = next(&mut session);
+        assert_eq!((reply.kind, reply.seq), (FrameKind::ControlReply, 6));
+        session.shutdown();
+        serving.join().unwrap().unwrap();
     }
 }

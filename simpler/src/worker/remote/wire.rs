@@ -77,6 +77,22 @@ fn split(body: &[u8]) -> Result<(&[u8], &[u8])> {
     Ok((head, &body[4 + head_len..]))
 }
 
+/// The longest message a COMPLETION carries (a longer one is cut, at a character boundary,
+/// with a note), so that a task failing with a huge message fails only itself.
+pub(crate) const MAX_MESSAGE: usize = 64 << 10;
+
+/// `s`, cut to at most `max` bytes at a character boundary, with a note when cut.
+fn truncated(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{} [... {} more bytes]", &s[..end], s.len() - end))
+}
+
 /// Prefixes an encoded head with its length.
 fn with_len(head: BodyWriter) -> Vec<u8> {
     let head = head.finish();
@@ -203,7 +219,14 @@ pub(crate) fn encode_task_head(
             None => w.u8(0),
         };
     }
-    Ok(with_len(w))
+    let head = with_len(w);
+    if head.len() - 4 > MAX_HEAD {
+        return Err(Error::invalid(format!(
+            "a task's arguments take {} bytes with their tensors' places, over the {MAX_HEAD}-byte limit of a remote task",
+            head.len() - 4
+        )));
+    }
+    Ok(head)
 }
 
 /// Decodes a TASK's head (without its length prefix), followed by a bulk of `bulk` bytes.
@@ -291,6 +314,7 @@ pub(crate) struct CompletionMsg<'a> {
 /// Encodes a COMPLETION's head (with its length prefix); the sender writes each output's
 /// bytes after it, in order.
 pub(crate) fn encode_completion_head(status: u32, message: &str, outputs: &[(usize, u64, u64)]) -> Vec<u8> {
+    let message = truncated(message, MAX_MESSAGE);
     let mut w = BodyWriter::with_capacity(16 + message.len() + 20 * outputs.len());
     w.u32(status).bytes(message.as_bytes()).u32(outputs.len() as u32);
     for (i, offset, len) in outputs {
@@ -475,5 +499,18 @@ mod tests {
         let mut wire = 8u32.to_le_bytes().to_vec();
         wire.extend_from_slice(&[1, 2]);
         assert!(matches!(read_head(&mut &wire[..], 20), Err(FrameError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_huge_message_is_cut_to_fit_a_head() {
+        let long = "é".repeat(MAX_MESSAGE); // two bytes each: cut inside the run
+        let c = encode_completion_head(TASK_FAILED, &long, &[]);
+        assert!(c.len() - 4 <= MAX_HEAD);
+        let m = decode_completion_head(&c[4..], 0).unwrap();
+        assert!(
+            m.message.len() < MAX_MESSAGE + 64 && m.message.ends_with("more bytes]"),
+            "{}",
+            m.message.len()
+        );
     }
 }

@@ -36,19 +36,20 @@ fn frame_code(e: &Error, otherwise: i32) -> i32 {
 }
 
 /// Leaves `records`, what this process ran for task `trace` (its parent's engine, run and task
-/// number, rule M10 of the mailbox) as run `run` of its engine `engine`, in the trace log for
+/// number and the member, rule M10 of the mailbox) as run `run` of its engine `engine`, in the trace log for
 /// the root's timeline. Best effort: a log that cannot take it costs the timeline those
 /// records, never the task.
 fn leave_trace(
-    trace: (u64, u64, u32),
+    trace: (u64, u64, u32, u32),
     engine: u64,
     run: u64,
     records: Vec<crate::dfx::timeline::TaskRecord>,
 ) {
-    let (parent_engine, parent_run, task) = trace;
+    let (parent_engine, parent_run, task, member) = trace;
     let entry = crate::dfx::timeline::Entry {
         writer: std::process::id(),
         parent: (std::os::unix::process::parent_id(), parent_engine, parent_run, task),
+        member,
         engine,
         run,
         records,
