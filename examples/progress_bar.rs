@@ -41,14 +41,17 @@ fn main() -> simpler::Result<ExitCode> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} tasks, {per_sec}, {msg}")
             .expect("a valid template"),
     );
-    while !run.is_done() {
+    // Wait for the run, redrawing the bar every 20 ms until it ends.
+    loop {
         let p = run.progress();
         bar.set_length(p.submitted.max(1));
         bar.set_position(p.completed + p.failed);
         bar.set_message(if p.submitting { "submitting" } else { "running" });
-        std::thread::sleep(Duration::from_millis(20)); // redraw rate, not a wait for the run
+        match run.wait_timeout(Duration::from_millis(20)) {
+            Err(e) if e.is_timeout() => continue,
+            other => break other?,
+        }
     }
-    run.wait()?;
     let p = run.progress();
     bar.set_position(p.completed + p.failed);
     bar.finish_with_message("done");

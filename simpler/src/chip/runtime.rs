@@ -50,12 +50,13 @@
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
 
+use crate::dfx::timeline::TaskRecord;
 use crate::engine::lease::{HighWater, Lease, LeaseArena};
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::thread;
 
 use crate::callable::host::HostFnPtr;
@@ -227,10 +228,6 @@ pub(crate) struct ChipRuntime {
     waiting: Option<Lease>,
     /// The thread runs execute on.
     exec: Executor,
-    /// Whether the next [`run`](Self::run) records its tasks for a captured parent run.
-    trace_next: bool,
-    /// What the last traced run recorded ([`take_trace`](Self::take_trace)).
-    traced: Arc<Mutex<Option<Vec<crate::dfx::timeline::TaskRecord>>>>,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -297,14 +294,8 @@ impl ChipRuntime {
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
-        let traced = Arc::new(Mutex::new(None));
-        let exec = Executor::spawn(ExecCtx {
-            chip,
-            device: device.clone(),
-            engine: engine.clone(),
-            traced: traced.clone(),
-        })
-        .map_err(in_chip)?;
+        let exec = Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() })
+            .map_err(in_chip)?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
         Ok(ChipRuntime {
             chip,
@@ -320,8 +311,6 @@ impl ChipRuntime {
             active: None,
             waiting: None,
             exec,
-            trace_next: false,
-            traced,
         })
     }
 
@@ -416,18 +405,6 @@ impl ChipRuntime {
         Ok(())
     }
 
-    /// The next run records what it runs (its kernels on the cores, or the bare kernel as one
-    /// task on core 0), for [`take_trace`](Self::take_trace): the task is part of a captured
-    /// run of the parent.
-    pub(crate) fn trace_next(&mut self) {
-        self.trace_next = true;
-    }
-
-    /// The records of the last traced run, once.
-    pub(crate) fn take_trace(&mut self) -> Option<Vec<crate::dfx::timeline::TaskRecord>> {
-        sync::lock(&self.traced).take()
-    }
-
     /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
     /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
     /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
@@ -450,10 +427,33 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<()> {
-        // The trace flag is this run's alone: taken now, whatever happens below, and what an
-        // earlier traced run recorded is not this run's.
-        let trace = std::mem::take(&mut self.trace_next);
-        *sync::lock(&self.traced) = None;
+        self.run_traced(digest, args, scalars, config, false).0
+    }
+
+    /// [`run`](Self::run), and with `trace` the records of what it ran (its kernels on the
+    /// cores, or a bare kernel as one task on core 0), for a task of a captured parent run;
+    /// `None` when it ran nothing (it failed before its launch) or `trace` is off.
+    pub(crate) fn run_traced(
+        &mut self,
+        digest: &Digest,
+        args: Vec<ChipArg<'_>>,
+        scalars: &[u64],
+        config: &CallConfig,
+        trace: bool,
+    ) -> (Result<()>, Option<Vec<TaskRecord>>) {
+        let mut records = None;
+        let result = self.run_inner(digest, args, scalars, config, trace.then_some(&mut records));
+        (result, records)
+    }
+
+    fn run_inner(
+        &mut self,
+        digest: &Digest,
+        args: Vec<ChipArg<'_>>,
+        scalars: &[u64],
+        config: &CallConfig,
+        records: Option<&mut Option<Vec<TaskRecord>>>,
+    ) -> Result<()> {
         self.usable()?;
         let lease = self.leases.acquire().ok_or_else(|| {
             Error::state(format!(
@@ -464,18 +464,13 @@ impl ChipRuntime {
         self.in_run = true;
         let result = match self.prepare(lease, digest, args, scalars, config) {
             Err(e) => Err(e),
-            Ok(mut run) => {
-                self.trace_next = trace;
-                let launched = self.launch_here(&mut run);
-                self.trace_next = false;
-                match launched {
-                    Ok(()) => self.finalize(run),
-                    Err(e) => {
-                        let _ = self.finalize(run);
-                        Err(e)
-                    }
+            Ok(mut run) => match self.launch_here(&mut run, records) {
+                Ok(()) => self.finalize(run),
+                Err(e) => {
+                    let _ = self.finalize(run);
+                    Err(e)
                 }
-            }
+            },
         };
         if let Err(e) = self.leases.release(lease) {
             tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
@@ -550,7 +545,7 @@ impl ChipRuntime {
         )
     )]
     pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
-        let job = self.launchable(run)?;
+        let job = self.launchable(run, false)?;
         self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         self.waiting = None;
         self.active = Some(run.lease);
@@ -562,22 +557,21 @@ impl ChipRuntime {
     /// when this returns: what the blocking [`run`](Self::run) does when no other run of the
     /// chip is prepared to overlap it (a hop to the executor thread and back would cost two
     /// wake-ups per chip task for nothing).
-    fn launch_here(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
-        let job = self.launchable(run)?;
+    fn launch_here(
+        &mut self,
+        run: &mut ChipRun<'_>,
+        records: Option<&mut Option<Vec<TaskRecord>>>,
+    ) -> Result<()> {
+        let job = self.launchable(run, records.is_some())?;
         self.waiting = None;
         self.active = Some(run.lease);
-        let ctx = ExecCtx {
-            chip: self.chip,
-            device: self.device.clone(),
-            engine: self.engine.clone(),
-            traced: self.traced.clone(),
-        };
-        run.phase = Phase::Done(ctx.execute_caught(&job));
+        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
+        run.phase = Phase::Done(ctx.execute_caught(&job, records.unwrap_or(&mut None)));
         Ok(())
     }
 
     /// The checks of a launch, the run's staging buffer unfenced, and the job to execute.
-    fn launchable(&mut self, run: &ChipRun<'_>) -> Result<ExecJob> {
+    fn launchable(&mut self, run: &ChipRun<'_>, trace: bool) -> Result<ExecJob> {
         if !matches!(run.phase, Phase::Prepared) || self.waiting != Some(run.lease) {
             return Err(Error::state(format!(
                 "chip {}: the run under {} is not this chip's prepared run",
@@ -600,7 +594,7 @@ impl ChipRuntime {
             prepared: run.prepared.clone(),
             scalars: run.scalars.clone(),
             config: run.config.clone(),
-            trace: std::mem::take(&mut self.trace_next),
+            trace,
         })
     }
 
@@ -806,12 +800,7 @@ impl ChipRuntime {
     pub(crate) fn tune_engine(&mut self, f: impl FnOnce(&mut EngineConfig)) {
         self.exec.stop();
         f(Arc::get_mut(&mut self.engine).expect("only the runtime holds the engine").config_mut());
-        let ctx = ExecCtx {
-            chip: self.chip,
-            device: self.device.clone(),
-            engine: self.engine.clone(),
-            traced: self.traced.clone(),
-        };
+        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
         self.exec = Executor::spawn(ctx).expect("restarting the executor thread");
     }
 
@@ -879,8 +868,6 @@ struct ExecCtx {
     chip: u32,
     device: Arc<Device>,
     engine: Arc<Engine>,
-    /// Where a traced run leaves its records.
-    traced: Arc<Mutex<Option<Vec<crate::dfx::timeline::TaskRecord>>>>,
 }
 
 /// A launched run, as the executor thread receives it.
@@ -891,14 +878,14 @@ struct ExecJob {
     prepared: Vec<Prepared>,
     scalars: Vec<u64>,
     config: CallConfig,
-    /// Record the run's tasks for a captured parent run (`ChipRuntime::trace_next`).
+    /// Record the run's tasks for a captured parent run ([`ChipRuntime::run_traced`]).
     trace: bool,
 }
 
 impl ExecCtx {
     /// [`execute`](Self::execute) with a panic turned into an [`ErrorKind::Internal`] error.
-    fn execute_caught(&self, job: &ExecJob) -> Result<()> {
-        catch_unwind(AssertUnwindSafe(|| self.execute(job))).unwrap_or_else(|panic| {
+    fn execute_caught(&self, job: &ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
+        catch_unwind(AssertUnwindSafe(|| self.execute(job, records))).unwrap_or_else(|panic| {
             Err(Error::new(
                 ErrorKind::Internal,
                 format!(
@@ -911,37 +898,40 @@ impl ExecCtx {
         })
     }
 
-    fn execute(&self, job: &ExecJob) -> Result<()> {
-        match job.body {
-            ChipBody::Kernel(k) if job.trace && !super::diag::wanted(&job.config) => {
-                let started = crate::sys::clock::monotonic_ns();
-                let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
-                let ended = crate::sys::clock::monotonic_ns();
-                let record =
-                    super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
-                *sync::lock(&self.traced) = Some(vec![record]);
-                result
-            }
-            ChipBody::Kernel(k) if super::diag::wanted(&job.config) => {
-                let started = crate::sys::clock::monotonic_ns();
-                let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
-                let ended = crate::sys::clock::monotonic_ns();
-                let text = self.describe_kernel_args(&job.prepared, &job.scalars);
-                let record =
-                    super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
-                if job.trace {
-                    *sync::lock(&self.traced) = Some(vec![record.clone()]);
-                }
-                let written = super::diag::write_kernel(self.chip, &job.name, &job.config, record, text);
-                // The kernel's own error first; a diagnostic that could not be written fails a
-                // kernel that succeeded.
-                result.and(written.map(|_| ()).map_err(|e| self.diag_error(&job.name, e)))
-            }
-            ChipBody::Kernel(k) => self.run_kernel(&job.name, k, &job.prepared, &job.scalars),
+    /// Runs `job`; with `job.trace`, leaves the records of what it ran in `records`.
+    fn execute(&self, job: &ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
+        let k = match job.body {
             ChipBody::Orchestration(o) => {
-                self.run_orchestration(&job.name, o, &job.prepared, &job.scalars, &job.config, job.trace)
+                return self.run_orchestration(job, o, records);
             }
+            ChipBody::Kernel(k) => k,
+        };
+        let diagnose = super::diag::wanted(&job.config);
+        if !diagnose && !job.trace {
+            return self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
         }
+        // A bare kernel recorded: one task on core 0.
+        let started = crate::sys::clock::monotonic_ns();
+        let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
+        let ended = crate::sys::clock::monotonic_ns();
+        let record = super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
+        let written = if diagnose {
+            let mut args = String::new();
+            let tensors = job.prepared.iter().map(|p| {
+                let how: &dyn std::fmt::Debug = &p.access;
+                (how, p.view, p.identity.buffer_id(), p.nbytes, Some((self.chip, p.ptr)))
+            });
+            crate::dfx::graph::describe_tensors(&mut args, tensors, &job.scalars);
+            super::diag::write_kernel(self.chip, &job.name, &job.config, record.clone(), args).map(|_| ())
+        } else {
+            Ok(())
+        };
+        if job.trace {
+            *records = Some(vec![record]);
+        }
+        // The kernel's own error first; a diagnostic that could not be written fails a kernel
+        // that succeeded.
+        result.and(written.map_err(|e| self.diag_error(&job.name, e)))
     }
 
     /// A diagnostic that could not be written: the task fails saying so (its results are
@@ -951,30 +941,6 @@ impl ExecCtx {
             "chip {}: `{name}` ran, but its diagnostics (CallConfig) could not be written",
             self.chip
         ))
-    }
-
-    /// A bare kernel's arguments as text (the `dump_args` diagnostic).
-    fn describe_kernel_args(&self, prepared: &[Prepared], scalars: &[u64]) -> String {
-        let mut s = String::new();
-        for (i, p) in prepared.iter().enumerate() {
-            let v = &p.view;
-            s.push_str(&format!(
-                "  arg {i}: {:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, device memory of chip {} at {:#x})\n",
-                p.access,
-                v.dtype(),
-                v.shape(),
-                v.strides(),
-                v.byte_offset(),
-                p.identity.buffer_id(),
-                p.nbytes,
-                self.chip,
-                p.ptr
-            ));
-        }
-        for (i, v) in scalars.iter().enumerate() {
-            s.push_str(&format!("  scalar {i}: {v} ({v:#x})\n"));
-        }
-        s
     }
 
     fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
@@ -990,13 +956,12 @@ impl ExecCtx {
 
     fn run_orchestration(
         &self,
-        name: &str,
+        job: &ExecJob,
         o: ChipOrchFnPtr,
-        prepared: &[Prepared],
-        scalars: &[u64],
-        config: &CallConfig,
-        trace: bool,
+        records: &mut Option<Vec<TaskRecord>>,
     ) -> Result<()> {
+        let (name, prepared, scalars, config, trace) =
+            (job.name.as_str(), &job.prepared, &job.scalars, &job.config, job.trace);
         let chip = self.chip;
         let mut args = TaskArgs::new();
         for p in prepared {
@@ -1021,8 +986,7 @@ impl ExecCtx {
             .map_err(|f| f.into_error().context(&context))?;
         eng.drive_until(|| built.run.is_done(), None);
         if trace {
-            let records = built.run.own_timeline().map(|t| t.records().to_vec()).unwrap_or_default();
-            *sync::lock(&self.traced) = Some(records);
+            *records = Some(built.run.own_timeline().map(|t| t.records().to_vec()).unwrap_or_default());
         }
         let written = if diagnose {
             super::diag::write_run(chip, name, config, &built.run).map(|_| ())
@@ -1051,7 +1015,7 @@ impl Executor {
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
                 for job in jobs {
-                    let result = ctx.execute_caught(&job);
+                    let result = ctx.execute_caught(&job, &mut None);
                     if done_tx.send((job.lease, result)).is_err() {
                         break;
                     }

@@ -332,30 +332,51 @@ pub(crate) fn describe_args(args: &[crate::data::task_args::TaskArgs]) -> String
         if args.len() > 1 {
             let _ = writeln!(s, "  member {m}:");
         }
-        for (i, (t, tag)) in a.tensors.iter().zip(&a.tags).enumerate() {
-            let v = t.view();
-            let place = match t.desc().backing() {
-                crate::data::buffer::Backing::Device { ptr, chip } => {
-                    format!("device memory of chip {chip} at {ptr:#x}")
-                }
-                _ => "host memory".to_string(),
+        let tensors = a.tensors.iter().zip(&a.tags).map(|(t, tag)| {
+            let device = match t.desc().backing() {
+                crate::data::buffer::Backing::Device { ptr, chip } => Some((chip, ptr)),
+                _ => None,
             };
-            let _ = writeln!(
-                s,
-                "  arg {i}: {tag:?} {} {:?} strides {:?} at byte {} of buffer {} ({} bytes, {place})",
-                v.dtype(),
-                v.shape(),
-                v.strides(),
-                v.byte_offset(),
+            (
+                tag as &dyn std::fmt::Debug,
+                *t.view(),
                 t.desc().identity().buffer_id(),
-                t.desc().nbytes()
-            );
-        }
-        for (i, v) in a.scalars.iter().enumerate() {
-            let _ = writeln!(s, "  scalar {i}: {v} ({v:#x})");
-        }
+                t.desc().nbytes(),
+                device,
+            )
+        });
+        describe_tensors(&mut s, tensors, &a.scalars);
     }
     s
+}
+
+/// Appends one line per tensor, given as (its tag or access, view, buffer number, buffer
+/// bytes, `Some((chip, device address))` for device memory), then one per scalar: the lines of
+/// [`describe_args`], also for a chip's bare kernel.
+pub(crate) fn describe_tensors<'a>(
+    s: &mut String,
+    tensors: impl Iterator<
+        Item = (&'a dyn std::fmt::Debug, crate::data::tensor::TensorView, u64, u64, Option<(u32, u64)>),
+    >,
+    scalars: &[u64],
+) {
+    for (i, (how, v, buffer, nbytes, device)) in tensors.enumerate() {
+        let place = match device {
+            Some((chip, ptr)) => format!("device memory of chip {chip} at {ptr:#x}"),
+            None => "host memory".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "  arg {i}: {how:?} {} {:?} strides {:?} at byte {} of buffer {buffer} ({nbytes} bytes, {place})",
+            v.dtype(),
+            v.shape(),
+            v.strides(),
+            v.byte_offset(),
+        );
+    }
+    for (i, v) in scalars.iter().enumerate() {
+        let _ = writeln!(s, "  scalar {i}: {v} ({v:#x})");
+    }
 }
 
 impl DagCapture {

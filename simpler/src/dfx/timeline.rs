@@ -684,19 +684,28 @@ pub(crate) fn encode_entry(e: &Entry) -> Vec<u8> {
     b
 }
 
-/// Decodes the entries of a trace log, in order, skipping malformed ones and stopping at a
-/// length that runs past the end (the log is written by this library's processes, but a
-/// reader never trusts bytes it did not write).
-pub(crate) fn decode_entries(mut bytes: &[u8]) -> Vec<Entry> {
+/// Decodes the entries of a trace log, in order. A malformed entry, or one cut short (a writer
+/// killed in the middle of its write), is skipped: decoding goes on at the next entry's magic
+/// (the log is written by this library's processes, but a reader never trusts bytes it did
+/// not write).
+pub(crate) fn decode_entries(bytes: &[u8]) -> Vec<Entry> {
     let mut out = Vec::new();
-    while let Some(len) = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+    let mut at = 0;
+    while let Some(len) =
+        bytes.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
     {
-        let Some(body) = bytes.get(4..4 + len) else { break };
-        // A malformed entry is skipped (its length is known): it costs its own records only.
-        if let Some(e) = decode_entry(body) {
+        if let Some(e) = bytes.get(at + 4..at + 4 + len).and_then(decode_entry) {
             out.push(e);
+            at += 4 + len;
+            continue;
         }
-        bytes = &bytes[4 + len..];
+        // Resynchronise: the next magic past this entry's own starts the next entry (its
+        // length is the four bytes before it).
+        let from = at + 5;
+        match bytes.get(from..).and_then(|rest| rest.windows(4).position(|w| w == ENTRY_MAGIC)) {
+            Some(p) => at = from + p - 4,
+            None => break,
+        }
     }
     out
 }
@@ -1063,6 +1072,27 @@ mod tests {
         bad[4] = b'X'; // not the magic: skipped, the next entry still read
         bad.extend(encode_entry(&entries[1]));
         assert_eq!(decode_entries(&bad), [entries[1].clone()]);
+        // A writer killed in the middle of its entry: the entries around it survive.
+        let torn = encode_entry(&entries[1]);
+        let mut log = encode_entry(&entries[0]);
+        log.extend_from_slice(&torn[..torn.len() / 2]);
+        log.extend(encode_entry(&entries[2]));
+        assert_eq!(decode_entries(&log), [entries[0].clone(), entries[2].clone()]);
+        // Hostile bytes: never a panic, never more entries than whole ones in the input.
+        let whole: Vec<u8> = entries.iter().flat_map(encode_entry).collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut m = whole.clone();
+            for _ in 0..4 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = (seed as usize) % m.len();
+                m[at] = (seed >> 32) as u8;
+            }
+            m.truncate((seed as usize >> 8) % (m.len() + 1));
+            assert!(decode_entries(&m).len() <= entries.len());
+        }
         let t = t.with_inner(&decoded, (7, 2, 9));
         let inner: Vec<(&str, &[u32])> =
             t.inner_records().iter().map(|r| (r.worker.as_str(), &r.within[..])).collect();

@@ -397,13 +397,6 @@ struct Runs {
 }
 
 /// One level's engine.
-/// A number for a new engine ([`Engine::id`]): random, so that engines of different
-/// processes (a worker replaced under a reused pid included) do not share one either.
-fn engine_id() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) | 1
-}
-
 pub(crate) struct Engine {
     /// This engine's number in its process (run numbers restart in every engine, so trace-log
     /// keys name the engine too).
@@ -473,7 +466,9 @@ impl Engine {
         let LevelParts { minter, heap, devices } = parts;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
-            id: engine_id(),
+            // Random, so that engines of other processes (a worker replaced under a reused pid
+            // included) do not share one either.
+            id: crate::sys::random::u64() | 1,
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),

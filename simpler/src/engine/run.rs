@@ -116,11 +116,6 @@ impl RunState {
 
     /// The captured run as it happened, once it is done (see [`RunHandle::timeline`]).
     pub(crate) fn timeline(&self) -> Option<crate::dfx::timeline::Timeline> {
-        let cap = self.capture.as_ref()?;
-        if !self.is_done() {
-            return None;
-        }
-        let _ = cap;
         let timeline = self.own_timeline()?;
         // What ran inside its tasks in other processes of the tree (chips' kernels, nested
         // Workers' runs): in the trace log, if this process has one.
@@ -627,12 +622,14 @@ impl RunHandle {
     ///     }
     ///     Ok(())
     /// })?;
-    /// while !run.is_done() {
+    /// loop {
     ///     let p = run.progress();
     ///     eprint!("\r{}/{} done, {} failed", p.completed, p.submitted, p.failed);
-    ///     # break;
+    ///     match run.wait_timeout(std::time::Duration::from_millis(100)) {
+    ///         Err(e) if e.is_timeout() => continue, // still running: report again
+    ///         other => break other?,
+    ///     }
     /// }
-    /// run.wait()?;
     /// let p = run.progress();
     /// assert_eq!((p.submitted, p.completed, p.failed, p.submitting), (1000, 1000, 0, false));
     /// # Ok(()) }

@@ -119,11 +119,7 @@ pub(crate) struct NodeHello {
 
 /// `NONCE_LEN` bytes from the kernel's random source.
 fn nonce() -> Result<[u8; NONCE_LEN]> {
-    let mut n = [0u8; NONCE_LEN];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut n))
-        .map_err(|e| Error::os("reading /dev/urandom for a handshake nonce", e))?;
-    Ok(n)
+    crate::sys::random::bytes("a handshake nonce")
 }
 
 /// The body of a node's challenge.

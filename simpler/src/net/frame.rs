@@ -265,14 +265,35 @@ pub(crate) fn read_frame_head(r: &mut impl Read, max_body: usize) -> Result<Fram
 pub(crate) fn read_body(r: &mut impl Read, head: FrameHead) -> Result<Vec<u8>, FrameError> {
     // Zeroed memory: a large body is backed page by page only as it arrives.
     let mut body = vec![0u8; head.len];
-    let got = fill(r, &mut body).map_err(FrameError::Io)?;
-    if got < head.len {
+    read_part(r, &mut body).map_err(|e| match e {
+        FrameError::Malformed(m) => FrameError::Malformed(format!("{m} of a {:?} frame", head.kind)),
+        e => e,
+    })?;
+    Ok(body)
+}
+
+/// Fills `buf` with the next bytes of a frame's body (a body read in parts: the head of a
+/// TASK, then each tensor's bytes); the stream ending first is a malformed frame.
+pub(crate) fn read_part(r: &mut impl Read, buf: &mut [u8]) -> Result<(), FrameError> {
+    let got = fill(r, buf).map_err(FrameError::Io)?;
+    if got < buf.len() {
         return Err(FrameError::Malformed(format!(
-            "connection closed inside a frame ({got} of {} body bytes of a {:?} frame)",
-            head.len, head.kind
+            "connection closed inside a frame ({got} of {} body bytes)",
+            buf.len()
         )));
     }
-    Ok(body)
+    Ok(())
+}
+
+/// Reads and drops the next `n` bytes of a frame's body (parts nobody wants).
+pub(crate) fn skip_part(r: &mut impl Read, n: u64) -> Result<(), FrameError> {
+    let copied = io::copy(&mut Read::take(&mut *r, n), &mut io::sink()).map_err(FrameError::Io)?;
+    if copied < n {
+        return Err(FrameError::Malformed(format!(
+            "connection closed inside a frame ({copied} of {n} bytes)"
+        )));
+    }
+    Ok(())
 }
 
 /// Reads one frame; every header field is checked (magic, version, kind, flags must be 0,

@@ -16,6 +16,10 @@
 //! * [`spawn`]: starting a child by exec of this same binary (safe among threads), and the
 //!   `.init_array` hook that turns such a process into the child before `main`.
 //! * [`sync`]: the one way the crate takes a lock, with one poison policy.
+//! * [`clock`]: `CLOCK_MONOTONIC`, one clock for every process of the host (task records).
+//! * [`random`]: random bytes for secrets, and cheap numbers that only must differ.
+//! * [`tracelog`]: the append-only log where worker processes leave the records of what they
+//!   ran for tasks of captured runs.
 //!
 //! Each module states its protocol as numbered rules and every `unsafe` block cites the rule it
 //! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `FA*` in `fn_address`, `P*`
@@ -26,6 +30,7 @@ pub(crate) mod fn_address;
 pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod process;
+pub(crate) mod random;
 pub(crate) mod shm;
 pub(crate) mod spawn;
 pub(crate) mod sync;

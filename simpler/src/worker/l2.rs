@@ -44,7 +44,7 @@ impl L2Chip {
             runtime: Mutex::new(runtime),
             resolver: Mutex::new(HostResolver::new(Vec::new())),
             live: Mutex::new(HashSet::new()),
-            minter: IdentityMinter::new(super::random_u64()),
+            minter: IdentityMinter::new(crate::sys::random::u64()),
         })
     }
 

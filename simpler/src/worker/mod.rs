@@ -12,9 +12,7 @@
 //! The methods below check what holds for every runtime, then hand the rest to the started
 //! one. The child side of each lane (what a child process serves) is [`serve`].
 
-use std::hash::BuildHasher;
 use std::panic::resume_unwind;
-use std::time::Instant;
 
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind};
@@ -116,10 +114,6 @@ impl std::fmt::Debug for Worker {
             .field("phase", &phase)
             .finish()
     }
-}
-
-fn random_u64() -> u64 {
-    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now()))
 }
 
 /// Whether `w` is a dead worker this Worker can start again (a SUB worker or a chip; a nested
@@ -1263,11 +1257,7 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        // This thread will drive the run: from the moment it may build until it has waited,
-        // published work does not wake the background thread (`RunHandle::is_done` and other
-        // waiters still drive other runs meanwhile).
-        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
-        handle.wait()
+        self.run_keeping_handle(options, orch_fn)?.1
     }
 
     /// [`run_with`](Worker::run_with) that also returns the run's handle (for its timeline):
@@ -1280,6 +1270,9 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
+        // This thread will drive the run: from the moment it may build until it has waited,
+        // published work does not wake the background thread (`RunHandle::is_done` and other
+        // waiters still drive other runs meanwhile).
         let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
         let result = handle.wait();
         Ok((handle, result))

@@ -112,7 +112,7 @@ impl Tree {
         // Every task crosses a child's mailbox: larger arguments are refused at submit.
         engine_cfg.args_capacity = Some(ARGS_CAPACITY);
         // Tasks name buffers of this Worker and of its ancestors only.
-        let nonce = super::random_u64();
+        let nonce = crate::sys::random::u64();
         let mut owners = vec![nonce];
         owners.extend_from_slice(extra_owners);
         engine_cfg.owners = Some(owners.clone());

@@ -25,12 +25,7 @@ pub(crate) type Token = [u8; TOKEN_LEN];
 
 /// A fresh token from the kernel's random source.
 pub(crate) fn token() -> Result<Token> {
-    use std::io::Read;
-    let mut t = [0u8; TOKEN_LEN];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut t))
-        .map_err(|e| Error::os("reading /dev/urandom for a session token", e))?;
-    Ok(t)
+    crate::sys::random::bytes("a session token")
 }
 
 /// Sends `token` as the first frame of an authenticated connection.

@@ -446,7 +446,7 @@ impl Session {
         };
         let expected = std::mem::take(&mut *sync::lock(&self.outputs));
         if msg.status != wire::DONE {
-            wire::skip(r, bulk)?;
+            crate::net::frame::skip_part(r, bulk)?;
         } else {
             let mut resolver = sync::lock(&self.resolver);
             for &(i, offset, len) in &msg.outputs {
@@ -465,11 +465,11 @@ impl Session {
                     Err(m) => return Ok(Err(Error::decode(m))),
                 };
                 if view.is_contiguous() {
-                    wire::read_exactly(r, dst)?;
+                    crate::net::frame::read_part(r, dst)?;
                 } else {
                     // Only the view's elements: bytes between them may belong to other tasks.
                     let mut bytes = vec![0u8; dst.len()];
-                    wire::read_exactly(r, &mut bytes)?;
+                    crate::net::frame::read_part(r, &mut bytes)?;
                     view.for_each_run(|off, n| dst[off..off + n].copy_from_slice(&bytes[off..off + n]));
                 }
             }

@@ -513,18 +513,18 @@ impl BoundNode {
         let msg = match wire::decode_task_head(&head, bulk) {
             Ok(m) => m,
             Err(e) => {
-                wire::skip(r, bulk)?;
+                crate::net::frame::skip_part(r, bulk)?;
                 return Ok(Reply::failed(wire::BAD_FRAME, e.message()));
             }
         };
         let Some(f) = self.orch.get(&msg.digest) else {
-            wire::skip(r, bulk)?;
+            crate::net::frame::skip_part(r, bulk)?;
             return Ok(Reply::failed(wire::UNKNOWN_CALLABLE, &self.unknown(&msg.digest, &msg.name)));
         };
         let prepared = match self.prepare(&msg) {
             Ok(p) => p,
             Err(e) => {
-                wire::skip(r, bulk)?;
+                crate::net::frame::skip_part(r, bulk)?;
                 return Ok(Reply::failed(status_of(&e), e.message()));
             }
         };

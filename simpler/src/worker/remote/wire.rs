@@ -27,7 +27,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::data::wire::{CALL_CONFIG_WIRE_SIZE, blob_size, decode_config, encode_args, encode_config};
 use crate::error::{Error, Result};
-use crate::net::frame::{BodyReader, BodyWriter, FrameError};
+use crate::net::frame::{BodyReader, BodyWriter, FrameError, read_part, skip_part};
 
 /// COMPLETION status: the task succeeded.
 pub(crate) const DONE: u32 = 0;
@@ -111,46 +111,21 @@ pub(crate) fn read_head(
     body_len: usize,
 ) -> std::result::Result<Result<(Vec<u8>, u64)>, FrameError> {
     if body_len < 4 {
-        skip(r, body_len as u64)?;
+        skip_part(r, body_len as u64)?;
         return Ok(Err(Error::decode(format!("a body of {body_len} bytes has no head length"))));
     }
     let mut len = [0u8; 4];
-    read_exactly(r, &mut len)?;
+    read_part(r, &mut len)?;
     let head_len = u32::from_le_bytes(len) as usize;
     if head_len > MAX_HEAD || head_len > body_len - 4 {
-        skip(r, (body_len - 4) as u64)?;
+        skip_part(r, (body_len - 4) as u64)?;
         return Ok(Err(Error::decode(format!(
             "a head of {head_len} bytes in a body of {body_len} (at most {MAX_HEAD})"
         ))));
     }
     let mut head = vec![0u8; head_len];
-    read_exactly(r, &mut head)?;
+    read_part(r, &mut head)?;
     Ok(Ok((head, (body_len - 4 - head_len) as u64)))
-}
-
-/// `read_exact` with a short read named as a malformed frame.
-pub(crate) fn read_exactly(
-    r: &mut impl std::io::Read,
-    buf: &mut [u8],
-) -> std::result::Result<(), FrameError> {
-    r.read_exact(buf).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => {
-            FrameError::Malformed(format!("connection closed inside a frame (a part of {} bytes)", buf.len()))
-        }
-        _ => FrameError::Io(e),
-    })
-}
-
-/// Reads and drops `n` bytes of bulk nobody wants (the outputs of a failed task).
-pub(crate) fn skip(r: &mut impl std::io::Read, n: u64) -> std::result::Result<(), FrameError> {
-    let copied =
-        std::io::copy(&mut std::io::Read::take(&mut *r, n), &mut std::io::sink()).map_err(FrameError::Io)?;
-    if copied < n {
-        return Err(FrameError::Malformed(format!(
-            "connection closed inside a frame ({copied} of {n} bytes)"
-        )));
-    }
-    Ok(())
 }
 
 /// Checks that segments of `lens` fill a bulk of `bulk` bytes exactly.

@@ -176,14 +176,16 @@ impl Serve for ChipServer {
                 format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
             ));
         }
-        if req.trace.is_some() {
-            self.runtime.trace_next();
-        }
-        let result =
-            catch_unwind(AssertUnwindSafe(|| self.runtime.run(&digest, args, &decoded.scalars, &config)));
-        if let (Some(trace), Some(records)) = (req.trace, self.runtime.take_trace()) {
-            super::leave_trace(trace, 0, 0, records);
-        }
+        let trace = req.trace.is_some();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            self.runtime.run_traced(&digest, args, &decoded.scalars, &config, trace)
+        }))
+        .map(|(result, records)| {
+            if let (Some(key), Some(records)) = (req.trace, records) {
+                super::leave_trace(key, 0, 0, records);
+            }
+            result
+        });
         match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string())),
