@@ -340,7 +340,10 @@ impl Gen<'_> {
                 });
                 quote!({
                     let mut #c = #call;
-                    #se.uses(#callee::INFO, &[#(#uses),*], &mut #c);
+                    // SAFETY: every use of the graph's static intermediates goes through the
+                    // tracker, with the uses the checker derived from the graph.
+                    #[allow(unsafe_code)]
+                    unsafe { #se.uses(#callee::INFO, &[#(#uses),*], &mut #c) };
                     #c
                 })
             };

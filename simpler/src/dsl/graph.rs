@@ -292,7 +292,20 @@ impl StaticEdges {
     /// as static in `call` and adds the dependencies the engine's rules give (a reader waits
     /// for the overlapping writers and retains them; a writer waits for the overlapping
     /// writers and readers). [`done`](StaticEdges::done) records them once submitted.
-    pub fn uses<K: crate::dsl::place::kind::Kind>(
+    ///
+    /// # Safety
+    ///
+    /// The tensors named are taken out of the TensorMap's ordering (see `Call::__static`), so
+    /// the edges given here must be all of theirs: every use of these intermediates by a task
+    /// of the run must go through this tracker ([`uses`](StaticEdges::uses), then
+    /// [`done`](StaticEdges::done)) and `uses` must name each one's real parameter, tensor and
+    /// piece. `task_graph!` generates exactly that from the checked graph; nothing else
+    /// should call it.
+    #[expect(
+        unsafe_code,
+        reason = "takes tensors out of the TensorMap's ordering; the caller states their edges"
+    )]
+    pub unsafe fn uses<K: crate::dsl::place::kind::Kind>(
         &mut self,
         info: &'static CallableInfo,
         uses: &[ArgUse],
@@ -302,7 +315,9 @@ impl StaticEdges {
         for &(pos, id, piece) in uses {
             let mode = info.params.get(pos).map_or(ParamMode::In, |p| p.mode);
             let arg = info.params[..pos.min(info.params.len())].iter().filter(|p| p.mode.is_tensor()).count();
-            call.__static(arg);
+            // SAFETY: this tracker adds every edge of the intermediate below (this function's
+            // own contract).
+            unsafe { call.__static(arg) };
             let region = self.parts.region(piece);
             let Some(t) = self.tensors.get(id) else { continue };
             let indexed = match piece {
@@ -534,7 +549,11 @@ mod tests {
     fn submit(se: &mut StaticEdges, index: u32, uses: &[(usize, Option<(usize, u32)>)]) -> Vec<(u32, bool)> {
         let mut call: Call<HostCallable> = Call::__new(&INFO);
         let uses: Vec<ArgUse> = uses.iter().map(|&(pos, piece)| (pos, 0, piece)).collect();
-        se.uses(&INFO, &uses, &mut call);
+        // SAFETY: the test's every use of the intermediates goes through `se`.
+        #[expect(unsafe_code, reason = "the test drives the tracker as the generated code does")]
+        unsafe {
+            se.uses(&INFO, &uses, &mut call)
+        };
         for &(pos, _, _) in &uses {
             assert!(call.args().is_static(pos), "argument {pos} is static");
         }

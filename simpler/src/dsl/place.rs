@@ -274,9 +274,17 @@ impl<K: Kind> Call<K> {
     }
 
     /// Generated code only (`task_graph!`'s static edges): tensor `i`'s edges are the deps.
+    ///
+    /// # Safety
+    ///
+    /// Tensor `i` is no longer ordered by the TensorMap (as if tagged `NoDep`, which is
+    /// `unsafe` for the same reason): the caller must add, with [`__dep`](Call::__dep), an edge
+    /// from every task of the run that touches the same bytes in a conflicting way, or two
+    /// tasks may write (or one write and one read) the same memory at once.
     #[doc(hidden)]
     #[inline]
-    pub fn __static(&mut self, i: usize) {
+    #[expect(unsafe_code, reason = "the caller takes over the ordering of a tensor, as with NoDep")]
+    pub unsafe fn __static(&mut self, i: usize) {
         self.args.set_static(i);
     }
 
