@@ -1,25 +1,24 @@
-//! Chip run pipelining on the L2 lifecycle (prepare -> launch -> wait -> finalize), measured
-//! side by side in one process on a simulated chip.
+//! Chip run pipelining, measured side by side in one process on a simulated chip.
 //!
 //! Each run copies 8 MiB of f32 into the chip (the host input), runs a kernel that makes
 //! passes over them for about as long as that copy-in takes (calibrated below), and copies
-//! 1 MiB back (the host output). 16 such runs are driven through `ChipRuntime` (in this
-//! process, through `bench_support::chip_pipeline`):
+//! 1 MiB back (the host output). 16 such runs, each its own Worker run:
 //!
-//! - at depth 1, each run is prepared (copy-in), launched, waited for and finalized (copy-back)
-//!   before the next is prepared;
-//! - at depth 2, run N+1 is prepared (its copy-in, into its own pipeline slot's staging buffer)
-//!   while run N's kernel runs on the chip's executor thread, and launched once run N is
-//!   finalized. Execution stays one run at a time.
+//! - through an L3 `Worker` with one chip (a chip process), submitted back to back, with
+//!   `pipeline_depth(1)` (each run's copy-in, kernel and copy-back before the next run's) and
+//!   `pipeline_depth(2)` (the chip prepares run N+1, its copy-in into its own pipeline slot's
+//!   staging buffer, while run N's kernel runs on the chip's executor thread, and launches it
+//!   once run N has finished). Execution stays one run at a time.
+//! - through the chip runtime's lifecycle alone (prepare -> launch -> wait -> finalize, in this
+//!   process, `bench_support::chip_pipeline`), the same runs at depth 1 and 2, and its device
+//!   allocations.
 //!
 //! Figures:
-//! - `chip_pipeline_speedup`: wall time of the 16 runs at depth 1 over the same at depth 2
-//!   (median of alternating rounds). Target at least 1.5x on two cores.
+//! - `chip_pipeline_speedup`: Worker wall time of the 16 runs at depth 1 over the same at depth
+//!   2 (median of alternating rounds). Target at least 1.5x on two cores.
+//! - `chip_runtime_pipeline_speedup`: the same through the chip runtime alone.
 //! - `chip_staging_allocs_per_run`: device allocations per run after the first two runs (the
 //!   steady state: each slot's staging buffer has grown to what a run needs). Target 0.
-//!
-//! This measures the chip runtime's lifecycle, not a whole Worker: an L3 chip child still runs
-//! each task with the blocking composition (see ARCHITECTURE.md, "Chip run pipelining").
 
 #![allow(clippy::print_stdout)]
 
@@ -28,7 +27,61 @@ mod common;
 use std::time::Duration;
 
 use common::{figure, target};
-use simpler::bench_support::chip_pipeline;
+use simpler::bench_support::{chip_pipeline, pipeline_kernel};
+use simpler::{CallConfig, ChipFn, DataType, TaskArgs, Worker};
+
+/// Wall time of `RUNS` Worker runs at `depth` on one chip, each its own input and output;
+/// checks every output.
+fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
+    let mut w = Worker::builder()
+        .chips(1)
+        .chip_cores(1)
+        .chip_memory((4 * (INPUT + OUTPUT) + (8 << 20)) as u64)
+        .pipeline_depth(depth)
+        .build()?;
+    let k = w.register_chip(ChipFn::kernel("pipeline_kernel", pipeline_kernel))?;
+    w.init()?;
+    let (n_in, n_out) = ((INPUT / 4) as u32, (OUTPUT / 4) as u32);
+    let xs: Vec<f32> = (0..n_in).map(|i| (i % 7) as f32).collect();
+    let mut inputs = Vec::with_capacity(RUNS);
+    let mut outputs = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let i = w.create_buffer(INPUT)?;
+        i.write(0, &xs)?;
+        let o = w.create_buffer(OUTPUT)?;
+        o.write(0, &vec![-1.0f32; n_out as usize])?;
+        inputs.push(i);
+        outputs.push(o);
+    }
+    let submit = |i: &simpler::Buffer, o: &simpler::Buffer| -> simpler::Result<simpler::RunHandle> {
+        let (ti, to) = (i.tensor(&[n_in], DataType::Float32)?, o.tensor(&[n_out], DataType::Float32)?);
+        let k = k.clone();
+        w.submit(move |orch| {
+            let mut args = TaskArgs::new();
+            args.input(&ti)?.output(&to)?.scalar(passes);
+            orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+        })
+    };
+    // Warm-up: the chip's staging buffers grow, its pages fault in.
+    for h in [submit(&inputs[0], &outputs[0])?, submit(&inputs[1], &outputs[1])?] {
+        h.wait()?;
+    }
+    let start = std::time::Instant::now();
+    let mut handles = Vec::with_capacity(RUNS);
+    for (i, o) in inputs.iter().zip(&outputs) {
+        handles.push(submit(i, o)?);
+    }
+    for h in &handles {
+        h.wait()?;
+    }
+    let wall = start.elapsed();
+    let first = outputs[0].read::<f32>(0, n_out as usize)?;
+    for o in &outputs {
+        assert_eq!(o.read::<f32>(0, n_out as usize)?, first, "a run's output came back wrong");
+    }
+    w.close()?;
+    Ok(wall)
+}
 
 const RUNS: usize = 16;
 const INPUT: usize = 8 << 20;
@@ -53,6 +106,7 @@ fn main() -> simpler::Result<()> {
     let round = (eight.saturating_sub(bare) / 8).max(Duration::from_micros(20));
     let passes =
         (prepare.saturating_sub(bare).as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 256.0) as u64;
+    let passes = std::env::var("PASSES").ok().and_then(|p| p.parse().ok()).unwrap_or(passes);
     let (_, kernel) = measure(passes)?;
     println!(
         "calibration: prepare (copy-in) {:.2} ms, one kernel round {:.3} ms -> {passes} rounds, execution {:.2} ms",
@@ -62,8 +116,11 @@ fn main() -> simpler::Result<()> {
     );
 
     let (mut serial, mut piped) = (Vec::new(), Vec::new());
+    let (mut w_serial, mut w_piped) = (Vec::new(), Vec::new());
     let mut allocs = (0u64, 0usize, 0u64);
     for _ in 0..ROUNDS {
+        w_serial.push(worker_runs(1, passes)?);
+        w_piped.push(worker_runs(2, passes)?);
         let s = chip_pipeline(1, RUNS, INPUT, OUTPUT, passes)?;
         let p = chip_pipeline(2, RUNS, INPUT, OUTPUT, passes)?;
         assert!(s.outputs_checked && p.outputs_checked, "a run's output came back wrong");
@@ -73,16 +130,24 @@ fn main() -> simpler::Result<()> {
         allocs.1 += p.steady_runs + s.steady_runs;
         allocs.2 = p.first_run_allocations;
     }
+    let (ws, wp) = (median(w_serial), median(w_piped));
     let (s, p) = (median(serial), median(piped));
     println!(
-        "{RUNS} runs, 8 MiB in / 1 MiB out each: depth 1 {:.1} ms, depth 2 {:.1} ms (medians of {ROUNDS} rounds); first run allocated {} device block(s)",
+        "{RUNS} Worker runs on one chip, 8 MiB in / 1 MiB out each: pipeline_depth 1 {:.1} ms, pipeline_depth 2 {:.1} ms (medians of {ROUNDS} rounds)",
+        ws.as_secs_f64() * 1e3,
+        wp.as_secs_f64() * 1e3,
+    );
+    println!(
+        "the same through the chip runtime alone: depth 1 {:.1} ms, depth 2 {:.1} ms; first run allocated {} device block(s)",
         s.as_secs_f64() * 1e3,
         p.as_secs_f64() * 1e3,
         allocs.2
     );
-    let speedup = s.as_secs_f64() / p.as_secs_f64();
+    let speedup = ws.as_secs_f64() / wp.as_secs_f64();
+    let runtime_speedup = s.as_secs_f64() / p.as_secs_f64();
     let per_run = allocs.0 as f64 / allocs.1 as f64;
     figure("chip_pipeline_speedup", speedup, "x");
+    figure("chip_runtime_pipeline_speedup", runtime_speedup, "x");
     figure("chip_staging_allocs_per_run", per_run, "allocs");
     target("chip_pipeline_speedup", speedup, ">=", 1.5, "x");
     target("chip_staging_allocs_per_run", per_run, "<=", 0.0, "allocs");

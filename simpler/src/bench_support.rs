@@ -271,7 +271,7 @@ pub fn type_sizes() -> Vec<(&'static str, usize)> {
 /// the first-level cache, so the kernel is bound by arithmetic, not by memory bandwidth the
 /// next run's copy-in needs), summed into `out[i % out.len()]`: a kernel whose duration scales
 /// with its input and the rounds (the pipeline benchmark's "kernel of comparable duration").
-fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+pub fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
     let rounds = args.scalar(0)?;
     let input = args.input::<f32>(0)?;
     let out = args.output::<f32>(1)?;

@@ -64,6 +64,7 @@ pub(crate) fn kernel_record(
         level: crate::level::Level::Chip,
         submitted_ns: times.0,
         ready_ns: Some(times.0),
+        staged_ns: None,
         started_ns: Some(times.0),
         ended_ns: Some(times.1),
         status,

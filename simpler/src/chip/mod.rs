@@ -34,9 +34,7 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
-#[cfg(feature = "bench-support")]
-pub(crate) use runtime::ChipRun;
-pub(crate) use runtime::{ChipArg, ChipConfig, ChipRuntime};
+pub(crate) use runtime::{ChipArg, ChipConfig, ChipRun, ChipRuntime};
 pub(crate) use sim::BackendFactory;
 pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
 

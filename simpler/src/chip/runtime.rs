@@ -228,6 +228,8 @@ pub(crate) struct ChipRuntime {
     waiting: Option<Lease>,
     /// The thread runs execute on.
     exec: Executor,
+    /// What the executor thread calls after each run.
+    notify: RunDone,
 }
 
 impl std::fmt::Debug for ChipRuntime {
@@ -294,8 +296,10 @@ impl ChipRuntime {
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
-        let exec = Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() })
-            .map_err(in_chip)?;
+        let notify = RunDone::default();
+        let exec =
+            Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() }, notify.clone())
+                .map_err(in_chip)?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
         Ok(ChipRuntime {
             chip,
@@ -311,6 +315,7 @@ impl ChipRuntime {
             active: None,
             waiting: None,
             exec,
+            notify,
         })
     }
 
@@ -339,6 +344,13 @@ impl ChipRuntime {
     /// Whether `digest` is installed.
     pub(crate) fn contains(&self, digest: &Digest) -> bool {
         self.read_registry().contains(digest)
+    }
+
+    /// Has the executor thread call `f` after each run it finished (once per runtime; later
+    /// calls are ignored): a driver that sleeps while a launched run executes wakes up to
+    /// finalize it.
+    pub(crate) fn on_run_done(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.notify.set(f);
     }
 
     /// Sets the granted pipeline depth (at least 1). Only while no run is prepared or
@@ -381,6 +393,14 @@ impl ChipRuntime {
     )]
     pub(crate) fn acquire_lease(&mut self) -> Option<Lease> {
         self.leases.acquire()
+    }
+
+    /// A lease for a task that came with none: the current generation of the lowest slot
+    /// other than `avoid` (the slot of the run the chip holds besides), which its high-water
+    /// mark admits as is.
+    pub(crate) fn local_lease(&self, avoid: Option<u32>) -> Lease {
+        let slot = (0..self.marks.depth()).find(|&s| Some(s) != avoid).unwrap_or(0);
+        Lease { slot, generation: self.marks.mark(slot).max(1) }
     }
 
     /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
@@ -494,10 +514,64 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<ChipRun<'a>> {
+        self.prepare_inner(lease, digest, args, scalars, config, false)
+    }
+
+    /// [`prepare`](Self::prepare) and [`launch_traced`](Self::launch_traced) at once, also while
+    /// another run is prepared and waits (a successor staged before this run arrived): the run
+    /// is never a prepared, unlaunched one, so the chip still holds at most one of those. On
+    /// the executor thread (`here` false), or on the calling thread, done when this returns.
+    /// Refused while another run is launched and not finalized, or for the waiting run's slot.
+    pub(crate) fn start<'a>(
+        &mut self,
+        lease: Lease,
+        digest: &Digest,
+        args: Vec<ChipArg<'a>>,
+        (scalars, config): (&[u64], &CallConfig),
+        here: bool,
+        trace: bool,
+    ) -> Result<ChipRun<'a>> {
+        if let Some(a) = self.active {
+            return Err(Error::state(format!(
+                "chip {}: starting a run under {lease} while the run under {a} executes; finalize it first",
+                self.chip
+            )));
+        }
+        let mut run = self.prepare_inner(lease, digest, args, scalars, config, true)?;
+        let launched = if here {
+            let mut records = None;
+            let r = self.launch_here(&mut run, trace.then_some(&mut records));
+            if let Phase::Done(_, kept) = &mut run.phase {
+                *kept = records;
+            }
+            r
+        } else {
+            self.launch_traced(&mut run, trace)
+        };
+        match launched {
+            Ok(()) => Ok(run),
+            Err(e) => {
+                let _ = self.finalize(run);
+                Err(e)
+            }
+        }
+    }
+
+    fn prepare_inner<'a>(
+        &mut self,
+        lease: Lease,
+        digest: &Digest,
+        args: Vec<ChipArg<'a>>,
+        scalars: &[u64],
+        config: &CallConfig,
+        ahead: bool,
+    ) -> Result<ChipRun<'a>> {
         if self.closed {
             return Err(Error::state(format!("chip {} is shut down", self.chip)));
         }
-        if let Some(w) = self.waiting {
+        if let Some(w) = self.waiting
+            && (!ahead || w.slot == lease.slot)
+        {
             return Err(Error::state(format!(
                 "chip {}: preparing a run under {lease} while the run under {w} is prepared and not launched; a chip holds one prepared run",
                 self.chip
@@ -521,7 +595,9 @@ impl ChipRuntime {
         let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
             .entered();
         let prepared = self.stage(&f, &args, lease.slot as usize)?;
-        self.waiting = Some(lease);
+        if !ahead {
+            self.waiting = Some(lease);
+        }
         Ok(ChipRun {
             lease,
             name: f.name().to_string(),
@@ -531,6 +607,7 @@ impl ChipRuntime {
             scalars: scalars.to_vec(),
             config: config.clone(),
             phase: Phase::Prepared,
+            ahead,
         })
     }
 
@@ -545,9 +622,17 @@ impl ChipRuntime {
         )
     )]
     pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
-        let job = self.launchable(run, false)?;
+        self.launch_traced(run, false)
+    }
+
+    /// [`launch`](Self::launch), and with `trace` the run records what it runs (given back by
+    /// [`finalize_traced`](Self::finalize_traced)).
+    pub(crate) fn launch_traced(&mut self, run: &mut ChipRun<'_>, trace: bool) -> Result<()> {
+        let job = self.launchable(run, trace)?;
         self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
-        self.waiting = None;
+        if self.waiting == Some(run.lease) {
+            self.waiting = None;
+        }
         self.active = Some(run.lease);
         run.phase = Phase::Launched;
         Ok(())
@@ -563,16 +648,25 @@ impl ChipRuntime {
         records: Option<&mut Option<Vec<TaskRecord>>>,
     ) -> Result<()> {
         let job = self.launchable(run, records.is_some())?;
-        self.waiting = None;
+        if self.waiting == Some(run.lease) {
+            self.waiting = None;
+        }
         self.active = Some(run.lease);
         let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
-        run.phase = Phase::Done(ctx.execute_caught(&job, records.unwrap_or(&mut None)));
+        let mut traced = None;
+        let result = ctx.execute_caught(&job, &mut traced);
+        if let Some(out) = records {
+            *out = traced;
+            run.phase = Phase::Done(result, None);
+        } else {
+            run.phase = Phase::Done(result, traced);
+        }
         Ok(())
     }
 
     /// The checks of a launch, the run's staging buffer unfenced, and the job to execute.
     fn launchable(&mut self, run: &ChipRun<'_>, trace: bool) -> Result<ExecJob> {
-        if !matches!(run.phase, Phase::Prepared) || self.waiting != Some(run.lease) {
+        if !matches!(run.phase, Phase::Prepared) || !(run.ahead || self.waiting == Some(run.lease)) {
             return Err(Error::state(format!(
                 "chip {}: the run under {} is not this chip's prepared run",
                 self.chip, run.lease
@@ -600,15 +694,11 @@ impl ChipRuntime {
 
     /// Phase 3, without blocking: true once the launched `run` is done (or when it is not
     /// launched at all).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "a non-blocking driver (a two-frame chip child) is not built yet")
-    )]
     pub(crate) fn poll(&mut self, run: &mut ChipRun<'_>) -> bool {
         if matches!(run.phase, Phase::Launched)
-            && let Some(result) = self.exec.try_take(run.lease, self.chip)
+            && let Some((result, records)) = self.exec.try_take(run.lease, self.chip)
         {
-            run.phase = Phase::Done(result);
+            run.phase = Phase::Done(result, records);
         }
         !matches!(run.phase, Phase::Launched)
     }
@@ -616,7 +706,8 @@ impl ChipRuntime {
     /// Phase 3: blocks until the launched `run` is done.
     pub(crate) fn wait(&mut self, run: &mut ChipRun<'_>) {
         if matches!(run.phase, Phase::Launched) {
-            run.phase = Phase::Done(self.exec.take(run.lease, self.chip));
+            let (result, records) = self.exec.take(run.lease, self.chip);
+            run.phase = Phase::Done(result, records);
         }
     }
 
@@ -624,24 +715,50 @@ impl ChipRuntime {
     /// fences its staging buffer and returns its result. A run finalized before it was
     /// launched gives up its prepared place and fails with an [`ErrorKind::InvalidState`]
     /// error saying so.
-    pub(crate) fn finalize(&mut self, mut run: ChipRun<'_>) -> Result<()> {
+    pub(crate) fn finalize(&mut self, run: ChipRun<'_>) -> Result<()> {
+        self.finalize_traced(run, None).0
+    }
+
+    /// [`finalize`](Self::finalize), copying the outputs back into `outputs` (the run's host
+    /// tensors, mapped again: a [`detach`](ChipRun::detach)ed run holds none) when given, and
+    /// with the records of what the run ran when it was launched traced.
+    pub(crate) fn finalize_traced(
+        &mut self,
+        mut run: ChipRun<'_>,
+        outputs: Option<&[ChipArg<'_>]>,
+    ) -> (Result<()>, Option<Vec<TaskRecord>>) {
         self.wait(&mut run);
         let slot = run.lease.slot as usize;
-        let result = match std::mem::replace(&mut run.phase, Phase::Finished) {
+        let (result, records) = match std::mem::replace(&mut run.phase, Phase::Finished) {
             Phase::Prepared => {
                 if self.waiting == Some(run.lease) {
                     self.waiting = None;
                 }
-                return Err(Error::state(format!(
+                let err = Error::state(format!(
                     "chip {}: the run under {} was finalized before it was launched",
                     self.chip, run.lease
-                )));
+                ));
+                return (Err(err), None);
             }
-            Phase::Done(result) => result,
+            Phase::Done(result, records) => (result, records),
             Phase::Launched | Phase::Finished => unreachable!("waited for above"),
         };
+        let args = std::mem::take(&mut run.args);
+        let targets = outputs.unwrap_or(&args);
         let result = result.and_then(|()| {
-            for (i, (arg, p)) in run.args.iter().zip(&run.prepared).enumerate() {
+            if targets.len() != run.prepared.len() {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "chip {}: `{}` was prepared with {} tensors and finalized with {}",
+                        self.chip,
+                        run.name,
+                        run.prepared.len(),
+                        targets.len()
+                    ),
+                ));
+            }
+            for (i, (arg, p)) in targets.iter().zip(&run.prepared).enumerate() {
                 if let ChipArg::Host(m) = arg
                     && m.access().can_write()
                 {
@@ -663,7 +780,7 @@ impl ChipRuntime {
         if self.active == Some(run.lease) {
             self.active = None;
         }
-        result
+        (result, records)
     }
 
     /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
@@ -801,7 +918,7 @@ impl ChipRuntime {
         self.exec.stop();
         f(Arc::get_mut(&mut self.engine).expect("only the runtime holds the engine").config_mut());
         let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
-        self.exec = Executor::spawn(ctx).expect("restarting the executor thread");
+        self.exec = Executor::spawn(ctx, self.notify.clone()).expect("restarting the executor thread");
     }
 
     /// Bytes of device memory held outside the staging buffers (what users and `orch.alloc`
@@ -827,7 +944,8 @@ impl Drop for ChipRuntime {
 enum Phase {
     Prepared,
     Launched,
-    Done(Result<()>),
+    /// Its result, and the records of what it ran when it was launched traced.
+    Done(Result<()>, Option<Vec<TaskRecord>>),
     Finished,
 }
 
@@ -844,6 +962,8 @@ pub(crate) struct ChipRun<'a> {
     scalars: Vec<u64>,
     config: CallConfig,
     phase: Phase,
+    /// Prepared by [`ChipRuntime::start`], to launch at once (not the chip's prepared run).
+    ahead: bool,
 }
 
 impl std::fmt::Debug for ChipRun<'_> {
@@ -853,11 +973,24 @@ impl std::fmt::Debug for ChipRun<'_> {
 }
 
 impl ChipRun<'_> {
+    /// The run without its host tensors, which it needs only to copy its outputs back: give
+    /// them to [`ChipRuntime::finalize_traced`] again, mapped anew. For a caller that keeps a
+    /// run across requests (a two-frame chip child), while the mappings it borrowed change.
+    pub(crate) fn detach(self) -> ChipRun<'static> {
+        ChipRun {
+            lease: self.lease,
+            name: self.name,
+            body: self.body,
+            args: Vec::new(),
+            prepared: self.prepared,
+            scalars: self.scalars,
+            config: self.config,
+            phase: self.phase,
+            ahead: self.ahead,
+        }
+    }
+
     /// The lease the run holds.
-    #[cfg_attr(
-        not(feature = "bench-support"),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
     pub(crate) fn lease(&self) -> Lease {
         self.lease
     }
@@ -1002,12 +1135,19 @@ impl ExecCtx {
 /// The chip's executor thread: runs one launched run at a time and hands back its result.
 struct Executor {
     tx: Option<mpsc::Sender<ExecJob>>,
-    rx: mpsc::Receiver<(Lease, Result<()>)>,
+    rx: mpsc::Receiver<ExecDone>,
     handle: Option<thread::JoinHandle<()>>,
 }
 
+/// A run the executor finished: its lease, result and records.
+type ExecDone = (Lease, Result<()>, Option<Vec<TaskRecord>>);
+
+/// Called by the executor thread after each run it finished (a driver sleeping elsewhere
+/// wakes up to finalize it).
+pub(crate) type RunDone = Arc<std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>>;
+
 impl Executor {
-    fn spawn(ctx: ExecCtx) -> Result<Executor> {
+    fn spawn(ctx: ExecCtx, notify: RunDone) -> Result<Executor> {
         let (tx, jobs) = mpsc::channel::<ExecJob>();
         let (done_tx, rx) = mpsc::channel();
         let chip = ctx.chip;
@@ -1015,9 +1155,13 @@ impl Executor {
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
                 for job in jobs {
-                    let result = ctx.execute_caught(&job, &mut None);
-                    if done_tx.send((job.lease, result)).is_err() {
+                    let mut records = None;
+                    let result = ctx.execute_caught(&job, &mut records);
+                    if done_tx.send((job.lease, result, records)).is_err() {
                         break;
+                    }
+                    if let Some(f) = notify.get() {
+                        f();
                     }
                 }
             })
@@ -1032,35 +1176,36 @@ impl Executor {
         }
     }
 
-    fn outcome(lease: Lease, chip: u32, got: (Lease, Result<()>)) -> Result<()> {
-        let (done, result) = got;
+    fn outcome(lease: Lease, chip: u32, got: ExecDone) -> (Result<()>, Option<Vec<TaskRecord>>) {
+        let (done, result, records) = got;
         if done != lease {
-            return Err(Error::new(
+            let err = Error::new(
                 ErrorKind::Internal,
                 format!("chip {chip}: waiting for the run under {lease}, the run under {done} ended"),
-            ));
+            );
+            return (Err(err), None);
         }
-        result
+        (result, records)
     }
 
-    fn stopped(chip: u32) -> Error {
-        Error::new(ErrorKind::Internal, format!("chip {chip}: the executor thread has stopped"))
+    fn stopped(chip: u32) -> (Result<()>, Option<Vec<TaskRecord>>) {
+        (Err(Error::new(ErrorKind::Internal, format!("chip {chip}: the executor thread has stopped"))), None)
     }
 
     /// The launched run's result, once it is done.
-    fn take(&self, lease: Lease, chip: u32) -> Result<()> {
+    fn take(&self, lease: Lease, chip: u32) -> (Result<()>, Option<Vec<TaskRecord>>) {
         match self.rx.recv() {
             Ok(got) => Self::outcome(lease, chip, got),
-            Err(mpsc::RecvError) => Err(Self::stopped(chip)),
+            Err(mpsc::RecvError) => Self::stopped(chip),
         }
     }
 
     /// The launched run's result if it is done.
-    fn try_take(&self, lease: Lease, chip: u32) -> Option<Result<()>> {
+    fn try_take(&self, lease: Lease, chip: u32) -> Option<(Result<()>, Option<Vec<TaskRecord>>)> {
         match self.rx.try_recv() {
             Ok(got) => Some(Self::outcome(lease, chip, got)),
             Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(Err(Self::stopped(chip))),
+            Err(mpsc::TryRecvError::Disconnected) => Some(Self::stopped(chip)),
         }
     }
 

@@ -54,6 +54,7 @@ impl std::fmt::Display for TaskStatus {
 ///     level: Level::Node,
 ///     submitted_ns: 1_000,
 ///     ready_ns: Some(1_500),
+///     staged_ns: None,
 ///     started_ns: Some(2_000),
 ///     ended_ns: Some(9_000),
 ///     status: TaskStatus::Completed,
@@ -79,7 +80,12 @@ pub struct TaskRecord {
     pub submitted_ns: u64,
     /// When every task it depends on had completed (`None`: never).
     pub ready_ns: Option<u64>,
-    /// When it was handed to its worker (`None`: never).
+    /// When its worker had it prepared beside the task running there, before its run was the
+    /// oldest unfinished one (a chip's staged successor: its inputs were copied in by then);
+    /// `None` when it was not staged.
+    pub staged_ns: Option<u64>,
+    /// When it was handed to its worker (`None`: never); for a staged task, when it was
+    /// activated (its run became the head).
     pub started_ns: Option<u64>,
     /// When its end was seen (`None` if it never ended).
     pub ended_ns: Option<u64>,
@@ -99,7 +105,7 @@ impl TaskRecord {
     /// ```
     /// # use simpler::{Level, TaskRecord, TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: String::new(), level: Level::Node,
-    /// #     submitted_ns: 0, ready_ns: None, started_ns: None, ended_ns: Some(5),
+    /// #     submitted_ns: 0, ready_ns: None, staged_ns: None, started_ns: None, ended_ns: Some(5),
     /// #     status: TaskStatus::NotRun, error: Some("a producer failed".into()), within: vec![] };
     /// assert_eq!(r.duration(), None); // never started
     /// ```
@@ -112,7 +118,7 @@ impl TaskRecord {
     /// ```
     /// # use simpler::{Level, TaskRecord, TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: "chip 0".into(), level: Level::Node,
-    /// #     submitted_ns: 0, ready_ns: Some(10), started_ns: Some(40), ended_ns: Some(90),
+    /// #     submitted_ns: 0, ready_ns: Some(10), staged_ns: None, started_ns: Some(40), ended_ns: Some(90),
     /// #     status: TaskStatus::Completed, error: None, within: vec![] };
     /// assert_eq!(r.waited(), Some(std::time::Duration::from_nanos(30)));
     /// ```
@@ -125,6 +131,8 @@ impl TaskRecord {
 pub(crate) enum TaskEvent<'a> {
     /// Every producer completed.
     Ready,
+    /// Prepared by a worker beside its running task (a staged successor), at this time.
+    Staged(u64),
     /// Handed to the worker (lane) named so.
     Started(&'a str),
     /// Its end: success, or the error it failed with.
@@ -138,6 +146,7 @@ pub(crate) enum TaskEvent<'a> {
 struct Times {
     submitted: u64,
     ready: Option<u64>,
+    staged: Option<u64>,
     started: Option<u64>,
     ended: Option<u64>,
     worker: String,
@@ -168,6 +177,9 @@ impl Recorder {
         match event {
             TaskEvent::Ready => {
                 t.ready.get_or_insert(now);
+            }
+            TaskEvent::Staged(at) => {
+                t.staged.get_or_insert(if at == 0 { now } else { at });
             }
             TaskEvent::Started(worker) => {
                 t.started.get_or_insert(now);
@@ -208,6 +220,7 @@ impl Recorder {
                     level,
                     submitted_ns: t.submitted,
                     ready_ns: t.ready,
+                    staged_ns: t.staged,
                     started_ns: t.started,
                     ended_ns: t.ended,
                     status: t.status,
@@ -752,6 +765,7 @@ fn decode_entry(mut b: &[u8]) -> Option<Entry> {
             level,
             submitted_ns: t[0],
             ready_ns: some(t[1]),
+            staged_ns: None,
             started_ns: some(t[2]),
             ended_ns: some(t[3]),
             status,
@@ -1021,6 +1035,7 @@ mod tests {
             level: Level::Chip,
             submitted_ns: at,
             ready_ns: Some(at),
+            staged_ns: None,
             started_ns: Some(at + 1),
             ended_ns: Some(at + 2),
             status: TaskStatus::Completed,

@@ -26,6 +26,12 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) captured: bool,
     /// The number of the engine that dispatches it.
     pub(crate) engine: u64,
+    /// The lease of the task's run (`engine::lease`): the FIFO head's, or the first
+    /// successor's for a staged task; `None` where the engine mints none.
+    pub(crate) lease: Option<crate::engine::lease::Lease>,
+    /// Another run is in flight behind this one: a worker that can prepare a staged successor
+    /// beside a running task should run this one where it still watches for one.
+    pub(crate) overlap: bool,
 }
 
 /// How a dispatched task ended.
@@ -75,6 +81,44 @@ pub(crate) trait Endpoint: Send {
     fn peer_cpu(&self) -> Option<u32> {
         None
     }
+
+    // ---- staging: a successor run's task prepared beside the running one (two-frame lanes)
+
+    /// Whether this worker can hold a staged task: one of the FIFO's first successor run,
+    /// handed over while a task of the head run may be running, prepared beside it, and
+    /// launched only when [`activate`](Endpoint::activate)d. Chips started with a pipeline
+    /// depth of 2 can; SUB workers, nested Workers and remote ones cannot.
+    fn stages(&self) -> bool {
+        false
+    }
+
+    /// Hands over a staged task (at most one at a time). An error fails the task at once.
+    fn stage(&mut self, _dispatch: &Dispatch<'_>) -> Result<()> {
+        Err(crate::error::Error::state("this worker cannot stage a task"))
+    }
+
+    /// Lets the staged task launch: its run is the head now and no task runs here. True when
+    /// it was activated (it is the running task from now on: [`poll`](Endpoint::poll) reports
+    /// its end); false when it is not prepared yet (ask again on a later pass) or ended
+    /// already ([`poll_staged`](Endpoint::poll_staged) reports that). Never blocks.
+    fn activate(&mut self) -> bool {
+        false
+    }
+
+    /// When the worker had the staged task prepared (`CLOCK_MONOTONIC` ns), once it has.
+    fn prepared(&self) -> Option<u64> {
+        None
+    }
+
+    /// The end of the staged task before it was activated (it failed to prepare, was
+    /// withdrawn, or the worker died), if it ended. Never blocks.
+    fn poll_staged(&mut self) -> Option<Outcome> {
+        None
+    }
+
+    /// Withdraws the staged task (its run was stopped): it ends unlaunched, reported by
+    /// [`poll_staged`](Endpoint::poll_staged). Never blocks.
+    fn withdraw(&mut self) {}
 }
 
 #[cfg(test)]

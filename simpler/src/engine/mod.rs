@@ -428,6 +428,9 @@ pub(crate) struct Engine {
     /// Admitted runs (FIFO; the front one dispatches).
     runs: Mutex<Runs>,
     head_run: AtomicU64,
+    /// The pipeline leases (rules L1-L5 of `lease`), handed to the FIFO head and its first
+    /// successor as they take those roles, returned when they finish.
+    leases: Mutex<lease::LeaseArena>,
     /// Time zero of `next_check`.
     epoch: Instant,
     /// When the scheduler must next stop a run (the earliest deadline of a live run, or now for
@@ -486,6 +489,9 @@ impl Engine {
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
+            leases: Mutex::new(lease::LeaseArena::new(
+                u32::try_from(cfg.pipeline_depth).unwrap_or(u32::MAX),
+            )?),
             epoch: Instant::now(),
             next_check: AtomicU64::new(u64::MAX),
             next_run_id: AtomicU64::new(1),
@@ -749,8 +755,61 @@ impl Engine {
         }
     }
 
+    /// Sets how many runs hold pipeline leases at once (before any run): the smallest depth
+    /// the level's chips granted, at most `pipeline_depth`.
+    pub(crate) fn set_lease_depth(&self, depth: u32) -> Result<()> {
+        *sync::lock(&self.leases) = lease::LeaseArena::new(depth)?;
+        Ok(())
+    }
+
+    /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held; at a
+    /// depth of 1, the head's is the only one). Called for the FIFO head and its first
+    /// successor only, so only those hold leases.
+    pub(crate) fn lease_for(&self, run: &RunState) -> Option<lease::Lease> {
+        if let Some(l) = run.lease.get() {
+            return Some(*l);
+        }
+        let minted = sync::lock(&self.leases).acquire()?;
+        match run.lease.set(minted) {
+            Ok(()) => Some(minted),
+            Err(_) => {
+                // Another thread gave it one meanwhile (the role holder is the only caller,
+                // so this does not happen): return ours.
+                let _ = sync::lock(&self.leases).release(minted);
+                run.lease.get().copied()
+            }
+        }
+    }
+
+    /// The pipeline leases' free / live / quarantined counts (tests).
+    #[cfg(test)]
+    pub(crate) fn lease_counts(&self) -> lease::LeaseCounts {
+        sync::lock(&self.leases).counts()
+    }
+
+    /// The FIFO head run, if any.
+    pub(crate) fn live_head(&self) -> Option<Arc<RunState>> {
+        sync::lock(&self.runs).live.front().cloned()
+    }
+
+    /// The first run behind the FIFO head, if any.
+    pub(crate) fn successor_run(&self) -> Option<Arc<RunState>> {
+        sync::lock(&self.runs).live.get(1).cloned()
+    }
+
+    /// Whether a task of `run` that writes `id` has not ended yet (see
+    /// [`TensorMap::writer_pending`]).
+    pub(crate) fn writer_pending(&self, run: u64, id: crate::data::buffer::Identity) -> bool {
+        self.tensor_map.writer_pending(run, id)
+    }
+
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
+        if let Some(&l) = run.lease.get()
+            && let Err(e) = sync::lock(&self.leases).release(l)
+        {
+            tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+        }
         {
             let mut runs = sync::lock(&self.runs);
             if let Some(at) = runs.live.iter().position(|r| Arc::ptr_eq(r, run)) {

@@ -89,6 +89,11 @@ pub(crate) struct RunState {
     /// Whether (and why) the scheduler stopped the run: from then on none of its tasks is
     /// dispatched (one of the `STOPPED_*` values).
     stopped: AtomicU8,
+    /// The pipeline lease the run holds (`engine::lease`), from when it became the FIFO head
+    /// or its first successor until it finished.
+    pub(crate) lease: OnceLock<crate::engine::lease::Lease>,
+    /// Its tasks staged on a worker now (handed over to prepare, not yet activated or ended).
+    pub(crate) staged: AtomicU64,
 }
 
 impl RunState {
@@ -111,7 +116,14 @@ impl RunState {
             deadline: None,
             cancel_requested: AtomicBool::new(false),
             stopped: AtomicU8::new(NOT_STOPPED),
+            lease: OnceLock::new(),
+            staged: AtomicU64::new(0),
         }
+    }
+
+    /// Whether its orchestration function returned (no task of it is submitted any more).
+    pub(crate) fn submission_closed(&self) -> bool {
+        self.submission_closed.load(Ordering::SeqCst)
     }
 
     /// The captured run as it happened, once it is done (see [`RunHandle::timeline`]).
@@ -639,6 +651,7 @@ impl RunHandle {
             submitted: self.run.tasks.load(Ordering::Relaxed),
             completed: self.run.completed.load(Ordering::Relaxed),
             failed: self.run.failed.load(Ordering::Relaxed),
+            staged: self.run.staged.load(Ordering::Relaxed),
             submitting: !self.run.submission_closed.load(Ordering::SeqCst),
         }
     }
@@ -647,7 +660,7 @@ impl RunHandle {
 /// How far a run has got ([`RunHandle::progress`]).
 ///
 /// ```
-/// let p = simpler::RunProgress { submitted: 10, completed: 7, failed: 1, submitting: false };
+/// let p = simpler::RunProgress { submitted: 10, completed: 7, failed: 1, staged: 0, submitting: false };
 /// assert_eq!(p.remaining(), 2);
 /// assert!((p.fraction() - 0.8).abs() < 1e-9);
 /// ```
@@ -660,6 +673,9 @@ pub struct RunProgress {
     /// Tasks that failed, or did not run because a task they depend on failed or the run was
     /// stopped.
     pub failed: u64,
+    /// Tasks staged now: prepared on a chip (their inputs copied in) while an earlier run
+    /// executes; they start when this run is the oldest unfinished one.
+    pub staged: u64,
     /// Whether the orchestration is still submitting (the total may still grow).
     pub submitting: bool,
 }
@@ -678,7 +694,7 @@ impl RunProgress {
     /// submitted).
     ///
     /// ```
-    /// let p = simpler::RunProgress { submitted: 4, completed: 1, failed: 0, submitting: true };
+    /// let p = simpler::RunProgress { submitted: 4, completed: 1, failed: 0, staged: 0, submitting: true };
     /// assert_eq!(p.fraction(), 0.25);
     /// ```
     pub fn fraction(&self) -> f64 {

@@ -7,6 +7,13 @@
 //! NEXT_LEVEL group FIFO head (all targets idle, or it reserves them against new singles), each
 //! idle and unreserved NEXT_LEVEL worker's own FIFO head, then SUB work on any idle SUB worker
 //! (a SUB group takes N distinct idle ones at once). No work stealing, no rebinding.
+//!
+//! One exception to "only the head dispatches", which changes no result: a lane whose endpoint
+//! stages (a chip with two task frames) may hold one task of the first run behind the head,
+//! handed over to be *prepared* (its inputs copied in) while the lane runs the head's task, and
+//! launched only when it is activated, once its run is the head ([`Scheduler::stage_successor`],
+//! [`Scheduler::activate_staged`]). It is staged only when its inputs are final: the head has
+//! closed its submission and none of its tasks that write those inputs is still to end.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -78,16 +85,38 @@ pub(crate) struct Lane {
     /// The task in flight's span (`simpler::task`, child of its run's span) and when it
     /// started, when a subscriber wants it.
     span: Option<(tracing::Span, std::time::Instant)>,
+    /// The endpoint takes staged tasks ([`Endpoint::stages`]).
+    stages: bool,
+    /// The staged task: one of the first successor run's, prepared beside the running one
+    /// until its run is the head and it is activated.
+    staged: Option<(Arc<Slot>, u32)>,
+    /// The staged task's run is the head now and it waits for activation: the lane takes no
+    /// other task meanwhile (set each pass).
+    held: bool,
+    /// The worker reported the staged task prepared (counted in its run's `staged`).
+    prepared: bool,
 }
 
 impl Lane {
     /// A lane that messages call `name` (what the worker is to the user: "chip 0").
     pub(crate) fn named(kind: LaneKind, endpoint: Box<dyn Endpoint>, name: String) -> Lane {
-        Lane { kind, name, endpoint, busy: None, dead: None, span: None }
+        let stages = endpoint.stages();
+        Lane {
+            kind,
+            name,
+            endpoint,
+            busy: None,
+            dead: None,
+            span: None,
+            stages,
+            staged: None,
+            held: false,
+            prepared: false,
+        }
     }
 
     fn idle(&self) -> bool {
-        self.busy.is_none() && self.dead.is_none()
+        self.busy.is_none() && self.dead.is_none() && !self.held
     }
 }
 
@@ -141,6 +170,8 @@ pub(crate) struct Scheduler {
     ready: Vec<Arc<Slot>>,
     /// How messages name a NEXT_LEVEL worker ("chip", "nested Worker", "core").
     next_level_noun: &'static str,
+    /// Some lane takes staged tasks ([`Endpoint::stages`]).
+    staging: bool,
 }
 
 impl Scheduler {
@@ -158,6 +189,7 @@ impl Scheduler {
             queued: 0,
             ready: Vec::new(),
             next_level_noun: cfg.next_level_names.0,
+            staging: false,
         }
     }
 
@@ -183,6 +215,7 @@ impl Scheduler {
                     self.next_level[id] = idx;
                 }
             }
+            self.staging |= lane.stages;
             self.lanes.push(lane);
         }
     }
@@ -204,7 +237,8 @@ impl Scheduler {
     /// runs are failed as their queues retire. Returns whether a run was abandoned.
     pub(crate) fn recover(&mut self, eng: &Engine, panic: &str) -> bool {
         self.queued = self.parts.iter().map(|(_, p)| p.len()).sum();
-        self.in_flight = self.lanes.iter().filter(|l| l.busy.is_some()).count();
+        self.in_flight =
+            self.lanes.iter().map(|l| usize::from(l.busy.is_some()) + usize::from(l.staged.is_some())).sum();
         self.reserved.iter_mut().for_each(|r| *r = false);
         let mut abandoned = false;
         for run in eng.live_runs() {
@@ -367,6 +401,16 @@ impl Scheduler {
                 }
             }
         }
+        // Its staged tasks are given back unlaunched (their ends come through `poll_staged`).
+        for lane in &mut self.lanes {
+            if lane.staged.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run))
+                && let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.withdraw()))
+            {
+                let why = format!("its endpoint panicked in withdraw: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
+                lane.dead = Some(why);
+            }
+        }
         let queued: Vec<Arc<Slot>> = self
             .parts
             .iter()
@@ -401,77 +445,40 @@ impl Scheduler {
     fn drain_completions(&mut self, eng: &Engine) -> bool {
         let mut progress = false;
         for i in 0..self.lanes.len() {
+            if self.lanes[i].staged.is_some() {
+                let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll_staged())) {
+                    Ok(None) => None,
+                    Ok(Some(outcome)) => Some(Ok(outcome)),
+                    Err(panic) => {
+                        Some(Err(format!("its endpoint panicked in poll_staged: {}", panic_message(&*panic))))
+                    }
+                };
+                if let Some(outcome) = outcome {
+                    progress = true;
+                    let (slot, member) = self.lanes[i].staged.take().expect("staged lane");
+                    if std::mem::take(&mut self.lanes[i].prepared) {
+                        slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    self.in_flight -= 1;
+                    self.ended(eng, i, &slot, member, outcome, None);
+                }
+            }
             if self.lanes[i].busy.is_none() {
-                progress |= self.check_idle(i);
+                if self.lanes[i].staged.is_none() {
+                    progress |= self.check_idle(i);
+                }
                 continue;
             }
             let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
                 Ok(None) => continue,
                 Ok(Some(outcome)) => Ok(outcome),
-                Err(panic) => Err(panic_message(&*panic)),
+                Err(panic) => Err(format!("its endpoint panicked in poll: {}", panic_message(&*panic))),
             };
             progress = true;
             let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
             self.in_flight -= 1;
             let span = self.lanes[i].span.take();
-            let lane_name = self.lanes[i].name.clone();
-            // A worker's own message may start with its name ("chip 0: ..."): say it once.
-            let outcome = outcome.map(|o| match o {
-                Outcome::TaskFailure(m) => Outcome::TaskFailure(once(&lane_name, m)),
-                Outcome::ResourceExhausted(m) => Outcome::ResourceExhausted(once(&lane_name, m)),
-                Outcome::WorkerDied(m) => Outcome::WorkerDied(once(&lane_name, m)),
-                other => other,
-            });
-            let result = match outcome {
-                // Whether the task ended, and how, is lost, and the endpoint cannot be trusted:
-                // the task fails and the lane leaves service (rule 5 of the engine).
-                Err(msg) => {
-                    let why = format!("its endpoint panicked in poll: {msg}");
-                    tracing::error!(target: "simpler::scheduler", worker = %lane_name, "{why}; out of service");
-                    self.lanes[i].dead = Some(why.clone());
-                    Err(Error::new(
-                        ErrorKind::Internal,
-                        format!(
-                            "run {}: {} failed on {lane_name}: {why}; {lane_name} is out of service",
-                            slot.run.id,
-                            slot.describe()
-                        ),
-                    ))
-                }
-                Ok(Outcome::Success) => Ok(()),
-                Ok(Outcome::TaskFailure(msg)) => Err(Error::new(
-                    ErrorKind::TaskFailed,
-                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
-                )),
-                Ok(Outcome::ResourceExhausted(msg)) => Err(Error::new(
-                    ErrorKind::ResourceExhausted,
-                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
-                )),
-                Ok(Outcome::WorkerDied(msg)) => Err(Error::new(
-                    ErrorKind::WorkerDied,
-                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
-                )),
-                Ok(Outcome::EndpointFailure(msg)) => {
-                    self.lanes[i].dead = Some(msg.clone());
-                    Err(Error::new(
-                        ErrorKind::WorkerDied,
-                        format!("{} failed on {lane_name}: {msg}", slot.describe()),
-                    ))
-                }
-            };
-            if let Some((span, since)) = span {
-                let us = since.elapsed().as_secs_f64() * 1e6;
-                let callable = slot.task().callable.name();
-                match &result {
-                    Ok(()) => {
-                        tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = true, "task completed")
-                    }
-                    Err(e) => {
-                        tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = false, error = e.message(), "task failed")
-                    }
-                }
-            }
-            self.finish_member(eng, &slot, member, result);
+            self.ended(eng, i, &slot, member, outcome, span);
         }
         progress |= !self.ready.is_empty();
         let mut ready = std::mem::take(&mut self.ready);
@@ -483,6 +490,76 @@ impl Scheduler {
             self.ready = ready;
         }
         progress
+    }
+
+    /// Task `slot` (member `member`) ended on lane `i` with `outcome` (`Err`: the endpoint
+    /// panicked reporting it, with why): its result, its span's end event, its completion.
+    fn ended(
+        &mut self,
+        eng: &Engine,
+        i: usize,
+        slot: &Arc<Slot>,
+        member: u32,
+        outcome: std::result::Result<Outcome, String>,
+        span: Option<(tracing::Span, std::time::Instant)>,
+    ) {
+        let lane_name = self.lanes[i].name.clone();
+        // A worker's own message may start with its name ("chip 0: ..."): say it once.
+        let outcome = outcome.map(|o| match o {
+            Outcome::TaskFailure(m) => Outcome::TaskFailure(once(&lane_name, m)),
+            Outcome::ResourceExhausted(m) => Outcome::ResourceExhausted(once(&lane_name, m)),
+            Outcome::WorkerDied(m) => Outcome::WorkerDied(once(&lane_name, m)),
+            other => other,
+        });
+        let result = match outcome {
+            // Whether the task ended, and how, is lost, and the endpoint cannot be trusted:
+            // the task fails and the lane leaves service (rule 5 of the engine).
+            Err(why) => {
+                tracing::error!(target: "simpler::scheduler", worker = %lane_name, "{why}; out of service");
+                self.lanes[i].dead = Some(why.clone());
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "run {}: {} failed on {lane_name}: {why}; {lane_name} is out of service",
+                        slot.run.id,
+                        slot.describe()
+                    ),
+                ))
+            }
+            Ok(Outcome::Success) => Ok(()),
+            Ok(Outcome::TaskFailure(msg)) => Err(Error::new(
+                ErrorKind::TaskFailed,
+                format!("{} failed on {lane_name}: {msg}", slot.describe()),
+            )),
+            Ok(Outcome::ResourceExhausted(msg)) => Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!("{} failed on {lane_name}: {msg}", slot.describe()),
+            )),
+            Ok(Outcome::WorkerDied(msg)) => Err(Error::new(
+                ErrorKind::WorkerDied,
+                format!("{} failed on {lane_name}: {msg}", slot.describe()),
+            )),
+            Ok(Outcome::EndpointFailure(msg)) => {
+                self.lanes[i].dead = Some(msg.clone());
+                Err(Error::new(
+                    ErrorKind::WorkerDied,
+                    format!("{} failed on {lane_name}: {msg}", slot.describe()),
+                ))
+            }
+        };
+        if let Some((span, since)) = span {
+            let us = since.elapsed().as_secs_f64() * 1e6;
+            let callable = slot.task().callable.name();
+            match &result {
+                Ok(()) => {
+                    tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = true, "task completed")
+                }
+                Err(e) => {
+                    tracing::debug!(target: "simpler::task", parent: &span, callable, worker = %lane_name, duration_us = us, ok = false, error = e.message(), "task failed")
+                }
+            }
+        }
+        self.finish_member(eng, slot, member, result);
     }
 
     /// Puts lane `i`, out of service since its worker died, back in service: a new worker
@@ -554,6 +631,9 @@ impl Scheduler {
 
     fn start_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, member: u32) {
         let task = slot.task();
+        // A staging lane runs the head's task where it can watch for a successor when one
+        // is admitted behind it.
+        let overlap = self.lanes[lane].stages && eng.successor_run().is_some();
         let d = Dispatch {
             callable: &task.callable,
             args: &task.args[member as usize],
@@ -563,6 +643,8 @@ impl Scheduler {
             member,
             captured: slot.run.capture.is_some(),
             engine: slot.run.engine,
+            lease: eng.lease_for(&slot.run),
+            overlap,
         };
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
         let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);
@@ -602,9 +684,163 @@ impl Scheduler {
         }
     }
 
+    /// Hands task `slot` of the head's first successor run to staging lane `lane`, to prepare
+    /// beside the task it runs (the task counts as in flight; it starts when activated).
+    fn stage_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, lease: crate::engine::lease::Lease) {
+        let task = slot.task();
+        let d = Dispatch {
+            callable: &task.callable,
+            args: &task.args[0],
+            config: task.config.as_deref(),
+            run: slot.run.id,
+            task: slot.index,
+            member: 0,
+            captured: slot.run.capture.is_some(),
+            engine: slot.run.engine,
+            lease: Some(lease),
+            overlap: true,
+        };
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = task.callable.name(), worker = %self.lanes[lane].name, "stage");
+        match catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.stage(&d))) {
+            Ok(Ok(())) => {
+                self.lanes[lane].staged = Some((slot.clone(), 0));
+                self.lanes[lane].prepared = false;
+                self.in_flight += 1;
+            }
+            Err(panic) => {
+                let name = self.lanes[lane].name.clone();
+                let why = format!("its endpoint panicked in stage: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %name, "{why}; out of service");
+                self.lanes[lane].dead = Some(why.clone());
+                let err = Error::new(
+                    ErrorKind::Internal,
+                    format!("run {}: {} could not be staged on {name}: {why}", slot.run.id, slot.describe()),
+                );
+                self.finish_member(eng, slot, 0, Err(err));
+            }
+            Ok(Err(e)) => {
+                let name = self.lanes[lane].name.clone();
+                let err = Error::new(
+                    e.kind(),
+                    format!("{} could not be staged on {name}: {}", slot.describe(), e.message()),
+                );
+                self.finish_member(eng, slot, 0, Err(err));
+            }
+        }
+    }
+
+    /// Activates the staged tasks of the head run on lanes that run nothing now (they become
+    /// those lanes' running tasks); a lane whose staged head task is not prepared yet is held
+    /// (it takes no other task this pass).
+    fn activate_staged(&mut self, head: u64) -> bool {
+        let mut progress = false;
+        for lane in &mut self.lanes {
+            lane.held = false;
+            // Prepared since the last pass: counted and recorded.
+            if let Some((slot, _)) = &lane.staged
+                && !lane.prepared
+                && let Ok(Some(at)) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.prepared()))
+            {
+                lane.prepared = true;
+                slot.run.staged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Staged(at));
+                progress = true;
+            }
+            let ours = lane.staged.as_ref().is_some_and(|(s, _)| s.run.id == head);
+            if !ours || lane.dead.is_some() {
+                continue;
+            }
+            if lane.busy.is_some() {
+                lane.held = true;
+                continue;
+            }
+            match catch_unwind(AssertUnwindSafe(|| lane.endpoint.activate())) {
+                Ok(true) => {
+                    let (slot, member) = lane.staged.take().expect("a staged task");
+                    if std::mem::take(&mut lane.prepared) {
+                        slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = slot.task().callable.name(), worker = %lane.name, "activate");
+                    let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = slot.task().callable.name(), worker = %lane.name);
+                    lane.span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
+                    slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&lane.name));
+                    lane.busy = Some((slot, member));
+                    progress = true;
+                }
+                Ok(false) => lane.held = true,
+                Err(panic) => {
+                    let why = format!("its endpoint panicked in activate: {}", panic_message(&*panic));
+                    tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
+                    // The staged task's end is reported by `poll_staged` or its death.
+                    lane.dead = Some(why);
+                }
+            }
+        }
+        progress
+    }
+
+    /// Stages the first READY single task of the head's first successor run on each staging
+    /// lane that holds none, when its host inputs cannot change any more: the head run has
+    /// closed its submission and none of its tasks that write those buffers is still to end
+    /// (the successor's inputs are copied in now, while the head runs).
+    fn stage_successor(&mut self, eng: &Engine, head: u64) -> bool {
+        if !self.parts.iter().any(|(id, _)| *id > head) {
+            return false;
+        }
+        let Some(next) = eng.successor_run() else { return false };
+        let Some(at) = self.parts.iter().position(|(id, _)| *id == next.id) else { return false };
+        let head_run = match eng.live_head() {
+            Some(h) if h.id == head && h.submission_closed() => h,
+            _ => return false,
+        };
+        let mut progress = false;
+        for w in 0..self.next_level.len() {
+            let lane = self.next_level[w];
+            let l = &self.lanes[lane];
+            if !l.stages || l.staged.is_some() || l.dead.is_some() {
+                continue;
+            }
+            let part = &mut self.parts[at].1;
+            while part.single[w].front().is_some_and(|s| s.state() != State::Ready) {
+                part.single[w].pop_front();
+                self.queued -= 1;
+            }
+            let Some(slot) = part.single[w].front().cloned() else { continue };
+            let inputs_final =
+                slot.task().args[0].tensors.iter().zip(&slot.task().args[0].tags).all(|(t, tag)| {
+                    !tag.access().can_read()
+                        || matches!(t.desc().backing(), crate::data::buffer::Backing::Device { .. })
+                        || !eng.writer_pending(head_run.id, t.desc().identity())
+                });
+            if !inputs_final {
+                continue;
+            }
+            let Some(lease) = eng.lease_for(&next) else { return progress };
+            part.single[w].pop_front();
+            self.queued -= 1;
+            if slot.cas(State::Ready, State::Running) {
+                self.stage_on(eng, lane, &slot, lease);
+                progress = true;
+            }
+        }
+        progress
+    }
+
     fn dispatch(&mut self, eng: &Engine) -> bool {
         eng.fault_point("dispatch", None);
         let head = eng.head_run();
+        let mut progress = false;
+        if self.staging {
+            progress |= self.activate_staged(head);
+        }
+        progress |= self.dispatch_head(eng, head);
+        if self.staging {
+            progress |= self.stage_successor(eng, head);
+        }
+        progress
+    }
+
+    fn dispatch_head(&mut self, eng: &Engine, head: u64) -> bool {
         // Partitions of runs that are no longer live hold only stale entries (and, after a
         // panic, the READY tasks of an abandoned run).
         while let Some(&(id, _)) = self.parts.front() {

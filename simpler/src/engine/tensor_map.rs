@@ -188,6 +188,19 @@ impl TensorMap {
         map.get(&(run, id)).is_some_and(|fp| fp.iter().any(Entry::is_creator))
     }
 
+    /// True while a task of `run` that writes `id` has not ended (neither completed, failed
+    /// nor consumed): bytes of `id` read now may not be what `run` leaves there.
+    pub(crate) fn writer_pending(&self, run: u64, id: Identity) -> bool {
+        let map = sync::lock(&self.map);
+        map.get(&(run, id)).is_some_and(|fp| {
+            fp.iter().any(|e| {
+                !e.is_creator()
+                    && !e.is_reader()
+                    && !matches!(e.who.state(), State::Completed | State::Failed | State::Consumed)
+            })
+        })
+    }
+
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = sync::lock(&self.map);

@@ -188,6 +188,7 @@ impl Rig {
         for r in 0..HEAP_RINGS {
             assert_eq!(self.rings.ring(r).used(), 0, "heap ring {r} bytes held after every run finished");
         }
+        assert_eq!(self.eng.lease_counts().live, 0, "pipeline leases held after every run finished");
     }
 }
 
@@ -966,6 +967,51 @@ fn orchestration_error_fails_unstarted_tasks_and_the_run_settles() {
     let err = rig.wait(&run).unwrap_err();
     assert!(err.message().contains("the orchestration function failed"), "{err}");
     assert_eq!(ids(&rig.dispatched()), vec![1], "unstarted tasks never run");
+    rig.assert_clean();
+}
+
+#[test]
+fn leases_go_to_the_head_and_its_first_successor_and_come_back_when_runs_end() {
+    let mut c = cfg(1, 0);
+    c.pending_run_depth = 3;
+    let rig = Rig::manual(c);
+    let (r1, r2, r3) = (rig.begin(), rig.begin(), rig.begin());
+    for (i, r) in [&r1, &r2, &r3].into_iter().enumerate() {
+        let mut orch = rig.orch(r);
+        orch.submit_next_level(&rig.chip, args(i as u64 + 1, &[]), cc(), 0).unwrap();
+        orch.finish(None);
+    }
+    let head = rig.eng.lease_for(&r1).expect("the head holds a lease");
+    let next = rig.eng.lease_for(&r2).expect("its first successor holds one");
+    assert_ne!(head.slot, next.slot);
+    assert!(head.is_valid() && next.is_valid());
+    assert_eq!(rig.eng.lease_for(&r3), None, "a third run holds none at depth 2");
+    assert_eq!(rig.eng.lease_counts().live, 2);
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&r1).unwrap();
+    // Run 1's lease went back; run 3, the successor now, gets its slot at a newer generation.
+    let third = rig.eng.lease_for(&r3).expect("the new successor holds a lease");
+    assert_eq!(third.slot, head.slot);
+    assert!(third.generation > head.generation, "{third} after {head}");
+    for _ in 0..2 {
+        rig.drive("the next run's task to start", || rig.nl[0].running().is_some());
+        rig.nl[0].finish(Outcome::Success);
+    }
+    rig.wait(&r2).unwrap();
+    rig.wait(&r3).unwrap();
+    rig.assert_clean();
+}
+
+#[test]
+fn a_run_whose_orchestration_fails_returns_its_lease() {
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap(); // running: the run leased
+    orch.finish(Some(&Error::invalid("the orchestration function failed")));
+    assert_eq!(rig.eng.lease_counts().live, 1);
+    rig.nl[0].finish(Outcome::Success);
+    assert!(rig.wait(&run).is_err());
     rig.assert_clean();
 }
 

@@ -6,16 +6,26 @@ use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
 use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED};
-use crate::ipc::mailbox::MailboxRegion;
+use crate::ipc::mailbox::{FLAG_OVERLAP, MailboxRegion, Posting, Withdrawn};
 use crate::sys::process::ExitBoard;
 
-/// Drives one child through its mailbox's task frame.
+/// Drives one child through its mailbox's task frames: the running task in one, and, for a
+/// chip that can prepare a successor beside it, a staged task in the other (rule M11 of
+/// `ipc::mailbox`).
 pub(crate) struct MailboxEndpoint {
     region: Arc<MailboxRegion>,
     index: usize,
     exits: Arc<ExitBoard>,
     /// What the child is to the user ("sub worker 1", "chip 0"), for messages.
     label: String,
+    /// The child prepares staged successors (a chip that granted a pipeline depth of 2).
+    stages: bool,
+    /// The task frame of the running task.
+    active: Option<usize>,
+    /// The task frame of the staged task, until it is activated or ends.
+    staged: Option<usize>,
+    /// The staged task was taken back before the child saw it (it ends at the next poll).
+    withdrawn: bool,
 }
 
 impl MailboxEndpoint {
@@ -25,24 +35,46 @@ impl MailboxEndpoint {
         exits: Arc<ExitBoard>,
         label: String,
     ) -> MailboxEndpoint {
-        MailboxEndpoint { region, index, exits, label }
+        MailboxEndpoint {
+            region,
+            index,
+            exits,
+            label,
+            stages: false,
+            active: None,
+            staged: None,
+            withdrawn: false,
+        }
     }
-}
 
-impl MailboxEndpoint {
+    /// This child prepares staged successors (a chip child that granted depth 2 and runs the
+    /// two-frame loop).
+    pub(crate) fn staging(mut self, on: bool) -> MailboxEndpoint {
+        self.stages = on;
+        self
+    }
+
     /// The child's pid now (a replacement has its own), as the parent's exit board has it.
     fn pid(&self) -> i32 {
         self.exits.pid(self.index)
     }
-}
 
-impl Endpoint for MailboxEndpoint {
-    fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+    /// The task frame a new task goes to: the one no staged task holds.
+    fn free_frame(&self) -> usize {
+        if self.staged == Some(0) { 1 } else { 0 }
+    }
+
+    fn post(&mut self, d: &Dispatch<'_>, ix: usize, stage: bool) -> Result<()> {
         let mb = self.region.mailbox(self.index);
         mb.set_parent_cpu(crate::sys::futex::current_cpu());
-        tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, "post task");
-        let trace = d.captured.then_some((d.engine, d.run, d.task, d.member));
-        mb.post_task_traced(d.callable.digest().as_bytes(), trace, |config, payload| {
+        tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, frame = ix, stage, "post task");
+        let posting = Posting {
+            trace: d.captured.then_some((d.engine, d.run, d.task, d.member)),
+            lease: d.lease.map_or((0, 0), |l| (l.slot, l.generation)),
+            flags: if d.overlap && self.stages { FLAG_OVERLAP } else { 0 },
+            stage,
+        };
+        mb.post_task_at(ix, d.callable.digest().as_bytes(), &posting, |config, payload| {
             // `post_task` hands over a zeroed config, which is the default config's encoding.
             if let Some(c) = d.config {
                 encode_config(c, config);
@@ -55,6 +87,115 @@ impl Endpoint for MailboxEndpoint {
         })
     }
 
+    /// The outcome a finished frame reports.
+    fn outcome(r: std::result::Result<(), crate::ipc::mailbox::FrameError>) -> Outcome {
+        match r {
+            Ok(()) => Outcome::Success,
+            Err(e) if e.code == ERR_RESOURCE => Outcome::ResourceExhausted(e.message),
+            Err(e) if e.code == ERR_WORKER_DIED => Outcome::WorkerDied(e.message),
+            Err(e) => Outcome::TaskFailure(e.message),
+        }
+    }
+
+    /// The child's death, as the outcome of the task of frame `ix` (`None` while it lives).
+    fn died(&self, ix: usize, staged: bool) -> Option<Outcome> {
+        if !self.exits.has_exited(self.index) {
+            return None;
+        }
+        let how = self.exits.exit_of(self.index)?;
+        let mb = self.region.mailbox(self.index);
+        let what = if staged {
+            "; the task was staged there, prepared for its run and not launched"
+        } else if self.stages && !mb.accepted(ix) {
+            "; the task had not launched"
+        } else {
+            ""
+        };
+        Some(Outcome::EndpointFailure(format!(
+            "{} (process {}) died: the worker process {how}{what}",
+            self.label,
+            self.pid()
+        )))
+    }
+}
+
+impl Endpoint for MailboxEndpoint {
+    fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
+        let ix = self.free_frame();
+        self.post(d, ix, false)?;
+        self.active = Some(ix);
+        Ok(())
+    }
+
+    fn stages(&self) -> bool {
+        self.stages
+    }
+
+    fn stage(&mut self, d: &Dispatch<'_>) -> Result<()> {
+        if !self.stages || self.staged.is_some() {
+            return Err(crate::error::Error::state(format!("{} holds a staged task already", self.label)));
+        }
+        let ix = match self.active {
+            Some(a) => 1 - a,
+            None => 1,
+        };
+        self.post(d, ix, true)?;
+        self.staged = Some(ix);
+        Ok(())
+    }
+
+    fn activate(&mut self) -> bool {
+        let Some(ix) = self.staged else { return false };
+        if self.active.is_some() {
+            return false;
+        }
+        if self.region.mailbox(self.index).activate(ix).is_ok() {
+            self.staged = None;
+            self.active = Some(ix);
+            return true;
+        }
+        false
+    }
+
+    fn prepared(&self) -> Option<u64> {
+        let ix = self.staged?;
+        if self.withdrawn {
+            return None;
+        }
+        self.region.mailbox(self.index).prepared_at(ix)
+    }
+
+    fn poll_staged(&mut self) -> Option<Outcome> {
+        let ix = self.staged?;
+        if std::mem::take(&mut self.withdrawn) {
+            self.staged = None;
+            return Some(Outcome::TaskFailure(format!(
+                "{} gave the staged task back before preparing it: its run was stopped",
+                self.label
+            )));
+        }
+        let mb = self.region.mailbox(self.index);
+        if let Some(r) = mb.take_task_result_at(ix) {
+            self.staged = None;
+            return Some(Self::outcome(r));
+        }
+        let died = self.died(ix, true);
+        if died.is_some() {
+            self.staged = None;
+        }
+        died
+    }
+
+    fn withdraw(&mut self) {
+        let Some(ix) = self.staged else { return };
+        let mb = self.region.mailbox(self.index);
+        match mb.withdraw(ix) {
+            // It never reached the child: it ends here, reported by `poll_staged`.
+            Withdrawn::Taken => self.withdrawn = true,
+            Withdrawn::Asked | Withdrawn::Late => {}
+        }
+    }
+
     fn peer_cpu(&self) -> Option<u32> {
         match self.region.mailbox(self.index).child_cpu() {
             0 => None,
@@ -63,26 +204,18 @@ impl Endpoint for MailboxEndpoint {
     }
 
     fn poll(&mut self) -> Option<Outcome> {
+        let ix = self.active.unwrap_or(0);
         let mb = self.region.mailbox(self.index);
-        if let Some(r) = mb.take_task_result() {
-            return Some(match r {
-                Ok(()) => Outcome::Success,
-                Err(e) if e.code == ERR_RESOURCE => Outcome::ResourceExhausted(e.message),
-                Err(e) if e.code == ERR_WORKER_DIED => Outcome::WorkerDied(e.message),
-                Err(e) => Outcome::TaskFailure(e.message),
-            });
+        if let Some(r) = mb.take_task_result_at(ix) {
+            self.active = None;
+            return Some(Self::outcome(r));
         }
         // Dead only after checking the frame: a child may finish its task and then die.
-        if !self.exits.has_exited(self.index) {
-            return None;
+        let died = self.died(ix, false);
+        if died.is_some() {
+            self.active = None;
         }
-        self.exits.exit_of(self.index).map(|how| {
-            Outcome::EndpointFailure(format!(
-                "{} (process {}) died: the worker process {how}",
-                self.label,
-                self.pid()
-            ))
-        })
+        died
     }
 
     fn stop(&mut self) -> bool {

@@ -5,8 +5,9 @@
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
 //! sleeps on it; the parent rings it after posting a task, a control request, or shutdown), a
-//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and one **task
-//! frame**.
+//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and two **task
+//! frames**: SUB workers and nested Workers use the first only; a chip child that prepares a
+//! successor run's task beside the one it runs uses both (rule M11).
 //!
 //! # Layout
 //!
@@ -18,7 +19,7 @@
 //! | Offset | Size | Field |
 //! | ------ | ---- | ----- |
 //! | 0 | 64 | parent [`Doorbell`] (`seq` u32 @0, `sleepers` u32 @4) |
-//! | 64 + i × [`MAILBOX_SIZE`] | [`MAILBOX_SIZE`] = 131 200 | mailbox `i` |
+//! | 64 + i × [`MAILBOX_SIZE`] | [`MAILBOX_SIZE`] = 196 800 | mailbox `i` |
 //!
 //! Mailbox:
 //!
@@ -30,8 +31,10 @@
 //! | 72 | 4 | `child_cpu` u32: CPU + 1 the child last ran a task on (a wait hint, 0 = unknown) |
 //! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
 //! | 80 | 4 | `granted_depth` u32: the pipeline depth a chip child grants (M9); 0 = none |
-//! | 128 | 65 536 | base frame (startup + control) |
-//! | 65 664 | 65 536 | task frame |
+//! | 84 | 44 | reserved (0) |
+//! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), reserved u32 @28 |
+//! | 192 | 65 536 | base frame (startup + control) |
+//! | 65 728 + 65 536 k | 65 536 | task frame `k` (k = 0, 1) |
 //!
 //! Frame ([`FRAME_SIZE`] = 64 KiB, 64-byte aligned):
 //!
@@ -50,14 +53,22 @@
 //! | 65 024 | 512 | `error_msg`: NUL-terminated, truncated ([`ERROR_MSG_CAPACITY`]) |
 //!
 //! States: [`IDLE`] = 0, [`TASK_READY`] = 1, [`TASK_DONE`] = 2, [`CONTROL_REQUEST`] = 4,
-//! [`CONTROL_DONE`] = 5, [`INIT_READY`] = 6, [`INIT_FAILED`] = 7, and [`BUSY`] = 8: claimed by
-//! one party that is filling or draining the frame (a transient state nobody waits for long).
+//! [`CONTROL_DONE`] = 5, [`INIT_READY`] = 6, [`INIT_FAILED`] = 7, [`BUSY`] = 8: claimed by
+//! one party that is filling or draining the frame (a transient state nobody waits for long),
+//! and on a task frame holding a staged successor (M11): [`PREPARE_READY`] = 9,
+//! [`FRAME_STAGED`] = 10, [`ACTIVATE`] = 11, [`TASK_LAUNCHED`] = 12, [`WITHDRAW`] = 13.
 //!
 //! Protocols:
 //!
-//! * Task: parent `IDLE → BUSY → TASK_READY` ([`Mailbox::post_task`]), child
-//!   `TASK_READY → BUSY` ([`Mailbox::task_request`]) `→ TASK_DONE` ([`Mailbox::finish_task`]), parent
-//!   `TASK_DONE → BUSY → IDLE` ([`Mailbox::take_task_result`]).
+//! * Task: parent `IDLE → BUSY → TASK_READY` ([`Mailbox::post_task_at`]), child
+//!   `TASK_READY → BUSY` ([`Mailbox::task_request_at`]) `→ TASK_DONE` ([`Mailbox::finish_task`]), parent
+//!   `TASK_DONE → BUSY → IDLE` ([`Mailbox::take_task_result_at`]).
+//! * Staged successor (M11): parent `IDLE → BUSY → PREPARE_READY`, child `PREPARE_READY → BUSY`
+//!   (prepares) `→ FRAME_STAGED` ([`TaskRequest::publish_staged`]), parent `FRAME_STAGED →
+//!   ACTIVATE` ([`Mailbox::activate`]), child `ACTIVATE → TASK_LAUNCHED`
+//!   ([`TaskRequest::activation`]) `→ TASK_DONE`; or withdrawn: parent `PREPARE_READY → BUSY →
+//!   IDLE` or `FRAME_STAGED → WITHDRAW` ([`Mailbox::withdraw`]), child `WITHDRAW → BUSY →
+//!   TASK_DONE` with an error.
 //! * Control: the same on the base frame with `CONTROL_REQUEST` / `CONTROL_DONE`
 //!   ([`Mailbox::post_control`], [`Mailbox::finish_control`], [`Mailbox::wait_control_done`]).
 //! * Startup: child `IDLE → INIT_READY`, or `IDLE → BUSY → INIT_FAILED` with a message
@@ -81,7 +92,10 @@
 //!   word names, and only that party accesses them:
 //!   `IDLE` — nobody (the parent may claim it; on the base frame before startup is reported, the
 //!   child may too); `BUSY` — whoever moved the frame into `BUSY`; `TASK_READY`,
-//!   `CONTROL_REQUEST` — the child; `TASK_DONE`, `CONTROL_DONE` — nobody until the parent claims
+//!   `CONTROL_REQUEST` — the child; `PREPARE_READY` — nobody until the child (to prepare) or the
+//!   parent (to withdraw) claims it; `FRAME_STAGED`, `ACTIVATE`, `WITHDRAW`, `TASK_LAUNCHED` —
+//!   the child, which claimed it from `PREPARE_READY` (the parent only moves the state word
+//!   between them, M11); `TASK_DONE`, `CONTROL_DONE` — nobody until the parent claims
 //!   it; `INIT_READY` — nobody (no fields carried); `INIT_FAILED` — terminal: nobody writes any
 //!   field again, anyone may read.
 //! * **M3 (claims).** A party takes a frame it may claim (parent: `IDLE`, `TASK_DONE`,
@@ -135,6 +149,27 @@
 //!   the trace log (`sys::tracelog`) under that key; a run number of 0, or a task number past
 //!   `u32`, is no key.
 //!
+//! * **M11 (the two-frame lane).** A chip child that grants a pipeline depth of 2 runs one task
+//!   and holds at most one staged successor, one per task frame: the parent posts a task to run
+//!   (`TASK_READY`) only into the frame that holds no staged task and only while none runs, and
+//!   a staged one (`PREPARE_READY`) only while none is staged. The child claims a staged frame
+//!   (M3), prepares its task, and publishes `FRAME_STAGED` (Release) keeping the fields; from
+//!   then on the parent changes only the state word, by compare-exchange: `FRAME_STAGED →
+//!   ACTIVATE` once nothing runs on the chip, or `FRAME_STAGED → WITHDRAW`; and the child,
+//!   also by compare-exchange, takes `ACTIVATE → TASK_LAUNCHED` (and launches) or `WITHDRAW →
+//!   BUSY`. A child that answers a staged frame takes it back to `BUSY` by compare-exchange
+//!   first, so no move of the parent's is lost; the answer is `TASK_DONE` (M4) as for any task.
+//!   A staged task the child has not claimed the parent may take back (`PREPARE_READY → BUSY`,
+//!   M3). Every step rings the peer (M7).
+//! * **M12 (the task words).** Each task frame has a block of atomic words in the mailbox's
+//!   header: the lease of the task's run (`slot`, `generation`; generation 0: none) and its
+//!   `flags` ([`FLAG_OVERLAP`]), written by the poster under its claim before the hand-over and
+//!   read by the child after its claim (Relaxed, ordered by the state word, M4); `prepared_ns`,
+//!   written by the child before it publishes `FRAME_STAGED` and read by the parent after an
+//!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
+//!   when the task launches and the parent clears when it posts into the frame, so a parent
+//!   that sees the child die can say whether its task had launched.
+//!
 //! # Memory ordering
 //!
 //! * The state word carries the frame: Release stores hand a frame over and Acquire loads or
@@ -148,7 +183,7 @@
 //!   shared futex on the state word, whose compare-and-block the kernel does atomically with
 //!   respect to the wake.
 
-#![expect(unsafe_code, reason = "typed views of a frame layout that forked processes share; rules M1-M8")]
+#![expect(unsafe_code, reason = "typed views of a frame layout that forked processes share; rules M1-M12")]
 
 use std::cell::UnsafeCell;
 use std::fmt;
@@ -194,6 +229,25 @@ pub(crate) const INIT_READY: u32 = 6;
 pub(crate) const INIT_FAILED: u32 = 7;
 /// Frame state: claimed by one party that is filling or draining it (rule M3).
 pub(crate) const BUSY: u32 = 8;
+/// Task frame state: a successor's task was posted for preparation beside the running one; the
+/// child may claim it (rule M11).
+pub(crate) const PREPARE_READY: u32 = 9;
+/// Task frame state: the child prepared the posted successor and holds it, unlaunched (M11).
+pub(crate) const FRAME_STAGED: u32 = 10;
+/// Task frame state: the parent lets the staged task launch (its run is the head now; M11).
+pub(crate) const ACTIVATE: u32 = 11;
+/// Task frame state: the staged task launched; the child owns the frame until `TASK_DONE` (M11).
+pub(crate) const TASK_LAUNCHED: u32 = 12;
+/// Task frame state: the parent withdraws the staged task (its run was stopped); the child
+/// gives it up unlaunched and answers `TASK_DONE` with an error (M11).
+pub(crate) const WITHDRAW: u32 = 13;
+
+/// Task frames per mailbox: one for the running task, one for a staged successor (M11).
+pub(crate) const TASK_FRAMES: usize = 2;
+
+/// Task flag (rule M12): the parent has another run in flight, so the child should execute the
+/// task where it can still watch its other frame (a successor may be staged meanwhile).
+pub(crate) const FLAG_OVERLAP: u32 = 1;
 
 /// The name of a state value, for messages (`"UNKNOWN"` for garbage).
 pub(crate) fn state_name(state: u32) -> &'static str {
@@ -206,6 +260,11 @@ pub(crate) fn state_name(state: u32) -> &'static str {
         INIT_READY => "INIT_READY",
         INIT_FAILED => "INIT_FAILED",
         BUSY => "BUSY",
+        PREPARE_READY => "PREPARE_READY",
+        FRAME_STAGED => "FRAME_STAGED",
+        ACTIVATE => "ACTIVATE",
+        TASK_LAUNCHED => "TASK_LAUNCHED",
+        WITHDRAW => "WITHDRAW",
         _ => "UNKNOWN",
     }
 }
@@ -248,8 +307,27 @@ struct Slot {
     parent_cpu: AtomicU32,
     /// The pipeline depth the child grants (rule M9); 0 = none published.
     granted_depth: AtomicU32,
+    _reserved: [u32; 11],
+    /// The lease, flags and acceptance word of each task frame (rule M12).
+    words: [TaskWords; TASK_FRAMES],
     base: Frame,
-    task: Frame,
+    tasks: [Frame; TASK_FRAMES],
+}
+
+/// What travels beside a task frame (rule M12): the lease of the task's run and the task's
+/// flags (written with the request, under the frame's ownership; atomics only so that no
+/// `unsafe` is needed, Relaxed and ordered by the state word), and the sticky acceptance
+/// word, which the child sets when the task launches and the parent clears when it posts.
+#[repr(C)]
+struct TaskWords {
+    generation: std::sync::atomic::AtomicU64,
+    /// When the child had the staged task prepared (`CLOCK_MONOTONIC` ns), written before
+    /// `FRAME_STAGED`.
+    prepared_ns: std::sync::atomic::AtomicU64,
+    slot: AtomicU32,
+    flags: AtomicU32,
+    accepted: AtomicU32,
+    _reserved: u32,
 }
 
 const _: () = {
@@ -272,9 +350,11 @@ const _: () = {
     assert!(offset_of!(Slot, child_cpu) == 72);
     assert!(offset_of!(Slot, parent_cpu) == 76);
     assert!(offset_of!(Slot, granted_depth) == 80);
-    assert!(offset_of!(Slot, base) == 128);
-    assert!(offset_of!(Slot, task) == 128 + FRAME_SIZE);
-    assert!(MAILBOX_SIZE == 131_200);
+    assert!(size_of::<TaskWords>() == 32);
+    assert!(offset_of!(Slot, words) == 128);
+    assert!(offset_of!(Slot, base) == 192);
+    assert!(offset_of!(Slot, tasks) == 192 + FRAME_SIZE);
+    assert!(MAILBOX_SIZE == 196_800);
     assert!(SLOTS_OFFSET == 64);
     assert!(MAILBOX_SIZE.is_multiple_of(align_of::<Slot>()));
     assert!(SLOTS_OFFSET.is_multiple_of(align_of::<Slot>()));
@@ -512,12 +592,30 @@ pub(crate) struct Mailbox<'a> {
 /// back, as `TASK_DONE` with an error, so the frame never stays claimed.
 pub(crate) struct TaskRequest<'a> {
     frame: &'a Frame,
+    words: &'a TaskWords,
     /// The callable digest.
     pub(crate) digest: [u8; 32],
     /// For a task of a captured run: its engine, run and task number in the parent, and the
     /// member of a group (rule M10).
     pub(crate) trace: Option<(u64, u64, u32, u32)>,
+    /// The lease of the task's run: its slot and generation (rule M12; generation 0: none).
+    pub(crate) lease: (u32, u64),
+    /// The task's flags ([`FLAG_OVERLAP`]).
+    pub(crate) flags: u32,
+    /// A successor posted for preparation (`PREPARE_READY`), not a task to run now.
+    pub(crate) staged: bool,
     finished: bool,
+}
+
+/// What the parent said of a staged task ([`TaskRequest::activation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// Nothing yet: the task stays staged.
+    Waiting,
+    /// Launch it (the frame is `TASK_LAUNCHED` now).
+    Activate,
+    /// Give it up unlaunched and answer with an error (the frame is `BUSY` now).
+    Withdraw,
 }
 
 impl TaskRequest<'_> {
@@ -535,12 +633,51 @@ impl TaskRequest<'_> {
         unsafe { self.frame.payload() }
     }
 
+    /// Publishes a staged task as prepared: `BUSY` -> `FRAME_STAGED` (Release, rule M11), and
+    /// rings `parent`, which may now activate it. The guard keeps owning the fields.
+    pub(crate) fn publish_staged(&mut self, parent: &Doorbell) {
+        if self.staged && self.frame.state.load(Ordering::Relaxed) == BUSY {
+            self.words.prepared_ns.store(crate::sys::clock::monotonic_ns(), Ordering::Relaxed);
+            self.frame.state.store(FRAME_STAGED, Ordering::Release);
+            parent.ring();
+        }
+    }
+
+    /// Whether the parent activated or withdrew this staged task (rule M11): takes
+    /// `ACTIVATE` -> `TASK_LAUNCHED` or `WITHDRAW` -> `BUSY` by compare-exchange.
+    pub(crate) fn activation(&mut self) -> Activation {
+        let state = &self.frame.state;
+        if state.compare_exchange(ACTIVATE, TASK_LAUNCHED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return Activation::Activate;
+        }
+        if state.compare_exchange(WITHDRAW, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return Activation::Withdraw;
+        }
+        Activation::Waiting
+    }
+
+    /// Sets the frame's sticky acceptance word: the task launched (rule M12).
+    pub(crate) fn mark_accepted(&self) {
+        self.words.accepted.store(1, Ordering::Release);
+    }
+
     /// Writes the reply and hands the frame back as `TASK_DONE` (rule M4).
     fn reply(&mut self, result: &std::result::Result<(), FrameError>) {
         self.finished = true;
+        // A staged frame the parent may still move (FRAME_STAGED -> ACTIVATE | WITHDRAW) is
+        // taken back to BUSY first, so no parent transition is lost (M11).
+        loop {
+            let now = self.frame.state.load(Ordering::Acquire);
+            if !matches!(now, FRAME_STAGED | ACTIVATE | WITHDRAW | TASK_LAUNCHED) {
+                break;
+            }
+            if self.frame.claim(now).is_ok() {
+                break;
+            }
+        }
         let (code, message) = reply_code(result);
-        // SAFETY: rule M3 — this guard claimed the frame from TASK_READY, so it owns its fields
-        // until the store below.
+        // SAFETY: rules M3, M11 — this guard claimed the frame from TASK_READY or
+        // PREPARE_READY, so it owns its fields until the store below.
         unsafe { self.frame.write_error(code, message) };
         self.frame.state.store(TASK_DONE, Ordering::Release);
     }
@@ -609,6 +746,30 @@ impl std::error::Error for FrameError {}
 /// The code written for an `Err` whose code is 0, so it is never mistaken for success.
 const FALLBACK_CODE: i32 = -1;
 
+/// How a task is posted ([`Mailbox::post_task_at`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Posting {
+    /// The trace key of a captured run's task (rule M10).
+    pub(crate) trace: Option<(u64, u64, u32, u32)>,
+    /// The lease of the task's run: slot and generation (rule M12; generation 0: none).
+    pub(crate) lease: (u32, u64),
+    /// [`FLAG_OVERLAP`] or 0.
+    pub(crate) flags: u32,
+    /// Post as a successor to prepare (`PREPARE_READY`), not a task to run (rule M11).
+    pub(crate) stage: bool,
+}
+
+/// What [`Mailbox::withdraw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Withdrawn {
+    /// The child had not taken it: the frame is `IDLE`, the task never reached the child.
+    Taken,
+    /// The child holds it prepared: it answers `TASK_DONE` with an error, unlaunched.
+    Asked,
+    /// It was activated or has ended already.
+    Late,
+}
+
 /// What a parent learned about a child's startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum InitStatus {
@@ -652,9 +813,27 @@ impl<'a> Mailbox<'a> {
         trace: Option<(u64, u64, u32, u32)>,
         write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
     ) -> Result<()> {
-        let frame = &self.slot.task;
+        self.post_task_at(0, digest, &Posting { trace, ..Posting::default() }, write)
+    }
+
+    /// Posts a task into task frame `ix` (as [`post_task`](Mailbox::post_task) does), with its
+    /// run's lease and its flags (rule M12): `TASK_READY`, or `PREPARE_READY` for a successor
+    /// to prepare beside the running task (rule M11). Clears the frame's acceptance word.
+    ///
+    /// # Panics
+    ///
+    /// If `ix >= TASK_FRAMES`.
+    pub(crate) fn post_task_at(
+        &self,
+        ix: usize,
+        digest: &[u8; 32],
+        posting: &Posting,
+        write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
+    ) -> Result<()> {
+        let frame = &self.slot.tasks[ix];
+        let words = &self.slot.words[ix];
         frame.claim(IDLE).map_err(|s| {
-            Error::state(format!("cannot post a task: the task frame is {} (not IDLE)", state_name(s)))
+            Error::state(format!("cannot post a task: task frame {ix} is {} (not IDLE)", state_name(s)))
         })?;
         let mut handover = Handover { state: &frame.state, next: IDLE };
         // SAFETY: rule M3 — we claimed the frame, so we own every field until `handover` stores
@@ -671,23 +850,38 @@ impl<'a> Mailbox<'a> {
         unsafe {
             *frame.digest.get() = *digest;
             *frame.payload_len.get() = len as u32;
-            let (engine, run, task, member) = trace.unwrap_or((0, 0, 0, 0));
+            let (engine, run, task, member) = posting.trace.unwrap_or((0, 0, 0, 0));
             *frame.command.get() = run;
             *frame.arg0.get() = u64::from(task) | (u64::from(member) << 32);
             *frame.result.get() = engine;
         }
+        // Rule M12: written under the claim, ordered by the hand-over below.
+        words.slot.store(posting.lease.0, Ordering::Relaxed);
+        words.generation.store(posting.lease.1, Ordering::Relaxed);
+        words.flags.store(posting.flags, Ordering::Relaxed);
+        words.accepted.store(0, Ordering::Relaxed);
         frame.error_code.store(0, Ordering::Relaxed);
-        handover.next = TASK_READY;
+        handover.next = if posting.stage { PREPARE_READY } else { TASK_READY };
         drop(handover);
         self.slot.doorbell.ring();
         Ok(())
     }
 
-    /// Collects a finished task: if the task frame is `TASK_DONE`, reads the error code and
+    /// Collects a finished task from task frame 0 (see
+    /// [`take_task_result_at`](Mailbox::take_task_result_at)).
+    #[cfg_attr(
+        not(any(test, feature = "bench-support")),
+        expect(dead_code, reason = "the endpoint collects with take_task_result_at")
+    )]
+    pub(crate) fn take_task_result(&self) -> Option<std::result::Result<(), FrameError>> {
+        self.take_task_result_at(0)
+    }
+
+    /// Collects a finished task: if task frame `ix` is `TASK_DONE`, reads the error code and
     /// message, returns the frame to `IDLE` and returns `Some(Ok(()))` or `Some(Err(..))`;
     /// otherwise `None`. Never blocks.
-    pub(crate) fn take_task_result(&self) -> Option<std::result::Result<(), FrameError>> {
-        let frame = &self.slot.task;
+    pub(crate) fn take_task_result_at(&self, ix: usize) -> Option<std::result::Result<(), FrameError>> {
+        let frame = &self.slot.tasks[ix];
         if !claim_if(&frame.state, TASK_DONE) {
             return None;
         }
@@ -698,9 +892,56 @@ impl<'a> Mailbox<'a> {
         Some(result)
     }
 
-    /// The task frame's state word (Acquire).
+    /// Lets the staged task of frame `ix` launch: `FRAME_STAGED` -> `ACTIVATE` by
+    /// compare-exchange (rule M11), then rings the child. `Err` holds the state found instead
+    /// (still `PREPARE_READY` or `BUSY`: not prepared yet; `TASK_DONE`: it failed to prepare).
+    pub(crate) fn activate(&self, ix: usize) -> std::result::Result<(), u32> {
+        let state = &self.slot.tasks[ix].state;
+        state.compare_exchange(FRAME_STAGED, ACTIVATE, Ordering::AcqRel, Ordering::Acquire)?;
+        self.slot.doorbell.ring();
+        Ok(())
+    }
+
+    /// Withdraws the staged task of frame `ix` (its run was stopped; rule M11): one the child
+    /// has not taken yet goes back to `IDLE` at once ([`Withdrawn::Taken`]); a prepared one is
+    /// asked to end unlaunched ([`Withdrawn::Asked`]: the child answers `TASK_DONE` with an
+    /// error); anything else is too late ([`Withdrawn::Late`]: it ends as it ends).
+    pub(crate) fn withdraw(&self, ix: usize) -> Withdrawn {
+        let frame = &self.slot.tasks[ix];
+        if claim(&frame.state, PREPARE_READY).is_ok() {
+            frame.state.store(IDLE, Ordering::Release);
+            return Withdrawn::Taken;
+        }
+        match frame.state.compare_exchange(FRAME_STAGED, WITHDRAW, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                self.slot.doorbell.ring();
+                Withdrawn::Asked
+            }
+            Err(_) => Withdrawn::Late,
+        }
+    }
+
+    /// When the child had the staged task of frame `ix` prepared, once it has (its frame is
+    /// `FRAME_STAGED`; rule M11).
+    pub(crate) fn prepared_at(&self, ix: usize) -> Option<u64> {
+        // Acquire: the child wrote the time before its Release store of FRAME_STAGED.
+        (self.slot.tasks[ix].state.load(Ordering::Acquire) == FRAME_STAGED)
+            .then(|| self.slot.words[ix].prepared_ns.load(Ordering::Relaxed))
+    }
+
+    /// Whether the task of frame `ix` launched (its sticky acceptance word, rule M12).
+    pub(crate) fn accepted(&self, ix: usize) -> bool {
+        self.slot.words[ix].accepted.load(Ordering::Acquire) != 0
+    }
+
+    /// Task frame 0's state word (Acquire).
     pub(crate) fn task_state(&self) -> u32 {
-        self.slot.task.state.load(Ordering::Acquire)
+        self.task_state_at(0)
+    }
+
+    /// Task frame `ix`'s state word (Acquire).
+    pub(crate) fn task_state_at(&self, ix: usize) -> u32 {
+        self.slot.tasks[ix].state.load(Ordering::Acquire)
     }
 
     /// The base frame's state word (Acquire), for diagnostics.
@@ -870,9 +1111,12 @@ impl<'a> Mailbox<'a> {
     /// which has the lane out of service; control requests) off this mailbox until the new
     /// child reports ready, and has not requested shutdown.
     pub(crate) fn reset_for_new_child(&self) {
-        for frame in [&self.slot.base, &self.slot.task] {
+        for frame in std::iter::once(&self.slot.base).chain(&self.slot.tasks) {
             frame.error_code.store(0, Ordering::Relaxed);
             frame.state.store(IDLE, Ordering::Release);
+        }
+        for words in &self.slot.words {
+            words.accepted.store(0, Ordering::Relaxed);
         }
         self.slot.child_pid.store(0, Ordering::Release);
         self.slot.child_cpu.store(0, Ordering::Relaxed);
@@ -903,8 +1147,16 @@ impl<'a> Mailbox<'a> {
     /// → `BUSY`, rule M3) and returns the guard that owns it until
     /// [`finish_task`](Mailbox::finish_task) (rule M5).
     pub(crate) fn task_request(&self) -> Option<TaskRequest<'a>> {
-        let frame: &'a Frame = &self.slot.task;
-        if !claim_if(&frame.state, TASK_READY) {
+        self.task_request_at(0, false)
+    }
+
+    /// Takes the task posted in task frame `ix`: a task to run (`TASK_READY`), or with
+    /// `staged` a successor to prepare (`PREPARE_READY`, rule M11). Claims the frame (rule M3)
+    /// and returns the guard that owns it until [`finish_task`](Mailbox::finish_task) (M5).
+    pub(crate) fn task_request_at(&self, ix: usize, staged: bool) -> Option<TaskRequest<'a>> {
+        let frame: &'a Frame = &self.slot.tasks[ix];
+        let words: &'a TaskWords = &self.slot.words[ix];
+        if !claim_if(&frame.state, if staged { PREPARE_READY } else { TASK_READY }) {
             return None;
         }
         // SAFETY: rule M3 — we claimed the frame, so we own its fields, and the Acquire claim
@@ -913,7 +1165,10 @@ impl<'a> Mailbox<'a> {
             unsafe { (*frame.digest.get(), *frame.command.get(), *frame.arg0.get(), *frame.result.get()) };
         // Rule M10: a run number of 0 is no trace.
         let trace = (run != 0).then_some((engine, run, task as u32, (task >> 32) as u32));
-        Some(TaskRequest { frame, digest, trace, finished: false })
+        // Rule M12: written before the parent's hand-over, which the claim saw.
+        let lease = (words.slot.load(Ordering::Relaxed), words.generation.load(Ordering::Relaxed));
+        let flags = words.flags.load(Ordering::Relaxed);
+        Some(TaskRequest { frame, words, digest, trace, lease, flags, staged, finished: false })
     }
 
     /// Finishes the task `req` took from this mailbox: writes the error code and message
@@ -927,7 +1182,10 @@ impl<'a> Mailbox<'a> {
         result: std::result::Result<(), FrameError>,
         parent: &Doorbell,
     ) {
-        assert!(std::ptr::eq(req.frame, &self.slot.task), "a task finished on another mailbox");
+        assert!(
+            self.slot.tasks.iter().any(|f| std::ptr::eq(req.frame, f)),
+            "a task finished on another mailbox"
+        );
         req.reply(&result);
         parent.ring();
     }
@@ -1006,6 +1264,7 @@ impl fmt::Debug for Mailbox<'_> {
         f.debug_struct("Mailbox")
             .field("base", &state_name(self.base_state()))
             .field("task", &state_name(self.task_state()))
+            .field("task2", &state_name(self.task_state_at(1)))
             .field("shutdown", &self.shutdown_requested())
             .field("child_pid", &self.child_pid())
             .finish()
@@ -1036,7 +1295,7 @@ impl HostileFrames {
     /// from it from outliving the next plant.
     pub(crate) fn plant(&mut self, base: bool, image: &[u8; FRAME_SIZE]) -> (Mailbox<'_>, &Doorbell) {
         let mb = self.region.mailbox(0);
-        let frame = if base { &mb.slot.base } else { &mb.slot.task };
+        let frame = if base { &mb.slot.base } else { &mb.slot.tasks[0] };
         let at = |r: std::ops::Range<usize>| &image[r];
         let word = |o: usize| u64::from_ne_bytes(at(o..o + 8).try_into().expect("8 bytes"));
         let half = |o: usize| u32::from_ne_bytes(at(o..o + 4).try_into().expect("4 bytes"));

@@ -251,9 +251,23 @@ impl Tree {
             )));
         }
 
+        // Pipeline leases go to the FIFO head and its first successor, as many at once as
+        // every chip grants; with two, each chip prepares a staged successor beside the task it
+        // runs (rule M11 of `ipc::mailbox`).
+        let lease_depth = (n_sub..n_sub + n_chip)
+            .map(|i| region.mailbox(i).granted_depth())
+            .min()
+            .unwrap_or(u32::MAX)
+            .min(chip_depth(cfg))
+            .max(1);
+        if let Err(e) = engine.set_lease_depth(lease_depth) {
+            abort_children(&region, &mut monitor, &pids);
+            return Err(e);
+        }
         let mailbox_lanes = (0..n_sub + n_chip)
             .map(|i| {
-                let ep = MailboxEndpoint::new(region.clone(), i, monitor.board.clone(), lanes.label(i));
+                let ep = MailboxEndpoint::new(region.clone(), i, monitor.board.clone(), lanes.label(i))
+                    .staging(i >= n_sub && !nested && lease_depth >= 2);
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
                 Lane::named(kind, Box::new(ep), lanes.label(i))

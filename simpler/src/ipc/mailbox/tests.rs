@@ -79,7 +79,7 @@ fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
 #[test]
 fn layout_constants() {
     assert_eq!(ARGS_CAPACITY, 63_808);
-    assert_eq!(MAILBOX_SIZE, 131_200);
+    assert_eq!(MAILBOX_SIZE, 196_800);
     let region = MailboxRegion::new(3).unwrap();
     assert_eq!(region.len(), 3);
     for i in 0..3 {
@@ -337,7 +337,7 @@ fn garbage_frame_contents_are_read_safely() {
     let region = MailboxRegion::new(1).unwrap();
     let mb = region.mailbox(0);
     post_text(mb, 0, 0, "x").unwrap();
-    let frame = &mb.slot.task;
+    let frame = &mb.slot.tasks[0];
     // Play a misbehaving child: claim the frame and fill the message with invalid UTF-8 and
     // no NUL, and the payload length with nonsense.
     frame.claim(TASK_READY).unwrap();
@@ -441,4 +441,79 @@ fn a_dropped_task_request_answers_with_an_error() {
     post_text(mb, 0, 0, "y").unwrap();
     mb.finish_task(mb.task_request().unwrap(), Ok(()), region.doorbell());
     assert_eq!(mb.take_task_result(), Some(Ok(())));
+}
+
+/// Posts `text` into task frame `ix`, to run (`stage` false) or to prepare, with a lease.
+fn post_at(mb: Mailbox<'_>, ix: usize, stage: bool, lease: (u32, u64), text: &str) -> Result<()> {
+    let posting = Posting { lease, flags: FLAG_OVERLAP, stage, ..Posting::default() };
+    mb.post_task_at(ix, &[ix as u8; 32], &posting, |_, payload| {
+        payload[..text.len()].copy_from_slice(text.as_bytes());
+        Ok(text.len())
+    })
+}
+
+#[test]
+fn a_staged_successor_is_prepared_beside_the_running_task_and_launches_only_when_activated() {
+    let region = MailboxRegion::new(1).unwrap();
+    let (mb, parent) = (region.mailbox(0), region.doorbell());
+    post_at(mb, 0, false, (0, 7), "head").unwrap();
+    post_at(mb, 1, true, (1, 8), "next").unwrap();
+    assert_eq!((mb.task_state_at(0), mb.task_state_at(1)), (TASK_READY, PREPARE_READY));
+    // A staged frame is not a task to run, and a running one not one to prepare.
+    assert!(mb.task_request_at(1, false).is_none() && mb.task_request_at(0, true).is_none());
+    let head = mb.task_request_at(0, false).unwrap();
+    assert_eq!((head.lease, head.flags, head.staged), ((0, 7), FLAG_OVERLAP, false));
+    head.mark_accepted();
+    let mut next = mb.task_request_at(1, true).unwrap();
+    assert_eq!((next.lease, next.staged, next.args()), ((1, 8), true, &b"next"[..]));
+    assert_eq!(mb.prepared_at(1), None, "not prepared yet");
+    assert_eq!(mb.activate(1), Err(BUSY), "nothing to activate before FRAME_STAGED");
+    next.publish_staged(parent);
+    assert_eq!(mb.task_state_at(1), FRAME_STAGED);
+    assert!(mb.prepared_at(1).is_some_and(|t| t > 0));
+    assert_eq!(next.activation(), Activation::Waiting);
+    assert!(!mb.accepted(1), "prepared is not launched");
+    mb.finish_task(head, Ok(()), parent);
+    assert!(mb.accepted(0));
+    assert_eq!(mb.take_task_result_at(0), Some(Ok(())));
+    mb.activate(1).unwrap();
+    assert_eq!(mb.task_state_at(1), ACTIVATE);
+    assert_eq!(mb.withdraw(1), Withdrawn::Late, "an activated task is not withdrawn");
+    assert_eq!(next.activation(), Activation::Activate);
+    assert_eq!(mb.task_state_at(1), TASK_LAUNCHED);
+    next.mark_accepted();
+    mb.finish_task(next, Err(FrameError::new(9, "kernel failed")), parent);
+    assert!(mb.accepted(1));
+    assert_eq!(mb.take_task_result_at(1), Some(Err(FrameError::new(9, "kernel failed"))));
+    // Posting again clears the acceptance word.
+    post_at(mb, 1, false, (1, 9), "again").unwrap();
+    assert!(!mb.accepted(1));
+}
+
+#[test]
+fn a_withdrawn_staged_task_ends_unlaunched_whether_or_not_the_child_took_it() {
+    let region = MailboxRegion::new(1).unwrap();
+    let (mb, parent) = (region.mailbox(0), region.doorbell());
+    // Not taken yet: the frame goes back to IDLE at once.
+    post_at(mb, 1, true, (1, 2), "next").unwrap();
+    assert_eq!(mb.withdraw(1), Withdrawn::Taken);
+    assert_eq!(mb.task_state_at(1), IDLE);
+    assert!(mb.task_request_at(1, true).is_none(), "the child never sees it");
+    // Prepared: the child is asked, and answers with an error.
+    post_at(mb, 1, true, (1, 3), "next").unwrap();
+    let mut next = mb.task_request_at(1, true).unwrap();
+    next.publish_staged(parent);
+    assert_eq!(mb.withdraw(1), Withdrawn::Asked);
+    assert_eq!(mb.activate(1), Err(WITHDRAW), "a withdrawn task cannot be activated");
+    assert_eq!(next.activation(), Activation::Withdraw);
+    mb.finish_task(next, Err(FrameError::new(1, "withdrawn")), parent);
+    assert_eq!(mb.take_task_result_at(1).unwrap().unwrap_err().message, "withdrawn");
+    assert!(!mb.accepted(1));
+    // A child that drops a staged task it holds still answers (and no parent move is lost).
+    post_at(mb, 1, true, (1, 4), "next").unwrap();
+    let mut next = mb.task_request_at(1, true).unwrap();
+    next.publish_staged(parent);
+    drop(next);
+    assert_eq!(mb.task_state_at(1), TASK_DONE);
+    assert!(mb.take_task_result_at(1).unwrap().is_err());
 }

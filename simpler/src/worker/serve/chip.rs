@@ -9,15 +9,20 @@
 
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
+use crate::chip::ChipRun;
 use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
 use crate::data::buffer::{Backing, BufferDesc};
+use crate::data::call_config::CallConfig;
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
+use crate::engine::lease::Lease;
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
-    CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, Serve,
-    received_fn, serve,
+    CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, received_fn,
 };
-use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
+use crate::ipc::mailbox::{
+    Activation, ControlRequest, FLAG_OVERLAP, FrameError, MailboxRegion, TASK_FRAMES, TaskRequest,
+};
+use crate::sys::futex::PeerWait;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -64,7 +69,7 @@ impl ChipChild {
         };
         mb.publish_init(Ok(()));
         let mut server = ChipServer { chip, runtime, resolver: self.resolver };
-        let code = serve(&region, self.index, &mut server);
+        let code = serve_chip(&region, self.index, &mut server);
         server.runtime.shutdown();
         code
     }
@@ -81,7 +86,7 @@ impl ChipServer {
     }
 }
 
-impl Serve for ChipServer {
+impl ChipServer {
     fn control(&mut self, req: ControlRequest) -> Result<u64, FrameError> {
         let digest = Digest::from_bytes(req.digest);
         let dev = |e: crate::error::Error| FrameError::new(super::frame_code(&e, ERR_DEVICE), e.to_string());
@@ -127,68 +132,114 @@ impl Serve for ChipServer {
             )),
         }
     }
+}
 
-    fn task(&mut self, req: &TaskRequest<'_>) -> Result<(), FrameError> {
-        let digest = Digest::from_bytes(req.digest);
-        let decoded = decode_args(req.args())
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        let config = decode_config(req.config())
-            .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
-        // Map every host buffer first, then lend tensors that borrow the mappings (rule C2).
-        for (i, t) in decoded.tensors.iter().enumerate() {
-            if !matches!(t.desc.backing(), Backing::Device { .. }) {
-                self.resolver
-                    .resolve(&t.desc)
+/// What a task frame asks of the chip, decoded: its tensors (host ones mapped here; they
+/// borrow the resolver), scalars and config.
+struct Decoded<'r> {
+    args: Vec<ChipArg<'r>>,
+    scalars: Vec<u64>,
+    config: CallConfig,
+}
+
+/// Decodes task frame `req` and maps its host buffers (rule C2 of `ipc::child`: every buffer
+/// is mapped first, then the tensors lent borrow the mappings).
+fn decode<'r>(
+    chip: u32,
+    resolver: &'r mut HostResolver,
+    req: &TaskRequest<'_>,
+) -> Result<Decoded<'r>, FrameError> {
+    let decoded = decode_args(req.args())
+        .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+    let config = decode_config(req.config())
+        .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+    for (i, t) in decoded.tensors.iter().enumerate() {
+        if !matches!(t.desc.backing(), Backing::Device { .. }) {
+            resolver
+                .resolve(&t.desc)
+                .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
+        }
+    }
+    let resolver: &'r HostResolver = resolver;
+    let mut args = Vec::with_capacity(decoded.tensors.len());
+    for (i, t) in decoded.tensors.iter().enumerate() {
+        let access = t.desc.access();
+        match t.desc.backing() {
+            Backing::Device { ptr, chip: owner } => {
+                if owner != chip {
+                    return Err(FrameError::new(
+                        ERR_BAD_FRAME,
+                        format!("tensor {i}: device memory of chip {owner} sent to chip {chip}"),
+                    ));
+                }
+                args.push(ChipArg::Device {
+                    ptr,
+                    view: t.view,
+                    access,
+                    identity: t.desc.identity(),
+                    nbytes: t.desc.nbytes(),
+                });
+            }
+            _ => {
+                let tensor = resolver
+                    .tensor(&t.desc, t.view, access)
                     .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
+                args.push(ChipArg::Host(tensor));
             }
         }
-        let mut args = Vec::with_capacity(decoded.tensors.len());
-        for (i, t) in decoded.tensors.iter().enumerate() {
-            let access = t.desc.access();
-            match t.desc.backing() {
-                Backing::Device { ptr, chip } => {
-                    if chip != self.chip {
-                        return Err(FrameError::new(
-                            ERR_BAD_FRAME,
-                            format!("tensor {i}: device memory of chip {chip} sent to chip {}", self.chip),
-                        ));
-                    }
-                    args.push(ChipArg::Device {
-                        ptr,
-                        view: t.view,
-                        access,
-                        identity: t.desc.identity(),
-                        nbytes: t.desc.nbytes(),
-                    });
-                }
-                _ => {
-                    let tensor = self
-                        .resolver
-                        .tensor(&t.desc, t.view, access)
-                        .map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?;
-                    args.push(ChipArg::Host(tensor));
-                }
-            }
+    }
+    Ok(Decoded { args, scalars: decoded.scalars, config })
+}
+
+/// A chip error as a frame error.
+fn task_error(e: &crate::error::Error) -> FrameError {
+    FrameError::new(super::frame_code(e, ERR_TASK), e.message().to_string())
+}
+
+/// A task the chip holds across requests: its frame (the guard owns it) and its run.
+struct Held<'m> {
+    req: TaskRequest<'m>,
+    run: ChipRun<'static>,
+}
+
+impl ChipServer {
+    /// The lease a task came with (rule M12), or, for a frame that carries none, the current
+    /// mark of a slot `avoid` does not use (admitted as is).
+    fn lease_of(&self, req: &TaskRequest<'_>, avoid: Option<Lease>) -> Lease {
+        match req.lease {
+            (slot, generation) if generation != 0 => Lease { slot, generation },
+            _ => self.runtime.local_lease(avoid.map(|l| l.slot)),
         }
+    }
+
+    /// Takes a task to run now: prepares and launches it (on this thread when `here`). `Err`:
+    /// it failed before it ran (answer it now).
+    fn begin(
+        &mut self,
+        req: &TaskRequest<'_>,
+        avoid: Option<Lease>,
+        here: bool,
+    ) -> Result<ChipRun<'static>, FrameError> {
+        let digest = Digest::from_bytes(req.digest);
+        let lease = self.lease_of(req, avoid);
+        let chip = self.chip;
+        let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
+                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {chip}"),
             ));
         }
         let trace = req.trace.is_some();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.run_traced(&digest, args, &decoded.scalars, &config, trace)
-        }))
-        .map(|(result, records)| {
-            if let (Some(key), Some(records)) = (req.trace, records) {
-                super::leave_trace(key, 0, 0, records);
+        let started = catch_unwind(AssertUnwindSafe(|| {
+            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), here, trace)
+        }));
+        match started {
+            Ok(Ok(run)) => {
+                req.mark_accepted();
+                Ok(run.detach())
             }
-            result
-        });
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string())),
+            Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
                 format!("chip runtime panicked: {}", crate::error::panic_message(&*panic)),
@@ -196,7 +247,187 @@ impl Serve for ChipServer {
         }
     }
 
-    fn idle(&mut self) {
-        self.resolver.trim();
+    /// Prepares a staged successor (its inputs copied into its slot's staging buffer while the
+    /// running task executes). `Err`: it failed to prepare (answer it now).
+    fn prepare(
+        &mut self,
+        req: &TaskRequest<'_>,
+        avoid: Option<Lease>,
+    ) -> Result<ChipRun<'static>, FrameError> {
+        let digest = Digest::from_bytes(req.digest);
+        let lease = self.lease_of(req, avoid);
+        let chip = self.chip;
+        let d = decode(chip, &mut self.resolver, req)?;
+        if !self.runtime.contains(&digest) {
+            return Err(FrameError::new(
+                ERR_UNKNOWN_CALLABLE,
+                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {chip}"),
+            ));
+        }
+        match catch_unwind(AssertUnwindSafe(|| {
+            self.runtime.prepare(lease, &digest, d.args, &d.scalars, &d.config)
+        })) {
+            Ok(Ok(run)) => Ok(run.detach()),
+            Ok(Err(e)) => Err(task_error(&e)),
+            Err(panic) => Err(FrameError::new(
+                ERR_TASK,
+                format!("chip runtime panicked preparing: {}", crate::error::panic_message(&*panic)),
+            )),
+        }
+    }
+
+    /// Finishes a run that ended (or waits for it): copies its outputs back into its host
+    /// tensors, mapped again from its frame, leaves its records in the trace log, and gives
+    /// the frame's answer.
+    fn end(&mut self, req: &TaskRequest<'_>, run: ChipRun<'static>) -> Result<(), FrameError> {
+        let chip = self.chip;
+        let outputs = match decode(chip, &mut self.resolver, req) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.runtime.finalize(run);
+                return Err(e);
+            }
+        };
+        let ended = catch_unwind(AssertUnwindSafe(|| self.runtime.finalize_traced(run, Some(&outputs.args))));
+        match ended {
+            Ok((result, records)) => {
+                if let (Some(key), Some(records)) = (req.trace, records) {
+                    super::leave_trace(key, 0, 0, records);
+                }
+                result.map_err(|e| task_error(&e))
+            }
+            Err(panic) => Err(FrameError::new(
+                ERR_TASK,
+                format!("chip runtime panicked finishing: {}", crate::error::panic_message(&*panic)),
+            )),
+        }
+    }
+}
+
+/// The chip child's loop: one thread serves controls and both task frames (rule M11 of
+/// `ipc::mailbox`), holding at most one running task (executed here, or on the chip's
+/// executor thread when a successor may be staged meanwhile) and one staged successor
+/// (prepared beside it, launched when the parent activates it). Sleeps on the mailbox's child
+/// doorbell, which the parent rings after posting and the executor thread after each run.
+/// Returns the exit code.
+fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut ChipServer) -> i32 {
+    let mb = region.mailbox(index);
+    let parent = region.doorbell();
+    {
+        let region = region.clone();
+        server.runtime.on_run_done(Box::new(move || region.mailbox(index).child_doorbell().ring()));
+    }
+    let mut active: Option<Held<'_>> = None;
+    let mut staged: Option<Held<'_>> = None;
+    loop {
+        let seen = mb.child_doorbell().seq();
+        if mb.shutdown_requested() {
+            // Dropped guards answer their frames with an error; the runtime's shutdown waits
+            // for the executing run.
+            return 0;
+        }
+        let mut worked = false;
+        if let Some(ctl) = mb.control_request() {
+            let result = catch_unwind(AssertUnwindSafe(|| server.control(ctl))).unwrap_or_else(|p| {
+                Err(FrameError::new(
+                    ERR_BAD_FRAME,
+                    format!("control panicked: {}", crate::error::panic_message(&*p)),
+                ))
+            });
+            mb.finish_control(result, parent);
+            worked = true;
+        }
+        // A task to run now (the parent posts one only while none runs here).
+        if active.is_none() {
+            for ix in 0..TASK_FRAMES {
+                let Some(req) = mb.task_request_at(ix, false) else { continue };
+                mb.set_child_cpu(crate::sys::futex::current_cpu());
+                worked = true;
+                // On this thread unless a successor may be staged while it runs.
+                let here = staged.is_some() || req.flags & FLAG_OVERLAP == 0;
+                let avoid = staged.as_ref().map(|s| s.run.lease());
+                match server.begin(&req, avoid, here) {
+                    Ok(run) => active = Some(Held { req, run }),
+                    Err(e) => mb.finish_task(req, Err(e), parent),
+                }
+                break;
+            }
+        }
+        // A successor to prepare beside it.
+        if staged.is_none() {
+            for ix in 0..TASK_FRAMES {
+                let Some(mut req) = mb.task_request_at(ix, true) else { continue };
+                worked = true;
+                let avoid = active.as_ref().map(|a| a.run.lease());
+                match server.prepare(&req, avoid) {
+                    Ok(run) => {
+                        req.publish_staged(parent);
+                        staged = Some(Held { req, run });
+                    }
+                    Err(e) => mb.finish_task(req, Err(e), parent),
+                }
+                break;
+            }
+        }
+        // The staged successor: activated (its run is the head now) or withdrawn.
+        if let Some(st) = staged.as_mut() {
+            match st.req.activation() {
+                Activation::Waiting => {}
+                Activation::Activate if active.is_some() => {
+                    // The parent activates only with nothing running here.
+                    let Some(Held { req, run }) = staged.take() else { unreachable!() };
+                    let _ = server.runtime.finalize(run);
+                    let e = FrameError::new(ERR_BAD_FRAME, "activated while another task runs on the chip");
+                    mb.finish_task(req, Err(e), parent);
+                    worked = true;
+                }
+                Activation::Activate => {
+                    let Some(Held { req, mut run }) = staged.take() else { unreachable!() };
+                    worked = true;
+                    match server.runtime.launch_traced(&mut run, req.trace.is_some()) {
+                        Ok(()) => {
+                            req.mark_accepted();
+                            active = Some(Held { req, run });
+                        }
+                        Err(e) => {
+                            let _ = server.runtime.finalize(run);
+                            mb.finish_task(req, Err(task_error(&e)), parent);
+                        }
+                    }
+                }
+                Activation::Withdraw => {
+                    let Some(Held { req, run }) = staged.take() else { unreachable!() };
+                    let _ = server.runtime.finalize(run);
+                    let e = FrameError::new(
+                        ERR_TASK,
+                        format!("chip {}: withdrawn before it launched: its run was stopped", server.chip),
+                    );
+                    mb.finish_task(req, Err(e), parent);
+                    worked = true;
+                }
+            }
+        }
+        // The running task, once it ended.
+        if let Some(a) = active.as_mut()
+            && server.runtime.poll(&mut a.run)
+        {
+            let Some(Held { req, run }) = active.take() else { unreachable!() };
+            let result = server.end(&req, run);
+            mb.finish_task(req, result, parent);
+            worked = true;
+        }
+        if worked {
+            if active.is_none() && staged.is_none() {
+                server.resolver.trim();
+            }
+        } else if active.is_some() {
+            // The executor thread rings when the run ends.
+            mb.child_doorbell().wait(seen, None);
+        } else {
+            let me = crate::sys::futex::current_cpu();
+            let parent_cpu = mb.parent_cpu();
+            let elsewhere = me == 0 || parent_cpu == 0 || me != parent_cpu;
+            mb.child_doorbell().wait_for_peer(seen, None, PeerWait::from_elsewhere(elsewhere));
+        }
     }
 }

@@ -1,0 +1,181 @@
+//! Chip run pipelining across Worker runs: a chip prepares the first run behind the FIFO head
+//! (copies its inputs in) while the head's kernel runs, and launches it once the head has
+//! finished; what fails how when the chip dies or the run is stopped in between.
+//!
+//! Every test has three runs on one chip: A and B run a kernel that waits at a gate (a file
+//! the test creates), C doubles its input. A executes while B is staged; once A's gate opens,
+//! B executes (on the chip's executor thread) and C is prepared beside it, which the test sees
+//! in C's `RunProgress::staged` while B still waits at its gate: so the preparation provably
+//! overlaps B's kernel.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
+use simpler::{
+    CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions,
+    TaskArgs, Worker, WorkerKind,
+};
+
+const N: usize = 1024;
+
+/// The gate file `gate` of the test process that started this chip (its parent).
+fn gate_path(test_pid: u32, gate: u64) -> PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-pipelining-{test_pid}-gate{gate}"))
+}
+
+/// Waits (up to 20 s) until gate `scalar 0` is open, then copies its input to its output.
+fn gated_copy(args: &HostArgs<'_>) -> HostResult {
+    let gate = gate_path(std::os::unix::process::parent_id(), args.scalar(0)?);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    if !spin_until(deadline, || gate.exists()) {
+        return Err(format!("{} never opened", gate.display()).into());
+    }
+    let x = args.input::<f32>(0)?.to_vec();
+    args.output::<f32>(1)?.copy_from_slice(&x);
+    Ok(())
+}
+
+/// `out = 2 x`.
+fn double(args: &HostArgs<'_>) -> HostResult {
+    let x = args.input::<f32>(0)?.to_vec();
+    for (o, v) in args.output::<f32>(1)?.iter_mut().zip(x) {
+        *o = 2.0 * v;
+    }
+    Ok(())
+}
+
+struct Gates(u32);
+
+impl Gates {
+    fn open(&self, gate: u64) {
+        std::fs::write(gate_path(self.0, gate), b"open").unwrap();
+    }
+}
+
+impl Drop for Gates {
+    fn drop(&mut self) {
+        for g in 1..=2 {
+            let _ = std::fs::remove_file(gate_path(self.0, g));
+        }
+    }
+}
+
+/// One chip granting depth 2, three runs admitted at once.
+fn rig() -> (Rig, CallableHandle, CallableHandle) {
+    let mut rig = Rig::new(
+        Worker::builder().chips(1).chip_memory(32 << 20).chip_cores(1).pipeline_depth(2).pending_run_depth(3),
+    );
+    let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
+    let dbl = rig.register_chip(ChipFn::kernel("double", double)).unwrap();
+    rig.init();
+    (rig, gated, dbl)
+}
+
+/// Submits one run of `k` on chip 0 from `input` to `out` (scalar `gate`), captured.
+fn submit(
+    w: &Worker,
+    k: &CallableHandle,
+    input: &simpler::Buffer,
+    out: &simpler::Buffer,
+    gate: u64,
+) -> RunHandle {
+    let (ti, to) = (
+        input.tensor(&[N as u32], DataType::Float32).unwrap(),
+        out.tensor(&[N as u32], DataType::Float32).unwrap(),
+    );
+    let k = k.clone();
+    w.submit_with(RunOptions::new().capture_dag(), move |orch, _, _| {
+        let mut args = TaskArgs::new();
+        args.input(&ti)?.output(&to)?.scalar(gate);
+        orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap()
+}
+
+/// Runs A and B (gated) and C (double) as the module docs say, and returns once C is
+/// prepared on the chip while B waits at its gate: (A, B, C, their outputs, C's input).
+fn three_runs(
+    rig: &Rig,
+    gated: &CallableHandle,
+    dbl: &CallableHandle,
+    gates: &Gates,
+) -> ([RunHandle; 3], Vec<simpler::Buffer>, Vec<f32>) {
+    let input = rig.create_buffer(N * 4).unwrap();
+    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    input.write(0, &xs).unwrap();
+    let outs: Vec<_> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let a = submit(rig, gated, &input, &outs[0], 1);
+    let b = submit(rig, gated, &input, &outs[1], 2);
+    let c = submit(rig, dbl, &input, &outs[2], 0);
+    gates.open(1);
+    wait_for("C prepared while B runs", Duration::from_secs(20), || c.progress().staged == 1);
+    assert_eq!(b.progress().completed, 0, "B still waits at its gate");
+    ([a, b, c], outs, xs)
+}
+
+#[test]
+fn a_successor_run_is_prepared_while_the_run_before_executes_and_starts_after_it() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, gated, dbl) = rig();
+    let gates = Gates(std::process::id());
+    let ([a, b, c], outs, xs) = three_runs(&rig, &gated, &dbl, &gates);
+    gates.open(2);
+    for h in [&a, &b, &c] {
+        h.wait().unwrap();
+    }
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), xs);
+    let doubled: Vec<f32> = xs.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(outs[2].read::<f32>(0, N).unwrap(), doubled, "C's inputs, copied in early, were right");
+    let (tb, tc) = (b.timeline().unwrap(), c.timeline().unwrap());
+    let (rb, rc) = (&tb.records()[0], &tc.records()[0]);
+    let staged = rc.staged_ns.expect("C was staged");
+    assert!(staged < rb.ended_ns.unwrap(), "C was prepared before B ended: {rc:?} {rb:?}");
+    assert!(rc.started_ns.unwrap() >= rb.ended_ns.unwrap(), "C started after B ended: {rc:?} {rb:?}");
+    assert_eq!(rc.worker, "chip 0");
+    assert_eq!(c.progress().staged, 0);
+}
+
+#[test]
+fn a_killed_chip_with_a_prepared_successor_fails_both_runs_with_named_errors() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, gated, dbl) = rig();
+    let gates = Gates(std::process::id());
+    let ([a, b, c], _outs, _) = three_runs(&rig, &gated, &dbl, &gates);
+    a.wait().unwrap();
+    let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
+    sigkill(chip.pid);
+    let started = Instant::now();
+    expect_err(b.wait(), ErrorKind::WorkerDied, &["gated_copy", "chip 0", "died"]);
+    expect_err(c.wait(), ErrorKind::WorkerDied, &["double", "chip 0", "staged", "not launched"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "both runs ended promptly");
+}
+
+#[test]
+fn a_cancelled_run_gives_its_prepared_task_back_unlaunched_and_the_chip_serves_on() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, gated, dbl) = rig();
+    let gates = Gates(std::process::id());
+    let ([a, b, c], outs, xs) = three_runs(&rig, &gated, &dbl, &gates);
+    assert!(c.cancel());
+    expect_err(c.wait(), ErrorKind::Cancelled, &["cancelled"]);
+    gates.open(2);
+    a.wait().unwrap();
+    b.wait().unwrap();
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), xs);
+    assert!(outs[2].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "the withdrawn task never ran");
+    // The chip took no harm: a later run runs.
+    let input = rig.create_buffer(N * 4).unwrap();
+    input.write(0, &xs).unwrap();
+    let out = rig.create_buffer(N * 4).unwrap();
+    submit(&rig, &dbl, &input, &out, 0).wait().unwrap();
+    assert_eq!(out.read::<f32>(0, N).unwrap()[3], 6.0);
+}
