@@ -403,6 +403,13 @@ impl ChipRuntime {
         Lease { slot, generation: self.marks.mark(slot).max(1) }
     }
 
+    /// Raises `lease`'s slot mark to its generation (rule L5 of `engine::lease`), as if a run
+    /// under it had been admitted: a chip that replaces a dead one starts from the leases its
+    /// predecessor was given. Errors as [`HighWater::admit`] (a slot outside the grant).
+    pub(crate) fn inherit_mark(&mut self, lease: Lease) -> Result<()> {
+        self.marks.admit(lease)
+    }
+
     /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
     #[cfg_attr(
         not(any(test, feature = "bench-support")),

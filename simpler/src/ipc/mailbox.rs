@@ -168,7 +168,10 @@
 //!   written by the child before it publishes `FRAME_STAGED` and read by the parent after an
 //!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
 //!   when the task launches and the parent clears when it posts into the frame, so a parent
-//!   that sees the child die can say whether its task had launched.
+//!   that sees the child die can say whether its task had launched. A child's replacement
+//!   (M8) keeps the lease words: the new chip reads them before it reports ready and admits
+//!   them as its high-water marks, so a lease older than its predecessor's is refused after a
+//!   restart too.
 //!
 //! # Memory ordering
 //!
@@ -927,6 +930,14 @@ impl<'a> Mailbox<'a> {
         // Acquire: the child wrote the time before its Release store of FRAME_STAGED.
         (self.slot.tasks[ix].state.load(Ordering::Acquire) == FRAME_STAGED)
             .then(|| self.slot.words[ix].prepared_ns.load(Ordering::Relaxed))
+    }
+
+    /// The lease last posted into task frame `ix` (slot, generation; generation 0: none).
+    /// [`Mailbox::reset_for_new_child`] keeps it, so a replacement chip starts from the marks
+    /// its predecessor was given (rule M12).
+    pub(crate) fn posted_lease(&self, ix: usize) -> (u32, u64) {
+        let words = &self.slot.words[ix];
+        (words.slot.load(Ordering::Relaxed), words.generation.load(Ordering::Relaxed))
     }
 
     /// Whether the task of frame `ix` launched (its sticky acceptance word, rule M12).

@@ -67,8 +67,9 @@ impl ChipChild {
                 return 1;
             }
         };
-        mb.publish_init(Ok(()));
         let mut server = ChipServer { chip, runtime, resolver: self.resolver };
+        server.inherit_marks(mb);
+        mb.publish_init(Ok(()));
         let code = serve_chip(&region, self.index, &mut server);
         server.runtime.shutdown();
         code
@@ -203,6 +204,19 @@ struct Held<'m> {
 }
 
 impl ChipServer {
+    /// Starts from the leases last posted to this mailbox (rule M12 of `ipc::mailbox`): after
+    /// a restart, a lease older than the dead chip's is refused too.
+    fn inherit_marks(&mut self, mb: crate::ipc::mailbox::Mailbox<'_>) {
+        for ix in 0..TASK_FRAMES {
+            let (slot, generation) = mb.posted_lease(ix);
+            if generation != 0
+                && let Err(e) = self.runtime.inherit_mark(Lease { slot, generation })
+            {
+                tracing::debug!(target: "simpler::chip", chip = self.chip, "not inheriting the lease mark of frame {ix}: {e}");
+            }
+        }
+    }
+
     /// The lease a task came with (rule M12), or, for a frame that carries none, the current
     /// mark of a slot `avoid` does not use (admitted as is).
     fn lease_of(&self, req: &TaskRequest<'_>, avoid: Option<Lease>) -> Lease {
@@ -429,5 +443,70 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             let elsewhere = me == 0 || parent_cpu == 0 || me != parent_cpu;
             mb.child_doorbell().wait_for_peer(seen, None, PeerWait::from_elsewhere(elsewhere));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chip::{BackendFactory, ChipSpec};
+    use crate::data::host_args::HostArgs;
+    use crate::ipc::mailbox::Posting;
+
+    fn noop(_: &HostArgs<'_>) -> crate::callable::host::HostResult {
+        Ok(())
+    }
+
+    fn server(k: &ChipFn) -> ChipServer {
+        let mut reg = Registry::new(4);
+        reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
+        let config = ChipConfig {
+            spec: ChipSpec { chip_id: 0, memory_bytes: 1 << 20, cores: 1 },
+            backend: BackendFactory::sim(),
+        };
+        let mut runtime = ChipRuntime::new(config, reg).unwrap();
+        runtime.grant_pipeline_depth(2).unwrap();
+        ChipServer { chip: 0, runtime, resolver: HostResolver::new(Vec::new()) }
+    }
+
+    /// Posts `k` with no arguments under `lease` into task frame 0 and has `server` take it.
+    fn run(
+        server: &mut ChipServer,
+        mb: crate::ipc::mailbox::Mailbox<'_>,
+        k: &ChipFn,
+        lease: (u32, u64),
+    ) -> Result<(), FrameError> {
+        let posting = Posting { lease, ..Posting::default() };
+        mb.post_task_at(0, k.handle().digest().as_bytes(), &posting, |_, payload| {
+            crate::data::wire::encode_args(std::iter::empty(), &[], payload)
+        })
+        .unwrap();
+        let req = mb.task_request_at(0, false).unwrap();
+        let result = server.begin(&req, None, true).and_then(|run| server.end(&req, run));
+        mb.finish_task(req, result.clone(), &crate::sys::futex::Doorbell::new());
+        mb.take_task_result_at(0).unwrap()?;
+        result
+    }
+
+    #[test]
+    fn a_chip_that_replaces_a_dead_one_refuses_leases_older_than_its_predecessors() {
+        let k = ChipFn::kernel("noop", noop);
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let mut first = server(&k);
+        first.inherit_marks(mb);
+        run(&mut first, mb, &k, (0, 5)).unwrap();
+        let err = run(&mut first, mb, &k, (0, 3)).unwrap_err();
+        assert!(err.message.contains("stale") && err.message.contains("generation 5"), "{err}");
+        run(&mut first, mb, &k, (0, 7)).unwrap();
+        // The chip dies; its replacement starts on the same mailbox.
+        drop(first);
+        mb.reset_for_new_child();
+        let mut second = server(&k);
+        second.inherit_marks(mb);
+        let err = run(&mut second, mb, &k, (0, 6)).unwrap_err();
+        assert!(err.message.contains("stale") && err.message.contains("generation 7"), "{err}");
+        run(&mut second, mb, &k, (0, 8)).unwrap();
+        run(&mut second, mb, &k, (1, 1)).unwrap();
     }
 }
