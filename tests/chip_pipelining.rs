@@ -179,3 +179,36 @@ fn a_cancelled_run_gives_its_prepared_task_back_unlaunched_and_the_chip_serves_o
     submit(&rig, &dbl, &input, &out, 0).wait().unwrap();
     assert_eq!(out.read::<f32>(0, N).unwrap()[3], 6.0);
 }
+
+#[test]
+fn a_successor_that_fails_to_prepare_fails_alone() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, gated, dbl) = rig();
+    let gates = Gates(std::process::id());
+    let input = rig.create_buffer(N * 4).unwrap();
+    let out = rig.create_buffer(N * 4).unwrap();
+    // 40 MiB of input does not fit the chip's 32 MiB: preparing it fails.
+    let huge = rig.create_buffer(40 << 20).unwrap();
+    let huge_out = rig.create_buffer(N * 4).unwrap();
+    let a = submit(&rig, &gated, &input, &out, 1);
+    let (th, to) = (
+        huge.tensor(&[(10 << 20) as u32], DataType::Float32).unwrap(),
+        huge_out.tensor(&[N as u32], DataType::Float32).unwrap(),
+    );
+    let k = dbl.clone();
+    let b = rig
+        .submit(move |orch| {
+            let mut args = TaskArgs::new();
+            args.input(&th)?.output(&to)?;
+            orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    gates.open(1);
+    a.wait().unwrap();
+    expect_err(b.wait(), ErrorKind::ResourceExhausted, &["double", "chip 0"]);
+    // The chip serves on.
+    let out2 = rig.create_buffer(N * 4).unwrap();
+    submit(&rig, &dbl, &input, &out2, 0).wait().unwrap();
+}
