@@ -27,7 +27,7 @@ mod common;
 use std::time::Duration;
 
 use common::{figure, target};
-use simpler::bench_support::{chip_pipeline, pipeline_kernel};
+use simpler::bench_support::{chip_pipeline, pipeline_compute, pipeline_kernel};
 use simpler::{CallConfig, ChipFn, DataType, TaskArgs, Worker};
 
 /// Wall time of `RUNS` Worker runs at `depth` on one chip, each its own input and output;
@@ -38,6 +38,8 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
         .chip_cores(1)
         .chip_memory((4 * (INPUT + OUTPUT) + (8 << 20)) as u64)
         .pipeline_depth(depth)
+        // Runs are built ahead alike at both depths; only depth 2 prepares one on the chip.
+        .pending_run_depth(4)
         .build()?;
     let k = w.register_chip(ChipFn::kernel("pipeline_kernel", pipeline_kernel))?;
     w.init()?;
@@ -56,15 +58,21 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
     let submit = |i: &simpler::Buffer, o: &simpler::Buffer| -> simpler::Result<simpler::RunHandle> {
         let (ti, to) = (i.tensor(&[n_in], DataType::Float32)?, o.tensor(&[n_out], DataType::Float32)?);
         let k = k.clone();
-        w.submit(move |orch| {
+        let opts = if std::env::var("DEBUG_PIPE").is_ok() {
+            simpler::RunOptions::new().capture_dag()
+        } else {
+            simpler::RunOptions::new()
+        };
+        w.submit_with(opts, move |orch, _, _| {
             let mut args = TaskArgs::new();
-            args.input(&ti)?.output(&to)?.scalar(passes);
+            args.input(&ti)?.output(&to)?.scalar(passes).scalar(every());
             orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
         })
     };
-    // Warm-up: the chip's staging buffers grow, its pages fault in.
-    for h in [submit(&inputs[0], &outputs[0])?, submit(&inputs[1], &outputs[1])?] {
-        h.wait()?;
+    // Warm-up: every buffer once (the chip maps it and faults its pages in, as for buffers a
+    // program reuses run after run), and the chip's staging buffers grow.
+    for (i, o) in inputs.iter().zip(&outputs) {
+        submit(i, o)?.wait()?;
     }
     let start = std::time::Instant::now();
     let mut handles = Vec::with_capacity(RUNS);
@@ -75,6 +83,21 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
         h.wait()?;
     }
     let wall = start.elapsed();
+    if std::env::var("DEBUG_PIPE").is_ok() {
+        let t0 = handles[0].timeline().unwrap().records()[0].submitted_ns;
+        for h in &handles {
+            let r = h.timeline().unwrap().records()[0].clone();
+            let us = |v: Option<u64>| v.map_or(-1.0, |v| (v as f64 - t0 as f64) / 1e3);
+            println!(
+                "depth {depth}: sub {:8.0} ready {:8.0} staged {:8.0} start {:8.0} end {:8.0}",
+                us(Some(r.submitted_ns)),
+                us(r.ready_ns),
+                us(r.staged_ns),
+                us(r.started_ns),
+                us(r.ended_ns)
+            );
+        }
+    }
     let first = outputs[0].read::<f32>(0, n_out as usize)?;
     for o in &outputs {
         assert_eq!(o.read::<f32>(0, n_out as usize)?, first, "a run's output came back wrong");
@@ -88,6 +111,37 @@ const INPUT: usize = 8 << 20;
 const OUTPUT: usize = 1 << 20;
 const ROUNDS: usize = 5;
 
+/// The kernel reads one 4 KiB block in `every()` of its input.
+fn every() -> u64 {
+    std::env::var("EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
+/// What two threads of this machine overlap at best: `RUNS` rounds of an 8 MiB copy then the
+/// kernel on one thread, over the same with each copy on a second thread beside the kernel
+/// (no `simpler` involved). The ceiling of `chip_pipeline_speedup` here.
+fn overlap_ceiling(passes: u64) -> f64 {
+    let src: Vec<f32> = (0..INPUT / 4).map(|i| (i % 7) as f32).collect();
+    let mut dst = vec![0.0f32; INPUT / 4];
+    let input = src.clone();
+    let mut out = vec![0.0f32; OUTPUT / 4];
+    let t = std::time::Instant::now();
+    for _ in 0..RUNS {
+        dst.copy_from_slice(&src);
+        pipeline_compute(&input, &mut out, passes, every() as usize);
+    }
+    let serial = t.elapsed();
+    let t = std::time::Instant::now();
+    for _ in 0..RUNS {
+        std::thread::scope(|s| {
+            s.spawn(|| dst.copy_from_slice(&src));
+            pipeline_compute(&input, &mut out, passes, every() as usize);
+        });
+    }
+    let parallel = t.elapsed();
+    std::hint::black_box((&dst, &out));
+    serial.as_secs_f64() / parallel.as_secs_f64()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -97,7 +151,8 @@ fn main() -> simpler::Result<()> {
     // Calibration: how long a prepare (the 8 MiB copy-in) takes, and how long one round of
     // the kernel adds to a run's execution; pick the rounds that make them about equal.
     let measure = |rounds: u64| -> simpler::Result<(Duration, Duration)> {
-        let r = (0..3).map(|_| chip_pipeline(1, 8, INPUT, OUTPUT, rounds).map(|m| (m.prepare, m.execute)));
+        let r = (0..3)
+            .map(|_| chip_pipeline(1, 8, INPUT, OUTPUT, (rounds, every())).map(|m| (m.prepare, m.execute)));
         let r = r.collect::<simpler::Result<Vec<_>>>()?;
         Ok((median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect())))
     };
@@ -117,12 +172,14 @@ fn main() -> simpler::Result<()> {
 
     let (mut serial, mut piped) = (Vec::new(), Vec::new());
     let (mut w_serial, mut w_piped) = (Vec::new(), Vec::new());
+    let mut ceilings = Vec::new();
     let mut allocs = (0u64, 0usize, 0u64);
     for _ in 0..ROUNDS {
+        ceilings.push(overlap_ceiling(passes));
         w_serial.push(worker_runs(1, passes)?);
         w_piped.push(worker_runs(2, passes)?);
-        let s = chip_pipeline(1, RUNS, INPUT, OUTPUT, passes)?;
-        let p = chip_pipeline(2, RUNS, INPUT, OUTPUT, passes)?;
+        let s = chip_pipeline(1, RUNS, INPUT, OUTPUT, (passes, every()))?;
+        let p = chip_pipeline(2, RUNS, INPUT, OUTPUT, (passes, every()))?;
         assert!(s.outputs_checked && p.outputs_checked, "a run's output came back wrong");
         serial.push(s.wall);
         piped.push(p.wall);
@@ -146,7 +203,10 @@ fn main() -> simpler::Result<()> {
     let speedup = ws.as_secs_f64() / wp.as_secs_f64();
     let runtime_speedup = s.as_secs_f64() / p.as_secs_f64();
     let per_run = allocs.0 as f64 / allocs.1 as f64;
+    ceilings.sort_by(f64::total_cmp);
+    let ceiling = ceilings[ceilings.len() / 2];
     figure("chip_pipeline_speedup", speedup, "x");
+    figure("chip_pipeline_overlap_ceiling", ceiling, "x");
     figure("chip_runtime_pipeline_speedup", runtime_speedup, "x");
     figure("chip_staging_allocs_per_run", per_run, "allocs");
     target("chip_pipeline_speedup", speedup, ">=", 1.5, "x");

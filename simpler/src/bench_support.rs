@@ -267,18 +267,28 @@ pub fn type_sizes() -> Vec<(&'static str, usize)> {
     ]
 }
 
-/// For each input element `x`, `scalar 0` rounds of `x = 0.999 x + 0.5` (in blocks that stay in
-/// the first-level cache, so the kernel is bound by arithmetic, not by memory bandwidth the
-/// next run's copy-in needs), summed into `out[i % out.len()]`: a kernel whose duration scales
-/// with its input and the rounds (the pipeline benchmark's "kernel of comparable duration").
+/// For each 1024-element block of the input (with `scalar 1` = `every` = k > 1: one block in
+/// k, the others unread), `scalar 0` rounds of `x = 0.999 x + 0.5` over a copy of the block
+/// (in the first-level cache, so the rounds are bound by arithmetic), summed into
+/// `out[i % out.len()]`: a kernel whose duration scales with the blocks it reads and the
+/// rounds (the pipeline benchmark's "kernel of comparable duration"). With `every` > 1 it
+/// reads little of device memory, as a kernel on a real chip reads the chip's own memory and
+/// not the host's, which a simulated chip shares with the next run's copy-in.
 pub fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
     let rounds = args.scalar(0)?;
+    let every = args.scalar(1).unwrap_or(1).max(1) as usize;
     let input = args.input::<f32>(0)?;
-    let out = args.output::<f32>(1)?;
+    pipeline_compute(input, args.output::<f32>(1)?, rounds, every);
+    Ok(())
+}
+
+/// What [`pipeline_kernel`] computes, on plain slices (the benchmark runs it beside a copy to
+/// measure what two threads of this machine overlap at best).
+pub fn pipeline_compute(input: &[f32], out: &mut [f32], rounds: u64, every: usize) {
     out.fill(0.0);
     let n = out.len();
     let mut block = [0.0f32; 1024];
-    for (k, chunk) in input.chunks(block.len()).enumerate() {
+    for (k, chunk) in input.chunks(block.len()).enumerate().step_by(every.max(1)) {
         let tmp = &mut block[..chunk.len()];
         tmp.copy_from_slice(chunk);
         for _ in 0..rounds {
@@ -291,7 +301,6 @@ pub fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::ca
             *o += *v;
         }
     }
-    Ok(())
 }
 
 /// What [`chip_pipeline`] measured.
@@ -325,7 +334,7 @@ pub fn chip_pipeline(
     runs: usize,
     input_bytes: usize,
     output_bytes: usize,
-    passes: u64,
+    (passes, every): (u64, u64),
 ) -> Result<ChipPipelineRuns> {
     use crate::callable::registry::Registry;
     use crate::chip::{BackendFactory, ChipArg, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
@@ -352,7 +361,7 @@ pub fn chip_pipeline(
     let mut outputs: Vec<Vec<f32>> = (0..runs).map(|_| vec![-1.0f32; n_out]).collect();
     let in_view = TensorView::new(0, &[n_in as u32], None, DataType::Float32)?;
     let out_view = TensorView::new(0, &[n_out as u32], None, DataType::Float32)?;
-    let scalars = [passes];
+    let scalars = [passes, every];
     let config = crate::data::call_config::CallConfig::default();
     fn args_of<'a>(
         input: &'a mut [f32],
