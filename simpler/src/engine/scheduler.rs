@@ -746,6 +746,14 @@ impl Scheduler {
                 slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Staged(at));
                 progress = true;
             }
+            // A run that ended without it (abandoned) will never be the head: give it back.
+            if lane.staged.as_ref().is_some_and(|(s, _)| s.run.is_done())
+                && let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.withdraw()))
+            {
+                let why = format!("its endpoint panicked in withdraw: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
+                lane.dead = Some(why);
+            }
             let ours = lane.staged.as_ref().is_some_and(|(s, _)| s.run.id == head);
             if !ours || lane.dead.is_some() {
                 continue;
