@@ -1144,6 +1144,8 @@ struct Executor {
     tx: Option<mpsc::Sender<ExecJob>>,
     rx: mpsc::Receiver<ExecDone>,
     handle: Option<thread::JoinHandle<()>>,
+    /// The thread's kernel id (0 until it has started).
+    tid: Arc<std::sync::atomic::AtomicI32>,
 }
 
 /// A run the executor finished: its lease, result and records.
@@ -1158,9 +1160,12 @@ impl Executor {
         let (tx, jobs) = mpsc::channel::<ExecJob>();
         let (done_tx, rx) = mpsc::channel();
         let chip = ctx.chip;
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let tid_w = tid.clone();
         let handle = thread::Builder::new()
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
+                tid_w.store(crate::sys::process::thread_id(), Ordering::Release);
                 for job in jobs {
                     let mut records = None;
                     let result = ctx.execute_caught(&job, &mut records);
@@ -1173,10 +1178,15 @@ impl Executor {
                 }
             })
             .map_err(|e| Error::os("starting the chip's executor thread", e))?;
-        Ok(Executor { tx: Some(tx), rx, handle: Some(handle) })
+        Ok(Executor { tx: Some(tx), rx, handle: Some(handle), tid })
     }
 
     fn send(&self, job: ExecJob) -> Result<()> {
+        // The caller goes on (preparing the next run): wake the executor on another CPU.
+        match self.tid.load(Ordering::Acquire) {
+            0 => {}
+            tid => crate::sys::process::keep_off_my_cpu(tid),
+        }
         match &self.tx {
             Some(tx) if tx.send(job).is_ok() => Ok(()),
             _ => Err(Error::state("the executor thread has stopped")),

@@ -387,6 +387,28 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The calling thread's kernel thread id.
+pub(crate) fn thread_id() -> i32 {
+    nix::unistd::gettid().as_raw()
+}
+
+/// Keeps thread `tid` (of this process) off the CPU the calling thread runs on, among the CPUs
+/// the caller may use: a thread the caller wakes and then keeps its CPU busy (a chip's executor,
+/// woken to run a kernel while the caller copies the next run in) otherwise often waits on the
+/// waker's CPU while another is idle. Does nothing when the caller may use one CPU only or its
+/// CPU is unknown; a hint, so failures are ignored.
+pub(crate) fn keep_off_my_cpu(tid: i32) {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let Ok(cpu) = nix::sched::sched_getcpu() else { return };
+    let Ok(mut allowed) = sched_getaffinity(Pid::from_raw(0)) else { return };
+    let others = (0..CpuSet::count()).filter(|&c| c != cpu && allowed.is_set(c).unwrap_or(false)).count();
+    if others == 0 || allowed.unset(cpu).is_err() {
+        return;
+    }
+    let _ = sched_setaffinity(Pid::from_raw(tid), &allowed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
