@@ -406,6 +406,9 @@ pub(crate) struct Engine {
     /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
     heap: Arc<dyn IntermediateHeap>,
     tensor_map: TensorMap,
+    /// Some lane stages successor tasks: untracked writers are recorded in the TensorMap, so
+    /// that a successor's input is never copied in while one of the head's may still write it.
+    staging: AtomicBool,
     /// The scheduler role (rule 1), flagged in `role`.
     sched: checked::Mutex<Scheduler>,
     inbox_tx: Sender<Arc<Slot>>,
@@ -475,6 +478,7 @@ impl Engine {
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),
+            staging: AtomicBool::new(false),
             sched: checked::Mutex::new(Scheduler::new(&cfg, inbox_rx)),
             inbox_tx,
             inbox_len: AtomicUsize::new(0),
@@ -512,6 +516,9 @@ impl Engine {
     /// Gives the scheduler its lanes (before any run).
     pub(crate) fn attach_lanes(&self, lanes: Vec<scheduler::Lane>) {
         self.idle_lanes.fetch_add(lanes.len(), Ordering::Relaxed);
+        if lanes.iter().any(scheduler::Lane::stages) {
+            self.staging.store(true, Ordering::Relaxed);
+        }
         self.lock_sched().attach(lanes);
     }
 
