@@ -772,19 +772,26 @@ impl Engine {
     /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held; at a
     /// depth of 1, the head's is the only one). Called for the FIFO head and its first
     /// successor only, so only those hold leases.
+    ///
+    /// A run that is done gets none: `run_finished` may run on another thread (the
+    /// orchestration's, when it fails the task this lease was for), and it returns only a lease
+    /// set before it looked. Both look under the arena's lock, and `done` is set before
+    /// `run_finished` runs, so a lease is either returned there or never minted.
     pub(crate) fn lease_for(&self, run: &RunState) -> Option<lease::Lease> {
         if let Some(l) = run.lease.get() {
             return Some(*l);
         }
-        let minted = sync::lock(&self.leases).acquire()?;
+        let mut leases = sync::lock(&self.leases);
+        if let Some(l) = run.lease.get() {
+            return Some(*l);
+        }
+        if run.is_done() {
+            return None;
+        }
+        let minted = leases.acquire()?;
         match run.lease.set(minted) {
             Ok(()) => Some(minted),
-            Err(_) => {
-                // Another thread gave it one meanwhile (the role holder is the only caller,
-                // so this does not happen): return ours.
-                let _ = sync::lock(&self.leases).release(minted);
-                run.lease.get().copied()
-            }
+            Err(_) => unreachable!("a run's lease is set only under the arena's lock"),
         }
     }
 
@@ -812,10 +819,14 @@ impl Engine {
 
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
-        if let Some(&l) = run.lease.get()
-            && let Err(e) = sync::lock(&self.leases).release(l)
+        // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {
-            tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            let mut leases = sync::lock(&self.leases);
+            if let Some(&l) = run.lease.get()
+                && let Err(e) = leases.release(l)
+            {
+                tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            }
         }
         {
             let mut runs = sync::lock(&self.runs);

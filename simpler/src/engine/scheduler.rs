@@ -758,8 +758,8 @@ impl Scheduler {
 
     /// Activates the staged tasks of the head run on lanes that run nothing now (they become
     /// those lanes' running tasks); a lane whose staged head task is not prepared yet is held
-    /// (it takes no other task this pass). A staged task of a stopped run is withdrawn (again)
-    /// instead, never activated.
+    /// (it takes no other task this pass). A staged task of a stopped or abandoned run is
+    /// withdrawn (again) instead, never activated.
     fn activate_staged(&mut self, eng: &Engine, head: u64) -> bool {
         let mut progress = false;
         for i in 0..self.lanes.len() {
@@ -788,9 +788,10 @@ impl Scheduler {
             }
             let Some((slot, _)) = &lane.staged else { continue };
             let ours = slot.run.id == head;
-            if slot.run.is_stopped() {
+            if slot.run.is_stopped() || slot.run.is_done() {
                 // Withdrawn when its run was stopped, maybe before the worker could give it
-                // back: ask until it ends (`poll_staged`); it never launches.
+                // back, or its run was abandoned (it is done with this task still staged, and
+                // never the head again): ask until it ends (`poll_staged`); it never launches.
                 lane.held = ours;
                 if lane.dead.is_none() {
                     self.withdraw_on(eng, i);

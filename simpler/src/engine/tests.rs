@@ -1015,6 +1015,20 @@ fn leases_go_to_the_head_and_its_first_successor_and_come_back_when_runs_end() {
 }
 
 #[test]
+fn a_run_that_finished_is_never_given_a_lease() {
+    // The role holder may ask for a run's lease (to stage or start a task of it) just as
+    // another thread finishes the run (its orchestration failed that task): a lease minted
+    // after `run_finished` looked would never come back.
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    rig.orch(&run).finish(None);
+    rig.wait(&run).unwrap();
+    assert_eq!(rig.eng.lease_for(&run), None);
+    assert_eq!(rig.eng.lease_counts().live, 0, "a lease minted for a finished run");
+    rig.assert_clean();
+}
+
+#[test]
 fn a_run_whose_orchestration_fails_returns_its_lease() {
     let rig = Rig::manual(cfg(1, 0));
     let run = rig.begin();
@@ -1108,6 +1122,31 @@ fn a_stopped_run_whose_staged_task_was_withdrawn_too_late_never_launches_it() {
     assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
     assert_eq!(ids(&rig.nl[0].history()), vec![1], "the cancelled run's task ran");
     rig.assert_clean();
+}
+
+#[test]
+fn the_staged_task_of_a_run_abandoned_after_a_panic_is_withdrawn_and_the_lane_serves_on() {
+    let rig = Rig::staging(cfg(1, 0));
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    inject(&rig, Inject::Pass);
+    rig.drive("both runs to be abandoned", || head.is_done() && next.is_done());
+    assert!(err_of(next.result()).message().contains("panicked during a pass"));
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the abandoned run's staged task to end", || rig.in_flight() == 0);
+    assert_eq!(ids(&rig.nl[0].history()), vec![1], "the abandoned run's staged task ran");
+    assert_eq!(rig.nl[0].withdraws(), 1);
+    // The lane stages again.
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("the new task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    rig.drive("task 2 to be activated", || rig.nl[0].running().is_some());
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&next).unwrap();
 }
 
 #[test]
