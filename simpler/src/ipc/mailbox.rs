@@ -167,8 +167,9 @@
 //!   read by the child after its claim (Relaxed, ordered by the state word, M4); `prepared_ns`,
 //!   written by the child before it publishes `FRAME_STAGED` and read by the parent after an
 //!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
-//!   when the task launches and the parent clears when it posts into the frame, so a parent
-//!   that sees the child die can say whether its task had launched.
+//!   once the task is prepared, just before it launches (a kernel run on the child's own
+//!   thread has ended when the launch returns), and the parent clears when it posts into the
+//!   frame, so a parent that sees the child die can say whether its task had launched.
 //!
 //! # Memory ordering
 //!
@@ -656,7 +657,7 @@ impl TaskRequest<'_> {
         Activation::Waiting
     }
 
-    /// Sets the frame's sticky acceptance word: the task launched (rule M12).
+    /// Sets the frame's sticky acceptance word: the task is launching (rule M12).
     pub(crate) fn mark_accepted(&self) {
         self.words.accepted.store(1, Ordering::Release);
     }
