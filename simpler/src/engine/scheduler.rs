@@ -763,8 +763,23 @@ impl Scheduler {
     fn activate_staged(&mut self, eng: &Engine, head: u64) -> bool {
         let mut progress = false;
         for i in 0..self.lanes.len() {
+            self.lanes[i].held = false;
+            if let (Some(dead), Some(_)) = (&self.lanes[i].dead, &self.lanes[i].staged) {
+                // A lane out of service never activates its staged task. A worker that died
+                // has had its death reported by `poll_staged`; one whose endpoint panicked
+                // (in `poll`, `start`, `stop`) would hold the task, and its run, forever.
+                let why =
+                    format!("it is out of service ({dead}); the task was staged there and not launched");
+                let (slot, member) = self.lanes[i].staged.take().expect("a staged task");
+                if std::mem::take(&mut self.lanes[i].prepared) {
+                    slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.in_flight -= 1;
+                self.ended(eng, i, &slot, member, Ok(Outcome::WorkerDied(why)), None);
+                progress = true;
+                continue;
+            }
             let lane = &mut self.lanes[i];
-            lane.held = false;
             // Prepared since the last pass: counted and recorded.
             let prepared = match &lane.staged {
                 Some(_) if !lane.prepared => catch_unwind(AssertUnwindSafe(|| lane.endpoint.prepared())),
@@ -793,12 +808,10 @@ impl Scheduler {
                 // back, or its run was abandoned (it is done with this task still staged, and
                 // never the head again): ask until it ends (`poll_staged`); it never launches.
                 lane.held = ours;
-                if lane.dead.is_none() {
-                    self.withdraw_on(eng, i);
-                }
+                self.withdraw_on(eng, i);
                 continue;
             }
-            if !ours || lane.dead.is_some() {
+            if !ours {
                 continue;
             }
             if lane.busy.is_some() {

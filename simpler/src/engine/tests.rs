@@ -1150,6 +1150,28 @@ fn the_staged_task_of_a_run_abandoned_after_a_panic_is_withdrawn_and_the_lane_se
 }
 
 #[test]
+fn the_staged_task_of_a_lane_that_left_service_after_a_panic_fails_instead_of_hanging() {
+    let rig = Rig::staging(cfg(1, 0));
+    // The poll that reports task 1's end panics: worker 0 leaves service holding task 2.
+    sync::lock(&rig.faults.poll).insert(1);
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    assert!(err_of(rig.wait(&head)).message().contains("panicked in poll"));
+    let err = err_of(rig.wait(&next));
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err:?}");
+    assert_mentions(
+        &err,
+        &["task 0 ", "worker 0", "out of service", "panicked in poll", "staged", "not launched"],
+    );
+    assert_eq!(next.staged.load(Ordering::Relaxed), 0);
+    assert_eq!(rig.in_flight(), 0);
+    rig.assert_clean();
+}
+
+#[test]
 fn a_staging_lane_whose_endpoint_panics_fails_its_staged_task_and_leaves_service() {
     for fault in ["activate", "withdraw"] {
         let rig = Rig::staging(cfg(1, 0));
