@@ -2,7 +2,8 @@
 //! (copies its inputs in) while the head's kernel runs, and launches it once the head has
 //! finished; what fails how when the chip dies or the run is stopped in between.
 //!
-//! Every test has three runs on one chip: A and B run a kernel that waits at a gate (a file
+//! The last test has one run (what a chip killed mid-kernel says); every other test has three
+//! runs on one chip: A and B run a kernel that waits at a gate (a file
 //! the test creates), C doubles its input. A executes while B is staged; once A's gate opens,
 //! B executes (on the chip's executor thread) and C is prepared beside it, which the test sees
 //! in C's `RunProgress::staged` while B still waits at its gate: so the preparation provably
@@ -38,6 +39,13 @@ fn gated_copy(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
+/// Announces that it runs (creates gate `scalar 0 + 100`), then runs as [`gated_copy`].
+fn announced_gated_copy(args: &HostArgs<'_>) -> HostResult {
+    let started = gate_path(std::os::unix::process::parent_id(), args.scalar(0)? + 100);
+    std::fs::write(started, b"running")?;
+    gated_copy(args)
+}
+
 /// `out = 2 x`.
 fn double(args: &HostArgs<'_>) -> HostResult {
     let x = args.input::<f32>(0)?.to_vec();
@@ -57,7 +65,7 @@ impl Gates {
 
 impl Drop for Gates {
     fn drop(&mut self) {
-        for g in 1..=2 {
+        for g in [1, 2, 101, 102] {
             let _ = std::fs::remove_file(gate_path(self.0, g));
         }
     }
@@ -211,4 +219,25 @@ fn a_successor_that_fails_to_prepare_fails_alone() {
     // The chip serves on.
     let out2 = rig.create_buffer(N * 4).unwrap();
     submit(&rig, &dbl, &input, &out2, 0).wait().unwrap();
+}
+
+#[test]
+fn a_chip_killed_while_its_only_run_executes_does_not_say_the_task_had_not_launched() {
+    if !in_own_process() {
+        return;
+    }
+    // One run, nothing behind it: the chip runs the kernel on its loop's own thread.
+    let (mut rig, _gated, _dbl) = rig();
+    let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
+    let gates = Gates(std::process::id());
+    let input = rig.create_buffer(N * 4).unwrap();
+    let out = rig.create_buffer(N * 4).unwrap();
+    let run = submit(&rig, &announced, &input, &out, 1);
+    let started = gate_path(std::process::id(), 101);
+    wait_for("the kernel to run", Duration::from_secs(20), || started.exists());
+    let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
+    sigkill(chip.pid);
+    let err = expect_err(run.wait(), ErrorKind::WorkerDied, &["announced_gated_copy", "chip 0", "died"]);
+    assert!(!err.message().contains("not launched"), "the kernel was running: {err}");
+    drop(gates);
 }

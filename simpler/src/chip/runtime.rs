@@ -529,6 +529,9 @@ impl ChipRuntime {
     /// is never a prepared, unlaunched one, so the chip still holds at most one of those. On
     /// the executor thread (`here` false), or on the calling thread, done when this returns.
     /// Refused while another run is launched and not finalized, or for the waiting run's slot.
+    /// `launching` is called once the run is prepared, just before it is launched (a caller
+    /// that must tell whether the run got as far as executing, should its process die).
+    #[expect(clippy::too_many_arguments, reason = "prepare's arguments and how to launch")]
     pub(crate) fn start<'a>(
         &mut self,
         lease: Lease,
@@ -537,6 +540,7 @@ impl ChipRuntime {
         (scalars, config): (&[u64], &CallConfig),
         here: bool,
         trace: bool,
+        launching: impl FnOnce(),
     ) -> Result<ChipRun<'a>> {
         if let Some(a) = self.active {
             return Err(Error::state(format!(
@@ -545,6 +549,7 @@ impl ChipRuntime {
             )));
         }
         let mut run = self.prepare_inner(lease, digest, args, scalars, config, true)?;
+        launching();
         let launched = if here {
             let mut records = None;
             let r = self.launch_here(&mut run, trace.then_some(&mut records));

@@ -253,6 +253,30 @@ pub(crate) mod testing {
         fn stop(&mut self) -> bool {
             self.inner.stop()
         }
+
+        fn stages(&self) -> bool {
+            self.inner.stages()
+        }
+
+        fn stage(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            self.inner.stage(d)
+        }
+
+        fn activate(&mut self) -> bool {
+            self.inner.activate()
+        }
+
+        fn prepared(&self) -> Option<u64> {
+            self.inner.prepared()
+        }
+
+        fn poll_staged(&mut self) -> Option<Outcome> {
+            self.inner.poll_staged()
+        }
+
+        fn withdraw(&mut self) {
+            self.inner.withdraw();
+        }
     }
 
     /// Which tasks (by id, their first scalar) make a [`Faulty`] endpoint panic, and where.
@@ -262,6 +286,10 @@ pub(crate) mod testing {
         pub(crate) start: Mutex<HashSet<u64>>,
         /// Ids whose `poll` panics when it would report the task's end (the outcome is lost).
         pub(crate) poll: Mutex<HashSet<u64>>,
+        /// Ids whose `activate` panics while they are staged.
+        pub(crate) activate: Mutex<HashSet<u64>>,
+        /// Ids whose `withdraw` panics while they are staged.
+        pub(crate) withdraw: Mutex<HashSet<u64>>,
     }
 
     impl FaultPlan {
@@ -276,11 +304,12 @@ pub(crate) mod testing {
         inner: Box<dyn Endpoint>,
         plan: Arc<FaultPlan>,
         running: Option<u64>,
+        staged: Option<u64>,
     }
 
     impl Faulty {
         pub(crate) fn new(plan: Arc<FaultPlan>, inner: Box<dyn Endpoint>) -> Faulty {
-            Faulty { inner, plan, running: None }
+            Faulty { inner, plan, running: None, staged: None }
         }
     }
 
@@ -312,6 +341,48 @@ pub(crate) mod testing {
         fn stop(&mut self) -> bool {
             self.inner.stop()
         }
+
+        fn stages(&self) -> bool {
+            self.inner.stages()
+        }
+
+        fn stage(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            self.inner.stage(d)?;
+            self.staged = Some(d.args.scalar_at(0).unwrap_or(0));
+            Ok(())
+        }
+
+        fn activate(&mut self) -> bool {
+            if let Some(id) = self.staged
+                && FaultPlan::hits(&self.plan.activate, id)
+            {
+                panic!("injected panic in activate of task {id}");
+            }
+            let on = self.inner.activate();
+            if on {
+                self.running = self.staged.take();
+            }
+            on
+        }
+
+        fn prepared(&self) -> Option<u64> {
+            self.inner.prepared()
+        }
+
+        fn poll_staged(&mut self) -> Option<Outcome> {
+            let outcome = self.inner.poll_staged()?;
+            self.staged = None;
+            Some(outcome)
+        }
+
+        fn withdraw(&mut self) {
+            if let Some(id) = self.staged
+                && FaultPlan::hits(&self.plan.withdraw, id)
+            {
+                panic!("injected panic in withdraw of task {id}");
+            }
+            self.inner.withdraw();
+        }
     }
 
     #[derive(Default)]
@@ -323,6 +394,17 @@ pub(crate) mod testing {
         unstoppable: bool,
         /// Times `stop` was called.
         stops: usize,
+        /// The staged task (a staging lane's), until it is activated or ends.
+        staged: Option<Started>,
+        /// The test said the staged task is prepared.
+        prepared: bool,
+        /// Ends of staged tasks not yet reported by `poll_staged`.
+        staged_outcomes: VecDeque<Outcome>,
+        /// Calls of `withdraw` still to come that find the task not yet prepared and do
+        /// nothing (as a child that is still preparing it: `Withdrawn::Late`).
+        late_withdraws: usize,
+        /// Times `withdraw` was called.
+        withdraws: usize,
     }
 
     /// An endpoint whose tasks end only when the test says so ([`ManualControl::finish`]).
@@ -330,6 +412,8 @@ pub(crate) mod testing {
     pub(crate) struct ManualEndpoint {
         lane: LaneKind,
         state: Arc<Mutex<ManualState>>,
+        /// It takes staged tasks (as a chip with two task frames).
+        stages: bool,
     }
 
     /// The test's side of a [`ManualEndpoint`].
@@ -342,7 +426,15 @@ pub(crate) mod testing {
     impl ManualEndpoint {
         pub(crate) fn new(lane: LaneKind, bell: Arc<Doorbell>) -> (ManualEndpoint, ManualControl) {
             let state = Arc::new(Mutex::new(ManualState::default()));
-            (ManualEndpoint { lane, state: state.clone() }, ManualControl { state, bell })
+            (ManualEndpoint { lane, state: state.clone(), stages: false }, ManualControl { state, bell })
+        }
+
+        /// One that takes staged tasks: they are prepared when the test says
+        /// ([`ManualControl::prepare`]) and run, once activated, like a started task.
+        pub(crate) fn staging(lane: LaneKind, bell: Arc<Doorbell>) -> (ManualEndpoint, ManualControl) {
+            let (mut ep, ctl) = ManualEndpoint::new(lane, bell);
+            ep.stages = true;
+            (ep, ctl)
         }
     }
 
@@ -369,6 +461,32 @@ pub(crate) mod testing {
         /// Times the scheduler called `stop` on this lane.
         pub(crate) fn stops(&self) -> usize {
             self.lock().stops
+        }
+
+        /// The task staged on this lane now (handed over, not yet activated or ended).
+        pub(crate) fn staged(&self) -> Option<Started> {
+            self.lock().staged.clone()
+        }
+
+        /// Reports the staged task prepared and rings the engine doorbell.
+        pub(crate) fn prepare(&self) {
+            {
+                let mut st = self.lock();
+                assert!(st.staged.is_some(), "ManualControl::prepare: nothing is staged on this lane");
+                st.prepared = true;
+            }
+            self.bell.ring();
+        }
+
+        /// The next `n` calls of `withdraw` come too late to take the staged task back (it is
+        /// still being prepared) and do nothing.
+        pub(crate) fn set_late_withdraws(&self, n: usize) {
+            self.lock().late_withdraws = n;
+        }
+
+        /// Times the scheduler called `withdraw` on this lane.
+        pub(crate) fn withdraws(&self) -> usize {
+            self.lock().withdraws
         }
 
         /// Ends the running task with `outcome` and rings the engine doorbell.
@@ -415,6 +533,59 @@ pub(crate) mod testing {
                 st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
             }
             true
+        }
+
+        fn stages(&self) -> bool {
+            self.stages
+        }
+
+        fn stage(&mut self, d: &Dispatch<'_>) -> Result<()> {
+            let mut st = sync::lock(&self.state);
+            let s = Started::new(self.lane, d);
+            assert!(self.stages, "{} cannot stage {s:?}", self.lane);
+            assert!(
+                st.staged.is_none(),
+                "{} was given {s:?} to stage while it holds {:?}",
+                self.lane,
+                st.staged
+            );
+            st.staged = Some(s);
+            st.prepared = false;
+            Ok(())
+        }
+
+        fn activate(&mut self) -> bool {
+            let mut st = sync::lock(&self.state);
+            if st.staged.is_none() || !st.prepared || st.running.is_some() || !st.outcomes.is_empty() {
+                return false;
+            }
+            let s = st.staged.take();
+            st.prepared = false;
+            st.history.extend(s.clone());
+            st.running = s;
+            true
+        }
+
+        fn prepared(&self) -> Option<u64> {
+            let st = sync::lock(&self.state);
+            (st.staged.is_some() && st.prepared).then_some(1)
+        }
+
+        fn poll_staged(&mut self) -> Option<Outcome> {
+            sync::lock(&self.state).staged_outcomes.pop_front()
+        }
+
+        fn withdraw(&mut self) {
+            let mut st = sync::lock(&self.state);
+            st.withdraws += 1;
+            if st.late_withdraws > 0 {
+                st.late_withdraws -= 1;
+                return;
+            }
+            if st.staged.take().is_some() {
+                st.prepared = false;
+                st.staged_outcomes.push_back(Outcome::TaskFailure(format!("{}: withdrawn", self.lane)));
+            }
         }
     }
 }

@@ -406,6 +406,9 @@ pub(crate) struct Engine {
     /// Where `orch.alloc` takes memory from: the level's host heap rings, or a chip's memory.
     heap: Arc<dyn IntermediateHeap>,
     tensor_map: TensorMap,
+    /// Some lane stages successor tasks: untracked writers are recorded in the TensorMap, so
+    /// that a successor's input is never copied in while one of the head's may still write it.
+    staging: AtomicBool,
     /// The scheduler role (rule 1), flagged in `role`.
     sched: checked::Mutex<Scheduler>,
     inbox_tx: Sender<Arc<Slot>>,
@@ -475,6 +478,7 @@ impl Engine {
             window: TaskWindow::new(cfg.task_window),
             heap,
             tensor_map: TensorMap::default(),
+            staging: AtomicBool::new(false),
             sched: checked::Mutex::new(Scheduler::new(&cfg, inbox_rx)),
             inbox_tx,
             inbox_len: AtomicUsize::new(0),
@@ -512,6 +516,9 @@ impl Engine {
     /// Gives the scheduler its lanes (before any run).
     pub(crate) fn attach_lanes(&self, lanes: Vec<scheduler::Lane>) {
         self.idle_lanes.fetch_add(lanes.len(), Ordering::Relaxed);
+        if lanes.iter().any(scheduler::Lane::stages) {
+            self.staging.store(true, Ordering::Relaxed);
+        }
         self.lock_sched().attach(lanes);
     }
 
@@ -765,19 +772,26 @@ impl Engine {
     /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held; at a
     /// depth of 1, the head's is the only one). Called for the FIFO head and its first
     /// successor only, so only those hold leases.
+    ///
+    /// A run that is done gets none: `run_finished` may run on another thread (the
+    /// orchestration's, when it fails the task this lease was for), and it returns only a lease
+    /// set before it looked. Both look under the arena's lock, and `done` is set before
+    /// `run_finished` runs, so a lease is either returned there or never minted.
     pub(crate) fn lease_for(&self, run: &RunState) -> Option<lease::Lease> {
         if let Some(l) = run.lease.get() {
             return Some(*l);
         }
-        let minted = sync::lock(&self.leases).acquire()?;
+        let mut leases = sync::lock(&self.leases);
+        if let Some(l) = run.lease.get() {
+            return Some(*l);
+        }
+        if run.is_done() {
+            return None;
+        }
+        let minted = leases.acquire()?;
         match run.lease.set(minted) {
             Ok(()) => Some(minted),
-            Err(_) => {
-                // Another thread gave it one meanwhile (the role holder is the only caller,
-                // so this does not happen): return ours.
-                let _ = sync::lock(&self.leases).release(minted);
-                run.lease.get().copied()
-            }
+            Err(_) => unreachable!("a run's lease is set only under the arena's lock"),
         }
     }
 
@@ -805,10 +819,14 @@ impl Engine {
 
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
-        if let Some(&l) = run.lease.get()
-            && let Err(e) = sync::lock(&self.leases).release(l)
+        // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {
-            tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            let mut leases = sync::lock(&self.leases);
+            if let Some(&l) = run.lease.get()
+                && let Err(e) = leases.release(l)
+            {
+                tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            }
         }
         {
             let mut runs = sync::lock(&self.runs);

@@ -1043,6 +1043,7 @@ impl<'a> Orchestrator<'a> {
         }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
+        let staging = self.eng.staging.load(std::sync::atomic::Ordering::Relaxed);
         let mut walk = self.eng.tensor_map.walk();
         let mut found = Found::default();
         for (member, args) in task.args.iter().enumerate() {
@@ -1053,12 +1054,18 @@ impl<'a> Orchestrator<'a> {
                 let id = t.desc().identity();
                 // A static tensor's edges are the task's deps: only its allocation's creator
                 // is looked up (as for `NoDep`), so that the task retains the memory.
+                let untracked_write = *tag == Tag::NoDep || (args.is_static(arg) && tag.writes());
                 let tag = if args.is_static(arg) { &Tag::NoDep } else { tag };
                 // Readers wait for the writers (RaW, and retain them); writers wait for the
                 // writers (WaW) and the readers since (WaR), for ordering only.
-                if walk.visit(self.run.id, id, t.view(), *tag, &slot, (member, arg), &mut found)
-                    && !written.contains(&id)
-                {
+                let mut recorded =
+                    walk.visit(self.run.id, id, t.view(), *tag, &slot, (member, arg), &mut found);
+                // An untracked writer orders nothing, but a successor run's task staged while
+                // this run executes must not copy its bytes in before it ended.
+                if staging && untracked_write {
+                    recorded |= walk.untracked_writer(self.run.id, id, &slot, (member, arg));
+                }
+                if recorded && !written.contains(&id) {
                     written.push(id);
                 }
                 if let Some(c) = found.creator.take() {

@@ -118,6 +118,11 @@ impl Lane {
     fn idle(&self) -> bool {
         self.busy.is_none() && self.dead.is_none() && !self.held
     }
+
+    /// Its endpoint takes staged tasks.
+    pub(crate) fn stages(&self) -> bool {
+        self.stages
+    }
 }
 
 #[derive(Default)]
@@ -401,14 +406,11 @@ impl Scheduler {
                 }
             }
         }
-        // Its staged tasks are given back unlaunched (their ends come through `poll_staged`).
-        for lane in &mut self.lanes {
-            if lane.staged.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run))
-                && let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.withdraw()))
-            {
-                let why = format!("its endpoint panicked in withdraw: {}", panic_message(&*panic));
-                tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
-                lane.dead = Some(why);
+        // Its staged tasks are given back unlaunched (their ends come through `poll_staged`;
+        // `activate_staged` asks again for one the worker was still preparing).
+        for i in 0..self.lanes.len() {
+            if self.lanes[i].staged.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run)) {
+                self.withdraw_on(eng, i);
             }
         }
         let queued: Vec<Arc<Slot>> = self
@@ -729,33 +731,87 @@ impl Scheduler {
         }
     }
 
+    /// Withdraws the staged task of lane `i` (its run was stopped). Asked again on every pass
+    /// until it ends: a worker still preparing it cannot give it back yet. A panic fails the
+    /// task at once and takes the lane out of service (rule 5 of the engine).
+    fn withdraw_on(&mut self, eng: &Engine, i: usize) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.withdraw())) {
+            let why = format!("its endpoint panicked in withdraw: {}", panic_message(&*panic));
+            self.lose_staged(eng, i, why);
+        }
+    }
+
+    /// The staged task of lane `i` can no longer be followed (its endpoint panicked, `why`):
+    /// it fails now and the lane leaves service, so its run still ends.
+    fn lose_staged(&mut self, eng: &Engine, i: usize, why: String) {
+        let Some((slot, member)) = self.lanes[i].staged.take() else {
+            tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
+            self.lanes[i].dead = Some(why);
+            return;
+        };
+        if std::mem::take(&mut self.lanes[i].prepared) {
+            slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.in_flight -= 1;
+        self.ended(eng, i, &slot, member, Err(why), None);
+    }
+
     /// Activates the staged tasks of the head run on lanes that run nothing now (they become
     /// those lanes' running tasks); a lane whose staged head task is not prepared yet is held
-    /// (it takes no other task this pass).
-    fn activate_staged(&mut self, head: u64) -> bool {
+    /// (it takes no other task this pass). A staged task of a stopped or abandoned run is
+    /// withdrawn (again) instead, never activated.
+    fn activate_staged(&mut self, eng: &Engine, head: u64) -> bool {
         let mut progress = false;
-        for lane in &mut self.lanes {
-            lane.held = false;
-            // Prepared since the last pass: counted and recorded.
-            if let Some((slot, _)) = &lane.staged
-                && !lane.prepared
-                && let Ok(Some(at)) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.prepared()))
-            {
-                lane.prepared = true;
-                slot.run.staged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Staged(at));
+        for i in 0..self.lanes.len() {
+            self.lanes[i].held = false;
+            if let (Some(dead), Some(_)) = (&self.lanes[i].dead, &self.lanes[i].staged) {
+                // A lane out of service never activates its staged task. A worker that died
+                // has had its death reported by `poll_staged`; one whose endpoint panicked
+                // (in `poll`, `start`, `stop`) would hold the task, and its run, forever.
+                let why =
+                    format!("it is out of service ({dead}); the task was staged there and not launched");
+                let (slot, member) = self.lanes[i].staged.take().expect("a staged task");
+                if std::mem::take(&mut self.lanes[i].prepared) {
+                    slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.in_flight -= 1;
+                self.ended(eng, i, &slot, member, Ok(Outcome::WorkerDied(why)), None);
                 progress = true;
+                continue;
             }
-            // A run that ended without it (abandoned) will never be the head: give it back.
-            if lane.staged.as_ref().is_some_and(|(s, _)| s.run.is_done())
-                && let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.withdraw()))
-            {
-                let why = format!("its endpoint panicked in withdraw: {}", panic_message(&*panic));
-                tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
-                lane.dead = Some(why);
+            let lane = &mut self.lanes[i];
+            // Prepared since the last pass: counted and recorded.
+            let prepared = match &lane.staged {
+                Some(_) if !lane.prepared => catch_unwind(AssertUnwindSafe(|| lane.endpoint.prepared())),
+                _ => Ok(None),
+            };
+            match prepared {
+                Ok(None) => {}
+                Ok(Some(at)) => {
+                    let (slot, _) = lane.staged.as_ref().expect("a staged task");
+                    lane.prepared = true;
+                    slot.run.staged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Staged(at));
+                    progress = true;
+                }
+                Err(panic) => {
+                    let why = format!("its endpoint panicked in prepared: {}", panic_message(&*panic));
+                    self.lose_staged(eng, i, why);
+                    progress = true;
+                    continue;
+                }
             }
-            let ours = lane.staged.as_ref().is_some_and(|(s, _)| s.run.id == head);
-            if !ours || lane.dead.is_some() {
+            let Some((slot, _)) = &lane.staged else { continue };
+            let ours = slot.run.id == head;
+            if slot.run.is_stopped() || slot.run.is_done() {
+                // Withdrawn when its run was stopped, maybe before the worker could give it
+                // back, or its run was abandoned (it is done with this task still staged, and
+                // never the head again): ask until it ends (`poll_staged`); it never launches.
+                lane.held = ours;
+                self.withdraw_on(eng, i);
+                continue;
+            }
+            if !ours {
                 continue;
             }
             if lane.busy.is_some() {
@@ -778,9 +834,8 @@ impl Scheduler {
                 Ok(false) => lane.held = true,
                 Err(panic) => {
                     let why = format!("its endpoint panicked in activate: {}", panic_message(&*panic));
-                    tracing::error!(target: "simpler::scheduler", worker = %lane.name, "{why}; out of service");
-                    // The staged task's end is reported by `poll_staged` or its death.
-                    lane.dead = Some(why);
+                    self.lose_staged(eng, i, why);
+                    progress = true;
                 }
             }
         }
@@ -839,7 +894,7 @@ impl Scheduler {
         let head = eng.head_run();
         let mut progress = false;
         if self.staging {
-            progress |= self.activate_staged(head);
+            progress |= self.activate_staged(eng, head);
         }
         progress |= self.dispatch_head(eng, head);
         if self.staging {

@@ -65,6 +65,9 @@ struct Entry {
 
 const CREATOR: u32 = u32::MAX;
 const READER: u32 = 1 << 31;
+/// In `arg`: an untracked writer (a `NoDep` tensor, or a static one that writes), which orders
+/// nothing and is never replaced; it is there only for [`TensorMap::writer_pending`].
+const UNTRACKED: u32 = 1 << 30;
 
 impl Entry {
     fn is_creator(&self) -> bool {
@@ -75,9 +78,13 @@ impl Entry {
         self.arg & READER != 0
     }
 
+    fn is_untracked(&self) -> bool {
+        !self.is_creator() && self.arg & UNTRACKED != 0
+    }
+
     /// The view this entry recorded (not for a creator).
     fn view(&self) -> &TensorView {
-        self.who.task().args[self.member as usize].tensors[(self.arg & !READER) as usize].view()
+        self.who.task().args[self.member as usize].tensors[(self.arg & !(READER | UNTRACKED)) as usize].view()
     }
 }
 
@@ -142,6 +149,9 @@ impl Walk<'_> {
             let drop = if e.is_creator() {
                 found.creator = Some(e.who.clone());
                 false
+            } else if e.is_untracked() {
+                // Orders nothing; erased when its task is consumed.
+                false
             } else if e.is_reader() && !writes {
                 // Finished readers order nothing: drop them, so a buffer that many tasks read
                 // does not grow a long list.
@@ -161,6 +171,21 @@ impl Walk<'_> {
             }
         }
         fp.push(entry);
+        true
+    }
+
+    /// Records an untracked tensor that writes (tagged `NoDep`, or static and writing),
+    /// argument `arg` of member `member`, so that [`TensorMap::writer_pending`] sees its task;
+    /// it orders nothing. Returns true: the slot erases it when it is consumed.
+    pub(crate) fn untracked_writer(
+        &mut self,
+        run: u64,
+        id: Identity,
+        slot: &Arc<Slot>,
+        (member, arg): (usize, usize),
+    ) -> bool {
+        let entry = Entry { who: slot.clone(), member: member as u32, arg: arg as u32 | UNTRACKED };
+        self.map.entry((run, id)).or_default().push(entry);
         true
     }
 }
@@ -189,7 +214,9 @@ impl TensorMap {
     }
 
     /// True while a task of `run` that writes `id` has not ended (neither completed, failed
-    /// nor consumed): bytes of `id` read now may not be what `run` leaves there.
+    /// nor consumed): bytes of `id` read now may not be what `run` leaves there. Untracked
+    /// writers count when they were recorded ([`Walk::untracked_writer`]: on a level whose
+    /// lanes stage).
     pub(crate) fn writer_pending(&self, run: u64, id: Identity) -> bool {
         let map = sync::lock(&self.map);
         map.get(&(run, id)).is_some_and(|fp| {

@@ -132,6 +132,18 @@ impl Rig {
         })
     }
 
+    /// Lanes the test finishes by hand, whose NEXT_LEVEL ones take staged tasks (as chips with
+    /// two task frames do).
+    fn staging(cfg: EngineConfig) -> Rig {
+        Rig::build(cfg, |kind, bell| {
+            let (ep, ctl) = match kind {
+                LaneKind::NextLevel(_) => ManualEndpoint::staging(kind, bell.clone()),
+                LaneKind::Sub(_) => ManualEndpoint::new(kind, bell.clone()),
+            };
+            Box::new((ep, ctl))
+        })
+    }
+
     /// Lanes that run the script on their own threads.
     fn threaded(cfg: EngineConfig, script: &Arc<Script>) -> Rig {
         Rig::build(cfg, |kind, bell| {
@@ -1003,6 +1015,20 @@ fn leases_go_to_the_head_and_its_first_successor_and_come_back_when_runs_end() {
 }
 
 #[test]
+fn a_run_that_finished_is_never_given_a_lease() {
+    // The role holder may ask for a run's lease (to stage or start a task of it) just as
+    // another thread finishes the run (its orchestration failed that task): a lease minted
+    // after `run_finished` looked would never come back.
+    let rig = Rig::manual(cfg(1, 0));
+    let run = rig.begin();
+    rig.orch(&run).finish(None);
+    rig.wait(&run).unwrap();
+    assert_eq!(rig.eng.lease_for(&run), None);
+    assert_eq!(rig.eng.lease_counts().live, 0, "a lease minted for a finished run");
+    rig.assert_clean();
+}
+
+#[test]
 fn a_run_whose_orchestration_fails_returns_its_lease() {
     let rig = Rig::manual(cfg(1, 0));
     let run = rig.begin();
@@ -1013,6 +1039,169 @@ fn a_run_whose_orchestration_fails_returns_its_lease() {
     rig.nl[0].finish(Outcome::Success);
     assert!(rig.wait(&run).is_err());
     rig.assert_clean();
+}
+
+// ================================================================================== staging
+
+/// Run 1 (the head) with task 1 on worker 0 naming `x` as `tag`, running once this returns;
+/// then run 2 with task 2 on worker 0 reading `x`. Both submissions are closed.
+fn head_and_successor(rig: &Rig, x: &Tensor, tag: Tag) -> (Arc<RunState>, Arc<RunState>) {
+    let head = rig.begin();
+    let mut orch = rig.orch(&head);
+    orch.submit_next_level(&rig.chip, args(1, &[(x, tag)]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.nl[0].running().is_some());
+    let next = rig.begin();
+    let mut orch = rig.orch(&next);
+    orch.submit_next_level(&rig.chip, args(2, &[(x, Tag::Input)]), cc(), 0).unwrap();
+    orch.finish(None);
+    (head, next)
+}
+
+#[test]
+fn a_successor_task_is_staged_beside_the_head_prepared_and_activated_after_it() {
+    let rig = Rig::staging(cfg(1, 0));
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    assert_eq!(rig.in_flight(), 2, "a staged task counts as in flight");
+    rig.nl[0].prepare();
+    rig.drive("task 2 to be counted prepared", || next.staged.load(Ordering::Relaxed) == 1);
+    assert!(!rig.drive_briefly(|| rig.nl[0].staged().is_none()), "activated while the head runs");
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    rig.drive("task 2 to be activated", || rig.nl[0].running().is_some_and(|s| s.id() == 2));
+    assert_eq!(next.staged.load(Ordering::Relaxed), 0);
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&next).unwrap();
+    assert_eq!(ids(&rig.nl[0].history()), vec![1, 2]);
+    rig.assert_clean();
+}
+
+#[test]
+fn a_successor_task_is_not_staged_while_a_head_task_writes_its_input_untracked() {
+    // Task 1 writes `x` as NoDep: the TensorMap does not order it, yet run 2's task must not
+    // copy `x` in before task 1 has written it, as no task of run 2 ran before run 1 ended.
+    for tag in [Tag::InOut, Tag::NoDep] {
+        let rig = Rig::staging(cfg(1, 0));
+        let x = whole(buffer(1));
+        let (head, next) = head_and_successor(&rig, &x, tag);
+        assert!(
+            !rig.drive_briefly(|| rig.nl[0].staged().is_some()),
+            "task 2 was staged (its input copied in) while task 1 ({tag:?}) still writes it"
+        );
+        rig.nl[0].finish(Outcome::Success);
+        rig.wait(&head).unwrap();
+        rig.drive("task 2 to run", || rig.nl[0].running().is_some());
+        rig.nl[0].finish(Outcome::Success);
+        rig.wait(&next).unwrap();
+        rig.assert_clean();
+    }
+}
+
+#[test]
+fn a_stopped_run_whose_staged_task_was_withdrawn_too_late_never_launches_it() {
+    let rig = Rig::staging(cfg(1, 0));
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    // The worker is still preparing it when the run is stopped: withdrawing misses until it
+    // is prepared.
+    rig.nl[0].set_late_withdraws(usize::MAX);
+    assert!(RunHandle { run: next.clone(), engine: rig.eng.clone() }.cancel());
+    rig.drive("the withdraw", || rig.nl[0].withdraws() >= 1);
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    rig.nl[0].set_late_withdraws(0);
+    rig.nl[0].prepare();
+    assert!(
+        !rig.drive_briefly(|| rig.nl[0].running().is_some()),
+        "the cancelled run's staged task was activated once its run was the head"
+    );
+    let err = err_of(rig.wait(&next));
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+    assert_eq!(ids(&rig.nl[0].history()), vec![1], "the cancelled run's task ran");
+    rig.assert_clean();
+}
+
+#[test]
+fn the_staged_task_of_a_run_abandoned_after_a_panic_is_withdrawn_and_the_lane_serves_on() {
+    let rig = Rig::staging(cfg(1, 0));
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    inject(&rig, Inject::Pass);
+    rig.drive("both runs to be abandoned", || head.is_done() && next.is_done());
+    assert!(err_of(next.result()).message().contains("panicked during a pass"));
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("the abandoned run's staged task to end", || rig.in_flight() == 0);
+    assert_eq!(ids(&rig.nl[0].history()), vec![1], "the abandoned run's staged task ran");
+    assert_eq!(rig.nl[0].withdraws(), 1);
+    // The lane stages again.
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("the new task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    rig.drive("task 2 to be activated", || rig.nl[0].running().is_some());
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&next).unwrap();
+}
+
+#[test]
+fn the_staged_task_of_a_lane_that_left_service_after_a_panic_fails_instead_of_hanging() {
+    let rig = Rig::staging(cfg(1, 0));
+    // The poll that reports task 1's end panics: worker 0 leaves service holding task 2.
+    sync::lock(&rig.faults.poll).insert(1);
+    let x = whole(buffer(1));
+    let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    assert!(err_of(rig.wait(&head)).message().contains("panicked in poll"));
+    let err = err_of(rig.wait(&next));
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err:?}");
+    assert_mentions(
+        &err,
+        &["task 0 ", "worker 0", "out of service", "panicked in poll", "staged", "not launched"],
+    );
+    assert_eq!(next.staged.load(Ordering::Relaxed), 0);
+    assert_eq!(rig.in_flight(), 0);
+    rig.assert_clean();
+}
+
+#[test]
+fn a_staging_lane_whose_endpoint_panics_fails_its_staged_task_and_leaves_service() {
+    for fault in ["activate", "withdraw"] {
+        let rig = Rig::staging(cfg(1, 0));
+        let set = if fault == "activate" { &rig.faults.activate } else { &rig.faults.withdraw };
+        sync::lock(set).insert(2);
+        let x = whole(buffer(1));
+        let (head, next) = head_and_successor(&rig, &x, Tag::Input);
+        rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+        rig.nl[0].prepare();
+        if fault == "withdraw" {
+            assert!(RunHandle { run: next.clone(), engine: rig.eng.clone() }.cancel());
+        }
+        rig.nl[0].finish(Outcome::Success);
+        rig.wait(&head).unwrap();
+        let err = err_of(rig.wait(&next));
+        if fault == "activate" {
+            assert!(err.message().contains("panicked in activate"), "{err:?}");
+        } else {
+            assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        }
+        assert_eq!(rig.in_flight(), 0);
+        // Worker 0 is out of service.
+        let run = rig.begin();
+        let mut orch = rig.orch(&run);
+        orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0).unwrap();
+        orch.finish(None);
+        let err = err_of(rig.wait(&run));
+        assert!(err.message().contains(&format!("its endpoint panicked in {fault}")), "{fault}: {err:?}");
+        rig.assert_clean();
+    }
 }
 
 #[test]

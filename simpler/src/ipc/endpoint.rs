@@ -6,7 +6,7 @@ use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
 use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED};
-use crate::ipc::mailbox::{FLAG_OVERLAP, MailboxRegion, Posting, Withdrawn};
+use crate::ipc::mailbox::{FLAG_OVERLAP, MailboxRegion, Posting, TASK_FRAMES, Withdrawn};
 use crate::sys::process::ExitBoard;
 
 /// Drives one child through its mailbox's task frames: the running task in one, and, for a
@@ -26,6 +26,9 @@ pub(crate) struct MailboxEndpoint {
     staged: Option<usize>,
     /// The staged task was taken back before the child saw it (it ends at the next poll).
     withdrawn: bool,
+    /// The pid of the child each task frame's task was posted to: a child replaced since
+    /// (`Worker::replace_worker`, which resets the frames) took the task with it.
+    posted_to: [i32; TASK_FRAMES],
 }
 
 impl MailboxEndpoint {
@@ -44,6 +47,7 @@ impl MailboxEndpoint {
             active: None,
             staged: None,
             withdrawn: false,
+            posted_to: [0; TASK_FRAMES],
         }
     }
 
@@ -84,7 +88,9 @@ impl MailboxEndpoint {
                 &d.args.scalars,
                 payload,
             )
-        })
+        })?;
+        self.posted_to[ix] = self.pid();
+        Ok(())
     }
 
     /// The outcome a finished frame reports.
@@ -99,6 +105,18 @@ impl MailboxEndpoint {
 
     /// The child's death, as the outcome of the task of frame `ix` (`None` while it lives).
     fn died(&self, ix: usize, staged: bool) -> Option<Outcome> {
+        if self.pid() != self.posted_to[ix] {
+            // The child died and a new one took its place before this saw the death: the
+            // frames were reset (rule M8), so the task's end will never come. The new child
+            // is in service; only the task fails.
+            let what = if staged { "; the task was staged there and not launched" } else { "" };
+            return Some(Outcome::WorkerDied(format!(
+                "{} (process {}) died and was replaced by process {} before its task's end was seen{what}",
+                self.label,
+                self.posted_to[ix],
+                self.pid()
+            )));
+        }
         if !self.exits.has_exited(self.index) {
             return None;
         }
@@ -231,5 +249,55 @@ impl Endpoint for MailboxEndpoint {
         }
         let how = self.exits.exit_of(self.index)?;
         Some(format!("{} (process {}) died while idle: the worker process {how}", self.label, self.pid()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::MailboxEndpoint;
+    use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+    use crate::data::task_args::TaskArgs;
+    use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
+    use crate::ipc::mailbox::MailboxRegion;
+    use crate::sys::process::ExitBoard;
+
+    #[test]
+    fn a_task_whose_child_was_replaced_before_its_death_was_seen_fails_instead_of_hanging() {
+        // `Worker::replace_worker` needs only the exit board to say the child exited; it resets
+        // the frames and starts a new child, maybe before the scheduler polled the lane: the
+        // running and the staged task must still end.
+        let region = Arc::new(MailboxRegion::new(1).unwrap());
+        let exits = Arc::new(ExitBoard::new(&[1_000_001]));
+        let mut ep = MailboxEndpoint::new(region.clone(), 0, exits.clone(), "chip 0".into()).staging(true);
+        let k = CallableHandle::new(Digest::of(b"kernel"), CallableKind::Chip, "kernel");
+        let mut args = TaskArgs::new();
+        args.scalar(1);
+        let d = Dispatch {
+            callable: &k,
+            args: &args,
+            config: None,
+            run: 1,
+            task: 0,
+            member: 0,
+            captured: false,
+            engine: 1,
+            lease: None,
+            overlap: true,
+        };
+        ep.start(&d).unwrap();
+        ep.stage(&Dispatch { run: 2, ..d }).unwrap();
+        assert!(ep.poll().is_none() && ep.poll_staged().is_none());
+        exits.record_exit_for_test(0, "was killed by signal 9 (SIGKILL)");
+        region.mailbox(0).reset_for_new_child();
+        exits.replace_for_test(0, 1_000_002);
+        for outcome in [ep.poll_staged(), ep.poll()] {
+            match outcome {
+                Some(Outcome::WorkerDied(m)) => assert!(m.contains("replaced by process 1000002"), "{m}"),
+                other => panic!("expected the task to fail with WorkerDied, got {other:?}"),
+            }
+        }
+        assert!(ep.gone().is_none(), "the new child is in service");
     }
 }

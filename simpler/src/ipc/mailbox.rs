@@ -99,17 +99,20 @@
 //!   it; `INIT_READY` — nobody (no fields carried); `INIT_FAILED` — terminal: nobody writes any
 //!   field again, anyone may read.
 //! * **M3 (claims).** A party takes a frame it may claim (parent: `IDLE`, `TASK_DONE`,
-//!   `CONTROL_DONE`; child: `TASK_READY`, `CONTROL_REQUEST` before replying, and the base
+//!   `CONTROL_DONE`, and a task frame's `PREPARE_READY` to withdraw it, M11; child:
+//!   `TASK_READY`, `PREPARE_READY`, `CONTROL_REQUEST` before replying, and the base
 //!   frame's `IDLE` before startup is reported) only by a compare-exchange of the state word to
 //!   `BUSY`, never by a load followed by writes; so two threads can never both own a frame, and a
 //!   claim that loses a race fails without touching a field.
 //! * **M4 (hand-over).** An owner gives a frame up by a Release store of the next state after
 //!   its last access to the fields. A party that then observes that state with an Acquire load
 //!   or an Acquire compare-exchange sees every field write made before the store. Parent to
-//!   child: `TASK_READY`, `CONTROL_REQUEST`; child to parent: `TASK_DONE`, `CONTROL_DONE`,
+//!   child: `TASK_READY`, `PREPARE_READY`, `CONTROL_REQUEST`; child to parent: `TASK_DONE`, `CONTROL_DONE`,
 //!   `INIT_READY`, `INIT_FAILED`; back to nobody: `IDLE`.
-//! * **M5 (the task guard).** The child takes a task by claiming its frame (`TASK_READY` →
-//!   `BUSY`, M3) in [`Mailbox::task_request`], which returns a [`TaskRequest`] guard; the
+//! * **M5 (the task guard).** The child takes a task by claiming its frame (`TASK_READY` or
+//!   `PREPARE_READY` → `BUSY`, M3) in [`Mailbox::task_request_at`], which returns a
+//!   [`TaskRequest`] guard (a staged one keeps the fields while the frame is `FRAME_STAGED`,
+//!   `ACTIVATE`, `WITHDRAW` or `TASK_LAUNCHED`, M11); the
 //!   request's slices borrow the guard, and the guard is consumed by [`Mailbox::finish_task`]
 //!   (or, if dropped unfinished, still writes an error reply), which hands the frame over as
 //!   `TASK_DONE` (M4). So the types enforce that no slice of a request outlives the child's
@@ -129,11 +132,14 @@
 //!   follows rule D3 of `sys::futex` (read `seq`, check the states, then wait), so no post is
 //!   missed.
 //! * **M8 (a new child).** Once a child is reaped, its mailbox has one party left, the parent;
-//!   [`Mailbox::reset_for_new_child`] may then return both frames to `IDLE` (atomic stores
+//!   [`Mailbox::reset_for_new_child`] may then return every frame to `IDLE` (atomic stores
 //!   only, no field access) before a replacement child starts on it, provided no parent-side
 //!   party uses the mailbox until that child reports ready (the scheduler keeps the lane out of
 //!   service, control requests are refused for a dead worker and serialized with the
 //!   replacement). The replacement then follows the startup protocol as a first child does.
+//!   A task the scheduler had not yet seen end when the frames were reset is failed by the
+//!   endpoint, which keeps the pid each frame's task was posted to (its frame is `IDLE` now:
+//!   nothing there is claimed).
 //!
 //! * **M9 (granted depth).** A chip child stores the pipeline depth it grants in
 //!   `granted_depth` before it reports `INIT_READY`; the parent reads it only after
@@ -167,11 +173,12 @@
 //!   read by the child after its claim (Relaxed, ordered by the state word, M4); `prepared_ns`,
 //!   written by the child before it publishes `FRAME_STAGED` and read by the parent after an
 //!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
-//!   when the task launches and the parent clears when it posts into the frame, so a parent
-//!   that sees the child die can say whether its task had launched. A child's replacement
-//!   (M8) keeps the lease words: the new chip reads them before it reports ready and admits
-//!   them as its high-water marks, so a lease older than its predecessor's is refused after a
-//!   restart too.
+//!   once the task is prepared, just before it launches (a kernel run on the child's own
+//!   thread has ended when the launch returns), and the parent clears when it posts into the
+//!   frame, so a parent that sees the child die can say whether its task had launched. A child's
+//!   replacement (M8) keeps the lease words: the new chip reads them before it reports ready
+//!   and admits them as its high-water marks, so a lease older than its predecessor's is
+//!   refused after a restart too.
 //!
 //! # Memory ordering
 //!
@@ -659,7 +666,7 @@ impl TaskRequest<'_> {
         Activation::Waiting
     }
 
-    /// Sets the frame's sticky acceptance word: the task launched (rule M12).
+    /// Sets the frame's sticky acceptance word: the task is launching (rule M12).
     pub(crate) fn mark_accepted(&self) {
         self.words.accepted.store(1, Ordering::Release);
     }

@@ -119,6 +119,18 @@ impl ExitBoard {
         self.changed.notify_all();
     }
 
+    /// Records that child `i` ended (`how`), as the monitor does (tests).
+    #[cfg(test)]
+    pub(crate) fn record_exit_for_test(&self, i: usize, how: &str) {
+        self.set(i, how.to_string(), Ended::Signaled(9));
+    }
+
+    /// Child `i` is replaced by `pid`, as [`Monitor::watch`] does (tests).
+    #[cfg(test)]
+    pub(crate) fn replace_for_test(&self, i: usize, pid: i32) {
+        self.replace(i, pid);
+    }
+
     /// True once child `i` has exited (no lock).
     pub(crate) fn has_exited(&self, i: usize) -> bool {
         self.exited[i].load(std::sync::atomic::Ordering::Acquire)

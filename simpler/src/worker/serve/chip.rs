@@ -245,14 +245,16 @@ impl ChipServer {
             ));
         }
         let trace = req.trace.is_some();
+        // Accepted before it launches: a kernel run on this thread has ended by the time
+        // `start` returns, and the parent must not say of a task that ran when the chip died
+        // that it had not launched (rule M12).
         let started = catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), here, trace)
+            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), here, trace, || {
+                req.mark_accepted();
+            })
         }));
         match started {
-            Ok(Ok(run)) => {
-                req.mark_accepted();
-                Ok(run.detach())
-            }
+            Ok(Ok(run)) => Ok(run.detach()),
             Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
@@ -398,11 +400,10 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 Activation::Activate => {
                     let Some(Held { req, mut run }) = staged.take() else { unreachable!() };
                     worked = true;
+                    // Before the launch, as in `begin`.
+                    req.mark_accepted();
                     match server.runtime.launch_traced(&mut run, req.trace.is_some()) {
-                        Ok(()) => {
-                            req.mark_accepted();
-                            active = Some(Held { req, run });
-                        }
+                        Ok(()) => active = Some(Held { req, run }),
                         Err(e) => {
                             let _ = server.runtime.finalize(run);
                             mb.finish_task(req, Err(task_error(&e)), parent);
