@@ -141,7 +141,19 @@ impl Stream {
     /// another vCPU costs tens of microseconds in a guest; a thread that is still checking
     /// takes the bytes at once.
     pub(crate) fn await_briefly(&self) {
-        crate::sys::futex::poll_politely(None, || self.readable_now());
+        // A check is a system call: one per burst of spins, so the yields between bursts still
+        // come every microsecond or so.
+        let mut checks = 0u32;
+        crate::sys::futex::poll_politely(None, || {
+            checks = checks.wrapping_add(1);
+            checks % crate::sys::futex::WATCH_EVERY == 1 && self.readable_now()
+        });
+    }
+
+    /// Copies the bytes waiting to be read into `buf` without taking them or blocking (see
+    /// `sys::sock::peek`: 0 at the end of the stream, `WouldBlock` when none are waiting).
+    pub(crate) fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        crate::sys::sock::peek(self.as_fd(), buf)
     }
 
     /// Shuts both directions down (a blocked reader on any clone wakes with end of stream);
