@@ -38,7 +38,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
 use crate::net::frame::{
-    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
+    DEFAULT_MAX_BODY, FrameError, FrameKind, HEADER_LEN, read_body, read_frame, read_frame_head, write_frame,
     write_frame_start,
 };
 use crate::net::transport::{NodeAddr, Stream};
@@ -62,8 +62,9 @@ const READ_CONTROL: u32 = 2;
 enum Waiting {
     /// Nothing to read.
     Nothing,
-    /// A whole frame small enough for the driver to read without blocking.
-    Whole,
+    /// A whole frame of this many bytes (header included), small enough for the driver to
+    /// read without blocking.
+    Whole(usize),
     /// Something for the reader thread: a large frame, part of one, the end, an error.
     ForReader,
 }
@@ -446,7 +447,7 @@ impl Session {
             if self.reader_wanted.load(Ordering::Acquire) == 0 {
                 continue; // a driver read what this thread was woken for
             }
-            if let Err(why) = self.read_one(&mut rx) {
+            if let Err(why) = self.read_one(&mut *rx) {
                 drop(rx);
                 return self.lose(why);
             }
@@ -454,7 +455,7 @@ impl Session {
     }
 
     /// Reads and handles one frame from the node; `Err` says why the session is lost.
-    fn read_one(&self, reader: &mut Stream) -> std::result::Result<(), String> {
+    fn read_one(&self, reader: &mut impl std::io::Read) -> std::result::Result<(), String> {
         let why = |e: FrameError| why_lost(e, Duration::ZERO, "connection");
         let head = read_frame_head(reader, DEFAULT_MAX_BODY).map_err(why)?;
         if head.kind == FrameKind::Completion {
@@ -500,23 +501,18 @@ impl Session {
         self.rx_bell.ring();
     }
 
-    /// What sits in the socket now, for a driver that reads without blocking.
+    /// What sits in the socket now, for a driver that reads without blocking: copied into
+    /// `scratch` (at most [`ENGINE_READS`] bytes of it), not taken.
     fn waiting_frame(&self, rx: &Stream, scratch: &mut Vec<u8>) -> Waiting {
-        let mut h = [0u8; crate::net::frame::HEADER_LEN];
-        match rx.peek(&mut h) {
+        scratch.resize(ENGINE_READS, 0);
+        let waiting = match rx.peek(scratch) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Waiting::Nothing,
-            Ok(n) if n == h.len() => {}
+            Ok(n) if n >= HEADER_LEN => n,
             _ => return Waiting::ForReader, // part of a header, the end, an error
-        }
-        let Ok(head) = read_frame_head(&mut &h[..], DEFAULT_MAX_BODY) else { return Waiting::ForReader };
-        let total = h.len() + head.len;
-        if total > ENGINE_READS {
-            return Waiting::ForReader;
-        }
-        scratch.resize(total, 0);
-        match rx.peek(scratch) {
-            Ok(n) if n == total => Waiting::Whole,
-            _ => Waiting::ForReader,
+        };
+        match read_frame_head(&mut &scratch[..HEADER_LEN], DEFAULT_MAX_BODY) {
+            Ok(head) if HEADER_LEN + head.len <= waiting => Waiting::Whole(HEADER_LEN + head.len),
+            _ => Waiting::ForReader, // malformed, larger than a driver reads, or not whole yet
         }
     }
 
@@ -524,7 +520,11 @@ impl Session {
     /// the socket into the root's memory (through a scratch buffer only for a strided view,
     /// whose gaps may belong to other tasks). Returns the task's outcome; an inner `Err` is a
     /// COMPLETION that breaks the protocol, an outer one a failed read.
-    fn complete(&self, r: &mut Stream, body_len: usize) -> std::result::Result<Result<Outcome>, FrameError> {
+    fn complete(
+        &self,
+        r: &mut impl std::io::Read,
+        body_len: usize,
+    ) -> std::result::Result<Result<Outcome>, FrameError> {
         let (head, bulk) = match wire::read_head(r, body_len)? {
             Ok(h) => h,
             Err(e) => return Ok(Err(e)),
@@ -740,12 +740,16 @@ impl Endpoint for RemoteEndpoint {
             return None; // the reader thread reads
         }
         // Nobody else reads: take the frames that sit whole in the socket (no blocking).
-        let mut rx = sync::try_lock(&s.rx)?;
+        let rx = sync::try_lock(&s.rx)?;
         loop {
             match s.waiting_frame(&rx, &mut self.scratch) {
                 Waiting::Nothing => break,
-                Waiting::Whole => {
-                    if let Err(why) = s.read_one(&mut rx) {
+                Waiting::Whole(n) => {
+                    // Out of the socket in one read, then handled from memory.
+                    let frame = &mut self.scratch[..n];
+                    let read = std::io::Read::read_exact(&mut &*rx, frame)
+                        .map_err(|e| why_lost(FrameError::Io(e), Duration::ZERO, "connection"));
+                    if let Err(why) = read.and_then(|()| s.read_one(&mut &frame[..])) {
                         drop(rx);
                         s.lose(why);
                         break;
