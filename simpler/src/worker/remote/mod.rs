@@ -38,10 +38,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::net::auth::{ClusterKey, NodeHello, client_handshake};
 use crate::net::frame::{
-    DEFAULT_MAX_BODY, FrameError, FrameKind, HEADER_LEN, read_body, read_frame, read_frame_head, write_frame,
+    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
     write_frame_start,
 };
-use crate::net::transport::{NodeAddr, Stream};
+use crate::net::transport::{NodeAddr, Stream, Waiting};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 use std::io::Write as _;
@@ -57,17 +57,6 @@ const ENGINE_READS: usize = 64 << 10;
 const READ_TASK: u32 = 1;
 /// ... or the reply to the control in flight.
 const READ_CONTROL: u32 = 2;
-
-/// What a driver finds in the socket.
-enum Waiting {
-    /// Nothing to read.
-    Nothing,
-    /// A whole frame of this many bytes (header included), small enough for the driver to
-    /// read without blocking.
-    Whole(usize),
-    /// Something for the reader thread: a large frame, part of one, the end, an error.
-    ForReader,
-}
 
 /// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
 /// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
@@ -501,21 +490,6 @@ impl Session {
         self.rx_bell.ring();
     }
 
-    /// What sits in the socket now, for a driver that reads without blocking: copied into
-    /// `scratch` (at most [`ENGINE_READS`] bytes of it), not taken.
-    fn waiting_frame(&self, rx: &Stream, scratch: &mut Vec<u8>) -> Waiting {
-        scratch.resize(ENGINE_READS, 0);
-        let waiting = match rx.peek(scratch) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Waiting::Nothing,
-            Ok(n) if n >= HEADER_LEN => n,
-            _ => return Waiting::ForReader, // part of a header, the end, an error
-        };
-        match read_frame_head(&mut &scratch[..HEADER_LEN], DEFAULT_MAX_BODY) {
-            Ok(head) if HEADER_LEN + head.len <= waiting => Waiting::Whole(HEADER_LEN + head.len),
-            _ => Waiting::ForReader, // malformed, larger than a driver reads, or not whole yet
-        }
-    }
-
     /// Reads a COMPLETION whose body is `body_len` bytes: each output's bytes go straight from
     /// the socket into the root's memory (through a scratch buffer only for a strided view,
     /// whose gaps may belong to other tasks). Returns the task's outcome; an inner `Err` is a
@@ -742,7 +716,8 @@ impl Endpoint for RemoteEndpoint {
         // Nobody else reads: take the frames that sit whole in the socket (no blocking).
         let rx = sync::try_lock(&s.rx)?;
         loop {
-            match s.waiting_frame(&rx, &mut self.scratch) {
+            self.scratch.resize(ENGINE_READS, 0);
+            match rx.waiting_frame(&mut self.scratch) {
                 Waiting::Nothing => break,
                 Waiting::Whole(n) => {
                     // Out of the socket in one read, then handled from memory.
@@ -758,7 +733,7 @@ impl Endpoint for RemoteEndpoint {
                         break;
                     }
                 }
-                Waiting::ForReader => {
+                Waiting::Other => {
                     drop(rx);
                     s.hand_to_reader();
                     break;
