@@ -59,6 +59,19 @@ fn step_all(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> sim
     Ok(())
 }
 
+/// `twice_plus_one`, after 30 ms of work: long past the root's checking for the reply.
+fn slowly_twice_plus_one(args: &HostArgs<'_>) -> HostResult {
+    spin_until(Instant::now() + Duration::from_millis(30), || false);
+    twice_plus_one(args)
+}
+
+/// One `slowly_twice_plus_one` on the node's SUB worker.
+fn slow_step(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.inout(args.tensor(0).unwrap())?;
+    orch.submit_sub(&HostFn::new("slowly_twice_plus_one", slowly_twice_plus_one).handle(), a).map(|_| ())
+}
+
 /// Fails with a 2 MiB message.
 fn huge_error(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     Err(simpler::Error::new(ErrorKind::TaskFailed, "x".repeat(2 << 20)))
@@ -74,8 +87,10 @@ fn node_with(addr: &str) -> Node {
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
     l3.register(HostFn::new("stall", stall)).unwrap();
+    l3.register(HostFn::new("slowly_twice_plus_one", slowly_twice_plus_one)).unwrap();
     let mut node = Node::new(l3, NodeAddr::parse(addr).unwrap(), key()).unwrap();
     node.register_orch(OrchFn::new("step", step));
+    node.register_orch(OrchFn::new("slow_step", slow_step));
     node.register_orch(OrchFn::new("stalled", stalled));
     node.register_orch(OrchFn::new("step_all", step_all));
     node.register_orch(OrchFn::new("huge_error", huge_error));
@@ -192,6 +207,7 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
     w.register_orch(OrchFn::new("stalled", stalled)).unwrap();
     w.register_orch(OrchFn::new("step_all", step_all)).unwrap();
     w.register_orch(OrchFn::new("huge_error", huge_error)).unwrap();
+    w.register_orch(OrchFn::new("slow_step", slow_step)).unwrap();
     w
 }
 
@@ -629,6 +645,49 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
     root.free(&dev).unwrap();
     assert_err(&root.copy_from(&back, &dev).unwrap_err(), ErrorKind::InvalidState, &["freed"]);
     drop((dev, other, host, back));
+    finish(root, vec![node]);
+}
+
+/// The root's driver reads a quick COMPLETION itself; a slow one, after the driver went to
+/// sleep, is read by the session's reader thread, and so are control replies while a task
+/// runs; then quick tasks go back to the driver.
+#[test]
+fn replies_come_back_whoever_reads_them_slow_quick_and_controls_mid_task() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
+    root.init().unwrap();
+    let buf = u64_buffer(&root, 4);
+    buf.write(0, &[1u64, 2, 3, 4]).unwrap();
+    let t = u64s(&buf, 0, 4);
+    let dev = root.alloc_child_tensor(1, &[4], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, 4);
+    let (quick, slow) = (OrchFn::new("step", step).handle(), OrchFn::new("slow_step", slow_step).handle());
+    let once = |h: &simpler::CallableHandle| {
+        let mut a = TaskArgs::new();
+        a.inout(&t).unwrap();
+        let h = h.clone();
+        root.submit(move |orch| orch.submit_next_level(&h, a, CallConfig::default(), 1).map(|_| ())).unwrap()
+    };
+    let mut want = vec![1u64, 2, 3, 4];
+    for round in 0..3 {
+        for h in [&quick, &slow, &quick, &quick] {
+            let run = once(h);
+            if round == 1 && h == &slow {
+                // Controls while the slow task runs: their replies come on the same socket.
+                for _ in 0..3 {
+                    root.copy_to(&dev, &host).expect("a control while a task runs");
+                }
+            }
+            run.wait().expect("the remote task");
+            want.iter_mut().for_each(|v| *v = *v * 2 + 1);
+            assert_eq!(read_u64(&buf, 0, 4), want, "round {round}");
+        }
+    }
+    root.free(&dev).unwrap();
+    drop((t, buf, dev, host));
     finish(root, vec![node]);
 }
 

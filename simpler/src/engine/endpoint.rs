@@ -3,7 +3,9 @@
 //! A lane owns one endpoint. The scheduler role holder is the only caller: it starts a task
 //! with [`Endpoint::start`] and later collects the outcome with [`Endpoint::poll`], which must
 //! never block. An endpoint that has something to report rings the engine doorbell so a sleeping
-//! holder wakes up.
+//! holder wakes up; a [`watched`](Endpoint::watched) one (a remote worker, whose reply sits in
+//! a socket) is checked through [`Endpoint::ready`] while the holder keeps checking, and rings
+//! only once told the holder sleeps ([`Endpoint::unwatched`]).
 
 use crate::callable::identity::CallableHandle;
 use crate::data::call_config::CallConfig;
@@ -81,6 +83,25 @@ pub(crate) trait Endpoint: Send {
     fn peer_cpu(&self) -> Option<u32> {
         None
     }
+
+    /// Whether the worker's outcome must be looked for (with [`Endpoint::ready`]) while a task
+    /// runs: true for an endpoint whose outcome a driver that keeps checking takes itself
+    /// (a remote worker's socket), false for one that rings the doorbell (the default).
+    fn watched(&self) -> bool {
+        false
+    }
+
+    /// For a [`watched`](Endpoint::watched) endpoint with a task running: whether `poll` may
+    /// have something to take now. A cheap hint a driver checks while it keeps checking; it
+    /// must not stay true unless `poll` makes progress. Never blocks.
+    fn ready(&self) -> bool {
+        false
+    }
+
+    /// For a [`watched`](Endpoint::watched) endpoint with a task running: the role holder
+    /// stops checking and sleeps on the doorbell, so from now on the endpoint must ring it when
+    /// its outcome comes. Never blocks.
+    fn unwatched(&self) {}
 
     // ---- staging: a successor run's task prepared beside the running one (two-frame lanes)
 

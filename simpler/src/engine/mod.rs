@@ -16,7 +16,9 @@
 //! 1. Only the role holder touches the scheduler's queues and lanes.
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
 //!    child's death) rings the engine doorbell; the holder sleeps on it only after a pass that
-//!    made no progress (spin, yield, then futex: never a fixed sleep).
+//!    made no progress (spin, yield, then futex: never a fixed sleep). A watched endpoint (a
+//!    remote worker) is the exception while the holder keeps checking: the holder also checks
+//!    its `ready` hint, and tells it (`unwatched`) before it sleeps, after which it rings too.
 //! 3. A thread that wants the role and cannot take it announces itself
 //!    ([`RoleState::announce`], through a [`WaiterIntent`]) and rings the doorbell; the background
 //!    holder gives the role up at its next wake. Every release of the role and every finished run
@@ -961,7 +963,16 @@ impl Engine {
                         if !progressed {
                             let how = role.peer_wait(crate::sys::futex::current_cpu());
                             // Also woken by the next run deadline: the holder stops that run.
-                            self.doorbell().wait_for_peer(seen, self.sleep_bound(deadline), how);
+                            let bound = self.sleep_bound(deadline);
+                            if role.watching() {
+                                // A watched endpoint's outcome shows in `ready`, not the
+                                // doorbell, until it is told the holder sleeps.
+                                let role = &role;
+                                let (ready, unwatch) = (|| role.ready(), || role.unwatch());
+                                self.doorbell().wait_watching(seen, bound, how, ready, unwatch);
+                            } else {
+                                self.doorbell().wait_for_peer(seen, bound, how);
+                            }
                         }
                     };
                     // `role` drops (rule 3), then `intent` (rule 4).
@@ -1015,6 +1026,7 @@ impl Engine {
                         break;
                     }
                     if !progressed {
+                        role.unwatch(); // nobody checks watched endpoints while this one sleeps
                         self.doorbell().wait(bell_seen, self.next_check());
                     }
                 }

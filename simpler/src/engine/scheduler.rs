@@ -294,6 +294,40 @@ impl Scheduler {
         PeerWait::for_peers(cpu, busy.map(|l| (cpu_of(l), has_children(l))))
     }
 
+    /// Whether a busy lane's endpoint is [`watched`](Endpoint::watched): its outcome is found
+    /// by checking [`Scheduler::ready`], not only by the doorbell.
+    pub(crate) fn watching(&self) -> bool {
+        self.lanes.iter().any(|l| l.busy.is_some() && Self::hint(|| l.endpoint.watched()))
+    }
+
+    /// Whether a busy, watched lane's endpoint may have an outcome to take (a pass polls it).
+    pub(crate) fn ready(&self) -> bool {
+        self.lanes
+            .iter()
+            .any(|l| l.busy.is_some() && Self::hint(|| l.endpoint.watched() && l.endpoint.ready()))
+    }
+
+    /// The role holder is about to sleep on the doorbell: each busy, watched lane's endpoint
+    /// must ring it from now on. One that panics is logged (its next `poll` decides its fate).
+    pub(crate) fn unwatch(&self) {
+        for l in self.lanes.iter().filter(|l| l.busy.is_some()) {
+            let endpoint = &l.endpoint;
+            let told = catch_unwind(AssertUnwindSafe(|| {
+                if endpoint.watched() {
+                    endpoint.unwatched();
+                }
+            }));
+            if let Err(panic) = told {
+                tracing::error!(target: "simpler::scheduler", worker = %l.name, "its endpoint panicked in unwatched: {}", panic_message(&*panic));
+            }
+        }
+    }
+
+    /// A hint from an endpoint; one that panics giving it counts as false.
+    fn hint(f: impl FnOnce() -> bool) -> bool {
+        catch_unwind(AssertUnwindSafe(f)).unwrap_or(false)
+    }
+
     /// The partition of run `id`, made (or taken from the spares) if it has none.
     fn partition(&mut self, id: u64) -> &mut Partition {
         // Newer runs are at the back; most routes go to the newest run or the head.

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::net::frame::{HEADER_LEN, read_frame_head};
 
 /// Where a node listens and the root connects: `tcp:HOST:PORT` or `HOST:PORT` (TCP; `HOST` a
 /// numeric IPv4 or bracketed IPv6 address, or `localhost`), or `unix:/path/to/socket`.
@@ -141,7 +142,30 @@ impl Stream {
     /// another vCPU costs tens of microseconds in a guest; a thread that is still checking
     /// takes the bytes at once.
     pub(crate) fn await_briefly(&self) {
-        crate::sys::futex::poll_politely(None, || self.readable_now());
+        // A check is a system call: one per burst of spins, so the yields between bursts still
+        // come every microsecond or so.
+        let mut checks = 0u32;
+        crate::sys::futex::poll_politely(None, || {
+            checks = checks.wrapping_add(1);
+            checks % crate::sys::futex::WATCH_EVERY == 1 && self.readable_now()
+        });
+    }
+
+    /// What waits to be read, without taking it or blocking: a look at the next frame through
+    /// `scratch`, which must hold at least a frame header and bounds what counts as whole
+    /// (frames longer than `scratch` never do). A whole frame can then be taken in one read
+    /// (two or three fewer system calls than reading header, head and body apart; each read
+    /// costs about a microsecond on loopback).
+    pub(crate) fn waiting_frame(&self, scratch: &mut [u8]) -> Waiting {
+        let waiting = match crate::sys::sock::peek(self.as_fd(), scratch) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Waiting::Nothing,
+            Ok(n) if n >= HEADER_LEN => n,
+            _ => return Waiting::Other, // part of a header, the end of the stream, an error
+        };
+        match read_frame_head(&mut &scratch[..HEADER_LEN], usize::MAX) {
+            Ok(head) if head.len <= waiting - HEADER_LEN => Waiting::Whole(HEADER_LEN + head.len),
+            _ => Waiting::Other, // malformed, or not all there (yet, or at all)
+        }
     }
 
     /// Shuts both directions down (a blocked reader on any clone wakes with end of stream);
@@ -235,6 +259,18 @@ impl AsFd for Stream {
             Stream::Unix(s) => s.as_fd(),
         }
     }
+}
+
+/// What [`Stream::waiting_frame`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Nothing to read.
+    Nothing,
+    /// A whole frame of this many bytes (header included).
+    Whole(usize),
+    /// Something else: part of a frame (larger than the look, or still arriving), a malformed
+    /// header, the end of the stream, an error. Reading it may block.
+    Other,
 }
 
 /// A bound, listening socket.
@@ -493,5 +529,30 @@ mod tests {
         drop(l);
         assert!(Stream::connect(&addr, Duration::from_secs(1)).is_err());
         assert!(Stream::connect(&NodeAddr::Unix(socket_path("none")), Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn a_frame_counts_as_waiting_whole_only_when_all_of_it_is_there_and_fits_the_look() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut a, b) = (Stream::Unix(a), Stream::Unix(b));
+        let mut look = [0u8; 64];
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Nothing);
+        let mut frame = Vec::new();
+        write_frame(&mut frame, FrameKind::Control, 3, &[9u8; 10]).unwrap();
+        a.write_all(&frame[..20]).unwrap(); // part of the header
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Other);
+        a.write_all(&frame[20..30]).unwrap(); // the header and part of the body
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Other);
+        a.write_all(&frame[30..]).unwrap();
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Whole(frame.len()));
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Whole(frame.len()), "looking takes nothing");
+        let got = read_frame(&mut &b, 64).unwrap();
+        assert_eq!((got.kind, got.seq, got.body), (FrameKind::Control, 3, vec![9u8; 10]));
+        // A whole frame longer than the look is not one a look can vouch for.
+        write_frame(&mut a, FrameKind::Control, 4, &[1u8; 100]).unwrap();
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Other);
+        assert_eq!(read_frame(&mut &b, 200).unwrap().body.len(), 100);
+        drop(a);
+        assert_eq!(b.waiting_frame(&mut look), Waiting::Other, "the end of the stream");
     }
 }

@@ -72,6 +72,10 @@ pub(crate) const SPIN_NANOS: u64 = 3_000;
 /// Spin iterations between two looks at the clock.
 pub(crate) const SPIN_CHECK_EVERY: u32 = 64;
 
+/// Spin iterations between two costly checks (a system call) of a polite poll: a few per
+/// burst, so the check comes every microsecond or so and the yields still do.
+pub(crate) const WATCH_EVERY: u32 = 16;
+
 /// How many times a wait yields its time slice after spinning and before sleeping.
 pub(crate) const YIELD_ROUNDS: u32 = 3;
 
@@ -305,10 +309,28 @@ impl Doorbell {
     /// checking politely for up to [`REMOTE_SPIN_NANOS`], yield a few times, or sleep at once.
     /// Whichever it starts with, it ends asleep in the kernel if the peer is slow.
     pub(crate) fn wait_for_peer(&self, seen: u32, deadline: Option<Instant>, how: PeerWait) -> u32 {
+        self.wait_watching(seen, deadline, how, || false, || {})
+    }
+
+    /// Like [`wait_for_peer`](Doorbell::wait_for_peer), but also returns (with `seen`) as soon
+    /// as `ready()` does while it checks; before it sleeps, it calls `before_sleep` (after
+    /// which whatever `ready` watched rings the bell instead).
+    pub(crate) fn wait_watching(
+        &self,
+        seen: u32,
+        deadline: Option<Instant>,
+        how: PeerWait,
+        mut ready: impl FnMut() -> bool,
+        before_sleep: impl FnOnce(),
+    ) -> u32 {
         let mut current = seen;
+        let mut checks = 0u32;
         let mut changed = || {
             current = self.seq();
-            current != seen
+            // `ready` may be a system call: once per burst of spins, so the yields between
+            // bursts still come every microsecond or so.
+            checks = checks.wrapping_add(1);
+            current != seen || (checks % WATCH_EVERY == 1 && ready())
         };
         let done = match how {
             PeerWait::Poll => poll_politely(deadline, &mut changed),
@@ -323,11 +345,12 @@ impl Doorbell {
                 }
                 hit
             }
-            PeerWait::Sleep => false,
+            PeerWait::Sleep => changed(),
         };
         if done {
             return current;
         }
+        before_sleep();
         self.sleep(seen, deadline)
     }
 

@@ -12,6 +12,8 @@
 //!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.
 //! * [`fn_address`]: [`fn_address::FnAddress`], a function pointer as the address a control
 //!   frame carries to a forked child, and back.
+//! * [`sock`]: a look at the bytes waiting in a socket without taking them (a driver reads a
+//!   node's reply only when it is whole there).
 //! * [`process`]: forking children, watching for their exit through pidfds, and reaping them.
 //! * [`spawn`]: starting a child by exec of this same binary (safe among threads), and the
 //!   `.init_array` hook that turns such a process into the child before `main`.
@@ -23,7 +25,7 @@
 //!
 //! Each module states its protocol as numbered rules and every `unsafe` block cites the rule it
 //! relies on: `R*` in `mem`, `N*` in `shm`, `F*` / `D*` in `futex`, `FA*` in `fn_address`, `P*`
-//! in `process`, `S*` in `spawn`, `T*` in the test-only `test_fork`.
+//! in `process`, `K*` in `sock`, `S*` in `spawn`, `T*` in the test-only `test_fork`.
 
 pub(crate) mod clock;
 pub(crate) mod fn_address;
@@ -32,6 +34,7 @@ pub(crate) mod mem;
 pub(crate) mod process;
 pub(crate) mod random;
 pub(crate) mod shm;
+pub(crate) mod sock;
 pub(crate) mod spawn;
 pub(crate) mod sync;
 #[cfg(test)]

@@ -5,9 +5,13 @@
 //! * The root side ([`RemoteWorker`], added with `Worker::add_remote_worker`): at `init` the L4
 //!   connects to each node, runs the challenge–response handshake on the cluster key over two
 //!   connections (the session's and its health connection, paired by a token: `lane`), and
-//!   only then gives it a lane. A reader thread per session takes the node's frames: a
-//!   COMPLETION's outputs go straight from the socket into the root's memory, then it records
-//!   the outcome and rings the engine's doorbell (as a mailbox completion does). A health
+//!   only then gives it a lane. The driver waiting on a remote task (the engine's role holder)
+//!   checks the socket while it keeps checking, and reads a small COMPLETION that sits whole
+//!   there itself, without blocking and with no thread hop; anything else (a large COMPLETION,
+//!   a control's reply, a COMPLETION due after the driver went to sleep) is read by the
+//!   session's reader thread, which takes a COMPLETION's outputs straight from the socket into
+//!   the root's memory, records the outcome and rings the engine's doorbell (as a mailbox
+//!   completion does), and otherwise sleeps without reading. A health
 //!   thread reads the node's heartbeats on the health connection. A node silent there past its
 //!   health deadline, a closed connection, or a malformed frame fails the task and takes the
 //!   lane out of service, naming the node's address and what was seen.
@@ -37,13 +41,22 @@ use crate::net::frame::{
     DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
     write_frame_start,
 };
-use crate::net::transport::{NodeAddr, Stream};
+use crate::net::transport::{NodeAddr, Stream, Waiting};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 use std::io::Write as _;
 
 /// Bodies up to this size are written by the sender itself (no hop to the writer thread).
 const DIRECT_SEND: usize = 16 << 10;
+
+/// Frames (header included) up to this size are read by a driver that finds them whole in the
+/// socket; larger ones, by the reader thread.
+const ENGINE_READS: usize = 64 << 10;
+
+/// `Session::reader_wanted`: the reader thread reads the COMPLETION due...
+const READ_TASK: u32 = 1;
+/// ... or the reply to the control in flight.
+const READ_CONTROL: u32 = 2;
 
 /// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
 /// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
@@ -156,10 +169,19 @@ struct SessionState {
     reply: Option<(u64, std::result::Result<Vec<u8>, String>)>,
     /// Why the session is over (set once).
     lost: Option<String>,
+    /// A TASK was sent and its COMPLETION has not been read.
+    awaiting: bool,
 }
 
 /// One authenticated session with a node, shared by its endpoint, its reader thread and the
 /// Worker's control requests.
+///
+/// Who reads the socket: whoever holds `rx`, for one whole frame at a time. The reader thread
+/// reads only while `reader_wanted` asks it to: the endpoint asks when a COMPLETION is due and
+/// its driver stops checking (`unwatched`) or finds a frame it must not read itself (large, or
+/// not whole yet), and `control` asks for its reply. Otherwise the driver, checking in `poll`,
+/// takes small frames that sit whole in the socket (`waiting_frame`), so the common COMPLETION
+/// wakes no thread. While idle nobody reads: the health connection tells a lost node.
 pub(crate) struct Session {
     /// "remote worker N (ADDR)", for messages.
     label: String,
@@ -188,9 +210,13 @@ pub(crate) struct Session {
     control_lock: Mutex<()>,
     /// The reader thread, joined by `close`.
     reader: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// A TASK was sent and its COMPLETION has not arrived (the reader keeps checking for it a
-    /// moment before it sleeps in `read`).
-    in_flight: std::sync::atomic::AtomicBool,
+    /// The socket's reading end: whoever reads a frame holds it for the whole frame.
+    rx: Mutex<Stream>,
+    /// What the reader thread reads for ([`READ_TASK`], [`READ_CONTROL`]); while none, it
+    /// sleeps on `rx_bell` and a driver that keeps checking reads whole small frames itself.
+    reader_wanted: std::sync::atomic::AtomicU32,
+    /// Rung when `reader_wanted` changes or the session is lost.
+    rx_bell: Doorbell,
     /// A handle on the health connection, used only to shut it down.
     health_socket: Stream,
     /// The health thread (reads the node's heartbeats), joined by `close`.
@@ -261,14 +287,16 @@ impl Session {
             bell,
             control_lock: Mutex::new(()),
             reader: Mutex::new(None),
-            in_flight: std::sync::atomic::AtomicBool::new(false),
+            rx: Mutex::new(reader),
+            reader_wanted: std::sync::atomic::AtomicU32::new(0),
+            rx_bell: Doorbell::new(),
             health_socket,
             health_reader: Mutex::new(None),
         });
         let s = session.clone();
         let thread = std::thread::Builder::new()
             .name("simpler-remote".into())
-            .spawn(move || s.read_loop(reader))
+            .spawn(move || s.read_loop())
             .map_err(|e| Error::os("starting a session reader thread", e))?;
         *sync::lock(&session.reader) = Some(thread);
         let s = session.clone();
@@ -364,6 +392,7 @@ impl Session {
         }
         self.changed.notify_all();
         AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+        self.rx_bell.ring();
         self.socket.shutdown();
         self.health_socket.shutdown();
     }
@@ -391,51 +420,85 @@ impl Session {
         }
     }
 
-    fn read_loop(&self, mut reader: Stream) {
-        let why = |e: FrameError| why_lost(e, Duration::ZERO, "connection");
+    /// The reader thread: reads the socket while asked to (`reader_wanted`), and sleeps on
+    /// `rx_bell` otherwise.
+    fn read_loop(&self) {
         loop {
-            if self.in_flight.load(Ordering::Acquire) {
-                reader.await_briefly(); // the COMPLETION is due
+            let seen = self.rx_bell.seq();
+            if self.lost().is_some() {
+                return;
             }
-            let head = match read_frame_head(&mut reader, DEFAULT_MAX_BODY) {
-                Ok(h) => h,
-                Err(e) => return self.lose(why(e)),
-            };
-            if head.kind == FrameKind::Completion {
-                let outcome = match self.complete(&mut reader, head.len) {
-                    Ok(Ok(o)) => o,
-                    Ok(Err(e)) => return self.lose(format!("the node sent a bad COMPLETION: {e}")),
-                    Err(e) => return self.lose(why(e)),
-                };
-                self.in_flight.store(false, Ordering::Release);
-                sync::lock(&self.state).completion = Some(outcome);
-                AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+            if self.reader_wanted.load(Ordering::Acquire) == 0 {
+                self.rx_bell.sleep(seen, None);
                 continue;
             }
-            let body = match read_body(&mut reader, head) {
-                Ok(b) => b,
-                Err(e) => return self.lose(why(e)),
-            };
-            match head.kind {
-                FrameKind::Health => {}
-                FrameKind::ControlReply => match wire::decode_reply(&body) {
-                    Ok(r) => {
-                        sync::lock(&self.state).reply = Some((head.seq, r));
-                        self.changed.notify_all();
-                    }
-                    Err(e) => return self.lose(format!("the node sent a bad CONTROL_REPLY: {e}")),
-                },
-                FrameKind::Shutdown => return self.lose("the node ended the session".into()),
-                other => return self.lose(format!("the node sent an unexpected {other:?} frame")),
+            let mut rx = sync::lock(&self.rx);
+            if self.reader_wanted.load(Ordering::Acquire) == 0 {
+                continue; // a driver read what this thread was woken for
+            }
+            if let Err(why) = self.read_one(&mut *rx) {
+                drop(rx);
+                return self.lose(why);
             }
         }
+    }
+
+    /// Reads and handles one frame from the node; `Err` says why the session is lost.
+    fn read_one(&self, reader: &mut impl std::io::Read) -> std::result::Result<(), String> {
+        let why = |e: FrameError| why_lost(e, Duration::ZERO, "connection");
+        let head = read_frame_head(reader, DEFAULT_MAX_BODY).map_err(why)?;
+        if head.kind == FrameKind::Completion {
+            let outcome = match self.complete(reader, head.len) {
+                Ok(Ok(o)) => o,
+                Ok(Err(e)) => return Err(format!("the node sent a bad COMPLETION: {e}")),
+                Err(e) => return Err(why(e)),
+            };
+            {
+                let mut st = sync::lock(&self.state);
+                st.completion = Some(outcome);
+                st.awaiting = false;
+                self.reader_wanted.fetch_and(!READ_TASK, Ordering::AcqRel);
+            }
+            AsRef::<Doorbell>::as_ref(&*self.bell).ring();
+            return Ok(());
+        }
+        let body = read_body(reader, head).map_err(why)?;
+        match head.kind {
+            FrameKind::Health => Ok(()),
+            FrameKind::ControlReply => match wire::decode_reply(&body) {
+                Ok(r) => {
+                    sync::lock(&self.state).reply = Some((head.seq, r));
+                    self.reader_wanted.fetch_and(!READ_CONTROL, Ordering::AcqRel);
+                    self.changed.notify_all();
+                    Ok(())
+                }
+                Err(e) => Err(format!("the node sent a bad CONTROL_REPLY: {e}")),
+            },
+            FrameKind::Shutdown => Err("the node ended the session".into()),
+            other => Err(format!("the node sent an unexpected {other:?} frame")),
+        }
+    }
+
+    /// Asks the reader thread to read the COMPLETION due (a driver stops checking for it).
+    fn hand_to_reader(&self) {
+        {
+            let st = sync::lock(&self.state);
+            if st.awaiting && st.completion.is_none() && st.lost.is_none() {
+                self.reader_wanted.fetch_or(READ_TASK, Ordering::AcqRel);
+            }
+        }
+        self.rx_bell.ring();
     }
 
     /// Reads a COMPLETION whose body is `body_len` bytes: each output's bytes go straight from
     /// the socket into the root's memory (through a scratch buffer only for a strided view,
     /// whose gaps may belong to other tasks). Returns the task's outcome; an inner `Err` is a
     /// COMPLETION that breaks the protocol, an outer one a failed read.
-    fn complete(&self, r: &mut Stream, body_len: usize) -> std::result::Result<Result<Outcome>, FrameError> {
+    fn complete(
+        &self,
+        r: &mut impl std::io::Read,
+        body_len: usize,
+    ) -> std::result::Result<Result<Outcome>, FrameError> {
         let (head, bulk) = match wire::read_head(r, body_len)? {
             Ok(h) => h,
             Err(e) => return Ok(Err(e)),
@@ -490,6 +553,9 @@ impl Session {
         timeout: Duration,
     ) -> Result<std::result::Result<Vec<u8>, String>> {
         let _one_at_a_time = sync::lock(&self.control_lock);
+        self.reader_wanted.fetch_or(READ_CONTROL, Ordering::AcqRel);
+        self.rx_bell.ring();
+        let _done = ControlDone(self);
         let seq = self.send(FrameKind::Control, body.to_vec())?;
         let deadline = Instant::now() + timeout;
         let mut st = sync::lock(&self.state);
@@ -539,6 +605,15 @@ impl Session {
     }
 }
 
+/// Clears the reader thread's order to read a control's reply when the control ends.
+struct ControlDone<'a>(&'a Session);
+
+impl Drop for ControlDone<'_> {
+    fn drop(&mut self) {
+        self.0.reader_wanted.fetch_and(!READ_CONTROL, Ordering::AcqRel);
+    }
+}
+
 /// Why a session is lost when reading its `what` (a connection) failed with `e`; a timeout is
 /// silence past `timeout`.
 fn why_lost(e: FrameError, timeout: Duration, what: &str) -> String {
@@ -557,11 +632,22 @@ fn why_lost(e: FrameError, timeout: Duration, what: &str) -> String {
 /// The engine's endpoint for one remote L3 Worker.
 pub(crate) struct RemoteEndpoint {
     session: Arc<Session>,
+    /// Where a driver looks at a frame before it reads it.
+    scratch: Vec<u8>,
 }
 
 impl RemoteEndpoint {
     pub(crate) fn new(session: Arc<Session>) -> RemoteEndpoint {
-        RemoteEndpoint { session }
+        RemoteEndpoint { session, scratch: Vec::new() }
+    }
+
+    /// The outcome of the task in flight, once known.
+    fn outcome(&self) -> Option<Outcome> {
+        let mut st = sync::lock(&self.session.state);
+        if let Some(o) = st.completion.take() {
+            return Some(o);
+        }
+        st.lost.as_ref().map(|why| Outcome::EndpointFailure(format!("{}: {why}", self.session.label)))
     }
 }
 
@@ -610,18 +696,65 @@ impl Endpoint for RemoteEndpoint {
         }
         drop(resolver);
         *sync::lock(&s.outputs) = outputs;
-        sync::lock(&s.state).completion = None;
+        {
+            let mut st = sync::lock(&s.state);
+            st.completion = None;
+            st.awaiting = true;
+        }
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
-        s.in_flight.store(true, Ordering::Release);
         if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }.map(|_| ())
     }
 
     fn poll(&mut self) -> Option<Outcome> {
-        let mut st = sync::lock(&self.session.state);
-        if let Some(o) = st.completion.take() {
+        if let Some(o) = self.outcome() {
             return Some(o);
         }
-        st.lost.as_ref().map(|why| Outcome::EndpointFailure(format!("{}: {why}", self.session.label)))
+        let s = self.session.clone();
+        if s.reader_wanted.load(Ordering::Acquire) != 0 {
+            return None; // the reader thread reads
+        }
+        // Nobody else reads: take the frames that sit whole in the socket (no blocking).
+        let rx = sync::try_lock(&s.rx)?;
+        loop {
+            self.scratch.resize(ENGINE_READS, 0);
+            match rx.waiting_frame(&mut self.scratch) {
+                Waiting::Nothing => break,
+                Waiting::Whole(n) => {
+                    // Out of the socket in one read, then handled from memory.
+                    let frame = &mut self.scratch[..n];
+                    let read = std::io::Read::read_exact(&mut &*rx, frame)
+                        .map_err(|e| why_lost(FrameError::Io(e), Duration::ZERO, "connection"));
+                    if let Err(why) = read.and_then(|()| s.read_one(&mut &frame[..])) {
+                        drop(rx);
+                        s.lose(why);
+                        break;
+                    }
+                    if sync::lock(&s.state).completion.is_some() {
+                        break;
+                    }
+                }
+                Waiting::Other => {
+                    drop(rx);
+                    s.hand_to_reader();
+                    break;
+                }
+            }
+        }
+        self.outcome()
+    }
+
+    fn watched(&self) -> bool {
+        true
+    }
+
+    fn ready(&self) -> bool {
+        let s = &self.session;
+        s.reader_wanted.load(Ordering::Acquire) == 0
+            && sync::try_lock(&s.rx).is_some_and(|rx| rx.readable_now())
+    }
+
+    fn unwatched(&self) {
+        self.session.hand_to_reader();
     }
 
     fn shutdown(&mut self) {

@@ -17,7 +17,7 @@ use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
 use crate::net::frame::{
     DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame_head, write_frame, write_frame_start,
 };
-use crate::net::transport::{Listener, NodeAddr, Stream};
+use crate::net::transport::{Listener, NodeAddr, Stream, Waiting};
 use crate::sys::sync;
 use crate::worker::remote::lane;
 use crate::worker::remote::launch::Launch;
@@ -383,16 +383,25 @@ impl BoundNode {
                 })
                 .map_err(|e| Error::os("starting the heartbeat thread", e))?
         };
-        let mut reader = stream;
+        let reader = stream;
+        let mut scratch = vec![0u8; WHOLE_FRAME];
         let result = loop {
-            let head = match read_frame_head(&mut reader, DEFAULT_MAX_BODY) {
+            // A small frame that waits whole is taken in one read and read from memory.
+            let mut from = match reader.waiting_frame(&mut scratch) {
+                Waiting::Whole(n) => match std::io::Read::read_exact(&mut &reader, &mut scratch[..n]) {
+                    Ok(()) => Source::Memory(&scratch[..n]),
+                    Err(e) => break session_end(FrameError::Io(e), peer),
+                },
+                Waiting::Nothing | Waiting::Other => Source::Socket(&reader),
+            };
+            let head = match read_frame_head(&mut from, DEFAULT_MAX_BODY) {
                 Ok(h) => h,
                 Err(e) => break session_end(e, peer),
             };
             if head.kind == FrameKind::Task {
                 // The tensors' bytes go straight from the socket into the node's buffers, and
                 // the written ones straight back (no copy of the bulk on this side).
-                let reply = match self.task(&mut reader, head.len, &current) {
+                let reply = match self.task(&mut from, head.len, &current) {
                     Ok(r) => r,
                     Err(e) => break session_end(e, peer),
                 };
@@ -404,7 +413,7 @@ impl BoundNode {
                 reader.await_briefly(); // a busy root sends its next task right away
                 continue;
             }
-            let body = match read_body(&mut reader, head) {
+            let body = match read_body(&mut from, head) {
                 Ok(b) => b,
                 Err(e) => break session_end(e, peer),
             };
@@ -502,7 +511,7 @@ impl BoundNode {
     /// included, is a COMPLETION, with the whole body read so the next frame can be.
     fn task(
         &self,
-        r: &mut Stream,
+        r: &mut Source<'_>,
         body_len: usize,
         current: &Mutex<Option<RunHandle>>,
     ) -> std::result::Result<Reply, FrameError> {
@@ -533,7 +542,7 @@ impl BoundNode {
         // host tensors bring bytes).
         debug_assert_eq!(prepared.incoming.iter().map(|(_, _, l)| *l).sum::<u64>(), bulk);
         for (buf, start, len) in &prepared.incoming {
-            buf.read_from_fd(*start as usize, *len as usize, r.as_fd()).map_err(|e| match e.kind() {
+            r.fill(buf, *start as usize, *len as usize).map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => {
                     FrameError::Malformed(format!("connection closed inside a TASK's tensor data: {e}"))
                 }
@@ -647,6 +656,47 @@ impl BoundNode {
             let held: usize = pool.iter().map(Buffer::nbytes).sum();
             if pool.len() < POOL_BUFFERS && held + b.nbytes() <= POOL_BYTES {
                 pool.push(b);
+            }
+        }
+    }
+}
+
+/// Frames up to this size (header included) that wait whole in the socket are taken in one
+/// read.
+const WHOLE_FRAME: usize = 64 << 10;
+
+/// Where a frame's bytes come from: the socket, or memory (a whole frame taken in one read).
+enum Source<'a> {
+    Socket(&'a Stream),
+    Memory(&'a [u8]),
+}
+
+impl std::io::Read for Source<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Socket(s) => (&mut &**s).read(buf),
+            Source::Memory(m) => m.read(buf),
+        }
+    }
+}
+
+impl Source<'_> {
+    /// The next `len` bytes into `buf` at byte `start`: from the socket straight into the
+    /// buffer, or copied from memory.
+    fn fill(&mut self, buf: &Buffer, start: usize, len: usize) -> std::io::Result<()> {
+        match self {
+            Source::Socket(s) => buf.read_from_fd(start, len, s.as_fd()),
+            Source::Memory(m) => {
+                if m.len() < len {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the frame ends early",
+                    ));
+                }
+                let (now, rest) = m.split_at(len);
+                buf.write(start, now).map_err(std::io::Error::other)?;
+                *m = rest;
+                Ok(())
             }
         }
     }
