@@ -69,10 +69,12 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
             orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
         })
     };
-    // Warm-up: every buffer once (the chip maps it and faults its pages in, as for buffers a
-    // program reuses run after run), and the chip's staging buffers grow.
-    for (i, o) in inputs.iter().zip(&outputs) {
-        submit(i, o)?.wait()?;
+    // Warm-up: the measured pattern once (the chip maps every buffer and faults its pages in,
+    // as for buffers a program reuses run after run, and both slots' staging buffers grow).
+    let warm: Vec<_> =
+        inputs.iter().zip(&outputs).map(|(i, o)| submit(i, o)).collect::<simpler::Result<_>>()?;
+    for h in &warm {
+        h.wait()?;
     }
     let start = std::time::Instant::now();
     let mut handles = Vec::with_capacity(RUNS);
@@ -83,7 +85,7 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
         h.wait()?;
     }
     let wall = start.elapsed();
-    if std::env::var("DEBUG_PIPE").is_ok() {
+    if std::env::var("CAPTURE_PIPE").is_ok() {
         let t0 = handles[0].timeline().unwrap().records()[0].submitted_ns;
         for h in &handles {
             let r = h.timeline().unwrap().records()[0].clone();
@@ -109,11 +111,15 @@ fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
 const RUNS: usize = 16;
 const INPUT: usize = 8 << 20;
 const OUTPUT: usize = 1 << 20;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 9;
+fn rounds() -> usize {
+    std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(ROUNDS)
+}
 
-/// The kernel reads one 4 KiB block in `every()` of its input.
+/// The kernel reads one 4 KiB block in `every()` of its input (8 by default; `EVERY=1`: all of
+/// it, streaming 8 MiB of host memory beside the next run's copy-in).
 fn every() -> u64 {
-    std::env::var("EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+    std::env::var("EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(8)
 }
 
 /// What two threads of this machine overlap at best: `RUNS` rounds of an 8 MiB copy then the
@@ -174,7 +180,7 @@ fn main() -> simpler::Result<()> {
     let (mut w_serial, mut w_piped) = (Vec::new(), Vec::new());
     let mut ceilings = Vec::new();
     let mut allocs = (0u64, 0usize, 0u64);
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds() {
         ceilings.push(overlap_ceiling(passes));
         w_serial.push(worker_runs(1, passes)?);
         w_piped.push(worker_runs(2, passes)?);
@@ -186,6 +192,9 @@ fn main() -> simpler::Result<()> {
         allocs.0 += p.steady_allocations + s.steady_allocations;
         allocs.1 += p.steady_runs + s.steady_runs;
         allocs.2 = p.first_run_allocations;
+    }
+    if std::env::var("DEBUG_PIPE").is_ok() {
+        println!("worker rounds: depth 1 {w_serial:?}, depth 2 {w_piped:?}");
     }
     let (ws, wp) = (median(w_serial), median(w_piped));
     let (s, p) = (median(serial), median(piped));

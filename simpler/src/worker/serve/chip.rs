@@ -369,6 +369,16 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 break;
             }
         }
+        // The running task, once it ended (first: its run's end waits on it; a task run on this
+        // thread has ended already).
+        if let Some(a) = active.as_mut()
+            && server.runtime.poll(&mut a.run)
+        {
+            let Some(Held { req, run }) = active.take() else { unreachable!() };
+            let result = server.end(&req, run);
+            mb.finish_task(req, result, parent);
+            worked = true;
+        }
         // A successor to prepare beside it.
         if staged.is_none() {
             for ix in 0..TASK_FRAMES {
@@ -421,15 +431,6 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                     worked = true;
                 }
             }
-        }
-        // The running task, once it ended.
-        if let Some(a) = active.as_mut()
-            && server.runtime.poll(&mut a.run)
-        {
-            let Some(Held { req, run }) = active.take() else { unreachable!() };
-            let result = server.end(&req, run);
-            mb.finish_task(req, result, parent);
-            worked = true;
         }
         if worked {
             if active.is_none() && staged.is_none() {
