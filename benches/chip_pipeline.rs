@@ -1,8 +1,11 @@
 //! Chip run pipelining, measured side by side in one process on a simulated chip.
 //!
-//! Each run copies 8 MiB of f32 into the chip (the host input), runs a kernel that makes
-//! passes over them for about as long as that copy-in takes (calibrated below), and copies
-//! 1 MiB back (the host output). 16 such runs, each its own Worker run:
+//! Each run copies 8 MiB of f32 into the chip (the host input), runs a kernel, and copies
+//! 1 MiB back (the host output). The kernel does arithmetic in cache over one 4 KiB block in
+//! eight of its input (`EVERY=1`: all of it), as a kernel on a real chip works from the chip's
+//! own memory; its rounds are calibrated so that it takes about as long as the rest of a run
+//! with a bare kernel (the copy-in, mostly, plus the copy-back and the hand-offs), measured
+//! through the Worker. 16 such runs, each its own Worker run:
 //!
 //! - through an L3 `Worker` with one chip (a chip process), submitted back to back, with
 //!   `pipeline_depth(1)` (each run's copy-in, kernel and copy-back before the next run's) and
@@ -15,10 +18,16 @@
 //!
 //! Figures:
 //! - `chip_pipeline_speedup`: Worker wall time of the 16 runs at depth 1 over the same at depth
-//!   2 (median of alternating rounds). Target at least 1.5x on two cores.
-//! - `chip_runtime_pipeline_speedup`: the same through the chip runtime alone.
+//!   2 (medians of alternating rounds). Target at least 1.5x on two cores.
+//! - `chip_pipeline_overlap_ceiling`: an 8 MiB copy beside the kernel on two threads, without
+//!   `simpler`, over the two one after the other: what two threads of this machine overlap.
+//! - `chip_runtime_pipeline_speedup`: the same runs through the chip runtime alone.
 //! - `chip_staging_allocs_per_run`: device allocations per run after the first two runs (the
 //!   steady state: each slot's staging buffer has grown to what a run needs). Target 0.
+//!
+//! Environment: `ROUNDS` (default 9), `EVERY` (default 8), `PASSES` (the kernel's rounds,
+//! instead of the calibration), `DEBUG_PIPE` (every round's wall times), `CAPTURE_PIPE` (each
+//! run's timeline).
 
 #![allow(clippy::print_stdout)]
 
@@ -154,24 +163,35 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() -> simpler::Result<()> {
-    // Calibration: how long a prepare (the 8 MiB copy-in) takes, and how long one round of
-    // the kernel adds to a run's execution; pick the rounds that make them about equal.
-    let measure = |rounds: u64| -> simpler::Result<(Duration, Duration)> {
-        let r = (0..3)
-            .map(|_| chip_pipeline(1, 8, INPUT, OUTPUT, (rounds, every())).map(|m| (m.prepare, m.execute)));
-        let r = r.collect::<simpler::Result<Vec<_>>>()?;
-        Ok((median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect())))
+    // Calibration, through the Worker at depth 1: a run's time with a bare kernel (the copy-in,
+    // the copy-back and the hand-offs) and what one round of the kernel adds; pick the rounds
+    // that make the kernel about as long as the rest of the run.
+    let per_run = |rounds: u64| -> simpler::Result<Duration> {
+        let r = (0..3).map(|_| worker_runs(1, rounds)).collect::<simpler::Result<Vec<_>>>()?;
+        Ok(median(r) / RUNS as u32)
     };
-    let (prepare, bare) = measure(0)?;
-    let (_, eight) = measure(8)?;
-    let round = (eight.saturating_sub(bare) / 8).max(Duration::from_micros(20));
-    let passes =
-        (prepare.saturating_sub(bare).as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 256.0) as u64;
+    let bare = per_run(0)?;
+    // The kernel's own time for `rounds`, on plain slices in this process (median of 5).
+    let kernel_time = |rounds: u64| -> Duration {
+        let input: Vec<f32> = (0..INPUT / 4).map(|i| (i % 7) as f32).collect();
+        let mut out = vec![0.0f32; OUTPUT / 4];
+        median(
+            (0..5)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    pipeline_compute(&input, &mut out, rounds, every() as usize);
+                    t.elapsed()
+                })
+                .collect(),
+        )
+    };
+    let round = (kernel_time(64).saturating_sub(kernel_time(0)) / 64).max(Duration::from_micros(1));
+    let passes = (bare.as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 4096.0) as u64;
     let passes = std::env::var("PASSES").ok().and_then(|p| p.parse().ok()).unwrap_or(passes);
-    let (_, kernel) = measure(passes)?;
+    let kernel = kernel_time(passes);
     println!(
-        "calibration: prepare (copy-in) {:.2} ms, one kernel round {:.3} ms -> {passes} rounds, execution {:.2} ms",
-        prepare.as_secs_f64() * 1e3,
+        "calibration: a run with a bare kernel {:.2} ms, one kernel round {:.3} ms -> {passes} rounds, the kernel {:.2} ms",
+        bare.as_secs_f64() * 1e3,
         round.as_secs_f64() * 1e3,
         kernel.as_secs_f64() * 1e3
     );
