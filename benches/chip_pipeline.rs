@@ -3,9 +3,9 @@
 //! Each run copies 8 MiB of f32 into the chip (the host input), runs a kernel, and copies
 //! 1 MiB back (the host output). The kernel does arithmetic in cache over one 4 KiB block in
 //! eight of its input (`EVERY=1`: all of it), as a kernel on a real chip works from the chip's
-//! own memory; its rounds are calibrated so that it takes about as long as the rest of a run
-//! with a bare kernel (the copy-in, mostly, plus the copy-back and the hand-offs), measured
-//! through the Worker. 16 such runs, each its own Worker run:
+//! own memory; its rounds are calibrated so that it takes about as long as the copy-in, as
+//! measured through the Worker (what 8 MiB in adds to a run with a bare kernel, against 4 KiB
+//! in). 16 such runs, each its own Worker run:
 //!
 //! - through an L3 `Worker` with one chip (a chip process), submitted back to back, with
 //!   `pipeline_depth(1)` (each run's copy-in, kernel and copy-back before the next run's) and
@@ -41,23 +41,23 @@ use simpler::{CallConfig, ChipFn, DataType, TaskArgs, Worker};
 
 /// Wall time of `RUNS` Worker runs at `depth` on one chip, each its own input and output;
 /// checks every output.
-fn worker_runs(depth: usize, passes: u64) -> simpler::Result<Duration> {
+fn worker_runs(depth: usize, passes: u64, input: usize) -> simpler::Result<Duration> {
     let mut w = Worker::builder()
         .chips(1)
         .chip_cores(1)
-        .chip_memory((4 * (INPUT + OUTPUT) + (8 << 20)) as u64)
+        .chip_memory((4 * (input + OUTPUT) + (8 << 20)) as u64)
         .pipeline_depth(depth)
         // Runs are built ahead alike at both depths; only depth 2 prepares one on the chip.
         .pending_run_depth(4)
         .build()?;
     let k = w.register_chip(ChipFn::kernel("pipeline_kernel", pipeline_kernel))?;
     w.init()?;
-    let (n_in, n_out) = ((INPUT / 4) as u32, (OUTPUT / 4) as u32);
+    let (n_in, n_out) = ((input / 4) as u32, (OUTPUT / 4) as u32);
     let xs: Vec<f32> = (0..n_in).map(|i| (i % 7) as f32).collect();
     let mut inputs = Vec::with_capacity(RUNS);
     let mut outputs = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
-        let i = w.create_buffer(INPUT)?;
+        let i = w.create_buffer(input)?;
         i.write(0, &xs)?;
         let o = w.create_buffer(OUTPUT)?;
         o.write(0, &vec![-1.0f32; n_out as usize])?;
@@ -163,14 +163,16 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() -> simpler::Result<()> {
-    // Calibration, through the Worker at depth 1: a run's time with a bare kernel (the copy-in,
-    // the copy-back and the hand-offs) and what one round of the kernel adds; pick the rounds
-    // that make the kernel about as long as the rest of the run.
-    let per_run = |rounds: u64| -> simpler::Result<Duration> {
-        let r = (0..3).map(|_| worker_runs(1, rounds)).collect::<simpler::Result<Vec<_>>>()?;
+    // Calibration, through the Worker at depth 1 with a bare kernel: what the 8 MiB copy-in
+    // adds to a run (a run with 8 MiB in, less one with 4 KiB in: the chip process's copy from
+    // the host buffer into its staging buffer, as it happens there), and what one round of the
+    // kernel takes; pick the rounds that make the kernel about as long as the copy-in.
+    let per_run = |input: usize| -> simpler::Result<Duration> {
+        let r = (0..3).map(|_| worker_runs(1, 0, input)).collect::<simpler::Result<Vec<_>>>()?;
         Ok(median(r) / RUNS as u32)
     };
-    let bare = per_run(0)?;
+    let (full, small) = (per_run(INPUT)?, per_run(4096)?);
+    let copy_in = full.saturating_sub(small).max(Duration::from_micros(50));
     // The kernel's own time for `rounds`, on plain slices in this process (median of 5).
     let kernel_time = |rounds: u64| -> Duration {
         let input: Vec<f32> = (0..INPUT / 4).map(|i| (i % 7) as f32).collect();
@@ -186,12 +188,14 @@ fn main() -> simpler::Result<()> {
         )
     };
     let round = (kernel_time(64).saturating_sub(kernel_time(0)) / 64).max(Duration::from_micros(1));
-    let passes = (bare.as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 4096.0) as u64;
+    let passes = (copy_in.as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 4096.0) as u64;
     let passes = std::env::var("PASSES").ok().and_then(|p| p.parse().ok()).unwrap_or(passes);
     let kernel = kernel_time(passes);
     println!(
-        "calibration: a run with a bare kernel {:.2} ms, one kernel round {:.3} ms -> {passes} rounds, the kernel {:.2} ms",
-        bare.as_secs_f64() * 1e3,
+        "calibration: a run with a bare kernel {:.2} ms (8 MiB in) and {:.2} ms (4 KiB in): the copy-in {:.2} ms; one kernel round {:.3} ms -> {passes} rounds, the kernel {:.2} ms",
+        full.as_secs_f64() * 1e3,
+        small.as_secs_f64() * 1e3,
+        copy_in.as_secs_f64() * 1e3,
         round.as_secs_f64() * 1e3,
         kernel.as_secs_f64() * 1e3
     );
@@ -202,8 +206,8 @@ fn main() -> simpler::Result<()> {
     let mut allocs = (0u64, 0usize, 0u64);
     for _ in 0..rounds() {
         ceilings.push(overlap_ceiling(passes));
-        w_serial.push(worker_runs(1, passes)?);
-        w_piped.push(worker_runs(2, passes)?);
+        w_serial.push(worker_runs(1, passes, INPUT)?);
+        w_piped.push(worker_runs(2, passes, INPUT)?);
         let s = chip_pipeline(1, RUNS, INPUT, OUTPUT, (passes, every()))?;
         let p = chip_pipeline(2, RUNS, INPUT, OUTPUT, (passes, every()))?;
         assert!(s.outputs_checked && p.outputs_checked, "a run's output came back wrong");
