@@ -67,7 +67,7 @@ fn worker_runs(depth: usize, passes: u64, input: usize) -> simpler::Result<Durat
     let submit = |i: &simpler::Buffer, o: &simpler::Buffer| -> simpler::Result<simpler::RunHandle> {
         let (ti, to) = (i.tensor(&[n_in], DataType::Float32)?, o.tensor(&[n_out], DataType::Float32)?);
         let k = k.clone();
-        let opts = if std::env::var("DEBUG_PIPE").is_ok() {
+        let opts = if std::env::var("CAPTURE_PIPE").is_ok() {
             simpler::RunOptions::new().capture_dag()
         } else {
             simpler::RunOptions::new()
@@ -223,9 +223,10 @@ fn main() -> simpler::Result<()> {
     let (ws, wp) = (median(w_serial), median(w_piped));
     let (s, p) = (median(serial), median(piped));
     println!(
-        "{RUNS} Worker runs on one chip, 8 MiB in / 1 MiB out each: pipeline_depth 1 {:.1} ms, pipeline_depth 2 {:.1} ms (medians of {ROUNDS} rounds)",
+        "{RUNS} Worker runs on one chip, 8 MiB in / 1 MiB out each: pipeline_depth 1 {:.1} ms, pipeline_depth 2 {:.1} ms (medians of {} rounds)",
         ws.as_secs_f64() * 1e3,
         wp.as_secs_f64() * 1e3,
+        rounds(),
     );
     println!(
         "the same through the chip runtime alone: depth 1 {:.1} ms, depth 2 {:.1} ms; first run allocated {} device block(s)",
