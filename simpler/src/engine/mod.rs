@@ -188,7 +188,7 @@ pub(crate) struct WaiterIntent<'a> {
 impl Drop for WaiterIntent<'_> {
     fn drop(&mut self) {
         if self.eng.role.withdraw(|| self.eng.outstanding()) {
-            self.eng.bg_bell.ring();
+            self.eng.wake_background();
         }
     }
 }
@@ -418,6 +418,9 @@ pub(crate) struct Engine {
     bell: Bell,
     events: Doorbell,
     bg_bell: Doorbell,
+    /// How many times the background thread was woken to drive (a waiter that drives its own
+    /// run never wakes it).
+    bg_wakes: AtomicU64,
     /// Who holds the role and who wants it (rules 1, 3, 4).
     role: RoleState,
     /// Tasks dispatched and not yet completed (kept by the holder, read by anyone).
@@ -487,6 +490,7 @@ impl Engine {
             bell,
             events: Doorbell::new(),
             bg_bell: Doorbell::new(),
+            bg_wakes: AtomicU64::new(0),
             role: RoleState::new(),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
@@ -927,8 +931,14 @@ impl Engine {
 
     fn wake_background_if_needed(&self) {
         if self.role.needs_background_wake(|| self.outstanding() || self.stop_due()) {
-            self.bg_bell.ring();
+            self.wake_background();
         }
+    }
+
+    /// Wakes the background thread to drive (rule 4), and counts it.
+    fn wake_background(&self) {
+        self.bg_wakes.fetch_add(1, Ordering::Relaxed);
+        self.bg_bell.ring();
     }
 
     /// Drives the scheduler until `cond` holds or `deadline` passes; returns whether `cond` held.
@@ -1037,6 +1047,12 @@ impl Engine {
             let bound = self.next_check().filter(|&at| at > Instant::now());
             self.bg_bell.sleep(seen, bound);
         }
+    }
+
+    /// How many times the background thread has been woken to drive.
+    #[cfg(test)]
+    pub(crate) fn background_wakes(&self) -> u64 {
+        self.bg_wakes.load(Ordering::Relaxed)
     }
 
     /// Stops the background thread (close).

@@ -1257,15 +1257,17 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.run_keeping_handle(options, orch_fn)?.1
+        self.run_keeping_handle(options, orch_fn, |_| {})?.1
     }
 
-    /// [`run_with`](Worker::run_with) that also returns the run's handle (for its timeline):
+    /// [`run_with`](Worker::run_with) that also returns the run's handle (for its timeline),
+    /// and shows it to `submitted` before it waits (so another thread may cancel the run):
     /// `Err` only when the run could not be submitted; the run's own result is the inner one.
     pub(crate) fn run_keeping_handle<F>(
         &self,
         options: RunOptions,
         orch_fn: F,
+        submitted: impl FnOnce(&RunHandle),
     ) -> Result<(crate::engine::run::RunHandle, Result<()>)>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
@@ -1274,6 +1276,7 @@ impl Worker {
         // published work does not wake the background thread (`RunHandle::is_done` and other
         // waiters still drive other runs meanwhile).
         let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
+        submitted(&handle);
         let result = handle.wait();
         Ok((handle, result))
     }

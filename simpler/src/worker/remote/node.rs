@@ -550,16 +550,20 @@ impl BoundNode {
             })?;
         }
         let Prepared { args, incoming, outgoing } = prepared;
-        let run =
-            self.worker.submit_with(RunOptions::new().args(args).config(msg.config.clone()), |orch, a, c| {
-                f.call(orch, a, c)
-            });
-        let result = run.and_then(|run| {
-            *sync::lock(current) = Some(run.clone());
-            let result = run.wait();
-            *sync::lock(current) = None;
-            result
-        });
+        // This thread waits for the run, so it drives it (no hop to the node's background
+        // thread); the heartbeat thread may cancel it meanwhile.
+        let options = RunOptions::new().args(args).config(msg.config.clone());
+        let result = self
+            .worker
+            .run_keeping_handle(
+                options,
+                |orch, a, c| f.call(orch, a, c),
+                |run| {
+                    *sync::lock(current) = Some(run.clone());
+                },
+            )
+            .and_then(|(_, result)| result);
+        *sync::lock(current) = None;
         let mut buffers: Vec<Buffer> = incoming.into_iter().map(|(b, _, _)| b).collect();
         Ok(match result {
             Ok(()) => {
@@ -907,6 +911,60 @@ mod tests {
         write_frame(&mut session, FrameKind::Control, 6, &check).unwrap();
         let reply = next(&mut session);
         assert_eq!((reply.kind, reply.seq), (FrameKind::ControlReply, 6));
+        session.shutdown();
+        serving.join().unwrap().unwrap();
+    }
+
+    fn empty(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+        Ok(())
+    }
+
+    fn one_empty(
+        orch: &mut crate::engine::orchestrator::Orchestrator<'_>,
+        _: &TaskArgs,
+        _: &crate::data::call_config::CallConfig,
+    ) -> Result<()> {
+        let empty = crate::callable::host::HostFn::new("empty", empty).handle();
+        orch.submit_sub(&empty, TaskArgs::new()).map(|_| ())
+    }
+
+    /// The session thread waits for its task's run, so it drives it: the node's background
+    /// scheduler thread is never woken (a wake-up per task, and a thread that competes for the
+    /// CPUs, cost a remote task a third of its time on a two-vCPU machine).
+    #[test]
+    fn a_session_drives_its_tasks_runs_itself() {
+        if !crate::test_support::in_own_process() {
+            return;
+        }
+        let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+        l3.register(crate::callable::host::HostFn::new("empty", empty)).unwrap();
+        let mut node = Node::new(l3, NodeAddr::loopback(0), key()).unwrap();
+        let f = node.register_orch(OrchFn::new("one_empty", one_empty));
+        let bound = Arc::new(node.bind().unwrap());
+        let addr = bound.local_addr();
+        let serving = std::thread::spawn({
+            let bound = bound.clone();
+            move || bound.serve_one()
+        });
+        let token = lane::token().unwrap();
+        let mut session = connect(&addr, &token);
+        let _health = connect(&addr, &token);
+        session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let task = wire::encode_task_head(&f.digest(), "one_empty", None, &TaskArgs::new(), &[]).unwrap();
+        for seq in 1..=50 {
+            write_frame(&mut session, FrameKind::Task, seq, &task).unwrap();
+            let done = loop {
+                let frame = read_frame(&mut session, DEFAULT_MAX_BODY).unwrap();
+                if frame.kind != FrameKind::Health {
+                    break frame;
+                }
+            };
+            assert_eq!((done.kind, done.seq), (FrameKind::Completion, seq));
+            let head = wire::decode_completion(&done.body).unwrap().head;
+            assert_eq!(head.status, wire::DONE, "{}", head.message);
+        }
+        let engine = bound.worker.started("test").unwrap().engine("test").unwrap().clone();
+        assert_eq!(engine.background_wakes(), 0, "a session's run woke the background thread");
         session.shutdown();
         serving.join().unwrap().unwrap();
     }
