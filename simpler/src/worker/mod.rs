@@ -1031,6 +1031,10 @@ impl Worker {
     /// the run settles, and the error is returned. To pass the run arguments and a config, or
     /// to record its DAG, use [`submit_with`](Worker::submit_with).
     ///
+    /// Until someone waits, the Worker's background thread drives the run's tasks, so a thread
+    /// that submits one run and at once waits for it pays a wake-up of that thread: use
+    /// [`run`](Worker::run) then, which drives the run on the calling thread from the start.
+    ///
     /// Pipelining two runs:
     ///
     /// ```no_run
