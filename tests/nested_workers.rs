@@ -280,3 +280,44 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     rig.close().unwrap();
     assert!(!process_exists(l3_pid));
 }
+
+/// An L3 orchestration function with a bug.
+fn l3_panics(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
+    panic!("the L3 orchestration panicked on purpose")
+}
+
+/// A panic in an orchestration function that a nested L3 Worker runs fails that task alone,
+/// with the panic's message, as a SUB worker's panic does; the L3 process and its children
+/// live on and run the next task.
+#[test]
+fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("triple", triple)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    rig.add_worker(l3).unwrap();
+    let bad = rig.register_orch(OrchFn::new("l3_panics", l3_panics)).unwrap();
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    rig.init();
+    let pids = rig.child_pids();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&bad, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+        .expect_err("the task whose orchestration panicked fails");
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("`l3_panics`") && msg.contains("worker 0"), "{msg}");
+    assert!(msg.contains("panicked: the L3 orchestration panicked on purpose"), "{msg}");
+    let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
+    x.write(0, &[2.0f32; N]).unwrap();
+    let (tx, tout) = (f32s(&x), f32s(&out));
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.input(&tx)?.output(&tout)?;
+        orch.submit_next_level(&tri, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .expect("the same L3 Worker runs the next task");
+    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0; N]);
+    assert_eq!(rig.child_pids(), pids, "no worker was lost or replaced");
+}

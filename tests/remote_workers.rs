@@ -77,6 +77,11 @@ fn huge_error(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler
     Err(simpler::Error::new(ErrorKind::TaskFailed, "x".repeat(2 << 20)))
 }
 
+/// An orchestration function with a bug.
+fn panics(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    panic!("the node's orchestration panicked on purpose")
+}
+
 /// The orchestration that stalls on the node.
 fn stalled(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     orch.submit_sub(&HostFn::new("stall", stall).handle(), TaskArgs::new()).map(|_| ())
@@ -94,6 +99,7 @@ fn node_with(addr: &str) -> Node {
     node.register_orch(OrchFn::new("stalled", stalled));
     node.register_orch(OrchFn::new("step_all", step_all));
     node.register_orch(OrchFn::new("huge_error", huge_error));
+    node.register_orch(OrchFn::new("panics", panics));
     node
 }
 
@@ -208,6 +214,7 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
     w.register_orch(OrchFn::new("step_all", step_all)).unwrap();
     w.register_orch(OrchFn::new("huge_error", huge_error)).unwrap();
     w.register_orch(OrchFn::new("slow_step", slow_step)).unwrap();
+    w.register_orch(OrchFn::new("panics", panics)).unwrap();
     w
 }
 
@@ -326,6 +333,31 @@ fn a_task_failing_with_a_huge_message_fails_alone_and_the_node_serves_on() {
     assert!(err.message().len() < 128 << 10, "the message was cut: {} bytes", err.message().len());
     assert!(err.message().contains("more bytes]"));
     // The session is still up: the node serves the next task.
+    let buf = u64_buffer(&rig, 2);
+    step_on(&rig, &buf, 0, 2, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    drop(buf);
+    finish(rig, vec![node]);
+}
+
+/// A panic in the orchestration function a node runs fails that task alone, with the
+/// panic's message; the session stays up and the node serves the next task.
+#[test]
+fn a_task_whose_orchestration_panics_on_the_node_fails_alone_and_the_node_serves_on() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut rig = root_worker(&[addr], Duration::from_secs(5));
+    rig.init().unwrap();
+    let h = OrchFn::new("panics", panics).handle();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .expect_err("the task fails");
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("`panics`") && msg.contains("remote worker 1"), "{msg}");
+    assert!(msg.contains("panicked: the node's orchestration panicked on purpose"), "{msg}");
     let buf = u64_buffer(&rig, 2);
     step_on(&rig, &buf, 0, 2, 1).unwrap();
     assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);

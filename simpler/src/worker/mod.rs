@@ -1128,6 +1128,8 @@ impl Worker {
         self.submit_inner(orch_fn, options, false).map(|(h, _)| h)
     }
 
+    /// Builds a run; the orchestration function's panic reaches the caller (the run was wound
+    /// down first).
     fn submit_inner<F>(
         &self,
         orch_fn: F,
@@ -1137,19 +1139,32 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        let rt = self.started("submit")?;
-        if self.cfg.replace_dead {
-            self.replace_dead_before_submit(rt);
-        }
-        let eng = rt.engine("submit")?;
-        let RunOptions { args, config, capture, deadline } = options;
-        config.validate()?;
-        let deadline = deadline.or(self.cfg.run_deadline);
-        match eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config)) {
-            Ok(built) => Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent)),
+        match self.build(orch_fn, options, will_wait) {
+            Ok(built) => Ok(built),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
         }
+    }
+
+    fn build<F>(
+        &self,
+        orch_fn: F,
+        options: RunOptions,
+        will_wait: bool,
+    ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>), BuildFailed>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        let rt = self.started("submit").map_err(BuildFailed::Error)?;
+        if self.cfg.replace_dead {
+            self.replace_dead_before_submit(rt);
+        }
+        let eng = rt.engine("submit").map_err(BuildFailed::Error)?;
+        let RunOptions { args, config, capture, deadline } = options;
+        config.validate().map_err(BuildFailed::Error)?;
+        let deadline = deadline.or(self.cfg.run_deadline);
+        let built = eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config))?;
+        Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent))
     }
 
     /// Replaces the dead SUB workers and chips before a run is built (the builder's
@@ -1261,13 +1276,20 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.run_keeping_handle(options, orch_fn, |_| {})?.1
+        // This thread will drive the run: from the moment it may build until it has waited,
+        // published work does not wake the background thread (`RunHandle::is_done` and other
+        // waiters still drive other runs meanwhile).
+        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
+        handle.wait()
     }
 
-    /// [`run_with`](Worker::run_with) that also returns the run's handle (for its timeline),
-    /// and shows it to `submitted` before it waits (so another thread may cancel the run):
-    /// `Err` only when the run could not be submitted; the run's own result is the inner one.
-    pub(crate) fn run_keeping_handle<F>(
+    /// [`run_with`](Worker::run_with) for a task a parent (a Worker above, or a remote root)
+    /// sent: returns the run's handle (for its timeline) and shows it to `submitted` before it
+    /// waits (so another thread may cancel the run). The orchestration function's panic is
+    /// this task's error (`TaskFailed`, with the panic's message), as a SUB worker's is: it
+    /// neither ends the serving process nor its session. `Err` only when the run could not be
+    /// submitted; the run's own result is the inner one.
+    pub(crate) fn run_for_parent<F>(
         &self,
         options: RunOptions,
         orch_fn: F,
@@ -1276,10 +1298,8 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        // This thread will drive the run: from the moment it may build until it has waited,
-        // published work does not wake the background thread (`RunHandle::is_done` and other
-        // waiters still drive other runs meanwhile).
-        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
+        // Driven by this thread from the start, as in `run_with`.
+        let (handle, _intent) = self.build(orch_fn, options, true).map_err(BuildFailed::into_error)?;
         submitted(&handle);
         let result = handle.wait();
         Ok((handle, result))

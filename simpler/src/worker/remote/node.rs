@@ -555,7 +555,7 @@ impl BoundNode {
         let options = RunOptions::new().args(args).config(msg.config.clone());
         let result = self
             .worker
-            .run_keeping_handle(
+            .run_for_parent(
                 options,
                 |orch, a, c| f.call(orch, a, c),
                 |run| {

@@ -159,10 +159,10 @@ impl Serve for NestedServer {
             options = options.capture_dag(); // its parent's run is captured: so is this one
         }
         // This thread waits for the run, so it drives it (no hop to the background thread).
-        let (run, result) =
-            self.inner
-                .run_keeping_handle(options, |orch, a, c| f.call(orch, a, c), |_| {})
-                .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))?;
+        let (run, result) = self
+            .inner
+            .run_for_parent(options, |orch, a, c| f.call(orch, a, c), |_| {})
+            .map_err(|e| FrameError::new(super::frame_code(&e, ERR_TASK), e.message().to_string()))?;
         if let (Some(trace), Some(t)) = (req.trace, run.own_timeline()) {
             super::leave_trace(trace, run.engine_id(), run.id(), t.records().to_vec());
         }
