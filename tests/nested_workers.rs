@@ -53,6 +53,13 @@ fn l4_forward(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> R
     orch.submit_next_level(&h, a, CallConfig::default(), 0).map(|_| ())
 }
 
+/// An L3 Worker with one SUB worker that runs `triple`.
+fn l3_tripling() -> Worker {
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("triple", triple)).unwrap();
+    l3
+}
+
 fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
     b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
 }
@@ -106,10 +113,8 @@ fn l5_over_l4_over_l3_smoke() {
     if !in_own_process() {
         return;
     }
-    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
-    l3.register(HostFn::new("triple", triple)).unwrap();
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(l3).unwrap();
+    l4.add_worker(l3_tripling()).unwrap();
     l4.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network2));
     rig.add_worker(l4).unwrap();
@@ -245,9 +250,7 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     l3.register(HostFn::new("block_host", block_host)).unwrap();
     l3.register(HostFn::new("triple", triple)).unwrap();
     rig.add_worker(l3).unwrap();
-    let mut spare = Worker::builder().sub_workers(1).build().unwrap();
-    spare.register(HostFn::new("triple", triple)).unwrap();
-    rig.add_worker(spare).unwrap();
+    rig.add_worker(l3_tripling()).unwrap(); // a spare
     let block = rig.register_orch(OrchFn::new("l3_block", l3_block)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
@@ -294,10 +297,8 @@ fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() 
     if !in_own_process() {
         return;
     }
-    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
-    l3.register(HostFn::new("triple", triple)).unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(l3).unwrap();
+    rig.add_worker(l3_tripling()).unwrap();
     let bad = rig.register_orch(OrchFn::new("l3_panics", l3_panics)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();

@@ -317,27 +317,33 @@ fn large_tensors_go_to_the_node_and_back_run_after_run() {
     finish(rig, vec![node]);
 }
 
+/// Runs the orchestration `f` on a node, which must fail alone: the session stays up and the
+/// node serves the next task. Returns the failed task's error.
+fn fails_alone_on_a_node(f: OrchFn) -> simpler::Error {
+    let (addr, node) = thread_node();
+    let mut rig = root_worker(&[addr], Duration::from_secs(5));
+    rig.init().unwrap();
+    let h = f.handle();
+    let err = rig
+        .run(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .expect_err("the task fails");
+    let buf = u64_buffer(&rig, 2);
+    step_on(&rig, &buf, 0, 2, 1).expect("the node serves the next task");
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    drop(buf);
+    finish(rig, vec![node]);
+    err
+}
+
 #[test]
 fn a_task_failing_with_a_huge_message_fails_alone_and_the_node_serves_on() {
     if !in_own_process() {
         return;
     }
-    let (addr, node) = thread_node();
-    let mut rig = root_worker(&[addr], Duration::from_secs(5));
-    rig.init().unwrap();
-    let h = OrchFn::new("huge_error", huge_error).handle();
-    let err = rig
-        .run(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
-        .expect_err("the task fails");
+    let err = fails_alone_on_a_node(OrchFn::new("huge_error", huge_error));
     assert_eq!(err.kind(), ErrorKind::TaskFailed, "{}", &err.message()[..200.min(err.message().len())]);
     assert!(err.message().len() < 128 << 10, "the message was cut: {} bytes", err.message().len());
     assert!(err.message().contains("more bytes]"));
-    // The session is still up: the node serves the next task.
-    let buf = u64_buffer(&rig, 2);
-    step_on(&rig, &buf, 0, 2, 1).unwrap();
-    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
-    drop(buf);
-    finish(rig, vec![node]);
 }
 
 /// A panic in the orchestration function a node runs fails that task alone, with the
@@ -347,22 +353,11 @@ fn a_task_whose_orchestration_panics_on_the_node_fails_alone_and_the_node_serves
     if !in_own_process() {
         return;
     }
-    let (addr, node) = thread_node();
-    let mut rig = root_worker(&[addr], Duration::from_secs(5));
-    rig.init().unwrap();
-    let h = OrchFn::new("panics", panics).handle();
-    let err = rig
-        .run(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
-        .expect_err("the task fails");
+    let err = fails_alone_on_a_node(OrchFn::new("panics", panics));
     assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
     let msg = err.message();
     assert!(msg.contains("`panics`") && msg.contains("remote worker 1"), "{msg}");
     assert!(msg.contains("panicked: the node's orchestration panicked on purpose"), "{msg}");
-    let buf = u64_buffer(&rig, 2);
-    step_on(&rig, &buf, 0, 2, 1).unwrap();
-    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
-    drop(buf);
-    finish(rig, vec![node]);
 }
 
 #[test]
