@@ -322,3 +322,39 @@ fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() 
     assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0; N]);
     assert_eq!(rig.child_pids(), pids, "no worker was lost or replaced");
 }
+
+/// An L4 over two nested L3 Workers with an explicit `pipeline_depth` (nested Workers grant no
+/// depth of their own, so any depth is allowed), driven by four threads at once, each running
+/// its own runs over its own buffers on both L3 Workers: every run is correct.
+#[test]
+fn an_l4_over_nested_workers_runs_runs_from_several_threads_at_any_pipeline_depth() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).pipeline_depth(4));
+    rig.add_worker(l3_tripling()).unwrap();
+    rig.add_worker(l3_tripling()).unwrap();
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    rig.init();
+    let bufs: Vec<_> =
+        (0..4).map(|_| (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap())).collect();
+    std::thread::scope(|s| {
+        for (k, (x, out)) in bufs.iter().enumerate() {
+            let (rig, tri) = (&rig, &tri);
+            s.spawn(move || {
+                let (tx, tout) = (f32s(x), f32s(out));
+                for round in 0..50u32 {
+                    let v = (k as u32 * 100 + round) as f32;
+                    x.write(0, &vec![v; N]).unwrap();
+                    rig.run(|orch| {
+                        let mut a = TaskArgs::new();
+                        a.input(&tx)?.output(&tout)?;
+                        orch.submit_next_level(tri, a, CallConfig::default(), round % 2).map(|_| ())
+                    })
+                    .unwrap();
+                    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![3.0 * v; N], "thread {k}, round {round}");
+                }
+            });
+        }
+    });
+}

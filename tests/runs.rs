@@ -371,3 +371,42 @@ fn several_threads_wait_on_one_run() {
     fill_run(&rig, &fill, &out, 0, 5).wait().unwrap();
     assert_eq!(read_u64(&out, 0, 1), vec![5]);
 }
+
+/// Four threads build and wait for runs on one Worker at once (`run`, and `submit` then
+/// `wait`), each run a chain of two tasks over the thread's own buffer: every run is correct
+/// and nobody hangs.
+#[test]
+fn runs_submitted_from_several_threads_at_once_are_each_correct() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [affine]) = Rig::start(subs(2).pipeline_depth(2), [("affine", affine)]);
+    let bufs: Vec<_> = (0..4).map(|_| u64_buffer(&rig, 2)).collect();
+    std::thread::scope(|s| {
+        for (k, buf) in bufs.iter().enumerate() {
+            let rig = &rig;
+            let affine = &affine;
+            s.spawn(move || {
+                buf.write(0, &[k as u64]).unwrap();
+                for round in 0..300u64 {
+                    let go = |orch: &mut simpler::Orchestrator<'_>| {
+                        let mut a = TaskArgs::new();
+                        a.input(&u64s(buf, 0, 1))?.output(&u64s(buf, 1, 1))?.scalar(1).scalar(1);
+                        orch.submit_sub(affine, a)?;
+                        let mut a = TaskArgs::new();
+                        a.input(&u64s(buf, 1, 1))?.output(&u64s(buf, 0, 1))?.scalar(1).scalar(0);
+                        orch.submit_sub(affine, a).map(|_| ())
+                    };
+                    if round % 3 == 0 {
+                        rig.submit(go).unwrap().wait().unwrap()
+                    } else {
+                        rig.run(go).unwrap()
+                    }
+                }
+            });
+        }
+    });
+    for (k, buf) in bufs.iter().enumerate() {
+        assert_eq!(read_u64(buf, 0, 1), vec![k as u64 + 300]);
+    }
+}

@@ -257,6 +257,7 @@ impl WorkerBuilder {
     /// grants at most 2: one run executing and one prepared). An explicit `pipeline_depth` above
     /// what a chip grants fails [`Worker::init`](crate::Worker::init) with an error naming both
     /// numbers; to let more runs wait, use [`pending_run_depth`](Self::pending_run_depth).
+    /// Nested and remote Workers grant no depth of their own: a Worker over them takes any.
     pub fn pipeline_depth(mut self, n: usize) -> Self {
         self.engine.pipeline_depth = n;
         self.explicit_depth = true;

@@ -236,10 +236,12 @@ impl Tree {
         }
 
         // Each chip published the pipeline depth it grants before it reported ready (rule M9
-        // of `ipc::mailbox`); an explicit request above the smallest grant fails here.
-        if let Some((chip, granted)) = (n_sub..n_sub + n_chip)
-            .map(|i| (i - n_sub, region.mailbox(i).granted_depth()))
-            .min_by_key(|&(_, g)| g)
+        // of `ipc::mailbox`); an explicit request above the smallest grant fails here. Nested
+        // Workers grant nothing (they keep the single-frame path): a Worker over them builds
+        // as many runs ahead as it is asked.
+        let chips = if nested { 0..0 } else { n_sub..n_sub + n_chip };
+        if let Some((chip, granted)) =
+            chips.clone().map(|i| (i - n_sub, region.mailbox(i).granted_depth())).min_by_key(|&(_, g)| g)
             && cfg.explicit_depth
             && cfg.engine.pipeline_depth > granted as usize
         {
@@ -254,12 +256,16 @@ impl Tree {
         // Pipeline leases go to the FIFO head and its first successor, as many at once as
         // every chip grants; with two, each chip prepares a staged successor beside the task it
         // runs (rule M11 of `ipc::mailbox`).
-        let lease_depth = (n_sub..n_sub + n_chip)
-            .map(|i| region.mailbox(i).granted_depth())
-            .min()
-            .unwrap_or(u32::MAX)
-            .min(chip_depth(cfg))
-            .max(1);
+        let lease_depth = if nested {
+            1 // no lane of this level stages: only the head's tasks dispatch
+        } else {
+            chips
+                .map(|i| region.mailbox(i).granted_depth())
+                .min()
+                .unwrap_or(u32::MAX)
+                .min(chip_depth(cfg))
+                .max(1)
+        };
         if let Err(e) = engine.set_lease_depth(lease_depth) {
             abort_children(&region, &mut monitor, &pids);
             return Err(e);
