@@ -5,9 +5,10 @@
 //! The program is this test binary again, started for [`child_program`] with a role: it builds
 //! an L4 Worker with a SUB worker and a nested L3 Worker (with a SUB worker of its own), writes a
 //! 64 MiB buffer from both SUB workers (so a child and a grandchild map it), prints the buffer's
-//! memfd name, then ends as the role says. After each ending, within one second, no process of
-//! its tree is left, no process holds or maps the buffer (so its memory is freed) and nothing
-//! new is in `/dev/shm`.
+//! memfd name, then ends as the role says (or, in the `handle` role, handles the terminal's
+//! signals, runs its work again and closes). After each ending, within one second, no process
+//! of its tree is left, no process holds or maps the buffer (so its memory is freed) and
+//! nothing new is in `/dev/shm`.
 
 mod common;
 
@@ -24,7 +25,8 @@ use simpler::{
 
 /// Set, in the program a test starts, to the way it must end: `wait` (until a signal ends it),
 /// `exit` (`std::process::exit` with the Worker and the buffer alive) or `abort`, the last two
-/// once the test writes a line to its stdin.
+/// once the test writes a line to its stdin, or `handle` (after the three terminal signals, the
+/// work again and `close`).
 const ROLE_ENV: &str = "SIMPLER_LEFTOVER_ROLE";
 
 /// The buffer the program writes: 64 MiB.
@@ -38,11 +40,49 @@ fn l3_fill(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Simp
     orch.submit_sub(&fill, a).map(|_| ())
 }
 
+/// The signals a terminal sends to its whole foreground process group.
+const TERMINAL_SIGNALS: [i32; 3] = [libc::SIGHUP, libc::SIGQUIT, libc::SIGINT];
+
+/// The writing end of the pipe the `handle` role's signal handler writes to.
+static SIGNALLED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+#[expect(unsafe_code, reason = "write(2) from a signal handler has no safe wrapper")]
+extern "C" fn on_terminal_signal(_: libc::c_int) {
+    let fd = SIGNALLED.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: write(2) is async-signal-safe; one byte from a static into the pipe made below.
+    unsafe { libc::write(fd, b"s".as_ptr().cast(), 1) };
+}
+
+/// What a program that cleans up on Ctrl-C does (as the `ctrlc` or `signal-hook` crates would
+/// set it up): its own handler for [`TERMINAL_SIGNALS`], which writes a byte to a pipe per
+/// signal; returns the pipe's reading end.
+#[expect(unsafe_code, reason = "pipe(2) and sigaction(2) have no safe wrapper in std")]
+fn handle_terminal_signals() -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) writes two descriptors into the array, which outlives the call.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    SIGNALLED.store(fds[1], std::sync::atomic::Ordering::Relaxed);
+    for sig in TERMINAL_SIGNALS {
+        // SAFETY: a zeroed sigaction with a handler that only calls write(2) (async-signal-safe);
+        // the struct lives for the call.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_terminal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            assert_eq!(libc::sigaction(sig, &action, std::ptr::null_mut()), 0);
+        }
+    }
+    // SAFETY: fds[0] is the pipe's reading end, just made and owned by nothing else.
+    unsafe { std::fs::File::from_raw_fd(fds[0]) }
+}
+
 /// Not a test of its own: does nothing unless a test below started this binary with
 /// [`ROLE_ENV`] set.
 #[test]
 fn child_program() {
     let Some(role) = std::env::var(ROLE_ENV).ok() else { return };
+    let signalled = (role == "handle").then(handle_terminal_signals);
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("fill", fill)).unwrap();
     let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).build().unwrap();
@@ -53,17 +93,19 @@ fn child_program() {
     let buf = worker.create_buffer(BUFFER_BYTES).unwrap();
     let words = BUFFER_BYTES / 8;
     let t = u64s(&buf, 0, words);
-    worker
-        .run(|orch| {
+    // The buffer filled with `here` by the SUB worker, then with `below` by the nested one's.
+    let fill_twice = |here: u64, below: u64| {
+        worker.run(|orch| {
             let mut a = TaskArgs::new();
-            a.output(&t)?.scalar(7);
+            a.output(&t)?.scalar(here);
             orch.submit_sub(&fill_here, a)?;
             let mut b = TaskArgs::new();
-            b.output(&t)?.scalar(9);
+            b.output(&t)?.scalar(below);
             orch.submit_next_level(&fill_below, b, CallConfig::default(), nested)?;
             Ok(())
         })
-        .unwrap();
+    };
+    fill_twice(7, 9).unwrap();
     assert_eq!(read_u64(&buf, words - 1, 1), vec![9], "written by the grandchild, after the child");
     let me = std::process::id() as i32;
     let label = memfd_users()
@@ -75,6 +117,16 @@ fn child_program() {
     writeln!(out, "BUFFER {label}").unwrap();
     out.flush().unwrap();
     match role.as_str() {
+        "handle" => {
+            // Each terminal signal once (to the whole group), then the same work again: the
+            // Worker's processes are all still there, and the Worker closes as usual.
+            let mut got = [0u8; TERMINAL_SIGNALS.len()];
+            std::io::Read::read_exact(&mut signalled.expect("handlers"), &mut got).unwrap();
+            fill_twice(11, 13).expect("the Worker's processes outlive the terminal's signals");
+            assert_eq!(read_u64(&buf, words - 1, 1), vec![13]);
+            drop((t, buf)); // the closure's borrows end at its last use above
+            worker.close().expect("the Worker closes");
+        }
         "exit" | "abort" => {
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
@@ -112,15 +164,17 @@ impl Program {
         let pid = child.id() as i32;
         let stdout = child.stdout.take().expect("piped stdout");
         let mut program = Program { child, pid, reaped: false };
-        let label = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
+        let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+        let label = lines
+            .by_ref()
             // libtest may print the test's name on the same line first.
             .find_map(|line| line.split_once("BUFFER ").map(|(_, l)| l.trim().to_string()))
             .unwrap_or_else(|| {
                 program.reap();
                 panic!("the program ended before naming its buffer")
             });
+        // The rest is read and dropped, so a program that ends normally can still print.
+        std::thread::spawn(move || lines.for_each(drop));
         (program, label)
     }
 
@@ -175,6 +229,9 @@ enum Ending {
     Exit,
     /// `std::process::abort()`.
     Abort,
+    /// Ctrl-C, Ctrl-Backslash and a hang-up to the program's process group, which the program
+    /// handles: it runs its work again and closes its Worker.
+    Handled,
 }
 
 /// Starts the program, checks that its tree maps its buffer, ends it as `ending` says, and
@@ -183,6 +240,7 @@ fn ends_leaving_nothing(ending: Ending) {
     let role = match ending {
         Ending::Exit => "exit",
         Ending::Abort => "abort",
+        Ending::Handled => "handle",
         _ => "wait",
     };
     let (mut program, label) = Program::start(role);
@@ -211,6 +269,12 @@ fn ends_leaving_nothing(ending: Ending) {
         Ending::Abort => {
             program.tell_to_end();
             Some(libc::SIGABRT)
+        }
+        Ending::Handled => {
+            for sig in TERMINAL_SIGNALS {
+                assert!(send_signal(-program.pid, sig));
+            }
+            None
         }
     };
     let status = program.reap();
@@ -260,6 +324,16 @@ fn a_program_interrupted_by_ctrl_c_leaves_nothing() {
         return;
     }
     ends_leaving_nothing(Ending::GroupSignal(libc::SIGINT));
+}
+
+/// The terminal's signals reach every process of the foreground group, the Worker's
+/// included; a program that handles them (to finish its work and close) keeps its workers.
+#[test]
+fn a_program_that_handles_ctrl_c_finishes_its_work_with_its_workers_and_leaves_nothing() {
+    if !in_own_process() {
+        return;
+    }
+    ends_leaving_nothing(Ending::Handled);
 }
 
 #[test]

@@ -41,8 +41,12 @@ pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
         Err(e) => Err(Error::os("fork", e)),
         Ok(nix::unistd::ForkResult::Parent { child }) => Ok(child.as_raw()),
         Ok(nix::unistd::ForkResult::Child) => {
-            // SAFETY: rule P2 — prctl with PR_SET_PDEATHSIG takes a plain signal number.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+            // SAFETY: rule P2 — prctl with PR_SET_PDEATHSIG takes a plain signal number, and
+            // ignore_terminal_signals calls only signal(2).
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                crate::sys::spawn::ignore_terminal_signals();
+            }
             let code = if nix::unistd::getppid().as_raw() != parent {
                 0
             } else {

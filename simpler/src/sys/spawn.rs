@@ -17,9 +17,10 @@
 //! Rules (cited by the `SAFETY` comments below):
 //!
 //! S1. Between fork and exec the child runs only async-signal-safe calls (`prctl`,
-//!     `sched_setaffinity`, `getppid`, `fcntl`, `_exit`) on values prepared before the fork: no
-//!     allocation, no lock. The child takes the CPU affinity of the thread that asked for it
-//!     (as a fork from that thread would), not the spawner thread's.
+//!     `signal`, `sched_setaffinity`, `getppid`, `fcntl`, `_exit`) on values prepared before
+//!     the fork: no allocation, no lock. The child takes the CPU affinity of the thread that
+//!     asked for it (as a fork from that thread would), not the spawner thread's, and ignores
+//!     the terminal's signals ([`ignore_terminal_signals`]).
 //! S2. The descriptors named in [`CHILD_ENV`] are the ones the parent cleared close-on-exec on
 //!     between fork and exec (S1): in the fresh image they are open and owned by nothing else,
 //!     so the hook may take ownership of each exactly once; it checks each is open first.
@@ -126,11 +127,12 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     let mut command = Command::new("/proc/self/exe");
     command.arg0(label).env(CHILD_ENV, format!("{}:{}", fds[0], list.join(",")));
     let keep = fds.clone();
-    // SAFETY: rule S1 — the closure runs between fork and exec and calls only prctl,
+    // SAFETY: rule S1 — the closure runs between fork and exec and calls only prctl, signal,
     // sched_setaffinity, getppid, fcntl and _exit on the values captured above.
     unsafe {
         command.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            ignore_terminal_signals();
             if have_cpus {
                 libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &cpus);
             }
@@ -151,6 +153,27 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     let pid = answer.recv().map_err(|_| what(&"the spawner thread is gone"))?.map_err(|e| what(&e))?;
     drop(spec_fd);
     Ok(pid as i32)
+}
+
+/// The signals a terminal sends to the whole foreground process group: `SIGINT` (Ctrl-C),
+/// `SIGQUIT` (Ctrl-Backslash), and `SIGHUP` when it hangs up.
+const TERMINAL_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP];
+
+/// Makes the calling process (a new worker child, between fork and exec) ignore
+/// [`TERMINAL_SIGNALS`]; an ignored disposition survives `exec`. They reach every process of
+/// the foreground group, so without this Ctrl-C killed the workers of a program that handles
+/// it to finish its work and close: the program decides what they do, and its workers follow
+/// it when it dies (`PR_SET_PDEATHSIG`).
+///
+/// # Safety
+///
+/// Async-signal-safe (`signal` only), so callable between fork and exec (rule S1, and P2 of
+/// `sys::process`); it changes the dispositions of the whole calling process.
+pub(crate) unsafe fn ignore_terminal_signals() {
+    for sig in TERMINAL_SIGNALS {
+        // SAFETY: signal(2) with a valid signal number and SIG_IGN; async-signal-safe.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
 }
 
 /// Whether [`START_HOOK`] is in the program's executable (so a new process of it runs the

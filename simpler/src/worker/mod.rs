@@ -967,7 +967,8 @@ impl Worker {
     /// `/dev/shm` or anywhere else, so its memory goes back when this process and the Worker's
     /// processes end, however they end (returning from `main`, `std::process::exit`, a panic,
     /// `abort`, `SIGKILL`, `SIGTERM`, Ctrl-C). The Worker's processes follow this one within
-    /// milliseconds of its death. `/proc/<pid>/maps` of a process that maps it shows
+    /// milliseconds of its death (they ignore the terminal's own signals, Ctrl-C's included, so
+    /// a program that handles Ctrl-C keeps them). `/proc/<pid>/maps` of a process that maps it shows
     /// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`.
     ///
     /// The Worker's processes open `/proc/<this pid>/fd/<fd>`, which Linux allows a process of
