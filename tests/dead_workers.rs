@@ -296,3 +296,37 @@ fn replacing_is_refused_where_it_cannot_work_saying_why() {
     let err = l4.replace_worker(WorkerKind::Nested, 0).unwrap_err();
     assert_err(&err, ErrorKind::InvalidArgument, &["nested Worker", "close this Worker"]);
 }
+
+#[expect(unsafe_code, reason = "signal(2) has no safe wrapper in std")]
+fn ignore_sigchld() {
+    // SAFETY: signal(2) with a valid signal number and SIG_IGN; no handler runs.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+}
+
+/// A program that ignores SIGCHLD (a common way to have no zombies) makes the kernel reap
+/// every child at once, so a dead worker's exit status is gone before the Worker reads it. The
+/// death is still seen (the Worker watches each child through a pidfd), a task that needs the
+/// worker fails naming it and saying why how it ended is unknown, and close leaves nothing.
+#[test]
+fn a_worker_that_dies_in_a_program_ignoring_sigchld_is_seen_and_named() {
+    if !in_own_process() {
+        return;
+    }
+    ignore_sigchld();
+    let (rig, [record]) = Rig::start(subs(1), [("record_worker", record_worker)]);
+    let pid = rig.pids()[0];
+    let who = u32_buffer(&rig, 1);
+    let record_once = || {
+        rig.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u32s(&who, 0))?;
+            orch.submit_sub(&record, a).map(|_| ())
+        })
+    };
+    record_once().expect("the SUB worker runs");
+    sigkill(pid);
+    wait_seen_dead(&rig, 0);
+    assert_eq!(rig.workers()[0].state, WorkerState::Lost, "how it ended is unknown");
+    let err = record_once().expect_err("no SUB worker is left");
+    assert_err(&err, ErrorKind::WorkerDied, &["sub worker 0", &format!("process {pid}"), "SIGCHLD"]);
+}

@@ -325,6 +325,14 @@ fn monitor_loop(
                     }
                     None => still.push((i, pid, fd)),
                 },
+                Err(nix::errno::Errno::ECHILD) => {
+                    // Its exit was reaped before ours: the program ignores SIGCHLD, or reaps
+                    // every child itself (`waitpid(-1)`). It ended; how is lost.
+                    let how = "ended, but its exit status was taken before this Worker could read it \
+                               (does the program ignore SIGCHLD, or reap every child with waitpid(-1)?)";
+                    board.set(i, how.to_string(), Ended::Unknown);
+                    on_exit(i);
+                }
                 Err(e) => {
                     board.set(i, format!("could not be waited for ({e})"), Ended::Unknown);
                     on_exit(i);
