@@ -9,8 +9,9 @@
 //!     the body runs under `catch_unwind` and the child leaves with `_exit`, so the parent's
 //!     destructors and buffered output are not run twice.
 //! P3. Each child is reaped exactly once, by the monitor thread, after its pidfd reports exit;
-//!     nobody else calls `waitpid` on it, so a pid is never reused under our feet while we hold
-//!     its pidfd.
+//!     nobody else in this crate calls `waitpid` on it. A child is signalled through its pidfd
+//!     (`pidfd_send_signal`), which names that process and no other: should the program reap
+//!     it first (it ignores `SIGCHLD`, or waits for every child), a recycled pid is never hit.
 //! P4. File descriptors passed to `poll` stay open for the whole call (the monitor owns them).
 //! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
 //!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
@@ -23,7 +24,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -79,8 +79,11 @@ pub(crate) struct ExitBoard {
     changed: Condvar,
     /// Held by the monitor from its `waitpid` of a child until that child's exit is recorded,
     /// and by [`ExitBoard::kill`] from its check to its signal: a child seen not exited under
-    /// it is not reaped yet, so its pid is still ours (rule P3).
+    /// it is not reaped yet by us (rule P3).
     reaping: Mutex<()>,
+    /// Child `i`'s pidfd (also held by the monitor), through which it is signalled (rule P3);
+    /// `None` on a board no monitor watches.
+    pidfds: Mutex<Vec<Option<Arc<OwnedFd>>>>,
 }
 
 impl ExitBoard {
@@ -92,13 +95,16 @@ impl ExitBoard {
             exited: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             changed: Condvar::new(),
             reaping: Mutex::new(()),
+            pidfds: Mutex::new(vec![None; n]),
         }
     }
 
-    /// Child `i`, which has ended, is replaced by `pid`: forgets how the old one ended.
-    fn replace(&self, i: usize, pid: i32) {
+    /// Child `i`, which has ended, is replaced by `pid` (whose pidfd is `fd`): forgets how the
+    /// old one ended.
+    fn replace(&self, i: usize, pid: i32, fd: Option<Arc<OwnedFd>>) {
         let _no_kill_meanwhile = sync::lock(&self.reaping);
         let mut st = sync::lock(&self.state);
+        sync::lock(&self.pidfds)[i] = fd;
         self.pids[i].store(pid, std::sync::atomic::Ordering::Release);
         st[i] = None;
         self.exited[i].store(false, std::sync::atomic::Ordering::Release);
@@ -113,7 +119,23 @@ impl ExitBoard {
     /// reaps it and records how it ended, as for any death. Returns whether the signal was sent.
     pub(crate) fn kill(&self, i: usize) -> bool {
         let _not_reaped_meanwhile = sync::lock(&self.reaping);
-        !self.has_exited(i) && kill(Pid::from_raw(self.pid(i)), Signal::SIGKILL).is_ok()
+        if self.has_exited(i) {
+            return false;
+        }
+        let Some(fd) = sync::lock(&self.pidfds)[i].clone() else { return false };
+        // SAFETY: rule P3 — pidfd_send_signal on a pidfd this board holds open (the Arc), with
+        // a plain signal number and no siginfo; it signals that process only, and fails (ESRCH)
+        // once it is gone.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        rc == 0
     }
 
     fn set(&self, i: usize, how: String, ended: Ended) {
@@ -132,7 +154,7 @@ impl ExitBoard {
     /// Child `i` is replaced by `pid`, as [`Monitor::watch`] does (tests).
     #[cfg(test)]
     pub(crate) fn replace_for_test(&self, i: usize, pid: i32) {
-        self.replace(i, pid);
+        self.replace(i, pid, None);
     }
 
     /// True once child `i` has exited (no lock).
@@ -194,7 +216,7 @@ pub(crate) struct Monitor {
 
 /// What the monitor thread takes from the others: children to watch, and the stop flag.
 struct Shared {
-    added: Mutex<Vec<(usize, i32, OwnedFd)>>,
+    added: Mutex<Vec<(usize, i32, Arc<OwnedFd>)>>,
     stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -216,7 +238,9 @@ impl Monitor {
         let board = Arc::new(ExitBoard::new(&pids));
         let mut live = Vec::with_capacity(pids.len());
         for (i, &pid) in pids.iter().enumerate() {
-            live.push((i, pid, pidfd(pid)?));
+            let fd = Arc::new(pidfd(pid)?);
+            sync::lock(&board.pidfds)[i] = Some(fd.clone());
+            live.push((i, pid, fd));
         }
         // SAFETY: eventfd with valid flags returns a new fd or -1 (rule P4: owned below).
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -240,8 +264,8 @@ impl Monitor {
     /// Watches `pid`, a new child that replaces child `i` (which has ended), under index `i`:
     /// the board forgets how the old one ended.
     pub(crate) fn watch(&self, i: usize, pid: i32) -> Result<()> {
-        let fd = pidfd(pid)?;
-        self.board.replace(i, pid);
+        let fd = Arc::new(pidfd(pid)?);
+        self.board.replace(i, pid, Some(fd.clone()));
         sync::lock(&self.shared.added).push((i, pid, fd));
         self.wake();
         Ok(())
@@ -282,7 +306,7 @@ impl Drop for Monitor {
 }
 
 fn monitor_loop(
-    mut live: Vec<(usize, i32, OwnedFd)>,
+    mut live: Vec<(usize, i32, Arc<OwnedFd>)>,
     wake: OwnedFd,
     shared: Arc<Shared>,
     board: Arc<ExitBoard>,
@@ -404,7 +428,7 @@ impl ChildGuard {
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if !self.reaped {
-            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
             let _ = waitpid(self.pid, None);
             self.reaped = true;
         }
@@ -469,6 +493,25 @@ mod tests {
             }
         });
         assert_eq!(child.wait_timeout(Duration::from_secs(10)), 0);
+    }
+
+    #[test]
+    fn a_child_is_killed_through_its_pidfd_and_its_death_recorded_once() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        // Reaped by the monitor alone (rule P3), so forked without a guard.
+        let pid = super::fork_child(|| {
+            loop {
+                std::thread::park();
+            }
+        })
+        .unwrap();
+        let m = Monitor::start(vec![pid], |_| {}).unwrap();
+        assert!(m.board.kill(0), "a live child is signalled");
+        assert!(m.board.wait_all(&[0], Instant::now() + Duration::from_secs(10)));
+        assert_eq!(m.board.ended(0), Some(Ended::Signaled(libc::SIGKILL)));
+        assert!(!m.board.kill(0), "a child that ended is not signalled again");
     }
 
     #[test]
