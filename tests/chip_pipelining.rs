@@ -65,7 +65,7 @@ impl Gates {
 
 impl Drop for Gates {
     fn drop(&mut self) {
-        for g in [1, 2, 101, 102] {
+        for g in [1, 2, 3, 101, 102, 103] {
             let _ = std::fs::remove_file(gate_path(self.0, g));
         }
     }
@@ -240,4 +240,53 @@ fn a_chip_killed_while_its_only_run_executes_does_not_say_the_task_had_not_launc
     let err = expect_err(run.wait(), ErrorKind::WorkerDied, &["announced_gated_copy", "chip 0", "died"]);
     assert!(!err.message().contains("not launched"), "the kernel was running: {err}");
     drop(gates);
+}
+
+/// A staged successor stays withdrawable while a later task of the head runs on the chip: the
+/// chip's loop must not execute that task on its own thread (it would read the WITHDRAW only
+/// after the kernel), so cancelling the successor ends it at once, not when the head's kernel
+/// ends.
+#[test]
+fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, gated, dbl) = rig();
+    let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
+    let gates = Gates(std::process::id());
+    let input = rig.create_buffer(N * 4).unwrap();
+    let outs: Vec<_> = (0..4).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let f32s = |b: &simpler::Buffer| b.tensor(&[N as u32], DataType::Float32).unwrap();
+    // Z holds the chip (gate 1); A is staged behind it: T1 (gate 2), then T2 (announced, gate
+    // 3), which reads what T1 wrote; C is staged once A is the head.
+    let z = submit(&rig, &gated, &input, &outs[0], 1);
+    let (ti, t1_out, t2_out) = (f32s(&input), f32s(&outs[1]), f32s(&outs[2]));
+    let (g, an) = (gated.clone(), announced.clone());
+    let a = rig
+        .submit(move |orch| {
+            let mut t1 = TaskArgs::new();
+            t1.input(&ti)?.output(&t1_out)?.scalar(2);
+            orch.submit_next_level(&g, t1, CallConfig::default(), 0)?;
+            let mut t2 = TaskArgs::new();
+            t2.input(&t1_out)?.output(&t2_out)?.scalar(3);
+            orch.submit_next_level(&an, t2, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    let c = submit(&rig, &dbl, &input, &outs[3], 0);
+    gates.open(1);
+    z.wait().unwrap();
+    wait_for("C prepared while T1 runs", Duration::from_secs(20), || c.progress().staged == 1);
+    gates.open(2);
+    let t2_runs = gate_path(std::process::id(), 103);
+    wait_for("T2 to run", Duration::from_secs(20), || t2_runs.exists());
+    assert!(c.cancel());
+    let ended = c.wait_timeout(Duration::from_secs(10));
+    assert!(c.is_done(), "the staged successor was still live 10 s after its cancel: {ended:?}");
+    let err = ended.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+    assert!(err.message().contains("staged and not launched") && err.message().contains("`double`"), "{err}");
+    assert!(!a.is_done(), "T2 still waits at its gate");
+    gates.open(3);
+    a.wait().unwrap();
+    assert!(outs[3].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "the withdrawn task never ran");
 }

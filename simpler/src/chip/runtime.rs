@@ -746,6 +746,9 @@ impl ChipRuntime {
                 if self.waiting == Some(run.lease) {
                     self.waiting = None;
                 }
+                if let Some(s) = self.staging.get_mut(slot) {
+                    s.idle(); // its slice is nobody's now
+                }
                 let err = Error::state(format!(
                     "chip {}: the run under {} was finalized before it was launched",
                     self.chip, run.lease
@@ -789,6 +792,9 @@ impl ChipRuntime {
         {
             tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
         }
+        if let Some(s) = self.staging.get_mut(slot) {
+            s.idle();
+        }
         if self.active == Some(run.lease) {
             self.active = None;
         }
@@ -810,7 +816,22 @@ impl ChipRuntime {
         });
         let (offsets, need) =
             staging::layout(host_sizes).map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
-        let base = self.staging[slot].reserve(&device, need).map_err(|e| {
+        let mut reserved = self.staging[slot].reserve(&device, need);
+        if reserved.as_ref().is_err_and(|e| e.kind() == ErrorKind::ResourceExhausted) {
+            // Another slot's block that serves no run now gives its memory back, and the
+            // grow is tried again.
+            let mut freed = false;
+            for (i, other) in self.staging.iter_mut().enumerate() {
+                if i != slot && other.reclaimable() {
+                    other.release(&device)?;
+                    freed = true;
+                }
+            }
+            if freed {
+                reserved = self.staging[slot].reserve(&device, need);
+            }
+        }
+        let base = reserved.map_err(|e| {
             e.context(format!(
                 "chip {chip}: `{}`: device scratch for its host tensors ({need} bytes in the staging buffer of pipeline slot {slot})",
                 f.name()

@@ -15,7 +15,10 @@
 //!   out-of-memory error, naming the bytes, before the run touches the chip.
 //! * **fenced while idle**: the block is fenced (rule A6 of `chip::arena`) except while its
 //!   slot's run executes, so the next run's copy-in overlaps the running run's kernels.
-//! * **freed at close** ([`Staging::release`]).
+//! * **freed at close** ([`Staging::release`]), or earlier when another slot's run cannot grow
+//!   its block for want of chip memory while this block serves no run
+//!   ([`Staging::reclaimable`]): a run that fits the chip alone never fails because another
+//!   slot kept an earlier, larger run's block.
 
 use crate::chip::arena::DEVICE_ALIGN;
 use crate::chip::device::Device;
@@ -41,6 +44,8 @@ pub(crate) fn layout(sizes: impl IntoIterator<Item = u64>) -> Result<(Vec<u64>, 
 pub(crate) struct Staging {
     /// The block: its device pointer and size.
     block: Option<(u64, u64)>,
+    /// Bytes of it the slot's current run uses (0 once that run is finalized).
+    used: u64,
 }
 
 impl Staging {
@@ -59,17 +64,30 @@ impl Staging {
     /// exactly `need` bytes; its failure (the chip's out-of-memory error) leaves no block.
     /// Call it only while no run uses the block.
     pub(crate) fn reserve(&mut self, device: &Device, need: u64) -> Result<Option<u64>> {
+        self.used = need;
         if need <= self.capacity() {
             return Ok(self.ptr());
         }
         self.release(device)?;
+        self.used = need;
         let ptr = device.malloc_internal(need)?;
         self.block = Some((ptr, need));
         Ok(Some(ptr))
     }
 
+    /// The slot's run was finalized: no run uses the block until the next `reserve`.
+    pub(crate) fn idle(&mut self) {
+        self.used = 0;
+    }
+
+    /// Whether the block may be freed now: there is one, and no run uses any of it.
+    pub(crate) fn reclaimable(&self) -> bool {
+        self.block.is_some() && self.used == 0
+    }
+
     /// Frees the block, if any.
     pub(crate) fn release(&mut self, device: &Device) -> Result<()> {
+        self.used = 0;
         if let Some((ptr, _)) = self.block.take() {
             device.free(ptr)?;
         }

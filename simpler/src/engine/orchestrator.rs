@@ -1169,6 +1169,8 @@ impl<'a> Orchestrator<'a> {
     pub(crate) fn finish(mut self, error: Option<&Error>) {
         if let Some(err) = error {
             self.run.record_error(err.clone());
+            // Its staged tasks are withdrawn by the scheduler (`activate_staged`).
+            self.run.mark_build_failed();
             let live: Vec<Arc<Slot>> = self.tasks.iter().filter_map(Weak::upgrade).collect();
             self.eng.cancel_unstarted(&live, err);
         }

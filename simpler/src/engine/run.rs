@@ -94,6 +94,9 @@ pub(crate) struct RunState {
     pub(crate) lease: OnceLock<crate::engine::lease::Lease>,
     /// Its tasks staged on a worker now (handed over to prepare, not yet activated or ended).
     pub(crate) staged: AtomicU64,
+    /// Its orchestration function failed (or panicked): its tasks not started never start,
+    /// staged ones included.
+    build_failed: AtomicBool,
 }
 
 impl RunState {
@@ -118,6 +121,7 @@ impl RunState {
             stopped: AtomicU8::new(NOT_STOPPED),
             lease: OnceLock::new(),
             staged: AtomicU64::new(0),
+            build_failed: AtomicBool::new(false),
         }
     }
 
@@ -227,6 +231,17 @@ impl RunState {
             StopCause::Cancelled => STOPPED_BY_CANCEL,
         };
         let _ = self.stopped.compare_exchange(NOT_STOPPED, v, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Its orchestration function failed: a task of it that is staged and not launched is
+    /// withdrawn, as its queued tasks are failed.
+    pub(crate) fn mark_build_failed(&self) {
+        self.build_failed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether its orchestration function failed ([`mark_build_failed`](Self::mark_build_failed)).
+    pub(crate) fn build_failed(&self) -> bool {
+        self.build_failed.load(Ordering::SeqCst)
     }
 
     /// Whether the scheduler stopped the run (deadline or cancel).

@@ -410,15 +410,27 @@ impl Scheduler {
                 (ErrorKind::Cancelled, format!("run {} was cancelled (RunHandle::cancel)", run.id))
             }
         };
-        let message = if names.is_empty() {
-            format!("{what}; no task of it was running; its tasks not started do not run")
-        } else {
-            format!(
-                "{what}; still running: {}; {} stopped (the worker process is killed and leaves service); its tasks not started do not run",
+        let staged: Vec<String> = (0..self.lanes.len())
+            .filter_map(|i| {
+                let (slot, _) = self.lanes[i].staged.as_ref()?;
+                Arc::ptr_eq(&slot.run, run).then(|| format!("{} on {}", slot.describe(), self.label(i)))
+            })
+            .collect();
+        let mut message = what;
+        if !names.is_empty() {
+            message.push_str(&format!(
+                "; still running: {}; {} stopped (the worker process is killed and leaves service)",
                 names.join(", "),
                 if names.len() == 1 { "it was" } else { "they were" }
-            )
-        };
+            ));
+        }
+        if !staged.is_empty() {
+            message.push_str(&format!("; staged and not launched: {}; withdrawn", staged.join(", ")));
+        }
+        if names.is_empty() && staged.is_empty() {
+            message.push_str("; no task of it was running");
+        }
+        message.push_str("; its tasks not started do not run");
         let err = Error::new(kind, message);
         tracing::warn!(target: "simpler::scheduler", run_id = run.id, "{}", err.message());
         // First, so the run's error is this one rather than what the stopped tasks report.
@@ -837,10 +849,12 @@ impl Scheduler {
             }
             let Some((slot, _)) = &lane.staged else { continue };
             let ours = slot.run.id == head;
-            if slot.run.is_stopped() || slot.run.is_done() {
+            if slot.run.is_stopped() || slot.run.is_done() || slot.run.build_failed() {
                 // Withdrawn when its run was stopped, maybe before the worker could give it
-                // back, or its run was abandoned (it is done with this task still staged, and
-                // never the head again): ask until it ends (`poll_staged`); it never launches.
+                // back, or its orchestration function failed (its tasks not started never
+                // start), or its run was abandoned (it is done with this task still staged,
+                // and never the head again): ask until it ends (`poll_staged`); it never
+                // launches.
                 lane.held = ours;
                 self.withdraw_on(eng, i);
                 continue;

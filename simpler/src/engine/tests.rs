@@ -1125,6 +1125,34 @@ fn a_stopped_run_whose_staged_task_was_withdrawn_too_late_never_launches_it() {
 }
 
 #[test]
+fn the_staged_task_of_a_run_whose_orchestration_failed_is_withdrawn_and_never_runs() {
+    let rig = Rig::staging(cfg(1, 0));
+    let x = whole(buffer(1));
+    let head = rig.begin();
+    let mut orch = rig.orch(&head);
+    orch.submit_next_level(&rig.chip, args(1, &[(&x, Tag::Input)]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.nl[0].running().is_some());
+    // Run 2's task is staged while its orchestration function still runs; then it fails.
+    let next = rig.begin();
+    let mut orch = rig.orch(&next);
+    orch.submit_next_level(&rig.chip, args(2, &[(&x, Tag::Input)]), cc(), 0).unwrap();
+    rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
+    rig.nl[0].prepare();
+    orch.finish(Some(&Error::invalid("the orchestration says no")));
+    // As at depth 1, its run ends without waiting for the head, and its task never runs.
+    let err = err_of(rig.wait(&next));
+    assert!(err.message().contains("the orchestration says no"), "{err:?}");
+    assert!(rig.nl[0].withdraws() >= 1, "the staged task was withdrawn");
+    assert!(!head.is_done(), "run 2 ended before the head");
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    assert!(!rig.drive_briefly(|| rig.nl[0].running().is_some()), "the failed run's task was activated");
+    assert_eq!(ids(&rig.nl[0].history()), vec![1], "the failed run's task ran");
+    rig.assert_clean();
+}
+
+#[test]
 fn the_staged_task_of_a_run_abandoned_after_a_panic_is_withdrawn_and_the_lane_serves_on() {
     let rig = Rig::staging(cfg(1, 0));
     let x = whole(buffer(1));

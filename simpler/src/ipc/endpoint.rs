@@ -122,8 +122,10 @@ impl MailboxEndpoint {
         }
         let how = self.exits.exit_of(self.index)?;
         let mb = self.region.mailbox(self.index);
-        let what = if staged {
+        let what = if staged && mb.prepared_at(ix).is_some() {
             "; the task was staged there, prepared for its run and not launched"
+        } else if staged {
+            "; the task was staged there and not yet prepared"
         } else if self.stages && !mb.accepted(ix) {
             "; the task had not launched"
         } else {
@@ -263,11 +265,9 @@ mod tests {
     use crate::ipc::mailbox::MailboxRegion;
     use crate::sys::process::ExitBoard;
 
-    #[test]
-    fn a_task_whose_child_was_replaced_before_its_death_was_seen_fails_instead_of_hanging() {
-        // `Worker::replace_worker` needs only the exit board to say the child exited; it resets
-        // the frames and starts a new child, maybe before the scheduler polled the lane: the
-        // running and the staged task must still end.
+    /// A chip lane (child pid 1000001, no process) with run 1's task posted to run and run 2's
+    /// posted staged.
+    fn running_and_staged() -> (Arc<MailboxRegion>, Arc<ExitBoard>, MailboxEndpoint) {
         let region = Arc::new(MailboxRegion::new(1).unwrap());
         let exits = Arc::new(ExitBoard::new(&[1_000_001]));
         let mut ep = MailboxEndpoint::new(region.clone(), 0, exits.clone(), "chip 0".into()).staging(true);
@@ -288,6 +288,15 @@ mod tests {
         };
         ep.start(&d).unwrap();
         ep.stage(&Dispatch { run: 2, ..d }).unwrap();
+        (region, exits, ep)
+    }
+
+    #[test]
+    fn a_task_whose_child_was_replaced_before_its_death_was_seen_fails_instead_of_hanging() {
+        // `Worker::replace_worker` needs only the exit board to say the child exited; it resets
+        // the frames and starts a new child, maybe before the scheduler polled the lane: the
+        // running and the staged task must still end.
+        let (region, exits, mut ep) = running_and_staged();
         assert!(ep.poll().is_none() && ep.poll_staged().is_none());
         exits.record_exit_for_test(0, "was killed by signal 9 (SIGKILL)");
         region.mailbox(0).reset_for_new_child();
@@ -299,5 +308,28 @@ mod tests {
             }
         }
         assert!(ep.gone().is_none(), "the new child is in service");
+    }
+
+    #[test]
+    fn a_dead_childs_staged_task_says_whether_it_was_prepared() {
+        for prepared in [false, true] {
+            let (region, exits, mut ep) = running_and_staged();
+            if prepared {
+                // The child takes the staged task and publishes it prepared (rule M11).
+                let mb = region.mailbox(0);
+                let mut req = (0..2).find_map(|ix| mb.task_request_at(ix, true)).expect("the staged task");
+                req.publish_staged(region.doorbell());
+                std::mem::forget(req); // the child dies holding it
+            }
+            exits.record_exit_for_test(0, "was killed by signal 9 (SIGKILL)");
+            match ep.poll_staged() {
+                Some(Outcome::EndpointFailure(m)) => {
+                    let want =
+                        if prepared { "prepared for its run and not launched" } else { "not yet prepared" };
+                    assert!(m.contains("staged there") && m.contains(want), "prepared {prepared}: {m}");
+                }
+                other => panic!("expected the staged task to fail, got {other:?}"),
+            }
+        }
     }
 }

@@ -873,3 +873,38 @@ fn a_run_whose_kernel_fails_returns_its_lease() {
     run(&mut rt, &kernel("ones"), vec![host(&mut x, Access::Write)], &[]).unwrap();
     assert_eq!(x, vec![1.0; 4], "and the chip runs on");
 }
+
+#[test]
+fn a_slot_whose_block_serves_no_run_gives_its_memory_to_a_run_that_needs_it() {
+    // 16 MiB of chip memory, runs of 10 MiB of host tensors: the two slots' blocks do not fit
+    // together.
+    let mut rt = pipelined(1, &[]);
+    const BIG: usize = (10 << 20) / 4;
+    let (mut x, mut y) = (vec![0.0f32; BIG], vec![0.0f32; BIG]);
+    fn prepare<'a>(
+        rt: &mut ChipRuntime,
+        slot: u32,
+        generation: u64,
+        v: &'a mut [f32],
+    ) -> Result<ChipRun<'a>> {
+        let args = vec![host(v, Access::Write)];
+        rt.prepare(Lease { slot, generation }, &digest("ones"), args, &[], &CallConfig::default())
+    }
+    let ones = |rt: &mut ChipRuntime, slot, v: &mut [f32]| {
+        let mut run = prepare(rt, slot, 1, v)?;
+        rt.launch(&mut run)?;
+        rt.finalize(run)
+    };
+    ones(&mut rt, 0, &mut x).unwrap();
+    // Slot 0 keeps its 10 MiB block, which no run uses now: slot 1 takes the memory.
+    ones(&mut rt, 1, &mut y).unwrap();
+    assert!(x.iter().chain(&y).all(|v| *v == 1.0));
+    // A block a run uses is never taken: while slot 1's run executes over its block, slot 0's
+    // run does not fit, and fails before touching anything.
+    let mut head = prepare(&mut rt, 1, 2, &mut y).unwrap();
+    rt.launch(&mut head).unwrap();
+    let err = prepare(&mut rt, 0, 2, &mut x).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err}");
+    assert!(err.message().contains("pipeline slot 0"), "{err}");
+    rt.finalize(head).unwrap();
+}

@@ -359,8 +359,10 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 let Some(req) = mb.task_request_at(ix, false) else { continue };
                 mb.set_child_cpu(crate::sys::futex::current_cpu());
                 worked = true;
-                // On this thread unless a successor may be staged while it runs.
-                let here = staged.is_some() || req.flags & FLAG_OVERLAP == 0;
+                // On this thread only when no successor is staged and none may come while it
+                // runs: with one staged, this loop must stay free to read its WITHDRAW (its
+                // run stopped), which would otherwise wait for this kernel's end.
+                let here = staged.is_none() && req.flags & FLAG_OVERLAP == 0;
                 let avoid = staged.as_ref().map(|s| s.run.lease());
                 match server.begin(&req, avoid, here) {
                     Ok(run) => active = Some(Held { req, run }),
@@ -425,7 +427,10 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                     let _ = server.runtime.finalize(run);
                     let e = FrameError::new(
                         ERR_TASK,
-                        format!("chip {}: withdrawn before it launched: its run was stopped", server.chip),
+                        format!(
+                            "chip {}: withdrawn before it launched (its run was stopped or its orchestration failed)",
+                            server.chip
+                        ),
                     );
                     mb.finish_task(req, Err(e), parent);
                     worked = true;
