@@ -226,7 +226,8 @@ fn a_chip_killed_while_its_only_run_executes_does_not_say_the_task_had_not_launc
     if !in_own_process() {
         return;
     }
-    // One run, nothing behind it: the chip runs the kernel on its loop's own thread.
+    // One run, nothing behind it (submitted without waiting: the chip runs it on its executor
+    // thread, ready to prepare a run that might follow).
     let (mut rig, _gated, _dbl) = rig();
     let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
     let gates = Gates(std::process::id());
@@ -289,4 +290,29 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     gates.open(3);
     a.wait().unwrap();
     assert!(outs[3].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "the withdrawn task never ran");
+}
+
+/// The first of runs submitted back to back is overlapped too: the chip runs a task of a run
+/// whose caller went on without waiting (`submit`) on its executor thread, so it can prepare
+/// the run that follows while that kernel runs (it used to run it on its own thread, and
+/// prepared the second run only after the first kernel).
+#[test]
+fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, gated, dbl) = rig();
+    let gates = Gates(std::process::id());
+    let input = rig.create_buffer(N * 4).unwrap();
+    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    input.write(0, &xs).unwrap();
+    let outs: Vec<_> = (0..2).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let a = submit(&rig, &gated, &input, &outs[0], 1);
+    let b = submit(&rig, &dbl, &input, &outs[1], 0);
+    wait_for("B prepared while A runs", Duration::from_secs(20), || b.progress().staged == 1);
+    assert_eq!(a.progress().completed, 0, "A still waits at its gate");
+    gates.open(1);
+    a.wait().unwrap();
+    b.wait().unwrap();
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), xs.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
 }

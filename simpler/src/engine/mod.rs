@@ -748,6 +748,7 @@ impl Engine {
         }
         let _clear = ClearBuilder(&self.builder);
         let run = self.begin_run(capture, deadline).map_err(BuildFailed::Error)?;
+        run.ahead.store(!will_wait, Ordering::Relaxed);
         let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
         match catch_unwind(AssertUnwindSafe(|| f(&mut orch))) {

@@ -97,6 +97,9 @@ pub(crate) struct RunState {
     /// Its orchestration function failed (or panicked): its tasks not started never start,
     /// staged ones included.
     build_failed: AtomicBool,
+    /// Submitted by a caller that goes on without waiting (`Worker::submit`): more runs are
+    /// likely to follow it, so a chip keeps itself free to prepare one beside its tasks.
+    pub(crate) ahead: AtomicBool,
 }
 
 impl RunState {
@@ -122,6 +125,7 @@ impl RunState {
             lease: OnceLock::new(),
             staged: AtomicU64::new(0),
             build_failed: AtomicBool::new(false),
+            ahead: AtomicBool::new(false),
         }
     }
 

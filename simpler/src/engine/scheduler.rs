@@ -680,8 +680,11 @@ impl Scheduler {
     fn start_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, member: u32) {
         let task = slot.task();
         // A staging lane runs the head's task where it can watch for a successor when one
-        // is admitted behind it.
-        let overlap = self.lanes[lane].stages && eng.successor_run().is_some();
+        // is admitted behind it, or is likely to be: its run was submitted by a caller that
+        // went on without waiting (one that waits for its run gets the task run at once, on
+        // the chip's own thread, without a hop to the executor).
+        let overlap = self.lanes[lane].stages
+            && (slot.run.ahead.load(std::sync::atomic::Ordering::Relaxed) || eng.successor_run().is_some());
         let d = Dispatch {
             callable: &task.callable,
             args: &task.args[member as usize],

@@ -255,8 +255,9 @@ pub(crate) const WITHDRAW: u32 = 13;
 /// Task frames per mailbox: one for the running task, one for a staged successor (M11).
 pub(crate) const TASK_FRAMES: usize = 2;
 
-/// Task flag (rule M12): the parent has another run in flight, so the child should execute the
-/// task where it can still watch its other frame (a successor may be staged meanwhile).
+/// Task flag (rule M12): the parent has another run in flight, or expects one (the task's run
+/// was submitted without waiting), so the child should execute the task where it can still
+/// watch its other frame (a successor may be staged meanwhile).
 pub(crate) const FLAG_OVERLAP: u32 = 1;
 
 /// The name of a state value, for messages (`"UNKNOWN"` for garbage).
