@@ -103,6 +103,14 @@ fn submit(
     .unwrap()
 }
 
+/// An input of `N` floats `0, 1, 2, ...` (returned too) and `outs` zeroed outputs of `N`.
+fn input_and_outputs(rig: &Rig, outs: usize) -> (simpler::Buffer, Vec<f32>, Vec<simpler::Buffer>) {
+    let input = rig.create_buffer(N * 4).unwrap();
+    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    input.write(0, &xs).unwrap();
+    (input, xs, (0..outs).map(|_| rig.create_buffer(N * 4).unwrap()).collect())
+}
+
 /// Runs A and B (gated) and C (double) as the module docs say, and returns once C is
 /// prepared on the chip while B waits at its gate: (A, B, C, their outputs, C's input).
 fn three_runs(
@@ -111,10 +119,7 @@ fn three_runs(
     dbl: &CallableHandle,
     gates: &Gates,
 ) -> ([RunHandle; 3], Vec<simpler::Buffer>, Vec<f32>) {
-    let input = rig.create_buffer(N * 4).unwrap();
-    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
-    input.write(0, &xs).unwrap();
-    let outs: Vec<_> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let (input, xs, outs) = input_and_outputs(rig, 3);
     let a = submit(rig, gated, &input, &outs[0], 1);
     let b = submit(rig, gated, &input, &outs[1], 2);
     let c = submit(rig, dbl, &input, &outs[2], 0);
@@ -255,8 +260,7 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     let (mut rig, gated, dbl) = rig();
     let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
     let gates = Gates(std::process::id());
-    let input = rig.create_buffer(N * 4).unwrap();
-    let outs: Vec<_> = (0..4).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let (input, _, outs) = input_and_outputs(&rig, 4);
     let f32s = |b: &simpler::Buffer| b.tensor(&[N as u32], DataType::Float32).unwrap();
     // Z holds the chip (gate 1); A is staged behind it: T1 (gate 2), then T2 (announced, gate
     // 3), which reads what T1 wrote; C is staged once A is the head.
@@ -303,10 +307,7 @@ fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
     }
     let (rig, gated, dbl) = rig();
     let gates = Gates(std::process::id());
-    let input = rig.create_buffer(N * 4).unwrap();
-    let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
-    input.write(0, &xs).unwrap();
-    let outs: Vec<_> = (0..2).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let (input, xs, outs) = input_and_outputs(&rig, 2);
     let a = submit(&rig, &gated, &input, &outs[0], 1);
     let b = submit(&rig, &dbl, &input, &outs[1], 0);
     wait_for("B prepared while A runs", Duration::from_secs(20), || b.progress().staged == 1);
