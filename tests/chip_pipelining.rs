@@ -153,21 +153,37 @@ fn a_successor_run_is_prepared_while_the_run_before_executes_and_starts_after_it
     assert_eq!(c.progress().staged, 0);
 }
 
+/// The chip dies while B executes and C is prepared: killed from outside, or by the Worker to
+/// stop B when B is cancelled (a kernel cannot be interrupted). Both runs end promptly with
+/// errors naming the chip; C's says it was staged, and why the chip died when the Worker
+/// killed it.
 #[test]
-fn a_killed_chip_with_a_prepared_successor_fails_both_runs_with_named_errors() {
+fn a_chip_that_dies_with_a_prepared_successor_fails_both_runs_with_named_errors() {
     if !in_own_process() {
         return;
     }
-    let (rig, gated, dbl) = rig();
-    let gates = Gates(std::process::id());
-    let ([a, b, c], _outs, _) = three_runs(&rig, &gated, &dbl, &gates);
-    a.wait().unwrap();
-    let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
-    sigkill(chip.pid);
-    let started = Instant::now();
-    expect_err(b.wait(), ErrorKind::WorkerDied, &["gated_copy", "chip 0", "died"]);
-    expect_err(c.wait(), ErrorKind::WorkerDied, &["double", "chip 0", "staged", "not launched"]);
-    assert!(started.elapsed() < Duration::from_secs(10), "both runs ended promptly");
+    for cancel in [false, true] {
+        let (rig, gated, dbl) = rig();
+        let gates = Gates(std::process::id());
+        let ([a, b, c], _outs, _) = three_runs(&rig, &gated, &dbl, &gates);
+        a.wait().unwrap();
+        let started = Instant::now();
+        if cancel {
+            assert!(b.cancel());
+            expect_err(b.wait(), ErrorKind::Cancelled, &["run", "cancelled", "gated_copy", "chip 0"]);
+            expect_err(
+                c.wait(),
+                ErrorKind::WorkerDied,
+                &["double", "chip 0", "killed it to stop a run", "staged"],
+            );
+        } else {
+            let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
+            sigkill(chip.pid);
+            expect_err(b.wait(), ErrorKind::WorkerDied, &["gated_copy", "chip 0", "died"]);
+            expect_err(c.wait(), ErrorKind::WorkerDied, &["double", "chip 0", "staged", "not launched"]);
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "both runs ended promptly");
+    }
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub(crate) struct MailboxEndpoint {
     /// The pid of the child each task frame's task was posted to: a child replaced since
     /// (`Worker::replace_worker`, which resets the frames) took the task with it.
     posted_to: [i32; TASK_FRAMES],
+    /// The child this endpoint killed to stop a run (`stop`), so that its death says so.
+    stopped_pid: i32,
 }
 
 impl MailboxEndpoint {
@@ -47,6 +49,7 @@ impl MailboxEndpoint {
             active: None,
             staged: None,
             withdrawn: false,
+            stopped_pid: 0,
             posted_to: [0; TASK_FRAMES],
         }
     }
@@ -131,8 +134,13 @@ impl MailboxEndpoint {
         } else {
             ""
         };
+        let why = if self.stopped_pid == self.pid() {
+            " (this Worker killed it to stop a run: a cancel or a deadline)"
+        } else {
+            ""
+        };
         Some(Outcome::EndpointFailure(format!(
-            "{} (process {}) died: the worker process {how}{what}",
+            "{} (process {}) died: the worker process {how}{why}{what}",
             self.label,
             self.pid()
         )))
@@ -241,7 +249,11 @@ impl Endpoint for MailboxEndpoint {
     fn stop(&mut self) -> bool {
         tracing::debug!(target: "simpler::ipc", child = self.index, pid = self.pid(), "stopping {} (SIGKILL)", self.label);
         // Also when it already exited: its death is then reported as it is.
-        self.exits.kill(self.index) || self.exits.has_exited(self.index)
+        if self.exits.kill(self.index) {
+            self.stopped_pid = self.pid();
+            return true;
+        }
+        self.exits.has_exited(self.index)
     }
 
     fn gone(&self) -> Option<String> {
