@@ -59,6 +59,27 @@ fn step_all(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> sim
     Ok(())
 }
 
+/// The gate file `name` of the test process (the parent of a thread node's SUB worker).
+fn gate(test_pid: u32, name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-remote-gate-{test_pid}-{name}"))
+}
+
+/// Announces that it runs (gate `started`), then waits up to a minute for gate `open`.
+fn gated(_args: &HostArgs<'_>) -> HostResult {
+    let test = std::os::unix::process::parent_id();
+    std::fs::write(gate(test, "started"), b"running")?;
+    let open = gate(test, "open");
+    if !spin_until(Instant::now() + Duration::from_secs(60), || open.exists()) {
+        return Err("the gate never opened".into());
+    }
+    Ok(())
+}
+
+/// One `gated` on the node's SUB worker.
+fn gated_step(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    orch.submit_sub(&HostFn::new("gated", gated).handle(), TaskArgs::new()).map(|_| ())
+}
+
 /// `twice_plus_one`, after 30 ms of work: long past the root's checking for the reply.
 fn slowly_twice_plus_one(args: &HostArgs<'_>) -> HostResult {
     spin_until(Instant::now() + Duration::from_millis(30), || false);
@@ -93,7 +114,9 @@ fn node_with(addr: &str) -> Node {
     l3.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
     l3.register(HostFn::new("stall", stall)).unwrap();
     l3.register(HostFn::new("slowly_twice_plus_one", slowly_twice_plus_one)).unwrap();
+    l3.register(HostFn::new("gated", gated)).unwrap();
     let mut node = Node::new(l3, NodeAddr::parse(addr).unwrap(), key()).unwrap();
+    node.register_orch(OrchFn::new("gated_step", gated_step));
     node.register_orch(OrchFn::new("step", step));
     node.register_orch(OrchFn::new("slow_step", slow_step));
     node.register_orch(OrchFn::new("stalled", stalled));
@@ -201,7 +224,12 @@ fn finish(mut root: Worker, nodes: Vec<std::thread::JoinHandle<simpler::Result<(
 /// An L4 Worker (not initialized) with one local L3 (one SUB worker) and the remote nodes
 /// `addrs`, `step` and `stalled` registered.
 fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
-    let mut w = Worker::builder().level(Level::Network1).build().unwrap();
+    root_worker_from(Worker::builder(), addrs, health)
+}
+
+/// [`root_worker`] from `builder`.
+fn root_worker_from(builder: simpler::WorkerBuilder, addrs: &[NodeAddr], health: Duration) -> Worker {
+    let mut w = builder.level(Level::Network1).build().unwrap();
     let mut local = Worker::builder().sub_workers(1).build().unwrap();
     local.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
     local.register(HostFn::new("stall", stall)).unwrap();
@@ -215,6 +243,7 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
     w.register_orch(OrchFn::new("huge_error", huge_error)).unwrap();
     w.register_orch(OrchFn::new("slow_step", slow_step)).unwrap();
     w.register_orch(OrchFn::new("panics", panics)).unwrap();
+    w.register_orch(OrchFn::new("gated_step", gated_step)).unwrap();
     w
 }
 
@@ -745,4 +774,167 @@ fn a_session_runs_over_a_unix_socket_and_late_registrations_ask_the_node() {
     drop(buf);
     finish(root, vec![node]);
     assert!(!path.exists(), "the node removed its socket file");
+}
+
+/// A control that gives up while the node is busy (controls wait for the task the node runs)
+/// leaves its late reply in the connection: the next controls must read past it to their own,
+/// not take it for theirs and time out one after the other.
+#[test]
+fn a_control_that_timed_out_does_not_break_the_next_ones() {
+    if !in_own_process() {
+        return;
+    }
+    let (me, _gates) = gates();
+    let (addr, node) = thread_node();
+    // Controls wait as long as the startup timeout: 1 s here.
+    let builder = Worker::builder().startup_timeout(Duration::from_secs(1));
+    let mut root = root_worker_from(builder, std::slice::from_ref(&addr), Duration::from_secs(5));
+    root.init().unwrap();
+    let dev = root.alloc_child_tensor(1, &[4], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, 4);
+    host.write(0, &[5u64, 6, 7, 8]).unwrap();
+    let h = OrchFn::new("gated_step", gated_step).handle();
+    let run = root
+        .submit(move |orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .unwrap();
+    let started = gate(me, "started");
+    wait_for("the node's task to run", Duration::from_secs(20), || started.exists());
+    let err = root.copy_to(&dev, &host).expect_err("the node answers no control while its task waits");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.message().contains(&addr.to_string()), "{err}");
+    std::fs::write(gate(me, "open"), b"open").unwrap();
+    run.wait().unwrap();
+    for i in 0..3 {
+        root.copy_to(&dev, &host).unwrap_or_else(|e| panic!("control {i} after the late reply: {e}"));
+    }
+    let back = u64_buffer(&root, 4);
+    root.copy_from(&back, &dev).unwrap();
+    assert_eq!(read_u64(&back, 0, 4), vec![5, 6, 7, 8]);
+    drop((dev, host, back));
+    finish(root, vec![node]);
+}
+
+/// This test process's id, and a guard that removes its gate files when dropped (also when
+/// the test panics).
+fn gates() -> (u32, impl Drop) {
+    struct Remove(u32);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            for name in ["started", "open"] {
+                let _ = std::fs::remove_file(gate(self.0, name));
+            }
+        }
+    }
+    let me = std::process::id();
+    (me, Remove(me))
+}
+
+/// A node-resident copy larger than what one control carries goes in parts, each to its own
+/// offset, both ways (a copy of over 1 GiB used to be one frame past the size limit, and the
+/// node ended the session).
+#[test]
+fn node_resident_copies_go_in_parts_each_to_its_place() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+    root.init().unwrap();
+    // 150 MiB: three parts of at most 64 MiB, the last one partial.
+    const WORDS: usize = (150 << 20) / 8;
+    let dev = root.alloc_child_tensor(1, &[WORDS as u32], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, WORDS);
+    let words: Vec<u64> = (0..WORDS as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    host.write(0, &words).unwrap();
+    root.copy_to(&dev, &host).unwrap();
+    let back = u64_buffer(&root, WORDS);
+    root.copy_from(&back, &dev).unwrap();
+    assert!(read_u64(&back, 0, WORDS) == words, "a part landed in the wrong place");
+    drop((dev, host, back));
+    finish(root, vec![node]);
+}
+
+/// A run past its deadline with a task on a node: the error names the node by its address and
+/// says what stopping it did (the session ends; the node drops the task's run).
+#[test]
+fn a_remote_task_past_its_runs_deadline_is_named_by_its_node() {
+    if !in_own_process() {
+        return;
+    }
+    let _gates = gates();
+    let (addr, node) = thread_node();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+    root.init().unwrap();
+    let h = OrchFn::new("gated_step", gated_step).handle();
+    let err = root
+        .run_with(simpler::RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
+            orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ())
+        })
+        .expect_err("the gate never opens");
+    let node_name = format!("remote worker 1 ({addr})");
+    assert_err(
+        &err,
+        ErrorKind::Timeout,
+        &["deadline of 300 ms", "gated_step", &node_name, "session with the node is ended"],
+    );
+    finish(root, vec![node]);
+}
+
+/// A health timeout the node's heartbeats cannot meet is refused up front, naming the node and
+/// the least it may be (zero used to fail `init` with an OS error naming neither).
+#[test]
+fn a_health_timeout_under_two_heartbeats_is_refused_naming_the_node() {
+    let addr = NodeAddr::loopback(7399);
+    for t in [Duration::ZERO, Duration::from_millis(399)] {
+        let mut w = Worker::builder().level(Level::Network1).build().unwrap();
+        let err = w.add_remote_worker(RemoteWorker::new(addr.clone(), key()).health_timeout(t)).unwrap_err();
+        assert_err(&err, ErrorKind::InvalidArgument, &["health timeout", &addr.to_string(), "400ms"]);
+    }
+    let mut w = Worker::builder().level(Level::Network1).build().unwrap();
+    w.add_remote_worker(RemoteWorker::new(addr, key()).health_timeout(Duration::from_millis(400))).unwrap();
+}
+
+/// The sizes of the memfds this process holds (a thread node's buffers are among them).
+fn memfd_sizes() -> Vec<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:")))
+        .filter_map(|e| std::fs::metadata(e.path()).ok().map(|m| m.len()))
+        .collect()
+}
+
+/// A task that names a small tile of a large buffer of the root costs the node the tile: the
+/// node's buffer for it holds the tile's span, not the root's whole buffer (which a node with
+/// less memory could not hold).
+#[test]
+fn a_tile_of_a_large_root_buffer_costs_the_node_only_the_tile() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+    root.init().unwrap();
+    // 512 MiB and a word, never touched but for the tile: its pages are not allocated. The node
+    // keeps a finished task's buffers for the next one, so its buffer for the tile is seen.
+    const WORDS: usize = (512 << 20) / 8 + 1;
+    let big = u64_buffer(&root, WORDS);
+    let of_its_size = || memfd_sizes().into_iter().filter(|&n| n == 8 * WORDS as u64).count();
+    assert_eq!(of_its_size(), 1);
+    big.write(1000, &[1u64, 2, 3, 4]).unwrap();
+    let tile = u64s(&big, 1000, 4);
+    step_on_tensor(&root, &tile, 1).unwrap();
+    assert_eq!(read_u64(&big, 1000, 4), vec![3, 5, 7, 9]);
+    assert_eq!(of_its_size(), 1, "the node made a buffer the size of the root's for a 32-byte tile");
+    drop((tile, big));
+    finish(root, vec![node]);
+}
+
+/// Runs `step` on worker `w` over `t`.
+fn step_on_tensor(rig: &Worker, t: &simpler::Tensor, w: u32) -> simpler::Result<()> {
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.inout(t)?;
+        orch.submit_next_level(&OrchFn::new("step", step).handle(), a, CallConfig::default(), w).map(|_| ())
+    })
 }

@@ -71,6 +71,11 @@ pub(crate) trait Endpoint: Send {
         false
     }
 
+    /// What [`stop`](Endpoint::stop) does to the worker, for the stopped run's error.
+    fn stopping(&self) -> &'static str {
+        "the worker process is killed"
+    }
+
     /// Why the worker is known to be gone while no task runs on it (`None`: alive, as far as
     /// is known). Called on every pass for each idle lane, so it must be cheap and never
     /// block; a lane whose endpoint answers `Some` leaves service before it is given a task.

@@ -198,11 +198,16 @@ impl Scheduler {
         }
     }
 
-    /// How messages name the worker of lane `i` ("sub worker 1", "chip 0", "nested Worker 2").
+    /// How messages name the worker of lane `i` ("sub worker 1", "chip 0", "nested Worker 2",
+    /// "remote worker 3 (ADDR)"): the lane's own name, a nested Worker's ("worker 2") with its
+    /// kind spelled out.
     fn label(&self, i: usize) -> String {
-        match self.lanes[i].kind {
-            LaneKind::Sub(n) => format!("sub worker {n}"),
-            LaneKind::NextLevel(n) => format!("{} {n}", self.next_level_noun),
+        let lane = &self.lanes[i];
+        match lane.kind {
+            LaneKind::NextLevel(n) if lane.name == format!("worker {n}") => {
+                format!("{} {n}", self.next_level_noun)
+            }
+            _ => lane.name.clone(),
         }
     }
 
@@ -418,8 +423,10 @@ impl Scheduler {
             .collect();
         let mut message = what;
         if !names.is_empty() {
+            let how: Vec<&str> = running.iter().map(|&i| self.lanes[i].endpoint.stopping()).collect();
+            let how = if how.iter().all(|h| *h == how[0]) { how[0].to_string() } else { how.join("; ") };
             message.push_str(&format!(
-                "; still running: {}; {} stopped (the worker process is killed and leaves service)",
+                "; still running: {}; {} stopped ({how}, and leaves service)",
                 names.join(", "),
                 if names.len() == 1 { "it was" } else { "they were" }
             ));

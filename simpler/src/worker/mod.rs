@@ -531,6 +531,14 @@ impl Worker {
     }
 
     fn add_remote_worker_named(&mut self, node: RemoteWorker, name: String) -> Result<u32> {
+        let least = 2 * remote::node::HEARTBEAT;
+        if node.health_timeout < least {
+            return Err(Error::invalid(format!(
+                "Worker.add_remote_worker: the node at {name} has a health timeout of {:?}, under {least:?} (twice the node's heartbeat of {:?}): it would be lost between two heartbeats",
+                node.health_timeout,
+                remote::node::HEARTBEAT
+            )));
+        }
         let id = self.lanes.add_remote(name);
         self.remote.push(node);
         Ok(id)

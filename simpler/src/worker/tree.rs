@@ -724,10 +724,13 @@ impl Runtime for Tree {
         self.devices.idle("copy_to", dev)?;
         if let Some(s) = self.remote_of("copy_to", chip)? {
             let n = usize::try_from(nbytes).map_err(|_| Error::invalid("Worker.copy_to: too large"))?;
-            let bytes = src.read::<u8>(0, n)?;
-            return resident(s, wire::COPY_TO, ptr, 0, &bytes, self.cfg.startup_timeout)
-                .map(|_| ())
-                .map_err(|e| e.context("Worker.copy_to"));
+            // In parts, each its own control (no frame nears the size limit).
+            for at in (0..n).step_by(wire::COPY_PART) {
+                let bytes = src.read::<u8>(at, wire::COPY_PART.min(n - at))?;
+                resident(s, wire::COPY_TO, ptr, at as u64, &bytes, self.cfg.startup_timeout)
+                    .map_err(|e| e.context("Worker.copy_to"))?;
+            }
+            return Ok(());
         }
         let payload = host_payload(src, nbytes);
         let mbox = self.chip_mailbox("copy_to", chip)?;
@@ -742,15 +745,22 @@ impl Runtime for Tree {
         self.devices.owned("copy_from", &self.minter, dev, true)?;
         self.devices.idle("copy_from", dev)?;
         if let Some(s) = self.remote_of("copy_from", chip)? {
-            let bytes = resident(s, wire::COPY_FROM, ptr, nbytes, &[], self.cfg.startup_timeout)
-                .map_err(|e| e.context("Worker.copy_from"))?;
-            if bytes.len() as u64 != nbytes {
-                return Err(Error::decode(format!(
-                    "Worker.copy_from: the node sent {} of {nbytes} bytes",
-                    bytes.len()
-                )));
+            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("Worker.copy_from: too large"))?;
+            // In parts, each its own control (no frame nears the size limit).
+            for at in (0..n).step_by(wire::COPY_PART) {
+                let len = wire::COPY_PART.min(n - at);
+                let offset = (at as u64).to_le_bytes();
+                let bytes = resident(s, wire::COPY_FROM, ptr, len as u64, &offset, self.cfg.startup_timeout)
+                    .map_err(|e| e.context("Worker.copy_from"))?;
+                if bytes.len() != len {
+                    return Err(Error::decode(format!(
+                        "Worker.copy_from: the node sent {} of {len} bytes at offset {at}",
+                        bytes.len()
+                    )));
+                }
+                dst.write(at, &bytes)?;
             }
-            return dst.write(0, &bytes);
+            return Ok(());
         }
         let payload = host_payload(dst, nbytes);
         let mbox = self.chip_mailbox("copy_from", chip)?;

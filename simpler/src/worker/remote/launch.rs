@@ -21,6 +21,10 @@ const LAUNCHERS: [(&str, &str); 3] = [
     ("SLURM_PROCID", "SLURM_NTASKS"),
 ];
 
+/// The most ranks a launched job may have: the root opens two connections and runs three
+/// threads for each node.
+const MAX_RANKS: u32 = 4096;
+
 /// How a cluster launcher started this process: its rank, the job's size, and where the root
 /// (rank 0) listens. The crate links no MPI library: the rank and size come from the
 /// launcher's environment (`OMPI_COMM_WORLD_RANK` / `_SIZE` under `mpirun`, `PMI_RANK` /
@@ -48,7 +52,8 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Rank `rank` of a job of `size` ranks whose root listens at `root`.
+    /// Rank `rank` of a job of `size` ranks whose root listens at `root`. A rank past the
+    /// size, or a size over 4096 (one root's sessions), is an `InvalidArgument` error.
     ///
     /// ```
     /// let l = simpler::Launch::new(0, 2, simpler::NodeAddr::loopback(7501))?;
@@ -58,6 +63,11 @@ impl Launch {
     pub fn new(rank: u32, size: u32, root: NodeAddr) -> Result<Launch> {
         if rank >= size {
             return Err(Error::invalid(format!("Launch: rank {rank} of a job of {size} ranks")));
+        }
+        if size > MAX_RANKS {
+            return Err(Error::invalid(format!(
+                "Launch: a job of {size} ranks; one root drives at most {MAX_RANKS} nodes (each holds two connections and three threads of the root)"
+            )));
         }
         Ok(Launch { rank, size, root })
     }
@@ -251,5 +261,17 @@ mod tests {
         assert!(Launch::from_vars(past).unwrap_err().message().contains("rank 5"));
         let no_size = vars(&[("PMI_RANK", "0"), ("SIMPLER_ROOT", "127.0.0.1:1")]);
         assert!(Launch::from_vars(no_size).unwrap_err().message().contains("PMI_SIZE"));
+        // A size no root could drive is refused before anything is made for its ranks.
+        let huge = vars(&[("PMI_RANK", "0"), ("PMI_SIZE", "4000000000"), ("SIMPLER_ROOT", "127.0.0.1:1")]);
+        let err = Launch::from_vars(huge).unwrap_err();
+        assert!(err.message().contains("4000000000 ranks") && err.message().contains("4096"), "{err}");
+        assert!(
+            Launch::from_vars(vars(&[
+                ("PMI_RANK", "0"),
+                ("PMI_SIZE", "4096"),
+                ("SIMPLER_ROOT", "127.0.0.1:1")
+            ]))
+            .is_ok()
+        );
     }
 }

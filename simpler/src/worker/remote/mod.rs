@@ -120,7 +120,9 @@ impl RemoteWorker {
     /// How long the node may stay silent on its health connection before its session is lost:
     /// its task fails naming the node, and its lane leaves service (default 2 s; the node
     /// sends a heartbeat every 200 ms on a connection of its own, so a long task or a large
-    /// transfer on the session connection never counts as silence).
+    /// transfer on the session connection never counts as silence). At least twice the
+    /// heartbeat, 400 ms: [`Worker::add_remote_worker`](crate::Worker::add_remote_worker)
+    /// refuses less.
     ///
     /// ```
     /// # let key = simpler::ClusterKey::new([7u8; 32])?;
@@ -171,6 +173,9 @@ struct SessionState {
     lost: Option<String>,
     /// A TASK was sent and its COMPLETION has not been read.
     awaiting: bool,
+    /// Controls that gave up waiting (timed out) whose replies may still come: each such reply
+    /// is dropped when read, and the reader goes on to the reply the current control waits for.
+    abandoned: Vec<u64>,
 }
 
 /// One authenticated session with a node, shared by its endpoint, its reader thread and the
@@ -467,7 +472,14 @@ impl Session {
             FrameKind::Health => Ok(()),
             FrameKind::ControlReply => match wire::decode_reply(&body) {
                 Ok(r) => {
-                    sync::lock(&self.state).reply = Some((head.seq, r));
+                    let mut st = sync::lock(&self.state);
+                    if let Some(at) = st.abandoned.iter().position(|&s| s == head.seq) {
+                        // The late reply to a control that timed out: nobody waits for it.
+                        st.abandoned.swap_remove(at);
+                        return Ok(());
+                    }
+                    st.reply = Some((head.seq, r));
+                    drop(st);
                     self.reader_wanted.fetch_and(!READ_CONTROL, Ordering::AcqRel);
                     self.changed.notify_all();
                     Ok(())
@@ -570,9 +582,17 @@ impl Session {
             }
             let now = Instant::now();
             if now >= deadline {
+                // Its reply may still come: the reader drops it then (at most a few are kept
+                // in mind; a node that never answers is lost by its health connection anyway).
+                if st.abandoned.len() < 64 {
+                    st.abandoned.push(seq);
+                }
                 return Err(Error::new(
                     ErrorKind::Timeout,
-                    format!("{}: no reply to a control request", self.label),
+                    format!(
+                        "{}: no reply to a control request within {timeout:?} (the node may be busy with a long task)",
+                        self.label
+                    ),
                 ));
             }
             st = sync::wait_timeout(&self.changed, st, deadline - now);
@@ -766,6 +786,10 @@ impl Endpoint for RemoteEndpoint {
         // and free what the session held; the lane leaves service as for a lost node.
         self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
         true
+    }
+
+    fn stopping(&self) -> &'static str {
+        "its session with the node is ended, and the node drops the task's run"
     }
 
     fn gone(&self) -> Option<String> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::data::buffer::Buffer;
 use crate::data::task_args::{Tag, TaskArgs};
+use crate::data::tensor::TensorView;
 use crate::data::wire::decode_args;
 use crate::engine::orch_fn::OrchFn;
 use crate::engine::run::RunHandle;
@@ -29,7 +30,7 @@ use std::os::fd::AsFd;
 const HEALTH_PAIRING: Duration = Duration::from_secs(10);
 
 /// How often a node tells its root it is alive.
-const HEARTBEAT: Duration = Duration::from_millis(200);
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);
 
 /// A program in the node role: an L3 Worker served to one L4 root over an authenticated
 /// session.
@@ -451,18 +452,33 @@ impl BoundNode {
                 wire::CHECK_CALLABLE if self.orch.contains_key(&m.digest) => Ok(Vec::new()),
                 wire::CHECK_CALLABLE => Err(self.unknown(&m.digest, &m.name)),
                 wire::ALLOC => self.alloc_resident(m.arg),
+                // A copy travels in parts of at most `wire::COPY_PART` bytes: COPY_TO's second
+                // argument is the part's offset, COPY_FROM's its length (its offset in the data).
                 wire::COPY_TO => self.with_resident(m.arg, |b| {
-                    if m.data.len() > b.nbytes() {
-                        return Err(format!("{} bytes do not fit in its {} bytes", m.data.len(), b.nbytes()));
+                    let at = usize::try_from(m.arg2).unwrap_or(usize::MAX);
+                    if at.checked_add(m.data.len()).is_none_or(|end| end > b.nbytes()) {
+                        return Err(format!(
+                            "{} bytes at offset {} do not fit in its {} bytes",
+                            m.data.len(),
+                            m.arg2,
+                            b.nbytes()
+                        ));
                     }
-                    b.write(0, m.data).map(|()| Vec::new()).map_err(|e| e.to_string())
+                    b.write(at, m.data).map(|()| Vec::new()).map_err(|e| e.to_string())
                 }),
                 wire::COPY_FROM => self.with_resident(m.arg, |b| {
                     let n = usize::try_from(m.arg2).unwrap_or(usize::MAX);
-                    if n > b.nbytes() {
-                        return Err(format!("{n} bytes asked of its {} bytes", b.nbytes()));
+                    let at = match m.data {
+                        [] => 0,
+                        d => match <[u8; 8]>::try_from(d) {
+                            Ok(a) => usize::try_from(u64::from_le_bytes(a)).unwrap_or(usize::MAX),
+                            Err(_) => return Err(format!("a COPY_FROM offset of {} bytes", d.len())),
+                        },
+                    };
+                    if n > wire::COPY_PART || at.checked_add(n).is_none_or(|end| end > b.nbytes()) {
+                        return Err(format!("{n} bytes at offset {at} asked of its {} bytes", b.nbytes()));
                     }
-                    b.read::<u8>(0, n).map_err(|e| e.to_string())
+                    b.read::<u8>(at, n).map_err(|e| e.to_string())
                 }),
                 wire::FREE => match sync::lock(&self.resident).remove(&m.arg) {
                     Some(_) => Ok(Vec::new()),
@@ -570,7 +586,7 @@ impl BoundNode {
                 let spans: Vec<(usize, u64, u64)> =
                     outgoing.iter().map(|(i, _, s, l)| (*i, *s, *l)).collect();
                 let head = wire::encode_completion_head(wire::DONE, "", &spans);
-                let outputs = outgoing.into_iter().map(|(_, b, s, l)| (b, s, l)).collect();
+                let outputs = outgoing.into_iter().map(|(_, b, _, l)| (b, 0, l)).collect();
                 Reply { head, outputs, buffers }
             }
             Err(e) => {
@@ -607,12 +623,17 @@ impl BoundNode {
                 p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
                 continue;
             }
-            let n = usize::try_from(t.desc.nbytes()).map_err(|_| Error::invalid("tensor too large"))?;
-            // The bytes the view spans arrive with the task; the rest of the buffer is unused.
+            // The bytes the view spans arrive with the task, into a buffer of just that span
+            // (the view moved to its start): a tile of a large buffer of the root costs the
+            // node the tile, not the buffer.
             let (start, end) = t.view.byte_range();
-            let buf = self.buffer(n.max(1))?;
+            let span =
+                usize::try_from(end - start).map_err(|_| Error::invalid(format!("tensor {i}: too large")))?;
+            let view = TensorView::new(0, t.view.shape(), Some(t.view.strides()), t.view.dtype())?;
+            let buf =
+                self.buffer(span.max(1)).map_err(|e| e.context(format!("tensor {i} ({span} bytes)")))?;
             let access = t.desc.access().within_orchestration();
-            let tensor = buf.view(t.view)?.narrowed(access)?;
+            let tensor = buf.view(view)?.narrowed(access)?;
             p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
             if wire::writes(t.desc.access()) {
                 p.outgoing.push((i, buf.clone(), start, end - start));
@@ -624,7 +645,7 @@ impl BoundNode {
                         end - start
                     )));
                 }
-                Some(_) => p.incoming.push((buf, start, end - start)),
+                Some(_) => p.incoming.push((buf, 0, end - start)),
                 None => {
                     return Err(Error::decode(format!(
                         "tensor {i}: host memory of the root sent without its bytes"
@@ -714,9 +735,10 @@ const POOL_BYTES: usize = 1 << 30;
 /// A TASK's arguments on this node, and where its bytes go and come from.
 struct Prepared {
     args: TaskArgs,
-    /// (buffer, offset, length) of each tensor's bytes in the bulk, in order.
+    /// (buffer, offset in it, length) of each tensor's bytes in the bulk, in order.
     incoming: Vec<(Buffer, u64, u64)>,
-    /// (tensor index, buffer, offset, length) of each written view.
+    /// (tensor index, buffer, offset in the root's buffer, length) of each written view (its
+    /// bytes start the node's buffer).
     outgoing: Vec<(usize, Buffer, u64, u64)>,
 }
 

@@ -30,6 +30,10 @@ use crate::error::{Error, Result};
 use crate::net::frame::{BodyReader, BodyWriter, FrameError, read_part, skip_part};
 
 /// COMPLETION status: the task succeeded.
+/// The most bytes one COPY_TO or COPY_FROM control moves: a larger copy goes in parts, so no
+/// frame nears the frame size limit.
+pub(crate) const COPY_PART: usize = 64 << 20;
+
 pub(crate) const DONE: u32 = 0;
 /// COMPLETION status: the task failed.
 pub(crate) const TASK_FAILED: u32 = 1;
