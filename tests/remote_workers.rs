@@ -580,12 +580,9 @@ fn root_process() {
     let _ = run.wait(); // killed meanwhile
 }
 
-#[test]
-fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
-    if !in_own_process() {
-        return;
-    }
-    let (addr, node) = thread_node();
+/// A root process (`root_process`) driving the thread node at `addr`, once its task stalls
+/// on the node.
+fn root_with_a_stalled_task(addr: &NodeAddr) -> KillOnDrop {
     let marker = stall_marker(std::process::id());
     let _ = std::fs::remove_file(&marker);
     let root = KillOnDrop(
@@ -599,6 +596,16 @@ fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
     );
     wait_for("the root's task to run on the node", Duration::from_secs(30), || marker.exists());
     let _ = std::fs::remove_file(&marker);
+    root
+}
+
+#[test]
+fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let root = root_with_a_stalled_task(&addr);
     drop(root); // SIGKILL, and reaped
     let killed = Instant::now();
     // The node notices the closed connection, cancels the task (stopping the SUB worker that
@@ -607,6 +614,22 @@ fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
     assert!(killed.elapsed() < Duration::from_secs(5), "the node took {:?}", killed.elapsed());
     served.expect("a root that disappears ends the session cleanly");
     assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
+}
+
+/// A root that stops (SIGSTOP, or a network that drops everything) is alive as far as the
+/// node's sockets can tell, for many minutes: the node hears no answer to its heartbeats for
+/// 3 s, ends the session (cancelling the task it ran for that root), and `serve_one` returns.
+#[test]
+fn a_root_that_stops_answering_loses_its_node_session_within_seconds() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let root = root_with_a_stalled_task(&addr);
+    signal(root.0.id() as i32, libc::SIGSTOP);
+    wait_for("the node to end the stopped root's session", Duration::from_secs(10), || node.is_finished());
+    node.join().unwrap().expect("a root that falls silent ends the session cleanly");
+    drop(root); // SIGKILL, and reaped
 }
 
 #[test]

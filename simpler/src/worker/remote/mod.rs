@@ -411,12 +411,17 @@ impl Session {
         sync::lock(&self.state).lost.is_some()
     }
 
-    /// Reads the node's heartbeats on the health connection; silence past `timeout`, a closed
+    /// Reads the node's heartbeats on the health connection, and answers each (so the node
+    /// knows its root lives: `node::ROOT_SILENCE`); silence past `timeout`, a closed
     /// connection or anything but a heartbeat loses the session.
     fn health_loop(&self, mut health: Stream, timeout: Duration) {
         loop {
             match read_frame(&mut health, 0) {
-                Ok(f) if f.kind == FrameKind::Health => {}
+                Ok(f) if f.kind == FrameKind::Health => {
+                    if let Err(e) = write_frame(&mut health, FrameKind::Health, 0, &[]) {
+                        return self.lose(format!("answering the node's heartbeat failed: {e}"));
+                    }
+                }
                 Ok(f) => {
                     return self.lose(format!("the node sent a {:?} frame on its health connection", f.kind));
                 }

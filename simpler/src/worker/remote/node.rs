@@ -16,7 +16,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
 use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
 use crate::net::frame::{
-    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame_head, write_frame, write_frame_start,
+    DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
+    write_frame_start,
 };
 use crate::net::transport::{Listener, NodeAddr, Stream, Waiting};
 use crate::sys::sync;
@@ -31,6 +32,11 @@ const HEALTH_PAIRING: Duration = Duration::from_secs(10);
 
 /// How often a node tells its root it is alive.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// How long a node waits for its root to answer a heartbeat before it takes the root for gone
+/// (stopped, or cut off by the network, which a write notices only after TCP gives up, many
+/// minutes later) and ends the session: its task is cancelled and what it held is freed.
+pub(crate) const ROOT_SILENCE: Duration = Duration::from_secs(3);
 
 /// A program in the node role: an L3 Worker served to one L4 root over an authenticated
 /// session.
@@ -365,21 +371,47 @@ impl BoundNode {
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let done = Arc::new(AtomicBool::new(false));
         // The task in flight: the heartbeat thread cancels it when the root is gone (its
-        // heartbeat cannot be written), since this thread is busy running it.
+        // heartbeat cannot be written, or it stopped answering them), since this thread is
+        // busy running it; it also ends the session then (this thread may be waiting in a read).
         let current: Arc<Mutex<Option<RunHandle>>> = Arc::new(Mutex::new(None));
+        let session_socket = stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let beat = {
-            let (mut health, done, current) = (health, done.clone(), current.clone());
+            let (mut health, done, current, peer) = (health, done.clone(), current.clone(), peer.to_string());
             std::thread::Builder::new()
                 .name("simpler-heartbeat".into())
                 .spawn(move || {
+                    let root_gone = |why: &str| {
+                        if !done.load(Ordering::Acquire) {
+                            tracing::warn!(target: "simpler::remote", peer = %peer, "{why}: ending its session");
+                            if let Some(run) = sync::lock(&current).as_ref() {
+                                run.cancel(); // the result has nowhere to go
+                            }
+                            session_socket.shutdown();
+                        }
+                    };
+                    let mut heard = std::time::Instant::now();
                     while !done.load(Ordering::Acquire) {
                         if write_frame(&mut health, FrameKind::Health, 0, &[]).is_err() {
-                            if let Some(run) = sync::lock(&current).as_ref() {
-                                run.cancel(); // the root is gone: the result has nowhere to go
-                            }
-                            return;
+                            return root_gone("the root is gone");
                         }
-                        std::thread::park_timeout(HEARTBEAT);
+                        // The root answers each heartbeat: its answers are read until the next
+                        // heartbeat is due.
+                        let next = std::time::Instant::now() + HEARTBEAT;
+                        loop {
+                            let left = next.saturating_duration_since(std::time::Instant::now());
+                            if left.is_zero() || health.set_read_timeout(Some(left)).is_err() {
+                                break;
+                            }
+                            match read_frame(&mut health, 0) {
+                                Ok(f) if f.kind == FrameKind::Health => heard = std::time::Instant::now(),
+                                Err(e) if e.is_timeout() => break,
+                                Ok(f) => return root_gone(&format!("the root sent a {:?} frame on its health connection", f.kind)),
+                                Err(e) => return root_gone(&format!("the root's health connection failed: {e}")),
+                            }
+                        }
+                        if heard.elapsed() > ROOT_SILENCE {
+                            return root_gone(&format!("the root answered no heartbeat for {ROOT_SILENCE:?}"));
+                        }
                     }
                 })
                 .map_err(|e| Error::os("starting the heartbeat thread", e))?
@@ -817,7 +849,6 @@ impl Drop for BoundNode {
 mod tests {
     use super::*;
     use crate::net::auth::client_handshake;
-    use crate::net::frame::read_frame;
 
     fn key() -> ClusterKey {
         ClusterKey::new("the unit test cluster's secret").unwrap()
