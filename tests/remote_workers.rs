@@ -961,3 +961,24 @@ fn step_on_tensor(rig: &Worker, t: &simpler::Tensor, w: u32) -> simpler::Result<
         orch.submit_next_level(&OrchFn::new("step", step).handle(), a, CallConfig::default(), w).map(|_| ())
     })
 }
+
+/// Anyone who can reach a node's port may connect; without the key they get nothing, and while
+/// they say nothing they hold back no root: each connection is authenticated on its own.
+#[test]
+fn silent_connections_without_the_key_hold_back_no_root() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let NodeAddr::Tcp(sock) = addr.clone() else { panic!("a TCP node") };
+    let strays: Vec<_> = (0..4).map(|_| std::net::TcpStream::connect(sock).unwrap()).collect();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+    let started = Instant::now();
+    root.init().expect("the root connects past the silent strays");
+    assert!(started.elapsed() < Duration::from_secs(4), "init took {:?}", started.elapsed());
+    let buf = u64_buffer(&root, 2);
+    step_on(&root, &buf, 0, 2, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
+    drop((strays, buf));
+    finish(root, vec![node]);
+}

@@ -30,6 +30,9 @@ use std::os::fd::AsFd;
 /// How long a node waits for the health connection of a session a root opened.
 const HEALTH_PAIRING: Duration = Duration::from_secs(10);
 
+/// How many connections a node authenticates at once (each on a thread of its own).
+const HANDSHAKES: usize = 16;
+
 /// How often a node tells its root it is alive.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);
 
@@ -309,58 +312,93 @@ impl BoundNode {
             tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
         }
         let listener = self.listener.as_ref().expect("a bound node listens");
-        loop {
-            let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
-            let paired = server_handshake(&mut stream, &self.key, &hello, &peer)
-                .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer))
-                .and_then(|token| self.accept_health(listener, &hello, &token, &peer));
-            match paired {
-                Ok(health) => return self.session(stream, health, &peer),
-                Err(e) => {
-                    tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
-                    stream.shutdown();
-                }
-            }
-        }
+        let (stream, health, peer) = self.pair(listener, &hello)?;
+        self.session(stream, health, &peer)
     }
 
-    /// Accepts the health connection of the session `peer` just opened: the next connection
-    /// that authenticates and presents `token` within [`HEALTH_PAIRING`]. Others are refused.
-    fn accept_health(
-        &self,
-        listener: &Listener,
-        hello: &NodeHello,
-        token: &lane::Token,
-        peer: &str,
-    ) -> Result<Stream> {
-        let deadline = std::time::Instant::now() + HEALTH_PAIRING;
+    /// Accepts connections until a root's session connection and its health connection (the
+    /// next one that presents the same token, within [`HEALTH_PAIRING`]) are authenticated.
+    /// Each connection is authenticated on a thread of its own, at most [`HANDSHAKES`] at
+    /// once (more wait in the listen backlog), so a peer that connects and then says nothing
+    /// holds back nobody; one that fails the handshake is refused and logged.
+    fn pair(&self, listener: &Listener, hello: &NodeHello) -> Result<(Stream, Stream, String)> {
+        type Done = (u64, Stream, String, Result<lane::Token>);
+        let (tx, rx) = std::sync::mpsc::channel::<Done>();
+        // Each handshake thread writes a byte here once it sent its connection: wakes `poll`.
+        let (wake_rx, wake_tx) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| Error::os("making a wake-up pipe", e))?;
+        wake_rx.set_nonblocking(true).map_err(|e| Error::os("making a wake-up pipe", e))?;
+        // Authenticated connections waiting for their pair: token -> (accept order, stream,
+        // peer, since when). Of two with one token, the one accepted first is the session's.
+        let mut waiting: HashMap<lane::Token, (u64, Stream, String, std::time::Instant)> = HashMap::new();
+        let (mut accepted, mut running) = (0u64, 0usize);
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut fds = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
-            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-            if left.is_zero()
-                || nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms))
-                    .map_err(|e| Error::os("poll", e))?
-                    == 0
-            {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!("{peer} opened a session but no health connection within {HEALTH_PAIRING:?}"),
-                ));
-            }
-            let (mut stream, from) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
-            let presented = server_handshake(&mut stream, &self.key, hello, &from)
-                .and_then(|()| lane::read_token(&mut stream, left, &from));
-            match presented {
-                Ok(t) if t == *token => return Ok(stream),
-                Ok(_) => {
-                    tracing::warn!(target: "simpler::remote", peer = %from, "refused a connection: not the health connection of the session being opened")
+            let now = std::time::Instant::now();
+            waiting.retain(|_, (_, stream, peer, since)| {
+                let keep = now.duration_since(*since) < HEALTH_PAIRING;
+                if !keep {
+                    tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: no connection with its token within {HEALTH_PAIRING:?}");
+                    stream.shutdown();
                 }
-                Err(e) => {
-                    tracing::warn!(target: "simpler::remote", peer = %from, "refused a connection: {e}")
+                keep
+            });
+            // Until the first waiting connection expires (or for ever).
+            let timeout = match waiting.values().map(|(_, _, _, since)| *since + HEALTH_PAIRING).min() {
+                None => nix::poll::PollTimeout::NONE,
+                Some(at) => {
+                    let ms = at.saturating_duration_since(now).as_millis() + 1;
+                    nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
+                }
+            };
+            let mut fds = vec![nix::poll::PollFd::new(wake_rx.as_fd(), nix::poll::PollFlags::POLLIN)];
+            if running < HANDSHAKES {
+                fds.push(nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN));
+            }
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(Error::os("poll", e)),
+            }
+            let new_connection = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+            drop(fds);
+            let mut bytes = [0u8; 64];
+            while std::io::Read::read(&mut &wake_rx, &mut bytes).is_ok_and(|n| n > 0) {}
+            while let Ok((order, stream, peer, presented)) = rx.try_recv() {
+                running -= 1;
+                let token = match presented {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
+                        stream.shutdown();
+                        continue;
+                    }
+                };
+                match waiting.remove(&token) {
+                    Some((first, session, first_peer, _)) if first < order => {
+                        return Ok((session, stream, first_peer));
+                    }
+                    Some((_, health, _, _)) => return Ok((stream, health, peer)),
+                    None => {
+                        waiting.insert(token, (order, stream, peer, std::time::Instant::now()));
+                    }
                 }
             }
-            stream.shutdown();
+            if new_connection {
+                let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
+                accepted += 1;
+                running += 1;
+                let (order, tx, key, hello) = (accepted, tx.clone(), self.key.clone(), hello.clone());
+                let wake = wake_tx.try_clone().map_err(|e| Error::os("cloning a wake-up pipe", e))?;
+                let spawned = std::thread::Builder::new().name("simpler-handshake".into()).spawn(move || {
+                    let presented = server_handshake(&mut stream, &key, &hello, &peer)
+                        .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer));
+                    let _ = tx.send((order, stream, peer, presented));
+                    let _ = std::io::Write::write(&mut &wake, &[1]);
+                });
+                if let Err(e) = spawned {
+                    running -= 1;
+                    tracing::warn!(target: "simpler::remote", "refused a connection: no thread to authenticate it: {e}");
+                }
+            }
         }
     }
 
