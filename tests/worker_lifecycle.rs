@@ -254,3 +254,41 @@ fn empty_run_finishes_at_once() {
     assert_eq!((stats.tasks, stats.failed), (0, 0));
     assert_eq!(run.dag().unwrap().graph().node_count(), 0);
 }
+
+/// `Duration::MAX` is how one says "for ever": every timeout and deadline takes it as such
+/// (each used to overflow `Instant` and panic, a `close_timeout` of it leaving the children
+/// running).
+#[test]
+fn every_timeout_and_deadline_takes_duration_max_as_for_ever() {
+    if !in_own_process() {
+        return;
+    }
+    let forever = Duration::MAX;
+    let builder = subs(1)
+        .task_window(2)
+        .startup_timeout(forever)
+        .close_timeout(forever)
+        .backpressure_timeout(forever)
+        .run_deadline(forever);
+    let (rig, [affine]) = Rig::start(builder, [("affine", affine)]);
+    let buf = u64_buffer(&rig, 2);
+    buf.write(0, &[1u64]).unwrap();
+    // Eight chained tasks, each in a scope of its own, through a window of two: a submit waits
+    // for room.
+    let run = rig
+        .submit_with(RunOptions::new().deadline(forever), |orch, _, _| {
+            for i in 0..8 {
+                let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+                orch.scope(|orch| {
+                    let mut a = TaskArgs::new();
+                    a.input(&u64s(&buf, from, 1))?.output(&u64s(&buf, to, 1))?.scalar(1).scalar(1);
+                    orch.submit_sub(&affine, a).map(|_| ())
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    run.wait_timeout(forever).unwrap();
+    run.wait_timeout(forever).unwrap(); // a finished run too
+    assert_eq!(read_u64(&buf, 0, 1), vec![9]);
+}

@@ -598,7 +598,7 @@ impl Engine {
         let room = || sync::lock(&self.runs).live.len() < depth;
         if !room() {
             let limit = self.cfg.backpressure_timeout;
-            if !self.drive_until(room, Some(Instant::now() + limit)) {
+            if !self.drive_until(room, Some(crate::sys::clock::after(limit))) {
                 let head = self.head_run();
                 return Err(Error::new(
                     ErrorKind::Timeout,
@@ -729,7 +729,7 @@ impl Engine {
         thread_local!(static TOKEN: u8 = const { 0 });
         let me = TOKEN.with(|t| t as *const u8 as usize);
         // The deadline counts from the submit, admission and building included.
-        let deadline = deadline.map(|limit| (Instant::now() + limit, limit));
+        let deadline = deadline.map(|limit| (crate::sys::clock::after(limit), limit));
         if self.builder.load(Ordering::Acquire) == me {
             return Err(BuildFailed::Error(Error::state(
                 "Worker.submit: called from inside an orchestration function of the same Worker; \

@@ -18,7 +18,6 @@
 //! 6. route READY tasks to the scheduler.
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -599,7 +598,7 @@ impl<'a> Orchestrator<'a> {
         let try_alloc = || eng.heap.alloc(ring, bytes);
         let mut got = try_alloc();
         if matches!(got, Ok(None)) {
-            let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
+            let deadline = crate::sys::clock::after(self.eng.cfg.backpressure_timeout);
             let cell = std::cell::RefCell::new(None);
             let _waiting = crate::engine::CapacityWait::new(self.eng);
             self.eng.drive_until(
@@ -847,7 +846,7 @@ impl<'a> Orchestrator<'a> {
         if self.eng.window.try_claim() {
             return Ok(());
         }
-        let deadline = Instant::now() + self.eng.cfg.backpressure_timeout;
+        let deadline = crate::sys::clock::after(self.eng.cfg.backpressure_timeout);
         let w = &self.eng.window;
         let claimed = std::cell::Cell::new(false);
         let _waiting = crate::engine::CapacityWait::new(self.eng);

@@ -434,7 +434,7 @@ impl RunHandle {
     /// # Ok(()) }
     /// ```
     pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
-        self.wait_until(Some(Instant::now() + timeout))
+        self.wait_until(Some(crate::sys::clock::after(timeout)))
     }
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<()> {

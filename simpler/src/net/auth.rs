@@ -255,7 +255,7 @@ fn with_timeout<T>(
     timeout: Duration,
     steps: impl FnOnce(&mut Deadline<'_>) -> std::result::Result<T, Refusal>,
 ) -> std::result::Result<T, Refusal> {
-    let mut deadline = Deadline { stream, until: Instant::now() + timeout };
+    let mut deadline = Deadline { stream, until: crate::sys::clock::after(timeout) };
     let out = steps(&mut deadline);
     let _ = stream.set_read_timeout(None);
     out

@@ -10,9 +10,30 @@ pub(crate) fn monotonic_ns() -> u64 {
     }
 }
 
+/// The instant `d` from now, or about a century from now when `d` is longer than `Instant`
+/// can count (`Duration::MAX` as "wait for ever"): every user-given timeout and deadline goes
+/// through this, so none overflows.
+pub(crate) fn after(d: std::time::Duration) -> std::time::Instant {
+    const CENTURY: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = std::time::Instant::now();
+    now.checked_add(d.min(CENTURY)).unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_after_any_duration_is_an_instant_to_come() {
+        let now = std::time::Instant::now();
+        assert!(after(std::time::Duration::MAX) > now + std::time::Duration::from_secs(3600 * 24 * 365));
+        assert!(after(std::time::Duration::ZERO) >= now);
+        let soon = after(std::time::Duration::from_millis(10));
+        assert!(
+            soon >= now + std::time::Duration::from_millis(10)
+                && soon < now + std::time::Duration::from_secs(10)
+        );
+    }
 
     #[test]
     fn the_clock_moves_forward_and_agrees_with_instant() {

@@ -251,7 +251,7 @@ fn read_plan(
         }
         ROLE_NESTED => {
             let id = d.u32()?;
-            let deadline = Instant::now() + d.duration()?;
+            let deadline = crate::sys::clock::after(d.duration()?);
             let owners = (0..d.count()?).map(|_| d.u64()).collect::<Result<Vec<_>>>()?;
             let registry = read_orch(d)?;
             let worker = read_worker(d, 0)?;

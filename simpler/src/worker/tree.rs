@@ -94,7 +94,7 @@ impl Tree {
         extra_heaps: &[SharedSpan],
         extra_owners: &[u64],
     ) -> Result<Tree> {
-        let deadline = Instant::now() + cfg.startup_timeout;
+        let deadline = crate::sys::clock::after(cfg.startup_timeout);
         // The trace log of this process's tree: inherited, or made now (a root).
         if let Err(e) = crate::sys::tracelog::ensure() {
             tracing::warn!(target: "simpler::worker", "no trace log: timelines will miss what runs in worker processes: {e}");
@@ -600,7 +600,7 @@ impl Runtime for Tree {
             return Err(e);
         }
         let board = self.monitor.board.clone();
-        let deadline = Instant::now() + self.cfg.startup_timeout;
+        let deadline = crate::sys::clock::after(self.cfg.startup_timeout);
         let failed = match mb.wait_init(deadline, || board.exit_of(i).is_some()) {
             InitStatus::Ready => None,
             InitStatus::Failed(msg) => Some(format!("failed to start: {msg}")),
@@ -814,7 +814,7 @@ impl Runtime for Tree {
         let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
         let eng = self.engine.clone();
         eng.mark_closed();
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::sys::clock::after(timeout);
         let mut abandoned = 0;
         for run in eng.live_runs() {
             if !eng.drive_until(|| run.is_done(), Some(deadline)) {

@@ -168,7 +168,7 @@ pub(crate) fn accept_ranks(
     timeout: Duration,
 ) -> Result<HashMap<u32, Accepted>> {
     let listener = Listener::bind(root, true)?;
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::sys::clock::after(timeout);
     let mut got: HashMap<u32, Accepted> = HashMap::new();
     // Ranks whose session connection came, waiting for their health connection.
     let mut pending: HashMap<u32, (Stream, NodeHello, String, lane::Token)> = HashMap::new();

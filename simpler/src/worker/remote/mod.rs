@@ -574,7 +574,7 @@ impl Session {
         self.rx_bell.ring();
         let _done = ControlDone(self);
         let seq = self.send(FrameKind::Control, body.to_vec())?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::sys::clock::after(timeout);
         let mut st = sync::lock(&self.state);
         loop {
             if let Some((s, _)) = &st.reply
