@@ -300,7 +300,16 @@ impl Monitor {
 }
 
 impl Drop for Monitor {
+    /// Children still running when the monitor goes without `stop` (its owner unwound before
+    /// it could end them) are killed and reaped first: none outlives its Worker.
     fn drop(&mut self) {
+        if self.thread.is_some() {
+            let all: Vec<usize> = (0..self.board.pids.len()).collect();
+            if !all.iter().all(|&i| self.board.has_exited(i)) {
+                self.kill_all();
+                self.board.wait_all(&all, Instant::now() + std::time::Duration::from_secs(1));
+            }
+        }
         self.stop();
     }
 }
@@ -495,23 +504,39 @@ mod tests {
         assert_eq!(child.wait_timeout(Duration::from_secs(10)), 0);
     }
 
-    #[test]
-    fn a_child_is_killed_through_its_pidfd_and_its_death_recorded_once() {
-        if !crate::test_support::in_own_process() {
-            return; // rule T1
-        }
-        // Reaped by the monitor alone (rule P3), so forked without a guard.
+    /// A child that waits for ever, watched by a monitor (which alone reaps it, rule P3, so it
+    /// is forked without a guard).
+    fn watched_child() -> (i32, Monitor) {
         let pid = super::fork_child(|| {
             loop {
                 std::thread::park();
             }
         })
         .unwrap();
-        let m = Monitor::start(vec![pid], |_| {}).unwrap();
+        (pid, Monitor::start(vec![pid], |_| {}).unwrap())
+    }
+
+    #[test]
+    fn a_child_is_killed_through_its_pidfd_and_its_death_recorded_once() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        let (_, m) = watched_child();
         assert!(m.board.kill(0), "a live child is signalled");
         assert!(m.board.wait_all(&[0], Instant::now() + Duration::from_secs(10)));
         assert_eq!(m.board.ended(0), Some(Ended::Signaled(libc::SIGKILL)));
         assert!(!m.board.kill(0), "a child that ended is not signalled again");
+    }
+
+    #[test]
+    fn a_monitor_dropped_without_stop_kills_and_reaps_its_children() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        let (pid, m) = watched_child();
+        drop(m);
+        // Reaped: the pid names no process (not even a zombie) any more.
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "child {pid} outlived its monitor");
     }
 
     #[test]
