@@ -410,10 +410,19 @@ fn describe(refusal: Refusal, at: &str, other: &str, timeout: Duration) -> Error
             ErrorKind::WorkerDied,
             format!("{at}: the {other} closed the connection while {waiting_for} was due"),
         ),
-        Refusal::Frame(e, waiting_for) if e.is_timeout() => Error::new(
-            ErrorKind::Timeout,
-            format!("{at}: timed out after {timeout:?} waiting for {waiting_for}"),
-        ),
+        Refusal::Frame(e, waiting_for) if e.is_timeout() => {
+            // A node sends its challenge as soon as it takes the connection: one that does not
+            // is busy with a session of another root (a node serves one root at a time).
+            let busy = if waiting_for == "the node's challenge" {
+                " (is the node serving another root? a node serves one root at a time)"
+            } else {
+                ""
+            };
+            Error::new(
+                ErrorKind::Timeout,
+                format!("{at}: timed out after {timeout:?} waiting for {waiting_for}{busy}"),
+            )
+        }
         Refusal::Frame(e, waiting_for) => e.into_error(format!("{at}: reading {waiting_for}")),
         Refusal::Protocol(what) => {
             Error::new(ErrorKind::WorkerDied, format!("{at}: not a valid HELLO: {what}"))
@@ -679,7 +688,8 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::Timeout);
         assert!(err.message().contains("unix:mute"), "{}", err.message());
         assert!(
-            err.message().contains("timed out after 100ms waiting for the node's challenge"),
+            err.message().contains("timed out after 100ms waiting for the node's challenge")
+                && err.message().contains("serving another root"),
             "{}",
             err.message()
         );
