@@ -741,13 +741,15 @@ impl ChipRuntime {
     ) -> (Result<()>, Option<Vec<TaskRecord>>) {
         self.wait(&mut run);
         let slot = run.lease.slot as usize;
+        // The run gives its slot's block up (after this call, which holds the runtime, nobody
+        // may take it meanwhile: the copy-back below still reads it).
+        if let Some(s) = self.staging.get_mut(slot) {
+            s.idle();
+        }
         let (result, records) = match std::mem::replace(&mut run.phase, Phase::Finished) {
             Phase::Prepared => {
                 if self.waiting == Some(run.lease) {
                     self.waiting = None;
-                }
-                if let Some(s) = self.staging.get_mut(slot) {
-                    s.idle(); // its slice is nobody's now
                 }
                 let err = Error::state(format!(
                     "chip {}: the run under {} was finalized before it was launched",
@@ -791,9 +793,6 @@ impl ChipRuntime {
             && let Err(e) = self.device.arena().fence(ptr)
         {
             tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
-        }
-        if let Some(s) = self.staging.get_mut(slot) {
-            s.idle();
         }
         if self.active == Some(run.lease) {
             self.active = None;

@@ -64,15 +64,12 @@ impl Staging {
     /// exactly `need` bytes; its failure (the chip's out-of-memory error) leaves no block.
     /// Call it only while no run uses the block.
     pub(crate) fn reserve(&mut self, device: &Device, need: u64) -> Result<Option<u64>> {
-        self.used = need;
-        if need <= self.capacity() {
-            return Ok(self.ptr());
+        if need > self.capacity() {
+            self.release(device)?;
+            self.block = Some((device.malloc_internal(need)?, need));
         }
-        self.release(device)?;
         self.used = need;
-        let ptr = device.malloc_internal(need)?;
-        self.block = Some((ptr, need));
-        Ok(Some(ptr))
+        Ok(self.ptr())
     }
 
     /// The slot's run was finalized: no run uses the block until the next `reserve`.

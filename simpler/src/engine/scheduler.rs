@@ -87,6 +87,9 @@ pub(crate) struct Lane {
     span: Option<(tracing::Span, std::time::Instant)>,
     /// The endpoint takes staged tasks ([`Endpoint::stages`]).
     stages: bool,
+    /// The endpoint is [`watched`](Endpoint::watched) (asked once, at attach: a property of
+    /// its kind).
+    watched: bool,
     /// The staged task: one of the first successor run's, prepared beside the running one
     /// until its run is the head and it is activated.
     staged: Option<(Arc<Slot>, u32)>,
@@ -100,7 +103,7 @@ pub(crate) struct Lane {
 impl Lane {
     /// A lane that messages call `name` (what the worker is to the user: "chip 0").
     pub(crate) fn named(kind: LaneKind, endpoint: Box<dyn Endpoint>, name: String) -> Lane {
-        let stages = endpoint.stages();
+        let (stages, watched) = (endpoint.stages(), endpoint.watched());
         Lane {
             kind,
             name,
@@ -109,6 +112,7 @@ impl Lane {
             dead: None,
             span: None,
             stages,
+            watched,
             staged: None,
             held: false,
             prepared: false,
@@ -173,8 +177,6 @@ pub(crate) struct Scheduler {
     /// READY entries in the partitions (stale ones included until popped).
     queued: usize,
     ready: Vec<Arc<Slot>>,
-    /// How messages name a NEXT_LEVEL worker ("chip", "nested Worker", "core").
-    next_level_noun: &'static str,
     /// Some lane takes staged tasks ([`Endpoint::stages`]).
     staging: bool,
 }
@@ -193,22 +195,14 @@ impl Scheduler {
             in_flight: 0,
             queued: 0,
             ready: Vec::new(),
-            next_level_noun: cfg.next_level_names.0,
             staging: false,
         }
     }
 
-    /// How messages name the worker of lane `i` ("sub worker 1", "chip 0", "nested Worker 2",
-    /// "remote worker 3 (ADDR)"): the lane's own name, a nested Worker's ("worker 2") with its
-    /// kind spelled out.
-    fn label(&self, i: usize) -> String {
-        let lane = &self.lanes[i];
-        match lane.kind {
-            LaneKind::NextLevel(n) if lane.name == format!("worker {n}") => {
-                format!("{} {n}", self.next_level_noun)
-            }
-            _ => lane.name.clone(),
-        }
+    /// How messages name the worker of lane `i`: its lane's name ("sub worker 1", "chip 0",
+    /// "worker 2", "remote worker 3 (ADDR)"), as every other message and the timeline do.
+    fn label(&self, i: usize) -> &str {
+        &self.lanes[i].name
     }
 
     pub(crate) fn attach(&mut self, lanes: Vec<Lane>) {
@@ -302,26 +296,19 @@ impl Scheduler {
     /// Whether a busy lane's endpoint is [`watched`](Endpoint::watched): its outcome is found
     /// by checking [`Scheduler::ready`], not only by the doorbell.
     pub(crate) fn watching(&self) -> bool {
-        self.lanes.iter().any(|l| l.busy.is_some() && Self::hint(|| l.endpoint.watched()))
+        self.lanes.iter().any(|l| l.watched && l.busy.is_some())
     }
 
     /// Whether a busy, watched lane's endpoint may have an outcome to take (a pass polls it).
     pub(crate) fn ready(&self) -> bool {
-        self.lanes
-            .iter()
-            .any(|l| l.busy.is_some() && Self::hint(|| l.endpoint.watched() && l.endpoint.ready()))
+        self.lanes.iter().any(|l| l.watched && l.busy.is_some() && Self::hint(|| l.endpoint.ready()))
     }
 
     /// The role holder is about to sleep on the doorbell: each busy, watched lane's endpoint
     /// must ring it from now on. One that panics is logged (its next `poll` decides its fate).
     pub(crate) fn unwatch(&self) {
-        for l in self.lanes.iter().filter(|l| l.busy.is_some()) {
-            let endpoint = &l.endpoint;
-            let told = catch_unwind(AssertUnwindSafe(|| {
-                if endpoint.watched() {
-                    endpoint.unwatched();
-                }
-            }));
+        for l in self.lanes.iter().filter(|l| l.watched && l.busy.is_some()) {
+            let told = catch_unwind(AssertUnwindSafe(|| l.endpoint.unwatched()));
             if let Err(panic) = told {
                 tracing::error!(target: "simpler::scheduler", worker = %l.name, "its endpoint panicked in unwatched: {}", panic_message(&*panic));
             }

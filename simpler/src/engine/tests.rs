@@ -1285,7 +1285,7 @@ fn a_run_past_its_deadline_stops_its_workers_and_never_dispatches_the_rest() {
             "run 1 ",
             "deadline of 50 ms",
             "task 0 `chip_kernel`",
-            "on NEXT_LEVEL worker 0",
+            "on worker 0",
             "task 3 `host_fn`",
         ],
     );
@@ -1322,7 +1322,7 @@ fn a_run_whose_worker_cannot_be_stopped_is_abandoned_at_its_deadline_and_later_r
     orch.finish(None);
     let err = rig.wait(&run).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
-    assert_mentions(&err, &["deadline of 30 ms", "task 0 ", "NEXT_LEVEL worker 0"]);
+    assert_mentions(&err, &["deadline of 30 ms", "task 0 ", "on worker 0"]);
     assert!(rig.nl[0].running().is_some(), "the task still runs on its worker");
     assert_eq!(rig.nl[0].stops(), 1);
     let run2 = rig.begin();
@@ -1354,7 +1354,7 @@ fn cancel_stops_a_run_once_and_a_finished_run_not_at_all() {
     assert!(!handle.cancel(), "cancelled already");
     let err = rig.wait(&run).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
-    assert_mentions(&err, &["run 1 was cancelled", "task 0 ", "NEXT_LEVEL worker 0", "it was stopped"]);
+    assert_mentions(&err, &["run 1 was cancelled", "task 0 ", "on worker 0", "it was stopped"]);
     assert_eq!(ids(&rig.dispatched()), vec![1]);
     assert_eq!(rig.nl[0].stops(), 1);
     let run2 = rig.begin();

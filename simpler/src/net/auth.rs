@@ -282,6 +282,12 @@ pub(crate) fn client_handshake_within(
     let outcome = with_timeout(stream, timeout, |stream| {
         let body = read_hello(stream, "the node's challenge").map_err(|r| match r {
             Refusal::Refused => Refusal::RefusedConnection,
+            // A node sends its challenge as soon as it takes the connection: one that does not
+            // is busy with another root's session (a node serves one root at a time).
+            Refusal::Frame(e, _) if e.is_timeout() => Refusal::Frame(
+                e,
+                "the node's challenge (is the node serving another root? a node serves one root at a time)",
+            ),
             other => other,
         })?;
         let mut r = BodyReader::new(&body);
@@ -410,19 +416,10 @@ fn describe(refusal: Refusal, at: &str, other: &str, timeout: Duration) -> Error
             ErrorKind::WorkerDied,
             format!("{at}: the {other} closed the connection while {waiting_for} was due"),
         ),
-        Refusal::Frame(e, waiting_for) if e.is_timeout() => {
-            // A node sends its challenge as soon as it takes the connection: one that does not
-            // is busy with a session of another root (a node serves one root at a time).
-            let busy = if waiting_for == "the node's challenge" {
-                " (is the node serving another root? a node serves one root at a time)"
-            } else {
-                ""
-            };
-            Error::new(
-                ErrorKind::Timeout,
-                format!("{at}: timed out after {timeout:?} waiting for {waiting_for}{busy}"),
-            )
-        }
+        Refusal::Frame(e, waiting_for) if e.is_timeout() => Error::new(
+            ErrorKind::Timeout,
+            format!("{at}: timed out after {timeout:?} waiting for {waiting_for}"),
+        ),
         Refusal::Frame(e, waiting_for) => e.into_error(format!("{at}: reading {waiting_for}")),
         Refusal::Protocol(what) => {
             Error::new(ErrorKind::WorkerDied, format!("{at}: not a valid HELLO: {what}"))

@@ -72,7 +72,7 @@ impl RunOptions {
     /// The run must finish within `limit` of its submit (building and waiting for admission
     /// included), or it is stopped: it fails with an [`ErrorKind::Timeout`] error that names the
     /// tasks still running (task index and callable), the worker each runs on ("sub worker 1",
-    /// "chip 0", "nested Worker 0") and the deadline ("within its deadline of 200 ms").
+    /// "chip 0", "worker 0") and the deadline ("within its deadline of 200 ms").
     ///
     /// Stopping a run is what [`RunHandle::cancel`] does: its tasks not yet started never run,
     /// each worker running one of its tasks is stopped (the child process is killed with

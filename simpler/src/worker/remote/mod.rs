@@ -173,9 +173,10 @@ struct SessionState {
     lost: Option<String>,
     /// A TASK was sent and its COMPLETION has not been read.
     awaiting: bool,
-    /// Controls that gave up waiting (timed out) whose replies may still come: each such reply
-    /// is dropped when read, and the reader goes on to the reply the current control waits for.
-    abandoned: Vec<u64>,
+    /// The first sequence number of the control in flight (or the last one): controls go one
+    /// at a time, so a reply under an earlier number answers a control that gave up waiting
+    /// (timed out); it is dropped when read, and the reader goes on to the current reply.
+    control_floor: u64,
 }
 
 /// One authenticated session with a node, shared by its endpoint, its reader thread and the
@@ -478,10 +479,8 @@ impl Session {
             FrameKind::ControlReply => match wire::decode_reply(&body) {
                 Ok(r) => {
                     let mut st = sync::lock(&self.state);
-                    if let Some(at) = st.abandoned.iter().position(|&s| s == head.seq) {
-                        // The late reply to a control that timed out: nobody waits for it.
-                        st.abandoned.swap_remove(at);
-                        return Ok(());
+                    if head.seq < st.control_floor {
+                        return Ok(()); // the late reply to a control that timed out
                     }
                     st.reply = Some((head.seq, r));
                     drop(st);
@@ -570,6 +569,8 @@ impl Session {
         timeout: Duration,
     ) -> Result<std::result::Result<Vec<u8>, String>> {
         let _one_at_a_time = sync::lock(&self.control_lock);
+        // Every frame sent from now on has this number or a later one.
+        sync::lock(&self.state).control_floor = self.seq.load(Ordering::Relaxed);
         self.reader_wanted.fetch_or(READ_CONTROL, Ordering::AcqRel);
         self.rx_bell.ring();
         let _done = ControlDone(self);
@@ -587,11 +588,7 @@ impl Session {
             }
             let now = Instant::now();
             if now >= deadline {
-                // Its reply may still come: the reader drops it then (at most a few are kept
-                // in mind; a node that never answers is lost by its health connection anyway).
-                if st.abandoned.len() < 64 {
-                    st.abandoned.push(seq);
-                }
+                // Its reply may still come: the reader drops it then (`control_floor`).
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
