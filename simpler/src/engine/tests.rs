@@ -1281,13 +1281,7 @@ fn a_run_past_its_deadline_stops_its_workers_and_never_dispatches_the_rest() {
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
     assert_mentions(
         &err,
-        &[
-            "run 1 ",
-            "deadline of 50 ms",
-            "task 0 `chip_kernel`",
-            "on worker 0",
-            "task 3 `host_fn`",
-        ],
+        &["run 1 ", "deadline of 50 ms", "task 0 `chip_kernel`", "on worker 0", "task 3 `host_fn`"],
     );
     assert_mentions(&err, &["on sub worker 0", "they were stopped"]);
     let mut dispatched = ids(&rig.dispatched());
