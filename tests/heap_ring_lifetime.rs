@@ -8,7 +8,7 @@ use simpler::{DataType, TaskArgs, Tensor};
 
 fn addr(t: &Tensor) -> u64 {
     match t.desc().backing() {
-        Backing::HeapSlab { addr } => addr,
+        Backing::HeapSlab { addr, .. } => addr,
         other => panic!("not a heap slab: {other:?}"),
     }
 }

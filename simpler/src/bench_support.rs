@@ -212,7 +212,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             // Another owner than the engine's: these stand for buffers made elsewhere (an
             // engine checks that its own `orch.alloc` buffers are still live).
             Identity::new(nonce ^ 1, id, 1)?,
-            Backing::HeapSlab { addr: 0x10_0000_0000 + id * NBYTES },
+            Backing::HeapSlab { addr: 0x10_0000_0000 + id * NBYTES, ino: 1 },
             Access::ReadWrite,
             NBYTES,
         )?;

@@ -846,7 +846,7 @@ fn memfd(rng: &mut Rng) -> Backing {
 
 fn desc(rng: &mut Rng, nbytes: u64) -> BufferDesc {
     let backing = match rng.below(3) {
-        0 => Backing::HeapSlab { addr: 1 + rng.below(u64::MAX - 1) },
+        0 => Backing::HeapSlab { addr: 1 + rng.below(u64::MAX - 1), ino: 1 + rng.below(u64::MAX - 1) },
         1 => memfd(rng),
         _ => Backing::Device { ptr: rng.next_u64(), chip: rng.below(8) as u32 },
     };

@@ -1300,7 +1300,7 @@ impl CoreShared {
                 }
                 Ok(ptr)
             }
-            Backing::HeapSlab { addr } => Err(format!(
+            Backing::HeapSlab { addr, .. } => Err(format!(
                 "tensor {i} is host memory (a heap slab at {addr:#x}); kernels on a chip's cores use device memory only"
             )),
             Backing::Memfd { .. } => Err(format!(

@@ -4,7 +4,8 @@
 //! tensor: who minted the buffer ([`Identity`]), where its bytes live ([`Backing`]), what access it
 //! grants ([`Access`]) and how large it is. Each receiving process resolves a descriptor to a
 //! local address itself (map-once per identity); no address crosses a process boundary except
-//! the fork-inherited heap-ring base of a [`Backing::HeapSlab`].
+//! a [`Backing::HeapSlab`]'s address in the process that created its heap ring, which travels
+//! with the ring's inode so each process can find the ring among its own mappings.
 //!
 //! A [`Buffer`] owns the backing of a host buffer made by `Worker::create_buffer` (an anonymous
 //! memfd object, see `sys::shm`); dropping the last clone closes it.
@@ -221,7 +222,7 @@ impl Access {
 /// ```
 /// # use simpler::__private::Backing;
 /// let host = Backing::Memfd { pid: 4242, fd: 7, ino: 1234 };
-/// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000 };
+/// let slab = Backing::HeapSlab { addr: 0x7f00_0000_0000, ino: 77 };
 /// assert_ne!(host.kind_u8(), slab.kind_u8());
 /// if let Backing::Memfd { pid, fd, .. } = host {
 ///     assert_eq!((pid, fd), (4242, 7)); // /proc/4242/fd/7
@@ -229,11 +230,15 @@ impl Access {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backing {
-    /// A slab carved from a heap ring that was mapped `MAP_SHARED` before any fork: every process
-    /// of the tree sees it at the same virtual address `addr`.
+    /// A slab carved from a heap ring, a `MAP_SHARED` memfd mapping made before any child
+    /// started. `addr` is the slab's address in the process that created the ring; a child maps
+    /// the ring wherever its kernel puts it and translates. `ino` says which ring: the
+    /// addresses of different processes' rings may coincide, their inodes do not.
     HeapSlab {
-        /// Base virtual address of the slab.
+        /// Base virtual address of the slab in the ring's creator.
         addr: u64,
+        /// The inode number of the ring's memfd (non-zero).
+        ino: u64,
     },
     /// An anonymous memfd object held by the process that created it, mapped once per identity
     /// by each process that uses it through `/proc/<pid>/fd/<fd>`; the opener checks that the
@@ -263,7 +268,7 @@ impl Backing {
     ///
     /// ```
     /// # use simpler::__private::Backing;
-    /// assert_eq!(Backing::HeapSlab { addr: 0x1000 }.kind_u8(), 0);
+    /// assert_eq!(Backing::HeapSlab { addr: 0x1000, ino: 5 }.kind_u8(), 0);
     /// assert_eq!(Backing::Memfd { pid: 1, fd: 3, ino: 9 }.kind_u8(), 2);
     /// ```
     pub fn kind_u8(&self) -> u8 {
@@ -304,7 +309,8 @@ pub struct BufferDesc {
 }
 
 impl BufferDesc {
-    /// Builds a descriptor, validating the backing (a [`Backing::HeapSlab`] at address 0, or a
+    /// Builds a descriptor, validating the backing (a [`Backing::HeapSlab`] at address 0 or of
+    /// inode 0, or a
     /// [`Backing::Memfd`] with a pid of 0 or above `i32::MAX`, a descriptor above `i32::MAX` or
     /// inode 0, is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error).
     /// Crate-private:
@@ -316,10 +322,12 @@ impl BufferDesc {
         access: Access,
         nbytes: u64,
     ) -> Result<BufferDesc> {
-        if let Backing::HeapSlab { addr } = backing
-            && addr == 0
+        if let Backing::HeapSlab { addr, ino } = backing
+            && (addr == 0 || ino == 0)
         {
-            return Err(Error::invalid("heap slab buffer: base address is null"));
+            return Err(Error::invalid(format!(
+                "heap slab buffer: base address {addr:#x} or ring inode {ino} is 0"
+            )));
         }
         if let Backing::Memfd { pid, fd, ino } = backing {
             let max = i32::MAX as u32;

@@ -25,7 +25,7 @@
 //! | 48 | u32 | owner_worker_path_id (written 0, ignored) |
 //! | 52 | u16 | body_len (<= 32) |
 //! | 54..56 | | zero |
-//! | 56..88 | bytes | body: HeapSlab = u64 address (8 bytes), Memfd = u32 pid + u32 fd + u64 inode (16 bytes), Device = u64 pointer + u32 chip (12 bytes); zero past body_len |
+//! | 56..88 | bytes | body: HeapSlab = u64 address + u64 ring inode (16 bytes), Memfd = u32 pid + u32 fd + u64 inode (16 bytes), Device = u64 pointer + u32 chip (12 bytes); zero past body_len |
 //! | 88 | u64 | byte_offset |
 //! | 96 | u32 | ndims (1..=5) |
 //! | 100 | u32 × 5 | shape |
@@ -201,9 +201,10 @@ fn write_desc(desc: &BufferDesc, out: &mut [u8]) {
     put(out, D_NBYTES, &desc.nbytes().to_le_bytes());
     put(out, D_PATH_ID, &0u32.to_le_bytes());
     let body_len = match desc.backing() {
-        Backing::HeapSlab { addr } => {
+        Backing::HeapSlab { addr, ino } => {
             put(out, D_BODY, &addr.to_le_bytes());
-            8
+            put(out, D_BODY + 8, &ino.to_le_bytes());
+            16
         }
         Backing::Memfd { pid, fd, ino } => {
             put(out, D_BODY, &pid.to_le_bytes());
@@ -271,13 +272,13 @@ fn read_desc(b: &[u8]) -> Result<BufferDesc> {
         )));
     }
     let backing = if backend == BACKEND_HEAP_SLAB {
-        if body_len != 8 {
+        if body_len != 16 {
             return Err(Error::decode(format!(
-                "heap slab body_len must be 8 (a u64 address), got {body_len}"
+                "heap slab body_len must be 16 (u64 address, u64 ring inode), got {body_len}"
             )));
         }
-        let addr = get_u64(body, 0);
-        Backing::HeapSlab { addr }
+        // Non-zero values are checked by `BufferDesc::new` below.
+        Backing::HeapSlab { addr: get_u64(body, 0), ino: get_u64(body, 8) }
     } else if backend == BACKEND_DEVICE {
         if body_len != 12 {
             return Err(Error::decode(format!(

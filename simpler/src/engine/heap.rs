@@ -61,9 +61,7 @@ impl HostRings {
 
 impl IntermediateHeap for HostRings {
     fn alloc(&self, ring: usize, bytes: u64) -> Result<Option<(HeapBlock, Backing)>> {
-        Ok(self.rings[ring]
-            .try_alloc(bytes)?
-            .map(|(id, addr)| (HeapBlock { ring, id }, Backing::HeapSlab { addr })))
+        Ok(self.rings[ring].try_alloc(bytes)?.map(|(id, backing)| (HeapBlock { ring, id }, backing)))
     }
 
     fn release(&self, block: HeapBlock) {

@@ -4,8 +4,9 @@
 //! a submit that finds it full waits (driving the scheduler) and then fails with an error that
 //! names `WorkerBuilder::task_window`.
 //!
-//! Each heap ring is one anonymous `MAP_SHARED` mapping made before any fork, so every child sees
-//! a slab at the same address. Allocation is a bump allocator with wrap-around over a FIFO of
+//! Each heap ring is one `MAP_SHARED` memfd mapping made before any child starts, so every child
+//! sees its slabs (at the same address when forked; elsewhere, translated by the ring's memfd
+//! inode, when started by exec). Allocation is a bump allocator with wrap-around over a FIFO of
 //! blocks; blocks are released in any order but reclaimed in FIFO order (the released prefix of
 //! the FIFO is dropped), so one long-lived block holds back only its own ring. The ring is chosen
 //! by scope depth: `min(depth, 3)`.
@@ -14,6 +15,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::data::buffer::Backing;
 use crate::error::{Error, Result};
 use crate::sys::mem::{SharedRegion, SharedSpan};
 use crate::sys::sync;
@@ -102,9 +104,9 @@ impl HeapRing {
         self.region.as_ref().is_some_and(|r| r.contains(addr, len))
     }
 
-    /// Allocates `bytes` (rounded up to [`HEAP_ALIGN`]); `Ok(None)` when the ring is full now,
-    /// `Err` when the request can never fit.
-    pub(crate) fn try_alloc(&self, bytes: u64) -> Result<Option<(u64, u64)>> {
+    /// Allocates `bytes` (rounded up to [`HEAP_ALIGN`]): the block's id and where it lives;
+    /// `Ok(None)` when the ring is full now, `Err` when the request can never fit.
+    pub(crate) fn try_alloc(&self, bytes: u64) -> Result<Option<(u64, Backing)>> {
         let Some(region) = &self.region else {
             return Err(Error::invalid(
                 "orch.alloc: the heap is disabled (heap_ring_size = 0); set WorkerBuilder::heap_ring_size",
@@ -143,7 +145,7 @@ impl HeapRing {
         let id = st.next_id;
         st.next_id += 1;
         st.blocks.push_back(Block { id, start, end: start + size, released: false });
-        Ok(Some((id, region.addr() + start)))
+        Ok(Some((id, Backing::HeapSlab { addr: region.addr() + start, ino: region.ino() })))
     }
 
     /// Marks block `id` released and reclaims the released FIFO prefix. Idempotent.
@@ -198,8 +200,10 @@ mod tests {
         assert!(h.try_alloc(1).unwrap().is_none());
         h.release(a);
         // a and b reclaimed: 3 blocks free before c, wrap to 0.
-        let (_, addr) = h.try_alloc(3 * 1024).unwrap().unwrap();
+        let (_, backing) = h.try_alloc(3 * 1024).unwrap().unwrap();
+        let Backing::HeapSlab { addr, ino } = backing else { panic!("{backing:?}") };
         assert_eq!(addr % HEAP_ALIGN, 0);
+        assert_eq!(Some(ino), h.span().map(|s| s.region.ino()), "the slab names its ring");
         h.release(c);
         assert_eq!(h.used(), 3 * 1024);
         assert!(h.try_alloc(5 * 1024).is_err(), "larger than the ring");

@@ -359,8 +359,13 @@ fn buffer(id: u64) -> BufferDesc {
 }
 
 fn buffer_with(id: u64, access: Access) -> BufferDesc {
-    BufferDesc::new(Identity::new(1, id, 1).unwrap(), Backing::HeapSlab { addr: 0x1000 * id }, access, 64)
-        .unwrap()
+    BufferDesc::new(
+        Identity::new(1, id, 1).unwrap(),
+        Backing::HeapSlab { addr: 0x1000 * id, ino: 1 },
+        access,
+        64,
+    )
+    .unwrap()
 }
 
 /// Elements `[from, from + len)` of a buffer, as f32.
@@ -1827,7 +1832,7 @@ fn the_role_is_given_up_when_its_holder_panics() {
 
 fn slab(t: &Tensor) -> u64 {
     match t.desc().backing() {
-        Backing::HeapSlab { addr } => addr,
+        Backing::HeapSlab { addr, .. } => addr,
         other => panic!("orch.alloc gave {other:?}"),
     }
 }

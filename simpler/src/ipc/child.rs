@@ -13,8 +13,8 @@
 //!     [`ControlRequest`] is only ever read from a frame. The command alone names the type, and
 //!     [`received_fn`] is the one place that reads a function back; the child also recomputes
 //!     the digest from the descriptor and installs only on a match.
-//! C2. Heap-slab tensors are accepted only when their whole buffer lies inside one of the heap
-//!     rings mapped before the fork; memfd tensors only inside the object as mapped here (the
+//! C2. Heap-slab tensors are accepted only when their whole buffer lies inside the heap ring
+//!     they name (by its memfd inode) among those mapped before the child started; memfd tensors only inside the object as mapped here (the
 //!     object the descriptor names, checked by `SharedMem::open`, rule N5 of `sys::shm`).
 //!     A mapping is dropped only by [`HostResolver::trim`], which takes `&mut self`: the
 //!     tensors and byte slices the resolver lends borrow it, so none outlives its mapping.
@@ -282,13 +282,14 @@ impl HostResolver {
     /// The address of a heap-slab buffer, if it lies inside one heap ring (rule C2).
     fn heap_slab(&self, desc: &BufferDesc) -> Result<*mut u8, String> {
         let n = desc.nbytes();
-        let Backing::HeapSlab { addr } = desc.backing() else {
+        let Backing::HeapSlab { addr, ino } = desc.backing() else {
             return Err("not a heap slab".to_string());
         };
-        self.heaps
-            .iter()
-            .find_map(|span| span.local(addr, n))
-            .ok_or_else(|| format!("heap slab at {addr:#x} (+{n} bytes) is outside every heap ring"))
+        self.heaps.iter().find_map(|span| span.local(ino, addr, n)).ok_or_else(|| {
+            format!(
+                "heap slab at {addr:#x} (+{n} bytes) of ring {ino} is outside every heap ring mapped here"
+            )
+        })
     }
 
     /// Drops the oldest mappings beyond the cache size (only between requests, rule C2).
@@ -412,5 +413,30 @@ mod tests {
         let view = TensorView::new(0, &[16], None, crate::data::dtype::DataType::Uint8).unwrap();
         assert!(resolver.tensor(&forged, view, Access::Read).is_err());
         assert!(resolver.tensor(&new_desc, view, Access::Read).is_ok());
+    }
+
+    /// A child started by exec maps its parent's heap rings at addresses of its own, beside
+    /// rings it made itself, so a slab address of one process may lie inside another process's
+    /// ring as well: the ring's inode, not the address, says which ring a slab is in.
+    #[test]
+    fn a_heap_slab_resolves_in_its_own_ring_when_another_rings_addresses_coincide() {
+        use crate::sys::mem::SharedRegion;
+        use std::sync::Arc;
+        let mine = Arc::new(SharedRegion::new(1 << 16, true).unwrap());
+        let parents = Arc::new(SharedRegion::new(1 << 16, true).unwrap());
+        // The parent created its ring at the very address this process's own ring has here.
+        let origin = mine.addr();
+        let heaps = vec![SharedSpan::here(mine.clone()), SharedSpan { origin, region: parents.clone() }];
+        let mut resolver = HostResolver::new(heaps);
+        let minter = IdentityMinter::new(11);
+        let slab = |ino: u64| {
+            let backing = Backing::HeapSlab { addr: origin + 4096, ino };
+            BufferDesc::new(minter.mint().unwrap(), backing, Access::ReadWrite, 64).unwrap()
+        };
+        let at = |r: &SharedRegion| r.as_ptr().wrapping_add(4096);
+        assert_eq!(resolver.resolve(&slab(parents.ino())).unwrap(), at(&parents));
+        assert_eq!(resolver.resolve(&slab(mine.ino())).unwrap(), at(&mine));
+        let err = resolver.resolve(&slab(mine.ino().max(parents.ino()) + 1)).unwrap_err();
+        assert!(err.contains("outside every heap ring"), "{err}");
     }
 }

@@ -7,7 +7,10 @@
 //! and maps it at an address of its own ([`SharedRegion::map_fd`]); a forked child inherits
 //! the mapping at the same address. Either way all of them see one set of pages. An address a
 //! descriptor carries (a heap slab) is an address in the *creating* process, which a child
-//! translates with [`SharedSpan::local`].
+//! translates with [`SharedSpan::local`]. Such an address means something only together with
+//! the region's identity (the memfd's inode, [`SharedRegion::ino`]): a child started by exec
+//! maps regions of its own wherever its kernel puts them, so one of its own addresses may also
+//! be an address inside a region its parent created.
 //!
 //! # Rules
 //!
@@ -56,10 +59,13 @@ pub(crate) struct SharedRegion {
     ptr: NonNull<u8>,
     len: usize,
     fd: OwnedFd,
+    /// The memfd's inode number: the region's identity in every process that maps it.
+    ino: u64,
 }
 
 /// A shared region as a descriptor names it: `origin` is its base address in the process that
-/// created it (the address heap-slab descriptors carry), `region` its mapping here.
+/// created it (the address heap-slab descriptors carry, beside the region's inode), `region` its
+/// mapping here.
 #[derive(Clone, Debug)]
 pub(crate) struct SharedSpan {
     pub(crate) origin: u64,
@@ -77,8 +83,12 @@ impl SharedSpan {
         self.region.len() as u64
     }
 
-    /// The local address of the `n` bytes at creator address `addr`, if they lie inside.
-    pub(crate) fn local(&self, addr: u64, n: u64) -> Option<*mut u8> {
+    /// The local address of the `n` bytes at creator address `addr` of the region with inode
+    /// `ino`, if this span is that region and they lie inside.
+    pub(crate) fn local(&self, ino: u64, addr: u64, n: u64) -> Option<*mut u8> {
+        if self.region.ino != ino {
+            return None;
+        }
         let offset = addr.checked_sub(self.origin)?;
         let end = offset.checked_add(n)?;
         if end > self.len() {
@@ -137,6 +147,9 @@ impl SharedRegion {
     fn map(fd: OwnedFd, len: usize, lazy: bool) -> Result<SharedRegion> {
         let length = NonZeroUsize::new(len)
             .ok_or_else(|| Error::invalid("shared region: length must be greater than 0"))?;
+        let ino = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|e| Error::os("fstat of a shared region", e))?
+            .st_ino;
         let mut flags = MapFlags::MAP_SHARED;
         if lazy {
             flags |= MapFlags::MAP_NORESERVE;
@@ -146,7 +159,7 @@ impl SharedRegion {
         // checked by `map_fd`); the returned range is owned by the SharedRegion built from it.
         let ptr = unsafe { mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags, &fd, 0) }
             .map_err(|e| Error::os(&format!("mapping {len} bytes of shared memory (lazy: {lazy})"), e))?;
-        Ok(SharedRegion { ptr: ptr.cast(), len, fd })
+        Ok(SharedRegion { ptr: ptr.cast(), len, fd, ino })
     }
 
     /// The memfd behind the mapping (what a child started by exec inherits).
@@ -162,6 +175,12 @@ impl SharedRegion {
     /// The length of the mapping in bytes (never 0).
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The memfd's inode number (non-zero): which region this is, in every process that maps
+    /// it (what a heap-slab descriptor carries beside an address).
+    pub(crate) fn ino(&self) -> u64 {
+        self.ino
     }
 
     /// The base address as an integer (what a heap-slab descriptor carries).

@@ -7,9 +7,12 @@ fn shm_desc(buffer_id: u64, fd: u32, access: Access, nbytes: u64) -> BufferDesc 
     BufferDesc::new(identity, backing, access, nbytes).unwrap()
 }
 
+/// The ring inode of [`slab_desc`]'s slabs.
+const SLAB_INO: u64 = 0x99_0000_0077;
+
 fn slab_desc(buffer_id: u64, addr: u64, access: Access, nbytes: u64) -> BufferDesc {
     let identity = Identity::new(0x0bad_cafe, buffer_id, 1).unwrap();
-    BufferDesc::new(identity, Backing::HeapSlab { addr }, access, nbytes).unwrap()
+    BufferDesc::new(identity, Backing::HeapSlab { addr, ino: SLAB_INO }, access, nbytes).unwrap()
 }
 
 /// A tensor; empty `st` means contiguous.
@@ -92,8 +95,9 @@ fn record_layout_is_as_documented() {
     assert_eq!(r[24..28], 1u32.to_le_bytes());
     assert_eq!(r[40..48], 0x1000_u64.to_le_bytes());
     assert_eq!(r[48..52], [0; 4]);
-    assert_eq!(r[52..54], 8u16.to_le_bytes());
+    assert_eq!(r[52..54], 16u16.to_le_bytes());
     assert_eq!(r[56..64], 0x1122_3344_5566_7788_u64.to_le_bytes());
+    assert_eq!(r[64..72], SLAB_INO.to_le_bytes());
     assert_eq!(r[88..96], 16u64.to_le_bytes());
     assert_eq!(r[96..100], 2u32.to_le_bytes());
     assert_eq!(r[100..104], 2u32.to_le_bytes());
@@ -104,7 +108,7 @@ fn record_layout_is_as_documented() {
     assert_eq!(r[140], DataType::Int32.as_u8());
     assert_eq!(blob[152..160], 0xabcd_u64.to_le_bytes());
     // Every padding range is zero.
-    for range in [5..8, 28..40, 54..56, 64..88, 128..140, 141..144] {
+    for range in [5..8, 28..40, 54..56, 72..88, 128..140, 141..144] {
         assert!(r[range].iter().all(|&b| b == 0));
     }
 }
@@ -289,11 +293,17 @@ fn corrupted_fields_are_named() {
     expect(corrupt(&shm, 0, |r| r[52] = 17), "memfd body_len must be 16");
     expect(corrupt(&shm, 0, |r| r[52] = 32), "memfd body_len must be 16");
     expect(corrupt(&slab, 0, |r| put64(r, 56, 0)), "address");
+    expect(corrupt(&slab, 0, |r| put64(r, 64, 0)), "ring inode 0");
     expect(corrupt(&slab, 0, |r| r[52] = 4), "body_len");
-    expect(corrupt(&slab, 0, |r| r[52] = 9), "body_len");
-    expect(corrupt(&slab, 0, |r| r[64] = 1), "past body_len");
-    // An address is not a memfd body.
-    expect(corrupt(&slab, 0, |r| r[4] = 2), "memfd body_len must be 16");
+    expect(corrupt(&slab, 0, |r| r[52] = 17), "heap slab body_len must be 16");
+    let short_slab = |r: &mut [u8]| {
+        r[52] = 8;
+        r[64..72].fill(0);
+    };
+    expect(corrupt(&slab, 0, short_slab), "heap slab body_len must be 16");
+    expect(corrupt(&slab, 0, |r| r[72] = 1), "past body_len");
+    // A host slab is not device memory.
+    expect(corrupt(&slab, 0, |r| r[4] = 4), "address_space");
 }
 
 /// Found by the decoder fuzz harness: a record whose unit strides keep the extent inside the
