@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, process_exists};
 use simpler::{
-    CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
-    Result, RunOptions, TaskArgs, Worker,
+    CallConfig, ChipFn, ClusterKey, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, NodeAddr,
+    OrchFn, Orchestrator, RemoteWorker, Result, RunOptions, StartMethod, TaskArgs, Worker,
 };
 
 const N: usize = 128;
@@ -196,6 +196,125 @@ fn chip_callables_at_l4(after_init: bool) {
     })
     .unwrap();
     assert_eq!(out.read::<f32>(0, N).unwrap(), vec![3.5f32; N]);
+}
+
+/// L4 orchestration: `l3_chip_add` on its L3 child 0.
+fn l4_chip_add(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let h = OrchFn::new("l3_chip_add", l3_chip_add).handle();
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?.input(args.tensor(1).unwrap())?.output(args.tensor(2).unwrap())?;
+    orch.submit_next_level(&h, a, CallConfig::default(), 0).map(|_| ())
+}
+
+/// The L4 runs in a process started by exec (the default), which rebuilds it from its start
+/// spec: with its nested Worker as a lane that runs chip callables, so a kernel registered at
+/// the L5 after `init` reaches the chips two levels down.
+#[test]
+fn chip_callables_registered_at_l5_after_init_reach_the_chips_two_levels_down() {
+    if !in_own_process() {
+        return;
+    }
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    l4.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    l4.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network2));
+    rig.add_worker(l4).unwrap();
+    let add = rig.register_orch(OrchFn::new("l4_chip_add", l4_chip_add)).unwrap();
+    rig.init();
+    rig.register_chip(ChipFn::kernel("vadd", vadd)).expect("the kernel reaches the L4 and its L3's chips");
+    let (a, b, out) = (
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+        rig.create_buffer(N * 4).unwrap(),
+    );
+    a.write(0, &vec![1.5f32; N]).unwrap();
+    b.write(0, &vec![2.0f32; N]).unwrap();
+    let (ta, tb, to) = (f32s(&a), f32s(&b), f32s(&out));
+    rig.run(|orch| {
+        let mut x = TaskArgs::new();
+        x.input(&ta)?.input(&tb)?.output(&to)?;
+        orch.submit_next_level(&add, x, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![3.5f32; N]);
+}
+
+/// A process that started workers by exec has a thread that starts them; a Worker forked from
+/// it (`StartMethod::Fork`) does not inherit that thread, and must start its own children
+/// anyway (it used to wait for the missing thread until its startup timeout).
+#[test]
+fn a_forked_l3_starts_its_children_after_this_process_started_workers_by_exec() {
+    if !in_own_process() {
+        return;
+    }
+    let mut first = Rig::new(Worker::builder().sub_workers(1));
+    first.init();
+    drop(first);
+    let mut rig = Rig::new(
+        Worker::builder()
+            .level(Level::Network1)
+            .start_method(StartMethod::Fork)
+            .startup_timeout(Duration::from_secs(30)),
+    );
+    rig.add_worker(l3_tripling()).unwrap(); // starts its SUB worker by exec, in the forked process
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    let started = Instant::now();
+    rig.init();
+    assert!(started.elapsed() < Duration::from_secs(20), "init took {:?}", started.elapsed());
+    let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
+    x.write(0, &vec![2.0f32; N]).unwrap();
+    let (tx, to) = (f32s(&x), f32s(&out));
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.input(&tx)?.output(&to)?;
+        orch.submit_next_level(&tri, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap();
+    assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
+}
+
+/// A closure registered on a nested Worker cannot reach that Worker's process when its parent
+/// starts it by exec, even if the nested Worker forks its own children: the error names the
+/// closure, the nested Worker and the setting to change (the parent's start method).
+#[test]
+fn a_closure_on_a_nested_worker_started_by_exec_is_refused_naming_the_worker_and_the_remedy() {
+    if !in_own_process() {
+        return;
+    }
+    let k = 5.0f32;
+    let mut l3 = Worker::builder().sub_workers(1).start_method(StartMethod::Fork).build().unwrap();
+    l3.register(HostFn::closure("times_k", move |_: &HostArgs<'_>| {
+        let _ = k;
+        Ok(())
+    }))
+    .unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    l4.add_worker(l3).unwrap();
+    let err = l4.init().unwrap_err();
+    common::assert_err(
+        &err,
+        ErrorKind::Callable,
+        &["times_k", "registered on worker 0", "L3", "build this Worker with StartMethod::Fork"],
+    );
+    assert!(l4.child_pids().is_empty(), "nothing was started");
+}
+
+/// A remote Worker's id follows the nested Workers': a nested Worker added after it would
+/// take that id, so it is refused, naming the remote Worker.
+#[test]
+fn a_nested_worker_added_after_a_remote_one_is_refused() {
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    l4.add_worker(l3_tripling()).unwrap();
+    let key = ClusterKey::new([1u8; 16]).unwrap();
+    let r = l4.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7601), key)).unwrap();
+    assert_eq!(r, 1);
+    let err = l4.add_worker(l3_tripling()).unwrap_err();
+    common::assert_err(
+        &err,
+        ErrorKind::InvalidState,
+        &["before remote ones", "remote worker 1 (127.0.0.1:7601)"],
+    );
+    assert_eq!(l4.nested_workers(), 1);
 }
 
 #[test]

@@ -307,6 +307,40 @@ fn a_graph_runs_across_a_local_and_two_remote_l3_workers() {
     finish(rig, vec![n1, n2]); // closing the root ends each node's session
 }
 
+/// Runs on an L4 under an L5: `step` on the L4's worker 1 (a remote one).
+fn step_on_remote(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.inout(args.tensor(0).unwrap())?;
+    orch.submit_next_level(&OrchFn::new("step", step).handle(), a, CallConfig::default(), 1).map(|_| ())
+}
+
+/// An L4 with a remote Worker under an L5: the L4's process (started by exec, the default) is
+/// rebuilt from its start spec with its remote Worker, which it connects to itself.
+#[test]
+fn an_l4_under_an_l5_drives_its_remote_worker() {
+    if !in_own_process() {
+        return;
+    }
+    let (addr, node) = thread_node();
+    let l4 = root_worker(&[addr], Duration::from_secs(2));
+    let mut l5 = Worker::builder().level(Level::Network2).build().unwrap();
+    l5.add_worker(l4).unwrap();
+    let fwd = l5.register_orch(OrchFn::new("step_on_remote", step_on_remote)).unwrap();
+    l5.init().unwrap();
+    let buf = u64_buffer(&l5, 4);
+    buf.write(0, &[0u64, 1, 2, 3]).unwrap();
+    let t = u64s(&buf, 0, 4);
+    l5.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.inout(&t)?;
+        orch.submit_next_level(&fwd, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .expect("the L4 under the L5 ran the task on its node");
+    assert_eq!(read_u64(&buf, 0, 4), vec![1, 3, 5, 7]);
+    drop((t, buf));
+    finish(l5, vec![node]);
+}
+
 #[test]
 fn large_tensors_go_to_the_node_and_back_run_after_run() {
     if !in_own_process() {

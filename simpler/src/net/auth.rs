@@ -63,6 +63,12 @@ impl ClusterKey {
         Ok(ClusterKey(secret.into()))
     }
 
+    /// The key's bytes (for a Worker's start spec, which carries it to the process of a nested
+    /// Worker with remote Workers).
+    pub(crate) fn secret(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The key in the environment variable `SIMPLER_CLUSTER_KEY` (its bytes, at least 16); an
     /// `ErrorKind::InvalidArgument` naming the variable when it is unset, empty or short.
     pub fn from_env() -> Result<ClusterKey> {

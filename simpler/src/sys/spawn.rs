@@ -7,7 +7,8 @@
 //! process (a plain fork ties it to the forking thread: a Worker made on a short-lived thread
 //! lost its children when that thread ended). What the child is to do travels in a *start
 //! spec*: bytes in a memfd, plus the descriptors the spec refers to (the mailbox region, heap
-//! rings), all inherited across the exec.
+//! rings), all inherited across the exec. Each process has a spawner of its own: one forked
+//! (`StartMethod::Fork`) from a process that had one starts another when it first needs it.
 //!
 //! In the child, [`START_HOOK`] runs from `.init_array`, before `main` (also before a test
 //! harness's `main`): when the environment names a start spec, it takes the spec and the
@@ -77,11 +78,21 @@ struct Job {
     reply: mpsc::Sender<std::io::Result<u32>>,
 }
 
-/// The spawner thread's queue (started on first use, lives as long as the process).
-fn spawner() -> Result<&'static Mutex<mpsc::Sender<Job>>> {
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
-    if let Some(s) = SPAWNER.get() {
-        return Ok(s);
+/// The spawner thread's queue (started on first use in each process, lives as long as the
+/// process). A process forked from one that had a spawner inherits its queue but not its
+/// thread: it starts a spawner of its own (the inherited queue is forgotten, never dropped, as
+/// the thread it would signal is not here).
+fn spawner() -> Result<mpsc::Sender<Job>> {
+    static SPAWNER: Mutex<Option<(u32, mpsc::Sender<Job>)>> = Mutex::new(None);
+    let me = std::process::id();
+    let mut spawner = sync::lock(&SPAWNER);
+    match spawner.take() {
+        Some((pid, tx)) if pid == me => {
+            *spawner = Some((pid, tx.clone()));
+            return Ok(tx);
+        }
+        Some((_, inherited)) => std::mem::forget(inherited),
+        None => {}
     }
     let (tx, rx) = mpsc::channel::<Job>();
     let started = std::thread::Builder::new().name("simpler-spawner".into()).spawn(move || {
@@ -94,8 +105,8 @@ fn spawner() -> Result<&'static Mutex<mpsc::Sender<Job>>> {
         Ok(_) => {}
         Err(e) => return Err(Error::os("starting the spawner thread", e)),
     }
-    // Another thread may have won the race: its spawner serves; ours ends when `tx` drops.
-    Ok(SPAWNER.get_or_init(|| Mutex::new(tx)))
+    *spawner = Some((me, tx.clone()));
+    Ok(tx)
 }
 
 /// Starts a child running this binary, which calls [`CHILD_ENTRY`] with `spec` and `pass`
@@ -149,7 +160,7 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
         })
     };
     let (reply, answer) = mpsc::channel();
-    sync::lock(spawner()?).send(Job { command, reply }).map_err(|_| what(&"the spawner thread is gone"))?;
+    spawner()?.send(Job { command, reply }).map_err(|_| what(&"the spawner thread is gone"))?;
     let pid = answer.recv().map_err(|_| what(&"the spawner thread is gone"))?.map_err(|e| what(&e))?;
     drop(spec_fd);
     Ok(pid as i32)

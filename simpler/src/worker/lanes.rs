@@ -44,6 +44,11 @@ impl Lanes {
         self.sub + self.next
     }
 
+    /// The name of remote L3 Worker `j` (its address, or its rank in a launched job).
+    pub(super) fn remote_name(&self, j: usize) -> &str {
+        &self.remote[j]
+    }
+
     /// The number of remote L3 Workers.
     pub(super) fn remotes(&self) -> usize {
         self.remote.len()

@@ -440,7 +440,9 @@ impl Worker {
 
     /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up) and returns
     /// its worker id (`0, 1, ...` in the order added). The child must not be initialized:
-    /// `init` forks one process per child, in which the child starts its own subtree.
+    /// `init` starts one process per child, in which the child starts its own subtree. Nested
+    /// Workers come before remote ones ([`add_remote_worker`](Worker::add_remote_worker)),
+    /// whose ids follow theirs: adding one after a remote Worker is refused.
     ///
     /// ```
     /// use simpler::{Level, Worker};
@@ -474,6 +476,15 @@ impl Worker {
                 Level::from_number(self.cfg.level.number() - 1)
                     .map_or("lower".to_string(), |l| l.to_string()),
                 child.cfg.level
+            )));
+        }
+        if self.lanes.remotes() > 0 {
+            // A remote Worker's id follows the nested Workers' ids: another nested Worker
+            // would take the id it was given.
+            return Err(Error::state(format!(
+                "Worker.add_worker: add nested Workers before remote ones ({} has id {} already; its id would change)",
+                self.lanes.label(self.lanes.mailboxes()),
+                self.children.len()
             )));
         }
         self.lanes.add_nested(child.runs_chip_callables());

@@ -29,13 +29,16 @@ use crate::ipc::child::{
 };
 use crate::ipc::mailbox::MailboxRegion;
 use crate::level::Level;
+use crate::net::auth::ClusterKey;
 use crate::net::frame::{BodyReader, BodyWriter, FrameError};
+use crate::net::transport::NodeAddr;
 use crate::sys::mem::{SharedRegion, SharedSpan};
 use crate::sys::process::fork_child;
 use crate::sys::spawn::{CHILD_ENTRY, ChildStart, spawn_self};
 use crate::worker::Worker;
 use crate::worker::builder::WorkerBuilder;
 use crate::worker::callables::Callables;
+use crate::worker::remote::RemoteWorker;
 use crate::worker::serve::chip::ChipChild;
 use crate::worker::serve::nested::NestedChild;
 use crate::worker::serve::sub::SubChild;
@@ -140,7 +143,7 @@ pub(crate) fn start_child(
             match &plan {
                 ChildPlan::Sub(c) => {
                     spec.u8(ROLE_SUB);
-                    host_registry(&mut spec, &c.registry)?;
+                    host_registry(&mut spec, &c.registry, None)?;
                 }
                 ChildPlan::Chip(c) => {
                     spec.u8(ROLE_CHIP);
@@ -157,7 +160,7 @@ pub(crate) fn start_child(
                         spec.u64(o);
                     }
                     orch_registry(&mut spec, &c.registry);
-                    worker_spec(&mut spec, &c.worker, 0)?;
+                    worker_spec(&mut spec, &c.worker, 0, &format!("worker {}", c.id))?;
                 }
             }
             spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds)
@@ -270,8 +273,9 @@ fn read_plan(
     }
 }
 
-/// Writes a Worker's configuration, callables and nested Workers (not started yet).
-fn worker_spec(e: &mut Enc, w: &Worker, depth: u32) -> Result<()> {
+/// Writes a Worker's configuration, callables and nested Workers (not started yet); `path`
+/// names it from the Worker that starts it (`worker 0`, `worker 0/worker 1`).
+fn worker_spec(e: &mut Enc, w: &Worker, depth: u32, path: &str) -> Result<()> {
     if depth >= MAX_DEPTH {
         return Err(Error::invalid("Workers nested deeper than a start spec can carry"));
     }
@@ -297,12 +301,22 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32) -> Result<()> {
         })
         .u8(u8::from(c.replace_dead))
         .duration(c.run_deadline.unwrap_or(Duration::ZERO));
-    host_registry(e, w.callables.host())?;
+    host_registry(e, w.callables.host(), Some((path, w.cfg.level)))?;
     chip_registry(e, w.callables.chip());
     orch_registry(e, w.callables.orch());
     e.u32(w.children.len() as u32);
-    for child in &w.children {
-        worker_spec(e, child, depth + 1)?;
+    for (j, child) in w.children.iter().enumerate() {
+        worker_spec(e, child, depth + 1, &format!("{path}/worker {j}"))?;
+    }
+    e.u32(w.remote.len() as u32);
+    for (j, node) in w.remote.iter().enumerate() {
+        e.bytes(w.lanes.remote_name(j).as_bytes())
+            .bytes(node.addr.to_string().as_bytes())
+            .bytes(node.key.secret())
+            .duration(node.connect_timeout)
+            .duration(node.health_timeout)
+            .u8(u8::from(node.launch_rank.is_some()))
+            .u32(node.launch_rank.unwrap_or(0));
     }
     Ok(())
 }
@@ -321,6 +335,12 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     c.engine.backpressure_timeout = d.duration()?;
     c.engine.next_level_workers = d.usize()?;
     c.engine.sub_workers = d.usize()?;
+    if c.engine.next_level_workers.max(c.engine.sub_workers) > MAX_LIST as usize {
+        return Err(Error::invalid(format!(
+            "start spec: {} SUB workers and {} chips, more than {MAX_LIST}",
+            c.engine.sub_workers, c.engine.next_level_workers
+        )));
+    }
     c.chip_memory = d.u64()?;
     c.chip_cores = d.usize()?;
     c.chip_backend = BackendFactory::from_start_spec(d.u64()?)
@@ -343,7 +363,27 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     }
     let mut w = c.build()?;
     w.callables = callables;
-    w.children = children;
+    // As the parent's were added: nested Workers first (their lanes, and which run chip
+    // callables), then remote ones.
+    for child in children {
+        w.add_worker(child)?;
+    }
+    for _ in 0..d.count()? {
+        let text = |b: &[u8]| {
+            String::from_utf8(b.to_vec())
+                .map_err(|_| Error::invalid("a remote Worker's name or address is not UTF-8"))
+        };
+        let name = text(d.bytes()?)?;
+        let addr = NodeAddr::parse(&text(d.bytes()?)?)?;
+        let key = ClusterKey::new(d.bytes()?)?;
+        let mut node = RemoteWorker::new(addr, key);
+        node.connect_timeout = d.duration()?;
+        node.health_timeout = d.duration()?;
+        let launched = d.u8()? != 0;
+        let rank = d.u32()?;
+        node.launch_rank = launched.then_some(rank);
+        w.add_remote_worker_named(node, name)?;
+    }
     Ok(w)
 }
 
@@ -353,17 +393,23 @@ fn entry(e: &mut Enc, command: u64, word: u64, refs: u32, descriptor: &[u8]) {
     e.u64(command).u64(word).u32(refs).bytes(descriptor);
 }
 
-fn host_registry(e: &mut Enc, r: &Registry<HostFn>) -> Result<()> {
+/// Writes the host functions of a SUB worker (`nested` None) or of nested Worker `nested`
+/// (its path and level).
+fn host_registry(e: &mut Enc, r: &Registry<HostFn>, nested: Option<(&str, Level)>) -> Result<()> {
     e.u32(r.iter().count() as u32);
     for (digest, desc, f) in r.iter() {
         let Body::Ptr(ptr) = f.body() else {
-            return Err(Error::new(
-                crate::error::ErrorKind::Callable,
-                format!(
+            let msg = match nested {
+                None => format!(
                     "{}: a closure cannot reach a worker process started by exec (StartMethod::Exec); register a fn with HostFn::new, or start the children with StartMethod::Fork",
                     f.handle()
                 ),
-            ));
+                Some((path, level)) => format!(
+                    "{}: a closure registered on {path} (an {level} Worker) cannot reach its process, which this Worker starts by exec (StartMethod::Exec); register a fn with HostFn::new, or build this Worker with StartMethod::Fork",
+                    f.handle()
+                ),
+            };
+            return Err(Error::new(crate::error::ErrorKind::Callable, msg));
         };
         let word = crate::sys::fn_address::FnAddress::of(*ptr).to_wire();
         entry(e, CTRL_REGISTER_FN, word, r.refs(digest), desc);
@@ -560,7 +606,7 @@ mod tests {
         w.register(HostFn::new("noop", noop)).unwrap();
         w.register(HostFn::new("noop", noop)).unwrap();
         let mut e = Enc::new();
-        worker_spec(&mut e, &w, 0).unwrap();
+        worker_spec(&mut e, &w, 0, "worker 0").unwrap();
         let bytes = e.finish();
         let mut d = Dec::new(&bytes);
         d.magic().unwrap();
@@ -577,6 +623,50 @@ mod tests {
         }
     }
 
+    /// A nested Worker started by exec is rebuilt with the children its parent gave it: its
+    /// nested Workers as lanes (which of them run chip callables), then its remote Workers
+    /// with their settings, in the same order and under the same ids.
+    #[test]
+    fn a_worker_with_nested_and_remote_workers_round_trips_with_its_lanes() {
+        use crate::net::transport::NodeAddr;
+        use crate::worker::remote::launch::Launch;
+        let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+        l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
+        l4.add_worker(Worker::builder().chips(1).build().unwrap()).unwrap();
+        let key = ClusterKey::new([7u8; 32]).unwrap();
+        let node = RemoteWorker::new(NodeAddr::loopback(7999), key.clone())
+            .connect_timeout(Duration::from_millis(1234))
+            .health_timeout(Duration::from_millis(4321));
+        assert_eq!(l4.add_remote_worker(node).unwrap(), 2);
+        let launch = Launch::new(0, 2, NodeAddr::loopback(7998)).unwrap();
+        assert_eq!(l4.add_launched_workers(&launch, key.clone()).unwrap(), vec![3]);
+        let mut e = Enc::new();
+        worker_spec(&mut e, &l4, 0, "worker 0").unwrap();
+        let bytes = e.finish();
+        let mut d = Dec::new(&bytes);
+        d.magic().unwrap();
+        let back = read_worker(&mut d, 0).unwrap();
+        assert_eq!(back.nested_workers(), 2);
+        assert!(back.runs_chip_callables(), "chip callables reach worker 1's chip");
+        assert_eq!(back.lanes.targets(CallableKind::Chip), vec![1]);
+        assert_eq!(back.remote_workers(), 2);
+        assert_eq!(back.lanes.label(2), "remote worker 2 (127.0.0.1:7999)");
+        assert_eq!(back.lanes.label(3), "remote worker 3 (rank 1)");
+        let (a, b) = (&back.remote[0], &back.remote[1]);
+        assert_eq!(a.addr.to_string(), "127.0.0.1:7999");
+        assert_eq!(a.key.secret(), key.secret());
+        assert_eq!(
+            (a.connect_timeout, a.health_timeout),
+            (Duration::from_millis(1234), Duration::from_millis(4321))
+        );
+        assert_eq!((a.launch_rank, b.launch_rank), (None, Some(1)));
+        assert_eq!(b.addr.to_string(), "127.0.0.1:7998");
+        for cut in 0..bytes.len() {
+            let mut d = Dec::new(&bytes[..cut]);
+            assert!(d.magic().and_then(|()| read_worker(&mut d, 0)).is_err(), "prefix of {cut} bytes");
+        }
+    }
+
     #[test]
     fn hostile_bytes_in_a_spec_give_errors_never_panics() {
         fn noop(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
@@ -587,7 +677,7 @@ mod tests {
         l3.register(HostFn::new("noop", noop)).unwrap();
         l4.add_worker(l3).unwrap();
         let mut e = Enc::new();
-        worker_spec(&mut e, &l4, 0).unwrap();
+        worker_spec(&mut e, &l4, 0, "worker 0").unwrap();
         let good = e.finish();
         // A fixed-seed xorshift: replayable, no dependency.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
