@@ -698,3 +698,37 @@ fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
     assert_eq!(read(&by), vec![2.0; N as usize]);
     assert!(run.dag().unwrap().has_edge(0, 3), "{}", run.dag().unwrap().to_dot());
 }
+
+// ------------------------------------------------------------------ scalars before tensors
+
+/// `y *= k`, its scalar first in the signature.
+#[callable(sub)]
+fn scale_first(k: f32, mut y: InOut<f32>) {
+    y.iter_mut().for_each(|v| *v *= k);
+}
+
+task_graph! {
+    /// `y *= k` twice, the scalar first here too.
+    fn scale_first_twice(k: f32, y: InOut<f32>) {
+        scale_first(k, &mut y).on(sub());
+        scale_first(k, &mut y).on(sub());
+    }
+}
+
+/// A signature may put scalars before tensors: a call passes the tensors first, as a task
+/// takes them, and each parameter still gets its own argument.
+#[test]
+fn a_scalar_before_a_tensor_in_a_signature_reaches_its_parameter() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    let b = rig.create_buffer(16).unwrap();
+    b.write(0, &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let mut y = b.typed::<f32>(&[4]).unwrap();
+    rig.run(|o| scale_first::call(2.0, &mut y)?.on(o, simpler::sub()).map(|_| ())).unwrap();
+    assert_eq!(b.read::<f32>(0, 4).unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+    scale_first_twice::call(0.5, &mut y).unwrap().run(&rig).unwrap();
+    assert_eq!(b.read::<f32>(0, 4).unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
+}

@@ -354,11 +354,21 @@ pub(crate) fn twin(
             ParamTy::Tensor { mode: Mode::InOut, .. } => quote!(InOut),
             ParamTy::Scalar => quote!(Scalar),
         };
-        quote!(#root::__private::Param { name: #pname, mode: #root::__private::ParamMode::#mode, ty: #ty })
+        let resolved = match &p.ty {
+            ParamTy::Tensor { elem, .. } => quote!(#root::__private::Resolved::of::<#elem>()),
+            ParamTy::Scalar => {
+                let decl = &p.decl;
+                quote!(#root::__private::Resolved::of::<#decl>())
+            }
+        };
+        quote!(#root::__private::Param { name: #pname, mode: #root::__private::ParamMode::#mode, ty: #ty, resolved: #resolved })
     });
     let c = format_ident!("__c", span = model::hidden());
     let mut call_params = Vec::new();
+    // Tensors first, then scalars (the order `TaskArgs` takes them in; the shim counts each
+    // kind apart), whatever the order of the signature.
     let mut call_body = Vec::new();
+    let mut call_scalars = Vec::new();
     for p in params {
         let id = &p.ident;
         let pname = id.unraw().to_string();
@@ -378,10 +388,11 @@ pub(crate) fn twin(
                 let ty = &p.decl;
                 call_params.push(quote!(#id: #ty));
                 let bits = quote_spanned!(ty.span()=> <#ty as #root::Scalar>::to_bits(#id));
-                call_body.push(quote!(#c.__scalar(#bits);));
+                call_scalars.push(quote!(#c.__scalar(#bits);));
             }
         }
     }
+    call_body.extend(call_scalars);
     // The function's own case: `aB` and `ab` are two functions, so two statics.
     let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname);
     let linkme_path = quote!(#root::__private::linkme);

@@ -118,7 +118,14 @@ pub(crate) fn pretty(t: TokenStream) -> String {
 
 /// Classifies a parameter type; `None` (with an error recorded) when unsupported.
 pub(crate) fn classify(cx: &mut Ctxt, ty: &syn::Type) -> Option<ParamTy> {
-    let syn::Type::Path(tp) = ty else {
+    // A type from a `macro_rules!` `$t:ty` arrives wrapped in an invisible group.
+    let mut inner = ty;
+    while let syn::Type::Group(syn::TypeGroup { elem, .. }) | syn::Type::Paren(syn::TypeParen { elem, .. }) =
+        inner
+    {
+        inner = elem;
+    }
+    let syn::Type::Path(tp) = inner else {
         cx.error_spanned(
             ty,
             format!(

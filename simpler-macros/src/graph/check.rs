@@ -208,8 +208,8 @@ enum Bind {
     Tensor(usize),
     /// A scalar (a parameter or a `let`).
     Scalar,
-    /// A loop's index variable.
-    Index,
+    /// The index variable of the loop at `depth` (0: the outermost).
+    Index(usize),
     /// A partition of a tensor.
     Partition(usize),
     /// `t` of `for (i, t) in xs`: the piece of partition `part` at the index of loop `depth`.
@@ -336,15 +336,17 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
 }
 
 /// The identifiers of a token stream that could name a tensor: not a field or method name
-/// (after `.` or `::`), not the receiver of `.shape()`.
+/// (after `.`), not a path segment (after `::`), not the receiver of `.shape()`. A value after
+/// one `:` (a struct literal's `field: t`) is a mention.
 fn tensor_mentions(ts: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::Ident>) {
     use proc_macro2::TokenTree;
     let tts: Vec<TokenTree> = ts.into_iter().collect();
+    let punct = |k: usize, c: char| matches!(tts.get(k), Some(TokenTree::Punct(p)) if p.as_char() == c);
     for (k, tt) in tts.iter().enumerate() {
         match tt {
             TokenTree::Ident(i) => {
-                let after_dot = k > 0
-                    && matches!(&tts[k - 1], TokenTree::Punct(p) if p.as_char() == '.' || p.as_char() == ':');
+                let after_dot =
+                    k > 0 && (punct(k - 1, '.') || (k > 1 && punct(k - 1, ':') && punct(k - 2, ':')));
                 let shape = matches!(tts.get(k + 1), Some(TokenTree::Punct(p)) if p.as_char() == '.')
                     && matches!(tts.get(k + 2), Some(TokenTree::Ident(m)) if m == "shape");
                 if !after_dot && !shape {
@@ -579,14 +581,14 @@ impl Checker<'_> {
                 );
                 None
             }
-            Some(Bind::Scalar | Bind::Index) if explicit => {
+            Some(Bind::Scalar | Bind::Index(_)) if explicit => {
                 self.cx.error(
                     ident.span(),
                     format!("`{name}` is a scalar, not a tensor of this graph [S0110]\nhelp: pass scalars by value"),
                 );
                 None
             }
-            Some(Bind::Scalar | Bind::Index) => None,
+            Some(Bind::Scalar | Bind::Index(_)) => None,
             None => {
                 if let Some(d) = self.dead(&name) {
                     self.cx.error(
@@ -660,7 +662,7 @@ impl Checker<'_> {
         found.iter().all(|i| {
             let name = i.unraw().to_string();
             match self.lookup(&name) {
-                Some(Bind::Index) => true,
+                Some(Bind::Index(_)) => true,
                 Some(_) => false,
                 None => name.starts_with(|c: char| c.is_ascii_uppercase()),
             }
@@ -771,7 +773,7 @@ impl Checker<'_> {
             accesses: Vec::new(),
         });
         let outer = std::mem::take(&mut self.steps);
-        self.scopes.push(vec![(var, Bind::Index)]);
+        self.scopes.push(vec![(var, Bind::Index(self.loops.len() - 1))]);
         if let (Some((t, _)), Some((_, id))) = (&l.piece, &part) {
             let depth = self.loops.len() - 1;
             self.scopes.last_mut().expect("a scope").push((t.unraw().to_string(), Bind::Piece(*id, depth)));
@@ -835,9 +837,10 @@ impl Checker<'_> {
             let frame_var = self.loops[depth].var.clone();
             let index = match &index_text {
                 None => Index::Whole,
-                Some((ix, t)) => match single_ident(ix) {
-                    Some(i) if i.unraw() == frame_var => Index::Var(frame_var.clone()),
-                    Some(i) if self.lookup(&i.unraw().to_string()) == Some(Bind::Index) => Index::Fixed,
+                // By binding, not by name: a `let` or an inner loop may shadow the index.
+                Some((ix, t)) => match single_ident(ix).map(|i| self.lookup(&i.unraw().to_string())) {
+                    Some(Some(Bind::Index(d))) if d == depth => Index::Var(frame_var.clone()),
+                    Some(Some(Bind::Index(_))) => Index::Fixed,
                     _ if matches!(unwrap(ix), syn::Expr::Lit(_)) => Index::Fixed,
                     _ => Index::Other(t.clone()),
                 },
@@ -863,10 +866,11 @@ impl Checker<'_> {
                     Index::Whole | Index::Fixed => {}
                     Index::Other(t) => {
                         self.tensors[c.id].errored = true;
+                        let shadowed = if *t == frame_var { " (a `let` shadows it here)" } else { "" };
                         self.cx.error(
                             c.span,
                             format!(
-                                "argument {} of `{}` writes `{text}`, but the graph cannot prove that the iterations of the loop over `{frame_var}` ({}) write different pieces of `{name}`: the piece index `{t}` is not the loop's index [S0113]\nhelp: index the written piece with the loop variable itself, `&mut {}[{frame_var}]`, with a partition whose pieces match the iterations",
+                                "argument {} of `{}` writes `{text}`, but the graph cannot prove that the iterations of the loop over `{frame_var}` ({}) write different pieces of `{name}`: the piece index `{t}` is not the loop's index{shadowed} [S0113]\nhelp: index the written piece with the loop variable itself, `&mut {}[{frame_var}]`, with a partition whose pieces match the iterations",
                                 pos + 1,
                                 model::squash(callee.to_token_stream()),
                                 at(self.loops[depth].span),

@@ -80,6 +80,7 @@ impl ParamMode {
 /// let p = &scale::PARAMS;
 /// assert_eq!((p[0].name, p[0].mode, p[0].ty), ("x", ParamMode::In, "f32"));
 /// assert_eq!((p[2].name, p[2].mode, p[2].ty), ("k", ParamMode::Scalar, "f32"));
+/// assert_eq!(p[0].resolved.name(), "f32"); // what the type name resolved to
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Param {
@@ -87,8 +88,50 @@ pub struct Param {
     pub name: &'static str,
     /// How it is passed.
     pub mode: ParamMode,
-    /// The element type of a tensor, or the scalar type.
+    /// The element type of a tensor, or the scalar type, as written.
     pub ty: &'static str,
+    /// What [`ty`](Param::ty) resolved to. Two callables that read alike (one digest) but
+    /// resolve a type name differently are told apart by it.
+    pub resolved: Resolved,
+}
+
+/// The type a parameter's type name resolved to, as [`std::any::type_name`] gives it (asked
+/// for only when two callables share a digest).
+///
+/// ```
+/// use simpler::__private::Resolved;
+/// type T = f32;
+/// assert_eq!(Resolved::of::<T>().name(), "f32");
+/// assert_eq!(Resolved::of::<T>(), Resolved::of::<f32>());
+/// assert_ne!(Resolved::of::<T>(), Resolved::of::<i32>());
+/// ```
+#[derive(Clone, Copy)]
+pub struct Resolved(fn() -> &'static str);
+
+impl Resolved {
+    /// The resolved type of `T`.
+    pub const fn of<T: ?Sized>() -> Resolved {
+        Resolved(std::any::type_name::<T>)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        (self.0)()
+    }
+}
+
+impl PartialEq for Resolved {
+    fn eq(&self, other: &Resolved) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Resolved {}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The link-time registry: one [`CallableInfo`] per `#[callable]` and `task_graph!` of every

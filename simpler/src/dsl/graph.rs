@@ -532,13 +532,13 @@ impl GraphBuilder {
 mod tests {
     use super::*;
     use crate::callable::identity::CallableKind;
-    use crate::callable::linked::Param;
+    use crate::callable::linked::{Param, Resolved};
     use crate::dsl::place::Call;
     use crate::dsl::place::kind::HostCallable;
 
     static PARAMS: [Param; 2] = [
-        Param { name: "x", mode: ParamMode::In, ty: "f32" },
-        Param { name: "y", mode: ParamMode::Out, ty: "f32" },
+        Param { name: "x", mode: ParamMode::In, ty: "f32", resolved: Resolved::of::<f32>() },
+        Param { name: "y", mode: ParamMode::Out, ty: "f32", resolved: Resolved::of::<f32>() },
     ];
     static ENTRY: u8 = 0;
     static INFO: CallableInfo =

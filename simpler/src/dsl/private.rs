@@ -11,7 +11,7 @@ use crate::dsl::typed::{Mode, Scalar, TensorOf};
 use crate::dsl::view::{In, InOut, Out};
 use crate::error::{Error, ErrorKind, Result};
 
-pub use crate::callable::linked::{CallableInfo, Param, ParamMode};
+pub use crate::callable::linked::{CallableInfo, Param, ParamMode, Resolved};
 pub use crate::data::buffer::Backing;
 pub use crate::dsl::graph::{ArgUse, GraphBuilder, StaticEdges};
 pub use linkme;
