@@ -115,11 +115,25 @@ fn analyse(cx: &mut Ctxt, f: &syn::ItemFn, kind: Kind) -> Sig {
                 .to_string(),
         );
     }
-    if !f.sig.generics.params.is_empty() {
+    let qualifiers = [
+        f.sig.unsafety.map(|t| (t.span(), "unsafe")),
+        f.sig.constness.map(|t| (t.span(), "const")),
+        f.sig.abi.as_ref().map(|a| (a.extern_token.span(), "extern")),
+    ];
+    for (span, word) in qualifiers.into_iter().flatten() {
         cx.error(
-            f.sig.generics.span(),
-            "a callable cannot be generic: its digest must name one function [S0006]\nhelp: write one callable per element type".to_string(),
+            span,
+            format!("a callable cannot be `{word}` [S0006]\nhelp: remove `{word}`; a worker calls it as a plain Rust function"),
         );
+    }
+    let lifetimes_only = f.sig.generics.params.iter().all(|p| matches!(p, syn::GenericParam::Lifetime(_)));
+    if !f.sig.generics.params.is_empty() {
+        let msg = if lifetimes_only {
+            "a callable names no lifetimes [S0006]\nhelp: leave them out (`In<f32>`); the macro gives every tensor the lifetime of its task"
+        } else {
+            "a callable cannot be generic: its digest must name one function [S0006]\nhelp: write one callable per element type"
+        };
+        cx.error(f.sig.generics.span(), msg.to_string());
     }
     for (i, arg) in f.sig.inputs.iter().enumerate() {
         let syn::FnArg::Typed(pt) = arg else {

@@ -169,8 +169,21 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             }
         }
     };
-    let twin = callable::twin(&root, &def.vis, name, Kind::Orch, 0, &sig.params, &desc, shim, extra);
+    let mut twin = callable::twin(&root, &def.vis, name, Kind::Orch, 0, &sig.params, &desc, shim, extra);
     let (attrs, vis) = (&def.attrs, &def.vis);
+    // A `#[cfg]` on the function holds for its twin's items too (else they name a function
+    // that is not there).
+    let cfgs: Vec<&syn::Attribute> = attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
+    if !cfgs.is_empty()
+        && let Ok(mut file) = syn::parse2::<syn::File>(twin.clone())
+    {
+        for item in &mut file.items {
+            if let Some(item_attrs) = item_attrs(item) {
+                item_attrs.extend(cfgs.iter().map(|a| (*a).clone()));
+            }
+        }
+        twin = file.into_token_stream();
+    }
     // After an error the body is left empty: its parameters are unused, which is not news.
     let quiet = if failed { quote!(#[allow(unused_variables)]) } else { TokenStream::new() };
     quote! {
@@ -453,4 +466,18 @@ fn target_text(place: &syn::Expr) -> String {
         }
     }
     "worker ?".to_string()
+}
+
+/// The attributes of an item the twin emits.
+fn item_attrs(item: &mut syn::Item) -> Option<&mut Vec<syn::Attribute>> {
+    match item {
+        syn::Item::Struct(i) => Some(&mut i.attrs),
+        syn::Item::Static(i) => Some(&mut i.attrs),
+        syn::Item::Impl(i) => Some(&mut i.attrs),
+        syn::Item::Const(i) => Some(&mut i.attrs),
+        syn::Item::Fn(i) => Some(&mut i.attrs),
+        syn::Item::Mod(i) => Some(&mut i.attrs),
+        syn::Item::Use(i) => Some(&mut i.attrs),
+        _ => None,
+    }
 }
