@@ -284,3 +284,31 @@ fn arguments_too_large_for_the_mailbox_are_refused_at_submit() {
     .expect("the worker is fine afterwards");
     assert_eq!(read_u64(&out, 0, 1), vec![1]);
 }
+
+/// A run's `Input` argument arrives read-only in its orchestration function, as one sent down
+/// from a Worker above does: passed where a task writes it, the submit is refused, also after
+/// typing it again as a writable `TensorOf`.
+#[test]
+fn a_runs_input_argument_cannot_be_written_by_its_orchestration() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
+    let buf = u64_buffer(&rig, 4);
+    buf.write(0, &[1u64, 2, 3, 4]).unwrap();
+    let mut args = TaskArgs::new();
+    args.input(&u64s(&buf, 0, 4)).unwrap();
+    let options = simpler::RunOptions::new().args(args);
+    let err = rig
+        .run_with(options, |orch, args, _| {
+            let t = args.tensor(0).expect("the argument");
+            assert_eq!(t.desc().access(), Access::Read, "an input arrives read-only");
+            let retyped = simpler::TensorOf::<u64>::new(t.clone())?; // a writable handle type
+            let mut a = TaskArgs::new();
+            a.output(retyped.tensor())?.scalar(9);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["fill", "tensor 0", "Output", "Read"]);
+    assert_eq!(read_u64(&buf, 0, 4), vec![1, 2, 3, 4], "nothing was written");
+}

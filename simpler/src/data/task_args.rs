@@ -279,6 +279,19 @@ impl TaskArgs {
         self.push_tensor(tensor, Tag::NoDep)
     }
 
+    /// Narrows each [`Tag::Input`] tensor to [`Access::Read`]: what an orchestration function
+    /// receives may then go only where a callable reads it (a submit checks each tag against its
+    /// tensor's access).
+    pub(crate) fn narrow_inputs(&mut self) {
+        for (t, tag) in self.tensors.iter_mut().zip(&self.tags) {
+            if *tag == Tag::Input
+                && let Ok(read) = t.narrowed(Access::Read)
+            {
+                *t = read;
+            }
+        }
+    }
+
     /// Adds a tensor with any tag (`NoDep` included; for the crate's own tests).
     pub(crate) fn push_tensor(&mut self, tensor: &Tensor, tag: Tag) -> Result<&mut TaskArgs> {
         if !self.scalars.is_empty() {

@@ -36,14 +36,22 @@ impl RunOptions {
         RunOptions::default()
     }
 
-    /// The arguments the orchestration function receives.
+    /// The arguments the orchestration function receives. A tensor tagged
+    /// [`Input`](crate::Tag::Input) arrives read-only, as it does in an orchestration a Worker
+    /// above sent: the function may pass it only where a callable reads it.
     ///
     /// ```
-    /// let mut args = simpler::TaskArgs::new();
-    /// args.scalar(1);
-    /// let _ = simpler::RunOptions::new().args(args);
+    /// use simpler::{Access, DataType, RunOptions, TaskArgs};
+    /// # let buffer = simpler::__private::doc_buffer(64)?;
+    /// let t = buffer.tensor(&[16], DataType::Float32)?;
+    /// let mut args = TaskArgs::new();
+    /// args.input(&t)?.scalar(1);
+    /// let options = RunOptions::new().args(args);
+    /// # let _ = options;
+    /// # Ok::<(), simpler::Error>(())
     /// ```
-    pub fn args(mut self, args: TaskArgs) -> RunOptions {
+    pub fn args(mut self, mut args: TaskArgs) -> RunOptions {
+        args.narrow_inputs();
         self.args = args;
         self
     }
