@@ -790,7 +790,6 @@ impl Checker<'_> {
             if let Some(q) = a.part
                 && a.index == Index::Var(frame.var.clone())
                 && !ids.contains(&q)
-                && (end.is_none() || self.parts[q].counts.is_none())
             {
                 ids.push(q);
             }

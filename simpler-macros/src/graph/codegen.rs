@@ -48,7 +48,33 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         let graph_name = name.to_string();
         for c in &plan.count_checks {
             let what = &c.what;
-            let parts = c.parts.iter().map(|p| {
+            // A range loop's end against a partition whose count is a constant too: checked
+            // by the compiler.
+            if let Some(end) = &c.end {
+                for p in c.parts.iter().filter(|p| p.counts.is_some()) {
+                    let counts = p.counts.as_deref().unwrap_or_default();
+                    let n: Vec<TokenStream> = counts.iter().map(const_u32).collect();
+                    let end_text = model::squash(end.to_token_stream());
+                    let counts_text: Vec<String> =
+                        counts.iter().map(|e| model::squash(e.to_token_stream())).collect();
+                    let msg = format!(
+                        "task graph `{graph_name}`: {what} runs to `{end_text}` and indexes {} at its index, but {} has {} pieces [S0113]. help: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
+                        p.text,
+                        p.text,
+                        counts_text.join(" * ")
+                    );
+                    let end = const_u32(end);
+                    out.body.push(quote_spanned! {end.span()=>
+                        #[allow(clippy::identity_op)]
+                        const _: () = ::core::assert!(#end <= 1u32 #(* #n)*, #msg);
+                    });
+                }
+            }
+            let mut parts = c.parts.iter().filter(|p| c.end.is_none() || p.counts.is_none()).peekable();
+            if parts.peek().is_none() {
+                continue;
+            }
+            let parts = parts.map(|p| {
                 let text = &p.text;
                 let n = match &p.counts {
                     Some(counts) => {
