@@ -298,6 +298,17 @@ impl Gen<'_> {
                 let (run, replay_range) = match (range, part) {
                     (Some((start, end)), _) => {
                         let (s, e) = (const_u32(start), const_u32(end));
+                        // The checks assume the body runs: a loop that never does (its
+                        // outputs unwritten, its intermediates unread) is refused.
+                        let msg = format!(
+                            "the loop over `{var}` at line {} never runs: `{}..{}` is empty, and the graph's checks assume the body runs [S0115]. help: remove the loop, or give it a range with at least one index",
+                            start.span().start().line,
+                            model::squash(start.to_token_stream()),
+                            model::squash(end.to_token_stream())
+                        );
+                        self.body.push(quote_spanned! {end.span()=>
+                            const _: () = ::core::assert!(#s < #e, #msg);
+                        });
                         let root = self.root;
                         let r = quote!(#root::__private::range(#s, #e));
                         (r.clone(), r)
