@@ -227,6 +227,37 @@ impl CallableInfo {
         &CALLABLES
     }
 
+    /// [`linked`](CallableInfo::linked), unless two entries share a digest but resolve a
+    /// parameter's type differently: one digest is one source text (the same file included
+    /// twice is one callable), but two `#[callable]`s that read alike may resolve a type name
+    /// differently (`type T` in two modules), and which one a task ran would be a matter of
+    /// chance. Looked for once per process.
+    pub(crate) fn linked_unambiguous() -> Result<&'static [CallableInfo]> {
+        static ALIKE: OnceLock<Option<String>> = OnceLock::new();
+        let linked = Self::linked();
+        let alike = ALIKE.get_or_init(|| {
+            let types = |c: &CallableInfo| {
+                c.params.iter().map(|p| format!("{} as {}", p.ty, p.resolved.name())).collect::<Vec<_>>().join(", ")
+            };
+            linked.iter().enumerate().find_map(|(i, a)| {
+                let b = linked[i + 1..].iter().find(|b| {
+                    b.digest == a.digest && a.params.iter().zip(b.params).any(|(p, q)| p.resolved != q.resolved)
+                })?;
+                Some(format!(
+                    "two #[callable]s `{}` have the same digest {} but different parameter types ({}; and {}): they read alike (the same name, parameters, type names and body text) in two modules where a type name means different types, so a task could run either; rename one of them",
+                    a.path,
+                    a.digest,
+                    types(a),
+                    types(b)
+                ))
+            })
+        });
+        match alike {
+            None => Ok(linked),
+            Some(msg) => Err(Error::new(ErrorKind::Callable, msg.clone())),
+        }
+    }
+
     /// The linked callable whose digest is `digest`, if any.
     ///
     /// ```

@@ -133,30 +133,30 @@ impl SharedRegion {
     /// Maps `len` bytes of the memfd `fd` a parent passed to this process (rule R2: `fd` must
     /// be at least `len` bytes long, checked here).
     pub(crate) fn map_fd(fd: OwnedFd, len: usize, lazy: bool) -> Result<SharedRegion> {
-        let size = nix::sys::stat::fstat(fd.as_raw_fd())
-            .map_err(|e| Error::os("fstat of an inherited region", e))?
-            .st_size;
-        if len == 0 || u64::try_from(size).unwrap_or(0) < len as u64 {
-            return Err(Error::invalid(format!(
-                "an inherited shared region has {size} bytes, fewer than the {len} its descriptor names"
-            )));
-        }
         SharedRegion::map(fd, len, lazy)
     }
 
+    /// Maps `len` bytes of memfd `fd`, after checking (one `fstat`, which also gives the inode
+    /// that names the region) that it holds them.
     fn map(fd: OwnedFd, len: usize, lazy: bool) -> Result<SharedRegion> {
         let length = NonZeroUsize::new(len)
             .ok_or_else(|| Error::invalid("shared region: length must be greater than 0"))?;
-        let ino = nix::sys::stat::fstat(fd.as_raw_fd())
-            .map_err(|e| Error::os("fstat of a shared region", e))?
-            .st_ino;
+        let st =
+            nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| Error::os("fstat of a shared region", e))?;
+        if u64::try_from(st.st_size).unwrap_or(0) < len as u64 {
+            return Err(Error::invalid(format!(
+                "a shared region has {} bytes, fewer than the {len} its descriptor names",
+                st.st_size
+            )));
+        }
+        let ino = st.st_ino;
         let mut flags = MapFlags::MAP_SHARED;
         if lazy {
             flags |= MapFlags::MAP_NORESERVE;
         }
         // SAFETY: rules R1, R2 — a new mapping at an address the kernel chooses aliases no
         // existing memory of this process; the memfd holds at least `len` bytes (created so, or
-        // checked by `map_fd`); the returned range is owned by the SharedRegion built from it.
+        // checked above); the returned range is owned by the SharedRegion built from it.
         let ptr = unsafe { mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags, &fd, 0) }
             .map_err(|e| Error::os(&format!("mapping {len} bytes of shared memory (lazy: {lazy})"), e))?;
         Ok(SharedRegion { ptr: ptr.cast(), len, fd, ino })

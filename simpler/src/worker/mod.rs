@@ -811,34 +811,7 @@ impl Worker {
     /// callables when it drives nested Workers. `init` calls it before forking anything.
     fn register_linked(&mut self) -> Result<()> {
         use crate::callable::identity::CallableKind;
-        let linked = crate::callable::linked::CallableInfo::linked();
-        // One digest is one source text (the same file included twice is one callable), but
-        // two `#[callable]`s that read alike may resolve a type name differently (`type T` in
-        // two modules): which one a task ran would be a matter of chance.
-        for (i, a) in linked.iter().enumerate() {
-            let differs = |b: &&crate::callable::linked::CallableInfo| {
-                b.digest == a.digest && a.params.iter().zip(b.params).any(|(p, q)| p.resolved != q.resolved)
-            };
-            if let Some(b) = linked[i + 1..].iter().find(differs) {
-                let types = |c: &crate::callable::linked::CallableInfo| {
-                    c.params
-                        .iter()
-                        .map(|p| format!("{} as {}", p.ty, p.resolved.name()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                return Err(Error::new(
-                    crate::error::ErrorKind::Callable,
-                    format!(
-                        "two #[callable]s `{}` have the same digest {} but different parameter types ({}; and {}): they read alike (the same name, parameters, type names and body text) in two modules where a type name means different types, so a task could run either; rename one of them",
-                        a.path,
-                        a.digest,
-                        types(a),
-                        types(b)
-                    ),
-                ));
-            }
-        }
+        let linked = crate::callable::linked::CallableInfo::linked_unambiguous()?;
         for info in linked {
             let what = |e: crate::error::Error| e.context(format!("registering #[callable] `{}`", info.path));
             match info.kind {

@@ -142,6 +142,17 @@ impl Node {
         h
     }
 
+    /// Adds every `#[callable(orch)]` of the binary to what the node runs.
+    fn add_linked_orchs(&mut self) -> Result<()> {
+        for info in crate::callable::linked::CallableInfo::linked_unambiguous()? {
+            if info.kind == CallableKind::Orch {
+                let f = OrchFn::from_linked(info)?;
+                self.orch.entry(f.handle().digest()).or_insert(f);
+            }
+        }
+        Ok(())
+    }
+
     /// Starts the L3 Worker and listens; a node is reachable from here on.
     ///
     /// ```no_run
@@ -152,12 +163,7 @@ impl Node {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn bind(mut self) -> Result<BoundNode> {
-        for info in crate::callable::linked::CallableInfo::linked() {
-            if info.kind == CallableKind::Orch {
-                let f = OrchFn::from_linked(info)?;
-                self.orch.entry(f.handle().digest()).or_insert(f);
-            }
-        }
+        self.add_linked_orchs()?;
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
         let name = listener.local_addr().to_string();
@@ -192,12 +198,7 @@ impl Node {
         if launch.is_root() {
             return Err(Error::invalid("Node::serve_launch: rank 0 is the root, not a node"));
         }
-        for info in crate::callable::linked::CallableInfo::linked() {
-            if info.kind == CallableKind::Orch {
-                let f = OrchFn::from_linked(info)?;
-                self.orch.entry(f.handle().digest()).or_insert(f);
-            }
-        }
+        self.add_linked_orchs()?;
         self.worker.init()?;
         let node = BoundNode {
             worker: self.worker,
