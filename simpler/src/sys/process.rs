@@ -304,11 +304,10 @@ impl Drop for Monitor {
     /// it could end them) are killed and reaped first: none outlives its Worker.
     fn drop(&mut self) {
         if self.thread.is_some() {
+            // Kills only the unreaped; waits not at all when every child has ended.
+            self.kill_all();
             let all: Vec<usize> = (0..self.board.pids.len()).collect();
-            if !all.iter().all(|&i| self.board.has_exited(i)) {
-                self.kill_all();
-                self.board.wait_all(&all, Instant::now() + std::time::Duration::from_secs(1));
-            }
+            self.board.wait_all(&all, Instant::now() + std::time::Duration::from_secs(1));
         }
         self.stop();
     }
