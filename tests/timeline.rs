@@ -22,7 +22,7 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     let add = rig.register(simpler::HostFn::new("vadd", vadd)).unwrap();
-    let boom = rig.register(simpler::HostFn::new("fail", fail)).unwrap();
+    let boom = rig.register(simpler::HostFn::new("fail", fail_once_released)).unwrap();
     let after = rig.register(simpler::HostFn::new("noop", noop)).unwrap();
     rig.init();
     let bufs: Vec<simpler::Buffer> = (0..4).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
@@ -31,7 +31,7 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
     }
     bufs[0].write(0, &vec![1.5f32; N]).unwrap();
     let [x, y0, y1, s] = [0, 1, 2, 3].map(|i| f32s(&bufs[i]));
-    let flag = u32_buffer(&rig, 1);
+    let flag = u32_buffer(&rig, 2);
     let run = rig
         .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
             // Two chips double x in parallel; a SUB worker adds the halves; a failing task and
@@ -44,14 +44,17 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
             let mut a = TaskArgs::new();
             a.input(&y0)?.input(&y1)?.output(&s)?;
             orch.submit_sub(&add, a)?;
+            // It fails only once released, after its dependent is submitted: a failure
+            // before that would refuse the dependent's submit (the run has failed).
             let mut f = TaskArgs::new();
-            f.scalar(7);
+            f.untracked(&words_of(&flag))?.scalar(7);
             let failed = orch.submit_sub(&boom, f)?;
             let mut n = TaskArgs::new();
             n.add_dep(failed).untracked(&words_of(&flag))?;
             orch.submit_sub(&after, n).map(|_| ())
         })
         .unwrap();
+    release(&flag);
     expect_err(run.wait(), ErrorKind::TaskFailed, &["boom 7"]);
     assert_eq!(bufs[3].read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
 

@@ -560,6 +560,17 @@ pub fn block_on_flag(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
+/// Fails with `boom <s0>` once released ([`release`]): tensor 0 is scratch words
+/// `[_, release]` (`NoDep`). A test that must submit tasks after it before it fails (a task that
+/// depends on it, to see it not run) releases it then.
+pub fn fail_once_released(args: &HostArgs<'_>) -> HostResult {
+    let w = words(args, 0)?;
+    if !spin_until(after_ms(10_000), || w[1].load(Ordering::SeqCst) != 0) {
+        return Err("fail_once_released: not released within 10 s".into());
+    }
+    Err(format!("boom {}", args.scalar(0)?).into())
+}
+
 /// Releases [`block_on_flag`]: sets word 1 of tensor 0 (`NoDep`).
 pub fn release_flag(args: &HostArgs<'_>) -> HostResult {
     words(args, 0)?[1].store(1, Ordering::SeqCst);
