@@ -423,22 +423,45 @@ impl Arena {
         host: &MappedTensor<'_>,
         ptr: u64,
         dev_view: &TensorView,
-        mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
+        copy: impl FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<()> {
+        self.copy_view_in_part(host, ptr, dev_view, (0, u64::MAX), copy).map(|_| ())
+    }
+
+    /// [`copy_view_in`](Self::copy_view_in), but only the view's element bytes from `from` (an
+    /// offset into the view's elements in order, gaps not counted) up to `budget` of them,
+    /// splitting a contiguous run where the window cuts it: a copy made in pieces, between
+    /// which the caller does other work. Returns the bytes copied (fewer than `budget` only at
+    /// the view's end).
+    pub(crate) fn copy_view_in_part(
+        &self,
+        host: &MappedTensor<'_>,
+        ptr: u64,
+        dev_view: &TensorView,
+        (from, budget): (u64, u64),
+        mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<u64> {
         self.device_view("copy-in of a host tensor", host.view(), ptr, dev_view)?;
         let dev = ptr + dev_view.byte_offset();
         let src = host.ptr();
+        let end = from.saturating_add(budget);
+        let (mut pos, mut copied) = (0u64, 0u64);
         let mut result = Ok(());
         host.view().for_each_run(|offset, len| {
-            if result.is_ok() {
-                // SAFETY: rule A5 — `src + offset..+len` lies in the host view's byte range,
-                // mapped while `host` lives and written by nobody else meanwhile (H1); the slice lives
-                // only for this call of `copy`, which cannot keep it.
-                let bytes = unsafe { std::slice::from_raw_parts(src.add(offset), len) };
-                result = copy(dev + offset as u64, bytes);
+            let (lo, hi) = (pos.max(from), (pos + len as u64).min(end));
+            if result.is_ok() && lo < hi {
+                let (skip, n) = ((lo - pos) as usize, (hi - lo) as usize);
+                // SAFETY: rule A5 — `src + offset + skip..+n` lies inside the run
+                // `src + offset..+len` of the host view's byte range, mapped while `host` lives
+                // and written by nobody else meanwhile (H1); the slice lives only for this call
+                // of `copy`, which cannot keep it.
+                let bytes = unsafe { std::slice::from_raw_parts(src.add(offset + skip), n) };
+                result = copy(dev + (offset + skip) as u64, bytes);
+                copied += n as u64;
             }
+            pos += len as u64;
         });
-        result
+        result.map(|()| copied)
     }
 
     /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
@@ -642,6 +665,45 @@ mod tests {
         a.copy_to(p, &bytes).unwrap();
         a.copy_view_out(p, &dev_view, &m, |d, s| a.copy_from(d, s)).unwrap();
         assert_eq!(host, vec![0, 100, 2, 3, 4, 500, 6, 7, 8, 900, 10, 11]);
+    }
+
+    #[test]
+    fn a_view_copied_in_pieces_lands_as_if_copied_whole() {
+        // A 3x5 window of rows 6 u16 apart (runs of 10 bytes, gaps of 2), copied in pieces of
+        // every size from 1 byte (cutting elements and runs) to past the whole.
+        let view = TensorView::new(2, &[3, 5], Some(&[6, 1]), DataType::Uint16).unwrap();
+        let (start, end) = view.byte_range();
+        let dev_view = TensorView::new(0, &[3, 5], Some(&[6, 1]), DataType::Uint16).unwrap();
+        let mut host: Vec<u16> = (0..18).map(|i| 1000 + i).collect();
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
+        let a = Arena::new(4096).unwrap();
+        let (whole, piecewise) = (a.malloc(end - start).unwrap(), a.malloc(end - start).unwrap());
+        let read = |p: u64| {
+            let mut dev = vec![0u8; (end - start) as usize];
+            a.copy_from(p, &mut dev).unwrap();
+            dev
+        };
+        a.copy_to(whole, &vec![0xee; (end - start) as usize]).unwrap();
+        a.copy_view_in(&m, whole, &dev_view, |d, s| a.copy_to(d, s)).unwrap();
+        let elements = 3 * 5 * 2;
+        for piece in 1..=elements + 3 {
+            a.copy_to(piecewise, &vec![0xee; (end - start) as usize]).unwrap();
+            let (mut from, mut calls) = (0, 0);
+            loop {
+                let n = a
+                    .copy_view_in_part(&m, piecewise, &dev_view, (from, piece), |d, s| a.copy_to(d, s))
+                    .unwrap();
+                assert!(n <= piece, "at most the budget");
+                calls += 1;
+                from += n;
+                if n < piece {
+                    break;
+                }
+            }
+            assert_eq!(from, elements, "every element byte once, in pieces of {piece}");
+            assert_eq!(calls, elements / piece + 1, "pieces of {piece}");
+            assert_eq!(read(piecewise), read(whole), "pieces of {piece}");
+        }
     }
 
     #[test]

@@ -185,6 +185,21 @@ impl Device {
         self.memory.arena().copy_view_in(host, ptr, view, |d, s| self.backend.copy_to_device(d, s))
     }
 
+    /// [`copy_in`](Self::copy_in) of the view's element bytes `window.0..` up to `window.1` of
+    /// them (see [`Arena::copy_view_in_part`]); returns
+    /// the bytes copied.
+    pub(crate) fn copy_in_part(
+        &self,
+        host: &MappedTensor<'_>,
+        ptr: u64,
+        view: &TensorView,
+        window: (u64, u64),
+    ) -> Result<u64> {
+        self.memory
+            .arena()
+            .copy_view_in_part(host, ptr, view, window, |d, s| self.backend.copy_to_device(d, s))
+    }
+
     /// Copies the device view at `ptr` back into a host tensor's elements, one backend copy per
     /// contiguous run.
     pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor<'_>) -> Result<()> {

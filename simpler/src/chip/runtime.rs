@@ -521,7 +521,74 @@ impl ChipRuntime {
         scalars: &[u64],
         config: &CallConfig,
     ) -> Result<ChipRun<'a>> {
-        self.prepare_inner(lease, digest, args, scalars, config, false)
+        self.prepare_inner(lease, digest, args, scalars, config, (false, false))
+    }
+
+    /// [`prepare`](Self::prepare), but the host inputs are not copied in yet: only checked and
+    /// given their staging slices. Copy them with [`copy_in_some`](Self::copy_in_some), a piece
+    /// at a time, so that a caller who copies also answers the executing run's end meanwhile;
+    /// the run launches only once they are all in.
+    pub(crate) fn prepare_deferred<'a>(
+        &mut self,
+        lease: Lease,
+        digest: &Digest,
+        args: Vec<ChipArg<'a>>,
+        scalars: &[u64],
+        config: &CallConfig,
+    ) -> Result<ChipRun<'a>> {
+        self.prepare_inner(lease, digest, args, scalars, config, (false, true))
+    }
+
+    /// Copies up to `budget` more bytes of the host inputs of a run prepared with
+    /// [`prepare_deferred`](Self::prepare_deferred) into its staging slices; true once they are
+    /// all in (at once for any other run). `args` are the run's tensors, mapped anew, as given
+    /// to [`finalize_traced`](Self::finalize_traced); a tensor that differs from the one
+    /// prepared is an [`ErrorKind::InvalidArgument`] error, and the run should then be
+    /// finalized.
+    pub(crate) fn copy_in_some(
+        &mut self,
+        run: &mut ChipRun<'_>,
+        args: &[ChipArg<'_>],
+        budget: u64,
+    ) -> Result<bool> {
+        let Some((mut i, mut done)) = run.copying else { return Ok(true) };
+        if !matches!(run.phase, Phase::Prepared) || args.len() != run.prepared.len() {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "chip {}: copying in `{}` ({} tensors prepared, {} given) after it was launched or with other tensors",
+                    self.chip,
+                    run.name,
+                    run.prepared.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let mut left = budget;
+        while i < args.len() && left > 0 {
+            let n = match &args[i] {
+                ChipArg::Host(m) if m.access().can_read() => {
+                    let p = &run.prepared[i];
+                    self.device.copy_in_part(m, p.ptr, &p.view, (done, left)).map_err(|e| {
+                        Error::invalid(format!(
+                            "chip {}: `{}` tensor {i}: {}",
+                            self.chip,
+                            run.name,
+                            e.message()
+                        ))
+                    })?
+                }
+                _ => 0,
+            };
+            if n < left {
+                (i, done) = (i + 1, 0);
+            } else {
+                done += n;
+            }
+            left -= n;
+        }
+        run.copying = (i < args.len()).then_some((i, done));
+        Ok(run.copying.is_none())
     }
 
     /// [`prepare`](Self::prepare) and [`launch_traced`](Self::launch_traced) at once, also while
@@ -548,7 +615,7 @@ impl ChipRuntime {
                 self.chip
             )));
         }
-        let mut run = self.prepare_inner(lease, digest, args, scalars, config, true)?;
+        let mut run = self.prepare_inner(lease, digest, args, scalars, config, (true, false))?;
         launching();
         let launched = if here {
             let mut records = None;
@@ -576,7 +643,7 @@ impl ChipRuntime {
         args: Vec<ChipArg<'a>>,
         scalars: &[u64],
         config: &CallConfig,
-        ahead: bool,
+        (ahead, deferred): (bool, bool),
     ) -> Result<ChipRun<'a>> {
         if self.closed {
             return Err(Error::state(format!("chip {} is shut down", self.chip)));
@@ -606,7 +673,7 @@ impl ChipRuntime {
         };
         let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
             .entered();
-        let prepared = self.stage(&f, &args, lease.slot as usize)?;
+        let prepared = self.stage(&f, &args, lease.slot as usize, !deferred)?;
         if !ahead {
             self.waiting = Some(lease);
         }
@@ -620,6 +687,7 @@ impl ChipRuntime {
             config: config.clone(),
             phase: Phase::Prepared,
             ahead,
+            copying: deferred.then_some((0, 0)),
         })
     }
 
@@ -687,6 +755,12 @@ impl ChipRuntime {
         if let Some(a) = self.active {
             return Err(Error::state(format!(
                 "chip {}: launching the run under {} while the run under {a} executes; finalize it first",
+                self.chip, run.lease
+            )));
+        }
+        if !run.copied() {
+            return Err(Error::state(format!(
+                "chip {}: launching the run under {} before its host inputs are all copied in",
                 self.chip, run.lease
             )));
         }
@@ -802,8 +876,8 @@ impl ChipRuntime {
 
     /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
     /// staging buffer (grown first when the run needs more, before anything is copied) and,
-    /// when readable, copied into it.
-    fn stage(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize) -> Result<Vec<Prepared>> {
+    /// when readable and `copy`, copied into it.
+    fn stage(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize, copy: bool) -> Result<Vec<Prepared>> {
         let chip = self.chip;
         let device = self.device.clone();
         let host_sizes = args.iter().filter_map(|a| match a {
@@ -872,7 +946,7 @@ impl ChipRuntime {
                     // A write-only tensor is not copied in: its slice holds what an earlier run
                     // left there, as freshly allocated device memory would (never the host's
                     // bytes).
-                    if m.access().can_read() {
+                    if copy && m.access().can_read() {
                         device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
                     }
                     let identity = self.scratch.mint()?;
@@ -996,6 +1070,9 @@ pub(crate) struct ChipRun<'a> {
     phase: Phase,
     /// Prepared by [`ChipRuntime::start`], to launch at once (not the chip's prepared run).
     ahead: bool,
+    /// Host inputs still to copy in (a run prepared with its copy-in deferred): the next
+    /// tensor's index and the bytes of it already in. `None` once all are in.
+    copying: Option<(usize, u64)>,
 }
 
 impl std::fmt::Debug for ChipRun<'_> {
@@ -1019,7 +1096,14 @@ impl ChipRun<'_> {
             config: self.config,
             phase: self.phase,
             ahead: self.ahead,
+            copying: self.copying,
         }
+    }
+
+    /// Whether every host input of the run is in its staging slice (only a run prepared with
+    /// [`ChipRuntime::prepare_deferred`] may still lack some).
+    pub(crate) fn copied(&self) -> bool {
+        self.copying.is_none()
     }
 
     /// The lease the run holds.
@@ -1164,6 +1248,15 @@ impl ExecCtx {
     }
 }
 
+/// How long the executor thread checks for the next run after one (see `Executor::spawn`):
+/// about what the copy-back, the parent's round trip and the launch take between two
+/// pipelined runs.
+const NEXT_RUN_WINDOW: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// How long a chip child with nothing else to do checks for its executing run's end before
+/// it sleeps: a run that ends within it is answered without a wake-up's delay.
+pub(crate) const END_WINDOW: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// The chip's executor thread: runs one launched run at a time and hands back its result.
 struct Executor {
     tx: Option<mpsc::Sender<ExecJob>>,
@@ -1191,7 +1284,30 @@ impl Executor {
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
                 tid_w.store(crate::sys::process::thread_id(), Ordering::Release);
-                for job in jobs {
+                let mut ran = false;
+                loop {
+                    // After a run, the next one (the successor the chip prepared meanwhile)
+                    // comes once the parent has seen this one end: a round trip that a
+                    // sleeping thread's wake-up would lengthen. Check for it politely for a
+                    // while first.
+                    let mut next = None;
+                    if ran {
+                        crate::sys::futex::poll_politely_for(NEXT_RUN_WINDOW, None, || {
+                            match jobs.try_recv() {
+                                Ok(job) => {
+                                    next = Some(Ok(job));
+                                    true
+                                }
+                                Err(mpsc::TryRecvError::Empty) => false,
+                                Err(mpsc::TryRecvError::Disconnected) => {
+                                    next = Some(Err(mpsc::RecvError));
+                                    true
+                                }
+                            }
+                        });
+                    }
+                    let Ok(job) = next.unwrap_or_else(|| jobs.recv()) else { break };
+                    ran = true;
                     let mut records = None;
                     let result = ctx.execute_caught(&job, &mut records);
                     if done_tx.send((job.lease, result, records)).is_err() {

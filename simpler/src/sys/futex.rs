@@ -141,8 +141,18 @@ pub(crate) fn current_cpu() -> u32 {
 /// Checks `done` while the peer, which runs on another CPU, is expected to answer soon: spins,
 /// yielding the CPU between short bursts (so a runnable neighbour on this CPU is never starved),
 /// for up to [`REMOTE_SPIN_NANOS`]. Returns true as soon as `done()` does.
-pub(crate) fn poll_politely(deadline: Option<Instant>, mut done: impl FnMut() -> bool) -> bool {
-    let mut end = Instant::now() + Duration::from_nanos(REMOTE_SPIN_NANOS);
+pub(crate) fn poll_politely(deadline: Option<Instant>, done: impl FnMut() -> bool) -> bool {
+    poll_politely_for(Duration::from_nanos(REMOTE_SPIN_NANOS), deadline, done)
+}
+
+/// [`poll_politely`] for up to `window` instead: for a waiter that knows its answer is
+/// usually longer coming than [`REMOTE_SPIN_NANOS`], yet sooner than a sleeper would wake.
+pub(crate) fn poll_politely_for(
+    window: Duration,
+    deadline: Option<Instant>,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let mut end = Instant::now() + window;
     if let Some(d) = deadline
         && d < end
     {
@@ -352,6 +362,20 @@ impl Doorbell {
         }
         before_sleep();
         self.sleep(seen, deadline)
+    }
+
+    /// Waits for a ring that usually comes within about `window`: checks politely (as
+    /// [`PeerWait::Poll`] does, yielding the CPU every microsecond or so) for up to that long,
+    /// then sleeps in the kernel. Returns the current `seq`.
+    pub(crate) fn wait_expecting(&self, seen: u32, window: Duration) -> u32 {
+        let mut current = seen;
+        if poll_politely_for(window, None, || {
+            current = self.seq();
+            current != seen
+        }) {
+            return current;
+        }
+        self.sleep(seen, None)
     }
 
     /// Like [`wait`](Doorbell::wait), but sleeps at once without spinning or yielding.

@@ -781,6 +781,52 @@ fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
 }
 
 #[test]
+fn a_deferred_copy_in_goes_in_pieces_and_its_run_launches_only_once_it_is_all_in() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    let mut a: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
+    let mut out = vec![-7.0f32; 1000];
+    let lease = Lease { slot: 1, generation: 1 };
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut run = rt.prepare_deferred(lease, &digest("vadd"), args, &[], &cfg).unwrap().detach();
+    assert!(!run.copied());
+    let err = rt.launch(&mut run).unwrap_err();
+    assert!(err.message().contains("before its host inputs are all copied in"), "{err}");
+    // Mapped anew for every piece, as a chip child does; a piece of 1001 bytes cuts elements.
+    let mut pieces = 0;
+    loop {
+        let args =
+            vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+        pieces += 1;
+        if rt.copy_in_some(&mut run, &args, 1001).unwrap() {
+            break;
+        }
+        assert!(pieces < 20, "8000 input bytes in pieces of 1001 never ended");
+    }
+    assert!((8..=10).contains(&pieces), "8000 bytes in {pieces} pieces of 1001");
+    assert!(run.copied());
+    rt.launch(&mut run).unwrap();
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    rt.finalize_traced(run, Some(&args)).0.unwrap();
+    assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "{:?}", &out[..8]);
+
+    // A tensor mapped anew unlike the one prepared fails the copy, naming it.
+    let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let mut run = rt
+        .prepare_deferred(Lease { slot: 1, generation: 2 }, &digest("vadd"), args, &[], &cfg)
+        .unwrap()
+        .detach();
+    let short =
+        vec![host(&mut a[..999], Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
+    let err = rt.copy_in_some(&mut run, &short, 1 << 20).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("`vadd` tensor 0") && err.message().contains("differ"), "{err}");
+    let err = rt.finalize(run).unwrap_err();
+    assert!(err.message().contains("finalized before it was launched"), "{err}");
+}
+
+#[test]
 fn a_chip_holds_one_active_and_one_prepared_run() {
     let mut rt = pipelined(1, &[]);
     let cfg = CallConfig::default();

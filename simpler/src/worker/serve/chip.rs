@@ -263,8 +263,9 @@ impl ChipServer {
         }
     }
 
-    /// Prepares a staged successor (its inputs copied into its slot's staging buffer while the
-    /// running task executes). `Err`: it failed to prepare (answer it now).
+    /// Prepares a staged successor: its tensors checked and given their slices of its slot's
+    /// staging buffer; [`copy_some`](Self::copy_some) copies its inputs in while the running
+    /// task executes. `Err`: it failed to prepare (answer it now).
     fn prepare(
         &mut self,
         req: &TaskRequest<'_>,
@@ -281,13 +282,32 @@ impl ChipServer {
             ));
         }
         match catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.prepare(lease, &digest, d.args, &d.scalars, &d.config)
+            self.runtime.prepare_deferred(lease, &digest, d.args, &d.scalars, &d.config)
         })) {
             Ok(Ok(run)) => Ok(run.detach()),
             Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
                 format!("chip runtime panicked preparing: {}", crate::error::panic_message(&*panic)),
+            )),
+        }
+    }
+
+    /// Copies up to `budget` more bytes of a staged successor's inputs in (its host tensors
+    /// mapped again from its frame); true once they are all in. `Err`: it failed (finalize
+    /// it and answer it now).
+    fn copy_some(
+        &mut self,
+        req: &TaskRequest<'_>,
+        run: &mut ChipRun<'static>,
+        budget: u64,
+    ) -> Result<bool, FrameError> {
+        let d = decode(self.chip, &mut self.resolver, req)?;
+        match catch_unwind(AssertUnwindSafe(|| self.runtime.copy_in_some(run, &d.args, budget))) {
+            Ok(r) => r.map_err(|e| task_error(&e)),
+            Err(panic) => Err(FrameError::new(
+                ERR_TASK,
+                format!("chip runtime panicked copying in: {}", crate::error::panic_message(&*panic)),
             )),
         }
     }
@@ -320,10 +340,15 @@ impl ChipServer {
     }
 }
 
+/// The bytes of a staged successor's inputs the chip child copies in per turn of its loop
+/// (tens of microseconds: how late it may notice the running task's end).
+const COPY_PIECE: u64 = 512 << 10;
+
 /// The chip child's loop: one thread serves controls and both task frames (rule M11 of
 /// `ipc::mailbox`), holding at most one running task (executed here, or on the chip's
 /// executor thread when a successor may be staged meanwhile) and one staged successor
-/// (prepared beside it, launched when the parent activates it). Sleeps on the mailbox's child
+/// (prepared beside it, its inputs copied in a piece per turn so that the running task's end
+/// is answered meanwhile, launched when the parent activates it). Sleeps on the mailbox's child
 /// doorbell, which the parent rings after posting and the executor thread after each run.
 /// Returns the exit code.
 fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut ChipServer) -> i32 {
@@ -384,21 +409,37 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
         // A successor to prepare beside it.
         if staged.is_none() {
             for ix in 0..TASK_FRAMES {
-                let Some(mut req) = mb.task_request_at(ix, true) else { continue };
+                let Some(req) = mb.task_request_at(ix, true) else { continue };
                 worked = true;
                 let avoid = active.as_ref().map(|a| a.run.lease());
                 match server.prepare(&req, avoid) {
-                    Ok(run) => {
-                        req.publish_staged(parent);
-                        staged = Some(Held { req, run });
-                    }
+                    Ok(run) => staged = Some(Held { req, run }),
                     Err(e) => mb.finish_task(req, Err(e), parent),
                 }
                 break;
             }
         }
-        // The staged successor: activated (its run is the head now) or withdrawn.
-        if let Some(st) = staged.as_mut() {
+        // Its copy-in, a piece per turn: the running task's end is answered between pieces,
+        // not once the whole copy is in.
+        if let Some(st) = staged.as_mut()
+            && !st.run.copied()
+        {
+            worked = true;
+            match server.copy_some(&st.req, &mut st.run, COPY_PIECE) {
+                Ok(true) => st.req.publish_staged(parent),
+                Ok(false) => {}
+                Err(e) => {
+                    let Some(Held { req, run }) = staged.take() else { unreachable!() };
+                    let _ = server.runtime.finalize(run);
+                    mb.finish_task(req, Err(e), parent);
+                }
+            }
+        }
+        // The staged successor: activated (its run is the head now) or withdrawn. The parent
+        // can do either only once it is staged, all its inputs in (rule M11).
+        if let Some(st) = staged.as_mut()
+            && st.run.copied()
+        {
             match st.req.activation() {
                 Activation::Waiting => {}
                 Activation::Activate if active.is_some() => {
@@ -442,8 +483,9 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 server.resolver.trim();
             }
         } else if active.is_some() {
-            // The executor thread rings when the run ends.
-            mb.child_doorbell().wait(seen, None);
+            // The executor thread rings when the run ends: noticed at once if it ends soon
+            // (the copy-back and the parent's answer wait on it), asleep otherwise.
+            mb.child_doorbell().wait_expecting(seen, crate::chip::END_WINDOW);
         } else {
             let me = crate::sys::futex::current_cpu();
             let parent_cpu = mb.parent_cpu();
