@@ -188,15 +188,26 @@ fn main() -> simpler::Result<()> {
         )
     };
     let round = (kernel_time(64).saturating_sub(kernel_time(0)) / 64).max(Duration::from_micros(1));
-    let passes = (copy_in.as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 4096.0) as u64;
+    let guess = (copy_in.as_secs_f64() / round.as_secs_f64()).round().clamp(1.0, 4096.0) as u64;
+    // Then the kernel as it runs in the chip process, at depth 1 (what those rounds add to a
+    // run with a bare kernel), and the rounds scaled to match the copy-in there.
+    let in_chip = |passes: u64| -> simpler::Result<Duration> {
+        let r = (0..3).map(|_| worker_runs(1, passes, INPUT)).collect::<simpler::Result<Vec<_>>>()?;
+        Ok((median(r) / RUNS as u32).saturating_sub(full).max(Duration::from_micros(1)))
+    };
+    let chip_kernel = in_chip(guess)?;
+    let passes = ((guess as f64) * copy_in.as_secs_f64() / chip_kernel.as_secs_f64())
+        .round()
+        .clamp(1.0, 4096.0) as u64;
     let passes = std::env::var("PASSES").ok().and_then(|p| p.parse().ok()).unwrap_or(passes);
     let kernel = kernel_time(passes);
     println!(
-        "calibration: a run with a bare kernel {:.2} ms (8 MiB in) and {:.2} ms (4 KiB in): the copy-in {:.2} ms; one kernel round {:.3} ms -> {passes} rounds, the kernel {:.2} ms",
+        "calibration: a run with a bare kernel {:.2} ms (8 MiB in) and {:.2} ms (4 KiB in): the copy-in {:.2} ms; one kernel round {:.3} ms here -> {guess} rounds, {:.2} ms in the chip -> {passes} rounds, the kernel {:.2} ms here",
         full.as_secs_f64() * 1e3,
         small.as_secs_f64() * 1e3,
         copy_in.as_secs_f64() * 1e3,
         round.as_secs_f64() * 1e3,
+        chip_kernel.as_secs_f64() * 1e3,
         kernel.as_secs_f64() * 1e3
     );
 

@@ -419,6 +419,13 @@ impl ChipRuntime {
         self.leases.release(lease)
     }
 
+    /// Records the prepared, unlaunched run (the executor thread, finishing a run, looks out
+    /// for the next one only while there is one).
+    fn set_waiting(&mut self, waiting: Option<Lease>) {
+        self.waiting = waiting;
+        self.exec.next_waits.store(waiting.is_some(), Ordering::Relaxed);
+    }
+
     fn usable(&self) -> Result<()> {
         if self.closed {
             return Err(Error::state(format!("chip {} is shut down", self.chip)));
@@ -675,7 +682,7 @@ impl ChipRuntime {
             .entered();
         let prepared = self.stage(&f, &args, lease.slot as usize, !deferred)?;
         if !ahead {
-            self.waiting = Some(lease);
+            self.set_waiting(Some(lease));
         }
         Ok(ChipRun {
             lease,
@@ -711,7 +718,7 @@ impl ChipRuntime {
         let job = self.launchable(run, trace)?;
         self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         if self.waiting == Some(run.lease) {
-            self.waiting = None;
+            self.set_waiting(None);
         }
         self.active = Some(run.lease);
         run.phase = Phase::Launched;
@@ -729,7 +736,7 @@ impl ChipRuntime {
     ) -> Result<()> {
         let job = self.launchable(run, records.is_some())?;
         if self.waiting == Some(run.lease) {
-            self.waiting = None;
+            self.set_waiting(None);
         }
         self.active = Some(run.lease);
         let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
@@ -823,7 +830,7 @@ impl ChipRuntime {
         let (result, records) = match std::mem::replace(&mut run.phase, Phase::Finished) {
             Phase::Prepared => {
                 if self.waiting == Some(run.lease) {
-                    self.waiting = None;
+                    self.set_waiting(None);
                 }
                 let err = Error::state(format!(
                     "chip {}: the run under {} was finalized before it was launched",
@@ -1264,6 +1271,8 @@ struct Executor {
     handle: Option<thread::JoinHandle<()>>,
     /// The thread's kernel id (0 until it has started).
     tid: Arc<std::sync::atomic::AtomicI32>,
+    /// Whether a prepared run waits to launch after the executing one.
+    next_waits: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A run the executor finished: its lease, result and records.
@@ -1280,6 +1289,8 @@ impl Executor {
         let chip = ctx.chip;
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let tid_w = tid.clone();
+        let next_waits = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let next_w = next_waits.clone();
         let handle = thread::Builder::new()
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
@@ -1288,10 +1299,10 @@ impl Executor {
                 loop {
                     // After a run, the next one (the successor the chip prepared meanwhile)
                     // comes once the parent has seen this one end: a round trip that a
-                    // sleeping thread's wake-up would lengthen. Check for it politely for a
-                    // while first.
+                    // sleeping thread's wake-up would lengthen. With one prepared, check for
+                    // it politely for a while first.
                     let mut next = None;
-                    if ran {
+                    if ran && next_w.load(Ordering::Relaxed) {
                         crate::sys::futex::poll_politely_for(NEXT_RUN_WINDOW, None, || {
                             match jobs.try_recv() {
                                 Ok(job) => {
@@ -1319,7 +1330,7 @@ impl Executor {
                 }
             })
             .map_err(|e| Error::os("starting the chip's executor thread", e))?;
-        Ok(Executor { tx: Some(tx), rx, handle: Some(handle), tid })
+        Ok(Executor { tx: Some(tx), rx, handle: Some(handle), tid, next_waits })
     }
 
     fn send(&self, job: ExecJob) -> Result<()> {

@@ -482,10 +482,13 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             if active.is_none() && staged.is_none() {
                 server.resolver.trim();
             }
-        } else if active.is_some() {
-            // The executor thread rings when the run ends: noticed at once if it ends soon
-            // (the copy-back and the parent's answer wait on it), asleep otherwise.
+        } else if active.is_some() && staged.is_some() {
+            // The executor thread rings when the run ends. A staged successor launches only
+            // after that end's copy-back and the parent's answer: notice it at once if it
+            // comes soon, asleep otherwise.
             mb.child_doorbell().wait_expecting(seen, crate::chip::END_WINDOW);
+        } else if active.is_some() {
+            mb.child_doorbell().sleep(seen, None);
         } else {
             let me = crate::sys::futex::current_cpu();
             let parent_cpu = mb.parent_cpu();
