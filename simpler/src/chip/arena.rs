@@ -706,6 +706,56 @@ mod tests {
         }
     }
 
+    /// Element runs (a transposed view) in pieces of every size; `from` at and past the end,
+    /// a budget of 0 and `from + budget` past `u64::MAX` copy nothing.
+    #[test]
+    fn a_transposed_view_in_pieces_and_empty_windows() {
+        let view = TensorView::new(4, &[4, 3], Some(&[1, 4]), DataType::Uint16).unwrap();
+        let dev_view = TensorView::new(0, &[4, 3], Some(&[1, 4]), DataType::Uint16).unwrap();
+        let (s, e) = dev_view.byte_range();
+        let mut host: Vec<u16> = (0..16).map(|i| 1000 + i).collect();
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
+        let a = Arena::new(4096).unwrap();
+        let (whole, part) = (a.malloc(e - s).unwrap(), a.malloc(e - s).unwrap());
+        let read = |p: u64| {
+            let mut d = vec![0u8; (e - s) as usize];
+            a.copy_from(p, &mut d).unwrap();
+            d
+        };
+        a.copy_to(whole, &vec![0xee; (e - s) as usize]).unwrap();
+        a.copy_view_in(&m, whole, &dev_view, |d, src| a.copy_to(d, src)).unwrap();
+        let elements = 12 * 2;
+        for piece in 1..=elements + 2 {
+            a.copy_to(part, &vec![0xee; (e - s) as usize]).unwrap();
+            let mut from = 0;
+            loop {
+                let n = a
+                    .copy_view_in_part(&m, part, &dev_view, (from, piece), |d, src| a.copy_to(d, src))
+                    .unwrap();
+                from += n;
+                if n < piece {
+                    break;
+                }
+            }
+            assert_eq!(from, elements);
+            assert_eq!(read(part), read(whole), "pieces of {piece}");
+        }
+        let mut calls = 0;
+        let mut none = |_: u64, _: &[u8]| {
+            calls += 1;
+            Ok(())
+        };
+        assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (elements, 10), &mut none).unwrap(), 0);
+        assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (elements + 100, 10), &mut none).unwrap(), 0);
+        assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (3, 0), &mut none).unwrap(), 0);
+        assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (u64::MAX - 1, u64::MAX), &mut none).unwrap(), 0);
+        assert_eq!(
+            a.copy_view_in_part(&m, part, &dev_view, (5, u64::MAX), |_, _| Ok(())).unwrap(),
+            elements - 5
+        );
+        assert_eq!(calls, 0);
+    }
+
     #[test]
     fn view_copies_check_layout_and_bounds() {
         let a = Arena::new(4096).unwrap();

@@ -547,11 +547,12 @@ impl ChipRuntime {
     }
 
     /// Copies up to `budget` more bytes of the host inputs of a run prepared with
-    /// [`prepare_deferred`](Self::prepare_deferred) into its staging slices; true once they are
-    /// all in (at once for any other run). `args` are the run's tensors, mapped anew, as given
-    /// to [`finalize_traced`](Self::finalize_traced); a tensor that differs from the one
-    /// prepared is an [`ErrorKind::InvalidArgument`] error, and the run should then be
-    /// finalized.
+    /// [`prepare_deferred`](Self::prepare_deferred) into its staging slices (a budget of 0
+    /// counts as 1); true once they are all in (at once for any other run). `args` are the
+    /// run's tensors, mapped anew, as given to [`finalize_traced`](Self::finalize_traced); a
+    /// tensor that differs from the one prepared is an [`ErrorKind::InvalidArgument`] error,
+    /// and the run should then be finalized. A backend sees one `copy_to_device` per piece of
+    /// a contiguous run the budget cuts.
     pub(crate) fn copy_in_some(
         &mut self,
         run: &mut ChipRun<'_>,
@@ -571,7 +572,8 @@ impl ChipRuntime {
                 ),
             ));
         }
-        let mut left = budget;
+        // At least a byte per call, so a caller's loop always ends.
+        let mut left = budget.max(1);
         while i < args.len() && left > 0 {
             let n = match &args[i] {
                 ChipArg::Host(m) if m.access().can_read() => {

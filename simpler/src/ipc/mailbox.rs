@@ -54,7 +54,8 @@
 //!
 //! States: [`IDLE`] = 0, [`TASK_READY`] = 1, [`TASK_DONE`] = 2, [`CONTROL_REQUEST`] = 4,
 //! [`CONTROL_DONE`] = 5, [`INIT_READY`] = 6, [`INIT_FAILED`] = 7, [`BUSY`] = 8: claimed by
-//! one party that is filling or draining the frame (a transient state nobody waits for long),
+//! one party that is filling or draining the frame (a transient state nobody waits for long,
+//! but for a staged task the child prepares, M11),
 //! and on a task frame holding a staged successor (M11): [`PREPARE_READY`] = 9,
 //! [`FRAME_STAGED`] = 10, [`ACTIVATE`] = 11, [`TASK_LAUNCHED`] = 12, [`WITHDRAW`] = 13.
 //!
@@ -166,7 +167,10 @@
 //!   BUSY`. A child that answers a staged frame takes it back to `BUSY` by compare-exchange
 //!   first, so no move of the parent's is lost; the answer is `TASK_DONE` (M4) as for any task.
 //!   A staged task the child has not claimed the parent may take back (`PREPARE_READY → BUSY`,
-//!   M3). Every step rings the peer (M7).
+//!   M3); one the child holds `BUSY` while it prepares it (its inputs go in piece by piece)
+//!   the parent asks to end by setting the sticky withdraw word (M12), which the child reads
+//!   between pieces and then answers `TASK_DONE` with an error, unlaunched. Every step rings
+//!   the peer (M7).
 //! * **M12 (the task words).** Each task frame has a block of atomic words in the mailbox's
 //!   header: the lease of the task's run (`slot`, `generation`; generation 0: none) and its
 //!   `flags` ([`FLAG_OVERLAP`]), written by the poster under its claim before the hand-over and
@@ -175,7 +179,9 @@
 //!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
 //!   once the task is prepared, just before it launches (a kernel run on the child's own
 //!   thread has ended when the launch returns), and the parent clears when it posts into the
-//!   frame, so a parent that sees the child die can say whether its task had launched. A child's
+//!   frame, so a parent that sees the child die can say whether its task had launched; and the
+//!   sticky `withdraw` word, set by the parent (Release) and read by the child (Acquire) while
+//!   it prepares a staged task (M11), cleared when the parent posts. A child's
 //!   replacement (M8) keeps the lease words: the new chip reads them before it reports ready
 //!   and admits them as its high-water marks, so a lease older than its predecessor's is
 //!   refused after a restart too.
@@ -327,8 +333,10 @@ struct Slot {
 
 /// What travels beside a task frame (rule M12): the lease of the task's run and the task's
 /// flags (written with the request, under the frame's ownership; atomics only so that no
-/// `unsafe` is needed, Relaxed and ordered by the state word), and the sticky acceptance
-/// word, which the child sets when the task launches and the parent clears when it posts.
+/// `unsafe` is needed, Relaxed and ordered by the state word), the sticky acceptance word,
+/// which the child sets when the task launches and the parent clears when it posts, and the
+/// sticky withdraw word, which the parent sets to withdraw a staged task the child is still
+/// preparing.
 #[repr(C)]
 struct TaskWords {
     generation: std::sync::atomic::AtomicU64,
@@ -338,7 +346,9 @@ struct TaskWords {
     slot: AtomicU32,
     flags: AtomicU32,
     accepted: AtomicU32,
-    _reserved: u32,
+    /// Set (Release) by the parent to withdraw a staged task whose frame the child holds
+    /// `BUSY` while it prepares it; cleared when the parent posts (rule M11).
+    withdraw: AtomicU32,
 }
 
 const _: () = {
@@ -654,6 +664,12 @@ impl TaskRequest<'_> {
         }
     }
 
+    /// Whether the parent asked, through the sticky withdraw word, to withdraw this staged
+    /// task while the child still prepares it (rule M11).
+    pub(crate) fn withdraw_asked(&self) -> bool {
+        self.staged && self.words.withdraw.load(Ordering::Acquire) != 0
+    }
+
     /// Whether the parent activated or withdrew this staged task (rule M11): takes
     /// `ACTIVATE` -> `TASK_LAUNCHED` or `WITHDRAW` -> `BUSY` by compare-exchange.
     pub(crate) fn activation(&mut self) -> Activation {
@@ -871,6 +887,7 @@ impl<'a> Mailbox<'a> {
         words.generation.store(posting.lease.1, Ordering::Relaxed);
         words.flags.store(posting.flags, Ordering::Relaxed);
         words.accepted.store(0, Ordering::Relaxed);
+        words.withdraw.store(0, Ordering::Relaxed);
         frame.error_code.store(0, Ordering::Relaxed);
         handover.next = if posting.stage { PREPARE_READY } else { TASK_READY };
         drop(handover);
@@ -916,7 +933,9 @@ impl<'a> Mailbox<'a> {
     /// Withdraws the staged task of frame `ix` (its run was stopped; rule M11): one the child
     /// has not taken yet goes back to `IDLE` at once ([`Withdrawn::Taken`]); a prepared one is
     /// asked to end unlaunched ([`Withdrawn::Asked`]: the child answers `TASK_DONE` with an
-    /// error); anything else is too late ([`Withdrawn::Late`]: it ends as it ends).
+    /// error); one the child is still preparing (its frame `BUSY`) is asked through the
+    /// sticky withdraw word, which the child reads between pieces of its copy-in
+    /// ([`Withdrawn::Late`], as is anything else: it ends as it ends; ask again).
     pub(crate) fn withdraw(&self, ix: usize) -> Withdrawn {
         let frame = &self.slot.tasks[ix];
         if claim(&frame.state, PREPARE_READY).is_ok() {
@@ -927,6 +946,11 @@ impl<'a> Mailbox<'a> {
             Ok(_) => {
                 self.slot.doorbell.ring();
                 Withdrawn::Asked
+            }
+            Err(BUSY) => {
+                self.slot.words[ix].withdraw.store(1, Ordering::Release);
+                self.slot.doorbell.ring();
+                Withdrawn::Late
             }
             Err(_) => Withdrawn::Late,
         }
@@ -1136,6 +1160,7 @@ impl<'a> Mailbox<'a> {
         }
         for words in &self.slot.words {
             words.accepted.store(0, Ordering::Relaxed);
+            words.withdraw.store(0, Ordering::Relaxed);
         }
         self.slot.child_pid.store(0, Ordering::Release);
         self.slot.child_cpu.store(0, Ordering::Relaxed);

@@ -954,3 +954,89 @@ fn a_slot_whose_block_serves_no_run_gives_its_memory_to_a_run_that_needs_it() {
     assert!(err.message().contains("pipeline slot 0"), "{err}");
     rt.finalize(head).unwrap();
 }
+
+/// `copy_in_some` over mixed tensors (a strided host input, a device tensor, a
+/// write-only host tensor, a one-element input, a contiguous in/out), with every budget from 1
+/// byte to past the whole, lands exactly what a whole `prepare` lands, in at most
+/// `total / budget + 1` calls; a budget of 0 still copies a byte per call.
+#[test]
+fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare_does() {
+    let mut rt = pipelined(1, &[]);
+    let cfg = CallConfig::default();
+    // 3 rows of 5 out of rows of 7 (runs of 20 bytes, gaps of 8) and a transposed 4x3 view
+    // (element runs).
+    let mut strided: Vec<f32> = (0..21).map(|i| 100.0 + i as f32).collect();
+    let sv = TensorView::new(0, &[3, 5], Some(&[7, 1]), DataType::Float32).unwrap();
+    let mut transposed: Vec<f32> = (0..12).map(|i| 200.0 + i as f32).collect();
+    let tv = TensorView::new(0, &[4, 3], Some(&[1, 4]), DataType::Float32).unwrap();
+    let mut write_only = vec![-1.0f32; 9];
+    let mut one = vec![42.0f32];
+    let mut inout: Vec<f32> = (0..6).map(|i| 300.0 + i as f32).collect();
+    let dev = device(&mut rt, &[7.0; 4]);
+    let total = (15 + 12 + 1 + 6) * 4u64;
+    macro_rules! args {
+        () => {
+            [
+                host_view(&mut strided, sv, Access::Read),
+                dev_arg(dev, 4, Access::Read, id(1)),
+                host(&mut write_only, Access::Write),
+                host_view(&mut transposed, tv, Access::Read),
+                host(&mut one, Access::Read),
+                host(&mut inout, Access::ReadWrite),
+            ]
+        };
+    }
+    let staged = |rt: &ChipRuntime, run: &ChipRun<'_>| -> Vec<Vec<u8>> {
+        run.prepared
+            .iter()
+            .filter(|p| p.access.can_read())
+            .map(|p| {
+                let (s, e) = p.view.byte_range();
+                let mut b = vec![0u8; (e - s) as usize];
+                rt.device.arena().copy_from(p.ptr + s, &mut b).unwrap();
+                // The view's element bytes only (the gaps of a strided view are never copied).
+                let mut elements = Vec::new();
+                p.view.for_each_run(|off, len| elements.extend_from_slice(&b[off..off + len]));
+                elements
+            })
+            .collect()
+    };
+    let mut generation = 1;
+    let mut lease = || {
+        generation += 1;
+        Lease { slot: 1, generation }
+    };
+    // Poison the slot's staging, then a whole prepare: the expected bytes.
+    let l = lease();
+    let run = rt.prepare(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+    let want = staged(&rt, &run);
+    let _ = rt.finalize(run);
+    for budget in 1..=total + 3 {
+        // Poison what the whole prepare left in the staging slices.
+        let l = lease();
+        let mut run =
+            rt.prepare_deferred(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+        for p in run.prepared.iter().filter(|p| p.access.can_read() && p.identity != id(1)) {
+            let (s, e) = p.view.byte_range();
+            rt.device.arena().copy_to(p.ptr + s, &vec![0xee; (e - s) as usize]).unwrap();
+        }
+        let mut pieces = 0u64;
+        while !rt.copy_in_some(&mut run, &args!(), budget).unwrap() {
+            pieces += 1;
+            assert!(pieces <= total + 10, "budget {budget}: no end after {pieces} pieces");
+        }
+        assert!(pieces <= total / budget + 1, "budget {budget}: {pieces} pieces");
+        assert!(run.copied());
+        assert_eq!(staged(&rt, &run), want, "budget {budget}");
+        let _ = rt.finalize(run);
+    }
+    // A budget of 0 counts as 1: every call makes progress.
+    let l = lease();
+    let mut run = rt.prepare_deferred(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+    let mut calls = 1;
+    while !rt.copy_in_some(&mut run, &args!(), 0).unwrap() {
+        calls += 1;
+        assert!(calls <= total + 10, "budget 0: no end after {calls} calls");
+    }
+    let _ = rt.finalize(run);
+}

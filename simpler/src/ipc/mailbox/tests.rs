@@ -509,8 +509,30 @@ fn a_withdrawn_staged_task_ends_unlaunched_whether_or_not_the_child_took_it() {
     mb.finish_task(next, Err(FrameError::new(1, "withdrawn")), parent);
     assert_eq!(mb.take_task_result_at(1).unwrap().unwrap_err().message, "withdrawn");
     assert!(!mb.accepted(1));
-    // A child that drops a staged task it holds still answers (and no parent move is lost).
+    // Still being prepared (the child holds the frame BUSY): asked through the sticky word,
+    // which the child reads between pieces of its copy-in; the next posting clears it.
     post_at(mb, 1, true, (1, 4), "next").unwrap();
+    let next = mb.task_request_at(1, true).unwrap();
+    assert!(!next.withdraw_asked());
+    assert_eq!(mb.withdraw(1), Withdrawn::Late, "nothing the parent can take back yet");
+    assert!(next.withdraw_asked());
+    assert_eq!(mb.withdraw(1), Withdrawn::Late, "asking again changes nothing");
+    mb.finish_task(next, Err(FrameError::new(1, "withdrawn while preparing")), parent);
+    assert_eq!(mb.take_task_result_at(1).unwrap().unwrap_err().message, "withdrawn while preparing");
+    post_at(mb, 1, true, (1, 5), "next").unwrap();
+    let next = mb.task_request_at(1, true).unwrap();
+    assert!(!next.withdraw_asked(), "a new posting starts unasked");
+    mb.finish_task(next, Ok(()), parent);
+    assert_eq!(mb.take_task_result_at(1), Some(Ok(())));
+    // A running task's frame is BUSY too, but a running task is not withdrawn.
+    post_at(mb, 0, false, (0, 6), "head").unwrap();
+    let head = mb.task_request_at(0, false).unwrap();
+    assert_eq!(mb.withdraw(0), Withdrawn::Late);
+    assert!(!head.withdraw_asked(), "a running task reads no withdraw word");
+    mb.finish_task(head, Ok(()), parent);
+    assert_eq!(mb.take_task_result_at(0), Some(Ok(())));
+    // A child that drops a staged task it holds still answers (and no parent move is lost).
+    post_at(mb, 1, true, (1, 7), "next").unwrap();
     let mut next = mb.task_request_at(1, true).unwrap();
     next.publish_staged(parent);
     drop(next);

@@ -340,6 +340,16 @@ impl ChipServer {
     }
 }
 
+/// The answer to a staged task withdrawn before it launched.
+fn withdrawn(chip: u32) -> FrameError {
+    FrameError::new(
+        ERR_TASK,
+        format!(
+            "chip {chip}: withdrawn before it launched (its run was stopped or its orchestration failed)"
+        ),
+    )
+}
+
 /// The bytes of a staged successor's inputs the chip child copies in per turn of its loop
 /// (tens of microseconds: how late it may notice the running task's end).
 const COPY_PIECE: u64 = 512 << 10;
@@ -425,7 +435,13 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             && !st.run.copied()
         {
             worked = true;
-            match server.copy_some(&st.req, &mut st.run, COPY_PIECE) {
+            // Its run stopped meanwhile: the parent asks through the withdraw word (M11).
+            let piece = if st.req.withdraw_asked() {
+                Err(withdrawn(server.chip))
+            } else {
+                server.copy_some(&st.req, &mut st.run, COPY_PIECE)
+            };
+            match piece {
                 Ok(true) => st.req.publish_staged(parent),
                 Ok(false) => {}
                 Err(e) => {
@@ -466,14 +482,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 Activation::Withdraw => {
                     let Some(Held { req, run }) = staged.take() else { unreachable!() };
                     let _ = server.runtime.finalize(run);
-                    let e = FrameError::new(
-                        ERR_TASK,
-                        format!(
-                            "chip {}: withdrawn before it launched (its run was stopped or its orchestration failed)",
-                            server.chip
-                        ),
-                    );
-                    mb.finish_task(req, Err(e), parent);
+                    mb.finish_task(req, Err(withdrawn(server.chip)), parent);
                     worked = true;
                 }
             }

@@ -1,0 +1,215 @@
+//! A staged successor whose copy-in is long (a backend that takes 200 ms per 512 KiB copied
+//! to the device, 3.2 s for its 8 MiB input): the chip copies it in piece by piece, and between
+//! pieces it answers the running task's end, reads a withdraw of the staged run (cancel,
+//! deadline) and stops copying, and a chip killed meanwhile fails both runs at once.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
+use simpler::{
+    CallConfig, CallableHandle, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, HostArgs,
+    HostResult, RunHandle, RunOptions, SimChip, TaskArgs, Worker, WorkerKind,
+};
+
+const N: usize = 1024;
+/// The successor's input: 8 MiB, copied in 16 pieces of 512 KiB.
+const BIG: usize = 2 << 20;
+/// How long the backend takes per 512 KiB copied in (8 MiB: ~3.2 s in all).
+const SLOW: Duration = Duration::from_millis(200);
+
+fn marker(test_pid: u32, name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("simpler-staged-copy-{test_pid}-{name}"))
+}
+
+/// Waits (up to 20 s) until gate `scalar 0` is open, then copies its input to its output.
+fn gated_copy(args: &HostArgs<'_>) -> HostResult {
+    let gate = marker(std::os::unix::process::parent_id(), &format!("gate{}", args.scalar(0)?));
+    if !spin_until(Instant::now() + Duration::from_secs(20), || gate.exists()) {
+        return Err(format!("{} never opened", gate.display()).into());
+    }
+    let x = args.input::<f32>(0)?.to_vec();
+    args.output::<f32>(1)?.copy_from_slice(&x);
+    Ok(())
+}
+
+/// `out[..N] = 2 x[..N]` (the big input's first N floats).
+fn double_head(args: &HostArgs<'_>) -> HostResult {
+    let x = args.input::<f32>(0)?[..N].to_vec();
+    for (o, v) in args.output::<f32>(1)?.iter_mut().zip(x) {
+        *o = 2.0 * v;
+    }
+    Ok(())
+}
+
+/// A `SimChip` whose host-to-device copies are slow (per byte); a big one leaves a marker.
+struct Slow(SimChip);
+
+impl ChipBackend for Slow {
+    fn cores(&self) -> usize {
+        self.0.cores()
+    }
+    fn memory(&self) -> &DeviceMemory {
+        self.0.memory()
+    }
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
+        // A cost per byte (not per call): 512 KiB take SLOW.
+        if src.len() >= 256 << 10 {
+            let _ = std::fs::write(marker(std::os::unix::process::parent_id(), "copying"), b"1");
+        }
+        std::thread::sleep(SLOW * src.len() as u32 / (512 << 10));
+        self.0.copy_to_device(dst, src)
+    }
+}
+
+fn slow(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+    Ok(Box::new(Slow(SimChip::new(spec.memory_bytes(), spec.cores())?)))
+}
+
+struct Markers(u32);
+impl Drop for Markers {
+    fn drop(&mut self) {
+        for m in ["gate1", "copying"] {
+            let _ = std::fs::remove_file(marker(self.0, m));
+        }
+    }
+}
+
+fn rig() -> (Rig, CallableHandle, CallableHandle) {
+    let mut rig = Rig::new(
+        Worker::builder()
+            .chips(1)
+            .chip_memory(64 << 20)
+            .chip_cores(1)
+            .pipeline_depth(2)
+            .pending_run_depth(3)
+            .chip_backend(slow),
+    );
+    let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
+    let dbl = rig.register_chip(ChipFn::kernel("double_head", double_head)).unwrap();
+    rig.init();
+    (rig, gated, dbl)
+}
+
+fn submit(
+    w: &Worker,
+    k: &CallableHandle,
+    input: (&simpler::Buffer, usize),
+    out: &simpler::Buffer,
+    gate: u64,
+    opts: RunOptions,
+) -> RunHandle {
+    let (ti, to) = (
+        input.0.tensor(&[input.1 as u32], DataType::Float32).unwrap(),
+        out.tensor(&[N as u32], DataType::Float32).unwrap(),
+    );
+    let k = k.clone();
+    w.submit_with(opts, move |orch, _, _| {
+        let mut args = TaskArgs::new();
+        args.input(&ti)?.output(&to)?.scalar(gate);
+        orch.submit_next_level(&k, args, CallConfig::default(), 0).map(|_| ())
+    })
+    .unwrap()
+}
+
+/// A (gated) runs on the chip; B (8 MiB input, slow copy-in) is staged behind it. Returns once
+/// B's copy-in is under way.
+fn a_runs_b_copies(
+    rig: &Rig,
+    gated: &CallableHandle,
+    dbl: &CallableHandle,
+    b_opts: RunOptions,
+) -> (RunHandle, RunHandle, Vec<simpler::Buffer>) {
+    let small = rig.create_buffer(N * 4).unwrap();
+    small.write(0, &(0..N).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let big = rig.create_buffer(BIG * 4).unwrap();
+    big.write(0, &(0..BIG).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let outs: Vec<_> = (0..2).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
+    let a = submit(rig, gated, (&small, N), &outs[0], 1, RunOptions::new());
+    let b = submit(rig, dbl, (&big, BIG), &outs[1], 0, b_opts);
+    let copying = marker(std::process::id(), "copying");
+    wait_for("B's copy-in to start", Duration::from_secs(20), || copying.exists());
+    assert_eq!(b.progress().staged, 0, "B is still copying in");
+    (a, b, outs)
+}
+
+/// The head's end is answered between pieces of the successor's copy-in, not after all of it.
+#[test]
+fn the_heads_end_is_answered_while_the_successor_copies_in() {
+    if !in_own_process() {
+        return;
+    }
+    let _m = Markers(std::process::id());
+    let (rig, gated, dbl) = rig();
+    let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
+    let t = Instant::now();
+    std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
+    a.wait().unwrap();
+    let a_took = t.elapsed();
+    b.wait().unwrap();
+    let b_took = t.elapsed();
+    eprintln!("A ended {a_took:?} after its gate opened; B {b_took:?}");
+    assert!(a_took < Duration::from_millis(1500), "A's end waited for B's copy-in: {a_took:?}");
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap()[3], 6.0);
+}
+
+/// A (held at its gate) runs, B copies in behind it and is stopped by `stop`: B ends with
+/// `kind` well before its copy-in would have (at the next piece, unlaunched), and A then ends
+/// as usual.
+fn stopped_while_it_copies_in(
+    b_opts: RunOptions,
+    stop: impl FnOnce(&RunHandle),
+    kind: ErrorKind,
+    needle: &str,
+) {
+    let _m = Markers(std::process::id());
+    let (rig, gated, dbl) = rig();
+    let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, b_opts);
+    let t = Instant::now();
+    stop(&b);
+    let r = b.wait();
+    let took = t.elapsed();
+    expect_err(r, kind, &[needle]);
+    std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
+    a.wait().unwrap();
+    assert!(outs[1].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "B never ran");
+    assert!(took < Duration::from_millis(1500), "B took {took:?} to end: it waited for its whole copy-in");
+}
+
+/// Cancelling the successor while it copies in ends it at the next piece, unlaunched.
+#[test]
+fn a_successor_cancelled_while_it_copies_in_ends_at_once_unlaunched() {
+    if !in_own_process() {
+        return;
+    }
+    stopped_while_it_copies_in(RunOptions::new(), |b| assert!(b.cancel()), ErrorKind::Cancelled, "cancelled");
+}
+
+/// A deadline of the successor that passes while it copies in ends it likewise.
+#[test]
+fn a_successor_whose_deadline_passes_while_it_copies_in_ends_at_its_deadline() {
+    if !in_own_process() {
+        return;
+    }
+    let opts = RunOptions::new().deadline(Duration::from_millis(300));
+    stopped_while_it_copies_in(opts, |_| {}, ErrorKind::Timeout, "deadline");
+}
+
+/// The chip dies mid-copy: both runs end at once, B's error saying it was not yet prepared.
+#[test]
+fn a_chip_killed_while_the_successor_copies_in_fails_both_promptly() {
+    if !in_own_process() {
+        return;
+    }
+    let _m = Markers(std::process::id());
+    let (rig, gated, dbl) = rig();
+    let (a, b, _outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
+    let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
+    let t = Instant::now();
+    sigkill(chip.pid);
+    expect_err(a.wait(), ErrorKind::WorkerDied, &["gated_copy", "died"]);
+    expect_err(b.wait(), ErrorKind::WorkerDied, &["double_head", "staged", "not yet prepared"]);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
