@@ -75,6 +75,31 @@ fn two_pipelined_runs_are_both_correct() {
 }
 
 #[test]
+fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
+    let flag = u32_buffer(&rig, 2);
+    let out = u64_buffer(&rig, 2);
+    out.set_name("out").unwrap();
+    let r = blocked_run(&rig, &block, &flag, &out, 7);
+    wait_blocked(&flag);
+    // The task names element 0 of `out`; its worker may hold a slice of it now.
+    expect_err(
+        out.write(1, &[5u64]),
+        ErrorKind::InvalidState,
+        &["`out`", "1 submitted task", "wait for their run"],
+    );
+    assert_eq!(read_u64(&out, 0, 2), vec![0, 0], "reading stays allowed");
+    // `flag` is untracked (`NoDep`) in that task: the host still writes it (that releases it).
+    release(&flag);
+    r.wait().unwrap();
+    out.write(1, &[5u64]).unwrap();
+    assert_eq!(read_u64(&out, 0, 2), vec![7, 5]);
+}
+
+#[test]
 fn a_later_run_does_not_start_before_the_earlier_one_finished() {
     if !in_own_process() {
         return;

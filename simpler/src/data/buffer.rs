@@ -477,9 +477,31 @@ pub(crate) struct BufferInner {
     mem: Mem,
     /// What timelines and DOT exports call it ([`Buffer::set_name`]).
     name: std::sync::Mutex<Option<std::sync::Arc<str>>>,
+    /// Submitted tasks that name the buffer and have not ended ([`BufferInner::hold`]).
+    tasks: std::sync::atomic::AtomicU32,
+    /// Host writes ([`Buffer::write`]) under way.
+    writers: std::sync::atomic::AtomicU32,
 }
 
 impl BufferInner {
+    /// A submitted task names the buffer, until [`release`](BufferInner::release): host
+    /// writes are refused meanwhile, since the task's worker may hold slices of it. Waits for
+    /// a host write under way to end (a bounded copy), so the task sees all of it or none.
+    pub(crate) fn hold(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        // SeqCst, paired with `Buffer::write`: either the write sees this hold and is refused,
+        // or this sees the write and waits for it.
+        self.tasks.fetch_add(1, SeqCst);
+        while self.writers.load(SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// The task that [`hold`](BufferInner::hold) counted has ended.
+    pub(crate) fn release(&self) {
+        self.tasks.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// The buffer's name, if it was given one.
     pub(crate) fn name(&self) -> Option<std::sync::Arc<str>> {
         self.name.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -508,14 +530,30 @@ impl Buffer {
         let SharedKey { pid, fd, ino } = shm.key();
         let desc =
             BufferDesc::new(identity, Backing::Memfd { pid, fd, ino }, Access::ReadWrite, shm.len() as u64)?;
-        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem: Mem::Shm(shm), name: Default::default() }) })
+        Ok(Buffer {
+            inner: Arc::new(BufferInner {
+                desc,
+                mem: Mem::Shm(shm),
+                name: Default::default(),
+                tasks: Default::default(),
+                writers: Default::default(),
+            }),
+        })
     }
 
     /// A buffer naming device memory of one chip (made by `Worker::alloc_child_tensor`).
     pub(crate) fn device(identity: Identity, chip: u32, ptr: u64, nbytes: u64) -> Result<Buffer> {
         let desc = BufferDesc::new(identity, Backing::Device { ptr, chip }, Access::ReadWrite, nbytes)?;
         let mem = Mem::Device { freed: std::sync::atomic::AtomicBool::new(false) };
-        Ok(Buffer { inner: Arc::new(BufferInner { desc, mem, name: Default::default() }) })
+        Ok(Buffer {
+            inner: Arc::new(BufferInner {
+                desc,
+                mem,
+                name: Default::default(),
+                tasks: Default::default(),
+                writers: Default::default(),
+            }),
+        })
     }
 
     /// Marks device memory freed; false when it already was (or is not device memory).
@@ -672,7 +710,11 @@ impl Buffer {
     ///
     /// A range reaching past the end of the buffer is an
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error; nothing is
-    /// written then.
+    /// written then. While a submitted task that names the buffer (through any tensor of it,
+    /// except an untracked `NoDep` one) has not ended, the write is refused with an
+    /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error naming the buffer:
+    /// the task's worker may hold slices of it, which must not change under it. Wait for the
+    /// task's run, then write. (Reading is always allowed: it copies whatever the bytes are.)
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
@@ -685,8 +727,34 @@ impl Buffer {
     /// # Ok(()) }
     /// ```
     pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
-        self.shm("write")?.write_bytes(start, as_bytes(values))
+        let shm = self.shm("write")?;
+        let inner = &*self.inner;
+        // Paired with `BufferInner::hold` (SeqCst both sides).
+        inner.writers.fetch_add(1, SeqCst);
+        struct Done<'a>(&'a std::sync::atomic::AtomicU32);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
+        }
+        let _done = Done(&inner.writers);
+        match inner.tasks.load(SeqCst) {
+            0 => shm.write_bytes(start, as_bytes(values)),
+            n => Err(Error::state(format!(
+                "Buffer.write: buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
+                self.label()
+            ))),
+        }
+    }
+
+    /// How messages name the buffer: its name when it has one, else its identity.
+    fn label(&self) -> String {
+        match self.inner.name() {
+            Some(name) => format!("`{name}` ({})", self.inner.desc.identity()),
+            None => self.inner.desc.identity().to_string(),
+        }
     }
 
     /// Reads `len` elements of `T` starting at element index `offset`.

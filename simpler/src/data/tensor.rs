@@ -487,6 +487,11 @@ impl Tensor {
         inner.name().map(|n| n.to_string())
     }
 
+    /// The buffer a tensor made by [`Buffer::tensor`](crate::Buffer::tensor) views.
+    pub(crate) fn buffer(&self) -> Option<Arc<crate::data::buffer::BufferInner>> {
+        Arc::downcast::<crate::data::buffer::BufferInner>(self.keepalive.clone()?).ok()
+    }
+
     pub(crate) fn with_keepalive(
         desc: BufferDesc,
         view: TensorView,

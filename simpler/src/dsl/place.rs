@@ -241,6 +241,7 @@ impl Placement<OrchCallable> for WorkerId<OrchCallable> {
 /// let first = vadd::call(a, b, &mut c)?.on(orch, chip(0))?;
 /// # let _ = first; Ok(()) }
 /// ```
+#[must_use = "a call does nothing until it is placed (`.on(orch, ..)`, `submit_group`) or run (`.run`, `.submit`)"]
 pub struct Call<K: Kind> {
     info: &'static CallableInfo,
     args: TaskArgs,

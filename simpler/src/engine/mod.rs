@@ -1234,9 +1234,12 @@ impl Engine {
         if !written.is_empty() {
             self.tensor_map.erase(slot.run.id, &written, slot);
         }
-        if let Some(task) = slot.task.as_ref().filter(|t| t.names_device) {
-            for id in task.device_buffers() {
-                self.devices.release(id);
+        if let Some(task) = slot.task.as_ref() {
+            task.holds.release();
+            if task.names_device {
+                for id in task.device_buffers() {
+                    self.devices.release(id);
+                }
             }
         }
         if let Some(hold) = slot.heap {

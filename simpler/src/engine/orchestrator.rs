@@ -503,9 +503,20 @@ impl<'a> Orchestrator<'a> {
             format!(
                 "{api}: {callable} is a chip callable, but this Worker's NEXT_LEVEL workers are {noun}s, which run orchestration callables; submit chip callables from an orchestration callable placed on a {noun} that has chips"
             )
-        } else if kind != want {
+        } else if kind == CallableKind::Orch && want != CallableKind::Orch {
+            let (place, runs) = if want == CallableKind::HostFn {
+                ("SUB workers".to_string(), "host functions")
+            } else {
+                (format!("{noun}s"), "chip callables")
+            };
             format!(
-                "{api}: {callable} is a {} callable, but this API runs {} callables",
+                "{api}: {callable} is an orchestration callable, but this Worker's {place} run {runs}; run it as a run of this Worker (`name::call(..)?.run(&worker)` or `.submit(&worker)`), or place it on a nested Worker under a Worker one level up"
+            )
+        } else if kind != want {
+            let article = |k: CallableKind| if k == CallableKind::Orch { "an" } else { "a" };
+            format!(
+                "{api}: {callable} is {} {} callable, but this API runs {} callables",
+                article(kind),
                 kind.name(),
                 want.name()
             )
@@ -995,8 +1006,17 @@ impl<'a> Orchestrator<'a> {
         let index = self.tasks.len() as u32;
         let names_device =
             args_list.iter().flat_map(|a| a.tensors.iter()).any(|t| t.desc().device_chip().is_some());
-        let task =
-            TaskData { callable: callable.clone(), args: args_list, config, target, group, names_device };
+        // Released when the slot is consumed (`Engine::consume`).
+        let holds = crate::engine::slot::BufferHolds::take(&args_list);
+        let task = TaskData {
+            callable: callable.clone(),
+            args: args_list,
+            config,
+            target,
+            group,
+            names_device,
+            holds,
+        };
         if names_device {
             // Released when the slot is consumed (`Engine::consume`).
             for id in task.device_buffers() {

@@ -89,6 +89,49 @@ pub(crate) struct TaskData {
     /// Whether any tensor is device memory (counted with the level's `DeviceRules` while the
     /// slot lives).
     pub(crate) names_device: bool,
+    /// The host buffers of its tensors, held from submit until the slot is consumed (or the
+    /// task is dropped unconsumed): a host write is refused meanwhile.
+    pub(crate) holds: BufferHolds,
+}
+
+/// Host buffers a task holds (`BufferInner::hold`), released once.
+#[derive(Default)]
+pub(crate) struct BufferHolds {
+    buffers: SmallVec<[Arc<crate::data::buffer::BufferInner>; 2]>,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl BufferHolds {
+    /// Holds the buffers of `args`' tensors made from a `Buffer` (once per naming tensor),
+    /// except `NoDep` ones, whose ordering the submitter took over (`unsafe`), host writes
+    /// included.
+    pub(crate) fn take<'a>(args: impl IntoIterator<Item = &'a TaskArgs>) -> BufferHolds {
+        let buffers: SmallVec<[_; 2]> = args
+            .into_iter()
+            .flat_map(|a| a.tensors.iter().zip(a.tags.iter()))
+            .filter(|(_, tag)| **tag != crate::data::task_args::Tag::NoDep)
+            .filter_map(|(t, _)| t.buffer())
+            .collect();
+        for b in &buffers {
+            b.hold();
+        }
+        BufferHolds { buffers, released: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// Releases the holds (the first call only).
+    pub(crate) fn release(&self) {
+        if !self.released.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            for b in &self.buffers {
+                b.release();
+            }
+        }
+    }
+}
+
+impl Drop for BufferHolds {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl TaskData {

@@ -862,6 +862,7 @@ fn failing_producer_only_marks_a_building_consumer() {
                 target: Target::NextLevel(smallvec::smallvec![0]),
                 group: false,
                 names_device: false,
+                holds: Default::default(),
             }),
             None,
         ))

@@ -161,7 +161,8 @@ impl Runtime for L2Chip {
             return Err(Error::new(
                 ErrorKind::Callable,
                 format!(
-                    "Worker.run_callable: {callable} is a {} callable, not a chip callable",
+                    "Worker.run_callable: {callable} is {} {} callable, not a chip callable",
+                    if callable.kind() == CallableKind::Orch { "an" } else { "a" },
                     callable.kind().name()
                 ),
             ));
