@@ -1239,6 +1239,7 @@ impl ExecCtx {
                 if config.get_dump_args() {
                     orch.keep_args_text();
                 }
+                orch.confine_to(&args);
                 o(orch, &args, config)
             })
             .map_err(|f| f.into_error().context(&context))?;

@@ -102,6 +102,10 @@ pub struct Orchestrator<'a> {
     /// Worker's `register` and `unregister` need `&mut Worker`, which building excludes).
     checked: SmallVec<[(Digest, CallableKind); 4]>,
     checked_generation: u64,
+    /// For a run that serves a task of the level above ([`confine_to`](Orchestrator::confine_to)):
+    /// the tensors that task was given. Tasks may name only bytes inside one of them, or this
+    /// engine's own intermediates.
+    grant: Option<SmallVec<[(crate::data::buffer::Identity, TensorView); 4]>>,
 }
 
 /// What an Orchestrator keeps for the next run of its engine, so that a run allocates no
@@ -155,7 +159,18 @@ impl<'a> Orchestrator<'a> {
             frames: b.frames,
             checked: b.checked,
             checked_generation: generation,
+            grant: None,
         }
+    }
+
+    /// Confines the run to `args`, the tensors of the task of the level above it serves (a
+    /// nested or remote Worker's run, a chip orchestration): from now on a task may name a
+    /// buffer only through a view whose bytes all lie inside one of `args`' views of it, or
+    /// one of this engine's own `orch.alloc` intermediates. So an orchestration cannot widen
+    /// a view it was given (a `reshape` over the whole buffer) nor keep a tensor for a later
+    /// run, which could reach bytes that another task holds meanwhile.
+    pub(crate) fn confine_to(&mut self, args: &TaskArgs) {
+        self.grant = Some(args.tensors.iter().map(|t| (t.desc().identity(), *t.view())).collect());
     }
 
     /// Keeps every task's arguments as text in the run's capture (a chip's
@@ -958,6 +973,18 @@ impl<'a> Orchestrator<'a> {
                 };
                 let used = DeviceUse { callable, tensor: i, chip, id: t.desc().identity(), runs_on };
                 self.eng.devices.check(&used)?;
+            }
+            // After the checks with more precise messages.
+            if let Some(grant) = &self.grant {
+                let id = t.desc().identity();
+                if owner != self.eng.minter.owner()
+                    && !grant.iter().any(|(g, v)| *g == id && overlap(v, t.view()) == Overlap::Covered)
+                {
+                    return Err(Error::invalid(format!(
+                        "{callable}: tensor {i} names bytes of buffer {id} that this run was not given: a run for a task of the level above may use only views inside its arguments and its own orch.alloc intermediates ({} view(s) of that buffer given)",
+                        grant.iter().filter(|(g, _)| *g == id).count()
+                    )));
+                }
             }
         }
         Ok(())

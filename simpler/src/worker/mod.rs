@@ -1319,8 +1319,13 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        // Driven by this thread from the start, as in `run_with`.
-        let (handle, _intent) = self.build(orch_fn, options, true).map_err(BuildFailed::into_error)?;
+        // Driven by this thread from the start, as in `run_with`. Confined to the task's
+        // tensors (`Orchestrator::confine_to`).
+        let confined = |orch: &mut Orchestrator<'_>, a: &TaskArgs, c: &CallConfig| {
+            orch.confine_to(a);
+            orch_fn(orch, a, c)
+        };
+        let (handle, _intent) = self.build(confined, options, true).map_err(BuildFailed::into_error)?;
         submitted(&handle);
         let result = handle.wait();
         Ok((handle, result))
