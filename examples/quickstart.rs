@@ -60,7 +60,7 @@ task_graph! {
 
 fn main() -> simpler::Result<ExitCode> {
     let mut worker = Worker::builder().chips(2).chip_memory(16 << 20).sub_workers(2).build()?;
-    worker.init()?; // forks the chips and the SUB workers; registers every #[callable]
+    worker.init()?; // starts the chips and the SUB workers; registers every #[callable]
 
     let n = N as usize;
     let (ba, bb, by) =
@@ -98,7 +98,7 @@ fn main() -> simpler::Result<ExitCode> {
     worker.close()?;
     if bad != 0 || stats.tasks != 4 {
         eprintln!("FAILED: {bad} of {n} elements are wrong ({} tasks ran)", stats.tasks);
-        return Ok(ExitCode::FAILURE); // a return, not `exit`: the buffers are dropped, no shm name is left
+        return Ok(ExitCode::FAILURE); // a return, not `exit`: the buffers are dropped and closed
     }
     println!("result check: all {n} elements of (a + b + a * b) / 2 are correct");
     Ok(ExitCode::SUCCESS)

@@ -1,14 +1,22 @@
 //! Errors that name the real cause, each met as a new user would meet it: a placement the
 //! Worker has no worker for, a chip id out of range, device memory exhausted, task arguments
-//! too big for a worker's mailbox, and a host buffer named in a Worker that did not create it.
+//! too big for a worker's mailbox, a host buffer named in a Worker that did not create it, an
+//! orchestration callable placed on a chip, and overlapping tensors of a named buffer.
 
 mod common;
 
 use common::{Rig, expect_err, in_own_process, noop, vadd};
 use simpler::{
     CallConfig, ChipFn, DataType, ErrorKind, HostFn, In, Level, Out, TaskArgs, TensorOf, Worker, callable,
-    chip, sub,
+    chip, sub, task_graph,
 };
+
+task_graph! {
+    /// Copies on a chip: a graph a user may try to place on a chip of an L3 Worker.
+    fn copy_graph(a: In<f32>, out: Out<f32>) {
+        copy_kernel(a, &mut out).on(chip(0));
+    }
+}
 
 /// `out = a` on a SUB worker.
 #[callable(sub)]
@@ -258,4 +266,44 @@ fn running_out_of_file_descriptors_names_the_limit() {
     live.pop();
     let again = rig.create_buffer(4096).unwrap();
     drop((again, live));
+}
+
+#[test]
+fn an_orchestration_callable_placed_on_a_chip_says_how_to_run_it() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
+    rig.init();
+    let (_a, a) = f32s(&rig, 16);
+    let (_b, mut b) = f32s(&rig, 16);
+    // `chip(0)` would not compile; `worker(0)` (a Worker one level down, at L4) compiles.
+    let err =
+        rig.run(|orch| copy_graph::call(&a, &mut b)?.on(orch, simpler::worker(0)).map(|_| ())).unwrap_err();
+    expect_err(
+        Err::<(), _>(err),
+        ErrorKind::Callable,
+        &["copy_graph", "is an orchestration callable", "chips run chip callables", ".run(&worker)"],
+    );
+    // Run as a run of the Worker, it works.
+    copy_graph::call(&a, &mut b).unwrap().run(&rig).unwrap();
+}
+
+#[test]
+fn overlapping_written_tensors_name_the_buffer_by_its_name() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [h]) = Rig::start(Worker::builder().sub_workers(1), [("noop", noop)]);
+    let buf = rig.create_buffer(64).unwrap();
+    buf.set_name("weights").unwrap();
+    let t = buf.tensor(&[16], DataType::Float32).unwrap();
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&t)?.output(&t)?;
+            orch.submit_sub(&h, a).map(|_| ())
+        })
+        .unwrap_err();
+    assert!(err.message().contains("overlap in buffer `weights`"), "{err}");
 }

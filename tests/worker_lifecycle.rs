@@ -37,8 +37,8 @@ fn calls_before_init_are_refused() {
     let mut rig = Rig::new(subs(1));
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
     let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
-    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["not initialized", "init()"]);
-    expect_err(rig.run(nop), ErrorKind::InvalidState, &["not initialized"]);
+    expect_err(rig.submit(nop), ErrorKind::InvalidState, &["Worker.submit", "not initialized", "init()"]);
+    expect_err(rig.run(nop), ErrorKind::InvalidState, &["Worker.run", "not initialized"]);
     expect_err(rig.create_buffer(64), ErrorKind::InvalidState, &["create_buffer", "not initialized"]);
     // init still works afterwards.
     rig.init();

@@ -497,6 +497,14 @@ impl BufferInner {
         }
     }
 
+    /// How messages name the buffer: its name and identity, or the identity alone.
+    pub(crate) fn label(&self) -> String {
+        match self.name() {
+            Some(name) => format!("`{name}` ({})", self.desc.identity()),
+            None => self.desc.identity().to_string(),
+        }
+    }
+
     /// The task that [`hold`](BufferInner::hold) counted has ended.
     pub(crate) fn release(&self) {
         self.tasks.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -744,16 +752,8 @@ impl Buffer {
             0 => shm.write_bytes(start, as_bytes(values)),
             n => Err(Error::state(format!(
                 "Buffer.write: buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
-                self.label()
+                inner.label()
             ))),
-        }
-    }
-
-    /// How messages name the buffer: its name when it has one, else its identity.
-    fn label(&self) -> String {
-        match self.inner.name() {
-            Some(name) => format!("`{name}` ({})", self.inner.desc.identity()),
-            None => self.inner.desc.identity().to_string(),
         }
     }
 

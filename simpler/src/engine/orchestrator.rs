@@ -949,7 +949,7 @@ impl<'a> Orchestrator<'a> {
             if self.eng.cfg.owners.as_ref().is_some_and(|owners| !owners.contains(&owner)) {
                 return Err(Error::invalid(format!(
                     "{callable}: tensor {i} names buffer {} of another Worker; a Buffer can be named only in runs of the Worker that created it (and of the Workers nested below it): create it with this Worker's create_buffer",
-                    t.desc().identity()
+                    t.buffer_label()
                 )));
             }
             // An `orch.alloc` tensor of this engine is usable only while its allocation is live
@@ -1265,7 +1265,7 @@ fn check_members_disjoint(callable: &CallableHandle, members: &[TaskArgs]) -> Re
                     {
                         return Err(Error::invalid(format!(
                             "{callable}: group members {i} and {j} overlap in buffer {} (tensor {x} of member {i}, tensor {y} of member {j}) and one of them writes it; members run at the same time, so give each its own view",
-                            ta.desc().identity()
+                            ta.buffer_label()
                         )));
                     }
                 }
@@ -1297,7 +1297,7 @@ pub(crate) fn check_tensor_args(callable: &CallableHandle, args: &TaskArgs) -> R
             {
                 return Err(Error::invalid(format!(
                     "{callable}: tensors {i} and {j} overlap in buffer {} and at least one is written; pass disjoint views",
-                    a.desc().identity()
+                    a.buffer_label()
                 )));
             }
         }

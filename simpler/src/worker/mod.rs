@@ -1176,11 +1176,13 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        let rt = self.started("submit").map_err(BuildFailed::Error)?;
+        // Named as the caller knows it: `run` (and `run_with`) waits, `submit` does not.
+        let api = if will_wait { "run" } else { "submit" };
+        let rt = self.started(api).map_err(BuildFailed::Error)?;
         if self.cfg.replace_dead {
             self.replace_dead_before_submit(rt);
         }
-        let eng = rt.engine("submit").map_err(BuildFailed::Error)?;
+        let eng = rt.engine(api).map_err(BuildFailed::Error)?;
         let RunOptions { args, config, capture, deadline } = options;
         config.validate().map_err(BuildFailed::Error)?;
         let deadline = deadline.or(self.cfg.run_deadline);
