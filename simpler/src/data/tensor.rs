@@ -490,12 +490,12 @@ impl Tensor {
     /// How messages name the tensor's buffer: its name (`Buffer::set_name`) and identity, or
     /// the identity alone.
     pub(crate) fn buffer_label(&self) -> String {
-        self.buffer().map_or_else(|| self.desc.identity().to_string(), |b| b.label())
+        self.buffer_ref().map_or_else(|| self.desc.identity().to_string(), |b| b.label())
     }
 
     /// The buffer a tensor made by [`Buffer::tensor`](crate::Buffer::tensor) views.
-    pub(crate) fn buffer(&self) -> Option<Arc<crate::data::buffer::BufferInner>> {
-        Arc::downcast::<crate::data::buffer::BufferInner>(self.keepalive.clone()?).ok()
+    pub(crate) fn buffer_ref(&self) -> Option<&crate::data::buffer::BufferInner> {
+        self.keepalive.as_ref()?.downcast_ref::<crate::data::buffer::BufferInner>()
     }
 
     pub(crate) fn with_keepalive(

@@ -1235,7 +1235,7 @@ impl Engine {
             self.tensor_map.erase(slot.run.id, &written, slot);
         }
         if let Some(task) = slot.task.as_ref() {
-            task.holds.release();
+            task.holds.release(&task.args);
             if task.names_device {
                 for id in task.device_buffers() {
                     self.devices.release(id);

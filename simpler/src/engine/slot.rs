@@ -94,43 +94,50 @@ pub(crate) struct TaskData {
     pub(crate) holds: BufferHolds,
 }
 
-/// Host buffers a task holds (`BufferInner::hold`), released once.
+/// Whether a task holds the host buffers of its tensors (`BufferInner::hold`), released once.
+/// The tensors themselves (in the task's arguments) keep the buffers alive, so nothing more is
+/// stored: submit and consume stay free of reference counting.
 #[derive(Default)]
 pub(crate) struct BufferHolds {
-    buffers: SmallVec<[Arc<crate::data::buffer::BufferInner>; 2]>,
+    held: bool,
     released: std::sync::atomic::AtomicBool,
 }
 
+/// The buffers that `args`' tensors hold: those made from a `Buffer` (once per naming tensor),
+/// except `NoDep` ones, whose ordering the submitter took over (`unsafe`), host writes
+/// included.
+fn held_buffers<'a>(args: &'a [TaskArgs]) -> impl Iterator<Item = &'a crate::data::buffer::BufferInner> + 'a {
+    args.iter()
+        .flat_map(|a| a.tensors.iter().zip(a.tags.iter()))
+        .filter(|(_, tag)| **tag != crate::data::task_args::Tag::NoDep)
+        .filter_map(|(t, _)| t.buffer_ref())
+}
+
 impl BufferHolds {
-    /// Holds the buffers of `args`' tensors made from a `Buffer` (once per naming tensor),
-    /// except `NoDep` ones, whose ordering the submitter took over (`unsafe`), host writes
-    /// included.
-    pub(crate) fn take<'a>(args: impl IntoIterator<Item = &'a TaskArgs>) -> BufferHolds {
-        let buffers: SmallVec<[_; 2]> = args
-            .into_iter()
-            .flat_map(|a| a.tensors.iter().zip(a.tags.iter()))
-            .filter(|(_, tag)| **tag != crate::data::task_args::Tag::NoDep)
-            .filter_map(|(t, _)| t.buffer())
-            .collect();
-        for b in &buffers {
+    /// Holds the buffers of `args` (see [`held_buffers`]).
+    pub(crate) fn take(args: &[TaskArgs]) -> BufferHolds {
+        let mut held = false;
+        for b in held_buffers(args) {
             b.hold();
+            held = true;
         }
-        BufferHolds { buffers, released: std::sync::atomic::AtomicBool::new(false) }
+        BufferHolds { held, released: std::sync::atomic::AtomicBool::new(false) }
     }
 
-    /// Releases the holds (the first call only).
-    pub(crate) fn release(&self) {
-        if !self.released.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            for b in &self.buffers {
+    /// Releases what [`take`](BufferHolds::take) held for the same `args` (the first call only).
+    pub(crate) fn release(&self, args: &[TaskArgs]) {
+        if self.held && !self.released.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            for b in held_buffers(args) {
                 b.release();
             }
         }
     }
 }
 
-impl Drop for BufferHolds {
+impl Drop for TaskData {
+    /// A task dropped unconsumed (its engine went away) still releases its buffers.
     fn drop(&mut self) {
-        self.release();
+        self.holds.release(&self.args);
     }
 }
 
