@@ -99,6 +99,37 @@ fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends(
     assert_eq!(read_u64(&out, 0, 2), vec![7, 5]);
 }
 
+/// The buffer a forked SUB worker inherits as a static (set before `init`).
+static INHERITED: std::sync::Mutex<Option<simpler::Buffer>> = std::sync::Mutex::new(None);
+
+/// Succeeds only if writing the inherited buffer from this worker process is refused.
+fn write_inherited(_: &simpler::HostArgs<'_>) -> simpler::HostResult {
+    let inherited = INHERITED.lock().map_err(|_| "poisoned")?;
+    match inherited.as_ref().ok_or("no inherited buffer")?.write(0, &[9u64]) {
+        Err(e) if e.message().contains("belongs to process") => Ok(()),
+        other => Err(format!("the inherited buffer's write was not refused: {other:?}").into()),
+    }
+}
+
+#[test]
+fn a_forked_worker_cannot_write_a_buffer_it_inherited() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1).start_method(simpler::StartMethod::Fork));
+    let h = rig.register(simpler::HostFn::new("write_inherited", write_inherited)).unwrap();
+    // A buffer needs an initialized Worker; a second Worker makes one before `rig` forks.
+    let mut maker = Worker::builder().sub_workers(1).build().unwrap();
+    maker.init().unwrap();
+    let buf = maker.create_buffer(8).unwrap();
+    *INHERITED.lock().unwrap() = Some(buf.clone());
+    rig.init();
+    rig.run(|orch| orch.submit_sub(&h, TaskArgs::new()).map(|_| ())).unwrap();
+    assert_eq!(read_u64(&buf, 0, 1), vec![0]);
+    INHERITED.lock().unwrap().take();
+    maker.close().unwrap();
+}
+
 #[test]
 fn a_later_run_does_not_start_before_the_earlier_one_finished() {
     if !in_own_process() {

@@ -739,6 +739,17 @@ impl Buffer {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
         let shm = self.shm("write")?;
         let inner = &*self.inner;
+        // The task counts live in the creating process: a copy of the Buffer in a forked
+        // worker (a static it inherited) cannot see them.
+        if let Backing::Memfd { pid, .. } = inner.desc.backing()
+            && pid != std::process::id()
+        {
+            return Err(Error::state(format!(
+                "Buffer.write: buffer {} belongs to process {pid}, and this is process {}: a worker process receives buffers as task tensors, and writes them through those",
+                inner.label(),
+                std::process::id()
+            )));
+        }
         // Paired with `BufferInner::hold` (SeqCst both sides).
         inner.writers.fetch_add(1, SeqCst);
         struct Done<'a>(&'a std::sync::atomic::AtomicU32);
