@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    Buffer, CallConfig, ChipFn, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
+    Buffer, CallConfig, ChipFn, ErrorKind, HostArgs, HostFn, HostResult, In, Level, OrchFn, Orchestrator,
     RunHandle, RunOptions, TaskArgs, Tensor, Worker, WorkerState,
 };
 
@@ -494,4 +494,34 @@ fn with_replacement_a_worker_stopped_by_a_deadline_comes_back_for_the_next_run()
     drop(flags);
     drop(rig);
     assert!(last.iter().all(|&p| !process_exists(p)));
+}
+
+/// Never returns (a typed callable).
+#[simpler::callable(sub)]
+fn stuck(_x: In<u32>) {
+    loop {
+        std::thread::park();
+    }
+}
+
+simpler::task_graph! {
+    /// One task that never returns.
+    fn stuck_graph(x: In<u32>) {
+        stuck(x).on(sub());
+    }
+}
+
+#[test]
+fn a_graph_run_past_the_deadline_of_its_call_fails_naming_the_deadline() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1));
+    rig.init();
+    let b = rig.create_buffer(4).unwrap();
+    let x = simpler::TensorOf::<u32>::new(b.tensor(&[1], simpler::DataType::Uint32).unwrap()).unwrap();
+    let t = Instant::now();
+    let err = stuck_graph::call(&x).unwrap().deadline(Duration::from_millis(300)).run(&rig).unwrap_err();
+    expect_err(Err::<(), _>(err), ErrorKind::Timeout, &["deadline", "stuck"]);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }

@@ -249,6 +249,8 @@ pub struct Call<K: Kind> {
     config: Option<CallConfig>,
     /// Whether a top-level run of this call records its DAG.
     capture: bool,
+    /// A top-level run's deadline ([`Call::deadline`]).
+    deadline: Option<std::time::Duration>,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -262,7 +264,7 @@ impl<K: Kind> Call<K> {
     #[doc(hidden)]
     #[inline]
     pub fn __new(info: &'static CallableInfo) -> Call<K> {
-        Call { info, args: TaskArgs::new(), config: None, capture: false, _kind: PhantomData }
+        Call { info, args: TaskArgs::new(), config: None, capture: false, deadline: None, _kind: PhantomData }
     }
 
     #[doc(hidden)]
@@ -553,10 +555,32 @@ impl Call<OrchCallable> {
         worker.submit_with(self.options(), f)
     }
 
-    /// The options of a top-level run of this call: its arguments, config and capture.
+    /// The options of a top-level run of this call: its arguments, config, capture and
+    /// deadline.
     fn options(self) -> crate::worker::RunOptions {
-        let options = crate::worker::RunOptions::new().args(self.args).config(config_of(self.config));
+        let mut options = crate::worker::RunOptions::new().args(self.args).config(config_of(self.config));
+        if let Some(limit) = self.deadline {
+            options = options.deadline(limit);
+        }
         if self.capture { options.capture_dag() } else { options }
+    }
+
+    /// Gives the run of this call ([`run`](Call::run), [`submit`](Call::submit)) a deadline,
+    /// as [`RunOptions::deadline`](crate::RunOptions::deadline) does for a closure's run: past
+    /// it, the run is stopped and fails with a `Timeout` error naming the deadline.
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
+    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// use std::time::Duration;
+    /// copy_once::call(x, &mut y)?.deadline(Duration::from_secs(2)).run(worker)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(mut self, limit: std::time::Duration) -> Call<OrchCallable> {
+        self.deadline = Some(limit);
+        self
     }
 
     /// Makes [`submit`](Call::submit) record the run's DAG, to compare with the graph's static
