@@ -99,6 +99,27 @@ fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends(
     assert_eq!(read_u64(&out, 0, 2), vec![7, 5]);
 }
 
+#[test]
+fn a_copy_from_a_chip_into_a_buffer_a_running_task_names_is_refused_until_the_task_ends() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(subs(1).chips(1).chip_memory(1 << 20).chip_cores(1));
+    let block = rig.register(simpler::HostFn::new("block_on_flag", block_on_flag)).unwrap();
+    rig.init();
+    let dev = rig.alloc_child_tensor(0, &[2], simpler::DataType::Uint64).unwrap();
+    let flag = u32_buffer(&rig, 2);
+    let out = u64_buffer(&rig, 2);
+    let r = blocked_run(&rig, &block, &flag, &out, 7);
+    wait_blocked(&flag);
+    expect_err(rig.copy_from(&out, &dev), ErrorKind::InvalidState, &["Worker.copy_from", "1 submitted task"]);
+    release(&flag);
+    r.wait().unwrap();
+    rig.copy_from(&out, &dev).unwrap();
+    assert_eq!(read_u64(&out, 0, 2), vec![0, 0], "the device buffer's zeros");
+    rig.free(&dev).unwrap();
+}
+
 /// The buffer a forked SUB worker inherits as a static (set before `init`).
 static INHERITED: std::sync::Mutex<Option<simpler::Buffer>> = std::sync::Mutex::new(None);
 

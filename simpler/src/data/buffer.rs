@@ -735,34 +735,40 @@ impl Buffer {
     /// # Ok(()) }
     /// ```
     pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
         let shm = self.shm("write")?;
+        let _writing = self.host_write("Buffer.write")?;
+        shm.write_bytes(start, as_bytes(values))
+    }
+
+    /// Admits a write of the buffer's bytes from this process (`api` names it in errors) for as
+    /// long as the guard lives: refused while a submitted task names the buffer, or in a
+    /// process other than the buffer's creator, where those tasks are not counted. Paired with
+    /// `BufferInner::hold` (SeqCst both sides): a submit meanwhile waits for the guard to go.
+    pub(crate) fn host_write(&self, api: &str) -> Result<impl Drop + '_> {
+        use std::sync::atomic::Ordering::SeqCst;
         let inner = &*self.inner;
-        // The task counts live in the creating process: a copy of the Buffer in a forked
-        // worker (a static it inherited) cannot see them.
         if let Backing::Memfd { pid, .. } = inner.desc.backing()
             && pid != std::process::id()
         {
             return Err(Error::state(format!(
-                "Buffer.write: buffer {} belongs to process {pid}, and this is process {}: a worker process receives buffers as task tensors, and writes them through those",
+                "{api}: buffer {} belongs to process {pid}, and this is process {}: a worker process receives buffers as task tensors, and writes them through those",
                 inner.label(),
                 std::process::id()
             )));
         }
-        // Paired with `BufferInner::hold` (SeqCst both sides).
-        inner.writers.fetch_add(1, SeqCst);
-        struct Done<'a>(&'a std::sync::atomic::AtomicU32);
-        impl Drop for Done<'_> {
+        struct Writing<'a>(&'a std::sync::atomic::AtomicU32);
+        impl Drop for Writing<'_> {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, SeqCst);
             }
         }
-        let _done = Done(&inner.writers);
+        inner.writers.fetch_add(1, SeqCst);
+        let writing = Writing(&inner.writers);
         match inner.tasks.load(SeqCst) {
-            0 => shm.write_bytes(start, as_bytes(values)),
+            0 => Ok(writing),
             n => Err(Error::state(format!(
-                "Buffer.write: buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
+                "{api}: buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
                 inner.label()
             ))),
         }

@@ -1412,7 +1412,8 @@ impl Worker {
     }
 
     /// Copies device buffer `src` (its whole size) into host buffer `dst`. Refused, like
-    /// [`copy_to`](Worker::copy_to), while a submitted task that names `src` has not finished.
+    /// [`copy_to`](Worker::copy_to), while a submitted task that names `src` has not finished,
+    /// and, like [`Buffer::write`], while one that names `dst` has not ended.
     ///
     /// ```no_run
     /// # fn demo(worker: &simpler::Worker, dev: &simpler::Buffer, host: &simpler::Buffer) -> simpler::Result<()> {
@@ -1426,6 +1427,8 @@ impl Worker {
         check_host("copy_from", dst, nbytes)?;
         let rt = self.started("copy_from")?;
         own_host("copy_from", rt.minter("copy_from")?, dst)?;
+        // The chip writes `dst`'s bytes: as a host write, refused while a task names it.
+        let _writing = dst.host_write("Worker.copy_from")?;
         rt.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
     }
 
