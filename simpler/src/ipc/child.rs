@@ -329,6 +329,36 @@ impl HostResolver {
     }
 
     /// `nbytes` bytes at `offset` of a host buffer, as a mutable byte slice.
+    /// Copies `bytes`, the byte span of `view` (a strided view of the host buffer `desc`, from
+    /// its first byte to its last), into the view's elements only: the bytes between them may
+    /// belong to other tasks running meanwhile, so no reference to them is made.
+    pub(crate) fn write_view(
+        &mut self,
+        desc: &BufferDesc,
+        view: &TensorView,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        let (start, end) = view.byte_range();
+        if end > desc.nbytes() || bytes.len() as u64 != end - start {
+            return Err(format!(
+                "a view spanning bytes {start}..{end} of the {}-byte host buffer, given {} bytes",
+                desc.nbytes(),
+                bytes.len()
+            ));
+        }
+        let base = self.resolve(desc)?;
+        view.for_each_run(|off, n| {
+            // SAFETY: rule C2 — `base` maps at least `desc.nbytes()` bytes (checked by
+            // `resolve`), and every run lies inside `start..end`, checked above against both the
+            // buffer and `bytes`; the run's bytes are the view's elements, which this task
+            // writes (rule H1 of `data::host_args`), and `bytes` is other memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr().add(off), base.add(start as usize + off), n);
+            }
+        });
+        Ok(())
+    }
+
     pub(crate) fn bytes(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<&mut [u8], String> {
         offset.checked_add(nbytes).filter(|&e| e <= desc.nbytes()).ok_or_else(|| {
             format!("range {offset}..+{nbytes} is outside the {}-byte host buffer", desc.nbytes())
@@ -351,6 +381,26 @@ mod tests {
         let buf = Buffer::create_host(minter.mint().unwrap(), len).unwrap();
         let desc = *buf.desc();
         (buf, desc)
+    }
+
+    #[test]
+    fn a_strided_view_is_written_only_at_its_elements() {
+        use crate::data::dtype::DataType;
+        let minter = IdentityMinter::new(7);
+        let mut resolver = HostResolver::new(Vec::new());
+        let (buf, desc) = host(&minter, 12);
+        buf.write(0, &[0xeeu8; 12]).unwrap();
+        // Column 1 of a 3x4 u8 matrix: bytes 1, 5 and 9; its span is bytes 1..10.
+        let view = TensorView::new(1, &[3], Some(&[4]), DataType::Uint8).unwrap();
+        let span: Vec<u8> = (0..9).collect();
+        resolver.write_view(&desc, &view, &span).unwrap();
+        let mut want = vec![0xeeu8; 12];
+        (want[1], want[5], want[9]) = (0, 4, 8);
+        assert_eq!(buf.read::<u8>(0, 12).unwrap(), want, "the bytes between the elements are untouched");
+        assert!(resolver.write_view(&desc, &view, &span[..8]).is_err(), "a span of the wrong size");
+        let past = TensorView::new(4, &[3], Some(&[4]), DataType::Uint8).unwrap();
+        assert!(resolver.write_view(&desc, &past, &span).is_err(), "a view past the buffer");
+        assert_eq!(buf.read::<u8>(0, 12).unwrap(), want, "nothing written by the refused calls");
     }
 
     #[test]

@@ -539,17 +539,22 @@ impl Session {
                         end - start
                     ))));
                 }
-                let dst = match resolver.bytes(desc, start, len) {
-                    Ok(d) => d,
-                    Err(m) => return Ok(Err(Error::decode(m))),
-                };
                 if view.is_contiguous() {
+                    let dst = match resolver.bytes(desc, start, len) {
+                        Ok(d) => d,
+                        Err(m) => return Ok(Err(Error::decode(m))),
+                    };
                     crate::net::frame::read_part(r, dst)?;
                 } else {
                     // Only the view's elements: bytes between them may belong to other tasks.
-                    let mut bytes = vec![0u8; dst.len()];
+                    let Ok(n) = usize::try_from(len) else {
+                        return Ok(Err(Error::decode(format!("output {i} of {len} bytes is too large"))));
+                    };
+                    let mut bytes = vec![0u8; n];
                     crate::net::frame::read_part(r, &mut bytes)?;
-                    view.for_each_run(|off, n| dst[off..off + n].copy_from_slice(&bytes[off..off + n]));
+                    if let Err(m) = resolver.write_view(desc, view, &bytes) {
+                        return Ok(Err(Error::decode(m)));
+                    }
                 }
             }
         }
