@@ -528,6 +528,11 @@ impl Session {
             crate::net::frame::skip_part(r, bulk)?;
         } else {
             let mut resolver = sync::lock(&self.resolver);
+            // A stopped session's task has ended for the engine (`stop`, which takes this lock
+            // after losing the session): its outputs may be another task's bytes by now.
+            if self.is_lost() {
+                return Ok(Err(Error::state(format!("{}: the session was lost", self.label))));
+            }
             for &(i, offset, len) in &msg.outputs {
                 let Some((_, desc, view)) = expected.iter().find(|(j, _, _)| *j == i) else {
                     return Ok(Err(Error::decode(format!("output {i} is not a written tensor of the task"))));
@@ -792,6 +797,9 @@ impl Endpoint for RemoteEndpoint {
         // A node cannot be killed from here: ending the session makes it drop the task's run
         // and free what the session held; the lane leaves service as for a lost node.
         self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
+        // Outputs are written into the root's memory under the resolver's lock, and only while
+        // the session is not lost: once this lock is had, none is being written or will be.
+        drop(sync::lock(&self.session.resolver));
         true
     }
 
@@ -800,7 +808,10 @@ impl Endpoint for RemoteEndpoint {
     }
 
     fn gone(&self) -> Option<String> {
-        self.session.lost().map(|why| format!("{}: {why}", self.session.label))
+        let why = self.session.lost()?;
+        // As in `stop`: no output of the task is being written once this is had.
+        drop(sync::lock(&self.session.resolver));
+        Some(format!("{}: {why}", self.session.label))
     }
 }
 
