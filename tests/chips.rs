@@ -321,6 +321,7 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
         .run(|orch| orch.submit_next_level(&k, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
         .unwrap_err();
     common::assert_err(&err, ErrorKind::TaskFailed, &["fail_kernel", "failed on chip 1", "kernel says no"]);
+    assert_eq!(err.message().matches("failed on chip 1").count(), 1, "said once: {err}");
 }
 
 #[test]
