@@ -19,6 +19,8 @@ const N: usize = 1024;
 const BIG: usize = 2 << 20;
 /// How long the backend takes per 512 KiB copied in (8 MiB: ~3.2 s in all).
 const SLOW: Duration = Duration::from_millis(200);
+/// The pieces of B's input.
+const PIECES: usize = BIG * 4 / (512 << 10);
 
 fn marker(test_pid: u32, name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("simpler-staged-copy-{test_pid}-{name}"))
@@ -55,9 +57,14 @@ impl ChipBackend for Slow {
         self.0.memory()
     }
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
-        // A cost per byte (not per call): 512 KiB take SLOW.
+        // A cost per byte (not per call): 512 KiB take SLOW. Each big piece (only B's input
+        // has any) adds a byte to the `pieces` marker before it is copied.
         if src.len() >= 256 << 10 {
-            let _ = std::fs::write(marker(std::os::unix::process::parent_id(), "copying"), b"1");
+            use std::io::Write;
+            let pieces = marker(std::os::unix::process::parent_id(), "pieces");
+            let mut f =
+                std::fs::OpenOptions::new().create(true).append(true).open(pieces).expect("the marker");
+            f.write_all(b"1").expect("a byte of the marker");
         }
         std::thread::sleep(SLOW * src.len() as u32 / (512 << 10));
         self.0.copy_to_device(dst, src)
@@ -71,7 +78,7 @@ fn slow(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
 struct Markers(u32);
 impl Drop for Markers {
     fn drop(&mut self) {
-        for m in ["gate1", "copying"] {
+        for m in ["gate1", "pieces"] {
             let _ = std::fs::remove_file(marker(self.0, m));
         }
     }
@@ -129,10 +136,14 @@ fn a_runs_b_copies(
     let outs: Vec<_> = (0..2).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
     let a = submit(rig, gated, (&small, N), &outs[0], 1, RunOptions::new());
     let b = submit(rig, dbl, (&big, BIG), &outs[1], 0, b_opts);
-    let copying = marker(std::process::id(), "copying");
-    wait_for("B's copy-in to start", Duration::from_secs(20), || copying.exists());
+    wait_for("B's copy-in to start", Duration::from_secs(20), || pieces_begun() > 0);
     assert_eq!(b.progress().staged, 0, "B is still copying in");
     (a, b, outs)
+}
+
+/// How many pieces of B's input the chip has begun to copy (16 make all of it).
+fn pieces_begun() -> usize {
+    std::fs::read(marker(std::process::id(), "pieces")).map_or(0, |b| b.len())
 }
 
 /// The head's end is answered between pieces of the successor's copy-in, not after all of it.
@@ -144,14 +155,12 @@ fn the_heads_end_is_answered_while_the_successor_copies_in() {
     let _m = Markers(std::process::id());
     let (rig, gated, dbl) = rig();
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
-    let t = Instant::now();
     std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
     a.wait().unwrap();
-    let a_took = t.elapsed();
+    let begun = pieces_begun();
     b.wait().unwrap();
-    let b_took = t.elapsed();
-    eprintln!("A ended {a_took:?} after its gate opened; B {b_took:?}");
-    assert!(a_took < Duration::from_millis(1500), "A's end waited for B's copy-in: {a_took:?}");
+    assert!(begun < PIECES, "A's end was answered only after B's whole copy-in ({begun} pieces)");
+    assert_eq!(pieces_begun(), PIECES, "then B's copy-in went on to the end");
     assert_eq!(outs[1].read::<f32>(0, N).unwrap()[3], 6.0);
 }
 
@@ -167,15 +176,14 @@ fn stopped_while_it_copies_in(
     let _m = Markers(std::process::id());
     let (rig, gated, dbl) = rig();
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, b_opts);
-    let t = Instant::now();
     stop(&b);
-    let r = b.wait();
-    let took = t.elapsed();
-    expect_err(r, kind, &[needle]);
+    expect_err(b.wait(), kind, &[needle]);
+    let begun = pieces_begun();
     std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
     a.wait().unwrap();
     assert!(outs[1].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "B never ran");
-    assert!(took < Duration::from_millis(1500), "B took {took:?} to end: it waited for its whole copy-in");
+    assert!(begun < PIECES, "B ended only after its whole copy-in ({begun} pieces)");
+    assert_eq!(pieces_begun(), begun, "and its copy-in stopped there");
 }
 
 /// Cancelling the successor while it copies in ends it at the next piece, unlaunched.

@@ -120,6 +120,56 @@ fn a_copy_from_a_chip_into_a_buffer_a_running_task_names_is_refused_until_the_ta
     rig.free(&dev).unwrap();
 }
 
+/// Reads `x[0]` (an input) twice, a spin apart, through one `&[u64]`, into `out[0..2]`.
+fn read_twice(args: &simpler::HostArgs<'_>) -> simpler::HostResult {
+    let x = args.input::<u64>(0)?;
+    let first = x[0];
+    for _ in 0..20_000 {
+        std::hint::spin_loop();
+    }
+    let second = std::hint::black_box(x)[0];
+    args.output::<u64>(1)?.copy_from_slice(&[first, second]);
+    Ok(())
+}
+
+#[test]
+fn host_writes_from_another_thread_never_change_an_input_under_a_running_task() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [h]) = Rig::start(subs(1), [("read_twice", read_twice)]);
+    let x = u64_buffer(&rig, 1);
+    let out = u64_buffer(&rig, 2);
+    let stop = AtomicBool::new(false);
+    let (accepted, refused) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let (mut accepted, mut refused, mut v) = (0u64, 0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                v += 1;
+                match x.write(0, &[v]) {
+                    Ok(()) => accepted += 1,
+                    Err(e) if e.kind() == ErrorKind::InvalidState => refused += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (accepted, refused)
+        });
+        for _ in 0..300 {
+            rig.run(|orch| {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&x, 0, 1))?.output(&u64s(&out, 0, 2))?;
+                orch.submit_sub(&h, a).map(|_| ())
+            })
+            .unwrap();
+            let seen = read_u64(&out, 0, 2);
+            assert_eq!(seen[0], seen[1], "an input changed under the task that held it");
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    assert!(accepted > 0 && refused > 0, "both happened: {accepted} writes, {refused} refused");
+}
+
 /// The buffer a forked SUB worker inherits as a static (set before `init`).
 static INHERITED: std::sync::Mutex<Option<simpler::Buffer>> = std::sync::Mutex::new(None);
 

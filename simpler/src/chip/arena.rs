@@ -31,7 +31,7 @@
 //!   and a device range, which never overlap. The arena is a mapping of its own; the only
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
-//! * **A5 (host views).** [`Arena::copy_view_in`] and [`Arena::copy_view_out`] take host memory
+//! * **A5 (host views).** [`Arena::copy_view_in_part`] and [`Arena::copy_view_out`] take host memory
 //!   as a [`MappedTensor`], whose construction guarantees rule H1 of `data::host_args`: its
 //!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
 //!   writes those bytes meanwhile (they belong to the running task). They lend those bytes, run
@@ -416,23 +416,12 @@ impl Arena {
     /// Copies the elements of host tensor `host` into the device buffer at `ptr`, laid out as
     /// `dev_view` (same shape, strides and type; only the byte offset may differ), by calling
     /// `copy(device pointer, host bytes)` for each contiguous run of the view's elements (the
-    /// backend's `copy_to_device`). Only the view's elements are copied, not the gaps of a
-    /// strided view. Stops at the first error.
-    pub(crate) fn copy_view_in(
-        &self,
-        host: &MappedTensor<'_>,
-        ptr: u64,
-        dev_view: &TensorView,
-        copy: impl FnMut(u64, &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        self.copy_view_in_part(host, ptr, dev_view, (0, u64::MAX), copy).map(|_| ())
-    }
-
-    /// [`copy_view_in`](Self::copy_view_in), but only the view's element bytes from `from` (an
-    /// offset into the view's elements in order, gaps not counted) up to `budget` of them,
-    /// splitting a contiguous run where the window cuts it: a copy made in pieces, between
-    /// which the caller does other work. Returns the bytes copied (fewer than `budget` only at
-    /// the view's end).
+    /// backend's `copy_to_device`); only the view's elements, not the gaps of a strided view.
+    /// Only the element bytes from `from` (an offset into the view's elements in order, gaps
+    /// not counted) up to `budget` of them: `(0, u64::MAX)` copies the whole view, a smaller
+    /// window a piece of it, cutting a contiguous run where the window does (a copy made in
+    /// pieces, between which the caller does other work). Returns the bytes copied (fewer than
+    /// `budget` only at the view's end). Stops at the first error.
     pub(crate) fn copy_view_in_part(
         &self,
         host: &MappedTensor<'_>,
@@ -466,7 +455,7 @@ impl Arena {
 
     /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
     /// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
-    /// backend's `copy_from_device`); the reverse of [`Arena::copy_view_in`]. Bytes of the
+    /// backend's `copy_from_device`); the reverse of [`Arena::copy_view_in_part`]. Bytes of the
     /// host buffer outside the view's elements are not touched.
     pub(crate) fn copy_view_out(
         &self,
@@ -504,6 +493,9 @@ mod tests {
     use super::*;
     use crate::data::dtype::DataType;
     use crate::sys::mem::as_bytes_mut;
+
+    /// The whole view, as a window of `copy_view_in_part`.
+    const WHOLE: (u64, u64) = (0, u64::MAX);
 
     #[test]
     fn fenced_blocks_copy_beside_a_running_kernel_and_refuse_kernel_views() {
@@ -650,7 +642,7 @@ mod tests {
         let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
         let p = a.malloc(end - start).unwrap();
         a.copy_to(p, &[0xff; 36][..(end - start) as usize]).unwrap();
-        a.copy_view_in(&m, p, &dev_view, |d, s| a.copy_to(d, s)).unwrap();
+        a.copy_view_in_part(&m, p, &dev_view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
         let mut dev = vec![0u8; (end - start) as usize];
         a.copy_from(p, &mut dev).unwrap();
         let words: Vec<u32> = dev.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
@@ -684,7 +676,7 @@ mod tests {
             dev
         };
         a.copy_to(whole, &vec![0xee; (end - start) as usize]).unwrap();
-        a.copy_view_in(&m, whole, &dev_view, |d, s| a.copy_to(d, s)).unwrap();
+        a.copy_view_in_part(&m, whole, &dev_view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
         let elements = 3 * 5 * 2;
         for piece in 1..=elements + 3 {
             a.copy_to(piecewise, &vec![0xee; (end - start) as usize]).unwrap();
@@ -723,7 +715,7 @@ mod tests {
             d
         };
         a.copy_to(whole, &vec![0xee; (e - s) as usize]).unwrap();
-        a.copy_view_in(&m, whole, &dev_view, |d, src| a.copy_to(d, src)).unwrap();
+        a.copy_view_in_part(&m, whole, &dev_view, WHOLE, |d, src| a.copy_to(d, src)).map(|_| ()).unwrap();
         let elements = 12 * 2;
         for piece in 1..=elements + 2 {
             a.copy_to(part, &vec![0xee; (e - s) as usize]).unwrap();
@@ -764,13 +756,16 @@ mod tests {
         let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
         let small = a.malloc(16).unwrap();
         assert!(
-            a.copy_view_in(&m, small, &view, |d, s| a.copy_to(d, s)).is_err(),
+            a.copy_view_in_part(&m, small, &view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).is_err(),
             "32 bytes into a 16-byte allocation"
         );
         let p = a.malloc(32).unwrap();
         let other = TensorView::new(0, &[4, 2], None, DataType::Float32).unwrap();
-        assert!(a.copy_view_in(&m, p, &other, |d, s| a.copy_to(d, s)).is_err(), "different shape");
-        a.copy_view_in(&m, p, &view, |d, s| a.copy_to(d, s)).unwrap();
+        assert!(
+            a.copy_view_in_part(&m, p, &other, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).is_err(),
+            "different shape"
+        );
+        a.copy_view_in_part(&m, p, &view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl Device {
     /// Copies a host tensor's elements into the device buffer at `ptr` (laid out as `view`),
     /// one backend copy per contiguous run.
     pub(crate) fn copy_in(&self, host: &MappedTensor<'_>, ptr: u64, view: &TensorView) -> Result<()> {
-        self.memory.arena().copy_view_in(host, ptr, view, |d, s| self.backend.copy_to_device(d, s))
+        self.copy_in_part(host, ptr, view, (0, u64::MAX)).map(|_| ())
     }
 
     /// [`copy_in`](Self::copy_in) of the view's element bytes `window.0..` up to `window.1` of

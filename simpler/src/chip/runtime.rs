@@ -498,13 +498,24 @@ impl ChipRuntime {
         self.in_run = true;
         let result = match self.prepare(lease, digest, args, scalars, config) {
             Err(e) => Err(e),
-            Ok(mut run) => match self.launch_here(&mut run, records) {
-                Ok(()) => self.finalize(run),
-                Err(e) => {
-                    let _ = self.finalize(run);
-                    Err(e)
-                }
-            },
+            Ok(mut run) => {
+                // A kernel's failure is its own message (a parent's engine names the task and
+                // the chip); called directly, this names them.
+                let kernel = matches!(run.body, ChipBody::Kernel(_)).then(|| run.name.clone());
+                let result = match self.launch_here(&mut run, records) {
+                    Ok(()) => self.finalize(run),
+                    Err(e) => {
+                        let _ = self.finalize(run);
+                        Err(e)
+                    }
+                };
+                result.map_err(|e| match kernel {
+                    Some(name) if e.kind() == ErrorKind::TaskFailed => {
+                        e.context(format!("kernel `{name}` failed on chip {}", self.chip))
+                    }
+                    _ => e,
+                })
+            }
         };
         if let Err(e) = self.leases.release(lease) {
             tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
@@ -1166,11 +1177,11 @@ impl ExecCtx {
         };
         let diagnose = super::diag::wanted(&job.config);
         if !diagnose && !job.trace {
-            return self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
+            return self.run_kernel(k, &job.prepared, &job.scalars);
         }
         // A bare kernel recorded: one task on core 0.
         let started = crate::sys::clock::monotonic_ns();
-        let result = self.run_kernel(&job.name, k, &job.prepared, &job.scalars);
+        let result = self.run_kernel(k, &job.prepared, &job.scalars);
         let ended = crate::sys::clock::monotonic_ns();
         let record = super::diag::kernel_record(&job.name, (started, ended), result.as_ref().map(|_| ()));
         let written = if diagnose {
@@ -1201,15 +1212,14 @@ impl ExecCtx {
         ))
     }
 
-    fn run_kernel(&self, name: &str, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
+    /// Runs kernel `k` as core 0; its failure is its own message (`run` adds what failed where).
+    fn run_kernel(&self, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
         let arena = self.device.arena();
         // The gate before the views (rule A6 of `chip::arena`).
         let _running = arena.kernel_gate();
         let tensors =
             prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
-        call_kernel(k, tensors, scalars, 0).map_err(|msg| {
-            Error::new(ErrorKind::TaskFailed, format!("kernel `{name}` failed on chip {}: {msg}", self.chip))
-        })
+        call_kernel(k, tensors, scalars, 0).map_err(|msg| Error::new(ErrorKind::TaskFailed, msg))
     }
 
     fn run_orchestration(
@@ -1258,13 +1268,10 @@ impl ExecCtx {
     }
 }
 
-/// How long the executor thread checks for the next run after one (see `Executor::spawn`):
-/// about what the copy-back, the parent's round trip and the launch take between two
-/// pipelined runs.
-const NEXT_RUN_WINDOW: std::time::Duration = std::time::Duration::from_micros(250);
-
-/// How long a chip child with nothing else to do checks for its executing run's end before
-/// it sleeps: a run that ends within it is answered without a wake-up's delay.
+/// How long a chip's threads check politely for what comes next between two pipelined runs
+/// before they sleep: the executor thread for its next run after one (`Executor::spawn`), a
+/// chip child with nothing else to do for its executing run's end. About what the copy-back,
+/// the parent's round trip and the launch take together.
 pub(crate) const END_WINDOW: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// The chip's executor thread: runs one launched run at a time and hands back its result.
@@ -1306,17 +1313,15 @@ impl Executor {
                     // it politely for a while first.
                     let mut next = None;
                     if ran && next_w.load(Ordering::Relaxed) {
-                        crate::sys::futex::poll_politely_for(NEXT_RUN_WINDOW, None, || {
-                            match jobs.try_recv() {
-                                Ok(job) => {
-                                    next = Some(Ok(job));
-                                    true
-                                }
-                                Err(mpsc::TryRecvError::Empty) => false,
-                                Err(mpsc::TryRecvError::Disconnected) => {
-                                    next = Some(Err(mpsc::RecvError));
-                                    true
-                                }
+                        crate::sys::futex::poll_politely_for(END_WINDOW, None, || match jobs.try_recv() {
+                            Ok(job) => {
+                                next = Some(Ok(job));
+                                true
+                            }
+                            Err(mpsc::TryRecvError::Empty) => false,
+                            Err(mpsc::TryRecvError::Disconnected) => {
+                                next = Some(Err(mpsc::RecvError));
+                                true
                             }
                         });
                     }

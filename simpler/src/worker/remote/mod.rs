@@ -407,6 +407,13 @@ impl Session {
         sync::lock(&self.state).lost.clone()
     }
 
+    /// Once the session is lost, waits until no task output is being written into the root's
+    /// memory: outputs are written under the resolver's lock, and only while the session is
+    /// not lost, so none is being written, or will be, once this returns.
+    fn settle(&self) {
+        drop(sync::lock(&self.resolver));
+    }
+
     /// Whether the session is over.
     pub(crate) fn is_lost(&self) -> bool {
         sync::lock(&self.state).lost.is_some()
@@ -797,9 +804,7 @@ impl Endpoint for RemoteEndpoint {
         // A node cannot be killed from here: ending the session makes it drop the task's run
         // and free what the session held; the lane leaves service as for a lost node.
         self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
-        // Outputs are written into the root's memory under the resolver's lock, and only while
-        // the session is not lost: once this lock is had, none is being written or will be.
-        drop(sync::lock(&self.session.resolver));
+        self.session.settle();
         true
     }
 
@@ -809,8 +814,7 @@ impl Endpoint for RemoteEndpoint {
 
     fn gone(&self) -> Option<String> {
         let why = self.session.lost()?;
-        // As in `stop`: no output of the task is being written once this is had.
-        drop(sync::lock(&self.session.resolver));
+        self.session.settle();
         Some(format!("{}: {why}", self.session.label))
     }
 }

@@ -197,18 +197,6 @@ fn task_error(e: &crate::error::Error) -> FrameError {
     FrameError::new(super::frame_code(e, ERR_TASK), e.message().to_string())
 }
 
-/// A finished task's error as a frame error, without the runtime's "kernel `k` failed on chip
-/// N: " prefix: the parent's message names the task, the kernel and the chip already.
-fn kernel_error(chip: u32, e: &crate::error::Error) -> FrameError {
-    let message = e.message();
-    let own = message
-        .strip_prefix("kernel `")
-        .and_then(|rest| rest.split_once(&format!("` failed on chip {chip}: ")))
-        .filter(|(name, _)| !name.contains('`'))
-        .map_or(message, |(_, own)| own);
-    FrameError::new(super::frame_code(e, ERR_TASK), own.to_string())
-}
-
 /// A task the chip holds across requests: its frame (the guard owns it) and its run.
 struct Held<'m> {
     req: TaskRequest<'m>,
@@ -342,7 +330,7 @@ impl ChipServer {
                 if let (Some(key), Some(records)) = (req.trace, records) {
                     super::leave_trace(key, 0, 0, records);
                 }
-                result.map_err(|e| kernel_error(chip, &e))
+                result.map_err(|e| task_error(&e))
             }
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
