@@ -7,8 +7,8 @@
 //! overlaps the execution of the runs before it. The *execution* of independent runs does not:
 //! only the oldest unfinished run dispatches tasks, so runs execute one after another whatever
 //! `pipeline_depth` is. (On chips, preparation overlaps too: a chip copies the inputs of the
-//! next run's task into the chip while the current run's kernels execute, and launches it once
-//! the current run has finished: `tests/chip_pipelining.rs`, `benches/chip_pipeline.rs`.) To overlap the stages of independent batches,
+//! next run's task into the chip while the current run's kernels execute and their outputs go
+//! back, and launches it once the current run has finished: `tests/chip_pipelining.rs`, `benches/chip_pipeline.rs`.) To overlap the stages of independent batches,
 //! submit the batches as one run: the part after the runs shows that pattern, 8 batches of a
 //! 3-stage pipeline as 8 runs and as one run.
 //!

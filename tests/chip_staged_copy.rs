@@ -1,7 +1,8 @@
 //! A staged successor whose copy-in is long (a backend that takes 200 ms per 512 KiB copied
 //! to the device, 3.2 s for its 8 MiB input): the chip copies it in piece by piece, and between
 //! pieces it answers the running task's end, reads a withdraw of the staged run (cancel,
-//! deadline) and stops copying, and a chip killed meanwhile fails both runs at once.
+//! deadline) and stops copying, and a chip killed meanwhile fails both runs at once. The
+//! running task's outputs go back while a piece is being copied in, not between pieces.
 
 mod common;
 
@@ -75,16 +76,78 @@ fn slow(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
     Ok(Box::new(Slow(SimChip::new(spec.memory_bytes(), spec.cores())?)))
 }
 
+/// `Slow`, but a piece of B's input begun once A's gate is open waits (up to 20 s) for A's
+/// output to have gone back to the host, which the backend marks (`out`); one that waited in
+/// vain marks `late`.
+struct Waiting(Slow);
+
+impl ChipBackend for Waiting {
+    fn cores(&self) -> usize {
+        self.0.cores()
+    }
+    fn memory(&self) -> &DeviceMemory {
+        self.0.memory()
+    }
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
+        let test = std::os::unix::process::parent_id();
+        let big = src.len() >= 256 << 10;
+        let waits = big && marker(test, "gate1").exists();
+        let copied = self.0.copy_to_device(dst, src);
+        if waits && !spin_until(Instant::now() + Duration::from_secs(20), || marker(test, "out").exists()) {
+            std::fs::write(marker(test, "late"), b"late").expect("the marker");
+        }
+        copied
+    }
+    fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> simpler::Result<()> {
+        let test = std::os::unix::process::parent_id();
+        let copied = self.0.copy_from_device(src, dst);
+        if marker(test, "gate1").exists() {
+            std::fs::write(marker(test, "out"), b"out").expect("the marker");
+        }
+        copied
+    }
+}
+
+fn waiting(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+    Ok(Box::new(Waiting(Slow(SimChip::new(spec.memory_bytes(), spec.cores())?))))
+}
+
+/// Waits (up to 20 s) until gate 1 is open and then until one more piece of B's input has
+/// begun, then copies its input to its output: it ends while that piece is being copied in.
+fn gated_until_a_piece(args: &HostArgs<'_>) -> HostResult {
+    let test = std::os::unix::process::parent_id();
+    let gate = marker(test, "gate1");
+    let pieces = || std::fs::read(marker(test, "pieces")).map_or(0, |b| b.len());
+    let by = Instant::now() + Duration::from_secs(20);
+    if !spin_until(by, || gate.exists()) {
+        return Err(format!("{} never opened", gate.display()).into());
+    }
+    let seen = pieces();
+    if !spin_until(by, || pieces() > seen) {
+        return Err("no further piece of the successor's input began".into());
+    }
+    let x = args.input::<f32>(0)?.to_vec();
+    args.output::<f32>(1)?.copy_from_slice(&x);
+    Ok(())
+}
+
 struct Markers(u32);
 impl Drop for Markers {
     fn drop(&mut self) {
-        for m in ["gate1", "pieces"] {
+        for m in ["gate1", "pieces", "out", "late"] {
             let _ = std::fs::remove_file(marker(self.0, m));
         }
     }
 }
 
 fn rig() -> (Rig, CallableHandle, CallableHandle) {
+    rig_with(slow, ChipFn::kernel("gated_copy", gated_copy))
+}
+
+fn rig_with(
+    backend: fn(&ChipSpec) -> simpler::Result<Box<dyn ChipBackend>>,
+    head: ChipFn,
+) -> (Rig, CallableHandle, CallableHandle) {
     let mut rig = Rig::new(
         Worker::builder()
             .chips(1)
@@ -92,9 +155,9 @@ fn rig() -> (Rig, CallableHandle, CallableHandle) {
             .chip_cores(1)
             .pipeline_depth(2)
             .pending_run_depth(3)
-            .chip_backend(slow),
+            .chip_backend(backend),
     );
-    let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
+    let gated = rig.register_chip(head).unwrap();
     let dbl = rig.register_chip(ChipFn::kernel("double_head", double_head)).unwrap();
     rig.init();
     (rig, gated, dbl)
@@ -162,6 +225,28 @@ fn the_heads_end_is_answered_while_the_successor_copies_in() {
     assert!(begun < PIECES, "A's end was answered only after B's whole copy-in ({begun} pieces)");
     assert_eq!(pieces_begun(), PIECES, "then B's copy-in went on to the end");
     assert_eq!(outs[1].read::<f32>(0, N).unwrap()[3], 6.0);
+}
+
+/// The head's outputs go back to the host as soon as it has run, while the chip thread is
+/// inside a piece of the successor's copy-in: a piece that waits for them is not left waiting
+/// (were they copied back between pieces, it would wait for itself).
+#[test]
+fn the_heads_outputs_go_back_while_a_piece_of_the_successor_copies_in() {
+    if !in_own_process() {
+        return;
+    }
+    let _m = Markers(std::process::id());
+    let (rig, gated, dbl) = rig_with(waiting, ChipFn::kernel("gated_until_a_piece", gated_until_a_piece));
+    let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
+    std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+    assert!(
+        !marker(std::process::id(), "late").exists(),
+        "a piece of B's copy-in waited in vain for A's output to go back"
+    );
+    assert_eq!(outs[0].read::<f32>(0, N).unwrap()[5], 5.0, "A's output");
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap()[3], 6.0, "B's output");
 }
 
 /// A (held at its gate) runs, B copies in behind it and is stopped by `stop`: B ends with

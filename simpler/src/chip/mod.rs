@@ -34,7 +34,7 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
-pub(crate) use runtime::{ChipArg, ChipConfig, ChipRun, ChipRuntime, END_WINDOW};
+pub(crate) use runtime::{ChipArg, ChipConfig, ChipRun, ChipRuntime, CopyBack, END_WINDOW, RunOn};
 pub(crate) use sim::BackendFactory;
 pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
 

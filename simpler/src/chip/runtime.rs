@@ -68,7 +68,7 @@ use crate::chip::staging::{self, Staging};
 use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
-use crate::data::host_args::{HostArgs, MappedTensor};
+use crate::data::host_args::{HostArgs, KeptTensor, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
@@ -613,8 +613,8 @@ impl ChipRuntime {
 
     /// [`prepare`](Self::prepare) and [`launch_traced`](Self::launch_traced) at once, also while
     /// another run is prepared and waits (a successor staged before this run arrived): the run
-    /// is never a prepared, unlaunched one, so the chip still holds at most one of those. On
-    /// the executor thread (`here` false), or on the calling thread, done when this returns.
+    /// is never a prepared, unlaunched one, so the chip still holds at most one of those. Where
+    /// it executes is `on`'s (on the calling thread, done when this returns).
     /// Refused while another run is launched and not finalized, or for the waiting run's slot.
     /// `launching` is called once the run is prepared, just before it is launched (a caller
     /// that must tell whether the run got as far as executing, should its process die).
@@ -625,7 +625,7 @@ impl ChipRuntime {
         digest: &Digest,
         args: Vec<ChipArg<'a>>,
         (scalars, config): (&[u64], &CallConfig),
-        here: bool,
+        on: RunOn,
         trace: bool,
         launching: impl FnOnce(),
     ) -> Result<ChipRun<'a>> {
@@ -637,15 +637,21 @@ impl ChipRuntime {
         }
         let mut run = self.prepare_inner(lease, digest, args, scalars, config, (true, false))?;
         launching();
-        let launched = if here {
-            let mut records = None;
-            let r = self.launch_here(&mut run, trace.then_some(&mut records));
-            if let Phase::Done(_, kept) = &mut run.phase {
-                *kept = records;
+        let launched = match on {
+            RunOn::Here => {
+                let mut records = None;
+                let r = self.launch_here(&mut run, trace.then_some(&mut records));
+                if let Phase::Done(_, kept) = &mut run.phase {
+                    *kept = records;
+                }
+                r
             }
-            r
-        } else {
-            self.launch_traced(&mut run, trace)
+            RunOn::Executor(back) => {
+                if let Some(back) = back {
+                    run.copy_back_into(back);
+                }
+                self.launch_traced(&mut run, trace)
+            }
         };
         match launched {
             Ok(()) => Ok(run),
@@ -708,6 +714,8 @@ impl ChipRuntime {
             phase: Phase::Prepared,
             ahead,
             copying: deferred.then_some((0, 0)),
+            back: None,
+            backed: false,
         })
     }
 
@@ -747,14 +755,14 @@ impl ChipRuntime {
         run: &mut ChipRun<'_>,
         records: Option<&mut Option<Vec<TaskRecord>>>,
     ) -> Result<()> {
-        let job = self.launchable(run, records.is_some())?;
+        let mut job = self.launchable(run, records.is_some())?;
         if self.waiting == Some(run.lease) {
             self.set_waiting(None);
         }
         self.active = Some(run.lease);
         let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
         let mut traced = None;
-        let result = ctx.execute_caught(&job, &mut traced);
+        let result = ctx.run_job(&mut job, &mut traced);
         if let Some(out) = records {
             *out = traced;
             run.phase = Phase::Done(result, None);
@@ -764,8 +772,9 @@ impl ChipRuntime {
         Ok(())
     }
 
-    /// The checks of a launch, the run's staging buffer unfenced, and the job to execute.
-    fn launchable(&mut self, run: &ChipRun<'_>, trace: bool) -> Result<ExecJob> {
+    /// The checks of a launch, the run's staging buffer unfenced, and the job to execute (with
+    /// the host tensors its outputs go back to, when the run was given them).
+    fn launchable(&mut self, run: &mut ChipRun<'_>, trace: bool) -> Result<ExecJob> {
         if !matches!(run.phase, Phase::Prepared) || !(run.ahead || self.waiting == Some(run.lease)) {
             return Err(Error::state(format!(
                 "chip {}: the run under {} is not this chip's prepared run",
@@ -787,6 +796,8 @@ impl ChipRuntime {
         if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
             self.device.arena().unfence(ptr)?;
         }
+        let back = run.back.take();
+        run.backed = back.is_some();
         Ok(ExecJob {
             lease: run.lease,
             name: run.name.clone(),
@@ -795,6 +806,7 @@ impl ChipRuntime {
             scalars: run.scalars.clone(),
             config: run.config.clone(),
             trace,
+            back,
         })
     }
 
@@ -856,7 +868,11 @@ impl ChipRuntime {
         };
         let args = std::mem::take(&mut run.args);
         let targets = outputs.unwrap_or(&args);
+        // Copied back already, by whoever executed it, when the run was given its outputs.
         let result = result.and_then(|()| {
+            if run.backed {
+                return Ok(());
+            }
             if targets.len() != run.prepared.len() {
                 return Err(Error::new(
                     ErrorKind::Internal,
@@ -1066,6 +1082,15 @@ impl Drop for ChipRuntime {
     }
 }
 
+/// Where [`ChipRuntime::start`] executes a run.
+pub(crate) enum RunOn {
+    /// On the calling thread: done when `start` returns.
+    Here,
+    /// On the chip's executor thread, which also copies the run's outputs back into the given
+    /// host tensors ([`ChipRun::copy_back_into`]); without them, `finalize` does.
+    Executor(Option<CopyBack>),
+}
+
 /// Where a [`ChipRun`] is.
 enum Phase {
     Prepared,
@@ -1093,6 +1118,11 @@ pub(crate) struct ChipRun<'a> {
     /// Host inputs still to copy in (a run prepared with its copy-in deferred): the next
     /// tensor's index and the bytes of it already in. `None` once all are in.
     copying: Option<(usize, u64)>,
+    /// The host tensors its outputs go back to as soon as it has executed, given by
+    /// [`ChipRun::copy_back_into`], until it launches.
+    back: Option<CopyBack>,
+    /// Launched with `back`: its executor copies its outputs back, not `finalize`.
+    backed: bool,
 }
 
 impl std::fmt::Debug for ChipRun<'_> {
@@ -1117,7 +1147,23 @@ impl ChipRun<'_> {
             phase: self.phase,
             ahead: self.ahead,
             copying: self.copying,
+            back: self.back,
+            backed: self.backed,
         }
+    }
+
+    /// Has the run's outputs copied back into `back` by whoever executes it, as soon as it
+    /// has executed successfully, rather than by [`ChipRuntime::finalize_traced`]: a
+    /// pipelined chip's executor thread then copies them back while the chip thread goes on
+    /// copying the next run in. `back` holds every writable host tensor of the run, each with
+    /// its index among the run's tensors. Only before the run launches.
+    pub(crate) fn copy_back_into(&mut self, back: CopyBack) {
+        self.back = Some(back);
+    }
+
+    /// Whether its outputs go back through [`copy_back_into`](Self::copy_back_into)'s tensors.
+    pub(crate) fn copies_back(&self) -> bool {
+        self.back.is_some() || self.backed
     }
 
     /// Whether every host input of the run is in its staging slice (only a run prepared with
@@ -1149,9 +1195,61 @@ struct ExecJob {
     config: CallConfig,
     /// Record the run's tasks for a captured parent run ([`ChipRuntime::run_traced`]).
     trace: bool,
+    /// Where its outputs go once it succeeded ([`ChipRun::copy_back_into`]).
+    back: Option<CopyBack>,
 }
 
+/// The host tensors a run's outputs go back to, each with its index among the run's tensors
+/// ([`ChipRun::copy_back_into`]).
+pub(crate) type CopyBack = Vec<(usize, KeptTensor)>;
+
 impl ExecCtx {
+    /// Executes `job`, then copies its outputs back when it has somewhere to put them
+    /// ([`ChipRun::copy_back_into`]). The kept host tensors are dropped before this returns,
+    /// so before the run's end is reported.
+    fn run_job(&self, job: &mut ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
+        let result = self.execute_caught(job, records);
+        let Some(back) = job.back.take() else { return result };
+        result.and_then(|()| {
+            catch_unwind(AssertUnwindSafe(|| self.copy_back(job, &back))).unwrap_or_else(|panic| {
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "chip {}: copying back the outputs of `{}` panicked: {}",
+                        self.chip,
+                        job.name,
+                        crate::error::panic_message(&*panic)
+                    ),
+                ))
+            })
+        })
+    }
+
+    /// Copies the executed `job`'s outputs back into the host tensors of `back`.
+    fn copy_back(&self, job: &ExecJob, back: &CopyBack) -> Result<()> {
+        for (i, host) in back {
+            let host = host.tensor();
+            if !host.access().can_write() {
+                continue;
+            }
+            let Some(p) = job.prepared.get(*i) else {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "chip {}: `{}` has {} tensors, and its output {i} was to be copied back",
+                        self.chip,
+                        job.name,
+                        job.prepared.len()
+                    ),
+                ));
+            };
+            self.device.copy_out(p.ptr, &p.view, host).map_err(|e| {
+                e.context(format!("chip {}: copying back host tensor {i} of `{}`", self.chip, job.name))
+            })?;
+        }
+        Ok(())
+    }
+
     /// [`execute`](Self::execute) with a panic turned into an [`ErrorKind::Internal`] error.
     fn execute_caught(&self, job: &ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
         catch_unwind(AssertUnwindSafe(|| self.execute(job, records))).unwrap_or_else(|panic| {
@@ -1325,10 +1423,10 @@ impl Executor {
                             }
                         });
                     }
-                    let Ok(job) = next.unwrap_or_else(|| jobs.recv()) else { break };
+                    let Ok(mut job) = next.unwrap_or_else(|| jobs.recv()) else { break };
                     ran = true;
                     let mut records = None;
-                    let result = ctx.execute_caught(&job, &mut records);
+                    let result = ctx.run_job(&mut job, &mut records);
                     if done_tx.send((job.lease, result, records)).is_err() {
                         break;
                     }

@@ -16,11 +16,16 @@
 //!     the call; so no `&mut [T]` ever aliases another live reference.
 //! H4. Slices are made only for contiguous views whose data type matches `T` and whose first
 //!     element is aligned for `T` (checked at run time).
+//! H5. A [`KeptTensor`] holds, beside its tensor, what keeps the tensor's bytes mapped (an
+//!     `Arc` of the mapping), so its tensor's `'a` is the kept tensor's own life, in whichever
+//!     thread holds it; it is made only by the `unsafe` [`KeptTensor::new`], whose caller owns
+//!     the mapping and vouches for H1's exclusive use for as long as the kept tensor lives.
 
-#![expect(unsafe_code, reason = "typed slices over shared mappings; rules H1-H4")]
+#![expect(unsafe_code, reason = "typed slices over shared mappings; rules H1-H5")]
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use crate::data::buffer::Access;
 use crate::data::dtype::{DataType, Element};
@@ -89,6 +94,52 @@ impl<'a> MappedTensor<'a> {
         (start, start.saturating_add(self.view.extent_bytes()))
     }
 }
+
+/// A host tensor that keeps the memory it points into mapped (rule H5): a [`MappedTensor`] a
+/// thread other than the mapping's owner may hold across requests (a chip's executor thread,
+/// copying a run's outputs back as soon as its kernel ends).
+pub(crate) struct KeptTensor {
+    tensor: MappedTensor<'static>,
+    /// Keeps the tensor's bytes mapped; declared after `tensor`, so it drops after it.
+    _mapping: Arc<dyn Send + Sync>,
+}
+
+impl KeptTensor {
+    /// A tensor over a buffer starting at `base`, mapped for as long as `mapping` lives.
+    ///
+    /// # Safety
+    ///
+    /// Rule H5: the bytes `base + view.byte_range()` lie inside memory mapped in this process
+    /// (writable if `access` writes) for as long as `mapping` lives; and while the kept tensor
+    /// lives, nobody else writes those bytes, nor reads them if `access` writes (rule H1).
+    pub(crate) unsafe fn new(
+        base: *mut u8,
+        view: TensorView,
+        access: Access,
+        mapping: Arc<dyn Send + Sync>,
+    ) -> KeptTensor {
+        // SAFETY: rule H5 — the bytes stay mapped while `mapping`, held beside the tensor and
+        // dropped after it, lives; the caller vouches for the exclusive use (H1).
+        let tensor = unsafe { MappedTensor::new(base, view, access) };
+        KeptTensor { tensor, _mapping: mapping }
+    }
+
+    /// The tensor, for as long as this borrow.
+    pub(crate) fn tensor(&self) -> &MappedTensor<'_> {
+        &self.tensor
+    }
+}
+
+impl std::fmt::Debug for KeptTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptTensor").field("tensor", &self.tensor).finish_non_exhaustive()
+    }
+}
+
+// SAFETY: rule H5 — the tensor's bytes stay mapped while the kept tensor lives, whichever thread
+// holds it (the mapping's `Arc` is `Send + Sync` and moves with it); the exclusive use of rule
+// H1 belongs to the task, not to a thread.
+unsafe impl Send for KeptTensor {}
 
 const FREE: u8 = 0;
 const SHARED: u8 = 1;

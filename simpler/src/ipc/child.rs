@@ -18,7 +18,10 @@
 //!     object the descriptor names, checked by `SharedMem::open`, rule N5 of `sys::shm`).
 //!     A mapping is dropped only by [`HostResolver::trim`], which takes `&mut self`: the
 //!     tensors and byte slices the resolver lends borrow it, so none outlives its mapping.
-//!     Heap rings stay mapped for the life of the process.
+//!     Heap rings stay mapped for the life of the process. A [`KeptTensor`]
+//!     ([`HostResolver::kept`]) borrows nothing: it holds an `Arc` of the mapping itself, which
+//!     then lives until both the resolver and the kept tensor have let it go (rule H5 of
+//!     `data::host_args`).
 //!
 //! Every child runs [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
 //! parent runs on another CPU, yield when it shares ours, then futex), then handle shutdown, a
@@ -32,10 +35,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use crate::callable::host::HostFnPtr;
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, host_label};
-use crate::data::host_args::MappedTensor;
+use crate::data::host_args::{KeptTensor, MappedTensor};
 use crate::data::tensor::TensorView;
 use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
@@ -201,7 +205,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
 pub(crate) struct HostResolver {
     /// Every heap ring (base address in its creator, mapping here).
     heaps: Vec<SharedSpan>,
-    maps: HashMap<Identity, SharedMem>,
+    maps: HashMap<Identity, Arc<SharedMem>>,
     order: VecDeque<Identity>,
     /// Trims since the last look for dropped large objects.
     trims: u32,
@@ -216,7 +220,7 @@ impl HostResolver {
     pub(crate) fn resolve(&mut self, desc: &BufferDesc) -> Result<*mut u8, String> {
         let n = desc.nbytes();
         match desc.backing() {
-            Backing::HeapSlab { .. } => self.heap_slab(desc),
+            Backing::HeapSlab { .. } => self.heap_slab(desc).map(|(base, _)| base),
             Backing::Device { chip, .. } => Err(format!("device memory of chip {chip} is not host memory")),
             Backing::Memfd { pid, fd, ino } => {
                 let id = desc.identity();
@@ -225,7 +229,7 @@ impl HostResolver {
                     let len = usize::try_from(n).map_err(|_| "buffer too large".to_string())?;
                     let shm = SharedMem::open(key, &host_label(id, pid), len).map_err(|e| e.to_string())?;
                     self.order.push_back(id);
-                    self.maps.insert(id, shm);
+                    self.maps.insert(id, Arc::new(shm));
                 }
                 let shm = &self.maps[&id];
                 if shm.key() != key {
@@ -254,38 +258,66 @@ impl HostResolver {
         view: TensorView,
         access: Access,
     ) -> Result<MappedTensor<'_>, String> {
+        let (base, _) = self.mapped_view(desc, &view)?;
+        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the memfd object as
+        // mapped here (checked by `mapped_view`), and the view inside the buffer; the tensor
+        // borrows `self`, so `trim` cannot unmap it meanwhile. Nobody else touches the bytes a
+        // writable view covers while the task runs: the parent's engine orders tasks by their
+        // tags (rule H1).
+        Ok(unsafe { MappedTensor::new(base, view, access) })
+    }
+
+    /// [`tensor`](Self::tensor), but holding the buffer's mapping itself rather than borrowing
+    /// the resolver: for another thread to use until the task ends (rule C2).
+    pub(crate) fn kept(
+        &self,
+        desc: &BufferDesc,
+        view: TensorView,
+        access: Access,
+    ) -> Result<KeptTensor, String> {
+        let (base, mapping) = self.mapped_view(desc, &view)?;
+        // SAFETY: rules C2 and H5 — the whole buffer lies inside a heap ring or the memfd
+        // object as mapped here (checked by `mapped_view`), the view inside the buffer, and the
+        // kept tensor holds that mapping's `Arc`, so it stays mapped while the tensor lives,
+        // whatever `trim` does. Nobody else touches the bytes a writable view covers until the
+        // task ends: the parent's engine orders tasks by their tags (rule H1), and the task's
+        // end is reported only after its holder dropped it.
+        Ok(unsafe { KeptTensor::new(base, view, access, mapping) })
+    }
+
+    /// The base address here of host buffer `desc`, already mapped by
+    /// [`resolve`](Self::resolve), and its mapping; an error if `view` does not fit in it.
+    fn mapped_view(
+        &self,
+        desc: &BufferDesc,
+        view: &TensorView,
+    ) -> Result<(*mut u8, Arc<dyn Send + Sync>), String> {
         let (_, end) = view.byte_range();
         if end > desc.nbytes() {
             return Err(format!("its view ends at byte {end}, past its {}-byte buffer", desc.nbytes()));
         }
-        let base = match desc.backing() {
-            Backing::HeapSlab { .. } => self.heap_slab(desc)?,
-            Backing::Device { chip, .. } => {
-                return Err(format!("device memory of chip {chip} is not host memory"));
-            }
+        match desc.backing() {
+            Backing::HeapSlab { .. } => self.heap_slab(desc),
+            Backing::Device { chip, .. } => Err(format!("device memory of chip {chip} is not host memory")),
             Backing::Memfd { pid, fd, ino } => match self.maps.get(&desc.identity()) {
                 Some(shm)
                     if shm.len() as u64 >= desc.nbytes() && shm.key() == (SharedKey { pid, fd, ino }) =>
                 {
-                    shm.as_ptr()
+                    Ok((shm.as_ptr(), shm.clone()))
                 }
-                _ => return Err(format!("host buffer {} is not mapped here", desc.identity())),
+                _ => Err(format!("host buffer {} is not mapped here", desc.identity())),
             },
-        };
-        // SAFETY: rule C2 — the whole buffer lies inside a heap ring or the memfd object as
-        // mapped here (checked above), and the view inside the buffer; the tensor borrows `self`, so
-        // `trim` cannot unmap it meanwhile. Nobody else touches the bytes a writable view
-        // covers while the task runs: the parent's engine orders tasks by their tags (rule H1).
-        Ok(unsafe { MappedTensor::new(base, view, access) })
+        }
     }
 
     /// The address of a heap-slab buffer, if it lies inside one heap ring (rule C2).
-    fn heap_slab(&self, desc: &BufferDesc) -> Result<*mut u8, String> {
+    fn heap_slab(&self, desc: &BufferDesc) -> Result<(*mut u8, Arc<dyn Send + Sync>), String> {
         let n = desc.nbytes();
         let Backing::HeapSlab { addr, ino } = desc.backing() else {
             return Err("not a heap slab".to_string());
         };
-        self.heaps.iter().find_map(|span| span.local(ino, addr, n)).ok_or_else(|| {
+        let found = self.heaps.iter().find_map(|span| span.local(ino, addr, n).map(|p| (p, span)));
+        found.map(|(p, span)| (p, span.region.clone() as Arc<dyn Send + Sync>)).ok_or_else(|| {
             format!(
                 "heap slab at {addr:#x} (+{n} bytes) of ring {ino} is outside every heap ring mapped here"
             )
@@ -401,6 +433,30 @@ mod tests {
         let past = TensorView::new(4, &[3], Some(&[4]), DataType::Uint8).unwrap();
         assert!(resolver.write_view(&desc, &past, &span).is_err(), "a view past the buffer");
         assert_eq!(buf.read::<u8>(0, 12).unwrap(), want, "nothing written by the refused calls");
+    }
+
+    #[test]
+    fn a_kept_tensor_keeps_its_bytes_mapped_after_the_resolver_and_the_buffer_are_gone() {
+        use crate::data::dtype::DataType;
+        let minter = IdentityMinter::new(7);
+        let mut resolver = HostResolver::new(Vec::new());
+        let (buf, desc) = host(&minter, 64);
+        buf.write(0, &(0..64u8).collect::<Vec<_>>()).unwrap();
+        resolver.resolve(&desc).unwrap();
+        let view = TensorView::new(8, &[16], None, DataType::Uint8).unwrap();
+        let kept = resolver.kept(&desc, view, Access::Write).unwrap();
+        assert!(
+            resolver
+                .kept(&desc, TensorView::new(60, &[8], None, DataType::Uint8).unwrap(), Access::Read)
+                .is_err()
+        );
+        // Every other mapping of the object goes: the resolver's, and the creator's own.
+        drop((resolver, buf));
+        let t = kept.tensor();
+        // SAFETY: rule H5 — the kept tensor holds its mapping, so its 16 bytes are still mapped;
+        // nothing else in this test touches them.
+        let bytes = unsafe { std::slice::from_raw_parts(t.ptr(), 16) };
+        assert_eq!(bytes, (8..24u8).collect::<Vec<_>>(), "the view's bytes, still mapped");
     }
 
     #[test]

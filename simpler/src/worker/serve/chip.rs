@@ -9,8 +9,7 @@
 
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
-use crate::chip::ChipRun;
-use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime};
+use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRun, ChipRuntime, CopyBack, RunOn};
 use crate::data::buffer::{Backing, BufferDesc};
 use crate::data::call_config::CallConfig;
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
@@ -192,6 +191,24 @@ fn decode<'r>(
     Ok(Decoded { args, scalars: decoded.scalars, config })
 }
 
+/// The writable host tensors of task frame `req`, each with its index among the task's
+/// tensors, holding their mappings (rule C2 of `ipc::child`): for the executor thread to copy
+/// the task's outputs back into as soon as it has executed, while this thread goes on.
+fn outputs_kept(resolver: &mut HostResolver, req: &TaskRequest<'_>) -> Result<CopyBack, FrameError> {
+    let decoded = decode_args(req.args())
+        .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
+    let mut back = Vec::new();
+    for (i, t) in decoded.tensors.iter().enumerate() {
+        let access = t.desc.access();
+        if matches!(t.desc.backing(), Backing::Device { .. }) || !access.can_write() {
+            continue;
+        }
+        let kept = resolver.resolve(&t.desc).and_then(|_| resolver.kept(&t.desc, t.view, access));
+        back.push((i, kept.map_err(|m| FrameError::new(ERR_BAD_FRAME, format!("tensor {i}: {m}")))?));
+    }
+    Ok(back)
+}
+
 /// A chip error as a frame error.
 fn task_error(e: &crate::error::Error) -> FrameError {
     FrameError::new(super::frame_code(e, ERR_TASK), e.message().to_string())
@@ -237,6 +254,9 @@ impl ChipServer {
         let digest = Digest::from_bytes(req.digest);
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
+        // On the executor thread, which copies the outputs back as soon as the task has run.
+        let on =
+            if here { RunOn::Here } else { RunOn::Executor(Some(outputs_kept(&mut self.resolver, req)?)) };
         let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
@@ -249,7 +269,7 @@ impl ChipServer {
         // `start` returns, and the parent must not say of a task that ran when the chip died
         // that it had not launched (rule M12).
         let started = catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), here, trace, || {
+            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), on, trace, || {
                 req.mark_accepted();
             })
         }));
@@ -264,8 +284,9 @@ impl ChipServer {
     }
 
     /// Prepares a staged successor: its tensors checked and given their slices of its slot's
-    /// staging buffer; [`copy_some`](Self::copy_some) copies its inputs in while the running
-    /// task executes. `Err`: it failed to prepare (answer it now).
+    /// staging buffer, and its outputs kept for its executor to copy back;
+    /// [`copy_some`](Self::copy_some) copies its inputs in while the running task executes.
+    /// `Err`: it failed to prepare (answer it now).
     fn prepare(
         &mut self,
         req: &TaskRequest<'_>,
@@ -274,6 +295,7 @@ impl ChipServer {
         let digest = Digest::from_bytes(req.digest);
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
+        let back = outputs_kept(&mut self.resolver, req)?;
         let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
@@ -284,7 +306,10 @@ impl ChipServer {
         match catch_unwind(AssertUnwindSafe(|| {
             self.runtime.prepare_deferred(lease, &digest, d.args, &d.scalars, &d.config)
         })) {
-            Ok(Ok(run)) => Ok(run.detach()),
+            Ok(Ok(mut run)) => {
+                run.copy_back_into(back);
+                Ok(run.detach())
+            }
             Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
@@ -313,18 +338,23 @@ impl ChipServer {
     }
 
     /// Finishes a run that ended (or waits for it): copies its outputs back into its host
-    /// tensors, mapped again from its frame, leaves its records in the trace log, and gives
-    /// the frame's answer.
+    /// tensors, mapped again from its frame (unless its executor did already), leaves its
+    /// records in the trace log, and gives the frame's answer.
     fn end(&mut self, req: &TaskRequest<'_>, run: ChipRun<'static>) -> Result<(), FrameError> {
         let chip = self.chip;
-        let outputs = match decode(chip, &mut self.resolver, req) {
-            Ok(d) => d,
-            Err(e) => {
-                let _ = self.runtime.finalize(run);
-                return Err(e);
+        let outputs = if run.copies_back() {
+            None
+        } else {
+            match decode(chip, &mut self.resolver, req) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    let _ = self.runtime.finalize(run);
+                    return Err(e);
+                }
             }
         };
-        let ended = catch_unwind(AssertUnwindSafe(|| self.runtime.finalize_traced(run, Some(&outputs.args))));
+        let targets = outputs.as_ref().map(|d| &d.args[..]);
+        let ended = catch_unwind(AssertUnwindSafe(|| self.runtime.finalize_traced(run, targets)));
         match ended {
             Ok((result, records)) => {
                 if let (Some(key), Some(records)) = (req.trace, records) {
