@@ -647,9 +647,7 @@ impl ChipRuntime {
                 r
             }
             RunOn::Executor(back) => {
-                if let Some(back) = back {
-                    run.copy_back_into(back);
-                }
+                run.copy_back_into(back);
                 self.launch_traced(&mut run, trace)
             }
         };
@@ -1087,8 +1085,8 @@ pub(crate) enum RunOn {
     /// On the calling thread: done when `start` returns.
     Here,
     /// On the chip's executor thread, which also copies the run's outputs back into the given
-    /// host tensors ([`ChipRun::copy_back_into`]); without them, `finalize` does.
-    Executor(Option<CopyBack>),
+    /// host tensors ([`ChipRun::copy_back_into`]).
+    Executor(CopyBack),
 }
 
 /// Where a [`ChipRun`] is.

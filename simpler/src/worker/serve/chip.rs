@@ -256,7 +256,7 @@ impl ChipServer {
         let chip = self.chip;
         // On the executor thread, which copies the outputs back as soon as the task has run.
         let on =
-            if here { RunOn::Here } else { RunOn::Executor(Some(outputs_kept(&mut self.resolver, req)?)) };
+            if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
         let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
