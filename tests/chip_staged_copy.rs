@@ -92,6 +92,10 @@ impl ChipBackend for Waiting {
         let test = std::os::unix::process::parent_id();
         let big = src.len() >= 256 << 10;
         let waits = big && marker(test, "gate1").exists();
+        if waits {
+            // This piece waits for A's output: A may end now (`gated_until_a_piece`).
+            std::fs::write(marker(test, "waiting"), b"1").expect("the marker");
+        }
         let copied = self.0.copy_to_device(dst, src);
         if waits && !spin_until(Instant::now() + Duration::from_secs(20), || marker(test, "out").exists()) {
             std::fs::write(marker(test, "late"), b"late").expect("the marker");
@@ -112,19 +116,13 @@ fn waiting(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
     Ok(Box::new(Waiting(Slow(SimChip::new(spec.memory_bytes(), spec.cores())?))))
 }
 
-/// Waits (up to 20 s) until gate 1 is open and then until one more piece of B's input has
-/// begun, then copies its input to its output: it ends while that piece is being copied in.
+/// Waits (up to 20 s) until a piece of B's input has begun that waits for this task's output
+/// (one begun after gate 1 opened), then copies its input to its output: it ends while that
+/// piece is under way.
 fn gated_until_a_piece(args: &HostArgs<'_>) -> HostResult {
     let test = std::os::unix::process::parent_id();
-    let gate = marker(test, "gate1");
-    let pieces = || std::fs::read(marker(test, "pieces")).map_or(0, |b| b.len());
-    let by = Instant::now() + Duration::from_secs(20);
-    if !spin_until(by, || gate.exists()) {
-        return Err(format!("{} never opened", gate.display()).into());
-    }
-    let seen = pieces();
-    if !spin_until(by, || pieces() > seen) {
-        return Err("no further piece of the successor's input began".into());
+    if !spin_until(Instant::now() + Duration::from_secs(20), || marker(test, "waiting").exists()) {
+        return Err("no piece of the successor's input began waiting for this task's output".into());
     }
     let x = args.input::<f32>(0)?.to_vec();
     args.output::<f32>(1)?.copy_from_slice(&x);
@@ -134,7 +132,7 @@ fn gated_until_a_piece(args: &HostArgs<'_>) -> HostResult {
 struct Markers(u32);
 impl Drop for Markers {
     fn drop(&mut self) {
-        for m in ["gate1", "pieces", "out", "late"] {
+        for m in ["gate1", "pieces", "out", "late", "waiting"] {
             let _ = std::fs::remove_file(marker(self.0, m));
         }
     }

@@ -54,7 +54,7 @@ use crate::dfx::timeline::TaskRecord;
 use crate::engine::lease::{HighWater, Lease, LeaseArena};
 use std::hash::{BuildHasher, RandomState};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, RwLock};
 use std::thread;
@@ -760,7 +760,8 @@ impl ChipRuntime {
         self.active = Some(run.lease);
         let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
         let mut traced = None;
-        let result = ctx.run_job(&mut job, &mut traced);
+        // On this thread, which would be the one to shut the chip down.
+        let result = ctx.run_job(&mut job, &mut traced, &AtomicBool::new(false));
         if let Some(out) = records {
             *out = traced;
             run.phase = Phase::Done(result, None);
@@ -1203,11 +1204,24 @@ pub(crate) type CopyBack = Vec<(usize, KeptTensor)>;
 
 impl ExecCtx {
     /// Executes `job`, then copies its outputs back when it has somewhere to put them
-    /// ([`ChipRun::copy_back_into`]). The kept host tensors are dropped before this returns,
-    /// so before the run's end is reported.
-    fn run_job(&self, job: &mut ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
+    /// ([`ChipRun::copy_back_into`]), unless the chip is `closing` by then (its process was
+    /// asked to shut down: the parent has given the run up, and its host tensors are their
+    /// owners' again). The kept host tensors are dropped before this returns, so before the
+    /// run's end is reported.
+    fn run_job(
+        &self,
+        job: &mut ExecJob,
+        records: &mut Option<Vec<TaskRecord>>,
+        closing: &AtomicBool,
+    ) -> Result<()> {
         let result = self.execute_caught(job, records);
         let Some(back) = job.back.take() else { return result };
+        if closing.load(Ordering::Acquire) {
+            return result.and(Err(Error::state(format!(
+                "chip {}: shut down before the outputs of `{}` were copied back",
+                self.chip, job.name
+            ))));
+        }
         result.and_then(|()| {
             catch_unwind(AssertUnwindSafe(|| self.copy_back(job, &back))).unwrap_or_else(|panic| {
                 Err(Error::new(
@@ -1379,6 +1393,8 @@ struct Executor {
     tid: Arc<std::sync::atomic::AtomicI32>,
     /// Whether a prepared run waits to launch after the executing one.
     next_waits: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by [`stop`](Executor::stop): a run that ends afterwards copies nothing back.
+    closing: Arc<AtomicBool>,
 }
 
 /// A run the executor finished: its lease, result and records.
@@ -1397,6 +1413,8 @@ impl Executor {
         let tid_w = tid.clone();
         let next_waits = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let next_w = next_waits.clone();
+        let closing = Arc::new(AtomicBool::new(false));
+        let closing_w = closing.clone();
         let handle = thread::Builder::new()
             .name(format!("chip{chip}-exec"))
             .spawn(move || {
@@ -1424,7 +1442,7 @@ impl Executor {
                     let Ok(mut job) = next.unwrap_or_else(|| jobs.recv()) else { break };
                     ran = true;
                     let mut records = None;
-                    let result = ctx.run_job(&mut job, &mut records);
+                    let result = ctx.run_job(&mut job, &mut records, &closing_w);
                     if done_tx.send((job.lease, result, records)).is_err() {
                         break;
                     }
@@ -1434,7 +1452,7 @@ impl Executor {
                 }
             })
             .map_err(|e| Error::os("starting the chip's executor thread", e))?;
-        Ok(Executor { tx: Some(tx), rx, handle: Some(handle), tid, next_waits })
+        Ok(Executor { tx: Some(tx), rx, handle: Some(handle), tid, next_waits, closing })
     }
 
     fn send(&self, job: ExecJob) -> Result<()> {
@@ -1482,8 +1500,9 @@ impl Executor {
         }
     }
 
-    /// Stops the thread once its run (if any) returns.
+    /// Stops the thread once its run (if any) returns; that run copies nothing back.
     fn stop(&mut self) {
+        self.closing.store(true, Ordering::Release);
         self.tx = None;
         if let Some(h) = self.handle.take() {
             let _ = h.join();

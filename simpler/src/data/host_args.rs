@@ -128,6 +128,27 @@ impl KeptTensor {
     pub(crate) fn tensor(&self) -> &MappedTensor<'_> {
         &self.tensor
     }
+
+    /// A kept tensor over `region`, the whole of it its buffer; an error if the view does not
+    /// fit in it (tests, which read the region back through its descriptor, not a reference).
+    #[cfg(test)]
+    pub(crate) fn of_region(
+        region: Arc<crate::sys::mem::SharedRegion>,
+        view: TensorView,
+        access: Access,
+    ) -> Result<KeptTensor> {
+        let (_, end) = view.byte_range();
+        if end > region.len() as u64 {
+            return Err(Error::invalid(format!(
+                "the view ends at byte {end}, past the {}-byte region",
+                region.len()
+            )));
+        }
+        // SAFETY: rule H5 — the view lies inside the region (checked above), which stays mapped
+        // while the kept tensor holds its `Arc`; the test that makes it touches the region only
+        // through it, or through the region's descriptor once the tensor's task has ended.
+        Ok(unsafe { KeptTensor::new(region.as_ptr(), view, access, region.clone()) })
+    }
 }
 
 impl std::fmt::Debug for KeptTensor {

@@ -280,8 +280,10 @@ impl HostResolver {
         // object as mapped here (checked by `mapped_view`), the view inside the buffer, and the
         // kept tensor holds that mapping's `Arc`, so it stays mapped while the tensor lives,
         // whatever `trim` does. Nobody else touches the bytes a writable view covers until the
-        // task ends: the parent's engine orders tasks by their tags (rule H1), and the task's
-        // end is reported only after its holder dropped it.
+        // task ends: the parent's engine orders tasks by their tags (rule H1), the chip child
+        // asks for kept tensors only once its task's outputs are its own (it runs, or is
+        // activated), serves no control that copies host bytes while one is held, and reports
+        // the task's end only after its holder dropped it.
         Ok(unsafe { KeptTensor::new(base, view, access, mapping) })
     }
 
@@ -389,6 +391,43 @@ impl HostResolver {
             }
         });
         Ok(())
+    }
+
+    /// A copy of `nbytes` bytes at `offset` of host buffer `desc`, made without a reference to
+    /// the buffer's bytes: tasks of other processes may be writing them meanwhile, and the copy
+    /// is handed to code (a chip backend) that may keep looking at it.
+    pub(crate) fn read_range(
+        &mut self,
+        desc: &BufferDesc,
+        offset: u64,
+        nbytes: u64,
+    ) -> Result<Vec<u8>, String> {
+        let base = self.range(desc, offset, nbytes)?;
+        let mut out = vec![0u8; nbytes as usize];
+        // SAFETY: rule C2 — `base + offset..+nbytes` lies inside the buffer as mapped here
+        // (checked by `range`), and `out` is other memory of that length; no reference to the
+        // shared bytes is made.
+        unsafe { std::ptr::copy_nonoverlapping(base.add(offset as usize), out.as_mut_ptr(), out.len()) };
+        Ok(out)
+    }
+
+    /// Copies `bytes` into host buffer `desc` at `offset`, without a reference to the buffer's
+    /// bytes (as [`read_range`](Self::read_range)).
+    pub(crate) fn write_range(&mut self, desc: &BufferDesc, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        let base = self.range(desc, offset, bytes.len() as u64)?;
+        // SAFETY: rule C2 — `base + offset..+len` lies inside the buffer as mapped here (checked
+        // by `range`), and `bytes` is other memory; no reference to the shared bytes is made.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(offset as usize), bytes.len()) };
+        Ok(())
+    }
+
+    /// The base address of host buffer `desc`, mapped, once `offset..+nbytes` is checked to lie
+    /// inside it (so inside what is mapped here).
+    pub(crate) fn range(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<*mut u8, String> {
+        offset.checked_add(nbytes).filter(|&e| e <= desc.nbytes()).ok_or_else(|| {
+            format!("range {offset}..+{nbytes} is outside the {}-byte host buffer", desc.nbytes())
+        })?;
+        self.resolve(desc)
     }
 
     pub(crate) fn bytes(&mut self, desc: &BufferDesc, offset: u64, nbytes: u64) -> Result<&mut [u8], String> {

@@ -1040,3 +1040,107 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     }
     let _ = rt.finalize(run);
 }
+
+// ------------------------------------------------------------- outputs copied back on the executor
+
+/// The host memory a kept output tensor points into, as f32 (read through its descriptor).
+fn region_f32(region: &crate::sys::mem::SharedRegion) -> Vec<f32> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; region.len()];
+    std::fs::File::from(region.fd().try_clone_to_owned().unwrap()).read_exact_at(&mut bytes, 0).unwrap();
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// A kept output tensor of `n` f32 over a new region filled with `fill`.
+fn kept_output(n: u32, fill: f32) -> (Arc<crate::sys::mem::SharedRegion>, KeptTensor) {
+    let region = Arc::new(crate::sys::mem::SharedRegion::new(n as usize * 4, false).unwrap());
+    let bytes: Vec<u8> = (0..n).flat_map(|_| fill.to_le_bytes()).collect();
+    use std::os::unix::fs::FileExt;
+    std::fs::File::from(region.fd().try_clone_to_owned().unwrap()).write_all_at(&bytes, 0).unwrap();
+    let kept = KeptTensor::of_region(region.clone(), f32_view(n), Access::Write).unwrap();
+    (region, kept)
+}
+
+#[test]
+fn a_run_given_its_outputs_has_them_copied_back_once_it_has_run_and_finalize_copies_nothing() {
+    let mut rt = pipelined(1, &[]);
+    let lease = rt.acquire_lease().unwrap();
+    // Prepared against a scratch vector; its output goes to the kept tensor instead.
+    let mut scratch = vec![-1.0f32; 256];
+    let args = vec![host(&mut scratch, Access::Write)];
+    let mut run = rt.prepare(lease, &digest("ones"), args, &[], &CallConfig::default()).unwrap().detach();
+    let (region, kept) = kept_output(256, -2.0);
+    run.copy_back_into(vec![(0, kept)]);
+    assert!(run.copies_back());
+    rt.launch(&mut run).unwrap();
+    rt.wait(&mut run);
+    assert_eq!(region_f32(&region), vec![1.0f32; 256], "copied back by the executor, before finalize");
+    // The executor let the kept tensor go before the run's end was reported.
+    assert_eq!(Arc::strong_count(&region), 1);
+    rt.finalize_traced(run, None).0.unwrap();
+    assert!(scratch.iter().all(|v| *v == -1.0), "finalize copied nothing back");
+    rt.release_lease(lease).unwrap();
+}
+
+#[test]
+fn a_run_that_fails_has_nothing_copied_back() {
+    let mut rt = pipelined(1, &[]);
+    let lease = rt.acquire_lease().unwrap();
+    let mut scratch = vec![0.0f32; 64];
+    let args = vec![host(&mut scratch, Access::Write)];
+    let mut run =
+        rt.prepare(lease, &digest("fail_kernel"), args, &[], &CallConfig::default()).unwrap().detach();
+    let (region, kept) = kept_output(64, -2.0);
+    run.copy_back_into(vec![(0, kept)]);
+    rt.launch(&mut run).unwrap();
+    let err = rt.finalize(run).unwrap_err();
+    assert!(err.message().contains("kernel says no"), "{err}");
+    assert_eq!(region_f32(&region), vec![-2.0f32; 64]);
+    rt.release_lease(lease).unwrap();
+}
+
+/// Opened once the chip is shutting down: `held_fill` waits for it (10 s at most).
+static CLOSING_GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// Fills its output with 7.0, once [`CLOSING_GATE`] is open.
+fn held_fill(args: &HostArgs<'_>) -> HostResult {
+    let (lock, cv) = &CLOSING_GATE;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut open = lock.lock().unwrap();
+    while !*open {
+        let left = deadline.checked_duration_since(Instant::now()).ok_or("the gate never opened")?;
+        open = cv.wait_timeout(open, left).unwrap().0;
+    }
+    drop(open);
+    args.output::<f32>(0)?.fill(7.0);
+    Ok(())
+}
+
+#[test]
+fn a_run_that_ends_once_the_chip_is_shutting_down_copies_nothing_back() {
+    let k = ChipFn::kernel("held_fill", held_fill);
+    let mut rt = pipelined(1, std::slice::from_ref(&k));
+    let lease = rt.acquire_lease().unwrap();
+    let mut scratch = vec![0.0f32; 64];
+    let args = vec![host(&mut scratch, Access::Write)];
+    let mut run =
+        rt.prepare(lease, &k.handle().digest(), args, &[], &CallConfig::default()).unwrap().detach();
+    let (region, kept) = kept_output(64, -2.0);
+    run.copy_back_into(vec![(0, kept)]);
+    rt.launch(&mut run).unwrap();
+    // The kernel ends only once the shutdown has begun (the parent gave the run up).
+    let closing = rt.exec.closing.clone();
+    let opener = std::thread::spawn(move || {
+        while !closing.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let (lock, cv) = &CLOSING_GATE;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+    });
+    rt.shutdown();
+    opener.join().unwrap();
+    assert_eq!(region_f32(&region), vec![-2.0f32; 64], "nothing copied back after the shutdown began");
+    let err = rt.finalize(run).unwrap_err();
+    assert!(err.message().contains("shut down before the outputs of `held_fill` were copied back"), "{err}");
+}

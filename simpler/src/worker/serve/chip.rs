@@ -116,15 +116,24 @@ impl ChipServer {
                 .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
             CTRL_MALLOC => self.runtime.malloc(req.arg0).map_err(dev),
             CTRL_FREE => self.runtime.free(req.arg0).map(|()| 0).map_err(dev),
+            // Through a copy of the host bytes: the backend gets a slice it may keep looking
+            // at, and tasks of other processes may write the buffer's own bytes meanwhile.
             CTRL_COPY_TO => {
                 let (desc, off, n) = Self::host_range(&req.payload)?;
-                let src = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
-                self.runtime.copy_to_device(req.arg0, src).map(|()| 0).map_err(dev)
+                let src =
+                    self.resolver.read_range(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
+                self.runtime.copy_to_device(req.arg0, &src).map(|()| 0).map_err(dev)
             }
             CTRL_COPY_FROM => {
                 let (desc, off, n) = Self::host_range(&req.payload)?;
-                let dst = self.resolver.bytes(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
-                self.runtime.copy_from_device(req.arg0, dst).map(|()| 0).map_err(dev)
+                // Checked against the buffer as mapped here before anything is allocated.
+                self.resolver.range(&desc, off, n).map_err(|m| FrameError::new(ERR_DEVICE, m))?;
+                let mut dst = vec![0u8; n as usize];
+                self.runtime.copy_from_device(req.arg0, &mut dst).map_err(dev)?;
+                self.resolver
+                    .write_range(&desc, off, &dst)
+                    .map(|()| 0)
+                    .map_err(|m| FrameError::new(ERR_DEVICE, m))
             }
             other => Err(FrameError::new(
                 ERR_BAD_FRAME,
@@ -255,8 +264,7 @@ impl ChipServer {
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
         // On the executor thread, which copies the outputs back as soon as the task has run.
-        let on =
-            if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
+        let on = if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
         let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
@@ -284,9 +292,8 @@ impl ChipServer {
     }
 
     /// Prepares a staged successor: its tensors checked and given their slices of its slot's
-    /// staging buffer, and its outputs kept for its executor to copy back;
-    /// [`copy_some`](Self::copy_some) copies its inputs in while the running task executes.
-    /// `Err`: it failed to prepare (answer it now).
+    /// staging buffer; [`copy_some`](Self::copy_some) copies its inputs in while the running
+    /// task executes. `Err`: it failed to prepare (answer it now).
     fn prepare(
         &mut self,
         req: &TaskRequest<'_>,
@@ -295,7 +302,6 @@ impl ChipServer {
         let digest = Digest::from_bytes(req.digest);
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
-        let back = outputs_kept(&mut self.resolver, req)?;
         let d = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&digest) {
             return Err(FrameError::new(
@@ -306,10 +312,7 @@ impl ChipServer {
         match catch_unwind(AssertUnwindSafe(|| {
             self.runtime.prepare_deferred(lease, &digest, d.args, &d.scalars, &d.config)
         })) {
-            Ok(Ok(mut run)) => {
-                run.copy_back_into(back);
-                Ok(run.detach())
-            }
+            Ok(Ok(run)) => Ok(run.detach()),
             Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
@@ -408,7 +411,14 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             return 0;
         }
         let mut worked = false;
-        if let Some(ctl) = mb.control_request() {
+        // A copy between a host buffer and the chip waits while the executor may copy the
+        // running task's outputs back into host memory: the control lends the backend the host
+        // bytes as a slice, which the copy-back must not write under (rule C2 of `ipc::child`).
+        // Its copy would wait for the running task anyway (rule A3 of `chip::arena`).
+        if let Some(ctl) = mb.control_request()
+            && !(matches!(ctl.command, CTRL_COPY_TO | CTRL_COPY_FROM)
+                && active.as_ref().is_some_and(|a| a.run.copies_back()))
+        {
             let result = catch_unwind(AssertUnwindSafe(|| server.control(ctl))).unwrap_or_else(|p| {
                 Err(FrameError::new(
                     ERR_BAD_FRAME,
@@ -499,6 +509,16 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 Activation::Activate => {
                     let Some(Held { req, mut run }) = staged.take() else { unreachable!() };
                     worked = true;
+                    // Its outputs are its own from now on (the run before has ended): kept for
+                    // its executor to copy back as soon as it has run.
+                    match outputs_kept(&mut server.resolver, &req) {
+                        Ok(back) => run.copy_back_into(back),
+                        Err(e) => {
+                            let _ = server.runtime.finalize(run);
+                            mb.finish_task(req, Err(e), parent);
+                            continue;
+                        }
+                    }
                     // Before the launch, as in `begin`.
                     req.mark_accepted();
                     match server.runtime.launch_traced(&mut run, req.trace.is_some()) {
