@@ -292,3 +292,39 @@ fn every_timeout_and_deadline_takes_duration_max_as_for_ever() {
     run.wait_timeout(forever).unwrap(); // a finished run too
     assert_eq!(read_u64(&buf, 0, 1), vec![9]);
 }
+
+/// The program forks (a helper, a daemonizing step) and the child drops its copy of a started
+/// Worker: the parent's workers are left alone, and every call on the copy is refused, naming
+/// both processes.
+#[test]
+fn a_forked_copy_of_a_worker_neither_uses_nor_shuts_down_the_owners_workers() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, [fill]) = Rig::start(subs(2), [("fill", common::fill)]);
+    let out = u64_buffer(&rig, 1);
+    let run_fill = |w: &Worker, v: u64| {
+        w.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(v);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
+    };
+    run_fill(&rig, 1).unwrap();
+    let child = fork_process(|| {
+        // The copy in the forked child: refused, then closed and dropped.
+        let w: &mut Worker = &mut rig;
+        let refused = run_fill(w, 9).err().is_some_and(|e| {
+            e.kind() == ErrorKind::InvalidState && e.message().contains("forked copy of the Worker")
+        });
+        let closed = w.close().is_ok();
+        if refused && closed { 0 } else { 3 }
+    });
+    assert_eq!(wait_process(child, Duration::from_secs(20)), Some(0), "the forked copy's calls");
+    for &pid in rig.pids() {
+        assert!(process_exists(pid), "worker {pid} was ended by the forked copy's close");
+    }
+    assert!(rig.workers().iter().all(|w| w.is_alive()), "{:?}", rig.workers());
+    run_fill(&rig, 2).expect("the owner's Worker still runs tasks");
+    assert_eq!(read_u64(&out, 0, 1), vec![2], "and the copy's refused run wrote nothing");
+}

@@ -17,7 +17,10 @@
 //! process's buffers, so it must run alone in its process. Under `cargo nextest` it already
 //! does; under `cargo test` the call reruns the test binary for that one test.
 
-#![expect(unsafe_code, reason = "`words`: atomics over shared memory; see its SAFETY comment")]
+#![expect(
+    unsafe_code,
+    reason = "`words`: atomics over shared memory; `fork_process`: fork(2), pidfd_open(2) and waitpid(2); see their SAFETY comments"
+)]
 #![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
 
 use std::ops::{Deref, DerefMut};
@@ -644,4 +647,55 @@ impl Untracked for simpler::TaskArgs {
         // through `words` (atomics), or data whose tasks the test orders itself.
         unsafe { self.no_dep(t) }
     }
+}
+
+// ------------------------------------------------------------------------------------- forking
+
+/// Forks this process; the child runs `body` (a panic counts as exit code 101) and exits with
+/// its code at once, running no destructor of what it inherited. Returns the child's pid; reap
+/// it with [`wait_process`].
+pub fn fork_process(body: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork(2) has no preconditions; the child below only runs `body` and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101);
+        // SAFETY: `_exit` ends this forked child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Waits up to `limit` for child `pid` (from [`fork_process`]) to exit and reaps it: its exit
+/// code, or `None` when it was killed by a signal or outlived `limit` (then it is killed and
+/// reaped too).
+pub fn wait_process(pid: i32, limit: Duration) -> Option<i32> {
+    // SAFETY: pidfd_open(2) on a child of this process; the result is a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let end = Instant::now() + limit;
+    let exited = loop {
+        let left = end.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one live `pollfd`; `left` is a timeout in ms.
+        let n = unsafe { libc::poll(&mut pfd, 1, left) };
+        if n > 0 {
+            break true;
+        }
+        if n == 0 {
+            break false;
+        }
+        assert_eq!(std::io::Error::last_os_error().kind(), std::io::ErrorKind::Interrupted);
+    };
+    if !exited {
+        // SAFETY: kill(2) of our own unreaped child (its pid cannot be reused before the reap).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid(2) on our own child, writing one `c_int`; `fd` is ours to close.
+    let reaped = unsafe { libc::waitpid(pid, &mut status, 0) };
+    // SAFETY: `fd` is the pidfd opened above, closed once.
+    unsafe { libc::close(fd) };
+    assert_eq!(reaped, pid, "waitpid: {}", std::io::Error::last_os_error());
+    (exited && libc::WIFEXITED(status)).then(|| libc::WEXITSTATUS(status))
 }

@@ -99,6 +99,9 @@ pub struct Worker {
     /// tasks).
     extra_owners: Vec<u64>,
     state: State,
+    /// The process that started it (`init`; 0 before): a copy of the Worker in a process forked
+    /// from that one neither uses nor shuts down the workers, which are the owner's.
+    owner: u32,
 }
 
 impl std::fmt::Debug for Worker {
@@ -207,6 +210,7 @@ impl Worker {
             extra_heaps: Vec::new(),
             extra_owners: Vec::new(),
             state: State::New,
+            owner: 0,
         }
     }
 
@@ -430,12 +434,25 @@ impl Worker {
     /// The started runtime, for `Worker.{api}`.
     fn started(&self, api: &str) -> Result<&dyn Runtime> {
         match &self.state {
-            State::Started(rt) => Ok(rt.as_ref()),
+            State::Started(rt) => self.owned(api).map(|()| rt.as_ref()),
             State::New => {
                 Err(Error::state(format!("Worker.{api}: the Worker is not initialized; call init() first")))
             }
             State::Closed => Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
         }
+    }
+
+    /// Refuses `api` in a process other than the one that started the Worker (a copy of it in a
+    /// forked process): its workers' mailboxes, pids and threads are the owner's.
+    fn owned(&self, api: &str) -> Result<()> {
+        let me = std::process::id();
+        if self.owner == 0 || self.owner == me {
+            return Ok(());
+        }
+        Err(Error::state(format!(
+            "Worker.{api}: this Worker was started by process {}, and this is process {me}, forked from it: the workers are the owner's, so a forked copy of the Worker can neither use nor shut them down",
+            self.owner
+        )))
     }
 
     /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up) and returns
@@ -772,6 +789,7 @@ impl Worker {
         let context = |e: Error| e.context(format!("Worker.{api} of {handle}"));
         self.callables.check(&c).map_err(context)?;
         if let State::Started(rt) = &self.state {
+            self.owned(api)?;
             rt.install(&c).map_err(context)?;
         }
         self.callables.install(c)?;
@@ -887,6 +905,7 @@ impl Worker {
             ));
         }
         if let State::Started(rt) = &self.state {
+            self.owned("unregister")?;
             rt.uninstall(handle, refs == 1)
                 .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
         }
@@ -964,6 +983,7 @@ impl Worker {
             )?)
         };
         self.state = State::Started(runtime);
+        self.owner = std::process::id();
         Ok(())
     }
 
@@ -1453,6 +1473,11 @@ impl Worker {
     /// A closed Worker cannot be initialized again; closing one that was never initialized
     /// forks nothing.
     ///
+    /// In a process forked from the one that started the Worker, its copy of the Worker is not
+    /// the owner of the workers: closing or dropping the copy leaves them alone (nothing is
+    /// asked of them, signalled or joined), and every other call on the copy is refused with an
+    /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error naming both processes.
+    ///
     /// ```
     /// use simpler::{ErrorKind, Worker};
     ///
@@ -1484,6 +1509,12 @@ impl Worker {
     /// ```
     pub fn close(&mut self) -> Result<()> {
         match std::mem::replace(&mut self.state, State::Closed) {
+            // A forked copy: nothing of the owner's is asked, signalled or joined; the copy's
+            // descriptors and mappings go when this process exits.
+            State::Started(runtime) if self.owned("close").is_err() => {
+                std::mem::forget(runtime);
+                Ok(())
+            }
             State::Started(runtime) => runtime.close(self.cfg.close_timeout),
             _ => Ok(()),
         }
