@@ -10,8 +10,10 @@
 //!     destructors and buffered output are not run twice.
 //! P3. Each child is reaped exactly once, by the monitor thread, after its pidfd reports exit;
 //!     nobody else in this crate calls `waitpid` on it. A child is signalled through its pidfd
-//!     (`pidfd_send_signal`), which names that process and no other: should the program reap
-//!     it first (it ignores `SIGCHLD`, or waits for every child), a recycled pid is never hit.
+//!     (`pidfd_send_signal`) and reaped through it (`waitid(P_PIDFD)`), which name that process
+//!     and no other: should the program reap it first (it ignores `SIGCHLD`, or waits for every
+//!     child) and its pid go to another child of the program, that one is never signalled,
+//!     asked about or reaped.
 //! P4. File descriptors passed to `poll` stay open for the whole call (the monitor owns them).
 //! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
 //!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
@@ -19,12 +21,12 @@
 
 #![expect(unsafe_code, reason = "fork, pidfd, poll and eventfd have no safe wrappers; rules P1-P4")]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
@@ -349,7 +351,8 @@ fn monitor_loop(
                 continue;
             }
             let _reaping = sync::lock(&board.reaping);
-            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+            // By its pidfd, not its pid (rule P3): the pid may already name another process.
+            match waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
                 Ok(status) => match describe(status) {
                     Some((how, ended)) => {
                         board.set(i, how, ended);
