@@ -666,7 +666,10 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     ///
-    /// After `init`, a plain `fn` is sent to the live SUB workers; a closure is refused:
+    /// After `init`, a plain `fn` is sent to the live SUB workers; a closure is refused. Each
+    /// worker installs it between two tasks, so the call waits for the task each one is
+    /// running: a task that never returns holds it up for as long (give such runs a deadline,
+    /// which ends the task and replaces its worker).
     ///
     /// ```no_run
     /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
