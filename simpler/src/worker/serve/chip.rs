@@ -412,9 +412,10 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
         }
         let mut worked = false;
         // A copy between a host buffer and the chip waits while the executor may copy the
-        // running task's outputs back into host memory: the control lends the backend the host
-        // bytes as a slice, which the copy-back must not write under (rule C2 of `ipc::child`).
-        // Its copy would wait for the running task anyway (rule A3 of `chip::arena`).
+        // running task's outputs back into host memory: the control reads or writes host bytes
+        // on this thread, which must not race the copy-back's writes on that one (rule C2 of
+        // `ipc::child`). Its copy would wait for the running task anyway (rule A3 of
+        // `chip::arena`).
         if let Some(ctl) = mb.control_request()
             && !(matches!(ctl.command, CTRL_COPY_TO | CTRL_COPY_FROM)
                 && active.as_ref().is_some_and(|a| a.run.copies_back()))
