@@ -26,8 +26,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
-use nix::unistd::Pid;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+#[cfg(any(test, feature = "bench-support"))]
+use nix::{sys::wait::waitpid, unistd::Pid};
 
 use crate::error::{Error, Result};
 use crate::sys::sync;
