@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use simpler::__private::Backing; // where an allocation lives (internal), to see a block reused
-use simpler::{DataType, TaskArgs, Tensor};
+use simpler::{DataType, ErrorKind, TaskArgs, Tensor};
 
 fn addr(t: &Tensor) -> u64 {
     match t.desc().backing() {
@@ -54,4 +54,63 @@ fn a_task_naming_an_allocation_whose_scope_ended_is_refused() {
     })
     .unwrap();
     assert_eq!(accepted, Some(false), "a submit naming a reclaimed allocation must be refused");
+}
+
+/// The liveness check and the task window: a submit checks that an allocation is live, then
+/// waits for room in the full window, driving the scheduler; meanwhile the allocation's last
+/// task completes (its scope ended already), so its creator is consumed and its block
+/// reclaimed. The submit must not go on holding nothing: the next allocation may get the same
+/// bytes, and nothing would order the two tasks.
+///
+/// Deterministic: the allocation's task (`T1`) is released by another thread, but its
+/// completion is handled only by a thread that drives the scheduler, and the only one here is
+/// the orchestration thread, from inside the waiting submit.
+#[test]
+fn an_allocation_reclaimed_while_a_submit_waits_for_the_window_fails_that_submit() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [block_h, fill_h]) = Rig::start(
+        subs(2).task_window(8).heap_ring_size(8192),
+        [("block_on_flag", block_on_flag), ("fill", fill)],
+    );
+    let (gate1, gate2) = (u32_buffer(&rig, 2), u32_buffer(&rig, 2));
+    let (g1, g2) = (words_of(&gate1), words_of(&gate2));
+    let mut second = None;
+    std::thread::scope(|s| {
+        let gate1 = &gate1;
+        s.spawn(move || {
+            wait_blocked(gate1);
+            release(gate1);
+        });
+        rig.run(|orch| {
+            // Window: the allocation and T1 (2), then six fillers (8 of 8).
+            let x = orch.scope(|o| {
+                let x = o.alloc(&[512], DataType::Uint64)?;
+                let mut a = TaskArgs::new();
+                a.untracked(&g1)?.inout(&x)?.scalar(10_000).scalar(1);
+                o.submit_sub(&block_h, a)?;
+                Ok(x)
+            })?;
+            orch.scope(|o| {
+                for _ in 0..6 {
+                    let mut a = TaskArgs::new();
+                    a.untracked(&g2)?.scalar(10_000);
+                    o.submit_sub(&block_h, a)?;
+                }
+                Ok(())
+            })?;
+            // Checks x live (T1 still holds it), then waits for the window, handling T1's
+            // completion: x's creator is consumed, its block reclaimed.
+            let mut a = TaskArgs::new();
+            a.inout(&x)?.scalar(2);
+            second = Some(orch.submit_sub(&fill_h, a));
+            release(&gate2);
+            Ok(())
+        })
+        .unwrap();
+    });
+    let err =
+        second.expect("the second submit ran").expect_err("a submit naming a reclaimed allocation must fail");
+    assert_err(&err, ErrorKind::InvalidArgument, &["fill", "tensor 0", "not live"]);
 }

@@ -31,7 +31,7 @@ use crate::data::wire::blob_size;
 use crate::dfx::graph::{EdgeReason, TaskNode};
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
-use crate::engine::slot::{HeapHold, Published, Slot, State, Target, TaskData};
+use crate::engine::slot::{Attached, HeapHold, Published, Slot, State, Target, TaskData};
 use crate::engine::tensor_map::Found;
 use crate::engine::{DeviceUse, Engine};
 use crate::error::{Error, ErrorKind, Result};
@@ -619,9 +619,16 @@ impl<'a> Orchestrator<'a> {
         let bytes = view.extent_bytes();
         let ring = ring_for_depth(self.scope_depth());
         self.claim_window("orch.alloc")?;
+        let identity = match self.eng.minter.mint() {
+            Ok(id) => id,
+            Err(e) => {
+                self.eng.window.release();
+                return Err(e);
+            }
+        };
         let eng = self.eng;
         // A block of the scope's heap ring, or, inside a chip, of the chip's memory.
-        let try_alloc = || eng.heap.alloc(ring, bytes);
+        let try_alloc = || eng.heap.alloc(ring, bytes, identity);
         let mut got = try_alloc();
         if matches!(got, Ok(None)) {
             let deadline = crate::sys::clock::after(self.eng.cfg.backpressure_timeout);
@@ -662,7 +669,6 @@ impl<'a> Orchestrator<'a> {
                 return Err(e);
             }
         };
-        let identity = self.eng.minter.mint()?;
         let desc = BufferDesc::new(identity, backing, Access::ReadWrite, bytes)?;
         self.allocs += 1;
         let hold = HeapHold { identity, block };
@@ -952,20 +958,7 @@ impl<'a> Orchestrator<'a> {
                     t.buffer_label()
                 )));
             }
-            // An `orch.alloc` tensor of this engine is usable only while its allocation is live
-            // in this run (after its scope ended and it was reclaimed, the bytes belong to
-            // another allocation).
-            // Inside a chip `orch.alloc` hands out device memory under the same nonce.
-            if t.desc().identity().owner() == self.eng.minter.owner()
-                && self.eng.heap.hands_out(&t.desc().backing())
-                && !self.eng.tensor_map.has_creator(self.run.id, t.desc().identity())
-            {
-                return Err(Error::invalid(format!(
-                    "{callable}: tensor {i} names orch.alloc buffer {} that is not live in run {}: its scope ended and its memory was reclaimed (or it belongs to another run)",
-                    t.desc().identity(),
-                    self.run.id
-                )));
-            }
+            self.check_alloc_live(callable, i, t)?;
             if let Some(chip) = t.desc().device_chip() {
                 let runs_on = match target {
                     Target::Sub => None,
@@ -986,6 +979,20 @@ impl<'a> Orchestrator<'a> {
                     )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// An `orch.alloc` tensor of this engine is usable only while its allocation is live in
+    /// this run: after its scope ended and it was reclaimed, the bytes belong to another
+    /// allocation. Inside a chip `orch.alloc` hands out device memory under the same nonce.
+    fn check_alloc_live(&self, callable: &CallableHandle, i: usize, t: &Tensor) -> Result<()> {
+        let id = t.desc().identity();
+        if id.owner() == self.eng.minter.owner()
+            && self.eng.heap.hands_out(&t.desc().backing())
+            && !self.eng.tensor_map.has_creator(self.run.id, id)
+        {
+            return Err(not_live(callable, i, id, self.run.id));
         }
         Ok(())
     }
@@ -1029,6 +1036,17 @@ impl<'a> Orchestrator<'a> {
                 e.context(format!("submit of {callable} refused: run {} already failed", self.run.id))
             );
         }
+        // The claim may have driven the scheduler, and a task that completed meanwhile may have
+        // been the last to hold an allocation checked live above: check again. (A driver on
+        // another thread can still reclaim one before the attach; the attach refuses that.)
+        for args in &args_list {
+            for (i, t) in args.tensors.iter().enumerate() {
+                if let Err(e) = self.check_alloc_live(callable, i, t) {
+                    self.eng.window.release();
+                    return Err(e);
+                }
+            }
+        }
         // Step 2.
         let index = self.tasks.len() as u32;
         let names_device =
@@ -1062,17 +1080,20 @@ impl<'a> Orchestrator<'a> {
             slot: Arc<Slot>,
             orders: bool,
             retains: bool,
+            /// For an allocation's creator: the tensor (index, identity) that names it.
+            memory: Option<(usize, Identity)>,
         }
         let mut producers: SmallVec<[Producer; 8]> = SmallVec::new();
-        let mut add = |p: Arc<Slot>, orders: bool, retains: bool| {
+        let mut add = |p: Arc<Slot>, orders: bool, retains: bool, memory: Option<(usize, Identity)>| {
             if Arc::ptr_eq(&p, &slot) {
                 return;
             }
             if let Some(e) = producers.iter_mut().find(|e| Arc::ptr_eq(&e.slot, &p)) {
                 e.orders |= orders;
                 e.retains |= retains;
+                e.memory = e.memory.or(memory);
             } else {
-                producers.push(Producer { slot: p, orders, retains });
+                producers.push(Producer { slot: p, orders, retains, memory });
             }
         };
         let mut edges: Vec<(u32, EdgeReason)> = Vec::new();
@@ -1115,13 +1136,13 @@ impl<'a> Orchestrator<'a> {
                     written.push(id);
                 }
                 if let Some(c) = found.creator.take() {
-                    add(c, false, true);
+                    add(c, false, true, Some((arg, id)));
                 }
                 for w in found.writers.drain(..) {
-                    add(w, true, tag.reads());
+                    add(w, true, tag.reads(), None);
                 }
                 for r in found.readers.drain(..) {
-                    add(r, true, false);
+                    add(r, true, false, None);
                 }
             }
         }
@@ -1129,7 +1150,7 @@ impl<'a> Orchestrator<'a> {
         for args in &task.args {
             for dep in &args.deps {
                 if let Some(p) = self.tasks[dep.task.index as usize].upgrade() {
-                    add(p, true, dep.retain);
+                    add(p, true, dep.retain, None);
                 }
             }
         }
@@ -1137,31 +1158,22 @@ impl<'a> Orchestrator<'a> {
         // Step 4: attach.
         let mut live = 0u32;
         let mut failed: Option<Error> = None;
+        let mut lost: Option<Error> = None;
         for p in producers {
-            let mut pl = p.slot.lock();
-            let st = p.slot.state();
-            if st == State::Consumed {
-                continue;
-            }
-            if p.orders {
-                match st {
-                    State::Failed => {
-                        if failed.is_none() {
-                            failed =
-                                Some(pl.failure.clone().unwrap_or_else(|| Error::state("producer failed")));
-                        }
-                    }
-                    State::Completed => {}
-                    _ => {
-                        pl.fanout.push(slot.clone());
-                        live += 1;
+            match p.slot.attach(&slot, p.orders, p.retains) {
+                // A creator gone means its memory is reclaimed and may already be another
+                // allocation's: the task must not run on it.
+                Attached::Gone => {
+                    if let (Some((i, id)), None) = (p.memory, &lost) {
+                        lost = Some(not_live(callable, i, id, self.run.id));
                     }
                 }
-            }
-            if p.retains {
-                pl.fanout_total += 1;
-                drop(pl);
-                slot.lock().retained.push(p.slot.clone());
+                Attached::Linked { waits, failure } => {
+                    live += u32::from(waits);
+                    if failed.is_none() {
+                        failed = failure;
+                    }
+                }
             }
         }
         if let Some(cap) = &self.run.capture {
@@ -1180,25 +1192,25 @@ impl<'a> Orchestrator<'a> {
             sync::lock(cap).record(node, edges);
         }
 
-        // Step 5: publish.
-        self.publish(&slot, live, failed, written);
-        Ok(TaskHandle { run: self.run.id, index })
-    }
-
-    fn publish(
-        &self,
-        slot: &Arc<Slot>,
-        live: u32,
-        producer_failed: Option<Error>,
-        written: SmallVec<[Identity; 4]>,
-    ) {
-        let producer_failed = producer_failed.map(|cause| {
+        // Step 5: publish. A task that lost an allocation is published failed, which undoes
+        // its links and references as for any task that cannot run, and the submit fails.
+        if let Some(err) = lost {
+            self.publish(&slot, live, Some(err.clone()), written);
+            return Err(err);
+        }
+        let failed = failed.map(|cause| {
             Error::new(
                 ErrorKind::Poisoned,
                 format!("{} did not run: a task it depends on failed: {}", slot.describe(), cause.message()),
             )
         });
-        match slot.publish(live, written, producer_failed) {
+        self.publish(&slot, live, failed, written);
+        Ok(TaskHandle { run: self.run.id, index })
+    }
+
+    /// Publishes `slot` (rule 2 of the slot module): ready, pending, or failed with `failure`.
+    fn publish(&self, slot: &Arc<Slot>, live: u32, failure: Option<Error>, written: SmallVec<[Identity; 4]>) {
+        match slot.publish(live, written, failure) {
             Published::Ready => {
                 slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Ready);
                 self.eng.publish_ready(slot.clone());
@@ -1244,6 +1256,14 @@ impl<'a> Orchestrator<'a> {
         };
         *sync::lock(&self.eng.orch_spare) = spare;
     }
+}
+
+/// The error of a submit whose tensor `i` names an `orch.alloc` allocation `id` that is not live
+/// in run `run`.
+fn not_live(callable: &CallableHandle, i: usize, id: Identity, run: u64) -> Error {
+    Error::invalid(format!(
+        "{callable}: tensor {i} names orch.alloc buffer {id} that is not live in run {run}: its scope ended and its memory was reclaimed (or it belongs to another run)"
+    ))
 }
 
 /// Access and aliasing of one task's tensors: each tag within what its buffer grants, and no

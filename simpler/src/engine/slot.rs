@@ -22,11 +22,14 @@
 //!    marked (`poisoned`), and the submitting thread fails it at publication.
 //! 4. A slot is consumed once it is terminal and `fanout_released >= fanout_total + 1` (the `+1`
 //!    is its own release at completion). Consumption is a CAS to CONSUMED, so it happens once.
+//!    A slot that is consumable is gone for good: an attach ([`Slot::attach`]) finds it so under
+//!    its lock and neither links nor retains it, since the releaser that made it consumable is
+//!    about to consume it (for an allocation's creator: to reclaim its memory).
 //!
 //! The state word and the lock come from the sync facade (`sys::sync::checked`), and each
 //! transition's locked step is a method here that the engine calls ([`Slot::settle`],
 //! [`Slot::release_fanin`], [`Slot::fail_unstarted`], [`Slot::mark_poisoned`], [`Slot::publish`],
-//! [`Slot::release`], [`Slot::claim_consumption`]), so the `loom` models at the end of this file
+//! [`Slot::release`], [`Slot::claim_consumption`], [`Slot::attach`]), so the `loom` models at the end of this file
 //! run the same code under every interleaving.
 
 use std::sync::Arc;
@@ -336,6 +339,38 @@ impl Slot {
         }
     }
 
+    /// The submitting thread's attach (step 4 of a submit) of `consumer` to this producer,
+    /// under the producer's lock: when `orders`, the consumer waits for it (unless it already
+    /// ended); when `retains`, the consumer keeps it from being consumed until the consumer is.
+    /// A producer consumed or consumable is [`Attached::Gone`] (rule 4), and nothing is linked.
+    pub(crate) fn attach(self: &Arc<Self>, consumer: &Arc<Slot>, orders: bool, retains: bool) -> Attached {
+        let mut l = self.lock();
+        let state = self.state();
+        if state == State::Consumed || consumable(state, &l) {
+            return Attached::Gone;
+        }
+        let mut attached = Attached::Linked { waits: false, failure: None };
+        if orders {
+            match state {
+                State::Failed => {
+                    let failure = l.failure.clone().unwrap_or_else(|| Error::state("producer failed"));
+                    attached = Attached::Linked { waits: false, failure: Some(failure) };
+                }
+                State::Completed => {}
+                _ => {
+                    l.fanout.push(consumer.clone());
+                    attached = Attached::Linked { waits: true, failure: None };
+                }
+            }
+        }
+        if retains {
+            l.fanout_total += 1;
+            drop(l);
+            consumer.lock().retained.push(self.clone());
+        }
+        attached
+    }
+
     /// Drops one reference (rule 4): true when the slot is now consumable, so the caller
     /// consumes it ([`Slot::claim_consumption`]).
     pub(crate) fn release(&self) -> bool {
@@ -361,6 +396,15 @@ impl Slot {
             None => format!("allocation {}", self.index),
         }
     }
+}
+
+/// What [`Slot::attach`] did.
+pub(crate) enum Attached {
+    /// The producer is consumed or being consumed (rule 4): nothing was linked or retained.
+    Gone,
+    /// Linked: `waits` when the consumer counts it as a fanin; `failure` when the producer
+    /// failed (the consumer must not run).
+    Linked { waits: bool, failure: Option<Error> },
 }
 
 /// Consumers or retained producers, as a slot's links hold them.
@@ -407,20 +451,42 @@ mod loom_models {
     /// The submitting thread's attach (step 4) and publication (rule 2) of `consumer` after
     /// `producer`; returns what publication did.
     fn attach_and_publish(producer: &Arc<Slot>, consumer: &Arc<Slot>) -> Published {
-        let mut live = 0;
-        let mut failed = None;
-        {
-            let mut pl = producer.lock();
-            match producer.state() {
-                State::Consumed | State::Completed => {}
-                State::Failed => failed = pl.failure.clone(),
-                _ => {
-                    pl.fanout.push(consumer.clone());
-                    live += 1;
-                }
-            }
-        }
+        let (live, failed) = match producer.attach(consumer, true, false) {
+            Attached::Gone => (0, None),
+            Attached::Linked { waits, failure } => (u32::from(waits), failure),
+        };
         consumer.publish(live, SmallVec::new(), failed)
+    }
+
+    /// An allocation's creator (born COMPLETED, the scope's reference its only one) is
+    /// released by its scope while a submit attaches a task that retains it: either the task
+    /// retains it, and it is consumed only once the task releases it, or the attach finds it
+    /// gone. Never retained and consumed at once (its memory reclaimed under the task).
+    #[test]
+    fn loom_a_creator_is_retained_or_gone_never_both() {
+        check(|| {
+            let creator = slot();
+            {
+                let mut l = creator.lock();
+                l.fanout_total = 1;
+                l.fanout_released = 1;
+            }
+            creator.set_state(State::Completed);
+            let task = slot();
+            let c2 = creator.clone();
+            let scope = loom::thread::spawn(move || c2.release() && c2.claim_consumption());
+            let retained = matches!(creator.attach(&task, false, true), Attached::Linked { .. });
+            let consumed_by_scope = scope.join().unwrap();
+            assert!(
+                retained != consumed_by_scope,
+                "retained {retained}, consumed by its scope {consumed_by_scope}"
+            );
+            if retained {
+                assert_eq!(creator.state(), State::Completed, "a retained creator is not consumed");
+                assert!(creator.release() && creator.claim_consumption(), "the task's release consumes it");
+            }
+            assert_eq!(creator.state(), State::Consumed);
+        });
     }
 
     /// A dispatcher (READY -> RUNNING, then completion) races a failure of the unstarted task
