@@ -9,6 +9,12 @@
 //! block of the memory or that overlaps a held one. Copies may run only while no kernel runs;
 //! the memory enforces that itself (rule A3 of `chip::arena`).
 //!
+//! Every other held block belongs to the buffer it was allocated for: its [`Identity`], given
+//! at `malloc`. A device tensor is checked by that identity, not only by its address
+//! ([`Device::is_live_as`], [`Device::usable_by_kernels`]): once a block is freed and its bytes
+//! handed to another buffer, a task still naming the old buffer is refused, though the
+//! addresses match.
+//!
 //! Some held blocks are the runtime's own (*internal*: the retained staging buffers of the
 //! pipeline slots). They are invisible to users: a device tensor or a memory control naming
 //! one is refused as not live ([`Device::is_live`]), and only the runtime hands kernels views
@@ -21,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::chip::arena::Arena;
 use crate::chip::sim::{ChipBackend, DeviceMemory, check_cores};
+use crate::data::buffer::Identity;
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
 use crate::error::{Error, ErrorKind, Result};
@@ -32,10 +39,19 @@ pub(crate) struct Device {
     backend: Box<dyn ChipBackend>,
     /// The memory kernels see: what `backend.memory()` returned when the chip was built.
     memory: DeviceMemory,
-    /// Blocks handed out by `backend.malloc` and not freed: start -> (length, internal).
-    held: Mutex<BTreeMap<u64, (u64, bool)>>,
+    /// Blocks handed out by `backend.malloc` and not freed: start -> (length, holder).
+    held: Mutex<BTreeMap<u64, (u64, Holder)>>,
     /// Successful backend mallocs so far.
     mallocs: AtomicU64,
+}
+
+/// Whom a held block was allocated for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Holder {
+    /// The runtime itself (a staging buffer): internal.
+    Runtime,
+    /// The buffer of this identity (a user's device buffer or an `orch.alloc` intermediate).
+    Buffer(Identity),
 }
 
 impl std::fmt::Debug for Device {
@@ -72,14 +88,15 @@ impl Device {
     /// error naming `WorkerBuilder::chip_memory`; the backend's other errors pass through; a
     /// result that is not a free block of the memory is an [`ErrorKind::Os`] error naming the
     /// block.
-    pub(crate) fn malloc(&self, nbytes: u64) -> Result<u64> {
-        self.malloc_as(nbytes, false)
+    /// The block belongs to the buffer `id` from now until it is freed.
+    pub(crate) fn malloc(&self, nbytes: u64, id: Identity) -> Result<u64> {
+        self.malloc_as(nbytes, Holder::Buffer(id))
     }
 
     /// As [`Device::malloc`], for a block of the runtime's own (a staging buffer): fenced at
     /// once (rule A6 of `chip::arena`) and invisible to users.
     pub(crate) fn malloc_internal(&self, nbytes: u64) -> Result<u64> {
-        let ptr = self.malloc_as(nbytes, true)?;
+        let ptr = self.malloc_as(nbytes, Holder::Runtime)?;
         if let Err(e) = self.arena().fence_new(ptr) {
             let _ = self.free(ptr);
             return Err(e);
@@ -93,7 +110,7 @@ impl Device {
         self.mallocs.load(Ordering::Relaxed)
     }
 
-    fn malloc_as(&self, nbytes: u64, internal: bool) -> Result<u64> {
+    fn malloc_as(&self, nbytes: u64, holder: Holder) -> Result<u64> {
         let ptr = self.backend.malloc(nbytes).map_err(|e| {
             let no_room = e.kind() == ErrorKind::InvalidState
                 || (e.kind() == ErrorKind::InvalidArgument && nbytes > self.size());
@@ -124,15 +141,15 @@ impl Device {
                 ),
             ));
         }
-        held.insert(ptr, (nbytes, internal));
+        held.insert(ptr, (nbytes, holder));
         self.mallocs.fetch_add(1, Ordering::Relaxed);
         Ok(ptr)
     }
 
     /// As [`Device::malloc`], but `Ok(None)` when the backend has no room now though the
     /// memory could hold the request (a free may make room).
-    pub(crate) fn try_malloc(&self, nbytes: u64) -> Result<Option<u64>> {
-        match self.malloc(nbytes) {
+    pub(crate) fn try_malloc(&self, nbytes: u64, id: Identity) -> Result<Option<u64>> {
+        match self.malloc(nbytes, id) {
             Ok(ptr) => Ok(Some(ptr)),
             Err(e) if e.kind() == ErrorKind::ResourceExhausted && nbytes <= self.size() => Ok(None),
             Err(e) => Err(e),
@@ -146,27 +163,35 @@ impl Device {
         Ok(())
     }
 
-    /// True when `ptr..ptr + len` lies inside a block the runtime holds for a user (not an
-    /// internal one), live in the memory.
+    /// True when `ptr..ptr + len` lies inside a block the runtime holds for a buffer (not an
+    /// internal one), live in the memory: what a memory control may name (its caller checked
+    /// the buffer's identity).
     pub(crate) fn is_live(&self, ptr: u64, len: u64) -> bool {
-        self.held_block(ptr, len).is_some_and(|internal| !internal)
+        matches!(self.held_block(ptr, len), Some(Holder::Buffer(_)))
     }
 
-    /// True when `ptr..ptr + len` lies inside any block the runtime holds (a staging buffer
-    /// included), live in the memory: what a core may be handed (the memory itself refuses a
-    /// view into a fenced block).
-    pub(crate) fn usable_by_kernels(&self, ptr: u64, len: u64) -> bool {
-        self.held_block(ptr, len).is_some()
+    /// True when `ptr..ptr + len` lies inside the block the runtime holds for buffer `id`, live
+    /// in the memory: what a device tensor of `id` may name.
+    pub(crate) fn is_live_as(&self, ptr: u64, len: u64, id: Identity) -> bool {
+        self.held_block(ptr, len) == Some(Holder::Buffer(id))
     }
 
-    /// Whether the held block holding the range is internal; `None` when none holds it.
-    fn held_block(&self, ptr: u64, len: u64) -> Option<bool> {
-        let internal = sync::lock(&self.held)
+    /// True when `ptr..ptr + len` lies inside the block of buffer `id`, or inside one of the
+    /// runtime's own (a staging buffer, whose tensors carry identities of the run's scratch),
+    /// live in the memory: what a core may be handed (the memory itself refuses a view into a
+    /// fenced block).
+    pub(crate) fn usable_by_kernels(&self, ptr: u64, len: u64, id: Identity) -> bool {
+        matches!(self.held_block(ptr, len), Some(h) if h == Holder::Runtime || h == Holder::Buffer(id))
+    }
+
+    /// Who holds the held block the range lies in; `None` when none holds it.
+    fn held_block(&self, ptr: u64, len: u64) -> Option<Holder> {
+        let holder = sync::lock(&self.held)
             .range(..=ptr)
             .next_back()
             .filter(|&(&p, &(l, _))| ptr.checked_add(len).is_some_and(|end| end <= p + l))
-            .map(|(_, &(_, internal))| internal)?;
-        self.memory.is_live(ptr, len).then_some(internal)
+            .map(|(_, &(_, holder))| holder)?;
+        self.memory.is_live(ptr, len).then_some(holder)
     }
 
     /// Host to device, through the backend.
@@ -232,13 +257,33 @@ mod tests {
         }
     }
 
+    fn id(n: u64) -> Identity {
+        Identity::new(0xc41, n, 1).unwrap()
+    }
+
+    /// A block freed and handed to another buffer at the same address is that buffer's: a
+    /// tensor of the old buffer is refused though its address range matches.
+    #[test]
+    fn a_block_is_checked_by_the_identity_it_was_allocated_for() {
+        let dev = Device::new(0, Box::new(SimChip::new(4096, 1).unwrap())).unwrap();
+        let (old, new) = (id(1), id(2));
+        let p = dev.malloc(256, old).unwrap();
+        assert!(dev.is_live_as(p, 256, old) && dev.usable_by_kernels(p, 256, old));
+        dev.free(p).unwrap();
+        assert_eq!(dev.malloc(256, new).unwrap(), p, "first fit hands out the same bytes again");
+        assert!(dev.is_live(p, 256), "live for a memory control, whose caller checked the identity");
+        assert!(!dev.is_live_as(p, 256, old), "the old buffer's tensor is refused");
+        assert!(!dev.usable_by_kernels(p, 256, old), "and never reaches a core");
+        assert!(dev.is_live_as(p, 256, new) && dev.usable_by_kernels(p, 256, new));
+    }
+
     #[test]
     fn a_malloc_result_that_aliases_a_held_block_is_refused() {
         let sim = SimChip::new(4096, 1).unwrap();
         let real = sim.memory().malloc(256).unwrap();
         let dev = Device::new(7, Box::new(Liar { sim, next: AtomicU64::new(real) })).unwrap();
-        assert_eq!(dev.malloc(256).unwrap(), real, "a live block is accepted once");
-        let err = dev.malloc(16).unwrap_err();
+        assert_eq!(dev.malloc(256, id(1)).unwrap(), real, "a live block is accepted once");
+        let err = dev.malloc(16, id(2)).unwrap_err();
         assert!(err.message().contains("chip 7") && err.message().contains("overlaps"), "{err}");
     }
 
@@ -246,7 +291,7 @@ mod tests {
     fn a_malloc_result_outside_the_memory_is_refused() {
         let sim = SimChip::new(4096, 1).unwrap();
         let dev = Device::new(0, Box::new(Liar { sim, next: AtomicU64::new(1 << 40) })).unwrap();
-        let err = dev.malloc(16).unwrap_err();
+        let err = dev.malloc(16, id(1)).unwrap_err();
         assert!(err.message().contains("not a free block"), "{err}");
         assert!(!dev.is_live(1 << 40, 16));
     }

@@ -91,11 +91,11 @@ struct ChipHeap {
 }
 
 impl IntermediateHeap for ChipHeap {
-    fn alloc(&self, _ring: usize, bytes: u64) -> Result<Option<(HeapBlock, Backing)>> {
+    fn alloc(&self, _ring: usize, bytes: u64, id: Identity) -> Result<Option<(HeapBlock, Backing)>> {
         // `None`: no free block large enough now; a release may make room.
         let ptr = self
             .device
-            .try_malloc(bytes)
+            .try_malloc(bytes, id)
             .map_err(|e| e.context(format!("orch.alloc on chip {}", self.chip)))?;
         Ok(ptr.map(|ptr| (HeapBlock { ring: 0, id: ptr }, Backing::Device { ptr, chip: self.chip })))
     }
@@ -957,7 +957,7 @@ impl ChipRuntime {
                             "its view ends at byte {end}, past its {nbytes}-byte device buffer"
                         )));
                     }
-                    if !device.is_live(*ptr, *nbytes) {
+                    if !device.is_live_as(*ptr, *nbytes, *identity) {
                         return Err(bad(format!(
                             "device buffer {identity} at {ptr:#x} (+{nbytes} bytes) is not a live allocation of this chip (freed, or never allocated here)"
                         )));
@@ -993,8 +993,8 @@ impl ChipRuntime {
     }
 
     /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).
-    pub(crate) fn malloc(&mut self, nbytes: u64) -> Result<u64> {
-        self.device.malloc(nbytes).map_err(|e| e.context(format!("chip {}", self.chip)))
+    pub(crate) fn malloc(&mut self, nbytes: u64, id: Identity) -> Result<u64> {
+        self.device.malloc(nbytes, id).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
     /// Frees device memory through the backend (see [`ChipBackend::free`]).
@@ -1542,7 +1542,7 @@ impl CoreShared {
                         self.chip
                     ));
                 }
-                if !self.device.usable_by_kernels(ptr, n) {
+                if !self.device.usable_by_kernels(ptr, n, desc.identity()) {
                     return Err(format!(
                         "tensor {i}: device buffer {} at {ptr:#x} (+{n} bytes) is not a live allocation of chip {chip}",
                         desc.identity()

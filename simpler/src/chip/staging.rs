@@ -144,6 +144,8 @@ mod tests {
         let mut s = Staging::default();
         let p = s.reserve(&dev, 256).unwrap().unwrap();
         assert!(!dev.is_live(p, 256), "no user tensor or memory control may name it");
-        assert!(dev.usable_by_kernels(p, 256));
+        let scratch = crate::data::buffer::Identity::new(1, 1, 1).unwrap();
+        assert!(!dev.is_live_as(p, 256, scratch), "whatever identity a tensor claims");
+        assert!(dev.usable_by_kernels(p, 256, scratch), "the run's scratch tensors reach the cores");
     }
 }

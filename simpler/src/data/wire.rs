@@ -181,6 +181,29 @@ fn check_zero(b: &[u8], range: Range<usize>) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A buffer identity as a control frame's 32-byte argument.
+
+/// `id` as a control frame's 32-byte argument (`CTRL_MALLOC`: the buffer the block is for):
+/// owner, buffer id and generation, little-endian, then zeros.
+pub(crate) fn identity_arg(id: Identity) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out[..8].copy_from_slice(&id.owner().to_le_bytes());
+    out[8..16].copy_from_slice(&id.buffer_id().to_le_bytes());
+    out[16..20].copy_from_slice(&id.generation().to_le_bytes());
+    out
+}
+
+/// The identity [`identity_arg`] wrote; a `Decode` error for any other bytes.
+pub(crate) fn identity_from_arg(b: &[u8; 32]) -> Result<Identity> {
+    if b[20..].iter().any(|&x| x != 0) {
+        return Err(Error::decode("a buffer identity argument has non-zero padding"));
+    }
+    let word = |r: std::ops::Range<usize>| u64::from_le_bytes(b[r].try_into().expect("8 bytes"));
+    let generation = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes"));
+    Identity::new(word(0..8), word(8..16), generation).map_err(to_decode)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Buffer descriptor.
 
 /// Writes `desc` into `out[..DESC_SIZE]` (every byte of that range is written).

@@ -2,7 +2,7 @@
 //! implementations: a level's host heap rings ([`HostRings`], here, over `ring.rs`'s `HeapRing`), and, inside a chip,
 //! the chip's device memory (`ChipHeap`, in `chip/runtime.rs`). The engine knows only the trait.
 
-use crate::data::buffer::Backing;
+use crate::data::buffer::{Backing, Identity};
 use crate::engine::ring::{HEAP_RINGS, HeapRing};
 use crate::error::Result;
 use crate::sys::mem::SharedSpan;
@@ -20,8 +20,9 @@ pub(crate) struct HeapBlock {
 pub(crate) trait IntermediateHeap: Send + Sync {
     /// A block of `bytes` for an allocation at scope ring `ring`, and where its bytes live:
     /// `Ok(None)` when no block is free now (a release may make room), an error when the
-    /// request can never be met.
-    fn alloc(&self, ring: usize, bytes: u64) -> Result<Option<(HeapBlock, Backing)>>;
+    /// request can never be met. `id` is the identity the allocation will have: device memory
+    /// is checked by it at dispatch.
+    fn alloc(&self, ring: usize, bytes: u64, id: Identity) -> Result<Option<(HeapBlock, Backing)>>;
 
     /// Takes a block back (its allocation's slot was consumed).
     fn release(&self, block: HeapBlock);
@@ -60,7 +61,7 @@ impl HostRings {
 }
 
 impl IntermediateHeap for HostRings {
-    fn alloc(&self, ring: usize, bytes: u64) -> Result<Option<(HeapBlock, Backing)>> {
+    fn alloc(&self, ring: usize, bytes: u64, _id: Identity) -> Result<Option<(HeapBlock, Backing)>> {
         Ok(self.rings[ring].try_alloc(bytes)?.map(|(id, backing)| (HeapBlock { ring, id }, backing)))
     }
 

@@ -178,8 +178,8 @@ impl Runtime for L2Chip {
             )));
         }
         let nbytes = super::device_extent(shape, dtype)?;
-        let ptr = self.runtime().malloc(nbytes)?;
         let id = self.minter.mint()?;
+        let ptr = self.runtime().malloc(nbytes, id)?;
         sync::lock(&self.live).insert(id);
         Buffer::device(id, 0, ptr, nbytes)
     }

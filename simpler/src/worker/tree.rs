@@ -708,13 +708,15 @@ impl Runtime for Tree {
         }
         let mbox = self.chip_mailbox("alloc_child_tensor", chip)?;
         let nbytes = super::device_extent(shape, dtype)?;
+        // The chip binds the block to this identity, and checks device tensors by it.
+        let identity = self.minter.mint()?;
+        let arg = crate::data::wire::identity_arg(identity);
         let ptr = self
-            .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &[0; 32], &[]))
+            .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &arg, &[]))
             .map_err(|e| match e.kind() {
                 ErrorKind::ResourceExhausted => e.context("Worker.alloc_child_tensor"),
                 _ => e.context(format!("Worker.alloc_child_tensor on chip {chip}")),
             })?;
-        let identity = self.minter.mint()?;
         sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
         Buffer::device(identity, chip, ptr, nbytes)
     }

@@ -127,9 +127,9 @@ fn id(n: u64) -> Identity {
 }
 
 /// A device buffer of `n` f32 on the chip, filled with `values`.
-fn device(rt: &mut ChipRuntime, values: &[f32]) -> u64 {
+fn device(rt: &mut ChipRuntime, values: &[f32], identity: Identity) -> u64 {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let ptr = rt.malloc(bytes.len() as u64).unwrap();
+    let ptr = rt.malloc(bytes.len() as u64, identity).unwrap();
     rt.copy_to_device(ptr, &bytes).unwrap();
     ptr
 }
@@ -248,8 +248,8 @@ fn peek_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> 
 #[test]
 fn device_tensors_chain_across_runs() {
     let mut rt = chip(2, &[]);
-    let x = device(&mut rt, &[1.0, 2.0, 3.0, 4.0]);
-    let y = rt.malloc(16).unwrap();
+    let x = device(&mut rt, &[1.0, 2.0, 3.0, 4.0], id(1));
+    let y = rt.malloc(16, id(2)).unwrap();
     let k = u64::from(0.5f32.to_bits());
     run(&mut rt, &kernel("add_scalar"), vec![dev_arg(x, 4, Access::ReadWrite, id(1))], &[k]).unwrap();
     run(
@@ -283,7 +283,7 @@ fn device_tensors_chain_across_runs() {
 #[test]
 fn dead_or_out_of_bounds_device_tensors_are_refused() {
     let mut rt = chip(1, &[]);
-    let x = device(&mut rt, &[1.0; 4]);
+    let x = device(&mut rt, &[1.0; 4], id(1));
     let mut out = vec![0.0f32; 4];
     // A view past the end of its buffer.
     let bad_view =
@@ -328,10 +328,10 @@ fn dead_or_out_of_bounds_device_tensors_are_refused() {
 #[test]
 fn memory_operations_name_the_chip() {
     let mut rt = chip(1, &[]);
-    let err = rt.malloc(1 << 30).unwrap_err();
+    let err = rt.malloc(1 << 30, id(1)).unwrap_err();
     assert!(err.message().starts_with("chip 3: out of device memory"), "{err}");
     assert!(err.message().contains(&(16u64 << 20).to_string()), "{err}");
-    let p = rt.malloc(8).unwrap();
+    let p = rt.malloc(8, id(2)).unwrap();
     assert!(rt.copy_to_device(p, &[0; 9]).unwrap_err().message().starts_with("chip 3: "));
     assert!(rt.copy_from_device(p + 4, &mut [0; 8]).is_err());
     rt.free(p).unwrap();
@@ -381,7 +381,7 @@ fn chip_orchestration_chains_kernels_across_cores() {
     let mut a: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let mut b = vec![1.0f32; n];
     let mut out = vec![0.0f32; n];
-    let tmp = device(&mut rt, &vec![-100.0; n]);
+    let tmp = device(&mut rt, &vec![-100.0; n], id(9));
     run(
         &mut rt,
         &plan,
@@ -477,7 +477,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
     );
 
     // Device memory a caller holds leaves less for intermediates.
-    let held = rt.malloc(14 << 20).unwrap();
+    let held = rt.malloc(14 << 20, id(3)).unwrap();
     rt.tune_engine(|c| c.backpressure_timeout = std::time::Duration::from_millis(200));
     let err = run(&mut rt, &sized, vec![], &[1 << 20]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
@@ -556,7 +556,7 @@ fn failing_and_panicking_kernels_give_clear_errors() {
     // Still usable, cores included.
     let ok = ChipFn::orchestration("pipeline", pipeline);
     rt.install(ok.handle().digest(), ok.descriptor().bytes(), ok.clone()).unwrap();
-    let tmp = rt.malloc(32).unwrap();
+    let tmp = rt.malloc(32, id(4)).unwrap();
     let mut x2 = x.clone();
     run(
         &mut rt,
@@ -674,7 +674,7 @@ fn shutdown_stops_runs_but_not_memory_operations() {
     rt.shutdown();
     let err = run(&mut rt, &kernel("ones"), Vec::new(), &[]).unwrap_err();
     assert!(err.message().contains("shut down"), "{err}");
-    let p = rt.malloc(64).unwrap();
+    let p = rt.malloc(64, id(5)).unwrap();
     rt.free(p).unwrap();
     drop(rt); // and dropping after shutdown is fine
     drop(chip(3, &[])); // as is dropping without one
@@ -972,7 +972,7 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     let mut write_only = vec![-1.0f32; 9];
     let mut one = vec![42.0f32];
     let mut inout: Vec<f32> = (0..6).map(|i| 300.0 + i as f32).collect();
-    let dev = device(&mut rt, &[7.0; 4]);
+    let dev = device(&mut rt, &[7.0; 4], id(1));
     let total = (15 + 12 + 1 + 6) * 4u64;
     macro_rules! args {
         () => {

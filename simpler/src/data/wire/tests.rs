@@ -474,3 +474,15 @@ fn config_decode_validates() {
     let short = decode_config(&out[..CALL_CONFIG_WIRE_SIZE - 1]).unwrap_err();
     assert_eq!(short.kind(), ErrorKind::Decode);
 }
+
+#[test]
+fn an_identity_argument_round_trips_and_refuses_other_bytes() {
+    let id = Identity::new(0xfeed_f00d_dead_beef, 42, 7).unwrap();
+    let arg = identity_arg(id);
+    assert_eq!(identity_from_arg(&arg).unwrap(), id);
+    let mut padded = arg;
+    padded[31] = 1;
+    expect(identity_from_arg(&padded).unwrap_err(), "padding");
+    let zero = identity_from_arg(&[0; 32]).unwrap_err();
+    assert_eq!(zero.kind(), ErrorKind::Decode, "buffer id 0 is reserved: {zero}");
+}

@@ -114,7 +114,11 @@ impl ChipServer {
                 .release(&digest)
                 .map(u64::from)
                 .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
-            CTRL_MALLOC => self.runtime.malloc(req.arg0).map_err(dev),
+            CTRL_MALLOC => {
+                let id = crate::data::wire::identity_from_arg(&req.digest)
+                    .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
+                self.runtime.malloc(req.arg0, id).map_err(dev)
+            }
             CTRL_FREE => self.runtime.free(req.arg0).map(|()| 0).map_err(dev),
             // Through a copy of the host bytes: the backend gets a slice it may keep looking
             // at, and tasks of other processes may write the buffer's own bytes meanwhile.
