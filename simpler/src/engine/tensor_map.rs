@@ -11,6 +11,12 @@
 //! match across runs. The creator of an `orch.alloc` buffer stays under its key with a
 //! whole-buffer footprint until it is consumed, so every task that names the allocation can
 //! retain it.
+//!
+//! Submitting stays linear in the readers of one buffer: past [`FEW`] footprints a key's further
+//! readers go to a side log ([`Readers`]) that a reader never scans (a reader waits only for
+//! writers), that sheds finished readers when it has doubled since it last did, and that a
+//! consumed reader does not search: it only counts itself, and the log sweeps out consumed
+//! readers once they are half of its tasks. A writer scans it, as it must (write after read).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -88,8 +94,68 @@ impl Entry {
     }
 }
 
+/// How many footprints a key keeps in its short list before further readers go to its
+/// [`Readers`] log.
+const FEW: usize = 16;
+
 /// The footprints of one buffer (see `data::footprint` for the rules).
-type Footprints = SmallVec<[Entry; 1]>;
+#[derive(Default)]
+struct Footprints {
+    /// The creator, the writers, the untracked writers, and the readers while there are few.
+    list: SmallVec<[Entry; 1]>,
+    /// Readers beyond [`FEW`], when there are any.
+    many: Option<Box<Readers>>,
+}
+
+/// A key's readers beyond [`FEW`]. One submit's entries for the key are pushed together, so
+/// the entries of one task are adjacent (sweeps keep the order).
+#[derive(Default)]
+struct Readers {
+    entries: Vec<Entry>,
+    /// Tasks with entries here (as of the last push or sweep; an upper bound).
+    tasks: usize,
+    /// Of those, how many were consumed since the last sweep (an upper bound: a sweep may have
+    /// taken a task's entries before its consumption was counted).
+    consumed: usize,
+    /// `entries.len()` after the last sweep of finished readers.
+    swept: usize,
+}
+
+impl Readers {
+    /// Appends a reader's entry; returns how many entries it looked at.
+    fn push(&mut self, e: Entry) -> usize {
+        if self.entries.last().is_none_or(|last| !Arc::ptr_eq(&last.who, &e.who)) {
+            self.tasks += 1;
+        }
+        self.entries.push(e);
+        if self.entries.len() >= 2 * self.swept.max(FEW) {
+            return self.retain(|e| !matches!(e.who.state(), State::Completed | State::Consumed));
+        }
+        0
+    }
+
+    /// Keeps the entries `keep` accepts, in order, and recounts; returns how many it looked at.
+    fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> usize {
+        let looked = self.entries.len();
+        self.entries.retain(|e| keep(e));
+        self.tasks = self.entries.windows(2).filter(|w| !Arc::ptr_eq(&w[0].who, &w[1].who)).count()
+            + usize::from(!self.entries.is_empty());
+        self.consumed = 0;
+        self.swept = self.entries.len();
+        looked
+    }
+
+    /// One of its tasks was consumed: counted, and once they are half
+    /// of its tasks, every consumed task's entries are swept out. Returns how many entries it
+    /// looked at.
+    fn consumed_one(&mut self) -> usize {
+        self.consumed += 1;
+        if 2 * self.consumed >= self.tasks {
+            return self.retain(|e| e.who.state() != State::Consumed);
+        }
+        0
+    }
+}
 
 type Map = HashMap<(u64, Identity), Footprints, BuildHasherDefault<KeyHasher>>;
 
@@ -97,11 +163,24 @@ type Map = HashMap<(u64, Identity), Footprints, BuildHasherDefault<KeyHasher>>;
 #[derive(Default)]
 pub(crate) struct TensorMap {
     map: Mutex<Map>,
+    /// Footprints looked at by walks and erasures (tests: submitting is linear).
+    #[cfg(test)]
+    pub(crate) scanned: std::sync::atomic::AtomicUsize,
 }
+
+/// Counts `n` footprints looked at (tests only).
+#[cfg(test)]
+fn scanned(map: &TensorMap, n: usize) {
+    map.scanned.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(not(test))]
+fn scanned(_: &TensorMap, _: usize) {}
 
 /// The map, locked for one submit's whole tag walk.
 pub(crate) struct Walk<'a> {
     map: MutexGuard<'a, Map>,
+    owner: &'a TensorMap,
 }
 
 impl Walk<'_> {
@@ -123,7 +202,7 @@ impl Walk<'_> {
         if tag == Tag::NoDep {
             // Untracked: only the allocation's creator, so the task retains its memory.
             if let Some(fp) = self.map.get(&(run, id)) {
-                found.creator = fp.iter().find(|e| e.is_creator()).map(|e| e.who.clone());
+                found.creator = fp.list.iter().find(|e| e.is_creator()).map(|e| e.who.clone());
             }
             return false;
         }
@@ -136,16 +215,36 @@ impl Walk<'_> {
         let fp = match self.map.entry((run, id)) {
             // Most tensors name a buffer nothing else touches yet: one write of the new bucket.
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(smallvec::smallvec![entry]);
+                v.insert(Footprints { list: smallvec::smallvec![entry], many: None });
                 return true;
             }
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
         };
+        // The log of many readers: a writer waits for those it touches and drops those it
+        // covers; a reader does not look at them.
+        if writes && let Some(many) = &mut fp.many {
+            let looked = many.retain(|e| {
+                if e.who.state() == State::Consumed {
+                    return false;
+                }
+                let old = e.view();
+                if touches(old, view) {
+                    found.readers.push(e.who.clone());
+                }
+                !covers(view, old)
+            });
+            scanned(self.owner, looked);
+            if many.entries.is_empty() {
+                fp.many = None;
+            }
+        }
+        let list = &mut fp.list;
+        scanned(self.owner, list.len());
         // One pass, removing in place (order does not matter here): this runs for every tensor
         // of every submit.
         let mut i = 0;
-        while i < fp.len() {
-            let e = &fp[i];
+        while i < list.len() {
+            let e = &list[i];
             let drop = if e.is_creator() {
                 found.creator = Some(e.who.clone());
                 false
@@ -165,12 +264,17 @@ impl Walk<'_> {
                 writes && covers(view, old)
             };
             if drop {
-                fp.swap_remove(i);
+                list.swap_remove(i);
             } else {
                 i += 1;
             }
         }
-        fp.push(entry);
+        if writes || list.len() < FEW {
+            list.push(entry);
+        } else {
+            let looked = fp.many.get_or_insert_default().push(entry);
+            scanned(self.owner, looked);
+        }
         true
     }
 
@@ -185,7 +289,7 @@ impl Walk<'_> {
         (member, arg): (usize, usize),
     ) -> bool {
         let entry = Entry { who: slot.clone(), member: member as u32, arg: arg as u32 | UNTRACKED };
-        self.map.entry((run, id)).or_default().push(entry);
+        self.map.entry((run, id)).or_default().list.push(entry);
         true
     }
 }
@@ -204,13 +308,14 @@ pub(crate) struct Found {
 impl TensorMap {
     /// Locks the map for one submit's tag walk.
     pub(crate) fn walk(&self) -> Walk<'_> {
-        Walk { map: sync::lock(&self.map) }
+        Walk { map: sync::lock(&self.map), owner: self }
     }
 
     /// True while the allocation `id` of `run` is live (its creator not yet consumed).
     pub(crate) fn has_creator(&self, run: u64, id: Identity) -> bool {
         let map = sync::lock(&self.map);
-        map.get(&(run, id)).is_some_and(|fp| fp.iter().any(Entry::is_creator))
+        map.get(&(run, id))
+            .is_some_and(|fp| fp.list.iter().any(|e| e.is_creator() && e.who.state() != State::Consumed))
     }
 
     /// True while a task of `run` that writes `id` has not ended (neither completed, failed
@@ -220,7 +325,7 @@ impl TensorMap {
     pub(crate) fn writer_pending(&self, run: u64, id: Identity) -> bool {
         let map = sync::lock(&self.map);
         map.get(&(run, id)).is_some_and(|fp| {
-            fp.iter().any(|e| {
+            fp.list.iter().any(|e| {
                 !e.is_creator()
                     && !e.is_reader()
                     && !matches!(e.who.state(), State::Completed | State::Failed | State::Consumed)
@@ -231,25 +336,34 @@ impl TensorMap {
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = sync::lock(&self.map);
-        map.entry((run, id)).or_default().push(Entry { who: slot, member: CREATOR, arg: 0 });
+        map.entry((run, id)).or_default().list.push(Entry { who: slot, member: CREATOR, arg: 0 });
     }
 
-    /// Removes every entry still owned by `slot` under the given keys.
+    /// Removes every entry still owned by `slot` (consumed) under the given keys: from the
+    /// short lists at once; from a log of many readers in bulk ([`Readers::consumed_one`]).
     pub(crate) fn erase(&self, run: u64, keys: &[Identity], slot: &Arc<Slot>) {
         let mut map = sync::lock(&self.map);
         for id in keys {
             // One hash lookup per key, also when the key goes.
             if let std::collections::hash_map::Entry::Occupied(mut entry) = map.entry((run, *id)) {
                 let fp = entry.get_mut();
+                scanned(self, fp.list.len());
                 let mut i = 0;
-                while i < fp.len() {
-                    if Arc::ptr_eq(&fp[i].who, slot) {
-                        fp.swap_remove(i);
+                while i < fp.list.len() {
+                    if Arc::ptr_eq(&fp.list[i].who, slot) {
+                        fp.list.swap_remove(i);
                     } else {
                         i += 1;
                     }
                 }
-                if fp.is_empty() {
+                if let Some(many) = &mut fp.many {
+                    let looked = many.consumed_one();
+                    scanned(self, looked);
+                    if many.entries.is_empty() {
+                        fp.many = None;
+                    }
+                }
+                if fp.list.is_empty() && fp.many.is_none() {
                     entry.remove();
                 }
             }

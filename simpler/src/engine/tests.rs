@@ -2107,3 +2107,37 @@ fn submit_validates_before_anything_changes() {
     rig.wait(&run).unwrap();
     rig.assert_clean();
 }
+
+// ================================================================================ scaling
+
+/// Submitting and consuming `n` readers of one tensor, all waiting for one writer, looks at a
+/// number of TensorMap footprints linear in `n`, at most a short list each (it was quadratic: each reader scanned every
+/// live reader before it, and each consumed reader searched them all again), and every reader
+/// still waits for the writer.
+#[test]
+fn readers_of_one_tensor_cost_linear_work() {
+    const N: u64 = 20_000;
+    let script = Script::new();
+    let mut c = cfg(0, 2);
+    c.task_window = N as usize + 16;
+    let rig = Rig::threaded(c, &script);
+    let b = buffer(1);
+    script.hold(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[(&whole(b), Tag::Output)])).unwrap();
+    for id in 2..N + 2 {
+        orch.submit_sub(&rig.host, args(id, &[(&whole(b), Tag::Input)])).unwrap();
+    }
+    let submitted = rig.eng.tensor_map.scanned.load(Ordering::Relaxed);
+    assert!(submitted <= 24 * N as usize, "{N} readers looked at {submitted} footprints to submit");
+    orch.finish(None);
+    assert!(!rig.drive_briefly(|| script.started(2)), "a reader started before its writer ended");
+    script.release(1);
+    rig.wait(&run).unwrap();
+    let total = rig.eng.tensor_map.scanned.load(Ordering::Relaxed);
+    assert!(total <= 32 * N as usize, "{N} readers looked at {total} footprints in all");
+    let first_reader = script.pos(|e| matches!(e, Ev::Start(_, id, _) if *id >= 2));
+    assert!(script.pos(|e| matches!(e, Ev::End(_, 1, _))) < first_reader, "readers after the writer");
+    rig.assert_clean();
+}
