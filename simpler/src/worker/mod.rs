@@ -923,7 +923,8 @@ impl Worker {
     /// Calling `init` twice, or after `close`, is an
     /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error; a child that fails
     /// or does not report ready within `startup_timeout` is an
-    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error (the others are reaped).
+    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error naming it (one that hung
+    /// is killed at the deadline; the others are asked to leave, and reaped).
     ///
     /// First it unlinks the host buffers that killed programs of earlier versions of this
     /// library left in `/dev/shm` ([`sweep_stale_buffers`](crate::sweep_stale_buffers)); the
