@@ -1477,6 +1477,10 @@ impl Worker {
     /// A closed Worker cannot be initialized again; closing one that was never initialized
     /// forks nothing.
     ///
+    /// Its only error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), when runs were
+    /// abandoned at the deadline: a run that failed is not reported again, waited for or not;
+    /// its [`RunHandle`] keeps its error.
+    ///
     /// In a process forked from the one that started the Worker, its copy of the Worker is not
     /// the owner of the workers: closing or dropping the copy leaves them alone (nothing is
     /// asked of them, signalled or joined), and every other call on the copy is refused with an
