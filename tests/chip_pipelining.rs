@@ -333,3 +333,59 @@ fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
     b.wait().unwrap();
     assert_eq!(outs[1].read::<f32>(0, N).unwrap(), xs.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
 }
+
+/// A group reserves its chips against the singles behind it, staging included (upstream's
+/// rule): with runs queued, a single of the run behind the head, placed on a chip that a group
+/// ahead of it in that run needs, is not staged there, so it cannot overtake the group. Three
+/// chips, default pipelining. Run 1 holds chip 0 at its gate; run 2 submits a group on chips 0
+/// and 1, then a single on chip 0, then one on chip 2 (which no group needs: it is staged, and
+/// the pass that staged it would have staged the single on chip 0). Chip 0 runs run 1's task,
+/// the group, then the single.
+#[test]
+fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().chips(3).chip_memory(32 << 20).chip_cores(1));
+    let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
+    let dbl = rig.register_chip(ChipFn::kernel("double", double)).unwrap();
+    rig.init();
+    let gates = Gates(std::process::id());
+    let (input, xs, outs) = input_and_outputs(&rig, 5);
+    let head = submit(&rig, &gated, &input, &outs[0], 1);
+    let f32s = |b: &simpler::Buffer| b.tensor(&[N as u32], DataType::Float32).unwrap();
+    let ti = f32s(&input);
+    let o: Vec<_> = outs[1..].iter().map(f32s).collect();
+    let k = dbl.clone();
+    let next = rig
+        .submit_with(RunOptions::new().capture_dag(), move |orch, _, _| {
+            let one = |out: &simpler::Tensor| -> simpler::Result<TaskArgs> {
+                let mut a = TaskArgs::new();
+                a.input(&ti)?.output(out)?;
+                Ok(a)
+            };
+            orch.submit_next_level_group(&k, vec![one(&o[0])?, one(&o[1])?], CallConfig::default(), &[0, 1])?;
+            orch.submit_next_level(&k, one(&o[2])?, CallConfig::default(), 0)?;
+            orch.submit_next_level(&k, one(&o[3])?, CallConfig::default(), 2).map(|_| ())
+        })
+        .unwrap();
+    wait_for("the single on chip 2 prepared while run 1 runs", Duration::from_secs(20), || {
+        next.progress().staged >= 1
+    });
+    gates.open(1);
+    head.wait().unwrap();
+    next.wait().unwrap();
+    let doubled: Vec<f32> = xs.iter().map(|v| 2.0 * v).collect();
+    for out in &outs[1..] {
+        assert_eq!(out.read::<f32>(0, N).unwrap(), doubled);
+    }
+    let t = next.timeline().unwrap();
+    let at = |i: u32| t.records().iter().find(|r| r.index == i).unwrap().clone();
+    let (group, single, other) = (at(0), at(1), at(2));
+    assert!(
+        group.started_ns.unwrap() <= single.started_ns.unwrap(),
+        "the single on chip 0 started before the group ahead of it: {group:?} {single:?}"
+    );
+    assert!(single.staged_ns.is_none(), "the single on chip 0 was staged ahead of the group: {single:?}");
+    assert!(other.staged_ns.is_some(), "the single on chip 2 was staged: {other:?}");
+}

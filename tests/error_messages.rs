@@ -1,7 +1,8 @@
 //! Errors that name the real cause, each met as a new user would meet it: a placement the
 //! Worker has no worker for, a chip id out of range, device memory exhausted, task arguments
 //! too big for a worker's mailbox, a host buffer named in a Worker that did not create it, an
-//! orchestration callable placed on a chip, and overlapping tensors of a named buffer.
+//! orchestration callable placed on a chip, overlapping tensors of a named buffer, and a chip
+//! or nested Worker that fails to start.
 
 mod common;
 
@@ -306,4 +307,55 @@ fn overlapping_written_tensors_name_the_buffer_by_its_name() {
         })
         .unwrap_err();
     assert!(err.message().contains("overlap in buffer `weights`"), "{err}");
+}
+
+// ------------------------------------------------------------------------------- startup
+
+/// Chip 0's backend factory fails for it.
+fn no_device_0(spec: &simpler::ChipSpec) -> simpler::Result<Box<dyn simpler::ChipBackend>> {
+    if spec.chip_id() == 0 {
+        return Err(simpler::Error::new(ErrorKind::InvalidArgument, "the device is not there"));
+    }
+    Ok(Box::new(simpler::SimChip::new(spec.memory_bytes(), spec.cores())?))
+}
+
+/// A chip that cannot start fails `init` with an error that names it once, then says what
+/// failed: its backend (the factory's own message), or its memory; so does a nested Worker.
+#[test]
+fn a_child_that_fails_to_start_is_named_once() {
+    if !in_own_process() {
+        return;
+    }
+    let cases = [
+        (
+            Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1).chip_backend(no_device_0),
+            "making its backend",
+        ),
+        (Worker::builder().chips(1).chip_memory(0).chip_cores(1), "memory size"),
+    ];
+    for (builder, what) in cases {
+        let mut w = builder.build().unwrap();
+        let err = w.init().unwrap_err();
+        let msg = err.message();
+        assert!(msg.contains("chip 0 (process") && msg.contains("failed to start"), "{err}");
+        assert!(msg.contains(what), "{err}");
+        assert_eq!(msg.matches("chip 0").count(), 1, "{err}");
+        assert!(common::leftover_shm().is_empty());
+    }
+    // One level up: the nested Worker is named once too (its chip's failure follows).
+    let mut l3 = Worker::builder()
+        .chips(1)
+        .chip_memory(1 << 20)
+        .chip_cores(1)
+        .chip_backend(no_device_0)
+        .build()
+        .unwrap();
+    l3.register_chip(ChipFn::kernel("copy", |_| Ok(()))).unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
+    l4.add_worker(l3).unwrap();
+    let err = l4.init().unwrap_err();
+    let msg = err.message();
+    assert!(msg.contains("worker 0 (process") && msg.contains("making its backend"), "{err}");
+    assert_eq!(msg.matches("worker 0").count(), 1, "{err}");
+    assert_eq!(msg.matches("chip 0").count(), 1, "{err}");
 }

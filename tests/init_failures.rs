@@ -2,10 +2,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{Level, Worker};
+use simpler::{ChipBackend, ChipSpec, ErrorKind, Level, SimChip, Worker};
 
 /// A chip whose runtime cannot start (`chip_memory(0)`) fails `init`; nothing is left behind.
 #[test]
@@ -16,6 +16,65 @@ fn a_chip_with_zero_memory_fails_init_cleanly() {
     let mut w = Worker::builder().chips(1).chip_memory(0).chip_cores(1).build().unwrap();
     let err = w.init().unwrap_err();
     eprintln!("{err:?}");
+    assert!(!w.is_ready());
+    assert!(w.child_pids().is_empty());
+    assert!(leftover_shm().is_empty());
+}
+
+/// The backends of chips 1 and 2 never come back: their children hang in startup and never
+/// report ready.
+fn chips_1_and_2_hang(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
+    if spec.chip_id() >= 1 {
+        loop {
+            std::thread::park();
+        }
+    }
+    Ok(Box::new(SimChip::new(spec.memory_bytes(), spec.cores())?))
+}
+
+/// Children that hang during startup fail `init` at its `startup_timeout`: they are killed at
+/// once (the children that started get their grace to leave on their own; a hung one used to
+/// get it too, 5 s more), the error names them, and nothing is left behind.
+#[test]
+fn children_that_hang_in_startup_fail_init_at_the_startup_timeout_naming_them() {
+    if !in_own_process() {
+        return;
+    }
+    let timeout = Duration::from_millis(1500);
+    let mut w = Worker::builder()
+        .sub_workers(1)
+        .chips(3)
+        .chip_memory(1 << 20)
+        .chip_cores(1)
+        .chip_backend(chips_1_and_2_hang)
+        .startup_timeout(timeout)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = w.init().unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took < timeout + Duration::from_millis(1500),
+        "init took {took:?} with a startup timeout of {timeout:?}: {err}"
+    );
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("chip 1 (process") && msg.contains("did not report ready"), "{err}");
+    assert!(msg.contains("so did chip 2 (process"), "{err}");
+    assert!(
+        !msg.contains("chip 0") && !msg.contains("sub worker"),
+        "only the hung children are named: {err}"
+    );
+    for chip in ["chip 1", "chip 2"] {
+        let pid: i32 = msg
+            .split(&format!("{chip} (process "))
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(!process_exists(pid), "the hung {chip} (process {pid}) is gone");
+    }
     assert!(!w.is_ready());
     assert!(w.child_pids().is_empty());
     assert!(leftover_shm().is_empty());
@@ -75,7 +134,7 @@ fn a_pipeline_depth_above_what_the_chips_grant_fails_init_naming_both() {
         return;
     }
     let mut w =
-        Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1).pipeline_depth(8).build().unwrap();
+        Worker::builder().chips(3).chip_memory(1 << 20).chip_cores(1).pipeline_depth(8).build().unwrap();
     let err = w.init().unwrap_err();
     let msg = err.message();
     assert!(

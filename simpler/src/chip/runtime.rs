@@ -250,12 +250,18 @@ impl ChipRuntime {
     ///
     /// Zero cores or memory is an [`ErrorKind::InvalidArgument`] error; failing to map the
     /// memory or to start a thread is an [`ErrorKind::Os`] error.
+    /// Its errors name the chip; [`build`](Self::build)'s do not.
     pub(crate) fn new(cfg: ChipConfig, registry: Registry<ChipFn>) -> Result<ChipRuntime> {
         let chip = cfg.spec.chip_id;
-        let in_chip = |e: Error| e.context(format!("chip {chip}"));
-        let backend =
-            cfg.backend.make(&cfg.spec).map_err(|e| e.context(format!("chip {chip}: making its backend")))?;
-        let device = Arc::new(Device::new(chip, backend).map_err(in_chip)?);
+        ChipRuntime::build(cfg, registry).map_err(|e| e.context(format!("chip {chip}")))
+    }
+
+    /// [`new`](Self::new) for a caller that names the chip itself (a chip child, whose parent
+    /// names it in `init`'s error): its errors say what failed, not on which chip.
+    pub(crate) fn build(cfg: ChipConfig, registry: Registry<ChipFn>) -> Result<ChipRuntime> {
+        let chip = cfg.spec.chip_id;
+        let backend = cfg.backend.make(&cfg.spec).map_err(|e| e.context("making its backend"))?;
+        let device = Arc::new(Device::new(chip, backend)?);
         let cores = device.cores();
         let bell = Arc::new(Doorbell::new());
         let engine_cfg = EngineConfig {
@@ -278,9 +284,7 @@ impl ChipRuntime {
             heap: Arc::new(ChipHeap { chip, device: device.clone() }),
             devices: Arc::new(OneChip { chip }),
         };
-        let engine = Arc::new(
-            Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts).map_err(in_chip)?,
-        );
+        let engine = Arc::new(Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts)?);
         {
             let mut kinds = engine.callables().write();
             for (digest, _, _) in registry.iter() {
@@ -292,14 +296,15 @@ impl ChipRuntime {
         let mut lanes = Vec::with_capacity(cores);
         for core in 0..cores as u32 {
             // On failure, the endpoints made so far stop their threads as `lanes` drops.
-            let ep = CoreEndpoint::spawn(core, shared.clone(), bell.clone()).map_err(in_chip)?;
+            let ep = CoreEndpoint::spawn(core, shared.clone(), bell.clone())?;
             lanes.push(Lane::named(LaneKind::NextLevel(core), Box::new(ep), format!("core {core}")));
         }
         engine.attach_lanes(lanes);
         let notify = RunDone::default();
-        let exec =
-            Executor::spawn(ExecCtx { chip, device: device.clone(), engine: engine.clone() }, notify.clone())
-                .map_err(in_chip)?;
+        let exec = Executor::spawn(
+            ExecCtx { chip, device: device.clone(), engine: engine.clone() },
+            notify.clone(),
+        )?;
         tracing::debug!(target: "simpler::chip", chip, cores, memory = device.size(), "chip ready");
         Ok(ChipRuntime {
             chip,

@@ -12,8 +12,10 @@
 //! stages (a chip with two task frames) may hold one task of the first run behind the head,
 //! handed over to be *prepared* (its inputs copied in) while the lane runs the head's task, and
 //! launched only when it is activated, once its run is the head ([`Scheduler::stage_successor`],
-//! [`Scheduler::activate_staged`]). It is staged only when its inputs are final: the head has
-//! closed its submission and none of its tasks that write those inputs is still to end.
+//! [`Scheduler::activate_staged`]). It is staged only when its inputs are final (the head has
+//! closed its submission and none of its tasks that write those inputs is still to end) and no
+//! READY group of its run needs that lane: a group reserves its targets for staging too, so
+//! a staged single never overtakes it.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -888,9 +890,10 @@ impl Scheduler {
     }
 
     /// Stages the first READY single task of the head's first successor run on each staging
-    /// lane that holds none, when its host inputs cannot change any more: the head run has
-    /// closed its submission and none of its tasks that write those buffers is still to end
-    /// (the successor's inputs are copied in now, while the head runs).
+    /// lane that holds none and that no READY group of that run needs (a group reserves its
+    /// workers, so no single may be activated ahead of it), when its host inputs cannot change
+    /// any more: the head run has closed its submission and none of its tasks that write those
+    /// buffers is still to end (the successor's inputs are copied in now, while the head runs).
     fn stage_successor(&mut self, eng: &Engine, head: u64) -> bool {
         if !self.parts.iter().any(|(id, _)| *id > head) {
             return false;
@@ -914,6 +917,14 @@ impl Scheduler {
                 self.queued -= 1;
             }
             let Some(slot) = part.single[w].front().cloned() else { continue };
+            // A READY group of the run that needs this worker reserves it, for staging as at
+            // the head: the group dispatches first once its run is the head (as at depth 1),
+            // and a single staged here would be activated before it.
+            let needs_w =
+                |g: &Arc<Slot>| matches!(&g.task().target, Target::NextLevel(ws) if ws.contains(&(w as u32)));
+            if part.groups.iter().any(|g| g.state() == State::Ready && needs_w(g)) {
+                continue;
+            }
             let inputs_final =
                 slot.task().args[0].tensors.iter().zip(&slot.task().args[0].tags).all(|(t, tag)| {
                     !tag.access().can_read()

@@ -1084,6 +1084,49 @@ fn a_successor_task_is_staged_beside_the_head_prepared_and_activated_after_it() 
     rig.assert_clean();
 }
 
+/// A READY group reserves its workers for staging as it does at the head: a single queued on
+/// a worker the successor run's group needs is not staged there, so it cannot overtake the
+/// group once the run is the head (upstream's rule; depth 1 keeps the order too). Worker 0
+/// runs 5 (run 1), then the group 710 on workers 0 and 1, then 72; 73, on worker 2, which no
+/// group needs, is staged as usual.
+#[test]
+fn a_single_behind_a_group_of_the_successor_is_not_staged_on_the_groups_worker() {
+    let rig = Rig::staging(cfg(3, 0));
+    let head = rig.begin();
+    let mut orch = rig.orch(&head);
+    orch.submit_next_level(&rig.chip, args(5, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.drive("task 5 to start", || rig.nl[0].running().is_some());
+    let next = rig.begin();
+    let mut orch = rig.orch(&next);
+    orch.submit_next_level_group(&rig.chip, vec![args(710, &[]), args(710, &[])], cc(), &[0, 1]).unwrap();
+    orch.submit_next_level(&rig.chip, args(72, &[]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(73, &[]), cc(), 2).unwrap();
+    orch.finish(None);
+    // 73 is staged in the pass that would have staged 72 too.
+    rig.drive("task 73 to be staged", || rig.nl[2].staged().is_some());
+    assert_eq!(
+        rig.nl[0].staged().map(|s| s.id()),
+        None,
+        "72 was staged on worker 0, which group 710 ahead of it needs"
+    );
+    rig.nl[2].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&head).unwrap();
+    rig.drive("group 710 to start", || rig.nl[0].running().is_some_and(|s| s.id() == 710));
+    assert_eq!(rig.nl[1].running().map(|s| s.id()), Some(710));
+    rig.drive("task 73 to be activated", || rig.nl[2].running().is_some());
+    rig.nl[2].finish(Outcome::Success);
+    rig.nl[1].finish(Outcome::Success);
+    assert!(!rig.drive_briefly(|| rig.was_dispatched(72)), "72 started while the group ran on worker 0");
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("task 72 to start", || rig.nl[0].running().is_some_and(|s| s.id() == 72));
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&next).unwrap();
+    assert_eq!(ids(&rig.nl[0].history()), vec![5, 710, 72]);
+    rig.assert_clean();
+}
+
 #[test]
 fn a_successor_task_is_not_staged_while_a_head_task_writes_its_input_untracked() {
     // Task 1 writes `x` as NoDep: the TensorMap does not order it, yet run 2's task must not

@@ -309,7 +309,8 @@ impl WorkerBuilder {
     /// One deadline for starting every child process (default 300 s).
     ///
     /// `init` fails with [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) when a child
-    /// has not reported ready by then. Must be greater than zero.
+    /// has not reported ready by then: it (and every other child that has not) is killed at
+    /// once, and the error names it. Must be greater than zero.
     ///
     /// ```
     /// use std::time::Duration;

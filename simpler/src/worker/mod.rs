@@ -923,7 +923,8 @@ impl Worker {
     /// Calling `init` twice, or after `close`, is an
     /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error; a child that fails
     /// or does not report ready within `startup_timeout` is an
-    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error (the others are reaped).
+    /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error naming it (one that hung
+    /// is killed at the deadline; the others are asked to leave, and reaped).
     ///
     /// First it unlinks the host buffers that killed programs of earlier versions of this
     /// library left in `/dev/shm` ([`sweep_stale_buffers`](crate::sweep_stale_buffers)); the
@@ -1475,6 +1476,10 @@ impl Worker {
     ///
     /// A closed Worker cannot be initialized again; closing one that was never initialized
     /// forks nothing.
+    ///
+    /// Its only error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), when runs were
+    /// abandoned at the deadline: a run that failed is not reported again, waited for or not;
+    /// its [`RunHandle`] keeps its error.
     ///
     /// In a process forked from the one that started the Worker, its copy of the Worker is not
     /// the owner of the workers: closing or dropping the copy leaves them alone (nothing is

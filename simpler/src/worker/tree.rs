@@ -225,10 +225,28 @@ impl Tree {
                 InitStatus::Failed(msg) => format!("{who} (process {pid}) failed to start: {msg}"),
                 InitStatus::Pending => match monitor.board.exit_of(i) {
                     Some(how) => format!("{who} (process {pid}) {how} during startup"),
-                    None => format!(
-                        "{who} (process {pid}) did not report ready within the startup timeout of {:?}",
-                        cfg.startup_timeout
-                    ),
+                    None => {
+                        // It hung. The deadline has passed, so so did every later child that
+                        // has not reported by now: each is killed at once, not given the grace
+                        // that the children which started get to leave on their own.
+                        let hung = hung_children(&region, &monitor, i, &pids);
+                        for &j in &hung {
+                            monitor.board.kill(j);
+                        }
+                        let also: Vec<String> = hung[1..]
+                            .iter()
+                            .map(|&j| format!("{} (process {})", lanes.label(j), pids[j]))
+                            .collect();
+                        let also = if also.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; so did {}", also.join(", "))
+                        };
+                        format!(
+                            "{who} (process {pid}) hung in startup: it did not report ready within the startup timeout of {:?}, and was killed{also}",
+                            cfg.startup_timeout
+                        )
+                    }
                 },
             };
             abort_children(&region, &mut monitor, &pids);
@@ -875,6 +893,17 @@ fn stop_children(region: &MailboxRegion, monitor: &mut Monitor, children: usize,
         monitor.board.wait_all(&all, Instant::now() + REAP_GRACE);
     }
     monitor.stop();
+}
+
+/// Child `first`, which has not reported ready by the startup deadline, and every later child
+/// of `pids` that has not reported either (ready or failed) and is alive: those that hung.
+fn hung_children(region: &MailboxRegion, monitor: &Monitor, first: usize, pids: &[i32]) -> Vec<usize> {
+    let now = Instant::now();
+    let silent = |j: usize| {
+        matches!(region.mailbox(j).wait_init(now, || false), InitStatus::Pending)
+            && monitor.board.exit_of(j).is_none()
+    };
+    std::iter::once(first).chain((first + 1..pids.len()).filter(|&j| silent(j))).collect()
 }
 
 /// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.

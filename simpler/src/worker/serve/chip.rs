@@ -53,7 +53,8 @@ impl ChipChild {
         let mb = region.mailbox(self.index);
         mb.set_child_pid(std::process::id());
         let chip = self.config.spec.chip_id;
-        let built = ChipRuntime::new(self.config, self.registry)
+        // The parent names the chip in `init`'s error: the message says only what failed.
+        let built = ChipRuntime::build(self.config, self.registry)
             .and_then(|mut rt| rt.grant_pipeline_depth(self.pipeline_depth).map(|granted| (rt, granted)));
         let runtime = match built {
             Ok((rt, granted)) => {
@@ -62,7 +63,7 @@ impl ChipChild {
                 rt
             }
             Err(e) => {
-                mb.publish_init(Err(&format!("chip {chip}: {e}")));
+                mb.publish_init(Err(e.message()));
                 return 1;
             }
         };

@@ -59,7 +59,8 @@ impl NestedChild {
         inner.extra_heaps = self.heaps;
         inner.extra_owners = self.owners;
         if let Err(e) = inner.init() {
-            mb.publish_init(Err(&format!("worker {}: {}", self.id, e.message())));
+            // The parent names this Worker in `init`'s error.
+            mb.publish_init(Err(e.message()));
             return 1;
         }
         mb.publish_init(Ok(()));
