@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use common::{bands, figure, percentile, placement, spread, target, us};
 use simpler::bench_support::last_cpu;
-use simpler::{CallConfig, CallableHandle, ChipFn, DataType, HostArgs, HostResult, TaskArgs, Tensor, Worker};
+use simpler::{
+    CallableHandle, DataType, HostArgs, HostResult, TaskArgs, Tensor, Worker, chip::CallConfig, chip::ChipFn,
+};
 
 /// Bytes of each host tensor of the copy task.
 const MIB: usize = 1 << 20;

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use common::{figure, target};
 use simpler::bench_support::{chip_pipeline, pipeline_compute, pipeline_kernel};
-use simpler::{CallConfig, ChipFn, DataType, TaskArgs, Worker};
+use simpler::{DataType, TaskArgs, Worker, chip::CallConfig, chip::ChipFn};
 
 /// Wall time of `RUNS` Worker runs at `depth` on one chip, each its own input and output;
 /// checks every output. With `capture`, also each run's timeline.
@@ -53,7 +53,7 @@ fn worker_runs(
     passes: u64,
     input: usize,
     capture: bool,
-) -> simpler::Result<(Duration, Vec<simpler::Timeline>)> {
+) -> simpler::Result<(Duration, Vec<simpler::trace::Timeline>)> {
     let mut w = Worker::builder()
         .chips(1)
         .chip_cores(1)

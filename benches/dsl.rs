@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use common::{figure, percentile, spread, target, us};
 use simpler::{
-    CallableHandle, DataType, In, InOut, Orchestrator, Out, RunDag, RunOptions, TaskArgs, TaskHandle, Tensor,
-    TensorOf, Worker, callable, task_graph,
+    CallableHandle, DataType, Orchestrator, RunOptions, TaskArgs, TaskHandle, Tensor, Worker, callable,
+    dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, task_graph, trace::RunDag,
 };
 
 /// Elements per tensor.
@@ -194,7 +194,7 @@ impl Graph {
         // Taken before the gate is submitted: the gate cannot end earlier than `GATE` after it.
         let held = Instant::now();
         if gated {
-            gate::call(&mut self.a, &mut self.b, GATE.as_micros() as u64)?.on(o, simpler::sub())?;
+            gate::call(&mut self.a, &mut self.b, GATE.as_micros() as u64)?.on(o, simpler::dsl::sub())?;
         }
         let elapsed = match api {
             Api::Macro => {

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use common::{bands, figure, one_sub_task, percentile, spread, target, us};
 use simpler::bench_support::last_cpu;
 use simpler::{
-    CallConfig, CallableHandle, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, TaskArgs, Worker,
+    CallableHandle, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker, chip::CallConfig,
+    status::Level,
 };
 
 /// Warm-up runs of each kind before any timing.

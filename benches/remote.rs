@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::{figure, percentile, target, us};
 use simpler::{
-    CallConfig, ClusterKey, DataType, HostArgs, HostFn, HostResult, Level, Node, NodeAddr, OrchFn,
-    Orchestrator, RemoteWorker, TaskArgs, Worker,
+    DataType, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker, chip::CallConfig,
+    remote::ClusterKey, remote::Node, remote::NodeAddr, remote::RemoteWorker, status::Level,
 };
 
 const WARMUP: usize = 200;

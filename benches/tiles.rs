@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use common::{figure, percentile, spread, target, us};
 use simpler::{
-    CallConfig, CallableHandle, DataType, In, InOut, Orchestrator, Out, RunDag, RunOptions, TaskArgs, Tensor,
-    TensorOf, Worker, callable, task_graph,
+    CallableHandle, DataType, Orchestrator, RunOptions, TaskArgs, Tensor, Worker, callable, chip::CallConfig,
+    dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, task_graph, trace::RunDag,
 };
 
 /// Tiles.
@@ -112,7 +112,7 @@ impl Graph {
     ) -> simpler::Result<(Duration, bool)> {
         let held = Instant::now();
         if gated {
-            gate::call(&mut self.x, GATE.as_micros() as u64)?.on(o, simpler::sub())?;
+            gate::call(&mut self.x, GATE.as_micros() as u64)?.on(o, simpler::dsl::sub())?;
         }
         let elapsed = match api {
             Api::Macro => {

@@ -16,8 +16,11 @@
 
 use std::process::ExitCode;
 
-use simpler::{CallConfig, ChipFn, DataType, In, Orchestrator, Out, RingSizes, TaskArgs, TensorOf, Worker};
-use simpler::{callable, chip, task_graph};
+use simpler::{
+    DataType, Orchestrator, TaskArgs, Worker, chip::CallConfig, chip::ChipFn, chip::RingSizes, dsl::In,
+    dsl::Out, dsl::TensorOf,
+};
+use simpler::{callable, dsl::chip, task_graph};
 
 const N: u32 = 64;
 

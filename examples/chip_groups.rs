@@ -10,7 +10,9 @@
 
 use std::process::ExitCode;
 
-use simpler::{Buffer, In, Out, RunHandle, RunOptions, TensorOf, Worker, callable, chip, task_graph};
+use simpler::{
+    Buffer, RunHandle, RunOptions, Worker, callable, dsl::In, dsl::Out, dsl::TensorOf, dsl::chip, task_graph,
+};
 
 const N: u32 = 256;
 

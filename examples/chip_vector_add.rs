@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, Out, Worker, callable, chip};
+use simpler::{Worker, callable, dsl::In, dsl::Out, dsl::chip};
 
 const ROWS: u32 = 128;
 const COLS: u32 = 128;

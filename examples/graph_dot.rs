@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{GraphEdge, In, InOut, Out, Worker, callable, task_graph};
+use simpler::{Worker, callable, dsl::GraphEdge, dsl::In, dsl::InOut, dsl::Out, task_graph};
 
 const N: u32 = 256;
 

@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, InOut, Level, Worker, callable};
+use simpler::{Worker, callable, dsl::In, dsl::InOut, status::Level};
 
 /// `y = a * x + y` (saxpy) on one simulated core. `x` is read (`&[f32]`), `y` is read and
 /// written (`&mut [f32]`), `a` is a scalar; all three come from the signature.

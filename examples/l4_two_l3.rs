@@ -10,7 +10,9 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, InOut, Level, Orchestrator, Out, Worker, callable, sub, task_graph};
+use simpler::{
+    Orchestrator, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::sub, status::Level, task_graph,
+};
 
 const N: u32 = 1024;
 

@@ -18,7 +18,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, InOut, Worker, callable, sub, task_graph};
+use simpler::{Worker, callable, dsl::In, dsl::InOut, dsl::sub, task_graph};
 
 const N: u32 = 64;
 

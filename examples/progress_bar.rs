@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use simpler::{DataType, Out, TensorOf, TensorView, Worker, callable, sub};
+use simpler::{DataType, Worker, callable, dsl::Out, dsl::TensorOf, dsl::sub, memory::TensorView};
 
 const TASKS: u64 = 2000;
 

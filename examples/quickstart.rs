@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use simpler::{In, InOut, Out, Worker, callable, task_graph};
+use simpler::{Worker, callable, dsl::In, dsl::InOut, dsl::Out, task_graph};
 
 const N: u32 = 1024;
 

@@ -23,9 +23,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitCode, Stdio};
 
 use simpler::{
-    ClusterKey, In, InOut, Launch, Level, Node, NodeAddr, Orchestrator, Out, RemoteWorker, Worker,
+    Orchestrator, Worker, dsl::In, dsl::InOut, dsl::Out, remote::ClusterKey, remote::Launch, remote::Node,
+    remote::NodeAddr, remote::RemoteWorker, status::Level,
 };
-use simpler::{callable, sub, task_graph};
+use simpler::{callable, dsl::sub, task_graph};
 
 const N: u32 = 1024;
 

@@ -11,7 +11,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use simpler::{DataType, In, Out, RunOptions, TensorOf, TensorView, Worker, callable, sub};
+use simpler::{
+    DataType, RunOptions, Worker, callable, dsl::In, dsl::Out, dsl::TensorOf, dsl::sub, memory::TensorView,
+};
 
 const N: u32 = 4096;
 const PARTS: u32 = 4;

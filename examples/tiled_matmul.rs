@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{In, Out, Worker, callable, task_graph};
+use simpler::{Worker, callable, dsl::In, dsl::Out, task_graph};
 
 const M: u32 = 16;
 const N: u32 = 16;

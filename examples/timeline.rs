@@ -13,7 +13,8 @@
 use std::process::ExitCode;
 
 use simpler::{
-    In, InOut, Level, Orchestrator, Out, RunOptions, TaskStatus, TensorOf, Worker, callable, chip, sub,
+    Orchestrator, RunOptions, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, dsl::chip,
+    dsl::sub, status::Level, trace::TaskStatus,
 };
 
 const TILES: usize = 6;
@@ -94,7 +95,7 @@ fn main() -> simpler::Result<ExitCode> {
     bs.set_name("checksum")?;
     let mut sum: TensorOf<f32> = bs.typed(&[1])?;
     let run = worker.submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
-        tiles_on_l3::call(&x, &mut total, &mut ys)?.on(orch, simpler::worker(l3_id))?;
+        tiles_on_l3::call(&x, &mut total, &mut ys)?.on(orch, simpler::dsl::worker(l3_id))?;
         checksum::call(&x, &mut sum)?.on(orch, sub())?;
         Ok(())
     })?;

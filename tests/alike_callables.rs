@@ -6,7 +6,7 @@
 mod common;
 
 use common::in_own_process;
-use simpler::{ErrorKind, InOut, Worker, callable};
+use simpler::{ErrorKind, Worker, callable, dsl::InOut};
 
 mod fa {
     use super::*;

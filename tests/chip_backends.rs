@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::{double, in_own_process, vadd};
 
 use simpler::{
-    CallConfig, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, Level, Orchestrator,
-    SimChip, TaskArgs, TensorView, Worker,
+    DataType, ErrorKind, Orchestrator, TaskArgs, Worker, chip::CallConfig, chip::ChipBackend, chip::ChipFn,
+    chip::ChipSpec, chip::DeviceMemory, chip::SimChip, memory::TensorView, status::Level,
 };
 
 /// What the counting backends of this process counted (each test runs in a process of its

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, in_own_process, spin_until, wait_for};
 use simpler::{
-    CallConfig, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, HostArgs, HostResult, RunOptions,
-    SimChip, TaskArgs, Worker,
+    DataType, HostArgs, HostResult, RunOptions, TaskArgs, Worker, chip::CallConfig, chip::ChipBackend,
+    chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
 };
 
 const N: usize = 1024;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
 use simpler::{
-    CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions,
-    TaskArgs, Worker, WorkerKind,
+    CallableHandle, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions, TaskArgs, Worker,
+    chip::CallConfig, chip::ChipFn, status::WorkerKind,
 };
 
 const N: usize = 1024;

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
 use simpler::{
-    CallConfig, CallableHandle, ChipBackend, ChipFn, ChipSpec, DataType, DeviceMemory, ErrorKind, HostArgs,
-    HostResult, RunHandle, RunOptions, SimChip, TaskArgs, Worker, WorkerKind,
+    CallableHandle, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions, TaskArgs, Worker,
+    chip::CallConfig, chip::ChipBackend, chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
+    status::WorkerKind,
 };
 
 const N: usize = 1024;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, expect_err, process_exists, sigkill, spin_until, wait_for};
 use simpler::{
-    CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Orchestrator, Result, TaskArgs,
-    Worker, WorkerBuilder,
+    DataType, ErrorKind, HostArgs, HostFn, HostResult, Orchestrator, Result, TaskArgs, Worker, WorkerBuilder,
+    chip::CallConfig, chip::ChipFn,
 };
 
 const N: usize = 256;

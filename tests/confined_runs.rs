@@ -7,8 +7,8 @@ mod common;
 
 use common::{Rig, in_own_process};
 use simpler::{
-    CallConfig, ChipFn, DataType, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator, Result,
-    TaskArgs, TensorView, Worker,
+    DataType, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, Result, TaskArgs, Worker, chip::CallConfig,
+    chip::ChipFn, memory::TensorView, status::Level,
 };
 
 const N: u32 = 16;

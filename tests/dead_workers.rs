@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
-    TaskArgs, TensorView, Worker, WorkerKind, WorkerState,
+    DataType, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker,
+    chip::CallConfig, chip::ChipFn, memory::TensorView, status::Level, status::WorkerKind,
+    status::WorkerState,
 };
 
 /// Waits until the Worker has seen worker `i` end.

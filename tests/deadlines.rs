@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    Buffer, CallConfig, ChipFn, ErrorKind, HostArgs, HostFn, HostResult, In, Level, OrchFn, Orchestrator,
-    RunHandle, RunOptions, TaskArgs, Tensor, Worker, WorkerState,
+    Buffer, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, RunHandle, RunOptions, TaskArgs,
+    Tensor, Worker, chip::CallConfig, chip::ChipFn, dsl::In, status::Level, status::WorkerState,
 };
 
 /// Never returns. Tensor 0: one scratch `u32` word (`NoDep`) that receives this process's id
@@ -25,8 +25,10 @@ fn hang(args: &HostArgs<'_>) -> HostResult {
 
 /// Word `i` of `b` as a one-element `u32` tensor.
 fn word(b: &Buffer, i: usize) -> Tensor {
-    b.view(simpler::TensorView::new(4 * i as u64, &[1], None, simpler::DataType::Uint32).expect("view"))
-        .expect("tensor")
+    b.view(
+        simpler::memory::TensorView::new(4 * i as u64, &[1], None, simpler::DataType::Uint32).expect("view"),
+    )
+    .expect("tensor")
 }
 
 /// Submits one `hang` task whose scratch word is word `i` of `flags`.
@@ -519,7 +521,7 @@ fn a_graph_run_past_the_deadline_of_its_call_fails_naming_the_deadline() {
     let mut rig = Rig::new(subs(1));
     rig.init();
     let b = rig.create_buffer(4).unwrap();
-    let x = simpler::TensorOf::<u32>::new(b.tensor(&[1], simpler::DataType::Uint32).unwrap()).unwrap();
+    let x = simpler::dsl::TensorOf::<u32>::new(b.tensor(&[1], simpler::DataType::Uint32).unwrap()).unwrap();
     let t = Instant::now();
     let err = stuck_graph::call(&x).unwrap().deadline(Duration::from_millis(300)).run(&rig).unwrap_err();
     expect_err(Err::<(), _>(err), ErrorKind::Timeout, &["deadline", "stuck"]);

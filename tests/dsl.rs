@@ -7,8 +7,9 @@ mod common;
 
 use common::{Rig, in_own_process};
 use simpler::{
-    CallConfig, CallableKind, DataType, Digest, EdgeReason, In, InOut, Level, Orchestrator, Out, RunDag,
-    RunOptions, TaskArgs, Tensor, TensorOf, Worker, callable, task_graph,
+    DataType, Orchestrator, RunOptions, TaskArgs, Tensor, Worker, callable, callable::CallableKind,
+    callable::Digest, chip::CallConfig, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, status::Level,
+    task_graph, trace::EdgeReason, trace::RunDag,
 };
 // The registry and signature types are what generated code uses (`__private`); this suite checks them.
 use simpler::__private::{CallableInfo, ParamMode};
@@ -56,8 +57,8 @@ fn twice(mut x: InOut<f32>) {
 /// A chip orchestration: `y = 2 * (a + b)` as two dependent kernels on the chip's cores.
 #[callable(chip)]
 fn add_then_double(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>) -> simpler::Result<()> {
-    vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0))?;
-    twice::call(&mut y)?.on(o, simpler::chip(1))?;
+    vadd::call(&a, &b, &mut y)?.on(o, simpler::dsl::chip(0))?;
+    twice::call(&mut y)?.on(o, simpler::dsl::chip(1))?;
     Ok(())
 }
 
@@ -307,8 +308,8 @@ fn singles_on_four_chips_and_a_chip_orchestration() {
     let (by0, mut y0) = filled(&rig, 0.0);
     let (by1, mut y1) = filled(&rig, 0.0);
     rig.run(|o| {
-        vadd::call(&a, &b, &mut y0)?.on(o, simpler::chip(0))?;
-        add_then_double::call(&a, &b, &mut y1)?.on(o, simpler::chip(1))?;
+        vadd::call(&a, &b, &mut y0)?.on(o, simpler::dsl::chip(0))?;
+        add_then_double::call(&a, &b, &mut y1)?.on(o, simpler::dsl::chip(1))?;
         Ok(())
     })
     .unwrap();
@@ -466,7 +467,7 @@ mod second {
 }
 
 mod changed_body {
-    use simpler::{In, Out, callable};
+    use simpler::{callable, dsl::In, dsl::Out};
 
     #[callable(sub)]
     pub fn fixture(x: In<u32>, mut y: Out<u32>) {
@@ -477,7 +478,7 @@ mod changed_body {
 }
 
 mod changed_signature {
-    use simpler::{In, Out, callable};
+    use simpler::{callable, dsl::In, dsl::Out};
 
     #[callable(sub)]
     pub fn fixture(x: In<u64>, mut y: Out<u32>) {
@@ -531,7 +532,7 @@ fn a_kernel_error_names_the_callable() {
     let (_bb, b) = filled(&rig, 2.0);
     let short = rig.create_buffer(16).unwrap();
     let mut y = short.typed::<f32>(&[4]).unwrap();
-    let err = rig.run(|o| vadd::call(&a, &b, &mut y)?.on(o, simpler::chip(0)).map(|_| ())).unwrap_err();
+    let err = rig.run(|o| vadd::call(&a, &b, &mut y)?.on(o, simpler::dsl::chip(0)).map(|_| ())).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("vadd") && text.contains("length 64 vs 4"), "{text}");
 }
@@ -561,8 +562,8 @@ fn the_digest_is_the_same_in_every_build() {
 
 #[callable(orch)]
 fn l3_add_then_inc(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>) -> simpler::Result<()> {
-    add::call(&a, &b, &mut y, 1.0)?.on(o, simpler::sub())?;
-    inc::call(&mut y)?.on(o, simpler::sub())?; // reads back the output this run wrote
+    add::call(&a, &b, &mut y, 1.0)?.on(o, simpler::dsl::sub())?;
+    inc::call(&mut y)?.on(o, simpler::dsl::sub())?; // reads back the output this run wrote
     Ok(())
 }
 
@@ -578,7 +579,7 @@ fn an_orchestration_reads_back_its_own_output_one_level_down() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    rig.run(|o| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::worker(0)).map(|_| ())).unwrap();
+    rig.run(|o| l3_add_then_inc::call(&a, &b, &mut y)?.on(o, simpler::dsl::worker(0)).map(|_| ())).unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
 }
 
@@ -591,7 +592,7 @@ fn a_config_on_a_sub_placement_is_refused() {
     rig.init();
     let (_bx, mut x) = filled(&rig, 1.0);
     let cfg = CallConfig::new().aicpu_threads(4);
-    let err = rig.run(|o| inc::call(&mut x)?.config(cfg).on(o, simpler::sub()).map(|_| ())).unwrap_err();
+    let err = rig.run(|o| inc::call(&mut x)?.config(cfg).on(o, simpler::dsl::sub()).map(|_| ())).unwrap_err();
     assert!(err.to_string().contains("takes no CallConfig"), "{err}");
 }
 
@@ -727,7 +728,7 @@ fn a_scalar_before_a_tensor_in_a_signature_reaches_its_parameter() {
     let b = rig.create_buffer(16).unwrap();
     b.write(0, &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
     let mut y = b.typed::<f32>(&[4]).unwrap();
-    rig.run(|o| scale_first::call(2.0, &mut y)?.on(o, simpler::sub()).map(|_| ())).unwrap();
+    rig.run(|o| scale_first::call(2.0, &mut y)?.on(o, simpler::dsl::sub()).map(|_| ())).unwrap();
     assert_eq!(b.read::<f32>(0, 4).unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
     scale_first_twice::call(0.5, &mut y).unwrap().run(&rig).unwrap();
     assert_eq!(b.read::<f32>(0, 4).unwrap(), vec![0.5, 1.0, 1.5, 2.0]);

@@ -1,5 +1,5 @@
 // Included twice by dsl.rs: the same source must give the same digest.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 pub fn fixture(x: In<u32>, mut y: Out<u32>) {

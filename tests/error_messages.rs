@@ -8,8 +8,8 @@ mod common;
 
 use common::{Rig, expect_err, in_own_process, noop, vadd};
 use simpler::{
-    CallConfig, ChipFn, DataType, ErrorKind, HostFn, In, Level, Out, TaskArgs, TensorOf, Worker, callable,
-    chip, sub, task_graph,
+    DataType, ErrorKind, HostFn, TaskArgs, Worker, callable, chip::CallConfig, chip::ChipFn, dsl::In,
+    dsl::Out, dsl::TensorOf, dsl::chip, dsl::sub, status::Level, task_graph,
 };
 
 task_graph! {
@@ -142,7 +142,9 @@ fn task_args_over_the_mailbox_capacity_are_refused_at_submit() {
     let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
     let buf = rig.create_buffer(4 * 444).unwrap();
     let tensors: Vec<_> = (0..444u64)
-        .map(|i| buf.view(simpler::TensorView::new(4 * i, &[1], None, DataType::Float32).unwrap()).unwrap())
+        .map(|i| {
+            buf.view(simpler::memory::TensorView::new(4 * i, &[1], None, DataType::Float32).unwrap()).unwrap()
+        })
         .collect();
     let mut submitted = false;
     let err = rig
@@ -279,8 +281,9 @@ fn an_orchestration_callable_placed_on_a_chip_says_how_to_run_it() {
     let (_a, a) = f32s(&rig, 16);
     let (_b, mut b) = f32s(&rig, 16);
     // `chip(0)` would not compile; `worker(0)` (a Worker one level down, at L4) compiles.
-    let err =
-        rig.run(|orch| copy_graph::call(&a, &mut b)?.on(orch, simpler::worker(0)).map(|_| ())).unwrap_err();
+    let err = rig
+        .run(|orch| copy_graph::call(&a, &mut b)?.on(orch, simpler::dsl::worker(0)).map(|_| ()))
+        .unwrap_err();
     expect_err(
         Err::<(), _>(err),
         ErrorKind::Callable,
@@ -312,11 +315,11 @@ fn overlapping_written_tensors_name_the_buffer_by_its_name() {
 // ------------------------------------------------------------------------------- startup
 
 /// Chip 0's backend factory fails for it.
-fn no_device_0(spec: &simpler::ChipSpec) -> simpler::Result<Box<dyn simpler::ChipBackend>> {
+fn no_device_0(spec: &simpler::chip::ChipSpec) -> simpler::Result<Box<dyn simpler::chip::ChipBackend>> {
     if spec.chip_id() == 0 {
         return Err(simpler::Error::new(ErrorKind::InvalidArgument, "the device is not there"));
     }
-    Ok(Box::new(simpler::SimChip::new(spec.memory_bytes(), spec.cores())?))
+    Ok(Box::new(simpler::chip::SimChip::new(spec.memory_bytes(), spec.cores())?))
 }
 
 /// A chip that cannot start fails `init` with an error that names it once, then says what

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, EdgeReason, ErrorKind, RunOptions, TaskArgs, TaskHandle, TensorView};
+use simpler::{DataType, ErrorKind, RunOptions, TaskArgs, TaskHandle, memory::TensorView, trace::EdgeReason};
 
 const HOLD_US: u64 = 15_000;
 
@@ -24,7 +24,7 @@ fn log_entries(log: &simpler::Buffer) -> Vec<u32> {
     read_u32(log, 2, n)
 }
 
-fn edge_reason(dag: &simpler::RunDag, from: u32, to: u32) -> EdgeReason {
+fn edge_reason(dag: &simpler::trace::RunDag, from: u32, to: u32) -> EdgeReason {
     let (a, b) = (dag.node(from).unwrap(), dag.node(to).unwrap());
     let e =
         dag.graph().find_edge(a, b).unwrap_or_else(|| panic!("no edge {from} -> {to}:\n{}", dag.to_dot()));

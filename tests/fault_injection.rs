@@ -212,7 +212,7 @@ fn chip_children_killed_at_random_during_kernel_chains_end_every_run_with_a_name
     }
     let seed = 0x5eed_0003;
     let mut rig = Rig::new(simpler::Worker::builder().chips(3).chip_memory(16 << 20).chip_cores(1));
-    let k = rig.register_chip(simpler::ChipFn::kernel("double", double)).unwrap();
+    let k = rig.register_chip(simpler::chip::ChipFn::kernel("double", double)).unwrap();
     rig.init();
     let bufs: Vec<_> = (0..6).map(|_| rig.create_buffer(4 * 1024).unwrap()).collect();
     let views: Vec<_> = bufs.iter().map(|b| b.tensor(&[1024], simpler::DataType::Float32).unwrap()).collect();
@@ -250,7 +250,7 @@ fn chip_children_killed_at_random_during_kernel_chains_end_every_run_with_a_name
                     let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
                     let mut args = TaskArgs::new();
                     args.input(src)?.output(dst)?;
-                    orch.submit_next_level(&k, args, simpler::CallConfig::default(), chip)?;
+                    orch.submit_next_level(&k, args, simpler::chip::CallConfig::default(), chip)?;
                 }
             }
             Ok(())
@@ -304,7 +304,7 @@ fn chip_pid(args: &HostArgs<'_>) -> HostResult {
 fn l3_bumps(
     orch: &mut simpler::Orchestrator<'_>,
     args: &TaskArgs,
-    _: &simpler::CallConfig,
+    _: &simpler::chip::CallConfig,
 ) -> simpler::Result<()> {
     let bump = simpler::HostFn::new("bump", bump).handle();
     let n = args.scalar_at(0).expect("a count");
@@ -323,15 +323,15 @@ fn l3_bumps(
 fn l3_doubles(
     orch: &mut simpler::Orchestrator<'_>,
     args: &TaskArgs,
-    _: &simpler::CallConfig,
+    _: &simpler::chip::CallConfig,
 ) -> simpler::Result<()> {
-    let double = simpler::ChipFn::kernel("double", double).handle();
+    let double = simpler::chip::ChipFn::kernel("double", double).handle();
     let (a, b) = (args.tensor(0).expect("tensor 0"), args.tensor(1).expect("tensor 1"));
     for i in 0..args.scalar_at(0).expect("a count") {
         let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
         let mut k = TaskArgs::new();
         k.input(src)?.output(dst)?;
-        orch.submit_next_level(&double, k, simpler::CallConfig::default(), 0)?;
+        orch.submit_next_level(&double, k, simpler::chip::CallConfig::default(), 0)?;
     }
     Ok(())
 }
@@ -340,7 +340,7 @@ fn l3_doubles(
 fn l3_sum(
     orch: &mut simpler::Orchestrator<'_>,
     args: &TaskArgs,
-    _: &simpler::CallConfig,
+    _: &simpler::chip::CallConfig,
 ) -> simpler::Result<()> {
     let sum = simpler::HostFn::new("sum", sum).handle();
     let n = args.tensor_count();
@@ -356,12 +356,12 @@ fn l3_sum(
 fn l3_chip_pid(
     orch: &mut simpler::Orchestrator<'_>,
     args: &TaskArgs,
-    _: &simpler::CallConfig,
+    _: &simpler::chip::CallConfig,
 ) -> simpler::Result<()> {
-    let k = simpler::ChipFn::kernel("chip_pid", chip_pid).handle();
+    let k = simpler::chip::ChipFn::kernel("chip_pid", chip_pid).handle();
     let mut a = TaskArgs::new();
     a.output(args.tensor(0).expect("tensor 0"))?;
-    orch.submit_next_level(&k, a, simpler::CallConfig::default(), 0).map(|_| ())
+    orch.submit_next_level(&k, a, simpler::chip::CallConfig::default(), 0).map(|_| ())
 }
 
 /// The parent of process `pid` (`/proc/<pid>/stat`), while it has not exited.
@@ -443,7 +443,7 @@ fn nested_workers_and_grandchildren_killed_at_random_end_every_run_with_a_named_
     if !in_own_process() {
         return;
     }
-    use simpler::{CallConfig, ChipFn, DataType, HostFn, Level, OrchFn, Worker};
+    use simpler::{DataType, HostFn, OrchFn, Worker, chip::CallConfig, chip::ChipFn, status::Level};
     let seed = 0x5eed_0046;
     let mut rng = Rng(seed);
     // L3 0: two SUB workers and a chip; L3 1: two SUB workers.
@@ -760,8 +760,11 @@ fn host_functions_that_hang_at_random_past_run_deadlines_are_stopped_and_replace
             "run {run} (seed {seed:#x}): {e}"
         );
         // The workers running them were killed; the next submit replaces them.
-        let killed =
-            rig.workers().iter().filter(|w| w.state == simpler::WorkerState::Killed(libc::SIGKILL)).count();
+        let killed = rig
+            .workers()
+            .iter()
+            .filter(|w| w.state == simpler::status::WorkerState::Killed(libc::SIGKILL))
+            .count();
         assert_eq!(killed, hangs.len(), "run {run} (seed {seed:#x}): {:?}", rig.workers());
         stopped += 1;
         hung_total += hangs.len();

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{DataType, ErrorKind, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, TaskArgs, memory::TensorView};
 
 const RING: u64 = 64 * 1024;
 

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{ChipBackend, ChipSpec, ErrorKind, Level, SimChip, Worker};
+use simpler::{ErrorKind, Worker, chip::ChipBackend, chip::ChipSpec, chip::SimChip, status::Level};
 
 /// A chip whose runtime cannot start (`chip_memory(0)`) fails `init`; nothing is left behind.
 #[test]
@@ -108,7 +108,7 @@ fn a_failed_l4_init_does_not_lose_its_nested_workers() {
 fn step(
     _: &mut simpler::Orchestrator<'_>,
     _: &simpler::TaskArgs,
-    _: &simpler::CallConfig,
+    _: &simpler::chip::CallConfig,
 ) -> simpler::Result<()> {
     Ok(())
 }

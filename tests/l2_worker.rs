@@ -4,7 +4,10 @@ mod common;
 
 use common::{in_own_process, vadd};
 
-use simpler::{CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostResult, Level, TaskArgs, Worker};
+use simpler::{
+    DataType, ErrorKind, HostArgs, HostResult, TaskArgs, Worker, chip::CallConfig, chip::ChipFn,
+    status::Level,
+};
 
 fn bad(_: &HostArgs<'_>) -> HostResult {
     Err("bad input".into())

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    CallConfig, HostFn, Level, OrchFn, Orchestrator, Result as SimplerResult, TaskArgs, Worker,
-    sweep_stale_buffers,
+    HostFn, OrchFn, Orchestrator, Result as SimplerResult, TaskArgs, Worker, chip::CallConfig,
+    memory::sweep_stale_buffers, status::Level,
 };
 
 /// Set, in the program a test starts, to the way it must end: `wait` (until a signal ends it),

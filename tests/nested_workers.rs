@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{Rig, process_exists};
 use simpler::{
-    CallConfig, ChipFn, ClusterKey, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, NodeAddr,
-    OrchFn, Orchestrator, RemoteWorker, Result, RunOptions, StartMethod, TaskArgs, Worker,
+    DataType, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, Result, RunOptions, StartMethod,
+    TaskArgs, Worker, chip::CallConfig, chip::ChipFn, remote::ClusterKey, remote::NodeAddr,
+    remote::RemoteWorker, status::Level,
 };
 
 const N: usize = 128;

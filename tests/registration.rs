@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use simpler::{
-    CallConfig, CallableHandle, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn,
-    Orchestrator, StartMethod, TaskArgs, TensorView, Worker,
+    CallableHandle, DataType, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, StartMethod,
+    TaskArgs, Worker, chip::CallConfig, chip::ChipFn, memory::TensorView, status::Level,
 };
 
 /// Group of `n` `member` tasks; member `i` writes its worker index into `who[i]`.

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{
-    CallConfig, ClusterKey, ErrorKind, HostArgs, HostFn, HostResult, Level, Node, NodeAddr, OrchFn,
-    Orchestrator, RemoteWorker, TaskArgs, Worker, WorkerKind, WorkerState,
+    ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker, chip::CallConfig,
+    remote::ClusterKey, remote::Node, remote::NodeAddr, remote::RemoteWorker, status::Level,
+    status::WorkerKind, status::WorkerState,
 };
 
 const KEY: &str = "the test cluster's shared secret";
@@ -677,11 +678,11 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
     let root_addr = NodeAddr::loopback(port);
     let nodes: Vec<_> = (1..3)
         .map(|rank| {
-            let launch = simpler::Launch::new(rank, 3, root_addr.clone()).unwrap();
+            let launch = simpler::remote::Launch::new(rank, 3, root_addr.clone()).unwrap();
             std::thread::spawn(move || node_with("127.0.0.1:0").serve_launch(&launch))
         })
         .collect();
-    let launch = simpler::Launch::new(0, 3, root_addr).unwrap();
+    let launch = simpler::remote::Launch::new(0, 3, root_addr).unwrap();
     let mut root = root_worker(&[], Duration::from_secs(2));
     assert_eq!(root.add_launched_workers(&launch, key()).unwrap(), vec![1, 2]);
     root.init().unwrap();
@@ -694,7 +695,7 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
     assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
     // A node that is not part of the launch is refused by its rank.
     let err = root_worker(&[], Duration::from_secs(2))
-        .add_launched_workers(&simpler::Launch::new(1, 3, NodeAddr::loopback(1)).unwrap(), key())
+        .add_launched_workers(&simpler::remote::Launch::new(1, 3, NodeAddr::loopback(1)).unwrap(), key())
         .unwrap_err();
     assert_err(&err, ErrorKind::InvalidArgument, &["rank 1", "root"]);
     drop(buf);

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, ErrorKind, RunOptions, Tag, TaskArgs, TensorView};
+use simpler::{DataType, ErrorKind, RunOptions, Tag, TaskArgs, memory::TensorView};
 
 const HOLD_US: u64 = 15_000;
 

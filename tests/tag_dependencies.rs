@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use simpler::{DataType, EdgeReason, RunOptions, Tag, TaskArgs, TensorView};
+use simpler::{DataType, RunOptions, Tag, TaskArgs, memory::TensorView, trace::EdgeReason};
 
 /// How long an `exclusive` probe holds, giving a wrongly concurrent task time to overlap it.
 const HOLD_US: u64 = 15_000;

@@ -4,7 +4,8 @@ mod common;
 
 use common::*;
 use simpler::{
-    Access, DataType, ErrorKind, HostArgs, HostResult, MAX_TENSOR_DIMS, Tag, TaskArgs, Tensor, TensorView,
+    DataType, ErrorKind, HostArgs, HostResult, Tag, TaskArgs, Tensor, memory::Access,
+    memory::MAX_TENSOR_DIMS, memory::TensorView,
 };
 
 #[test]
@@ -303,7 +304,7 @@ fn a_runs_input_argument_cannot_be_written_by_its_orchestration() {
         .run_with(options, |orch, args, _| {
             let t = args.tensor(0).expect("the argument");
             assert_eq!(t.desc().access(), Access::Read, "an input arrives read-only");
-            let retyped = simpler::TensorOf::<u64>::new(t.clone())?; // a writable handle type
+            let retyped = simpler::dsl::TensorOf::<u64>::new(t.clone())?; // a writable handle type
             let mut a = TaskArgs::new();
             a.output(retyped.tensor())?.scalar(9);
             orch.submit_sub(&fill, a).map(|_| ())

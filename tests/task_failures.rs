@@ -195,7 +195,8 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
     who.write(0, &[u32::MAX; 8]).unwrap();
     rig.run(|orch| {
         for i in 0..8u64 {
-            let slot = who.view(simpler::TensorView::new(4 * i, &[1], None, simpler::DataType::Uint32)?)?;
+            let slot =
+                who.view(simpler::memory::TensorView::new(4 * i, &[1], None, simpler::DataType::Uint32)?)?;
             let mut a = TaskArgs::new();
             a.output(&slot)?;
             orch.submit_sub(&record, a)?;

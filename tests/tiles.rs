@@ -6,7 +6,9 @@
 mod common;
 
 use common::{Rig, in_own_process};
-use simpler::{ErrorKind, In, InOut, Orchestrator, Out, TensorOf, Worker, callable, task_graph};
+use simpler::{
+    ErrorKind, Orchestrator, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, task_graph,
+};
 
 const TILES: u32 = 8;
 const ROWS: u32 = 64;
@@ -134,7 +136,7 @@ fn scale_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: u32) -
     let (xs, mut ys) = (x.split(tiles)?, y.split(tiles)?);
     let mut launch = o.index_launch();
     for (i, (xt, yt)) in xs.iter().zip(ys.iter_mut()).enumerate() {
-        launch.submit(scale::call(xt, yt, 2.0)?, simpler::chip(i as u32 % 2))?;
+        launch.submit(scale::call(xt, yt, 2.0)?, simpler::dsl::chip(i as u32 % 2))?;
     }
     Ok(())
 }
@@ -148,7 +150,7 @@ fn overlapping_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: 
     for (i, xt) in xs.iter().enumerate() {
         let start = (i as u32 * rows).saturating_sub(1); // one row into the previous piece
         let mut yt = y.rows(start..start + rows)?;
-        launch.submit(scale::call(xt, &mut yt, 2.0)?, simpler::chip(i as u32 % 2))?;
+        launch.submit(scale::call(xt, &mut yt, 2.0)?, simpler::dsl::chip(i as u32 % 2))?;
     }
     Ok(())
 }
@@ -216,7 +218,9 @@ fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
         // The edges the engine was given are the ones its rules give: no other edge shows.
         let dag = run.dag().unwrap();
         assert!(static_edges::graph().matches(&dag), "{}", dag.to_dot());
-        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
+        assert!(
+            dag.graph().edge_weights().all(|e| !matches!(e, simpler::trace::EdgeReason::Explicit { .. }))
+        );
     }
 }
 
@@ -299,7 +303,9 @@ fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
             assert!(dag.has_edge(2 * i, 2 * i + 1));
             assert!(dag.has_edge(2 * i + 1, 2 * tiles));
         }
-        assert!(dag.graph().edge_weights().all(|e| !matches!(e, simpler::EdgeReason::Explicit { .. })));
+        assert!(
+            dag.graph().edge_weights().all(|e| !matches!(e, simpler::trace::EdgeReason::Explicit { .. }))
+        );
         let dot = graph.to_dot();
         assert!(dot.contains("worker 0") && dot.contains("worker 1"), "{dot}");
         // The graph of the other count is not this run's.

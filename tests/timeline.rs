@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use simpler::{CallConfig, ChipFn, DataType, ErrorKind, RunOptions, TaskArgs, TaskStatus, Worker};
+use simpler::{
+    DataType, ErrorKind, RunOptions, TaskArgs, Worker, chip::CallConfig, chip::ChipFn, trace::TaskStatus,
+};
 
 const N: usize = 1024;
 
@@ -68,7 +70,7 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
     for t in &r[..4] {
         let (ready, start, end) = (t.ready_ns.unwrap(), t.started_ns.unwrap(), t.ended_ns.unwrap());
         assert!(t.submitted_ns <= ready && ready <= start && start <= end, "{t:?}");
-        assert_eq!(t.level, simpler::Level::Node);
+        assert_eq!(t.level, simpler::status::Level::Node);
     }
     // The adder became ready only when both chips were done, and started after that.
     assert!(r[2].ready_ns.unwrap() >= r[0].ended_ns.unwrap().max(r[1].ended_ns.unwrap()));
@@ -256,7 +258,7 @@ fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
     let [a, b, out] = [0, 1, 2].map(|i| f32s(&bufs[i]));
     let dir = std::env::temp_dir().join(format!("simpler-diag-{}", std::process::id()));
     let all = CallConfig::new()
-        .swimlane(simpler::Swimlane::Level1)
+        .swimlane(simpler::chip::Swimlane::Level1)
         .dump_args(true)
         .dep_gen(true)
         .scope_stats(true)
@@ -338,7 +340,7 @@ fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     l3.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     l3.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
     l3.register(simpler::HostFn::new("noop", noop)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(simpler::Level::Network1));
+    let mut rig = Rig::new(Worker::builder().level(simpler::status::Level::Network1));
     let w = rig.add_worker(l3).unwrap();
     let step = rig.register_orch(simpler::OrchFn::new("l3_chip_then_sub", l3_chip_then_sub)).unwrap();
     rig.init();
@@ -359,22 +361,22 @@ fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     assert_eq!(timeline.records().len(), 1);
     assert_eq!(
         (timeline.records()[0].worker.as_str(), timeline.records()[0].level),
-        ("worker 0", simpler::Level::Network1)
+        ("worker 0", simpler::status::Level::Network1)
     );
-    let inner: Vec<(String, simpler::Level, String, Vec<u32>)> = timeline
+    let inner: Vec<(String, simpler::status::Level, String, Vec<u32>)> = timeline
         .inner_records()
         .iter()
         .map(|r| (r.callable.clone(), r.level, r.worker.clone(), r.within.clone()))
         .collect();
-    let has = |callable: &str, level: simpler::Level, worker: &str, within: &[u32]| {
+    let has = |callable: &str, level: simpler::status::Level, worker: &str, within: &[u32]| {
         inner.iter().any(|(c, l, w, p)| c == callable && *l == level && w == worker && p == within)
     };
     // The nested L3's two tasks, inside task 0 of the L4 run.
-    assert!(has("add_then_double", simpler::Level::Node, "worker 0 / chip 0", &[0]), "{inner:#?}");
-    assert!(has("noop", simpler::Level::Node, "worker 0 / sub worker 0", &[0]), "{inner:#?}");
+    assert!(has("add_then_double", simpler::status::Level::Node, "worker 0 / chip 0", &[0]), "{inner:#?}");
+    assert!(has("noop", simpler::status::Level::Node, "worker 0 / sub worker 0", &[0]), "{inner:#?}");
     // The chip's kernels on its cores, inside the L3's task 0 inside the L4's task 0.
-    assert!(has("vadd", simpler::Level::Chip, "worker 0 / chip 0 / core 0", &[0, 0]), "{inner:#?}");
-    assert!(has("double", simpler::Level::Chip, "worker 0 / chip 0 / core 1", &[0, 0]), "{inner:#?}");
+    assert!(has("vadd", simpler::status::Level::Chip, "worker 0 / chip 0 / core 0", &[0, 0]), "{inner:#?}");
+    assert!(has("double", simpler::status::Level::Chip, "worker 0 / chip 0 / core 1", &[0, 0]), "{inner:#?}");
     // Inner times lie within their host task's.
     let host = &timeline.records()[0];
     for r in timeline.inner_records() {

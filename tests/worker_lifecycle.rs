@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use common::*;
-use simpler::{ErrorKind, HostFn, Level, RunOptions, TaskArgs, Worker};
+use simpler::{ErrorKind, HostFn, RunOptions, TaskArgs, Worker, status::Level};
 
 #[test]
 fn builder_rejects_invalid_configurations() {

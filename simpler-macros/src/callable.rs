@@ -246,7 +246,7 @@ fn rewrite(root: &TokenStream, f: &syn::ItemFn, sig: &Sig, kind: Kind) -> TokenS
                 pi.mutability = Some(syn::Token![mut](span));
                 added_mut = true;
             }
-            syn::parse_quote_spanned!(span=> #root::TensorOf<#elem, #root::#access>)
+            syn::parse_quote_spanned!(span=> #root::dsl::TensorOf<#elem, #root::dsl::#access>)
         } else {
             syn::parse_quote_spanned!(span=> #marker<'_, #elem>)
         };
@@ -278,7 +278,7 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
             ParamTy::Tensor { mode, elem, .. } => {
                 let get = if handles {
                     let access = if *mode == Mode::In { quote!(ReadOnly) } else { quote!(ReadWrite) };
-                    quote!(#root::__private::tensor::<#elem, #root::#access>(#args, #ti, #fname, #pname)?)
+                    quote!(#root::__private::tensor::<#elem, #root::dsl::#access>(#args, #ti, #fname, #pname)?)
                 } else {
                     let f = match mode {
                         Mode::In => quote!(input),
@@ -310,7 +310,7 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
             pub fn __shim(
                 #o: &mut #root::Orchestrator<'_>,
                 #args: &#root::TaskArgs,
-                _: &#root::CallConfig,
+                _: &#root::chip::CallConfig,
             ) -> #root::Result<()> {
                 #(#lets)*
                 #root::__private::CallableReturn::into_orch(#name(#o, #(#idents),*))
@@ -393,15 +393,15 @@ pub(crate) fn twin(
                     Mode::Out => (quote!(OutArg), quote!(Output)),
                     Mode::InOut => (quote!(InOutArg), quote!(InOut)),
                 };
-                call_params.push(quote_spanned!(p.decl.span()=> #id: impl #root::#tr<#elem>));
+                call_params.push(quote_spanned!(p.decl.span()=> #id: impl #root::dsl::#tr<#elem>));
                 call_body.push(quote! {
-                    #c.__tensor(#root::#tr::<#elem>::tensor(&#id), #root::Tag::#tag, #pname)?;
+                    #c.__tensor(#root::dsl::#tr::<#elem>::tensor(&#id), #root::Tag::#tag, #pname)?;
                 });
             }
             ParamTy::Scalar => {
                 let ty = &p.decl;
                 call_params.push(quote!(#id: #ty));
-                let bits = quote_spanned!(ty.span()=> <#ty as #root::Scalar>::to_bits(#id));
+                let bits = quote_spanned!(ty.span()=> <#ty as #root::dsl::Scalar>::to_bits(#id));
                 call_scalars.push(quote!(#c.__scalar(#bits);));
             }
         }
@@ -422,7 +422,7 @@ pub(crate) fn twin(
         static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::__new(
             #fname,
             #path,
-            #root::CallableKind::#kind_variant,
+            #root::callable::CallableKind::#kind_variant,
             #bytes,
             [#(#digest),*],
             &#name::PARAMS,
@@ -439,9 +439,9 @@ pub(crate) fn twin(
             /// Its canonical descriptor bytes.
             pub const DESCRIPTOR: &'static [u8] = #bytes;
             /// sha256 of the descriptor, computed at compile time.
-            pub const DIGEST: #root::Digest = #root::Digest::from_bytes([#(#digest2),*]);
+            pub const DIGEST: #root::callable::Digest = #root::callable::Digest::from_bytes([#(#digest2),*]);
             /// Its kind.
-            pub const KIND: #root::CallableKind = #root::CallableKind::#kind_variant;
+            pub const KIND: #root::callable::CallableKind = #root::callable::CallableKind::#kind_variant;
             /// Its signature (what the generated code checks against).
             #[doc(hidden)]
             pub const PARAMS: [#root::__private::Param; #n] = [#(#param_items),*];
@@ -458,9 +458,9 @@ pub(crate) fn twin(
 
             /// A typed call: arguments in signature order, checked at compile time.
             #[inline]
-            pub fn call(#(#call_params),*) -> #root::Result<#root::Call<#root::kind::#kind_marker>> {
+            pub fn call(#(#call_params),*) -> #root::Result<#root::dsl::Call<#root::dsl::kind::#kind_marker>> {
                 #[allow(unused_mut)]
-                let mut #c = #root::Call::__new(Self::INFO);
+                let mut #c = #root::dsl::Call::__new(Self::INFO);
                 #(#call_body)*
                 ::core::result::Result::Ok(#c)
             }

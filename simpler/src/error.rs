@@ -9,7 +9,7 @@ use std::fmt;
 /// The result type used throughout `simpler`; the error type defaults to [`Error`].
 ///
 /// ```
-/// use simpler::{DataType, Result, TensorView};
+/// use simpler::{DataType, Result, memory::TensorView};
 ///
 /// fn elements(shape: &[u32]) -> Result<u64> {
 ///     Ok(TensorView::new(0, shape, None, DataType::Float32)?.num_elements())
@@ -25,7 +25,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// match it with a wildcard arm.
 ///
 /// ```
-/// use simpler::{DataType, ErrorKind, TensorView};
+/// use simpler::{DataType, ErrorKind, memory::TensorView};
 /// let err = TensorView::new(0, &[], None, DataType::Float32).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
 /// assert_eq!(ErrorKind::Timeout.to_string(), "timed out");

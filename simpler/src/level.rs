@@ -3,7 +3,7 @@
 /// A level of the worker hierarchy.
 ///
 /// ```
-/// use simpler::Level;
+/// use simpler::status::Level;
 /// assert_eq!(Level::Node.number(), 3);
 /// assert_eq!(Level::from_number(4), Some(Level::Network1));
 /// assert_eq!(Level::Node.name(), "node");
@@ -28,7 +28,7 @@ impl Level {
     /// The level number (2..=6).
     ///
     /// ```
-    /// use simpler::Level;
+    /// use simpler::status::Level;
     /// assert_eq!(Level::Chip.number(), 2);
     /// assert_eq!(Level::Network3.number(), 6);
     /// ```
@@ -39,7 +39,7 @@ impl Level {
     /// The level with this number, if it has a name (2..=6).
     ///
     /// ```
-    /// use simpler::Level;
+    /// use simpler::status::Level;
     /// assert_eq!(Level::from_number(2), Some(Level::Chip));
     /// assert_eq!(Level::from_number(1), None);
     /// assert_eq!(Level::from_number(7), None);
@@ -59,7 +59,7 @@ impl Level {
     /// The level's word, used as a span prefix (`chip`, `node`, `network1`, ...).
     ///
     /// ```
-    /// use simpler::Level;
+    /// use simpler::status::Level;
     /// assert_eq!(Level::Chip.name(), "chip");
     /// assert_eq!(Level::Network1.name(), "network1");
     /// ```

@@ -47,11 +47,11 @@
 pub mod bench_support;
 #[cfg(doctest)]
 mod book;
-mod callable;
-mod chip;
+pub mod callable;
+pub mod chip;
 mod data;
 mod dfx;
-mod dsl;
+pub mod dsl;
 mod engine;
 mod error;
 #[cfg(feature = "bench-support")]
@@ -67,33 +67,126 @@ mod sys;
 pub mod test_support;
 mod worker;
 
-pub use callable::host::{HostFn, HostFnPtr, HostResult};
-pub use callable::identity::{CallableHandle, CallableKind, Digest, Namespace};
-pub use chip::{ChipBackend, ChipBackendFn, ChipFn, ChipOrchFnPtr, ChipSpec, DeviceMemory, SimChip};
-pub use data::buffer::{Access, Buffer, BufferDesc, Identity};
-pub use data::call_config::{CallConfig, RingSizes, Swimlane};
-pub use data::dtype::{DataType, Element};
+// The root: what every program names. The rest lives in the topic modules below and in
+// `callable`, `chip` and `dsl`; `prelude` has what most programs import.
+pub use callable::host::{HostFn, HostResult};
+pub use callable::identity::CallableHandle;
+pub use data::buffer::Buffer;
+pub use data::dtype::DataType;
 pub use data::host_args::HostArgs;
 pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
-pub use data::tensor::{MAX_TENSOR_DIMS, Tensor, TensorView};
-pub use dfx::graph::{EdgeReason, RunDag, TaskNode};
-pub use dfx::timeline::{TaskRecord, TaskStatus, Timeline};
-pub use dsl::graph::{GraphEdge, TaskGraph};
-pub use dsl::launch::IndexLaunch;
-pub use dsl::place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
-pub use dsl::typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
-pub use dsl::view::{In, InOut, Out};
+pub use data::tensor::Tensor;
 pub use engine::orch_fn::{OrchFn, OrchFnPtr};
 pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
-pub use engine::run::{RunHandle, RunProgress, RunStats};
+pub use engine::run::RunHandle;
 pub use error::{Error, ErrorKind, Result};
-pub use level::Level;
-pub use net::{ClusterKey, NodeAddr};
-pub use sys::shm::{SweepReport, sweep_stale_buffers};
-pub use worker::{
-    BoundNode, Launch, Node, RemoteWorker, RunOptions, StartMethod, Worker, WorkerBuilder, WorkerKind,
-    WorkerState, WorkerStatus,
-};
+pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder};
+
+/// What most programs import: `use simpler::prelude::*;`.
+///
+/// The Worker and its runs, buffers and tensors, task arguments and host functions, the two
+/// macros and the typed DSL's tensors and placements. [`Result`](crate::Result) and
+/// [`Error`](crate::Error) stay out, so they do not shadow the standard library's; name them
+/// as `simpler::Result`.
+///
+/// ```
+/// use simpler::prelude::*;
+///
+/// #[callable(sub)]
+/// fn double(x: In<f32>, mut y: Out<f32>) {
+///     for (o, i) in y.iter_mut().zip(x.iter()) {
+///         *o = 2.0 * i;
+///     }
+/// }
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(1).build()?;
+/// worker.init()?;
+/// let (a, b) = (worker.create_buffer(64)?, worker.create_buffer(64)?);
+/// a.write(0, &[1.0f32; 16])?;
+/// let (x, mut y) = (a.typed::<f32>(&[16])?, b.typed::<f32>(&[16])?);
+/// worker.run(|orch| double::call(&x, &mut y)?.on(orch, sub()).map(|_| ()))?;
+/// assert_eq!(b.read::<f32>(0, 16)?, vec![2.0; 16]);
+/// worker.close()
+/// # }
+/// ```
+pub mod prelude {
+    pub use crate::dsl::{In, InOut, Out, TensorOf, chip, sub, worker};
+    pub use crate::{
+        Buffer, CallableHandle, DataType, HostArgs, HostFn, HostResult, Orchestrator, RunHandle, RunOptions,
+        TaskArgs, Tensor, Worker, callable, task_graph,
+    };
+}
+
+/// Where tensors live: buffer descriptors and identities, views, element types, and the
+/// clean-up of shared memory left by crashed processes of earlier versions.
+///
+/// ```
+/// use simpler::memory::{Access, TensorView};
+/// use simpler::DataType;
+///
+/// let view = TensorView::new(0, &[4, 4], None, DataType::Float32)?;
+/// assert_eq!(view.extent_bytes(), 64);
+/// assert!(Access::ReadWrite.allows(Access::Read));
+/// # Ok::<(), simpler::Error>(())
+/// ```
+pub mod memory {
+    pub use crate::data::buffer::{Access, BufferDesc, Identity};
+    pub use crate::data::dtype::Element;
+    pub use crate::data::tensor::{MAX_TENSOR_DIMS, TensorView};
+    pub use crate::sys::shm::{SweepReport, sweep_stale_buffers};
+}
+
+/// What a run did: its DAG (`RunOptions::capture_dag`) and its timeline (`RunHandle::timeline`),
+/// exportable as Chrome traces, SVG and DOT.
+///
+/// ```no_run
+/// use simpler::trace::Timeline;
+///
+/// fn write_trace(timeline: &Timeline) -> std::io::Result<()> {
+///     std::fs::write("run.json", timeline.to_chrome_trace())
+/// }
+/// ```
+pub mod trace {
+    pub use crate::dfx::graph::{EdgeReason, RunDag, TaskNode};
+    pub use crate::dfx::timeline::{TaskRecord, TaskStatus, Timeline};
+}
+
+/// Workers on other hosts: remote L3 Workers reached over an authenticated, framed protocol,
+/// and jobs started by a launcher (`mpirun`, `srun`).
+///
+/// ```no_run
+/// use simpler::remote::{ClusterKey, NodeAddr};
+///
+/// let key = ClusterKey::from_env()?;
+/// let root: NodeAddr = "10.0.0.1:7000".parse()?;
+/// # let _ = (key, root);
+/// # Ok::<(), simpler::Error>(())
+/// ```
+pub mod remote {
+    pub use crate::net::{ClusterKey, NodeAddr};
+    pub use crate::worker::{BoundNode, Launch, Node, RemoteWorker};
+}
+
+/// How a Worker and its runs are doing: its level, its workers' states, a run's progress and
+/// statistics.
+///
+/// ```no_run
+/// use simpler::status::{Level, WorkerState};
+/// use simpler::Worker;
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut worker = Worker::builder().sub_workers(2).build()?;
+/// worker.init()?;
+/// assert_eq!(worker.level(), Level::L3);
+/// assert!(worker.workers().iter().all(|w| w.state == WorkerState::Alive));
+/// # Ok(()) }
+/// ```
+pub mod status {
+    pub use crate::engine::run::{RunProgress, RunStats};
+    pub use crate::level::Level;
+    pub use crate::worker::{WorkerKind, WorkerState, WorkerStatus};
+}
 
 /// Turns a function into a callable: `#[callable(chip)]` (a kernel, or a chip orchestration
 /// when its first parameter is `&mut Orchestrator<'_>`), `#[callable(sub)]` (a host function

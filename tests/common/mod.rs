@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 pub use simpler::test_support::in_own_process;
 use simpler::{
-    Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostFnPtr, HostResult, Tensor,
-    TensorView, Worker, WorkerBuilder,
+    Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostResult, Tensor, Worker,
+    WorkerBuilder, callable::HostFnPtr, memory::TensorView,
 };
 
 // ------------------------------------------------------------------------------------------ rig

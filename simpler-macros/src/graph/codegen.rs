@@ -131,9 +131,9 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                 ParamTy::Tensor { mode, elem, .. } => {
                     let span = p.decl.span();
                     if *mode == Mode::In {
-                        quote_spanned!(span=> #id: #root::TensorOf<#elem, #root::ReadOnly>)
+                        quote_spanned!(span=> #id: #root::dsl::TensorOf<#elem, #root::dsl::ReadOnly>)
                     } else {
-                        quote_spanned!(span=> mut #id: #root::TensorOf<#elem, #root::ReadWrite>)
+                        quote_spanned!(span=> mut #id: #root::dsl::TensorOf<#elem, #root::dsl::ReadWrite>)
                     }
                 }
                 ParamTy::Scalar => {
@@ -165,7 +165,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             /// The graph's structure: its tasks and the dependencies between them, computed with
             /// the engine's rules (compare it with a captured run using `TaskGraph::matches`).
             #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
-            pub fn graph() -> #root::TaskGraph {
+            pub fn graph() -> #root::dsl::TaskGraph {
                 let mut #g = #root::__private::GraphBuilder::new();
                 #(#replay)*
                 #g.finish()
@@ -188,7 +188,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             /// A tile that does not divide its tensor, or partitions of one loop whose piece
             /// counts differ: the errors the run would return.
             #[allow(unused_variables, clippy::cast_possible_truncation, clippy::unnecessary_cast)]
-            pub fn graph_for(#(#shapes),*) -> #root::Result<#root::TaskGraph> {
+            pub fn graph_for(#(#shapes),*) -> #root::Result<#root::dsl::TaskGraph> {
                 let mut #g = #root::__private::GraphBuilder::new();
                 #(#replay)*
                 ::core::result::Result::Ok(#g.finish())
@@ -448,7 +448,7 @@ impl Gen<'_> {
         {
             let args = &c.args;
             let root = respan(self.root.clone(), id.span());
-            return quote_spanned!(place.span()=> #root::#id(#args));
+            return quote_spanned!(place.span()=> #root::dsl::#id(#args));
         }
         place.to_token_stream()
     }
@@ -483,7 +483,7 @@ fn respan(ts: TokenStream, span: Span) -> TokenStream {
 }
 
 /// The target text of a placement as the engine's DAG capture prints it.
-/// `sub()`, `chip(3)`, `simpler::worker(3u32)`: known at compile time. Any other placement
+/// `sub()`, `chip(3)`, `simpler::dsl::worker(3u32)`: known at compile time. Any other placement
 /// (`chip(n)`, a variable) is only known at run time: `worker ?`, which
 /// [`TaskGraph::matches`] accepts for any worker.
 fn target_text(place: &syn::Expr) -> String {

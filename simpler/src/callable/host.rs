@@ -37,7 +37,7 @@ pub type HostResult = std::result::Result<(), Box<dyn std::error::Error + Send +
 /// A host function as a plain `fn` pointer; what [`HostFn::new`] takes.
 ///
 /// ```
-/// use simpler::{HostArgs, HostFn, HostFnPtr, HostResult};
+/// use simpler::{HostArgs, HostFn, callable::HostFnPtr, HostResult};
 ///
 /// fn noop(_: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -208,7 +208,7 @@ impl HostFn {
     /// ```
     /// # fn f(_: &simpler::HostArgs<'_>) -> simpler::HostResult { Ok(()) }
     /// let h = simpler::HostFn::new("f", f).handle();
-    /// assert_eq!(h.kind(), simpler::CallableKind::HostFn);
+    /// assert_eq!(h.kind(), simpler::callable::CallableKind::HostFn);
     /// ```
     pub fn handle(&self) -> crate::callable::identity::CallableHandle {
         crate::callable::identity::CallableHandle::new(

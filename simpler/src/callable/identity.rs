@@ -24,7 +24,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// parsed back from exactly that form.
 ///
 /// ```
-/// use simpler::Digest;
+/// use simpler::callable::Digest;
 /// let d = Digest::of(b"abc");
 /// let text = d.to_string();
 /// assert_eq!(
@@ -40,7 +40,7 @@ impl Digest {
     /// Computes the sha256 digest of `bytes`.
     ///
     /// ```
-    /// use simpler::Digest;
+    /// use simpler::callable::Digest;
     /// assert_eq!(
     ///     Digest::of(b"").to_string(),
     ///     "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -53,7 +53,7 @@ impl Digest {
     /// Wraps 32 raw digest bytes.
     ///
     /// ```
-    /// use simpler::Digest;
+    /// use simpler::callable::Digest;
     /// let d = Digest::from_bytes([0xab; 32]);
     /// assert_eq!(d.as_bytes(), &[0xab; 32]);
     /// assert_eq!(d.short(), "sha256:abababababab");
@@ -65,7 +65,7 @@ impl Digest {
     /// The 32 raw digest bytes.
     ///
     /// ```
-    /// use simpler::Digest;
+    /// use simpler::callable::Digest;
     /// let d = Digest::of(b"abc");
     /// assert_eq!(d.as_bytes()[..4], [0xba, 0x78, 0x16, 0xbf]);
     /// ```
@@ -81,7 +81,7 @@ impl Digest {
     /// [`ErrorKind::InvalidArgument`] error whose message starts with `HASHID_FORMAT_INVALID`.
     ///
     /// ```
-    /// use simpler::{Digest, ErrorKind};
+    /// use simpler::{callable::Digest, ErrorKind};
     /// let text = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
     /// assert_eq!(Digest::parse(text).unwrap(), Digest::of(b"abc"));
     ///
@@ -118,7 +118,7 @@ impl Digest {
     /// `sha256:` followed by the first 12 hex digits, for messages.
     ///
     /// ```
-    /// use simpler::Digest;
+    /// use simpler::callable::Digest;
     /// assert_eq!(Digest::of(b"abc").short(), "sha256:ba7816bf8f01");
     /// ```
     pub fn short(&self) -> String {
@@ -172,7 +172,7 @@ impl FromStr for Digest {
 /// What kind of callable a descriptor describes; its `u32` value is the descriptor's `kind` field.
 ///
 /// ```
-/// use simpler::{CallableKind, Namespace};
+/// use simpler::{callable::CallableKind, callable::Namespace};
 /// assert_eq!(CallableKind::HostFn as u32, 2);
 /// assert_eq!(CallableKind::HostFn.namespace(), Namespace::LocalHost);
 /// assert_eq!(CallableKind::Chip.name(), "chip");
@@ -197,7 +197,7 @@ impl CallableKind {
     /// `CALLABLE_KIND_UNSUPPORTED`.
     ///
     /// ```
-    /// use simpler::{CallableKind, ErrorKind};
+    /// use simpler::{callable::CallableKind, ErrorKind};
     /// assert_eq!(CallableKind::from_u32(3).unwrap(), CallableKind::Orch);
     /// let err = CallableKind::from_u32(9).unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::Callable);
@@ -221,7 +221,7 @@ impl CallableKind {
     /// A human-readable name: `"chip"`, `"host function"` or `"orchestration"`.
     ///
     /// ```
-    /// use simpler::CallableKind;
+    /// use simpler::callable::CallableKind;
     /// assert_eq!(CallableKind::HostFn.name(), "host function");
     /// assert_eq!(CallableKind::Orch.name(), "orchestration");
     /// ```
@@ -237,7 +237,7 @@ impl CallableKind {
     /// [`Chip`](CallableKind::Chip), [`Namespace::LocalHost`] for the others.
     ///
     /// ```
-    /// use simpler::{CallableKind, Namespace};
+    /// use simpler::{callable::CallableKind, callable::Namespace};
     /// assert_eq!(CallableKind::Chip.namespace(), Namespace::LocalChip);
     /// assert_eq!(CallableKind::Orch.namespace(), Namespace::LocalHost);
     /// ```
@@ -252,7 +252,7 @@ impl CallableKind {
 /// Which family of registries a callable is installed into.
 ///
 /// ```
-/// use simpler::{CallableKind, Namespace};
+/// use simpler::{callable::CallableKind, callable::Namespace};
 /// assert_eq!(CallableKind::HostFn.namespace(), Namespace::LocalHost);
 /// assert_eq!(Namespace::Remote as u32, 3);
 /// ```
@@ -414,7 +414,7 @@ pub(crate) fn orch_fn_descriptor(name: &str, type_name: &str, type_hash: u64) ->
 /// `` `double` (sha256:9bdb05460e57) ``; `Debug` shows the full digest.
 ///
 /// ```
-/// use simpler::{CallableKind, HostArgs, HostFn, HostResult, Namespace, Worker};
+/// use simpler::{callable::CallableKind, HostArgs, HostFn, HostResult, callable::Namespace, Worker};
 ///
 /// fn double(_: &HostArgs<'_>) -> HostResult {
 ///     Ok(())
@@ -452,7 +452,7 @@ impl CallableHandle {
     /// let h = worker.register(HostFn::new("double", double))?; // before init: no fork
     /// let text = h.digest().to_string();
     /// assert!(text.starts_with("sha256:") && text.len() == 7 + 64);
-    /// assert_eq!(text.parse::<simpler::Digest>()?, h.digest());
+    /// assert_eq!(text.parse::<simpler::callable::Digest>()?, h.digest());
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn digest(&self) -> Digest {
@@ -462,7 +462,7 @@ impl CallableHandle {
     /// The callable's kind.
     ///
     /// ```
-    /// use simpler::CallableKind;
+    /// use simpler::callable::CallableKind;
     /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
     /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
     /// # let mut worker = Worker::builder().sub_workers(1).build()?;
@@ -477,7 +477,7 @@ impl CallableHandle {
     /// The namespace whose registries hold this callable (that of its [`kind`](Self::kind)).
     ///
     /// ```
-    /// use simpler::Namespace;
+    /// use simpler::callable::Namespace;
     /// # use simpler::{HostArgs, HostFn, HostResult, Worker};
     /// # fn double(_: &HostArgs<'_>) -> HostResult { Ok(()) }
     /// # let mut worker = Worker::builder().sub_workers(1).build()?;

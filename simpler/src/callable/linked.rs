@@ -68,7 +68,7 @@ impl ParamMode {
 /// One parameter of a `#[callable]`'s signature.
 ///
 /// ```
-/// use simpler::{callable, In, Out};
+/// use simpler::{callable, dsl::In, dsl::Out};
 /// use simpler::__private::ParamMode;
 ///
 /// #[callable(sub)]
@@ -145,7 +145,7 @@ pub static CALLABLES: [CallableInfo];
 /// computed at compile time, and records it in the link-time registry.
 ///
 /// ```
-/// use simpler::{callable, CallableKind, Digest, In, Out};
+/// use simpler::{callable, callable::CallableKind, callable::Digest, dsl::In, dsl::Out};
 ///
 /// #[callable(chip)]
 /// fn copy(a: In<u8>, mut b: Out<u8>) {
@@ -206,7 +206,7 @@ impl CallableInfo {
     /// The handle tasks name it by (the same as the one a Worker's registration returns).
     ///
     /// ```
-    /// # use simpler::{callable, In};
+    /// # use simpler::{callable, dsl::In};
     /// # #[callable(sub)] fn look(x: In<f32>) { let _ = x; }
     /// let h = look::INFO.handle();
     /// assert_eq!((h.name(), h.digest()), ("look", look::DIGEST));
@@ -264,7 +264,7 @@ impl CallableInfo {
     /// # use simpler::callable;
     /// # #[callable(sub)] fn found() {}
     /// assert_eq!(simpler::__private::CallableInfo::find(found::DIGEST).unwrap().name, "found");
-    /// assert!(simpler::__private::CallableInfo::find(simpler::Digest::of(b"nothing")).is_none());
+    /// assert!(simpler::__private::CallableInfo::find(simpler::callable::Digest::of(b"nothing")).is_none());
     /// ```
     pub fn find(digest: Digest) -> Option<&'static CallableInfo> {
         Self::linked().iter().find(|c| c.digest == digest)

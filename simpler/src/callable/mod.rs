@@ -15,3 +15,6 @@ pub(crate) mod host;
 pub(crate) mod identity;
 pub(crate) mod linked;
 pub(crate) mod registry;
+
+pub use host::HostFnPtr;
+pub use identity::{CallableKind, Digest, Namespace};

@@ -28,12 +28,12 @@ use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
 use crate::callable::linked::{CallableInfo, MACRO_PAYLOAD_FORMAT_VERSION};
 use crate::callable::registry::{Installable, Origin};
-use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
+pub use crate::data::call_config::{CallConfig, RingSizes, Swimlane};
 pub(crate) use runtime::{ChipArg, ChipConfig, ChipRun, ChipRuntime, CopyBack, END_WINDOW, RunOn};
 pub(crate) use sim::BackendFactory;
 pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
@@ -45,7 +45,7 @@ pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
 /// the run's [`CallConfig`].
 ///
 /// ```
-/// use simpler::{CallConfig, ChipFn, ChipOrchFnPtr, Orchestrator, Result, TaskArgs};
+/// use simpler::{chip::CallConfig, chip::ChipFn, chip::ChipOrchFnPtr, Orchestrator, Result, TaskArgs};
 ///
 /// fn nothing(_orch: &mut Orchestrator<'_>, _args: &TaskArgs, _cfg: &CallConfig) -> Result<()> {
 ///     Ok(())
@@ -81,7 +81,7 @@ pub(crate) enum ChipBody {
 /// [`handle`](ChipFn::handle) (the kernels must also be registered on the chip).
 ///
 /// ```
-/// use simpler::{CallConfig, CallableKind, ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
+/// use simpler::{chip::CallConfig, callable::CallableKind, chip::ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
 ///
 /// /// `x *= k` in place.
 /// fn scale(args: &HostArgs<'_>) -> HostResult {
@@ -176,7 +176,7 @@ impl ChipFn {
     /// memory of the chip (host tensors are copied in and out around the run).
     ///
     /// ```
-    /// use simpler::{ChipFn, HostArgs, HostResult};
+    /// use simpler::{chip::ChipFn, HostArgs, HostResult};
     ///
     /// fn vadd(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -206,7 +206,7 @@ impl ChipFn {
     /// SUB workers.
     ///
     /// ```
-    /// use simpler::{CallConfig, ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
+    /// use simpler::{chip::CallConfig, chip::ChipFn, HostArgs, HostResult, Orchestrator, Result, TaskArgs};
     ///
     /// fn relu(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<f32>(0)? {
@@ -221,7 +221,7 @@ impl ChipFn {
     ///     let n = x.view().shape()[0] / 2;
     ///     let relu = ChipFn::kernel("relu", relu).handle();
     ///     for core in 0..2u32 {
-    ///         let half = x.reshape(simpler::TensorView::new(
+    ///         let half = x.reshape(simpler::memory::TensorView::new(
     ///             u64::from(core * n) * 4,
     ///             &[n],
     ///             None,
@@ -246,7 +246,7 @@ impl ChipFn {
     /// The name given at construction.
     ///
     /// ```
-    /// use simpler::{ChipFn, HostArgs, HostResult};
+    /// use simpler::{chip::ChipFn, HostArgs, HostResult};
     /// fn noop(_: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
     /// }
@@ -259,7 +259,7 @@ impl ChipFn {
     /// True for a kernel, false for a chip orchestration.
     ///
     /// ```
-    /// use simpler::{CallConfig, ChipFn, HostArgs, HostResult, Orchestrator, TaskArgs};
+    /// use simpler::{chip::CallConfig, chip::ChipFn, HostArgs, HostResult, Orchestrator, TaskArgs};
     /// fn noop(_: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
     /// }
@@ -279,7 +279,7 @@ impl ChipFn {
     /// a chip orchestration names the kernels it submits.
     ///
     /// ```
-    /// use simpler::{CallableKind, ChipFn, HostArgs, HostResult, Namespace};
+    /// use simpler::{callable::CallableKind, chip::ChipFn, HostArgs, HostResult, callable::Namespace};
     /// fn noop(_: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
     /// }

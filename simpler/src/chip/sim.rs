@@ -23,7 +23,7 @@ pub(crate) const MAX_CORES: usize = 1024;
 /// memory than this.
 ///
 /// ```
-/// use simpler::DeviceMemory;
+/// use simpler::chip::DeviceMemory;
 ///
 /// let mem = DeviceMemory::new(1 << 20)?;
 /// let p = mem.malloc(5)?;
@@ -51,7 +51,7 @@ impl DeviceMemory {
     /// error.
     ///
     /// ```
-    /// use simpler::DeviceMemory;
+    /// use simpler::chip::DeviceMemory;
     /// assert_eq!(DeviceMemory::new(4096)?.size(), 4096);
     /// assert!(DeviceMemory::new(0).is_err());
     /// # Ok::<(), simpler::Error>(())
@@ -63,7 +63,7 @@ impl DeviceMemory {
     /// Its size in bytes.
     ///
     /// ```
-    /// assert_eq!(simpler::DeviceMemory::new(8192)?.size(), 8192);
+    /// assert_eq!(simpler::chip::DeviceMemory::new(8192)?.size(), 8192);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn size(&self) -> u64 {
@@ -73,7 +73,7 @@ impl DeviceMemory {
     /// Bytes in live allocations (rounded up to their 64-byte blocks).
     ///
     /// ```
-    /// let mem = simpler::DeviceMemory::new(8192)?;
+    /// let mem = simpler::chip::DeviceMemory::new(8192)?;
     /// let p = mem.malloc(10)?;
     /// assert_eq!(mem.used(), 64);
     /// mem.free(p)?;
@@ -96,7 +96,7 @@ impl DeviceMemory {
     /// request and the memory size.
     ///
     /// ```
-    /// use simpler::{DeviceMemory, ErrorKind};
+    /// use simpler::{chip::DeviceMemory, ErrorKind};
     /// let mem = DeviceMemory::new(4096)?;
     /// let (a, b) = (mem.malloc(100)?, mem.malloc(100)?);
     /// assert_eq!((a % 64, b % 64), (0, 0));
@@ -117,7 +117,7 @@ impl DeviceMemory {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error that says which.
     ///
     /// ```
-    /// let mem = simpler::DeviceMemory::new(4096)?;
+    /// let mem = simpler::chip::DeviceMemory::new(4096)?;
     /// let p = mem.malloc(256)?;
     /// mem.free(p)?;
     /// assert!(mem.free(p).unwrap_err().message().contains("double free"));
@@ -135,7 +135,7 @@ impl DeviceMemory {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error naming it.
     ///
     /// ```
-    /// let mem = simpler::DeviceMemory::new(4096)?;
+    /// let mem = simpler::chip::DeviceMemory::new(4096)?;
     /// let p = mem.malloc(8)?;
     /// mem.copy_to(p, &[1, 2, 3, 4, 5, 6, 7, 8])?;
     /// assert!(mem.copy_to(p + 4, &[0; 8]).is_err()); // runs past the allocation
@@ -152,7 +152,7 @@ impl DeviceMemory {
     /// As [`copy_to`](Self::copy_to).
     ///
     /// ```
-    /// let mem = simpler::DeviceMemory::new(4096)?;
+    /// let mem = simpler::chip::DeviceMemory::new(4096)?;
     /// let p = mem.malloc(4)?;
     /// mem.copy_to(p, &[9, 8, 7, 6])?;
     /// let mut two = [0u8; 2];
@@ -168,7 +168,7 @@ impl DeviceMemory {
     /// alignment padding).
     ///
     /// ```
-    /// let mem = simpler::DeviceMemory::new(4096)?;
+    /// let mem = simpler::chip::DeviceMemory::new(4096)?;
     /// let p = mem.malloc(100)?;
     /// assert!(mem.is_live(p, 100) && mem.is_live(p + 10, 90));
     /// assert!(!mem.is_live(p, 101));
@@ -199,7 +199,7 @@ impl DeviceMemory {
 /// never see two buffers share a byte.
 ///
 /// ```
-/// use simpler::{ChipBackend, SimChip};
+/// use simpler::{chip::ChipBackend, chip::SimChip};
 ///
 /// fn upload(chip: &dyn ChipBackend, bytes: &[u8]) -> simpler::Result<u64> {
 ///     let ptr = chip.malloc(bytes.len() as u64)?;
@@ -219,7 +219,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// The number of cores kernels can run on (ids `0..cores()`), 1 to 1024.
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// assert_eq!(SimChip::new(1 << 20, 4)?.cores(), 4);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -229,7 +229,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// (the runtime keeps what the first call returns).
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// assert_eq!(SimChip::new(64 << 20, 4)?.memory().size(), 64 << 20);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -238,7 +238,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// The size of the device memory in bytes.
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// assert_eq!(SimChip::new(64 << 20, 4)?.memory_size(), 64 << 20);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -249,7 +249,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// Allocates `nbytes` of device memory (see [`DeviceMemory::malloc`] for the errors).
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// let chip = SimChip::new(4096, 1)?;
     /// let p = chip.malloc(100)?;
     /// assert!(chip.memory().is_live(p, 100));
@@ -263,7 +263,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// Frees an allocation made by [`malloc`](Self::malloc) (see [`DeviceMemory::free`]).
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// let chip = SimChip::new(4096, 1)?;
     /// let p = chip.malloc(256)?;
     /// chip.free(p)?;
@@ -278,7 +278,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// A strided host tensor arrives as one call per contiguous run of its elements.
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// let chip = SimChip::new(4096, 1)?;
     /// let p = chip.malloc(8)?;
     /// chip.copy_to_device(p, &[1, 2, 3, 4, 5, 6, 7, 8])?;
@@ -293,7 +293,7 @@ pub trait ChipBackend: Send + Sync + 'static {
     /// [`DeviceMemory::copy_from`]).
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// let chip = SimChip::new(4096, 1)?;
     /// let p = chip.malloc(4)?;
     /// chip.copy_to_device(p, &[9, 8, 7, 6])?;
@@ -311,7 +311,7 @@ pub trait ChipBackend: Send + Sync + 'static {
 /// the builder's `chip_memory` and `chip_cores`.
 ///
 /// ```
-/// use simpler::{ChipBackend, ChipSpec, SimChip, Worker};
+/// use simpler::{chip::ChipBackend, chip::ChipSpec, chip::SimChip, Worker};
 ///
 /// let worker = Worker::builder()
 ///     .chips(2)
@@ -333,7 +333,7 @@ impl ChipSpec {
     /// The chip's id among its Worker's chips (`chip(N)`); 0 at L2.
     ///
     /// ```
-    /// # let spec = simpler::ChipSpec::default_for(3);
+    /// # let spec = simpler::chip::ChipSpec::default_for(3);
     /// assert_eq!(spec.chip_id(), 3);
     /// ```
     pub fn chip_id(&self) -> u32 {
@@ -343,7 +343,7 @@ impl ChipSpec {
     /// The device memory the builder asked for (`chip_memory`).
     ///
     /// ```
-    /// # let spec = simpler::ChipSpec::default_for(0);
+    /// # let spec = simpler::chip::ChipSpec::default_for(0);
     /// assert_eq!(spec.memory_bytes(), 1 << 30);
     /// ```
     pub fn memory_bytes(&self) -> u64 {
@@ -353,7 +353,7 @@ impl ChipSpec {
     /// The core count the builder asked for (`chip_cores`).
     ///
     /// ```
-    /// # let spec = simpler::ChipSpec::default_for(0);
+    /// # let spec = simpler::chip::ChipSpec::default_for(0);
     /// assert_eq!(spec.cores(), 4);
     /// ```
     pub fn cores(&self) -> usize {
@@ -364,7 +364,7 @@ impl ChipSpec {
     /// factory.
     ///
     /// ```
-    /// let spec = simpler::ChipSpec::default_for(1);
+    /// let spec = simpler::chip::ChipSpec::default_for(1);
     /// assert_eq!((spec.chip_id(), spec.memory_bytes(), spec.cores()), (1, 1 << 30, 4));
     /// ```
     pub fn default_for(chip_id: u32) -> ChipSpec {
@@ -380,7 +380,7 @@ impl ChipSpec {
 /// carry state from the caller.
 ///
 /// ```
-/// use simpler::{ChipBackend, ChipBackendFn, ChipSpec, SimChip};
+/// use simpler::{chip::ChipBackend, chip::ChipBackendFn, chip::ChipSpec, chip::SimChip};
 ///
 /// fn small(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
 ///     Ok(Box::new(SimChip::new(spec.memory_bytes().min(1 << 20), 1)?))
@@ -452,7 +452,7 @@ impl BackendFactory {
 /// Only touched pages use memory, so a large `memory_bytes` is cheap.
 ///
 /// ```
-/// use simpler::{ChipBackend, SimChip};
+/// use simpler::{chip::ChipBackend, chip::SimChip};
 ///
 /// let chip = SimChip::new(1 << 30, 4)?; // 1 GiB, backed on first touch
 /// let weights = chip.malloc(4 * 1024)?;
@@ -479,7 +479,7 @@ impl SimChip {
     /// the kernel refuses to map is an [`ErrorKind::Os`](crate::ErrorKind::Os) error.
     ///
     /// ```
-    /// use simpler::{ChipBackend, SimChip};
+    /// use simpler::{chip::ChipBackend, chip::SimChip};
     /// let chip = SimChip::new(64 << 20, 8)?;
     /// assert_eq!((chip.memory_size(), chip.cores()), (64 << 20, 8));
     /// assert!(SimChip::new(0, 1).is_err());

@@ -38,7 +38,7 @@ use crate::sys::shm::{SharedKey, SharedMem, buffer_label};
 /// User code cannot make one:
 ///
 /// ```compile_fail
-/// let forged = simpler::Identity::new(0xfeed, 1, 1); // error: `new` is private
+/// let forged = simpler::memory::Identity::new(0xfeed, 1, 1); // error: `new` is private
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Identity {
@@ -64,7 +64,7 @@ impl Identity {
     /// The owner nonce.
     ///
     /// ```
-    /// use simpler::Identity;
+    /// use simpler::memory::Identity;
     /// # let (a, b) = (simpler::__private::doc_buffer(8)?, simpler::__private::doc_buffer(8)?);
     /// // Two buffers of one Worker.
     /// assert_eq!(a.desc().identity().owner(), b.desc().identity().owner());
@@ -77,7 +77,7 @@ impl Identity {
     /// The per-owner buffer number (never 0).
     ///
     /// ```
-    /// use simpler::Identity;
+    /// use simpler::memory::Identity;
     /// # let (a, b) = (simpler::__private::doc_buffer(8)?, simpler::__private::doc_buffer(8)?);
     /// // Two buffers of one Worker.
     /// assert_ne!(a.desc().identity().buffer_id(), b.desc().identity().buffer_id());
@@ -90,7 +90,7 @@ impl Identity {
     /// The generation (starts at 1).
     ///
     /// ```
-    /// use simpler::Identity;
+    /// use simpler::memory::Identity;
     /// # let buffer = simpler::__private::doc_buffer(8)?;
     /// assert_eq!(buffer.desc().identity().generation(), 1);
     /// # Ok::<(), simpler::Error>(())
@@ -135,7 +135,7 @@ impl IdentityMinter {
 /// The access a buffer (or a view of it handed to a task) grants.
 ///
 /// ```
-/// use simpler::Access;
+/// use simpler::memory::Access;
 /// assert!(Access::ReadWrite.allows(Access::Read));
 /// assert!(!Access::Read.allows(Access::Write));
 /// ```
@@ -155,7 +155,7 @@ impl Access {
     /// everything, `Read` and `Write` only themselves.
     ///
     /// ```
-    /// use simpler::Access;
+    /// use simpler::memory::Access;
     /// assert!(Access::ReadWrite.allows(Access::Write));
     /// assert!(Access::Write.allows(Access::Write));
     /// assert!(!Access::Write.allows(Access::Read));
@@ -168,7 +168,7 @@ impl Access {
     /// True when this access may write.
     ///
     /// ```
-    /// use simpler::Access;
+    /// use simpler::memory::Access;
     /// assert!(Access::Write.can_write() && Access::ReadWrite.can_write());
     /// assert!(!Access::Read.can_write());
     /// ```
@@ -187,7 +187,7 @@ impl Access {
     /// True when this access may read.
     ///
     /// ```
-    /// use simpler::Access;
+    /// use simpler::memory::Access;
     /// assert!(Access::Read.can_read() && Access::ReadWrite.can_read());
     /// assert!(!Access::Write.can_read());
     /// ```
@@ -202,7 +202,7 @@ impl Access {
     /// Values above 2 are an [`ErrorKind::Decode`](crate::ErrorKind::Decode) error.
     ///
     /// ```
-    /// use simpler::{Access, ErrorKind};
+    /// use simpler::{memory::Access, ErrorKind};
     /// assert_eq!(Access::from_u8(2).unwrap(), Access::ReadWrite);
     /// assert_eq!(Access::from_u8(Access::Write as u8).unwrap(), Access::Write);
     /// assert_eq!(Access::from_u8(3).unwrap_err().kind(), ErrorKind::Decode);
@@ -284,7 +284,7 @@ impl Backing {
 /// access it grants and its size (where the bytes live is internal).
 ///
 /// ```
-/// use simpler::{Access, BufferDesc, Identity};
+/// use simpler::{memory::Access, memory::BufferDesc, memory::Identity};
 /// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
 /// # let desc = *buf.desc();
@@ -296,7 +296,7 @@ impl Backing {
 /// buffer's bytes under a second identity:
 ///
 /// ```compile_fail
-/// # use simpler::{Access, BufferDesc};
+/// # use simpler::{memory::Access, memory::BufferDesc};
 /// # let desc: BufferDesc = todo!();
 /// let alias = BufferDesc::new(desc.identity(), desc.backing(), Access::ReadWrite, 64); // error: private
 /// ```
@@ -343,7 +343,7 @@ impl BufferDesc {
     /// The canonical identity.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::{memory::Access, memory::BufferDesc, memory::Identity};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
@@ -356,7 +356,7 @@ impl BufferDesc {
     /// The backing.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::{memory::Access, memory::BufferDesc, memory::Identity};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
@@ -379,7 +379,7 @@ impl BufferDesc {
     /// The granted access.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::{memory::Access, memory::BufferDesc, memory::Identity};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
@@ -392,7 +392,7 @@ impl BufferDesc {
     /// Size in bytes.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, Identity};
+    /// # use simpler::{memory::Access, memory::BufferDesc, memory::Identity};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(4096).unwrap();
     /// # let desc = *buf.desc();
@@ -594,7 +594,7 @@ impl Buffer {
     /// # fn main() -> simpler::Result<()> {
     /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
     /// # worker.init()?;
-    /// use simpler::Access;
+    /// use simpler::memory::Access;
     /// # use simpler::__private::Backing;
     /// let buf = worker.create_buffer(64)?;
     /// assert_eq!(buf.desc().access(), Access::ReadWrite);
@@ -700,7 +700,7 @@ impl Buffer {
     /// # fn main() -> simpler::Result<()> {
     /// # let mut worker = simpler::Worker::builder().sub_workers(1).build()?;
     /// # worker.init()?;
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let buf = worker.create_buffer(4 * 16)?; // a 4x4 f32 matrix
     /// // Column 1: four elements, one per row.
     /// let col = buf.view(TensorView::new(4, &[4], Some(&[4]), DataType::Float32)?)?;

@@ -17,7 +17,7 @@ pub(crate) const OUTPUT_PREFIX_LEN: usize = 1024;
 /// the simulated chip checks them and otherwise ignores them.
 ///
 /// ```
-/// use simpler::{CallConfig, RingSizes};
+/// use simpler::{chip::CallConfig, chip::RingSizes};
 /// let small = RingSizes { task_window: Some(16), heap_bytes: Some(64 << 10), dep_pool: Some(64) };
 /// assert!(CallConfig::new().rings(small).validate().is_ok());
 /// let bad = RingSizes { task_window: Some(100), ..RingSizes::default() }; // not a power of two
@@ -39,7 +39,7 @@ pub struct RingSizes {
 /// differ only on hardware.
 ///
 /// ```
-/// use simpler::{CallConfig, Swimlane};
+/// use simpler::{chip::CallConfig, chip::Swimlane};
 /// let cfg = CallConfig::new().swimlane(Swimlane::Level2).output_prefix("/tmp/trace");
 /// assert_eq!(cfg.get_swimlane(), Swimlane::Level2);
 /// assert_eq!(Swimlane::default(), Swimlane::Off);
@@ -91,7 +91,7 @@ impl Swimlane {
 /// task, saying so. SUB tasks take no config.
 ///
 /// ```
-/// use simpler::{CallConfig, RingSizes};
+/// use simpler::{chip::CallConfig, chip::RingSizes};
 /// let cfg = CallConfig::new()
 ///     .aicpu_threads(4)
 ///     .rings(RingSizes { heap_bytes: Some(1 << 20), ..RingSizes::default() })
@@ -119,7 +119,7 @@ impl CallConfig {
     /// The default configuration: the runtime's own defaults, no diagnostics.
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new();
+    /// let cfg = simpler::chip::CallConfig::new();
     /// assert_eq!(cfg.get_aicpu_threads(), None);
     /// assert!(!cfg.get_dump_args());
     /// ```
@@ -140,7 +140,7 @@ impl CallConfig {
     /// the architecture's default (4 on a2a3, 5 on a5). Real hardware only.
     ///
     /// ```
-    /// use simpler::CallConfig;
+    /// use simpler::chip::CallConfig;
     /// assert_eq!(CallConfig::new().aicpu_threads(4).get_aicpu_threads(), Some(4));
     /// assert_eq!(CallConfig::new().aicpu_threads(4).aicpu_threads(0), CallConfig::new());
     /// assert!(CallConfig::new().aicpu_threads(1).validate().is_err()); // too few
@@ -154,7 +154,7 @@ impl CallConfig {
     /// Real hardware only.
     ///
     /// ```
-    /// use simpler::{CallConfig, Swimlane};
+    /// use simpler::{chip::CallConfig, chip::Swimlane};
     /// assert!(CallConfig::new().swimlane(Swimlane::Level1).validate().is_err()); // no prefix
     /// ```
     pub fn swimlane(mut self, level: Swimlane) -> CallConfig {
@@ -166,7 +166,7 @@ impl CallConfig {
     /// output prefix): `chip<N>-<pid>-<callable>-<K>.args.txt` there.
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new().dump_args(true).output_prefix("/tmp/args");
+    /// let cfg = simpler::chip::CallConfig::new().dump_args(true).output_prefix("/tmp/args");
     /// assert!(cfg.get_dump_args() && cfg.validate().is_ok());
     /// ```
     pub fn dump_args(mut self, on: bool) -> CallConfig {
@@ -178,7 +178,7 @@ impl CallConfig {
     /// recording off. Real hardware only.
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new().pmu_event(2).output_prefix("/tmp/pmu");
+    /// let cfg = simpler::chip::CallConfig::new().pmu_event(2).output_prefix("/tmp/pmu");
     /// assert_eq!(cfg.get_pmu_event(), Some(2));
     /// assert_eq!(cfg.pmu_event(0).get_pmu_event(), None);
     /// ```
@@ -191,7 +191,7 @@ impl CallConfig {
     /// (diagnostic; needs an output prefix): `chip<N>-<pid>-<callable>-<K>.deps.dot` there.
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new().dep_gen(true).output_prefix("/tmp/deps");
+    /// let cfg = simpler::chip::CallConfig::new().dep_gen(true).output_prefix("/tmp/deps");
     /// assert!(cfg.get_dep_gen());
     /// ```
     pub fn dep_gen(mut self, on: bool) -> CallConfig {
@@ -203,7 +203,7 @@ impl CallConfig {
     /// diagnostic; needs an output prefix): `chip<N>-<pid>-<callable>-<K>.scopes.txt` there.
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new().scope_stats(true).output_prefix("/tmp/stats");
+    /// let cfg = simpler::chip::CallConfig::new().scope_stats(true).output_prefix("/tmp/stats");
     /// assert!(cfg.get_scope_stats());
     /// ```
     pub fn scope_stats(mut self, on: bool) -> CallConfig {
@@ -214,7 +214,7 @@ impl CallConfig {
     /// Sets the sizes of every scope-depth ring to `sizes`. Real hardware only.
     ///
     /// ```
-    /// use simpler::{CallConfig, RingSizes};
+    /// use simpler::{chip::CallConfig, chip::RingSizes};
     /// let sizes = RingSizes { dep_pool: Some(4096), ..RingSizes::default() };
     /// let cfg = CallConfig::new().rings(sizes);
     /// assert!((0..4).all(|d| cfg.get_ring(d) == sizes));
@@ -232,7 +232,7 @@ impl CallConfig {
     /// When `depth` is 4 or more.
     ///
     /// ```
-    /// use simpler::{CallConfig, RingSizes};
+    /// use simpler::{chip::CallConfig, chip::RingSizes};
     /// let big = RingSizes { heap_bytes: Some(16 << 20), ..RingSizes::default() };
     /// let cfg = CallConfig::new().ring(0, big);
     /// assert_eq!(cfg.get_ring(0), big);
@@ -248,7 +248,7 @@ impl CallConfig {
     /// no NUL (checked by [`validate`](CallConfig::validate)).
     ///
     /// ```
-    /// let cfg = simpler::CallConfig::new().output_prefix("/tmp/trace");
+    /// let cfg = simpler::chip::CallConfig::new().output_prefix("/tmp/trace");
     /// assert_eq!(cfg.get_output_prefix(), Some("/tmp/trace"));
     /// assert!(cfg.output_prefix("bad\0prefix").validate().is_err());
     /// ```
@@ -261,7 +261,7 @@ impl CallConfig {
     /// The AICPU scheduler thread count; `None` for the architecture's default.
     ///
     /// ```
-    /// assert_eq!(simpler::CallConfig::new().get_aicpu_threads(), None);
+    /// assert_eq!(simpler::chip::CallConfig::new().get_aicpu_threads(), None);
     /// ```
     pub fn get_aicpu_threads(&self) -> Option<u32> {
         self.aicpu_threads
@@ -270,7 +270,7 @@ impl CallConfig {
     /// The swimlane profiling level.
     ///
     /// ```
-    /// assert_eq!(simpler::CallConfig::new().get_swimlane(), simpler::Swimlane::Off);
+    /// assert_eq!(simpler::chip::CallConfig::new().get_swimlane(), simpler::chip::Swimlane::Off);
     /// ```
     pub fn get_swimlane(&self) -> Swimlane {
         self.swimlane
@@ -279,7 +279,7 @@ impl CallConfig {
     /// Whether task arguments are dumped.
     ///
     /// ```
-    /// assert!(!simpler::CallConfig::new().get_dump_args());
+    /// assert!(!simpler::chip::CallConfig::new().get_dump_args());
     /// ```
     pub fn get_dump_args(&self) -> bool {
         self.dump_args
@@ -288,7 +288,7 @@ impl CallConfig {
     /// The PMU event type recorded, if any.
     ///
     /// ```
-    /// assert_eq!(simpler::CallConfig::new().get_pmu_event(), None);
+    /// assert_eq!(simpler::chip::CallConfig::new().get_pmu_event(), None);
     /// ```
     pub fn get_pmu_event(&self) -> Option<u32> {
         self.pmu_event
@@ -297,7 +297,7 @@ impl CallConfig {
     /// Whether the chip-side dependency graph is generated.
     ///
     /// ```
-    /// assert!(!simpler::CallConfig::new().get_dep_gen());
+    /// assert!(!simpler::chip::CallConfig::new().get_dep_gen());
     /// ```
     pub fn get_dep_gen(&self) -> bool {
         self.dep_gen
@@ -306,7 +306,7 @@ impl CallConfig {
     /// Whether scope statistics are written.
     ///
     /// ```
-    /// assert!(!simpler::CallConfig::new().get_scope_stats());
+    /// assert!(!simpler::chip::CallConfig::new().get_scope_stats());
     /// ```
     pub fn get_scope_stats(&self) -> bool {
         self.scope_stats
@@ -315,7 +315,7 @@ impl CallConfig {
     /// The sizes of the ring of scope depth `depth` (all `None` when unset or out of range).
     ///
     /// ```
-    /// assert_eq!(simpler::CallConfig::new().get_ring(0), simpler::RingSizes::default());
+    /// assert_eq!(simpler::chip::CallConfig::new().get_ring(0), simpler::chip::RingSizes::default());
     /// ```
     pub fn get_ring(&self, depth: usize) -> RingSizes {
         self.rings.as_ref().and_then(|r| r.get(depth).copied()).unwrap_or_default()
@@ -324,7 +324,7 @@ impl CallConfig {
     /// The diagnostic output directory, if set.
     ///
     /// ```
-    /// assert_eq!(simpler::CallConfig::new().get_output_prefix(), None);
+    /// assert_eq!(simpler::chip::CallConfig::new().get_output_prefix(), None);
     /// ```
     pub fn get_output_prefix(&self) -> Option<&str> {
         self.output_prefix.as_deref()
@@ -348,7 +348,7 @@ impl CallConfig {
     /// range.
     ///
     /// ```
-    /// use simpler::CallConfig;
+    /// use simpler::chip::CallConfig;
     /// assert!(CallConfig::new().validate().is_ok());
     /// let err = CallConfig::new().aicpu_threads(1).validate().unwrap_err();
     /// assert!(err.message().contains("aicpu_threads"));

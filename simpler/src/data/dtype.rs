@@ -170,7 +170,7 @@ impl std::fmt::Display for DataType {
 /// [`DataType::Bool`] tensors as `u8`.
 ///
 /// ```
-/// use simpler::{DataType, Element};
+/// use simpler::{DataType, memory::Element};
 /// assert_eq!(<f32 as Element>::DTYPE, DataType::Float32);
 /// assert_eq!(<u8 as Element>::DTYPE, DataType::Uint8);
 ///
@@ -190,7 +190,7 @@ pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The data type this Rust type stands for.
     ///
     /// ```
-    /// use simpler::{DataType, Element};
+    /// use simpler::{DataType, memory::Element};
     /// assert_eq!(<i64 as Element>::DTYPE, DataType::Int64);
     /// assert_eq!(<u16 as Element>::DTYPE.size(), std::mem::size_of::<u16>());
     /// ```
@@ -198,7 +198,7 @@ pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The zero value.
     ///
     /// ```
-    /// use simpler::Element;
+    /// use simpler::memory::Element;
     /// assert_eq!(<f32 as Element>::ZERO, 0.0);
     /// assert_eq!(<i8 as Element>::ZERO, 0);
     /// ```

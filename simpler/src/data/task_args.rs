@@ -79,7 +79,7 @@ impl Tag {
     /// The access a task holding this tag is given to the tensor's bytes.
     ///
     /// ```
-    /// use simpler::{Access, Tag};
+    /// use simpler::{memory::Access, Tag};
     /// assert_eq!(Tag::Input.access(), Access::Read);
     /// assert_eq!(Tag::Output.access(), Access::Write);
     /// assert_eq!(Tag::InOut.access(), Access::ReadWrite);
@@ -168,7 +168,7 @@ pub struct Dep {
 /// Tensors must come before scalars; adding a tensor after a scalar is an error.
 ///
 /// ```
-/// use simpler::{Access, BufferDesc, DataType, Identity, Tag, TaskArgs, Tensor, TensorView};
+/// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tag, TaskArgs, Tensor, memory::TensorView};
 /// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
 /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -226,7 +226,7 @@ impl TaskArgs {
     /// are left unchanged.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -263,7 +263,7 @@ impl TaskArgs {
     /// dependencies).
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let flags = Tensor::new(desc, TensorView::new(0, &[2], None, DataType::Uint32)?)?;
@@ -308,7 +308,7 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Input`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -326,7 +326,7 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Output`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -344,7 +344,7 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::InOut`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -424,7 +424,7 @@ impl TaskArgs {
     /// Number of tensors.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -452,7 +452,7 @@ impl TaskArgs {
     /// The tensor at `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -470,7 +470,7 @@ impl TaskArgs {
     /// The tag of tensor `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -495,7 +495,7 @@ impl TaskArgs {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -536,7 +536,7 @@ impl TaskArgs {
     /// All tensors, in the order they were added.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
@@ -595,7 +595,7 @@ impl TaskArgs {
     /// Removes everything (tensors, scalars and dependencies), so the value can be reused.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
     /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;

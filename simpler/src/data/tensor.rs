@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// The most dimensions a tensor view may have.
 ///
 /// ```
-/// use simpler::{DataType, MAX_TENSOR_DIMS, TensorView};
+/// use simpler::{DataType, memory::MAX_TENSOR_DIMS, memory::TensorView};
 /// assert!(TensorView::new(0, &[1; MAX_TENSOR_DIMS], None, DataType::Int8).is_ok());
 /// assert!(TensorView::new(0, &[1; MAX_TENSOR_DIMS + 1], None, DataType::Int8).is_err());
 /// ```
@@ -24,7 +24,7 @@ pub const MAX_TENSOR_DIMS: usize = 5;
 /// buffer is checked when it is attached to one ([`Tensor::new`]).
 ///
 /// ```
-/// use simpler::{DataType, TensorView};
+/// use simpler::{DataType, memory::TensorView};
 /// let v = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
 /// assert_eq!(v.strides(), &[3, 1]);
 /// assert_eq!(v.extent_bytes(), 24);
@@ -51,7 +51,7 @@ impl TensorView {
     /// everything the smaller strides span).
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// // Every other element of a 1-D i32 array, starting at element 1.
     /// let odd = TensorView::new(4, &[3], Some(&[2]), DataType::Int32).unwrap();
     /// assert_eq!(odd.byte_range(), (4, 24));
@@ -167,7 +167,7 @@ impl TensorView {
     /// Byte offset of the first element within the buffer.
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(16, &[4], None, DataType::Int64).unwrap();
     /// assert_eq!(v.byte_offset(), 16);
     /// ```
@@ -178,7 +178,7 @@ impl TensorView {
     /// The shape (one entry per dimension).
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(0, &[2, 3, 4], None, DataType::Uint8).unwrap();
     /// assert_eq!(v.shape(), &[2, 3, 4]);
     /// ```
@@ -189,7 +189,7 @@ impl TensorView {
     /// The strides in elements (one entry per dimension); row-major when none were given.
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(0, &[2, 3, 4], None, DataType::Uint8).unwrap();
     /// assert_eq!(v.strides(), &[12, 4, 1]);
     /// let t = TensorView::new(0, &[4, 3], Some(&[1, 4]), DataType::Uint8).unwrap(); // transposed
@@ -202,7 +202,7 @@ impl TensorView {
     /// The element type.
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(0, &[8], None, DataType::BFloat16).unwrap();
     /// assert_eq!(v.dtype(), DataType::BFloat16);
     /// ```
@@ -213,7 +213,7 @@ impl TensorView {
     /// Number of elements (the product of the shape, whatever the strides).
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(0, &[2, 3], Some(&[8, 2]), DataType::Float32).unwrap();
     /// assert_eq!(v.num_elements(), 6);
     /// ```
@@ -226,7 +226,7 @@ impl TensorView {
     /// True when the view is row-major contiguous (strides of size-1 dimensions are ignored).
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let dense = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
     /// assert!(dense.is_contiguous());
     /// let rows = TensorView::new(0, &[2, 3], Some(&[4, 1]), DataType::Float32).unwrap(); // padded rows
@@ -257,7 +257,7 @@ impl TensorView {
     /// Bytes from the first to one past the last element: `(Σ (shape_i-1)·stride_i + 1) · elem`.
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let dense = TensorView::new(0, &[2, 3], None, DataType::Float32).unwrap();
     /// assert_eq!(dense.extent_bytes(), 6 * 4);
     /// // Two rows of 3 out of rows of 4: the last element is at (1·4 + 2) = 6.
@@ -272,7 +272,7 @@ impl TensorView {
     /// strided view need not touch every byte in it).
     ///
     /// ```
-    /// use simpler::{DataType, TensorView};
+    /// use simpler::{DataType, memory::TensorView};
     /// let v = TensorView::new(8, &[4], None, DataType::Int16).unwrap();
     /// assert_eq!(v.byte_range(), (8, 16));
     /// ```
@@ -429,7 +429,7 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 /// [`Buffer`]: crate::Buffer
 ///
 /// ```
-/// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+/// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
 /// # use simpler::__private::Backing;
 /// # let buf = simpler::__private::doc_buffer(64).unwrap();
 /// # let desc = *buf.desc();
@@ -455,7 +455,7 @@ impl Tensor {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(32)?; let desc = *buf.desc();
     /// // `desc`: the descriptor of a 32-byte buffer (`buffer.desc()`).
@@ -518,7 +518,7 @@ impl Tensor {
     /// not grant is an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{Access, DataType};
+    /// use simpler::{memory::Access, DataType};
     /// # let buffer = simpler::__private::doc_buffer(64)?;
     /// // `buffer`: a host buffer (`worker.create_buffer(64)?`).
     /// let t = buffer.tensor(&[16], DataType::Float32)?;
@@ -541,7 +541,7 @@ impl Tensor {
     /// The buffer descriptor.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();
@@ -557,7 +557,7 @@ impl Tensor {
     /// The view.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();
@@ -580,7 +580,7 @@ impl Tensor {
     /// As [`Tensor::new`]: the new view must lie inside the buffer.
     ///
     /// ```
-    /// # use simpler::{Access, BufferDesc, DataType, Identity, Tensor, TensorView};
+    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
     /// # use simpler::__private::Backing;
     /// # let buf = simpler::__private::doc_buffer(64)?;
     /// # let desc = *buf.desc();

@@ -11,7 +11,7 @@ use crate::data::footprint::{Footprints, readers_of, record_reader, record_write
 /// One task of a captured run: the node weight of [`RunDag::graph`].
 ///
 /// ```
-/// use simpler::{Digest, TaskNode};
+/// use simpler::{callable::Digest, trace::TaskNode};
 /// let node = TaskNode {
 ///     index: 0,
 ///     callable: "double".to_string(),
@@ -39,7 +39,7 @@ pub struct TaskNode {
 /// Why one task waits for another: the edge weight of [`RunDag::graph`].
 ///
 /// ```
-/// use simpler::EdgeReason;
+/// use simpler::trace::EdgeReason;
 /// # let buffer = simpler::__private::doc_buffer(8)?.desc().identity();
 /// // `buffer`: the identity of a buffer (`buffer.desc().identity()`).
 /// let reasons = [
@@ -143,7 +143,7 @@ impl RunDag {
     /// })?;
     /// run.wait()?;
     /// let dag = run.dag().expect("submitted with capture");
-    /// use simpler::EdgeReason;
+    /// use simpler::trace::EdgeReason;
     /// let g = dag.graph();
     /// assert_eq!((g.node_count(), g.edge_count()), (3, 1));
     /// let e = g.edge_indices().next().unwrap();
@@ -216,7 +216,7 @@ impl RunDag {
     /// with its [`EdgeReason`].
     ///
     /// ```
-    /// use simpler::RunDag;
+    /// use simpler::trace::RunDag;
     /// assert_eq!(RunDag::default().to_dot(), "digraph run {\n  rankdir=LR;\n}\n");
     /// ```
     ///

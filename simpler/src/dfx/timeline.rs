@@ -14,7 +14,7 @@ use crate::level::Level;
 /// How a task of a captured run ended.
 ///
 /// ```
-/// use simpler::TaskStatus;
+/// use simpler::trace::TaskStatus;
 /// assert_ne!(TaskStatus::Completed, TaskStatus::Failed);
 /// assert_eq!(TaskStatus::NotRun.to_string(), "not run");
 /// ```
@@ -46,7 +46,7 @@ impl std::fmt::Display for TaskStatus {
 /// records taken by different Workers of one tree line up.
 ///
 /// ```
-/// use simpler::{Level, TaskRecord, TaskStatus};
+/// use simpler::{status::Level, trace::TaskRecord, trace::TaskStatus};
 /// let r = TaskRecord {
 ///     index: 0,
 ///     callable: "scale".into(),
@@ -103,7 +103,7 @@ impl TaskRecord {
     /// How long it ran (start to end), if it ran.
     ///
     /// ```
-    /// # use simpler::{Level, TaskRecord, TaskStatus};
+    /// # use simpler::{status::Level, trace::TaskRecord, trace::TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: String::new(), level: Level::Node,
     /// #     submitted_ns: 0, ready_ns: None, staged_ns: None, started_ns: None, ended_ns: Some(5),
     /// #     status: TaskStatus::NotRun, error: Some("a producer failed".into()), within: vec![] };
@@ -116,7 +116,7 @@ impl TaskRecord {
     /// How long it waited for a worker once ready (ready to start), if it started.
     ///
     /// ```
-    /// # use simpler::{Level, TaskRecord, TaskStatus};
+    /// # use simpler::{status::Level, trace::TaskRecord, trace::TaskStatus};
     /// # let r = TaskRecord { index: 0, callable: "f".into(), worker: "chip 0".into(), level: Level::Node,
     /// #     submitted_ns: 0, ready_ns: Some(10), staged_ns: None, started_ns: Some(40), ended_ns: Some(90),
     /// #     status: TaskStatus::Completed, error: None, within: vec![] };
@@ -287,7 +287,7 @@ impl Timeline {
     /// own, by level; the DOT shows the run's own tasks only.
     ///
     /// ```
-    /// assert!(simpler::Timeline::default().inner_records().is_empty());
+    /// assert!(simpler::trace::Timeline::default().inner_records().is_empty());
     /// ```
     pub fn inner_records(&self) -> &[TaskRecord] {
         &self.inner
@@ -301,7 +301,7 @@ impl Timeline {
     /// One record per task, in submission order.
     ///
     /// ```
-    /// assert!(simpler::Timeline::default().records().is_empty());
+    /// assert!(simpler::trace::Timeline::default().records().is_empty());
     /// ```
     pub fn records(&self) -> &[TaskRecord] {
         &self.records
@@ -310,7 +310,7 @@ impl Timeline {
     /// The run's DAG (the edges the pictures draw as flows).
     ///
     /// ```
-    /// assert_eq!(simpler::Timeline::default().dag().graph().node_count(), 0);
+    /// assert_eq!(simpler::trace::Timeline::default().dag().graph().node_count(), 0);
     /// ```
     pub fn dag(&self) -> &RunDag {
         &self.dag
@@ -320,7 +320,7 @@ impl Timeline {
     /// then SUB workers, chips, Workers and remote Workers by number.
     ///
     /// ```
-    /// assert!(simpler::Timeline::default().lanes().is_empty());
+    /// assert!(simpler::trace::Timeline::default().lanes().is_empty());
     /// ```
     pub fn lanes(&self) -> Vec<(Level, String)> {
         let mut lanes: Vec<(Level, String)> = Vec::new();
@@ -355,7 +355,7 @@ impl Timeline {
     /// `args`), and one flow arrow per dependency edge between tasks that ran.
     ///
     /// ```
-    /// let json = simpler::Timeline::default().to_chrome_trace();
+    /// let json = simpler::trace::Timeline::default().to_chrome_trace();
     /// assert!(json.starts_with("{\"traceEvents\":["));
     /// assert!(json.ends_with("],\"displayTimeUnit\":\"ns\"}\n"));
     /// ```
@@ -454,7 +454,7 @@ impl Timeline {
     /// status, times and error. No script, font or stylesheet from outside.
     ///
     /// ```
-    /// let svg = simpler::Timeline::default().to_svg();
+    /// let svg = simpler::trace::Timeline::default().to_svg();
     /// assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     /// ```
     pub fn to_svg(&self) -> String {
@@ -558,7 +558,7 @@ impl Timeline {
     /// [`Buffer::set_name`](crate::Buffer::set_name)) or buffer number.
     ///
     /// ```
-    /// assert_eq!(simpler::Timeline::default().to_dot(), "digraph run {\n  rankdir=LR;\n}\n");
+    /// assert_eq!(simpler::trace::Timeline::default().to_dot(), "digraph run {\n  rankdir=LR;\n}\n");
     /// ```
     pub fn to_dot(&self) -> String {
         let origin = self.origin();
@@ -604,7 +604,7 @@ impl Timeline {
     ///
     /// ```
     /// let dir = std::env::temp_dir().join(format!("simpler-doc-timeline-{}", std::process::id()));
-    /// let files = simpler::Timeline::default().write_files(dir.join("run"))?;
+    /// let files = simpler::trace::Timeline::default().write_files(dir.join("run"))?;
     /// assert_eq!(files[1], dir.join("run.svg"));
     /// assert!(files.iter().all(|f| f.exists()));
     /// # std::fs::remove_dir_all(&dir).unwrap();

@@ -13,7 +13,7 @@ use crate::dfx::graph::{EdgeReason, RunDag, TaskNode};
 /// [`EdgeReason`].
 ///
 /// ```
-/// use simpler::GraphEdge;
+/// use simpler::dsl::GraphEdge;
 /// let e = GraphEdge::Tensor { arg: 0, tensor: "h" };
 /// assert_ne!(e, GraphEdge::WriteAfterRead { arg: 0, tensor: "h" });
 /// ```
@@ -51,7 +51,7 @@ pub enum GraphEdge {
 /// `RunOptions::capture_dag`, [`matches`](TaskGraph::matches) compares the two.
 ///
 /// ```
-/// use simpler::{callable, task_graph, In, Out};
+/// use simpler::{callable, task_graph, dsl::In, dsl::Out};
 ///
 /// #[callable(sub)]
 /// fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -80,7 +80,7 @@ impl TaskGraph {
     /// The graph: node weights are tasks, edge weights the reason for each dependency.
     ///
     /// ```
-    /// assert_eq!(simpler::TaskGraph::default().graph().node_count(), 0);
+    /// assert_eq!(simpler::dsl::TaskGraph::default().graph().node_count(), 0);
     /// ```
     pub fn graph(&self) -> &DiGraph<TaskNode, GraphEdge> {
         &self.graph
@@ -89,7 +89,7 @@ impl TaskGraph {
     /// DOT text in the layout of [`RunDag::to_dot`], with tensor names on the edges.
     ///
     /// ```
-    /// assert!(simpler::TaskGraph::default().to_dot().starts_with("digraph"));
+    /// assert!(simpler::dsl::TaskGraph::default().to_dot().starts_with("digraph"));
     /// ```
     pub fn to_dot(&self) -> String {
         crate::dfx::graph::to_dot("task_graph", &self.graph, |edge| match edge {
@@ -105,7 +105,7 @@ impl TaskGraph {
     /// (`chip(n)` with a run-time `n`) shows as `worker ?` and matches any worker.
     ///
     /// ```
-    /// assert!(simpler::TaskGraph::default().matches(&simpler::RunDag::default()));
+    /// assert!(simpler::dsl::TaskGraph::default().matches(&simpler::trace::RunDag::default()));
     /// ```
     pub fn matches(&self, dag: &RunDag) -> bool {
         let key = |n: &TaskNode| (n.index, n.callable.clone(), n.members);

@@ -35,7 +35,7 @@ struct Launched {
 /// the whole tensor waits for every piece's writer).
 ///
 /// ```
-/// use simpler::{callable, sub, ErrorKind, In, Orchestrator, Out, Worker};
+/// use simpler::{callable, dsl::sub, ErrorKind, dsl::In, Orchestrator, dsl::Out, Worker};
 ///
 /// #[callable(sub)]
 /// fn double(x: In<f32>, mut y: Out<f32>) {
@@ -112,7 +112,7 @@ impl IndexLaunch<'_, '_> {
     /// the errors of [`Call::on`].
     ///
     /// ```no_run
-    /// # use simpler::{callable, sub, In, Out, TensorOf};
+    /// # use simpler::{callable, dsl::sub, dsl::In, dsl::Out, dsl::TensorOf};
     /// # #[callable(sub)]
     /// # fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # fn demo(o: &mut simpler::Orchestrator<'_>, x: &TensorOf<f32>, y: &TensorOf<f32>) -> simpler::Result<()> {

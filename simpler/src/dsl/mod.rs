@@ -13,6 +13,13 @@
 pub(crate) mod graph;
 pub(crate) mod launch;
 pub(crate) mod place;
+#[doc(hidden)]
 pub mod private;
 pub(crate) mod typed;
 pub(crate) mod view;
+
+pub use graph::{GraphEdge, TaskGraph};
+pub use launch::IndexLaunch;
+pub use place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
+pub use typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
+pub use view::{In, InOut, Out};

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// Kind markers: the type parameter of [`Call`] and [`Placement`].
 ///
 /// ```
-/// use simpler::{callable, kind::HostCallable, Call, In};
+/// use simpler::{callable, dsl::kind::HostCallable, dsl::Call, dsl::In};
 ///
 /// #[callable(sub)]
 /// fn look(x: In<f32>) {
@@ -34,8 +34,8 @@ pub mod kind {
     /// A callable kind at the type level.
     ///
     /// ```
-    /// use simpler::kind::{ChipCallable, Kind};
-    /// assert_eq!(ChipCallable::KIND, simpler::CallableKind::Chip);
+    /// use simpler::dsl::kind::{ChipCallable, Kind};
+    /// assert_eq!(ChipCallable::KIND, simpler::callable::CallableKind::Chip);
     /// ```
     pub trait Kind: sealed::Kind + 'static {
         /// The run-time kind.
@@ -45,7 +45,7 @@ pub mod kind {
     /// A chip kernel or chip orchestration (`#[callable(chip)]`): placed with `chip(N)`.
     ///
     /// ```
-    /// use simpler::kind::{ChipCallable, Kind};
+    /// use simpler::dsl::kind::{ChipCallable, Kind};
     /// assert_eq!(ChipCallable::KIND.name(), "chip");
     /// ```
     #[derive(Debug)]
@@ -54,8 +54,8 @@ pub mod kind {
     /// A host function (`#[callable(sub)]`): placed with `sub()`.
     ///
     /// ```
-    /// use simpler::kind::{HostCallable, Kind};
-    /// assert_eq!(HostCallable::KIND, simpler::CallableKind::HostFn);
+    /// use simpler::dsl::kind::{HostCallable, Kind};
+    /// assert_eq!(HostCallable::KIND, simpler::callable::CallableKind::HostFn);
     /// ```
     #[derive(Debug)]
     pub enum HostCallable {}
@@ -64,8 +64,8 @@ pub mod kind {
     /// Worker with `worker(N)`.
     ///
     /// ```
-    /// use simpler::kind::{Kind, OrchCallable};
-    /// assert_eq!(OrchCallable::KIND, simpler::CallableKind::Orch);
+    /// use simpler::dsl::kind::{Kind, OrchCallable};
+    /// assert_eq!(OrchCallable::KIND, simpler::callable::CallableKind::Orch);
     /// ```
     #[derive(Debug)]
     pub enum OrchCallable {}
@@ -93,7 +93,7 @@ mod sealed {
 /// Any SUB worker of this level: the placement of host functions.
 ///
 /// ```
-/// let p = simpler::sub();
+/// let p = simpler::dsl::sub();
 /// assert_eq!(format!("{p:?}"), "SubWorker");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,9 +105,9 @@ pub struct SubWorker;
 /// `submit_next_level(.., worker)`); the kind only lets rustc check what may run there.
 ///
 /// ```
-/// use simpler::kind::{ChipCallable, OrchCallable};
-/// let on_chip: simpler::WorkerId<ChipCallable> = simpler::chip(2);
-/// let nested: simpler::WorkerId<OrchCallable> = simpler::worker(2);
+/// use simpler::dsl::kind::{ChipCallable, OrchCallable};
+/// let on_chip: simpler::dsl::WorkerId<ChipCallable> = simpler::dsl::chip(2);
+/// let nested: simpler::dsl::WorkerId<OrchCallable> = simpler::dsl::worker(2);
 /// assert_eq!(on_chip.index(), nested.index());
 /// ```
 pub struct WorkerId<K: Kind>(u32, PhantomData<fn() -> K>);
@@ -116,7 +116,7 @@ impl<K: Kind> WorkerId<K> {
     /// The next-level worker id.
     ///
     /// ```
-    /// assert_eq!(simpler::chip(3).index(), 3);
+    /// assert_eq!(simpler::dsl::chip(3).index(), 3);
     /// ```
     pub fn index(self) -> u32 {
         self.0
@@ -144,7 +144,7 @@ impl<K: Kind> std::fmt::Debug for WorkerId<K> {
 /// Runs a host function on any free SUB worker.
 ///
 /// ```
-/// let _ = simpler::sub();
+/// let _ = simpler::dsl::sub();
 /// ```
 pub fn sub() -> SubWorker {
     SubWorker
@@ -153,7 +153,7 @@ pub fn sub() -> SubWorker {
 /// Runs a chip callable on chip `n`.
 ///
 /// ```
-/// assert_eq!(simpler::chip(0).index(), 0);
+/// assert_eq!(simpler::dsl::chip(0).index(), 0);
 /// ```
 pub fn chip(n: u32) -> WorkerId<ChipCallable> {
     WorkerId(n, PhantomData)
@@ -162,7 +162,7 @@ pub fn chip(n: u32) -> WorkerId<ChipCallable> {
 /// Runs an orchestration callable on nested Worker `n`.
 ///
 /// ```
-/// assert_eq!(simpler::worker(3).index(), 3);
+/// assert_eq!(simpler::dsl::worker(3).index(), 3);
 /// ```
 pub fn worker(n: u32) -> WorkerId<OrchCallable> {
     WorkerId(n, PhantomData)
@@ -172,17 +172,17 @@ pub fn worker(n: u32) -> WorkerId<OrchCallable> {
 /// callables, `worker(N)` for orchestration callables.
 ///
 /// ```
-/// fn place<P: simpler::Placement<simpler::kind::ChipCallable>>(p: P) -> Option<u32> {
+/// fn place<P: simpler::dsl::Placement<simpler::dsl::kind::ChipCallable>>(p: P) -> Option<u32> {
 ///     p.worker_id()
 /// }
-/// assert_eq!(place(simpler::chip(3)), Some(3));
+/// assert_eq!(place(simpler::dsl::chip(3)), Some(3));
 /// ```
 ///
 /// A chip callable cannot go to a SUB worker:
 ///
 /// ```compile_fail
-/// fn place<P: simpler::Placement<simpler::kind::ChipCallable>>(_: P) {}
-/// place(simpler::sub());
+/// fn place<P: simpler::dsl::Placement<simpler::dsl::kind::ChipCallable>>(_: P) {}
+/// place(simpler::dsl::sub());
 /// ```
 #[diagnostic::on_unimplemented(
     message = "a `{K}` cannot be placed on `{Self}`",
@@ -193,8 +193,8 @@ pub trait Placement<K: Kind>: sealed::Placement + Copy {
     /// The next-level worker id, or `None` for a SUB worker.
     ///
     /// ```
-    /// use simpler::{Placement, kind::HostCallable};
-    /// assert_eq!(Placement::<HostCallable>::worker_id(&simpler::sub()), None);
+    /// use simpler::{dsl::Placement, dsl::kind::HostCallable};
+    /// assert_eq!(Placement::<HostCallable>::worker_id(&simpler::dsl::sub()), None);
     /// ```
     fn worker_id(&self) -> Option<u32>;
 }
@@ -228,7 +228,7 @@ impl Placement<OrchCallable> for WorkerId<OrchCallable> {
 /// `InOut<T>` `InOut`; nothing is written by hand.
 ///
 /// ```no_run
-/// use simpler::{callable, chip, In, Out, TensorOf};
+/// use simpler::{callable, dsl::chip, dsl::In, dsl::Out, dsl::TensorOf};
 ///
 /// #[callable(chip)]
 /// fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
@@ -313,7 +313,7 @@ impl<K: Kind> Call<K> {
     /// `sub()` is an error, and the members of a group must carry the same config.
     ///
     /// ```no_run
-    /// # use simpler::{callable, chip, In, Out, TensorOf, CallConfig};
+    /// # use simpler::{callable, dsl::chip, dsl::In, dsl::Out, dsl::TensorOf, chip::CallConfig};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
     /// copy::call(a, &mut b)?.config(CallConfig::new().aicpu_threads(4)).on(orch, chip(0))?;
@@ -328,7 +328,7 @@ impl<K: Kind> Call<K> {
     /// adds for a write after a read.
     ///
     /// ```no_run
-    /// # use simpler::{callable, chip, In, Out, TensorOf};
+    /// # use simpler::{callable, dsl::chip, dsl::In, dsl::Out, dsl::TensorOf};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(orch: &mut simpler::Orchestrator<'_>, mut a: TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
     /// let reader = copy::call(&a, &mut b)?.on(orch, chip(0))?;
@@ -344,7 +344,7 @@ impl<K: Kind> Call<K> {
     /// The task arguments built so far (tensors with their tags, scalars, dependencies).
     ///
     /// ```no_run
-    /// # use simpler::{callable, In, Out, TensorOf, Tag};
+    /// # use simpler::{callable, dsl::In, dsl::Out, dsl::TensorOf, Tag};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
     /// let call = copy::call(a, &mut b)?;
@@ -369,7 +369,7 @@ impl<K: Kind> Call<K> {
     /// The handle of the callable this call runs.
     ///
     /// ```no_run
-    /// # use simpler::{callable, In, Out, TensorOf};
+    /// # use simpler::{callable, dsl::In, dsl::Out, dsl::TensorOf};
     /// # #[callable(chip)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
     /// assert_eq!(copy::call(a, &mut b)?.handle().name(), "copy");
@@ -387,7 +387,7 @@ impl<K: Kind> Call<K> {
     /// worker id, a callable this Worker does not have, back-pressure timeouts, and so on.
     ///
     /// ```no_run
-    /// # use simpler::{callable, sub, In, Out, TensorOf};
+    /// # use simpler::{callable, dsl::sub, dsl::In, dsl::Out, dsl::TensorOf};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a) }
     /// # fn demo(orch: &mut simpler::Orchestrator<'_>, a: &TensorOf<f32>, mut b: TensorOf<f32>) -> simpler::Result<()> {
     /// let task = copy::call(a, &mut b)?.on(orch, sub())?;
@@ -426,7 +426,7 @@ impl Orchestrator<'_> {
     /// [`submit_next_level_group`](Orchestrator::submit_next_level_group).
     ///
     /// ```no_run
-    /// use simpler::{callable, chip, In, Out, TensorOf};
+    /// use simpler::{callable, dsl::chip, dsl::In, dsl::Out, dsl::TensorOf};
     ///
     /// #[callable(chip)]
     /// fn vadd(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
@@ -509,7 +509,7 @@ impl Call<OrchCallable> {
     /// As [`Worker::run`](crate::worker::Worker::run).
     ///
     /// ```no_run
-    /// use simpler::{callable, task_graph, In, Out, Worker};
+    /// use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
     ///
     /// #[callable(sub)]
     /// fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -542,10 +542,10 @@ impl Call<OrchCallable> {
     /// As [`Worker::submit`](crate::worker::Worker::submit).
     ///
     /// ```no_run
-    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
-    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
     /// let run = copy_once::call(x, &mut y)?.submit(worker)?;
     /// run.wait()?;
     /// # Ok(()) }
@@ -570,10 +570,10 @@ impl Call<OrchCallable> {
     /// it, the run is stopped and fails with a `Timeout` error naming the deadline.
     ///
     /// ```no_run
-    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
-    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
     /// use std::time::Duration;
     /// copy_once::call(x, &mut y)?.deadline(Duration::from_secs(2)).run(worker)?;
     /// # Ok(()) }
@@ -587,10 +587,10 @@ impl Call<OrchCallable> {
     /// structure ([`TaskGraph::matches`](crate::TaskGraph::matches)).
     ///
     /// ```no_run
-    /// # use simpler::{callable, task_graph, In, Out, Worker};
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
-    /// # fn demo(worker: &Worker, x: &simpler::TensorOf<f32>, mut y: simpler::TensorOf<f32>) -> simpler::Result<()> {
+    /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
     /// let run = copy_once::call(x, &mut y)?.capture_dag().submit(worker)?;
     /// run.wait()?;
     /// assert!(copy_once::graph().matches(&run.dag().unwrap()));
@@ -611,7 +611,7 @@ impl Call<ChipCallable> {
     /// As [`Worker::run_callable`](crate::worker::Worker::run_callable).
     ///
     /// ```
-    /// use simpler::{callable, In, Level, Out, Worker};
+    /// use simpler::{callable, dsl::In, status::Level, dsl::Out, Worker};
     ///
     /// #[callable(chip)]
     /// fn double(x: In<i32>, mut y: Out<i32>) {

@@ -25,7 +25,7 @@ mod sealed {
 /// The access a [`TensorOf`] holder has; implemented by [`ReadOnly`] and [`ReadWrite`].
 ///
 /// ```
-/// use simpler::{Mode, ReadOnly, ReadWrite};
+/// use simpler::{dsl::Mode, dsl::ReadOnly, dsl::ReadWrite};
 /// assert!(!ReadOnly::WRITABLE && ReadWrite::WRITABLE);
 /// ```
 pub trait Mode: sealed::Mode + 'static {
@@ -36,8 +36,8 @@ pub trait Mode: sealed::Mode + 'static {
 /// The holder may only read the tensor (pass it to `In` parameters).
 ///
 /// ```
-/// # fn demo(t: &simpler::TensorOf<f32>) {
-/// let r: simpler::TensorOf<f32, simpler::ReadOnly> = t.read_only();
+/// # fn demo(t: &simpler::dsl::TensorOf<f32>) {
+/// let r: simpler::dsl::TensorOf<f32, simpler::dsl::ReadOnly> = t.read_only();
 /// # let _ = r; }
 /// ```
 #[derive(Debug)]
@@ -46,7 +46,7 @@ pub enum ReadOnly {}
 /// The holder may read and write the tensor (the default of [`TensorOf`]).
 ///
 /// ```
-/// use simpler::{Mode, ReadWrite};
+/// use simpler::{dsl::Mode, dsl::ReadWrite};
 /// assert!(ReadWrite::WRITABLE);
 /// ```
 #[derive(Debug)]
@@ -69,7 +69,7 @@ impl Mode for ReadWrite {
 /// read: passing it where a callable writes does not compile.
 ///
 /// ```
-/// use simpler::{DataType, Level, ReadOnly, TensorOf, Worker};
+/// use simpler::{DataType, status::Level, dsl::ReadOnly, dsl::TensorOf, Worker};
 ///
 /// let mut worker = Worker::builder().level(Level::Chip).build()?; // a chip: nothing is started
 /// worker.init()?;
@@ -95,10 +95,10 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// types when they differ.
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
-    /// use simpler::{DataType, TensorOf};
+    /// use simpler::{DataType, dsl::TensorOf};
     /// let plain = buf.tensor(&[16], DataType::Int32)?;
     /// let typed = TensorOf::<i32>::new(plain.clone())?;
     /// assert_eq!(typed.tensor().view().shape(), &[16]);
@@ -121,7 +121,7 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// The untyped tensor (for the plain API).
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<u64>(&[8])?;
@@ -136,7 +136,7 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// The shape of its view.
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// assert_eq!(buf.typed::<f32>(&[4, 4])?.shape(), &[4, 4]);
@@ -149,7 +149,7 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// A read-only handle to the same tensor.
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
@@ -196,7 +196,7 @@ impl<T: Element, A: Mode> TensorOf<T, A> {
     /// ```
     /// # let buf = simpler::__private::doc_buffer(4 * 12)?;
     /// let m = buf.typed::<f32>(&[4, 3])?.read_only();
-    /// let col: simpler::TensorOf<f32, simpler::ReadOnly> = m.slice(1, 0..1)?;
+    /// let col: simpler::dsl::TensorOf<f32, simpler::dsl::ReadOnly> = m.slice(1, 0..1)?;
     /// assert_eq!(col.shape(), &[4, 1]);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -262,7 +262,7 @@ impl<T: Element> TensorOf<T, ReadWrite> {
     /// writable handles to one tensor are always made on purpose).
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
@@ -293,7 +293,7 @@ impl Buffer {
     /// As [`Buffer::tensor`]: a shape that does not fit in the buffer.
     ///
     /// ```
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// let buf = worker.create_buffer(4 * 32)?;
     /// let t = buf.typed::<f32>(&[32])?;
@@ -332,8 +332,8 @@ impl Orchestrator<'_> {
 /// An argument for an `In<T>` parameter: `&t` for any [`TensorOf<T, _>`].
 ///
 /// ```
-/// fn takes<A: simpler::InArg<f32>>(_: A) {}
-/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// fn takes<A: simpler::dsl::InArg<f32>>(_: A) {}
+/// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
 /// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let t = buf.typed::<f32>(&[16])?;
@@ -345,8 +345,8 @@ impl Orchestrator<'_> {
 /// A mutable borrow says "this call writes", which an `In` parameter does not:
 ///
 /// ```compile_fail
-/// fn takes<A: simpler::InArg<f32>>(_: A) {}
-/// # fn demo(mut t: simpler::TensorOf<f32>) {
+/// fn takes<A: simpler::dsl::InArg<f32>>(_: A) {}
+/// # fn demo(mut t: simpler::dsl::TensorOf<f32>) {
 /// takes(&mut t);
 /// # }
 /// ```
@@ -359,8 +359,8 @@ pub trait InArg<T: Element>: sealed::Arg {
     /// The tensor.
     ///
     /// ```
-    /// use simpler::InArg;
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// use simpler::dsl::InArg;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let t = buf.typed::<f32>(&[16])?;
@@ -373,8 +373,8 @@ pub trait InArg<T: Element>: sealed::Arg {
 /// An argument for an `Out<T>` parameter: `&mut t` for a writable [`TensorOf<T>`].
 ///
 /// ```
-/// fn takes<A: simpler::OutArg<f32>>(_: A) {}
-/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// fn takes<A: simpler::dsl::OutArg<f32>>(_: A) {}
+/// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
 /// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let mut t = buf.typed::<f32>(&[16])?;
@@ -385,15 +385,15 @@ pub trait InArg<T: Element>: sealed::Arg {
 /// A shared borrow or a read-only handle does not grant write access:
 ///
 /// ```compile_fail
-/// fn takes<A: simpler::OutArg<f32>>(_: A) {}
-/// # fn demo(t: simpler::TensorOf<f32>) {
+/// fn takes<A: simpler::dsl::OutArg<f32>>(_: A) {}
+/// # fn demo(t: simpler::dsl::TensorOf<f32>) {
 /// takes(&t);
 /// # }
 /// ```
 ///
 /// ```compile_fail
-/// fn takes<A: simpler::OutArg<f32>>(_: A) {}
-/// # fn demo(t: simpler::TensorOf<f32>) {
+/// fn takes<A: simpler::dsl::OutArg<f32>>(_: A) {}
+/// # fn demo(t: simpler::dsl::TensorOf<f32>) {
 /// takes(&mut t.read_only());
 /// # }
 /// ```
@@ -406,8 +406,8 @@ pub trait OutArg<T: Element>: sealed::Arg {
     /// The tensor.
     ///
     /// ```
-    /// use simpler::OutArg;
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// use simpler::dsl::OutArg;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let mut t = buf.typed::<f32>(&[16])?;
@@ -420,8 +420,8 @@ pub trait OutArg<T: Element>: sealed::Arg {
 /// An argument for an `InOut<T>` parameter: `&mut t` for a writable [`TensorOf<T>`].
 ///
 /// ```
-/// fn takes<A: simpler::InOutArg<u8>>(_: A) {}
-/// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+/// fn takes<A: simpler::dsl::InOutArg<u8>>(_: A) {}
+/// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
 /// # worker.init()?;
 /// # let buf = worker.create_buffer(64)?;
 /// let mut t = buf.typed::<u8>(&[16])?;
@@ -430,8 +430,8 @@ pub trait OutArg<T: Element>: sealed::Arg {
 /// ```
 ///
 /// ```compile_fail
-/// fn takes<A: simpler::InOutArg<u8>>(_: A) {}
-/// # fn demo(t: simpler::TensorOf<u8>) {
+/// fn takes<A: simpler::dsl::InOutArg<u8>>(_: A) {}
+/// # fn demo(t: simpler::dsl::TensorOf<u8>) {
 /// takes(&t);
 /// # }
 /// ```
@@ -444,8 +444,8 @@ pub trait InOutArg<T: Element>: sealed::Arg {
     /// The tensor.
     ///
     /// ```
-    /// use simpler::InOutArg;
-    /// # let mut worker = simpler::Worker::builder().level(simpler::Level::Chip).build()?;
+    /// use simpler::dsl::InOutArg;
+    /// # let mut worker = simpler::Worker::builder().level(simpler::status::Level::Chip).build()?;
     /// # worker.init()?;
     /// # let buf = worker.create_buffer(64)?;
     /// let mut t = buf.typed::<u8>(&[16])?;
@@ -482,7 +482,7 @@ impl<T: Element> InOutArg<T> for &mut TensorOf<T, ReadWrite> {
 /// [`TaskArgs::scalar_f32`](crate::TaskArgs::scalar_f32)), `f64` as its bits, `bool` as 0 or 1.
 ///
 /// ```
-/// use simpler::Scalar;
+/// use simpler::dsl::Scalar;
 /// assert_eq!(<i32 as Scalar>::from_bits(Scalar::to_bits(-3i32)), -3i32);
 /// assert_eq!(<f32 as Scalar>::from_bits(u64::from(1.5f32.to_bits())), 1.5);
 /// assert_eq!(<bool as Scalar>::NAME, "bool");
@@ -498,13 +498,13 @@ pub trait Scalar: sealed::Scalar + Copy + 'static {
     /// The 64-bit encoding.
     ///
     /// ```
-    /// assert_eq!(simpler::Scalar::to_bits(true), 1);
+    /// assert_eq!(simpler::dsl::Scalar::to_bits(true), 1);
     /// ```
     fn to_bits(self) -> u64;
     /// Decodes [`to_bits`](Scalar::to_bits).
     ///
     /// ```
-    /// assert_eq!(<u16 as simpler::Scalar>::from_bits(7), 7u16);
+    /// assert_eq!(<u16 as simpler::dsl::Scalar>::from_bits(7), 7u16);
     /// ```
     fn from_bits(bits: u64) -> Self;
 }

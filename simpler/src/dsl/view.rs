@@ -12,7 +12,7 @@ use crate::data::dtype::Element;
 /// It has no `DerefMut`, so writing through it does not compile:
 ///
 /// ```compile_fail
-/// use simpler::{callable, In, Out};
+/// use simpler::{callable, dsl::In, dsl::Out};
 ///
 /// #[callable(sub)]
 /// fn bad(x: In<f32>, y: Out<f32>) {
@@ -25,7 +25,7 @@ use crate::data::dtype::Element;
 /// read-only tensor *handle* ([`TensorOf<T, ReadOnly>`](crate::TensorOf)) instead.
 ///
 /// ```
-/// use simpler::{callable, In, Out};
+/// use simpler::{callable, dsl::In, dsl::Out};
 ///
 /// #[callable(sub)]
 /// fn sum(x: In<f32>, mut total: Out<f32>) {
@@ -43,7 +43,7 @@ pub struct In<'a, T: Element> {
 /// marker declares a writable tensor handle ([`TensorOf<T, ReadWrite>`](crate::TensorOf)).
 ///
 /// ```
-/// use simpler::{callable, Out};
+/// use simpler::{callable, dsl::Out};
 ///
 /// #[callable(sub)]
 /// fn iota(mut y: Out<u32>) {
@@ -61,7 +61,7 @@ pub struct Out<'a, T: Element> {
 /// current contents and dereferences to `&mut [T]`.
 ///
 /// ```
-/// use simpler::{callable, InOut};
+/// use simpler::{callable, dsl::InOut};
 ///
 /// #[callable(sub)]
 /// fn double(mut x: InOut<f32>) {
@@ -80,7 +80,7 @@ impl<'a, T: Element> In<'a, T> {
     ///
     /// ```
     /// let data = [1.0f32, 2.0];
-    /// let x = simpler::In::new(&data);
+    /// let x = simpler::dsl::In::new(&data);
     /// assert_eq!(x.len(), 2);
     /// ```
     pub fn new(data: &'a [T]) -> In<'a, T> {
@@ -91,7 +91,7 @@ impl<'a, T: Element> In<'a, T> {
     ///
     /// ```
     /// let data = [3u8; 4];
-    /// assert_eq!(simpler::In::new(&data).as_slice(), &[3, 3, 3, 3]);
+    /// assert_eq!(simpler::dsl::In::new(&data).as_slice(), &[3, 3, 3, 3]);
     /// ```
     pub fn as_slice(&self) -> &'a [T] {
         self.data
@@ -103,7 +103,7 @@ impl<'a, T: Element> Out<'a, T> {
     ///
     /// ```
     /// let mut data = [0u64; 3];
-    /// let mut y = simpler::Out::new(&mut data);
+    /// let mut y = simpler::dsl::Out::new(&mut data);
     /// y.fill(7);
     /// assert_eq!(data, [7, 7, 7]);
     /// ```
@@ -117,7 +117,7 @@ impl<'a, T: Element> InOut<'a, T> {
     ///
     /// ```
     /// let mut data = [1i32, 2];
-    /// let mut x = simpler::InOut::new(&mut data);
+    /// let mut x = simpler::dsl::InOut::new(&mut data);
     /// x[1] += 40;
     /// assert_eq!(data, [1, 42]);
     /// ```

@@ -13,7 +13,7 @@ use crate::error::Result;
 /// An orchestration function as a plain `fn` pointer: what a nested Worker runs for a task.
 ///
 /// ```
-/// use simpler::{CallConfig, OrchFnPtr, Orchestrator, TaskArgs};
+/// use simpler::{chip::CallConfig, OrchFnPtr, Orchestrator, TaskArgs};
 ///
 /// fn step(_: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
 ///     assert_eq!(args.tensor_count(), 0);
@@ -34,14 +34,14 @@ unsafe impl crate::sys::fn_address::FnPointer for OrchFnPtr {}
 /// the task's arguments and config.
 ///
 /// ```
-/// use simpler::{CallConfig, OrchFn, Orchestrator, TaskArgs};
+/// use simpler::{chip::CallConfig, OrchFn, Orchestrator, TaskArgs};
 ///
 /// fn l3_step(_orch: &mut Orchestrator<'_>, _args: &TaskArgs, _cfg: &CallConfig) -> simpler::Result<()> {
 ///     Ok(())
 /// }
 /// let f = OrchFn::new("l3_step", l3_step);
 /// assert_eq!(f.name(), "l3_step");
-/// assert_eq!(f.handle().kind(), simpler::CallableKind::Orch);
+/// assert_eq!(f.handle().kind(), simpler::callable::CallableKind::Orch);
 /// ```
 #[derive(Clone)]
 pub struct OrchFn {
@@ -64,7 +64,7 @@ impl OrchFn {
     /// different function under a name already registered is refused.
     ///
     /// ```
-    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::chip::CallConfig) -> simpler::Result<()> { Ok(()) }
     /// let a = simpler::OrchFn::new("f", f);
     /// let b = simpler::OrchFn::new("f", f);
     /// assert_eq!(a.handle(), b.handle()); // the same function, the same identity
@@ -79,7 +79,7 @@ impl OrchFn {
     /// The name given at construction.
     ///
     /// ```
-    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::chip::CallConfig) -> simpler::Result<()> { Ok(()) }
     /// assert_eq!(simpler::OrchFn::new("step", f).name(), "step");
     /// ```
     pub fn name(&self) -> &str {
@@ -89,7 +89,7 @@ impl OrchFn {
     /// The handle tasks name it by (digest, kind `Orch`, name).
     ///
     /// ```
-    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::CallConfig) -> simpler::Result<()> { Ok(()) }
+    /// # fn f(_: &mut simpler::Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::chip::CallConfig) -> simpler::Result<()> { Ok(()) }
     /// let h = simpler::OrchFn::new("step", f).handle();
     /// assert_eq!(h.name(), "step");
     /// ```

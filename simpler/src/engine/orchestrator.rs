@@ -338,7 +338,7 @@ impl<'a> Orchestrator<'a> {
     /// least one member and at most [`Worker::sub_workers`](crate::Worker::sub_workers).
     ///
     /// ```no_run
-    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, TensorView, Worker};
+    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, memory::TensorView, Worker};
     ///
     /// fn whoami(args: &HostArgs<'_>) -> HostResult {
     ///     args.output::<u32>(0)?.fill(args.worker_index());
@@ -398,7 +398,7 @@ impl<'a> Orchestrator<'a> {
     /// #     x: &simpler::Tensor,
     /// #     y: &simpler::Tensor,
     /// # ) -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs};
+    /// use simpler::{chip::CallConfig, TaskArgs};
     /// // y = kernel(x) on chip 0, with four AICPU scheduler threads.
     /// let mut args = TaskArgs::new();
     /// args.input(x)?.output(y)?;
@@ -440,7 +440,7 @@ impl<'a> Orchestrator<'a> {
     /// #     x: [&simpler::Tensor; 2],
     /// #     y: [&simpler::Tensor; 2],
     /// # ) -> simpler::Result<()> {
-    /// use simpler::{CallConfig, TaskArgs};
+    /// use simpler::{chip::CallConfig, TaskArgs};
     /// // Half of the data on chip 0, the other half on chip 1, launched together.
     /// let mut members = Vec::new();
     /// for half in 0..2 {

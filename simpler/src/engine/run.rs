@@ -602,7 +602,7 @@ impl RunHandle {
     /// Chrome trace, SVG and DOT pictures made from them. `None` before the run ends.
     ///
     /// ```no_run
-    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, TaskStatus, Worker};
+    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, trace::TaskStatus, Worker};
     ///
     /// fn step(_args: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -679,7 +679,7 @@ impl RunHandle {
 /// How far a run has got ([`RunHandle::progress`]).
 ///
 /// ```
-/// let p = simpler::RunProgress { submitted: 10, completed: 7, failed: 1, staged: 0, submitting: false };
+/// let p = simpler::status::RunProgress { submitted: 10, completed: 7, failed: 1, staged: 0, submitting: false };
 /// assert_eq!(p.remaining(), 2);
 /// assert!((p.fraction() - 0.8).abs() < 1e-9);
 /// ```
@@ -703,7 +703,7 @@ impl RunProgress {
     /// Tasks submitted and not ended yet.
     ///
     /// ```
-    /// assert_eq!(simpler::RunProgress::default().remaining(), 0);
+    /// assert_eq!(simpler::status::RunProgress::default().remaining(), 0);
     /// ```
     pub fn remaining(&self) -> u64 {
         self.submitted.saturating_sub(self.completed + self.failed)
@@ -713,7 +713,7 @@ impl RunProgress {
     /// submitted).
     ///
     /// ```
-    /// let p = simpler::RunProgress { submitted: 4, completed: 1, failed: 0, staged: 0, submitting: true };
+    /// let p = simpler::status::RunProgress { submitted: 4, completed: 1, failed: 0, staged: 0, submitting: true };
     /// assert_eq!(p.fraction(), 0.25);
     /// ```
     pub fn fraction(&self) -> f64 {

@@ -484,7 +484,7 @@ pub(crate) fn creator_pid(name: &str) -> Option<i32> {
 /// What [`sweep_stale_buffers`] did.
 ///
 /// ```
-/// let report = simpler::sweep_stale_buffers()?;
+/// let report = simpler::memory::sweep_stale_buffers()?;
 /// assert_eq!(report.bytes_freed == 0, report.removed.is_empty());
 /// println!("{} stale buffer(s) removed, {} bytes given back", report.removed.len(), report.bytes_freed);
 /// # Ok::<(), simpler::Error>(())
@@ -585,7 +585,7 @@ fn process_start(pid: i32) -> std::io::Result<Option<SystemTime>> {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// worker.init()?; // sweeps too
 /// let buf = worker.create_buffer(4096)?; // a memfd: nothing in /dev/shm
-/// let report = simpler::sweep_stale_buffers()?;
+/// let report = simpler::memory::sweep_stale_buffers()?;
 /// // Names of live processes are kept; this process made none.
 /// assert!(report.removed.iter().all(|name| !name.contains(&format!("-{}-", std::process::id()))));
 /// assert_eq!(report.bytes_freed == 0, report.removed.is_empty());

@@ -13,7 +13,7 @@ use crate::worker::start::StartMethod;
 ///
 /// ```
 /// use std::time::Duration;
-/// use simpler::{Level, Worker};
+/// use simpler::{status::Level, Worker};
 /// let worker = Worker::builder()
 ///     .level(Level::Node)
 ///     .sub_workers(2)
@@ -74,7 +74,7 @@ impl WorkerBuilder {
     ///   [`Worker::add_worker`], each in a process of its own.
     ///
     /// ```
-    /// use simpler::{ErrorKind, Level, Worker};
+    /// use simpler::{ErrorKind, status::Level, Worker};
     ///
     /// let worker = Worker::builder().level(Level::Node).sub_workers(1).build()?;
     /// assert_eq!(worker.level(), Level::Node);
@@ -136,7 +136,7 @@ impl WorkerBuilder {
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use simpler::{ChipBackend, ChipSpec, DeviceMemory, Level, SimChip, Worker};
+    /// use simpler::{chip::ChipBackend, chip::ChipSpec, chip::DeviceMemory, status::Level, chip::SimChip, Worker};
     ///
     /// static COPIED_IN: AtomicUsize = AtomicUsize::new(0);
     ///

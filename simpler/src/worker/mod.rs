@@ -186,7 +186,7 @@ impl Worker {
     /// 10 s (close).
     ///
     /// ```
-    /// use simpler::{Level, Worker};
+    /// use simpler::{status::Level, Worker};
     ///
     /// let worker = Worker::builder().build()?; // all defaults
     /// assert_eq!(worker.level(), Level::Node);
@@ -229,7 +229,7 @@ impl Worker {
     /// The level this Worker runs at.
     ///
     /// ```
-    /// use simpler::{Level, Worker};
+    /// use simpler::{status::Level, Worker};
     ///
     /// let worker = Worker::builder().sub_workers(1).build()?;
     /// assert_eq!(worker.level(), Level::Node);
@@ -268,7 +268,7 @@ impl Worker {
     /// Number of nested Workers added with [`add_worker`](Worker::add_worker).
     ///
     /// ```
-    /// let l4 = simpler::Worker::builder().level(simpler::Level::Network1).build()?;
+    /// let l4 = simpler::Worker::builder().level(simpler::status::Level::Network1).build()?;
     /// assert_eq!(l4.nested_workers(), 0);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -325,7 +325,7 @@ impl Worker {
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{WorkerKind, WorkerState};
+    /// use simpler::{status::WorkerKind, status::WorkerState};
     /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
     /// assert!(worker.workers().is_empty()); // nothing started before init
     /// worker.init()?;
@@ -357,7 +357,7 @@ impl Worker {
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{ErrorKind, WorkerKind};
+    /// use simpler::{ErrorKind, status::WorkerKind};
     /// let mut worker = simpler::Worker::builder().sub_workers(2).build()?;
     /// worker.init()?;
     /// // A live worker is not replaced.
@@ -462,7 +462,7 @@ impl Worker {
     /// whose ids follow theirs: adding one after a remote Worker is refused.
     ///
     /// ```
-    /// use simpler::{Level, Worker};
+    /// use simpler::{status::Level, Worker};
     /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
     /// let l3 = Worker::builder().sub_workers(1).build()?;
     /// assert_eq!(l4.add_worker(l3)?, 0);
@@ -522,7 +522,7 @@ impl Worker {
     /// leaves service.
     ///
     /// ```
-    /// use simpler::{ClusterKey, ErrorKind, Level, NodeAddr, RemoteWorker, Worker};
+    /// use simpler::{remote::ClusterKey, ErrorKind, status::Level, remote::NodeAddr, remote::RemoteWorker, Worker};
     ///
     /// let key = ClusterKey::new([9u8; 32])?;
     /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
@@ -579,7 +579,7 @@ impl Worker {
     /// runs as with [`add_remote_worker`](Worker::add_remote_worker).
     ///
     /// ```
-    /// use simpler::{ClusterKey, Launch, Level, NodeAddr, Worker};
+    /// use simpler::{remote::ClusterKey, remote::Launch, status::Level, remote::NodeAddr, Worker};
     ///
     /// let launch = Launch::new(0, 3, NodeAddr::loopback(7510))?;
     /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
@@ -605,7 +605,7 @@ impl Worker {
     /// Number of remote L3 Workers added with [`add_remote_worker`](Worker::add_remote_worker).
     ///
     /// ```
-    /// let l4 = simpler::Worker::builder().level(simpler::Level::Network1).build()?;
+    /// let l4 = simpler::Worker::builder().level(simpler::status::Level::Network1).build()?;
     /// assert_eq!(l4.remote_workers(), 0);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -706,7 +706,7 @@ impl Worker {
     /// `submit_next_level_group` (several chips at once).
     ///
     /// ```
-    /// use simpler::{ChipFn, HostArgs, HostResult, Worker};
+    /// use simpler::{chip::ChipFn, HostArgs, HostResult, Worker};
     ///
     /// fn vadd(args: &HostArgs<'_>) -> HostResult {
     ///     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -717,7 +717,7 @@ impl Worker {
     /// }
     /// let mut worker = Worker::builder().chips(2).build()?;
     /// let vadd = worker.register_chip(ChipFn::kernel("vadd", vadd))?;
-    /// assert_eq!(vadd.kind(), simpler::CallableKind::Chip);
+    /// assert_eq!(vadd.kind(), simpler::callable::CallableKind::Chip);
     ///
     /// fn vsub(_: &HostArgs<'_>) -> HostResult {
     ///     Ok(())
@@ -741,13 +741,13 @@ impl Worker {
     /// before and after `init`.
     ///
     /// ```
-    /// use simpler::{CallConfig, Level, OrchFn, Orchestrator, TaskArgs, Worker};
+    /// use simpler::{chip::CallConfig, status::Level, OrchFn, Orchestrator, TaskArgs, Worker};
     /// fn step(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
     ///     Ok(())
     /// }
     /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
     /// let h = l4.register_orch(OrchFn::new("step", step))?;
-    /// assert_eq!(h.kind(), simpler::CallableKind::Orch);
+    /// assert_eq!(h.kind(), simpler::callable::CallableKind::Orch);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn register_orch(&mut self, f: OrchFn) -> Result<CallableHandle> {
@@ -1128,7 +1128,7 @@ impl Worker {
     /// [`capture_dag`](RunOptions::capture_dag) the run records its DAG ([`RunHandle::dag`]).
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, EdgeReason, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{chip::CallConfig, DataType, trace::EdgeReason, HostArgs, HostFn, HostResult, Orchestrator};
     /// use simpler::{RunOptions, TaskArgs, Worker};
     ///
     /// fn inc(args: &HostArgs<'_>) -> HostResult {
@@ -1288,7 +1288,7 @@ impl Worker {
     /// config `orch_fn` receives.
     ///
     /// ```no_run
-    /// use simpler::{CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator};
+    /// use simpler::{chip::CallConfig, DataType, HostArgs, HostFn, HostResult, Orchestrator};
     /// use simpler::{RunOptions, TaskArgs, Worker};
     ///
     /// fn negate(args: &HostArgs<'_>) -> HostResult {
@@ -1366,7 +1366,7 @@ impl Worker {
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
-    /// use simpler::{CallConfig, ChipFn, DataType, HostArgs, HostResult, Level, TaskArgs, Worker};
+    /// use simpler::{chip::CallConfig, chip::ChipFn, DataType, HostArgs, HostResult, status::Level, TaskArgs, Worker};
     ///
     /// fn scale(args: &HostArgs<'_>) -> HostResult {
     ///     for v in args.output::<f32>(0)? {

@@ -11,7 +11,7 @@ use crate::data::task_args::TaskArgs;
 /// deadline.
 ///
 /// ```
-/// use simpler::{CallConfig, RunOptions, TaskArgs};
+/// use simpler::{chip::CallConfig, RunOptions, TaskArgs};
 /// let mut args = TaskArgs::new();
 /// args.scalar(7);
 /// let options = RunOptions::new().args(args).config(CallConfig::new().aicpu_threads(4)).capture_dag();
@@ -41,7 +41,7 @@ impl RunOptions {
     /// above sent: the function may pass it only where a callable reads it.
     ///
     /// ```
-    /// use simpler::{Access, DataType, RunOptions, TaskArgs};
+    /// use simpler::{memory::Access, DataType, RunOptions, TaskArgs};
     /// # let buffer = simpler::__private::doc_buffer(64)?;
     /// let t = buffer.tensor(&[16], DataType::Float32)?;
     /// let mut args = TaskArgs::new();
@@ -59,7 +59,7 @@ impl RunOptions {
     /// The config the orchestration function receives (checked at submit).
     ///
     /// ```
-    /// let _ = simpler::RunOptions::new().config(simpler::CallConfig::new().aicpu_threads(2));
+    /// let _ = simpler::RunOptions::new().config(simpler::chip::CallConfig::new().aicpu_threads(2));
     /// ```
     pub fn config(mut self, config: CallConfig) -> RunOptions {
         self.config = config;

@@ -3,7 +3,7 @@
 /// What kind of worker a [`WorkerStatus`] describes.
 ///
 /// ```
-/// use simpler::WorkerKind;
+/// use simpler::status::WorkerKind;
 /// assert_ne!(WorkerKind::Sub, WorkerKind::Chip);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,7 +25,7 @@ pub enum WorkerKind {
 /// Whether a worker process lives, and if not, how it ended.
 ///
 /// ```
-/// use simpler::WorkerState;
+/// use simpler::status::WorkerState;
 /// assert!(WorkerState::Alive.is_alive());
 /// assert!(!WorkerState::Killed(9).is_alive());
 /// ```
@@ -46,7 +46,7 @@ impl WorkerState {
     /// True while the process runs.
     ///
     /// ```
-    /// assert!(!simpler::WorkerState::Exited(0).is_alive());
+    /// assert!(!simpler::status::WorkerState::Exited(0).is_alive());
     /// ```
     pub fn is_alive(&self) -> bool {
         matches!(self, WorkerState::Alive)
@@ -57,7 +57,7 @@ impl WorkerState {
 /// reports it.
 ///
 /// ```
-/// use simpler::{WorkerKind, WorkerState, WorkerStatus};
+/// use simpler::{status::WorkerKind, status::WorkerState, status::WorkerStatus};
 /// fn dead_subs(all: &[WorkerStatus]) -> Vec<u32> {
 ///     all.iter().filter(|w| w.kind == WorkerKind::Sub && !w.is_alive()).map(|w| w.id).collect()
 /// }

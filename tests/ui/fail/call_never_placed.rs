@@ -1,6 +1,6 @@
 // A `Call` that is built and never placed or run does nothing: the compiler says so.
 #![deny(unused_must_use)]
-use simpler::{In, Orchestrator, Out, TensorOf, callable};
+use simpler::{dsl::In, Orchestrator, dsl::Out, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // S0006: a callable cannot be `async`.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 async fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // A callable returns `()` or `Result<(), E>`.
-use simpler::{In, callable};
+use simpler::{dsl::In, callable};
 
 #[callable(sub)]
 fn count(x: In<f32>) -> i32 {

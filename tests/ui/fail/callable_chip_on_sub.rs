@@ -1,5 +1,5 @@
 // A chip callable placed on a SUB worker.
-use simpler::{In, Orchestrator, Out, TensorOf, callable, sub};
+use simpler::{dsl::In, Orchestrator, dsl::Out, dsl::TensorOf, callable, dsl::sub};
 
 #[callable(chip)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

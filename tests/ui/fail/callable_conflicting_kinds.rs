@@ -1,5 +1,5 @@
 // Two different kinds.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(chip, sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // S0003: `crate` takes a path.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub, crate = "simpler")]
 fn copy(x: In<f32>, mut y: Out<f32>) {

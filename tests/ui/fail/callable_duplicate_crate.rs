@@ -1,5 +1,5 @@
 // The `crate` option given twice.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub, crate = ::simpler, crate = ::simpler)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // The kind given twice.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(chip, chip)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // A tensor element type the engine does not have (rustc, through `Element`).
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 fn copy(x: In<bool>, mut y: Out<bool>) {

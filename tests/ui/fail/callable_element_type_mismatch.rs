@@ -1,5 +1,5 @@
 // An `In<f32>` parameter given a tensor of `i32` elements.
-use simpler::{In, Out, TensorOf, callable};
+use simpler::{dsl::In, dsl::Out, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {

@@ -1,8 +1,8 @@
 // S0006: a callable cannot be generic.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
-fn copy<T: simpler::Element>(x: In<T>, mut y: Out<T>) {
+fn copy<T: simpler::memory::Element>(x: In<T>, mut y: Out<T>) {
     y.copy_from_slice(&x);
 }
 

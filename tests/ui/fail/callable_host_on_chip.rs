@@ -1,5 +1,5 @@
 // A host function placed on a chip.
-use simpler::{In, Orchestrator, Out, TensorOf, callable, chip};
+use simpler::{dsl::In, Orchestrator, dsl::Out, dsl::TensorOf, callable, dsl::chip};
 
 #[callable(sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // An `In` parameter given `&mut t`: the call would claim to write what it only reads.
-use simpler::{In, Out, TensorOf, callable};
+use simpler::{dsl::In, dsl::Out, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // S0006: a callable names no lifetimes; the macro gives every tensor the lifetime of its task.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 fn copy<'a>(a: In<'a, f32>, mut b: Out<'a, f32>) {

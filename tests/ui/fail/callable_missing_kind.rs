@@ -1,5 +1,5 @@
 // `#[callable]` without a kind.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable]
 fn copy(x: In<f32>, mut y: Out<f32>) {

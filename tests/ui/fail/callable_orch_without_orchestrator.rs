@@ -1,5 +1,5 @@
 // An orchestration callable must take the orchestrator first.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(orch)]
 fn plan(x: In<f32>, y: Out<f32>) -> simpler::Result<()> {

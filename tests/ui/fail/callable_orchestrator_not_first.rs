@@ -1,5 +1,5 @@
 // S0005: the orchestrator must be the first parameter.
-use simpler::{In, Orchestrator, callable};
+use simpler::{dsl::In, Orchestrator, callable};
 
 #[callable(orch)]
 fn plan(x: In<f32>, o: &mut Orchestrator<'_>) -> simpler::Result<()> {

@@ -1,5 +1,5 @@
 // An `Out` parameter given a `TensorOf<f32, ReadOnly>`, even borrowed mutably.
-use simpler::{In, Out, ReadOnly, TensorOf, callable};
+use simpler::{dsl::In, dsl::Out, dsl::ReadOnly, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // An `Out` parameter given `&t`: a shared borrow does not grant write access.
-use simpler::{In, Out, TensorOf, callable};
+use simpler::{dsl::In, dsl::Out, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // A parameter type a task cannot carry: a reference.
-use simpler::{Out, callable};
+use simpler::{dsl::Out, callable};
 
 #[callable(sub)]
 fn label(name: &str, mut y: Out<u8>) {

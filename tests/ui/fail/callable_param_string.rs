@@ -1,5 +1,5 @@
 // A parameter type a task cannot carry: a path type that is not a scalar.
-use simpler::{Out, callable};
+use simpler::{dsl::Out, callable};
 
 #[callable(sub)]
 fn label(name: String, mut y: Out<u8>) {

@@ -1,5 +1,5 @@
 // S0005: a host function cannot take the orchestrator.
-use simpler::{In, Orchestrator, callable};
+use simpler::{dsl::In, Orchestrator, callable};
 
 #[callable(sub)]
 fn plan(o: &mut Orchestrator<'_>, x: In<f32>) {

@@ -1,5 +1,5 @@
 // S0006: a callable cannot take `self`.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 struct Kernels;
 

@@ -1,5 +1,5 @@
 // S0004: a tensor parameter needs its element type.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 fn copy(x: In, mut y: Out<f32>) {

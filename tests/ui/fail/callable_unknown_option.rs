@@ -1,5 +1,5 @@
 // An option `#[callable]` does not have.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub, fast)]
 fn copy(x: In<f32>, mut y: Out<f32>) {

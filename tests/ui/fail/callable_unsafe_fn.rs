@@ -1,5 +1,5 @@
 // S0006: an `unsafe fn` cannot be a callable (a worker calls it from safe code).
-use simpler::{InOut, callable};
+use simpler::{dsl::InOut, callable};
 
 #[callable(sub)]
 unsafe fn danger(mut x: InOut<f32>) {

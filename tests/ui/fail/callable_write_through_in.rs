@@ -1,5 +1,5 @@
 // A kernel body cannot write through an `In<T>` parameter.
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(chip)]
 fn clobber(x: In<f32>, mut y: Out<f32>) {

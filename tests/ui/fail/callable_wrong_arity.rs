@@ -1,5 +1,5 @@
 // `call` takes the callable's parameters in signature order, no more and no fewer.
-use simpler::{In, Out, TensorOf, callable};
+use simpler::{dsl::In, dsl::Out, dsl::TensorOf, callable};
 
 #[callable(sub)]
 fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {

@@ -1,5 +1,5 @@
 // A chip callable placed on a SUB worker inside a graph.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(chip)]
 fn vcopy(a: In<f32>, mut b: Out<f32>) {

@@ -1,5 +1,5 @@
 // S0006: a task graph cannot be generic.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -7,7 +7,7 @@ fn copy(a: In<f32>, mut b: Out<f32>) {
 }
 
 task_graph! {
-    fn g<T: simpler::Element>(x: In<f32>, y: Out<f32>) {
+    fn g<T: simpler::memory::Element>(x: In<f32>, y: Out<f32>) {
         copy(x, &mut y).on(sub());
     }
 }

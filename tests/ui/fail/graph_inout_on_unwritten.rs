@@ -1,5 +1,5 @@
 // S0111: an `InOut` parameter given an intermediate nothing has written (a const-eval error).
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

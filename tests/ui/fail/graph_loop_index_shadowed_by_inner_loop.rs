@@ -1,6 +1,6 @@
 // S0113: an inner loop that reuses the outer loop's index name shadows it: every iteration of
 // the outer loop writes the same pieces.
-use simpler::{Out, callable, task_graph};
+use simpler::{dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>, v: u32) {

@@ -1,6 +1,6 @@
 // S0113: a `let` that shadows the loop index is not the loop index: every iteration writes
 // piece 0 through an `Out` parameter.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>, v: u32) {

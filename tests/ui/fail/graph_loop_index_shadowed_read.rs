@@ -1,5 +1,5 @@
 // S0114: a shadowed index reads another iteration's piece, which nothing orders.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>, v: u32) {

@@ -1,5 +1,5 @@
 // S0113: the written piece is not indexed by the loop variable, so iterations may collide.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

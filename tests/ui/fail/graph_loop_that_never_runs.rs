@@ -1,6 +1,6 @@
 // S0115: a loop whose constant range is empty never runs, so the graph's checks (which assume
 // its body runs) cannot hold: `y` would stay unwritten.
-use simpler::{Out, callable, task_graph};
+use simpler::{dsl::Out, callable, task_graph};
 
 const N: u32 = 0;
 

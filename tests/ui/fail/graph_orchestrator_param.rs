@@ -1,5 +1,5 @@
 // S0004: a task graph gets its orchestrator implicitly.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

@@ -1,5 +1,5 @@
 // S0106: a graph output no call writes.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

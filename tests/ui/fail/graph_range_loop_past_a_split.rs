@@ -1,6 +1,6 @@
 // S0113: a range loop past the pieces of a split, when the bound and the count are both
 // constants: the compiler refuses it.
-use simpler::{Out, callable, task_graph};
+use simpler::{dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>, v: u32) {

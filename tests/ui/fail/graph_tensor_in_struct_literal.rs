@@ -1,5 +1,5 @@
 // S0110: a tensor as a struct literal's field value is used inside an expression.
-use simpler::{In, Out, TensorOf, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, dsl::TensorOf, callable, task_graph};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>, v: u32) {

@@ -1,6 +1,6 @@
 // S0115: what a graph still cannot check: a tile shape that is a run-time value, rows with
 // bounds, tiles of an intermediate, and a range loop bounded by a partition's length.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

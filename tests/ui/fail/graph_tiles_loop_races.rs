@@ -1,6 +1,6 @@
 // S0113 / S0114 for loops over tiles, whose count is the run's: a piece at another index, and
 // a read of another iteration's piece, are refused as for `split`.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

@@ -1,6 +1,6 @@
 // Taking a tensor out of the TensorMap's ordering (what `task_graph!`'s static edges do) is
 // `unsafe`, as `NoDep` is: safe code cannot skip a dependency.
-use simpler::{Out, callable, sub};
+use simpler::{dsl::Out, callable, dsl::sub};
 
 #[callable(sub)]
 fn fill(mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // A callable, and a graph using it, declared inside a function body.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 fn main() {
     #[callable(sub)]

@@ -1,6 +1,6 @@
 // Raw identifiers and names that differ only in case are callables of their own.
 #![allow(non_snake_case)]
-use simpler::{In, Out, callable};
+use simpler::{dsl::In, dsl::Out, callable};
 
 #[callable(sub)]
 fn r#match(a: In<f32>, mut r#type: Out<f32>) {

@@ -1,6 +1,6 @@
 // One callable per element type, written by `macro_rules!` (the advice S0006 gives for
 // generics): a `$t:ty` arrives as an invisible group, and is a scalar type all the same.
-use simpler::{InOut, callable};
+use simpler::{dsl::InOut, callable};
 
 macro_rules! scale_for {
     ($name:ident, $t:ty) => {

@@ -1,6 +1,6 @@
 // Loops in a graph: over a constant range and over a partition, with placement computed from
 // the index, a per-iteration intermediate, an `InOut` accumulator and a combine after the loop.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(chip)]
 fn scale(x: In<f32>, mut y: Out<f32>) {

@@ -1,6 +1,6 @@
 // Names the graph must handle: raw identifiers, a parameter named like its function, shape
 // metadata in scalar expressions, a field named like a tensor.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

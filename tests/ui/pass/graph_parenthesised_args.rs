@@ -1,5 +1,5 @@
 // Parenthesised arguments are tracked like plain ones: the write-after-read edges are there.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

@@ -1,5 +1,5 @@
 // A graph with a scope, a group and scalar lets; its static structure has every task.
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn add(a: In<f32>, b: In<f32>, mut out: Out<f32>, k: f32) {
@@ -43,6 +43,6 @@ fn main() {
     let graph = g::graph();
     let dot = graph.to_dot();
     assert!(dot.contains("add"), "{dot}");
-    assert_eq!(g::KIND, simpler::CallableKind::Orch);
+    assert_eq!(g::KIND, simpler::callable::CallableKind::Orch);
     assert_eq!(g::PARAMS.len(), 6);
 }

@@ -1,7 +1,7 @@
 // `tiles` partitions with a tile shape known at compile time and a piece count that is the
 // run's: loops over them (a named partition, an inline one, a 2-D grid of tiles), pieces of
 // other tiled partitions at the loop's index, placements from the index, and `graph_for`.
-use simpler::{In, Out, TaskGraph, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, dsl::TaskGraph, callable, task_graph};
 
 #[callable(chip)]
 fn double(x: In<f32>, mut y: Out<f32>) {

@@ -1,5 +1,5 @@
 // An intermediate whose name starts with `_` may stay unread, as in Rust.
-use simpler::{In, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {

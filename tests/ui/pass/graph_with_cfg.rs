@@ -1,5 +1,5 @@
 // A `#[cfg]` on a task graph's function holds for everything the macro makes of it.
-use simpler::{InOut, callable, task_graph};
+use simpler::{dsl::InOut, callable, task_graph};
 
 #[callable(sub)]
 fn kept(mut x: InOut<f32>) {

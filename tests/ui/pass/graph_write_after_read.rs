@@ -1,5 +1,5 @@
 // A write after a read compiles: the engine orders it (a write-after-read edge).
-use simpler::{In, InOut, Out, callable, task_graph};
+use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
 fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -28,7 +28,7 @@ fn main() {
     assert_eq!(g.node_count(), 4);
     let after: Vec<_> = g
         .edge_indices()
-        .filter(|&e| matches!(g[e], simpler::GraphEdge::WriteAfterRead { .. }))
+        .filter(|&e| matches!(g[e], simpler::dsl::GraphEdge::WriteAfterRead { .. }))
         .map(|e| {
             let (a, b) = g.edge_endpoints(e).unwrap();
             (g[a].index, g[b].index)

@@ -1,6 +1,6 @@
 // The macros' internal names (`__o`, `__g`, `__c`, `__args`, `__t0`) do not clash with the
 // user's names of the same spelling.
-use simpler::{In, Orchestrator, Out, TensorOf, callable, sub, task_graph};
+use simpler::{dsl::In, Orchestrator, dsl::Out, dsl::TensorOf, callable, dsl::sub, task_graph};
 
 #[callable(sub)]
 fn copy(__c: In<f32>, mut __args: Out<f32>, __o: u32) {

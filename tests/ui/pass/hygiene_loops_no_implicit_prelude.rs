@@ -6,7 +6,7 @@
 mod kernels {
     #![no_implicit_prelude]
 
-    use ::simpler::{In, InOut, Out};
+    use ::simpler::{dsl::In, dsl::InOut, dsl::Out};
 
     #[::simpler::callable(chip)]
     pub fn scale(x: In<f32>, mut y: Out<f32>) {

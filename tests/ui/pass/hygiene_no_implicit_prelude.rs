@@ -5,7 +5,7 @@
 mod kernels {
     #![no_implicit_prelude]
 
-    use ::simpler::{In, InOut, Orchestrator, Out};
+    use ::simpler::{dsl::In, dsl::InOut, Orchestrator, dsl::Out};
 
     #[::simpler::callable(sub)]
     pub fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -28,7 +28,7 @@ mod kernels {
 
     #[::simpler::callable(orch)]
     pub fn plan(o: &mut Orchestrator<'_>, a: In<f32>, y: Out<f32>) -> ::simpler::Result<()> {
-        copy::call(&a, &mut y)?.on(o, ::simpler::sub())?;
+        copy::call(&a, &mut y)?.on(o, ::simpler::dsl::sub())?;
         ::core::result::Result::Ok(())
     }
 

@@ -37,7 +37,7 @@ const MAX_RANKS: u32 = 4096;
 /// connecting to the root.
 ///
 /// ```
-/// use simpler::{Launch, NodeAddr};
+/// use simpler::{remote::Launch, remote::NodeAddr};
 ///
 /// let launch = Launch::new(2, 3, NodeAddr::parse("127.0.0.1:7500")?)?;
 /// assert_eq!((launch.rank(), launch.size(), launch.is_root()), (2, 3, false));
@@ -56,7 +56,7 @@ impl Launch {
     /// size, or a size over 4096 (one root's sessions), is an `InvalidArgument` error.
     ///
     /// ```
-    /// let l = simpler::Launch::new(0, 2, simpler::NodeAddr::loopback(7501))?;
+    /// let l = simpler::remote::Launch::new(0, 2, simpler::remote::NodeAddr::loopback(7501))?;
     /// assert!(l.is_root());
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -79,7 +79,7 @@ impl Launch {
     /// ```
     /// // Outside mpirun / srun there is no launch.
     /// # if std::env::var_os("OMPI_COMM_WORLD_RANK").is_none() && std::env::var_os("PMI_RANK").is_none() && std::env::var_os("SLURM_PROCID").is_none() {
-    /// assert!(simpler::Launch::from_env()?.is_none());
+    /// assert!(simpler::remote::Launch::from_env()?.is_none());
     /// # }
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -116,7 +116,7 @@ impl Launch {
     /// This process's rank (0 is the root).
     ///
     /// ```
-    /// assert_eq!(simpler::Launch::new(1, 2, simpler::NodeAddr::loopback(7502))?.rank(), 1);
+    /// assert_eq!(simpler::remote::Launch::new(1, 2, simpler::remote::NodeAddr::loopback(7502))?.rank(), 1);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn rank(&self) -> u32 {
@@ -126,7 +126,7 @@ impl Launch {
     /// The number of ranks (the root and its nodes).
     ///
     /// ```
-    /// assert_eq!(simpler::Launch::new(1, 2, simpler::NodeAddr::loopback(7503))?.size(), 2);
+    /// assert_eq!(simpler::remote::Launch::new(1, 2, simpler::remote::NodeAddr::loopback(7503))?.size(), 2);
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn size(&self) -> u32 {
@@ -136,7 +136,7 @@ impl Launch {
     /// Where the root listens.
     ///
     /// ```
-    /// let l = simpler::Launch::new(1, 2, simpler::NodeAddr::loopback(7504))?;
+    /// let l = simpler::remote::Launch::new(1, 2, simpler::remote::NodeAddr::loopback(7504))?;
     /// assert_eq!(l.root().to_string(), "127.0.0.1:7504");
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -147,7 +147,7 @@ impl Launch {
     /// Whether this process is the root (rank 0).
     ///
     /// ```
-    /// assert!(simpler::Launch::new(0, 4, simpler::NodeAddr::loopback(7505))?.is_root());
+    /// assert!(simpler::remote::Launch::new(0, 4, simpler::remote::NodeAddr::loopback(7505))?.is_root());
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn is_root(&self) -> bool {

@@ -63,7 +63,7 @@ const READ_CONTROL: u32 = 2;
 ///
 /// ```
 /// use std::time::Duration;
-/// use simpler::{ClusterKey, NodeAddr, RemoteWorker};
+/// use simpler::{remote::ClusterKey, remote::NodeAddr, remote::RemoteWorker};
 ///
 /// let key = ClusterKey::new("a secret of at least sixteen bytes")?;
 /// let node = RemoteWorker::new(NodeAddr::parse("127.0.0.1:7301")?, key)
@@ -88,8 +88,8 @@ impl RemoteWorker {
     /// 2 s of silence before the node counts as lost.
     ///
     /// ```
-    /// let key = simpler::ClusterKey::new([7u8; 32])?;
-    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7302), key);
+    /// let key = simpler::remote::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7302), key);
     /// # drop(node);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -106,8 +106,8 @@ impl RemoteWorker {
     /// How long `init` waits to connect to the node and authenticate (default 10 s).
     ///
     /// ```
-    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
-    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7303), key)
+    /// # let key = simpler::remote::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7303), key)
     ///     .connect_timeout(std::time::Duration::from_secs(30));
     /// # drop(node);
     /// # Ok::<(), simpler::Error>(())
@@ -125,8 +125,8 @@ impl RemoteWorker {
     /// refuses less.
     ///
     /// ```
-    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
-    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7304), key)
+    /// # let key = simpler::remote::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7304), key)
     ///     .health_timeout(std::time::Duration::from_millis(500));
     /// # drop(node);
     /// # Ok::<(), simpler::Error>(())
@@ -139,8 +139,8 @@ impl RemoteWorker {
     /// Where the node listens.
     ///
     /// ```
-    /// # let key = simpler::ClusterKey::new([7u8; 32])?;
-    /// let node = simpler::RemoteWorker::new(simpler::NodeAddr::loopback(7305), key);
+    /// # let key = simpler::remote::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7305), key);
     /// assert!(node.addr().is_loopback());
     /// # Ok::<(), simpler::Error>(())
     /// ```

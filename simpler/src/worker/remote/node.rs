@@ -54,7 +54,7 @@ pub(crate) const ROOT_SILENCE: Duration = Duration::from_secs(3);
 /// and only a root that proves it knows the [`ClusterKey`] may drive one.
 ///
 /// ```no_run
-/// use simpler::{ClusterKey, Node, NodeAddr, Worker};
+/// use simpler::{remote::ClusterKey, remote::Node, remote::NodeAddr, Worker};
 ///
 /// # fn main() -> simpler::Result<()> {
 /// let l3 = Worker::builder().sub_workers(2).build()?;
@@ -83,7 +83,7 @@ impl Node {
     /// know `key`.
     ///
     /// ```
-    /// use simpler::{ClusterKey, ErrorKind, Level, Node, NodeAddr, Worker};
+    /// use simpler::{remote::ClusterKey, ErrorKind, status::Level, remote::Node, remote::NodeAddr, Worker};
     ///
     /// let key = ClusterKey::new([1u8; 32])?;
     /// let node = Node::new(Worker::builder().sub_workers(1).build()?, NodeAddr::loopback(0), key.clone())?;
@@ -110,9 +110,9 @@ impl Node {
     /// executes code on request, so reaching it from other hosts is a decision).
     ///
     /// ```
-    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
     /// # let w = simpler::Worker::builder().build()?;
-    /// let node = simpler::Node::new(w, simpler::NodeAddr::parse("0.0.0.0:7402")?, key)?.allow_remote(true);
+    /// let node = simpler::remote::Node::new(w, simpler::remote::NodeAddr::parse("0.0.0.0:7402")?, key)?.allow_remote(true);
     /// # drop(node);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -125,7 +125,7 @@ impl Node {
     /// with `register_orch`; they meet by digest).
     ///
     /// ```
-    /// use simpler::{CallConfig, ClusterKey, Node, NodeAddr, OrchFn, Orchestrator, TaskArgs, Worker};
+    /// use simpler::{chip::CallConfig, remote::ClusterKey, remote::Node, remote::NodeAddr, OrchFn, Orchestrator, TaskArgs, Worker};
     ///
     /// fn step(_o: &mut Orchestrator<'_>, _a: &TaskArgs, _c: &CallConfig) -> simpler::Result<()> {
     ///     Ok(())
@@ -156,8 +156,8 @@ impl Node {
     /// Starts the L3 Worker and listens; a node is reachable from here on.
     ///
     /// ```no_run
-    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
-    /// let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// let node = simpler::remote::Node::new(simpler::Worker::builder().build()?, simpler::remote::NodeAddr::loopback(0), key)?;
     /// let bound = node.bind()?;
     /// println!("listening on {}", bound.local_addr()); // the real port when 0 was asked
     /// # Ok::<(), simpler::Error>(())
@@ -185,7 +185,7 @@ impl Node {
     /// out, so nothing listens on it.
     ///
     /// ```no_run
-    /// use simpler::{ClusterKey, Launch, Node, NodeAddr, Worker};
+    /// use simpler::{remote::ClusterKey, remote::Launch, remote::Node, remote::NodeAddr, Worker};
     ///
     /// # fn main() -> simpler::Result<()> {
     /// if let Some(launch) = Launch::from_env()?.filter(|l| !l.is_root()) {
@@ -281,8 +281,8 @@ impl BoundNode {
     /// Where the node listens (with the real port when port 0 was asked).
     ///
     /// ```no_run
-    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
-    /// # let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::remote::Node::new(simpler::Worker::builder().build()?, simpler::remote::NodeAddr::loopback(0), key)?;
     /// let bound = node.bind()?;
     /// assert!(bound.local_addr().is_loopback());
     /// # Ok::<(), simpler::Error>(())
@@ -296,8 +296,8 @@ impl BoundNode {
     /// the handshake are refused, logged with their address, and waited past.
     ///
     /// ```no_run
-    /// # let key = simpler::ClusterKey::new([1u8; 32])?;
-    /// # let node = simpler::Node::new(simpler::Worker::builder().build()?, simpler::NodeAddr::loopback(0), key)?;
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::remote::Node::new(simpler::Worker::builder().build()?, simpler::remote::NodeAddr::loopback(0), key)?;
     /// let bound = node.bind()?;
     /// bound.serve_one()?;
     /// # Ok::<(), simpler::Error>(())
