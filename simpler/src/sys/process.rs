@@ -18,8 +18,16 @@
 //! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
 //!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
 //!     failing test or benchmark leaves no zombie and no orphan.
+//! P6. A worker process records its process id when it starts serving ([`become_worker`]).
+//!     User code it runs (a host function, a chip kernel, an orchestration function) may fork,
+//!     and the child of that fork may return into the library: it is a copy of the worker that
+//!     shares its mailbox, so it must never touch it (nor anything else of the worker). At each
+//!     return from user code the library calls [`leave_if_forked_copy`], which compares the
+//!     current process id with the recorded one and, in a copy, leaves with `_exit` at once:
+//!     no destructor, `atexit` hook or buffered output of the worker runs twice, and the worker
+//!     stays the one process that serves its mailbox.
 
-#![expect(unsafe_code, reason = "fork, pidfd, poll and eventfd have no safe wrappers; rules P1-P4")]
+#![expect(unsafe_code, reason = "fork, pidfd, poll, eventfd and _exit have no safe wrappers; rules P1-P6")]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -58,6 +66,27 @@ pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
             // SAFETY: rule P2 — leave without running the parent's destructors or atexit hooks.
             unsafe { libc::_exit(code) }
         }
+    }
+}
+
+/// This process's id when it became a worker process (rule P6); 0 in a process that is not one.
+static WORKER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Records that this process is a worker process, serving a mailbox from now on (rule P6).
+pub(crate) fn become_worker() {
+    WORKER_PID.store(std::process::id(), std::sync::atomic::Ordering::Release);
+}
+
+/// Called where user code returns into the library in a worker process: in a copy of the
+/// worker that the user code forked (the child of its fork returned), leaves at once with
+/// status 0 when the code returned `ok`, 1 otherwise (its parent may wait for it); does
+/// nothing in the worker itself, and in a process that is not a worker (rule P6).
+pub(crate) fn leave_if_forked_copy(ok: bool) {
+    let worker = WORKER_PID.load(std::sync::atomic::Ordering::Acquire);
+    if worker != 0 && std::process::id() != worker {
+        // SAFETY: rule P6 — a copy of a worker leaves without running the worker's
+        // destructors or atexit hooks and without touching its mailbox.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) }
     }
 }
 

@@ -104,6 +104,7 @@ pub(crate) enum ChildPlan {
 
 impl ChildPlan {
     fn run(self) -> i32 {
+        crate::sys::process::become_worker();
         match self {
             ChildPlan::Sub(c) => c.run(),
             ChildPlan::Chip(c) => c.run(),
