@@ -159,3 +159,119 @@ fn an_orchestration_whose_forked_child_returns_leaves_its_nested_worker_serving(
     }
     assert_eq!(rig.child_pids(), pids, "the same nested Worker serves on");
 }
+
+/// Starts `sleep 1000` and leaves it running; writes its process id to tensor 0 (one `u32`).
+fn spawn_sleep(args: &HostArgs<'_>) -> HostResult {
+    let child = std::process::Command::new("sleep").arg("1000").spawn()?;
+    args.output::<u32>(0)?[0] = child.id();
+    Ok(()) // dropping `Child` neither waits for the process nor kills it
+}
+
+/// A process this test did not start, watched through a pidfd (which names that process and
+/// no other, whatever happens to its pid); killed on drop, so a failing test leaves none.
+struct Watched {
+    pid: i32,
+    fd: std::os::fd::OwnedFd,
+}
+
+#[expect(unsafe_code, reason = "pidfd_open(2), pidfd_send_signal(2) and poll(2) have no safe wrappers")]
+impl Watched {
+    /// Watches `pid`, which must be running.
+    fn new(pid: i32) -> Watched {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open(2) takes a pid and flags; it returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is the new descriptor pidfd_open returned; nothing else owns it.
+        Watched { pid, fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) } }
+    }
+
+    /// Whether the process has ended (exited, or killed) within `limit`.
+    fn ends_within(&self, limit: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let left = end.saturating_duration_since(std::time::Instant::now()).as_millis() as i32;
+            // SAFETY: one live `pollfd` naming our own pidfd; `left` is a timeout in ms.
+            match unsafe { libc::poll(&mut pfd, 1, left) } {
+                n if n > 0 => return true,
+                0 => return false,
+                _ => assert_eq!(std::io::Error::last_os_error().kind(), std::io::ErrorKind::Interrupted),
+            }
+        }
+    }
+}
+
+#[expect(unsafe_code, reason = "pidfd_send_signal(2) has no safe wrapper")]
+impl Drop for Watched {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal(2) on our own pidfd with a plain signal and no siginfo; it
+        // fails harmlessly once the process is gone.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<()>(),
+                0,
+            )
+        };
+    }
+}
+
+/// A process a host function starts and leaves running does not outlive `close`: it is in its
+/// SUB worker's process group, which close ends.
+#[test]
+fn a_process_a_host_function_leaves_running_ends_with_close() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut rig, [spawn]) = Rig::start(subs(1), [("spawn_sleep", spawn_sleep)]);
+    let out = u32_buffer(&rig, 1);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u32s(&out))?;
+        orch.submit_sub(&spawn, a).map(|_| ())
+    })
+    .expect("the host function starts its process");
+    let sleep = Watched::new(read_u32(&out, 0, 1)[0] as i32);
+    assert!(!sleep.ends_within(Duration::ZERO), "process {} runs while the Worker does", sleep.pid);
+    drop(out);
+    rig.close().unwrap();
+    assert!(sleep.ends_within(Duration::from_secs(10)), "process {} outlived close", sleep.pid);
+}
+
+/// On an L3 Worker: starts `sleep 1000` on its SUB worker, its process id into tensor 0.
+fn l3_spawn_sleep(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<()> {
+    let mut a = TaskArgs::new();
+    a.output(args.tensor(0).expect("tensor 0"))?;
+    orch.submit_sub(&HostFn::new("spawn_sleep", spawn_sleep).handle(), a).map(|_| ())
+}
+
+/// The same below a nested Worker: the process ends when the nested Worker's tree does.
+#[test]
+fn a_process_a_host_function_leaves_running_below_a_nested_worker_ends_with_close() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+    l3.register(HostFn::new("spawn_sleep", spawn_sleep)).unwrap();
+    rig.add_worker(l3).unwrap();
+    let f = rig.register_orch(OrchFn::new("l3_spawn_sleep", l3_spawn_sleep)).unwrap();
+    rig.init();
+    let out = u32_buffer(&rig, 1);
+    rig.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u32s(&out))?;
+        orch.submit_next_level(&f, a, CallConfig::default(), 0).map(|_| ())
+    })
+    .expect("the host function starts its process");
+    let sleep = Watched::new(read_u32(&out, 0, 1)[0] as i32);
+    assert!(!sleep.ends_within(Duration::ZERO), "process {} runs while the Worker does", sleep.pid);
+    drop(out);
+    rig.close().unwrap();
+    assert!(sleep.ends_within(Duration::from_secs(10)), "process {} outlived close", sleep.pid);
+}

@@ -26,8 +26,23 @@
 //!     current process id with the recorded one and, in a copy, leaves with `_exit` at once:
 //!     no destructor, `atexit` hook or buffered output of the worker runs twice, and the worker
 //!     stays the one process that serves its mailbox.
+//! P7. A child that a process which is not a worker starts (the program's own children: SUB
+//!     workers, chips, nested Workers) leads a process group of its own (`setpgid(0, 0)` before
+//!     it runs anything, [`fork_child`] or `sys::spawn`), and everything below it stays in that
+//!     group: the processes a nested Worker starts, and what user code in any of them starts
+//!     (a worker process never starts a group). When the monitor sees such a child exit, it
+//!     kills what is left of its group ([`end_group`]) before it reaps the child: through the
+//!     child's pidfd (`PIDFD_SIGNAL_PROCESS_GROUP`), which names that group and no other however
+//!     pids are reused; on kernels before 6.9, which lack it, by the group's number (`kill(-pid)`)
+//!     and only after a `WNOWAIT` wait saw the child unreaped, so that number still names its
+//!     group (a group's number is its leader's pid, which no other process can take while the
+//!     leader is unreaped). Only the program reaping our child itself between that wait and the
+//!     kill, and its pid then going to a new group leader, could misdirect it.
 
-#![expect(unsafe_code, reason = "fork, pidfd, poll, eventfd and _exit have no safe wrappers; rules P1-P6")]
+#![expect(
+    unsafe_code,
+    reason = "fork, pidfd, poll, eventfd, setpgid and _exit have no safe wrappers; rules P1-P7"
+)]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -44,17 +59,21 @@ use crate::sys::sync;
 /// Forks a child that runs `body` and exits with its return value. Returns the child's pid.
 ///
 /// The child asks the kernel to kill it when the parent dies (`PR_SET_PDEATHSIG`) and exits at
-/// once if the parent is already gone.
-pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
+/// once if the parent is already gone. With `new_group` it first leads a process group of its
+/// own (rule P7).
+pub(crate) fn fork_child(new_group: bool, body: impl FnOnce() -> i32) -> Result<i32> {
     let parent = std::process::id() as i32;
     // SAFETY: rule P1 — no engine thread runs in this process during fork.
     match unsafe { nix::unistd::fork() } {
         Err(e) => Err(Error::os("fork", e)),
         Ok(nix::unistd::ForkResult::Parent { child }) => Ok(child.as_raw()),
         Ok(nix::unistd::ForkResult::Child) => {
-            // SAFETY: rule P2 — prctl with PR_SET_PDEATHSIG takes a plain signal number, and
-            // ignore_terminal_signals calls only signal(2).
+            // SAFETY: rules P2, P7 — setpgid and prctl with PR_SET_PDEATHSIG take plain
+            // numbers, and ignore_terminal_signals calls only signal(2).
             unsafe {
+                if new_group {
+                    libc::setpgid(0, 0);
+                }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
                 crate::sys::spawn::ignore_terminal_signals();
             }
@@ -75,6 +94,12 @@ static WORKER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::
 /// Records that this process is a worker process, serving a mailbox from now on (rule P6).
 pub(crate) fn become_worker() {
     WORKER_PID.store(std::process::id(), std::sync::atomic::Ordering::Release);
+}
+
+/// Whether this process is a worker process (or a copy of one): the children it starts stay in
+/// its process group, while the program's own lead one each (rule P7).
+pub(crate) fn in_worker() -> bool {
+    WORKER_PID.load(std::sync::atomic::Ordering::Acquire) != 0
 }
 
 /// Called where user code returns into the library in a worker process: in a copy of the
@@ -345,6 +370,42 @@ impl Drop for Monitor {
     }
 }
 
+/// `pidfd_send_signal`'s flag that signals the process group the pidfd's process leads
+/// (Linux 6.9; `linux/pidfd.h`).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// Kills what is left of the process group that child `pid` (exited, not reaped by us; `fd` is
+/// its pidfd) leads, if it leads one (rule P7): what its host functions started and left
+/// running, a nested Worker's processes.
+fn end_group(pid: i32, fd: &OwnedFd) {
+    // SAFETY: rule P7 — pidfd_send_signal on the child's pidfd, held open by the caller, with a
+    // plain signal, no siginfo and the flag that names the group the pidfd's process leads.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        )
+    };
+    if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return; // ended, or there is no such group (ESRCH)
+    }
+    end_group_by_number(pid, fd);
+}
+
+/// [`end_group`] on a kernel before 6.9: by the group's number, while child `pid` (pidfd `fd`)
+/// is seen unreaped (rule P7).
+fn end_group_by_number(pid: i32, fd: &OwnedFd) {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    if waitid(Id::PIDFd(fd.as_fd()), flags).is_ok_and(|status| describe(status).is_some()) {
+        // SAFETY: rule P7 — `pid` is our child, exited and unreaped a moment ago, so `-pid`
+        // names the group it leads (if any) and no other; the signal is a plain number.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
+
 fn monitor_loop(
     mut live: Vec<(usize, i32, Arc<OwnedFd>)>,
     wake: OwnedFd,
@@ -380,6 +441,8 @@ fn monitor_loop(
                 still.push((i, pid, fd));
                 continue;
             }
+            // What is left of its process group ends with it, before it is reaped (rule P7).
+            end_group(pid, &fd);
             let _reaping = sync::lock(&board.reaping);
             // By its pidfd, not its pid (rule P3): the pid may already name another process.
             match waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
@@ -421,7 +484,7 @@ pub(crate) struct ChildGuard {
 impl ChildGuard {
     /// Forks a child that runs `body` (see [`fork_child`]) and guards it.
     pub(crate) fn fork(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
-        Ok(ChildGuard { pid: Pid::from_raw(fork_child(body)?), reaped: false })
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(false, body)?), reaped: false })
     }
 
     /// The child's process id.
@@ -539,7 +602,7 @@ mod tests {
     /// A child that waits for ever, watched by a monitor (which alone reaps it, rule P3, so it
     /// is forked without a guard).
     fn watched_child() -> (i32, Monitor) {
-        let pid = super::fork_child(|| {
+        let pid = super::fork_child(false, || {
             loop {
                 std::thread::park();
             }
@@ -569,6 +632,58 @@ mod tests {
         drop(m);
         // Reaped: the pid names no process (not even a zombie) any more.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "child {pid} outlived its monitor");
+    }
+
+    /// A group leader whose member outlives it: where the kernel cannot signal the group
+    /// through a pidfd, the group is ended by its number while the leader is unreaped.
+    #[test]
+    fn a_group_is_ended_by_its_number_while_its_leader_is_unreaped() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        let (read, write) = nix::unistd::pipe().unwrap();
+        // The leader starts a member of its group that waits for ever (without the parent-death
+        // signal, so it outlives the leader), sends its pid, and exits.
+        let leader = super::fork_child(true, move || {
+            // SAFETY: rule P2 — the member only parks, and leaves through `_exit`.
+            match unsafe { libc::fork() } {
+                0 => loop {
+                    std::thread::park();
+                },
+                member if member > 0 => {
+                    let sent = nix::unistd::write(&write, &member.to_ne_bytes());
+                    if sent == Ok(4) { 0 } else { 2 }
+                }
+                _ => 3,
+            }
+        })
+        .unwrap();
+        let mut bytes = [0u8; 4];
+        assert_eq!(nix::unistd::read(read.as_raw_fd(), &mut bytes), Ok(4), "the member's pid");
+        let member = pidfd(i32::from_ne_bytes(bytes)).unwrap_or_else(|e| panic!("the member: {e}"));
+        let leader_fd = pidfd(leader).unwrap();
+        let exited = |fd: &OwnedFd, ms: i32| {
+            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: rule P4 — one live pollfd of a pidfd this test holds.
+            unsafe { libc::poll(&mut p, 1, ms) == 1 }
+        };
+        assert!(exited(&leader_fd, 10_000), "the leader exits");
+        assert!(!exited(&member, 0), "the member outlives its leader");
+        end_group_by_number(leader, &leader_fd);
+        let ended = exited(&member, 10_000);
+        // SAFETY: rule P3 — a pidfd this test holds; a plain signal, no siginfo.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                member.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<()>(),
+                0,
+            )
+        };
+        let reaped = waitid(Id::PIDFd(leader_fd.as_fd()), WaitPidFlag::WEXITED);
+        assert!(matches!(reaped, Ok(WaitStatus::Exited(_, 0))), "{reaped:?}");
+        assert!(ended, "the member of the leader's group was killed");
     }
 
     #[test]

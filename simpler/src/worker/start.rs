@@ -122,8 +122,11 @@ pub(crate) fn start_child(
     region: &Arc<MailboxRegion>,
     heaps: &[SharedSpan],
 ) -> Result<i32> {
+    // The program's own children lead a process group each, which holds everything below them
+    // (rule P7 of `sys::process`).
+    let new_group = !crate::sys::process::in_worker();
     match method {
-        StartMethod::Fork => fork_child(move || plan.run()),
+        StartMethod::Fork => fork_child(new_group, move || plan.run()),
         StartMethod::Exec => {
             let mut spec = Enc::new();
             let index = match &plan {
@@ -164,7 +167,7 @@ pub(crate) fn start_child(
                     worker_spec(&mut spec, &c.worker, 0, &format!("worker {}", c.id))?;
                 }
             }
-            spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds)
+            spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds, new_group)
         }
     }
 }
