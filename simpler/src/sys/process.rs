@@ -38,6 +38,17 @@
 //!     group (a group's number is its leader's pid, which no other process can take while the
 //!     leader is unreaped). Only the program reaping our child itself between that wait and the
 //!     kill, and its pid then going to a new group leader, could misdirect it.
+//! P8. In a process that adopts orphans (a child subreaper, `PR_SET_CHILD_SUBREAPER`, or the
+//!     first process of a pid namespace), what is left of a dead child's group (rule P7)
+//!     becomes this process's children as their parents die, and would stay zombies: before
+//!     it reaps the child, the monitor reaps them ([`reap_adopted`]). Each is found among this
+//!     process's children by its pid, and reaped through a pidfd opened on that pid and kept
+//!     only if `/proc/<pid>/stat`, read after the pidfd was opened, shows it a child of this
+//!     process in the dead child's group, and a `WNOWAIT` wait through the pidfd then shows it
+//!     still an unreaped child of ours: a pid names one process until that process is reaped,
+//!     so the pidfd is the process that `/proc` described. The group's number is the dead
+//!     child's pid, which it holds while unreaped (rule P7): the program's own children are in
+//!     other groups, and are never waited for.
 
 #![expect(
     unsafe_code,
@@ -406,6 +417,103 @@ fn end_group_by_number(pid: i32, fd: &OwnedFd) {
     }
 }
 
+/// How long [`reap_adopted`] waits for the processes of a dead child's group to exit (they
+/// were killed, rule P7: the kernel tears down their memory first, milliseconds per GiB).
+const ADOPTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether orphans come to this process: it is a child subreaper, or the first process of its
+/// pid namespace (rule P8).
+fn adopts_orphans() -> bool {
+    let mut flag: libc::c_int = 0;
+    // SAFETY: rule P8 — prctl(PR_GET_CHILD_SUBREAPER) writes one c_int through the pointer,
+    // which points to a live local.
+    let rc = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut flag as *mut libc::c_int) };
+    (rc == 0 && flag != 0) || std::process::id() == 1
+}
+
+/// The pids of this process's children (every thread's, as orphans go to any thread of a
+/// subreaper): from `/proc/self/task/*/children`, or, where the kernel has no such file, from
+/// every process's `stat`.
+fn children_of_this_process() -> Vec<i32> {
+    let parse =
+        |text: &str| text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect::<Vec<_>>();
+    let mut out = Vec::new();
+    let mut have_files = false;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.filter_map(|t| t.ok()) {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+                have_files = true;
+                out.extend(parse(&text));
+            }
+        }
+    }
+    if !have_files {
+        let me = std::process::id() as i32;
+        let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+        for p in procs.filter_map(|e| e.ok()) {
+            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            if stat_of(pid).is_some_and(|(ppid, _)| ppid == me) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Process `pid`'s parent and process group, from `/proc/<pid>/stat`.
+fn stat_of(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ...": the name may hold anything, so split after its last ')'.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// Reaps the processes of the group child `leader` (exited, not reaped by us) led that were
+/// left to this process, which adopts orphans (rule P8): those still running were killed (rule
+/// P7), and each is waited for up to [`ADOPTED_GRACE`] in all. Does nothing in a process that
+/// adopts no orphans.
+fn reap_adopted(leader: i32) {
+    if !adopts_orphans() {
+        return;
+    }
+    let me = std::process::id() as i32;
+    let deadline = Instant::now() + ADOPTED_GRACE;
+    loop {
+        // A member whose own children outlived it leaves them to us too by the time it has
+        // exited: look again until none is left.
+        let mut members = Vec::new();
+        for pid in children_of_this_process() {
+            if pid == leader {
+                continue;
+            }
+            let Ok(fd) = pidfd(pid) else { continue };
+            // After the pidfd, so while the pidfd's process is unreaped (checked next) the pid
+            // named it when /proc was read.
+            if stat_of(pid) != Some((me, leader)) {
+                continue;
+            }
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            if waitid(Id::PIDFd(fd.as_fd()), flags).is_ok() {
+                members.push(fd);
+            }
+        }
+        if members.is_empty() {
+            return;
+        }
+        for fd in &members {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: rule P4 — one live pollfd of a pidfd this function holds for the call.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            // Through the pidfd (rules P3, P8): that process and no other.
+            let _ = waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG);
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+    }
+}
+
 fn monitor_loop(
     mut live: Vec<(usize, i32, Arc<OwnedFd>)>,
     wake: OwnedFd,
@@ -441,8 +549,10 @@ fn monitor_loop(
                 still.push((i, pid, fd));
                 continue;
             }
-            // What is left of its process group ends with it, before it is reaped (rule P7).
+            // What is left of its process group ends with it, before it is reaped (rule P7),
+            // and is reaped here if it was left to this process (rule P8).
             end_group(pid, &fd);
+            reap_adopted(pid);
             let _reaping = sync::lock(&board.reaping);
             // By its pidfd, not its pid (rule P3): the pid may already name another process.
             match waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
