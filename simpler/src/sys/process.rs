@@ -52,7 +52,7 @@
 
 #![expect(
     unsafe_code,
-    reason = "fork, pidfd, poll, eventfd, setpgid and _exit have no safe wrappers; rules P1-P7"
+    reason = "fork, pidfd, poll, eventfd, prctl, setpgid and _exit have no safe wrappers; rules P1-P8"
 )]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -597,6 +597,12 @@ impl ChildGuard {
         Ok(ChildGuard { pid: Pid::from_raw(fork_child(false, body)?), reaped: false })
     }
 
+    /// Forks a child that leads a process group of its own and runs `body`, and guards it.
+    #[cfg(test)]
+    pub(crate) fn fork_group_leader(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(true, body)?), reaped: false })
+    }
+
     /// The child's process id.
     pub(crate) fn pid(&self) -> Pid {
         self.pid
@@ -744,6 +750,33 @@ mod tests {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "child {pid} outlived its monitor");
     }
 
+    /// A process this test did not start, watched through a pidfd and killed on drop, so a
+    /// failing test leaves none.
+    struct Stray(OwnedFd);
+
+    impl Drop for Stray {
+        fn drop(&mut self) {
+            // SAFETY: rule P3 — a pidfd this test holds; a plain signal, no siginfo; it fails
+            // harmlessly once the process is gone.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    self.0.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                )
+            };
+        }
+    }
+
+    /// Whether the process of pidfd `fd` has exited within `ms` milliseconds.
+    fn exits_within(fd: &OwnedFd, ms: i32) -> bool {
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: rule P4 — one live pollfd of a pidfd the caller holds.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
     /// A group leader whose member outlives it: where the kernel cannot signal the group
     /// through a pidfd, the group is ended by its number while the leader is unreaped.
     #[test]
@@ -754,8 +787,8 @@ mod tests {
         let (read, write) = nix::unistd::pipe().unwrap();
         // The leader starts a member of its group that waits for ever (without the parent-death
         // signal, so it outlives the leader), sends its pid, and exits.
-        let leader = super::fork_child(true, move || {
-            // SAFETY: rule P2 — the member only parks, and leaves through `_exit`.
+        let mut leader = ChildGuard::fork_group_leader(move || {
+            // SAFETY: rule P2 — the member only parks; the leader leaves through `_exit`.
             match unsafe { libc::fork() } {
                 0 => loop {
                     std::thread::park();
@@ -770,30 +803,13 @@ mod tests {
         .unwrap();
         let mut bytes = [0u8; 4];
         assert_eq!(nix::unistd::read(read.as_raw_fd(), &mut bytes), Ok(4), "the member's pid");
-        let member = pidfd(i32::from_ne_bytes(bytes)).unwrap_or_else(|e| panic!("the member: {e}"));
-        let leader_fd = pidfd(leader).unwrap();
-        let exited = |fd: &OwnedFd, ms: i32| {
-            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: rule P4 — one live pollfd of a pidfd this test holds.
-            unsafe { libc::poll(&mut p, 1, ms) == 1 }
-        };
-        assert!(exited(&leader_fd, 10_000), "the leader exits");
-        assert!(!exited(&member, 0), "the member outlives its leader");
-        end_group_by_number(leader, &leader_fd);
-        let ended = exited(&member, 10_000);
-        // SAFETY: rule P3 — a pidfd this test holds; a plain signal, no siginfo.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                member.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<()>(),
-                0,
-            )
-        };
-        let reaped = waitid(Id::PIDFd(leader_fd.as_fd()), WaitPidFlag::WEXITED);
-        assert!(matches!(reaped, Ok(WaitStatus::Exited(_, 0))), "{reaped:?}");
-        assert!(ended, "the member of the leader's group was killed");
+        let member = Stray(pidfd(i32::from_ne_bytes(bytes)).expect("the member runs"));
+        let leader_fd = pidfd(leader.pid().as_raw()).unwrap();
+        assert!(exits_within(&leader_fd, 10_000), "the leader exits");
+        assert!(!exits_within(&member.0, 0), "the member outlives its leader");
+        end_group_by_number(leader.pid().as_raw(), &leader_fd);
+        assert!(exits_within(&member.0, 10_000), "the member of the leader's group was killed");
+        assert_eq!(leader.wait_timeout(Duration::from_secs(10)), 0, "the leader's status");
     }
 
     #[test]
