@@ -118,8 +118,9 @@ fn child_program() {
     out.flush().unwrap();
     match role.as_str() {
         "handle" => {
-            // Each terminal signal once (to the whole group), then the same work again: the
-            // Worker's processes are all still there, and the Worker closes as usual.
+            // Each terminal signal once (to the program's group and to each worker), then the
+            // same work again: the Worker's processes are all still there, and the Worker
+            // closes as usual.
             let mut got = [0u8; TERMINAL_SIGNALS.len()];
             std::io::Read::read_exact(&mut signalled.expect("handlers"), &mut got).unwrap();
             fill_twice(11, 13).expect("the Worker's processes outlive the terminal's signals");
@@ -193,7 +194,9 @@ impl Program {
 impl Drop for Program {
     fn drop(&mut self) {
         if !self.reaped {
-            send_signal(-self.pid, libc::SIGKILL); // its own process group: the whole tree
+            // Its own process group; its workers, in groups of their own, follow it (their
+            // parent-death signal).
+            send_signal(-self.pid, libc::SIGKILL);
             let _ = self.child.wait();
         }
     }
@@ -271,8 +274,14 @@ fn ends_leaving_nothing(ending: Ending) {
             Some(libc::SIGABRT)
         }
         Ending::Handled => {
+            // To the program's group, as a terminal does. Its workers are in groups of their
+            // own, which a terminal's signals do not reach; they are sent them too, one by one,
+            // as if they were in the foreground group: they ignore them.
             for sig in TERMINAL_SIGNALS {
                 assert!(send_signal(-program.pid, sig));
+                for &worker in &tree[1..] {
+                    assert!(send_signal(worker, sig), "worker process {worker} is gone");
+                }
             }
             None
         }
@@ -326,8 +335,9 @@ fn a_program_interrupted_by_ctrl_c_leaves_nothing() {
     ends_leaving_nothing(Ending::GroupSignal(libc::SIGINT));
 }
 
-/// The terminal's signals reach every process of the foreground group, the Worker's
-/// included; a program that handles them (to finish its work and close) keeps its workers.
+/// The terminal's signals reach the foreground group, the program's, and not its workers (each
+/// leads a process group of its own), which ignore them anyway: a program that handles them
+/// (to finish its work and close) keeps its workers.
 #[test]
 fn a_program_that_handles_ctrl_c_finishes_its_work_with_its_workers_and_leaves_nothing() {
     if !in_own_process() {

@@ -478,3 +478,78 @@ fn an_l4_over_nested_workers_runs_runs_from_several_threads_at_any_pipeline_dept
         }
     });
 }
+
+#[expect(unsafe_code, reason = "prctl(2) has no safe wrapper in std")]
+fn become_child_subreaper() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) sets a flag of this process; no memory involved.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) };
+    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER: {}", std::io::Error::last_os_error());
+}
+
+/// This process's children that have exited and that nobody reaped (zombies).
+fn zombie_children() -> Vec<i32> {
+    let children = common::descendants(std::process::id() as i32);
+    let me = std::process::id().to_string();
+    children
+        .into_iter()
+        .filter(|&p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let fields: Vec<&str> =
+                stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+            fields.first() == Some(&"Z") && fields.get(1) == Some(&me.as_str())
+        })
+        .collect()
+}
+
+/// A program that is a child subreaper adopts what its killed nested Worker leaves: that
+/// Worker's SUB workers and chip, killed with it, are reaped by the Worker (they are in the
+/// nested Worker's process group), not left as zombies of the program; the program's own
+/// children are left alone.
+#[test]
+fn a_subreaper_program_is_left_no_zombie_by_a_killed_nested_worker() {
+    if !in_own_process() {
+        return;
+    }
+    become_child_subreaper();
+    // A child of the program's own, which exits and which the program reaps itself, later.
+    let own = common::fork_process(|| 0);
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    for _ in 0..3 {
+        let mut l3 =
+            Worker::builder().sub_workers(2).chips(1).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+        l3.register(HostFn::new("triple", triple)).unwrap();
+        rig.add_worker(l3).unwrap();
+    }
+    let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
+    rig.init();
+    let (x, out) = (rig.create_buffer(16).unwrap(), rig.create_buffer(16).unwrap());
+    x.write(0, &[1.0f32; 4]).unwrap();
+    let (tx, to) = (f32s(&x), f32s(&out));
+    let submit_to = |w: u32| {
+        rig.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&tx)?.output(&to)?;
+            orch.submit_next_level(&tri, a, CallConfig::default(), w).map(|_| ())
+        })
+    };
+    for (w, &l3_pid) in rig.pids()[..2].iter().enumerate() {
+        submit_to(w as u32).expect("the nested Worker runs its task");
+        common::sigkill(l3_pid);
+        common::wait_for("the dead nested Worker to be seen", Duration::from_secs(10), || {
+            rig.workers().get(w).is_some_and(|s| !s.is_alive())
+        });
+        common::expect_err(submit_to(w as u32), ErrorKind::WorkerDied, &[&format!("worker {w} is dead")]);
+        let zombies: Vec<i32> = zombie_children().into_iter().filter(|&p| p != own).collect();
+        assert!(zombies.is_empty(), "killed nested Worker {w} left zombies {zombies:?}");
+    }
+    submit_to(2).expect("the third nested Worker runs on");
+    drop((tx, to, x, out));
+    rig.close().unwrap();
+    let zombies: Vec<i32> = zombie_children().into_iter().filter(|&p| p != own).collect();
+    assert!(zombies.is_empty(), "zombies left after close: {zombies:?}");
+    assert_eq!(
+        common::wait_process(own, Duration::from_secs(10)),
+        Some(0),
+        "the program's own child is its to reap"
+    );
+}

@@ -328,3 +328,61 @@ fn a_forked_copy_of_a_worker_neither_uses_nor_shuts_down_the_owners_workers() {
     run_fill(&rig, 2).expect("the owner's Worker still runs tasks");
     assert_eq!(read_u64(&out, 0, 1), vec![2], "and the copy's refused run wrote nothing");
 }
+
+/// This process's open file descriptors, each with what it opens (`/proc/self/fd`), less the
+/// one that reads the directory.
+fn open_fds() -> Vec<String> {
+    let reading = std::path::PathBuf::from(format!("/proc/{}/fd", std::process::id()));
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok().filter(|t| *t != reading)?;
+            Some(format!("{} -> {}", e.file_name().to_string_lossy(), target.display()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// A `RunHandle` kept after `close` holds none of the Worker's resources: its mailboxes' and
+/// heap rings' memfds and its children's pidfds are closed by `close`, and the handle still
+/// answers with the run's result and statistics.
+#[test]
+fn a_run_handle_kept_after_close_holds_no_descriptor_of_the_worker() {
+    if !in_own_process() {
+        return;
+    }
+    let session = |keep: bool| {
+        let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
+        let out = u64_buffer(&rig, 1);
+        let run = rig
+            .submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 0, 1))?.scalar(7);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
+            .unwrap();
+        run.wait().unwrap();
+        rig.close().unwrap();
+        assert_eq!(read_u64(&out, 0, 1), vec![7]);
+        drop(out);
+        keep.then_some((rig, run))
+    };
+    // A first session opens what stays for the life of the process (the tree's trace log).
+    session(false);
+    let before = open_fds();
+    let (rig, run) = session(true).expect("kept");
+    let after = open_fds();
+    let new: Vec<&String> = after.iter().filter(|f| !before.contains(f)).collect();
+    assert!(new.is_empty(), "descriptors held after close while a RunHandle is kept: {new:#?}");
+    assert_eq!(before, after, "the same descriptors, to the same files");
+    // The handle still answers.
+    assert!(run.is_done());
+    run.wait().expect("the run's result");
+    run.wait_timeout(Duration::from_millis(1)).expect("the run's result");
+    assert_eq!(run.stats().expect("done").tasks, 1);
+    assert!(!run.cancel(), "nothing to cancel");
+    drop(run);
+    drop(rig);
+}

@@ -142,7 +142,10 @@ fn call_kernel(
     core: u32,
 ) -> std::result::Result<(), String> {
     let args = HostArgs::new(tensors, scalars, core).map_err(|e| format!("bad arguments: {e}"))?;
-    match catch_unwind(AssertUnwindSafe(|| f(&args))) {
+    let result = catch_unwind(AssertUnwindSafe(|| f(&args)));
+    // A child of a fork the kernel made returned here: it leaves (rule P6 of `sys::process`).
+    crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
+    match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(panic) => Err(format!("panicked: {}", crate::error::panic_message(&*panic))),

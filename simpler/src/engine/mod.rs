@@ -751,7 +751,11 @@ impl Engine {
         run.ahead.store(!will_wait, Ordering::Relaxed);
         let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
-        match catch_unwind(AssertUnwindSafe(|| f(&mut orch))) {
+        let result = catch_unwind(AssertUnwindSafe(|| f(&mut orch)));
+        // In a worker process, a child of a fork the orchestration function made returned
+        // here: it leaves (rule P6 of `sys::process`).
+        crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
+        match result {
             Ok(Ok(())) => {
                 orch.finish(None);
                 Ok(Built { run, intent })

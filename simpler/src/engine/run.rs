@@ -1,7 +1,7 @@
 //! Runs: the state of one `Worker::submit`, and the handle the caller waits on.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::dfx::graph::{DagCapture, RunDag};
@@ -326,8 +326,11 @@ impl RunState {
 
 /// A submitted run: wait on it, poll it, read its statistics and captured DAG.
 ///
-/// The handle keeps the engine alive; dropping it does not cancel the run
-/// ([`cancel`](RunHandle::cancel) does).
+/// Dropping the handle does not cancel the run ([`cancel`](RunHandle::cancel) does). The
+/// handle does not keep its Worker's resources alive: once the Worker is closed (every run then
+/// finished or abandoned), a kept handle holds the run's result, statistics and captured DAG,
+/// and nothing of the Worker (its processes' mailboxes, heap rings and pidfds are released by
+/// `close`).
 ///
 /// ```no_run
 /// # fn demo(worker: &simpler::Worker) -> simpler::Result<()> {
@@ -344,7 +347,9 @@ impl RunState {
 #[derive(Clone)]
 pub struct RunHandle {
     pub(crate) run: Arc<RunState>,
-    pub(crate) engine: Arc<Engine>,
+    /// The engine while its Worker holds it: `close` drops the last strong reference, with the
+    /// mailboxes, heap rings and pidfds the engine's lanes and heap hold.
+    engine: Weak<Engine>,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -354,6 +359,16 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
+    /// The handle of `run`, built on `engine`.
+    pub(crate) fn new(run: Arc<RunState>, engine: &Arc<Engine>) -> RunHandle {
+        RunHandle { run, engine: Arc::downgrade(engine) }
+    }
+
+    /// The engine, unless its Worker has closed and let it go.
+    fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.upgrade().filter(|e| !e.is_closed())
+    }
+
     /// The run's id (counts up from 1 per Worker).
     ///
     /// The same id is [`Orchestrator::run_id`](crate::Orchestrator::run_id) while the run is
@@ -439,15 +454,15 @@ impl RunHandle {
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<()> {
         if !self.run.is_done() {
-            if self.engine.is_closed() {
+            let Some(engine) = self.engine() else {
                 return Err(Error::state(format!(
                     "run {} cannot be waited on: its Worker is closed",
                     self.run.id
                 )));
-            }
+            };
             let _span = tracing::debug_span!(target: "simpler::run", "wait", run_id = self.run.id).entered();
             let run = &self.run;
-            if !self.engine.drive_until(|| run.is_done(), deadline) {
+            if !engine.drive_until(|| run.is_done(), deadline) {
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!("run {} did not finish in time; it is still running", run.id),
@@ -482,10 +497,12 @@ impl RunHandle {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> bool {
-        if !self.run.is_done() && !self.engine.is_closed() {
+        if !self.run.is_done()
+            && let Some(engine) = self.engine()
+        {
             // Polling drives: collect what finished and dispatch what is ready, if nobody else
             // is driving right now.
-            self.engine.try_pass();
+            engine.try_pass();
         }
         self.run.is_done()
     }
@@ -528,7 +545,7 @@ impl RunHandle {
     /// # Ok(()) }
     /// ```
     pub fn cancel(&self) -> bool {
-        self.engine.cancel_run(&self.run)
+        self.engine().is_some_and(|engine| engine.cancel_run(&self.run))
     }
 
     /// Statistics, once the run is done (`None` before).

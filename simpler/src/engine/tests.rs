@@ -177,7 +177,7 @@ impl Rig {
     }
 
     fn dag(&self, run: &Arc<RunState>) -> RunDag {
-        RunHandle { run: run.clone(), engine: self.eng.clone() }.dag().expect("captured")
+        RunHandle::new(run.clone(), &self.eng).dag().expect("captured")
     }
 
     /// Dispatches so far (synchronous record made inside the scheduler pass).
@@ -1157,7 +1157,7 @@ fn a_stopped_run_whose_staged_task_was_withdrawn_too_late_never_launches_it() {
     // The worker is still preparing it when the run is stopped: withdrawing misses until it
     // is prepared.
     rig.nl[0].set_late_withdraws(usize::MAX);
-    assert!(RunHandle { run: next.clone(), engine: rig.eng.clone() }.cancel());
+    assert!(RunHandle::new(next.clone(), &rig.eng).cancel());
     rig.drive("the withdraw", || rig.nl[0].withdraws() >= 1);
     rig.nl[0].finish(Outcome::Success);
     rig.wait(&head).unwrap();
@@ -1259,7 +1259,7 @@ fn a_staging_lane_whose_endpoint_panics_fails_its_staged_task_and_leaves_service
         rig.drive("task 2 to be staged", || rig.nl[0].staged().is_some());
         rig.nl[0].prepare();
         if fault == "withdraw" {
-            assert!(RunHandle { run: next.clone(), engine: rig.eng.clone() }.cancel());
+            assert!(RunHandle::new(next.clone(), &rig.eng).cancel());
         }
         rig.nl[0].finish(Outcome::Success);
         rig.wait(&head).unwrap();
@@ -1391,7 +1391,7 @@ fn cancel_stops_a_run_once_and_a_finished_run_not_at_all() {
     orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap(); // ready, queued
     orch.finish(None);
     rig.drive("task 1 to start", || rig.nl[0].running().is_some());
-    let handle = RunHandle { run: run.clone(), engine: rig.eng.clone() };
+    let handle = RunHandle::new(run.clone(), &rig.eng);
     assert!(handle.cancel());
     assert!(run.is_stopped(), "stopped when cancel returns");
     assert!(!handle.cancel(), "cancelled already");
@@ -1403,7 +1403,7 @@ fn cancel_stops_a_run_once_and_a_finished_run_not_at_all() {
     let run2 = rig.begin();
     rig.orch(&run2).finish(None);
     rig.wait(&run2).unwrap();
-    assert!(!RunHandle { run: run2.clone(), engine: rig.eng.clone() }.cancel(), "finished already");
+    assert!(!RunHandle::new(run2.clone(), &rig.eng).cancel(), "finished already");
     assert!(run2.result().is_ok());
     rig.assert_clean();
 }
@@ -1511,7 +1511,7 @@ fn two_waiters_on_two_runs_both_return() {
     let waiters: Vec<_> = [run1.clone(), run2.clone()]
         .into_iter()
         .map(|run| {
-            let h = RunHandle { run, engine: rig.eng.clone() };
+            let h = RunHandle::new(run, &rig.eng);
             let b = barrier.clone();
             thread::spawn(move || {
                 b.wait();
@@ -1570,7 +1570,7 @@ fn background_thread_drives_a_run_nobody_waits_on() {
             s.release(3);
         })
     };
-    RunHandle { run: run.clone(), engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+    RunHandle::new(run.clone(), &rig.eng).wait_timeout(LONG).unwrap();
     releaser.join().unwrap();
     rig.eng.stop_background();
     bg.join().unwrap();
@@ -1635,7 +1635,7 @@ fn a_run_nobody_waits_on_is_driven_after_a_waiter_leaves() {
         for _ in 0..(tries % 7) * 50 {
             std::hint::spin_loop();
         }
-        RunHandle { run: run1.clone(), engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+        RunHandle::new(run1.clone(), &rig.eng).wait_timeout(LONG).unwrap();
         // Nobody waits on run 2: only the background thread can finish it.
         if !wait_undriven(&rig.eng, &run2, Instant::now() + Duration::from_secs(2)) {
             let eng = &rig.eng;
@@ -1648,7 +1648,7 @@ fn a_run_nobody_waits_on_is_driven_after_a_waiter_leaves() {
                 eng.role.wanted(),
             ));
             // Unstick it so the rig can shut down, then fail.
-            RunHandle { run: run2, engine: rig.eng.clone() }.wait_timeout(LONG).unwrap();
+            RunHandle::new(run2, &rig.eng).wait_timeout(LONG).unwrap();
             break;
         }
         run2.result().unwrap();
@@ -1742,7 +1742,7 @@ enum Driver {
 fn settle_run(rig: &Rig, run: &Arc<RunState>, driver: Driver) -> Result<()> {
     match driver {
         Driver::Waiter => {
-            let h = RunHandle { run: run.clone(), engine: rig.eng.clone() };
+            let h = RunHandle::new(run.clone(), &rig.eng);
             let r = h.wait_timeout(LONG);
             assert!(!r.as_ref().is_err_and(Error::is_timeout), "run {} hung", run.id);
             r

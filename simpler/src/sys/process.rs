@@ -18,8 +18,42 @@
 //! P5. A child forked outside a Worker (by a test or a benchmark) is held by a [`ChildGuard`],
 //!     which reaps it exactly once: when a wait sees it exit, or on drop after `SIGKILL`, so a
 //!     failing test or benchmark leaves no zombie and no orphan.
+//! P6. A worker process records its process id when it starts serving ([`become_worker`]).
+//!     User code it runs (a host function, a chip kernel, an orchestration function) may fork,
+//!     and the child of that fork may return into the library: it is a copy of the worker that
+//!     shares its mailbox, so it must never touch it (nor anything else of the worker). At each
+//!     return from user code the library calls [`leave_if_forked_copy`], which compares the
+//!     current process id with the recorded one and, in a copy, leaves with `_exit` at once:
+//!     no destructor, `atexit` hook or buffered output of the worker runs twice, and the worker
+//!     stays the one process that serves its mailbox.
+//! P7. A child that a process which is not a worker starts (the program's own children: SUB
+//!     workers, chips, nested Workers) leads a process group of its own (`setpgid(0, 0)` before
+//!     it runs anything, [`fork_child`] or `sys::spawn`), and everything below it stays in that
+//!     group: the processes a nested Worker starts, and what user code in any of them starts
+//!     (a worker process never starts a group). When the monitor sees such a child exit, it
+//!     kills what is left of its group ([`end_group`]) before it reaps the child: through the
+//!     child's pidfd (`PIDFD_SIGNAL_PROCESS_GROUP`), which names that group and no other however
+//!     pids are reused; on kernels before 6.9, which lack it, by the group's number (`kill(-pid)`)
+//!     and only after a `WNOWAIT` wait saw the child unreaped, so that number still names its
+//!     group (a group's number is its leader's pid, which no other process can take while the
+//!     leader is unreaped). Only the program reaping our child itself between that wait and the
+//!     kill, and its pid then going to a new group leader, could misdirect it.
+//! P8. In a process that adopts orphans (a child subreaper, `PR_SET_CHILD_SUBREAPER`, or the
+//!     first process of a pid namespace), what is left of a dead child's group (rule P7)
+//!     becomes this process's children as their parents die, and would stay zombies: before
+//!     it reaps the child, the monitor reaps them ([`reap_adopted`]). Each is found among this
+//!     process's children by its pid, and reaped through a pidfd opened on that pid and kept
+//!     only if `/proc/<pid>/stat`, read after the pidfd was opened, shows it a child of this
+//!     process in the dead child's group, and a `WNOWAIT` wait through the pidfd then shows it
+//!     still an unreaped child of ours: a pid names one process until that process is reaped,
+//!     so the pidfd is the process that `/proc` described. The group's number is the dead
+//!     child's pid, which it holds while unreaped (rule P7): the program's own children are in
+//!     other groups, and are never waited for.
 
-#![expect(unsafe_code, reason = "fork, pidfd, poll and eventfd have no safe wrappers; rules P1-P4")]
+#![expect(
+    unsafe_code,
+    reason = "fork, pidfd, poll, eventfd, prctl, setpgid and _exit have no safe wrappers; rules P1-P8"
+)]
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -36,17 +70,21 @@ use crate::sys::sync;
 /// Forks a child that runs `body` and exits with its return value. Returns the child's pid.
 ///
 /// The child asks the kernel to kill it when the parent dies (`PR_SET_PDEATHSIG`) and exits at
-/// once if the parent is already gone.
-pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
+/// once if the parent is already gone. With `new_group` it first leads a process group of its
+/// own (rule P7).
+pub(crate) fn fork_child(new_group: bool, body: impl FnOnce() -> i32) -> Result<i32> {
     let parent = std::process::id() as i32;
     // SAFETY: rule P1 — no engine thread runs in this process during fork.
     match unsafe { nix::unistd::fork() } {
         Err(e) => Err(Error::os("fork", e)),
         Ok(nix::unistd::ForkResult::Parent { child }) => Ok(child.as_raw()),
         Ok(nix::unistd::ForkResult::Child) => {
-            // SAFETY: rule P2 — prctl with PR_SET_PDEATHSIG takes a plain signal number, and
-            // ignore_terminal_signals calls only signal(2).
+            // SAFETY: rules P2, P7 — setpgid and prctl with PR_SET_PDEATHSIG take plain
+            // numbers, and ignore_terminal_signals calls only signal(2).
             unsafe {
+                if new_group {
+                    libc::setpgid(0, 0);
+                }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
                 crate::sys::spawn::ignore_terminal_signals();
             }
@@ -58,6 +96,33 @@ pub(crate) fn fork_child(body: impl FnOnce() -> i32) -> Result<i32> {
             // SAFETY: rule P2 — leave without running the parent's destructors or atexit hooks.
             unsafe { libc::_exit(code) }
         }
+    }
+}
+
+/// This process's id when it became a worker process (rule P6); 0 in a process that is not one.
+static WORKER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Records that this process is a worker process, serving a mailbox from now on (rule P6).
+pub(crate) fn become_worker() {
+    WORKER_PID.store(std::process::id(), std::sync::atomic::Ordering::Release);
+}
+
+/// Whether this process is a worker process (or a copy of one): the children it starts stay in
+/// its process group, while the program's own lead one each (rule P7).
+pub(crate) fn in_worker() -> bool {
+    WORKER_PID.load(std::sync::atomic::Ordering::Acquire) != 0
+}
+
+/// Called where user code returns into the library in a worker process: in a copy of the
+/// worker that the user code forked (the child of its fork returned), leaves at once with
+/// status 0 when the code returned `ok`, 1 otherwise (its parent may wait for it); does
+/// nothing in the worker itself, and in a process that is not a worker (rule P6).
+pub(crate) fn leave_if_forked_copy(ok: bool) {
+    let worker = WORKER_PID.load(std::sync::atomic::Ordering::Acquire);
+    if worker != 0 && std::process::id() != worker {
+        // SAFETY: rule P6 — a copy of a worker leaves without running the worker's
+        // destructors or atexit hooks and without touching its mailbox.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) }
     }
 }
 
@@ -316,6 +381,139 @@ impl Drop for Monitor {
     }
 }
 
+/// `pidfd_send_signal`'s flag that signals the process group the pidfd's process leads
+/// (Linux 6.9; `linux/pidfd.h`).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// Kills what is left of the process group that child `pid` (exited, not reaped by us; `fd` is
+/// its pidfd) leads, if it leads one (rule P7): what its host functions started and left
+/// running, a nested Worker's processes.
+fn end_group(pid: i32, fd: &OwnedFd) {
+    // SAFETY: rule P7 — pidfd_send_signal on the child's pidfd, held open by the caller, with a
+    // plain signal, no siginfo and the flag that names the group the pidfd's process leads.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        )
+    };
+    if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return; // ended, or there is no such group (ESRCH)
+    }
+    end_group_by_number(pid, fd);
+}
+
+/// [`end_group`] on a kernel before 6.9: by the group's number, while child `pid` (pidfd `fd`)
+/// is seen unreaped (rule P7).
+fn end_group_by_number(pid: i32, fd: &OwnedFd) {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    if waitid(Id::PIDFd(fd.as_fd()), flags).is_ok_and(|status| describe(status).is_some()) {
+        // SAFETY: rule P7 — `pid` is our child, exited and unreaped a moment ago, so `-pid`
+        // names the group it leads (if any) and no other; the signal is a plain number.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
+
+/// How long [`reap_adopted`] waits for the processes of a dead child's group to exit (they
+/// were killed, rule P7: the kernel tears down their memory first, milliseconds per GiB).
+const ADOPTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether orphans come to this process: it is a child subreaper, or the first process of its
+/// pid namespace (rule P8).
+fn adopts_orphans() -> bool {
+    let mut flag: libc::c_int = 0;
+    // SAFETY: rule P8 — prctl(PR_GET_CHILD_SUBREAPER) writes one c_int through the pointer,
+    // which points to a live local.
+    let rc = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut flag as *mut libc::c_int) };
+    (rc == 0 && flag != 0) || std::process::id() == 1
+}
+
+/// The pids of this process's children (every thread's, as orphans go to any thread of a
+/// subreaper): from `/proc/self/task/*/children`, or, where the kernel has no such file, from
+/// every process's `stat`.
+fn children_of_this_process() -> Vec<i32> {
+    let parse =
+        |text: &str| text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect::<Vec<_>>();
+    let mut out = Vec::new();
+    let mut have_files = false;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.filter_map(|t| t.ok()) {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+                have_files = true;
+                out.extend(parse(&text));
+            }
+        }
+    }
+    if !have_files {
+        let me = std::process::id() as i32;
+        let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+        for p in procs.filter_map(|e| e.ok()) {
+            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            if stat_of(pid).is_some_and(|(ppid, _)| ppid == me) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Process `pid`'s parent and process group, from `/proc/<pid>/stat`.
+fn stat_of(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ...": the name may hold anything, so split after its last ')'.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// Reaps the processes of the group child `leader` (exited, not reaped by us) led that were
+/// left to this process, which adopts orphans (rule P8): those still running were killed (rule
+/// P7), and each is waited for up to [`ADOPTED_GRACE`] in all. Does nothing in a process that
+/// adopts no orphans.
+fn reap_adopted(leader: i32) {
+    if !adopts_orphans() {
+        return;
+    }
+    let me = std::process::id() as i32;
+    let deadline = Instant::now() + ADOPTED_GRACE;
+    loop {
+        // A member whose own children outlived it leaves them to us too by the time it has
+        // exited: look again until none is left.
+        let mut members = Vec::new();
+        for pid in children_of_this_process() {
+            if pid == leader {
+                continue;
+            }
+            let Ok(fd) = pidfd(pid) else { continue };
+            // After the pidfd, so while the pidfd's process is unreaped (checked next) the pid
+            // named it when /proc was read.
+            if stat_of(pid) != Some((me, leader)) {
+                continue;
+            }
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            if waitid(Id::PIDFd(fd.as_fd()), flags).is_ok() {
+                members.push(fd);
+            }
+        }
+        if members.is_empty() {
+            return;
+        }
+        for fd in &members {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: rule P4 — one live pollfd of a pidfd this function holds for the call.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            // Through the pidfd (rules P3, P8): that process and no other.
+            let _ = waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG);
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+    }
+}
+
 fn monitor_loop(
     mut live: Vec<(usize, i32, Arc<OwnedFd>)>,
     wake: OwnedFd,
@@ -351,6 +549,10 @@ fn monitor_loop(
                 still.push((i, pid, fd));
                 continue;
             }
+            // What is left of its process group ends with it, before it is reaped (rule P7),
+            // and is reaped here if it was left to this process (rule P8).
+            end_group(pid, &fd);
+            reap_adopted(pid);
             let _reaping = sync::lock(&board.reaping);
             // By its pidfd, not its pid (rule P3): the pid may already name another process.
             match waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
@@ -392,7 +594,13 @@ pub(crate) struct ChildGuard {
 impl ChildGuard {
     /// Forks a child that runs `body` (see [`fork_child`]) and guards it.
     pub(crate) fn fork(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
-        Ok(ChildGuard { pid: Pid::from_raw(fork_child(body)?), reaped: false })
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(false, body)?), reaped: false })
+    }
+
+    /// Forks a child that leads a process group of its own and runs `body`, and guards it.
+    #[cfg(test)]
+    pub(crate) fn fork_group_leader(body: impl FnOnce() -> i32) -> Result<ChildGuard> {
+        Ok(ChildGuard { pid: Pid::from_raw(fork_child(true, body)?), reaped: false })
     }
 
     /// The child's process id.
@@ -510,7 +718,7 @@ mod tests {
     /// A child that waits for ever, watched by a monitor (which alone reaps it, rule P3, so it
     /// is forked without a guard).
     fn watched_child() -> (i32, Monitor) {
-        let pid = super::fork_child(|| {
+        let pid = super::fork_child(false, || {
             loop {
                 std::thread::park();
             }
@@ -540,6 +748,68 @@ mod tests {
         drop(m);
         // Reaped: the pid names no process (not even a zombie) any more.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "child {pid} outlived its monitor");
+    }
+
+    /// A process this test did not start, watched through a pidfd and killed on drop, so a
+    /// failing test leaves none.
+    struct Stray(OwnedFd);
+
+    impl Drop for Stray {
+        fn drop(&mut self) {
+            // SAFETY: rule P3 — a pidfd this test holds; a plain signal, no siginfo; it fails
+            // harmlessly once the process is gone.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    self.0.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                )
+            };
+        }
+    }
+
+    /// Whether the process of pidfd `fd` has exited within `ms` milliseconds.
+    fn exits_within(fd: &OwnedFd, ms: i32) -> bool {
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: rule P4 — one live pollfd of a pidfd the caller holds.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    /// A group leader whose member outlives it: where the kernel cannot signal the group
+    /// through a pidfd, the group is ended by its number while the leader is unreaped.
+    #[test]
+    fn a_group_is_ended_by_its_number_while_its_leader_is_unreaped() {
+        if !crate::test_support::in_own_process() {
+            return; // rule T1
+        }
+        let (read, write) = nix::unistd::pipe().unwrap();
+        // The leader starts a member of its group that waits for ever (without the parent-death
+        // signal, so it outlives the leader), sends its pid, and exits.
+        let mut leader = ChildGuard::fork_group_leader(move || {
+            // SAFETY: rule P2 — the member only parks; the leader leaves through `_exit`.
+            match unsafe { libc::fork() } {
+                0 => loop {
+                    std::thread::park();
+                },
+                member if member > 0 => {
+                    let sent = nix::unistd::write(&write, &member.to_ne_bytes());
+                    if sent == Ok(4) { 0 } else { 2 }
+                }
+                _ => 3,
+            }
+        })
+        .unwrap();
+        let mut bytes = [0u8; 4];
+        assert_eq!(nix::unistd::read(read.as_raw_fd(), &mut bytes), Ok(4), "the member's pid");
+        let member = Stray(pidfd(i32::from_ne_bytes(bytes)).expect("the member runs"));
+        let leader_fd = pidfd(leader.pid().as_raw()).unwrap();
+        assert!(exits_within(&leader_fd, 10_000), "the leader exits");
+        assert!(!exits_within(&member.0, 0), "the member outlives its leader");
+        end_group_by_number(leader.pid().as_raw(), &leader_fd);
+        assert!(exits_within(&member.0, 10_000), "the member of the leader's group was killed");
+        assert_eq!(leader.wait_timeout(Duration::from_secs(10)), 0, "the leader's status");
     }
 
     #[test]

@@ -17,11 +17,12 @@
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
-//! S1. Between fork and exec the child runs only async-signal-safe calls (`prctl`,
+//! S1. Between fork and exec the child runs only async-signal-safe calls (`setpgid`, `prctl`,
 //!     `signal`, `sched_setaffinity`, `getppid`, `fcntl`, `_exit`) on values prepared before
 //!     the fork: no allocation, no lock. The child takes the CPU affinity of the thread that
-//!     asked for it (as a fork from that thread would), not the spawner thread's, and ignores
-//!     the terminal's signals ([`ignore_terminal_signals`]).
+//!     asked for it (as a fork from that thread would), not the spawner thread's, ignores the
+//!     terminal's signals ([`ignore_terminal_signals`]), and, when asked, leads a process group
+//!     of its own (rule P7 of `sys::process`).
 //! S2. The descriptors named in [`CHILD_ENV`] are the ones the parent cleared close-on-exec on
 //!     between fork and exec (S1): in the fresh image they are open and owned by nothing else,
 //!     so the hook may take ownership of each exactly once; it checks each is open first.
@@ -114,7 +115,8 @@ fn spawner() -> Result<mpsc::Sender<Job>> {
 ///
 /// The child is killed when this process dies (`PR_SET_PDEATHSIG`, tied to the spawner thread,
 /// which lives as long as the process) and exits at once if this process is already gone.
-pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> Result<i32> {
+/// With `new_group` it leads a process group of its own (rule P7 of `sys::process`).
+pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>], new_group: bool) -> Result<i32> {
     if !hook_in_executable() {
         return Err(Error::state(format!(
             "starting {label}: simpler is not linked into this program's executable (a shared library?), so a new process of the executable would not become a worker; build the Worker with StartMethod::Fork"
@@ -137,6 +139,9 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     let cpus = unsafe { cpus.assume_init() };
     let mut command = Command::new("/proc/self/exe");
     command.arg0(label).env(CHILD_ENV, format!("{}:{}", fds[0], list.join(",")));
+    if new_group {
+        command.process_group(0); // setpgid(0, 0) between fork and exec (rule S1)
+    }
     let keep = fds.clone();
     // SAFETY: rule S1 — the closure runs between fork and exec and calls only prctl, signal,
     // sched_setaffinity, getppid, fcntl and _exit on the values captured above.
@@ -166,15 +171,19 @@ pub(crate) fn spawn_self(label: &str, spec: &[u8], pass: &[BorrowedFd<'_>]) -> R
     Ok(pid as i32)
 }
 
-/// The signals a terminal sends to the whole foreground process group: `SIGINT` (Ctrl-C),
-/// `SIGQUIT` (Ctrl-Backslash), and `SIGHUP` when it hangs up.
-const TERMINAL_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP];
+/// The signals a terminal sends: to the whole foreground process group, `SIGINT` (Ctrl-C),
+/// `SIGQUIT` (Ctrl-Backslash), and `SIGHUP` when it hangs up; to a process of a background
+/// group that reads from it, `SIGTTIN`, or writes to it while it is set `tostop`, `SIGTTOU`.
+const TERMINAL_SIGNALS: [libc::c_int; 5] =
+    [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTTIN, libc::SIGTTOU];
 
 /// Makes the calling process (a new worker child, between fork and exec) ignore
-/// [`TERMINAL_SIGNALS`]; an ignored disposition survives `exec`. They reach every process of
-/// the foreground group, so without this Ctrl-C killed the workers of a program that handles
-/// it to finish its work and close: the program decides what they do, and its workers follow
-/// it when it dies (`PR_SET_PDEATHSIG`).
+/// [`TERMINAL_SIGNALS`]; an ignored disposition survives `exec`. A worker is in a background
+/// process group (rule P7 of `sys::process`), so a terminal's `SIGTTIN` or `SIGTTOU` would stop
+/// it for good where it reads from or writes to the terminal (reading fails instead, writing
+/// proceeds); and the foreground group's signals would end the workers of a program that
+/// handles them to finish its work and close, were a worker ever in that group. The program
+/// decides what they do, and its workers follow it when it dies (`PR_SET_PDEATHSIG`).
 ///
 /// # Safety
 ///

@@ -335,7 +335,10 @@ impl WorkerBuilder {
     /// This bounds the whole `close`: a worker still busy at the deadline (a task that never
     /// returns) is killed with `SIGKILL` rather than waited for, so `close` returns within
     /// `close_timeout` plus at most 1.1 s (0.1 s for idle workers to exit on their own, then up
-    /// to 1 s for the kernel to reap the killed ones; usually a few milliseconds).
+    /// to 1 s for the kernel to reap the killed ones; usually a few milliseconds). In a program
+    /// that adopts orphans (a child subreaper), a process of a worker's process group that
+    /// `SIGKILL` cannot end (one of another user) adds up to 1 s more while the Worker waits
+    /// to reap it.
     ///
     /// ```
     /// use std::time::Duration;

@@ -1211,7 +1211,7 @@ impl Worker {
         config.validate().map_err(BuildFailed::Error)?;
         let deadline = deadline.or(self.cfg.run_deadline);
         let built = eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config))?;
-        Ok((RunHandle { run: built.run, engine: eng.clone() }, built.intent))
+        Ok((RunHandle::new(built.run, eng), built.intent))
     }
 
     /// Replaces the dead SUB workers and chips before a run is built (the builder's

@@ -104,6 +104,7 @@ pub(crate) enum ChildPlan {
 
 impl ChildPlan {
     fn run(self) -> i32 {
+        crate::sys::process::become_worker();
         match self {
             ChildPlan::Sub(c) => c.run(),
             ChildPlan::Chip(c) => c.run(),
@@ -121,8 +122,11 @@ pub(crate) fn start_child(
     region: &Arc<MailboxRegion>,
     heaps: &[SharedSpan],
 ) -> Result<i32> {
+    // The program's own children lead a process group each, which holds everything below them
+    // (rule P7 of `sys::process`).
+    let new_group = !crate::sys::process::in_worker();
     match method {
-        StartMethod::Fork => fork_child(move || plan.run()),
+        StartMethod::Fork => fork_child(new_group, move || plan.run()),
         StartMethod::Exec => {
             let mut spec = Enc::new();
             let index = match &plan {
@@ -163,7 +167,7 @@ pub(crate) fn start_child(
                     worker_spec(&mut spec, &c.worker, 0, &format!("worker {}", c.id))?;
                 }
             }
-            spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds)
+            spawn_self(&format!("simpler: {label}"), &spec.finish(), &fds, new_group)
         }
     }
 }

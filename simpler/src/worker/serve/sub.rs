@@ -99,7 +99,10 @@ impl Serve for SubChild {
         }
         let args = HostArgs::new(mapped, &decoded.scalars, self.index as u32)
             .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
-        match catch_unwind(AssertUnwindSafe(|| f.call(&args))) {
+        let result = catch_unwind(AssertUnwindSafe(|| f.call(&args)));
+        // A child of a fork the host function made returned here: it leaves (rule P6).
+        crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
+        match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(FrameError::new(ERR_TASK, e.to_string())),
             Err(panic) => {
