@@ -4,8 +4,9 @@
 //! A [`SharedMem`] is an anonymous `memfd` object (`memfd_create`, `MFD_CLOEXEC`) mapped
 //! `MAP_SHARED` read-write. It has no name in any file system: the creating process holds the
 //! only descriptor, and another process of the tree (a child or a grandchild resolving a buffer
-//! descriptor, map-once per identity) reaches it through `/proc/<creator>/fd/<fd>`, maps it and
-//! closes its own descriptor at once. Its memory is given back when the creator has closed the
+//! descriptor, map-once per identity) reaches it through `/proc/<creator>/fd/<fd>` (or a live
+//! thread's `/proc/<creator>/task/<tid>/fd/<fd>` once the creator's main thread has exited, see
+//! `sys::peer_fd`), maps it and closes its own descriptor at once. Its memory is given back when the creator has closed the
 //! descriptor and no process maps it any more, so a tree that ends in any way, `SIGKILL`
 //! included, leaves nothing behind.
 //!
@@ -26,7 +27,8 @@
 //!   access within the size faults. An opener maps the size `fstat` reports and refuses an
 //!   object smaller than it needs.
 //! * **N5 (identity).** An opener maps only the object its descriptor names: after opening
-//!   `/proc/<pid>/fd/<fd>` it checks, on the descriptor it got, that the object is a memfd named
+//!   `/proc/<pid>/fd/<fd>` (or the same descriptor under a live thread of `pid`, `sys::peer_fd`)
+//!   it checks, on the descriptor it got, that the object is a memfd named
 //!   for the buffer (`/memfd:sp-<8 hex>-<pid>-b<N>`, from the buffer's identity and its
 //!   creator) with the inode number the descriptor carries. A descriptor number the creator
 //!   closed and reused names another object (another inode, another name): refused with an
@@ -79,7 +81,7 @@ use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::sync;
+use crate::sys::{peer_fd, sync};
 
 /// Where another process finds a [`SharedMem`]: its creator's process id, the creator's
 /// descriptor number and the object's inode number (rule N5).
@@ -170,17 +172,18 @@ impl SharedMem {
     /// this returns.
     ///
     /// A creator that is gone or closed the descriptor is an
-    /// [`ErrorKind::Os`](crate::error::ErrorKind) error; another object at that descriptor
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error that says which (`sys::peer_fd`); another object at that descriptor
     /// number (a reused number), or an object smaller than `min_len` bytes, an
     /// [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) error that names both.
     pub(crate) fn open(key: SharedKey, label: &str, min_len: usize) -> Result<SharedMem> {
         let SharedKey { pid, fd, ino } = key;
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-            Error::os(&format!("opening host buffer {label} at {path} (has its creator dropped it?)"), e)
-        })?;
-        // The name of what we opened, read from our own descriptor: no race with the creator.
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        // Through `/proc/<pid>/fd/<fd>`, or a live thread's view of it when the creator's main
+        // thread has exited (`sys::peer_fd`).
+        let (file, path) = peer_fd::open(pid, fd, std::fs::OpenOptions::new().read(true).write(true))
+            .map_err(|e| Error::os(&format!("opening host buffer {label} of process {pid}"), e))?;
+        // The name of what we opened, read from our own descriptor (as this thread sees it):
+        // no race with the creator.
+        let link = std::fs::read_link(format!("/proc/thread-self/fd/{}", file.as_raw_fd()))
             .map_err(|e| Error::os(&format!("reading what {path} is"), e))?;
         let meta = file.metadata().map_err(|e| Error::os(&format!("reading the status of {path}"), e))?;
         if !is_memfd_named(&link.to_string_lossy(), label) || meta.ino() != ino {
@@ -220,7 +223,7 @@ impl SharedMem {
             return true;
         }
         let SharedKey { pid, fd, ino } = self.key;
-        std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|m| m.ino() == ino)
+        peer_fd::metadata(pid, fd).is_some_and(|m| m.ino() == ino)
     }
 
     /// The mapped length in bytes (never 0).

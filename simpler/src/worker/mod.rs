@@ -1017,10 +1017,12 @@ impl Worker {
     /// a program that handles Ctrl-C keeps them). `/proc/<pid>/maps` of a process that maps it shows
     /// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`.
     ///
-    /// The Worker's processes open `/proc/<this pid>/fd/<fd>`, which Linux allows a process of
-    /// the same user while this one is dumpable (the default; not after
-    /// `prctl(PR_SET_DUMPABLE, 0)` or a change of credentials, and a security module may
-    /// forbid it): a task naming the buffer then fails with an error that names the path.
+    /// The Worker's processes open `/proc/<this pid>/fd/<fd>` (or, once this program's main
+    /// thread has exited, which empties that directory, the same descriptor under a live thread,
+    /// `/proc/<this pid>/task/<tid>/fd/<fd>`), which Linux allows a process of the same user
+    /// while this one is dumpable (the default; not after `prctl(PR_SET_DUMPABLE, 0)` or a change
+    /// of credentials, and a security module may forbid it): a task naming the buffer then fails
+    /// with an error that names the path and says so.
     ///
     /// ```
     /// use simpler::{ErrorKind, Worker};
