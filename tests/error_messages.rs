@@ -245,6 +245,48 @@ fn a_host_buffer_larger_than_memory_can_hold_is_refused_at_once() {
     rig.create_buffer(4096).unwrap();
 }
 
+/// The bytes of memory a host buffer may still take, as the refusal of a petabyte says.
+fn memory_left(rig: &Worker) -> u64 {
+    let err =
+        expect_err(rig.create_buffer(1 << 50), ErrorKind::ResourceExhausted, &["bytes of memory are left"]);
+    let msg = err.message();
+    let before = msg.split(" bytes of memory are left").next().unwrap();
+    before.rsplit(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("no figure in {msg}"))
+}
+
+#[test]
+fn host_buffers_together_larger_than_memory_can_hold_are_refused() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(1));
+    rig.init();
+    // Each buffer is backed lazily, so none of these takes memory until written (and none is):
+    // each fits what is left alone, but a third would commit more than the machine can back,
+    // and writing them all would get a worker OOM-killed. 40% each leaves a fifth of the
+    // memory left as margin both ways, for other programs of the machine.
+    let left = memory_left(&rig);
+    let part = (left / 10 * 4) as usize & !4095;
+    let a = rig.create_buffer(part).unwrap();
+    let b = rig.create_buffer(part).unwrap();
+    let err = expect_err(
+        rig.create_buffer(part),
+        ErrorKind::ResourceExhausted,
+        &[
+            &format!("{part} bytes asked for"),
+            "2 live host buffers",
+            &format!("{} bytes", 2 * part),
+            "not yet backed",
+            "drop buffers",
+        ],
+    );
+    assert!(common::leftover_shm().len() == 2, "the refused one was not created: {err}");
+    // Dropping one makes room again.
+    drop(a);
+    let c = rig.create_buffer(part).unwrap();
+    drop((b, c));
+}
+
 #[test]
 fn running_out_of_file_descriptors_names_the_limit() {
     if !in_own_process() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use simpler::{
-    CallConfig, ChipFn, DataType, ErrorKind, HostArgs, HostFn, HostResult, Level, OrchFn, Orchestrator,
-    Result, TaskArgs, Worker,
+    DataType, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, Result, TaskArgs, Worker,
+    chip::CallConfig, chip::ChipFn, status::Level,
 };
 
 /// What [`fork_and_wait`] writes when the forked copy did not end within its time.

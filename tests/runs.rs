@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use simpler::{CallableHandle, ErrorKind, RunHandle, RunOptions, TaskArgs, Worker};
+use simpler::{
+    CallableHandle, DataType, ErrorKind, RunHandle, RunOptions, TaskArgs, Tensor, Worker, memory::TensorView,
+};
 
 /// Submits a run of one `block_on_flag` task (released through `flag`) that then writes
 /// `value` into `out[0]`.
@@ -97,6 +99,56 @@ fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends(
     r.wait().unwrap();
     out.write(1, &[5u64]).unwrap();
     assert_eq!(read_u64(&out, 0, 2), vec![7, 5]);
+}
+
+#[test]
+fn every_public_way_to_make_a_tensor_of_a_host_buffer_holds_it_while_a_task_runs() {
+    if !in_own_process() {
+        return;
+    }
+    let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
+    let out = u64_buffer(&rig, 8);
+    out.set_name("out").unwrap();
+    let whole = || TensorView::new(0, &[8], None, DataType::Uint64).unwrap();
+
+    // Every public way to make a tensor of the buffer: each tensor, submitted, must hold the
+    // buffer until its task ends, so that no host write changes the `&mut [u64]` the task has.
+    // (A tensor of the bare descriptor, `Tensor::new(*out.desc(), ..)`, which held nothing, no
+    // longer compiles: `ui/fail/tensor_of_a_bare_descriptor.rs`.)
+    let t = out.tensor(&[8], DataType::Uint64).unwrap();
+    let ways: Vec<(&str, Tensor)> = vec![
+        ("Tensor::new", Tensor::new(&out, whole()).unwrap()),
+        ("Buffer::tensor", t.clone()),
+        ("Buffer::view", out.view(whole()).unwrap()),
+        ("Tensor::reshape", t.reshape(TensorView::new(8, &[1], None, DataType::Uint64).unwrap()).unwrap()),
+        ("Tensor::rows", t.rows(0..1).unwrap()),
+        ("Tensor::slice", t.slice(0, 2..3).unwrap()),
+        ("Tensor::split", t.split(8).unwrap().remove(3)),
+        ("Tensor::tiles", t.tiles(&[2]).unwrap().remove(1)),
+        ("Tensor::grid", t.grid(&[4]).unwrap().remove(2)),
+        ("Tensor::narrowed", t.narrowed(simpler::memory::Access::Write).unwrap()),
+    ];
+    for (way, tensor) in ways {
+        let flag = u32_buffer(&rig, 2);
+        let r = rig
+            .submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.untracked(&words_of(&flag))?.output(&tensor)?.scalar(10_000).scalar(9);
+                orch.submit_sub(&block, a).map(|_| ())
+            })
+            .unwrap();
+        wait_blocked(&flag);
+        let written = out.write(0, &[1u64; 8]);
+        release(&flag);
+        r.wait().unwrap();
+        match written {
+            Ok(()) => panic!("a write was accepted while a task held a tensor made by {way} of the buffer"),
+            Err(e) => assert_err(&e, ErrorKind::InvalidState, &["`out`", "1 submitted task"]),
+        }
+        let written = read_u64(&out, 0, 8).iter().filter(|&&v| v == 9).count() as u64;
+        assert_eq!(written, tensor.view().num_elements(), "{way}: the task wrote its elements");
+        out.write(0, &[0u64; 8]).unwrap();
+    }
 }
 
 #[test]

@@ -9,14 +9,17 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::*;
-use simpler::{ErrorKind, HostArgs, HostFn, HostResult, StartMethod, TaskArgs, Worker};
+use simpler::{
+    DataType, ErrorKind, HostArgs, HostFn, HostResult, RunOptions, StartMethod, TaskArgs, Worker,
+    chip::CallConfig, chip::ChipFn,
+};
 
 /// How long one run may take before the test calls it a hang.
 const BOUND: Duration = Duration::from_secs(20);
@@ -253,4 +256,105 @@ fn workers_run_where_the_thread_that_started_them_may_run() {
     });
     let (rig, cpu) = pinned.join().unwrap();
     assert_eq!(cpus_allowed(rig.pids()[0]), cpu.to_string(), "the worker inherits its starter's CPUs");
+}
+
+/// The state of thread `tid` of this process (`R`, `S`, `Z`, ...), from its `stat`.
+fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", std::process::id())).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// In a process whose main thread has exited: a Worker started before, then host buffers made
+/// before and after, each run through two tasks, and a captured run whose chip kernel leaves
+/// its record in the trace log. `leave` tells the main thread to exit.
+fn after_the_main_thread(leave: mpsc::Sender<()>) -> Result<(), String> {
+    let e = |what: &'static str| move |err: simpler::Error| format!("{what}: {err}");
+    let mut w = subs(2).chips(1).chip_memory(1 << 20).chip_cores(1).build().map_err(e("build"))?;
+    let fill = w.register(HostFn::new("fill", fill)).map_err(e("register"))?;
+    let affine = w.register(HostFn::new("affine", affine)).map_err(e("register"))?;
+    let double = w.register_chip(ChipFn::kernel("double", double)).map_err(e("register"))?;
+    w.init().map_err(e("init"))?;
+    let early = u64_buffer(&w, 4);
+    leave.send(()).map_err(|_| "the main thread is gone before it was told to go")?;
+    let main = std::process::id() as i32;
+    wait_for("the main thread to exit", BOUND, || thread_state(main) == Some('Z'));
+    // Linux shows no descriptor of a process whose main thread has exited under
+    // `/proc/<pid>/fd`: the workers must reach its buffers another way.
+    let listed = std::fs::read_dir(format!("/proc/{main}/fd")).map(|d| d.count()).unwrap_or(0);
+    if listed != 0 {
+        return Err(format!("/proc/{main}/fd lists {listed} descriptors after the main thread exited"));
+    }
+    let late = u64_buffer(&w, 4);
+    for (name, x) in [("a buffer made before the main thread exited", &early), ("one made after", &late)] {
+        let y = u64_buffer(&w, 4);
+        let run = w
+            .submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(x, 0, 4))?.scalar(7);
+                orch.submit_sub(&fill, a)?;
+                let mut b = TaskArgs::new();
+                b.input(&u64s(x, 0, 4))?.output(&u64s(&y, 0, 4))?.scalar(2).scalar(1);
+                orch.submit_sub(&affine, b).map(|_| ())
+            })
+            .map_err(e(name))?;
+        run.wait_timeout(BOUND).map_err(e(name))?;
+        let got = read_u64(&y, 0, 4);
+        if got != [15; 4] {
+            return Err(format!("{name}: the tasks left {got:?}"));
+        }
+    }
+    // The chip opens the trace log this process holds, and this process reads it back.
+    let (x, y) = (w.create_buffer(16).map_err(e("x"))?, w.create_buffer(16).map_err(e("y"))?);
+    x.write(0, &[1.5f32; 4]).map_err(e("x"))?;
+    let (xt, yt) = (x.tensor(&[4], DataType::Float32).unwrap(), y.tensor(&[4], DataType::Float32).unwrap());
+    let run = w
+        .submit_with(RunOptions::new().capture_dag(), |orch, _, _| {
+            let mut a = TaskArgs::new();
+            a.input(&xt)?.output(&yt)?;
+            orch.submit_next_level(&double, a, CallConfig::default(), 0).map(|_| ())
+        })
+        .map_err(e("a captured run"))?;
+    run.wait_timeout(BOUND).map_err(e("a captured run"))?;
+    if y.read::<f32>(0, 4).map_err(e("y"))? != [3.0; 4] {
+        return Err("the kernel did not double x".to_string());
+    }
+    let timeline = run.timeline().ok_or("a captured run has a timeline")?;
+    let inner: Vec<&str> = timeline.inner_records().iter().map(|r| r.worker.as_str()).collect();
+    if inner != ["chip 0 / core 0"] {
+        return Err(format!("the timeline shows {inner:?} inside the chip's task, not its kernel"));
+    }
+    w.close().map_err(e("close"))
+}
+
+#[test]
+fn host_buffers_work_after_the_programs_main_thread_has_exited() {
+    if !in_own_process() {
+        return;
+    }
+    let (mut report, report_w) = std::io::pipe().unwrap();
+    // A program of its own, whose main thread (the forked thread) exits while another runs on.
+    let child = fork_process(move || {
+        let (leave, go) = mpsc::channel();
+        let mut report_w = report_w;
+        std::thread::spawn(move || {
+            let outcome = std::panic::catch_unwind(|| after_the_main_thread(leave))
+                .unwrap_or_else(|_| Err("panicked (see above)".to_string()));
+            let code = match &outcome {
+                Ok(()) => 0,
+                Err(msg) => {
+                    let _ = report_w.write_all(msg.as_bytes());
+                    1
+                }
+            };
+            exit_process(code);
+        });
+        if go.recv().is_ok() {
+            exit_this_thread(); // as `pthread_exit` from `main`
+        }
+        102 // the other thread failed before it let this one go; it `_exit`s the process
+    });
+    let code = wait_process(child, 2 * BOUND);
+    let mut said = String::new();
+    report.read_to_string(&mut said).unwrap();
+    assert_eq!(code, Some(0), "the program whose main thread exited failed: {said}");
 }

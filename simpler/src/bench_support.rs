@@ -216,7 +216,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             Access::ReadWrite,
             NBYTES,
         )?;
-        Tensor::new(desc, view)
+        Tensor::from_desc(desc, view)
     };
     let mut all = Vec::with_capacity(tasks);
     for _ in 0..tasks {

@@ -595,7 +595,7 @@ fn check_args(input: &[u8]) -> Verdict {
     let mut tensors = Vec::with_capacity(d.tensors.len());
     for t in &d.tensors {
         let tensor =
-            Tensor::new(t.desc, t.view).map_err(|e| format!("a decoded tensor does not fit: {e}"))?;
+            Tensor::from_desc(t.desc, t.view).map_err(|e| format!("a decoded tensor does not fit: {e}"))?;
         let v = t.view;
         let _ = (v.num_elements(), v.is_contiguous(), v.byte_range(), overlap(&v, &v));
         tensors.push(tensor);
@@ -871,7 +871,7 @@ fn view(rng: &mut Rng) -> TensorView {
 fn tensor(rng: &mut Rng) -> Tensor {
     let v = view(rng);
     let nbytes = v.byte_range().1 + rng.below(64);
-    Tensor::new(desc(rng, nbytes), v).expect("the buffer holds the view")
+    Tensor::from_desc(desc(rng, nbytes), v).expect("the buffer holds the view")
 }
 
 fn args_blob(rng: &mut Rng) -> Vec<u8> {

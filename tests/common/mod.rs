@@ -19,7 +19,7 @@
 
 #![expect(
     unsafe_code,
-    reason = "`words`: atomics over shared memory; `fork_process`: fork(2), pidfd_open(2) and waitpid(2); see their SAFETY comments"
+    reason = "`words`: atomics over shared memory; `fork_process`: fork(2), pidfd_open(2) and waitpid(2); `exit_this_thread`, `exit_process`: exit(2), _exit(2); see their SAFETY comments"
 )]
 #![allow(dead_code)] // Every suite compiles this module and uses a different part of it.
 
@@ -664,6 +664,21 @@ pub fn fork_process(body: impl FnOnce() -> i32) -> i32 {
         unsafe { libc::_exit(code) };
     }
     pid
+}
+
+/// Ends the calling thread only, with the raw `exit` system call: as `pthread_exit` from
+/// `main` does, the thread ends and the process lives on while another thread runs, but
+/// nothing unwinds through Rust frames. The caller must hold no lock another thread needs.
+pub fn exit_this_thread() -> ! {
+    // SAFETY: exit(2) ends this thread and returns no memory; the caller holds no lock.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    unreachable!("exit(2) returned")
+}
+
+/// Ends this (forked) process, all its threads, with `code`, running no destructor.
+pub fn exit_process(code: i32) -> ! {
+    // SAFETY: `_exit` ends the process without running the destructors of what it inherited.
+    unsafe { libc::_exit(code) }
 }
 
 /// Waits up to `limit` for child `pid` (from [`fork_process`]) to exit and reaps it: its exit

@@ -241,9 +241,10 @@ pub enum Backing {
         ino: u64,
     },
     /// An anonymous memfd object held by the process that created it, mapped once per identity
-    /// by each process that uses it through `/proc/<pid>/fd/<fd>`; the opener checks that the
-    /// object there has inode `ino` and the buffer's memfd name, so a descriptor number reused
-    /// for another object is refused, never mapped.
+    /// by each process that uses it through `/proc/<pid>/fd/<fd>` (or a live thread's
+    /// `/proc/<pid>/task/<tid>/fd/<fd>` once the main thread of `pid` has exited); the opener
+    /// checks that the object there has inode `ino` and the buffer's memfd name, so a
+    /// descriptor number reused for another object is refused, never mapped.
     Memfd {
         /// The creating process (1..=`i32::MAX`).
         pid: u32,

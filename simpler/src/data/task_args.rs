@@ -168,11 +168,10 @@ pub struct Dep {
 /// Tensors must come before scalars; adding a tensor after a scalar is an error.
 ///
 /// ```
-/// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tag, TaskArgs, Tensor, memory::TensorView};
-/// # use simpler::__private::Backing;
-/// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-/// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-/// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+/// use simpler::{DataType, Tag, TaskArgs, memory::TensorView};
+/// # let buf = simpler::__private::doc_buffer(64)?;
+/// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+/// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
 /// let mut args = TaskArgs::new();
 /// args.input(&a)?.output(&b)?.scalar(8);
 /// assert_eq!(args.tensor_count(), 2);
@@ -226,11 +225,10 @@ impl TaskArgs {
     /// are left unchanged.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
     /// args.add_tensor(&a, Tag::OutputExisting)?.add_tensor(&b, Tag::Input)?;
@@ -263,10 +261,9 @@ impl TaskArgs {
     /// dependencies).
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let flags = Tensor::new(desc, TensorView::new(0, &[2], None, DataType::Uint32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let flags = buf.view(TensorView::new(0, &[2], None, DataType::Uint32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
     /// // SAFETY: every task that names `flags` reads and writes it only as `AtomicU32`s.
@@ -308,11 +305,10 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Input`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
     /// args.input(&a)?;
@@ -326,11 +322,10 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::Output`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
     /// args.output(&b)?;
@@ -344,11 +339,10 @@ impl TaskArgs {
     /// Adds a tensor tagged [`Tag::InOut`]; errors as [`add_tensor`](Self::add_tensor).
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::{Tag, TaskArgs};
     /// let mut args = TaskArgs::new();
     /// args.inout(&a)?;
@@ -424,11 +418,10 @@ impl TaskArgs {
     /// Number of tensors.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?.output(&b)?;
     /// assert_eq!(args.tensor_count(), 2);
@@ -452,11 +445,10 @@ impl TaskArgs {
     /// The tensor at `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?.output(&b)?;
     /// assert_eq!(args.tensor(1), Some(&b));
@@ -470,11 +462,10 @@ impl TaskArgs {
     /// The tag of tensor `i`, or `None` past the end.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::Tag;
     /// let mut args = simpler::TaskArgs::new();
     /// args.inout(&a)?;
@@ -495,11 +486,10 @@ impl TaskArgs {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// use simpler::Tag;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?;
@@ -536,11 +526,10 @@ impl TaskArgs {
     /// All tensors, in the order they were added.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?.output(&b)?;
     /// assert_eq!(args.tensors(), &[a, b]);
@@ -595,11 +584,10 @@ impl TaskArgs {
     /// Removes everything (tensors, scalars and dependencies), so the value can be reused.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(64)?; let desc = *buf.desc();
-    /// # let a = Tensor::new(desc, TensorView::new(0, &[8], None, DataType::Float32)?)?;
-    /// # let b = Tensor::new(desc, TensorView::new(32, &[8], None, DataType::Float32)?)?;
+    /// # use simpler::{DataType, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(64)?;
+    /// # let a = buf.view(TensorView::new(0, &[8], None, DataType::Float32)?)?;
+    /// # let b = buf.view(TensorView::new(32, &[8], None, DataType::Float32)?)?;
     /// let mut args = simpler::TaskArgs::new();
     /// args.input(&a)?.scalar(1);
     /// args.clear();

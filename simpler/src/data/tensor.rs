@@ -4,7 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::data::buffer::{Access, BufferDesc};
+use crate::data::buffer::{Access, Buffer, BufferDesc};
 use crate::data::dtype::DataType;
 use crate::error::{Error, Result};
 
@@ -21,7 +21,7 @@ pub const MAX_TENSOR_DIMS: usize = 5;
 ///
 /// Validation: 1..=5 dimensions, every shape and stride > 0, the byte offset a multiple of the
 /// element size. `strides: None` means row-major contiguous. Whether the view fits inside its
-/// buffer is checked when it is attached to one ([`Tensor::new`]).
+/// buffer is checked when it is attached to one ([`Buffer::view`]).
 ///
 /// ```
 /// use simpler::{DataType, memory::TensorView};
@@ -423,21 +423,20 @@ fn lattice_overlap(a: &TensorView, b: &TensorView) -> Option<Overlap> {
 
 /// A tensor: a buffer descriptor and a validated view that fits inside it.
 ///
-/// Tensors carry no address. Cloning is cheap. A tensor made from an owned [`Buffer`] keeps
-/// that buffer alive, so tasks that still name it never see it freed.
-///
-/// [`Buffer`]: crate::Buffer
+/// Tensors carry no address. Cloning is cheap. A tensor of a host buffer is made from the
+/// [`Buffer`] itself ([`Buffer::tensor`], [`Buffer::view`], [`Tensor::new`]) or from another
+/// tensor of it (reshapes, partitions): it keeps the buffer alive, so tasks that still name it
+/// never see it freed, and a task that names it holds the buffer against host writes until it
+/// ends.
 ///
 /// ```
-/// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-/// # use simpler::__private::Backing;
+/// use simpler::{DataType, Tensor, memory::TensorView};
 /// # let buf = simpler::__private::doc_buffer(64).unwrap();
-/// # let desc = *buf.desc();
-/// // `desc`: the descriptor of a 64-byte buffer (`buffer.desc()`).
-/// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32).unwrap()).unwrap();
+/// // `buf`: a 64-byte host buffer (`worker.create_buffer(64)?`).
+/// let t = buf.view(TensorView::new(0, &[16], None, DataType::Float32).unwrap()).unwrap();
 /// assert_eq!(t.view().num_elements(), 16);
 /// // A view past the end of the buffer is refused.
-/// assert!(Tensor::new(desc, TensorView::new(4, &[16], None, DataType::Float32).unwrap()).is_err());
+/// assert!(Tensor::new(&buf, TensorView::new(4, &[16], None, DataType::Float32).unwrap()).is_err());
 /// ```
 #[derive(Clone)]
 pub struct Tensor {
@@ -447,7 +446,17 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Attaches a view to a buffer descriptor.
+    /// A tensor of `buffer` with the view `view` (byte offset, shape, element strides): the
+    /// same as [`Buffer::view`]. Like every tensor made from a [`Buffer`], it keeps the buffer
+    /// alive, and while a submitted task names it the buffer's host writes
+    /// ([`Buffer::write`]) are refused.
+    ///
+    /// A tensor is made from the buffer, never from its bare descriptor: such a tensor would
+    /// not hold the buffer, so a host write could change the bytes a running task holds as
+    /// `&[T]` or `&mut [T]`. To take another view of a tensor you have (an argument of an
+    /// orchestration function, an `orch.alloc` intermediate), use
+    /// [`reshape`](Tensor::reshape) or a partition ([`rows`](Tensor::rows),
+    /// [`slice`](Tensor::slice), ...), which keep what the tensor keeps.
     ///
     /// # Errors
     ///
@@ -455,21 +464,36 @@ impl Tensor {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error.
     ///
     /// ```
-    /// use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
-    /// # let buf = simpler::__private::doc_buffer(32)?; let desc = *buf.desc();
-    /// // `desc`: the descriptor of a 32-byte buffer (`buffer.desc()`).
-    /// let t = Tensor::new(desc, TensorView::new(16, &[2, 2], None, DataType::Float32)?)?;
+    /// use simpler::{DataType, Tensor, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(32)?;
+    /// // `buf`: a 32-byte host buffer (`worker.create_buffer(32)?`).
+    /// let t = Tensor::new(&buf, TensorView::new(16, &[2, 2], None, DataType::Float32)?)?;
     /// assert_eq!(t.view().byte_range(), (16, 32));
-    /// assert!(Tensor::new(desc, TensorView::new(16, &[5], None, DataType::Float32)?).is_err());
+    /// assert!(Tensor::new(&buf, TensorView::new(16, &[5], None, DataType::Float32)?).is_err());
     /// # Ok::<(), simpler::Error>(())
     /// ```
-    pub fn new(desc: BufferDesc, view: TensorView) -> Result<Tensor> {
+    ///
+    /// A descriptor alone makes no tensor:
+    ///
+    /// ```compile_fail
+    /// use simpler::{DataType, Tensor, memory::TensorView};
+    /// # let buf = simpler::__private::doc_buffer(32)?;
+    /// let t = Tensor::new(*buf.desc(), TensorView::new(0, &[8], None, DataType::Float32)?)?; // error: expected `&Buffer`
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn new(buffer: &Buffer, view: TensorView) -> Result<Tensor> {
+        buffer.view(view)
+    }
+
+    /// A tensor of a bare descriptor, holding nothing: for descriptors that no [`Buffer`] of
+    /// this process owns (decoded from another process's frame, an `orch.alloc` heap slab, a
+    /// chip's own memory). Never for a host buffer this process created: a task naming such a
+    /// tensor would not hold the buffer against host writes (use `Buffer::view`).
+    pub(crate) fn from_desc(desc: BufferDesc, view: TensorView) -> Result<Tensor> {
         Tensor::with_keepalive(desc, view, None)
     }
 
-    /// The name of the buffer under the tensor ([`Buffer::set_name`](crate::Buffer::set_name)),
-    /// if it has one.
+    /// The name of the buffer under the tensor ([`Buffer::set_name`]), if it has one.
     ///
     /// ```no_run
     /// # fn main() -> simpler::Result<()> {
@@ -493,7 +517,7 @@ impl Tensor {
         self.buffer_ref().map_or_else(|| self.desc.identity().to_string(), |b| b.label())
     }
 
-    /// The buffer a tensor made by [`Buffer::tensor`](crate::Buffer::tensor) views.
+    /// The buffer a tensor made by [`Buffer::tensor`] views.
     pub(crate) fn buffer_ref(&self) -> Option<&crate::data::buffer::BufferInner> {
         self.keepalive.as_ref()?.downcast_ref::<crate::data::buffer::BufferInner>()
     }
@@ -541,13 +565,11 @@ impl Tensor {
     /// The buffer descriptor.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
+    /// # use simpler::{DataType, Tensor, memory::TensorView};
     /// # let buf = simpler::__private::doc_buffer(64)?;
-    /// # let desc = *buf.desc();
-    /// let t = Tensor::new(desc, TensorView::new(0, &[16], None, DataType::Float32)?)?;
-    /// assert_eq!(t.desc(), &desc);
-    /// assert_eq!(t.desc().identity(), desc.identity());
+    /// let t = buf.view(TensorView::new(0, &[16], None, DataType::Float32)?)?;
+    /// assert_eq!(t.desc(), buf.desc());
+    /// assert_eq!(t.desc().identity(), buf.desc().identity());
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn desc(&self) -> &BufferDesc {
@@ -557,11 +579,9 @@ impl Tensor {
     /// The view.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
+    /// # use simpler::{DataType, Tensor, memory::TensorView};
     /// # let buf = simpler::__private::doc_buffer(64)?;
-    /// # let desc = *buf.desc();
-    /// let t = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
+    /// let t = buf.view(TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
     /// assert_eq!(t.view().shape(), &[4, 4]);
     /// assert_eq!(t.view().dtype(), DataType::Float32);
     /// # Ok::<(), simpler::Error>(())
@@ -580,11 +600,9 @@ impl Tensor {
     /// As [`Tensor::new`]: the new view must lie inside the buffer.
     ///
     /// ```
-    /// # use simpler::{memory::Access, memory::BufferDesc, DataType, memory::Identity, Tensor, memory::TensorView};
-    /// # use simpler::__private::Backing;
+    /// # use simpler::{DataType, Tensor, memory::TensorView};
     /// # let buf = simpler::__private::doc_buffer(64)?;
-    /// # let desc = *buf.desc();
-    /// let whole = Tensor::new(desc, TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
+    /// let whole = buf.view(TensorView::new(0, &[4, 4], None, DataType::Float32)?)?;
     /// // The bottom two rows.
     /// let bottom = whole.reshape(TensorView::new(32, &[2, 4], None, DataType::Float32)?)?;
     /// assert_eq!(bottom.desc(), whole.desc());
@@ -890,8 +908,8 @@ mod tests {
             16,
         )
         .unwrap();
-        assert!(Tensor::new(desc, f32v(0, &[4], None)).is_ok());
-        assert!(Tensor::new(desc, f32v(4, &[4], None)).is_err());
+        assert!(Tensor::from_desc(desc, f32v(0, &[4], None)).is_ok());
+        assert!(Tensor::from_desc(desc, f32v(4, &[4], None)).is_err());
     }
 
     #[test]
@@ -926,7 +944,7 @@ mod tests {
             u64::from(rows * cols) * 4,
         )
         .unwrap();
-        Tensor::new(desc, f32v(0, &[rows, cols], None)).unwrap()
+        Tensor::from_desc(desc, f32v(0, &[rows, cols], None)).unwrap()
     }
 
     #[test]

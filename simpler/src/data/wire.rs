@@ -378,7 +378,7 @@ fn read_record(rec: &[u8; TENSOR_RECORD_SIZE]) -> Result<WireTensor> {
     let view = TensorView::from_raw(byte_offset, ndims, shape, strides, dtype);
     let view = view.map_err(to_decode)?;
     // Checks that the view lies inside the buffer.
-    Tensor::new(desc, view).map_err(to_decode)?;
+    Tensor::from_desc(desc, view).map_err(to_decode)?;
     Ok(WireTensor { desc, view })
 }
 

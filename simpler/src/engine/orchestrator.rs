@@ -682,7 +682,7 @@ impl<'a> Orchestrator<'a> {
         self.run.slot_created();
         self.eng.tensor_map.insert_creator(self.run.id, identity, slot.clone());
         self.scopes.last_mut().expect("outer scope").push(slot);
-        Tensor::new(desc, view)
+        Tensor::from_desc(desc, view)
     }
 
     /// Opens a nested scope: tasks and allocations inside it use the heap ring of their depth

@@ -370,7 +370,7 @@ fn buffer_with(id: u64, access: Access) -> BufferDesc {
 
 /// Elements `[from, from + len)` of a buffer, as f32.
 fn view(desc: BufferDesc, from: u64, len: u32) -> Tensor {
-    Tensor::new(desc, TensorView::new(from * 4, &[len], None, DataType::Float32).unwrap()).unwrap()
+    Tensor::from_desc(desc, TensorView::new(from * 4, &[len], None, DataType::Float32).unwrap()).unwrap()
 }
 
 fn whole(desc: BufferDesc) -> Tensor {

@@ -7,6 +7,8 @@
 //! * [`shm`]: memfd objects shared across the process tree ([`shm::SharedMem`]), the backing of
 //!   host buffers made by `Worker::create_buffer`, and the sweep of the `/dev/shm` names earlier
 //!   versions left.
+//! * [`peer_fd`]: another process's descriptor opened through `/proc/<pid>/fd/<fd>`, or
+//!   through a live thread's `/proc/<pid>/task/<tid>/fd/<fd>` once the main thread has exited.
 //! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
 //!   and CPU placement ([`futex::current_cpu`], [`futex::PeerWait`]): spin a few microseconds,
 //!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.
@@ -31,6 +33,7 @@ pub(crate) mod clock;
 pub(crate) mod fn_address;
 pub(crate) mod futex;
 pub(crate) mod mem;
+pub(crate) mod peer_fd;
 pub(crate) mod process;
 pub(crate) mod random;
 pub(crate) mod shm;

@@ -4,8 +4,9 @@
 //! A [`SharedMem`] is an anonymous `memfd` object (`memfd_create`, `MFD_CLOEXEC`) mapped
 //! `MAP_SHARED` read-write. It has no name in any file system: the creating process holds the
 //! only descriptor, and another process of the tree (a child or a grandchild resolving a buffer
-//! descriptor, map-once per identity) reaches it through `/proc/<creator>/fd/<fd>`, maps it and
-//! closes its own descriptor at once. Its memory is given back when the creator has closed the
+//! descriptor, map-once per identity) reaches it through `/proc/<creator>/fd/<fd>` (or a live
+//! thread's `/proc/<creator>/task/<tid>/fd/<fd>` once the creator's main thread has exited, see
+//! `sys::peer_fd`), maps it and closes its own descriptor at once. Its memory is given back when the creator has closed the
 //! descriptor and no process maps it any more, so a tree that ends in any way, `SIGKILL`
 //! included, leaves nothing behind.
 //!
@@ -26,7 +27,8 @@
 //!   access within the size faults. An opener maps the size `fstat` reports and refuses an
 //!   object smaller than it needs.
 //! * **N5 (identity).** An opener maps only the object its descriptor names: after opening
-//!   `/proc/<pid>/fd/<fd>` it checks, on the descriptor it got, that the object is a memfd named
+//!   `/proc/<pid>/fd/<fd>` (or the same descriptor under a live thread of `pid`, `sys::peer_fd`)
+//!   it checks, on the descriptor it got, that the object is a memfd named
 //!   for the buffer (`/memfd:sp-<8 hex>-<pid>-b<N>`, from the buffer's identity and its
 //!   creator) with the inode number the descriptor carries. A descriptor number the creator
 //!   closed and reused names another object (another inode, another name): refused with an
@@ -37,6 +39,21 @@
 //! * **N7 (the legacy sweep).** [`sweep_stale_buffers`] removes `/dev/shm` names through
 //!   `std::fs`; the only system calls it makes itself (`sysconf`, `geteuid`) take and return
 //!   plain integers, no memory.
+//! * **N8 (committed memory).** A memfd takes memory only as its pages are first written, so
+//!   buffers that each fit what is left when created can together overcommit the machine.
+//!   [`SharedMem::create`] admits a buffer of `len` bytes only when `len` plus what this
+//!   process's live buffers may still take fits [`memory_left`]: their bytes not yet backed
+//!   (size minus the blocks `fstat` reports, which counts pages in memory and in swap), since
+//!   the figure of what is left already leaves out the pages they have backed. The live buffers
+//!   are those this process created and has not dropped, in one process-wide list ([`LIVE`])
+//!   with the bytes of creations under way, reserved under the lock together with the check,
+//!   so two threads cannot both take the last room. The list holds a clone of each creator's
+//!   descriptor that never leaves its lock, and a value leaves the list at the start of its
+//!   `drop`, so its descriptor still closes when it drops (N6). The descriptors are read only
+//!   when the sizes alone do not fit. The lock is held for map updates and those reads, never
+//!   while waiting; like every lock of the library it must not be held by another thread when
+//!   a process forks (rule P1 of `sys::process`). Buffers of other processes (another
+//!   program's, or the parent's that a child maps) are not counted.
 //!
 //! # Memory ordering
 //!
@@ -48,13 +65,14 @@
     reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N7"
 )]
 
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::ptr;
-use std::sync::Once;
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, SystemTime};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -63,6 +81,7 @@ use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sys::{peer_fd, sync};
 
 /// Where another process finds a [`SharedMem`]: its creator's process id, the creator's
 /// descriptor number and the object's inode number (rule N5).
@@ -91,8 +110,9 @@ pub(crate) fn buffer_label(owner: u64, pid: u32, buffer_id: u64) -> String {
 pub(crate) struct SharedMem {
     map: MmapRaw,
     /// The creator's descriptor; `None` in an opener. Declared after `map`, so it closes after
-    /// the unmap (rule N6).
-    file: Option<File>,
+    /// the unmap (rule N6). Shared only with the list of live buffers ([`LIVE`], rule N8),
+    /// which gives its clone back in `drop`, before this one drops.
+    file: Option<Arc<File>>,
     key: SharedKey,
     label: String,
 }
@@ -102,9 +122,10 @@ impl SharedMem {
     /// its size and maps it.
     ///
     /// `len` must be greater than 0 ([`ErrorKind::InvalidArgument`](crate::error::ErrorKind)
-    /// otherwise). More than the machine can back ([`memory_left`]), or a process out of file
-    /// descriptors, is an [`ErrorKind::ResourceExhausted`](crate::error::ErrorKind) error that
-    /// names the size and what is left; a refused system call an
+    /// otherwise). More than the machine can back ([`memory_left`]) once the live buffers of
+    /// this process are written (rule N8), or a process out of file descriptors, is an
+    /// [`ErrorKind::ResourceExhausted`](crate::error::ErrorKind) error that names the size,
+    /// what is left and what the live buffers hold; a refused system call an
     /// [`ErrorKind::Os`](crate::error::ErrorKind) error. Nothing outlives a failure.
     pub(crate) fn create(label: &str, len: usize) -> Result<SharedMem> {
         if len == 0 {
@@ -112,20 +133,10 @@ impl SharedMem {
         }
         let size = i64::try_from(len)
             .map_err(|_| Error::invalid(format!("host buffer {label}: length {len} is too large")))?;
-        // The object is backed lazily: one larger than what the machine can back would be
-        // created, then fail the first process that touches a page past it (SIGBUS, or the OOM
-        // killer). Refuse it here.
-        if let Some(left) = memory_left()
-            && len as u64 > left.bytes
-        {
-            return Err(Error::new(
-                ErrorKind::ResourceExhausted,
-                format!(
-                    "host buffer {label}: {len} bytes asked for, but only {} bytes of memory are left ({}); drop buffers that are no longer needed",
-                    left.bytes, left.source
-                ),
-            ));
-        }
+        // The object is backed lazily: one that, with the buffers already live, is more than
+        // the machine can back would be created, then fail the process that touches a page
+        // past it (SIGBUS, or the OOM killer). Refuse it here (rule N8).
+        let reservation = Reservation::admit(label, len as u64)?;
         raise_fd_limit();
         let cname = CString::new(label)
             .map_err(|_| Error::invalid(format!("host buffer label {label:?} holds a NUL")))?;
@@ -151,6 +162,8 @@ impl SharedMem {
         let fd = u32::try_from(file.as_raw_fd())
             .map_err(|_| Error::invalid("memfd_create returned a negative descriptor"))?;
         let key = SharedKey { pid: std::process::id(), fd, ino };
+        let file = Arc::new(file);
+        reservation.hold(ino, file.clone(), len as u64);
         Ok(SharedMem { map, file: Some(file), key, label: label.to_string() })
     }
 
@@ -159,17 +172,18 @@ impl SharedMem {
     /// this returns.
     ///
     /// A creator that is gone or closed the descriptor is an
-    /// [`ErrorKind::Os`](crate::error::ErrorKind) error; another object at that descriptor
+    /// [`ErrorKind::Os`](crate::error::ErrorKind) error that says which (`sys::peer_fd`); another object at that descriptor
     /// number (a reused number), or an object smaller than `min_len` bytes, an
     /// [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) error that names both.
     pub(crate) fn open(key: SharedKey, label: &str, min_len: usize) -> Result<SharedMem> {
         let SharedKey { pid, fd, ino } = key;
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-            Error::os(&format!("opening host buffer {label} at {path} (has its creator dropped it?)"), e)
-        })?;
-        // The name of what we opened, read from our own descriptor: no race with the creator.
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        // Through `/proc/<pid>/fd/<fd>`, or a live thread's view of it when the creator's main
+        // thread has exited (`sys::peer_fd`).
+        let (file, path) = peer_fd::open(pid, fd, std::fs::OpenOptions::new().read(true).write(true))
+            .map_err(|e| Error::os(&format!("opening host buffer {label} of process {pid}"), e))?;
+        // The name of what we opened, read from our own descriptor (as this thread sees it):
+        // no race with the creator.
+        let link = std::fs::read_link(format!("/proc/thread-self/fd/{}", file.as_raw_fd()))
             .map_err(|e| Error::os(&format!("reading what {path} is"), e))?;
         let meta = file.metadata().map_err(|e| Error::os(&format!("reading the status of {path}"), e))?;
         if !is_memfd_named(&link.to_string_lossy(), label) || meta.ino() != ino {
@@ -209,7 +223,7 @@ impl SharedMem {
             return true;
         }
         let SharedKey { pid, fd, ino } = self.key;
-        std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|m| m.ino() == ino)
+        peer_fd::metadata(pid, fd).is_some_and(|m| m.ino() == ino)
     }
 
     /// The mapped length in bytes (never 0).
@@ -335,6 +349,19 @@ impl SharedMem {
     }
 }
 
+impl Drop for SharedMem {
+    /// Rule N8: the buffer leaves the list of live buffers before its descriptor closes (the
+    /// fields drop after this).
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let mut live = sync::lock(&LIVE);
+            if let Some((_, len)) = live.held.remove(&self.key.ino) {
+                live.bytes -= len;
+            }
+        }
+    }
+}
+
 impl fmt::Debug for SharedMem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedMem")
@@ -393,6 +420,124 @@ fn raise_fd_limit() {
             let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
         }
     });
+}
+
+/// The host buffers this process created and holds, and the creations under way (rule N8).
+struct Live {
+    /// Each live buffer's descriptor and size, by inode.
+    held: BTreeMap<u64, (Arc<File>, u64)>,
+    /// The sum of the sizes in `held`.
+    bytes: u64,
+    /// Buffers being created: admitted, not yet in `held`.
+    creating: usize,
+    /// Their bytes.
+    reserved: u64,
+}
+
+/// This process's live host buffers (rule N8).
+static LIVE: Mutex<Live> = Mutex::new(Live { held: BTreeMap::new(), bytes: 0, creating: 0, reserved: 0 });
+
+/// What this process's live host buffers (and the ones being created) hold, for the check of
+/// a new one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Commitment {
+    /// How many.
+    pub(crate) buffers: usize,
+    /// Their sizes, in bytes.
+    pub(crate) bytes: u64,
+    /// The bytes of them no memory backs yet: what writing them all would still take.
+    pub(crate) unbacked: u64,
+}
+
+impl Live {
+    /// What the live buffers hold, the backed bytes of each read from its descriptor (rule N8:
+    /// called with the lock held). A descriptor that cannot be read counts as wholly unbacked.
+    fn commitment(&self) -> Commitment {
+        let unbacked: u64 = self
+            .held
+            .values()
+            .map(|(file, len)| {
+                file.metadata().map_or(*len, |m| m.len().saturating_sub(m.blocks().saturating_mul(512)))
+            })
+            .sum();
+        Commitment {
+            buffers: self.held.len() + self.creating,
+            bytes: self.bytes + self.reserved,
+            unbacked: unbacked + self.reserved,
+        }
+    }
+}
+
+/// Room taken in [`LIVE`] for one buffer being created, given back on drop unless the buffer
+/// was created ([`hold`](Reservation::hold)).
+struct Reservation {
+    len: u64,
+}
+
+impl Reservation {
+    /// Admits a new buffer of `len` bytes (rule N8) and reserves its room, or refuses it with a
+    /// `ResourceExhausted` error (see [`admit`]). When the memory left cannot be told, every
+    /// buffer is admitted.
+    fn admit(label: &str, len: u64) -> Result<Reservation> {
+        let left = memory_left();
+        let mut live = sync::lock(&LIVE);
+        if let Some(left) = left {
+            // Unbacked bytes are at most the sizes: when the sizes fit, the descriptors need
+            // not be read.
+            let sizes = live.bytes + live.reserved;
+            if sizes.saturating_add(len) > left.bytes {
+                admit(label, len, &left, &live.commitment())?;
+            }
+        }
+        live.creating += 1;
+        live.reserved += len;
+        Ok(Reservation { len })
+    }
+
+    /// The buffer is created: it takes its place among the live ones, then the reservation
+    /// ends (in between it counts twice, which refuses more, never less).
+    fn hold(self, ino: u64, file: Arc<File>, len: u64) {
+        let mut live = sync::lock(&LIVE);
+        live.held.insert(ino, (file, len));
+        live.bytes += len;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut live = sync::lock(&LIVE);
+        live.creating -= 1;
+        live.reserved -= self.len;
+    }
+}
+
+/// Rule N8: a new buffer of `len` bytes fits when `len` plus what the live buffers may still
+/// take (their unbacked bytes) is at most what is left; otherwise a `ResourceExhausted` error
+/// naming the size, what is left and what the live buffers hold.
+pub(crate) fn admit(label: &str, len: u64, left: &MemoryLeft, live: &Commitment) -> Result<()> {
+    let need = len.saturating_add(live.unbacked);
+    if need <= left.bytes {
+        return Ok(());
+    }
+    let held = if live.buffers == 0 {
+        String::new()
+    } else {
+        format!(
+            ", and the {n} live host {buffers} of this process {hold} {bytes} bytes, {unbacked} of them not yet backed by memory (a buffer takes its memory as its pages are first written): {need} bytes in all",
+            n = live.buffers,
+            buffers = if live.buffers == 1 { "buffer" } else { "buffers" },
+            hold = if live.buffers == 1 { "holds" } else { "hold" },
+            bytes = live.bytes,
+            unbacked = live.unbacked,
+        )
+    };
+    Err(Error::new(
+        ErrorKind::ResourceExhausted,
+        format!(
+            "host buffer {label}: {len} bytes asked for, but only {} bytes of memory are left ({}){held}; drop buffers that are no longer needed",
+            left.bytes, left.source
+        ),
+    ))
 }
 
 /// How much memory a new host buffer may still take, and where that figure comes from.
@@ -797,6 +942,64 @@ mod tests {
         assert_eq!(SharedMem::open(missing, &name, 1).unwrap_err().kind(), ErrorKind::Os);
         let no_process = SharedKey { pid: i32::MAX as u32, ..owner.key() };
         assert_eq!(SharedMem::open(no_process, &name, 1).unwrap_err().kind(), ErrorKind::Os);
+    }
+
+    #[test]
+    fn the_live_buffers_count_with_what_they_may_still_take() {
+        let left = MemoryLeft { bytes: 1000, source: "a test".to_string() };
+        let none = Commitment::default();
+        assert!(admit("b1", 1000, &left, &none).is_ok(), "all that is left");
+        let err = admit("b1", 1001, &left, &none).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+        assert!(
+            err.message().contains("1001 bytes asked for") && err.message().contains("1000 bytes"),
+            "{err}"
+        );
+        assert!(!err.message().contains("live"), "no live buffer to name: {err}");
+        // Two live buffers of 400 bytes, nothing written: 800 may still be taken.
+        let untouched = Commitment { buffers: 2, bytes: 800, unbacked: 800 };
+        assert!(admit("b3", 200, &left, &untouched).is_ok());
+        let err = admit("b3", 201, &left, &untouched).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+        for needle in [
+            "host buffer b3",
+            "201 bytes asked for",
+            "only 1000 bytes",
+            "(a test)",
+            "2 live host buffers",
+            "800 bytes",
+            "1001 bytes in all",
+            "drop buffers",
+        ] {
+            assert!(err.message().contains(needle), "{needle:?} in {err}");
+        }
+        // Written, they take no more than what is left already leaves out.
+        let written = Commitment { buffers: 2, bytes: 800, unbacked: 0 };
+        assert!(admit("b3", 1000, &left, &written).is_ok());
+        let one = Commitment { buffers: 1, bytes: 800, unbacked: 300 };
+        let err = admit("b2", 701, &left, &one).unwrap_err();
+        assert!(err.message().contains("the 1 live host buffer of this process holds"), "{err}");
+    }
+
+    #[test]
+    fn a_live_buffer_counts_what_is_not_written_yet() {
+        let shm = SharedMem::create(&label("count"), 1 << 20).unwrap();
+        let ino = shm.key().ino;
+        let unbacked = |ino: u64| {
+            let live = sync::lock(&LIVE);
+            let (file, len) = &live.held[&ino];
+            let m = file.metadata().unwrap();
+            (*len, m.len().saturating_sub(m.blocks() * 512))
+        };
+        assert_eq!(unbacked(ino), (1 << 20, 1 << 20), "nothing written yet");
+        shm.write_bytes(0, &[1u8; 64 << 10]).unwrap();
+        // At least the pages written are backed (a huge page may back more).
+        let (len, left) = unbacked(ino);
+        assert!(len == 1 << 20 && left <= (1 << 20) - (64 << 10), "64 KiB written: {left} unbacked");
+        let name = label("count");
+        drop(shm);
+        assert!(!sync::lock(&LIVE).held.contains_key(&ino), "a dropped buffer leaves the list");
+        assert_eq!(held(&name), 0, "and its descriptor closed");
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //!
 //! The first Worker a process starts without an inherited log creates it (the process is a
 //! root); its key (creator pid, descriptor number, inode) travels to every child in its start
-//! spec ([`inherit`]), or with a fork. Writers open `/proc/<pid>/fd/<fd>` for appending and
-//! check the inode; each entry is one `write(2)` to an `O_APPEND` file, which the kernel keeps
-//! whole among concurrent writers. The log stops taking entries past [`CAP`] bytes (the entries
+//! spec ([`inherit`]), or with a fork. Writers open `/proc/<pid>/fd/<fd>` (or a live thread's
+//! view of it, `sys::peer_fd`) for appending and check the inode; each entry is one `write(2)`
+//! to an `O_APPEND` file, which the kernel keeps whole among concurrent writers. The log stops taking entries past [`CAP`] bytes (the entries
 //! are dropped, and timelines miss those levels); it dies with its processes.
 
 use std::fs::File;
@@ -18,6 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
 
 use crate::error::{Error, Result};
+use crate::sys::peer_fd;
 
 /// The most bytes the log holds.
 pub(crate) const CAP: u64 = 64 << 20;
@@ -72,12 +73,10 @@ fn with_file<T>(f: impl FnOnce(&File) -> Result<T>) -> Result<T> {
     let mut file = log.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if file.is_none() {
         let LogKey { pid, fd, ino } = log.key;
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| Error::os(&format!("opening the trace log at {path}"), e))?;
+        // Through `/proc/<pid>/fd/<fd>`, or a live thread's view of it when the main thread of
+        // the log's creator has exited (`sys::peer_fd`).
+        let (opened, path) = peer_fd::open(pid, fd, std::fs::OpenOptions::new().read(true).append(true))
+            .map_err(|e| Error::os("opening the trace log", e))?;
         let got = opened.metadata().map_err(|e| Error::os("reading the trace log's inode", e))?.ino();
         if got != ino {
             return Err(Error::invalid(format!("{path} is not the trace log (inode {got}, expected {ino})")));

@@ -1000,11 +1000,14 @@ impl Worker {
     /// goes back to the system once the processes that mapped it notice (large buffers within a
     /// few tasks) or end.
     ///
-    /// Needs an initialized Worker; `nbytes` must be greater than zero and no more than the
-    /// memory the machine can still back (`MemAvailable + SwapFree`, or less under a memory
-    /// cgroup limit): a larger request fails at once with
-    /// [`ErrorKind::ResourceExhausted`](crate::ErrorKind::ResourceExhausted), naming the size and
-    /// what is left, rather than crashing the first task that touches it. Running out of file
+    /// Needs an initialized Worker; `nbytes` must be greater than zero. A buffer takes memory
+    /// only as its bytes are first written, so `nbytes` plus the bytes this process's live host
+    /// buffers have not written yet must be no more than the memory the machine can still back
+    /// (`MemAvailable + SwapFree`, or less under a memory cgroup limit; it already leaves out
+    /// what the live buffers have written): a larger request fails at once with
+    /// [`ErrorKind::ResourceExhausted`](crate::ErrorKind::ResourceExhausted), naming the size,
+    /// what is left and what the live buffers hold, rather than crashing the task that writes
+    /// the last of them. Buffers of other programs are not counted. Running out of file
     /// descriptors is `ResourceExhausted` too, naming the limit.
     ///
     /// **If the program ends without dropping it.** Nothing is left: the buffer has no name in
@@ -1015,10 +1018,12 @@ impl Worker {
     /// a program that handles Ctrl-C keeps them). `/proc/<pid>/maps` of a process that maps it shows
     /// `/memfd:sp-<8 hex>-<pid>-b<N> (deleted)`.
     ///
-    /// The Worker's processes open `/proc/<this pid>/fd/<fd>`, which Linux allows a process of
-    /// the same user while this one is dumpable (the default; not after
-    /// `prctl(PR_SET_DUMPABLE, 0)` or a change of credentials, and a security module may
-    /// forbid it): a task naming the buffer then fails with an error that names the path.
+    /// The Worker's processes open `/proc/<this pid>/fd/<fd>` (or, once this program's main
+    /// thread has exited, which empties that directory, the same descriptor under a live thread,
+    /// `/proc/<this pid>/task/<tid>/fd/<fd>`), which Linux allows a process of the same user
+    /// while this one is dumpable (the default; not after `prctl(PR_SET_DUMPABLE, 0)` or a change
+    /// of credentials, and a security module may forbid it): a task naming the buffer then fails
+    /// with an error that names the path and says so.
     ///
     /// ```
     /// use simpler::{ErrorKind, Worker};

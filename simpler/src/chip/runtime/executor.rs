@@ -173,7 +173,7 @@ impl ExecCtx {
         for p in prepared {
             let access = p.access.within_orchestration();
             let desc = BufferDesc::new(p.identity, Backing::Device { ptr: p.ptr, chip }, access, p.nbytes)?;
-            args.add_tensor(&Tensor::new(desc, p.view)?, tag_for(p.access))?;
+            args.add_tensor(&Tensor::from_desc(desc, p.view)?, tag_for(p.access))?;
         }
         for &s in scalars {
             args.scalar(s);

@@ -593,7 +593,7 @@ fn bad_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> R
         // Device memory of another chip.
         Some(4) => {
             let desc = BufferDesc::new(id(77), Backing::Device { ptr: 0, chip: 7 }, Access::ReadWrite, 16)?;
-            let t = Tensor::new(desc, f32_view(4))?;
+            let t = Tensor::from_desc(desc, f32_view(4))?;
             let mut a = TaskArgs::new();
             a.output(&t)?;
             orch.submit_next_level(&h("ones"), a, cfg.clone(), 0).map(|_| ())

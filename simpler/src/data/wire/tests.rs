@@ -18,7 +18,7 @@ fn slab_desc(buffer_id: u64, addr: u64, access: Access, nbytes: u64) -> BufferDe
 /// A tensor; empty `st` means contiguous.
 fn tensor(d: BufferDesc, dt: DataType, off: u64, shape: &[u32], st: &[u32]) -> Tensor {
     let st = (!st.is_empty()).then_some(st);
-    Tensor::new(d, TensorView::new(off, shape, st, dt).unwrap()).unwrap()
+    Tensor::from_desc(d, TensorView::new(off, shape, st, dt).unwrap()).unwrap()
 }
 
 /// A varied set of tensors with their granted access.
@@ -373,7 +373,7 @@ impl XorShift {
 fn check_canonical(buf: &[u8], dec: &DecodedArgs) {
     let mut ts = Vec::new();
     for w in &dec.tensors {
-        ts.push((Tensor::new(w.desc, w.view).unwrap(), w.desc.access()));
+        ts.push((Tensor::from_desc(w.desc, w.view).unwrap(), w.desc.access()));
     }
     let again = encode(&ts, &dec.scalars);
     let mut seen = buf[..again.len()].to_vec();

@@ -149,7 +149,7 @@ impl Serve for NestedServer {
             let d = t.desc;
             let access = d.access().within_orchestration();
             let desc = BufferDesc::new(d.identity(), d.backing(), access, d.nbytes()).map_err(bad)?;
-            let tensor = Tensor::new(desc, t.view).map_err(bad)?;
+            let tensor = Tensor::from_desc(desc, t.view).map_err(bad)?;
             args.add_tensor(&tensor, Tag::for_access(d.access())).map_err(bad)?;
         }
         for &s in &decoded.scalars {
