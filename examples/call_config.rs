@@ -16,11 +16,8 @@
 
 use std::process::ExitCode;
 
-use simpler::{
-    DataType, Orchestrator, TaskArgs, Worker, chip::CallConfig, chip::ChipFn, chip::RingSizes, dsl::In,
-    dsl::Out, dsl::TensorOf,
-};
-use simpler::{callable, dsl::chip, task_graph};
+use simpler::prelude::*;
+use simpler::{chip::CallConfig, chip::ChipFn, chip::RingSizes};
 
 const N: u32 = 64;
 

@@ -10,9 +10,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{
-    Buffer, RunHandle, RunOptions, Worker, callable, dsl::In, dsl::Out, dsl::TensorOf, dsl::chip, task_graph,
-};
+use simpler::prelude::*;
 
 const N: u32 = 256;
 

@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{DataType, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::chip, task_graph};
+use simpler::prelude::*;
 
 const N: u32 = 1024;
 

@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{Worker, callable, dsl::In, dsl::Out, dsl::chip};
+use simpler::prelude::*;
 
 const ROWS: u32 = 128;
 const COLS: u32 = 128;

@@ -12,7 +12,8 @@
 
 use std::process::ExitCode;
 
-use simpler::{Worker, callable, dsl::GraphEdge, dsl::In, dsl::InOut, dsl::Out, task_graph};
+use simpler::dsl::GraphEdge;
+use simpler::prelude::*;
 
 const N: u32 = 256;
 

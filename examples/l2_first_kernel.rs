@@ -8,7 +8,8 @@
 
 use std::process::ExitCode;
 
-use simpler::{Worker, callable, dsl::In, dsl::InOut, status::Level};
+use simpler::prelude::*;
+use simpler::status::Level;
 
 /// `y = a * x + y` (saxpy) on one simulated core. `x` is read (`&[f32]`), `y` is read and
 /// written (`&mut [f32]`), `a` is a scalar; all three come from the signature.

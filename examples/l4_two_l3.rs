@@ -10,9 +10,8 @@
 
 use std::process::ExitCode;
 
-use simpler::{
-    Orchestrator, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::sub, status::Level, task_graph,
-};
+use simpler::prelude::*;
+use simpler::status::Level;
 
 const N: u32 = 1024;
 

@@ -18,7 +18,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{Worker, callable, dsl::In, dsl::InOut, dsl::sub, task_graph};
+use simpler::prelude::*;
 
 const N: u32 = 64;
 

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use simpler::{DataType, Worker, callable, dsl::Out, dsl::TensorOf, dsl::sub, memory::TensorView};
+use simpler::memory::TensorView;
+use simpler::prelude::*;
 
 const TASKS: u64 = 2000;
 

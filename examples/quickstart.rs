@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use simpler::{Worker, callable, dsl::In, dsl::InOut, dsl::Out, task_graph};
+use simpler::prelude::*;
 
 const N: u32 = 1024;
 

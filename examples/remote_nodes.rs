@@ -22,11 +22,10 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitCode, Stdio};
 
+use simpler::prelude::*;
 use simpler::{
-    Orchestrator, Worker, dsl::In, dsl::InOut, dsl::Out, remote::ClusterKey, remote::Launch, remote::Node,
-    remote::NodeAddr, remote::RemoteWorker, status::Level,
+    remote::ClusterKey, remote::Launch, remote::Node, remote::NodeAddr, remote::RemoteWorker, status::Level,
 };
-use simpler::{callable, dsl::sub, task_graph};
 
 const N: u32 = 1024;
 

@@ -11,9 +11,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use simpler::{
-    DataType, RunOptions, Worker, callable, dsl::In, dsl::Out, dsl::TensorOf, dsl::sub, memory::TensorView,
-};
+use simpler::memory::TensorView;
+use simpler::prelude::*;
 
 const N: u32 = 4096;
 const PARTS: u32 = 4;

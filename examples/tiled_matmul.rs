@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use simpler::{Worker, callable, dsl::In, dsl::Out, task_graph};
+use simpler::prelude::*;
 
 const M: u32 = 16;
 const N: u32 = 16;

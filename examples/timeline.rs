@@ -12,10 +12,8 @@
 
 use std::process::ExitCode;
 
-use simpler::{
-    Orchestrator, RunOptions, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, dsl::chip,
-    dsl::sub, status::Level, trace::TaskStatus,
-};
+use simpler::prelude::*;
+use simpler::{status::Level, trace::TaskStatus};
 
 const TILES: usize = 6;
 const N: u32 = 64 * 1024;

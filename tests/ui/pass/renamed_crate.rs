@@ -2,7 +2,7 @@
 // graph.
 extern crate simpler as renamed;
 
-use renamed::{In, Out};
+use renamed::dsl::{In, Out};
 
 #[renamed::callable(sub, crate = ::renamed)]
 fn copy(a: In<f32>, mut b: Out<f32>) {
@@ -16,7 +16,7 @@ fn vcopy(a: In<f32>, mut b: Out<f32>) {
 
 #[renamed::callable(orch, crate = ::renamed)]
 fn plan(o: &mut renamed::Orchestrator<'_>, a: In<f32>, y: Out<f32>) -> renamed::Result<()> {
-    vcopy::call(&a, &mut y)?.on(o, renamed::chip(0))?;
+    vcopy::call(&a, &mut y)?.on(o, renamed::dsl::chip(0))?;
     Ok(())
 }
 
