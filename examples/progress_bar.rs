@@ -49,7 +49,7 @@ fn main() -> simpler::Result<ExitCode> {
         bar.set_position(p.completed + p.failed);
         bar.set_message(if p.submitting { "submitting" } else { "running" });
         match run.wait_timeout(Duration::from_millis(20)) {
-            Err(e) if e.is_timeout() => continue,
+            Err(e) if e.kind() == simpler::ErrorKind::Timeout => continue,
             other => break other?,
         }
     }

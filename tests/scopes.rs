@@ -1,4 +1,4 @@
-//! Scope rules (balance, the 64-frame limit, `orch.scope` on error) and the task window.
+//! Scope rules (the 64-frame limit, `orch.scope` on error) and the task window.
 
 mod common;
 
@@ -7,28 +7,32 @@ use std::time::Duration;
 use common::*;
 use simpler::{DataType, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs};
 
-#[test]
-fn unbalanced_scope_end_is_an_error() {
-    if !in_own_process() {
-        return;
-    }
-    let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
-    let out = u64_buffer(&rig, 1);
-    rig.run(|orch| {
-        assert_eq!(orch.scope_depth(), 0);
-        expect_err(orch.scope_end(), ErrorKind::InvalidState, &["scope_end", "scope_begin"]);
-        orch.scope_begin()?;
-        assert_eq!(orch.scope_depth(), 1);
-        orch.scope_end()?;
-        expect_err(orch.scope_end(), ErrorKind::InvalidState, &["scope_end without a matching scope_begin"]);
-        assert_eq!(orch.scope_depth(), 0, "a refused scope_end changes nothing");
+/// Opens scopes inside scopes until one is refused, then uses the deepest one: an allocation
+/// and two tasks. Returns the depth at which the next scope was refused.
+fn nest_to_the_limit(
+    o: &mut simpler::Orchestrator<'_>,
+    fill: &simpler::CallableHandle,
+    out: &simpler::Tensor,
+) -> simpler::Result<usize> {
+    let depth = o.scope_depth();
+    if depth == MAX_SCOPE_DEPTH - 1 {
+        // 63 nested frames plus the run's outer scope: the limit.
+        expect_err(o.scope(|_| Ok(())), ErrorKind::InvalidState, &["Orchestrator::scope", "64"]);
+        assert_eq!(o.scope_depth(), depth, "a refused scope changes nothing");
+        // The deepest scope still works, allocations included.
+        let t = o.alloc(&[16], DataType::Uint64)?;
         let mut a = TaskArgs::new();
-        a.output(&u64s(&out, 0, 1))?.scalar(6);
-        orch.submit_sub(&fill, a)?;
-        Ok(())
+        a.output(&t)?.scalar(1);
+        o.submit_sub(fill, a)?;
+        let mut a = TaskArgs::new();
+        a.output(out)?.scalar(7);
+        o.submit_sub(fill, a)?;
+        return Ok(depth);
+    }
+    o.scope(|o| {
+        assert_eq!(o.scope_depth(), depth + 1);
+        nest_to_the_limit(o, fill, out)
     })
-    .expect("the run goes on after a refused scope_end");
-    assert_eq!(read_u64(&out, 0, 1), vec![6]);
 }
 
 #[test]
@@ -40,26 +44,8 @@ fn scopes_nest_at_most_64_frames() {
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 2);
     rig.run(|orch| {
-        for depth in 1..MAX_SCOPE_DEPTH {
-            orch.scope_begin()?;
-            assert_eq!(orch.scope_depth(), depth);
-        }
-        // 63 nested frames plus the run's outer scope: the limit.
-        expect_err(orch.scope_begin(), ErrorKind::InvalidState, &["scope_begin", "64"]);
-        assert_eq!(orch.scope_depth(), MAX_SCOPE_DEPTH - 1);
-        // The deepest scope still works, allocations included.
-        let t = orch.alloc(&[16], DataType::Uint64)?;
-        let mut a = TaskArgs::new();
-        a.output(&t)?.scalar(1);
-        orch.submit_sub(&fill, a)?;
-        let mut a = TaskArgs::new();
-        a.output(&u64s(&out, 0, 1))?.scalar(7);
-        orch.submit_sub(&fill, a)?;
-        for _ in 1..MAX_SCOPE_DEPTH {
-            orch.scope_end()?;
-        }
+        assert_eq!(nest_to_the_limit(orch, &fill, &u64s(&out, 0, 1))?, MAX_SCOPE_DEPTH - 1);
         assert_eq!(orch.scope_depth(), 0);
-        expect_err(orch.scope_end(), ErrorKind::InvalidState, &["scope_end"]);
         Ok(())
     })
     .unwrap();
@@ -67,56 +53,38 @@ fn scopes_nest_at_most_64_frames() {
 }
 
 #[test]
-fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
+fn a_scope_ends_when_its_closure_returns_also_on_error() {
     if !in_own_process() {
         return;
     }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
+        assert_eq!(orch.scope_depth(), 0);
         orch.scope(|o| {
-            o.scope_begin()?;
-            assert_eq!(o.scope_depth(), 2);
-            o.scope_end()?;
-            // The frame `scope` opened is closed by `scope` itself, never by the closure.
-            expect_err(o.scope_end(), ErrorKind::InvalidState, &["scope_end", "Orchestrator::scope"]);
+            assert_eq!(o.scope_depth(), 1);
+            o.scope(|o| {
+                assert_eq!(o.scope_depth(), 2);
+                Ok(())
+            })?;
             assert_eq!(o.scope_depth(), 1);
             Ok(())
         })?;
         assert_eq!(orch.scope_depth(), 0);
         let r: simpler::Result<()> = orch.scope(|o| {
-            o.scope_begin()?;
-            o.scope_begin()?;
-            let mut a = TaskArgs::new();
-            a.output(&u64s(&out, 0, 1))?.scalar(8);
-            o.submit_sub(&fill, a)?;
-            Err(simpler::Error::new(ErrorKind::InvalidArgument, "user error inside a scope"))
+            o.scope(|o| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 0, 1))?.scalar(8);
+                o.submit_sub(&fill, a)?;
+                Err(simpler::Error::new(ErrorKind::InvalidArgument, "user error inside a scope"))
+            })
         });
         expect_err(r, ErrorKind::InvalidArgument, &["user error inside a scope"]);
-        assert_eq!(orch.scope_depth(), 0, "orch.scope closed the frames its closure left open");
+        assert_eq!(orch.scope_depth(), 0, "both scopes ended with the error");
         Ok(())
     })
     .unwrap();
     assert_eq!(read_u64(&out, 0, 1), vec![8], "the task submitted inside the scope ran");
-}
-
-#[test]
-fn scopes_left_open_are_closed_when_the_run_is_built() {
-    if !in_own_process() {
-        return;
-    }
-    let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
-    let out = u64_buffer(&rig, 1);
-    rig.run(|orch| {
-        orch.scope_begin()?;
-        orch.scope_begin()?;
-        let mut a = TaskArgs::new();
-        a.output(&u64s(&out, 0, 1))?.scalar(9);
-        orch.submit_sub(&fill, a)?;
-        Ok(())
-    })
-    .expect("the run finishes although the orchestration function left two scopes open");
-    assert_eq!(read_u64(&out, 0, 1), vec![9]);
 }
 
 #[test]

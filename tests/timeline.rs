@@ -226,20 +226,21 @@ fn add_then_double(
     _: &CallConfig,
 ) -> simpler::Result<()> {
     let (a, b, out) = (args.tensor(0).unwrap(), args.tensor(1).unwrap(), args.tensor(2).unwrap());
-    orch.scope_begin()?;
-    let t = orch.alloc(&[N as u32], DataType::Float32)?;
-    let mut first = TaskArgs::new();
-    first.input(a)?.input(b)?.output(&t)?.scalar(5);
-    orch.submit_next_level(&ChipFn::kernel("vadd", vadd).handle(), first, CallConfig::default(), 0)?;
-    let mut second = TaskArgs::new();
-    second.input(&t)?.output(out)?;
-    orch.submit_next_level(
-        &ChipFn::kernel("double", common::double).handle(),
-        second,
-        CallConfig::default(),
-        1,
-    )?;
-    orch.scope_end()
+    orch.scope(|orch| {
+        let t = orch.alloc(&[N as u32], DataType::Float32)?;
+        let mut first = TaskArgs::new();
+        first.input(a)?.input(b)?.output(&t)?.scalar(5);
+        orch.submit_next_level(&ChipFn::kernel("vadd", vadd).handle(), first, CallConfig::default(), 0)?;
+        let mut second = TaskArgs::new();
+        second.input(&t)?.output(out)?;
+        orch.submit_next_level(
+            &ChipFn::kernel("double", common::double).handle(),
+            second,
+            CallConfig::default(),
+            1,
+        )?;
+        Ok(())
+    })
 }
 
 #[test]

@@ -207,60 +207,6 @@ impl Error {
     pub(crate) fn context(&self, context: impl fmt::Display) -> Error {
         Error::new(self.kind, format!("{context}: {}", self.message))
     }
-
-    /// True for [`ErrorKind::InvalidArgument`].
-    ///
-    /// ```
-    /// use simpler::Worker;
-    /// assert!(Worker::builder().sub_workers(1).pipeline_depth(0).build().unwrap_err().is_invalid_argument());
-    /// ```
-    pub fn is_invalid_argument(&self) -> bool {
-        self.kind == ErrorKind::InvalidArgument
-    }
-
-    /// True for [`ErrorKind::InvalidState`].
-    ///
-    /// ```
-    /// use simpler::Worker;
-    /// let worker = Worker::builder().build()?; // not initialized yet
-    /// assert!(worker.create_buffer(64).unwrap_err().is_invalid_state());
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn is_invalid_state(&self) -> bool {
-        self.kind == ErrorKind::InvalidState
-    }
-
-    /// True for [`ErrorKind::TaskFailed`].
-    ///
-    /// ```
-    /// use simpler::{Error, ErrorKind};
-    /// assert!(Error::new(ErrorKind::TaskFailed, "task 3 failed").is_task_failed());
-    /// assert!(!Error::new(ErrorKind::Poisoned, "task 4 poisoned").is_task_failed());
-    /// ```
-    pub fn is_task_failed(&self) -> bool {
-        self.kind == ErrorKind::TaskFailed
-    }
-
-    /// True for [`ErrorKind::WorkerDied`].
-    ///
-    /// ```
-    /// use simpler::{Error, ErrorKind};
-    /// assert!(Error::new(ErrorKind::WorkerDied, "sub worker 0 exited").is_worker_died());
-    /// ```
-    pub fn is_worker_died(&self) -> bool {
-        self.kind == ErrorKind::WorkerDied
-    }
-
-    /// True for [`ErrorKind::Timeout`].
-    ///
-    /// ```
-    /// use simpler::{Error, ErrorKind};
-    /// assert!(Error::new(ErrorKind::Timeout, "run 1 did not finish").is_timeout());
-    /// assert!(!Error::new(ErrorKind::Os, "fork failed").is_timeout());
-    /// ```
-    pub fn is_timeout(&self) -> bool {
-        self.kind == ErrorKind::Timeout
-    }
 }
 
 /// The text of a caught panic's payload (what `panic!` was given), for task failure messages.

@@ -262,11 +262,11 @@ impl Gen<'_> {
                 }
                 let inner = std::mem::replace(&mut self.body, outer);
                 self.body.push(quote! {
-                    #o.scope_begin()?;
+                    #root::__private::scope_begin(#o)?;
                     {
                         #(#inner)*
                     }
-                    #o.scope_end()?;
+                    #root::__private::scope_end(#o)?;
                 });
             }
             Step::Task(task) => self.task(task),

@@ -9,6 +9,7 @@ use crate::data::host_args::HostArgs;
 use crate::data::task_args::TaskArgs;
 use crate::dsl::typed::{Mode, Scalar, TensorOf};
 use crate::dsl::view::{In, InOut, Out};
+use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 
 pub use crate::callable::linked::{CallableInfo, Param, ParamMode, Resolved};
@@ -241,4 +242,15 @@ pub fn doc_buffer(nbytes: usize) -> Result<crate::data::buffer::Buffer> {
         crate::data::buffer::IdentityMinter::new(RandomState::new().hash_one(("doc", std::process::id())))
     });
     crate::data::buffer::Buffer::create_host(minter.mint()?, nbytes)
+}
+
+/// Opens a graph's `scope { }` block (`Orchestrator::scope` takes a closure, which the
+/// generated straight-line code cannot be cut into).
+pub fn scope_begin(o: &mut Orchestrator<'_>) -> Result<()> {
+    o.scope_begin()
+}
+
+/// Closes a graph's `scope { }` block.
+pub fn scope_end(o: &mut Orchestrator<'_>) -> Result<()> {
+    o.scope_end()
 }

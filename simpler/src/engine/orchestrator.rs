@@ -40,26 +40,28 @@ use crate::sys::sync;
 /// Scope stack limit, counting the run's outer scope.
 ///
 /// So [`Orchestrator::scope_depth`] goes up to `MAX_SCOPE_DEPTH - 1`; one more
-/// [`scope_begin`](Orchestrator::scope_begin) is an error.
+/// [`scope`](Orchestrator::scope) is an error.
 ///
 /// ```
 /// assert_eq!(simpler::MAX_SCOPE_DEPTH, 64);
 /// ```
 ///
 /// ```no_run
-/// use simpler::{ErrorKind, MAX_SCOPE_DEPTH, Worker};
+/// use simpler::{ErrorKind, MAX_SCOPE_DEPTH, Orchestrator, Worker};
+///
+/// /// Nests scopes until one is refused; returns the depth reached.
+/// fn nest(orch: &mut Orchestrator<'_>) -> simpler::Result<usize> {
+///     match orch.scope(nest) {
+///         Err(e) if e.kind() == ErrorKind::InvalidState => Ok(orch.scope_depth()),
+///         other => other,
+///     }
+/// }
 ///
 /// # fn main() -> simpler::Result<()> {
 /// let mut worker = Worker::builder().sub_workers(1).build()?;
 /// worker.init()?;
 /// worker.run(|orch| {
-///     while orch.scope_depth() < MAX_SCOPE_DEPTH - 1 {
-///         orch.scope_begin()?;
-///     }
-///     assert_eq!(orch.scope_begin().unwrap_err().kind(), ErrorKind::InvalidState);
-///     while orch.scope_depth() > 0 {
-///         orch.scope_end()?;
-///     }
+///     assert_eq!(nest(orch)?, MAX_SCOPE_DEPTH - 1);
 ///     Ok(())
 /// })?;
 /// # Ok(()) }
@@ -212,7 +214,7 @@ impl<'a> Orchestrator<'a> {
         self.run.id
     }
 
-    /// Current scope depth: 0 in the run's outer scope, 1 inside the first `scope_begin`, ...
+    /// Current scope depth: 0 in the run's outer scope, 1 inside the first `scope`, ...
     ///
     /// ```no_run
     /// use simpler::Worker;
@@ -224,9 +226,10 @@ impl<'a> Orchestrator<'a> {
     ///     assert_eq!(orch.scope_depth(), 0);
     ///     orch.scope(|orch| {
     ///         assert_eq!(orch.scope_depth(), 1);
-    ///         orch.scope_begin()?;
-    ///         assert_eq!(orch.scope_depth(), 2);
-    ///         orch.scope_end()
+    ///         orch.scope(|orch| {
+    ///             assert_eq!(orch.scope_depth(), 2);
+    ///             Ok(())
+    ///         })
     ///     })?;
     ///     assert_eq!(orch.scope_depth(), 0);
     ///     Ok(())
@@ -685,65 +688,12 @@ impl<'a> Orchestrator<'a> {
         Tensor::from_desc(desc, view)
     }
 
-    /// Opens a nested scope: tasks and allocations inside it use the heap ring of their depth
-    /// (`min(depth, 3)`: depths 3 and deeper share ring 3) and are
-    /// reclaimed independently of outer ones. At most 64 frames, the outer scope included.
-    ///
-    /// Pair it with [`scope_end`](Self::scope_end), or use [`scope`](Self::scope), which
-    /// also ends the scope on an early return.
-    ///
-    /// ```no_run
-    /// use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
-    ///
-    /// fn square(args: &HostArgs<'_>) -> HostResult {
-    ///     let (x, y) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-    ///     for (y, x) in y.iter_mut().zip(x) {
-    ///         *y = x * x;
-    ///     }
-    ///     Ok(())
-    /// }
-    ///
-    /// fn accumulate(args: &HostArgs<'_>) -> HostResult {
-    ///     let (x, acc) = (args.input::<f32>(0)?, args.output::<f32>(1)?);
-    ///     for (a, x) in acc.iter_mut().zip(x) {
-    ///         *a += x;
-    ///     }
-    ///     Ok(())
-    /// }
-    ///
-    /// # fn main() -> simpler::Result<()> {
-    /// let mut worker = Worker::builder().sub_workers(2).build()?;
-    /// let (square, accumulate) = (
-    ///     worker.register(HostFn::new("square", square))?,
-    ///     worker.register(HostFn::new("accumulate", accumulate))?,
-    /// );
-    /// worker.init()?;
-    /// let (x, acc) = (worker.create_buffer(4 * 64)?, worker.create_buffer(4 * 64)?);
-    /// x.write(0, &[2.0f32; 64])?;
-    /// let (tx, tacc) = (x.tensor(&[64], DataType::Float32)?, acc.tensor(&[64], DataType::Float32)?);
-    /// worker.run(|orch| {
-    ///     for _ in 0..100 {
-    ///         // Each iteration's temporary is reclaimed once its two tasks are done,
-    ///         // instead of living until the run ends.
-    ///         orch.scope_begin()?;
-    ///         let sq = orch.alloc(&[64], DataType::Float32)?;
-    ///         let mut args = TaskArgs::new();
-    ///         args.input(&tx)?.output(&sq)?;
-    ///         orch.submit_sub(&square, args)?;
-    ///         let mut args = TaskArgs::new();
-    ///         args.input(&sq)?.inout(&tacc)?;
-    ///         orch.submit_sub(&accumulate, args)?;
-    ///         orch.scope_end()?;
-    ///     }
-    ///     Ok(())
-    /// })?;
-    /// assert_eq!(acc.read::<f32>(0, 64)?, vec![400.0; 64]);
-    /// # Ok(()) }
-    /// ```
-    pub fn scope_begin(&mut self) -> Result<()> {
+    /// Opens a nested scope (see [`scope`](Self::scope), the public way: generated graph code
+    /// and the engine's tests pair this with [`scope_end`](Self::scope_end)).
+    pub(crate) fn scope_begin(&mut self) -> Result<()> {
         if self.scopes.len() >= MAX_SCOPE_DEPTH {
             return Err(Error::state(format!(
-                "scope_begin: scopes nest at most {MAX_SCOPE_DEPTH} deep (the run's outer scope included)"
+                "Orchestrator::scope: scopes nest at most {MAX_SCOPE_DEPTH} deep (the run's outer scope included)"
             )));
         }
         let frame = self.frames.pop().unwrap_or_default();
@@ -751,39 +701,9 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
-    /// Closes the innermost scope. Never blocks. An end without a matching begin is an error.
-    ///
-    /// The scope's tasks keep running; their places in the task window and their `alloc`
-    /// memory are given back as they complete. Scopes still open when the orchestration
-    /// function returns are closed for it.
-    ///
-    /// ```no_run
-    /// use simpler::{DataType, ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
-    ///
-    /// fn fill(args: &HostArgs<'_>) -> HostResult {
-    ///     let value = args.scalar(0)?;
-    ///     args.output::<u64>(0)?.fill(value);
-    ///     Ok(())
-    /// }
-    ///
-    /// # fn main() -> simpler::Result<()> {
-    /// let mut worker = Worker::builder().sub_workers(1).build()?;
-    /// let fill = worker.register(HostFn::new("fill", fill))?;
-    /// worker.init()?;
-    /// worker.run(|orch| {
-    ///     assert_eq!(orch.scope_end().unwrap_err().kind(), ErrorKind::InvalidState); // no begin
-    ///     orch.scope_begin()?;
-    ///     let tmp = orch.alloc(&[1024], DataType::Uint64)?;
-    ///     let mut args = TaskArgs::new();
-    ///     args.output(&tmp)?.scalar(7);
-    ///     orch.submit_sub(&fill, args)?;
-    ///     orch.scope_end()?; // returns at once; `tmp` is freed after `fill` completes
-    ///     assert_eq!(orch.scope_depth(), 0);
-    ///     Ok(())
-    /// })?;
-    /// # Ok(()) }
-    /// ```
-    pub fn scope_end(&mut self) -> Result<()> {
+    /// Closes the innermost scope opened by [`scope_begin`](Self::scope_begin). Never blocks;
+    /// an end without a matching begin is an error.
+    pub(crate) fn scope_end(&mut self) -> Result<()> {
         if self.scopes.len() <= self.scope_floor {
             return Err(Error::state(if self.scope_floor > 1 {
                 "scope_end would close the scope opened by Orchestrator::scope; it closes itself"
@@ -795,7 +715,14 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
-    /// Runs `f` inside a nested scope (`scope_begin` ... `scope_end`), also when `f` fails.
+    /// Runs `f` inside a nested scope, which ends when `f` returns, also when it fails.
+    ///
+    /// Tasks and allocations inside it use the heap ring of their depth (`min(depth, 3)`:
+    /// depths 3 and deeper share ring 3), and its `alloc` memory is reclaimed as soon as its
+    /// tasks are done, independently of outer scopes, instead of living until the run ends.
+    /// Scopes nest at most [`MAX_SCOPE_DEPTH`](crate::MAX_SCOPE_DEPTH) deep, the run's outer
+    /// scope included. Ending a scope never blocks: its tasks keep running, and their places
+    /// in the task window and their memory are given back as they complete.
     ///
     /// Returns what `f` returns, e.g. a [`TaskHandle`] to depend on outside the scope.
     ///

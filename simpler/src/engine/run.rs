@@ -441,7 +441,7 @@ impl RunHandle {
     /// // Report progress while waiting.
     /// loop {
     ///     match run.wait_timeout(Duration::from_millis(500)) {
-    ///         Err(e) if e.is_timeout() => eprintln!("run {} still running", run.id()),
+    ///         Err(e) if e.kind() == simpler::ErrorKind::Timeout => eprintln!("run {} still running", run.id()),
     ///         other => break other?,
     ///     }
     /// }
@@ -674,7 +674,7 @@ impl RunHandle {
     ///     let p = run.progress();
     ///     eprint!("\r{}/{} done, {} failed", p.completed, p.submitted, p.failed);
     ///     match run.wait_timeout(std::time::Duration::from_millis(100)) {
-    ///         Err(e) if e.is_timeout() => continue, // still running: report again
+    ///         Err(e) if e.kind() == simpler::ErrorKind::Timeout => continue, // still running: report again
     ///         other => break other?,
     ///     }
     /// }

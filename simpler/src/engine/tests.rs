@@ -1744,7 +1744,7 @@ fn settle_run(rig: &Rig, run: &Arc<RunState>, driver: Driver) -> Result<()> {
         Driver::Waiter => {
             let h = RunHandle::new(run.clone(), &rig.eng);
             let r = h.wait_timeout(LONG);
-            assert!(!r.as_ref().is_err_and(Error::is_timeout), "run {} hung", run.id);
+            assert!(!r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout), "run {} hung", run.id);
             r
         }
         Driver::Background => {

@@ -485,7 +485,10 @@ mod tests {
         assert_eq!(format!("{k:?}"), "ClusterKey(..)");
         assert_eq!(format!("{:?}", k.clone()), "ClusterKey(..)");
         let err = ClusterKey::from_env_value(None).unwrap_err();
-        assert!(err.is_invalid_argument() && err.message().contains("SIMPLER_CLUSTER_KEY is not set"));
+        assert!(
+            err.kind() == crate::error::ErrorKind::InvalidArgument
+                && err.message().contains("SIMPLER_CLUSTER_KEY is not set")
+        );
         let err = ClusterKey::from_env_value(Some("tiny".into())).unwrap_err();
         assert!(err.message().starts_with("SIMPLER_CLUSTER_KEY: ") && err.message().contains("4 bytes"));
         assert!(ClusterKey::from_env_value(Some("a-long-enough-secret".into())).is_ok());
@@ -527,11 +530,11 @@ mod tests {
             client_handshake(s, &key("another-secret-key"), "unix:node-peer")
         });
         let node = node.unwrap_err();
-        assert!(node.is_invalid_argument());
+        assert!(node.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(node.message().contains("unix:root-peer"), "{}", node.message());
         assert!(node.message().contains("does not prove the cluster key"), "{}", node.message());
         let root = root.unwrap_err();
-        assert!(root.is_invalid_argument());
+        assert!(root.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(root.message().contains("the node refused the cluster key"), "{}", root.message());
         assert!(root.message().contains("unix:node-peer"), "{}", root.message());
     }
@@ -615,7 +618,7 @@ mod tests {
             })
         });
         let node = node.unwrap_err();
-        assert!(node.is_invalid_argument());
+        assert!(node.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(node.message().contains("version 2, this side speaks 1"), "{}", node.message());
         assert_eq!(reply.unwrap(), [STEP_REFUSED]);
 
@@ -627,7 +630,7 @@ mod tests {
         frame[4..6].copy_from_slice(&9u16.to_le_bytes());
         std::io::Write::write_all(&mut node_end, &frame).unwrap();
         let err = t.join().unwrap().unwrap_err();
-        assert!(err.is_invalid_argument());
+        assert!(err.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(err.message().contains("unix:v9"));
         assert!(err.message().contains("protocol version 9, this side speaks 1"), "{}", err.message());
     }
@@ -647,7 +650,7 @@ mod tests {
         let err = root.join().unwrap().unwrap_err();
         // The root tells the fake node "refused", and nothing more.
         let told = read_frame(&mut node_end, MAX_HELLO_BODY).map(|f| f.body);
-        assert!(err.is_invalid_argument());
+        assert!(err.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(
             err.message().contains("unix:fake") && err.message().contains("does not hold the cluster key")
         );

@@ -435,7 +435,7 @@ mod tests {
     fn a_non_loopback_address_binds_only_with_allow_remote() {
         let any = NodeAddr::parse("0.0.0.0:0").unwrap();
         let err = Listener::bind(&any, false).unwrap_err();
-        assert!(err.is_invalid_argument());
+        assert!(err.kind() == crate::error::ErrorKind::InvalidArgument);
         assert!(
             err.message().contains("non-loopback") && err.message().contains("allow_remote"),
             "{}",

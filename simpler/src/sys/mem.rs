@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn zero_length_is_rejected() {
-        assert!(SharedRegion::new(0, false).unwrap_err().is_invalid_argument());
+        assert!(SharedRegion::new(0, false).unwrap_err().kind() == crate::error::ErrorKind::InvalidArgument);
     }
 
     #[test]

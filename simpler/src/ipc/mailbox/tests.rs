@@ -210,7 +210,9 @@ fn forked_child_reports_init_failure() {
     assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
     assert_eq!(mb.base_state(), INIT_FAILED);
     // Terminal: no control can be posted, and a second look says the same.
-    assert!(mb.post_control(1, 0, &[0; 32], &[]).unwrap_err().is_invalid_state());
+    assert!(
+        mb.post_control(1, 0, &[0; 32], &[]).unwrap_err().kind() == crate::error::ErrorKind::InvalidState
+    );
     assert_eq!(mb.wait_init(soon(), || false), InitStatus::Failed("no chip 3".into()));
     assert_eq!(child.wait_timeout(LONG), 0);
 }
@@ -246,7 +248,9 @@ fn waits_time_out_and_give_up() {
     assert_eq!(mb.wait_control_done(None, || true), None);
     // The request stays in flight; a second post is refused.
     assert_eq!(mb.base_state(), CONTROL_REQUEST);
-    assert!(mb.post_control(1, 2, &[0; 32], b"x").unwrap_err().is_invalid_state());
+    assert!(
+        mb.post_control(1, 2, &[0; 32], b"x").unwrap_err().kind() == crate::error::ErrorKind::InvalidState
+    );
     // A late answer is still collected.
     let ctl = mb.control_request().unwrap();
     assert_eq!((ctl.command, ctl.arg0, ctl.digest, ctl.payload.as_slice()), (1, 2, [0; 32], &b"x"[..]));
@@ -293,7 +297,10 @@ fn failed_or_panicking_writers_leave_the_frame_idle() {
     let panicked = std::panic::catch_unwind(|| mb.post_task(&[0; 32], |_, _| panic!("writer panicked")));
     assert!(panicked.is_err());
     assert_eq!(mb.task_state(), IDLE);
-    assert!(mb.post_control(0, 0, &[0; 32], &vec![0; ARGS_CAPACITY + 1]).unwrap_err().is_invalid_argument());
+    assert!(
+        mb.post_control(0, 0, &[0; 32], &vec![0; ARGS_CAPACITY + 1]).unwrap_err().kind()
+            == crate::error::ErrorKind::InvalidArgument
+    );
     assert_eq!(mb.base_state(), IDLE);
     // Config bytes are zeroed for every post.
     post_text(mb, 0, 77, "a").unwrap();
