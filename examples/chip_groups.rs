@@ -71,7 +71,8 @@ fn main() -> simpler::Result<ExitCode> {
     let mut ys: Vec<TensorOf<f32>> = bufs.iter().map(|b| b.typed(&[N])).collect::<simpler::Result<_>>()?;
     // 1. A task_graph! group, then a task that waits for the whole group.
     let [y0, y1, y2, y3, total] = &mut ys[..] else { unreachable!("five tensors") };
-    let run = group_then_sum::call(&x, y0, y1, y2, y3, total)?.capture_dag().submit(&worker)?;
+    let run = group_then_sum::call(&x, y0, y1, y2, y3, total)?
+        .submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let mut ok = bufs[4].read::<f32>(0, n)?.iter().enumerate().all(|(i, &v)| v == 4.0 * i as f32 + 6.0);
     ok &= check("a group in a task_graph!, then sum4", &run, (2, 4), &bufs[..4])?;

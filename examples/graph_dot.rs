@@ -1,6 +1,6 @@
 //! A `task_graph!` program and its DAG as Graphviz DOT, twice: the graph's static structure
 //! (`g::graph()`, known before anything runs, with tensor names on the edges) and the DAG the
-//! engine captured while running it (`capture_dag().submit(..)`, then `run.dag()`, with buffer ids on the
+//! engine captured while running it (`submit_with(.., RunOptions::new().capture_dag())`, then `run.dag()`, with buffer ids on the
 //! edges). `TaskGraph::matches` checks that they are the same DAG: the same tasks in the same
 //! places, the same edges for the same reasons. The graph has both kinds of edge: reads of
 //! what a task wrote (from the tags), and a write after reads, which `task_graph!` orders itself
@@ -65,7 +65,8 @@ fn main() -> simpler::Result<ExitCode> {
     bx.write(0, &vec![3.0f32; n])?;
     let (mut x, mut out) = (bx.typed::<f32>(&[N])?, bout.typed::<f32>(&[N])?);
 
-    let run = diamond::call(&mut x, &mut out, N)?.capture_dag().submit(&worker)?;
+    let run =
+        diamond::call(&mut x, &mut out, N)?.submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let dag = run.dag().expect("submitted with capture");
     println!("the captured run's DAG, run.dag().to_dot():\n{}", dag.to_dot());

@@ -74,7 +74,7 @@ fn main() -> simpler::Result<ExitCode> {
     bb.write(0, &vec![2.0f32; n])?;
     let (a, b, mut y) = (ba.typed::<f32>(&[N])?, bb.typed::<f32>(&[N])?, by.typed::<f32>(&[N])?);
 
-    let run = across::call(&a, &b, &mut y)?.capture_dag().submit(&l4)?;
+    let run = across::call(&a, &b, &mut y)?.submit_with(&l4, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let dag = run.dag().expect("submitted with capture");
     println!("the L4 run's DAG:\n{}", dag.to_dot());

@@ -72,7 +72,8 @@ fn main() -> simpler::Result<ExitCode> {
     let (a, b, mut y) = (ba.typed::<f32>(&[N])?, bb.typed::<f32>(&[N])?, by.typed::<f32>(&[N])?);
 
     let started = Instant::now();
-    let run = pipeline::call(&a, &b, &mut y, N, 0.5)?.capture_dag().submit(&worker)?;
+    let run = pipeline::call(&a, &b, &mut y, N, 0.5)?
+        .submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let elapsed = started.elapsed();
 

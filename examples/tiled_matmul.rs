@@ -83,7 +83,8 @@ fn main() -> simpler::Result<ExitCode> {
     let (tat, tb, mut tc) =
         (bat.typed::<f32>(&[K, M])?, bb.typed::<f32>(&[K, N])?, bc.typed::<f32>(&[M, N])?);
 
-    let run = tiled_matmul::call(&tat, &tb, &mut tc)?.capture_dag().submit(&worker)?;
+    let run = tiled_matmul::call(&tat, &tb, &mut tc)?
+        .submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let got = bc.read::<f32>(0, m * n)?;
     let want: Vec<f32> =

@@ -523,7 +523,10 @@ fn a_graph_run_past_the_deadline_of_its_call_fails_naming_the_deadline() {
     let b = rig.create_buffer(4).unwrap();
     let x = simpler::dsl::TensorOf::<u32>::new(b.tensor(&[1], simpler::DataType::Uint32).unwrap()).unwrap();
     let t = Instant::now();
-    let err = stuck_graph::call(&x).unwrap().deadline(Duration::from_millis(300)).run(&rig).unwrap_err();
+    let err = stuck_graph::call(&x)
+        .unwrap()
+        .run_with(&rig, simpler::RunOptions::new().deadline(Duration::from_millis(300)))
+        .unwrap_err();
     expect_err(Err::<(), _>(err), ErrorKind::Timeout, &["deadline", "stuck"]);
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }

@@ -5,11 +5,13 @@
 
 mod common;
 
-use common::{Rig, in_own_process};
+use std::time::Duration;
+
+use common::{Rig, assert_err, in_own_process};
 use simpler::{
-    DataType, Orchestrator, RunOptions, TaskArgs, Tensor, Worker, callable, callable::CallableKind,
-    callable::Digest, chip::CallConfig, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, status::Level,
-    task_graph, trace::EdgeReason, trace::RunDag,
+    DataType, ErrorKind, Orchestrator, RunOptions, TaskArgs, Tensor, Worker, callable,
+    callable::CallableKind, callable::Digest, chip::CallConfig, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf,
+    status::Level, task_graph, trace::EdgeReason, trace::RunDag,
 };
 // The registry and signature types are what generated code uses (`__private`); this suite checks them.
 use simpler::__private::{CallableInfo, ParamMode};
@@ -187,6 +189,30 @@ fn plain_inc(o: &mut Orchestrator<'_>, t: &Tensor) -> simpler::Result<()> {
 
 // --------------------------------------------------------------------------------------- tests
 
+/// A graph call's arguments and config are its own: options that carry others are refused,
+/// naming the graph, and nothing runs.
+#[test]
+fn a_graph_call_refuses_options_with_arguments_of_their_own() {
+    if !in_own_process() {
+        return;
+    }
+    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    rig.init();
+    let (_ba, a) = filled(&rig, 1.0);
+    let (_bb, b) = filled(&rig, 2.0);
+    let (by, mut y) = filled(&rig, 0.0);
+    let mut extra = TaskArgs::new();
+    extra.scalar(1);
+    let err = chain::call(&a, &b, &mut y).unwrap().run_with(&rig, RunOptions::new().args(extra)).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["chain", "arguments and config are its own"]);
+    assert_eq!(read(&by), vec![0.0; N as usize], "nothing ran");
+    chain::call(&a, &b, &mut y)
+        .unwrap()
+        .run_with(&rig, RunOptions::new().deadline(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(read(&by), vec![4.0; N as usize]);
+}
+
 #[test]
 fn chain_matches_the_hand_written_run() {
     if !in_own_process() {
@@ -197,7 +223,10 @@ fn chain_matches_the_hand_written_run() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let macro_run = chain::call(&a, &b, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    let macro_run = chain::call(&a, &b, &mut y)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     macro_run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]); // ((1 + 2) + 1) * 2 * 0.5
     let macro_dag = macro_run.dag().unwrap();
@@ -228,7 +257,10 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = diamond::call(&a, &b, &mut y, N).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = diamond::call(&a, &b, &mut y, N)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![9.0; N as usize]); // 3 * 1 + 3 * 2
     let dag = run.dag().unwrap();
@@ -268,7 +300,10 @@ fn a_group_on_four_chips_matches_the_hand_written_group() {
     let outs: Vec<_> = (0..4).map(|_| filled(&rig, 0.0)).collect();
     let mut ys: Vec<TensorOf<f32>> = outs.iter().map(|(_, t)| t.share()).collect();
     let [y0, y1, y2, y3] = &mut ys[..] else { unreachable!() };
-    let run = four_chips::call(&a, &b, y0, y1, y2, y3).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = four_chips::call(&a, &b, y0, y1, y2, y3)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     for (buf, _) in &outs {
         assert_eq!(read(buf), vec![3.5; N as usize]);
@@ -327,7 +362,10 @@ fn write_after_read_is_ordered_by_the_engine_in_graphs_and_plain_calls() {
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
     let (bh, mut h) = filled(&rig, 10.0);
-    let run = war::call(&a, &mut y, &mut h).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = war::call(&a, &mut y, &mut h)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![11.0; N as usize], "the reader saw h before the write");
     assert_eq!(read(&bh), vec![11.0; N as usize]);
@@ -357,7 +395,10 @@ fn scopes_lower_to_scope_calls() {
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = scoped::call(&a, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = scoped::call(&a, &mut y)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]); // (1 + 1) + 1, then + 1
     assert!(scoped::graph().matches(&run.dag().unwrap()));
@@ -401,7 +442,10 @@ fn an_l4_graph_over_two_l3_workers() {
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
     let (by, mut y) = filled(&rig, 0.0);
-    let run = l4_graph::call(&a, &b, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = l4_graph::call(&a, &b, &mut y)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![4.0; N as usize]);
     let dag = run.dag().unwrap();
@@ -621,7 +665,10 @@ fn names_inside_a_scope_end_with_it() {
     let (_ba, a) = filled(&rig, 1.0);
     let (by, mut y) = filled(&rig, 0.0);
     let (bz, mut z) = filled(&rig, 0.0);
-    let run = shadowed::call(&a, &mut y, &mut z, 3.0).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = shadowed::call(&a, &mut y, &mut z, 3.0)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&by), vec![201.0; N as usize]); // (1 + 1) * 100 + 1
     assert_eq!(read(&bz), vec![9.0; N as usize]); // ((1 + 1) + 1) * 3: the outer t and k
@@ -664,7 +711,10 @@ fn a_sub_group_and_run_time_placements_match_the_run() {
     let outs: Vec<_> = (0..3).map(|_| filled(&rig, 0.0)).collect();
     let mut ys: Vec<TensorOf<f32>> = outs.iter().map(|(_, t)| t.share()).collect();
     let [y0, y1, y2] = &mut ys[..] else { unreachable!() };
-    let run = placed::call(&a, y0, y1, y2, 1).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = placed::call(&a, y0, y1, y2, 1)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(read(&outs[2].0), vec![4.0; N as usize]);
     let dag = run.dag().unwrap();

@@ -91,7 +91,10 @@ fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
     let (_bx, x) = ramp(&rig, ROWS);
     let (by, mut y) = ramp(&rig, ROWS);
     let (bt, mut total) = ramp(&rig, 1);
-    let run = scale_tiles::call(&x, &mut y, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = scale_tiles::call(&x, &mut y, &mut total)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     let want: Vec<f32> = (0..ROWS).map(|v| 2.0 * v as f32).collect();
     assert_eq!(by.read::<f32>(0, ROWS as usize).unwrap(), want);
@@ -120,7 +123,10 @@ fn an_inout_accumulator_is_ordered_by_the_loop() {
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
     let (ba, mut acc) = ramp(&rig, ROWS / TILES);
-    let run = tile_sums::call(&x, &mut acc).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = tile_sums::call(&x, &mut acc)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     let want: Vec<f32> =
         (0..ROWS / TILES).map(|j| (0..TILES).map(|i| (i * ROWS / TILES + j) as f32).sum()).collect();
@@ -212,7 +218,10 @@ fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
     let want = 2.0 * (0..ROWS).map(|v| 2.0 * v as f32).sum::<f32>();
     for _ in 0..20 {
         bt.write(0, &[0.0f32]).unwrap();
-        let run = static_edges::call(&x, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+        let run = static_edges::call(&x, &mut total)
+            .unwrap()
+            .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+            .unwrap();
         run.wait().unwrap();
         assert_eq!(bt.read::<f32>(0, 1).unwrap(), vec![want]);
         // The edges the engine was given are the ones its rules give: no other edge shows.
@@ -286,7 +295,10 @@ fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
         let (_bx, x) = ramp(&rig, rows);
         let (by, mut y) = ramp(&rig, rows);
         let (bt, mut total) = ramp(&rig, 1);
-        let run = scale_row_tiles::call(&x, &mut y, &mut total).unwrap().capture_dag().submit(&rig).unwrap();
+        let run = scale_row_tiles::call(&x, &mut y, &mut total)
+            .unwrap()
+            .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+            .unwrap();
         run.wait().unwrap();
         let want: Vec<f32> = (0..rows).map(|v| 3.0 * v as f32).collect();
         assert_eq!(by.read::<f32>(0, rows as usize).unwrap(), want);
@@ -335,7 +347,10 @@ fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
     let (_bx, x) = ramp(&rig, 64);
     let (_by, y) = ramp(&rig, 64);
     let (bz, mut z) = ramp(&rig, 64);
-    let run = add_tiles::call(&x, &y, &mut z).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = add_tiles::call(&x, &y, &mut z)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     assert_eq!(bz.read::<f32>(0, 64).unwrap(), (0..64).map(|v| 2.0 * v as f32).collect::<Vec<_>>());
     let graph = add_tiles::graph_for(&[64], &[64], &[64]).unwrap();
@@ -367,7 +382,10 @@ fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
     let (_bx, x) = ramp(&rig, 96);
     let (by, mut y) = ramp(&rig, 96);
     by.write(0, &[-1.0f32; 96]).unwrap();
-    let run = first_four::call(&x, &mut y).unwrap().capture_dag().submit(&rig).unwrap();
+    let run = first_four::call(&x, &mut y)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
     run.wait().unwrap();
     let got = by.read::<f32>(0, 96).unwrap();
     assert_eq!(got[..64], (0..64).map(|v| v as f32).collect::<Vec<_>>());

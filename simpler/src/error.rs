@@ -139,7 +139,7 @@ impl fmt::Display for ErrorKind {
 /// ```
 /// use simpler::{Error, ErrorKind};
 /// let err = Error::new(ErrorKind::Timeout, "ring 0 is full");
-/// assert!(err.is_timeout());
+/// assert_eq!(err.kind(), ErrorKind::Timeout);
 /// assert_eq!(err.to_string(), "ring 0 is full");
 ///
 /// // It is a std error, so it boxes into the error type of a host function.

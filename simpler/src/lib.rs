@@ -178,7 +178,7 @@ pub mod remote {
 /// # fn main() -> simpler::Result<()> {
 /// let mut worker = Worker::builder().sub_workers(2).build()?;
 /// worker.init()?;
-/// assert_eq!(worker.level(), Level::L3);
+/// assert_eq!(worker.level(), Level::Node);
 /// assert!(worker.workers().iter().all(|w| w.state == WorkerState::Alive));
 /// # Ok(()) }
 /// ```
@@ -213,7 +213,7 @@ pub mod status {
 /// `[S0NNN]` explained in the book's error chapter.
 ///
 /// ```
-/// use simpler::{callable, sub, In, Out, Worker};
+/// use simpler::{callable, dsl::sub, dsl::In, dsl::Out, Worker};
 ///
 /// #[callable(sub)]
 /// fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
@@ -238,7 +238,7 @@ pub mod status {
 /// A read-only tensor cannot be passed where the callable writes:
 ///
 /// ```compile_fail
-/// # use simpler::{callable, In, Out, TensorOf};
+/// # use simpler::{callable, dsl::In, dsl::Out, dsl::TensorOf};
 /// # #[callable(sub)] fn scale(x: In<f32>, mut y: Out<f32>, k: f32) { let _ = (x, y, k); }
 /// # fn demo(x: &TensorOf<f32>, y: &TensorOf<f32>) -> simpler::Result<()> {
 /// scale::call(x, y, 1.5)?; // error: `&TensorOf<f32>` cannot be passed to an `Out<f32>` parameter
@@ -248,7 +248,7 @@ pub mod status {
 /// Nor can a chip callable run on a SUB worker:
 ///
 /// ```compile_fail
-/// # use simpler::{callable, sub, In, Out, TensorOf};
+/// # use simpler::{callable, dsl::sub, dsl::In, dsl::Out, dsl::TensorOf};
 /// # #[callable(chip)] fn copy(x: In<f32>, mut y: Out<f32>) { y.copy_from_slice(&x); }
 /// # fn demo(o: &mut simpler::Orchestrator<'_>, x: &TensorOf<f32>, mut y: TensorOf<f32>) -> simpler::Result<()> {
 /// copy::call(x, &mut y)?.on(o, sub())?; // error: a `ChipCallable` cannot be placed on `SubWorker`
@@ -286,7 +286,7 @@ pub use simpler_macros::callable;
 /// with its reason.
 ///
 /// ```
-/// use simpler::{callable, task_graph, In, InOut, Out, Worker};
+/// use simpler::{callable, task_graph, dsl::In, dsl::InOut, dsl::Out, Worker};
 ///
 /// #[callable(sub)]
 /// fn add(a: In<f32>, b: In<f32>, mut out: Out<f32>) {
@@ -320,7 +320,7 @@ pub use simpler_macros::callable;
 /// bufs[1].write(0, &[2.0f32; 16])?;
 /// let (a, b) = (bufs[0].typed::<f32>(&[16])?, bufs[1].typed::<f32>(&[16])?);
 /// let mut y = bufs[2].typed::<f32>(&[16])?;
-/// let run = diamond::call(&a, &b, &mut y, 16)?.capture_dag().submit(&worker)?;
+/// let run = diamond::call(&a, &b, &mut y, 16)?.submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
 /// run.wait()?;
 /// assert_eq!(bufs[2].read::<f32>(0, 16)?, vec![7.0; 16]);
 /// assert!(diamond::graph().matches(&run.dag().unwrap())); // the same shape as the run
@@ -332,7 +332,7 @@ pub use simpler_macros::callable;
 /// Reading an intermediate before anything writes it does not compile:
 ///
 /// ```compile_fail
-/// # use simpler::{callable, task_graph, In, Out};
+/// # use simpler::{callable, task_graph, dsl::In, dsl::Out};
 /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
 /// task_graph! {
 ///     fn broken(y: Out<f32>) {

@@ -247,10 +247,6 @@ pub struct Call<K: Kind> {
     args: TaskArgs,
     /// `None` is the default (and tells that `.config(..)` was not called).
     config: Option<CallConfig>,
-    /// Whether a top-level run of this call records its DAG.
-    capture: bool,
-    /// A top-level run's deadline ([`Call::deadline`]).
-    deadline: Option<std::time::Duration>,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -264,7 +260,7 @@ impl<K: Kind> Call<K> {
     #[doc(hidden)]
     #[inline]
     pub fn __new(info: &'static CallableInfo) -> Call<K> {
-        Call { info, args: TaskArgs::new(), config: None, capture: false, deadline: None, _kind: PhantomData }
+        Call { info, args: TaskArgs::new(), config: None, _kind: PhantomData }
     }
 
     #[doc(hidden)]
@@ -530,12 +526,32 @@ impl Call<OrchCallable> {
     /// # }
     /// ```
     pub fn run(self, worker: &crate::worker::Worker) -> Result<()> {
-        let f = self.entry()?;
-        worker.run_with(self.options(), f)
+        self.run_with(worker, crate::worker::RunOptions::new())
     }
 
-    /// Submits this orchestration callable as a run of `worker` without waiting; with
-    /// [`capture_dag`](Call::capture_dag) the run records its DAG.
+    /// As [`run`](Call::run), with a run's options: its deadline and DAG capture. The call's
+    /// arguments and config are its own: options that carry arguments or a config are
+    /// refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::run_with`](crate::worker::Worker::run_with).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, RunOptions, Worker};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
+    /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
+    /// use std::time::Duration;
+    /// copy_once::call(x, &mut y)?.run_with(worker, RunOptions::new().deadline(Duration::from_secs(2)))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn run_with(self, worker: &crate::worker::Worker, options: crate::worker::RunOptions) -> Result<()> {
+        let f = self.entry()?;
+        worker.run_with(self.options(options)?, f)
+    }
+
+    /// Submits this orchestration callable as a run of `worker` without waiting.
     ///
     /// # Errors
     ///
@@ -551,54 +567,47 @@ impl Call<OrchCallable> {
     /// # Ok(()) }
     /// ```
     pub fn submit(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
-        let f = self.entry()?;
-        worker.submit_with(self.options(), f)
+        self.submit_with(worker, crate::worker::RunOptions::new())
     }
 
-    /// The options of a top-level run of this call: its arguments, config, capture and
-    /// deadline.
-    fn options(self) -> crate::worker::RunOptions {
-        let mut options = crate::worker::RunOptions::new().args(self.args).config(config_of(self.config));
-        if let Some(limit) = self.deadline {
-            options = options.deadline(limit);
-        }
-        if self.capture { options.capture_dag() } else { options }
-    }
-
-    /// Gives the run of this call ([`run`](Call::run), [`submit`](Call::submit)) a deadline,
-    /// as [`RunOptions::deadline`](crate::RunOptions::deadline) does for a closure's run: past
-    /// it, the run is stopped and fails with a `Timeout` error naming the deadline.
+    /// As [`submit`](Call::submit), with a run's options (see [`run_with`](Call::run_with)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::submit_with`](crate::worker::Worker::submit_with).
     ///
     /// ```no_run
-    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, RunOptions, Worker};
     /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
     /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
     /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
-    /// use std::time::Duration;
-    /// copy_once::call(x, &mut y)?.deadline(Duration::from_secs(2)).run(worker)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn deadline(mut self, limit: std::time::Duration) -> Call<OrchCallable> {
-        self.deadline = Some(limit);
-        self
-    }
-
-    /// Makes [`submit`](Call::submit) record the run's DAG, to compare with the graph's static
-    /// structure ([`TaskGraph::matches`](crate::TaskGraph::matches)).
-    ///
-    /// ```no_run
-    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
-    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
-    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
-    /// # fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
-    /// let run = copy_once::call(x, &mut y)?.capture_dag().submit(worker)?;
+    /// let run = copy_once::call(x, &mut y)?.submit_with(worker, RunOptions::new().capture_dag())?;
     /// run.wait()?;
     /// assert!(copy_once::graph().matches(&run.dag().unwrap()));
     /// # Ok(()) }
     /// ```
-    pub fn capture_dag(mut self) -> Call<OrchCallable> {
-        self.capture = true;
-        self
+    pub fn submit_with(
+        self,
+        worker: &crate::worker::Worker,
+        options: crate::worker::RunOptions,
+    ) -> Result<crate::engine::run::RunHandle> {
+        let f = self.entry()?;
+        worker.submit_with(self.options(options)?, f)
+    }
+
+    /// The options of a top-level run of this call: the given deadline and capture, with the
+    /// call's own arguments and config.
+    fn options(self, options: crate::worker::RunOptions) -> Result<crate::worker::RunOptions> {
+        if options.args.tensor_count() > 0
+            || !options.args.scalars().is_empty()
+            || options.config != CallConfig::new()
+        {
+            return Err(Error::invalid(format!(
+                "`{}`: a call's arguments and config are its own; give run_with / submit_with options with only a deadline or DAG capture",
+                self.info.name
+            )));
+        }
+        Ok(crate::worker::RunOptions { args: self.args, config: config_of(self.config), ..options })
     }
 }
 
