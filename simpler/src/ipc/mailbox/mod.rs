@@ -1,7 +1,7 @@
 //! Mailboxes: the local endpoint wire contract between a parent and its child processes.
 //!
-//! One [`SharedRegion`] (a memfd, rule R2 of `sys::mem`), which every child maps, holds a parent
-//! [`Doorbell`] and `N` mailboxes, one per child. The parent doorbell is rung by every child when
+//! One [`SharedRegion`](crate::sys::mem::SharedRegion) (a memfd, rule R2 of `sys::mem`), which every child maps, holds a parent
+//! [`Doorbell`](crate::sys::futex::Doorbell) and `N` mailboxes, one per child. The parent doorbell is rung by every child when
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
 //! sleeps on it; the parent rings it after posting a task, a control request, or shutdown), a
@@ -12,7 +12,7 @@
 //! # Layout
 //!
 //! All `#[repr(C)]`, native endianness, checked at compile time: the tables are in [`layout`]
-//! (region: the parent doorbell, then mailbox `i` at 64 + i × [`MAILBOX_SIZE`]; mailbox: child
+//! (region: the parent doorbell, then mailbox `i` at 64 + i × [`MAILBOX_SIZE`](layout::MAILBOX_SIZE); mailbox: child
 //! doorbell, words, base frame, two task frames; frame: state word, error code, request and
 //! reply fields, payload, error message).
 //!
@@ -29,7 +29,7 @@
 //! * `parent.rs`: the parent's side of a mailbox (post, collect, activate, withdraw, control,
 //!   startup, shutdown, a new child).
 //! * `child.rs`: the child's side ([`TaskRequest`], [`ControlRequest`], replies, startup).
-//! * `hostile.rs` (`bench-support`): [`HostileFrames`], the fuzz harness's hostile peer.
+//! * `hostile.rs` (`bench-support`): `HostileFrames`, the fuzz harness's hostile peer.
 //! * `loom_models.rs` (`--cfg loom`), `tests.rs`.
 //!
 //! # States and protocols
@@ -113,7 +113,7 @@
 //!   the request is still being copied.
 //! * **M6 (untrusted contents).** No value read from a frame can cause an out-of-bounds access:
 //!   `payload_len` is clamped to [`ARGS_CAPACITY`], an error message stops at the first NUL or
-//!   at [`ERROR_MSG_CAPACITY`] and is decoded lossily, and unknown states are reported, not
+//!   at [`ERROR_MSG_CAPACITY`](layout::ERROR_MSG_CAPACITY) and is decoded lossily, and unknown states are reported, not
 //!   trusted. A child that writes garbage makes the parent read garbage bytes, never UB.
 //! * **M7 (wake-ups).** Every state change a peer may sleep on is followed by a wake:
 //!   posting a task, a control request or shutdown rings the child doorbell after the Release
@@ -185,7 +185,7 @@
 //!   by the frame's owner alone, so its accesses are Relaxed and ordered by the state word.
 //! * `shutdown` is a Release store (0 → 1) by the parent, read with Acquire by the child;
 //!   `child_pid` likewise.
-//! * Wake-ups go through [`Doorbell`] (SeqCst Dekker pairing, rules D1–D3 of `sys::futex`) or a
+//! * Wake-ups go through [`Doorbell`](crate::sys::futex::Doorbell) (SeqCst Dekker pairing, rules D1–D3 of `sys::futex`) or a
 //!   shared futex on the state word, whose compare-and-block the kernel does atomically with
 //!   respect to the wake.
 
