@@ -337,7 +337,9 @@ pub fn chip_pipeline(
     (passes, every): (u64, u64),
 ) -> Result<ChipPipelineRuns> {
     use crate::callable::registry::Registry;
-    use crate::chip::{BackendFactory, ChipArg, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
+    use crate::chip::{
+        BackendFactory, ChipArg, ChipCall, ChipConfig, ChipFn, ChipRuntime, ChipSpec, CopyIn, Trace,
+    };
     use crate::data::host_args::MappedTensor;
 
     if !(1..=2).contains(&depth) || runs == 0 || output_bytes == 0 {
@@ -392,13 +394,18 @@ pub fn chip_pipeline(
             None => return Err(Error::state("chip_pipeline: no free lease")),
         };
         let p0 = Instant::now();
-        let mut run =
-            rt.prepare(lease, &digest, args_of(input, out, (in_view, out_view))?, &scalars, &config)?;
+        let call = ChipCall {
+            digest,
+            args: args_of(input, out, (in_view, out_view))?,
+            scalars: scalars.to_vec(),
+            config: config.clone(),
+        };
+        let mut run = rt.prepare(lease, call, CopyIn::Now)?;
         prepares.push(p0.elapsed());
         if let Some(head) = active.take() {
             executes.push(finish(&mut rt, head)?);
         }
-        rt.launch(&mut run)?;
+        rt.launch(&mut run, Trace::Off)?;
         allocations.push(rt.device_allocations());
         if depth == 1 {
             executes.push(finish(&mut rt, run)?);

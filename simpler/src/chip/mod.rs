@@ -34,7 +34,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
 pub use crate::data::call_config::{CallConfig, RingSizes, Swimlane};
-pub(crate) use runtime::{ChipArg, ChipConfig, ChipRun, ChipRuntime, CopyBack, END_WINDOW, RunOn};
+pub(crate) use runtime::{
+    ChipArg, ChipCall, ChipConfig, ChipRun, ChipRuntime, CopyBack, CopyIn, END_WINDOW, RunOn, Trace,
+};
 pub(crate) use sim::BackendFactory;
 pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
 

@@ -8,44 +8,13 @@
 //! executor thread builds a chip orchestration's graph and then drives the engine until the run
 //! is done (the scheduler role, see the engine's module docs).
 //!
-//! # The L2 lifecycle
+//! # Files
 //!
-//! A run goes through four phases, and [`ChipRuntime::run`] is their blocking composition:
-//!
-//! * [`prepare`](ChipRuntime::prepare) (steps 1-3 below, on the caller's thread): admit the
-//!   run's [`Lease`] (its slot's generation high-water mark refuses a stale one, rule L5 of
-//!   `engine::lease`), look the callable up, check the tensors, grow the slot's staging buffer
-//!   if needed and copy the host inputs in. Nothing reaches the cores: the slot's staging
-//!   buffer is fenced (rule A6 of `chip::arena`), so this overlaps the kernels of the run that
-//!   executes.
-//! * [`launch`](ChipRuntime::launch): hands the run to the executor thread and returns at once.
-//!   Refused while another run is launched and not finalized: runs execute one at a time.
-//! * [`poll`](ChipRuntime::poll) / [`wait`](ChipRuntime::wait): whether / until it is done.
-//! * [`finalize`](ChipRuntime::finalize) (steps 5-6): copy the outputs back on success, fence
-//!   the staging buffer, and give the run's result.
-//!
-//! A chip holds at most one launched (active) run and one prepared, unlaunched run: a second
-//! prepare is refused until the prepared run launches, and a prepared run's slot must differ
-//! from the active one's (each slot has its own staging buffer: resource class `HostPerRun`;
-//! the chip engine and its `orch.alloc` memory are the one `DeviceScratch`, used only by the
-//! active run).
-//!
-//! One run, end to end:
-//!
-//! 1. look the callable up by digest (`UNKNOWN_CALLABLE` when absent);
-//! 2. check every device tensor: its view lies inside its buffer, and the buffer is a live
-//!    allocation of this chip;
-//! 3. give every host tensor a slice of the pipeline slot's retained staging buffer
-//!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
-//!    enough) laid out like its view (offset 0), and copy the view's elements in when the
-//!    tensor is readable (`Read`, `ReadWrite`);
-//! 4. run, on the executor thread: a kernel there as core 0; a chip orchestration as one run of the
-//!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
-//!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
-//! 5. on success, copy the elements of every writable host tensor back (on failure the host
-//!    tensors are left as they were);
-//! 6. fence the staging buffer again (rule A6 of `chip::arena`), whatever happened; it is
-//!    freed when the chip shuts down.
+//! This file holds the runtime's setup (the device, the engine over the cores, the executor
+//! thread), its callables, its pipeline depth and leases, and its memory operations. Beside it
+//! in `runtime/`: `phases.rs` (a run's phases, prepare -> launch -> poll / wait -> finalize,
+//! and their blocking composition `run`; [`ChipRun`]), `executor.rs` (the executor thread),
+//! `cores.rs` (the core threads) and `heap.rs` (the chip engine's level parts).
 //!
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
@@ -108,6 +77,27 @@ pub(crate) enum ChipArg<'a> {
         /// The buffer's size in bytes.
         nbytes: u64,
     },
+}
+
+/// What a chip run calls: the callable's digest, its tensors, its scalars and its config (a
+/// kernel ignores the config).
+pub(crate) struct ChipCall<'a> {
+    /// The callable.
+    pub(crate) digest: Digest,
+    /// Its tensor arguments.
+    pub(crate) args: Vec<ChipArg<'a>>,
+    /// Its scalar arguments.
+    pub(crate) scalars: Vec<u64>,
+    /// The call's config (a chip orchestration receives it).
+    pub(crate) config: CallConfig,
+}
+
+impl<'a> ChipCall<'a> {
+    /// A call of `digest` on `args`, with no scalars and the default config (tests).
+    #[cfg(test)]
+    pub(crate) fn new(digest: Digest, args: Vec<ChipArg<'a>>) -> ChipCall<'a> {
+        ChipCall { digest, args, scalars: Vec::new(), config: CallConfig::default() }
+    }
 }
 
 /// The callables installed on a chip, shared with its core threads.
@@ -394,577 +384,28 @@ impl ChipRuntime {
         Ok(())
     }
 
-    /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
-    /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
-    /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
-    ///
-    /// It executes on the calling thread ([`launch`](Self::launch) hands a run to the chip's
-    /// executor thread instead, for a caller that prepares the next run meanwhile). A kernel
-    /// runs as core 0 (`worker_index() == 0`) and ignores
-    /// `config`; a chip orchestration receives `config` and runs its kernels on the core
-    /// threads. Device tensors must belong to this chip (the caller checks the owner; this
-    /// checks liveness and bounds). Errors: an unknown digest is an [`ErrorKind::Callable`]
-    /// error starting `UNKNOWN_CALLABLE`; a bad tensor an [`ErrorKind::InvalidArgument`] error;
-    /// a failing or panicking kernel an [`ErrorKind::TaskFailed`] error with its message; a
-    /// chip orchestration's own error, or else the first error of its run. Never panics on bad
-    /// input. Returns once every kernel of the run has returned (a kernel that never returns
-    /// blocks the chip, as on a device).
-    pub(crate) fn run(
-        &mut self,
-        digest: &Digest,
-        args: Vec<ChipArg<'_>>,
-        scalars: &[u64],
-        config: &CallConfig,
-    ) -> Result<()> {
-        self.run_traced(digest, args, scalars, config, false).0
-    }
-
-    /// [`run`](Self::run), and with `trace` the records of what it ran (its kernels on the
-    /// cores, or a bare kernel as one task on core 0), for a task of a captured parent run;
-    /// `None` when it ran nothing (it failed before its launch) or `trace` is off.
-    pub(crate) fn run_traced(
-        &mut self,
-        digest: &Digest,
-        args: Vec<ChipArg<'_>>,
-        scalars: &[u64],
-        config: &CallConfig,
-        trace: bool,
-    ) -> (Result<()>, Option<Vec<TaskRecord>>) {
-        let mut records = None;
-        let result = self.run_inner(digest, args, scalars, config, trace.then_some(&mut records));
-        (result, records)
-    }
-
-    fn run_inner(
-        &mut self,
-        digest: &Digest,
-        args: Vec<ChipArg<'_>>,
-        scalars: &[u64],
-        config: &CallConfig,
-        records: Option<&mut Option<Vec<TaskRecord>>>,
-    ) -> Result<()> {
-        self.usable()?;
-        let lease = self.leases.acquire().ok_or_else(|| {
-            Error::state(format!(
-                "chip {}: every pipeline slot is held by a run in flight; finalize one first",
-                self.chip
-            ))
-        })?;
-        self.in_run = true;
-        let result = match self.prepare(lease, digest, args, scalars, config) {
-            Err(e) => Err(e),
-            Ok(mut run) => {
-                // A kernel's failure is its own message (a parent's engine names the task and
-                // the chip); called directly, this names them.
-                let kernel = matches!(run.body, ChipBody::Kernel(_)).then(|| run.name.clone());
-                let result = match self.launch_here(&mut run, records) {
-                    Ok(()) => self.finalize(run),
-                    Err(e) => {
-                        let _ = self.finalize(run);
-                        Err(e)
-                    }
-                };
-                result.map_err(|e| match kernel {
-                    Some(name) if e.kind() == ErrorKind::TaskFailed => {
-                        e.context(format!("kernel `{name}` failed on chip {}", self.chip))
-                    }
-                    _ => e,
-                })
-            }
-        };
-        if let Err(e) = self.leases.release(lease) {
-            tracing::error!(target: "simpler::chip", chip = self.chip, "returning {lease}: {e}");
-        }
-        self.in_run = false;
-        result
-    }
-
-    /// Phase 1: admits `lease`, looks the callable up, checks the tensors, and stages the host
-    /// tensors in the lease's slot (see the [module docs](self)). Overlaps the executing run.
-    ///
-    /// Refused (an [`ErrorKind::InvalidState`] error) while another run is prepared and not
-    /// launched, for the slot of the executing run, or for a stale lease; otherwise errors as
-    /// [`run`](Self::run)'s steps 1-3. A failed prepare leaves no run behind and nothing else
-    /// changed: the executing run goes on.
-    pub(crate) fn prepare<'a>(
-        &mut self,
-        lease: Lease,
-        digest: &Digest,
-        args: Vec<ChipArg<'a>>,
-        scalars: &[u64],
-        config: &CallConfig,
-    ) -> Result<ChipRun<'a>> {
-        self.prepare_inner(lease, digest, args, scalars, config, (false, false))
-    }
-
-    /// [`prepare`](Self::prepare), but the host inputs are not copied in yet: only checked and
-    /// given their staging slices. Copy them with [`copy_in_some`](Self::copy_in_some), a piece
-    /// at a time, so that a caller who copies also answers the executing run's end meanwhile;
-    /// the run launches only once they are all in.
-    pub(crate) fn prepare_deferred<'a>(
-        &mut self,
-        lease: Lease,
-        digest: &Digest,
-        args: Vec<ChipArg<'a>>,
-        scalars: &[u64],
-        config: &CallConfig,
-    ) -> Result<ChipRun<'a>> {
-        self.prepare_inner(lease, digest, args, scalars, config, (false, true))
-    }
-
-    /// Copies up to `budget` more bytes of the host inputs of a run prepared with
-    /// [`prepare_deferred`](Self::prepare_deferred) into its staging slices (a budget of 0
-    /// counts as 1); true once they are all in (at once for any other run). `args` are the
-    /// run's tensors, mapped anew, as given to [`finalize_traced`](Self::finalize_traced); a
-    /// tensor that differs from the one prepared is an [`ErrorKind::InvalidArgument`] error,
-    /// and the run should then be finalized. A backend sees one `copy_to_device` per piece of
-    /// a contiguous run the budget cuts.
-    pub(crate) fn copy_in_some(
-        &mut self,
-        run: &mut ChipRun<'_>,
-        args: &[ChipArg<'_>],
-        budget: u64,
-    ) -> Result<bool> {
-        let Some((mut i, mut done)) = run.copying else { return Ok(true) };
-        if !matches!(run.phase, Phase::Prepared) || args.len() != run.prepared.len() {
-            return Err(Error::new(
-                ErrorKind::Internal,
-                format!(
-                    "chip {}: copying in `{}` ({} tensors prepared, {} given) after it was launched or with other tensors",
-                    self.chip,
-                    run.name,
-                    run.prepared.len(),
-                    args.len()
-                ),
-            ));
-        }
-        // At least a byte per call, so a caller's loop always ends.
-        let mut left = budget.max(1);
-        while i < args.len() && left > 0 {
-            let n = match &args[i] {
-                ChipArg::Host(m) if m.access().can_read() => {
-                    let p = &run.prepared[i];
-                    self.device.copy_in_part(m, p.ptr, &p.view, (done, left)).map_err(|e| {
-                        Error::invalid(format!(
-                            "chip {}: `{}` tensor {i}: {}",
-                            self.chip,
-                            run.name,
-                            e.message()
-                        ))
-                    })?
-                }
-                _ => 0,
-            };
-            if n < left {
-                (i, done) = (i + 1, 0);
-            } else {
-                done += n;
-            }
-            left -= n;
-        }
-        run.copying = (i < args.len()).then_some((i, done));
-        Ok(run.copying.is_none())
-    }
-
-    /// [`prepare`](Self::prepare) and [`launch_traced`](Self::launch_traced) at once, also while
-    /// another run is prepared and waits (a successor staged before this run arrived): the run
-    /// is never a prepared, unlaunched one, so the chip still holds at most one of those. Where
-    /// it executes is `on`'s (on the calling thread, done when this returns).
-    /// Refused while another run is launched and not finalized, or for the waiting run's slot.
-    /// `launching` is called once the run is prepared, just before it is launched (a caller
-    /// that must tell whether the run got as far as executing, should its process die).
-    #[expect(clippy::too_many_arguments, reason = "prepare's arguments and how to launch")]
-    pub(crate) fn start<'a>(
-        &mut self,
-        lease: Lease,
-        digest: &Digest,
-        args: Vec<ChipArg<'a>>,
-        (scalars, config): (&[u64], &CallConfig),
-        on: RunOn,
-        trace: bool,
-        launching: impl FnOnce(),
-    ) -> Result<ChipRun<'a>> {
-        if let Some(a) = self.active {
-            return Err(Error::state(format!(
-                "chip {}: starting a run under {lease} while the run under {a} executes; finalize it first",
-                self.chip
-            )));
-        }
-        let mut run = self.prepare_inner(lease, digest, args, scalars, config, (true, false))?;
-        launching();
-        let launched = match on {
-            RunOn::Here => {
-                let mut records = None;
-                let r = self.launch_here(&mut run, trace.then_some(&mut records));
-                if let Phase::Done(_, kept) = &mut run.phase {
-                    *kept = records;
-                }
-                r
-            }
-            RunOn::Executor(back) => {
-                run.copy_back_into(back);
-                self.launch_traced(&mut run, trace)
-            }
-        };
-        match launched {
-            Ok(()) => Ok(run),
-            Err(e) => {
-                let _ = self.finalize(run);
-                Err(e)
-            }
-        }
-    }
-
-    fn prepare_inner<'a>(
-        &mut self,
-        lease: Lease,
-        digest: &Digest,
-        args: Vec<ChipArg<'a>>,
-        scalars: &[u64],
-        config: &CallConfig,
-        (ahead, deferred): (bool, bool),
-    ) -> Result<ChipRun<'a>> {
-        if self.closed {
-            return Err(Error::state(format!("chip {} is shut down", self.chip)));
-        }
-        if let Some(w) = self.waiting
-            && (!ahead || w.slot == lease.slot)
-        {
-            return Err(Error::state(format!(
-                "chip {}: preparing a run under {lease} while the run under {w} is prepared and not launched; a chip holds one prepared run",
-                self.chip
-            )));
-        }
-        if let Some(a) = self.active
-            && a.slot == lease.slot
-        {
-            return Err(Error::state(format!(
-                "chip {}: preparing a run under {lease} while the run under {a} executes in the same slot",
-                self.chip
-            )));
-        }
-        self.marks.admit(lease).map_err(|e| e.context(format!("chip {}", self.chip)))?;
-        let Some(f) = self.read_registry().get(digest).cloned() else {
-            return Err(Error::new(
-                ErrorKind::Callable,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {}", self.chip),
-            ));
-        };
-        let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
-            .entered();
-        let prepared = self.stage(&f, &args, lease.slot as usize, !deferred)?;
-        if !ahead {
-            self.set_waiting(Some(lease));
-        }
-        Ok(ChipRun {
-            lease,
-            name: f.name().to_string(),
-            body: f.body(),
-            args,
-            prepared,
-            scalars: scalars.to_vec(),
-            config: config.clone(),
-            phase: Phase::Prepared,
-            ahead,
-            copying: deferred.then_some((0, 0)),
-            back: None,
-            backed: false,
-        })
-    }
-
-    /// Phase 2: hands the prepared `run` to the executor thread and returns. Refused (an
-    /// [`ErrorKind::InvalidState`] error) while another run is launched and not finalized, or
-    /// for a run that is not this chip's prepared one.
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(
-            dead_code,
-            reason = "the pipelined driver is the benchmark's and the tests' until chip children pipeline"
-        )
-    )]
-    pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
-        self.launch_traced(run, false)
-    }
-
-    /// [`launch`](Self::launch), and with `trace` the run records what it runs (given back by
-    /// [`finalize_traced`](Self::finalize_traced)).
-    pub(crate) fn launch_traced(&mut self, run: &mut ChipRun<'_>, trace: bool) -> Result<()> {
-        let job = self.launchable(run, trace)?;
-        self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
-        if self.waiting == Some(run.lease) {
-            self.set_waiting(None);
-        }
-        self.active = Some(run.lease);
-        run.phase = Phase::Launched;
-        Ok(())
-    }
-
-    /// [`launch`](Self::launch), but the run executes here, on the calling thread, and is done
-    /// when this returns: what the blocking [`run`](Self::run) does when no other run of the
-    /// chip is prepared to overlap it (a hop to the executor thread and back would cost two
-    /// wake-ups per chip task for nothing).
-    fn launch_here(
-        &mut self,
-        run: &mut ChipRun<'_>,
-        records: Option<&mut Option<Vec<TaskRecord>>>,
-    ) -> Result<()> {
-        let mut job = self.launchable(run, records.is_some())?;
-        if self.waiting == Some(run.lease) {
-            self.set_waiting(None);
-        }
-        self.active = Some(run.lease);
-        let ctx = ExecCtx { chip: self.chip, device: self.device.clone(), engine: self.engine.clone() };
-        let mut traced = None;
-        // On this thread, which would be the one to shut the chip down.
-        let result = ctx.run_job(&mut job, &mut traced, &AtomicBool::new(false));
-        if let Some(out) = records {
-            *out = traced;
-            run.phase = Phase::Done(result, None);
-        } else {
-            run.phase = Phase::Done(result, traced);
-        }
-        Ok(())
-    }
-
-    /// The checks of a launch, the run's staging buffer unfenced, and the job to execute (with
-    /// the host tensors its outputs go back to, when the run was given them).
-    fn launchable(&mut self, run: &mut ChipRun<'_>, trace: bool) -> Result<ExecJob> {
-        if !matches!(run.phase, Phase::Prepared) || !(run.ahead || self.waiting == Some(run.lease)) {
-            return Err(Error::state(format!(
-                "chip {}: the run under {} is not this chip's prepared run",
-                self.chip, run.lease
-            )));
-        }
-        if let Some(a) = self.active {
-            return Err(Error::state(format!(
-                "chip {}: launching the run under {} while the run under {a} executes; finalize it first",
-                self.chip, run.lease
-            )));
-        }
-        if !run.copied() {
-            return Err(Error::state(format!(
-                "chip {}: launching the run under {} before its host inputs are all copied in",
-                self.chip, run.lease
-            )));
-        }
-        if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
-            self.device.arena().unfence(ptr)?;
-        }
-        let back = run.back.take();
-        run.backed = back.is_some();
-        Ok(ExecJob {
-            lease: run.lease,
-            name: run.name.clone(),
-            body: run.body,
-            prepared: run.prepared.clone(),
-            scalars: run.scalars.clone(),
-            config: run.config.clone(),
-            trace,
-            back,
-        })
-    }
-
-    /// Phase 3, without blocking: true once the launched `run` is done (or when it is not
-    /// launched at all).
-    pub(crate) fn poll(&mut self, run: &mut ChipRun<'_>) -> bool {
-        if matches!(run.phase, Phase::Launched)
-            && let Some((result, records)) = self.exec.try_take(run.lease, self.chip)
-        {
-            run.phase = Phase::Done(result, records);
-        }
-        !matches!(run.phase, Phase::Launched)
-    }
-
-    /// Phase 3: blocks until the launched `run` is done.
-    pub(crate) fn wait(&mut self, run: &mut ChipRun<'_>) {
-        if matches!(run.phase, Phase::Launched) {
-            let (result, records) = self.exec.take(run.lease, self.chip);
-            run.phase = Phase::Done(result, records);
-        }
-    }
-
-    /// Phase 4: waits for `run` if needed, copies its writable host tensors back on success,
-    /// fences its staging buffer and returns its result. A run finalized before it was
-    /// launched gives up its prepared place and fails with an [`ErrorKind::InvalidState`]
-    /// error saying so.
-    pub(crate) fn finalize(&mut self, run: ChipRun<'_>) -> Result<()> {
-        self.finalize_traced(run, None).0
-    }
-
-    /// [`finalize`](Self::finalize), copying the outputs back into `outputs` (the run's host
-    /// tensors, mapped again: a [`detach`](ChipRun::detach)ed run holds none) when given, and
-    /// with the records of what the run ran when it was launched traced.
-    pub(crate) fn finalize_traced(
-        &mut self,
-        mut run: ChipRun<'_>,
-        outputs: Option<&[ChipArg<'_>]>,
-    ) -> (Result<()>, Option<Vec<TaskRecord>>) {
-        self.wait(&mut run);
-        let slot = run.lease.slot as usize;
-        // The run gives its slot's block up (after this call, which holds the runtime, nobody
-        // may take it meanwhile: the copy-back below still reads it).
-        if let Some(s) = self.staging.get_mut(slot) {
-            s.idle();
-        }
-        let (result, records) = match std::mem::replace(&mut run.phase, Phase::Finished) {
-            Phase::Prepared => {
-                if self.waiting == Some(run.lease) {
-                    self.set_waiting(None);
-                }
-                let err = Error::state(format!(
-                    "chip {}: the run under {} was finalized before it was launched",
-                    self.chip, run.lease
-                ));
-                return (Err(err), None);
-            }
-            Phase::Done(result, records) => (result, records),
-            Phase::Launched | Phase::Finished => unreachable!("waited for above"),
-        };
-        let args = std::mem::take(&mut run.args);
-        let targets = outputs.unwrap_or(&args);
-        // Copied back already, by whoever executed it, when the run was given its outputs.
-        let result = result.and_then(|()| {
-            if run.backed {
-                return Ok(());
-            }
-            if targets.len() != run.prepared.len() {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    format!(
-                        "chip {}: `{}` was prepared with {} tensors and finalized with {}",
-                        self.chip,
-                        run.name,
-                        run.prepared.len(),
-                        targets.len()
-                    ),
-                ));
-            }
-            for (i, (arg, p)) in targets.iter().zip(&run.prepared).enumerate() {
-                if let ChipArg::Host(m) = arg
-                    && m.access().can_write()
-                {
-                    self.device.copy_out(p.ptr, &p.view, m).map_err(|e| {
-                        e.context(format!(
-                            "chip {}: copying back host tensor {i} of `{}`",
-                            self.chip, run.name
-                        ))
-                    })?;
-                }
-            }
-            Ok(())
-        });
-        if let Some(ptr) = self.staging.get(slot).and_then(Staging::ptr)
-            && let Err(e) = self.device.arena().fence(ptr)
-        {
-            tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
-        }
-        if self.active == Some(run.lease) {
-            self.active = None;
-        }
-        (result, records)
-    }
-
-    /// Steps 2 and 3: device tensors checked, host tensors given a slice of slot `slot`'s
-    /// staging buffer (grown first when the run needs more, before anything is copied) and,
-    /// when readable and `copy`, copied into it.
-    fn stage(&mut self, f: &ChipFn, args: &[ChipArg<'_>], slot: usize, copy: bool) -> Result<Vec<Prepared>> {
-        let chip = self.chip;
-        let device = self.device.clone();
-        let host_sizes = args.iter().filter_map(|a| match a {
-            ChipArg::Host(m) => {
-                let (start, end) = m.view().byte_range();
-                Some(end - start)
-            }
-            ChipArg::Device { .. } => None,
-        });
-        let (offsets, need) =
-            staging::layout(host_sizes).map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
-        let mut reserved = self.staging[slot].reserve(&device, need);
-        if reserved.as_ref().is_err_and(|e| e.kind() == ErrorKind::ResourceExhausted) {
-            // Another slot's block that serves no run now gives its memory back, and the
-            // grow is tried again.
-            let mut freed = false;
-            for (i, other) in self.staging.iter_mut().enumerate() {
-                if i != slot && other.reclaimable() {
-                    other.release(&device)?;
-                    freed = true;
-                }
-            }
-            if freed {
-                reserved = self.staging[slot].reserve(&device, need);
-            }
-        }
-        let base = reserved.map_err(|e| {
-            e.context(format!(
-                "chip {chip}: `{}`: device scratch for its host tensors ({need} bytes in the staging buffer of pipeline slot {slot})",
-                f.name()
-            ))
-        })?;
-        let mut offsets = offsets.into_iter();
-        let mut out = Vec::with_capacity(args.len());
-        for (i, arg) in args.iter().enumerate() {
-            let bad = |msg: String| Error::invalid(format!("chip {chip}: `{}` tensor {i}: {msg}", f.name()));
-            match arg {
-                ChipArg::Device { ptr, view, access, identity, nbytes } => {
-                    let (_, end) = view.byte_range();
-                    if end > *nbytes {
-                        return Err(bad(format!(
-                            "its view ends at byte {end}, past its {nbytes}-byte device buffer"
-                        )));
-                    }
-                    if !device.is_live_as(*ptr, *nbytes, *identity) {
-                        return Err(bad(format!(
-                            "device buffer {identity} at {ptr:#x} (+{nbytes} bytes) is not a live allocation of this chip (freed, or never allocated here)"
-                        )));
-                    }
-                    out.push(Prepared {
-                        ptr: *ptr,
-                        view: *view,
-                        access: *access,
-                        identity: *identity,
-                        nbytes: *nbytes,
-                    });
-                }
-                ChipArg::Host(m) => {
-                    let (start, end) = m.view().byte_range();
-                    let size = end - start;
-                    let view =
-                        TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
-                            .map_err(|e| bad(e.message().to_string()))?;
-                    let at = offsets.next().expect("one slice per host tensor");
-                    let ptr = base.expect("a staging block when a host tensor is staged") + at;
-                    // A write-only tensor is not copied in: its slice holds what an earlier run
-                    // left there, as freshly allocated device memory would (never the host's
-                    // bytes).
-                    if copy && m.access().can_read() {
-                        device.copy_in(m, ptr, &view).map_err(|e| bad(e.message().to_string()))?;
-                    }
-                    let identity = self.scratch.mint()?;
-                    out.push(Prepared { ptr, view, access: m.access(), identity, nbytes: size });
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Allocates device memory through the backend (see [`ChipBackend::malloc`]).
+    /// Allocates device memory through the backend (see
+    /// [`ChipBackend::malloc`](super::ChipBackend::malloc)).
     pub(crate) fn malloc(&mut self, nbytes: u64, id: Identity) -> Result<u64> {
         self.device.malloc(nbytes, id).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Frees device memory through the backend (see [`ChipBackend::free`]).
+    /// Frees device memory through the backend (see
+    /// [`ChipBackend::free`](super::ChipBackend::free)).
     pub(crate) fn free(&mut self, ptr: u64) -> Result<()> {
         self.device.free(ptr).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Host to device, through the backend (see [`ChipBackend::copy_to_device`]); only into a
-    /// block this chip holds.
+    /// Host to device, through the backend (see
+    /// [`ChipBackend::copy_to_device`](super::ChipBackend::copy_to_device)); only into a block
+    /// this chip holds.
     pub(crate) fn copy_to_device(&mut self, dst: u64, src: &[u8]) -> Result<()> {
         self.check_held("copy to device", dst, src.len() as u64)?;
         self.device.copy_to_device(dst, src).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
-    /// Device to host, through the backend (see [`ChipBackend::copy_from_device`]); only from a
+    /// Device to host, through the backend (see
+    /// [`ChipBackend::copy_from_device`](super::ChipBackend::copy_from_device)); only from a
     /// block this chip holds.
     pub(crate) fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
         self.check_held("copy from device", src, dst.len() as u64)?;
@@ -1036,115 +477,10 @@ impl Drop for ChipRuntime {
     }
 }
 
-/// Where [`ChipRuntime::start`] executes a run.
-pub(crate) enum RunOn {
-    /// On the calling thread: done when `start` returns.
-    Here,
-    /// On the chip's executor thread, which also copies the run's outputs back into the given
-    /// host tensors ([`ChipRun::copy_back_into`]).
-    Executor(CopyBack),
-}
-
-/// Where a [`ChipRun`] is.
-enum Phase {
-    Prepared,
-    Launched,
-    /// Its result, and the records of what it ran when it was launched traced.
-    Done(Result<()>, Option<Vec<TaskRecord>>),
-    Finished,
-}
-
-/// One chip run between [`ChipRuntime::prepare`] and [`ChipRuntime::finalize`]: its lease, its
-/// callable, its arguments (host tensors borrowed until their outputs are copied back) and
-/// where it is. Give every run to `finalize`: a launched run dropped unfinalized leaves the
-/// chip refusing further launches.
-pub(crate) struct ChipRun<'a> {
-    lease: Lease,
-    name: String,
-    body: ChipBody,
-    args: Vec<ChipArg<'a>>,
-    prepared: Vec<Prepared>,
-    scalars: Vec<u64>,
-    config: CallConfig,
-    phase: Phase,
-    /// Prepared by [`ChipRuntime::start`], to launch at once (not the chip's prepared run).
-    ahead: bool,
-    /// Host inputs still to copy in (a run prepared with its copy-in deferred): the next
-    /// tensor's index and the bytes of it already in. `None` once all are in.
-    copying: Option<(usize, u64)>,
-    /// The host tensors its outputs go back to as soon as it has executed, given by
-    /// [`ChipRun::copy_back_into`], until it launches.
-    back: Option<CopyBack>,
-    /// Launched with `back`: its executor copies its outputs back, not `finalize`.
-    backed: bool,
-}
-
-impl std::fmt::Debug for ChipRun<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChipRun").field("lease", &self.lease).field("callable", &self.name).finish()
-    }
-}
-
-impl ChipRun<'_> {
-    /// The run without its host tensors, which it needs only to copy its outputs back: give
-    /// them to [`ChipRuntime::finalize_traced`] again, mapped anew. For a caller that keeps a
-    /// run across requests (a two-frame chip child), while the mappings it borrowed change.
-    pub(crate) fn detach(self) -> ChipRun<'static> {
-        ChipRun {
-            lease: self.lease,
-            name: self.name,
-            body: self.body,
-            args: Vec::new(),
-            prepared: self.prepared,
-            scalars: self.scalars,
-            config: self.config,
-            phase: self.phase,
-            ahead: self.ahead,
-            copying: self.copying,
-            back: self.back,
-            backed: self.backed,
-        }
-    }
-
-    /// Has the run's outputs copied back into `back` by whoever executes it, as soon as it
-    /// has executed successfully, rather than by [`ChipRuntime::finalize_traced`]: a
-    /// pipelined chip's executor thread then copies them back while the chip thread goes on
-    /// copying the next run in. `back` holds every writable host tensor of the run, each with
-    /// its index among the run's tensors. Only before the run launches.
-    pub(crate) fn copy_back_into(&mut self, back: CopyBack) {
-        self.back = Some(back);
-    }
-
-    /// Whether its outputs go back through [`copy_back_into`](Self::copy_back_into)'s tensors.
-    pub(crate) fn copies_back(&self) -> bool {
-        self.back.is_some() || self.backed
-    }
-
-    /// Whether every host input of the run is in its staging slice (only a run prepared with
-    /// [`ChipRuntime::prepare_deferred`] may still lack some).
-    pub(crate) fn copied(&self) -> bool {
-        self.copying.is_none()
-    }
-
-    /// The lease the run holds.
-    pub(crate) fn lease(&self) -> Lease {
-        self.lease
-    }
-}
-
-/// A tensor ready to run: device memory of this chip.
-#[derive(Clone)]
-struct Prepared {
-    ptr: u64,
-    view: TensorView,
-    access: Access,
-    identity: Identity,
-    nbytes: u64,
-}
-
 mod cores;
 mod executor;
 mod heap;
+mod phases;
 #[cfg(test)]
 mod tests;
 
@@ -1152,3 +488,5 @@ use cores::{CoreEndpoint, CoreShared};
 pub(crate) use executor::{CopyBack, END_WINDOW, RunDone};
 use executor::{ExecCtx, ExecJob, Executor};
 use heap::{ChipHeap, OneChip};
+use phases::Prepared;
+pub(crate) use phases::{ChipRun, CopyIn, RunOn, Trace};

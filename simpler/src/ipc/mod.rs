@@ -19,7 +19,7 @@
 //! scheduler: the engine drives it through its endpoint trait.
 
 pub(crate) mod child;
-#[cfg(test)]
-mod doorbell_tests;
 pub(crate) mod endpoint;
 pub(crate) mod mailbox;
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::callable::identity::{CallableHandle, CallableKind};
 use crate::callable::registry::Registry;
-use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
+use crate::chip::{ChipArg, ChipCall, ChipConfig, ChipFn, ChipRuntime, ChipSpec};
 use crate::data::buffer::{Backing, Buffer, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
@@ -105,7 +105,13 @@ impl L2Chip {
                 }
             }
         }
-        let result = self.runtime().run(&callable.digest(), chip_args, args.scalars(), config);
+        let call = ChipCall {
+            digest: callable.digest(),
+            args: chip_args,
+            scalars: args.scalars().to_vec(),
+            config: config.clone(),
+        };
+        let result = self.runtime().run(call);
         guard.trim();
         result
     }

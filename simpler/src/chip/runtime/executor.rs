@@ -18,7 +18,7 @@ pub(super) struct ExecJob {
     pub(super) prepared: Vec<Prepared>,
     pub(super) scalars: Vec<u64>,
     pub(super) config: CallConfig,
-    /// Record the run's tasks for a captured parent run ([`ChipRuntime::run_traced`]).
+    /// Record the run's tasks for a captured parent run ([`Trace::Record`]).
     pub(super) trace: bool,
     /// Where its outputs go once it succeeded ([`ChipRun::copy_back_into`]).
     pub(super) back: Option<CopyBack>,

@@ -145,7 +145,12 @@ fn read_device(rt: &ChipRuntime, ptr: u64, n: usize) -> Vec<f32> {
 }
 
 fn run(rt: &mut ChipRuntime, f: &ChipFn, args: Vec<ChipArg<'_>>, scalars: &[u64]) -> Result<()> {
-    rt.run(&f.handle().digest(), args, scalars, &CallConfig::default())
+    rt.run(ChipCall {
+        digest: f.handle().digest(),
+        args,
+        scalars: scalars.to_vec(),
+        config: CallConfig::default(),
+    })
 }
 
 fn kernel(name: &str) -> ChipFn {
@@ -761,19 +766,19 @@ fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
     let (l0, l1) = (rt.acquire_lease().unwrap(), rt.acquire_lease().unwrap());
     assert_ne!(l0.slot, l1.slot);
     let head_args = vec![host(&mut x, Access::Read), host(&mut y, Access::Write)];
-    let mut head = rt.prepare(l0, &k.handle().digest(), head_args, &[], &CallConfig::default()).unwrap();
-    rt.launch(&mut head).unwrap();
+    let mut head = rt.prepare(l0, ChipCall::new(k.handle().digest(), head_args), CopyIn::Now).unwrap();
+    rt.launch(&mut head, Trace::Off).unwrap();
     await_gate(|g| g.0);
     // The head's kernel runs (and holds the kernel gate): the successor's copy-in goes ahead
     // all the same, into its own fenced staging buffer.
     let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
-    let mut next = rt.prepare(l1, &digest("vadd"), args, &[], &CallConfig::default()).unwrap();
+    let mut next = rt.prepare(l1, ChipCall::new(digest("vadd"), args), CopyIn::Now).unwrap();
     assert!(!rt.poll(&mut head), "the head still runs while its successor is prepared");
-    let err = rt.launch(&mut next).unwrap_err();
+    let err = rt.launch(&mut next, Trace::Off).unwrap_err();
     assert!(err.message().contains("finalize it first") && err.message().contains("generation 1"), "{err}");
     open_gate();
     rt.finalize(head).unwrap();
-    rt.launch(&mut next).unwrap();
+    rt.launch(&mut next, Trace::Off).unwrap();
     rt.finalize(next).unwrap();
     assert!(y.iter().all(|v| *v == 2.0) && out.iter().all(|v| *v == 5.0));
     rt.release_lease(l0).unwrap();
@@ -783,15 +788,14 @@ fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
 #[test]
 fn a_deferred_copy_in_goes_in_pieces_and_its_run_launches_only_once_it_is_all_in() {
     let mut rt = pipelined(1, &[]);
-    let cfg = CallConfig::default();
     let mut a: Vec<f32> = (0..1000).map(|i| i as f32).collect();
     let mut b: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
     let mut out = vec![-7.0f32; 1000];
     let lease = Lease { slot: 1, generation: 1 };
     let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
-    let mut run = rt.prepare_deferred(lease, &digest("vadd"), args, &[], &cfg).unwrap().detach();
+    let mut run = rt.prepare(lease, ChipCall::new(digest("vadd"), args), CopyIn::InPieces).unwrap().detach();
     assert!(!run.copied());
-    let err = rt.launch(&mut run).unwrap_err();
+    let err = rt.launch(&mut run, Trace::Off).unwrap_err();
     assert!(err.message().contains("before its host inputs are all copied in"), "{err}");
     // Mapped anew for every piece, as a chip child does; a piece of 1001 bytes cuts elements.
     let mut pieces = 0;
@@ -806,7 +810,7 @@ fn a_deferred_copy_in_goes_in_pieces_and_its_run_launches_only_once_it_is_all_in
     }
     assert!((8..=10).contains(&pieces), "8000 bytes in {pieces} pieces of 1001");
     assert!(run.copied());
-    rt.launch(&mut run).unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
     rt.finalize_traced(run, Some(&args)).0.unwrap();
     assert!(out.iter().enumerate().all(|(i, v)| *v == 1.5 * i as f32), "{:?}", &out[..8]);
@@ -814,7 +818,7 @@ fn a_deferred_copy_in_goes_in_pieces_and_its_run_launches_only_once_it_is_all_in
     // A tensor mapped anew unlike the one prepared fails the copy, naming it.
     let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
     let mut run = rt
-        .prepare_deferred(Lease { slot: 1, generation: 2 }, &digest("vadd"), args, &[], &cfg)
+        .prepare(Lease { slot: 1, generation: 2 }, ChipCall::new(digest("vadd"), args), CopyIn::InPieces)
         .unwrap()
         .detach();
     let short =
@@ -829,26 +833,33 @@ fn a_deferred_copy_in_goes_in_pieces_and_its_run_launches_only_once_it_is_all_in
 #[test]
 fn a_chip_holds_one_active_and_one_prepared_run() {
     let mut rt = pipelined(1, &[]);
-    let cfg = CallConfig::default();
     let (mut x, mut y, mut z) = (vec![1.0f32; 8], vec![1.0f32; 8], vec![1.0f32; 8]);
     let l0 = Lease { slot: 0, generation: 1 };
     let l1 = Lease { slot: 1, generation: 1 };
-    let mut first = rt.prepare(l0, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
-    let err = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    let mut first = rt
+        .prepare(l0, ChipCall::new(digest("ones"), vec![host(&mut x, Access::Write)]), CopyIn::Now)
+        .unwrap();
+    let err = rt
+        .prepare(l1, ChipCall::new(digest("ones"), vec![host(&mut y, Access::Write)]), CopyIn::Now)
+        .unwrap_err();
     assert!(err.message().contains("one prepared run"), "{err}");
-    rt.launch(&mut first).unwrap();
+    rt.launch(&mut first, Trace::Off).unwrap();
     let same_slot = Lease { slot: 0, generation: 2 };
-    let err =
-        rt.prepare(same_slot, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap_err();
+    let err = rt
+        .prepare(same_slot, ChipCall::new(digest("ones"), vec![host(&mut y, Access::Write)]), CopyIn::Now)
+        .unwrap_err();
     assert!(err.message().contains("same slot"), "{err}");
-    let second = rt.prepare(l1, &digest("ones"), vec![host(&mut y, Access::Write)], &[], &cfg).unwrap();
+    let second = rt
+        .prepare(l1, ChipCall::new(digest("ones"), vec![host(&mut y, Access::Write)]), CopyIn::Now)
+        .unwrap();
     rt.finalize(first).unwrap();
     // A prepared run finalized unlaunched gives its place up.
     let err = rt.finalize(second).unwrap_err();
     assert!(err.message().contains("before it was launched"), "{err}");
-    let mut third =
-        rt.prepare(same_slot, &digest("ones"), vec![host(&mut z, Access::Write)], &[], &cfg).unwrap();
-    rt.launch(&mut third).unwrap();
+    let mut third = rt
+        .prepare(same_slot, ChipCall::new(digest("ones"), vec![host(&mut z, Access::Write)]), CopyIn::Now)
+        .unwrap();
+    rt.launch(&mut third, Trace::Off).unwrap();
     rt.finalize(third).unwrap();
     assert!(x.iter().chain(&z).all(|v| *v == 1.0));
     assert_eq!(y, vec![1.0; 8], "the unlaunched run wrote nothing back");
@@ -857,19 +868,21 @@ fn a_chip_holds_one_active_and_one_prepared_run() {
 #[test]
 fn stale_and_invalid_leases_are_refused() {
     let mut rt = pipelined(1, &[]);
-    let cfg = CallConfig::default();
     let mut x = vec![0.0f32; 8];
     let newer = Lease { slot: 0, generation: 3 };
-    let mut run = rt.prepare(newer, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
-    rt.launch(&mut run).unwrap();
+    let mut run = rt
+        .prepare(newer, ChipCall::new(digest("ones"), vec![host(&mut x, Access::Write)]), CopyIn::Now)
+        .unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     rt.finalize(run).unwrap();
     for (lease, says) in [
         (Lease { slot: 0, generation: 2 }, "stale"),
         (Lease { slot: 2, generation: 1 }, "outside the granted pipeline depth 2"),
         (Lease::NONE, "generation 0"),
     ] {
-        let err =
-            rt.prepare(lease, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap_err();
+        let err = rt
+            .prepare(lease, ChipCall::new(digest("ones"), vec![host(&mut x, Access::Write)]), CopyIn::Now)
+            .unwrap_err();
         assert!(err.message().contains(says) && err.message().starts_with("chip 3"), "{err}");
         assert_eq!(err.kind(), ErrorKind::InvalidState);
     }
@@ -878,24 +891,29 @@ fn stale_and_invalid_leases_are_refused() {
 #[test]
 fn a_failed_prepare_fails_only_its_run() {
     let mut rt = pipelined(1, &[]);
-    let cfg = CallConfig::default();
     let (mut a, mut b, mut out) = (vec![1.0f32; 64], vec![2.0f32; 64], vec![0.0f32; 64]);
     let args = vec![host(&mut a, Access::Read), host(&mut b, Access::Read), host(&mut out, Access::Write)];
-    let mut head = rt.prepare(Lease { slot: 0, generation: 1 }, &digest("vadd"), args, &[], &cfg).unwrap();
-    rt.launch(&mut head).unwrap();
+    let mut head = rt
+        .prepare(Lease { slot: 0, generation: 1 }, ChipCall::new(digest("vadd"), args), CopyIn::Now)
+        .unwrap();
+    rt.launch(&mut head, Trace::Off).unwrap();
     let next = Lease { slot: 1, generation: 1 };
     let unknown = Digest::from_bytes([7; 32]);
-    let err = rt.prepare(next, &unknown, vec![], &[], &cfg).unwrap_err();
+    let err = rt.prepare(next, ChipCall::new(unknown, vec![]), CopyIn::Now).unwrap_err();
     assert!(err.message().contains("UNKNOWN_CALLABLE"), "{err}");
     // More than the chip's 16 MiB: the staging buffer cannot grow, and nothing is copied.
     let mut huge = vec![0.0f32; 5 << 20];
-    let err = rt.prepare(next, &digest("ones"), vec![host(&mut huge, Access::Write)], &[], &cfg).unwrap_err();
+    let err = rt
+        .prepare(next, ChipCall::new(digest("ones"), vec![host(&mut huge, Access::Write)]), CopyIn::Now)
+        .unwrap_err();
     assert!(err.message().contains("out of device memory") && err.message().contains("staging"), "{err}");
     rt.finalize(head).unwrap();
     assert!(out.iter().all(|v| *v == 3.0), "the head ran as if nothing happened");
     let mut x = vec![0.0f32; 8];
-    let mut run = rt.prepare(next, &digest("ones"), vec![host(&mut x, Access::Write)], &[], &cfg).unwrap();
-    rt.launch(&mut run).unwrap();
+    let mut run = rt
+        .prepare(next, ChipCall::new(digest("ones"), vec![host(&mut x, Access::Write)]), CopyIn::Now)
+        .unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     rt.finalize(run).unwrap();
     assert_eq!(x, vec![1.0; 8]);
 }
@@ -934,11 +952,11 @@ fn a_slot_whose_block_serves_no_run_gives_its_memory_to_a_run_that_needs_it() {
         v: &'a mut [f32],
     ) -> Result<ChipRun<'a>> {
         let args = vec![host(v, Access::Write)];
-        rt.prepare(Lease { slot, generation }, &digest("ones"), args, &[], &CallConfig::default())
+        rt.prepare(Lease { slot, generation }, ChipCall::new(digest("ones"), args), CopyIn::Now)
     }
     let ones = |rt: &mut ChipRuntime, slot, v: &mut [f32]| {
         let mut run = prepare(rt, slot, 1, v)?;
-        rt.launch(&mut run)?;
+        rt.launch(&mut run, Trace::Off)?;
         rt.finalize(run)
     };
     ones(&mut rt, 0, &mut x).unwrap();
@@ -948,7 +966,7 @@ fn a_slot_whose_block_serves_no_run_gives_its_memory_to_a_run_that_needs_it() {
     // A block a run uses is never taken: while slot 1's run executes over its block, slot 0's
     // run does not fit, and fails before touching anything.
     let mut head = prepare(&mut rt, 1, 2, &mut y).unwrap();
-    rt.launch(&mut head).unwrap();
+    rt.launch(&mut head, Trace::Off).unwrap();
     let err = prepare(&mut rt, 0, 2, &mut x).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err}");
     assert!(err.message().contains("pipeline slot 0"), "{err}");
@@ -962,7 +980,6 @@ fn a_slot_whose_block_serves_no_run_gives_its_memory_to_a_run_that_needs_it() {
 #[test]
 fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare_does() {
     let mut rt = pipelined(1, &[]);
-    let cfg = CallConfig::default();
     // 3 rows of 5 out of rows of 7 (runs of 20 bytes, gaps of 8) and a transposed 4x3 view
     // (element runs).
     let mut strided: Vec<f32> = (0..21).map(|i| 100.0 + i as f32).collect();
@@ -1008,14 +1025,16 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     };
     // Poison the slot's staging, then a whole prepare: the expected bytes.
     let l = lease();
-    let run = rt.prepare(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+    let run = rt.prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::Now).unwrap().detach();
     let want = staged(&rt, &run);
     let _ = rt.finalize(run);
     for budget in 1..=total + 3 {
         // Poison what the whole prepare left in the staging slices.
         let l = lease();
-        let mut run =
-            rt.prepare_deferred(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+        let mut run = rt
+            .prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::InPieces)
+            .unwrap()
+            .detach();
         for p in run.prepared.iter().filter(|p| p.access.can_read() && p.identity != id(1)) {
             let (s, e) = p.view.byte_range();
             rt.device.arena().copy_to(p.ptr + s, &vec![0xee; (e - s) as usize]).unwrap();
@@ -1032,7 +1051,8 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     }
     // A budget of 0 counts as 1: every call makes progress.
     let l = lease();
-    let mut run = rt.prepare_deferred(l, &digest("vadd"), Vec::from(args!()), &[], &cfg).unwrap().detach();
+    let mut run =
+        rt.prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::InPieces).unwrap().detach();
     let mut calls = 1;
     while !rt.copy_in_some(&mut run, &args!(), 0).unwrap() {
         calls += 1;
@@ -1068,11 +1088,11 @@ fn a_run_given_its_outputs_has_them_copied_back_once_it_has_run_and_finalize_cop
     // Prepared against a scratch vector; its output goes to the kept tensor instead.
     let mut scratch = vec![-1.0f32; 256];
     let args = vec![host(&mut scratch, Access::Write)];
-    let mut run = rt.prepare(lease, &digest("ones"), args, &[], &CallConfig::default()).unwrap().detach();
+    let mut run = rt.prepare(lease, ChipCall::new(digest("ones"), args), CopyIn::Now).unwrap().detach();
     let (region, kept) = kept_output(256, -2.0);
     run.copy_back_into(vec![(0, kept)]);
     assert!(run.copies_back());
-    rt.launch(&mut run).unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     rt.wait(&mut run);
     assert_eq!(region_f32(&region), vec![1.0f32; 256], "copied back by the executor, before finalize");
     // The executor let the kept tensor go before the run's end was reported.
@@ -1089,10 +1109,10 @@ fn a_run_that_fails_has_nothing_copied_back() {
     let mut scratch = vec![0.0f32; 64];
     let args = vec![host(&mut scratch, Access::Write)];
     let mut run =
-        rt.prepare(lease, &digest("fail_kernel"), args, &[], &CallConfig::default()).unwrap().detach();
+        rt.prepare(lease, ChipCall::new(digest("fail_kernel"), args), CopyIn::Now).unwrap().detach();
     let (region, kept) = kept_output(64, -2.0);
     run.copy_back_into(vec![(0, kept)]);
-    rt.launch(&mut run).unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     let err = rt.finalize(run).unwrap_err();
     assert!(err.message().contains("kernel says no"), "{err}");
     assert_eq!(region_f32(&region), vec![-2.0f32; 64]);
@@ -1123,11 +1143,10 @@ fn a_run_that_ends_once_the_chip_is_shutting_down_copies_nothing_back() {
     let lease = rt.acquire_lease().unwrap();
     let mut scratch = vec![0.0f32; 64];
     let args = vec![host(&mut scratch, Access::Write)];
-    let mut run =
-        rt.prepare(lease, &k.handle().digest(), args, &[], &CallConfig::default()).unwrap().detach();
+    let mut run = rt.prepare(lease, ChipCall::new(k.handle().digest(), args), CopyIn::Now).unwrap().detach();
     let (region, kept) = kept_output(64, -2.0);
     run.copy_back_into(vec![(0, kept)]);
-    rt.launch(&mut run).unwrap();
+    rt.launch(&mut run, Trace::Off).unwrap();
     // The kernel ends only once the shutdown has begun (the parent gave the run up).
     let closing = rt.exec.closing.clone();
     let opener = std::thread::spawn(move || {

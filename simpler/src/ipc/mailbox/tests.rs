@@ -1,7 +1,14 @@
+#![expect(unsafe_code, reason = "playing a misbehaving peer that writes a claimed frame's fields; rule M3")]
+
 use std::sync::atomic::AtomicBool;
 
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::layout::{MAILBOX_SIZE, SLOTS_OFFSET};
 use super::*;
 use crate::error::ErrorKind;
+use crate::error::{Error, Result};
 use crate::sys::test_fork::fork_child;
 
 const LONG: Duration = Duration::from_secs(10);
@@ -347,28 +354,28 @@ fn garbage_frame_contents_are_read_safely() {
     let frame = &mb.slot.tasks[0];
     // Play a misbehaving child: claim the frame and fill the message with invalid UTF-8 and
     // no NUL, and the payload length with nonsense.
-    frame.claim(TASK_READY).unwrap();
+    assert!(frame.state.take_task());
     // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
     unsafe {
         (*frame.error_msg.get()).fill(0xFF);
         *frame.payload_len.get() = u32::MAX;
     }
     frame.error_code.store(-5, Ordering::Relaxed);
-    frame.state.store(TASK_DONE, Ordering::Release);
+    frame.state.reply_task();
     let err = mb.take_task_result().unwrap().unwrap_err();
     assert_eq!(err.code, -5);
     assert_eq!(err.message.chars().count(), ERROR_MSG_CAPACITY);
     assert!(err.message.chars().all(|c| c == char::REPLACEMENT_CHARACTER));
 
     // A payload length past the capacity is clamped.
-    frame.claim(IDLE).unwrap();
+    let post = frame.state.claim_to_post().unwrap();
     // SAFETY: rule M3 — this test claimed the frame, so it owns the fields.
     unsafe { *frame.payload_len.get() = u32::MAX };
-    frame.state.store(TASK_READY, Ordering::Release);
+    post.post_task();
     assert_eq!(mb.task_request().unwrap().args().len(), ARGS_CAPACITY);
 
     // Unknown states are neither collected nor served.
-    frame.state.store(0xDEAD, Ordering::Release);
+    frame.state.plant(0xDEAD);
     assert!(mb.take_task_result().is_none());
     assert!(mb.task_request().is_none());
     assert_eq!(state_name(mb.task_state()), "UNKNOWN");

@@ -9,9 +9,10 @@
 
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
-use crate::chip::{ChipArg, ChipConfig, ChipFn, ChipRun, ChipRuntime, CopyBack, RunOn};
+use crate::chip::{
+    ChipArg, ChipCall, ChipConfig, ChipFn, ChipRun, ChipRuntime, CopyBack, CopyIn, RunOn, Trace,
+};
 use crate::data::buffer::{Backing, BufferDesc};
-use crate::data::call_config::CallConfig;
 use crate::data::wire::{DESC_SIZE, decode_args, decode_config, decode_desc};
 use crate::engine::lease::Lease;
 use crate::ipc::child::{
@@ -148,21 +149,14 @@ impl ChipServer {
     }
 }
 
-/// What a task frame asks of the chip, decoded: its tensors (host ones mapped here; they
-/// borrow the resolver), scalars and config.
-struct Decoded<'r> {
-    args: Vec<ChipArg<'r>>,
-    scalars: Vec<u64>,
-    config: CallConfig,
-}
-
-/// Decodes task frame `req` and maps its host buffers (rule C2 of `ipc::child`: every buffer
-/// is mapped first, then the tensors lent borrow the mappings).
+/// Decodes task frame `req` into the call it asks of the chip (its host tensors mapped here;
+/// they borrow the resolver), mapping its host buffers first (rule C2 of `ipc::child`: every
+/// buffer is mapped first, then the tensors lent borrow the mappings).
 fn decode<'r>(
     chip: u32,
     resolver: &'r mut HostResolver,
     req: &TaskRequest<'_>,
-) -> Result<Decoded<'r>, FrameError> {
+) -> Result<ChipCall<'r>, FrameError> {
     let decoded = decode_args(req.args())
         .map_err(|e| FrameError::new(ERR_BAD_FRAME, format!("bad task frame: {e}")))?;
     let config = decode_config(req.config())
@@ -202,7 +196,13 @@ fn decode<'r>(
             }
         }
     }
-    Ok(Decoded { args, scalars: decoded.scalars, config })
+    Ok(ChipCall { digest: Digest::from_bytes(req.digest), args, scalars: decoded.scalars, config })
+}
+
+/// Whether the run of `req` records what it runs: for a task of a captured parent run (rule M10
+/// of `ipc::mailbox`).
+fn trace_of(req: &TaskRequest<'_>) -> Trace {
+    if req.trace.is_some() { Trace::Record } else { Trace::Off }
 }
 
 /// The writable host tensors of task frame `req`, each with its index among the task's
@@ -265,24 +265,23 @@ impl ChipServer {
         avoid: Option<Lease>,
         here: bool,
     ) -> Result<ChipRun<'static>, FrameError> {
-        let digest = Digest::from_bytes(req.digest);
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
         // On the executor thread, which copies the outputs back as soon as the task has run.
         let on = if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
-        let d = decode(chip, &mut self.resolver, req)?;
-        if !self.runtime.contains(&digest) {
+        let call = decode(chip, &mut self.resolver, req)?;
+        if !self.runtime.contains(&call.digest) {
             return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {chip}"),
+                format!("UNKNOWN_CALLABLE: {} is not registered on chip {chip}", call.digest),
             ));
         }
-        let trace = req.trace.is_some();
+        let trace = trace_of(req);
         // Accepted before it launches: a kernel run on this thread has ended by the time
         // `start` returns, and the parent must not say of a task that ran when the chip died
         // that it had not launched (rule M12).
         let started = catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.start(lease, &digest, d.args, (&d.scalars, &d.config), on, trace, || {
+            self.runtime.start(lease, call, on, trace, || {
                 req.mark_accepted();
             })
         }));
@@ -304,19 +303,16 @@ impl ChipServer {
         req: &TaskRequest<'_>,
         avoid: Option<Lease>,
     ) -> Result<ChipRun<'static>, FrameError> {
-        let digest = Digest::from_bytes(req.digest);
         let lease = self.lease_of(req, avoid);
         let chip = self.chip;
-        let d = decode(chip, &mut self.resolver, req)?;
-        if !self.runtime.contains(&digest) {
+        let call = decode(chip, &mut self.resolver, req)?;
+        if !self.runtime.contains(&call.digest) {
             return Err(FrameError::new(
                 ERR_UNKNOWN_CALLABLE,
-                format!("UNKNOWN_CALLABLE: {digest} is not registered on chip {chip}"),
+                format!("UNKNOWN_CALLABLE: {} is not registered on chip {chip}", call.digest),
             ));
         }
-        match catch_unwind(AssertUnwindSafe(|| {
-            self.runtime.prepare_deferred(lease, &digest, d.args, &d.scalars, &d.config)
-        })) {
+        match catch_unwind(AssertUnwindSafe(|| self.runtime.prepare(lease, call, CopyIn::InPieces))) {
             Ok(Ok(run)) => Ok(run.detach()),
             Ok(Err(e)) => Err(task_error(&e)),
             Err(panic) => Err(FrameError::new(
@@ -335,8 +331,8 @@ impl ChipServer {
         run: &mut ChipRun<'static>,
         budget: u64,
     ) -> Result<bool, FrameError> {
-        let d = decode(self.chip, &mut self.resolver, req)?;
-        match catch_unwind(AssertUnwindSafe(|| self.runtime.copy_in_some(run, &d.args, budget))) {
+        let call = decode(self.chip, &mut self.resolver, req)?;
+        match catch_unwind(AssertUnwindSafe(|| self.runtime.copy_in_some(run, &call.args, budget))) {
             Ok(r) => r.map_err(|e| task_error(&e)),
             Err(panic) => Err(FrameError::new(
                 ERR_TASK,
@@ -354,14 +350,14 @@ impl ChipServer {
             None
         } else {
             match decode(chip, &mut self.resolver, req) {
-                Ok(d) => Some(d),
+                Ok(call) => Some(call),
                 Err(e) => {
                     let _ = self.runtime.finalize(run);
                     return Err(e);
                 }
             }
         };
-        let targets = outputs.as_ref().map(|d| &d.args[..]);
+        let targets = outputs.as_ref().map(|call| &call.args[..]);
         let ended = catch_unwind(AssertUnwindSafe(|| self.runtime.finalize_traced(run, targets)));
         match ended {
             Ok((result, records)) => {
@@ -527,7 +523,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                     }
                     // Before the launch, as in `begin`.
                     req.mark_accepted();
-                    match server.runtime.launch_traced(&mut run, req.trace.is_some()) {
+                    match server.runtime.launch(&mut run, trace_of(&req)) {
                         Ok(()) => active = Some(Held { req, run }),
                         Err(e) => {
                             let _ = server.runtime.finalize(run);

@@ -1,0 +1,339 @@
+//! Runs at the engine: admission into the run FIFO (`pending_run_depth`, back-pressure),
+//! building a run ([`Engine::build_run`], the one place a run is built), deadlines and cancels
+//! (`next_check`), the pipeline leases of the FIFO head and its first successor, and a finished
+//! run leaving the FIFO.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::engine::orchestrator::Orchestrator;
+use crate::engine::run::{RunState, StopCause};
+use crate::engine::{Engine, WaiterIntent, lease};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::sync;
+
+/// A run an orchestration function built (see [`Engine::build_run`]).
+pub(crate) struct Built<'e> {
+    pub(crate) run: Arc<RunState>,
+    /// The announcement that the builder will wait on the run (when it asked for one).
+    pub(crate) intent: Option<WaiterIntent<'e>>,
+}
+
+/// Why [`Engine::build_run`] built no run: the orchestration function's error, or its panic
+/// (the run was wound down first, so a caller may resume the panic).
+pub(crate) enum BuildFailed {
+    Error(Error),
+    Panic(Box<dyn std::any::Any + Send>),
+}
+
+impl BuildFailed {
+    /// The error a panic becomes when it is not resumed.
+    fn panic_error(panic: &(dyn std::any::Any + Send)) -> Error {
+        Error::new(
+            ErrorKind::TaskFailed,
+            format!("the orchestration function panicked: {}", crate::error::panic_message(panic)),
+        )
+    }
+
+    /// As an error (a panic becomes a [`ErrorKind::TaskFailed`] error with its message).
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            BuildFailed::Error(e) => e,
+            BuildFailed::Panic(panic) => BuildFailed::panic_error(&*panic),
+        }
+    }
+}
+
+/// Admitted runs, and a finished one kept for reuse.
+#[derive(Default)]
+pub(super) struct Runs {
+    /// Admitted runs in FIFO order; the front one dispatches.
+    pub(super) live: VecDeque<Arc<RunState>>,
+    /// The last finished run: reused by the next `begin_run` when nobody holds it any more (its
+    /// handle, tasks and Orchestrator are gone), so a run allocates no state of its own.
+    pub(super) spare: Option<Arc<RunState>>,
+}
+
+impl Engine {
+    /// Admits a new run, waiting (and driving) while `pending_run_depth` (or, when that is 0,
+    /// `pipeline_depth`) runs are live, for at most
+    /// the back-pressure timeout; `deadline`: when the run must end, and the limit it was given.
+    pub(crate) fn begin_run(
+        &self,
+        capture: bool,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<Arc<RunState>> {
+        let (depth, knob) = match self.cfg.pending_run_depth {
+            0 => (self.cfg.pipeline_depth, "pipeline_depth"),
+            n => (n, "pending_run_depth"),
+        };
+        let room = || sync::lock(&self.runs).live.len() < depth;
+        if !room() {
+            let limit = self.cfg.backpressure_timeout;
+            if !self.drive_until(room, Some(crate::sys::clock::after(limit))) {
+                let head = self.head_run();
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "Worker.submit: no room for a new run within the backpressure timeout of {limit:?}: \
+                         {depth} run(s) are admitted ({knob} {depth}) and run {head}, the first, \
+                         has not finished; a task that never returns holds every later run: give runs a \
+                         deadline (RunOptions::deadline, WorkerBuilder::run_deadline) or cancel them \
+                         (RunHandle::cancel)"
+                    ),
+                ));
+            }
+        }
+        let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
+        let make = || {
+            let state = RunState::new(id, capture).at_level(self.cfg.level).in_engine(self.id);
+            match deadline {
+                Some((at, limit)) => state.with_deadline(at, limit),
+                None => state,
+            }
+        };
+        let mut runs = sync::lock(&self.runs);
+        let run = match runs.spare.take() {
+            Some(mut spare) => match Arc::get_mut(&mut spare) {
+                Some(state) => {
+                    *state = make();
+                    spare
+                }
+                None => Arc::new(make()),
+            },
+            None => Arc::new(make()),
+        };
+        runs.live.push_back(run.clone());
+        self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+        if let Some((at, _)) = deadline {
+            self.next_check.fetch_min(self.since_epoch(at), Ordering::SeqCst);
+            drop(runs);
+            // Whoever drives (or sleeps waiting to) bounds its sleep by the new deadline.
+            self.doorbell().ring();
+            self.bg_bell.ring();
+        }
+        Ok(run)
+    }
+
+    /// `t` in nanoseconds since the engine's epoch (for `next_check`).
+    fn since_epoch(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// When the scheduler must next stop a run (see `next_check`); `None` when no run asks.
+    pub(crate) fn next_check(&self) -> Option<Instant> {
+        match self.next_check.load(Ordering::SeqCst) {
+            u64::MAX => None,
+            n => Some(self.epoch + Duration::from_nanos(n)),
+        }
+    }
+
+    /// True when a run is to be stopped now (its deadline passed, or a cancel waits).
+    pub(crate) fn stop_due(&self) -> bool {
+        self.next_check().is_some_and(|at| at <= Instant::now())
+    }
+
+    /// `min(deadline, next_check)`: how long a driver may sleep.
+    pub(super) fn sleep_bound(&self, deadline: Option<Instant>) -> Option<Instant> {
+        match (deadline, self.next_check()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The live runs the scheduler must stop now, and why (the role holder, when
+    /// [`stop_due`](Engine::stop_due)); recomputes `next_check` from the others.
+    pub(crate) fn runs_to_stop(&self, now: Instant) -> Vec<(Arc<RunState>, StopCause)> {
+        let runs = sync::lock(&self.runs);
+        let due: Vec<_> = runs.live.iter().filter_map(|r| r.due(now).map(|c| (r.clone(), c))).collect();
+        let next = runs
+            .live
+            .iter()
+            .filter(|r| !due.iter().any(|(d, _)| Arc::ptr_eq(d, r)))
+            .filter_map(|r| r.next_check())
+            .map(|at| self.since_epoch(at))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.next_check.store(next, Ordering::SeqCst);
+        due
+    }
+
+    /// [`RunHandle::cancel`](crate::engine::run::RunHandle::cancel): asks the scheduler to stop `run` and drives
+    /// until it did (or the run ended first); true when this call cancelled it.
+    pub(crate) fn cancel_run(&self, run: &Arc<RunState>) -> bool {
+        if run.is_done() || run.is_stopped() || self.is_closed() || !run.request_cancel() {
+            return false;
+        }
+        {
+            let _runs = sync::lock(&self.runs);
+            self.next_check.store(0, Ordering::SeqCst);
+        }
+        let _span = tracing::debug_span!(target: "simpler::run", "cancel", run_id = run.id).entered();
+        self.doorbell().ring();
+        self.bg_bell.ring();
+        self.drive_until(|| run.is_done() || run.is_stopped(), None);
+        run.was_cancelled()
+    }
+
+    /// Builds one run: refuses a build from inside an orchestration function of this engine
+    /// (it would deadlock on the build lock), takes the build lock (one orchestration
+    /// function at a time), admits the run, runs `f` on its Orchestrator with panics caught, and
+    /// ends the build. `will_wait` announces, once this thread builds, that it will wait on the
+    /// run, so the background thread leaves it the scheduler role. `deadline`: the run must end
+    /// within this long of this call, or the scheduler stops it (see [`StopCause`]). When `f`
+    /// fails or panics,
+    /// the run's unstarted tasks are cancelled and the run is driven to its end before this
+    /// returns the error or the panic.
+    ///
+    /// The one place a run is built: the Worker, the chip runtime and the benchmarks call it.
+    pub(crate) fn build_run<F>(
+        &self,
+        capture: bool,
+        deadline: Option<Duration>,
+        will_wait: bool,
+        f: F,
+    ) -> std::result::Result<Built<'_>, BuildFailed>
+    where
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
+    {
+        // A token unique to this thread (the address of a thread-local), to refuse a
+        // re-entrant build instead of deadlocking on `building`.
+        thread_local!(static TOKEN: u8 = const { 0 });
+        let me = TOKEN.with(|t| t as *const u8 as usize);
+        // The deadline counts from the submit, admission and building included.
+        let deadline = deadline.map(|limit| (crate::sys::clock::after(limit), limit));
+        if self.builder.load(Ordering::Acquire) == me {
+            return Err(BuildFailed::Error(Error::state(
+                "Worker.submit: called from inside an orchestration function of the same Worker; \
+                 submit tasks through the Orchestrator instead",
+            )));
+        }
+        let _building = sync::lock(&self.building);
+        // Only once this thread builds (not while it queues behind another builder).
+        let intent = will_wait.then(|| self.announce_waiter());
+        self.builder.store(me, Ordering::Release);
+        struct ClearBuilder<'a>(&'a AtomicUsize);
+        impl Drop for ClearBuilder<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
+        let _clear = ClearBuilder(&self.builder);
+        let run = self.begin_run(capture, deadline).map_err(BuildFailed::Error)?;
+        run.ahead.store(!will_wait, Ordering::Relaxed);
+        let _span = run.span.clone().entered();
+        let mut orch = Orchestrator::new(self, run.clone());
+        let result = catch_unwind(AssertUnwindSafe(|| f(&mut orch)));
+        // In a worker process, a child of a fork the orchestration function made returned
+        // here: it leaves (rule P6 of `sys::process`).
+        crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
+        match result {
+            Ok(Ok(())) => {
+                orch.finish(None);
+                Ok(Built { run, intent })
+            }
+            Ok(Err(e)) => {
+                orch.finish(Some(&e));
+                self.drive_until(|| run.is_done(), None);
+                Err(BuildFailed::Error(e))
+            }
+            Err(panic) => {
+                orch.finish(Some(&BuildFailed::panic_error(&*panic)));
+                self.drive_until(|| run.is_done(), None);
+                Err(BuildFailed::Panic(panic))
+            }
+        }
+    }
+
+    /// Sets how many runs hold pipeline leases at once (before any run): the smallest depth
+    /// the level's chips granted, at most `pipeline_depth`.
+    pub(crate) fn set_lease_depth(&self, depth: u32) -> Result<()> {
+        *sync::lock(&self.leases) = lease::LeaseArena::new(depth)?;
+        Ok(())
+    }
+
+    /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held; at a
+    /// depth of 1, the head's is the only one). Called for the FIFO head and its first
+    /// successor only, so only those hold leases.
+    ///
+    /// A run that is done gets none: `run_finished` may run on another thread (the
+    /// orchestration's, when it fails the task this lease was for), and it returns only a lease
+    /// set before it looked. Both look under the arena's lock, and `done` is set before
+    /// `run_finished` runs, so a lease is either returned there or never minted.
+    pub(crate) fn lease_for(&self, run: &RunState) -> Option<lease::Lease> {
+        if let Some(l) = run.lease.get() {
+            return Some(*l);
+        }
+        let mut leases = sync::lock(&self.leases);
+        if let Some(l) = run.lease.get() {
+            return Some(*l);
+        }
+        if run.is_done() {
+            return None;
+        }
+        let minted = leases.acquire()?;
+        match run.lease.set(minted) {
+            Ok(()) => Some(minted),
+            Err(_) => unreachable!("a run's lease is set only under the arena's lock"),
+        }
+    }
+
+    /// The pipeline leases' free / live / quarantined counts (tests).
+    #[cfg(test)]
+    pub(crate) fn lease_counts(&self) -> lease::LeaseCounts {
+        sync::lock(&self.leases).counts()
+    }
+
+    /// The FIFO head run, if any.
+    pub(crate) fn live_head(&self) -> Option<Arc<RunState>> {
+        sync::lock(&self.runs).live.front().cloned()
+    }
+
+    /// The first run behind the FIFO head, if any.
+    pub(crate) fn successor_run(&self) -> Option<Arc<RunState>> {
+        sync::lock(&self.runs).live.get(1).cloned()
+    }
+
+    /// Whether a task of `run` that writes `id` has not ended yet (see
+    /// [`TensorMap::writer_pending`](crate::engine::tensor_map::TensorMap::writer_pending)).
+    pub(crate) fn writer_pending(&self, run: u64, id: crate::data::buffer::Identity) -> bool {
+        self.tensor_map.writer_pending(run, id)
+    }
+
+    /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
+    pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
+        // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
+        {
+            let mut leases = sync::lock(&self.leases);
+            if let Some(&l) = run.lease.get()
+                && let Err(e) = leases.release(l)
+            {
+                tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            }
+        }
+        {
+            let mut runs = sync::lock(&self.runs);
+            if let Some(at) = runs.live.iter().position(|r| Arc::ptr_eq(r, run)) {
+                runs.spare = runs.live.remove(at);
+            }
+            self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+        }
+        tracing::debug!(target: "simpler::run", run_id = run.id, ok = run.first_error().is_none(), "run finished");
+        self.events.ring();
+        // A new head may have ready tasks: make sure someone drives.
+        self.doorbell().ring();
+        self.wake_background_if_needed();
+    }
+
+    pub(crate) fn head_run(&self) -> u64 {
+        self.head_run.load(Ordering::Acquire)
+    }
+
+    /// Live runs (for close).
+    pub(crate) fn live_runs(&self) -> Vec<Arc<RunState>> {
+        sync::lock(&self.runs).live.iter().cloned().collect()
+    }
+}

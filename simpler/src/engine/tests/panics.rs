@@ -1,0 +1,147 @@
+//! Panics (rule 5 of the scheduler role): a panic anywhere in the engine fails the runs it hit,
+//! never the role or a waiter's wait.
+
+use super::*;
+
+/// Who drives the runs of a panic test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// The test waits on each run (`RunHandle::wait_timeout`: it takes the role).
+    Waiter,
+    /// The background thread; the test only watches.
+    Background,
+}
+
+/// Waits for `run` the way `driver` says; fails the test if it does not end in time.
+fn settle_run(rig: &Rig, run: &Arc<RunState>, driver: Driver) -> Result<()> {
+    match driver {
+        Driver::Waiter => {
+            let h = RunHandle::new(run.clone(), &rig.eng);
+            let r = h.wait_timeout(LONG);
+            assert!(!r.as_ref().is_err_and(|e| e.kind() == ErrorKind::Timeout), "run {} hung", run.id);
+            r
+        }
+        Driver::Background => {
+            assert!(wait_undriven(&rig.eng, run, Instant::now() + LONG), "run {} hung", run.id);
+            run.result()
+        }
+    }
+}
+
+/// One panic test: run 1 has an independent task 3, task 1 (held at its gate) and its consumer 2
+/// on two SUB workers; the panic is armed, task 1 released, and run 1 must fail with an
+/// `Internal` error naming where it panicked; then run 2 (a producer and its consumer) must
+/// succeed, driven the same way, and the role must be free.
+fn panic_case(what: Inject, driver: Driver) {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(0, 2), &script);
+    let bg = (driver == Driver::Background).then(|| {
+        let eng = rig.eng.clone();
+        thread::spawn(move || eng.background_loop())
+    });
+    if what != Inject::Pass {
+        // Task 1 is dispatched while run 1 is built, so `start` must be armed before.
+        inject(&rig, what);
+    }
+    script.hold(1);
+    let (x, y) = (buffer(1), buffer(2));
+    let run1 = rig.begin();
+    let mut orch = rig.orch(&run1);
+    orch.submit_sub(&rig.host, args(3, &[(&whole(y), Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(1, &[(&whole(x), Tag::Output)])).unwrap();
+    // Refused when task 1 already failed (a panic in `start`): submission stops at a failure.
+    let _ = orch.submit_sub(&rig.host, args(2, &[(&whole(x), Tag::Input)]));
+    orch.finish(None);
+    if what == Inject::Pass {
+        inject(&rig, what);
+    }
+    script.release(1);
+    let err = settle_run(&rig, &run1, driver).expect_err("run 1 must fail");
+    assert_eq!(err.kind(), ErrorKind::Internal, "{what:?}/{driver:?}: {err:?}");
+    for n in what.needles() {
+        assert!(err.message().contains(n), "{what:?}/{driver:?}: the error should mention {n:?}: {err:?}");
+    }
+    assert!(!script.started(2), "{what:?}/{driver:?}: task 2 ran although its producer failed");
+
+    // The engine goes on.
+    let z = buffer(3);
+    let run2 = rig.begin();
+    let mut orch = rig.orch(&run2);
+    orch.submit_sub(&rig.host, args(11, &[(&whole(z), Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(12, &[(&whole(z), Tag::Input)])).unwrap();
+    orch.finish(None);
+    settle_run(&rig, &run2, driver).unwrap_or_else(|e| panic!("{what:?}/{driver:?}: run 2 failed: {e:?}"));
+    assert!(script.ended(11) && script.ended(12));
+    if let Some(bg) = bg {
+        rig.eng.stop_background();
+        bg.join().expect("the background thread survived");
+    }
+    assert!(!rig.eng.role.held(), "{what:?}/{driver:?}: the role is still held");
+    assert_eq!(rig.eng.role.wanted(), 0);
+    if what != Inject::CompleteAlways {
+        // Everything of run 1 was released: 3 ran, 1 failed (or ended), 2 was poisoned.
+        rig.drive("every slot of run 1 to be released", || rig.eng.window.live() == 0);
+        rig.assert_clean();
+    }
+}
+
+#[test]
+fn a_panic_anywhere_in_the_engine_fails_the_run_and_a_waiter_goes_on() {
+    for what in Inject::ALL {
+        panic_case(what, Driver::Waiter);
+    }
+}
+
+#[test]
+fn a_panic_anywhere_in_the_engine_fails_the_run_and_the_background_thread_goes_on() {
+    for what in Inject::ALL {
+        panic_case(what, Driver::Background);
+    }
+}
+
+#[test]
+fn a_lane_whose_endpoint_panicked_is_out_of_service() {
+    let script = Script::new();
+    let rig = Rig::threaded(cfg(2, 0), &script);
+    sync::lock(&rig.faults.poll).insert(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let err = err_of(rig.wait(&run));
+    assert_eq!(err.kind(), ErrorKind::Internal, "{err:?}");
+    // Worker 0 takes no more work; worker 1 does.
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    let err = err_of(rig.wait(&run));
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err:?}");
+    assert!(err.message().contains("worker 0 is dead (its endpoint panicked in poll"), "{err:?}");
+    assert!(!script.started(2) && script.ended(3));
+    rig.assert_clean();
+}
+
+#[test]
+fn the_role_is_given_up_when_its_holder_panics() {
+    let rig = Rig::manual(cfg(0, 1));
+    let eng = rig.eng.clone();
+    let holder = thread::spawn(move || {
+        let _role = eng.try_role().expect("nobody holds the role");
+        panic!("the holder panics");
+    });
+    assert!(holder.join().is_err());
+    #[cfg(not(loom))] // (under `--cfg loom` the lock is `loom`'s, which never poisons)
+    assert!(rig.eng.sched.is_poisoned(), "the panic poisoned the scheduler lock");
+    assert!(!rig.eng.role.held(), "the role flag was left set");
+    // The poisoned lock is taken, not mistaken for a held one: a run is driven to its end.
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[])).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.was_dispatched(1));
+    rig.sub[0].finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
