@@ -7,11 +7,8 @@ use std::time::Duration;
 use common::*;
 use simpler::{DataType, ErrorKind, MAX_SCOPE_DEPTH, TaskArgs};
 
-#[test]
+#[isolated_test]
 fn unbalanced_scope_end_is_an_error() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
@@ -31,11 +28,8 @@ fn unbalanced_scope_end_is_an_error() {
     assert_eq!(read_u64(&out, 0, 1), vec![6]);
 }
 
-#[test]
+#[isolated_test]
 fn scopes_nest_at_most_64_frames() {
-    if !in_own_process() {
-        return;
-    }
     assert_eq!(MAX_SCOPE_DEPTH, 64);
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 2);
@@ -66,11 +60,8 @@ fn scopes_nest_at_most_64_frames() {
     assert_eq!(read_u64(&out, 0, 1), vec![7]);
 }
 
-#[test]
+#[isolated_test]
 fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
@@ -100,11 +91,8 @@ fn scope_closure_owns_its_frame_and_ends_it_also_on_error() {
     assert_eq!(read_u64(&out, 0, 1), vec![8], "the task submitted inside the scope ran");
 }
 
-#[test]
+#[isolated_test]
 fn scopes_left_open_are_closed_when_the_run_is_built() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
@@ -119,11 +107,8 @@ fn scopes_left_open_are_closed_when_the_run_is_built() {
     assert_eq!(read_u64(&out, 0, 1), vec![9]);
 }
 
-#[test]
+#[isolated_test]
 fn small_task_window_with_many_scoped_tasks() {
-    if !in_own_process() {
-        return;
-    }
     const N: usize = 200;
     let (rig, [affine]) = Rig::start(subs(2).task_window(4), [("affine", affine)]);
     let chain = u64_buffer(&rig, N + 1);
@@ -150,11 +135,8 @@ fn small_task_window_with_many_scoped_tasks() {
     assert_eq!(run.stats().unwrap().tasks, N as u64);
 }
 
-#[test]
+#[isolated_test]
 fn full_task_window_in_the_outer_scope_times_out() {
-    if !in_own_process() {
-        return;
-    }
     let timeout = Duration::from_millis(200);
     let (rig, [fill]) = Rig::start(subs(1).task_window(4).backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 8);
