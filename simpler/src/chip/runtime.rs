@@ -18,7 +18,7 @@
 //!   if needed and copy the host inputs in. Nothing reaches the cores: the slot's staging
 //!   buffer is fenced (rule A6 of `chip::arena`), so this overlaps the kernels of the run that
 //!   executes.
-//! * [`launch`](ChipRuntime::launch): hands the run to the executor thread and returns at once.
+//! * [`launch_traced`](ChipRuntime::launch_traced): hands the run to the executor thread and returns at once.
 //!   Refused while another run is launched and not finalized: runs execute one at a time.
 //! * [`poll`](ChipRuntime::poll) / [`wait`](ChipRuntime::wait): whether / until it is done.
 //! * [`finalize`](ChipRuntime::finalize) (steps 5-6): copy the outputs back on success, fence
@@ -337,12 +337,9 @@ impl ChipRuntime {
         Ok(granted)
     }
 
-    /// A lease from the chip's own arena, for a caller that mints none (`None`: every slot is
-    /// taken by a run in flight).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
+    /// A lease from the chip's own arena, for a test that drives the phases itself (`None`:
+    /// every slot is taken by a run in flight).
+    #[cfg(test)]
     pub(crate) fn acquire_lease(&mut self) -> Option<Lease> {
         self.leases.acquire()
     }
@@ -362,11 +359,8 @@ impl ChipRuntime {
         self.marks.admit(lease)
     }
 
-    /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
+    /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`; tests).
+    #[cfg(test)]
     pub(crate) fn release_lease(&mut self, lease: Lease) -> Result<()> {
         self.leases.release(lease)
     }
@@ -392,10 +386,10 @@ impl ChipRuntime {
     }
 
     /// Runs a chip callable with `args` (see the [module docs](self) for the steps): the
-    /// blocking composition of [`prepare`](Self::prepare), [`launch`](Self::launch),
+    /// blocking composition of [`prepare`](Self::prepare), [`launch_traced`](Self::launch_traced),
     /// [`wait`](Self::wait) and [`finalize`](Self::finalize), under a lease of the chip's own.
     ///
-    /// It executes on the calling thread ([`launch`](Self::launch) hands a run to the chip's
+    /// It executes on the calling thread ([`launch_traced`](Self::launch_traced) hands a run to the chip's
     /// executor thread instead, for a caller that prepares the next run meanwhile). A kernel
     /// runs as core 0 (`worker_index() == 0`) and ignores
     /// `config`; a chip orchestration receives `config` and runs its kernels on the core
@@ -669,22 +663,16 @@ impl ChipRuntime {
         })
     }
 
-    /// Phase 2: hands the prepared `run` to the executor thread and returns. Refused (an
-    /// [`ErrorKind::InvalidState`] error) while another run is launched and not finalized, or
-    /// for a run that is not this chip's prepared one.
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(
-            dead_code,
-            reason = "the pipelined driver is the benchmark's and the tests' until chip children pipeline"
-        )
-    )]
+    /// [`launch_traced`](Self::launch_traced) of a run that is not traced (tests).
+    #[cfg(test)]
     pub(crate) fn launch(&mut self, run: &mut ChipRun<'_>) -> Result<()> {
         self.launch_traced(run, false)
     }
 
-    /// [`launch`](Self::launch), and with `trace` the run records what it runs (given back by
-    /// [`finalize_traced`](Self::finalize_traced)).
+    /// Phase 2: hands the prepared `run` to the executor thread and returns; with `trace` the
+    /// run records what it runs (given back by [`finalize_traced`](Self::finalize_traced)).
+    /// Refused (an [`ErrorKind::InvalidState`] error) while another run is launched and not
+    /// finalized, or for a run that is not this chip's prepared one.
     pub(crate) fn launch_traced(&mut self, run: &mut ChipRun<'_>, trace: bool) -> Result<()> {
         let job = self.launchable(run, trace)?;
         self.exec.send(job).map_err(|e| e.context(format!("chip {}", self.chip)))?;
@@ -696,7 +684,7 @@ impl ChipRuntime {
         Ok(())
     }
 
-    /// [`launch`](Self::launch), but the run executes here, on the calling thread, and is done
+    /// [`launch_traced`](Self::launch_traced), but the run executes here, on the calling thread, and is done
     /// when this returns: what the blocking [`run`](Self::run) does when no other run of the
     /// chip is prepared to overlap it (a hop to the executor thread and back would cost two
     /// wake-ups per chip task for nothing).
@@ -995,11 +983,9 @@ impl ChipRuntime {
         }
     }
 
-    /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "read by the pipeline benchmark")
-    )]
+    /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`, for
+    /// the pipeline benchmark and the tests).
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn device_allocations(&self) -> u64 {
         self.device.allocations()
     }
