@@ -20,8 +20,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use common::{bands, figure, percentile, placement, spread, target, us};
-use simpler::bench_support::last_cpu;
+use common::{bands, figure, last_cpu, percentile, placement, spread, target, us};
 use simpler::{
     CallableHandle, DataType, HostArgs, HostResult, TaskArgs, Tensor, Worker, chip::CallConfig, chip::ChipFn,
 };

@@ -43,8 +43,44 @@ mod common;
 use std::time::Duration;
 
 use common::{figure, target};
-use simpler::bench_support::{chip_pipeline, pipeline_compute, pipeline_kernel};
-use simpler::{DataType, TaskArgs, Worker, chip::CallConfig, chip::ChipFn};
+use simpler::bench_support::chip_pipeline;
+use simpler::{DataType, HostArgs, HostResult, TaskArgs, Worker, chip::CallConfig, chip::ChipFn};
+
+/// For each 1024-element block of the input (with `scalar 1` = `every` = k > 1: one block in
+/// k, the others unread), `scalar 0` rounds of `x = 0.999 x + 0.5` over a copy of the block
+/// (in the first-level cache, so the rounds are bound by arithmetic), summed into
+/// `out[i % out.len()]`: a kernel whose duration scales with the blocks it reads and the
+/// rounds (the pipeline benchmark's "kernel of comparable duration"). With `every` > 1 it
+/// reads little of device memory, as a kernel on a real chip reads the chip's own memory and
+/// not the host's, which a simulated chip shares with the next run's copy-in.
+fn pipeline_kernel(args: &HostArgs<'_>) -> HostResult {
+    let rounds = args.scalar(0)?;
+    let every = args.scalar(1).unwrap_or(1).max(1) as usize;
+    let input = args.input::<f32>(0)?;
+    pipeline_compute(input, args.output::<f32>(1)?, rounds, every);
+    Ok(())
+}
+
+/// What [`pipeline_kernel`] computes, on plain slices (the benchmark runs it beside a copy to
+/// measure what two threads of this machine overlap at best).
+fn pipeline_compute(input: &[f32], out: &mut [f32], rounds: u64, every: usize) {
+    out.fill(0.0);
+    let n = out.len();
+    let mut block = [0.0f32; 1024];
+    for (k, chunk) in input.chunks(block.len()).enumerate().step_by(every.max(1)) {
+        let tmp = &mut block[..chunk.len()];
+        tmp.copy_from_slice(chunk);
+        for _ in 0..rounds {
+            for v in tmp.iter_mut() {
+                *v = *v * 0.999 + 0.5;
+            }
+        }
+        let at = (k * 1024) % n;
+        for (o, v) in out[at..].iter_mut().zip(tmp.iter()) {
+            *o += *v;
+        }
+    }
+}
 
 /// Wall time of `RUNS` Worker runs at `depth` on one chip, each its own input and output;
 /// checks every output. With `capture`, also each run's timeline.
@@ -260,8 +296,8 @@ fn main() -> simpler::Result<()> {
         ceilings.push(overlap_ceiling(passes));
         w_serial.push(worker_runs(1, passes, INPUT, false)?.0);
         w_piped.push(worker_runs(2, passes, INPUT, false)?.0);
-        let s = chip_pipeline(1, RUNS, INPUT, OUTPUT, (passes, every()))?;
-        let p = chip_pipeline(2, RUNS, INPUT, OUTPUT, (passes, every()))?;
+        let s = chip_pipeline(pipeline_kernel, 1, RUNS, INPUT, OUTPUT, (passes, every()))?;
+        let p = chip_pipeline(pipeline_kernel, 2, RUNS, INPUT, OUTPUT, (passes, every()))?;
         assert!(s.outputs_checked && p.outputs_checked, "a run's output came back wrong");
         serial.push(s.wall);
         piped.push(p.wall);

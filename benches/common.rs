@@ -66,6 +66,14 @@ pub fn bands(label: &str, values: &[f64]) {
     );
 }
 
+/// The CPU a process (or, with `"thread-self"`, the calling thread) last ran on: field 39 of
+/// `/proc/<pid>/stat`. `None` where `/proc` cannot tell.
+pub fn last_cpu(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesized command name start at field 3 (state).
+    stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
+}
+
 /// Where processes last ran, as a human line (field 39 of `/proc/<pid>/stat`).
 pub fn placement(label: &str, who: &[(&str, Option<u32>)]) {
     let parts: Vec<String> = who

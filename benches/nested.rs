@@ -24,8 +24,7 @@ mod common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{bands, figure, one_sub_task, percentile, spread, target, us};
-use simpler::bench_support::last_cpu;
+use common::{bands, figure, last_cpu, one_sub_task, percentile, spread, target, us};
 use simpler::{
     CallableHandle, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker, chip::CallConfig,
     status::Level,

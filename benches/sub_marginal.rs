@@ -10,8 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{figure, percentile, placement, target, us};
-use simpler::bench_support::last_cpu;
+use common::{figure, last_cpu, percentile, placement, target, us};
 use simpler::{CallableHandle, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 
 const SIZES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];

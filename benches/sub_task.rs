@@ -11,8 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bands, figure, one_sub_task, percentile, placement, spread, target, us};
-use simpler::bench_support::last_cpu;
+use common::{bands, figure, last_cpu, one_sub_task, percentile, placement, spread, target, us};
 use simpler::{HostArgs, HostFn, HostResult, Worker};
 
 const WARMUP: usize = 200;

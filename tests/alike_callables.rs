@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::in_own_process;
+use common::isolated_test;
 use simpler::{ErrorKind, Worker, callable, dsl::InOut};
 
 mod fa {
@@ -30,11 +30,8 @@ mod fb {
     }
 }
 
-#[test]
+#[isolated_test]
 fn two_callables_that_read_alike_share_a_digest_and_no_worker_starts_with_them() {
-    if !in_own_process() {
-        return;
-    }
     assert_eq!(fa::twice::DIGEST, fb::twice::DIGEST, "the macro cannot tell them apart");
     let mut w = Worker::builder().sub_workers(1).build().unwrap();
     let err = w.init().unwrap_err();

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{double, in_own_process, vadd};
+use common::{double, isolated_test, vadd};
 
 use simpler::{
     DataType, ErrorKind, Orchestrator, TaskArgs, Worker, chip::CallConfig, chip::ChipBackend, chip::ChipFn,
@@ -113,11 +113,8 @@ fn add_then_double(orch: &mut Orchestrator<'_>, args: &TaskArgs, _cfg: &CallConf
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn every_device_operation_of_an_l2_chip_goes_through_its_backend() {
-    if !in_own_process() {
-        return;
-    }
     let counts = &COUNTS;
     let mut chip = Worker::builder()
         .level(Level::Chip)
@@ -169,11 +166,8 @@ fn every_device_operation_of_an_l2_chip_goes_through_its_backend() {
     assert_eq!(counts.get(), [3, 3, 5, 3], "the staging block is freed at close");
 }
 
-#[test]
+#[isolated_test]
 fn a_strided_host_tensor_is_copied_element_by_element_through_the_backend() {
-    if !in_own_process() {
-        return;
-    }
     let counts = &COUNTS;
     let mut chip = Worker::builder()
         .level(Level::Chip)
@@ -204,11 +198,8 @@ fn a_strided_host_tensor_is_copied_element_by_element_through_the_backend() {
     chip.close().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn an_l3_chip_child_uses_the_backend_its_factory_makes() {
-    if !in_own_process() {
-        return;
-    }
     let counts = &COUNTS;
     let builder = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).chip_backend(counting_1k);
     let mut rig = common::Rig::new(builder);
@@ -236,11 +227,8 @@ fn an_l3_chip_child_uses_the_backend_its_factory_makes() {
     drop((a, b, out));
 }
 
-#[test]
+#[isolated_test]
 fn a_failing_backend_factory_fails_init_naming_the_chip() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = Worker::builder()
         .level(Level::Chip)
         .chip_backend(|spec: &ChipSpec| {

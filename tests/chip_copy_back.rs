@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Rig, in_own_process, spin_until, wait_for};
+use common::{Rig, isolated_test, spin_until, wait_for};
 use simpler::{
     DataType, HostArgs, HostResult, RunOptions, TaskArgs, Worker, chip::CallConfig, chip::ChipBackend,
     chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
@@ -81,11 +81,8 @@ fn probe(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
 /// `Worker::copy_to` from a host buffer that a running chip task writes: the chip serves the
 /// copy only after the task's outputs have gone back, so the bytes it lends its backend do not
 /// change under it.
-#[test]
+#[isolated_test]
 fn a_copy_to_from_a_buffer_a_running_chip_task_writes_waits_for_the_copy_back() {
-    if !in_own_process() {
-        return;
-    }
     let me = std::process::id();
     let _m = Markers(me);
     let mut rig = Rig::new(

@@ -14,7 +14,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
+use common::{Rig, expect_err, isolated_test, sigkill, spin_until, wait_for};
 use simpler::{
     CallableHandle, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions, TaskArgs, Worker,
     chip::CallConfig, chip::ChipFn, status::WorkerKind,
@@ -129,11 +129,8 @@ fn three_runs(
     ([a, b, c], outs, xs)
 }
 
-#[test]
+#[isolated_test]
 fn a_successor_run_is_prepared_while_the_run_before_executes_and_starts_after_it() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, gated, dbl) = rig();
     let gates = Gates(std::process::id());
     let ([a, b, c], outs, xs) = three_runs(&rig, &gated, &dbl, &gates);
@@ -157,11 +154,8 @@ fn a_successor_run_is_prepared_while_the_run_before_executes_and_starts_after_it
 /// stop B when B is cancelled (a kernel cannot be interrupted). Both runs end promptly with
 /// errors naming the chip; C's says it was staged, and why the chip died when the Worker
 /// killed it.
-#[test]
+#[isolated_test]
 fn a_chip_that_dies_with_a_prepared_successor_fails_both_runs_with_named_errors() {
-    if !in_own_process() {
-        return;
-    }
     for cancel in [false, true] {
         let (rig, gated, dbl) = rig();
         let gates = Gates(std::process::id());
@@ -186,11 +180,8 @@ fn a_chip_that_dies_with_a_prepared_successor_fails_both_runs_with_named_errors(
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_cancelled_run_gives_its_prepared_task_back_unlaunched_and_the_chip_serves_on() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, gated, dbl) = rig();
     let gates = Gates(std::process::id());
     let ([a, b, c], outs, xs) = three_runs(&rig, &gated, &dbl, &gates);
@@ -209,11 +200,8 @@ fn a_cancelled_run_gives_its_prepared_task_back_unlaunched_and_the_chip_serves_o
     assert_eq!(out.read::<f32>(0, N).unwrap()[3], 6.0);
 }
 
-#[test]
+#[isolated_test]
 fn a_successor_that_fails_to_prepare_fails_alone() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, gated, dbl) = rig();
     let gates = Gates(std::process::id());
     let input = rig.create_buffer(N * 4).unwrap();
@@ -242,11 +230,8 @@ fn a_successor_that_fails_to_prepare_fails_alone() {
     submit(&rig, &dbl, &input, &out2, 0).wait().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn a_chip_killed_while_its_only_run_executes_does_not_say_the_task_had_not_launched() {
-    if !in_own_process() {
-        return;
-    }
     // One run, nothing behind it (submitted without waiting: the chip runs it on its executor
     // thread, ready to prepare a run that might follow).
     let (mut rig, _gated, _dbl) = rig();
@@ -268,11 +253,8 @@ fn a_chip_killed_while_its_only_run_executes_does_not_say_the_task_had_not_launc
 /// chip's loop must not execute that task on its own thread (it would read the WITHDRAW only
 /// after the kernel), so cancelling the successor ends it at once, not when the head's kernel
 /// ends.
-#[test]
+#[isolated_test]
 fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, gated, dbl) = rig();
     let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
     let gates = Gates(std::process::id());
@@ -316,11 +298,8 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
 /// whose caller went on without waiting (`submit`) on its executor thread, so it can prepare
 /// the run that follows while that kernel runs (it used to run it on its own thread, and
 /// prepared the second run only after the first kernel).
-#[test]
+#[isolated_test]
 fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, gated, dbl) = rig();
     let gates = Gates(std::process::id());
     let (input, xs, outs) = input_and_outputs(&rig, 2);
@@ -341,11 +320,8 @@ fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
 /// and 1, then a single on chip 0, then one on chip 2 (which no group needs: it is staged, and
 /// the pass that staged it would have staged the single on chip 0). Chip 0 runs run 1's task,
 /// the group, then the single.
-#[test]
+#[isolated_test]
 fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(3).chip_memory(32 << 20).chip_cores(1));
     let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
     let dbl = rig.register_chip(ChipFn::kernel("double", double)).unwrap();

@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Rig, expect_err, in_own_process, sigkill, spin_until, wait_for};
+use common::{Rig, expect_err, isolated_test, sigkill, spin_until, wait_for};
 use simpler::{
     CallableHandle, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions, TaskArgs, Worker,
     chip::CallConfig, chip::ChipBackend, chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
@@ -209,11 +209,8 @@ fn pieces_begun() -> usize {
 }
 
 /// The head's end is answered between pieces of the successor's copy-in, not after all of it.
-#[test]
+#[isolated_test]
 fn the_heads_end_is_answered_while_the_successor_copies_in() {
-    if !in_own_process() {
-        return;
-    }
     let _m = Markers(std::process::id());
     let (rig, gated, dbl) = rig();
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
@@ -229,11 +226,8 @@ fn the_heads_end_is_answered_while_the_successor_copies_in() {
 /// The head's outputs go back to the host as soon as it has run, while the chip thread is
 /// inside a piece of the successor's copy-in: a piece that waits for them is not left waiting
 /// (were they copied back between pieces, it would wait for itself).
-#[test]
+#[isolated_test]
 fn the_heads_outputs_go_back_while_a_piece_of_the_successor_copies_in() {
-    if !in_own_process() {
-        return;
-    }
     let _m = Markers(std::process::id());
     let (rig, gated, dbl) = rig_with(waiting, ChipFn::kernel("gated_until_a_piece", gated_until_a_piece));
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
@@ -271,30 +265,21 @@ fn stopped_while_it_copies_in(
 }
 
 /// Cancelling the successor while it copies in ends it at the next piece, unlaunched.
-#[test]
+#[isolated_test]
 fn a_successor_cancelled_while_it_copies_in_ends_at_once_unlaunched() {
-    if !in_own_process() {
-        return;
-    }
     stopped_while_it_copies_in(RunOptions::new(), |b| assert!(b.cancel()), ErrorKind::Cancelled, "cancelled");
 }
 
 /// A deadline of the successor that passes while it copies in ends it likewise.
-#[test]
+#[isolated_test]
 fn a_successor_whose_deadline_passes_while_it_copies_in_ends_at_its_deadline() {
-    if !in_own_process() {
-        return;
-    }
     let opts = RunOptions::new().deadline(Duration::from_millis(300));
     stopped_while_it_copies_in(opts, |_| {}, ErrorKind::Timeout, "deadline");
 }
 
 /// The chip dies mid-copy: both runs end at once, B's error saying it was not yet prepared.
-#[test]
+#[isolated_test]
 fn a_chip_killed_while_the_successor_copies_in_fails_both_promptly() {
-    if !in_own_process() {
-        return;
-    }
     let _m = Markers(std::process::id());
     let (rig, gated, dbl) = rig();
     let (a, b, _outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{double, fail_kernel, in_own_process, vadd};
+use common::{double, fail_kernel, isolated_test, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -81,11 +81,8 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
     b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
 }
 
-#[test]
+#[isolated_test]
 fn vector_add_on_one_chip() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(1));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();
@@ -102,11 +99,8 @@ fn vector_add_on_one_chip() {
     assert!(got.iter().enumerate().all(|(i, v)| *v == av[i] + bv[i]), "vector add result");
 }
 
-#[test]
+#[isolated_test]
 fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(4));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();
@@ -136,11 +130,8 @@ fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(1));
     rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.register_chip(ChipFn::kernel("double", double)).unwrap();
@@ -162,11 +153,8 @@ fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
     rig.free(&tmp).unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn chip_resident_memory_round_trip() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(2));
     let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
     rig.init();
@@ -228,11 +216,8 @@ fn chip_resident_memory_round_trip() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn copies_of_a_device_buffer_are_refused_while_a_submitted_task_names_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(1));
     let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
     rig.init();
@@ -268,11 +253,8 @@ fn copies_of_a_device_buffer_are_refused_while_a_submitted_task_names_it() {
     rig.free(&other).unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(2).sub_workers(1));
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let h = rig.register(HostFn::new("noop", host_noop)).unwrap();
@@ -309,11 +291,8 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     rig.free(&dev).unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn a_failing_kernel_names_the_chip_and_the_callable() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(2));
     let k = rig.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     rig.init();
@@ -324,11 +303,8 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
     assert_eq!(err.message().matches("failed on chip 1").count(), 1, "said once: {err}");
 }
 
-#[test]
+#[isolated_test]
 fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(chips(2));
     let block = rig.register_chip(ChipFn::kernel("block", block_kernel)).unwrap();
     let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Rig, in_own_process};
+use common::{Rig, isolated_test};
 use simpler::{
     DataType, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, Result, TaskArgs, Worker, chip::CallConfig,
     chip::ChipFn, memory::TensorView, status::Level,
@@ -53,11 +53,8 @@ fn submit_to(rig: &Rig, h: &simpler::CallableHandle, w: u32, t: &simpler::Tensor
     })
 }
 
-#[test]
+#[isolated_test]
 fn a_nested_run_cannot_widen_a_view_it_was_given() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, h, w) = l4_over_l3(OrchFn::new("widen", widen));
     let x = rig.create_buffer(2 * N as usize * 8).unwrap();
     let m = x.tensor(&[2, N], DataType::Uint64).unwrap();
@@ -83,11 +80,8 @@ fn keep(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result<
     orch.submit_sub(&HostFn::new("scribble", scribble).handle(), a).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_nested_run_cannot_use_a_tensor_kept_from_an_earlier_task() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, h, w) = l4_over_l3(OrchFn::new("keep", keep));
     let (x, z) = (rig.create_buffer(N as usize * 8).unwrap(), rig.create_buffer(8).unwrap());
     let (tx, tz) = (x.tensor(&[N], DataType::Uint64).unwrap(), z.tensor(&[1], DataType::Uint64).unwrap());
@@ -125,11 +119,8 @@ fn chip_keep(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Re
     orch.submit_next_level(&fill, b, CallConfig::default(), 1).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_chip_orchestration_cannot_use_a_tensor_kept_from_an_earlier_run() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(2));
     rig.register_chip(ChipFn::kernel("fill_k", fill_k)).unwrap();
     let h = rig.register_chip(ChipFn::orchestration("chip_keep", chip_keep)).unwrap();

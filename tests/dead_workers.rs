@@ -20,11 +20,8 @@ fn wait_seen_dead(w: &Worker, i: usize) {
     });
 }
 
-#[test]
+#[isolated_test]
 fn an_idle_sub_worker_killed_gets_no_task_and_the_survivor_runs_them() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [record]) = Rig::start(subs(2), [("record_worker", record_worker)]);
     let pids = rig.pids().to_vec();
     let all = rig.workers();
@@ -61,11 +58,8 @@ fn u32s(b: &simpler::Buffer, i: usize) -> simpler::Tensor {
     b.view(TensorView::new(4 * i as u64, &[1], None, DataType::Uint32).expect("view")).expect("tensor")
 }
 
-#[test]
+#[isolated_test]
 fn a_task_placed_on_a_chip_that_died_idle_fails_at_once_naming_the_chip() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(64 << 20).chip_cores(2));
     let k = rig.register_chip(ChipFn::kernel("noop_kernel", noop)).unwrap();
     rig.init();
@@ -118,11 +112,8 @@ fn l3_noop(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler
     orch.submit_sub(&HostFn::new("noop", noop).handle(), TaskArgs::new()).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_sub_worker_killed_under_a_nested_worker_is_reported_as_a_dead_worker() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("block_pid", block_pid)).unwrap();
@@ -168,11 +159,8 @@ fn run_into(w: &Worker, f: &simpler::CallableHandle, who: &simpler::Buffer, i: u
     })
 }
 
-#[test]
+#[isolated_test]
 fn a_dead_sub_worker_is_replaced_with_everything_registered_and_runs_tasks_again() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [record]) = Rig::start(subs(1), [("record_worker", record_worker)]);
     let late = rig.register(HostFn::new("late_seven", late_seven)).unwrap(); // after init
     let old = rig.pids()[0];
@@ -200,11 +188,8 @@ fn a_dead_sub_worker_is_replaced_with_everything_registered_and_runs_tasks_again
     assert!(!process_exists(new.pid), "the replacement was reaped at close");
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_built_to_replace_dead_workers_does_so_at_the_next_submit() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [record]) = Rig::start(subs(2).replace_dead_workers(true), [("record_worker", record_worker)]);
     let pids = rig.pids().to_vec();
     let who = u32_buffer(&rig, 2);
@@ -239,11 +224,8 @@ fn a_worker_built_to_replace_dead_workers_does_so_at_the_next_submit() {
     assert!(last.iter().all(|&p| !process_exists(p)), "the replacements were reaped at close");
 }
 
-#[test]
+#[isolated_test]
 fn a_replaced_chip_runs_kernels_and_refuses_the_device_buffers_lost_with_the_old_one() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1));
     let add = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     rig.init();
@@ -275,11 +257,8 @@ fn a_replaced_chip_runs_kernels_and_refuses_the_device_buffers_lost_with_the_old
     assert!(!process_exists(pid));
 }
 
-#[test]
+#[isolated_test]
 fn replacing_is_refused_where_it_cannot_work_saying_why() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, _) = Rig::start(subs(1).start_method(simpler::StartMethod::Fork), [("noop", noop)]);
     sigkill(rig.pids()[0]);
     wait_seen_dead(&rig, 0);
@@ -308,11 +287,8 @@ fn ignore_sigchld() {
 /// every child at once, so a dead worker's exit status is gone before the Worker reads it. The
 /// death is still seen (the Worker watches each child through a pidfd), a task that needs the
 /// worker fails naming it and saying why how it ended is unknown, and close leaves nothing.
-#[test]
+#[isolated_test]
 fn a_worker_that_dies_in_a_program_ignoring_sigchld_is_seen_and_named() {
-    if !in_own_process() {
-        return;
-    }
     ignore_sigchld();
     let (rig, [record]) = Rig::start(subs(1), [("record_worker", record_worker)]);
     let pid = rig.pids()[0];

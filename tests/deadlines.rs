@@ -88,11 +88,8 @@ fn hang_run(rig: &Rig, hang: &simpler::CallableHandle, flags: &Buffer, options: 
     rig.submit_with(options, |orch, _, _| submit_hang(orch, hang, flags, 0).map(|_| ())).expect("submit")
 }
 
-#[test]
+#[isolated_test]
 fn a_run_past_its_deadline_fails_naming_task_callable_worker_and_deadline() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, record]) = Rig::start(subs(2), [("hang", hang), ("record_worker", record_worker)]);
     let flags = u32_buffer(&rig, 1);
     let started = Instant::now();
@@ -123,11 +120,8 @@ fn a_run_past_its_deadline_fails_naming_task_callable_worker_and_deadline() {
     assert_eq!(ran_on(&rig, &record) as usize, 1 - stuck);
 }
 
-#[test]
+#[isolated_test]
 fn a_run_behind_a_stuck_one_is_dispatched_to_the_idle_sub_worker_once_the_first_is_stopped() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, record]) = Rig::start(subs(2), [("hang", hang), ("record_worker", record_worker)]);
     let flags = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 1);
@@ -148,11 +142,8 @@ fn a_run_behind_a_stuck_one_is_dispatched_to_the_idle_sub_worker_once_the_first_
     assert_only_killed(&rig, &[stuck]);
 }
 
-#[test]
+#[isolated_test]
 fn a_third_submit_behind_a_stuck_run_times_out_naming_the_cause_until_the_run_is_cancelled() {
-    if !in_own_process() {
-        return;
-    }
     let backpressure = Duration::from_millis(300);
     let (rig, [hang, fill]) = Rig::start(
         subs(2).pipeline_depth(2).backpressure_timeout(backpressure),
@@ -198,11 +189,8 @@ fn a_third_submit_behind_a_stuck_run_times_out_naming_the_cause_until_the_run_is
     assert_only_killed(&rig, &[stuck]);
 }
 
-#[test]
+#[isolated_test]
 fn cancel_stops_a_running_run_and_later_runs_proceed() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, record]) = Rig::start(subs(2), [("hang", hang), ("record_worker", record_worker)]);
     let flags = u32_buffer(&rig, 1);
     let run = hang_run(&rig, &hang, &flags, RunOptions::new());
@@ -221,11 +209,8 @@ fn cancel_stops_a_running_run_and_later_runs_proceed() {
     assert_eq!(ran_on(&rig, &record) as usize, 1 - stuck);
 }
 
-#[test]
+#[isolated_test]
 fn cancel_never_dispatches_a_task_waiting_behind_a_stuck_one() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, fill, record]) =
         Rig::start(subs(2), [("hang", hang), ("fill", fill), ("record_worker", record_worker)]);
     let flags = u32_buffer(&rig, 2);
@@ -254,11 +239,8 @@ fn cancel_never_dispatches_a_task_waiting_behind_a_stuck_one() {
     assert_eq!(ran_on(&rig, &record) as usize, 1 - stuck, "the live SUB worker was idle all along");
 }
 
-#[test]
+#[isolated_test]
 fn a_cancelled_run_queued_behind_a_stuck_one_never_dispatches_its_tasks() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, fill]) = Rig::start(subs(2), [("hang", hang), ("fill", fill)]);
     let flags = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -297,11 +279,8 @@ fn a_cancelled_run_queued_behind_a_stuck_one_never_dispatches_its_tasks() {
     assert_only_killed(&rig, &[stuck]);
 }
 
-#[test]
+#[isolated_test]
 fn a_deadline_that_does_not_pass_changes_nothing_then_or_later() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill, block]) = Rig::start(subs(1), [("fill", fill), ("block_on_flag", block_on_flag)]);
     let out = u64_buffer(&rig, 2);
     let deadline = Duration::from_millis(300);
@@ -335,11 +314,8 @@ fn a_deadline_that_does_not_pass_changes_nothing_then_or_later() {
     assert_only_killed(&rig, &[]);
 }
 
-#[test]
+#[isolated_test]
 fn a_deadline_is_enforced_while_nobody_waits() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang]) = Rig::start(subs(2), [("hang", hang)]);
     let flags = u32_buffer(&rig, 1);
     let started = Instant::now();
@@ -356,11 +332,8 @@ fn a_deadline_is_enforced_while_nobody_waits() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn the_worker_wide_run_deadline_applies_unless_a_run_sets_its_own() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, block]) = Rig::start(
         subs(2).run_deadline(Duration::from_millis(200)),
         [("hang", hang), ("block_on_flag", block_on_flag)],
@@ -389,11 +362,8 @@ fn l3_hang(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simp
     orch.submit_sub(&HostFn::new("hang", hang).handle(), a).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_deadline_at_l4_kills_the_nested_worker_running_the_stuck_task() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig =
         Rig::new(Worker::builder().level(Level::Network1).backpressure_timeout(Duration::from_secs(5)));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
@@ -425,11 +395,8 @@ fn hang_kernel(_args: &HostArgs<'_>) -> HostResult {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_deadline_kills_the_chip_running_the_stuck_kernel_and_names_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1));
     let k = rig.register_chip(ChipFn::kernel("hang_kernel", hang_kernel)).unwrap();
     let ok = rig.register_chip(ChipFn::kernel("noop_kernel", noop)).unwrap();
@@ -445,11 +412,8 @@ fn a_deadline_kills_the_chip_running_the_stuck_kernel_and_names_it() {
         .expect("chip 0 still runs work");
 }
 
-#[test]
+#[isolated_test]
 fn a_deadline_is_enforced_while_the_run_is_still_being_built() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [hang, fill]) = Rig::start(subs(2), [("hang", hang), ("fill", fill)]);
     let flags = u32_buffer(&rig, 1);
     let out = u64_buffer(&rig, 1);
@@ -472,11 +436,8 @@ fn a_deadline_is_enforced_while_the_run_is_still_being_built() {
     assert_eq!(read_u64(&out, 0, 1), vec![0]);
 }
 
-#[test]
+#[isolated_test]
 fn with_replacement_a_worker_stopped_by_a_deadline_comes_back_for_the_next_run() {
-    if !in_own_process() {
-        return;
-    }
     // One SUB worker: without replacement nothing could run after the stuck task is stopped.
     let (rig, [hang, record]) =
         Rig::start(subs(1).replace_dead_workers(true), [("hang", hang), ("record_worker", record_worker)]);
@@ -513,11 +474,8 @@ simpler::task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_graph_run_past_the_deadline_of_its_call_fails_naming_the_deadline() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     let b = rig.create_buffer(4).unwrap();

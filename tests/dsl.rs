@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Rig, assert_err, in_own_process};
+use common::{Rig, assert_err, isolated_test};
 use simpler::{
     DataType, ErrorKind, Orchestrator, RunOptions, TaskArgs, Tensor, Worker, callable,
     callable::CallableKind, callable::Digest, chip::CallConfig, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf,
@@ -191,11 +191,8 @@ fn plain_inc(o: &mut Orchestrator<'_>, t: &Tensor) -> simpler::Result<()> {
 
 /// A graph call's arguments and config are its own: options that carry others are refused,
 /// naming the graph, and nothing runs.
-#[test]
+#[isolated_test]
 fn a_graph_call_refuses_options_with_arguments_of_their_own() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -213,11 +210,8 @@ fn a_graph_call_refuses_options_with_arguments_of_their_own() {
     assert_eq!(read(&by), vec![4.0; N as usize]);
 }
 
-#[test]
+#[isolated_test]
 fn chain_matches_the_hand_written_run() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -247,11 +241,8 @@ fn chain_matches_the_hand_written_run() {
     assert_eq!(shape(&macro_dag), shape(&plain_run.dag().unwrap()));
 }
 
-#[test]
+#[isolated_test]
 fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -288,11 +279,8 @@ fn diamond_matches_the_hand_written_run_and_runs_at_top_level() {
     assert_eq!(read(&by), vec![9.0; N as usize]);
 }
 
-#[test]
+#[isolated_test]
 fn a_group_on_four_chips_matches_the_hand_written_group() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(4).chip_memory(4 << 20));
     rig.init();
     let (_ba, a) = filled(&rig, 1.5);
@@ -331,11 +319,8 @@ fn a_group_on_four_chips_matches_the_hand_written_group() {
     assert_eq!(shape(&dag), shape(&plain.dag().unwrap()));
 }
 
-#[test]
+#[isolated_test]
 fn singles_on_four_chips_and_a_chip_orchestration() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(4 << 20).chip_cores(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -352,11 +337,8 @@ fn singles_on_four_chips_and_a_chip_orchestration() {
     assert_eq!(read(&by1), vec![6.0; N as usize]);
 }
 
-#[test]
+#[isolated_test]
 fn write_after_read_is_ordered_by_the_engine_in_graphs_and_plain_calls() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -386,11 +368,8 @@ fn write_after_read_is_ordered_by_the_engine_in_graphs_and_plain_calls() {
     assert_eq!(shape(&plain.dag().unwrap()), shape(&dag));
 }
 
-#[test]
+#[isolated_test]
 fn scopes_lower_to_scope_calls() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -428,11 +407,8 @@ task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn an_l4_graph_over_two_l3_workers() {
-    if !in_own_process() {
-        return;
-    }
     let chips = Worker::builder().chips(1).chip_memory(4 << 20).build().unwrap();
     let subs = Worker::builder().sub_workers(1).build().unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
@@ -548,11 +524,8 @@ fn same_source_same_digest_and_any_change_a_new_one() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_kernel_alone_on_a_level_2_worker() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build().unwrap();
     chip.init().unwrap();
     let (_ba, a) = filled(&chip, 1.0);
@@ -565,11 +538,8 @@ fn a_kernel_alone_on_a_level_2_worker() {
     chip.close().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn a_kernel_error_names_the_callable() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -581,11 +551,8 @@ fn a_kernel_error_names_the_callable() {
     assert!(text.contains("vadd") && text.contains("length 64 vs 4"), "{text}");
 }
 
-#[test]
+#[isolated_test]
 fn tensor_of_checks_the_element_type() {
-    if !in_own_process() {
-        return;
-    }
     let mut w = Worker::builder().level(Level::Chip).build().unwrap();
     w.init().unwrap();
     let buf = w.create_buffer(64).unwrap();
@@ -611,11 +578,8 @@ fn l3_add_then_inc(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn an_orchestration_reads_back_its_own_output_one_level_down() {
-    if !in_own_process() {
-        return;
-    }
     let subs = Worker::builder().sub_workers(1).build().unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     rig.add_worker(subs).unwrap();
@@ -627,11 +591,8 @@ fn an_orchestration_reads_back_its_own_output_one_level_down() {
     assert_eq!(read(&by), vec![4.0; N as usize]);
 }
 
-#[test]
+#[isolated_test]
 fn a_config_on_a_sub_placement_is_refused() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     let (_bx, mut x) = filled(&rig, 1.0);
@@ -655,11 +616,8 @@ task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn names_inside_a_scope_end_with_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -675,11 +633,8 @@ fn names_inside_a_scope_end_with_it() {
     assert!(shadowed::graph().matches(&run.dag().unwrap()));
 }
 
-#[test]
+#[isolated_test]
 fn graph_parameters_naming_one_buffer_are_refused() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     let (_bh, mut h) = filled(&rig, 1.0);
@@ -700,11 +655,8 @@ task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_sub_group_and_run_time_placements_match_the_run() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2).chips(2).chip_memory(1 << 20));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
@@ -722,11 +674,8 @@ fn a_sub_group_and_run_time_placements_match_the_run() {
     assert!(placed::graph().to_dot().contains("worker ?"));
 }
 
-#[test]
+#[isolated_test]
 fn the_captured_dag_keeps_edges_to_tasks_that_already_finished() {
-    if !in_own_process() {
-        return;
-    }
     // A task window of 2: the third task can only be claimed once the first (the scoped
     // writer of `y`) has finished and been reclaimed (and left the TensorMap), so the reader
     // of `y` is submitted after that.
@@ -768,11 +717,8 @@ task_graph! {
 
 /// A signature may put scalars before tensors: a call passes the tensors first, as a task
 /// takes them, and each parameter still gets its own argument.
-#[test]
+#[isolated_test]
 fn a_scalar_before_a_tensor_in_a_signature_reaches_its_parameter() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     let b = rig.create_buffer(16).unwrap();

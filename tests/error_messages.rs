@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Rig, expect_err, in_own_process, noop, vadd};
+use common::{Rig, expect_err, isolated_test, noop, vadd};
 use simpler::{
     DataType, ErrorKind, HostFn, TaskArgs, Worker, callable, chip::CallConfig, chip::ChipFn, dsl::In,
     dsl::Out, dsl::TensorOf, dsl::chip, dsl::sub, status::Level, task_graph,
@@ -39,11 +39,8 @@ fn f32s(w: &Worker, n: usize) -> (simpler::Buffer, TensorOf<f32>) {
 
 // ------------------------------------------------------------------------------- placements
 
-#[test]
+#[isolated_test]
 fn a_sub_call_on_a_worker_without_sub_workers_names_the_builder_call() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
     rig.init();
     let (_a, a) = f32s(&rig, 16);
@@ -63,11 +60,8 @@ fn a_sub_call_on_a_worker_without_sub_workers_names_the_builder_call() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn a_chip_kernel_placed_at_l4_says_chips_are_reached_through_a_nested_worker() {
-    if !in_own_process() {
-        return;
-    }
     let mut l3 = Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     l3.register(HostFn::new("noop", noop)).unwrap_err(); // (no SUB workers: refused)
     let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1));
@@ -88,11 +82,8 @@ fn a_chip_kernel_placed_at_l4_says_chips_are_reached_through_a_nested_worker() {
     assert!(err.message().contains("nested Worker"), "{err}");
 }
 
-#[test]
+#[isolated_test]
 fn a_chip_id_out_of_range_says_chip_and_the_builder_call() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1));
     rig.init();
     let (_a, a) = f32s(&rig, 16);
@@ -110,11 +101,8 @@ fn a_chip_id_out_of_range_says_chip_and_the_builder_call() {
 
 // ------------------------------------------------------------------------------- resources
 
-#[test]
+#[isolated_test]
 fn device_memory_exhausted_is_a_resource_error_naming_chip_memory() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
     rig.init();
     // An input larger than the chip's memory: the kernel's device copy cannot be made.
@@ -134,11 +122,8 @@ fn device_memory_exhausted_is_a_resource_error_naming_chip_memory() {
     assert!(err.message().matches("chip 0").count() <= 1, "{err}");
 }
 
-#[test]
+#[isolated_test]
 fn task_args_over_the_mailbox_capacity_are_refused_at_submit() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
     let buf = rig.create_buffer(4 * 444).unwrap();
     let tensors: Vec<_> = (0..444u64)
@@ -199,11 +184,8 @@ fn run_naming(w: &Worker, h: &simpler::CallableHandle, t: &simpler::Tensor) -> s
     })
 }
 
-#[test]
+#[isolated_test]
 fn a_buffer_belongs_to_its_worker_and_its_bytes_outlive_it() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
     let (mut other, [other_h]) = Rig::start(common::subs(1), [("noop", noop)]);
     let foreign = other.create_buffer(64).unwrap();
@@ -225,11 +207,8 @@ fn a_buffer_belongs_to_its_worker_and_its_bytes_outlive_it() {
     drop(foreign);
 }
 
-#[test]
+#[isolated_test]
 fn a_host_buffer_larger_than_memory_can_hold_is_refused_at_once() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     // A petabyte: more than this machine can back. Refused when asked for, not created
@@ -254,11 +233,8 @@ fn memory_left(rig: &Worker) -> u64 {
     before.rsplit(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("no figure in {msg}"))
 }
 
-#[test]
+#[isolated_test]
 fn host_buffers_together_larger_than_memory_can_hold_are_refused() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(1));
     rig.init();
     // Each buffer is backed lazily, so none of these takes memory until written (and none is):
@@ -287,11 +263,8 @@ fn host_buffers_together_larger_than_memory_can_hold_are_refused() {
     drop((b, c));
 }
 
-#[test]
+#[isolated_test]
 fn running_out_of_file_descriptors_names_the_limit() {
-    if !in_own_process() {
-        return;
-    }
     // Each live host buffer holds one descriptor of its creator; with the hard limit low, the
     // soft one cannot be raised past it.
     common::limit_fds(96);
@@ -313,11 +286,8 @@ fn running_out_of_file_descriptors_names_the_limit() {
     drop((again, live));
 }
 
-#[test]
+#[isolated_test]
 fn an_orchestration_callable_placed_on_a_chip_says_how_to_run_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
     rig.init();
     let (_a, a) = f32s(&rig, 16);
@@ -335,11 +305,8 @@ fn an_orchestration_callable_placed_on_a_chip_says_how_to_run_it() {
     copy_graph::call(&a, &mut b).unwrap().run(&rig).unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn overlapping_written_tensors_name_the_buffer_by_its_name() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [h]) = Rig::start(Worker::builder().sub_workers(1), [("noop", noop)]);
     let buf = rig.create_buffer(64).unwrap();
     buf.set_name("weights").unwrap();
@@ -366,11 +333,8 @@ fn no_device_0(spec: &simpler::chip::ChipSpec) -> simpler::Result<Box<dyn simple
 
 /// A chip that cannot start fails `init` with an error that names it once, then says what
 /// failed: its backend (the factory's own message), or its memory; so does a nested Worker.
-#[test]
+#[isolated_test]
 fn a_child_that_fails_to_start_is_named_once() {
-    if !in_own_process() {
-        return;
-    }
     let cases = [
         (
             Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1).chip_backend(no_device_0),

@@ -31,11 +31,8 @@ fn edge_reason(dag: &simpler::trace::RunDag, from: u32, to: u32) -> EdgeReason {
     dag.graph()[e]
 }
 
-#[test]
+#[isolated_test]
 fn add_dep_and_add_dep_wait_order_tasks_without_tensors() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [log_fn]) = Rig::start(subs(2), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
     let run = rig
@@ -68,11 +65,8 @@ fn add_dep_and_add_dep_wait_order_tasks_without_tensors() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn fan_in_waits_for_every_producer_while_producers_run_in_parallel() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [log_fn]) = Rig::start(subs(2), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
     rig.run(|orch| {
@@ -90,11 +84,8 @@ fn fan_in_waits_for_every_producer_while_producers_run_in_parallel() {
     assert_eq!(entries[2], 2, "the consumer runs after both producers: {entries:?}");
 }
 
-#[test]
+#[isolated_test]
 fn dependency_on_a_retired_producer_is_skipped() {
-    if !in_own_process() {
-        return;
-    }
     // With a window of one task, the second submit can only proceed once task 0 completed and
     // was reclaimed (its scope ended): the dependency then names a retired task.
     let (rig, [log_fn]) = Rig::start(subs(1).task_window(1), [("log", log_append)]);
@@ -110,11 +101,8 @@ fn dependency_on_a_retired_producer_is_skipped() {
     assert_eq!(log_entries(&log), vec![0, 1]);
 }
 
-#[test]
+#[isolated_test]
 fn task_handle_of_another_run_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [log_fn]) = Rig::start(subs(1), [("log", log_append)]);
     let log = u32_buffer(&rig, 16);
     let mut first: Option<TaskHandle> = None;
@@ -148,11 +136,8 @@ fn task_handle_of_another_run_is_rejected() {
     assert_eq!(log_entries(&log), vec![0, 3]);
 }
 
-#[test]
+#[isolated_test]
 fn explicit_dependency_on_a_group_waits_for_every_member() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [member, snapshot]) = Rig::start(subs(2), [("member", member), ("snapshot", snapshot)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 2);

@@ -59,11 +59,8 @@ fn chain(
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn sub_workers_killed_at_random_during_long_dags_end_every_run_with_a_named_error() {
-    if !in_own_process() {
-        return;
-    }
     let seed = 0x5eed_0001;
     let (rig, [fill, affine]) = Rig::start(subs(4), [("fill", fill), ("affine", affine)]);
     // Four independent chains, so every SUB worker is busy when the killer strikes.
@@ -146,11 +143,8 @@ fn flaky(args: &HostArgs<'_>) -> HostResult {
     }
 }
 
-#[test]
+#[isolated_test]
 fn host_functions_that_fail_panic_or_exit_at_random_end_runs_with_named_errors() {
-    if !in_own_process() {
-        return;
-    }
     let seed = 0x5eed_0002;
     let mut rng = Rng(seed);
     let (rig, [flaky]) = Rig::start(subs(3), [("flaky", flaky)]);
@@ -205,11 +199,8 @@ fn host_functions_that_fail_panic_or_exit_at_random_end_runs_with_named_errors()
     rig.run(|orch| orch.submit_sub(&flaky, a).map(|_| ())).unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn chip_children_killed_at_random_during_kernel_chains_end_every_run_with_a_named_error() {
-    if !in_own_process() {
-        return;
-    }
     let seed = 0x5eed_0003;
     let mut rig = Rig::new(simpler::Worker::builder().chips(3).chip_memory(16 << 20).chip_cores(1));
     let k = rig.register_chip(simpler::chip::ChipFn::kernel("double", double)).unwrap();
@@ -438,11 +429,8 @@ impl TreeModel {
     }
 }
 
-#[test]
+#[isolated_test]
 fn nested_workers_and_grandchildren_killed_at_random_end_every_run_with_a_named_error() {
-    if !in_own_process() {
-        return;
-    }
     use simpler::{DataType, HostFn, OrchFn, Worker, chip::CallConfig, chip::ChipFn, status::Level};
     let seed = 0x5eed_0046;
     let mut rng = Rng(seed);
@@ -683,11 +671,8 @@ fn maybe_hang(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn host_functions_that_hang_at_random_past_run_deadlines_are_stopped_and_replaced() {
-    if !in_own_process() {
-        return;
-    }
     const CHAINS: usize = 3;
     const STEPS: usize = 4;
     const RUNS: usize = 30;
@@ -883,11 +868,8 @@ fn fault_session(seed: u64, runs: usize) {
     assert!(left.is_empty(), "workers {left:?} outlived the Worker");
 }
 
-#[test]
+#[isolated_test]
 fn after_faults_and_close_this_process_has_the_fds_and_mappings_it_had_before() {
-    if !in_own_process() {
-        return;
-    }
     // A first session starts what stays for the life of the process, not a leak: the spawner
     // thread that starts children (its stack), and the allocator's arenas and cached thread
     // stacks for as many threads as a Worker runs at once.

@@ -18,11 +18,8 @@ fn addr(t: &Tensor) -> u64 {
 /// block reclaimed; the ring hands the same bytes to the next allocation. A later submit that
 /// still names the old tensor is accepted with no dependency at all, so it reads and writes a
 /// live allocation it never asked for.
-#[test]
+#[isolated_test]
 fn a_task_naming_an_allocation_whose_scope_ended_is_refused() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill_h]) = Rig::start(subs(1).heap_ring_size(1024), [("fill", fill)]);
     let out = u64_buffer(&rig, 128);
     let out_t = u64s(&out, 0, 128);
@@ -65,11 +62,8 @@ fn a_task_naming_an_allocation_whose_scope_ended_is_refused() {
 /// Deterministic: the allocation's task (`T1`) is released by another thread, but its
 /// completion is handled only by a thread that drives the scheduler, and the only one here is
 /// the orchestration thread, from inside the waiting submit.
-#[test]
+#[isolated_test]
 fn an_allocation_reclaimed_while_a_submit_waits_for_the_window_fails_that_submit() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block_h, fill_h]) = Rig::start(
         subs(2).task_window(8).heap_ring_size(8192),
         [("block_on_flag", block_on_flag), ("fill", fill)],

@@ -16,11 +16,8 @@ fn small_ring() -> simpler::WorkerBuilder {
 
 /// Many rounds, so that allocation often waits for room while the background scheduler thread
 /// holds the scheduler role: that path must not lose blocks either.
-#[test]
+#[isolated_test]
 fn scopes_reclaim_heap_under_a_small_ring() {
-    if !in_own_process() {
-        return;
-    }
     const ROUNDS: usize = 2000;
     const ELEMS: u32 = 2048; // 16 KiB per allocation: 2000 rounds move 500x the ring
     let (rig, [fill, affine]) = Rig::start(
@@ -65,11 +62,8 @@ fn scopes_reclaim_heap_under_a_small_ring() {
     assert_eq!(run.stats().unwrap().tasks, 2 * ROUNDS as u64 + 2, "allocations are not tasks");
 }
 
-#[test]
+#[isolated_test]
 fn nested_scopes_reclaim_their_own_rings() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(small_ring(), [("fill", fill)]);
     let out = u64_buffer(&rig, 4);
     rig.run(|orch| {
@@ -103,11 +97,8 @@ fn nested_scopes_reclaim_their_own_rings() {
     assert_eq!(read_u64(&out, 0, 4), vec![3; 4]);
 }
 
-#[test]
+#[isolated_test]
 fn allocation_larger_than_the_ring_fails_at_once() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [_fill]) =
         Rig::start(small_ring().backpressure_timeout(Duration::from_secs(10)), [("fill", fill)]);
     let started = Instant::now();
@@ -124,11 +115,8 @@ fn allocation_larger_than_the_ring_fails_at_once() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn full_outer_ring_times_out() {
-    if !in_own_process() {
-        return;
-    }
     let timeout = Duration::from_millis(200);
     let (mut rig, [fill]) = Rig::start(small_ring().backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
@@ -166,22 +154,16 @@ fn full_outer_ring_times_out() {
     rig.close().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn disabled_heap_refuses_allocations() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [_fill]) = Rig::start(subs(1).heap_ring_size(0), [("fill", fill)]);
     let err =
         rig.run(|orch| orch.alloc(&[8], DataType::Uint64).map(|_| ())).expect_err("the heap is disabled");
     assert_err(&err, ErrorKind::InvalidArgument, &["heap_ring_size"]);
 }
 
-#[test]
+#[isolated_test]
 fn host_buffers_are_bounds_checked_and_never_empty() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     expect_err(rig.create_buffer(0), ErrorKind::InvalidArgument, &["nbytes"]);
@@ -199,11 +181,8 @@ fn host_buffers_are_bounds_checked_and_never_empty() {
     assert!(leftover_shm().is_empty(), "the last clone unlinks it");
 }
 
-#[test]
+#[isolated_test]
 fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, affine]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("affine", affine)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 4);
@@ -228,11 +207,8 @@ fn a_buffer_dropped_while_a_run_uses_it_lives_until_the_run_is_done() {
     assert_eq!(leftover_shm().len(), 2, "the dropped buffer is unlinked once the run is done");
 }
 
-#[test]
+#[isolated_test]
 fn more_buffers_than_a_worker_keeps_mapped() {
-    if !in_own_process() {
-        return;
-    }
     // A SUB worker caches a bounded number of mappings; buffers evicted from its cache are
     // mapped again when a later task names them.
     const N: usize = 100;

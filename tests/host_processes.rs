@@ -65,11 +65,8 @@ fn u32s(b: &simpler::Buffer) -> simpler::Tensor {
 /// A host function whose forked child returns into the SUB worker's loop: the child leaves at
 /// once (status 0) without touching the worker's mailbox, the task's result is the parent's,
 /// and the same SUB worker runs every later task.
-#[test]
+#[isolated_test]
 fn a_host_function_whose_forked_child_returns_leaves_its_sub_worker_serving() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [wait, forget, record]) = Rig::start(
         subs(1),
         [("fork_and_wait", fork_and_wait), ("fork_and_forget", fork_and_forget), ("record_pid", record_pid)],
@@ -99,11 +96,8 @@ fn a_host_function_whose_forked_child_returns_leaves_its_sub_worker_serving() {
 }
 
 /// A chip kernel whose forked child returns into the chip process: the same, for a chip.
-#[test]
+#[isolated_test]
 fn a_chip_kernel_whose_forked_child_returns_leaves_its_chip_serving() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1));
     let k = rig.register_chip(ChipFn::kernel("fork_and_wait", fork_and_wait)).unwrap();
     rig.init();
@@ -141,11 +135,8 @@ fn l3_fork(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<
 
 /// An orchestration function whose forked child returns into a nested Worker's process: the
 /// same, for a nested Worker.
-#[test]
+#[isolated_test]
 fn an_orchestration_whose_forked_child_returns_leaves_its_nested_worker_serving() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("noop", noop)).unwrap();
@@ -223,11 +214,8 @@ impl Drop for Watched {
 
 /// A process a host function starts and leaves running does not outlive `close`: it is in its
 /// SUB worker's process group, which close ends.
-#[test]
+#[isolated_test]
 fn a_process_a_host_function_leaves_running_ends_with_close() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [spawn]) = Rig::start(subs(1), [("spawn_sleep", spawn_sleep)]);
     let out = u32_buffer(&rig, 1);
     rig.run(|orch| {
@@ -251,11 +239,8 @@ fn l3_spawn_sleep(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) 
 }
 
 /// The same below a nested Worker: the process ends when the nested Worker's tree does.
-#[test]
+#[isolated_test]
 fn a_process_a_host_function_leaves_running_below_a_nested_worker_ends_with_close() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("spawn_sleep", spawn_sleep)).unwrap();

@@ -8,11 +8,8 @@ use common::*;
 use simpler::{ErrorKind, Worker, chip::ChipBackend, chip::ChipSpec, chip::SimChip, status::Level};
 
 /// A chip whose runtime cannot start (`chip_memory(0)`) fails `init`; nothing is left behind.
-#[test]
+#[isolated_test]
 fn a_chip_with_zero_memory_fails_init_cleanly() {
-    if !in_own_process() {
-        return;
-    }
     let mut w = Worker::builder().chips(1).chip_memory(0).chip_cores(1).build().unwrap();
     let err = w.init().unwrap_err();
     eprintln!("{err:?}");
@@ -35,11 +32,8 @@ fn chips_1_and_2_hang(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> 
 /// Children that hang during startup fail `init` at its `startup_timeout`: they are killed at
 /// once (the children that started get their grace to leave on their own; a hung one used to
 /// get it too, 5 s more), the error names them, and nothing is left behind.
-#[test]
+#[isolated_test]
 fn children_that_hang_in_startup_fail_init_at_the_startup_timeout_naming_them() {
-    if !in_own_process() {
-        return;
-    }
     let timeout = Duration::from_millis(1500);
     let mut w = Worker::builder()
         .sub_workers(1)
@@ -83,11 +77,8 @@ fn children_that_hang_in_startup_fail_init_at_the_startup_timeout_naming_them() 
 /// `init` moves the nested Workers out of `self.children` before forking; when `init` fails
 /// the Worker stays new (so `init` may be called again) but has lost them: a
 /// second `init` silently starts an L4 Worker with no NEXT_LEVEL workers at all.
-#[test]
+#[isolated_test]
 fn a_failed_l4_init_does_not_lose_its_nested_workers() {
-    if !in_own_process() {
-        return;
-    }
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(2)).build().unwrap();
     let mut l4 =
         Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(300)).build().unwrap();
@@ -115,11 +106,8 @@ fn step(
 
 /// `Worker::unregister` only knows host functions and chip callables: an orchestration
 /// function's handle (from `register_orch`) is "not registered", so it can never be removed.
-#[test]
+#[isolated_test]
 fn an_orchestration_function_can_be_unregistered() {
-    if !in_own_process() {
-        return;
-    }
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     let h = l4.register_orch(simpler::OrchFn::new("step", step)).unwrap();
     l4.unregister(&h).expect("unregister of a registered OrchFn");
@@ -128,11 +116,8 @@ fn an_orchestration_function_can_be_unregistered() {
 /// A chip grants at most two runs' worth of per-run resources (one executing, one prepared) and
 /// says so before it reports ready: an explicit `pipeline_depth` above that fails `init` naming
 /// both numbers and the way out, and leaves nothing behind.
-#[test]
+#[isolated_test]
 fn a_pipeline_depth_above_what_the_chips_grant_fails_init_naming_both() {
-    if !in_own_process() {
-        return;
-    }
     let mut w =
         Worker::builder().chips(3).chip_memory(1 << 20).chip_cores(1).pipeline_depth(8).build().unwrap();
     let err = w.init().unwrap_err();
@@ -151,11 +136,8 @@ fn a_pipeline_depth_above_what_the_chips_grant_fails_init_naming_both() {
 /// `pending_run_depth` is not limited by what the chips grant: a Worker whose chips grant two
 /// starts with eight and runs eight submitted runs (the engine's unit test
 /// `pending_run_depth_admits_runs_apart_from_the_pipeline_depth` shows the admission itself).
-#[test]
+#[isolated_test]
 fn a_pending_run_depth_above_the_chips_grant_is_accepted() {
-    if !in_own_process() {
-        return;
-    }
     let mut w = Worker::builder()
         .chips(1)
         .chip_memory(1 << 20)

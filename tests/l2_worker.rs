@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{in_own_process, vadd};
+use common::{isolated_test, vadd};
 
 use simpler::{
     DataType, ErrorKind, HostArgs, HostResult, TaskArgs, Worker, chip::CallConfig, chip::ChipFn,
@@ -13,11 +13,8 @@ fn bad(_: &HostArgs<'_>) -> HostResult {
     Err("bad input".into())
 }
 
-#[test]
+#[isolated_test]
 fn a_kernel_runs_alone_on_an_l2_worker() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
     let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     chip.init().unwrap();
@@ -51,11 +48,8 @@ fn a_kernel_runs_alone_on_an_l2_worker() {
     assert!(common::leftover_shm().is_empty(), "host buffers are unlinked when dropped");
 }
 
-#[test]
+#[isolated_test]
 fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     let bad = chip.register_chip(ChipFn::kernel("bad", bad)).unwrap();
     chip.init().unwrap();
@@ -74,11 +68,8 @@ fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
     chip.close().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn another_workers_buffers_are_refused_by_copies_and_free() {
-    if !in_own_process() {
-        return;
-    }
     let mut a = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     let mut b = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     a.init().unwrap();

@@ -311,62 +311,41 @@ fn ends_leaving_nothing(ending: Ending) {
     assert!(shm_names_of(&tree).is_empty(), "{ending:?}: /dev/shm names left: {:?}", shm_names_of(&tree));
 }
 
-#[test]
+#[isolated_test]
 fn a_program_killed_by_sigkill_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::Signal(libc::SIGKILL));
 }
 
-#[test]
+#[isolated_test]
 fn a_program_ended_by_sigterm_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::Signal(libc::SIGTERM));
 }
 
-#[test]
+#[isolated_test]
 fn a_program_interrupted_by_ctrl_c_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::GroupSignal(libc::SIGINT));
 }
 
 /// The terminal's signals reach the foreground group, the program's, and not its workers (each
 /// leads a process group of its own), which ignore them anyway: a program that handles them
 /// (to finish its work and close) keeps its workers.
-#[test]
+#[isolated_test]
 fn a_program_that_handles_ctrl_c_finishes_its_work_with_its_workers_and_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::Handled);
 }
 
-#[test]
+#[isolated_test]
 fn a_program_that_exits_without_dropping_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::Exit);
 }
 
-#[test]
+#[isolated_test]
 fn a_program_that_aborts_leaves_nothing() {
-    if !in_own_process() {
-        return;
-    }
     ends_leaving_nothing(Ending::Abort);
 }
 
-#[test]
+#[isolated_test]
 fn dropped_buffers_give_back_their_descriptor_and_their_memory() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill_h, noop_h]) = Rig::start(subs(1), [("fill", fill), ("noop", noop)]);
     let fill_with = |buf: &simpler::Buffer, v: u64| {
         let t = u64s(buf, 0, buf.nbytes() / 8);
@@ -405,11 +384,8 @@ fn dropped_buffers_give_back_their_descriptor_and_their_memory() {
     assert!(spin_until(deadline, || mapped().is_empty()), "still mapped: {:?}", mapped());
 }
 
-#[test]
+#[isolated_test]
 fn the_sweep_removes_names_of_dead_processes_left_by_earlier_versions() {
-    if !in_own_process() {
-        return;
-    }
     // A process that has ended (reaped): its pid names no process, unless reused meanwhile,
     // which the sweep's start-time rule then tells apart.
     let mut gone = Command::new("true").spawn().expect("starting `true`");

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fail_kernel, in_own_process, vadd};
+use common::{fail_kernel, isolated_test, vadd};
 
 use std::time::{Duration, Instant};
 
@@ -65,11 +65,8 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
     b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
 }
 
-#[test]
+#[isolated_test]
 fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
-    if !in_own_process() {
-        return;
-    }
     let mut l3_chips = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(2).build().unwrap();
     l3_chips.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let mut l3_subs = Worker::builder().sub_workers(2).build().unwrap();
@@ -109,11 +106,8 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
     assert!(got.iter().enumerate().all(|(i, v)| *v == 3.0 * (av[i] + 1.0)), "{:?}", &got[..4]);
 }
 
-#[test]
+#[isolated_test]
 fn l5_over_l4_over_l3_smoke() {
-    if !in_own_process() {
-        return;
-    }
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     l4.add_worker(l3_tripling()).unwrap();
     l4.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
@@ -133,11 +127,8 @@ fn l5_over_l4_over_l3_smoke() {
     assert_eq!(out.read::<f32>(0, N).unwrap(), vec![6.0f32; N]);
 }
 
-#[test]
+#[isolated_test]
 fn a_failing_kernel_two_levels_down_names_the_path() {
-    if !in_own_process() {
-        return;
-    }
     let mut l3 = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
     l3.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
@@ -155,19 +146,13 @@ fn a_failing_kernel_two_levels_down_names_the_path() {
     );
 }
 
-#[test]
+#[isolated_test]
 fn chip_callables_registered_at_l4_reach_the_chips_of_its_l3_children() {
-    if !in_own_process() {
-        return;
-    }
     chip_callables_at_l4(false);
 }
 
-#[test]
+#[isolated_test]
 fn chip_callables_and_orchestrations_registered_at_l4_after_init_reach_the_tree() {
-    if !in_own_process() {
-        return;
-    }
     chip_callables_at_l4(true);
 }
 
@@ -210,11 +195,8 @@ fn l4_chip_add(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> 
 /// The L4 runs in a process started by exec (the default), which rebuilds it from its start
 /// spec: with its nested Worker as a lane that runs chip callables, so a kernel registered at
 /// the L5 after `init` reaches the chips two levels down.
-#[test]
+#[isolated_test]
 fn chip_callables_registered_at_l5_after_init_reach_the_chips_two_levels_down() {
-    if !in_own_process() {
-        return;
-    }
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     l4.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
     l4.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
@@ -243,11 +225,8 @@ fn chip_callables_registered_at_l5_after_init_reach_the_chips_two_levels_down() 
 /// A process that started workers by exec has a thread that starts them; a Worker forked from
 /// it (`StartMethod::Fork`) does not inherit that thread, and must start its own children
 /// anyway (it used to wait for the missing thread until its startup timeout).
-#[test]
+#[isolated_test]
 fn a_forked_l3_starts_its_children_after_this_process_started_workers_by_exec() {
-    if !in_own_process() {
-        return;
-    }
     let mut first = Rig::new(Worker::builder().sub_workers(1));
     first.init();
     drop(first);
@@ -277,11 +256,8 @@ fn a_forked_l3_starts_its_children_after_this_process_started_workers_by_exec() 
 /// A closure registered on a nested Worker cannot reach that Worker's process when its parent
 /// starts it by exec, even if the nested Worker forks its own children: the error names the
 /// closure, the nested Worker and the setting to change (the parent's start method).
-#[test]
+#[isolated_test]
 fn a_closure_on_a_nested_worker_started_by_exec_is_refused_naming_the_worker_and_the_remedy() {
-    if !in_own_process() {
-        return;
-    }
     let k = 5.0f32;
     let mut l3 = Worker::builder().sub_workers(1).start_method(StartMethod::Fork).build().unwrap();
     l3.register(HostFn::closure("times_k", move |_: &HostArgs<'_>| {
@@ -318,11 +294,8 @@ fn a_nested_worker_added_after_a_remote_one_is_refused() {
     assert_eq!(l4.nested_workers(), 1);
 }
 
-#[test]
+#[isolated_test]
 fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
-    if !in_own_process() {
-        return;
-    }
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(30)).build().unwrap();
     let mut l4 =
         Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(500)).build().unwrap();
@@ -360,11 +333,8 @@ fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result
     orch.submit_sub(&HostFn::new("block_host", block_host).handle(), TaskArgs::new()).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("block_host", block_host)).unwrap();
@@ -412,11 +382,8 @@ fn l3_panics(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<(
 /// A panic in an orchestration function that a nested L3 Worker runs fails that task alone,
 /// with the panic's message, as a SUB worker's panic does; the L3 process and its children
 /// live on and run the next task.
-#[test]
+#[isolated_test]
 fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     rig.add_worker(l3_tripling()).unwrap();
     let bad = rig.register_orch(OrchFn::new("l3_panics", l3_panics)).unwrap();
@@ -446,11 +413,8 @@ fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() 
 /// An L4 over two nested L3 Workers with an explicit `pipeline_depth` (nested Workers grant no
 /// depth of their own, so any depth is allowed), driven by four threads at once, each running
 /// its own runs over its own buffers on both L3 Workers: every run is correct.
-#[test]
+#[isolated_test]
 fn an_l4_over_nested_workers_runs_runs_from_several_threads_at_any_pipeline_depth() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1).pipeline_depth(4));
     rig.add_worker(l3_tripling()).unwrap();
     rig.add_worker(l3_tripling()).unwrap();
@@ -505,11 +469,8 @@ fn zombie_children() -> Vec<i32> {
 /// Worker's SUB workers and chip, killed with it, are reaped by the Worker (they are in the
 /// nested Worker's process group), not left as zombies of the program; the program's own
 /// children are left alone.
-#[test]
+#[isolated_test]
 fn a_subreaper_program_is_left_no_zombie_by_a_killed_nested_worker() {
-    if !in_own_process() {
-        return;
-    }
     become_child_subreaper();
     // A child of the program's own, which exits and which the program reaps itself, later.
     let own = common::fork_process(|| 0);

@@ -24,11 +24,8 @@ fn group_args(scratch: &simpler::Buffer, who: &simpler::Buffer, n: usize) -> Vec
         .collect()
 }
 
-#[test]
+#[isolated_test]
 fn fn_registered_after_init_runs_on_every_sub_worker() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(3));
     rig.init();
     let late = rig.register(HostFn::new("late_member", member)).expect("fn pointers register after init");
@@ -42,11 +39,8 @@ fn fn_registered_after_init_runs_on_every_sub_worker() {
     assert_eq!(w, vec![0, 1, 2]);
 }
 
-#[test]
+#[isolated_test]
 fn closure_after_init_is_refused() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1).start_method(StartMethod::Fork));
     rig.init();
     let k = 5u64;
@@ -59,11 +53,8 @@ fn closure_after_init_is_refused() {
     assert_err(&err, ErrorKind::Callable, &["late_closure", "closure", "before init"]);
 }
 
-#[test]
+#[isolated_test]
 fn closure_registered_before_init_runs_with_its_captures() {
-    if !in_own_process() {
-        return;
-    }
     let base = 1000 + u64::from(std::process::id() % 7); // a value only known at run time
     let mut rig = Rig::new(subs(2).start_method(StartMethod::Fork));
     let f = rig
@@ -90,11 +81,8 @@ fn closure_registered_before_init_runs_with_its_captures() {
     assert_eq!(got, vec![base, base + 1], "both workers ran the closure with its captured value");
 }
 
-#[test]
+#[isolated_test]
 fn handle_of_another_worker_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let mut other = Rig::new(subs(1));
     let foreign = other.register(HostFn::new("only_on_other", fill)).unwrap();
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
@@ -117,11 +105,8 @@ fn run_fill(rig: &Rig, f: &CallableHandle, out: &simpler::Buffer, value: u64) ->
     })
 }
 
-#[test]
+#[isolated_test]
 fn same_function_registers_to_the_same_handle_and_counts_references() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     let a = rig.register(HostFn::new("fill", fill)).unwrap();
     let b = rig.register(HostFn::new("fill", fill)).unwrap();
@@ -144,11 +129,8 @@ fn same_function_registers_to_the_same_handle_and_counts_references() {
     assert_eq!(read_u64(&out, 0, 1), vec![4]);
 }
 
-#[test]
+#[isolated_test]
 fn registering_needs_a_live_worker_with_sub_workers() {
-    if !in_own_process() {
-        return;
-    }
     let mut none = Rig::new(Worker::builder());
     none.init();
     expect_err(
@@ -164,11 +146,8 @@ fn registering_needs_a_live_worker_with_sub_workers() {
     expect_err(none.unregister(&handle), ErrorKind::InvalidState, &["unregister", "closed"]);
 }
 
-#[test]
+#[isolated_test]
 fn registering_while_a_run_is_in_flight() {
-    if !in_own_process() {
-        return;
-    }
     // The new function reaches the worker between two tasks of the running run.
     let (mut rig, [exclusive]) = Rig::start(subs(1), [("exclusive", exclusive)]);
     let scratch = u32_buffer(&rig, 2);
@@ -207,11 +186,8 @@ fn constant(k: u64) -> HostFn {
     })
 }
 
-#[test]
+#[isolated_test]
 fn closures_that_differ_only_in_their_captures_are_not_confused() {
-    if !in_own_process() {
-        return;
-    }
     // Two closures made by one factory under one name: the same type, different state. The
     // second registration must either get a callable that runs *its* closure or be refused
     // clearly; silently running the first closure for both would compute wrong results.
@@ -258,11 +234,8 @@ fn assert_names_both(err: &simpler::Error, name: &str, first_line: u32, second_l
     );
 }
 
-#[test]
+#[isolated_test]
 fn a_different_host_fn_under_a_registered_name_is_refused_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     let (first, first_line) = (HostFn::new("f", fill), line!());
     let h = rig.register(first).unwrap();
@@ -308,11 +281,8 @@ fn run_l2(chip: &Worker, k: &CallableHandle) -> simpler::Result<Vec<f32>> {
     out.read::<f32>(0, 4)
 }
 
-#[test]
+#[isolated_test]
 fn a_different_chip_kernel_under_a_registered_name_is_refused_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = l2(1);
     let (first, first_line) = (ChipFn::kernel("k", vadd), line!());
     let k = chip.register_chip(first).unwrap();
@@ -355,11 +325,8 @@ fn l3_refuse(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler:
     Err(simpler::Error::new(ErrorKind::InvalidArgument, "l3_refuse says no"))
 }
 
-#[test]
+#[isolated_test]
 fn a_different_orch_fn_under_a_registered_name_is_refused_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     rig.add_worker(subs(1).build().unwrap()).unwrap();
     let (first, first_line) = (OrchFn::new("o", l3_nothing), line!());
@@ -376,11 +343,8 @@ fn a_different_orch_fn_under_a_registered_name_is_refused_before_and_after_init(
 
 // ------------------------------------------------- the same rules before and after init
 
-#[test]
+#[isolated_test]
 fn an_l2_worker_refuses_a_host_function_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = l2(1);
     let before = chip.register(HostFn::new("fill", fill)).expect_err("an L2 Worker has no SUB workers");
     chip.init().unwrap();
@@ -389,11 +353,8 @@ fn an_l2_worker_refuses_a_host_function_before_and_after_init() {
     assert_err(&after, ErrorKind::InvalidArgument, &["`fill`", "no SUB workers"]);
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_without_targets_refuses_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     // No SUB workers: no host functions.
     let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1));
     let before = rig.register(HostFn::new("fill", fill)).expect_err("no SUB workers");
@@ -462,27 +423,18 @@ fn mixed_l4_takes_a_chip_kernel(after_init: bool) {
     expect_err(rig.unregister(&k), ErrorKind::Callable, &["`k`", "not registered"]);
 }
 
-#[test]
+#[isolated_test]
 fn a_mixed_l4_tree_takes_a_chip_kernel_before_init() {
-    if !in_own_process() {
-        return;
-    }
     mixed_l4_takes_a_chip_kernel(false);
 }
 
-#[test]
+#[isolated_test]
 fn a_mixed_l4_tree_takes_a_chip_kernel_after_init() {
-    if !in_own_process() {
-        return;
-    }
     mixed_l4_takes_a_chip_kernel(true);
 }
 
-#[test]
+#[isolated_test]
 fn an_l4_tree_without_chips_refuses_a_chip_kernel_before_and_after_init() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     rig.add_worker(subs(1).build().unwrap()).unwrap();
     let before = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips below");
@@ -494,11 +446,8 @@ fn an_l4_tree_without_chips_refuses_a_chip_kernel_before_and_after_init() {
 
 // --------------------------------------------------- all-or-nothing after init
 
-#[test]
+#[isolated_test]
 fn a_registration_refused_by_one_target_is_removed_from_the_others() {
-    if !in_own_process() {
-        return;
-    }
     // Worker 1's chip already holds another function under `k`: it refuses the L4's `k`.
     let mut second = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
     second.register_chip(ChipFn::kernel("k", vsub)).unwrap();
@@ -518,11 +467,8 @@ fn a_registration_refused_by_one_target_is_removed_from_the_others() {
     assert_eq!(run_k_on(&rig, 1).unwrap(), vec![1.5f32; 4]);
 }
 
-#[test]
+#[isolated_test]
 fn unregistering_on_an_l2_worker_removes_the_callable_from_the_chip() {
-    if !in_own_process() {
-        return;
-    }
     let mut chip = l2(1);
     let k = chip.register_chip(ChipFn::kernel("k", vadd)).unwrap();
     chip.init().unwrap();

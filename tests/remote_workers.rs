@@ -273,11 +273,8 @@ fn step_on(rig: &Worker, buf: &simpler::Buffer, from: usize, n: usize, w: u32) -
     })
 }
 
-#[test]
+#[isolated_test]
 fn a_graph_runs_across_a_local_and_two_remote_l3_workers() {
-    if !in_own_process() {
-        return;
-    }
     let (a1, n1) = thread_node();
     let (a2, n2) = thread_node();
     let mut rig = root_worker(&[a1.clone(), a2.clone()], Duration::from_secs(2));
@@ -317,11 +314,8 @@ fn step_on_remote(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) 
 
 /// An L4 with a remote Worker under an L5: the L4's process (started by exec, the default) is
 /// rebuilt from its start spec with its remote Worker, which it connects to itself.
-#[test]
+#[isolated_test]
 fn an_l4_under_an_l5_drives_its_remote_worker() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let l4 = root_worker(&[addr], Duration::from_secs(2));
     let mut l5 = Worker::builder().level(Level::Network2).build().unwrap();
@@ -342,11 +336,8 @@ fn an_l4_under_an_l5_drives_its_remote_worker() {
     finish(l5, vec![node]);
 }
 
-#[test]
+#[isolated_test]
 fn large_tensors_go_to_the_node_and_back_run_after_run() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut rig = root_worker(&[addr], Duration::from_secs(5));
     rig.init().unwrap();
@@ -399,11 +390,8 @@ fn fails_alone_on_a_node(f: OrchFn) -> simpler::Error {
     err
 }
 
-#[test]
+#[isolated_test]
 fn a_task_failing_with_a_huge_message_fails_alone_and_the_node_serves_on() {
-    if !in_own_process() {
-        return;
-    }
     let err = fails_alone_on_a_node(OrchFn::new("huge_error", huge_error));
     assert_eq!(err.kind(), ErrorKind::TaskFailed, "{}", &err.message()[..200.min(err.message().len())]);
     assert!(err.message().len() < 128 << 10, "the message was cut: {} bytes", err.message().len());
@@ -412,11 +400,8 @@ fn a_task_failing_with_a_huge_message_fails_alone_and_the_node_serves_on() {
 
 /// A panic in the orchestration function a node runs fails that task alone, with the
 /// panic's message; the session stays up and the node serves the next task.
-#[test]
+#[isolated_test]
 fn a_task_whose_orchestration_panics_on_the_node_fails_alone_and_the_node_serves_on() {
-    if !in_own_process() {
-        return;
-    }
     let err = fails_alone_on_a_node(OrchFn::new("panics", panics));
     assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
     let msg = err.message();
@@ -424,11 +409,8 @@ fn a_task_whose_orchestration_panics_on_the_node_fails_alone_and_the_node_serves
     assert!(msg.contains("panicked: the node's orchestration panicked on purpose"), "{msg}");
 }
 
-#[test]
+#[isolated_test]
 fn a_root_with_the_wrong_key_is_refused_and_the_node_serves_the_next_one() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     let wrong = ClusterKey::new("not the cluster's secret at all").unwrap();
@@ -450,11 +432,8 @@ fn only_here(_o: &mut Orchestrator<'_>, _a: &TaskArgs, _c: &CallConfig) -> simpl
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn an_orchestration_the_node_lacks_fails_init_naming_digest_name_and_node() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut rig = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
     let h = rig.register_orch(OrchFn::new("only_here", only_here)).unwrap();
@@ -465,11 +444,8 @@ fn an_orchestration_the_node_lacks_fails_init_naming_digest_name_and_node() {
     assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
 }
 
-#[test]
+#[isolated_test]
 fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
-    if !in_own_process() {
-        return;
-    }
     let node = NodeProcess::start();
     let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_secs(2));
     rig.init();
@@ -498,11 +474,8 @@ fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
     drop(buf);
 }
 
-#[test]
+#[isolated_test]
 fn a_node_that_stops_in_the_middle_of_a_large_transfer_is_lost_and_nothing_hangs() {
-    if !in_own_process() {
-        return;
-    }
     let node = NodeProcess::start();
     let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_millis(500));
     rig.init();
@@ -534,11 +507,8 @@ fn a_node_that_stops_in_the_middle_of_a_large_transfer_is_lost_and_nothing_hangs
     signal(node.pid(), libc::SIGCONT);
 }
 
-#[test]
+#[isolated_test]
 fn a_node_that_stops_answering_is_lost_within_its_health_timeout() {
-    if !in_own_process() {
-        return;
-    }
     let node = NodeProcess::start();
     let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_millis(500));
     rig.init();
@@ -570,11 +540,8 @@ fn a_node_that_stops_answering_is_lost_within_its_health_timeout() {
     drop(buf);
 }
 
-#[test]
+#[isolated_test]
 fn garbage_on_the_wire_is_refused_and_the_node_keeps_serving() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let NodeAddr::Tcp(sock) = addr.clone() else { panic!("a TCP node") };
     for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0u8; 3][..], &[0xffu8; 64][..]] {
@@ -634,11 +601,8 @@ fn root_with_a_stalled_task(addr: &NodeAddr) -> KillOnDrop {
     root
 }
 
-#[test]
+#[isolated_test]
 fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let root = root_with_a_stalled_task(&addr);
     drop(root); // SIGKILL, and reaped
@@ -654,11 +618,8 @@ fn a_root_killed_mid_task_ends_the_node_session_and_its_task() {
 /// A root that stops (SIGSTOP, or a network that drops everything) is alive as far as the
 /// node's sockets can tell, for many minutes: the node hears no answer to its heartbeats for
 /// 3 s, ends the session (cancelling the task it ran for that root), and `serve_one` returns.
-#[test]
+#[isolated_test]
 fn a_root_that_stops_answering_loses_its_node_session_within_seconds() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let root = root_with_a_stalled_task(&addr);
     signal(root.0.id() as i32, libc::SIGSTOP);
@@ -667,11 +628,8 @@ fn a_root_that_stops_answering_loses_its_node_session_within_seconds() {
     drop(root); // SIGKILL, and reaped
 }
 
-#[test]
+#[isolated_test]
 fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
-    if !in_own_process() {
-        return;
-    }
     // Three ranks as a launcher would start them, here as threads: the root listens at the
     // address every rank was given; ranks 1 and 2 connect to it (before or after it listens).
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -702,11 +660,8 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
     finish(root, nodes);
 }
 
-#[test]
+#[isolated_test]
 fn node_resident_memory_stays_on_the_node_across_runs() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
     root.init().unwrap();
@@ -765,11 +720,8 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
 /// The root's driver reads a quick COMPLETION itself; a slow one, after the driver went to
 /// sleep, is read by the session's reader thread, and so are control replies while a task
 /// runs; then quick tasks go back to the driver.
-#[test]
+#[isolated_test]
 fn replies_come_back_whoever_reads_them_slow_quick_and_controls_mid_task() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
     root.init().unwrap();
@@ -805,11 +757,8 @@ fn replies_come_back_whoever_reads_them_slow_quick_and_controls_mid_task() {
     finish(root, vec![node]);
 }
 
-#[test]
+#[isolated_test]
 fn a_session_runs_over_a_unix_socket_and_late_registrations_ask_the_node() {
-    if !in_own_process() {
-        return;
-    }
     let path = std::env::temp_dir().join(format!("simpler-remote-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let addr = NodeAddr::parse(&format!("unix:{}", path.display())).unwrap();
@@ -837,11 +786,8 @@ fn a_session_runs_over_a_unix_socket_and_late_registrations_ask_the_node() {
 /// A control that gives up while the node is busy (controls wait for the task the node runs)
 /// leaves its late reply in the connection: the next controls must read past it to their own,
 /// not take it for theirs and time out one after the other.
-#[test]
+#[isolated_test]
 fn a_control_that_timed_out_does_not_break_the_next_ones() {
-    if !in_own_process() {
-        return;
-    }
     let (me, _gates) = gates();
     let (addr, node) = thread_node();
     // Controls wait as long as the startup timeout: 1 s here.
@@ -890,11 +836,8 @@ fn gates() -> (u32, impl Drop) {
 /// A node-resident copy larger than what one control carries goes in parts, each to its own
 /// offset, both ways (a copy of over 1 GiB used to be one frame past the size limit, and the
 /// node ended the session).
-#[test]
+#[isolated_test]
 fn node_resident_copies_go_in_parts_each_to_its_place() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
     root.init().unwrap();
@@ -914,11 +857,8 @@ fn node_resident_copies_go_in_parts_each_to_its_place() {
 
 /// A run past its deadline with a task on a node: the error names the node by its address and
 /// says what stopping it did (the session ends; the node drops the task's run).
-#[test]
+#[isolated_test]
 fn a_remote_task_past_its_runs_deadline_is_named_by_its_node() {
-    if !in_own_process() {
-        return;
-    }
     let _gates = gates();
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
@@ -965,11 +905,8 @@ fn memfd_sizes() -> Vec<u64> {
 /// A task that names a small tile of a large buffer of the root costs the node the tile: the
 /// node's buffer for it holds the tile's span, not the root's whole buffer (which a node with
 /// less memory could not hold).
-#[test]
+#[isolated_test]
 fn a_tile_of_a_large_root_buffer_costs_the_node_only_the_tile() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
     root.init().unwrap();
@@ -999,11 +936,8 @@ fn step_on_tensor(rig: &Worker, t: &simpler::Tensor, w: u32) -> simpler::Result<
 
 /// Anyone who can reach a node's port may connect; without the key they get nothing, and while
 /// they say nothing they hold back no root: each connection is authenticated on its own.
-#[test]
+#[isolated_test]
 fn silent_connections_without_the_key_hold_back_no_root() {
-    if !in_own_process() {
-        return;
-    }
     let (addr, node) = thread_node();
     let NodeAddr::Tcp(sock) = addr.clone() else { panic!("a TCP node") };
     let strays: Vec<_> = (0..4).map(|_| std::net::TcpStream::connect(sock).unwrap()).collect();

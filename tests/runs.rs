@@ -38,11 +38,8 @@ fn fill_run(w: &Worker, fill: &CallableHandle, out: &simpler::Buffer, at: usize,
     .unwrap()
 }
 
-#[test]
+#[isolated_test]
 fn two_pipelined_runs_are_both_correct() {
-    if !in_own_process() {
-        return;
-    }
     const N: usize = 16;
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let x = u64_buffer(&rig, N + 1);
@@ -76,11 +73,8 @@ fn two_pipelined_runs_are_both_correct() {
     assert_eq!(read_u64(&y, 0, N + 1), expect(2, 3));
 }
 
-#[test]
+#[isolated_test]
 fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -101,11 +95,8 @@ fn a_host_write_to_a_buffer_a_running_task_names_is_refused_until_the_task_ends(
     assert_eq!(read_u64(&out, 0, 2), vec![7, 5]);
 }
 
-#[test]
+#[isolated_test]
 fn every_public_way_to_make_a_tensor_of_a_host_buffer_holds_it_while_a_task_runs() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
     let out = u64_buffer(&rig, 8);
     out.set_name("out").unwrap();
@@ -151,11 +142,8 @@ fn every_public_way_to_make_a_tensor_of_a_host_buffer_holds_it_while_a_task_runs
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_copy_from_a_chip_into_a_buffer_a_running_task_names_is_refused_until_the_task_ends() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1).chips(1).chip_memory(1 << 20).chip_cores(1));
     let block = rig.register(simpler::HostFn::new("block_on_flag", block_on_flag)).unwrap();
     rig.init();
@@ -184,11 +172,8 @@ fn read_twice(args: &simpler::HostArgs<'_>) -> simpler::HostResult {
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn host_writes_from_another_thread_never_change_an_input_under_a_running_task() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [h]) = Rig::start(subs(1), [("read_twice", read_twice)]);
     let x = u64_buffer(&rig, 1);
     let out = u64_buffer(&rig, 2);
@@ -234,11 +219,8 @@ fn write_inherited(_: &simpler::HostArgs<'_>) -> simpler::HostResult {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_forked_worker_cannot_write_a_buffer_it_inherited() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1).start_method(simpler::StartMethod::Fork));
     let h = rig.register(simpler::HostFn::new("write_inherited", write_inherited)).unwrap();
     // A buffer needs an initialized Worker; a second Worker makes one before `rig` forks.
@@ -253,11 +235,8 @@ fn a_forked_worker_cannot_write_a_buffer_it_inherited() {
     maker.close().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn a_later_run_does_not_start_before_the_earlier_one_finished() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fill]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -273,11 +252,8 @@ fn a_later_run_does_not_start_before_the_earlier_one_finished() {
     assert_eq!(read_u64(&out, 0, 2), vec![1, 2]);
 }
 
-#[test]
+#[isolated_test]
 fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fill]) =
         Rig::start(subs(2).pipeline_depth(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
@@ -311,11 +287,8 @@ fn a_third_submit_waits_for_the_first_run_at_pipeline_depth_2() {
     assert_eq!((r2.id(), r3.id()), (r1.id() + 1, r1.id() + 2));
 }
 
-#[test]
+#[isolated_test]
 fn run_results_are_independent() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail_fn", fail), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let r1 = rig
@@ -334,11 +307,8 @@ fn run_results_are_independent() {
     assert_eq!(r2.stats().unwrap().failed, 0);
 }
 
-#[test]
+#[isolated_test]
 fn wait_timeout_expiry_leaves_the_run_intact() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block]) = Rig::start(subs(1), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 1);
@@ -356,11 +326,8 @@ fn wait_timeout_expiry_leaves_the_run_intact() {
     run.wait_timeout(Duration::ZERO).expect("a finished run reports at once");
 }
 
-#[test]
+#[isolated_test]
 fn a_dropped_run_handle_does_not_cancel_the_run() {
-    if !in_own_process() {
-        return;
-    }
     // A chain of three: after the first task the engine must keep going with nobody waiting.
     let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
     let buf = u64_buffer(&rig, 4);
@@ -382,11 +349,8 @@ fn a_dropped_run_handle_does_not_cancel_the_run() {
     assert_eq!(read_u64(&buf, 0, 4), vec![1, 2, 4, 8]);
 }
 
-#[test]
+#[isolated_test]
 fn a_run_keeps_going_after_a_wait_timed_out() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, affine]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("affine", affine)]);
     let flag = u32_buffer(&rig, 2);
     let buf = u64_buffer(&rig, 2);
@@ -408,11 +372,8 @@ fn a_run_keeps_going_after_a_wait_timed_out() {
     run.wait().unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fill]) =
         Rig::start(subs(2).pipeline_depth(1), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
@@ -441,11 +402,8 @@ fn at_pipeline_depth_1_a_second_submit_waits_for_the_first_run() {
     assert_eq!(read_u64(&out, 0, 2), vec![1, 2]);
 }
 
-#[test]
+#[isolated_test]
 fn statistics_and_dot_export_cover_every_task() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill, sum, noop]) = Rig::start(subs(2), [("fill", fill), ("sum", sum), ("noop", noop)]);
     let a = u64_buffer(&rig, 4);
     let b = u64_buffer(&rig, 4);
@@ -497,11 +455,8 @@ fn statistics_and_dot_export_cover_every_task() {
     assert_eq!(plain.id(), run.id() + 1);
 }
 
-#[test]
+#[isolated_test]
 fn many_small_runs_on_one_worker() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let buf = u64_buffer(&rig, 2);
     buf.write(0, &[1u64]).unwrap();
@@ -520,11 +475,8 @@ fn many_small_runs_on_one_worker() {
     assert_eq!(read_u64(&buf, 0, 1), vec![1 + (0..64).sum::<u64>() + 64]);
 }
 
-#[test]
+#[isolated_test]
 fn several_threads_wait_on_one_run() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fill]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
     let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 1);
@@ -554,11 +506,8 @@ fn several_threads_wait_on_one_run() {
 /// Four threads build and wait for runs on one Worker at once (`run`, and `submit` then
 /// `wait`), each run a chain of two tasks over the thread's own buffer: every run is correct
 /// and nobody hangs.
-#[test]
+#[isolated_test]
 fn runs_submitted_from_several_threads_at_once_are_each_correct() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [affine]) = Rig::start(subs(2).pipeline_depth(2), [("affine", affine)]);
     let bufs: Vec<_> = (0..4).map(|_| u64_buffer(&rig, 2)).collect();
     std::thread::scope(|s| {

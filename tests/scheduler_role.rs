@@ -11,11 +11,8 @@ use simpler::TaskArgs;
 /// thread. While another thread is inside `Worker::run` (which announces a waiter for the whole
 /// build), the background thread refuses the role, so the first run stalls until that build
 /// returns; if the build waits for the first run, nothing ever drives it.
-#[test]
+#[isolated_test]
 fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [noop_h, block_h]) = Rig::start(subs(2), [("noop", noop), ("block", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let flag_t = words_of(&flag);
@@ -67,11 +64,8 @@ fn a_submitted_run_progresses_while_another_thread_builds_inside_worker_run() {
 /// until someone polled it. Run 2's consumers write results the test reads without driving the
 /// scheduler. The window depends on timing (about 1-3% of tries on a many-core machine), so the
 /// pattern repeats up to 1000 times within a time budget.
-#[test]
+#[isolated_test]
 fn a_run_nobody_waits_on_finishes_after_the_run_before_it_is_waited() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block_h, fill_h, affine_h]) =
         Rig::start(subs(1), [("block", block_on_flag), ("fill", fill), ("affine", affine)]);
     let flag = u32_buffer(&rig, 2);

@@ -35,11 +35,8 @@ fn nest_to_the_limit(
     })
 }
 
-#[test]
+#[isolated_test]
 fn scopes_nest_at_most_64_frames() {
-    if !in_own_process() {
-        return;
-    }
     assert_eq!(MAX_SCOPE_DEPTH, 64);
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 2);
@@ -52,11 +49,8 @@ fn scopes_nest_at_most_64_frames() {
     assert_eq!(read_u64(&out, 0, 1), vec![7]);
 }
 
-#[test]
+#[isolated_test]
 fn a_scope_ends_when_its_closure_returns_also_on_error() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
@@ -87,11 +81,8 @@ fn a_scope_ends_when_its_closure_returns_also_on_error() {
     assert_eq!(read_u64(&out, 0, 1), vec![8], "the task submitted inside the scope ran");
 }
 
-#[test]
+#[isolated_test]
 fn small_task_window_with_many_scoped_tasks() {
-    if !in_own_process() {
-        return;
-    }
     const N: usize = 200;
     let (rig, [affine]) = Rig::start(subs(2).task_window(4), [("affine", affine)]);
     let chain = u64_buffer(&rig, N + 1);
@@ -118,11 +109,8 @@ fn small_task_window_with_many_scoped_tasks() {
     assert_eq!(run.stats().unwrap().tasks, N as u64);
 }
 
-#[test]
+#[isolated_test]
 fn full_task_window_in_the_outer_scope_times_out() {
-    if !in_own_process() {
-        return;
-    }
     let timeout = Duration::from_millis(200);
     let (rig, [fill]) = Rig::start(subs(1).task_window(4).backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 8);

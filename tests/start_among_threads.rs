@@ -63,11 +63,8 @@ fn run_one(w: &Worker, f: &simpler::CallableHandle) -> simpler::Result<()> {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_started_while_another_thread_holds_stdout_can_print() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(2));
     let print = rig.register(HostFn::new("prints", prints)).unwrap();
     let (release, holder) = hold_on_other_thread(|released, held| {
@@ -106,11 +103,8 @@ impl tracing::Subscriber for Locking {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_started_while_another_thread_holds_the_subscribers_lock_can_trace() {
-    if !in_own_process() {
-        return;
-    }
     let sink = Arc::new(Mutex::new(Vec::new()));
     tracing::subscriber::set_global_default(Locking { sink: sink.clone() })
         .expect("one subscriber per process");
@@ -134,11 +128,8 @@ fn a_worker_started_while_another_thread_holds_the_subscribers_lock_can_trace() 
     assert_eq!(sink.lock().unwrap().as_slice(), ["simpler_test"]);
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_started_while_another_thread_is_panicking_can_panic() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     let panic = rig.register(HostFn::new("panics", panics)).unwrap();
     // Another thread stays inside the panic machinery (in the hook) across `init`.
@@ -169,11 +160,8 @@ fn a_worker_started_while_another_thread_is_panicking_can_panic() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_worker_made_on_a_short_lived_thread_keeps_its_workers() {
-    if !in_own_process() {
-        return;
-    }
     let (mut worker, print) = std::thread::spawn(|| {
         let mut w = subs(2).build().unwrap();
         let f = w.register(HostFn::new("prints", prints)).unwrap();
@@ -193,11 +181,8 @@ fn a_worker_made_on_a_short_lived_thread_keeps_its_workers() {
     assert_left_nothing(&pids);
 }
 
-#[test]
+#[isolated_test]
 fn workers_are_new_processes_of_this_binary_unless_fork_is_asked_for() {
-    if !in_own_process() {
-        return;
-    }
     let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let (rig, _) = Rig::start(subs(1), [("noop", noop)]);
     let started = cmdline(rig.pids()[0]);
@@ -229,12 +214,9 @@ fn cpus_allowed(pid: i32) -> String {
     line.split(':').nth(1).unwrap().trim().to_string()
 }
 
-#[test]
+#[isolated_test]
 #[expect(unsafe_code, reason = "sched_getaffinity/sched_setaffinity have no safe wrapper")]
 fn workers_run_where_the_thread_that_started_them_may_run() {
-    if !in_own_process() {
-        return;
-    }
     // Start the spawner thread first, with every CPU allowed.
     drop(Rig::start(subs(1), [("noop", noop)]));
     let pinned = std::thread::spawn(|| {
@@ -326,11 +308,8 @@ fn after_the_main_thread(leave: mpsc::Sender<()>) -> Result<(), String> {
     w.close().map_err(e("close"))
 }
 
-#[test]
+#[isolated_test]
 fn host_buffers_work_after_the_programs_main_thread_has_exited() {
-    if !in_own_process() {
-        return;
-    }
     let (mut report, report_w) = std::io::pipe().unwrap();
     // A program of its own, whose main thread (the forked thread) exits while another runs on.
     let child = fork_process(move || {

@@ -25,11 +25,8 @@ fn member_args(
     a
 }
 
-#[test]
+#[isolated_test]
 fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [member, snapshot]) = Rig::start(subs(3), [("member", member), ("snapshot", snapshot)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
@@ -60,11 +57,8 @@ fn members_run_at_once_on_distinct_workers_and_consumers_wait_for_all() {
     assert_eq!(run.stats().unwrap().tasks, 2, "a group is one task");
 }
 
-#[test]
+#[isolated_test]
 fn groups_and_singles_interleave() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [member, fill]) = Rig::start(subs(2), [("member", member), ("fill", fill)]);
     const ROUNDS: usize = 8;
     let scratch: Vec<_> = (0..ROUNDS).map(|_| u32_buffer(&rig, 1)).collect();
@@ -99,11 +93,8 @@ fn groups_and_singles_interleave() {
     assert_eq!(read_u64(&out, 0, ROUNDS), (1..=ROUNDS as u64).collect::<Vec<_>>());
 }
 
-#[test]
+#[isolated_test]
 fn failing_member_fails_the_group_and_poisons_its_consumers() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fail, fill]) = Rig::start(subs(2), [("fail", fail), ("fill", fill)]);
     let data = u64_buffer(&rig, 2);
     let after = u64_buffer(&rig, 1);
@@ -134,11 +125,8 @@ fn failing_member_fails_the_group_and_poisons_its_consumers() {
     assert_eq!((stats.tasks, stats.failed), (3, 2));
 }
 
-#[test]
+#[isolated_test]
 fn group_larger_than_the_pool_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 3);
@@ -160,11 +148,8 @@ fn group_larger_than_the_pool_is_rejected() {
     .unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn members_that_write_bytes_another_member_names_are_refused() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [member]) = Rig::start(subs(2), [("member", member)]);
     let scratch = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 2);

@@ -10,11 +10,8 @@ use simpler::{DataType, RunOptions, Tag, TaskArgs, memory::TensorView, trace::Ed
 /// How long an `exclusive` probe holds, giving a wrongly concurrent task time to overlap it.
 const HOLD_US: u64 = 15_000;
 
-#[test]
+#[isolated_test]
 fn raw_chain_runs_in_order() {
-    if !in_own_process() {
-        return;
-    }
     const N: usize = 24;
     let (rig, [affine]) = Rig::start(subs(2), [("affine", affine)]);
     let buf = u64_buffer(&rig, N + 1);
@@ -43,11 +40,8 @@ fn raw_chain_runs_in_order() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn raw_chain_through_heap_allocations() {
-    if !in_own_process() {
-        return;
-    }
     const N: usize = 16;
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
     let out = u64_buffer(&rig, 64);
@@ -72,11 +66,8 @@ fn raw_chain_through_heap_allocations() {
     assert_eq!(read_u64(&out, 0, 64), vec![5 + 2 * N as u64; 64]);
 }
 
-#[test]
+#[isolated_test]
 fn waw_later_writer_wins() {
-    if !in_own_process() {
-        return;
-    }
     // The later writer is tagged InOut: it looks up the current writer (RaW + WaW) and waits.
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 8);
@@ -99,11 +90,8 @@ fn waw_later_writer_wins() {
     assert!(dag.has_edge(0, 1), "WAW edge 0 -> 1 missing:\n{}", dag.to_dot());
 }
 
-#[test]
+#[isolated_test]
 fn plain_output_writers_are_ordered() {
-    if !in_own_process() {
-        return;
-    }
     // Write after write: the second Output waits for the first (a deliberate divergence from the
     // upstream, which leaves them unordered), so they never hold the bytes at once.
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
@@ -130,11 +118,8 @@ fn plain_output_writers_are_ordered() {
     assert!(dag.to_dot().contains("write after write"), "{}", dag.to_dot());
 }
 
-#[test]
+#[isolated_test]
 fn inout_accumulates_in_submission_order() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 4);
     let scratch = u32_buffer(&rig, 2);
@@ -158,11 +143,8 @@ fn inout_accumulates_in_submission_order() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn no_dep_reader_does_not_wait_for_the_writer() {
-    if !in_own_process() {
-        return;
-    }
     // The writer blocks until the NO_DEP reader releases it: if the reader waited for the
     // writer, neither could finish.
     let (rig, [block, release]) =
@@ -187,11 +169,8 @@ fn no_dep_reader_does_not_wait_for_the_writer() {
     assert_eq!(dag.graph().edge_count(), 0, "NO_DEP adds no edge:\n{}", dag.to_dot());
 }
 
-#[test]
+#[isolated_test]
 fn no_dep_writer_is_not_waited_for() {
-    if !in_own_process() {
-        return;
-    }
     // A NO_DEP "writer" does not become the tensor's writer: a later Input reader does not wait
     // for it. The writer blocks until that reader releases it.
     let (rig, [block, release]) =
@@ -215,11 +194,8 @@ fn no_dep_writer_is_not_waited_for() {
     assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
 }
 
-#[test]
+#[isolated_test]
 fn output_existing_orders_later_readers() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [exclusive, affine]) = Rig::start(subs(2), [("exclusive", exclusive), ("affine", affine)]);
     let data = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
@@ -244,11 +220,8 @@ fn output_existing_orders_later_readers() {
     assert!(matches!(dag.graph()[e], EdgeReason::Tensor { arg: 0, .. }), "{:?}", dag.graph()[e]);
 }
 
-#[test]
+#[isolated_test]
 fn output_waits_for_earlier_readers_and_inout_for_writers() {
-    if !in_own_process() {
-        return;
-    }
     // Write after read: the overwrite waits for the reader (a deliberate divergence from the
     // upstream), so the reader sees the old value. InOut waits for the writer.
     let (rig, [fill, affine]) = Rig::start(subs(2), [("fill", fill), ("affine", affine)]);
@@ -281,11 +254,8 @@ fn output_waits_for_earlier_readers_and_inout_for_writers() {
     assert_eq!(read_u64(&data, 0, 4), vec![4; 4]);
 }
 
-#[test]
+#[isolated_test]
 fn disjoint_views_of_one_buffer_run_in_parallel() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
     let data = u64_buffer(&rig, 16);
     let scratch = u32_buffer(&rig, 1);
@@ -308,11 +278,8 @@ fn disjoint_views_of_one_buffer_run_in_parallel() {
     assert_eq!(dag.graph().edge_count(), 0, "disjoint views add no edge:\n{}", dag.to_dot());
 }
 
-#[test]
+#[isolated_test]
 fn disjoint_column_blocks_run_in_parallel() {
-    if !in_own_process() {
-        return;
-    }
     // The left and right column blocks of a 4x4 matrix interleave in bytes but share no element.
     let (rig, [rendezvous]) = Rig::start(subs(2), [("rendezvous", rendezvous)]);
     let data = u64_buffer(&rig, 16);
@@ -335,11 +302,8 @@ fn disjoint_column_blocks_run_in_parallel() {
     assert_eq!(run.dag().unwrap().graph().edge_count(), 0);
 }
 
-#[test]
+#[isolated_test]
 fn overlapping_views_serialize() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [exclusive]) = Rig::start(subs(2), [("exclusive", exclusive)]);
     let data = u64_buffer(&rig, 12);
     let scratch = u32_buffer(&rig, 2);
@@ -369,11 +333,8 @@ fn overlapping_views_serialize() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn partially_covered_writer_is_still_waited_for() {
-    if !in_own_process() {
-        return;
-    }
     // w0 writes [0, 8); w1 updates [0, 4) in place (covers only part of w0). A reader of [4, 8)
     // must still wait for w0, and a reader of [0, 8) for both.
     let (rig, [fill, sum]) = Rig::start(subs(2), [("fill", fill), ("sum", sum)]);
@@ -405,11 +366,8 @@ fn partially_covered_writer_is_still_waited_for() {
     assert_eq!(read_u64(&out, 0, 12), vec![1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1]);
 }
 
-#[test]
+#[isolated_test]
 fn diamond() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [affine, sum]) = Rig::start(subs(2), [("affine", affine), ("sum", sum)]);
     let x = u64_buffer(&rig, 32);
     let d = u64_buffer(&rig, 32);
@@ -447,11 +405,8 @@ fn diamond() {
     assert_eq!(run.stats().unwrap().tasks, 4);
 }
 
-#[test]
+#[isolated_test]
 fn read_only_overlap_in_one_task_is_allowed() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [sum]) = Rig::start(subs(1), [("sum", sum)]);
     let x = u64_buffer(&rig, 8);
     let out = u64_buffer(&rig, 4);
@@ -466,11 +421,8 @@ fn read_only_overlap_in_one_task_is_allowed() {
     assert_eq!(read_u64(&out, 0, 4), vec![4, 6, 8, 10]);
 }
 
-#[test]
+#[isolated_test]
 fn runs_never_share_edges_but_run_in_order() {
-    if !in_own_process() {
-        return;
-    }
     // Keys never match across runs; still, a later run starts only after the earlier one
     // finished, so it sees the earlier run's writes.
     let (rig, [exclusive, affine]) = Rig::start(subs(2), [("exclusive", exclusive), ("affine", affine)]);

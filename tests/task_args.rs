@@ -8,11 +8,8 @@ use simpler::{
     memory::MAX_TENSOR_DIMS, memory::TensorView,
 };
 
-#[test]
+#[isolated_test]
 fn bad_views_are_rejected_with_what_is_wrong() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
     let buf = rig.create_buffer(64).unwrap();
     // Past the end of the buffer: 16 f32 from byte 4 end at byte 68.
@@ -57,11 +54,8 @@ fn bad_views_are_rejected_with_what_is_wrong() {
     assert!(TensorView::new(2, &[4], None, DataType::Int16).is_ok(), "2 is aligned for i16");
 }
 
-#[test]
+#[isolated_test]
 fn views_whose_elements_overlap_are_refused_and_reads_are_checked_before_allocating() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
     // 65535^5 elements in 327 671 bytes: the count would overflow u64.
     expect_err(
@@ -97,11 +91,8 @@ fn views_whose_elements_overlap_are_refused_and_reads_are_checked_before_allocat
     assert_eq!(buf.read::<u8>(60, 4).unwrap().len(), 4);
 }
 
-#[test]
+#[isolated_test]
 fn tensor_after_scalar_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [_fill]) = Rig::start(subs(1), [("fill", fill)]);
     let buf = u64_buffer(&rig, 4);
     let t = u64s(&buf, 0, 4);
@@ -121,11 +112,8 @@ fn with_access(t: &Tensor, access: Access) -> Tensor {
     t.narrowed(access).unwrap()
 }
 
-#[test]
+#[isolated_test]
 fn tag_needing_more_access_than_granted_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill, sum]) = Rig::start(subs(1), [("fill", fill), ("sum", sum)]);
     let buf = u64_buffer(&rig, 4);
     let out = u64_buffer(&rig, 4);
@@ -154,11 +142,8 @@ fn tag_needing_more_access_than_granted_is_rejected() {
     assert_eq!(read_u64(&out, 0, 4), vec![1, 2, 3, 4]);
 }
 
-#[test]
+#[isolated_test]
 fn overlapping_tensors_of_one_task_are_rejected_when_one_is_written() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [affine]) = Rig::start(subs(1), [("affine", affine)]);
     let buf = u64_buffer(&rig, 12);
     rig.run(|orch| {
@@ -204,11 +189,8 @@ fn echo_scalars(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn scalars_reach_the_host_function_in_order() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [echo]) = Rig::start(subs(1), [("echo_scalars", echo_scalars)]);
     let out = u64_buffer(&rig, 8);
     rig.run(|orch| {
@@ -230,11 +212,8 @@ fn read_output(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn host_functions_get_only_the_access_their_tags_grant() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [w, r]) = Rig::start(subs(1), [("write_input", write_input), ("read_output", read_output)]);
     let buf = u64_buffer(&rig, 4);
     let err = rig
@@ -256,11 +235,8 @@ fn host_functions_get_only_the_access_their_tags_grant() {
     assert_err(&err, ErrorKind::TaskFailed, &["read_output", "tensor 0", "write-only"]);
 }
 
-#[test]
+#[isolated_test]
 fn arguments_too_large_for_the_mailbox_are_refused_at_submit() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [noop, fill]) = Rig::start(subs(1), [("noop", noop), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
@@ -289,11 +265,8 @@ fn arguments_too_large_for_the_mailbox_are_refused_at_submit() {
 /// A run's `Input` argument arrives read-only in its orchestration function, as one sent down
 /// from a Worker above does: passed where a task writes it, the submit is refused, also after
 /// typing it again as a writable `TensorOf`.
-#[test]
+#[isolated_test]
 fn a_runs_input_argument_cannot_be_written_by_its_orchestration() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let buf = u64_buffer(&rig, 4);
     buf.write(0, &[1u64, 2, 3, 4]).unwrap();

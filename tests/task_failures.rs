@@ -9,11 +9,8 @@ use std::time::Duration;
 use common::*;
 use simpler::{ErrorKind, TaskArgs};
 
-#[test]
+#[isolated_test]
 fn failing_task_poisons_its_consumers_only() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fail, affine, fill]) = Rig::start(
         subs(2),
         [("block_on_flag", block_on_flag), ("fail_fn", fail), ("affine", affine), ("fill", fill)],
@@ -61,11 +58,8 @@ fn failing_task_poisons_its_consumers_only() {
     assert_eq!(read_u64(&marks, 0, 1), vec![11]);
 }
 
-#[test]
+#[isolated_test]
 fn submit_into_a_failed_run_is_refused() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fail, noop]) = Rig::start(subs(1), [("fail_fn", fail), ("noop", noop)]);
     let mut refused = None;
     let err = rig
@@ -91,11 +85,8 @@ fn submit_into_a_failed_run_is_refused() {
     assert_err(&refused, ErrorKind::TaskFailed, &["noop", "refused", "already failed", "boom 1"]);
 }
 
-#[test]
+#[isolated_test]
 fn panicking_task_fails_the_run_with_the_panic_message() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [panics, fill]) = Rig::start(subs(1), [("panics", panics), ("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let err = rig
@@ -115,11 +106,8 @@ fn panicking_task_fails_the_run_with_the_panic_message() {
     assert_eq!(read_u64(&out, 0, 1), vec![3]);
 }
 
-#[test]
+#[isolated_test]
 fn failing_orchestration_function_cancels_unstarted_tasks() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [exclusive, fill]) = Rig::start(subs(1), [("exclusive", exclusive), ("fill", fill)]);
     let scratch = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
@@ -183,11 +171,8 @@ fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) ->
     index
 }
 
-#[test]
+#[isolated_test]
 fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [block, record]) =
         Rig::start(subs(2), [("block_on_flag", block_on_flag), ("record_worker", record_worker)]);
     let dead = kill_the_worker_running_a_task(&rig, &block);
@@ -209,11 +194,8 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
     rig.close().expect("close completes after a worker died");
 }
 
-#[test]
+#[isolated_test]
 fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
     kill_the_worker_running_a_task(&rig, &block);
     let err = rig
@@ -223,11 +205,8 @@ fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
     rig.close().expect("close completes");
 }
 
-#[test]
+#[isolated_test]
 fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [block, noop, record]) = Rig::start(
         subs(2),
         [("block_on_flag", block_on_flag), ("noop", noop), ("record_worker", record_worker)],
@@ -274,11 +253,8 @@ fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
     rig.close().expect("close completes");
 }
 
-#[test]
+#[isolated_test]
 fn explicit_dependents_of_a_failed_task_never_run() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, fail, log_fn]) =
         Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fail_fn", fail), ("log", log_append)]);
     let flag = u32_buffer(&rig, 2);

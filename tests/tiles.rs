@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Rig, in_own_process};
+use common::{Rig, isolated_test};
 use simpler::{
     ErrorKind, Orchestrator, Worker, callable, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, task_graph,
 };
@@ -81,11 +81,8 @@ fn ramp(w: &Worker, n: u32) -> (simpler::Buffer, TensorOf<f32>) {
     (b, t)
 }
 
-#[test]
+#[isolated_test]
 fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
@@ -114,11 +111,8 @@ fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
     assert!(dot.contains("worker 0") && dot.contains("worker 1"), "{dot}");
 }
 
-#[test]
+#[isolated_test]
 fn an_inout_accumulator_is_ordered_by_the_loop() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
@@ -161,11 +155,8 @@ fn overlapping_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: 
     Ok(())
 }
 
-#[test]
+#[isolated_test]
 fn an_index_launch_checks_its_pieces_at_run_time() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
@@ -206,11 +197,8 @@ task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
@@ -282,11 +270,8 @@ task_graph! {
     }
 }
 
-#[test]
+#[isolated_test]
 fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
     rig.init();
     // One graph, two runs: 64 rows (4 tiles), then 96 rows (6 tiles).
@@ -337,11 +322,8 @@ fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
     assert!(err.message().contains("(8 left over)"), "{err}");
 }
 
-#[test]
+#[isolated_test]
 fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, 64);
@@ -371,11 +353,8 @@ fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
     assert_eq!(err.message(), msg);
 }
 
-#[test]
+#[isolated_test]
 fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().sub_workers(2));
     rig.init();
     // 96 rows: six tiles, the first four copied.

@@ -16,11 +16,8 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
     b.tensor(&[(b.nbytes() / 4) as u32], DataType::Float32).unwrap()
 }
 
-#[test]
+#[isolated_test]
 fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     let add = rig.register(simpler::HostFn::new("vadd", vadd)).unwrap();
@@ -106,11 +103,8 @@ fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
     assert!(plain.timeline().is_none());
 }
 
-#[test]
+#[isolated_test]
 fn progress_counts_tasks_while_the_run_is_in_flight() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [block, noop]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("noop", noop)]);
     let flag = u32_buffer(&rig, 2);
     let run = rig
@@ -185,11 +179,8 @@ mod recorder {
     }
 }
 
-#[test]
+#[isolated_test]
 fn each_task_has_a_span_under_its_runs_and_its_end_says_what_and_how_long() {
-    if !in_own_process() {
-        return;
-    }
     let rec = recorder::Recorder::default();
     // Global: the scheduler's role may be taken by the Worker's background thread.
     tracing::subscriber::set_global_default(rec.clone()).expect("the first subscriber of this process");
@@ -243,11 +234,8 @@ fn add_then_double(
     })
 }
 
-#[test]
+#[isolated_test]
 fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20));
     rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
@@ -330,11 +318,8 @@ fn l3_chip_then_sub(
     orch.submit_sub(&simpler::HostFn::new("noop", noop).handle(), s).map(|_| ())
 }
 
-#[test]
+#[isolated_test]
 fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
-    if !in_own_process() {
-        return;
-    }
     let mut l3 =
         Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20).sub_workers(1).build().unwrap();
     l3.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
@@ -406,11 +391,8 @@ fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     .unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
-    if !in_own_process() {
-        return;
-    }
     // Run numbers restart in every Worker: the trace log's keys name the engine too, so the
     // second Worker's run 1 does not pick up what the first Worker's run 1 left there.
     for round in 0..2 {
@@ -435,11 +417,8 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
     }
 }
 
-#[test]
+#[isolated_test]
 fn each_member_of_a_group_has_its_kernels_on_its_own_chips_lane() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20));
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     rig.init();

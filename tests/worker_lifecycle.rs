@@ -9,11 +9,8 @@ use std::time::Duration;
 use common::*;
 use simpler::{ErrorKind, HostFn, RunOptions, TaskArgs, Worker, status::Level};
 
-#[test]
+#[isolated_test]
 fn builder_rejects_invalid_configurations() {
-    if !in_own_process() {
-        return;
-    }
     let cases = [
         (Worker::builder().task_window(0), "task_window"),
         (Worker::builder().pipeline_depth(0), "pipeline_depth"),
@@ -29,11 +26,8 @@ fn builder_rejects_invalid_configurations() {
     assert!(w.child_pids().is_empty(), "building forks nothing");
 }
 
-#[test]
+#[isolated_test]
 fn calls_before_init_are_refused() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     let fill = rig.register(HostFn::new("fill", fill)).unwrap();
     let nop = |_: &mut simpler::Orchestrator<'_>| Ok(());
@@ -53,11 +47,8 @@ fn calls_before_init_are_refused() {
     assert_eq!(read_u64(&out, 0, 1), vec![4]);
 }
 
-#[test]
+#[isolated_test]
 fn calls_after_close_are_refused() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let done = rig
@@ -85,11 +76,8 @@ fn calls_after_close_are_refused() {
     rig.close().expect("close is idempotent");
 }
 
-#[test]
+#[isolated_test]
 fn waiting_on_a_run_abandoned_by_close_reports_it() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [block]) =
         Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
@@ -125,11 +113,8 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
     expect_err(run.wait_timeout(Duration::from_millis(1)), ErrorKind::InvalidState, &["abandoned"]);
 }
 
-#[test]
+#[isolated_test]
 fn close_with_a_stuck_task_takes_close_timeout_not_more() {
-    if !in_own_process() {
-        return;
-    }
     let timeout = Duration::from_millis(300);
     let (mut rig, [block]) = Rig::start(subs(2).close_timeout(timeout), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
@@ -156,11 +141,8 @@ fn close_with_a_stuck_task_takes_close_timeout_not_more() {
     // The rig checks at drop that no process and no buffer is left.
 }
 
-#[test]
+#[isolated_test]
 fn dropping_a_worker_closes_it() {
-    if !in_own_process() {
-        return;
-    }
     let pids;
     {
         let mut worker = subs(2).build().unwrap();
@@ -185,11 +167,8 @@ fn dropping_a_worker_closes_it() {
     assert_left_nothing(&pids);
 }
 
-#[test]
+#[isolated_test]
 fn a_panic_unwinding_through_a_worker_reaps_its_children() {
-    if !in_own_process() {
-        return;
-    }
     let mut pids = Vec::new();
     let caught = catch_unwind(AssertUnwindSafe(|| {
         let mut worker = subs(2).build().unwrap();
@@ -203,11 +182,8 @@ fn a_panic_unwinding_through_a_worker_reaps_its_children() {
     assert_left_nothing(&pids);
 }
 
-#[test]
+#[isolated_test]
 fn submit_from_inside_an_orchestration_function_is_refused() {
-    if !in_own_process() {
-        return;
-    }
     let (rig, [fill]) = Rig::start(subs(1), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     rig.run(|orch| {
@@ -221,11 +197,8 @@ fn submit_from_inside_an_orchestration_function_is_refused() {
     assert_eq!(read_u64(&out, 0, 1), vec![2]);
 }
 
-#[test]
+#[isolated_test]
 fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(Worker::builder());
     // Registering is refused (no SUB workers); a handle computed elsewhere still reaches submit.
     expect_err(rig.register(HostFn::new("fill", fill)), ErrorKind::InvalidArgument, &["no SUB workers"]);
@@ -240,11 +213,8 @@ fn sub_work_on_a_worker_without_sub_workers_is_rejected() {
     .unwrap();
 }
 
-#[test]
+#[isolated_test]
 fn empty_run_finishes_at_once() {
-    if !in_own_process() {
-        return;
-    }
     let mut rig = Rig::new(subs(1));
     rig.init();
     let run = rig.submit_with(RunOptions::new().capture_dag(), |_, _, _| Ok(())).unwrap();
@@ -258,11 +228,8 @@ fn empty_run_finishes_at_once() {
 /// `Duration::MAX` is how one says "for ever": every timeout and deadline takes it as such
 /// (each used to overflow `Instant` and panic, a `close_timeout` of it leaving the children
 /// running).
-#[test]
+#[isolated_test]
 fn every_timeout_and_deadline_takes_duration_max_as_for_ever() {
-    if !in_own_process() {
-        return;
-    }
     let forever = Duration::MAX;
     let builder = subs(1)
         .task_window(2)
@@ -296,11 +263,8 @@ fn every_timeout_and_deadline_takes_duration_max_as_for_ever() {
 /// The program forks (a helper, a daemonizing step) and the child drops its copy of a started
 /// Worker: the parent's workers are left alone, and every call on the copy is refused, naming
 /// both processes.
-#[test]
+#[isolated_test]
 fn a_forked_copy_of_a_worker_neither_uses_nor_shuts_down_the_owners_workers() {
-    if !in_own_process() {
-        return;
-    }
     let (mut rig, [fill]) = Rig::start(subs(2), [("fill", common::fill)]);
     let out = u64_buffer(&rig, 1);
     let run_fill = |w: &Worker, v: u64| {
@@ -348,11 +312,8 @@ fn open_fds() -> Vec<String> {
 /// A `RunHandle` kept after `close` holds none of the Worker's resources: its mailboxes' and
 /// heap rings' memfds and its children's pidfds are closed by `close`, and the handle still
 /// answers with the run's result and statistics.
-#[test]
+#[isolated_test]
 fn a_run_handle_kept_after_close_holds_no_descriptor_of_the_worker() {
-    if !in_own_process() {
-        return;
-    }
     let session = |keep: bool| {
         let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
         let out = u64_buffer(&rig, 1);

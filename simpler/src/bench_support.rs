@@ -1,13 +1,26 @@
-//! Hidden support for the benchmarks in `benches/` that need crate internals.
+//! Hidden support for the benchmarks in `benches/` that measure a piece of the library with
+//! nothing around it, which the public API cannot reach:
+//!
+//! * [`mailbox_pingpong`] (`pingpong`): a bare mailbox round trip with a forked child, the
+//!   floor under every SUB task;
+//! * [`orchestrator_submit`] and [`type_sizes`] (`submit`): the Orchestrator on an in-process
+//!   engine with no-op endpoints, no process and no thread;
+//! * [`chip_pipeline`] (`chip_pipeline`): the chip runtime's lifecycle without its process.
+//!
+//! Each drives the same internal calls the library makes (the mailbox endpoint's posting and
+//! collecting, the Worker's engine with a doorbell of its own, the chip server's leases and
+//! launches), so no production function lives on for a benchmark alone. Everything else a
+//! benchmark needs goes through the public API or lives in `benches/`.
 //!
 //! Not part of the public API: nothing here is stable, and nothing here is used by the library
-//! itself. Each function sets up exactly the internal pieces one benchmark measures.
+//! itself.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::wait::WaitStatus;
 
+use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::data::buffer::IdentityMinter;
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
@@ -19,7 +32,7 @@ use crate::engine::heap::HostRings;
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, Engine, EngineConfig, LevelParts, NoDevices};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion};
+use crate::ipc::mailbox::{InitStatus, Mailbox, MailboxRegion, Posting};
 use crate::sys::futex::Doorbell;
 use crate::sys::process::ChildGuard;
 
@@ -56,37 +69,34 @@ fn pong(region: &MailboxRegion) -> i32 {
     }
 }
 
-/// The CPU a process (or, with `"thread-self"`, the calling thread) last ran on: field 39 of
-/// `/proc/<pid>/stat`. `None` where `/proc` cannot tell.
-pub fn last_cpu(pid: &str) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesized command name start at field 3 (state).
-    stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
-}
-
 /// What [`mailbox_pingpong`] measured.
 #[derive(Debug, Clone)]
-pub struct PingPong {
+pub struct PingPong<T> {
     /// One duration per timed round trip.
     pub times: Vec<Duration>,
-    /// The CPU the parent thread last ran on, read right after the timed round trips.
-    pub parent_cpu: Option<u32>,
-    /// The CPU the child last ran on, read at the same moment.
-    pub child_cpu: Option<u32>,
+    /// What the caller's `after` saw right after the timed round trips.
+    pub after: T,
 }
 
 /// Bare mailbox ping-pong between this process and one forked child: the floor under every
 /// SUB task.
 ///
-/// Each round trip posts an empty task frame (`post_task`, which rings the child doorbell), the
-/// child takes it (`task_request`) and answers (`finish_task`, which rings the parent doorbell),
-/// and the parent collects it (`take_task_result`), waiting on the parent doorbell with the
-/// mailbox's own wait (spin, yield, futex). `warmup` untimed round trips come first; before
-/// each timed one the parent sleeps `pause` (outside the timed region; zero for back to back).
+/// Each round trip posts an empty task frame as the SUB endpoint does (`post_task_at` frame 0,
+/// which rings the child doorbell), the child takes it (`task_request`) and answers
+/// (`finish_task`, which rings the parent doorbell), and the parent collects it
+/// (`take_task_result_at`), waiting on the parent doorbell with the mailbox's own wait (spin,
+/// yield, futex). `warmup` untimed round trips come first; before each timed one the parent
+/// sleeps `pause` (outside the timed region; zero for back to back). Right after the timed
+/// round trips, `after` is given the child's pid (to see where it ran, while it still runs).
 ///
 /// Forks: call it before this process starts any other thread. The child leaves with `_exit`;
 /// it is shut down and reaped before this returns, and killed and reaped if this panics.
-pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Result<PingPong> {
+pub fn mailbox_pingpong<T>(
+    warmup: usize,
+    iterations: usize,
+    pause: Duration,
+    after: impl FnOnce(i32) -> T,
+) -> Result<PingPong<T>> {
     let region = MailboxRegion::new(1)?;
     let child = ChildGuard::fork(|| pong(&region))?;
     let mb = region.mailbox(0);
@@ -103,11 +113,11 @@ pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Re
     let digest = [0u8; 32];
     let round_trip = || -> Result<Duration> {
         let start = Instant::now();
-        mb.post_task(&digest, |_, _| Ok(0))?;
+        mb.post_task_at(0, &digest, &Posting::default(), |_, _| Ok(0))?;
         let deadline = start + HANG;
         loop {
             let seen = parent.seq();
-            if let Some(result) = mb.take_task_result() {
+            if let Some(result) = mb.take_task_result_at(0) {
                 result.map_err(|e| Error::new(ErrorKind::TaskFailed, e.message))?;
                 return Ok(start.elapsed());
             }
@@ -127,9 +137,18 @@ pub fn mailbox_pingpong(warmup: usize, iterations: usize, pause: Duration) -> Re
         }
         times.push(round_trip()?);
     }
-    let (parent_cpu, child_cpu) = (last_cpu("thread-self"), last_cpu(&child.pid().to_string()));
+    let after = after(child.pid().as_raw());
     shut_down(child, mb)?;
-    Ok(PingPong { times, parent_cpu, child_cpu })
+    Ok(PingPong { times, after })
+}
+
+/// The engine doorbell of an in-process engine: on the heap, rung by nobody but the engine.
+struct LocalBell(Doorbell);
+
+impl AsRef<Doorbell> for LocalBell {
+    fn as_ref(&self) -> &Doorbell {
+        &self.0
+    }
 }
 
 /// A no-op endpoint: it does nothing with a task and reports success at the first poll after
@@ -188,7 +207,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
         heap: std::sync::Arc::new(HostRings::new(cfg.heap_ring_size)?),
         devices: std::sync::Arc::new(NoDevices),
     };
-    let engine = Engine::new(cfg, Bell::Local(Box::new(Doorbell::new())), parts)?;
+    let engine = Engine::new(cfg, Bell::Shared(std::sync::Arc::new(LocalBell(Doorbell::new()))), parts)?;
     let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     engine.attach_lanes(
         (0..lanes)
@@ -267,42 +286,6 @@ pub fn type_sizes() -> Vec<(&'static str, usize)> {
     ]
 }
 
-/// For each 1024-element block of the input (with `scalar 1` = `every` = k > 1: one block in
-/// k, the others unread), `scalar 0` rounds of `x = 0.999 x + 0.5` over a copy of the block
-/// (in the first-level cache, so the rounds are bound by arithmetic), summed into
-/// `out[i % out.len()]`: a kernel whose duration scales with the blocks it reads and the
-/// rounds (the pipeline benchmark's "kernel of comparable duration"). With `every` > 1 it
-/// reads little of device memory, as a kernel on a real chip reads the chip's own memory and
-/// not the host's, which a simulated chip shares with the next run's copy-in.
-pub fn pipeline_kernel(args: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
-    let rounds = args.scalar(0)?;
-    let every = args.scalar(1).unwrap_or(1).max(1) as usize;
-    let input = args.input::<f32>(0)?;
-    pipeline_compute(input, args.output::<f32>(1)?, rounds, every);
-    Ok(())
-}
-
-/// What [`pipeline_kernel`] computes, on plain slices (the benchmark runs it beside a copy to
-/// measure what two threads of this machine overlap at best).
-pub fn pipeline_compute(input: &[f32], out: &mut [f32], rounds: u64, every: usize) {
-    out.fill(0.0);
-    let n = out.len();
-    let mut block = [0.0f32; 1024];
-    for (k, chunk) in input.chunks(block.len()).enumerate().step_by(every.max(1)) {
-        let tmp = &mut block[..chunk.len()];
-        tmp.copy_from_slice(chunk);
-        for _ in 0..rounds {
-            for v in tmp.iter_mut() {
-                *v = *v * 0.999 + 0.5;
-            }
-        }
-        let at = (k * 1024) % n;
-        for (o, v) in out[at..].iter_mut().zip(tmp.iter()) {
-            *o += *v;
-        }
-    }
-}
-
 /// What [`chip_pipeline`] measured.
 #[derive(Debug, Clone)]
 pub struct ChipPipelineRuns {
@@ -323,13 +306,16 @@ pub struct ChipPipelineRuns {
     pub execute: Duration,
 }
 
-/// Runs `runs` chip runs of one kernel on an in-process simulated chip (2 cores) through the
-/// L2 lifecycle at pipeline depth `depth` (1 or 2): each run copies in `input_bytes` of f32,
-/// runs a kernel making `passes` passes over them, and copies back `output_bytes`. At depth 1
-/// every run is prepared, launched, waited for and finalized before the next; at depth 2 the
-/// next run is prepared (its copy-in) while the current one's kernel runs, then launched once
-/// the current one is finalized.
+/// Runs `runs` chip runs of `kernel` on an in-process simulated chip (2 cores) through the
+/// L2 lifecycle at pipeline depth `depth` (1 or 2): each run copies in `input_bytes` of f32
+/// (tensor 0), runs the kernel with the scalars `passes` and `every`, and copies back
+/// `output_bytes` (tensor 1). At depth 1 every run is prepared, launched, waited for and
+/// finalized before the next; at depth 2 the next run is prepared (its copy-in) while the
+/// current one's kernel runs, then launched once the current one is finalized. Each run's
+/// lease is what the chip server gives a task that comes with none (`local_lease`, avoiding
+/// the slot of the run in flight).
 pub fn chip_pipeline(
+    kernel: HostFnPtr,
     depth: u32,
     runs: usize,
     input_bytes: usize,
@@ -345,7 +331,7 @@ pub fn chip_pipeline(
     if !(1..=2).contains(&depth) || runs == 0 || output_bytes == 0 {
         return Err(Error::invalid("chip_pipeline: depth 1 or 2, at least one run and one output byte"));
     }
-    let k = ChipFn::kernel("pipeline_kernel", pipeline_kernel);
+    let k = ChipFn::kernel("pipeline_kernel", kernel);
     let digest = k.handle().digest();
     let mut reg = Registry::new(4);
     reg.install(digest, k.descriptor().bytes(), k.clone())?;
@@ -355,7 +341,7 @@ pub fn chip_pipeline(
         backend: BackendFactory::sim(),
     };
     let mut rt = ChipRuntime::new(cfg, reg)?;
-    rt.set_pipeline_depth(depth)?;
+    rt.grant_pipeline_depth(depth)?;
     let (n_in, n_out) = (input_bytes / 4, output_bytes / 4);
     // Each run its own host input and output, so the runs in flight borrow disjoint memory.
     let mut inputs: Vec<Vec<f32>> = (0..runs).map(|_| (0..n_in).map(|i| (i % 7) as f32).collect()).collect();
@@ -386,13 +372,10 @@ pub fn chip_pipeline(
     let mut allocations = Vec::with_capacity(runs + 1);
     allocations.push(rt.device_allocations());
     let start = Instant::now();
-    let mut active = None;
+    let mut active: Option<crate::chip::ChipRun<'_>> = None;
     let (mut prepares, mut executes) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for (input, out) in inputs.iter_mut().zip(outputs.iter_mut()) {
-        let lease = match rt.acquire_lease() {
-            Some(l) => l,
-            None => return Err(Error::state("chip_pipeline: no free lease")),
-        };
+        let lease = rt.local_lease(active.as_ref().map(|r| r.lease().slot));
         let p0 = Instant::now();
         let call = ChipCall {
             digest,
@@ -417,15 +400,12 @@ pub fn chip_pipeline(
         executes.push(finish(&mut rt, head)?);
     }
     let wall = start.elapsed();
-    /// Waits for, finalizes and releases `run`; how long the wait took.
+    /// Waits for and finalizes `run`; how long the wait took.
     fn finish(rt: &mut ChipRuntime, mut run: crate::chip::ChipRun<'_>) -> Result<Duration> {
         let t = Instant::now();
         rt.wait(&mut run);
         let waited = t.elapsed();
-        let lease = run.lease();
-        let r = rt.finalize(run);
-        rt.release_lease(lease)?;
-        r.map(|()| waited)
+        rt.finalize(run).map(|()| waited)
     }
     let mean = |v: &[Duration]| {
         let tail = &v[v.len().min(2)..];

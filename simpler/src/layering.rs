@@ -32,7 +32,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("lib", 9),
     ("book", 9),
     ("bench_support", 9),
-    ("fuzzing", 9),
+    ("fuzz", 9),
     ("layering", 9),
 ];
 

@@ -42,6 +42,10 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+#[path = "fuzz.rs"]
+pub mod __fuzz;
 #[cfg(feature = "bench-support")]
 #[doc(hidden)]
 pub mod bench_support;
@@ -54,9 +58,6 @@ mod dfx;
 pub mod dsl;
 mod engine;
 mod error;
-#[cfg(feature = "bench-support")]
-#[doc(hidden)]
-pub mod fuzzing;
 mod ipc;
 #[cfg(test)]
 mod layering;

@@ -6,20 +6,58 @@
 //! and the tests' leak checks (no process, no host buffer of this process left) only mean
 //! something while no other test runs in the process. `cargo nextest` runs every test in a
 //! process of its own; plain `cargo test` runs many tests on threads of one process. A test that
-//! forks therefore starts with
+//! forks is therefore written with [`isolated_test`] in place of `#[test]`:
 //!
 //! ```
-//! # fn a_test_that_forks() {
-//! if !simpler::test_support::in_own_process() {
-//!     return; // it ran, and passed, in a process of its own
+//! use simpler::test_support::isolated_test;
+//!
+//! #[isolated_test]
+//! fn a_test_that_forks() {
+//!     // ... build and init a Worker ...
 //! }
-//! // ... build and init a Worker ...
-//! # }
+//! # fn main() {}
+//! ```
+//!
+//! which is a `#[test]` that starts with the guard [`in_own_process`]:
+//!
+//! ```
+//! #[test]
+//! fn a_test_that_forks() {
+//!     if !simpler::test_support::in_own_process() {
+//!         return; // it ran, and passed, in a process of its own
+//!     }
+//!     // ... build and init a Worker ...
+//! }
+//! # fn main() {}
 //! ```
 //!
 //! Under `cargo test` the first call reruns the test binary for exactly this test (the
 //! pattern of rayon-core's crash tests), forwards its output to the harness, and panics unless
 //! that run passed. The rerun, and a run under nextest, carry on with the test body.
+
+/// A `#[test]` that runs alone in a process of its own: written in place of `#[test]`, it
+/// emits the test with [`in_own_process`] as its guard, so under `cargo test` the test reruns
+/// itself alone and its thread in the shared harness returns at once.
+///
+/// The test takes no parameters and returns `()`. Other attributes (`#[ignore]`, doc
+/// comments, lint levels) stay as they are. The one option, `crate = path`, names `simpler`
+/// where it is renamed; the library's own unit tests write
+/// `#[crate::test_support::isolated_test(crate = crate)]`.
+///
+/// # Examples
+///
+/// ```
+/// use simpler::test_support::isolated_test;
+///
+/// #[isolated_test]
+/// fn one_sub_worker_starts_and_closes() {
+///     let mut worker = simpler::Worker::builder().sub_workers(1).build().unwrap();
+///     worker.init().unwrap();
+///     worker.close().unwrap();
+/// }
+/// # fn main() {}
+/// ```
+pub use simpler_macros::isolated_test;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -57,7 +95,7 @@ const PIPE_LIMIT: Duration = Duration::from_secs(10);
 ///
 /// ```
 /// # fn main() -> simpler::Result<()> {
-/// // The first lines of a `#[test]` that forks:
+/// // The first lines of a `#[test]` that forks (what `#[isolated_test]` writes):
 /// if !simpler::test_support::in_own_process() {
 ///     return Ok(()); // it ran, and passed, in a process of its own
 /// }

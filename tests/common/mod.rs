@@ -12,10 +12,11 @@
 //! * [`words`]: atomics over a `u32` tensor, so host functions in different worker processes can
 //!   count, rendezvous and log through one shared scratch buffer (tagged `NoDep`).
 //!
-//! Every test that builds a Worker starts with `if !in_own_process() { return; }`
-//! ([`simpler::test_support::in_own_process`]): it forks, and the rig's checks count this
-//! process's buffers, so it must run alone in its process. Under `cargo nextest` it already
-//! does; under `cargo test` the call reruns the test binary for that one test.
+//! Every test that builds a Worker is an `#[isolated_test]`
+//! ([`simpler::test_support::isolated_test`], re-exported here) rather than a `#[test]`: it
+//! forks, and the rig's checks count this process's buffers, so it must run alone in its
+//! process. Under `cargo nextest` it already does; under `cargo test` its guard
+//! (`simpler::test_support::in_own_process`) reruns the test binary for that one test.
 
 #![expect(
     unsafe_code,
@@ -27,7 +28,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-pub use simpler::test_support::in_own_process;
+pub use simpler::test_support::isolated_test;
 use simpler::{
     Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostResult, Tensor, Worker,
     WorkerBuilder, callable::HostFnPtr, memory::TensorView,

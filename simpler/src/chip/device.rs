@@ -18,10 +18,12 @@
 //! Some held blocks are the runtime's own (*internal*: the retained staging buffers of the
 //! pipeline slots). They are invisible to users: a device tensor or a memory control naming
 //! one is refused as not live ([`Device::is_live`]), and only the runtime hands kernels views
-//! of them ([`Device::usable_by_kernels`]). Every successful backend `malloc` is counted
-//! ([`Device::allocations`]), so a benchmark sees how many device allocations a run costs.
+//! of them ([`Device::usable_by_kernels`]). In tests and with the `bench-support` feature,
+//! every successful backend `malloc` is counted (`Device::allocations`), so the pipeline
+//! benchmark sees how many device allocations a run costs.
 
 use std::collections::BTreeMap;
+#[cfg(any(test, feature = "bench-support"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -42,6 +44,7 @@ pub(crate) struct Device {
     /// Blocks handed out by `backend.malloc` and not freed: start -> (length, holder).
     held: Mutex<BTreeMap<u64, (u64, Holder)>>,
     /// Successful backend mallocs so far.
+    #[cfg(any(test, feature = "bench-support"))]
     mallocs: AtomicU64,
 }
 
@@ -65,7 +68,14 @@ impl Device {
     pub(crate) fn new(chip: u32, backend: Box<dyn ChipBackend>) -> Result<Device> {
         check_cores(backend.cores())?;
         let memory = backend.memory().clone();
-        Ok(Device { chip, backend, memory, held: Mutex::new(BTreeMap::new()), mallocs: AtomicU64::new(0) })
+        Ok(Device {
+            chip,
+            backend,
+            memory,
+            held: Mutex::new(BTreeMap::new()),
+            #[cfg(any(test, feature = "bench-support"))]
+            mallocs: AtomicU64::new(0),
+        })
     }
 
     /// The backend's core count (checked at construction).
@@ -106,6 +116,7 @@ impl Device {
 
     /// Successful backend allocations so far (user buffers, `orch.alloc` intermediates and
     /// staging buffers alike).
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn allocations(&self) -> u64 {
         self.mallocs.load(Ordering::Relaxed)
     }
@@ -142,6 +153,7 @@ impl Device {
             ));
         }
         held.insert(ptr, (nbytes, holder));
+        #[cfg(any(test, feature = "bench-support"))]
         self.mallocs.fetch_add(1, Ordering::Relaxed);
         Ok(ptr)
     }

@@ -332,10 +332,7 @@ impl ChipRuntime {
 
     /// A lease from the chip's own arena, for a caller that mints none (`None`: every slot is
     /// taken by a run in flight).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
+    #[cfg(test)]
     pub(crate) fn acquire_lease(&mut self) -> Option<Lease> {
         self.leases.acquire()
     }
@@ -356,10 +353,7 @@ impl ChipRuntime {
     }
 
     /// Returns a lease of the chip's own arena (rule L3 of `engine::lease`).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the pipelined driver is the benchmark's until chip children pipeline")
-    )]
+    #[cfg(test)]
     pub(crate) fn release_lease(&mut self, lease: Lease) -> Result<()> {
         self.leases.release(lease)
     }
@@ -440,10 +434,7 @@ impl ChipRuntime {
     }
 
     /// Device allocations made through the backend so far (`chip_staging_allocs_per_run`).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "read by the pipeline benchmark")
-    )]
+    #[cfg(any(test, feature = "bench-support"))]
     pub(crate) fn device_allocations(&self) -> u64 {
         self.device.allocations()
     }

@@ -68,22 +68,16 @@ impl Default for EngineConfig {
     }
 }
 
-/// Where the engine doorbell lives: in the shared mailbox region (children ring it) or on the
-/// heap (in-process engines).
+/// Where the engine doorbell lives: in the shared mailbox region (children ring it), or
+/// wherever an in-process engine keeps it.
 pub(crate) enum Bell {
     Shared(Arc<dyn AsRef<Doorbell> + Send + Sync>),
-    #[cfg_attr(
-        not(feature = "bench-support"),
-        expect(dead_code, reason = "only `bench_support` builds an engine with a doorbell of its own")
-    )]
-    Local(Box<Doorbell>),
 }
 
 impl Bell {
     pub(super) fn get(&self) -> &Doorbell {
         match self {
             Bell::Shared(r) => (**r).as_ref(),
-            Bell::Local(b) => b,
         }
     }
 }

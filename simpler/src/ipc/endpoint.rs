@@ -82,7 +82,7 @@ impl MailboxEndpoint {
             stage,
         };
         mb.post_task_at(ix, d.callable.digest().as_bytes(), &posting, |config, payload| {
-            // `post_task` hands over a zeroed config, which is the default config's encoding.
+            // `post_task_at` hands over a zeroed config, which is the default config's encoding.
             if let Some(c) = d.config {
                 encode_config(c, config);
             }

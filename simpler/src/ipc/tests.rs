@@ -9,11 +9,8 @@ use crate::sys::test_fork::fork_child;
 
 const LONG: Duration = Duration::from_secs(10);
 
-#[test]
+#[crate::test_support::isolated_test(crate = crate)] // rule T1
 fn cross_process_ring_wakes_waiting_parent() {
-    if !crate::test_support::in_own_process() {
-        return; // rule T1
-    }
     // A region with no mailboxes is just the parent doorbell, in MAP_SHARED memory.
     let region = MailboxRegion::new(0).unwrap();
     let bell = region.doorbell();
@@ -30,11 +27,8 @@ fn cross_process_ring_wakes_waiting_parent() {
     assert_eq!(child.wait_timeout(LONG), 0);
 }
 
-#[test]
+#[crate::test_support::isolated_test(crate = crate)] // rule T1
 fn cross_process_futex_wakes_sleeping_parent() {
-    if !crate::test_support::in_own_process() {
-        return; // rule T1
-    }
     // A region with no mailboxes is just the parent doorbell, in MAP_SHARED memory.
     let region = MailboxRegion::new(0).unwrap();
     let bell = region.doorbell();

@@ -67,7 +67,7 @@ pub(crate) struct Frame {
     pub(crate) kind: FrameKind,
     /// The sender's sequence number (the protocol layer above gives it meaning).
     #[cfg_attr(
-        not(any(test, feature = "bench-support")),
+        not(any(test, feature = "fuzz")),
         expect(dead_code, reason = "sessions read the header first (`read_frame_head`)")
     )]
     pub(crate) seq: u64,

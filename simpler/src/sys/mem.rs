@@ -277,11 +277,8 @@ mod tests {
         assert!(SharedRegion::new(0, false).unwrap_err().kind() == crate::error::ErrorKind::InvalidArgument);
     }
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)] // rule T1
     fn region_is_shared_with_a_forked_child() {
-        if !crate::test_support::in_own_process() {
-            return; // rule T1
-        }
         let r = SharedRegion::new(1 << 20, false).unwrap();
         let base = r.as_ptr();
         let mut child = fork_child(|| {

@@ -684,11 +684,8 @@ mod tests {
     use crate::sys::test_fork::fork_child;
     use std::time::Duration;
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)] // rule T1
     fn a_monitor_that_cannot_copy_its_eventfd_fails_to_start() {
-        if !crate::test_support::in_own_process() {
-            return; // rule T1
-        }
         // In a child (the descriptor limit is per process): allow exactly one more descriptor,
         // so the eventfd opens and its copy for the monitor thread cannot.
         let mut child = fork_child(|| {
@@ -727,11 +724,8 @@ mod tests {
         (pid, Monitor::start(vec![pid], |_| {}).unwrap())
     }
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)] // rule T1
     fn a_child_is_killed_through_its_pidfd_and_its_death_recorded_once() {
-        if !crate::test_support::in_own_process() {
-            return; // rule T1
-        }
         let (_, m) = watched_child();
         assert!(m.board.kill(0), "a live child is signalled");
         assert!(m.board.wait_all(&[0], Instant::now() + Duration::from_secs(10)));
@@ -739,11 +733,8 @@ mod tests {
         assert!(!m.board.kill(0), "a child that ended is not signalled again");
     }
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)] // rule T1
     fn a_monitor_dropped_without_stop_kills_and_reaps_its_children() {
-        if !crate::test_support::in_own_process() {
-            return; // rule T1
-        }
         let (pid, m) = watched_child();
         drop(m);
         // Reaped: the pid names no process (not even a zombie) any more.

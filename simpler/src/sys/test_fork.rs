@@ -2,8 +2,8 @@
 //!
 //! * **T1 (one test per process).** Forking tests run one per process, so no other test
 //!   thread holds a lock (allocator, output capture, a registry mutex) that the child would
-//!   need: each starts with `if !crate::test_support::in_own_process() { return; }`, which
-//!   holds under `cargo nextest` and reruns the test alone under `cargo test`.
+//!   need: each is a `#[crate::test_support::isolated_test(crate = crate)]`, whose guard
+//!   (`in_own_process`) holds under `cargo nextest` and reruns the test alone under `cargo test`.
 //! * **T2 (the child never returns).** The child leaves through `_exit` (rule P2 of
 //!   [`process`](super::process)): it never returns or unwinds into the test harness.
 //! * **T3 (always reaped).** The parent holds a [`ChildGuard`], which kills and reaps the

@@ -123,11 +123,8 @@ pub(crate) fn read_all() -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)]
     fn entries_appended_are_read_back_whole_and_in_order() {
-        if !crate::test_support::in_own_process() {
-            return;
-        }
         let key = ensure().unwrap();
         assert_eq!(ensure().unwrap(), key, "one log per process");
         assert_eq!(key.pid, std::process::id());

@@ -1,4 +1,4 @@
-//! The fuzz harness's hostile peer (`bench-support` only; `crate::fuzzing` is its one user): a
+//! The fuzz harness's hostile peer (only with the `fuzz` feature; `crate::__fuzz` is its one user): a
 //! private mailbox whose frames it fills with arbitrary bytes, so the real readers run on
 //! hostile contents (rule M6).
 
@@ -14,7 +14,7 @@ use super::layout::{
 use crate::error::Result;
 use crate::sys::futex::Doorbell;
 
-/// A private mailbox whose frames the fuzz harness (`crate::fuzzing`) fills with arbitrary
+/// A private mailbox whose frames the fuzz harness (`crate::__fuzz`) fills with arbitrary
 /// bytes, playing a peer that ignores the protocol, so that the real readers run on hostile
 /// contents.
 ///

@@ -29,7 +29,7 @@
 //! * `parent.rs`: the parent's side of a mailbox (post, collect, activate, withdraw, control,
 //!   startup, shutdown, a new child).
 //! * `child.rs`: the child's side ([`TaskRequest`], [`ControlRequest`], replies, startup).
-//! * `hostile.rs` (`bench-support`): `HostileFrames`, the fuzz harness's hostile peer.
+//! * `hostile.rs` (`fuzz`): `HostileFrames`, the fuzz harness's hostile peer.
 //! * `loom_models.rs` (`--cfg loom`), `tests.rs`.
 //!
 //! # States and protocols
@@ -190,7 +190,7 @@
 //!   respect to the wake.
 
 mod child;
-#[cfg(feature = "bench-support")]
+#[cfg(feature = "fuzz")]
 mod hostile;
 mod layout;
 #[cfg(all(test, loom))]
@@ -203,11 +203,11 @@ mod tests;
 use std::fmt;
 
 pub(crate) use child::{ControlRequest, TaskRequest};
-#[cfg(feature = "bench-support")]
+#[cfg(feature = "fuzz")]
 pub(crate) use hostile::HostileFrames;
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) use layout::ERROR_MSG_CAPACITY;
-#[cfg(feature = "bench-support")]
+#[cfg(feature = "fuzz")]
 pub(crate) use layout::FRAME_SIZE;
 pub(crate) use layout::{ARGS_CAPACITY, CONFIG_BYTES, MailboxRegion, TASK_FRAMES};
 pub(crate) use parent::{InitStatus, Posting, Withdrawn};

@@ -55,7 +55,7 @@ pub(crate) enum InitStatus {
 }
 
 impl Mailbox<'_> {
-    /// Posts a task: claims the `IDLE` task frame, copies the digest, lets `write` fill the config
+    /// Posts a task into task frame `ix`: claims the `IDLE` task frame, copies the digest, lets `write` fill the config
     /// bytes (zeroed first) and the args payload and return the payload length, then publishes
     /// `TASK_READY` (Release) and rings the child doorbell.
     ///
@@ -63,33 +63,12 @@ impl Mailbox<'_> {
     /// `IDLE`; [`ErrorKind::InvalidArgument`](crate::error::ErrorKind) when the returned length
     /// exceeds [`ARGS_CAPACITY`]; any error of `write`. On error (or if `write` panics) the frame
     /// goes back to `IDLE`.
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the endpoint posts with post_task_traced")
-    )]
-    pub(crate) fn post_task(
-        &self,
-        digest: &[u8; 32],
-        write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
-    ) -> Result<()> {
-        self.post_task_traced(digest, None, write)
-    }
-
-    /// [`post_task`](Mailbox::post_task) for a task of a captured run: `trace` is its engine,
-    /// run and task number, written to the task frame's `result`, `command` and `arg0` (zeros:
-    /// not captured; the member in `arg0`'s high half), so that the child records what it runs for it (rule M10).
-    pub(crate) fn post_task_traced(
-        &self,
-        digest: &[u8; 32],
-        trace: Option<(u64, u64, u32, u32)>,
-        write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
-    ) -> Result<()> {
-        self.post_task_at(0, digest, &Posting { trace, ..Posting::default() }, write)
-    }
-
-    /// Posts a task into task frame `ix` (as [`post_task`](Mailbox::post_task) does), with its
-    /// run's lease and its flags (rule M12): `TASK_READY`, or `PREPARE_READY` for a successor
-    /// to prepare beside the running task (rule M11). Clears the frame's acceptance word.
+    ///
+    /// `posting` carries its run's lease and its flags (rule M12), a captured run's trace key
+    /// (its engine, run, task and member, written to the frame's `result`, `command` and `arg0`
+    /// so that the child records what it runs for it: rule M10), and whether it is a successor
+    /// to prepare beside the running task (`PREPARE_READY`, rule M11) or a task to run
+    /// (`TASK_READY`). Clears the frame's acceptance word.
     ///
     /// # Panics
     ///
@@ -141,12 +120,20 @@ impl Mailbox<'_> {
         Ok(())
     }
 
-    /// Collects a finished task from task frame 0 (see
+    /// Posts a plain task (no lease, not traced) into task frame 0 (tests; see
+    /// [`post_task_at`](Mailbox::post_task_at)).
+    #[cfg(test)]
+    pub(crate) fn post_task(
+        &self,
+        digest: &[u8; 32],
+        write: impl FnOnce(&mut [u8; CONFIG_BYTES], &mut [u8]) -> Result<usize>,
+    ) -> Result<()> {
+        self.post_task_at(0, digest, &Posting::default(), write)
+    }
+
+    /// Collects a finished task from task frame 0 (tests; see
     /// [`take_task_result_at`](Mailbox::take_task_result_at)).
-    #[cfg_attr(
-        not(any(test, feature = "bench-support")),
-        expect(dead_code, reason = "the endpoint collects with take_task_result_at")
-    )]
+    #[cfg(test)]
     pub(crate) fn take_task_result(&self) -> Option<std::result::Result<(), FrameError>> {
         self.take_task_result_at(0)
     }

@@ -253,13 +253,13 @@ impl<A: Atomic32> StateWord<A> {
     // ---- a peer that ignores the protocol (the fuzz harness, tests) ----
 
     /// Claims the frame from whatever state it is in (M3).
-    #[cfg(feature = "bench-support")]
+    #[cfg(feature = "fuzz")]
     pub(super) fn claim_as_found(&self) -> Result<(), u32> {
         self.claim(self.get())
     }
 
     /// Stores any value, as a peer that ignores the protocol would (Release).
-    #[cfg(any(test, feature = "bench-support"))]
+    #[cfg(any(test, feature = "fuzz"))]
     pub(super) fn plant(&self, raw: u32) {
         self.0.store(raw, Ordering::Release);
     }

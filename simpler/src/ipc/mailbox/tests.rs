@@ -113,11 +113,8 @@ fn mailbox_is_send_sync() {
     assert_bounds::<MailboxRegion>();
 }
 
-#[test]
+#[crate::test_support::isolated_test(crate = crate)] // rule T1
 fn forked_child_serves_tasks_controls_and_shutdown() {
-    if !crate::test_support::in_own_process() {
-        return; // rule T1
-    }
     let region = MailboxRegion::new(2).unwrap();
     let mut child = fork_child(|| echo_child(&region, 1));
     let mb = region.mailbox(1);
@@ -166,11 +163,8 @@ fn forked_child_serves_tasks_controls_and_shutdown() {
     assert_eq!(child.wait_timeout(LONG), 0);
 }
 
-#[test]
+#[crate::test_support::isolated_test(crate = crate)] // rule T1
 fn forked_child_round_trips_without_lost_wake_ups() {
-    if !crate::test_support::in_own_process() {
-        return; // rule T1
-    }
     // Many quick round trips race every post against the child going to sleep (rule D2);
     // a lost wake-up would stall a round trip until the 10 s deadline and fail.
     let region = MailboxRegion::new(1).unwrap();
@@ -203,11 +197,8 @@ fn forked_child_round_trips_without_lost_wake_ups() {
     assert_eq!(child.wait_timeout(LONG), 0);
 }
 
-#[test]
+#[crate::test_support::isolated_test(crate = crate)] // rule T1
 fn forked_child_reports_init_failure() {
-    if !crate::test_support::in_own_process() {
-        return; // rule T1
-    }
     let region = MailboxRegion::new(1).unwrap();
     let mut child = fork_child(|| {
         region.mailbox(0).publish_init(Err("no chip 3"));

@@ -901,11 +901,8 @@ mod tests {
         s
     }
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)]
     fn a_session_pairs_with_the_health_connection_that_presents_its_token() {
-        if !crate::test_support::in_own_process() {
-            return;
-        }
         let node = Node::new(Worker::builder().build().unwrap(), NodeAddr::loopback(0), key()).unwrap();
         let bound = node.bind().unwrap();
         let addr = bound.local_addr();
@@ -950,11 +947,8 @@ mod tests {
         Ok(())
     }
 
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)]
     fn bytes_sent_for_a_node_resident_tensor_are_refused_and_the_session_stays_in_step() {
-        if !crate::test_support::in_own_process() {
-            return;
-        }
         use crate::data::buffer::IdentityMinter;
         use crate::data::dtype::DataType;
         use crate::data::tensor::TensorView;
@@ -1023,11 +1017,8 @@ mod tests {
     /// The session thread waits for its task's run, so it drives it: the node's background
     /// scheduler thread is never woken (a wake-up per task, and a thread that competes for the
     /// CPUs, cost a remote task a third of its time on a two-vCPU machine).
-    #[test]
+    #[crate::test_support::isolated_test(crate = crate)]
     fn a_session_drives_its_tasks_runs_itself() {
-        if !crate::test_support::in_own_process() {
-            return;
-        }
         let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
         l3.register(crate::callable::host::HostFn::new("empty", empty)).unwrap();
         let mut node = Node::new(l3, NodeAddr::loopback(0), key()).unwrap();

@@ -67,7 +67,7 @@ fn bad(e: FrameError) -> Error {
 }
 
 /// Splits a TASK or COMPLETION body into its head and its bulk (the tensor bytes).
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 fn split(body: &[u8]) -> Result<(&[u8], &[u8])> {
     let mut r = BodyReader::new(body);
     let head_len = r.u32().map_err(bad)? as usize;
@@ -157,7 +157,7 @@ pub(crate) struct TaskHead<'a> {
 }
 
 /// A whole TASK (head and bulk in memory).
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) struct TaskMsg<'a> {
     pub(crate) head: TaskHead<'a>,
     /// For each tensor, the bytes its view spans in its buffer and where they start.
@@ -236,7 +236,7 @@ pub(crate) fn decode_task_head(head: &[u8], bulk: u64) -> Result<TaskHead<'_>> {
 
 /// Encodes a whole TASK (head and bulk in one body); `data(i)` gives the bytes tensor `i`'s
 /// view spans and their offset in its buffer (`None` for a tensor that stays on the node).
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) fn encode_task(
     digest: &Digest,
     name: &str,
@@ -255,7 +255,7 @@ pub(crate) fn encode_task(
 }
 
 /// Decodes a whole TASK body.
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
     let (head, mut bulk) = split(body)?;
     let head = decode_task_head(head, bulk.len() as u64)?;
@@ -283,7 +283,7 @@ pub(crate) struct CompletionHead {
 }
 
 /// A whole COMPLETION (head and bulk in memory).
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) struct CompletionMsg<'a> {
     pub(crate) head: CompletionHead,
     /// The bytes every written view spans, by tensor index, with their offset in the buffer.
@@ -321,7 +321,7 @@ pub(crate) fn decode_completion_head(head: &[u8], bulk: u64) -> Result<Completio
 }
 
 /// Encodes a whole COMPLETION (head and bulk in one body).
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, u64, Vec<u8>)]) -> Vec<u8> {
     let spans: Vec<(usize, u64, u64)> = outputs.iter().map(|(i, o, b)| (*i, *o, b.len() as u64)).collect();
     let mut body = encode_completion_head(status, message, &spans);
@@ -332,7 +332,7 @@ pub(crate) fn encode_completion(status: u32, message: &str, outputs: &[(usize, u
 }
 
 /// Decodes a whole COMPLETION body.
-#[cfg(any(test, feature = "bench-support"))]
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) fn decode_completion(body: &[u8]) -> Result<CompletionMsg<'_>> {
     let (head, mut bulk) = split(body)?;
     let head = decode_completion_head(head, bulk.len() as u64)?;
