@@ -97,7 +97,7 @@ pub enum ErrorKind {
     /// # Ok(()) }
     /// ```
     Cancelled,
-    /// Tasks of one index launch ([`IndexLaunch`](crate::IndexLaunch)) would touch overlapping
+    /// Tasks of one index launch ([`IndexLaunch`](crate::dsl::IndexLaunch)) would touch overlapping
     /// pieces of a tensor that one of them writes. The message names both tasks, their
     /// callables, the arguments and the byte ranges. `task_graph!` loops refuse the same at
     /// compile time (S0113, S0114).

@@ -86,8 +86,8 @@ pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder};
 /// What most programs import: `use simpler::prelude::*;`.
 ///
 /// The Worker and its runs, buffers and tensors, task arguments and host functions, the two
-/// macros and the typed DSL's tensors and placements. [`Result`](crate::Result) and
-/// [`Error`](crate::Error) stay out, so they do not shadow the standard library's; name them
+/// macros and the typed DSL's tensors and placements. [`Result`] and
+/// [`Error`] stay out, so they do not shadow the standard library's; name them
 /// as `simpler::Result`.
 ///
 /// ```
@@ -197,7 +197,7 @@ pub mod status {
 /// Tensor parameters are `In<T>` (read), `Out<T>` (written) and `InOut<T>` (read and written);
 /// other parameters are scalars (u8..u64, i8..i64, usize, isize, f32, f64, bool). In a kernel
 /// or host function, `In<T>` dereferences to `&[T]` and `Out<T>` / `InOut<T>` to `&mut [T]`;
-/// in an orchestration they arrive as typed handles ([`TensorOf<T, ReadOnly>`](TensorOf) and
+/// in an orchestration they arrive as typed handles ([`TensorOf<T, ReadOnly>`](crate::dsl::TensorOf) and
 /// `TensorOf<T, ReadWrite>`). The function may return `()` or a `Result<(), E>`.
 ///
 /// Next to the function, the macro generates a twin of the same name (a type, so both live in
@@ -266,7 +266,7 @@ pub use simpler_macros::callable;
 /// lowers to exactly the Orchestrator calls a hand-written orchestration makes, and generates
 /// the same twin as `#[callable(orch)]` (`g::call(...)`, which can `run` it on a Worker or
 /// place it on a nested Worker with `.on(o, worker(N))`) plus `g::graph()`, the graph's
-/// structure as a [`TaskGraph`] (for a graph that tiles its tensors, `x.tiles([R, C])`, whose
+/// structure as a [`TaskGraph`](crate::dsl::TaskGraph) (for a graph that tiles its tensors, `x.tiles([R, C])`, whose
 /// task count is the run's: `g::graph_for(x_shape, ..)`, the structure for tensors of those
 /// shapes).
 ///

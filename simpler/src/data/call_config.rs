@@ -79,7 +79,7 @@ impl Swimlane {
 /// **Which knobs do anything.** Every knob here is read by upstream's chip runtime on real
 /// hardware: the AICPU scheduler thread count, the ring sizes, and the diagnostics (swimlane,
 /// argument dumps, PMU, dependency-graph generation, scope statistics, all written under the
-/// output prefix). The simulated chip ([`SimChip`](crate::SimChip)) checks the config, carries it
+/// output prefix). The simulated chip ([`SimChip`](crate::chip::SimChip)) checks the config, carries it
 /// to the chip, hands it to a chip orchestration (`ChipFn::orchestration`), and writes the
 /// diagnostics into the folder the output prefix names, one set of files per chip task,
 /// `chip<N>-<pid>-<callable>-<K>.*`: [`swimlane`](CallConfig::swimlane) the per-core timeline

@@ -24,8 +24,8 @@ struct Launched {
 }
 
 /// An index launch: tasks meant to run in parallel over distinct pieces of tensors (typically
-/// the pieces of [`TensorOf::split`](crate::TensorOf::split) or
-/// [`tiles`](crate::TensorOf::tiles)), made with [`Orchestrator::index_launch`].
+/// the pieces of [`TensorOf::split`](crate::dsl::TensorOf::split) or
+/// [`tiles`](crate::dsl::TensorOf::tiles)), made with [`Orchestrator::index_launch`].
 ///
 /// [`submit`](IndexLaunch::submit) checks the call against every earlier task of the launch:
 /// when one writes bytes the other reads or writes (same buffer, overlapping views), it is

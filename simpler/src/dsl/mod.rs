@@ -1,14 +1,23 @@
 //! The typed layer under `#[callable]` and `task_graph!`.
 //!
-//! * [`view`]: what a kernel or host function receives (`In<T>`, `Out<T>`, `InOut<T>`);
-//! * [`typed`]: typed tensor handles ([`TensorOf`](typed::TensorOf)) and the argument traits
-//!   that make rustc check every argument of a typed call;
-//! * [`place`]: placements (`sub()`, `chip(N)`, `worker(N)`) checked against the callable's
-//!   kind, and the typed [`Call`](place::Call);
-//! * [`graph`]: the static structure of a `task_graph!`;
-//! * [`launch`]: index launches whose bound is known only at run time, checked for overlap.
+//! * what a kernel or host function receives: [`In<T>`](In), [`Out<T>`](Out),
+//!   [`InOut<T>`](InOut) (files `view.rs`);
+//! * typed tensor handles ([`TensorOf`]) and the argument traits ([`InArg`], [`OutArg`],
+//!   [`InOutArg`], [`Scalar`]) that make rustc check every argument of a typed call
+//!   (`typed.rs`);
+//! * placements ([`sub`], [`chip`], [`worker`]) checked against the callable's [`kind`], and the
+//!   typed [`Call`] (`place.rs`);
+//! * the static structure of a `task_graph!`: [`TaskGraph`] (`graph.rs`);
+//! * index launches whose bound is known only at run time, checked for overlap:
+//!   [`IndexLaunch`] (`launch.rs`).
 //!
 //! The link-time registry the macros add to is callable identity: `callable::linked`.
+//!
+//! ```
+//! use simpler::dsl::{TensorOf, sub};
+//! # let _ = sub();
+//! # fn f(_: &TensorOf<f32>) {}
+//! ```
 
 pub(crate) mod graph;
 pub(crate) mod launch;

@@ -22,7 +22,7 @@ use crate::data::dtype::Element;
 /// ```
 ///
 /// In an orchestration callable (`#[callable(orch)]`, `task_graph!`) the same marker declares a
-/// read-only tensor *handle* ([`TensorOf<T, ReadOnly>`](crate::TensorOf)) instead.
+/// read-only tensor *handle* ([`TensorOf<T, ReadOnly>`](crate::dsl::TensorOf)) instead.
 ///
 /// ```
 /// use simpler::{callable, dsl::In, dsl::Out};
@@ -40,7 +40,7 @@ pub struct In<'a, T: Element> {
 /// A write-only tensor parameter of a kernel or host function: dereferences to `&mut [T]`.
 ///
 /// Do not rely on what it holds before you write it. In an orchestration callable the same
-/// marker declares a writable tensor handle ([`TensorOf<T, ReadWrite>`](crate::TensorOf)).
+/// marker declares a writable tensor handle ([`TensorOf<T, ReadWrite>`](crate::dsl::TensorOf)).
 ///
 /// ```
 /// use simpler::{callable, dsl::Out};

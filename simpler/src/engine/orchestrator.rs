@@ -579,7 +579,7 @@ impl<'a> Orchestrator<'a> {
     /// The returned tensor is a contiguous view of the whole allocation. The bytes are
     /// reclaimed automatically once the enclosing scope has ended and every task that names the
     /// buffer has completed. Waits under back-pressure while the ring is full. Inside a chip
-    /// orchestration ([`ChipFn::orchestration`](crate::ChipFn::orchestration)) the bytes come
+    /// orchestration ([`ChipFn::orchestration`](crate::chip::ChipFn::orchestration)) the bytes come
     /// from the chip's device memory instead, and the wait is for room there.
     ///
     /// ```no_run

@@ -614,7 +614,7 @@ impl RunHandle {
     }
 
     /// The run as it happened, once it has ended, when it was submitted with capture on
-    /// (`RunOptions::capture_dag`): a [`TaskRecord`](crate::TaskRecord) per task (where it
+    /// (`RunOptions::capture_dag`): a [`TaskRecord`](crate::trace::TaskRecord) per task (where it
     /// ran; when it was submitted, became ready, started and ended; how it ended), and the
     /// Chrome trace, SVG and DOT pictures made from them. `None` before the run ends.
     ///

@@ -123,14 +123,14 @@ impl WorkerBuilder {
         self
     }
 
-    /// How each chip's device is made (default: a [`SimChip`](crate::SimChip) of `chip_memory`
+    /// How each chip's device is made (default: a [`SimChip`](crate::chip::SimChip) of `chip_memory`
     /// bytes and `chip_cores` cores). The factory runs in the process that drives the chip (a
     /// chip child started at `init` at L3, the calling process at L2), once per chip, with that
-    /// chip's [`ChipSpec`](crate::ChipSpec); its error fails `init`, naming the chip. Every
+    /// chip's [`ChipSpec`](crate::chip::ChipSpec); its error fails `init`, naming the chip. Every
     /// device operation of the chip (allocation, frees, copies in both directions) then goes
-    /// through the [`ChipBackend`](crate::ChipBackend) it returns.
+    /// through the [`ChipBackend`](crate::chip::ChipBackend) it returns.
     ///
-    /// The factory is a [`ChipBackendFn`](crate::ChipBackendFn): a plain `fn`, or a closure
+    /// The factory is a [`ChipBackendFn`](crate::chip::ChipBackendFn): a plain `fn`, or a closure
     /// that captures nothing, since at L3 it runs in a chip process started from this program's
     /// binary (state it needs comes from statics, the environment or the spec).
     ///

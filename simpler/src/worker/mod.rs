@@ -927,7 +927,7 @@ impl Worker {
     /// is killed at the deadline; the others are asked to leave, and reaped).
     ///
     /// First it unlinks the host buffers that killed programs of earlier versions of this
-    /// library left in `/dev/shm` ([`sweep_stale_buffers`](crate::sweep_stale_buffers)); the
+    /// library left in `/dev/shm` ([`sweep_stale_buffers`](crate::memory::sweep_stale_buffers)); the
     /// buffers of this version have no name (see [`create_buffer`](Worker::create_buffer)).
     ///
     /// ```no_run

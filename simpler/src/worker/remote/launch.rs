@@ -33,7 +33,7 @@ const MAX_RANKS: u32 = 4096;
 ///
 /// Rank 0 builds the L4 Worker and calls
 /// [`Worker::add_launched_workers`](crate::Worker::add_launched_workers); every other rank
-/// builds its L3 Worker and serves it with [`Node::serve_launch`](crate::Node::serve_launch),
+/// builds its L3 Worker and serves it with [`Node::serve_launch`](crate::remote::Node::serve_launch),
 /// connecting to the root.
 ///
 /// ```
