@@ -104,9 +104,7 @@ fn measure() -> simpler::Result<(f64, f64, f64)> {
 
     let mut child = Worker::builder().sub_workers(1).build()?;
     child.register(HostFn::new("empty", empty))?;
-    let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    let w = l4.add_worker(child)?;
-    assert_eq!(w, 0, "the only nested Worker is worker 0");
+    let mut l4 = Worker::builder().level(Level::Network1).worker(child).build()?;
     let one_empty = l4.register_orch(OrchFn::new("l3_one_empty", l3_one_empty))?;
     let nothing = l4.register_orch(OrchFn::new("l3_nothing", l3_nothing))?;
     l4.init()?;

@@ -84,8 +84,8 @@ fn main() -> simpler::Result<()> {
         bound.serve_one()
     });
     let addr = rx.recv().expect("the node bound");
-    let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    l4.add_remote_worker(RemoteWorker::new(addr, key()))?;
+    let mut l4 =
+        Worker::builder().level(Level::Network1).remote_worker(RemoteWorker::new(addr, key())).build()?;
     let task = l4.register_orch(OrchFn::new("one_empty", one_empty))?;
     let copy = l4.register_orch(OrchFn::new("touch", touch))?;
     l4.init()?;

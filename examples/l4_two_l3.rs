@@ -63,9 +63,11 @@ task_graph! {
 fn main() -> simpler::Result<ExitCode> {
     let chips = Worker::builder().chips(1).chip_memory(16 << 20).build()?;
     let hosts = Worker::builder().sub_workers(2).build()?;
-    let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    assert_eq!(l4.add_worker(chips)?, 0); // worker(0)
-    assert_eq!(l4.add_worker(hosts)?, 1); // worker(1)
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .worker(chips) // worker(0)
+        .worker(hosts) // worker(1)
+        .build()?;
     l4.init()?; // forks both L3 Workers; each forks its own children and registers every #[callable]
 
     let n = N as usize;

@@ -118,8 +118,9 @@ fn launched_node(launch: &Launch) -> simpler::Result<()> {
 }
 
 fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
-    let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    l4.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).build()?)?; // worker 0
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .worker(Worker::builder().chips(1).chip_memory(16 << 20).build()?); // worker 0
     let mut nodes = Vec::new();
     match launch {
         Some(launch) => {
@@ -130,8 +131,8 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
                 )
                 .into());
             }
-            let ids = l4.add_launched_workers(launch, ClusterKey::from_env()?)?;
-            println!("workers {ids:?}: ranks 1 and 2, connecting to {}", launch.root());
+            l4 = l4.launched_workers(launch, ClusterKey::from_env()?);
+            println!("workers 1 and 2: ranks 1 and 2, connecting to {}", launch.root());
         }
         None => {
             // A fresh key for this run; a cluster keeps one in its launcher's environment.
@@ -142,12 +143,13 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
             for _ in 0..2 {
                 nodes.push(start_node(&key_text)?);
             }
-            for (_, addr) in &nodes {
-                let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()))?;
+            for (id, (_, addr)) in (1..).zip(&nodes) {
+                l4 = l4.remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()));
                 println!("worker {id}: the node at {addr}");
             }
         }
     }
+    let mut l4 = l4.build()?;
     l4.init()?;
 
     let (a, b) = (l4.create_buffer(4 * N as usize)?, l4.create_buffer(4 * N as usize)?);

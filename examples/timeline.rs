@@ -75,8 +75,8 @@ fn checksum(x: In<f32>, mut sum: Out<f32>) {
 fn main() -> simpler::Result<ExitCode> {
     let out_dir = std::env::args().nth(1).unwrap_or_else(|| "target/timeline".to_string());
     let l3 = Worker::builder().chips(2).chip_cores(2).chip_memory(64 << 20).sub_workers(2).build()?;
-    let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).build()?;
-    let l3_id = worker.add_worker(l3)?;
+    let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).worker(l3).build()?;
+    let l3_id = 0; // the first nested Worker
     worker.init()?;
     let n = N as usize;
     let bx = worker.create_buffer(4 * n)?;

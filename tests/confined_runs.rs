@@ -38,8 +38,8 @@ fn widen(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> Result
 fn l4_over_l3(orch: OrchFn) -> (Rig, simpler::CallableHandle, u32) {
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("scribble", scribble)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1));
-    let w = rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1).worker(l3));
+    let w = 0;
     let h = rig.register_orch(orch).unwrap();
     rig.init();
     (rig, h, w)

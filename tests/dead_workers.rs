@@ -114,11 +114,10 @@ fn l3_noop(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler
 
 #[isolated_test]
 fn a_sub_worker_killed_under_a_nested_worker_is_reported_as_a_dead_worker() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("block_pid", block_pid)).unwrap();
     l3.register(HostFn::new("noop", noop)).unwrap();
-    rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3));
     let block = rig.register_orch(OrchFn::new("l3_block", l3_block)).unwrap();
     let l3_noop = rig.register_orch(OrchFn::new("l3_noop", l3_noop)).unwrap();
     rig.init();
@@ -268,8 +267,8 @@ fn replacing_is_refused_where_it_cannot_work_saying_why() {
     assert_err(&err, ErrorKind::InvalidArgument, &["no Sub worker 3"]);
     drop(rig);
 
-    let mut l4 = Rig::new(Worker::builder().level(Level::Network1));
-    l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
+    let l3 = Worker::builder().sub_workers(1).build().unwrap();
+    let mut l4 = Rig::new(Worker::builder().level(Level::Network1).worker(l3));
     l4.init();
     sigkill(l4.pids()[0]);
     wait_seen_dead(&l4, 0);

@@ -364,11 +364,11 @@ fn l3_hang(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simp
 
 #[isolated_test]
 fn a_deadline_at_l4_kills_the_nested_worker_running_the_stuck_task() {
-    let mut rig =
-        Rig::new(Worker::builder().level(Level::Network1).backpressure_timeout(Duration::from_secs(5)));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("hang", hang)).unwrap();
-    rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(
+        Worker::builder().level(Level::Network1).backpressure_timeout(Duration::from_secs(5)).worker(l3),
+    );
     let l3_hang = rig.register_orch(OrchFn::new("l3_hang", l3_hang)).unwrap();
     rig.init();
     let flags = u32_buffer(&rig, 1);

@@ -411,9 +411,7 @@ task_graph! {
 fn an_l4_graph_over_two_l3_workers() {
     let chips = Worker::builder().chips(1).chip_memory(4 << 20).build().unwrap();
     let subs = Worker::builder().sub_workers(1).build().unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    assert_eq!(rig.add_worker(chips).unwrap(), 0);
-    assert_eq!(rig.add_worker(subs).unwrap(), 1);
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(chips).worker(subs)); // workers 0 and 1
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);
@@ -581,8 +579,7 @@ fn l3_add_then_inc(o: &mut Orchestrator<'_>, a: In<f32>, b: In<f32>, y: Out<f32>
 #[isolated_test]
 fn an_orchestration_reads_back_its_own_output_one_level_down() {
     let subs = Worker::builder().sub_workers(1).build().unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(subs).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(subs));
     rig.init();
     let (_ba, a) = filled(&rig, 1.0);
     let (_bb, b) = filled(&rig, 2.0);

@@ -64,8 +64,7 @@ fn a_sub_call_on_a_worker_without_sub_workers_names_the_builder_call() {
 fn a_chip_kernel_placed_at_l4_says_chips_are_reached_through_a_nested_worker() {
     let mut l3 = Worker::builder().chips(1).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     l3.register(HostFn::new("noop", noop)).unwrap_err(); // (no SUB workers: refused)
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1));
-    rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).sub_workers(1).worker(l3));
     rig.init();
     let (_a, a) = f32s(&rig, 16);
     let (_b, mut b) = f32s(&rig, 16);
@@ -360,8 +359,7 @@ fn a_child_that_fails_to_start_is_named_once() {
         .build()
         .unwrap();
     l3.register_chip(ChipFn::kernel("copy", |_| Ok(()))).unwrap();
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(l3).unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).worker(l3).build().unwrap();
     let err = l4.init().unwrap_err();
     let msg = err.message();
     assert!(msg.contains("worker 0 (process") && msg.contains("making its backend"), "{err}");

@@ -444,10 +444,13 @@ fn nested_workers_and_grandchildren_killed_at_random_end_every_run_with_a_named_
     }
     l3_chip.register_chip(ChipFn::kernel("double", double)).unwrap();
     l3_chip.register_chip(ChipFn::kernel("chip_pid", chip_pid)).unwrap();
-    let mut rig =
-        Rig::new(Worker::builder().level(Level::Network1).backpressure_timeout(Duration::from_secs(5)));
-    rig.add_worker(l3_chip).unwrap();
-    rig.add_worker(l3_subs).unwrap();
+    let mut rig = Rig::new(
+        Worker::builder()
+            .level(Level::Network1)
+            .backpressure_timeout(Duration::from_secs(5))
+            .worker(l3_chip)
+            .worker(l3_subs),
+    );
     let bumps = rig.register_orch(OrchFn::new("l3_bumps", l3_bumps)).unwrap();
     let doubles = rig.register_orch(OrchFn::new("l3_doubles", l3_doubles)).unwrap();
     let summed = rig.register_orch(OrchFn::new("l3_sum", l3_sum)).unwrap();

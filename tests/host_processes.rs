@@ -137,10 +137,9 @@ fn l3_fork(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<
 /// same, for a nested Worker.
 #[isolated_test]
 fn an_orchestration_whose_forked_child_returns_leaves_its_nested_worker_serving() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("noop", noop)).unwrap();
-    rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3));
     let f = rig.register_orch(OrchFn::new("l3_fork", l3_fork)).unwrap();
     rig.init();
     let pids = rig.child_pids();
@@ -241,10 +240,9 @@ fn l3_spawn_sleep(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) 
 /// The same below a nested Worker: the process ends when the nested Worker's tree does.
 #[isolated_test]
 fn a_process_a_host_function_leaves_running_below_a_nested_worker_ends_with_close() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("spawn_sleep", spawn_sleep)).unwrap();
-    rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3));
     let f = rig.register_orch(OrchFn::new("l3_spawn_sleep", l3_spawn_sleep)).unwrap();
     rig.init();
     let out = u32_buffer(&rig, 1);

@@ -80,9 +80,12 @@ fn children_that_hang_in_startup_fail_init_at_the_startup_timeout_naming_them() 
 #[isolated_test]
 fn a_failed_l4_init_does_not_lose_its_nested_workers() {
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(2)).build().unwrap();
-    let mut l4 =
-        Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(300)).build().unwrap();
-    l4.add_worker(slow).unwrap();
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .startup_timeout(Duration::from_millis(300))
+        .worker(slow)
+        .build()
+        .unwrap();
     assert_eq!(l4.nested_workers(), 1);
     assert!(l4.init().is_err());
     // Either init may not be retried, or the retry keeps the topology.

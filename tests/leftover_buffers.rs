@@ -85,9 +85,9 @@ fn child_program() {
     let signalled = (role == "handle").then(handle_terminal_signals);
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("fill", fill)).unwrap();
-    let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).build().unwrap();
+    let mut worker = Worker::builder().level(Level::Network1).sub_workers(1).worker(l3).build().unwrap();
     let fill_here = worker.register(HostFn::new("fill", fill)).unwrap();
-    let nested = worker.add_worker(l3).unwrap();
+    let nested = 0;
     let fill_below = worker.register_orch(OrchFn::new("l3_fill", l3_fill)).unwrap();
     worker.init().unwrap();
     let buf = worker.create_buffer(BUFFER_BYTES).unwrap();

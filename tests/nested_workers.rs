@@ -71,9 +71,8 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
     l3_chips.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let mut l3_subs = Worker::builder().sub_workers(2).build().unwrap();
     l3_subs.register(HostFn::new("triple", triple)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    let w_chips = rig.add_worker(l3_chips).unwrap();
-    let w_subs = rig.add_worker(l3_subs).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3_chips).worker(l3_subs));
+    let (w_chips, w_subs) = (0, 1);
     let add = rig.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
@@ -108,11 +107,9 @@ fn l4_over_two_l3_workers_runs_a_dag_spanning_both() {
 
 #[isolated_test]
 fn l5_over_l4_over_l3_smoke() {
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(l3_tripling()).unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).worker(l3_tripling()).build().unwrap();
     l4.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network2));
-    rig.add_worker(l4).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network2).worker(l4));
     let fwd = rig.register_orch(OrchFn::new("l4_forward", l4_forward)).unwrap();
     rig.init();
     let (x, out) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
@@ -131,9 +128,13 @@ fn l5_over_l4_over_l3_smoke() {
 fn a_failing_kernel_two_levels_down_names_the_path() {
     let mut l3 = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
     l3.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
-    let w = rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(
+        Worker::builder()
+            .level(Level::Network1)
+            .worker(Worker::builder().sub_workers(1).build().unwrap())
+            .worker(l3),
+    );
+    let w = 1;
     let fail = rig.register_orch(OrchFn::new("l3_fail", l3_fail)).unwrap();
     rig.init();
     let err = rig
@@ -157,8 +158,8 @@ fn chip_callables_and_orchestrations_registered_at_l4_after_init_reach_the_tree(
 }
 
 fn chip_callables_at_l4(after_init: bool) {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    let l3 = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3));
     if after_init {
         rig.init();
     }
@@ -197,11 +198,10 @@ fn l4_chip_add(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> 
 /// the L5 after `init` reaches the chips two levels down.
 #[isolated_test]
 fn chip_callables_registered_at_l5_after_init_reach_the_chips_two_levels_down() {
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
+    let l3 = Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).worker(l3).build().unwrap();
     l4.register_orch(OrchFn::new("l3_chip_add", l3_chip_add)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network2));
-    rig.add_worker(l4).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network2).worker(l4));
     let add = rig.register_orch(OrchFn::new("l4_chip_add", l4_chip_add)).unwrap();
     rig.init();
     rig.register_chip(ChipFn::kernel("vadd", vadd)).expect("the kernel reaches the L4 and its L3's chips");
@@ -234,9 +234,9 @@ fn a_forked_l3_starts_its_children_after_this_process_started_workers_by_exec() 
         Worker::builder()
             .level(Level::Network1)
             .start_method(StartMethod::Fork)
-            .startup_timeout(Duration::from_secs(30)),
+            .startup_timeout(Duration::from_secs(30))
+            .worker(l3_tripling()), // starts its SUB worker by exec, in the forked process
     );
-    rig.add_worker(l3_tripling()).unwrap(); // starts its SUB worker by exec, in the forked process
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     let started = Instant::now();
     rig.init();
@@ -265,8 +265,7 @@ fn a_closure_on_a_nested_worker_started_by_exec_is_refused_naming_the_worker_and
         Ok(())
     }))
     .unwrap();
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(l3).unwrap();
+    let mut l4 = Worker::builder().level(Level::Network1).worker(l3).build().unwrap();
     let err = l4.init().unwrap_err();
     common::assert_err(
         &err,
@@ -280,27 +279,31 @@ fn a_closure_on_a_nested_worker_started_by_exec_is_refused_naming_the_worker_and
 /// take that id, so it is refused, naming the remote Worker.
 #[test]
 fn a_nested_worker_added_after_a_remote_one_is_refused() {
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-    l4.add_worker(l3_tripling()).unwrap();
     let key = ClusterKey::new([1u8; 16]).unwrap();
-    let r = l4.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7601), key)).unwrap();
-    assert_eq!(r, 1);
-    let err = l4.add_worker(l3_tripling()).unwrap_err();
+    let err = Worker::builder()
+        .level(Level::Network1)
+        .worker(l3_tripling())
+        .remote_worker(RemoteWorker::new(NodeAddr::loopback(7601), key))
+        .worker(l3_tripling())
+        .build()
+        .unwrap_err();
     common::assert_err(
         &err,
-        ErrorKind::InvalidState,
+        ErrorKind::InvalidArgument,
         &["before remote ones", "remote worker 1 (127.0.0.1:7601)"],
     );
-    assert_eq!(l4.nested_workers(), 1);
 }
 
 #[isolated_test]
 fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
     let slow = Worker::builder().sub_workers(1).__startup_delay(Duration::from_secs(30)).build().unwrap();
-    let mut l4 =
-        Worker::builder().level(Level::Network1).startup_timeout(Duration::from_millis(500)).build().unwrap();
-    l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
-    l4.add_worker(slow).unwrap();
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .startup_timeout(Duration::from_millis(500))
+        .worker(Worker::builder().sub_workers(1).build().unwrap())
+        .worker(slow)
+        .build()
+        .unwrap();
     let started = Instant::now();
     let err = l4.init().unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(20), "init gave up at the deadline");
@@ -335,12 +338,11 @@ fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result
 
 #[isolated_test]
 fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
     let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
     l3.register(HostFn::new("block_host", block_host)).unwrap();
     l3.register(HostFn::new("triple", triple)).unwrap();
-    rig.add_worker(l3).unwrap();
-    rig.add_worker(l3_tripling()).unwrap(); // a spare
+    let spare = l3_tripling();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3).worker(spare));
     let block = rig.register_orch(OrchFn::new("l3_block", l3_block)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
@@ -384,8 +386,7 @@ fn l3_panics(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<(
 /// live on and run the next task.
 #[isolated_test]
 fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(l3_tripling()).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(l3_tripling()));
     let bad = rig.register_orch(OrchFn::new("l3_panics", l3_panics)).unwrap();
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
@@ -415,9 +416,13 @@ fn an_l3_orchestration_that_panics_fails_its_task_and_the_l3_worker_serves_on() 
 /// its own runs over its own buffers on both L3 Workers: every run is correct.
 #[isolated_test]
 fn an_l4_over_nested_workers_runs_runs_from_several_threads_at_any_pipeline_depth() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1).pipeline_depth(4));
-    rig.add_worker(l3_tripling()).unwrap();
-    rig.add_worker(l3_tripling()).unwrap();
+    let mut rig = Rig::new(
+        Worker::builder()
+            .level(Level::Network1)
+            .pipeline_depth(4)
+            .worker(l3_tripling())
+            .worker(l3_tripling()),
+    );
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
     let bufs: Vec<_> =
@@ -474,13 +479,14 @@ fn a_subreaper_program_is_left_no_zombie_by_a_killed_nested_worker() {
     become_child_subreaper();
     // A child of the program's own, which exits and which the program reaps itself, later.
     let own = common::fork_process(|| 0);
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
+    let mut l4 = Worker::builder().level(Level::Network1);
     for _ in 0..3 {
         let mut l3 =
             Worker::builder().sub_workers(2).chips(1).chip_memory(1 << 20).chip_cores(1).build().unwrap();
         l3.register(HostFn::new("triple", triple)).unwrap();
-        rig.add_worker(l3).unwrap();
+        l4 = l4.worker(l3);
     }
+    let mut rig = Rig::new(l4);
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
     let (x, out) = (rig.create_buffer(16).unwrap(), rig.create_buffer(16).unwrap());

@@ -327,8 +327,7 @@ fn l3_refuse(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler:
 
 #[isolated_test]
 fn a_different_orch_fn_under_a_registered_name_is_refused_before_and_after_init() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(subs(1).build().unwrap()).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(subs(1).build().unwrap()));
     let (first, first_line) = (OrchFn::new("o", l3_nothing), line!());
     let o = rig.register_orch(first).unwrap();
     let (other, other_line) = (OrchFn::new("o", l3_refuse), line!());
@@ -397,9 +396,9 @@ fn run_k_on(rig: &Rig, w: u32) -> simpler::Result<Vec<f32>> {
 
 /// An L4 Worker over an L3 with a chip (worker 0) and `second` (worker 1).
 fn l4_over(second: simpler::WorkerBuilder) -> Rig {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
-    rig.add_worker(second.build().unwrap()).unwrap();
+    let first = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    let mut rig =
+        Rig::new(Worker::builder().level(Level::Network1).worker(first).worker(second.build().unwrap()));
     rig.register_orch(OrchFn::new("l3_run_k", l3_run_k)).unwrap();
     rig
 }
@@ -435,8 +434,7 @@ fn a_mixed_l4_tree_takes_a_chip_kernel_after_init() {
 
 #[isolated_test]
 fn an_l4_tree_without_chips_refuses_a_chip_kernel_before_and_after_init() {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(subs(1).build().unwrap()).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(subs(1).build().unwrap()));
     let before = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips below");
     rig.init();
     let after = rig.register_chip(ChipFn::kernel("k", vadd)).expect_err("no chips below");
@@ -451,9 +449,8 @@ fn a_registration_refused_by_one_target_is_removed_from_the_others() {
     // Worker 1's chip already holds another function under `k`: it refuses the L4's `k`.
     let mut second = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
     second.register_chip(ChipFn::kernel("k", vsub)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    rig.add_worker(Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap()).unwrap();
-    rig.add_worker(second).unwrap();
+    let first = Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).build().unwrap();
+    let mut rig = Rig::new(Worker::builder().level(Level::Network1).worker(first).worker(second));
     rig.register_orch(OrchFn::new("l3_run_k", l3_run_k)).unwrap();
     rig.init();
     let k = ChipFn::kernel("k", vadd).handle();

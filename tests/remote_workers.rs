@@ -230,14 +230,27 @@ fn root_worker(addrs: &[NodeAddr], health: Duration) -> Worker {
 
 /// [`root_worker`] from `builder`.
 fn root_worker_from(builder: simpler::WorkerBuilder, addrs: &[NodeAddr], health: Duration) -> Worker {
-    let mut w = builder.level(Level::Network1).build().unwrap();
+    with_orchs(root_builder(builder, addrs, health).build().unwrap())
+}
+
+/// `builder` at L4 with one local L3 (one SUB worker, worker 0) and the remote nodes `addrs`.
+fn root_builder(
+    builder: simpler::WorkerBuilder,
+    addrs: &[NodeAddr],
+    health: Duration,
+) -> simpler::WorkerBuilder {
     let mut local = Worker::builder().sub_workers(1).build().unwrap();
     local.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
     local.register(HostFn::new("stall", stall)).unwrap();
-    w.add_worker(local).unwrap();
+    let mut builder = builder.level(Level::Network1).worker(local);
     for a in addrs {
-        w.add_remote_worker(RemoteWorker::new(a.clone(), key()).health_timeout(health)).unwrap();
+        builder = builder.remote_worker(RemoteWorker::new(a.clone(), key()).health_timeout(health));
     }
+    builder
+}
+
+/// `w` with the root's orchestration functions registered.
+fn with_orchs(mut w: Worker) -> Worker {
     w.register_orch(OrchFn::new("step", step)).unwrap();
     w.register_orch(OrchFn::new("stalled", stalled)).unwrap();
     w.register_orch(OrchFn::new("step_all", step_all)).unwrap();
@@ -250,14 +263,7 @@ fn root_worker_from(builder: simpler::WorkerBuilder, addrs: &[NodeAddr], health:
 
 /// An L4 with one local L3 (one SUB worker) and the remote nodes `addrs`, `step` registered.
 fn root_with(addrs: &[NodeAddr], health: Duration) -> Rig {
-    let mut rig = Rig::new(Worker::builder().level(Level::Network1));
-    let mut local = Worker::builder().sub_workers(1).build().unwrap();
-    local.register(HostFn::new("twice_plus_one", twice_plus_one)).unwrap();
-    local.register(HostFn::new("stall", stall)).unwrap();
-    rig.add_worker(local).unwrap();
-    for a in addrs {
-        rig.add_remote_worker(RemoteWorker::new(a.clone(), key()).health_timeout(health)).unwrap();
-    }
+    let mut rig = Rig::new(root_builder(Worker::builder(), addrs, health));
     rig.register_orch(OrchFn::new("step", step)).unwrap();
     rig.register_orch(OrchFn::new("stalled", stalled)).unwrap();
     rig
@@ -318,8 +324,7 @@ fn step_on_remote(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) 
 fn an_l4_under_an_l5_drives_its_remote_worker() {
     let (addr, node) = thread_node();
     let l4 = root_worker(&[addr], Duration::from_secs(2));
-    let mut l5 = Worker::builder().level(Level::Network2).build().unwrap();
-    l5.add_worker(l4).unwrap();
+    let mut l5 = Worker::builder().level(Level::Network2).worker(l4).build().unwrap();
     let fwd = l5.register_orch(OrchFn::new("step_on_remote", step_on_remote)).unwrap();
     l5.init().unwrap();
     let buf = u64_buffer(&l5, 4);
@@ -412,9 +417,12 @@ fn a_task_whose_orchestration_panics_on_the_node_fails_alone_and_the_node_serves
 #[isolated_test]
 fn a_root_with_the_wrong_key_is_refused_and_the_node_serves_the_next_one() {
     let (addr, node) = thread_node();
-    let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
     let wrong = ClusterKey::new("not the cluster's secret at all").unwrap();
-    l4.add_remote_worker(RemoteWorker::new(addr.clone(), wrong)).unwrap();
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .remote_worker(RemoteWorker::new(addr.clone(), wrong))
+        .build()
+        .unwrap();
     let err = l4.init().expect_err("the node refuses the key");
     assert!(err.message().contains(&addr.to_string()), "{err}");
     assert!(err.message().contains("refused"), "{err}");
@@ -641,8 +649,10 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
         })
         .collect();
     let launch = simpler::remote::Launch::new(0, 3, root_addr).unwrap();
-    let mut root = root_worker(&[], Duration::from_secs(2));
-    assert_eq!(root.add_launched_workers(&launch, key()).unwrap(), vec![1, 2]);
+    let builder =
+        root_builder(Worker::builder(), &[], Duration::from_secs(2)).launched_workers(&launch, key());
+    let mut root = with_orchs(builder.build().unwrap());
+    assert_eq!((root.nested_workers(), root.remote_workers()), (1, 2)); // ids 0; 1 and 2
     root.init().unwrap();
     let names: Vec<String> =
         root.workers().iter().filter(|w| w.kind == WorkerKind::Remote).map(|w| format!("{}", w.id)).collect();
@@ -652,8 +662,9 @@ fn a_launched_job_connects_its_nodes_to_the_root_by_rank() {
     step_on(&root, &buf, 1, 1, 2).unwrap();
     assert_eq!(read_u64(&buf, 0, 2), vec![1, 1]);
     // A node that is not part of the launch is refused by its rank.
-    let err = root_worker(&[], Duration::from_secs(2))
-        .add_launched_workers(&simpler::remote::Launch::new(1, 3, NodeAddr::loopback(1)).unwrap(), key())
+    let err = root_builder(Worker::builder(), &[], Duration::from_secs(2))
+        .launched_workers(&simpler::remote::Launch::new(1, 3, NodeAddr::loopback(1)).unwrap(), key())
+        .build()
         .unwrap_err();
     assert_err(&err, ErrorKind::InvalidArgument, &["rank 1", "root"]);
     drop(buf);
@@ -884,12 +895,12 @@ fn a_remote_task_past_its_runs_deadline_is_named_by_its_node() {
 fn a_health_timeout_under_two_heartbeats_is_refused_naming_the_node() {
     let addr = NodeAddr::loopback(7399);
     for t in [Duration::ZERO, Duration::from_millis(399)] {
-        let mut w = Worker::builder().level(Level::Network1).build().unwrap();
-        let err = w.add_remote_worker(RemoteWorker::new(addr.clone(), key()).health_timeout(t)).unwrap_err();
+        let node = RemoteWorker::new(addr.clone(), key()).health_timeout(t);
+        let err = Worker::builder().level(Level::Network1).remote_worker(node).build().unwrap_err();
         assert_err(&err, ErrorKind::InvalidArgument, &["health timeout", &addr.to_string(), "400ms"]);
     }
-    let mut w = Worker::builder().level(Level::Network1).build().unwrap();
-    w.add_remote_worker(RemoteWorker::new(addr, key()).health_timeout(Duration::from_millis(400))).unwrap();
+    let node = RemoteWorker::new(addr, key()).health_timeout(Duration::from_millis(400));
+    Worker::builder().level(Level::Network1).remote_worker(node).build().unwrap();
 }
 
 /// The sizes of the memfds this process holds (a thread node's buffers are among them).

@@ -326,8 +326,8 @@ fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     l3.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     l3.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
     l3.register(simpler::HostFn::new("noop", noop)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(simpler::status::Level::Network1));
-    let w = rig.add_worker(l3).unwrap();
+    let mut rig = Rig::new(Worker::builder().level(simpler::status::Level::Network1).worker(l3));
+    let w = 0;
     let step = rig.register_orch(simpler::OrchFn::new("l3_chip_then_sub", l3_chip_then_sub)).unwrap();
     rig.init();
     let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();

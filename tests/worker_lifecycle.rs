@@ -16,7 +16,8 @@ fn builder_rejects_invalid_configurations() {
         (Worker::builder().pipeline_depth(0), "pipeline_depth"),
         (Worker::builder().startup_timeout(Duration::ZERO), "startup_timeout"),
         (Worker::builder().level(Level::Chip).sub_workers(1), "no SUB workers"),
-        (Worker::builder().level(Level::Network1).chips(1), "add_worker"),
+        (Worker::builder().level(Level::Network1).chips(1), "WorkerBuilder::worker"),
+        (Worker::builder().worker(Worker::builder().build().unwrap()), "not Workers"),
     ];
     for (builder, needle) in cases {
         expect_err(builder.build(), ErrorKind::InvalidArgument, &[needle]);

@@ -6,7 +6,10 @@ use crate::chip::{BackendFactory, ChipBackendFn};
 use crate::engine::EngineConfig;
 use crate::error::{Error, Result};
 use crate::level::Level;
+use crate::net::auth::ClusterKey;
 use crate::worker::Worker;
+use crate::worker::remote::RemoteWorker;
+use crate::worker::remote::launch::Launch;
 use crate::worker::start::StartMethod;
 
 /// Configures a [`Worker`]. Construction never forks or maps anything; `init` does.
@@ -24,8 +27,27 @@ use crate::worker::start::StartMethod;
 /// assert_eq!(worker.sub_workers(), 2);
 /// assert!(!worker.is_ready());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WorkerBuilder {
+    cfg: Config,
+    /// The nested and remote Workers, in the order added (their worker ids follow it).
+    added: Vec<Added>,
+    /// The first thing an adding method refused (returned by `build`).
+    refused: Option<Error>,
+}
+
+/// A Worker added to a builder, attached by `build` in the order added.
+#[derive(Debug)]
+enum Added {
+    Nested(Box<Worker>),
+    /// A remote L3 Worker and the name its messages use (its address, or its launch rank).
+    Remote(RemoteWorker, String),
+}
+
+/// A Worker's configuration: what the builder sets, kept by the Worker (and sent to a nested
+/// Worker's process).
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
     pub(super) level: Level,
     pub(super) engine: EngineConfig,
     pub(super) chip_memory: u64,
@@ -46,10 +68,10 @@ pub struct WorkerBuilder {
     pub(super) explicit_depth: bool,
 }
 
-impl WorkerBuilder {
+impl Config {
     /// The defaults [`Worker::builder`] starts from.
-    pub(super) fn defaults() -> WorkerBuilder {
-        WorkerBuilder {
+    pub(super) fn defaults() -> Config {
+        Config {
             level: Level::Node,
             engine: EngineConfig::default(),
             chip_memory: 1 << 30,
@@ -64,6 +86,13 @@ impl WorkerBuilder {
             run_deadline: None,
         }
     }
+}
+
+impl WorkerBuilder {
+    /// A builder of the configuration `cfg`, with no Workers added.
+    pub(super) fn of(cfg: Config) -> WorkerBuilder {
+        WorkerBuilder { cfg, added: Vec::new(), refused: None }
+    }
 
     /// The level this Worker runs at (default [`Level::Node`], L3).
     ///
@@ -71,7 +100,7 @@ impl WorkerBuilder {
     ///   [`Worker::run_callable`].
     /// * [`Level::Node`] (L3): SUB workers and chips, each in a process of its own.
     /// * [`Level::Network1`] and up (L4+): Workers one level down, added with
-    ///   [`Worker::add_worker`], each in a process of its own.
+    ///   [`WorkerBuilder::worker`], each in a process of its own.
     ///
     /// ```
     /// use simpler::{ErrorKind, status::Level, Worker};
@@ -85,7 +114,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn level(mut self, level: Level) -> Self {
-        self.level = level;
+        self.cfg.level = level;
         self
     }
 
@@ -97,7 +126,7 @@ impl WorkerBuilder {
     /// assert_eq!(worker.chips(), 2);
     /// ```
     pub fn chips(mut self, n: usize) -> Self {
-        self.engine.next_level_workers = n;
+        self.cfg.engine.next_level_workers = n;
         self
     }
 
@@ -108,7 +137,7 @@ impl WorkerBuilder {
     /// # drop(worker);
     /// ```
     pub fn chip_memory(mut self, bytes: u64) -> Self {
-        self.chip_memory = bytes;
+        self.cfg.chip_memory = bytes;
         self
     }
 
@@ -119,7 +148,7 @@ impl WorkerBuilder {
     /// # drop(worker);
     /// ```
     pub fn chip_cores(mut self, n: usize) -> Self {
-        self.chip_cores = n;
+        self.cfg.chip_cores = n;
         self
     }
 
@@ -177,7 +206,7 @@ impl WorkerBuilder {
     /// # }
     /// ```
     pub fn chip_backend(mut self, factory: ChipBackendFn) -> Self {
-        self.chip_backend = BackendFactory::Fn(factory);
+        self.cfg.chip_backend = BackendFactory::Fn(factory);
         self
     }
 
@@ -195,7 +224,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn sub_workers(mut self, n: usize) -> Self {
-        self.engine.sub_workers = n;
+        self.cfg.engine.sub_workers = n;
         self
     }
 
@@ -215,7 +244,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn heap_ring_size(mut self, bytes: u64) -> Self {
-        self.engine.heap_ring_size = bytes;
+        self.cfg.engine.heap_ring_size = bytes;
         self
     }
 
@@ -234,7 +263,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn task_window(mut self, n: usize) -> Self {
-        self.engine.task_window = n;
+        self.cfg.engine.task_window = n;
         self
     }
 
@@ -259,8 +288,8 @@ impl WorkerBuilder {
     /// numbers; to let more runs wait, use [`pending_run_depth`](Self::pending_run_depth).
     /// Nested and remote Workers grant no depth of their own: a Worker over them takes any.
     pub fn pipeline_depth(mut self, n: usize) -> Self {
-        self.engine.pipeline_depth = n;
-        self.explicit_depth = true;
+        self.cfg.engine.pipeline_depth = n;
+        self.cfg.explicit_depth = true;
         self
     }
 
@@ -278,7 +307,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn pending_run_depth(mut self, n: usize) -> Self {
-        self.engine.pending_run_depth = n;
+        self.cfg.engine.pending_run_depth = n;
         self
     }
 
@@ -302,7 +331,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn backpressure_timeout(mut self, t: Duration) -> Self {
-        self.engine.backpressure_timeout = t;
+        self.cfg.engine.backpressure_timeout = t;
         self
     }
 
@@ -323,7 +352,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn startup_timeout(mut self, t: Duration) -> Self {
-        self.startup_timeout = t;
+        self.cfg.startup_timeout = t;
         self
     }
 
@@ -349,7 +378,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn close_timeout(mut self, t: Duration) -> Self {
-        self.close_timeout = t;
+        self.cfg.close_timeout = t;
         self
     }
 
@@ -371,7 +400,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn start_method(mut self, method: StartMethod) -> Self {
-        self.start = method;
+        self.cfg.start = method;
         self
     }
 
@@ -388,7 +417,7 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn replace_dead_workers(mut self, replace: bool) -> Self {
-        self.replace_dead = replace;
+        self.cfg.replace_dead = replace;
         self
     }
 
@@ -412,7 +441,110 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn run_deadline(mut self, limit: Duration) -> Self {
-        self.run_deadline = Some(limit);
+        self.cfg.run_deadline = Some(limit);
+        self
+    }
+
+    /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up). Worker ids
+    /// follow the order added: nested Workers get `0, 1, ...`, and remote Workers
+    /// ([`remote_worker`](WorkerBuilder::remote_worker)) the ids after theirs, so every nested
+    /// Worker must be added before the first remote one (`build` refuses otherwise).
+    ///
+    /// The child is built but not initialized: register its callables on it first; the
+    /// parent's `init` starts one process per child, in which the child starts its own subtree.
+    /// `build` refuses a child of the wrong level, a child that was initialized, and children
+    /// on an L3 (or L2) Worker, which takes chips and SUB workers instead.
+    ///
+    /// ```
+    /// use simpler::{status::Level, ErrorKind, Worker};
+    /// let l3 = Worker::builder().sub_workers(1).build()?;
+    /// let l4 = Worker::builder().level(Level::Network1).worker(l3).build()?;
+    /// assert_eq!(l4.nested_workers(), 1); // worker id 0
+    /// // An L3 Worker takes chips, not Workers:
+    /// let err = Worker::builder().worker(Worker::builder().build()?).build().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn worker(mut self, child: Worker) -> Self {
+        self.added.push(Added::Nested(Box::new(child)));
+        self
+    }
+
+    /// Adds a remote L3 Worker (L4): a node on another host, or another process of this one,
+    /// started in the node role ([`Node`](crate::remote::Node)). Its worker id follows the nested
+    /// Workers' ids ([`worker`](WorkerBuilder::worker)), in the order added.
+    ///
+    /// `init` connects to it and authenticates with the cluster key; the node must run every
+    /// orchestration function registered here (the same program registers the same ones in
+    /// both roles), or `init` fails naming the function and the node. Tasks reach it like a
+    /// nested Worker's (`submit_next_level(.., id)`): their tensors' bytes travel with the task
+    /// and what the task writes comes back with its completion. A node that dies, closes its
+    /// session or stays silent past its health timeout fails its task naming its address, and
+    /// leaves service. `build` refuses a health timeout under twice the node's heartbeat, and
+    /// remote Workers on anything but an L4 Worker.
+    ///
+    /// ```
+    /// use simpler::remote::{ClusterKey, NodeAddr, RemoteWorker};
+    /// use simpler::{status::Level, ErrorKind, Worker};
+    ///
+    /// let key = ClusterKey::new([9u8; 32])?;
+    /// let l4 = Worker::builder()
+    ///     .level(Level::Network1)
+    ///     .worker(Worker::builder().sub_workers(1).build()?) // worker 0: local
+    ///     .remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key.clone())) // worker 1
+    ///     .build()?;
+    /// assert_eq!((l4.nested_workers(), l4.remote_workers()), (1, 1));
+    ///
+    /// let l3 = Worker::builder().remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key));
+    /// assert_eq!(l3.build().unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn remote_worker(mut self, node: RemoteWorker) -> Self {
+        let name = node.addr.to_string();
+        self.added.push(Added::Remote(node, name));
+        self
+    }
+
+    /// Adds the nodes of a launched job (`mpirun`, `srun`) as remote L3 Workers (L4, on rank
+    /// 0): one per rank from 1 to `launch.size() - 1`, in rank order, with the worker ids after
+    /// those added before. `init` listens at `launch.root()`, waits for every rank to connect
+    /// and authenticate (within the default connect timeout of 10 s, counted from `init`), and
+    /// then runs as with [`remote_worker`](WorkerBuilder::remote_worker). On any other rank
+    /// (a node), `build` refuses.
+    ///
+    /// ```
+    /// use simpler::remote::{ClusterKey, Launch, NodeAddr};
+    /// use simpler::{status::Level, Worker};
+    ///
+    /// let launch = Launch::new(0, 3, NodeAddr::loopback(7510))?;
+    /// let l4 = Worker::builder()
+    ///     .level(Level::Network1)
+    ///     .launched_workers(&launch, ClusterKey::new([3u8; 16])?)
+    ///     .build()?;
+    /// assert_eq!(l4.remote_workers(), 2); // worker ids 0 and 1
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn launched_workers(mut self, launch: &Launch, key: ClusterKey) -> Self {
+        if !launch.is_root() {
+            self.refused.get_or_insert_with(|| {
+                Error::invalid(format!(
+                    "WorkerBuilder::launched_workers: rank {} is a node; only rank 0 (the root) adds the others",
+                    launch.rank()
+                ))
+            });
+            return self;
+        }
+        for rank in 1..launch.size() {
+            let mut node = RemoteWorker::new(launch.root().clone(), key.clone());
+            node.launch_rank = Some(rank);
+            self.added.push(Added::Remote(node, format!("rank {rank}")));
+        }
+        self
+    }
+
+    /// A remote Worker under the name its messages use (a nested Worker's start spec).
+    pub(super) fn named_remote_worker(mut self, node: RemoteWorker, name: String) -> Self {
+        self.added.push(Added::Remote(node, name));
         self
     }
 
@@ -420,7 +552,7 @@ impl WorkerBuilder {
     /// Test hook: when this Worker runs nested under a parent, its process waits `delay`
     /// before it starts its own children (to exercise the parent's startup deadline).
     pub fn __startup_delay(mut self, delay: Duration) -> Self {
-        self.startup_delay = delay;
+        self.cfg.startup_delay = delay;
         self
     }
 
@@ -446,35 +578,47 @@ impl WorkerBuilder {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn build(self) -> Result<Worker> {
-        if self.level == Level::Chip && (self.engine.sub_workers > 0 || self.engine.next_level_workers > 0) {
+        if self.cfg.level == Level::Chip
+            && (self.cfg.engine.sub_workers > 0 || self.cfg.engine.next_level_workers > 0)
+        {
             return Err(Error::invalid(
                 "an L2 (chip) Worker is one chip run in-process: it has no SUB workers and no chips of its own",
             ));
         }
-        if self.level == Level::Chip && self.chip_cores == 0 {
+        if self.cfg.level == Level::Chip && self.cfg.chip_cores == 0 {
             return Err(Error::invalid("chip_cores must be at least 1"));
         }
-        if self.level > Level::Node && self.engine.next_level_workers > 0 {
+        if self.cfg.level > Level::Node && self.cfg.engine.next_level_workers > 0 {
             return Err(Error::invalid(format!(
-                "an {} Worker has no chips of its own: its NEXT_LEVEL workers are Workers one level down (Worker::add_worker)",
-                self.level
+                "an {} Worker has no chips of its own: its NEXT_LEVEL workers are Workers one level down (WorkerBuilder::worker)",
+                self.cfg.level
             )));
         }
-        if self.engine.task_window == 0 {
+        if self.cfg.engine.task_window == 0 {
             return Err(Error::invalid("task_window must be at least 1"));
         }
-        if self.engine.pipeline_depth == 0 {
+        if self.cfg.engine.pipeline_depth == 0 {
             return Err(Error::invalid("pipeline_depth must be at least 1"));
         }
-        if self.startup_timeout.is_zero() {
+        if self.cfg.startup_timeout.is_zero() {
             return Err(Error::invalid("startup_timeout must be greater than zero"));
         }
-        if self.run_deadline.is_some_and(|d| d.is_zero()) {
+        if self.cfg.run_deadline.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("run_deadline must be greater than zero"));
         }
-        if self.engine.next_level_workers > 0 && self.chip_cores == 0 {
+        if self.cfg.engine.next_level_workers > 0 && self.cfg.chip_cores == 0 {
             return Err(Error::invalid("chip_cores must be at least 1"));
         }
-        Ok(Worker::new(self))
+        if let Some(refused) = self.refused {
+            return Err(refused);
+        }
+        let mut worker = Worker::new(self.cfg);
+        for added in self.added {
+            match added {
+                Added::Nested(child) => worker.attach_nested(*child)?,
+                Added::Remote(node, name) => worker.attach_remote(node, name)?,
+            }
+        }
+        Ok(worker)
     }
 }

@@ -17,7 +17,7 @@ use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipc::child::HostResolver;
 use crate::sys::sync;
-use crate::worker::builder::WorkerBuilder;
+use crate::worker::builder::Config;
 use crate::worker::callables::Callable;
 use crate::worker::runtime::Runtime;
 use crate::worker::status::WorkerStatus;
@@ -34,7 +34,7 @@ pub(super) struct L2Chip {
 
 impl L2Chip {
     /// Starts the chip of an L2 Worker configured by `cfg`, with the chip callables `registry`.
-    pub(super) fn start(cfg: &WorkerBuilder, registry: &Registry<ChipFn>) -> Result<L2Chip> {
+    pub(super) fn start(cfg: &Config, registry: &Registry<ChipFn>) -> Result<L2Chip> {
         let config = ChipConfig {
             spec: ChipSpec { chip_id: 0, memory_bytes: cfg.chip_memory, cores: cfg.chip_cores },
             backend: cfg.chip_backend,

@@ -3,7 +3,7 @@
 //!
 //! A Worker's children sit in one mailbox region, in fork order: the SUB workers `0..sub`, then
 //! the NEXT_LEVEL workers `sub..sub + next` (chips at L3, nested Workers above). What a Worker
-//! has is fixed by its builder and `add_worker`, so the same `Lanes` answer before and after
+//! has is fixed by its builder, so the same `Lanes` answer before and after
 //! `init`: registration refuses a kind with no target by the same rule either way.
 
 use crate::callable::identity::CallableKind;

@@ -27,7 +27,6 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
-use crate::net::auth::ClusterKey;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
 use crate::worker::runtime::Runtime;
@@ -84,14 +83,14 @@ enum State {
 /// # Ok(()) }
 /// ```
 pub struct Worker {
-    cfg: WorkerBuilder,
-    /// Its children, by mailbox: fixed by the builder and `add_worker`.
+    cfg: builder::Config,
+    /// Its children, by mailbox: fixed by the builder.
     lanes: Lanes,
     /// What is registered, of every kind, with reference counts.
     callables: Callables,
-    /// Nested Workers added with `add_worker`, handed to their processes by `init` (L4 and up).
+    /// Nested Workers (`WorkerBuilder::worker`), handed to their processes by `init` (L4 and up).
     children: Vec<Worker>,
-    /// Remote L3 Workers added with `add_remote_worker`, connected by `init` (L4 and up).
+    /// Remote L3 Workers (`WorkerBuilder::remote_worker`), connected by `init` (L4 and up).
     remote: Vec<remote::RemoteWorker>,
     /// Heap rings of the ancestors of a nested Worker (their slabs reach this Worker's tasks).
     extra_heaps: Vec<crate::sys::mem::SharedSpan>,
@@ -195,11 +194,11 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn builder() -> WorkerBuilder {
-        WorkerBuilder::defaults()
+        WorkerBuilder::of(builder::Config::defaults())
     }
 
     /// A Worker of the configuration `cfg` (validated), with nothing registered.
-    fn new(cfg: WorkerBuilder) -> Worker {
+    fn new(cfg: builder::Config) -> Worker {
         let lanes = Lanes::new(cfg.level, cfg.engine.sub_workers, cfg.engine.next_level_workers);
         Worker {
             cfg,
@@ -265,7 +264,7 @@ impl Worker {
         self.cfg.engine.next_level_workers
     }
 
-    /// Number of nested Workers added with [`add_worker`](Worker::add_worker).
+    /// Number of nested Workers ([`WorkerBuilder::worker`]).
     ///
     /// ```
     /// let l4 = simpler::Worker::builder().level(simpler::status::Level::Network1).build()?;
@@ -455,40 +454,22 @@ impl Worker {
         )))
     }
 
-    /// Adds a Worker one level down as a NEXT_LEVEL worker of this one (L4 and up) and returns
-    /// its worker id (`0, 1, ...` in the order added). The child must not be initialized:
-    /// `init` starts one process per child, in which the child starts its own subtree. Nested
-    /// Workers come before remote ones ([`add_remote_worker`](Worker::add_remote_worker)),
-    /// whose ids follow theirs: adding one after a remote Worker is refused.
-    ///
-    /// ```
-    /// use simpler::{status::Level, Worker};
-    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    /// let l3 = Worker::builder().sub_workers(1).build()?;
-    /// assert_eq!(l4.add_worker(l3)?, 0);
-    /// // An L3 Worker takes chips, not Workers:
-    /// let mut other = Worker::builder().build()?;
-    /// assert!(other.add_worker(Worker::builder().build()?).is_err());
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn add_worker(&mut self, child: Worker) -> Result<u32> {
+    /// Attaches a nested Worker ([`WorkerBuilder::worker`]) as the next NEXT_LEVEL worker.
+    fn attach_nested(&mut self, child: Worker) -> Result<()> {
         if self.cfg.level <= Level::Node {
             return Err(Error::invalid(format!(
-                "Worker.add_worker: an {} Worker takes chips and SUB workers, not Workers; add Workers to an L4 (or higher) Worker",
+                "WorkerBuilder::worker: an {} Worker takes chips and SUB workers, not Workers; add Workers to an L4 (or higher) Worker",
                 self.cfg.level
             )));
         }
-        if !matches!(self.state, State::New) {
-            return Err(Error::state("Worker.add_worker: only before init"));
-        }
         if !matches!(child.state, State::New) {
             return Err(Error::state(
-                "Worker.add_worker: the child must not be initialized (the parent starts it)",
+                "WorkerBuilder::worker: the child must not be initialized (the parent starts it)",
             ));
         }
         if child.cfg.level.number() + 1 != self.cfg.level.number() {
             return Err(Error::invalid(format!(
-                "Worker.add_worker: an {} Worker takes {} Workers, not {}",
+                "WorkerBuilder::worker: an {} Worker takes {} Workers, not {}",
                 self.cfg.level,
                 Level::from_number(self.cfg.level.number() - 1)
                     .map_or("lower".to_string(), |l| l.to_string()),
@@ -498,111 +479,48 @@ impl Worker {
         if self.lanes.remotes() > 0 {
             // A remote Worker's id follows the nested Workers' ids: another nested Worker
             // would take the id it was given.
-            return Err(Error::state(format!(
-                "Worker.add_worker: add nested Workers before remote ones ({} has id {} already; its id would change)",
+            return Err(Error::invalid(format!(
+                "WorkerBuilder::worker: add nested Workers before remote ones ({} has id {} already; its id would change)",
                 self.lanes.label(self.lanes.mailboxes()),
                 self.children.len()
             )));
         }
         self.lanes.add_nested(child.runs_chip_callables());
         self.children.push(child);
-        Ok(self.children.len() as u32 - 1)
+        Ok(())
     }
 
-    /// Adds a remote L3 Worker (before `init`; L4 and up): a node on another host, or another
-    /// process of this one, started in the node role ([`Node`]). Returns its worker id, in the
-    /// same id space as [`add_worker`](Worker::add_worker)'s (after the nested Workers).
-    ///
-    /// `init` connects to it and authenticates with the cluster key; the node must run every
-    /// orchestration function registered here (the same program registers the same ones in
-    /// both roles), or `init` fails naming the function and the node. Tasks reach it like a
-    /// nested Worker's (`submit_next_level(.., id)`): their tensors' bytes travel with the task
-    /// and what the task writes comes back with its completion. A node that dies, closes its
-    /// session or stays silent past its health timeout fails its task naming its address, and
-    /// leaves service.
-    ///
-    /// ```
-    /// use simpler::{remote::ClusterKey, ErrorKind, status::Level, remote::NodeAddr, remote::RemoteWorker, Worker};
-    ///
-    /// let key = ClusterKey::new([9u8; 32])?;
-    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    /// l4.add_worker(Worker::builder().sub_workers(1).build()?)?; // worker 0: local
-    /// let id = l4.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key.clone()))?;
-    /// assert_eq!(id, 1);
-    /// assert_eq!(l4.remote_workers(), 1);
-    ///
-    /// let mut l3 = Worker::builder().build()?;
-    /// let err = l3.add_remote_worker(RemoteWorker::new(NodeAddr::loopback(7411), key)).unwrap_err();
-    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn add_remote_worker(&mut self, node: RemoteWorker) -> Result<u32> {
+    /// Attaches a remote L3 Worker ([`WorkerBuilder::remote_worker`]) under `name`.
+    fn attach_remote(&mut self, node: RemoteWorker, name: String) -> Result<()> {
         if self.cfg.level <= Level::Node {
             return Err(Error::invalid(format!(
-                "Worker.add_remote_worker: an {} Worker takes chips and SUB workers; add remote L3 Workers to an L4 (or higher) Worker",
+                "WorkerBuilder::remote_worker: an {} Worker takes chips and SUB workers; add remote L3 Workers to an L4 (or higher) Worker",
                 self.cfg.level
             )));
         }
         if self.cfg.level != Level::Network1 {
             return Err(Error::invalid(format!(
-                "Worker.add_remote_worker: a remote Worker is an L3 Worker; an {} Worker takes {} Workers",
+                "WorkerBuilder::remote_worker: a remote Worker is an L3 Worker; an {} Worker takes {} Workers",
                 self.cfg.level,
                 Level::from_number(self.cfg.level.number() - 1)
                     .map_or("lower".to_string(), |l| l.to_string())
             )));
         }
-        if !matches!(self.state, State::New) {
-            return Err(Error::state("Worker.add_remote_worker: only before init"));
-        }
-        let name = node.addr.to_string();
-        self.add_remote_worker_named(node, name)
-    }
-
-    fn add_remote_worker_named(&mut self, node: RemoteWorker, name: String) -> Result<u32> {
         let least = 2 * remote::node::HEARTBEAT;
         if node.health_timeout < least {
             return Err(Error::invalid(format!(
-                "Worker.add_remote_worker: the node at {name} has a health timeout of {:?}, under {least:?} (twice the node's heartbeat of {:?}): it would be lost between two heartbeats",
+                "WorkerBuilder::remote_worker: the node at {name} has a health timeout of {:?}, under {least:?} (twice the node's heartbeat of {:?}): it would be lost between two heartbeats",
                 node.health_timeout,
                 remote::node::HEARTBEAT
             )));
         }
-        let id = self.lanes.add_remote(name);
+        self.lanes.add_remote(name);
         self.remote.push(node);
-        Ok(id)
+        Ok(())
     }
 
-    /// Adds the nodes of a launched job (`mpirun`, `srun`) as remote L3 Workers (before `init`;
-    /// L4, on rank 0): one per rank from 1 to `launch.size() - 1`, in rank order. Returns their
-    /// worker ids. `init` listens at `launch.root()`, waits for every rank to connect and
-    /// authenticate (within the default connect timeout of 10 s, counted from `init`), and then
-    /// runs as with [`add_remote_worker`](Worker::add_remote_worker).
-    ///
-    /// ```
-    /// use simpler::{remote::ClusterKey, remote::Launch, status::Level, remote::NodeAddr, Worker};
-    ///
-    /// let launch = Launch::new(0, 3, NodeAddr::loopback(7510))?;
-    /// let mut l4 = Worker::builder().level(Level::Network1).build()?;
-    /// assert_eq!(l4.add_launched_workers(&launch, ClusterKey::new([3u8; 16])?)?, vec![0, 1]);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    pub fn add_launched_workers(&mut self, launch: &Launch, key: ClusterKey) -> Result<Vec<u32>> {
-        if !launch.is_root() {
-            return Err(Error::invalid(format!(
-                "Worker.add_launched_workers: rank {} is a node; only rank 0 (the root) adds the others",
-                launch.rank()
-            )));
-        }
-        let mut ids = Vec::new();
-        for rank in 1..launch.size() {
-            let mut node = RemoteWorker::new(launch.root().clone(), key.clone());
-            node.launch_rank = Some(rank);
-            ids.push(self.add_remote_worker_named(node, format!("rank {rank}"))?);
-        }
-        Ok(ids)
-    }
-
-    /// Number of remote L3 Workers added with [`add_remote_worker`](Worker::add_remote_worker).
+    /// Number of remote L3 Workers ([`WorkerBuilder::remote_worker`],
+    /// [`WorkerBuilder::launched_workers`]).
     ///
     /// ```
     /// let l4 = simpler::Worker::builder().level(simpler::status::Level::Network1).build()?;
@@ -800,7 +718,7 @@ impl Worker {
     }
 
     /// Refuses a registration of `kind` that no worker of this Worker could run: the same rule
-    /// before and after `init` (what a Worker has is fixed by its builder and `add_worker`).
+    /// before and after `init` (what a Worker has is fixed by its builder).
     fn needs_target(&self, kind: CallableKind, handle: &CallableHandle) -> Result<()> {
         let missing = match kind {
             CallableKind::HostFn if self.cfg.level == Level::Chip => {

@@ -36,7 +36,7 @@ use crate::sys::mem::{SharedRegion, SharedSpan};
 use crate::sys::process::fork_child;
 use crate::sys::spawn::{CHILD_ENTRY, ChildStart, spawn_self};
 use crate::worker::Worker;
-use crate::worker::builder::WorkerBuilder;
+use crate::worker::builder::{Config, WorkerBuilder};
 use crate::worker::callables::Callables;
 use crate::worker::remote::RemoteWorker;
 use crate::worker::serve::chip::ChipChild;
@@ -329,7 +329,7 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     if depth >= MAX_DEPTH {
         return Err(Error::invalid("Workers nested too deep"));
     }
-    let mut c = WorkerBuilder::defaults();
+    let mut c = Config::defaults();
     c.level = Level::from_number(d.u32()?).ok_or_else(|| Error::invalid("unknown level"))?;
     c.engine.task_window = d.usize()?;
     c.engine.heap_ring_size = d.u64()?;
@@ -365,12 +365,11 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     for _ in 0..d.count()? {
         children.push(read_worker(d, depth + 1)?);
     }
-    let mut w = c.build()?;
-    w.callables = callables;
     // As the parent's were added: nested Workers first (their lanes, and which run chip
     // callables), then remote ones.
+    let mut b = WorkerBuilder::of(c);
     for child in children {
-        w.add_worker(child)?;
+        b = b.worker(child);
     }
     for _ in 0..d.count()? {
         let text = |b: &[u8]| {
@@ -386,8 +385,10 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
         let launched = d.u8()? != 0;
         let rank = d.u32()?;
         node.launch_rank = launched.then_some(rank);
-        w.add_remote_worker_named(node, name)?;
+        b = b.named_remote_worker(node, name);
     }
+    let mut w = b.build()?;
+    w.callables = callables;
     Ok(w)
 }
 
@@ -634,16 +635,21 @@ mod tests {
     fn a_worker_with_nested_and_remote_workers_round_trips_with_its_lanes() {
         use crate::net::transport::NodeAddr;
         use crate::worker::remote::launch::Launch;
-        let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
-        l4.add_worker(Worker::builder().sub_workers(1).build().unwrap()).unwrap();
-        l4.add_worker(Worker::builder().chips(1).build().unwrap()).unwrap();
         let key = ClusterKey::new([7u8; 32]).unwrap();
         let node = RemoteWorker::new(NodeAddr::loopback(7999), key.clone())
             .connect_timeout(Duration::from_millis(1234))
             .health_timeout(Duration::from_millis(4321));
-        assert_eq!(l4.add_remote_worker(node).unwrap(), 2);
         let launch = Launch::new(0, 2, NodeAddr::loopback(7998)).unwrap();
-        assert_eq!(l4.add_launched_workers(&launch, key.clone()).unwrap(), vec![3]);
+        let l4 = Worker::builder()
+            .level(Level::Network1)
+            .worker(Worker::builder().sub_workers(1).build().unwrap())
+            .worker(Worker::builder().chips(1).build().unwrap())
+            .remote_worker(node)
+            .launched_workers(&launch, key.clone())
+            .build()
+            .unwrap();
+        assert_eq!(l4.lanes.label(2), "remote worker 2 (127.0.0.1:7999)");
+        assert_eq!(l4.lanes.label(3), "remote worker 3 (rank 1)");
         let mut e = Enc::new();
         worker_spec(&mut e, &l4, 0, "worker 0").unwrap();
         let bytes = e.finish();
@@ -676,10 +682,9 @@ mod tests {
         fn noop(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
             Ok(())
         }
-        let mut l4 = Worker::builder().level(Level::Network1).build().unwrap();
         let mut l3 = Worker::builder().sub_workers(2).build().unwrap();
         l3.register(HostFn::new("noop", noop)).unwrap();
-        l4.add_worker(l3).unwrap();
+        let l4 = Worker::builder().level(Level::Network1).worker(l3).build().unwrap();
         let mut e = Enc::new();
         worker_spec(&mut e, &l4, 0, "worker 0").unwrap();
         let good = e.finish();

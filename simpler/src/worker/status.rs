@@ -14,11 +14,11 @@ pub enum WorkerKind {
     /// A chip (L3); its `id` is the chip id `chip(id)` names.
     Chip,
     /// A nested Worker (L4 and up); its `id` is the worker id `worker(id)` names, in
-    /// `add_worker` order.
+    /// `WorkerBuilder::worker` order.
     Nested,
     /// A remote L3 Worker (L4 and up) on another host or process, reached over a session; its
     /// `id` is the worker id `worker(id)` names (after the nested Workers, in
-    /// `add_remote_worker` order), its `pid` 0, and its state `Alive` or `Lost`.
+    /// `WorkerBuilder::remote_worker` order), its `pid` 0, and its state `Alive` or `Lost`.
     Remote,
 }
 

@@ -35,7 +35,7 @@ use crate::sys::mem::SharedSpan;
 use crate::sys::process::{Ended, Monitor};
 use crate::sys::sync;
 use crate::worker::Worker;
-use crate::worker::builder::WorkerBuilder;
+use crate::worker::builder::Config;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
 use crate::worker::remote::launch::accept_ranks;
@@ -72,7 +72,7 @@ pub(super) struct Tree {
     /// The sessions with remote L3 Workers, lanes `children..`.
     remote: Vec<Arc<Session>>,
     /// The configuration, for replacement children.
-    cfg: WorkerBuilder,
+    cfg: Config,
     /// The heap rings every child maps (this Worker's and its ancestors').
     heaps: Vec<SharedSpan>,
     monitor: Monitor,
@@ -86,7 +86,7 @@ impl Tree {
     /// and up; each goes to its own process), `extra_heaps` the heap rings of the ancestors,
     /// `extra_owners` their owner nonces (their buffers reach this Worker's tasks).
     pub(super) fn start(
-        cfg: &WorkerBuilder,
+        cfg: &Config,
         lanes: &Lanes,
         callables: &Callables,
         children: &mut Vec<Worker>,
@@ -105,7 +105,7 @@ impl Tree {
         if nested {
             engine_cfg.next_level_workers = children.len() + remote.len();
             engine_cfg.next_level_kind = CallableKind::Orch;
-            engine_cfg.next_level_names = ("nested Worker", "Worker::add_worker");
+            engine_cfg.next_level_names = ("nested Worker", "WorkerBuilder::worker");
         } else {
             engine_cfg.next_level_names = ("chip", "WorkerBuilder::chips(n)");
         }
@@ -1030,6 +1030,6 @@ impl DeviceRules for ChipBuffers {
 }
 
 /// The pipeline depth a Worker asks of each chip: its `pipeline_depth`.
-fn chip_depth(cfg: &WorkerBuilder) -> u32 {
+fn chip_depth(cfg: &Config) -> u32 {
     u32::try_from(cfg.engine.pipeline_depth).unwrap_or(u32::MAX)
 }

@@ -32,7 +32,7 @@ const MAX_RANKS: u32 = 4096;
 /// `SIMPLER_ROOT`, which the user passes to every rank (`mpirun -x SIMPLER_ROOT=...`).
 ///
 /// Rank 0 builds the L4 Worker and calls
-/// [`Worker::add_launched_workers`](crate::Worker::add_launched_workers); every other rank
+/// [`WorkerBuilder::launched_workers`](crate::WorkerBuilder::launched_workers); every other rank
 /// builds its L3 Worker and serves it with [`Node::serve_launch`](crate::remote::Node::serve_launch),
 /// connecting to the root.
 ///

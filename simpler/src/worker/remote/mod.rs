@@ -2,7 +2,7 @@
 //! this one) over an authenticated session (`net`), behind the same engine [`Endpoint`] as a
 //! mailbox lane.
 //!
-//! * The root side ([`RemoteWorker`], added with `Worker::add_remote_worker`): at `init` the L4
+//! * The root side ([`RemoteWorker`], added with `WorkerBuilder::remote_worker`): at `init` the L4
 //!   connects to each node, runs the challenge–response handshake on the cluster key over two
 //!   connections (the session's and its health connection, paired by a token: `lane`), and
 //!   only then gives it a lane. The driver waiting on a remote task (the engine's role holder)
@@ -59,7 +59,7 @@ const READ_TASK: u32 = 1;
 const READ_CONTROL: u32 = 2;
 
 /// A remote L3 Worker for an L4 Worker to drive: where the node listens and the cluster's key
-/// ([`Worker::add_remote_worker`](crate::Worker::add_remote_worker)).
+/// ([`WorkerBuilder::remote_worker`](crate::WorkerBuilder::remote_worker)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -121,7 +121,7 @@ impl RemoteWorker {
     /// its task fails naming the node, and its lane leaves service (default 2 s; the node
     /// sends a heartbeat every 200 ms on a connection of its own, so a long task or a large
     /// transfer on the session connection never counts as silence). At least twice the
-    /// heartbeat, 400 ms: [`Worker::add_remote_worker`](crate::Worker::add_remote_worker)
+    /// heartbeat, 400 ms: [`WorkerBuilder::remote_worker`](crate::WorkerBuilder::remote_worker)
     /// refuses less.
     ///
     /// ```
