@@ -168,7 +168,7 @@ fn check_host(api: &str, host: &Buffer, nbytes: u64) -> Result<()> {
 }
 
 /// Refuses `api` on a host buffer another Worker created: a buffer belongs to its Worker.
-fn own_host(api: &str, minter: &IdentityMinter, host: &Buffer) -> Result<()> {
+fn check_host_owner(api: &str, minter: &IdentityMinter, host: &Buffer) -> Result<()> {
     let id = host.desc().identity();
     if id.owner() != minter.owner() {
         return Err(Error::invalid(format!(
@@ -1436,7 +1436,7 @@ impl Worker {
         let nbytes = dst.desc().nbytes();
         check_host("copy_to", src, nbytes)?;
         let rt = self.started("copy_to")?;
-        own_host("copy_to", rt.minter("copy_to")?, src)?;
+        check_host_owner("copy_to", rt.minter("copy_to")?, src)?;
         rt.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
     }
 
@@ -1455,7 +1455,7 @@ impl Worker {
         let nbytes = src.desc().nbytes();
         check_host("copy_from", dst, nbytes)?;
         let rt = self.started("copy_from")?;
-        own_host("copy_from", rt.minter("copy_from")?, dst)?;
+        check_host_owner("copy_from", rt.minter("copy_from")?, dst)?;
         // The chip writes `dst`'s bytes: as a host write, refused while a task names it.
         let _writing = dst.host_write("Worker.copy_from")?;
         rt.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)

@@ -527,7 +527,7 @@ impl Runtime for Tree {
         let board = &self.monitor.board;
         let status = |(i, &pid): (usize, &i32)| {
             let (kind, id) = self.lanes.kind_of(i);
-            let state = match board.ended(i) {
+            let state = match board.exit_status(i) {
                 None => WorkerState::Alive,
                 Some(Ended::Exited(code)) => WorkerState::Exited(code),
                 Some(Ended::Signaled(sig)) => WorkerState::Killed(sig),
