@@ -158,7 +158,7 @@ fn a_session_drives_its_tasks_runs_itself() {
         let head = wire::decode_completion(&done.body).unwrap().head;
         assert_eq!(head.status, wire::DONE, "{}", head.message);
     }
-    let engine = bound.worker.started("test").unwrap().engine("test").unwrap().clone();
+    let engine = bound.worker.started().unwrap().engine().unwrap().clone();
     assert_eq!(engine.background_wakes(), 0, "a session's run woke the background thread");
     session.shutdown();
     serving.join().unwrap().unwrap();
