@@ -98,6 +98,45 @@ fn a_chip_id_out_of_range_says_chip_and_the_builder_call() {
     assert!(!err.message().contains("NEXT_LEVEL"), "{err}");
 }
 
+// --------------------------------------------------------------------------------- methods
+
+/// `err` starts with `method: `, and names `method` only there.
+fn names_itself_once(err: &simpler::Error, method: &str) {
+    assert!(err.message().starts_with(&format!("{method}: ")), "should start with {method}: {err:?}");
+    assert_eq!(err.message().matches(method).count(), 1, "{method} said once: {err:?}");
+}
+
+/// A refusal of a `Worker` method starts with the method, once, whichever part of the Worker
+/// refused: the Worker itself, its runtime, a chip, the registry.
+#[isolated_test]
+fn a_worker_method_names_itself_once_at_the_start_of_its_errors() {
+    let builder = common::subs(1).chips(1).chip_memory(1 << 20).chip_cores(1);
+    let mut rig = Rig::new(builder);
+    names_itself_once(&rig.create_buffer(64).unwrap_err(), "Worker.create_buffer"); // before init
+    let h = rig.register(HostFn::new("noop", noop)).unwrap();
+    rig.init();
+    names_itself_once(&rig.create_buffer(1 << 50).unwrap_err(), "Worker.create_buffer");
+    let err = rig.alloc_child_tensor(0, &[1 << 20], DataType::Float32).unwrap_err();
+    names_itself_once(&err, "Worker.alloc_child_tensor");
+    let dev = rig.alloc_child_tensor(0, &[16], DataType::Float32).unwrap();
+    let small = rig.create_buffer(4).unwrap(); // the device buffer has 64 bytes
+    names_itself_once(&rig.copy_to(&dev, &small).unwrap_err(), "Worker.copy_to");
+    names_itself_once(&rig.copy_from(&small, &dev).unwrap_err(), "Worker.copy_from");
+    rig.free(&dev).unwrap();
+    names_itself_once(&rig.free(&dev).unwrap_err(), "Worker.free");
+    let err = rig.replace_worker(simpler::status::WorkerKind::Sub, 0).unwrap_err();
+    names_itself_once(&err, "Worker.replace_worker");
+
+    fn other(_: &simpler::HostArgs<'_>) -> simpler::HostResult {
+        Err("not noop".into())
+    }
+    let err = rig.register(HostFn::new("noop", other)).unwrap_err();
+    names_itself_once(&err, "Worker.register");
+    assert!(err.message().contains("`noop`") && err.message().contains("different function"), "{err}");
+    rig.unregister(&h).unwrap();
+    names_itself_once(&rig.unregister(&h).unwrap_err(), "Worker.unregister");
+}
+
 // ------------------------------------------------------------------------------- resources
 
 #[isolated_test]

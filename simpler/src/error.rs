@@ -209,6 +209,13 @@ impl Error {
     }
 }
 
+/// Runs `body`, the work of the public method `method` (named as the user calls it:
+/// `"Worker.copy_to"`), and prefixes its error with `method: `, once: `Worker.copy_to: device
+/// buffer 7 was already freed`. The helpers `body` calls return their errors without it.
+pub(crate) fn in_method<T>(method: &str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    body().map_err(|e| e.context(method))
+}
+
 /// The text of a caught panic's payload (what `panic!` was given), for task failure messages.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -241,6 +248,16 @@ mod tests {
     fn error_is_send_sync_static() {
         fn assert_bounds<T: Send + Sync + 'static>() {}
         assert_bounds::<Error>();
+    }
+
+    #[test]
+    fn in_method_prefixes_the_error_once() {
+        let ok: Result<u32> = in_method("Worker.free", || Ok(3));
+        assert_eq!(ok.unwrap(), 3);
+        let e = in_method::<()>("Worker.free", || Err(Error::state("device buffer 7 was already freed")))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidState);
+        assert_eq!(e.message(), "Worker.free: device buffer 7 was already freed");
     }
 
     #[test]

@@ -578,11 +578,13 @@ impl Buffer {
         matches!(&self.inner.mem, Mem::Device { freed } if freed.load(std::sync::atomic::Ordering::Acquire))
     }
 
-    fn shm(&self, api: &str) -> Result<&SharedMem> {
+    /// The shared memory of a host buffer; refused for device memory (the caller names itself
+    /// in the error).
+    fn shm(&self) -> Result<&SharedMem> {
         match &self.inner.mem {
             Mem::Shm(shm) => Ok(shm),
             Mem::Device { .. } => Err(Error::invalid(format!(
-                "Buffer::{api}: {} is device memory of a chip; use Worker::copy_to / Worker::copy_from",
+                "{} is device memory of a chip; use Worker::copy_to / Worker::copy_from",
                 self.inner.desc.identity()
             ))),
         }
@@ -737,23 +739,24 @@ impl Buffer {
     /// ```
     pub fn write<T: Element>(&self, offset: usize, values: &[T]) -> Result<()> {
         let start = offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("offset overflows"))?;
-        let shm = self.shm("write")?;
-        let _writing = self.host_write("Buffer.write")?;
+        let shm = self.shm().map_err(|e| e.context("Buffer.write"))?;
+        let _writing = self.host_write().map_err(|e| e.context("Buffer.write"))?;
         shm.write_bytes(start, as_bytes(values))
     }
 
-    /// Admits a write of the buffer's bytes from this process (`api` names it in errors) for as
-    /// long as the guard lives: refused while a submitted task names the buffer, or in a
-    /// process other than the buffer's creator, where those tasks are not counted. Paired with
-    /// `BufferInner::hold` (SeqCst both sides): a submit meanwhile waits for the guard to go.
-    pub(crate) fn host_write(&self, api: &str) -> Result<impl Drop + '_> {
+    /// Admits a write of the buffer's bytes from this process for as long as the guard lives:
+    /// refused while a submitted task names the buffer, or in a process other than the
+    /// buffer's creator, where those tasks are not counted (the caller names itself in the
+    /// error). Paired with `BufferInner::hold` (SeqCst both sides): a submit meanwhile waits
+    /// for the guard to go.
+    pub(crate) fn host_write(&self) -> Result<impl Drop + '_> {
         use std::sync::atomic::Ordering::SeqCst;
         let inner = &*self.inner;
         if let Backing::Memfd { pid, .. } = inner.desc.backing()
             && pid != std::process::id()
         {
             return Err(Error::state(format!(
-                "{api}: buffer {} belongs to process {pid}, and this is process {}: a worker process receives buffers as task tensors, and writes them through those",
+                "buffer {} belongs to process {pid}, and this is process {}: a worker process receives buffers as task tensors, and writes them through those",
                 inner.label(),
                 std::process::id()
             )));
@@ -769,7 +772,7 @@ impl Buffer {
         match inner.tasks.load(SeqCst) {
             0 => Ok(writing),
             n => Err(Error::state(format!(
-                "{api}: buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
+                "buffer {} is named by {n} submitted task(s) that have not ended; their workers may be reading or writing it now, so wait for their run before writing",
                 inner.label()
             ))),
         }
@@ -809,7 +812,7 @@ impl Buffer {
             )));
         }
         let mut out = vec![T::ZERO; len];
-        self.shm("read")?.read_bytes(start, as_bytes_mut(&mut out))?;
+        self.shm().map_err(|e| e.context("Buffer.read"))?.read_bytes(start, as_bytes_mut(&mut out))?;
         Ok(out)
     }
 
@@ -821,7 +824,8 @@ impl Buffer {
         count: usize,
         fd: std::os::fd::BorrowedFd<'_>,
     ) -> std::io::Result<()> {
-        self.shm("read_from_fd")
+        self.shm()
+            .map_err(|e| e.context("Buffer.read_from_fd"))
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
             .read_from_fd(offset, count, fd)
     }
@@ -833,7 +837,8 @@ impl Buffer {
         count: usize,
         fd: std::os::fd::BorrowedFd<'_>,
     ) -> std::io::Result<()> {
-        self.shm("send_to_fd")
+        self.shm()
+            .map_err(|e| e.context("Buffer.send_to_fd"))
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
             .send_to_fd(offset, count, fd)
     }

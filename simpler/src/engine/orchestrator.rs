@@ -329,7 +329,7 @@ impl<'a> Orchestrator<'a> {
     /// ```
     #[track_caller]
     pub fn submit_sub(&mut self, callable: &CallableHandle, args: TaskArgs) -> Result<TaskHandle> {
-        self.check_kind(callable, CallableKind::HostFn, "submit_sub")?;
+        self.check_kind(callable, CallableKind::HostFn).map_err(|e| e.context("submit_sub"))?;
         self.check_sub_pool(callable, 1)?;
         self.submit(callable, smallvec::smallvec![args], None, Target::Sub, false)
     }
@@ -378,7 +378,7 @@ impl<'a> Orchestrator<'a> {
         callable: &CallableHandle,
         args_list: Vec<TaskArgs>,
     ) -> Result<TaskHandle> {
-        self.check_kind(callable, CallableKind::HostFn, "submit_sub_group")?;
+        self.check_kind(callable, CallableKind::HostFn).map_err(|e| e.context("submit_sub_group"))?;
         if args_list.is_empty() {
             return Err(Error::invalid(format!("submit_sub_group of {callable}: args_list is empty")));
         }
@@ -418,7 +418,8 @@ impl<'a> Orchestrator<'a> {
         config: CallConfig,
         worker: u32,
     ) -> Result<TaskHandle> {
-        self.check_kind(callable, self.eng.cfg.next_level_kind, "submit_next_level")?;
+        self.check_kind(callable, self.eng.cfg.next_level_kind)
+            .map_err(|e| e.context("submit_next_level"))?;
         self.check_worker(worker, callable)?;
         self.submit(
             callable,
@@ -463,7 +464,8 @@ impl<'a> Orchestrator<'a> {
         config: CallConfig,
         workers: &[u32],
     ) -> Result<TaskHandle> {
-        self.check_kind(callable, self.eng.cfg.next_level_kind, "submit_next_level_group")?;
+        self.check_kind(callable, self.eng.cfg.next_level_kind)
+            .map_err(|e| e.context("submit_next_level_group"))?;
         if workers.is_empty() || workers.len() != args_list.len() {
             return Err(Error::invalid(format!(
                 "submit_next_level_group of {callable}: {} workers for {} argument sets; give one worker per member",
@@ -488,7 +490,9 @@ impl<'a> Orchestrator<'a> {
         )
     }
 
-    fn check_kind(&mut self, callable: &CallableHandle, want: CallableKind, api: &str) -> Result<()> {
+    /// Refuses `callable` unless it is registered on this Worker as a `want` callable (the kind
+    /// the submitting method runs); the method names itself in the error.
+    fn check_kind(&mut self, callable: &CallableHandle, want: CallableKind) -> Result<()> {
         let digest = callable.digest();
         if self.checked.iter().any(|&(d, k)| d == digest && k == want) {
             return Ok(());
@@ -502,24 +506,18 @@ impl<'a> Orchestrator<'a> {
         }
         match known {
             Some(kind) if kind == want => Ok(()),
-            known => Err(self.kind_error(callable, known.unwrap_or(callable.kind()), want, api)),
+            known => Err(self.kind_error(callable, known.unwrap_or(callable.kind()), want)),
         }
     }
 
-    /// Why `callable` (of `kind`, or registered as `kind`) cannot run through `api`, which runs
+    /// Why `callable` (of `kind`, or registered as `kind`) cannot run through a method that runs
     /// `want` callables: the wrong kind, no worker that runs `want`, or not registered.
-    fn kind_error(
-        &self,
-        callable: &CallableHandle,
-        kind: CallableKind,
-        want: CallableKind,
-        api: &str,
-    ) -> Error {
+    fn kind_error(&self, callable: &CallableHandle, kind: CallableKind, want: CallableKind) -> Error {
         let cfg = &self.eng.cfg;
         let (noun, adds) = cfg.next_level_names;
         let message = if kind != want && kind == CallableKind::Chip && want == CallableKind::Orch {
             format!(
-                "{api}: {callable} is a chip callable, but this Worker's NEXT_LEVEL workers are {noun}s, which run orchestration callables; submit chip callables from an orchestration callable placed on a {noun} that has chips"
+                "{callable} is a chip callable, but this Worker's NEXT_LEVEL workers are {noun}s, which run orchestration callables; submit chip callables from an orchestration callable placed on a {noun} that has chips"
             )
         } else if kind == CallableKind::Orch && want != CallableKind::Orch {
             let (place, runs) = if want == CallableKind::HostFn {
@@ -528,24 +526,24 @@ impl<'a> Orchestrator<'a> {
                 (format!("{noun}s"), "chip callables")
             };
             format!(
-                "{api}: {callable} is an orchestration callable, but this Worker's {place} run {runs}; run it as a run of this Worker (`name::call(..)?.run(&worker)` or `.submit(&worker)`), or place it on a nested Worker under a Worker one level up"
+                "{callable} is an orchestration callable, but this Worker's {place} run {runs}; run it as a run of this Worker (`name::call(..)?.run(&worker)` or `.submit(&worker)`), or place it on a nested Worker under a Worker one level up"
             )
         } else if kind != want {
             let article = |k: CallableKind| if k == CallableKind::Orch { "an" } else { "a" };
             format!(
-                "{api}: {callable} is {} {} callable, but this API runs {} callables",
+                "{callable} is {} {} callable, but this API runs {} callables",
                 article(kind),
                 kind.name(),
                 want.name()
             )
         } else if want == CallableKind::HostFn && cfg.sub_workers == 0 {
             format!(
-                "{api}: {callable} cannot run: this Worker has no SUB workers; add them with WorkerBuilder::sub_workers(n)"
+                "{callable} cannot run: this Worker has no SUB workers; add them with WorkerBuilder::sub_workers(n)"
             )
         } else if want != CallableKind::HostFn && cfg.next_level_workers == 0 {
-            format!("{api}: {callable} cannot run: this Worker has no {noun}s; add them with {adds}")
+            format!("{callable} cannot run: this Worker has no {noun}s; add them with {adds}")
         } else {
-            format!("{api}: callable {callable} is not registered on this Worker; register it first")
+            format!("callable {callable} is not registered on this Worker; register it first")
         };
         Error::new(ErrorKind::Callable, message)
     }
@@ -621,7 +619,7 @@ impl<'a> Orchestrator<'a> {
         let view = TensorView::new(0, shape, None, dtype).map_err(|e| e.context("orch.alloc"))?;
         let bytes = view.extent_bytes();
         let ring = ring_for_depth(self.scope_depth());
-        self.claim_window("orch.alloc")?;
+        self.claim_window().map_err(|e| e.context("orch.alloc"))?;
         let identity = match self.eng.minter.mint() {
             Ok(id) => id,
             Err(e) => {
@@ -801,7 +799,9 @@ impl<'a> Orchestrator<'a> {
         }
     }
 
-    fn claim_window(&self, api: &str) -> Result<()> {
+    /// Claims one place in the task window, waiting for one (driving the scheduler) up to the
+    /// backpressure timeout; the caller names itself in the error.
+    fn claim_window(&self) -> Result<()> {
         if self.eng.window.try_claim() {
             return Ok(());
         }
@@ -825,7 +825,7 @@ impl<'a> Orchestrator<'a> {
             Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "{api}: the task window is full ({} live tasks, waited {:?}); tasks in a scope stay live until the scope ends, so open scopes (orch.scope) around batches of work, or raise WorkerBuilder::task_window",
+                    "the task window is full ({} live tasks, waited {:?}); tasks in a scope stay live until the scope ends, so open scopes (orch.scope) around batches of work, or raise WorkerBuilder::task_window",
                     w.capacity(),
                     self.eng.cfg.backpressure_timeout
                 ),
@@ -955,7 +955,7 @@ impl<'a> Orchestrator<'a> {
             check_members_disjoint(callable, &args_list)?;
         }
         // Step 1.
-        self.claim_window("submit")?;
+        self.claim_window().map_err(|e| e.context("submit"))?;
         if let Some(e) = self.run.first_error() {
             // The run failed while this submit waited for room.
             self.eng.window.release();

@@ -60,15 +60,16 @@ fn not_started(slot: &Slot) -> Error {
 }
 
 /// `message` without a leading `"{name}: "` (the lane's name, which the caller says already).
-fn once(name: &str, message: String) -> String {
+fn strip_lane_name(name: &str, message: String) -> String {
     match message.strip_prefix(name).and_then(|rest| rest.strip_prefix(": ")) {
         Some(rest) => rest.to_string(),
         None => message,
     }
 }
 
-/// A duration as messages show it: "200 ms", "1.5 s".
-fn show(d: Duration) -> String {
+/// A duration as messages show it: whole milliseconds under a second as "200 ms", anything
+/// else in `Duration`'s `Debug` form ("1.5s", "2.000001ms").
+fn format_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{} ms", d.as_millis())
     } else {
@@ -398,7 +399,7 @@ impl Scheduler {
         let (kind, what) = match cause {
             StopCause::Deadline(limit) => (
                 ErrorKind::Timeout,
-                format!("run {} did not finish within its deadline of {}", run.id, show(limit)),
+                format!("run {} did not finish within its deadline of {}", run.id, format_duration(limit)),
             ),
             StopCause::Cancelled => {
                 (ErrorKind::Cancelled, format!("run {} was cancelled (RunHandle::cancel)", run.id))
@@ -504,7 +505,7 @@ impl Scheduler {
                         slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     self.in_flight -= 1;
-                    self.ended(eng, i, &slot, member, outcome, None);
+                    self.record_outcome(eng, i, &slot, member, outcome, None);
                 }
             }
             if self.lanes[i].busy.is_none() {
@@ -522,7 +523,7 @@ impl Scheduler {
             let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
             self.in_flight -= 1;
             let span = self.lanes[i].span.take();
-            self.ended(eng, i, &slot, member, outcome, span);
+            self.record_outcome(eng, i, &slot, member, outcome, span);
         }
         progress |= !self.ready.is_empty();
         let mut ready = std::mem::take(&mut self.ready);
@@ -538,7 +539,7 @@ impl Scheduler {
 
     /// Task `slot` (member `member`) ended on lane `i` with `outcome` (`Err`: the endpoint
     /// panicked reporting it, with why): its result, its span's end event, its completion.
-    fn ended(
+    fn record_outcome(
         &mut self,
         eng: &Engine,
         i: usize,
@@ -550,9 +551,9 @@ impl Scheduler {
         let lane_name = self.lanes[i].name.clone();
         // A worker's own message may start with its name ("chip 0: ..."): say it once.
         let outcome = outcome.map(|o| match o {
-            Outcome::TaskFailure(m) => Outcome::TaskFailure(once(&lane_name, m)),
-            Outcome::ResourceExhausted(m) => Outcome::ResourceExhausted(once(&lane_name, m)),
-            Outcome::WorkerDied(m) => Outcome::WorkerDied(once(&lane_name, m)),
+            Outcome::TaskFailure(m) => Outcome::TaskFailure(strip_lane_name(&lane_name, m)),
+            Outcome::ResourceExhausted(m) => Outcome::ResourceExhausted(strip_lane_name(&lane_name, m)),
+            Outcome::WorkerDied(m) => Outcome::WorkerDied(strip_lane_name(&lane_name, m)),
             other => other,
         });
         let result = match outcome {
@@ -635,7 +636,7 @@ impl Scheduler {
 
     /// Completes `slot` ([`Engine::complete`]), containing a panic there (rule 5 of the engine:
     /// its run fails, see [`Engine::completion_panicked`]).
-    fn settle(&mut self, eng: &Engine, slot: &Arc<Slot>, result: Result<(), Error>) {
+    fn complete_contained(&mut self, eng: &Engine, slot: &Arc<Slot>, result: Result<(), Error>) {
         let ready = &mut self.ready;
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| eng.complete(slot, result, ready))) {
             eng.completion_panicked(slot, &*panic, &mut self.ready);
@@ -645,7 +646,7 @@ impl Scheduler {
     /// Records one member's (or a single task's) end; completes the slot when all ended.
     fn finish_member(&mut self, eng: &Engine, slot: &Arc<Slot>, member: u32, result: Result<(), Error>) {
         if !slot.task().group {
-            self.settle(eng, slot, result);
+            self.complete_contained(eng, slot, result);
             return;
         }
         let all_done = {
@@ -661,7 +662,7 @@ impl Scheduler {
         };
         if all_done {
             let failure = slot.lock().failure.clone();
-            self.settle(eng, slot, failure.map_or(Ok(()), Err));
+            self.complete_contained(eng, slot, failure.map_or(Ok(()), Err));
         }
     }
 
@@ -669,7 +670,7 @@ impl Scheduler {
     fn fail_unplaceable(&mut self, eng: &Engine, slot: &Arc<Slot>, why: String) {
         if slot.cas(State::Ready, State::Running) {
             let err = Error::new(ErrorKind::WorkerDied, format!("{} cannot run: {why}", slot.describe()));
-            self.settle(eng, slot, Err(err));
+            self.complete_contained(eng, slot, Err(err));
         }
     }
 
@@ -798,7 +799,7 @@ impl Scheduler {
             slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.in_flight -= 1;
-        self.ended(eng, i, &slot, member, Err(why), None);
+        self.record_outcome(eng, i, &slot, member, Err(why), None);
     }
 
     /// Activates the staged tasks of the head run on lanes that run nothing now (they become
@@ -820,7 +821,7 @@ impl Scheduler {
                     slot.run.staged.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 self.in_flight -= 1;
-                self.ended(eng, i, &slot, member, Ok(Outcome::WorkerDied(why)), None);
+                self.record_outcome(eng, i, &slot, member, Ok(Outcome::WorkerDied(why)), None);
                 progress = true;
                 continue;
             }

@@ -236,7 +236,7 @@ impl ExitBoard {
     }
 
     /// How child `i` ended (its status), if it has.
-    pub(crate) fn ended(&self, i: usize) -> Option<Ended> {
+    pub(crate) fn exit_status(&self, i: usize) -> Option<Ended> {
         sync::lock(&self.state)[i].as_ref().map(|&(_, e)| e)
     }
 
@@ -729,7 +729,7 @@ mod tests {
         let (_, m) = watched_child();
         assert!(m.board.kill(0), "a live child is signalled");
         assert!(m.board.wait_all(&[0], Instant::now() + Duration::from_secs(10)));
-        assert_eq!(m.board.ended(0), Some(Ended::Signaled(libc::SIGKILL)));
+        assert_eq!(m.board.exit_status(0), Some(Ended::Signaled(libc::SIGKILL)));
         assert!(!m.board.kill(0), "a child that ended is not signalled again");
     }
 

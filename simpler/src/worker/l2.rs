@@ -48,16 +48,15 @@ impl L2Chip {
         })
     }
 
-    /// Refuses `api` on a device buffer another Worker allocated and, when `live`, on one
-    /// already freed.
-    fn owned(&self, api: &str, id: Identity, live: bool) -> Result<()> {
+    /// Refuses a device buffer another Worker allocated and, when `live`, one already freed.
+    fn owned(&self, id: Identity, live: bool) -> Result<()> {
         if id.owner() != self.minter.owner() {
             return Err(Error::invalid(format!(
-                "Worker.{api}: device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
+                "device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
             )));
         }
         if live && !sync::lock(&self.live).contains(&id) {
-            return Err(Error::state(format!("Worker.{api}: device buffer {id} was already freed")));
+            return Err(Error::state(format!("device buffer {id} was already freed")));
         }
         Ok(())
     }
@@ -127,9 +126,7 @@ impl Runtime for L2Chip {
     }
 
     fn replace(&self, _: usize, _: &crate::worker::callables::Callables) -> Result<i32> {
-        Err(Error::invalid(
-            "Worker.replace_worker: an L2 (chip) Worker runs its chip in this process; it has no worker processes",
-        ))
+        Err(Error::invalid("an L2 (chip) Worker runs its chip in this process; it has no worker processes"))
     }
 
     fn ships_by_address(&self) -> bool {
@@ -152,14 +149,12 @@ impl Runtime for L2Chip {
         self.runtime().release(&handle.digest()).map(|_| ())
     }
 
-    fn minter(&self, _api: &str) -> Result<&IdentityMinter> {
+    fn minter(&self) -> Result<&IdentityMinter> {
         Ok(&self.minter)
     }
 
-    fn engine(&self, api: &str) -> Result<&Arc<Engine>> {
-        Err(Error::state(format!(
-            "Worker.{api}: an L2 (chip) Worker runs chip callables in-process; use run_callable"
-        )))
+    fn engine(&self) -> Result<&Arc<Engine>> {
+        Err(Error::state("an L2 (chip) Worker runs chip callables in-process; use run_callable"))
     }
 
     fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
@@ -179,9 +174,7 @@ impl Runtime for L2Chip {
 
     fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
         if chip != 0 {
-            return Err(Error::invalid(format!(
-                "Worker.alloc_child_tensor: an L2 Worker is one chip, worker id 0; got {chip}"
-            )));
+            return Err(Error::invalid(format!("an L2 Worker is one chip, worker id 0; got {chip}")));
         }
         let nbytes = super::device_extent(shape, dtype)?;
         let id = self.minter.mint()?;
@@ -191,25 +184,22 @@ impl Runtime for L2Chip {
     }
 
     fn copy_to(&self, _chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
-        self.owned("copy_to", dev, true)?;
+        self.owned(dev, true)?;
         let bytes = src.read::<u8>(0, nbytes as usize)?;
         self.runtime().copy_to_device(ptr, &bytes)
     }
 
     fn copy_from(&self, dst: &Buffer, _chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
-        self.owned("copy_from", dev, true)?;
+        self.owned(dev, true)?;
         let mut bytes = vec![0u8; nbytes as usize];
         self.runtime().copy_from_device(ptr, &mut bytes)?;
         dst.write::<u8>(0, &bytes)
     }
 
     fn free(&self, buf: &Buffer, _chip: u32, ptr: u64) -> Result<()> {
-        self.owned("free", buf.desc().identity(), false)?;
+        self.owned(buf.desc().identity(), false)?;
         if !buf.mark_freed() {
-            return Err(Error::state(format!(
-                "Worker.free: device buffer {} was already freed",
-                buf.desc().identity()
-            )));
+            return Err(Error::state(format!("device buffer {} was already freed", buf.desc().identity())));
         }
         sync::lock(&self.live).remove(&buf.desc().identity());
         self.runtime().free(ptr)

@@ -25,7 +25,7 @@ use crate::engine::BuildFailed;
 use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, in_method};
 use crate::level::Level;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::lanes::Lanes;
@@ -126,52 +126,51 @@ fn replaceable(w: &WorkerStatus) -> bool {
 
 /// The bytes of `shape` elements of `dtype` (for `alloc_child_tensor`).
 fn device_extent(shape: &[u32], dtype: DataType) -> Result<u64> {
-    let view = crate::data::tensor::TensorView::new(0, shape, None, dtype)
-        .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
-    Ok(view.extent_bytes())
+    Ok(crate::data::tensor::TensorView::new(0, shape, None, dtype)?.extent_bytes())
 }
 
-/// The chip and device address of device buffer `buf`, for `Worker.{api}`.
-fn device_of(api: &str, buf: &Buffer) -> Result<(u32, u64)> {
+/// The chip and device address of device buffer `buf`: refused for a host buffer and for a
+/// device buffer already freed.
+fn device_of(buf: &Buffer) -> Result<(u32, u64)> {
     match buf.desc().backing() {
         Backing::Device { ptr, chip } => {
             if buf.is_freed() {
                 return Err(Error::state(format!(
-                    "Worker.{api}: device buffer {} of chip {chip} was already freed",
+                    "device buffer {} of chip {chip} was already freed",
                     buf.desc().identity()
                 )));
             }
             Ok((chip, ptr))
         }
         _ => Err(Error::invalid(format!(
-            "Worker.{api}: buffer {} is host memory, not chip memory from alloc_child_tensor",
+            "buffer {} is host memory, not chip memory from alloc_child_tensor",
             buf.desc().identity()
         ))),
     }
 }
 
-/// Checks the host side of a copy with a device buffer of `nbytes`, for `Worker.{api}`.
-fn check_host(api: &str, host: &Buffer, nbytes: u64) -> Result<()> {
+/// Checks the host side of a copy with a device buffer of `nbytes`: host memory, and at least
+/// `nbytes` of it.
+fn check_host(host: &Buffer, nbytes: u64) -> Result<()> {
     if matches!(host.desc().backing(), Backing::Device { .. }) {
-        return Err(Error::invalid(format!(
-            "Worker.{api}: the host side must be a host buffer (create_buffer)"
-        )));
+        return Err(Error::invalid("the host side must be a host buffer (create_buffer)"));
     }
     if (host.nbytes() as u64) < nbytes {
         return Err(Error::invalid(format!(
-            "Worker.{api}: the host buffer has {} bytes but the device buffer has {nbytes}",
+            "the host buffer has {} bytes but the device buffer has {nbytes}",
             host.nbytes()
         )));
     }
     Ok(())
 }
 
-/// Refuses `api` on a host buffer another Worker created: a buffer belongs to its Worker.
-fn own_host(api: &str, minter: &IdentityMinter, host: &Buffer) -> Result<()> {
+/// Refuses a host buffer another Worker created (its identity has another owner than
+/// `minter`'s): a buffer belongs to its Worker.
+fn check_host_owner(minter: &IdentityMinter, host: &Buffer) -> Result<()> {
     let id = host.desc().identity();
     if id.owner() != minter.owner() {
         return Err(Error::invalid(format!(
-            "Worker.{api}: host buffer {id} belongs to another Worker; a buffer is used by the Worker that created it"
+            "host buffer {id} belongs to another Worker; a buffer is used by the Worker that created it"
         )));
     }
     Ok(())
@@ -347,9 +346,10 @@ impl Worker {
     /// returns its status (its new pid).
     ///
     /// Refused for a live worker ([`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState)),
-    /// a nested Worker (its whole subtree would start again: close and rebuild), a Worker
-    /// started with [`StartMethod::Fork`] (a fork of a process running the engine's threads
-    /// could inherit a lock they hold), and an L2 Worker. A replaced chip starts with empty
+    /// a nested Worker (its whole subtree would start again: close and rebuild), a remote
+    /// Worker (its node is started on its own host), a Worker started with
+    /// [`StartMethod::Fork`] (a fork of a process running the engine's threads could inherit a
+    /// lock they hold), and an L2 Worker. A replaced chip starts with empty
     /// device memory: device buffers of the dead chip are lost, and using one is an error that
     /// says so. A new worker that fails to start is a
     /// [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error naming it.
@@ -368,21 +368,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn replace_worker(&self, kind: WorkerKind, id: u32) -> Result<WorkerStatus> {
-        let rt = self.started("replace_worker")?;
-        let i = match kind {
-            WorkerKind::Sub if (id as usize) < self.sub_workers() => Some(id as usize),
-            WorkerKind::Chip => self.lanes.chip(id),
-            WorkerKind::Nested if (id as usize) < self.nested_workers() => {
-                Some(self.sub_workers() + id as usize)
+        in_method("Worker.replace_worker", || {
+            let rt = self.started()?;
+            let i = match kind {
+                WorkerKind::Sub if (id as usize) < self.sub_workers() => Some(id as usize),
+                WorkerKind::Chip => self.lanes.chip(id),
+                WorkerKind::Nested if (id as usize) < self.nested_workers() => {
+                    Some(self.sub_workers() + id as usize)
+                }
+                WorkerKind::Remote => self.lanes.remote_index(id).map(|_| self.sub_workers() + id as usize),
+                _ => None,
             }
-            WorkerKind::Remote => self.lanes.remote_index(id).map(|_| self.sub_workers() + id as usize),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            Error::invalid(format!("Worker.replace_worker: this Worker has no {kind:?} worker {id}"))
-        })?;
-        rt.replace(i, &self.callables)?;
-        Ok(rt.workers()[i])
+            .ok_or_else(|| Error::invalid(format!("this Worker has no {kind:?} worker {id}")))?;
+            rt.replace(i, &self.callables)?;
+            Ok(rt.workers()[i])
+        })
     }
 
     /// Replaces every dead SUB worker and chip ([`replace_worker`](Worker::replace_worker));
@@ -398,15 +398,17 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn replace_dead_workers(&self) -> Result<Vec<WorkerStatus>> {
-        let rt = self.started("replace_dead_workers")?;
-        let mut replaced = Vec::new();
-        for (i, w) in rt.workers().into_iter().enumerate() {
-            if replaceable(&w) {
-                rt.replace(i, &self.callables)?;
-                replaced.push(rt.workers()[i]);
+        in_method("Worker.replace_dead_workers", || {
+            let rt = self.started()?;
+            let mut replaced = Vec::new();
+            for (i, w) in rt.workers().into_iter().enumerate() {
+                if replaceable(&w) {
+                    rt.replace(i, &self.callables)?;
+                    replaced.push(rt.workers()[i]);
+                }
             }
-        }
-        Ok(replaced)
+            Ok(replaced)
+        })
     }
 
     /// True between a successful `init` and `close`.
@@ -430,26 +432,25 @@ impl Worker {
         matches!(self.state, State::Started(_))
     }
 
-    /// The started runtime, for `Worker.{api}`.
-    fn started(&self, api: &str) -> Result<&dyn Runtime> {
+    /// The started runtime: refused before `init`, after `close`, and in a forked copy of the
+    /// Worker ([`owned`](Worker::owned)).
+    fn started(&self) -> Result<&dyn Runtime> {
         match &self.state {
-            State::Started(rt) => self.owned(api).map(|()| rt.as_ref()),
-            State::New => {
-                Err(Error::state(format!("Worker.{api}: the Worker is not initialized; call init() first")))
-            }
-            State::Closed => Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+            State::Started(rt) => self.owned().map(|()| rt.as_ref()),
+            State::New => Err(Error::state("the Worker is not initialized; call init() first")),
+            State::Closed => Err(Error::state("the Worker is closed")),
         }
     }
 
-    /// Refuses `api` in a process other than the one that started the Worker (a copy of it in a
-    /// forked process): its workers' mailboxes, pids and threads are the owner's.
-    fn owned(&self, api: &str) -> Result<()> {
+    /// Refuses a call in a process other than the one that started the Worker (a copy of it in
+    /// a forked process): its workers' mailboxes, pids and threads are the owner's.
+    fn owned(&self) -> Result<()> {
         let me = std::process::id();
         if self.owner == 0 || self.owner == me {
             return Ok(());
         }
         Err(Error::state(format!(
-            "Worker.{api}: this Worker was started by process {}, and this is process {me}, forked from it: the workers are the owner's, so a forked copy of the Worker can neither use nor shut them down",
+            "this Worker was started by process {}, and this is process {me}, forked from it: the workers are the owner's, so a forked copy of the Worker can neither use nor shut them down",
             self.owner
         )))
     }
@@ -608,7 +609,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn register(&mut self, f: HostFn) -> Result<CallableHandle> {
-        self.register_callable("register", Callable::Host(f))
+        in_method("Worker.register", || self.register_callable(Callable::Host(f)))
     }
 
     /// Registers a chip callable (a kernel or a chip orchestration) on every chip.
@@ -648,7 +649,7 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn register_chip(&mut self, f: ChipFn) -> Result<CallableHandle> {
-        self.register_callable("register_chip", Callable::Chip(f))
+        in_method("Worker.register_chip", || self.register_callable(Callable::Chip(f)))
     }
 
     /// Registers an orchestration function that this Worker (L4 and up) dispatches by digest to
@@ -669,28 +670,31 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn register_orch(&mut self, f: OrchFn) -> Result<CallableHandle> {
-        if self.cfg.level <= Level::Node {
-            return Err(Error::invalid(format!(
-                "Worker.register_orch: an {} Worker has no nested Workers to run orchestration functions",
-                self.cfg.level
-            )));
-        }
-        self.register_callable("register_orch", Callable::Orch(f))
+        in_method("Worker.register_orch", || {
+            if self.cfg.level <= Level::Node {
+                return Err(Error::invalid(format!(
+                    "an {} Worker has no nested Workers to run orchestration functions",
+                    self.cfg.level
+                )));
+            }
+            self.register_callable(Callable::Orch(f))
+        })
     }
 
-    /// Registers `c` for `Worker.{api}`: the same rules for every kind, before and after
-    /// `init`; after `init` the runtime installs it on its targets (all or nothing) first.
-    fn register_callable(&mut self, api: &str, c: Callable) -> Result<CallableHandle> {
+    /// Registers `c`: the same rules for every kind, before and after `init`; after `init` the
+    /// runtime installs it on its targets (all or nothing) first. Errors from the registry's
+    /// check and from the targets name the callable; the public method names itself.
+    fn register_callable(&mut self, c: Callable) -> Result<CallableHandle> {
         let handle = c.handle();
         match (&self.state, &c) {
-            (State::Closed, _) => return Err(Error::state(format!("Worker.{api}: the Worker is closed"))),
+            (State::Closed, _) => return Err(Error::state("the Worker is closed")),
             (_, Callable::Host(f))
                 if self.cfg.start == StartMethod::Exec && matches!(f.body(), Body::Closure(_)) =>
             {
                 return Err(Error::new(
                     ErrorKind::Callable,
                     format!(
-                        "Worker.register: {handle} is a closure; SUB workers started by exec (StartMethod::Exec, the default) run only functions of the binary: register a fn with HostFn::new, or build the Worker with start_method(StartMethod::Fork) (see its hazards)"
+                        "{handle} is a closure; SUB workers started by exec (StartMethod::Exec, the default) run only functions of the binary: register a fn with HostFn::new, or build the Worker with start_method(StartMethod::Fork) (see its hazards)"
                     ),
                 ));
             }
@@ -700,17 +704,17 @@ impl Worker {
                 return Err(Error::new(
                     ErrorKind::Callable,
                     format!(
-                        "Worker.register: {handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
+                        "{handle} is a closure; closures can be registered only before init() (use HostFn::new with a fn)"
                     ),
                 ));
             }
             _ => {}
         }
         self.needs_target(c.kind(), &handle)?;
-        let context = |e: Error| e.context(format!("Worker.{api} of {handle}"));
+        let context = |e: Error| e.context(&handle);
         self.callables.check(&c).map_err(context)?;
         if let State::Started(rt) = &self.state {
-            self.owned(api)?;
+            self.owned()?;
             rt.install(&c).map_err(context)?;
         }
         self.callables.install(c)?;
@@ -722,16 +726,16 @@ impl Worker {
     fn needs_target(&self, kind: CallableKind, handle: &CallableHandle) -> Result<()> {
         let missing = match kind {
             CallableKind::HostFn if self.cfg.level == Level::Chip => {
-                "Worker.register: {handle} is a host function but an L2 (chip) Worker has no SUB workers"
+                "{handle} is a host function but an L2 (chip) Worker has no SUB workers"
             }
             CallableKind::HostFn if self.cfg.engine.sub_workers == 0 => {
-                "Worker.register: {handle} is a host function but this Worker has no SUB workers"
+                "{handle} is a host function but this Worker has no SUB workers"
             }
             CallableKind::Chip if !self.runs_chip_callables() => {
                 if self.cfg.level > Level::Node {
-                    "Worker.register_chip: {handle} is a chip callable but this Worker has no chips below it"
+                    "{handle} is a chip callable but this Worker has no chips below it"
                 } else {
-                    "Worker.register_chip: {handle} is a chip callable but this Worker has no chips"
+                    "{handle} is a chip callable but this Worker has no chips"
                 }
             }
             _ => return Ok(()),
@@ -815,23 +819,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn unregister(&mut self, handle: &CallableHandle) -> Result<()> {
-        if matches!(self.state, State::Closed) {
-            return Err(Error::state("Worker.unregister: the Worker is closed"));
-        }
-        let refs = self.callables.refs(handle);
-        if refs == 0 {
-            return Err(Error::new(
-                ErrorKind::Callable,
-                format!("Worker.unregister: {handle} is not registered"),
-            ));
-        }
-        if let State::Started(rt) = &self.state {
-            self.owned("unregister")?;
-            rt.uninstall(handle, refs == 1)
-                .map_err(|e| e.context(format!("Worker.unregister of {handle}")))?;
-        }
-        self.callables.release(handle)?;
-        Ok(())
+        in_method("Worker.unregister", || {
+            if matches!(self.state, State::Closed) {
+                return Err(Error::state("the Worker is closed"));
+            }
+            let refs = self.callables.refs(handle);
+            if refs == 0 {
+                return Err(Error::new(ErrorKind::Callable, format!("{handle} is not registered")));
+            }
+            if let State::Started(rt) = &self.state {
+                self.owned()?;
+                rt.uninstall(handle, refs == 1).map_err(|e| e.context(handle))?;
+            }
+            self.callables.release(handle)?;
+            Ok(())
+        })
     }
 
     /// Starts the Worker: maps the heap rings and mailboxes, forks every SUB worker (before any
@@ -980,11 +982,13 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
-        let minter = self.started("create_buffer")?.minter("create_buffer")?;
-        if nbytes == 0 {
-            return Err(Error::invalid("Worker.create_buffer: nbytes must be greater than zero"));
-        }
-        Buffer::create_host(minter.mint()?, nbytes)
+        in_method("Worker.create_buffer", || {
+            let minter = self.started()?.minter()?;
+            if nbytes == 0 {
+                return Err(Error::invalid("nbytes must be greater than zero"));
+            }
+            Buffer::create_host(minter.mint()?, nbytes)
+        })
     }
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a
@@ -1124,12 +1128,15 @@ impl Worker {
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
         // Named as the caller knows it: `run` (and `run_with`) waits, `submit` does not.
-        let api = if will_wait { "run" } else { "submit" };
-        let rt = self.started(api).map_err(BuildFailed::Error)?;
-        if self.cfg.replace_dead {
-            self.replace_dead_before_submit(rt);
-        }
-        let eng = rt.engine(api).map_err(BuildFailed::Error)?;
+        let method = if will_wait { "Worker.run" } else { "Worker.submit" };
+        let eng = in_method(method, || {
+            let rt = self.started()?;
+            if self.cfg.replace_dead {
+                self.replace_dead_before_submit(rt);
+            }
+            rt.engine()
+        })
+        .map_err(BuildFailed::Error)?;
         let RunOptions { args, config, capture, deadline } = options;
         config.validate().map_err(BuildFailed::Error)?;
         let deadline = deadline.or(self.cfg.run_deadline);
@@ -1309,7 +1316,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()> {
-        self.started("run_callable")?.run_callable(callable, args, config)
+        in_method("Worker.run_callable", || self.started())?.run_callable(callable, args, config)
     }
 
     /// Allocates `shape` elements of `dtype` in the device memory of chip `worker` (at L3 and
@@ -1333,7 +1340,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn alloc_child_tensor(&self, worker: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
-        self.started("alloc_child_tensor")?.alloc_device(worker, shape, dtype)
+        in_method("Worker.alloc_child_tensor", || self.started()?.alloc_device(worker, shape, dtype))
     }
 
     /// Copies the device buffer's size in bytes from host buffer `src` into device buffer `dst`.
@@ -1350,12 +1357,14 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn copy_to(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
-        let (chip, ptr) = device_of("copy_to", dst)?;
-        let nbytes = dst.desc().nbytes();
-        check_host("copy_to", src, nbytes)?;
-        let rt = self.started("copy_to")?;
-        own_host("copy_to", rt.minter("copy_to")?, src)?;
-        rt.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
+        in_method("Worker.copy_to", || {
+            let (chip, ptr) = device_of(dst)?;
+            let nbytes = dst.desc().nbytes();
+            check_host(src, nbytes)?;
+            let rt = self.started()?;
+            check_host_owner(rt.minter()?, src)?;
+            rt.copy_to(chip, ptr, dst.desc().identity(), src, nbytes)
+        })
     }
 
     /// Copies device buffer `src` (its whole size) into host buffer `dst`. Refused, like
@@ -1369,14 +1378,16 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn copy_from(&self, dst: &Buffer, src: &Buffer) -> Result<()> {
-        let (chip, ptr) = device_of("copy_from", src)?;
-        let nbytes = src.desc().nbytes();
-        check_host("copy_from", dst, nbytes)?;
-        let rt = self.started("copy_from")?;
-        own_host("copy_from", rt.minter("copy_from")?, dst)?;
-        // The chip writes `dst`'s bytes: as a host write, refused while a task names it.
-        let _writing = dst.host_write("Worker.copy_from")?;
-        rt.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
+        in_method("Worker.copy_from", || {
+            let (chip, ptr) = device_of(src)?;
+            let nbytes = src.desc().nbytes();
+            check_host(dst, nbytes)?;
+            let rt = self.started()?;
+            check_host_owner(rt.minter()?, dst)?;
+            // The chip writes `dst`'s bytes: as a host write, refused while a task names it.
+            let _writing = dst.host_write()?;
+            rt.copy_from(dst, chip, ptr, src.desc().identity(), nbytes)
+        })
     }
 
     /// Frees device memory from [`alloc_child_tensor`](Worker::alloc_child_tensor). Freeing
@@ -1390,8 +1401,10 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn free(&self, buf: &Buffer) -> Result<()> {
-        let (chip, ptr) = device_of("free", buf)?;
-        self.started("free")?.free(buf, chip, ptr)
+        in_method("Worker.free", || {
+            let (chip, ptr) = device_of(buf)?;
+            self.started()?.free(buf, chip, ptr)
+        })
     }
 
     /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
@@ -1442,11 +1455,11 @@ impl Worker {
         match std::mem::replace(&mut self.state, State::Closed) {
             // A forked copy: nothing of the owner's is asked, signalled or joined; the copy's
             // descriptors and mappings go when this process exits.
-            State::Started(runtime) if self.owned("close").is_err() => {
+            State::Started(runtime) if self.owned().is_err() => {
                 std::mem::forget(runtime);
                 Ok(())
             }
-            State::Started(runtime) => runtime.close(self.cfg.close_timeout),
+            State::Started(runtime) => in_method("Worker.close", || runtime.close(self.cfg.close_timeout)),
             _ => Ok(()),
         }
     }

@@ -19,7 +19,12 @@ use crate::error::Result;
 use crate::worker::callables::{Callable, Callables};
 use crate::worker::status::WorkerStatus;
 
-/// A started Worker. `api` arguments name the `Worker` method for error messages.
+/// A started Worker.
+///
+/// Its errors do not name the `Worker` method they serve: that method prefixes them
+/// (`Worker.copy_to: ...`, [`in_method`](crate::error::in_method)). `run_callable` is the
+/// exception: what it refuses names `Worker.run_callable` itself, and the callable's own
+/// result comes back as it is.
 pub(super) trait Runtime: Send + Sync {
     /// Process ids of the child processes that are alive.
     fn child_pids(&self) -> Vec<i32>;
@@ -40,10 +45,10 @@ pub(super) trait Runtime: Send + Sync {
     fn uninstall(&self, handle: &CallableHandle, last: bool) -> Result<()>;
 
     /// Where buffer identities come from: this Worker's nonce and its counter of buffer ids.
-    fn minter(&self, api: &str) -> Result<&IdentityMinter>;
+    fn minter(&self) -> Result<&IdentityMinter>;
 
     /// The engine runs are built on (an L2 Worker has none).
-    fn engine(&self, api: &str) -> Result<&Arc<Engine>>;
+    fn engine(&self) -> Result<&Arc<Engine>>;
 
     /// Runs one chip callable in this process and waits for it (an L2 Worker only).
     fn run_callable(&self, callable: &CallableHandle, args: TaskArgs, config: CallConfig) -> Result<()>;

@@ -482,25 +482,27 @@ impl Tree {
     }
 
     /// Refuses a request on an engine that is closing.
-    fn open(&self, api: &str) -> Result<()> {
+    fn open(&self) -> Result<()> {
         if self.engine.is_closed() {
-            return Err(Error::state(format!("Worker.{api}: the Worker is closed")));
+            return Err(Error::state("the Worker is closed"));
         }
         Ok(())
     }
 
-    /// The session of the remote Worker NEXT_LEVEL id `id` names, if it names one (open).
-    fn remote_of(&self, api: &str, id: u32) -> Result<Option<&Session>> {
-        self.open(api)?;
+    /// The session of the remote Worker NEXT_LEVEL id `id` names, if it names one; refused
+    /// when the Worker is closing.
+    fn remote_of(&self, id: u32) -> Result<Option<&Session>> {
+        self.open()?;
         Ok(self.lanes.remote_index(id).map(|j| &*self.remote[j]))
     }
 
-    /// The mailbox of chip `chip`, for a request by `Worker.{api}`.
-    fn chip_mailbox(&self, api: &str, chip: u32) -> Result<usize> {
-        self.open(api)?;
+    /// The mailbox of chip `chip`; refused for a chip this Worker does not have, and when the
+    /// Worker is closing.
+    fn chip_mailbox(&self, chip: u32) -> Result<usize> {
+        self.open()?;
         self.lanes.chip(chip).ok_or_else(|| {
             Error::invalid(format!(
-                "Worker.{api}: chip {chip} does not exist: this Worker has {} chips; add chips with WorkerBuilder::chips(n)",
+                "chip {chip} does not exist: this Worker has {} chips; add chips with WorkerBuilder::chips(n)",
                 self.lanes.chips()
             ))
         })
@@ -527,7 +529,7 @@ impl Runtime for Tree {
         let board = &self.monitor.board;
         let status = |(i, &pid): (usize, &i32)| {
             let (kind, id) = self.lanes.kind_of(i);
-            let state = match board.ended(i) {
+            let state = match board.exit_status(i) {
                 None => WorkerState::Alive,
                 Some(Ended::Exited(code)) => WorkerState::Exited(code),
                 Some(Ended::Signaled(sig)) => WorkerState::Killed(sig),
@@ -555,28 +557,28 @@ impl Runtime for Tree {
 
     fn replace(&self, i: usize, callables: &Callables) -> Result<i32> {
         let _one_at_a_time = sync::lock(&self.control_lock);
-        self.open("replace_worker")?;
+        self.open()?;
         let who = self.lanes.label(i);
         if i >= self.children {
             return Err(Error::invalid(format!(
-                "Worker.replace_worker: {who} is a remote Worker, started by its own host; a lost session is not restarted from here"
+                "{who} is a remote Worker, started by its own host; a lost session is not restarted from here"
             )));
         }
         let old = self.monitor.pid(i);
         if !self.monitor.board.has_exited(i) {
             return Err(Error::state(format!(
-                "Worker.replace_worker: {who} (process {old}) is alive; only a dead worker is replaced"
+                "{who} (process {old}) is alive; only a dead worker is replaced"
             )));
         }
         let (kind, id) = self.lanes.kind_of(i);
         if kind == WorkerKind::Nested {
             return Err(Error::invalid(format!(
-                "Worker.replace_worker: {who} is a nested Worker, whose whole subtree would have to start again; close this Worker and build a new one"
+                "{who} is a nested Worker, whose whole subtree would have to start again; close this Worker and build a new one"
             )));
         }
         if self.cfg.start == StartMethod::Fork {
             return Err(Error::state(format!(
-                "Worker.replace_worker: {who} would be forked from a process whose engine threads run (a new child could inherit a lock they hold); build the Worker with StartMethod::Exec to replace workers"
+                "{who} would be forked from a process whose engine threads run (a new child could inherit a lock they hold); build the Worker with StartMethod::Exec to replace workers"
             )));
         }
         // Rule M8 of the mailbox: the old child is reaped, the lane is out of service, and
@@ -634,10 +636,7 @@ impl Runtime for Tree {
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             board.wait_all(&[i], Instant::now() + REAP_GRACE);
-            return Err(Error::new(
-                ErrorKind::WorkerDied,
-                format!("Worker.replace_worker: the new {who} (process {pid}) {why}"),
-            ));
+            return Err(Error::new(ErrorKind::WorkerDied, format!("the new {who} (process {pid}) {why}")));
         }
         if kind == WorkerKind::Chip {
             // The dead chip's device memory died with it: its buffers are gone.
@@ -694,13 +693,13 @@ impl Runtime for Tree {
         Ok(())
     }
 
-    fn minter(&self, api: &str) -> Result<&IdentityMinter> {
-        self.open(api)?;
+    fn minter(&self) -> Result<&IdentityMinter> {
+        self.open()?;
         Ok(&self.minter)
     }
 
-    fn engine(&self, api: &str) -> Result<&Arc<Engine>> {
-        self.open(api)?;
+    fn engine(&self) -> Result<&Arc<Engine>> {
+        self.open()?;
         Ok(&self.engine)
     }
 
@@ -711,10 +710,9 @@ impl Runtime for Tree {
     }
 
     fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
-        if let Some(s) = self.remote_of("alloc_child_tensor", chip)? {
+        if let Some(s) = self.remote_of(chip)? {
             let nbytes = super::device_extent(shape, dtype)?;
-            let reply = resident(s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)
-                .map_err(|e| e.context("Worker.alloc_child_tensor"))?;
+            let reply = resident(s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)?;
             let id = u64::from_le_bytes(
                 reply
                     .try_into()
@@ -724,57 +722,51 @@ impl Runtime for Tree {
             sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
             return Buffer::device(identity, chip, id, nbytes);
         }
-        let mbox = self.chip_mailbox("alloc_child_tensor", chip)?;
+        let mbox = self.chip_mailbox(chip)?;
         let nbytes = super::device_extent(shape, dtype)?;
         // The chip binds the block to this identity, and checks device tensors by it.
         let identity = self.minter.mint()?;
         let arg = crate::data::wire::identity_arg(identity);
+        // Its errors name the chip ("chip 0 refused: ..."; a resource error names it too).
         let ptr = self
-            .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &arg, &[]))
-            .map_err(|e| match e.kind() {
-                ErrorKind::ResourceExhausted => e.context("Worker.alloc_child_tensor"),
-                _ => e.context(format!("Worker.alloc_child_tensor on chip {chip}")),
-            })?;
+            .control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_MALLOC, nbytes, &arg, &[]))?;
         sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
         Buffer::device(identity, chip, ptr, nbytes)
     }
 
     fn copy_to(&self, chip: u32, ptr: u64, dev: Identity, src: &Buffer, nbytes: u64) -> Result<()> {
-        self.devices.owned("copy_to", &self.minter, dev, true)?;
-        self.devices.idle("copy_to", dev)?;
-        if let Some(s) = self.remote_of("copy_to", chip)? {
-            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("Worker.copy_to: too large"))?;
+        self.devices.owned(&self.minter, dev, true)?;
+        self.devices.idle(dev)?;
+        if let Some(s) = self.remote_of(chip)? {
+            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("too large"))?;
             // In parts, each its own control (no frame nears the size limit).
             for at in (0..n).step_by(wire::COPY_PART) {
                 let bytes = src.read::<u8>(at, wire::COPY_PART.min(n - at))?;
-                resident(s, wire::COPY_TO, ptr, at as u64, &bytes, self.cfg.startup_timeout)
-                    .map_err(|e| e.context("Worker.copy_to"))?;
+                resident(s, wire::COPY_TO, ptr, at as u64, &bytes, self.cfg.startup_timeout)?;
             }
             return Ok(());
         }
         let payload = host_payload(src, nbytes);
-        let mbox = self.chip_mailbox("copy_to", chip)?;
+        let mbox = self.chip_mailbox(chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
             mb.post_control(CTRL_COPY_TO, ptr, &[0; 32], &payload)
         })
         .map(|_| ())
-        .map_err(|e| Error::new(e.kind(), format!("Worker.copy_to: {}", e.message())))
     }
 
     fn copy_from(&self, dst: &Buffer, chip: u32, ptr: u64, dev: Identity, nbytes: u64) -> Result<()> {
-        self.devices.owned("copy_from", &self.minter, dev, true)?;
-        self.devices.idle("copy_from", dev)?;
-        if let Some(s) = self.remote_of("copy_from", chip)? {
-            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("Worker.copy_from: too large"))?;
+        self.devices.owned(&self.minter, dev, true)?;
+        self.devices.idle(dev)?;
+        if let Some(s) = self.remote_of(chip)? {
+            let n = usize::try_from(nbytes).map_err(|_| Error::invalid("too large"))?;
             // In parts, each its own control (no frame nears the size limit).
             for at in (0..n).step_by(wire::COPY_PART) {
                 let len = wire::COPY_PART.min(n - at);
                 let offset = (at as u64).to_le_bytes();
-                let bytes = resident(s, wire::COPY_FROM, ptr, len as u64, &offset, self.cfg.startup_timeout)
-                    .map_err(|e| e.context("Worker.copy_from"))?;
+                let bytes = resident(s, wire::COPY_FROM, ptr, len as u64, &offset, self.cfg.startup_timeout)?;
                 if bytes.len() != len {
                     return Err(Error::decode(format!(
-                        "Worker.copy_from: the node sent {} of {len} bytes at offset {at}",
+                        "the node sent {} of {len} bytes at offset {at}",
                         bytes.len()
                     )));
                 }
@@ -783,51 +775,44 @@ impl Runtime for Tree {
             return Ok(());
         }
         let payload = host_payload(dst, nbytes);
-        let mbox = self.chip_mailbox("copy_from", chip)?;
+        let mbox = self.chip_mailbox(chip)?;
         self.control(mbox, &self.lanes.label(mbox), |mb| {
             mb.post_control(CTRL_COPY_FROM, ptr, &[0; 32], &payload)
         })
         .map(|_| ())
-        .map_err(|e| Error::new(e.kind(), format!("Worker.copy_from: {}", e.message())))
     }
 
     fn free(&self, buf: &Buffer, chip: u32, ptr: u64) -> Result<()> {
-        self.devices.owned("free", &self.minter, buf.desc().identity(), false)?;
-        if let Some(s) = self.remote_of("free", chip)? {
+        self.devices.owned(&self.minter, buf.desc().identity(), false)?;
+        if let Some(s) = self.remote_of(chip)? {
             let in_flight = self.engine.live_runs().len();
             if in_flight > 0 {
                 return Err(Error::state(format!(
-                    "Worker.free: {in_flight} run(s) are in flight and may use the buffer; wait for them first"
+                    "{in_flight} run(s) are in flight and may use the buffer; wait for them first"
                 )));
             }
             if !buf.mark_freed() {
                 return Err(Error::state(format!(
-                    "Worker.free: node-resident buffer {} was already freed",
+                    "node-resident buffer {} was already freed",
                     buf.desc().identity()
                 )));
             }
             sync::lock(&self.devices.live).remove(&buf.desc().identity());
-            return resident(s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout)
-                .map(|_| ())
-                .map_err(|e| e.context("Worker.free"));
+            return resident(s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout).map(|_| ());
         }
-        let mbox = self.chip_mailbox("free", chip)?;
+        let mbox = self.chip_mailbox(chip)?;
         let in_flight = self.engine.live_runs().len();
         if in_flight > 0 {
             return Err(Error::state(format!(
-                "Worker.free: {in_flight} run(s) are in flight and may use the buffer; wait for them first"
+                "{in_flight} run(s) are in flight and may use the buffer; wait for them first"
             )));
         }
         if !buf.mark_freed() {
-            return Err(Error::new(
-                ErrorKind::InvalidState,
-                format!("Worker.free: device buffer {} was already freed", buf.desc().identity()),
-            ));
+            return Err(Error::state(format!("device buffer {} was already freed", buf.desc().identity())));
         }
         sync::lock(&self.devices.live).remove(&buf.desc().identity());
         self.control(mbox, &self.lanes.label(mbox), |mb| mb.post_control(CTRL_FREE, ptr, &[0; 32], &[]))
             .map(|_| ())
-            .map_err(|e| Error::new(e.kind(), format!("Worker.free: {}", e.message())))
     }
 
     fn close(mut self: Box<Self>, timeout: Duration) -> Result<()> {
@@ -862,10 +847,7 @@ impl Runtime for Tree {
         if abandoned > 0 {
             return Err(Error::new(
                 ErrorKind::Timeout,
-                format!(
-                    "Worker.close: {abandoned} run(s) did not finish within {:?} and were abandoned",
-                    timeout
-                ),
+                format!("{abandoned} run(s) did not finish within {:?} and were abandoned", timeout),
             ));
         }
         Ok(())
@@ -941,21 +923,21 @@ struct Held {
 }
 
 impl ChipBuffers {
-    /// Refuses `api` on a device buffer another Worker allocated (its identity has another
-    /// owner than `minter`'s) and, when `live`, on one already freed.
-    fn owned(&self, api: &str, minter: &IdentityMinter, id: Identity, live: bool) -> Result<()> {
+    /// Refuses a device buffer another Worker allocated (its identity has another owner than
+    /// `minter`'s) and, when `live`, one already freed or lost with its chip.
+    fn owned(&self, minter: &IdentityMinter, id: Identity, live: bool) -> Result<()> {
         if id.owner() != minter.owner() {
             return Err(Error::invalid(format!(
-                "Worker.{api}: device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
+                "device buffer {id} belongs to another Worker; only the Worker that allocated it may use it"
             )));
         }
         if live && !sync::lock(&self.live).contains_key(&id) {
             if let Some(chip) = sync::lock(&self.lost).get(&id) {
                 return Err(Error::state(format!(
-                    "Worker.{api}: device buffer {id} was lost with chip {chip}, which died and was replaced"
+                    "device buffer {id} was lost with chip {chip}, which died and was replaced"
                 )));
             }
-            return Err(Error::state(format!("Worker.{api}: device buffer {id} was already freed")));
+            return Err(Error::state(format!("device buffer {id} was already freed")));
         }
         Ok(())
     }
@@ -972,11 +954,11 @@ impl ChipBuffers {
         });
     }
 
-    /// Refuses `api` on device buffer `id` while a submitted task names it.
-    fn idle(&self, api: &str, id: Identity) -> Result<()> {
+    /// Refuses device buffer `id` while a submitted task names it.
+    fn idle(&self, id: Identity) -> Result<()> {
         match sync::lock(&self.live).get(&id).map(|h| h.holds) {
             Some(n) if n > 0 => Err(Error::state(format!(
-                "Worker.{api}: device buffer {id} is named by {n} submitted task(s) that have not finished; a copy now would reorder data around them, so wait for their run first"
+                "device buffer {id} is named by {n} submitted task(s) that have not finished; a copy now would reorder data around them, so wait for their run first"
             ))),
             _ => Ok(()),
         }

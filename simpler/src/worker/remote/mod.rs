@@ -410,7 +410,7 @@ impl Session {
     /// Once the session is lost, waits until no task output is being written into the root's
     /// memory: outputs are written under the resolver's lock, and only while the session is
     /// not lost, so none is being written, or will be, once this returns.
-    fn settle(&self) {
+    fn wait_for_output_writes(&self) {
         drop(sync::lock(&self.resolver));
     }
 
@@ -804,7 +804,7 @@ impl Endpoint for RemoteEndpoint {
         // A node cannot be killed from here: ending the session makes it drop the task's run
         // and free what the session held; the lane leaves service as for a lost node.
         self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
-        self.session.settle();
+        self.session.wait_for_output_writes();
         true
     }
 
@@ -814,7 +814,7 @@ impl Endpoint for RemoteEndpoint {
 
     fn gone(&self) -> Option<String> {
         let why = self.session.lost()?;
-        self.session.settle();
+        self.session.wait_for_output_writes();
         Some(format!("{}: {why}", self.session.label))
     }
 }
