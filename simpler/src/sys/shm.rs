@@ -62,7 +62,7 @@
 
 #![expect(
     unsafe_code,
-    reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N7"
+    reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N8"
 )]
 
 use std::collections::BTreeMap;
