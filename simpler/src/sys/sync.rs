@@ -8,12 +8,14 @@
 //! values in and out of the guarded state. So a poisoned lock is taken as if it were not poisoned:
 //! refusing it would turn one failed run into a Worker that can never run again.
 //!
-//! These helpers are the only places that make that decision; code elsewhere calls them instead
-//! of `lock().unwrap_or_else(|e| e.into_inner())`.
+//! These helpers ([`lock`], [`try_lock`], [`read`], [`write`], [`wait_timeout`],
+//! [`wait_timeout_while`]) are the only places that make that decision; code elsewhere calls them
+//! instead of `lock().unwrap_or_else(|e| e.into_inner())`.
 //!
 //! [`checked`] is the sync facade of the protocols the `loom` models check (the slot state
 //! machine, the scheduler role's flags, the mailbox state words): `std` in every normal build,
-//! `loom` under `--cfg loom`.
+//! `loom` under `--cfg loom` (`engine/slot.rs` and `engine/role.rs` use it; the mailbox's
+//! `StateWord` is generic over its atomic).
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::Duration;
