@@ -15,7 +15,15 @@
 //! [`checked`] is the sync facade of the protocols the `loom` models check (the slot state
 //! machine, the scheduler role's flags, the mailbox state words): `std` in every normal build,
 //! `loom` under `--cfg loom` (`engine/slot.rs` and `engine/role.rs` use it; the mailbox's
-//! `StateWord` is generic over its atomic).
+//! `StateWord` is generic over its atomic). The models sit beside their modules, in
+//! `loom_models.rs`: `engine/slot/` (rules 1-4 of the slot module: dispatch vs fail,
+//! consumption after the last release, publication vs completion and vs failure),
+//! `ipc/mailbox/` (rules M3, M4, M11: post / take / collect with shutdown, no double claim, a
+//! staged task activated or withdrawn while the child answers) and `engine/role/` (the
+//! scheduler role's rules 1, 3 and 4: one holder at a time, and no lost wake-up of the
+//! background thread). `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p
+//! simpler --lib --release loom`, a step of `.ci/run`. Not modelled: the futexes themselves,
+//! and the scheduler's passes (rule 5).
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::Duration;
