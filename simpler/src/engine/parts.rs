@@ -4,7 +4,7 @@
 //! knows nothing else of its level.
 //!
 //! The device rules of each level: `ChipBuffers` (`worker/tree.rs`) at L3 and up, `OneChip`
-//! (`chip/runtime/heap.rs`) inside a chip, [`NoDevices`] for tests and benchmarks.
+//! (`chip/runtime/heap.rs`) inside a chip, `NoDevices` for tests and benchmarks.
 
 use std::sync::Arc;
 use std::time::Duration;

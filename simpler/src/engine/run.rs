@@ -6,8 +6,8 @@
 //! and pidfds behind it even while handles are kept, and those answer from the run's own state.
 //!
 //! Runs are admitted FIFO up to `pending_run_depth` (`pipeline_depth` when 0); only the head run
-//! dispatches (but for a staged successor, `scheduler`), so a task that never returns holds every later run until its
-//! run is **stopped**. The lifecycle: admitted -> building (the orchestration function; tasks
+//! dispatches (but for a staged successor, `scheduler`), so a task that never returns holds
+//! every later run until its run is **stopped**. The lifecycle: admitted -> building (the orchestration function; tasks
 //! dispatch meanwhile) -> submission closed -> done once every slot is consumed (or abandoned:
 //! a panic, `close`, a worker that cannot be stopped).
 //!

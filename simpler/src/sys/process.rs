@@ -7,7 +7,7 @@
 //!   unreaped, through its pidfd, so a recycled pid is never signalled, not even when the
 //!   program reaps our children itself by ignoring `SIGCHLD`. A monitor dropped without `stop`
 //!   (its Worker unwound out of `close`) kills and reaps the children still running.
-//! * [`ChildGuard`] holds a child forked outside a Worker (a test or a benchmark): it SIGKILLs
+//! * `ChildGuard` holds a child forked outside a Worker (a test or a benchmark): it SIGKILLs
 //!   and reaps the child on drop unless a wait reaped it (P5).
 //! * A worker process records its pid when it starts serving ([`become_worker`], from
 //!   `ChildPlan::run`); wherever user code returns into the library there (`SubChild::task`,

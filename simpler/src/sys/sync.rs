@@ -9,7 +9,7 @@
 //! refusing it would turn one failed run into a Worker that can never run again.
 //!
 //! These helpers ([`lock`], [`try_lock`], [`read`], [`write`], [`wait_timeout`],
-//! [`wait_timeout_while`]) are the only places that make that decision; code elsewhere calls them
+//! `wait_timeout_while`) are the only places that make that decision; code elsewhere calls them
 //! instead of `lock().unwrap_or_else(|e| e.into_inner())`.
 //!
 //! [`checked`] is the sync facade of the protocols the `loom` models check (the slot state

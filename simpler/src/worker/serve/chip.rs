@@ -3,9 +3,10 @@
 //!
 //! The chip runtime (device memory, core threads) is built after the fork, inside the child,
 //! from the configuration and the callables captured before it ([`ChipChild`]). The process then
-//! runs the shared child loop ([`serve`]) with a `ChipServer` handler: tasks run chip callables
-//! (copying host tensors in and out of device memory), controls install chip callables
-//! registered after `init` and serve `alloc_child_tensor`, `copy_to`, `copy_from` and `free`.
+//! runs a loop of its own over both task frames and the base frame (`serve_chip`, below, rather
+//! than the shared `ipc::child::serve`) with a `ChipServer`: tasks run chip callables (copying
+//! host tensors in and out of device memory), controls install chip callables registered after
+//! `init` and serve `alloc_child_tensor`, `copy_to`, `copy_from` and `free`.
 //!
 //! # The two-frame loop
 //!
