@@ -1,6 +1,11 @@
 //! `#[callable(chip | sub | orch, crate = path)]`: parse the options and the signature, compute
 //! the descriptor, generate the twin (`<fn>::INFO`, `DIGEST`, `PARAMS`, typed `call`), the
 //! shim that decodes a task's arguments, and the link-time registry entry.
+//!
+//! The twin is a struct of the function's name beside it, with `NAME`, `DESCRIPTOR`, `DIGEST`,
+//! `KIND`, `PARAMS`, `INFO`, `handle()`, the typed `call(...)` and the hidden `__shim`
+//! (`task_graph!` adds `graph()`). `INFO` goes into the link-time registry (`CALLABLES`,
+//! `simpler::callable::linked`), named by the generated code through `simpler::__private`.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};

@@ -1,5 +1,7 @@
-//! Keeps the layering of `ARCHITECTURE.md` true: a module may name only modules of lower layers
-//! (and itself).
+//! Keeps `ARCHITECTURE.md` true: a module may name only modules of lower layers (and itself),
+//! and the map's layer table shows the layers of [`LAYERS`]. Beside it, `rules` checks the
+//! numbered rules (every one cited is defined, and the map's rule table agrees with the module
+//! docs) and `map` the map's paths and module list.
 //!
 //! ```text
 //! error  <-  sys  <-  data, level  <-  callable  <-  dfx  <-  engine  <-  ipc, chip, net  <-  worker  <-  dsl  <-  lib.rs
@@ -12,6 +14,9 @@
 //! module.
 
 use std::path::{Path, PathBuf};
+
+mod map;
+mod rules;
 
 /// Each top-level module (a file or folder under `src/`) and its layer.
 const LAYERS: &[(&str, u32)] = &[
@@ -114,6 +119,54 @@ fn modules_name_only_layers_below_them() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let found = violations(&src);
     assert!(found.is_empty(), "layering violations:\n{}", found.join("\n"));
+}
+
+/// The (module, layer) pairs of the layer table in `ARCHITECTURE.md` (the table whose header
+/// starts `| layer |`), each with its line.
+fn map_layers(arch: &str) -> Vec<(usize, String, u32)> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for (n, line) in arch.lines().enumerate() {
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        if !line.trim_start().starts_with('|') {
+            inside = false;
+        } else if cells.first() == Some(&"layer") {
+            inside = true;
+        } else if inside && let (Ok(layer), Some(modules)) = (cells[0].parse::<u32>(), cells.get(1)) {
+            for m in modules.split(',') {
+                out.push((n + 1, m.trim().trim_matches('`').to_string(), layer));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_map_shows_the_layers_of_the_table_here() {
+    let arch = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md"))
+        .expect("read ARCHITECTURE.md");
+    let shown = map_layers(&arch);
+    let mut found = Vec::new();
+    for &(module, l) in LAYERS {
+        match shown.iter().find(|(_, m, _)| m == module) {
+            None => found
+                .push(format!("../ARCHITECTURE.md: the layer table has no module `{module}` (layer {l})")),
+            Some((line, _, s)) if *s != l => found.push(format!(
+                "../ARCHITECTURE.md:{line}: `{module}` is in layer {s}; LAYERS puts it in {l}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (line, m, _) in &shown {
+        if layer(m).is_none() {
+            found.push(format!("../ARCHITECTURE.md:{line}: `{m}` is in the layer table but not in LAYERS"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the layer table of ARCHITECTURE.md disagrees with LAYERS:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]

@@ -11,6 +11,14 @@
 //! * the **lanes** to its workers, which drive child processes through shared-memory
 //!   mailboxes.
 //!
+//! The API comes in three tiers: the crate root, with what every program names ([`Worker`],
+//! [`Orchestrator`], [`Buffer`], [`Tensor`], [`TaskArgs`], [`HostFn`], [`Error`], the
+//! [`callable`](macro@callable) attribute and [`task_graph!`], ...); topic modules ([`dsl`]:
+//! typed tensors, placements, graphs and index launches; [`chip`]: chip callables, backends and
+//! [`CallConfig`](chip::CallConfig); [`callable`](mod@callable): digests, kinds and namespaces;
+//! [`memory`], [`trace`], [`remote`], [`status`]); and [`prelude`], what the examples import
+//! (without [`Result`] and [`Error`]).
+//!
 //! ```no_run
 //! use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
 //!

@@ -5,6 +5,31 @@
 //! steps to generate, with every argument classified, and the checks that need the callee's
 //! signature (left to rustc as `const` assertions). Every edge, write-after-read included, is
 //! the engine's to infer from the tags.
+//!
+//! For a graph without loops and partitions (every use names a whole tensor) the pass computes
+//! each task's incoming edges from its tensor table (the writer, and for a write the readers
+//! since, in the engine's walk order), and `graph()` reads them (`GraphBuilder::node` / `edge`;
+//! whether an edge after a write is a read after write or a write after write comes from the
+//! callee's `PARAMS`). A graph with loops or partitions replays its body into the
+//! `GraphBuilder` with the engine's footprint rules.
+//!
+//! # Partitions and loops
+//!
+//! A graph declares partitions (`let xs = x.split(N);`, `x.grid([A, B])`, `x.tiles([R, C])`)
+//! and loops `for i in A..B` (bounds evaluated as `const`s) or `for (i, t) in xs`. The pass walks
+//! a loop body once, as any iteration, and records for every tensor declared outside the loop
+//! how the body touches it (whole, the piece at the loop's index, a fixed piece, another index).
+//! A write at the loop's index of one partition is an index launch (parallel); a whole or fixed
+//! write must go to an `InOut` parameter (a `const` assertion, S0113: an accumulator the engine
+//! orders); a write at another index, pieces of two partitions, or a read of another
+//! iteration's piece are S0113 / S0114; a run-time bound, count or tile shape, `rows(..)` and
+//! `slice(..)` are S0115.
+//!
+//! `let xs = x.tiles([R, C]);` of a graph *parameter* (tile shape evaluated as `const`s) is a
+//! partition whose piece count is the run's. Iterations stay disjoint by construction (each
+//! writes piece `i` of one partition), so the pass needs no count; it records instead what the
+//! generated body checks first ([`Plan::tiled`], [`Plan::count_checks`], see `codegen`). Tiles
+//! of an intermediate are refused (their count would depend on the `alloc`'s run-time dims).
 
 use proc_macro2::Span;
 use quote::ToTokens;

@@ -1,6 +1,26 @@
 //! Codegen: a checked [`Plan`] becomes the orchestration function (one typed
 //! `callee::call(..)?.on(orch, place)?` per task, exactly the Orchestrator calls a hand-written
 //! orchestration makes), its `graph()` replay, and the twin shared with `#[callable(orch)]`.
+//!
+//! Loops become real `for` loops over the typed pieces (`__private::piece`, `piece_mut`);
+//! `graph()` replays them, comparing pieces as per-axis fractions of the tensor (exact for even
+//! partitions, as the engine's lattice overlap is), and a per-iteration `alloc` is a fresh
+//! tensor in the replay.
+//!
+//! Tiles with a run-time count: before any task is submitted the body computes each tiled
+//! partition's counts per axis from the parameter's shape (`__private::tile_counts`; a tile
+//! that does not divide is an error there), checks that the partitions a `for (i, t) in xs`
+//! loop indexes at its index have as many pieces as `xs` (`same_counts`) and that a
+//! `for i in A..B` loop's tiled partitions have at least `B` (`enough_pieces`); both are
+//! `InvalidArgument` errors that name the partitions and their counts. Those counts feed
+//! `StaticEdges::partition` and the replay. A graph with a tiled partition has no `graph()` but
+//! `graph_for(shape, ..)` (one `&[u32]` per tensor parameter, in order) returning
+//! `Result<TaskGraph>`: the same prelude on the shapes, then the replay.
+//!
+//! Static edges: the body tracks every use of the graph's intermediates in a `StaticEdges`
+//! (`simpler::dsl::graph`; whole uses in a list, pieces of one partition by index) with the
+//! footprint rules, and gives each task the edges as deps (a read after write retains its
+//! producer) with those tensors marked static; parameters go through the TensorMap.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};

@@ -1,4 +1,6 @@
-//! Host functions: what a SUB worker runs.
+//! Host functions: what a SUB worker runs. A [`HostFn`] is a plain `fn` ([`HostFnPtr`], which
+//! crosses to a child as its offset in the binary) or, for a Worker whose children are forked
+//! (`StartMethod::Fork`), a closure registrable only before `init`.
 
 use std::any::TypeId;
 use std::hash::BuildHasher;

@@ -2,7 +2,13 @@
 //!
 //! A callable is identified by the sha256 [`Digest`] of its canonical descriptor bytes (see the
 //! [module docs](super) for the encoding). [`DescriptorWriter`] produces those bytes, and
-//! [`CallableHandle`] is what `Worker::register` hands back to the user.
+//! [`CallableHandle`] is what `Worker::register` hands back to the user; [`CallableKind`] and
+//! [`Namespace`] go into every descriptor.
+//!
+//! What the digest covers: a function registered through the plain API (`HostFn::new`,
+//! `ChipFn::kernel`, `OrchFn::new`) is identified by its kind and name, not its code; a
+//! `HostFn::closure` also by its type and an instance number; a `#[callable]` by the digest the
+//! macro computed at compile time (`simpler-macros/src/descriptor.rs`).
 
 use std::fmt;
 use std::str::FromStr;

@@ -5,6 +5,10 @@
 //! the parent, a SUB worker, a chip child, a nested Worker — finds a callable by its
 //! digest there, without a registration message. A Worker registers every linked callable that
 //! it can run when it starts ([`Worker::init`](crate::Worker::init)).
+//!
+//! The entry point is stored type-erased (`&dyn Any`), since this layer cannot name the
+//! function types of the layers above; each kind takes it back with `entry::<F>()`
+//! (`HostFn::from_linked`, `ChipFn::from_linked`, `OrchFn::from_linked`).
 
 use std::any::Any;
 use std::sync::OnceLock;

@@ -50,7 +50,7 @@
 
 #![expect(
     unsafe_code,
-    reason = "raw copies into and out of the device mapping, and kernel views of it; rules A1-A5"
+    reason = "raw copies into and out of the device mapping, and kernel views of it; rules A1-A6"
 )]
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,13 +7,16 @@
 //! [`Orchestrator`], with the same tag-driven dependency rules as every other level: the chip
 //! runs its own in-process engine whose NEXT_LEVEL workers are its cores (threads).
 //!
-//! Around a run, host-backed tensors are copied into device scratch memory (readable ones in
-//! before, writable ones back after); device-resident tensors (from `alloc_child_tensor`) stay
-//! where they are.
+//! Around a run, host-backed tensors are copied into the device (readable ones in before,
+//! writable ones back after), into the retained staging buffer of the run's pipeline slot;
+//! device-resident tensors (from `alloc_child_tensor`) stay where they are.
 //!
 //! Files: `arena.rs` (device memory and every raw-pointer operation), `sim.rs` (the backend
 //! trait, [`DeviceMemory`] and [`SimChip`]), `device.rs` (the backend as the runtime uses it,
-//! checking what it returns), `runtime.rs` (`ChipRuntime` and the core endpoints).
+//! checking what it returns), `staging.rs` (a pipeline slot's staging buffer), `runtime.rs` and
+//! `runtime/` (`ChipRuntime`: its run phases, executor thread, core threads and level parts),
+//! `diag.rs` (the diagnostics a `CallConfig` asks for). The chip child that serves a chip at
+//! L3 is `worker::serve::chip`.
 
 mod arena;
 mod device;

@@ -18,6 +18,38 @@
 //!
 //! Nothing here trusts its input: bad tensors, unknown callables, failing or panicking kernels
 //! and orchestrations all come back as errors, and the runtime stays usable.
+//!
+//! A run looks the callable up, checks device tensors, copies readable host tensors into
+//! slices of its slot's staging buffer, runs a kernel as core 0 or a chip orchestration as one
+//! `build_run` on the in-process engine whose NEXT_LEVEL lanes are the core threads
+//! (`CoreEndpoint`), copies writable host tensors back on success and fences the staging buffer
+//! again (the phases: `runtime/phases.rs`). That engine's `LevelParts` are `ChipHeap`
+//! (`orch.alloc` hands out device memory, freed when its slot is consumed) and `OneChip`;
+//! scratch identities use their own nonce, so the engine never takes scratch for an
+//! intermediate.
+//!
+//! # Pipelining
+//!
+//! * **Leases** (`engine::lease`): the runtime keeps one `HighWater` over its granted depth
+//!   ([`ChipRuntime::set_pipeline_depth`], default 1) and refuses a stale, invalid or
+//!   out-of-grant lease at `prepare` (rule L5 of `engine::lease`); it also owns a `LeaseArena`
+//!   of its own for callers that mint none (`run`, the L2 Worker, the benchmark). Before it
+//!   reports ready, a chip child admits the leases last posted to its mailbox as its marks (they
+//!   survive a replacement, rule M12 of `ipc::mailbox`), so a replacement refuses leases older
+//!   than its predecessor's.
+//! * **The grant.** Each chip child grants `min(pipeline_depth, 2)`
+//!   ([`ChipRuntime::grant_pipeline_depth`]: one launched and one prepared run), sizes its slots
+//!   to it and publishes the grant in its mailbox before it reports ready (rule M9).
+//! * **Resource classes** per slot: `HostPerRun` = the slot's retained staging buffer
+//!   (`chip/staging.rs`), `ExecHandle` = a `ChipRun` token (at most one launched and one
+//!   prepared), `DeviceScratch` = the chip engine and its `orch.alloc` memory (one, used by the
+//!   launched run alone).
+//! * **Measured** (`benches/chip_pipeline.rs`): `chip_pipeline_speedup` through a Worker (the
+//!   median over rounds of depth 1's wall time over depth 2's, measured back to back; 1.36-1.77x,
+//!   median 1.64x, on a 2-vCPU guest, target 1.5x; the kernel calibrated to the copy-in from the
+//!   chip's own records of captured runs), against `chip_pipeline_overlap_ceiling`, what two
+//!   threads of the machine overlap at best, and the same runs through the runtime alone
+//!   (`bench_support::chip_pipeline`); the README says what a run costs at depth 2.
 
 use crate::dfx::timeline::TaskRecord;
 use crate::engine::lease::{HighWater, Lease, LeaseArena};

@@ -6,6 +6,11 @@
 //! hands out one it owns (usually a [`SimChip`]'s), and the runtime checks every pointer a
 //! backend returns against it, so no backend written in safe code can make two kernels see one
 //! byte as two buffers.
+//!
+//! [`ChipBackend`] requires `cores` and `memory` and provides `malloc`, `free`,
+//! `copy_to_device` and `copy_from_device`, which a backend may override. [`DeviceMemory`]
+//! wraps the crate's arena; [`SimChip`] is the default backend; a [`ChipSpec`] (id, memory,
+//! cores) is what a [`ChipBackendFn`] receives, in the process that drives the chip.
 
 use std::sync::Arc;
 

@@ -7,8 +7,17 @@
 //! a [`Backing::HeapSlab`]'s address in the process that created its heap ring, which travels
 //! with the ring's inode so each process can find the ring among its own mappings.
 //!
+//! An [`Identity`] (owner nonce, buffer id, generation) is the same in every process; an
+//! [`IdentityMinter`] makes them. A [`Backing`] is `HeapSlab { addr, ino }` (an address in the
+//! process that made heap ring `ino`), `Memfd { pid, fd, ino }` (a host buffer's memfd in its
+//! creator) or `Device { ptr, chip }` (memory of one chip). [`BufferDesc::new`] refuses a null
+//! slab address or ring, and an out-of-range memfd key.
+//!
 //! A [`Buffer`] owns the backing of a host buffer made by `Worker::create_buffer` (an anonymous
-//! memfd object, see `sys::shm`); dropping the last clone closes it.
+//! memfd object, see `sys::shm`), or stands for a chip's device buffer; dropping the last clone
+//! of a host buffer closes it. A submitted task holds the host buffers of its tracked tensors
+//! ([`BufferInner::hold`], paired `SeqCst` with [`Buffer::write`], which is refused meanwhile;
+//! a submit waits for a host write under way), so no host write races a worker's slices.
 
 use std::fmt;
 use std::sync::Arc;

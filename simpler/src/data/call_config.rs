@@ -1,6 +1,10 @@
 //! `CallConfig`: the execution knobs that travel with every next-level task, as a Rust-shaped
 //! builder. The wire codec (`data/wire.rs`) maps it to and from the packed 1144-byte C layout
 //! that upstream passes by value; that layout appears nowhere else.
+//!
+//! Its knobs are `bool`s, a `Swimlane`, `Option`s and `RingSizes`. Most matter only on real
+//! hardware; the diagnostics ones (swimlane, arguments, DAG, scope counters) the simulated chip
+//! writes too (`chip::diag`). A config is validated at every submit.
 
 use crate::error::{Error, Result};
 

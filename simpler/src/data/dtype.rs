@@ -1,4 +1,5 @@
-//! Element types of tensors.
+//! Element types of tensors: [`DataType`] (15 of them) and [`Element`], sealed: the Rust types
+//! a tensor's elements may be viewed as (each is `Pod`, rule R4 of `sys::mem`).
 
 use crate::error::{Error, Result};
 

@@ -1,4 +1,5 @@
-//! Task arguments: tensors with a tag each, then `u64` scalars, plus explicit dependencies.
+//! Task arguments: tensors with a tag each, then `u64` scalars, plus explicit dependencies
+//! ([`Dep`], on a [`TaskHandle`] a submit returned).
 
 use smallvec::SmallVec;
 

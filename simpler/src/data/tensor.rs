@@ -1,4 +1,21 @@
 //! Tensors: a buffer descriptor plus a strided view, and the overlap test between views.
+//!
+//! A [`TensorView`] is an offset, a shape, element strides and a dtype, validated. A [`Tensor`]
+//! is a descriptor plus a view; [`overlap`] decides whether two views share a byte (bounding
+//! ranges first, then a per-axis lattice), and [`Tensor::overlaps`] is the engine's overlap rule
+//! between two tensors.
+//!
+//! The public ways to make a tensor start from a `Buffer` ([`Buffer::tensor`],
+//! [`Buffer::view`], [`Tensor::new`]) or from another tensor ([`Tensor::reshape`],
+//! [`Tensor::narrowed`], partitions), so every tensor of a host buffer carries the buffer (its
+//! keepalive), which a submitted task holds against host writes. A tensor of a bare descriptor,
+//! holding nothing, is crate-private ([`Tensor::from_desc`]): for descriptors no `Buffer` of
+//! this process owns (decoded from a frame, `orch.alloc` heap slabs, device memory).
+//!
+//! Partitions ([`Tensor::rows`], [`Tensor::slice`], [`Tensor::split`], [`Tensor::tiles`],
+//! [`Tensor::grid`]) give views whose offsets count in elements of the tensor, with its buffer,
+//! strides and access; a partition that does not divide evenly is refused, and the message says
+//! what would be left over.
 
 use std::any::Any;
 use std::fmt;

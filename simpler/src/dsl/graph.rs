@@ -1,5 +1,10 @@
 //! The static structure of a `task_graph!`: the tasks it submits and the edges between them,
 //! computed with the engine's own rules, as a `petgraph` graph with DOT export.
+//!
+//! `graph()` (or `graph_for(shapes)` for a graph with tiles of a run-time count) yields a
+//! [`TaskGraph`], built through a [`GraphBuilder`]; [`TaskGraph::matches`] compares it with a
+//! captured `RunDag`. [`StaticEdges`] tracks, in the generated body, the uses of the graph's
+//! intermediates, whose edges arrive as deps (the tensors marked static, `engine::tensor_map`).
 
 use std::collections::HashMap;
 

@@ -1,5 +1,9 @@
 //! Where a typed call runs ([`sub`], [`chip`], [`worker`]) and the typed call itself
 //! ([`Call`]), checked against the callable's kind at compile time.
+//!
+//! A twin's `call(...)` builds the `TaskArgs` with the signature's tags and returns a
+//! `Call<K>`; `Call::on(orch, place)` needs `Placement<K>` and is `submit_sub` /
+//! `submit_next_level` with the same arguments. The traits carry `on_unimplemented` messages.
 
 use std::marker::PhantomData;
 

@@ -2,6 +2,20 @@
 //! building a run ([`Engine::build_run`], the one place a run is built), deadlines and cancels
 //! (`next_check`), the pipeline leases of the FIFO head and its first successor, and a finished
 //! run leaving the FIFO.
+//!
+//! [`Engine::build_run`] refuses a re-entrant build (a submit from inside an orchestration
+//! function of the same Worker), takes the build lock, admits the run (waiting at most
+//! `backpressure_timeout` for room in the pipeline; the error names the run ahead), runs the
+//! function on an `Orchestrator` with panics caught and finishes the run; on failure it cancels
+//! the unstarted tasks and drives the run to its end. The Worker, the chip runtime and the
+//! benchmarks call it.
+//!
+//! Leases: the engine hands a lease (`engine::lease`) to a run when it takes one of the two
+//! roles that can use one: the FIFO head (at its first dispatch) and the first successor (when
+//! the scheduler stages a task of it); [`Engine::lease_for`]. A third run holds none (at depth
+//! 2) until one is returned: `run_finished` releases it, so a run whose orchestration failed
+//! returns its lease too; a run that is done is given none (both look under the arena's lock).
+//! The arena has as many slots as the level's chips granted ([`Engine::set_lease_depth`]).
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};

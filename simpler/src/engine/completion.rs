@@ -3,6 +3,9 @@
 //! and its slot consumed (rules 1, 3 and 4 of `slot`); a panic while completing fails or
 //! abandons its run (rule 5). Consuming a slot frees room in the task window and the heap
 //! rings, which wakes the threads waiting for it ([`CapacityWait`]).
+//!
+//! [`Engine::fail_unstarted`] is the one way a task that has not started fails: publication of
+//! a poisoned slot, poisoning of the downstream cone, `cancel_unstarted`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

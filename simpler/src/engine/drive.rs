@@ -3,6 +3,11 @@
 //! ([`WaiterIntent`]), a waiter's driving loop ([`Engine::drive_until`]) and the background
 //! thread's. The flags the role is taken and given up by are [`RoleState`](super::role::RoleState)'s (`role.rs`, with
 //! its `loom` models).
+//!
+//! The role and the announcement are given up only by dropping them (a panic included), and
+//! panics are contained where they happen (rule 5): in an endpoint's `start` or `poll` the task
+//! fails and the lane leaves service; while completing a task its run fails or is abandoned;
+//! anywhere else in a pass every live run fails. The background thread outlives them.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

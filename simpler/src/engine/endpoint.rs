@@ -6,6 +6,14 @@
 //! holder wakes up; a [`watched`](Endpoint::watched) one (a remote worker, whose reply sits in
 //! a socket) is checked through [`Endpoint::ready`] while the holder keeps checking, and rings
 //! only once told the holder sleeps ([`Endpoint::unwatched`]).
+//!
+//! Besides: [`Endpoint::peer_cpu`] (where the worker runs, for a polite wait),
+//! [`Endpoint::gone`] (asked on every pass for each idle lane: a dead worker leaves service
+//! before it is given a task) and [`Endpoint::stop`] (for a stopped run: true when the worker
+//! was told to stop and will be reported dead). An endpoint that [`stages`](Endpoint::stages)
+//! also takes a successor run's task to prepare ([`Endpoint::prepared`],
+//! [`Endpoint::activate`], [`Endpoint::withdraw`], [`Endpoint::poll_staged`]; see
+//! `scheduler`).
 
 use crate::callable::identity::CallableHandle;
 use crate::data::call_config::CallConfig;

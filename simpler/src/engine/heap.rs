@@ -1,6 +1,6 @@
 //! Where `orch.alloc` carves intermediates from: one trait, [`IntermediateHeap`], with two
 //! implementations: a level's host heap rings ([`HostRings`], here, over `ring.rs`'s `HeapRing`), and, inside a chip,
-//! the chip's device memory (`ChipHeap`, in `chip/runtime.rs`). The engine knows only the trait.
+//! the chip's device memory (`ChipHeap`, in `chip/runtime/heap.rs`). The engine knows only the trait.
 
 use crate::data::buffer::{Backing, Identity};
 use crate::engine::ring::{HEAP_RINGS, HeapRing};

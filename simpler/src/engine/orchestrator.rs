@@ -16,6 +16,23 @@
 //!    producer poisons the task);
 //! 5. publish: fanin count and BUILDING -> PENDING | READY in one step under the slot's lock;
 //! 6. route READY tasks to the scheduler.
+//!
+//! Validation checks device tensors through the level's `DeviceRules` (`engine/parts.rs`).
+//! The claim (step 1) may drive the scheduler, so the liveness of the task's `orch.alloc`
+//! tensors is checked again after it, and an attach that must retain a creator consumed
+//! meanwhile (rule 4 of the slot module) publishes the task failed and fails the submit naming
+//! the tensor: a task never runs on reclaimed memory.
+//!
+//! `alloc` mints its identity with the level's minter, takes a block for it from the engine's
+//! `IntermediateHeap` (ring = min(scope depth, 3); a chip binds the block to the identity), and
+//! records a born-COMPLETED creator slot that every task naming the buffer retains. Scopes nest
+//! up to 64 ([`MAX_SCOPE_DEPTH`]); ending one never blocks.
+//!
+//! A run that serves a task of the level above (`Worker::run_for_parent`, a chip
+//! orchestration) is confined to that task's tensors ([`Orchestrator::confine_to`]: a tensor of
+//! another owner must be covered by an argument of the same buffer), so it can neither widen a
+//! view it was given nor use a tensor kept from an earlier task. How the tags become edges,
+//! and why every overlap is ordered, is the TensorMap's (`tensor_map.rs`).
 
 use std::sync::{Arc, Weak};
 

@@ -2,6 +2,9 @@
 //! identities, the intermediate heap, the [`DeviceRules`] that check device tensors at submit),
 //! how the engine is sized ([`EngineConfig`]) and where its doorbell lives ([`Bell`]). The engine
 //! knows nothing else of its level.
+//!
+//! The device rules of each level: `ChipBuffers` (`worker/tree.rs`) at L3 and up, `OneChip`
+//! (`chip/runtime/heap.rs`) inside a chip, `NoDevices` for tests and benchmarks.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,31 @@
 //! Runs: the state of one `Worker::submit`, and the handle the caller waits on.
+//!
+//! [`RunState`] is one run; [`RunHandle`] (`wait`, `wait_timeout`, `cancel`, `stats`, `dag`,
+//! `timeline`, `progress`) holds its run strongly and the engine weakly: the Worker's runtime
+//! holds the one strong reference to the engine, so `close` releases the mailboxes, heap rings
+//! and pidfds behind it even while handles are kept, and those answer from the run's own state.
+//!
+//! Runs are admitted FIFO up to `pending_run_depth` (`pipeline_depth` when 0); only the head run
+//! dispatches (but for a staged successor, `scheduler`), so a task that never returns holds
+//! every later run until its run is **stopped**. The lifecycle: admitted -> building (the orchestration function; tasks
+//! dispatch meanwhile) -> submission closed -> done once every slot is consumed (or abandoned:
+//! a panic, `close`, a worker that cannot be stopped).
+//!
+//! A run is stopped when its deadline passes (`RunOptions::deadline`,
+//! `WorkerBuilder::run_deadline`; counted from the submit) or `RunHandle::cancel` asks: the role
+//! holder (`Scheduler::stop_run`, at the start of a pass whenever `Engine::next_check` is due)
+//! records the run's `Timeout` / `Cancelled` error naming the tasks still running, their
+//! callables, workers and the deadline; marks the run stopped (from then on a task of it that
+//! becomes READY is failed instead of queued); fails its queued READY tasks (their consumers
+//! are poisoned as usual); and calls `Endpoint::stop` on each lane running one of its tasks. A
+//! child process is SIGKILLed there, and its death completes the task and takes the lane out of
+//! service by the usual path, after which the run ends normally; an endpoint that cannot stop
+//! its worker (a thread) makes the run be abandoned. `next_check` (the earliest deadline of a
+//! live run, or now for a cancel) bounds every driver's sleep, the background thread's
+//! included, so deadlines hold while nobody waits, without polling.
+//!
+//! A captured run (`RunOptions::capture_dag`) keeps its DAG and its timeline records
+//! ([`RunState::note`], one branch when not captured); see `dfx`.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};

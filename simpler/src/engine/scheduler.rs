@@ -16,6 +16,28 @@
 //! closed its submission and none of its tasks that write those inputs is still to end) and no
 //! READY group of its run needs that lane: a group reserves its targets for staging too, so
 //! a staged single never overtakes it.
+//!
+//! Staging in detail (chip lanes when the lease depth is 2; groups, SUB work, nested and remote
+//! Workers keep the single-frame path):
+//!
+//! * `stage_successor`, after the head's dispatch, gives each staging lane that holds none the
+//!   first READY single task queued for it in the first successor run. "Inputs final" is
+//!   `Engine::writer_pending`, from the TensorMap, which at a level whose lanes stage also
+//!   records untracked writers (`NoDep` and static tensors that write, which order nothing);
+//!   device tensors are read at launch, after the head, so they need no check. The task is
+//!   RUNNING from then on, counted in flight.
+//! * `activate_staged` (first in each pass) counts a staged task once the worker reports it
+//!   prepared (`Endpoint::prepared`: `RunProgress::staged`, `TaskRecord::staged_ns`), and once
+//!   its run is the head and nothing runs on the lane, activates it (`Endpoint::activate`),
+//!   which makes it the lane's running task; until then the lane takes no other task of the
+//!   head.
+//! * A stopped run, and a run whose orchestration function failed (its tasks not started never
+//!   start, as at depth 1), withdraws its staged tasks (`Endpoint::withdraw`, asked again each
+//!   pass until the task ends: a worker still preparing it cannot give it back yet); a staged
+//!   task of a stopped run, or of one abandoned after a panic, is never activated.
+//! * A staged task that ends before activation (failed prepare, withdrawn, the child died) is
+//!   reported by `Endpoint::poll_staged` and completes like any task; one on a lane that left
+//!   service otherwise (its endpoint panicked) fails with `WorkerDied` at once.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};

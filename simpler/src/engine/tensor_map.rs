@@ -17,6 +17,28 @@
 //! writers), that sheds finished readers when it has doubled since it last did, and that a
 //! consumed reader does not search: it only counts itself, and the log sweeps out consumed
 //! readers once they are half of its tasks. A writer scans it, as it must (write after read).
+//!
+//! # Ordering: a divergence from upstream
+//!
+//! Upstream's TensorMap orders a task only after the earlier writers of what it reads (read
+//! after write) and leaves write-after-write and write-after-read to explicit dependencies.
+//! Here host functions and kernels receive `&mut [T]` / `&[T]`, chip cores are threads of one
+//! process and SUB workers share memory across processes, so two unordered tasks touching the
+//! same bytes would alias a `&mut` from safe code. So every overlap is ordered, as StarPU and
+//! Legion do; disjoint views of one buffer stay parallel, and the cost at submit is one map
+//! entry per read tensor. The DAG capture records the extra edges as
+//! `EdgeReason::WriteAfterWrite` / `WriteAfterRead`.
+//!
+//! The same promise reaches the host and the levels below: each task holds the `Buffer`s of its
+//! tracked tensors from submit until its slot is consumed (`slot::BufferHolds`,
+//! `BufferInner::hold`: no reference counting, the task's own tensors keep the buffers alive),
+//! and host writes are refused meanwhile; a run serving a task of the level above is confined
+//! to that task's tensors (`Orchestrator::confine_to`). Two ways out, both marked: `Tag::NoDep`,
+//! added only by the `unsafe` `TaskArgs::no_dep`, is untracked; and a `task_graph!` marks its
+//! own intermediates *static* (`TaskArgs::set_static`, crate-private, reached through hidden
+//! `Call` methods of generated code): their edges arrive as the task's deps, computed by the
+//! graph's `StaticEdges`, and the TensorMap only looks up the allocation's creator (retained as
+//! usual).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

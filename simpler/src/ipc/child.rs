@@ -26,7 +26,15 @@
 //! Every child runs [`serve`]: sleep on the mailbox's child doorbell (keep checking while the
 //! parent runs on another CPU, yield when it shares ours, then futex), then handle shutdown, a
 //! control request, or a task, in that order. Failures are reported in the frame; nothing a
-//! task does can take the loop down (panics are caught).
+//! task does can take the loop down (panics are caught). SUB and nested children run it over a
+//! [`Serve`] handler; a chip child runs its own two-frame loop (`worker::serve::chip`).
+//!
+//! The control command numbers (`CTRL_*`) and task error codes (`ERR_*`) are here;
+//! [`received_fn`] is the one place a function is read back from a `REGISTER_*` control (C1).
+//! The [`HostResolver`] maps each host buffer once per identity (`SharedMem::open`, checked by
+//! inode and memfd name; a cached mapping is used only for the same key), keeps up to 64
+//! mappings, and every 16 tasks drops those of large buffers (1 MiB and up) whose creator closed
+//! them, so a dropped buffer's memory goes back while the children live.
 
 #![expect(
     unsafe_code,

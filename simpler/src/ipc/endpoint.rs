@@ -1,4 +1,20 @@
 //! `MailboxEndpoint`: the engine's [`Endpoint`] for a child process behind a mailbox.
+//!
+//! It writes the task into a task frame, reads the outcome back, and reports the child's death
+//! (from the `ExitBoard`) as a failure, or, while idle, through `gone`. A task whose child was
+//! replaced before its death was seen (the frames were reset, rule M8) fails with `WorkerDied`:
+//! the endpoint keeps the pid each frame's task was posted to. A task error frame's code keeps
+//! the error's kind across a level: `ERR_RESOURCE` and `ERR_WORKER_DIED` come back as
+//! `ResourceExhausted` and `WorkerDied`. Its `stop` SIGKILLs the child (`ExitBoard::kill`); a
+//! nested Worker's children follow through `PR_SET_PDEATHSIG`.
+//!
+//! For a chip that stages (the two-frame lane, rule M11) it posts a running task (`TASK_READY`)
+//! into the frame no staged task holds and a staged one as `PREPARE_READY`; activation is the
+//! compare-exchange `FRAME_STAGED -> ACTIVATE`; a withdraw is `PREPARE_READY -> IDLE`,
+//! `FRAME_STAGED -> WITHDRAW`, or, while the child still copies the task in (its frame `BUSY`),
+//! the frame's sticky withdraw word, which the child reads between pieces (M12). A child that
+//! dies with a staged task fails it naming the chip and saying it was staged and not launched
+//! (the sticky `accepted` word tells a running task that had not launched).
 
 use std::sync::Arc;
 

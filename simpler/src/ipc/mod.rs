@@ -6,9 +6,10 @@
 //! doorbell.
 //!
 //! * [`mailbox`]: the local endpoint wire contract: one region holding a parent doorbell and one
-//!   mailbox per child (child doorbell, shutdown word, a base frame for startup and control, a
-//!   task frame), with the state-word protocol that hands each frame back and forth.
-//! * [`endpoint`]: the engine's endpoint for a child process, driving its mailbox's task frame.
+//!   mailbox per child (child doorbell, shutdown word, a base frame for startup and control, two
+//!   task frames, the second for a chip's staged successor), with the state-word protocol that
+//!   hands each frame back and forth.
+//! * [`endpoint`]: the engine's endpoint for a child process, driving its mailbox's task frames.
 //! * [`child`]: the child end: the loop every child process runs until shutdown ([`child::serve`],
 //!   over a [`child::Serve`] handler), and the resolver that maps a task's buffers by identity.
 //!   What each kind of child serves (SUB worker, chip, nested Worker) lives with the Worker,

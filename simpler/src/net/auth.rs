@@ -3,7 +3,8 @@
 //! Both sides prove that they hold the [`ClusterKey`] without sending it, each over a fresh
 //! nonce of the other's choosing, so a recorded HELLO is worthless in a later session; the
 //! labels "root" and "node" in the MACs keep one side's proof from being reflected back as the
-//! other's. The steps and body layouts are in the module docs of [`crate::net`].
+//! other's. The steps and body layouts are in the module docs of [`crate::net`]. A
+//! [`ClusterKey`] has no default: it comes from the program or from `SIMPLER_CLUSTER_KEY`.
 
 use std::fmt;
 use std::io::{Read, Write};

@@ -1,4 +1,7 @@
 //! Addresses, connected streams and listeners: TCP or Unix-domain sockets behind one type.
+//! [`NodeAddr`] is a TCP address or a Unix socket path; a [`Stream`] sets `TCP_NODELAY` and can
+//! tell whether a whole frame waits in it ([`Stream::waiting_frame`], through `sys::sock`); a
+//! [`Listener`] binds to loopback unless told otherwise (`allow_remote`).
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};

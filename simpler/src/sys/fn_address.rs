@@ -8,6 +8,11 @@
 //! own anchor's address back: the same code, even when the parent took the address after the
 //! child started (a registration after `init`).
 //!
+//! An [`FnAddress`] is built safely only from a function ([`FnAddress::of`]) and read back only
+//! through the `unsafe` [`FnAddress::from_wire`]. [`FnPointer`] is implemented for
+//! `HostFnPtr` (`callable/host.rs`), `OrchFnPtr` (`engine/orch_fn.rs`) and `ChipBackendFn`
+//! (`chip/sim.rs`): the function types a control frame or a start spec carries.
+//!
 //! Rules (cited by the `SAFETY` comments below):
 //!
 //! * **FA1 (fn pointer types only).** [`FnPointer`] is implemented only for plain `fn` pointer

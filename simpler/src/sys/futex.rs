@@ -7,6 +7,15 @@
 //! Never a fixed sleep, never an endless spin: an idle tree of workers must use ~0% CPU, and with
 //! more spinners than cores every handoff would wait a whole time slice (~4 ms).
 //!
+//! Waits are placement-aware ([`current_cpu`], [`PeerWait`], [`Doorbell::wait_for_peer`]): a
+//! waiter whose peer runs on another CPU keeps checking politely for up to 30 us
+//! ([`REMOTE_SPIN_NANOS`], [`poll_politely`]), one whose peer shares its CPU yields, and a
+//! driver whose busy peers all share its CPU and are nested Workers sleeps at once; all then
+//! sleep on a shared futex. [`Doorbell::wait_watching`] also checks a costly hint (a socket, once
+//! every [`WATCH_EVERY`] spins, so the checker still yields every microsecond or so to a thread
+//! that shares its CPU) and runs a hook before it sleeps; [`Doorbell::wait_expecting`] keeps
+//! checking for a window in which an answer is due (a chip run's end) before it sleeps.
+//!
 //! The futexes are the *shared* kind (`FUTEX_WAIT` / `FUTEX_WAKE` without
 //! `FUTEX_PRIVATE_FLAG`): the kernel keys them by the backing page, so a waiter in one process is
 //! woken by a waker in another as long as both map the word `MAP_SHARED`. (Private futexes, which

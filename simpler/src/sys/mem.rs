@@ -10,7 +10,9 @@
 //! translates with [`SharedSpan::local`]. Such an address means something only together with
 //! the region's identity (the memfd's inode, [`SharedRegion::ino`]): a child started by exec
 //! maps regions of its own wherever its kernel puts them, so one of its own addresses may also
-//! be an address inside a region its parent created.
+//! be an address inside a region its parent created, and two processes' rings may sit at the
+//! same addresses. A [`SharedSpan`] (`origin`, `region`) is therefore found by the inode.
+//! The chip's simulated device memory (`chip::arena`) is a region too.
 //!
 //! # Rules
 //!

@@ -12,11 +12,13 @@
 //! * [`futex`]: shared (cross-process) futexes, the [`futex::Doorbell`] every wait sleeps on,
 //!   and CPU placement ([`futex::current_cpu`], [`futex::PeerWait`]): spin a few microseconds,
 //!   yield, then sleep in the kernel. Never a fixed sleep, never an endless spin.
-//! * [`fn_address`]: [`fn_address::FnAddress`], a function pointer as the address a control
-//!   frame carries to a forked child, and back.
+//! * [`fn_address`]: [`fn_address::FnAddress`], a function pointer as the word a control frame
+//!   or a start spec carries to a child (its offset in the binary, the same in every process of
+//!   it), and back.
 //! * [`sock`]: a look at the bytes waiting in a socket without taking them (a driver reads a
 //!   node's reply only when it is whole there).
-//! * [`process`]: forking children, watching for their exit through pidfds, and reaping them.
+//! * [`process`]: forking children, watching for their exit through pidfds, reaping them and
+//!   what is left of their process groups.
 //! * [`spawn`]: starting a child by exec of this same binary (safe among threads), and the
 //!   `.init_array` hook that turns such a process into the child before `main`.
 //! * [`sync`]: the one way the crate takes a lock, with one poison policy.

@@ -14,6 +14,8 @@
 //!
 //! What was opened is whatever has that number now: the caller checks it is the object it
 //! expects (an inode, a name), since a descriptor closed by its owner may be reused for another.
+//! A failure ([`Unreachable`]) says whether the process has ended, no thread of it holds the
+//! descriptor, or the system refused.
 
 use std::fmt;
 use std::fs::{File, Metadata, OpenOptions};

@@ -1,5 +1,30 @@
 //! Child processes: forking, watching for their exit, and reaping.
 //!
+//! * [`fork_child`]: `PR_SET_PDEATHSIG`, the body under `catch_unwind`, `_exit` (P1, P2), and
+//!   with `new_group` a process group of its own (P7).
+//! * The [`Monitor`] thread watches the children through pidfds, reaps each once and records
+//!   how it ended on an [`ExitBoard`] (P3), whose `kill` signals a child only while it is
+//!   unreaped, through its pidfd, so a recycled pid is never signalled, not even when the
+//!   program reaps our children itself by ignoring `SIGCHLD`. A monitor dropped without `stop`
+//!   (its Worker unwound out of `close`) kills and reaps the children still running.
+//! * `ChildGuard` holds a child forked outside a Worker (a test or a benchmark): it SIGKILLs
+//!   and reaps the child on drop unless a wait reaped it (P5).
+//! * A worker process records its pid when it starts serving ([`become_worker`], from
+//!   `ChildPlan::run`); wherever user code returns into the library there (`SubChild::task`,
+//!   `chip::runtime::call_kernel`, `Engine::build_run`), [`leave_if_forked_copy`] ends a child
+//!   of a fork the code made with `_exit` (status 0, or 1 when the code failed) before it
+//!   touches the worker's mailbox (P6), so the worker serves on and its task's result is its own.
+//! * Each child the program itself starts (not a worker process: [`in_worker`]) leads a process
+//!   group that holds everything below it; [`end_group`] kills what is left of it when the child
+//!   exits (P7: through the pidfd with `PIDFD_SIGNAL_PROCESS_GROUP`, Linux 6.9, or else by the
+//!   group's number while a `WNOWAIT` wait sees the child unreaped). So a process a host function
+//!   left running ends with its worker (at `close`, or when the worker dies or is killed),
+//!   unless it left the group (`setsid`, a daemon). In a program that adopts orphans,
+//!   [`reap_adopted`] reaps them before the child (P8), waiting at most 1 s
+//!   ([`ADOPTED_GRACE`]: only a process `SIGKILL` cannot end takes that long).
+//! * [`keep_off_my_cpu`]: keeps a thread off the caller's CPU (a chip's executor, at each
+//!   launch, so it does not wait on the CPU of the thread that woke it and stays busy).
+//!
 //! Rules (cited by the `SAFETY` comments below):
 //!
 //! P1. `fork_child` is called only while the calling process runs no engine thread of this

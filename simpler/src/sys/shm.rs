@@ -8,7 +8,29 @@
 //! thread's `/proc/<creator>/task/<tid>/fd/<fd>` once the creator's main thread has exited, see
 //! `sys::peer_fd`), maps it and closes its own descriptor at once. Its memory is given back when the creator has closed the
 //! descriptor and no process maps it any more, so a tree that ends in any way, `SIGKILL`
-//! included, leaves nothing behind.
+//! included, leaves nothing behind: children follow a dead parent within milliseconds
+//! (`PR_SET_PDEATHSIG`), and the kernel frees the memory once the last of them is gone.
+//!
+//! # Resources and limits
+//!
+//! * **Memory.** [`SharedMem::create`] refuses at once, with a `ResourceExhausted` error naming
+//!   the size, what is left and what the live buffers hold, a buffer that, with what this
+//!   process's live buffers may still take, is more than the machine can back (rule N8):
+//!   `MemAvailable + SwapFree`, or the memory cgroup's headroom when smaller. The kernel's
+//!   internal tmpfs behind memfds has no size limit of its own, so the size of `/dev/shm` does
+//!   not apply.
+//! * **Descriptors.** Each live buffer holds a descriptor in its creator: the first `create`
+//!   raises the soft `RLIMIT_NOFILE` to the hard limit, and `EMFILE` is a `ResourceExhausted`
+//!   error naming the limit.
+//! * **Who may open a buffer.** Opening `/proc/<pid>/fd/<fd>` needs the creator to be of the
+//!   same user and dumpable (the default; see `sys::peer_fd` for why not `pidfd_getfd`).
+//! * **Forks and execs.** A process forked after a buffer was created (the children of a Worker
+//!   started with `StartMethod::Fork`) inherits its descriptor and mapping, and keeps the memory
+//!   until it exits; a child started by exec inherits nothing (the descriptor is close-on-exec).
+//! * **The legacy sweep.** [`sweep_stale_buffers`] (public, run by every `Worker::init`)
+//!   unlinks the `/dev/shm` names that earlier versions made and whose process is dead
+//!   (`/proc/<pid>` missing, or its process started over a second after the object's `ctime`:
+//!   a reused pid). Nothing creates such names any more, and no exit hook unlinks anything.
 //!
 //! # Rules
 //!
@@ -62,7 +84,7 @@
 
 #![expect(
     unsafe_code,
-    reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N7"
+    reason = "raw copies into and out of a mapping other processes share; the legacy sweep's system calls; rules N1-N8"
 )]
 
 use std::collections::BTreeMap;

@@ -1,4 +1,5 @@
-//! Looking at the bytes waiting in a stream socket without taking them: [`peek`].
+//! Looking at the bytes waiting in a stream socket without taking them: [`peek`] (`recv` with
+//! `MSG_PEEK | MSG_DONTWAIT`), so a driver reads a node's reply only when it is whole there.
 //!
 //! # Rules
 //!

@@ -8,12 +8,22 @@
 //! values in and out of the guarded state. So a poisoned lock is taken as if it were not poisoned:
 //! refusing it would turn one failed run into a Worker that can never run again.
 //!
-//! These helpers are the only places that make that decision; code elsewhere calls them instead
-//! of `lock().unwrap_or_else(|e| e.into_inner())`.
+//! These helpers ([`lock`], [`try_lock`], [`read`], [`write`], [`wait_timeout`],
+//! `wait_timeout_while`) are the only places that make that decision; code elsewhere calls them
+//! instead of `lock().unwrap_or_else(|e| e.into_inner())`.
 //!
 //! [`checked`] is the sync facade of the protocols the `loom` models check (the slot state
 //! machine, the scheduler role's flags, the mailbox state words): `std` in every normal build,
-//! `loom` under `--cfg loom`.
+//! `loom` under `--cfg loom` (`engine/slot.rs` and `engine/role.rs` use it; the mailbox's
+//! `StateWord` is generic over its atomic). The models sit beside their modules, in
+//! `loom_models.rs`: `engine/slot/` (rules 1-4 of the slot module: dispatch vs fail,
+//! consumption after the last release, publication vs completion and vs failure),
+//! `ipc/mailbox/` (rules M3, M4, M11: post / take / collect with shutdown, no double claim, a
+//! staged task activated or withdrawn while the child answers) and `engine/role/` (the
+//! scheduler role's rules 1, 3 and 4: one holder at a time, and no lost wake-up of the
+//! background thread). `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p
+//! simpler --lib --release loom`, a step of `.ci/run`. Not modelled: the futexes themselves,
+//! and the scheduler's passes (rule 5).
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::Duration;

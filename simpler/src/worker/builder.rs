@@ -1,4 +1,7 @@
-//! `WorkerBuilder`: a Worker's configuration, validated by `build`.
+//! `WorkerBuilder`: a Worker's configuration, validated by `build`. `chip_backend` takes a
+//! `ChipBackendFn`, a plain `fn(&ChipSpec) -> Result<Box<dyn ChipBackend>>` (default: `SimChip`),
+//! so it can reach a chip process started by exec; `start_method` is `StartMethod::Exec` by
+//! default, or `Fork` (see `start.rs`).
 
 use std::time::Duration;
 

@@ -5,6 +5,12 @@
 //! child processes start with (the start snapshot). What each *target* installed lives on the
 //! target (a child's own registry, the in-process chip's runtime); the engine's map of callable
 //! kinds (what a submit may name) follows this record.
+//!
+//! `Worker::register`, `register_chip` and `register_orch` share `register_callable`: refused
+//! when closed, or for a closure once a tree runs; refused when no child runs the kind
+//! (`needs_target`, the same rule before and after `init`); checked against this record; after
+//! `init` installed by the runtime on every target, all or nothing; then recorded. `init` first
+//! registers the linked `#[callable]`s the Worker can run (`register_linked`).
 
 use crate::callable::host::HostFn;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};

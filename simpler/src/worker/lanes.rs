@@ -5,6 +5,9 @@
 //! the NEXT_LEVEL workers `sub..sub + next` (chips at L3, nested Workers above). What a Worker
 //! has is fixed by its builder, so the same `Lanes` answer before and after
 //! `init`: registration refuses a kind with no target by the same rule either way.
+//! [`Lanes::targets`] is the one place a kind's target mailboxes are computed, [`Lanes::label`]
+//! the one place a child is named in messages (a remote Worker is "remote worker N (ADDR)";
+//! remote lanes come after the mailbox lanes).
 
 use crate::callable::identity::CallableKind;
 use crate::level::Level;

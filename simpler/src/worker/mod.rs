@@ -11,6 +11,14 @@
 //!
 //! The methods below check what holds for every runtime, then hand the rest to the started
 //! one. The child side of each lane (what a child process serves) is [`serve`].
+//!
+//! One way to run an orchestration: `worker.run(|orch| ...)` (build and wait) or `submit` (a
+//! `RunHandle`); with options, `run_with` / `submit_with(RunOptions::new().args(..).config(..)
+//! .capture_dag(), |orch, args, cfg| ...)`. All four go through `Worker::submit_inner`, which
+//! validates the config and calls `Engine::build_run` on the started runtime's engine. One way
+//! to do each thing besides: a nested scope is `orch.scope(|orch| ...)` (`scope_begin` /
+//! `scope_end` are crate-private, for the engine's tests and a graph's `scope { }` block through
+//! `__private`), and what failed is asked with `Error::kind()`.
 
 use std::panic::resume_unwind;
 

@@ -1,4 +1,5 @@
-//! `RunOptions`: what a run may carry besides its orchestration function.
+//! `RunOptions`: what a run may carry besides its orchestration function: arguments, config,
+//! DAG capture and a deadline (without one, the Worker's `WorkerBuilder::run_deadline`).
 
 use std::time::Duration;
 

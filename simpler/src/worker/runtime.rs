@@ -4,7 +4,9 @@
 //! workers, then chips at L3 or nested Workers at L4 and up) and [`L2Chip`](super::l2::L2Chip)
 //! (an L2 Worker: one chip in this process). The `Worker` keeps the configuration and what is
 //! registered ([`Callables`](super::callables::Callables)) and checks what holds for both; each
-//! runtime does, or refuses, the rest.
+//! runtime does, or refuses, the rest: install / uninstall, the minter, the engine,
+//! `run_callable`, chip memory (`alloc_device`, `copy_to`, `copy_from`, `free`), `replace`,
+//! `close`.
 
 use std::sync::Arc;
 use std::time::Duration;

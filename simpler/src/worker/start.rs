@@ -11,7 +11,41 @@
 //!
 //! The spec is bytes this module writes and reads: a magic word, a version, then fields in a
 //! fixed order, every length bounds-checked on the way in (a malformed spec is a named error in
-//! the child, never a panic).
+//! the child, never a panic). It holds the mailbox region and heap rings as fd indices, the
+//! role, the callables as command + function offset + references + descriptor, and for a nested
+//! Worker its whole configuration, callables and nested Workers, recursively, then its remote
+//! Workers (name, address, key, timeouts, launch rank); the children are re-added through
+//! `add_worker` and `add_remote_worker`, so the rebuilt Worker has the same lanes and ids.
+//! [`start_child`] forks a [`ChildPlan`] (a `SubChild`, `ChipChild` or `NestedChild`) or writes
+//! it as a spec and starts this binary with it; `child_main`, the `CHILD_ENTRY`, reads a spec
+//! back and runs the plan.
+//!
+//! # Why exec
+//!
+//! A fork copies the program with every lock its other threads hold at that moment (stdout, a
+//! logger, the panic hook, a user mutex), and a child that takes one hangs for ever;
+//! `PR_SET_PDEATHSIG` also ties a forked child to the thread that forked it. So by default every
+//! child is a new process of the same binary: forked and at once exec'd (only
+//! async-signal-safe calls in between) on `sys::spawn`'s spawner thread, which lives as long as
+//! the process, so the children die with the process and not with the thread that called
+//! `init`. The `.init_array` hook makes the new process the child before `main` (also under a
+//! test harness). What a fork would have inherited travels explicitly: regions as memfds,
+//! callables as function offsets in the binary (`#[callable]`s and `HostFn::new` fns, before or
+//! after `init`; closures cannot, and registering one under `Exec` is refused with the way out).
+//!
+//! The alternative, a fork server started before any thread, needs a hook before `main` too,
+//! cannot serve a Worker made after threads exist unless it was started eagerly in every
+//! program, and would still not start a node on another host. Exec of the same binary is the
+//! design the remote nodes need as well: the same program, started in another role, receiving
+//! its role as bytes (there over a socket, here in a memfd). [`StartMethod::Fork`] stays for
+//! programs that start their Workers before any thread and want closures.
+//!
+//! Either way a child leads a background process group (rule P7 of `sys::process`), so the
+//! terminal's signals to the foreground group (`SIGINT`, `SIGQUIT`, `SIGHUP`, `SIGTSTP`) reach
+//! the program only, and the child ignores them and the background group's `SIGTTIN` and
+//! `SIGTTOU` besides (`sys::spawn::ignore_terminal_signals`; a worker that reads from the
+//! terminal gets an error rather than being stopped for good). So a program that handles Ctrl-C
+//! keeps its workers, and one that does not ends and takes them with it (`PR_SET_PDEATHSIG`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;

@@ -5,6 +5,34 @@
 //! deadline holds for the whole tree. After that every registration, unregistration and chip
 //! memory operation is a control request to the children's mailboxes (`Tree::control`), and
 //! runs are built on the engine, whose lanes are the mailboxes.
+//!
+//! * **Start.** Map the mailboxes and heap rings, build the engine with `LevelParts`
+//!   (`HostRings`, [`ChipBuffers`]), hand chip callables to nested Workers with chips below
+//!   them, start the SUB children, then chips (L3) or nested Workers (L4+), and wait for each to
+//!   report ready. At the deadline every child still silent is killed at once and named in the
+//!   error (`hung_children`); the others are asked to shut down, with a grace of 5 s. Then one
+//!   lane per mailbox, the remote Workers (connected after the local children, each checked to
+//!   run every orchestration function, their lanes after the mailbox lanes), and the background
+//!   thread. The engine's lease depth is the smallest grant of the chips (rule M9 of
+//!   `ipc::mailbox`), at most `pipeline_depth`; nested Workers grant none, so a Worker over them
+//!   builds as many runs ahead as asked, with lease depth 1. An explicit `pipeline_depth` above
+//!   the smallest grant fails `init` naming the request, the chip, its grant and
+//!   `pending_run_depth`.
+//! * **Controls.** One at a time (`control_lock`); `register_on` removes what it installed when
+//!   a target refuses. Node-resident buffers: the chip-memory calls route a remote Worker's id
+//!   to its session (`worker::remote`).
+//! * **Close.** Drain runs up to `close_timeout`, stop the background thread, shut down and reap
+//!   every child (the monitor ends what is left of each one's process group first, rule P7 of
+//!   `sys::process`); one still busy at the deadline is killed, so `close` ends within
+//!   `close_timeout` + 1.1 s (`SHUTDOWN_GRACE` + `REAP_GRACE`).
+//! * **Replace.** `replace` starts a new SUB worker or chip in a dead one's mailbox (under
+//!   `control_lock`: mailbox rule M8 resets its frames, the monitor watches the new pid under
+//!   the same index, the new child starts with the current callables and reports ready, a
+//!   replaced chip's device buffers are marked lost in [`ChipBuffers`]), then
+//!   `Engine::revive_lane` puts the lane back in service. `Worker::replace_worker` /
+//!   `replace_dead_workers` call it, and so does every submit of a Worker built with
+//!   `replace_dead_workers(true)`. Nested Workers, remote Workers and `StartMethod::Fork`
+//!   Workers are refused.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

@@ -1,5 +1,8 @@
 //! The chip's executor thread: runs one launched run at a time (a kernel as core 0, or a chip
 //! orchestration driving the chip engine), copies its outputs back, and hands back its result.
+//! At each launch its affinity leaves out the launching thread's CPU
+//! (`sys::process::keep_off_my_cpu`: a thread woken by one that stays busy otherwise tends to
+//! wait on the waker's CPU while another idles, which serialized the copy-in and the kernel).
 
 use super::*;
 

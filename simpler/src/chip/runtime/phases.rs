@@ -37,6 +37,26 @@
 //!    tensors are left as they were);
 //! 6. fence the staging buffer again (rule A6 of `chip::arena`), whatever happened; it is
 //!    freed when the chip shuts down.
+//!
+//! What a run calls is a [`ChipCall`] (digest, tensors, scalars, config). [`ChipRuntime::run`]
+//! composes the phases under the chip's own lease and executes the run on the calling thread
+//! (`launch_here`): with no successor prepared there is nothing to overlap, and a hop to the
+//! executor thread and back cost two wake-ups per chip task. [`ChipRuntime::start`] prepares
+//! and launches at once, where [`RunOn`] says; `launch` and `start` take a [`Trace`], whether
+//! the run records what it runs.
+//!
+//! * `prepare` grows the slot's staging buffer before any copy (a failed grow fails this run
+//!   only). With [`CopyIn::InPieces`] it does all but the copy, which
+//!   [`ChipRuntime::copy_in_some`] then makes a piece at a time (`Arena::copy_view_in_part`: any
+//!   view, a piece cut anywhere, even inside an element); `launch` refuses a run whose inputs
+//!   are not all in.
+//! * `launch` unfences the slot's staging buffer and hands the run to the chip's executor thread
+//!   (`chip{N}-exec`), and returns.
+//! * A prepared run finalized unlaunched gives its place up and fails saying so. A run given the
+//!   host tensors its outputs go to before it launches ([`ChipRun::copy_back_into`],
+//!   `KeptTensor`s that hold their mappings, rule H5 of `data::host_args`) has them copied back
+//!   by whoever executes it, as soon as it succeeded (`ExecCtx::run_job`), and `finalize` copies
+//!   nothing.
 
 use super::*;
 

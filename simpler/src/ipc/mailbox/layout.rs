@@ -22,7 +22,7 @@
 //! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
 //! | 80 | 4 | `granted_depth` u32: the pipeline depth a chip child grants (M9); 0 = none |
 //! | 84 | 44 | reserved (0) |
-//! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), reserved u32 @28 |
+//! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), `withdraw` u32 @28 (sticky) |
 //! | 192 | 65 536 | base frame (startup + control) |
 //! | 65 728 + 65 536 k | 65 536 | task frame `k` (k = 0, 1) |
 //!

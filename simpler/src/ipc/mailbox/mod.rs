@@ -141,10 +141,10 @@
 //! * **M10 (trace key).** In the task frame, `command`, `arg0` and `result` carry the posting
 //!   run's number, the task's number (low 32 bits of `arg0`; its member of a group in the high
 //!   32) and the posting engine's number when the run is captured, and zeros when it is not
-//!   ([`Mailbox::post_task_traced`]); they are written and read under the frame's ownership
-//!   (M3) like the other fields. The child leaves the records of what it runs for the task in
-//!   the trace log (`sys::tracelog`) under that key; a run number of 0, or a task number past
-//!   `u32`, is no key.
+//!   ([`Mailbox::post_task_at`], from the `trace` of its [`Posting`]); they are written and
+//!   read under the frame's ownership (M3) like the other fields. The child leaves the records
+//!   of what it runs for the task in the trace log (`sys::tracelog`) under that key; a run
+//!   number of 0, or a task number past `u32`, is no key.
 //!
 //! * **M11 (the two-frame lane).** A chip child that grants a pipeline depth of 2 runs one task
 //!   and holds at most one staged successor, one per task frame: the parent posts a task to run

@@ -1,5 +1,12 @@
 //! Starting the root and its nodes with a cluster launcher (`mpirun`, `srun`): rank 0 is the
 //! root, every other rank a node that connects to the root's address.
+//!
+//! [`Launch`] reads the rank, the size and the root's address from the launcher's environment
+//! and `SIMPLER_ROOT` (no MPI library). `accept_ranks` is the root's side: it listens at the
+//! root address and authenticates each rank's two connections (session and health, paired by
+//! the rank's token), which the rank opens (`Node::serve_launch`); the HELLO's node id is the
+//! rank. The handshake does not care which side connected. A job has at most 4096 ranks. CI
+//! runs the `remote_nodes` example as three ranks under `mpirun` (`.ci/run`).
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;

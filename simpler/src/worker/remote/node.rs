@@ -1,4 +1,23 @@
 //! The node role: a program that serves an L4 root as a remote L3 Worker.
+//!
+//! [`Node`] / [`BoundNode`]: an L3 Worker, the orchestration functions it runs by digest
+//! (`register_orch`, and every `#[callable(orch)]`), and a listener. `serve_one` authenticates
+//! each connection on a thread of its own, at most 16 at once, and pairs a session with the
+//! next connection that presents its token, so a silent or slow peer holds back no root.
+//!
+//! A session runs each TASK on its own thread, one at a time, each a run of the L3 Worker over
+//! host buffers of the node that the bulk is read into, each just the span of its tensor's view
+//! (the view moved to its start: a tile of a large buffer of the root costs the node the tile).
+//! It keeps the buffers of its finished tasks for its next ones (one of exactly a span's size),
+//! up to 16 buffers and 1 GiB, so steady-state tasks touch no fresh memory. A frame that waits
+//! whole in the socket (`Stream::waiting_frame`) is taken in one read and decoded from memory;
+//! others stream from the socket. After answering, the session checks its socket politely for a
+//! moment before it sleeps in `read` (a busy root's next task comes at once).
+//!
+//! A heartbeat thread sends HEALTH on the health connection every 200 ms ([`HEARTBEAT`]), which
+//! the root's health thread answers; when one cannot be written, or the root has answered none
+//! for 3 s ([`ROOT_SILENCE`]: a stopped or cut-off root, which TCP would notice only after many
+//! minutes), it cancels the task in flight and shuts the session connection, ending the session.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -19,7 +19,18 @@
 //! * `HEALTH`, `SHUTDOWN`: empty.
 //!
 //! Every length is checked against what is left of the body (`BodyReader`), so a hostile body
-//! gives a named error, never a panic or an allocation larger than the frame.
+//! gives a named error, never a panic or an allocation larger than the frame. A bad head is
+//! answered (`BAD_FRAME`) after the rest of the body is read and dropped, so the session stays
+//! in step. The bulk moves with `SharedMem::read_from_fd` / `send_to_fd` (rules N2 and N3 of
+//! `sys::shm`: the kernel copies, no reference into the mapping).
+//!
+//! Node-resident buffers: the root's chip-memory calls (`alloc_device`, `copy_to`,
+//! `copy_from`, `free`) for a remote Worker go to its session as `CONTROL` frames (`ALLOC`,
+//! `COPY_TO`, `COPY_FROM`, `FREE`). The buffer is a device `Buffer` whose pointer is the node's
+//! buffer id, so the root's `ChipBuffers` applies the owner, placement, use-after-free and busy
+//! checks; a `TASK` leaves such tensors on the node, which uses its own buffer in place; a
+//! session's buffers die with it. A copy moves in parts of at most 64 MiB ([`COPY_PART`]), each
+//! a control of its own, so no frame nears the 1 GiB frame limit.
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Access;

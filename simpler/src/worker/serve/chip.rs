@@ -3,9 +3,42 @@
 //!
 //! The chip runtime (device memory, core threads) is built after the fork, inside the child,
 //! from the configuration and the callables captured before it ([`ChipChild`]). The process then
-//! runs the shared child loop ([`serve`]) with a `ChipServer` handler: tasks run chip callables
-//! (copying host tensors in and out of device memory), controls install chip callables
-//! registered after `init` and serve `alloc_child_tensor`, `copy_to`, `copy_from` and `free`.
+//! runs a loop of its own over both task frames and the base frame (`serve_chip`, below, rather
+//! than the shared `ipc::child::serve`) with a `ChipServer`: tasks run chip callables (copying
+//! host tensors in and out of device memory), controls install chip callables registered after
+//! `init` and serve `alloc_child_tensor`, `copy_to`, `copy_from` and `free`.
+//!
+//! # The two-frame loop
+//!
+//! One loop serves controls and both task frames (rule M11 of `ipc::mailbox`). A task to run is
+//! prepared and launched at once (`ChipRuntime::start`, also while a successor is prepared): on
+//! the loop's thread only when no successor is staged and none can come (the parent's
+//! `FLAG_OVERLAP` is off: it is set when a successor run is admitted, or when the task's run was
+//! submitted by a caller that did not wait, `RunState::ahead`, so the first run of a burst
+//! overlaps too, while `run`'s single task runs without the executor hop), else on the chip's
+//! executor thread, so the loop stays free to read a staged task's `WITHDRAW` and can prepare a
+//! staged task meanwhile: `ChipRuntime::prepare` with `CopyIn::InPieces`, then its copy-in into
+//! its slot's fenced staging buffer (rule A6 of `chip::arena`), 512 KiB per turn of the loop
+//! (`COPY_PIECE`), so the running task's end is answered between pieces rather than after the
+//! whole copy; it publishes `FRAME_STAGED` once all is in. On `ACTIVATE` it launches the
+//! prepared run on the executor; on `WITHDRAW` it finalizes it unlaunched and answers with an
+//! error.
+//!
+//! The executor copies each run's outputs back into the host tensors the loop kept for it
+//! (`HostResolver::kept`, given when the run starts or is activated, when its outputs become its
+//! own; rule C2 of `ipc::child`) before it rings the child doorbell
+//! (`ChipRuntime::on_run_done`), so the copy-back overlaps the next run's copy-in. Meanwhile the
+//! loop leaves `copy_to` / `copy_from` controls posted (they wait for the running task anyway,
+//! rule A3 of `chip::arena`), and those copy through a private buffer
+//! (`HostResolver::read_range` / `write_range`), so a backend never holds a slice of host memory
+//! that anyone writes. Once the chip is shutting down, the executor copies nothing back
+//! (`Executor::stop`). The loop finalizes each run (one executed on the loop's own thread has
+//! its host tensors mapped again from its frame for the copy-back: `ChipRun::detach`,
+//! `finalize_traced`). While a successor waits, the loop checks politely for the running task's
+//! end for up to 250 us before it sleeps (`Doorbell::wait_expecting`, `END_WINDOW`), and so does
+//! the executor, after a run, for its next one while the runtime holds a prepared run: each
+//! saves a wake-up (~35 us on a 2-vCPU guest) between two pipelined runs. Mappings are trimmed
+//! only while the chip holds no run.
 
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;

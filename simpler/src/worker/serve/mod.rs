@@ -1,7 +1,8 @@
 //! The child end of each kind of lane: what a child process serves, one module per kind.
 //!
-//! Every child runs the same loop, `ipc::child::serve` (sleep on its doorbell, then shutdown, a
-//! control, or a task), with a handler that says what it serves:
+//! SUB and nested children run the same loop, `ipc::child::serve` (sleep on its doorbell, then
+//! shutdown, a control, or a task), with a handler that says what it serves; a chip child runs a
+//! loop of its own over its two task frames (rule M11 of `ipc::mailbox`):
 //!
 //! * [`sub`]: a SUB worker runs host functions;
 //! * [`chip`]: a chip child runs chip callables on its chip and serves its memory;

@@ -5,7 +5,12 @@
 //! own subtree (its SUB workers, chips or nested Workers) within what is left of the parent's
 //! startup deadline, and only then reports ready. Each task names an orchestration function by
 //! digest; the child runs it as a run of its own, on its own engine, with the task's arguments
-//! (tensors keep their identity; the granted access becomes the tag) and config.
+//! (tensors keep their identity; the granted access becomes the tag, `Output` made read-write
+//! by `Access::within_orchestration`) and config.
+//!
+//! The run goes through `Worker::run_for_parent`, which the remote node's session uses too: the
+//! run is driven by the serving thread, confined to the task's tensors, and a panic of the
+//! function is the task's `TaskFailed` error rather than the end of the process.
 
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
