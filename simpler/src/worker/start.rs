@@ -15,7 +15,7 @@
 //! role, the callables as command + function offset + references + descriptor, and for a nested
 //! Worker its whole configuration, callables and nested Workers, recursively, then its remote
 //! Workers (name, address, key, timeouts, launch rank); the children are re-added through
-//! `add_worker` and `add_remote_worker`, so the rebuilt Worker has the same lanes and ids.
+//! the builder (`WorkerBuilder::worker`, `remote_worker`), so the rebuilt Worker has the same lanes and ids.
 //! [`start_child`] forks a [`ChildPlan`] (a `SubChild`, `ChipChild` or `NestedChild`) or writes
 //! it as a spec and starts this binary with it; `child_main`, the `CHILD_ENTRY`, reads a spec
 //! back and runs the plan.

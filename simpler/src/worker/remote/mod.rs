@@ -38,7 +38,7 @@
 //! answers controls between tasks) may still get its reply later, so each records the first
 //! sequence number it may use (`control_floor`) and the reader drops a reply under an earlier
 //! number instead of taking it for the current control's. A health timeout under two
-//! heartbeats (400 ms) is refused by `Worker::add_remote_worker`.
+//! heartbeats (400 ms) is refused by `WorkerBuilder::remote_worker`.
 //!
 //! # Latency
 //!
