@@ -463,6 +463,11 @@ impl Worker {
         )))
     }
 
+    /// The level of the Workers this one takes, for messages (`"lower"` below L2).
+    fn level_below(&self) -> String {
+        Level::from_number(self.cfg.level.number() - 1).map_or("lower".to_string(), |l| l.to_string())
+    }
+
     /// Attaches a nested Worker ([`WorkerBuilder::worker`]) as the next NEXT_LEVEL worker.
     fn attach_nested(&mut self, child: Worker) -> Result<()> {
         if self.cfg.level <= Level::Node {
@@ -480,8 +485,7 @@ impl Worker {
             return Err(Error::invalid(format!(
                 "WorkerBuilder::worker: an {} Worker takes {} Workers, not {}",
                 self.cfg.level,
-                Level::from_number(self.cfg.level.number() - 1)
-                    .map_or("lower".to_string(), |l| l.to_string()),
+                self.level_below(),
                 child.cfg.level
             )));
         }
@@ -511,8 +515,7 @@ impl Worker {
             return Err(Error::invalid(format!(
                 "WorkerBuilder::remote_worker: a remote Worker is an L3 Worker; an {} Worker takes {} Workers",
                 self.cfg.level,
-                Level::from_number(self.cfg.level.number() - 1)
-                    .map_or("lower".to_string(), |l| l.to_string())
+                self.level_below()
             )));
         }
         let least = 2 * remote::node::HEARTBEAT;
