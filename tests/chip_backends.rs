@@ -52,8 +52,8 @@ impl ChipBackend for Counting {
         self.sim.cores()
     }
 
-    fn memory(&self) -> &DeviceMemory {
-        self.sim.memory()
+    fn host_memory(&self) -> Option<&DeviceMemory> {
+        self.sim.host_memory()
     }
 
     fn malloc(&self, nbytes: u64) -> simpler::Result<u64> {

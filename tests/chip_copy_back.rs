@@ -52,8 +52,8 @@ impl ChipBackend for Probe {
     fn cores(&self) -> usize {
         self.0.cores()
     }
-    fn memory(&self) -> &DeviceMemory {
-        self.0.memory()
+    fn host_memory(&self) -> Option<&DeviceMemory> {
+        self.0.host_memory()
     }
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
         if src.len() == N * 4 {

@@ -55,8 +55,8 @@ impl ChipBackend for Slow {
     fn cores(&self) -> usize {
         self.0.cores()
     }
-    fn memory(&self) -> &DeviceMemory {
-        self.0.memory()
+    fn host_memory(&self) -> Option<&DeviceMemory> {
+        self.0.host_memory()
     }
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
         // A cost per byte (not per call): 512 KiB take SLOW. Each big piece (only B's input
@@ -86,8 +86,8 @@ impl ChipBackend for Waiting {
     fn cores(&self) -> usize {
         self.0.cores()
     }
-    fn memory(&self) -> &DeviceMemory {
-        self.0.memory()
+    fn host_memory(&self) -> Option<&DeviceMemory> {
+        self.0.host_memory()
     }
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
         let test = std::os::unix::process::parent_id();

@@ -31,7 +31,7 @@
 //!   and a device range, which never overlap. The arena is a mapping of its own; the only
 //!   references into it are a running kernel's `HostArgs` slices, and no copy runs while a
 //!   kernel runs (A3), so the slice `copy_to` / `copy_from` take is other memory.
-//! * **A5 (host views).** [`Arena::copy_view_in_part`] and [`Arena::copy_view_out`] take host memory
+//! * **A5 (host views).** [`copy_runs_in`] and [`copy_runs_out`] take host memory
 //!   as a [`MappedTensor`], whose construction guarantees rule H1 of `data::host_args`: its
 //!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
 //!   writes those bytes meanwhile (they belong to the running task). They lend those bytes, run
@@ -393,93 +393,67 @@ impl Arena {
         // block runs meanwhile, and the view reaches into no fenced block).
         Ok(unsafe { MappedTensor::new(self.region.as_ptr().wrapping_add(ptr as usize), view, access) })
     }
+}
 
-    /// Checks that a device buffer at `ptr` holds `dev_view`'s byte range and that the two views
-    /// have the same layout.
-    fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<()> {
-        if host.shape() != dev_view.shape()
-            || host.strides() != dev_view.strides()
-            || host.dtype() != dev_view.dtype()
-        {
-            return Err(Error::invalid(format!(
-                "{what}: host view {host:?} and device view {dev_view:?} differ"
-            )));
+/// Copies the elements of host tensor `host` to the device view starting at device pointer
+/// `dev` (the view's first byte; same shape, strides and type as the host view, which the
+/// caller checked, along with the device range), by calling `copy(device pointer, host bytes)`
+/// for each contiguous run of the view's elements (the backend's `copy_to_device`); only the
+/// view's elements, not the gaps of a strided view. Only the element bytes from `from` (an
+/// offset into the view's elements in order, gaps not counted) up to `budget` of them:
+/// `(0, u64::MAX)` copies the whole view, a smaller window a piece of it, cutting a contiguous
+/// run where the window does (a copy made in pieces, between which the caller does other work).
+/// Returns the bytes copied (fewer than `budget` only at the view's end). Stops at the first
+/// error.
+pub(crate) fn copy_runs_in(
+    host: &MappedTensor<'_>,
+    dev: u64,
+    (from, budget): (u64, u64),
+    mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
+    let src = host.ptr();
+    let end = from.saturating_add(budget);
+    let (mut pos, mut copied) = (0u64, 0u64);
+    let mut result = Ok(());
+    host.view().for_each_run(|offset, len| {
+        let (lo, hi) = (pos.max(from), (pos + len as u64).min(end));
+        if result.is_ok() && lo < hi {
+            let (skip, n) = ((lo - pos) as usize, (hi - lo) as usize);
+            // SAFETY: rule A5 — `src + offset + skip..+n` lies inside the run
+            // `src + offset..+len` of the host view's byte range, mapped while `host` lives
+            // and written by nobody else meanwhile (H1); the slice lives only for this call
+            // of `copy`, which cannot keep it.
+            let bytes = unsafe { std::slice::from_raw_parts(src.add(offset + skip), n) };
+            result = copy(dev + (offset + skip) as u64, bytes);
+            copied += n as u64;
         }
-        let (start, end) = dev_view.byte_range();
-        let at = ptr.checked_add(start).ok_or_else(|| self.not_live(what, ptr, end))?;
-        if !self.is_live(at, end - start) {
-            return Err(self.not_live(what, at, end - start));
+        pos += len as u64;
+    });
+    result.map(|()| copied)
+}
+
+/// Copies the elements of the device view starting at device pointer `dev` back into host
+/// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
+/// backend's `copy_from_device`); the reverse of [`copy_runs_in`]. Bytes of the host buffer
+/// outside the view's elements are not touched.
+pub(crate) fn copy_runs_out(
+    dev: u64,
+    host: &MappedTensor<'_>,
+    mut copy: impl FnMut(u64, &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let dst = host.ptr();
+    let mut result = Ok(());
+    host.view().for_each_run(|offset, len| {
+        if result.is_ok() {
+            // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
+            // mapped while `host` lives (H1), and the running task alone may touch those bytes (it
+            // holds write access), so this exclusive slice aliases nothing; it lives only
+            // for this call of `copy`.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
+            result = copy(dev + offset as u64, bytes);
         }
-        Ok(())
-    }
-
-    /// Copies the elements of host tensor `host` into the device buffer at `ptr`, laid out as
-    /// `dev_view` (same shape, strides and type; only the byte offset may differ), by calling
-    /// `copy(device pointer, host bytes)` for each contiguous run of the view's elements (the
-    /// backend's `copy_to_device`); only the view's elements, not the gaps of a strided view.
-    /// Only the element bytes from `from` (an offset into the view's elements in order, gaps
-    /// not counted) up to `budget` of them: `(0, u64::MAX)` copies the whole view, a smaller
-    /// window a piece of it, cutting a contiguous run where the window does (a copy made in
-    /// pieces, between which the caller does other work). Returns the bytes copied (fewer than
-    /// `budget` only at the view's end). Stops at the first error.
-    pub(crate) fn copy_view_in_part(
-        &self,
-        host: &MappedTensor<'_>,
-        ptr: u64,
-        dev_view: &TensorView,
-        (from, budget): (u64, u64),
-        mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
-    ) -> Result<u64> {
-        self.device_view("copy-in of a host tensor", host.view(), ptr, dev_view)?;
-        let dev = ptr + dev_view.byte_offset();
-        let src = host.ptr();
-        let end = from.saturating_add(budget);
-        let (mut pos, mut copied) = (0u64, 0u64);
-        let mut result = Ok(());
-        host.view().for_each_run(|offset, len| {
-            let (lo, hi) = (pos.max(from), (pos + len as u64).min(end));
-            if result.is_ok() && lo < hi {
-                let (skip, n) = ((lo - pos) as usize, (hi - lo) as usize);
-                // SAFETY: rule A5 — `src + offset + skip..+n` lies inside the run
-                // `src + offset..+len` of the host view's byte range, mapped while `host` lives
-                // and written by nobody else meanwhile (H1); the slice lives only for this call
-                // of `copy`, which cannot keep it.
-                let bytes = unsafe { std::slice::from_raw_parts(src.add(offset + skip), n) };
-                result = copy(dev + (offset + skip) as u64, bytes);
-                copied += n as u64;
-            }
-            pos += len as u64;
-        });
-        result.map(|()| copied)
-    }
-
-    /// Copies the elements of the device view at `ptr` (laid out as `dev_view`) back into host
-    /// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
-    /// backend's `copy_from_device`); the reverse of [`Arena::copy_view_in_part`]. Bytes of the
-    /// host buffer outside the view's elements are not touched.
-    pub(crate) fn copy_view_out(
-        &self,
-        ptr: u64,
-        dev_view: &TensorView,
-        host: &MappedTensor<'_>,
-        mut copy: impl FnMut(u64, &mut [u8]) -> Result<()>,
-    ) -> Result<()> {
-        self.device_view("copy-back of a host tensor", host.view(), ptr, dev_view)?;
-        let dev = ptr + dev_view.byte_offset();
-        let dst = host.ptr();
-        let mut result = Ok(());
-        host.view().for_each_run(|offset, len| {
-            if result.is_ok() {
-                // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
-                // mapped while `host` lives (H1), and the running task alone may touch those bytes (it
-                // holds write access), so this exclusive slice aliases nothing; it lives only
-                // for this call of `copy`.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
-                result = copy(dev + offset as u64, bytes);
-            }
-        });
-        result
-    }
+    });
+    result
 }
 
 /// The gate one copy holds (rules A3, A6).

@@ -2,12 +2,13 @@
 //! [`ChipBackend`] trait, and whatever the backend returns is checked before a kernel can see
 //! it.
 //!
-//! Kernels get typed slices of the backend's [`DeviceMemory`](super::DeviceMemory). Two blocks
-//! the runtime holds at once must therefore never share a byte, or two kernels on two cores
-//! would alias a `&mut` from safe code. A backend's `malloc` is the backend's own code, so
-//! [`Device`] keeps the blocks it handed out (`held`) and refuses a result that is not a live
-//! block of the memory or that overlaps a held one. Copies may run only while no kernel runs;
-//! the memory enforces that itself (rule A3 of `chip::arena`).
+//! Device pointers are opaque: the runtime never dereferences one. Two blocks the runtime holds
+//! at once must never share a byte, or two kernels on two cores of a simulated chip would alias
+//! a `&mut` from safe code. A backend's `malloc` is the backend's own code, so [`Device`] keeps
+//! the blocks it handed out (`held`) and refuses a result that overlaps a held one (or, for a
+//! backend whose memory is in this process, that is not a live block of it). Copies of a
+//! simulated chip may run only while no kernel runs; its memory enforces that itself (rule A3
+//! of `chip::arena`), and a device backend's own queues order them.
 //!
 //! Every other held block belongs to the buffer it was allocated for: its [`Identity`], given
 //! at `malloc`. A device tensor is checked by that identity, not only by its address
@@ -21,14 +22,19 @@
 //! of them ([`Device::usable_by_kernels`]). In tests and with the `bench-support` feature,
 //! every successful backend `malloc` is counted (`Device::allocations`), so the pipeline
 //! benchmark sees how many device allocations a run costs.
+//!
+//! Kernels reach the backend here too: [`Device::load_kernel`] at registration and
+//! [`Device::launch`] from a core thread or the executor.
 
 use std::collections::BTreeMap;
 #[cfg(any(test, feature = "bench-support"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::chip::arena::Arena;
-use crate::chip::sim::{ChipBackend, DeviceMemory, check_cores};
+use crate::callable::identity::Digest;
+use crate::chip::arena::{self, Arena};
+use crate::chip::backend::{ChipBackend, Completion, DeviceTensor, KernelDef, KernelLaunch, check_cores};
+use crate::chip::sim::DeviceMemory;
 use crate::data::buffer::Identity;
 use crate::data::host_args::MappedTensor;
 use crate::data::tensor::TensorView;
@@ -39,8 +45,12 @@ use crate::sys::sync;
 pub(crate) struct Device {
     chip: u32,
     backend: Box<dyn ChipBackend>,
-    /// The memory kernels see: what `backend.memory()` returned when the chip was built.
-    memory: DeviceMemory,
+    /// The memory native kernels see, for a simulated backend: what `backend.host_memory()`
+    /// returned when the chip was built.
+    memory: Option<DeviceMemory>,
+    /// The backend's memory size and alignment (checked at construction).
+    size: u64,
+    align: u64,
     /// Blocks handed out by `backend.malloc` and not freed: start -> (length, holder).
     held: Mutex<BTreeMap<u64, (u64, Holder)>>,
     /// Successful backend mallocs so far.
@@ -65,13 +75,29 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// Takes `backend` as chip `chip`'s device; refuses a core count outside 1..=1024.
+    /// Refuses an alignment that is not a power of two from 64 to 65536, and a memory of 0
+    /// bytes.
     pub(crate) fn new(chip: u32, backend: Box<dyn ChipBackend>) -> Result<Device> {
         check_cores(backend.cores())?;
-        let memory = backend.memory().clone();
+        let align = backend.alignment();
+        if !align.is_power_of_two() || !(64..=65536).contains(&align) {
+            return Err(Error::invalid(format!(
+                "the backend's alignment is {align} bytes; it must be a power of two from 64 to 65536"
+            )));
+        }
+        let size = backend.memory_size();
+        if size == 0 {
+            return Err(Error::invalid(
+                "the backend reports 0 bytes of device memory (implement ChipBackend::memory_size, or host_memory for a simulated backend)",
+            ));
+        }
+        let memory = backend.host_memory().cloned();
         Ok(Device {
             chip,
             backend,
             memory,
+            size,
+            align,
             held: Mutex::new(BTreeMap::new()),
             #[cfg(any(test, feature = "bench-support"))]
             mallocs: AtomicU64::new(0),
@@ -83,14 +109,36 @@ impl Device {
         self.backend.cores()
     }
 
-    /// The memory kernels see.
-    pub(crate) fn arena(&self) -> &Arc<Arena> {
-        self.memory.arena()
+    /// The memory native kernels see, for a simulated backend.
+    pub(crate) fn arena(&self) -> Option<&Arc<Arena>> {
+        self.memory.as_ref().map(DeviceMemory::arena)
     }
 
     /// The memory's size in bytes.
     pub(crate) fn size(&self) -> u64 {
-        self.memory.size()
+        self.size
+    }
+
+    /// The simulated chip's memory (tests).
+    #[cfg(test)]
+    pub(crate) fn sim(&self) -> &Arc<Arena> {
+        self.arena().expect("a simulated chip")
+    }
+
+    /// Where a kernel argument may start: staged host tensors are placed at multiples of it.
+    pub(crate) fn align(&self) -> u64 {
+        self.align
+    }
+
+    /// Fences the staging block at `ptr` (rule A6 of `chip::arena`): a no-op on a device
+    /// backend, whose queues order copies and kernels.
+    pub(crate) fn fence(&self, ptr: u64) -> Result<()> {
+        self.arena().map_or(Ok(()), |a| a.fence(ptr))
+    }
+
+    /// Lifts the fence of the staging block at `ptr` (rule A6 of `chip::arena`).
+    pub(crate) fn unfence(&self, ptr: u64) -> Result<()> {
+        self.arena().map_or(Ok(()), |a| a.unfence(ptr))
     }
 
     /// Allocates through the backend. No room (the backend's [`ErrorKind::InvalidState`]
@@ -107,7 +155,7 @@ impl Device {
     /// once (rule A6 of `chip::arena`) and invisible to users.
     pub(crate) fn malloc_internal(&self, nbytes: u64) -> Result<u64> {
         let ptr = self.malloc_as(nbytes, Holder::Runtime)?;
-        if let Err(e) = self.arena().fence_new(ptr) {
+        if let Some(Err(e)) = self.arena().map(|a| a.fence_new(ptr)) {
             let _ = self.free(ptr);
             return Err(e);
         }
@@ -140,7 +188,8 @@ impl Device {
         let mut held = sync::lock(&self.held);
         let end = ptr.checked_add(nbytes);
         let clash = end.and_then(|end| held.range(..end).next_back().filter(|&(&p, &(l, _))| p + l > ptr));
-        if end.is_none() || !self.memory.is_live(ptr, nbytes) || clash.is_some() {
+        let live = self.memory.as_ref().is_none_or(|m| m.is_live(ptr, nbytes));
+        if end.is_none() || !live || clash.is_some() {
             return Err(Error::new(
                 ErrorKind::Os,
                 format!(
@@ -203,7 +252,7 @@ impl Device {
             .next_back()
             .filter(|&(&p, &(l, _))| ptr.checked_add(len).is_some_and(|end| end <= p + l))
             .map(|(_, &(_, holder))| holder)?;
-        self.memory.is_live(ptr, len).then_some(holder)
+        self.memory.as_ref().is_none_or(|m| m.is_live(ptr, len)).then_some(holder)
     }
 
     /// Host to device, through the backend.
@@ -223,8 +272,7 @@ impl Device {
     }
 
     /// [`copy_in`](Self::copy_in) of the view's element bytes `window.0..` up to `window.1` of
-    /// them (see [`Arena::copy_view_in_part`]); returns
-    /// the bytes copied.
+    /// them (see [`arena::copy_runs_in`]); returns the bytes copied.
     pub(crate) fn copy_in_part(
         &self,
         host: &MappedTensor<'_>,
@@ -232,15 +280,62 @@ impl Device {
         view: &TensorView,
         window: (u64, u64),
     ) -> Result<u64> {
-        self.memory
-            .arena()
-            .copy_view_in_part(host, ptr, view, window, |d, s| self.backend.copy_to_device(d, s))
+        let dev = self.device_view("copy-in of a host tensor", host.view(), ptr, view)?;
+        arena::copy_runs_in(host, dev, window, |d, s| self.backend.copy_to_device(d, s))
     }
 
     /// Copies the device view at `ptr` back into a host tensor's elements, one backend copy per
     /// contiguous run.
     pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor<'_>) -> Result<()> {
-        self.memory.arena().copy_view_out(ptr, view, host, |d, s| self.backend.copy_from_device(d, s))
+        let dev = self.device_view("copy-back of a host tensor", host.view(), ptr, view)?;
+        arena::copy_runs_out(dev, host, |d, s| self.backend.copy_from_device(d, s))
+    }
+
+    /// Checks that the device buffer at `ptr` holds `dev_view`'s byte range inside a held
+    /// block and that the two views have the same layout; returns the device pointer of the
+    /// view's first byte.
+    fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<u64> {
+        if host.shape() != dev_view.shape()
+            || host.strides() != dev_view.strides()
+            || host.dtype() != dev_view.dtype()
+        {
+            return Err(Error::invalid(format!(
+                "{what}: host view {host:?} and device view {dev_view:?} differ"
+            )));
+        }
+        let (start, end) = dev_view.byte_range();
+        let at = ptr.checked_add(start).filter(|&at| self.held_block(at, end - start).is_some());
+        at.map(|_| ptr + dev_view.byte_offset()).ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}: device range {:#x}..+{} does not lie inside one live allocation of chip {}",
+                ptr.wrapping_add(start),
+                end - start,
+                self.chip
+            ))
+        })
+    }
+
+    /// Makes `kernel` launchable (at registration): a build failure names the kernel and the
+    /// chip and carries the backend's message (the compiler's log).
+    pub(crate) fn load_kernel(&self, kernel: &KernelDef<'_>) -> Result<()> {
+        self.backend.load_kernel(kernel)
+    }
+
+    /// Forgets a kernel loaded by [`load_kernel`](Self::load_kernel).
+    pub(crate) fn unload_kernel(&self, digest: &Digest) {
+        self.backend.unload_kernel(digest);
+    }
+
+    /// Runs `kernel` on `core` with `tensors` (each checked usable by kernels by its caller)
+    /// and `scalars`, and waits for it; its failure is the error.
+    pub(crate) fn launch(
+        &self,
+        kernel: KernelDef<'_>,
+        core: u32,
+        tensors: &[DeviceTensor],
+        scalars: &[u64],
+    ) -> Result<()> {
+        self.backend.launch(KernelLaunch { kernel, core, tensors, scalars }).and_then(Completion::wait)
     }
 }
 
@@ -261,11 +356,11 @@ mod tests {
         fn cores(&self) -> usize {
             1
         }
-        fn memory(&self) -> &DeviceMemory {
-            self.sim.memory()
-        }
         fn malloc(&self, _nbytes: u64) -> Result<u64> {
             Ok(self.next.load(Ordering::SeqCst))
+        }
+        fn host_memory(&self) -> Option<&DeviceMemory> {
+            self.sim.host_memory()
         }
     }
 
@@ -310,16 +405,38 @@ mod tests {
 
     #[test]
     fn a_backend_with_no_cores_is_refused() {
-        struct NoCores(SimChip);
+        struct NoCores {
+            sim: SimChip,
+        }
         impl ChipBackend for NoCores {
             fn cores(&self) -> usize {
                 0
             }
-            fn memory(&self) -> &DeviceMemory {
-                self.0.memory()
+            fn host_memory(&self) -> Option<&DeviceMemory> {
+                self.sim.host_memory()
             }
         }
-        let err = Device::new(0, Box::new(NoCores(SimChip::new(4096, 1).unwrap()))).unwrap_err();
+        let err = Device::new(0, Box::new(NoCores { sim: SimChip::new(4096, 1).unwrap() })).unwrap_err();
         assert!(err.message().contains("cores"), "{err}");
+    }
+
+    #[test]
+    fn view_copies_check_layout_and_bounds() {
+        use crate::data::buffer::Access;
+        use crate::data::dtype::DataType;
+        use crate::sys::mem::as_bytes_mut;
+        let dev = Device::new(0, Box::new(SimChip::new(4096, 1).unwrap())).unwrap();
+        let mut host = vec![0f32; 8];
+        let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
+        let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
+        let small = dev.malloc(16, id(1)).unwrap();
+        let err = dev.copy_in(&m, small, &view).unwrap_err();
+        assert!(err.message().contains("does not lie inside one live allocation"), "{err}");
+        let p = dev.malloc(32, id(2)).unwrap();
+        let other = TensorView::new(0, &[4, 2], None, DataType::Float32).unwrap();
+        assert!(dev.copy_in(&m, p, &other).unwrap_err().message().contains("differ"));
+        dev.copy_in(&m, p, &view).unwrap();
+        dev.free(p).unwrap();
+        assert!(dev.copy_in(&m, p, &view).is_err(), "a freed block takes no copy");
     }
 }

@@ -19,8 +19,11 @@
 //! L3 is `worker::serve::chip`.
 
 mod arena;
+mod backend;
 mod device;
 mod diag;
+#[cfg(feature = "opencl")]
+mod opencl;
 mod runtime;
 mod sim;
 mod staging;
@@ -37,11 +40,17 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
 
 pub use crate::data::call_config::{CallConfig, RingSizes, Swimlane};
+pub(crate) use backend::BackendFactory;
+pub use backend::{
+    ChipBackend, ChipBackendFn, ChipSpec, Completion, DeviceTensor, KernelDef, KernelLaunch, KernelSource,
+    Pending,
+};
+#[cfg(feature = "opencl")]
+pub use opencl::OpenClChip;
 pub(crate) use runtime::{
     ChipArg, ChipCall, ChipConfig, ChipRun, ChipRuntime, CopyBack, CopyIn, END_WINDOW, RunOn, Trace,
 };
-pub(crate) use sim::BackendFactory;
-pub use sim::{ChipBackend, ChipBackendFn, ChipSpec, DeviceMemory, SimChip};
+pub use sim::{DeviceMemory, SimChip};
 
 /// A chip orchestration as a plain `fn` pointer; what [`ChipFn::orchestration`] takes.
 ///
@@ -66,6 +75,42 @@ const CHIP_PAYLOAD_FORMAT_VERSION: u32 = 1;
 const SUBKIND_KERNEL: u32 = 1;
 /// Descriptor sub-kind of a chip orchestration.
 const SUBKIND_ORCHESTRATION: u32 = 2;
+/// Descriptor sub-kind of a kernel with device source (and perhaps a native body).
+const SUBKIND_SOURCE_KERNEL: u32 = 3;
+
+/// The body a kernel with device source only is sent with: what a simulated chip would run,
+/// were the runtime not refusing it first (`KernelDef::require_native`).
+fn no_native_body(_: &crate::data::host_args::HostArgs<'_>) -> crate::callable::host::HostResult {
+    Err("this kernel has only device source".into())
+}
+
+/// What a core runs for a kernel: its name, digest and code, cheap to clone per task.
+#[derive(Clone, Debug)]
+pub(crate) struct KernelRef {
+    name: Arc<str>,
+    digest: crate::callable::identity::Digest,
+    native: Option<HostFnPtr>,
+    source: Option<Arc<KernelSource>>,
+}
+
+/// What a chip run runs: a kernel (on core 0) or a chip orchestration.
+#[derive(Clone, Debug)]
+pub(crate) enum RunBody {
+    Kernel(KernelRef),
+    Orchestration(ChipOrchFnPtr),
+}
+
+impl KernelRef {
+    /// The kernel as a backend sees it.
+    pub(crate) fn def(&self) -> KernelDef<'_> {
+        KernelDef {
+            name: &self.name,
+            digest: self.digest,
+            native: self.native,
+            source: self.source.as_deref(),
+        }
+    }
+}
 
 /// What a chip callable runs.
 #[derive(Clone, Copy)]
@@ -126,6 +171,10 @@ pub struct ChipFn {
     body: ChipBody,
     descriptor: Descriptor,
     origin: Origin,
+    /// A kernel's device source, if any.
+    source: Option<Arc<KernelSource>>,
+    /// Whether a kernel's body is its own (false for a kernel with device source only).
+    native: bool,
 }
 
 impl std::fmt::Debug for ChipFn {
@@ -145,6 +194,21 @@ impl std::fmt::Debug for ChipFn {
 fn chip_descriptor(subkind: u32, name: &str) -> Descriptor {
     let mut w = DescriptorWriter::new(CallableKind::Chip);
     w.u32(CHIP_PAYLOAD_FORMAT_VERSION).u32(subkind).str(name);
+    w.finish()
+}
+
+/// The descriptor of a kernel with device source: as [`chip_descriptor`] with sub-kind 3, then
+/// `u32 native` (1 when it has a Rust body too), strings `language`, `entry` and the source
+/// `text`: the identity covers the source, as upstream's covers the kernel binary.
+fn source_descriptor(name: &str, native: bool, source: &KernelSource) -> Descriptor {
+    let mut w = DescriptorWriter::new(CallableKind::Chip);
+    w.u32(CHIP_PAYLOAD_FORMAT_VERSION)
+        .u32(SUBKIND_SOURCE_KERNEL)
+        .str(name)
+        .u32(u32::from(native))
+        .str(source.language())
+        .str(source.entry())
+        .str(source.text());
     w.finish()
 }
 
@@ -172,6 +236,11 @@ impl<'a> Reader<'a> {
         let n = self.u32()? as usize;
         self.take(n)
     }
+
+    fn str(&mut self, what: &str) -> Result<&'a str> {
+        std::str::from_utf8(self.bytes()?)
+            .map_err(|_| Error::decode(format!("chip callable {what} is not UTF-8")))
+    }
 }
 
 impl ChipFn {
@@ -198,7 +267,119 @@ impl ChipFn {
     pub fn kernel(name: &str, f: HostFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_KERNEL, name);
         let origin = Origin::Made(std::panic::Location::caller());
-        ChipFn { name: name.into(), body: ChipBody::Kernel(f), descriptor, origin }
+        ChipFn {
+            name: name.into(),
+            body: ChipBody::Kernel(f),
+            descriptor,
+            origin,
+            source: None,
+            native: true,
+        }
+    }
+
+    /// A kernel given as device source only (OpenCL C): it runs on a device backend (an
+    /// OpenCL chip), which compiles it when it is registered; a simulated chip refuses it at
+    /// registration, naming it. Its identity covers the source text.
+    ///
+    /// Its tensors are the kernel function's first parameters, in order (`__global` pointers
+    /// to each view's first element), then its scalars.
+    ///
+    /// ```
+    /// use simpler::chip::{ChipFn, KernelSource};
+    ///
+    /// const VADD: &str = "__kernel void vadd(__global const float* a, __global const float* b,
+    ///                                        __global float* c) {
+    ///     size_t i = get_global_id(0);
+    ///     c[i] = a[i] + b[i];
+    /// }";
+    /// let k = ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"));
+    /// assert!(k.is_kernel());
+    /// let other = ChipFn::opencl("vadd", KernelSource::opencl(&VADD.replace('+', "-"), "vadd"));
+    /// assert_ne!(k.handle().digest(), other.handle().digest()); // the source counts
+    /// ```
+    #[track_caller]
+    pub fn opencl(name: &str, source: KernelSource) -> ChipFn {
+        let descriptor = source_descriptor(name, false, &source);
+        let origin = Origin::Made(std::panic::Location::caller());
+        ChipFn {
+            name: name.into(),
+            body: ChipBody::Kernel(no_native_body),
+            descriptor,
+            origin,
+            source: Some(Arc::new(source)),
+            native: false,
+        }
+    }
+
+    /// This kernel with device source beside its Rust body: a simulated chip runs the body, a
+    /// device backend the source, so one program runs on either. Its identity covers the
+    /// source. A chip orchestration is refused ([`ErrorKind::Callable`]).
+    ///
+    /// ```
+    /// use simpler::{chip::ChipFn, chip::KernelSource, HostArgs, HostResult};
+    ///
+    /// fn scale(args: &HostArgs<'_>) -> HostResult {
+    ///     let k = args.scalar_f32(0)?;
+    ///     args.output::<f32>(0)?.iter_mut().for_each(|v| *v *= k);
+    ///     Ok(())
+    /// }
+    /// const SCALE: &str = "__kernel void scale(__global float* x, float k) { x[get_global_id(0)] *= k; }";
+    /// let k = ChipFn::kernel("scale", scale).with_source(KernelSource::opencl(SCALE, "scale"))?;
+    /// let def = k.kernel_def().expect("a kernel");
+    /// assert!(def.has_native() && def.source().is_some());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn with_source(self, source: KernelSource) -> Result<ChipFn> {
+        if !self.is_kernel() {
+            return Err(Error::new(
+                ErrorKind::Callable,
+                format!("chip orchestration `{}` cannot take kernel source; only a kernel can", self.name),
+            ));
+        }
+        let descriptor = source_descriptor(&self.name, self.native, &source);
+        Ok(ChipFn { descriptor, source: Some(Arc::new(source)), ..self })
+    }
+
+    /// The kernel as a backend sees it ([`ChipBackend::load_kernel`]); `None` for a chip
+    /// orchestration.
+    ///
+    /// ```
+    /// use simpler::{chip::ChipFn, HostArgs, HostResult};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// let k = ChipFn::kernel("noop", noop);
+    /// assert_eq!(k.kernel_def().map(|d| d.name()), Some("noop"));
+    /// ```
+    pub fn kernel_def(&self) -> Option<KernelDef<'_>> {
+        match self.body {
+            ChipBody::Kernel(f) => Some(KernelDef {
+                name: &self.name,
+                digest: self.descriptor.digest(),
+                native: self.native.then_some(f),
+                source: self.source.as_deref(),
+            }),
+            ChipBody::Orchestration(_) => None,
+        }
+    }
+
+    /// What a run of this callable runs.
+    pub(crate) fn run_body(&self) -> RunBody {
+        match (self.body, self.kernel_ref()) {
+            (ChipBody::Orchestration(o), _) => RunBody::Orchestration(o),
+            (ChipBody::Kernel(_), k) => RunBody::Kernel(k.expect("a kernel has a kernel ref")),
+        }
+    }
+
+    /// What a core runs for this kernel; `None` for a chip orchestration.
+    pub(crate) fn kernel_ref(&self) -> Option<KernelRef> {
+        match self.body {
+            ChipBody::Kernel(f) => Some(KernelRef {
+                name: self.name.clone(),
+                digest: self.descriptor.digest(),
+                native: self.native.then_some(f),
+                source: self.source.clone(),
+            }),
+            ChipBody::Orchestration(_) => None,
+        }
     }
 
     /// A chip orchestration: submits kernels to the chip's cores with
@@ -245,7 +426,14 @@ impl ChipFn {
     pub fn orchestration(name: &str, f: ChipOrchFnPtr) -> ChipFn {
         let descriptor = chip_descriptor(SUBKIND_ORCHESTRATION, name);
         let origin = Origin::Made(std::panic::Location::caller());
-        ChipFn { name: name.into(), body: ChipBody::Orchestration(f), descriptor, origin }
+        ChipFn {
+            name: name.into(),
+            body: ChipBody::Orchestration(f),
+            descriptor,
+            origin,
+            source: None,
+            native: true,
+        }
     }
 
     /// The name given at construction.
@@ -328,6 +516,8 @@ impl ChipFn {
             body,
             descriptor: info.descriptor_checked()?,
             origin: Origin::Macro(info.path),
+            source: None,
+            native: true,
         })
     }
 
@@ -363,31 +553,51 @@ impl ChipFn {
             )));
         }
         let subkind = r.u32()?;
-        let name = std::str::from_utf8(r.bytes()?)
-            .map_err(|_| Error::decode("chip callable name is not UTF-8"))?
-            .to_string();
+        let name = r.str("name")?.to_string();
+        let source = if subkind == SUBKIND_SOURCE_KERNEL {
+            let native = match r.u32()? {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(Error::decode(format!(
+                        "chip kernel `{name}`: native flag {other} is not 0 or 1"
+                    )));
+                }
+            };
+            let (language, entry, text) = (r.str("language")?, r.str("entry")?, r.str("source")?);
+            Some((native, KernelSource::from_parts(language, text, entry)))
+        } else {
+            None
+        };
         if r.at != r.bytes.len() {
             return Err(Error::decode(format!(
                 "chip callable descriptor has {} trailing bytes",
                 r.bytes.len() - r.at
             )));
         }
-        let f = match (subkind, body) {
-            (SUBKIND_KERNEL, ChipBody::Kernel(k)) => ChipFn::kernel(&name, k),
-            (SUBKIND_ORCHESTRATION, ChipBody::Orchestration(o)) => ChipFn::orchestration(&name, o),
-            (SUBKIND_KERNEL | SUBKIND_ORCHESTRATION, _) => {
+        let f = match (subkind, body, source) {
+            (SUBKIND_KERNEL, ChipBody::Kernel(k), _) => ChipFn::kernel(&name, k),
+            (SUBKIND_ORCHESTRATION, ChipBody::Orchestration(o), _) => ChipFn::orchestration(&name, o),
+            (SUBKIND_SOURCE_KERNEL, ChipBody::Kernel(k), Some((true, src))) => {
+                ChipFn::kernel(&name, k).with_source(src)?
+            }
+            (SUBKIND_SOURCE_KERNEL, ChipBody::Kernel(_), Some((false, src))) => ChipFn::opencl(&name, src),
+            (SUBKIND_KERNEL | SUBKIND_ORCHESTRATION | SUBKIND_SOURCE_KERNEL, _, _) => {
                 return Err(callable(format!(
-                    "chip callable `{name}`: sub-kind {subkind} does not match the function sent (1 = kernel, 2 = orchestration)"
+                    "chip callable `{name}`: sub-kind {subkind} does not match the function sent (1 = kernel, 2 = orchestration, 3 = kernel with source)"
                 )));
             }
-            (other, _) => {
+            (other, _, _) => {
                 return Err(callable(format!(
-                    "chip callable `{name}`: unknown sub-kind {other} (1 = kernel, 2 = orchestration)"
+                    "chip callable `{name}`: unknown sub-kind {other} (1 = kernel, 2 = orchestration, 3 = kernel with source)"
                 )));
             }
         };
-        // Re-encoding gives the same bytes: the descriptor was canonical.
-        debug_assert_eq!(f.descriptor, descriptor);
+        if f.descriptor != descriptor {
+            // A language other than OpenCL C re-encodes the same; only the canonical form is
+            // accepted.
+            return Err(Error::decode(format!("chip callable `{name}`: the descriptor is not canonical")));
+        }
         Ok(ChipFn { origin: Origin::Sent, ..f })
     }
 }
@@ -397,7 +607,11 @@ impl Installable for ChipFn {
         if Origin::both_macro(self.origin, other.origin) {
             return true;
         }
+        if self.source != other.source || self.native != other.native {
+            return false;
+        }
         match (self.body, other.body) {
+            (ChipBody::Kernel(_), ChipBody::Kernel(_)) if !self.native => true,
             (ChipBody::Kernel(a), ChipBody::Kernel(b)) => std::ptr::fn_addr_eq(a, b),
             (ChipBody::Orchestration(a), ChipBody::Orchestration(b)) => std::ptr::fn_addr_eq(a, b),
             _ => false,

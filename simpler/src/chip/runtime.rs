@@ -63,10 +63,10 @@ use std::thread;
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
 use crate::callable::registry::Registry;
+use crate::chip::backend::{BackendFactory, ChipSpec, DeviceTensor};
 use crate::chip::device::Device;
-use crate::chip::sim::{BackendFactory, ChipSpec};
 use crate::chip::staging::{self, Staging};
-use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr};
+use crate::chip::{ChipBody, ChipFn, ChipOrchFnPtr, KernelRef, RunBody};
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::host_args::{HostArgs, KeptTensor, MappedTensor};
@@ -157,7 +157,7 @@ fn tag_for(access: Access) -> Tag {
 /// tensor overlaps another) and catches its panic. `Err` carries the failure message. The
 /// caller holds the arena's kernel gate from before it made `tensors` (rules A3, A6 of
 /// `chip::arena`).
-fn call_kernel(
+pub(crate) fn call_kernel(
     f: HostFnPtr,
     tensors: Vec<MappedTensor<'_>>,
     scalars: &[u64],
@@ -259,7 +259,10 @@ impl ChipRuntime {
         let engine = Arc::new(Engine::new(engine_cfg, Bell::Shared(Arc::new(BellRef(bell.clone()))), parts)?);
         {
             let mut kinds = engine.callables().write();
-            for (digest, _, _) in registry.iter() {
+            for (digest, _, f) in registry.iter() {
+                if let Some(def) = f.kernel_def() {
+                    device.load_kernel(&def)?;
+                }
                 kinds.insert(*digest, CallableKind::Chip);
             }
         }
@@ -303,8 +306,18 @@ impl ChipRuntime {
     /// Installs a chip callable under `digest` (which must be the sha256 of `descriptor`; see
     /// `Registry::install`) and makes it submittable by chip orchestrations. Returns its local
     /// slot.
+    /// A kernel new to the chip is loaded on its device first (compiled, for a device
+    /// backend): a failure installs nothing and names the chip.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], f: ChipFn) -> Result<u32> {
-        let slot = sync::write(&self.registry).install(digest, descriptor, f)?;
+        let fresh = !self.read_registry().contains(&digest);
+        if fresh && let Some(def) = f.kernel_def() {
+            self.device.load_kernel(&def).map_err(|e| e.context(format!("chip {}", self.chip)))?;
+        }
+        let installed = sync::write(&self.registry).install(digest, descriptor, f);
+        if fresh && installed.is_err() {
+            self.device.unload_kernel(&digest);
+        }
+        let slot = installed?;
         self.engine.callables().write().insert(digest, CallableKind::Chip);
         Ok(slot)
     }
@@ -314,6 +327,7 @@ impl ChipRuntime {
         let freed = sync::write(&self.registry).release(digest)?;
         if freed {
             self.engine.callables().write().remove(digest);
+            self.device.unload_kernel(digest);
         }
         Ok(freed)
     }
@@ -490,7 +504,7 @@ impl ChipRuntime {
             .iter()
             .map(|s| s.capacity().next_multiple_of(crate::chip::arena::DEVICE_ALIGN))
             .sum();
-        self.device.arena().used() - staged
+        self.device.sim().used() - staged
     }
 }
 

@@ -1,24 +1,17 @@
-//! The chip backend seam and the default backend, a chip simulated on the CPU.
+//! The default backend: a chip simulated on the CPU ([`SimChip`]), and its [`DeviceMemory`].
 //!
-//! A chip runtime reaches its device only through [`ChipBackend`]: allocation, frees and both
-//! directions of copies are trait calls, and the cores it runs kernels on are the backend's
-//! count. What a kernel touches is [`DeviceMemory`], which only this crate can make: a backend
-//! hands out one it owns (usually a [`SimChip`]'s), and the runtime checks every pointer a
-//! backend returns against it, so no backend written in safe code can make two kernels see one
-//! byte as two buffers.
-//!
-//! [`ChipBackend`] requires `cores` and `memory` and provides `malloc`, `free`,
-//! `copy_to_device` and `copy_from_device`, which a backend may override. [`DeviceMemory`]
-//! wraps the crate's arena; [`SimChip`] is the default backend; a [`ChipSpec`] (id, memory,
-//! cores) is what a [`ChipBackendFn`] receives, in the process that drives the chip.
+//! What a native kernel touches is [`DeviceMemory`], which only this crate can make: a
+//! simulated backend hands out one it owns (a [`SimChip`]'s) through
+//! [`ChipBackend::host_memory`], and the runtime checks every pointer a backend returns against
+//! the blocks it holds, so no backend written in safe code can make two kernels see one byte as
+//! two buffers. A `SimChip` runs a launch on the calling thread (the chip's core thread),
+//! holding its memory's kernel gate (rules A3, A6 of `chip::arena`).
 
 use std::sync::Arc;
 
 use crate::chip::arena::Arena;
-use crate::error::{Error, Result};
-
-/// The most simulated cores one chip may have.
-pub(crate) const MAX_CORES: usize = 1024;
+use crate::chip::backend::{ChipBackend, Completion, KernelDef, KernelLaunch, check_cores};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Device memory that kernels read and write: a lazily backed mapping of this process with a
 /// first-fit allocator (64-byte aligned blocks, frees coalesce). Cloning shares it.
@@ -189,268 +182,6 @@ impl DeviceMemory {
     }
 }
 
-/// The device side of an L2 chip: its memory, its cores, and how bytes move to and from it.
-///
-/// A chip runtime reaches its device only through this trait. [`SimChip`] is the default
-/// implementation; give a Worker another with
-/// [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend) (for example one that
-/// wraps a `SimChip` to count or trace what the runtime does). Every method but
-/// [`cores`](Self::cores) and [`memory`](Self::memory) has a default that works on
-/// [`memory`](Self::memory).
-///
-/// Whatever a backend returns is checked: a `malloc` result must be a live block of
-/// [`memory`](Self::memory) that overlaps no block the runtime already holds (else the runtime
-/// refuses it with an [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error naming the block), so kernels
-/// never see two buffers share a byte.
-///
-/// ```
-/// use simpler::{chip::ChipBackend, chip::SimChip};
-///
-/// fn upload(chip: &dyn ChipBackend, bytes: &[u8]) -> simpler::Result<u64> {
-///     let ptr = chip.malloc(bytes.len() as u64)?;
-///     chip.copy_to_device(ptr, bytes)?;
-///     Ok(ptr)
-/// }
-///
-/// let chip = SimChip::new(1 << 20, 2)?;
-/// let ptr = upload(&chip, b"hello")?;
-/// let mut back = [0u8; 5];
-/// chip.copy_from_device(ptr, &mut back)?;
-/// assert_eq!(&back, b"hello");
-/// chip.free(ptr)?;
-/// # Ok::<(), simpler::Error>(())
-/// ```
-pub trait ChipBackend: Send + Sync + 'static {
-    /// The number of cores kernels can run on (ids `0..cores()`), 1 to 1024.
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// assert_eq!(SimChip::new(1 << 20, 4)?.cores(), 4);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn cores(&self) -> usize;
-
-    /// The device memory kernels read and write. It must be the same memory at every call
-    /// (the runtime keeps what the first call returns).
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// assert_eq!(SimChip::new(64 << 20, 4)?.memory().size(), 64 << 20);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn memory(&self) -> &DeviceMemory;
-
-    /// The size of the device memory in bytes.
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// assert_eq!(SimChip::new(64 << 20, 4)?.memory_size(), 64 << 20);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn memory_size(&self) -> u64 {
-        self.memory().size()
-    }
-
-    /// Allocates `nbytes` of device memory (see [`DeviceMemory::malloc`] for the errors).
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// let chip = SimChip::new(4096, 1)?;
-    /// let p = chip.malloc(100)?;
-    /// assert!(chip.memory().is_live(p, 100));
-    /// assert!(chip.malloc(8192).is_err());
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn malloc(&self, nbytes: u64) -> Result<u64> {
-        self.memory().malloc(nbytes)
-    }
-
-    /// Frees an allocation made by [`malloc`](Self::malloc) (see [`DeviceMemory::free`]).
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// let chip = SimChip::new(4096, 1)?;
-    /// let p = chip.malloc(256)?;
-    /// chip.free(p)?;
-    /// assert!(chip.free(p).unwrap_err().message().contains("double free"));
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn free(&self, ptr: u64) -> Result<()> {
-        self.memory().free(ptr)
-    }
-
-    /// Copies `src` to device memory at `dst` (host to device; see [`DeviceMemory::copy_to`]).
-    /// A strided host tensor arrives as one call per contiguous run of its elements.
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// let chip = SimChip::new(4096, 1)?;
-    /// let p = chip.malloc(8)?;
-    /// chip.copy_to_device(p, &[1, 2, 3, 4, 5, 6, 7, 8])?;
-    /// assert!(chip.copy_to_device(p + 4, &[0; 8]).is_err()); // runs past the allocation
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
-        self.memory().copy_to(dst, src)
-    }
-
-    /// Copies device memory at `src` into `dst` (device to host; see
-    /// [`DeviceMemory::copy_from`]).
-    ///
-    /// ```
-    /// use simpler::{chip::ChipBackend, chip::SimChip};
-    /// let chip = SimChip::new(4096, 1)?;
-    /// let p = chip.malloc(4)?;
-    /// chip.copy_to_device(p, &[9, 8, 7, 6])?;
-    /// let mut two = [0u8; 2];
-    /// chip.copy_from_device(p + 2, &mut two)?;
-    /// assert_eq!(two, [7, 6]);
-    /// # Ok::<(), simpler::Error>(())
-    /// ```
-    fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
-        self.memory().copy_from(src, dst)
-    }
-}
-
-/// What a Worker asks a backend factory for: one chip's id, memory size and core count, from
-/// the builder's `chip_memory` and `chip_cores`.
-///
-/// ```
-/// use simpler::{chip::ChipBackend, chip::ChipSpec, chip::SimChip, Worker};
-///
-/// let worker = Worker::builder()
-///     .chips(2)
-///     .chip_backend(|spec: &ChipSpec| {
-///         Ok(Box::new(SimChip::new(spec.memory_bytes(), spec.cores())?) as Box<dyn ChipBackend>)
-///     })
-///     .build()?;
-/// # drop(worker);
-/// # Ok::<(), simpler::Error>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChipSpec {
-    pub(crate) chip_id: u32,
-    pub(crate) memory_bytes: u64,
-    pub(crate) cores: usize,
-}
-
-impl ChipSpec {
-    /// The chip's id among its Worker's chips (`chip(N)`); 0 at L2.
-    ///
-    /// ```
-    /// # let spec = simpler::chip::ChipSpec::default_for(3);
-    /// assert_eq!(spec.chip_id(), 3);
-    /// ```
-    pub fn chip_id(&self) -> u32 {
-        self.chip_id
-    }
-
-    /// The device memory the builder asked for (`chip_memory`).
-    ///
-    /// ```
-    /// # let spec = simpler::chip::ChipSpec::default_for(0);
-    /// assert_eq!(spec.memory_bytes(), 1 << 30);
-    /// ```
-    pub fn memory_bytes(&self) -> u64 {
-        self.memory_bytes
-    }
-
-    /// The core count the builder asked for (`chip_cores`).
-    ///
-    /// ```
-    /// # let spec = simpler::chip::ChipSpec::default_for(0);
-    /// assert_eq!(spec.cores(), 4);
-    /// ```
-    pub fn cores(&self) -> usize {
-        self.cores
-    }
-
-    /// The spec of chip `chip_id` under the builder's defaults (1 GiB, 4 cores), for tests of a
-    /// factory.
-    ///
-    /// ```
-    /// let spec = simpler::chip::ChipSpec::default_for(1);
-    /// assert_eq!((spec.chip_id(), spec.memory_bytes(), spec.cores()), (1, 1 << 30, 4));
-    /// ```
-    pub fn default_for(chip_id: u32) -> ChipSpec {
-        ChipSpec { chip_id, memory_bytes: 1 << 30, cores: 4 }
-    }
-}
-
-/// A function that makes the backend of one chip from its [`ChipSpec`]; what
-/// [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend) takes.
-///
-/// A plain `fn` (or a closure that captures nothing): it runs in the process that drives the
-/// chip, which at L3 is a process of its own started from this program's binary, so it cannot
-/// carry state from the caller.
-///
-/// ```
-/// use simpler::{chip::ChipBackend, chip::ChipBackendFn, chip::ChipSpec, chip::SimChip};
-///
-/// fn small(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
-///     Ok(Box::new(SimChip::new(spec.memory_bytes().min(1 << 20), 1)?))
-/// }
-/// let f: ChipBackendFn = small;
-/// assert_eq!(f(&ChipSpec::default_for(0))?.cores(), 1);
-/// # Ok::<(), simpler::Error>(())
-/// ```
-pub type ChipBackendFn = fn(&ChipSpec) -> Result<Box<dyn ChipBackend>>;
-
-// SAFETY: rule FA1 of `sys::fn_address` — a plain `fn` pointer type.
-#[expect(unsafe_code, reason = "marks a fn pointer type as one whose address may cross to a child")]
-unsafe impl crate::sys::fn_address::FnPointer for ChipBackendFn {}
-
-/// Makes the backend of each chip, in the process that drives it (a chip child at L3, the
-/// calling process at L2): see [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) enum BackendFactory {
-    /// The default: a [`SimChip`] per spec.
-    #[default]
-    Sim,
-    /// A user's function.
-    Fn(ChipBackendFn),
-}
-
-impl BackendFactory {
-    /// The default: a [`SimChip`] per spec.
-    pub(crate) fn sim() -> Self {
-        BackendFactory::Sim
-    }
-
-    /// The factory a start spec carries as `word` (`0` for the default): a child started by
-    /// exec rebuilds its parent's factory with it; `None` for a word that names address 0.
-    ///
-    /// The word must be [`wire`](Self::wire) of a factory of the parent that started this
-    /// process (rule FA2 of `sys::fn_address`): the worker layer's start-spec decoder is the one
-    /// caller, on a spec its parent wrote.
-    pub(crate) fn from_start_spec(word: u64) -> Option<BackendFactory> {
-        if word == 0 {
-            return Some(BackendFactory::Sim);
-        }
-        #[expect(unsafe_code, reason = "reading back a factory's address from a start spec; rule FA2")]
-        // SAFETY: rule FA2 of `sys::fn_address` — the word is `FnAddress::<ChipBackendFn>::to_wire`
-        // written by the parent that started this process, which runs the same binary.
-        let f = unsafe { crate::sys::fn_address::FnAddress::<ChipBackendFn>::from_wire(word) }?;
-        Some(BackendFactory::Fn(f.get()))
-    }
-
-    /// The word a start spec carries for this factory (`0` for the default).
-    pub(crate) fn wire(&self) -> u64 {
-        match self {
-            BackendFactory::Sim => 0,
-            BackendFactory::Fn(f) => crate::sys::fn_address::FnAddress::of(*f).to_wire(),
-        }
-    }
-
-    /// Makes the backend of the chip `spec` describes.
-    pub(crate) fn make(&self, spec: &ChipSpec) -> Result<Box<dyn ChipBackend>> {
-        match self {
-            BackendFactory::Sim => Ok(Box::new(SimChip::new(spec.memory_bytes, spec.cores)?)),
-            BackendFactory::Fn(f) => f(spec),
-        }
-    }
-}
-
 /// A chip simulated on the CPU: its [`DeviceMemory`] is a lazily backed anonymous mapping of
 /// this process, and each core is a thread of the process that runs it.
 ///
@@ -495,14 +226,18 @@ impl SimChip {
         check_cores(cores)?;
         Ok(SimChip { memory: DeviceMemory::new(memory_bytes)?, cores })
     }
-}
 
-/// Refuses a core count outside `1..=MAX_CORES`.
-pub(crate) fn check_cores(cores: usize) -> Result<()> {
-    if cores == 0 || cores > MAX_CORES {
-        return Err(Error::invalid(format!("a chip needs 1..={MAX_CORES} cores, got {cores}")));
+    /// Its device memory (what [`ChipBackend::host_memory`] returns).
+    ///
+    /// ```
+    /// use simpler::chip::SimChip;
+    /// let chip = SimChip::new(1 << 20, 1)?;
+    /// assert_eq!(chip.memory().size(), 1 << 20);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.memory
     }
-    Ok(())
 }
 
 impl ChipBackend for SimChip {
@@ -510,15 +245,39 @@ impl ChipBackend for SimChip {
         self.cores
     }
 
-    fn memory(&self) -> &DeviceMemory {
-        &self.memory
+    fn load_kernel(&self, kernel: &KernelDef<'_>) -> Result<()> {
+        kernel.require_native("a SimChip")
     }
+
+    fn host_memory(&self) -> Option<&DeviceMemory> {
+        Some(&self.memory)
+    }
+}
+
+/// Runs a launch of a native kernel on the calling thread, on `memory`: takes the kernel gate,
+/// then makes the views (rules A3, A6 of `chip::arena`), calls the kernel and catches its panic.
+/// A kernel without a native body is refused, naming it.
+pub(crate) fn run_native(memory: &DeviceMemory, launch: KernelLaunch<'_>) -> Result<Completion> {
+    let Some(f) = launch.kernel.native else {
+        return launch.kernel.require_native("a SimChip").map(|()| Completion::Done);
+    };
+    let arena = memory.arena();
+    // The gate before the views (rule A6 of `chip::arena`).
+    let _running = arena.kernel_gate();
+    let tensors = launch
+        .tensors
+        .iter()
+        .map(|t| arena.tensor(t.ptr(), *t.view(), t.access()))
+        .collect::<Result<Vec<_>>>()?;
+    crate::chip::runtime::call_kernel(f, tensors, launch.scalars, launch.core)
+        .map_err(|msg| Error::new(ErrorKind::TaskFailed, msg))?;
+    Ok(Completion::Done)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
+    use crate::chip::backend::MAX_CORES;
 
     #[test]
     fn sim_chip_through_the_trait_object() {
@@ -530,9 +289,10 @@ mod tests {
         let mut back = vec![0; 1000];
         chip.copy_from_device(p, &mut back).unwrap();
         assert_eq!(back, data);
-        assert!(chip.memory().is_live(p, 1000));
+        let mem = chip.host_memory().expect("a SimChip's memory is in this process");
+        assert!(mem.is_live(p, 1000));
         chip.free(p).unwrap();
-        assert!(!chip.memory().is_live(p, 1));
+        assert!(!mem.is_live(p, 1));
         assert_eq!(chip.copy_from_device(p, &mut back).unwrap_err().kind(), ErrorKind::InvalidArgument);
     }
 

@@ -8,8 +8,8 @@
 //! * **grow-only**: a run that needs more than the block holds frees it and allocates one of
 //!   the size it needs *before* anything is copied in; a run that needs less reuses it. So
 //!   once the largest run has been seen, a run costs no device allocation at all.
-//! * **bump-sliced**: each host tensor gets the next [`DEVICE_ALIGN`]-aligned slice
-//!   ([`layout`]).
+//! * **bump-sliced**: each host tensor gets the next slice aligned to the device's
+//!   alignment (`ChipBackend::alignment`, 64 bytes on a simulated chip; [`layout`]).
 //! * **counted against chip memory**: the block is an ordinary allocation of the chip's memory
 //!   (internal, so no user sees it), so a grow that does not fit fails the run with the chip's
 //!   out-of-memory error, naming the bytes, before the run touches the chip.
@@ -20,18 +20,17 @@
 //!   ([`Staging::reclaimable`]): a run that fits the chip alone never fails because another
 //!   slot kept an earlier, larger run's block.
 
-use crate::chip::arena::DEVICE_ALIGN;
 use crate::chip::device::Device;
 use crate::error::{Error, Result};
 
-/// The slices of a run's host tensors: each tensor's offset into the block, and the bytes the
-/// block must hold. An overflow is an `InvalidArgument` error.
-pub(crate) fn layout(sizes: impl IntoIterator<Item = u64>) -> Result<(Vec<u64>, u64)> {
+/// The slices of a run's host tensors, each at a multiple of `align`: each tensor's offset into
+/// the block, and the bytes the block must hold. An overflow is an `InvalidArgument` error.
+pub(crate) fn layout(sizes: impl IntoIterator<Item = u64>, align: u64) -> Result<(Vec<u64>, u64)> {
     let mut offsets = Vec::new();
     let mut end = 0u64;
     for size in sizes {
         let at = end
-            .checked_next_multiple_of(DEVICE_ALIGN)
+            .checked_next_multiple_of(align)
             .ok_or_else(|| Error::invalid("host tensors too large to stage"))?;
         offsets.push(at);
         end = at.checked_add(size).ok_or_else(|| Error::invalid("host tensors too large to stage"))?;
@@ -95,7 +94,8 @@ impl Staging {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chip::sim::{ChipBackend, SimChip};
+    use crate::chip::backend::ChipBackend;
+    use crate::chip::sim::SimChip;
 
     fn device(bytes: u64) -> Device {
         let sim: Box<dyn ChipBackend> = Box::new(SimChip::new(bytes, 1).unwrap());
@@ -104,11 +104,19 @@ mod tests {
 
     #[test]
     fn slices_are_bump_allocated_at_64_byte_alignment() {
-        let (offsets, total) = layout([10, 64, 1, 0, 3]).unwrap();
+        let (offsets, total) = layout([10, 64, 1, 0, 3], 64).unwrap();
         assert_eq!(offsets, vec![0, 64, 128, 192, 192]);
         assert_eq!(total, 195);
-        assert_eq!(layout([]).unwrap(), (vec![], 0));
-        assert!(layout([u64::MAX, 1]).is_err());
+        assert_eq!(layout([], 64).unwrap(), (vec![], 0));
+        assert!(layout([u64::MAX, 1], 64).is_err());
+    }
+
+    #[test]
+    fn slices_follow_the_device_alignment() {
+        // An OpenCL device on PoCL needs 128-byte sub-buffer origins.
+        let (offsets, total) = layout([10, 200, 1], 128).unwrap();
+        assert_eq!(offsets, vec![0, 128, 384]);
+        assert_eq!(total, 385);
     }
 
     #[test]
@@ -123,9 +131,9 @@ mod tests {
         assert_eq!(dev.allocations(), 1, "no allocation for a run that fits");
         s.reserve(&dev, 4000).unwrap().unwrap();
         assert_eq!((dev.allocations(), s.capacity()), (2, 4000), "grown once to what the run needs");
-        assert_eq!(dev.arena().used(), 4032, "the old block was freed; the new one counts");
+        assert_eq!(dev.sim().used(), 4032, "the old block was freed; the new one counts");
         s.release(&dev).unwrap();
-        assert_eq!(dev.arena().used(), 0, "freed at close");
+        assert_eq!(dev.sim().used(), 0, "freed at close");
     }
 
     #[test]
@@ -135,7 +143,7 @@ mod tests {
         s.reserve(&dev, 1024).unwrap();
         let err = s.reserve(&dev, 8192).unwrap_err();
         assert!(err.message().contains("out of device memory") && err.message().contains("8192"), "{err}");
-        assert_eq!((s.capacity(), dev.arena().used()), (0, 0));
+        assert_eq!((s.capacity(), dev.sim().used()), (0, 0));
     }
 
     #[test]

@@ -181,8 +181,8 @@ impl WorkerBuilder {
     ///     fn cores(&self) -> usize {
     ///         self.sim.cores()
     ///     }
-    ///     fn memory(&self) -> &DeviceMemory {
-    ///         self.sim.memory()
+    ///     fn host_memory(&self) -> Option<&DeviceMemory> {
+    ///         self.sim.host_memory()
     ///     }
     ///     fn copy_to_device(&self, dst: u64, src: &[u8]) -> simpler::Result<()> {
     ///         COPIED_IN.fetch_add(src.len(), Ordering::Relaxed);

@@ -2,7 +2,7 @@ use super::*;
 use crate::data::dtype::DataType;
 use crate::sys::mem::as_bytes_mut;
 
-/// The whole view, as a window of `copy_view_in_part`.
+/// The whole view, as a window of `copy_runs_in`.
 const WHOLE: (u64, u64) = (0, u64::MAX);
 
 #[test]
@@ -147,10 +147,9 @@ fn strided_views_copy_only_their_elements() {
     let view = TensorView::new(4, &[3], Some(&[4]), DataType::Uint32).unwrap();
     let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::ReadWrite).unwrap();
     let (start, end) = view.byte_range();
-    let dev_view = TensorView::new(0, &[3], Some(&[4]), DataType::Uint32).unwrap();
     let p = a.malloc(end - start).unwrap();
     a.copy_to(p, &[0xff; 36][..(end - start) as usize]).unwrap();
-    a.copy_view_in_part(&m, p, &dev_view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
+    copy_runs_in(&m, p, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
     let mut dev = vec![0u8; (end - start) as usize];
     a.copy_from(p, &mut dev).unwrap();
     let words: Vec<u32> = dev.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
@@ -163,7 +162,7 @@ fn strided_views_copy_only_their_elements() {
     upd[1] = 4242; // a gap: must not reach the host
     let bytes: Vec<u8> = upd.iter().flat_map(|w| w.to_ne_bytes()).collect();
     a.copy_to(p, &bytes).unwrap();
-    a.copy_view_out(p, &dev_view, &m, |d, s| a.copy_from(d, s)).unwrap();
+    copy_runs_out(p, &m, |d, s| a.copy_from(d, s)).unwrap();
     assert_eq!(host, vec![0, 100, 2, 3, 4, 500, 6, 7, 8, 900, 10, 11]);
 }
 
@@ -173,7 +172,6 @@ fn a_view_copied_in_pieces_lands_as_if_copied_whole() {
     // every size from 1 byte (cutting elements and runs) to past the whole.
     let view = TensorView::new(2, &[3, 5], Some(&[6, 1]), DataType::Uint16).unwrap();
     let (start, end) = view.byte_range();
-    let dev_view = TensorView::new(0, &[3, 5], Some(&[6, 1]), DataType::Uint16).unwrap();
     let mut host: Vec<u16> = (0..18).map(|i| 1000 + i).collect();
     let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
     let a = Arena::new(4096).unwrap();
@@ -184,14 +182,13 @@ fn a_view_copied_in_pieces_lands_as_if_copied_whole() {
         dev
     };
     a.copy_to(whole, &vec![0xee; (end - start) as usize]).unwrap();
-    a.copy_view_in_part(&m, whole, &dev_view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
+    copy_runs_in(&m, whole, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
     let elements = 3 * 5 * 2;
     for piece in 1..=elements + 3 {
         a.copy_to(piecewise, &vec![0xee; (end - start) as usize]).unwrap();
         let (mut from, mut calls) = (0, 0);
         loop {
-            let n =
-                a.copy_view_in_part(&m, piecewise, &dev_view, (from, piece), |d, s| a.copy_to(d, s)).unwrap();
+            let n = copy_runs_in(&m, piecewise, (from, piece), |d, s| a.copy_to(d, s)).unwrap();
             assert!(n <= piece, "at most the budget");
             calls += 1;
             from += n;
@@ -222,14 +219,13 @@ fn a_transposed_view_in_pieces_and_empty_windows() {
         d
     };
     a.copy_to(whole, &vec![0xee; (e - s) as usize]).unwrap();
-    a.copy_view_in_part(&m, whole, &dev_view, WHOLE, |d, src| a.copy_to(d, src)).map(|_| ()).unwrap();
+    copy_runs_in(&m, whole, WHOLE, |d, src| a.copy_to(d, src)).map(|_| ()).unwrap();
     let elements = 12 * 2;
     for piece in 1..=elements + 2 {
         a.copy_to(part, &vec![0xee; (e - s) as usize]).unwrap();
         let mut from = 0;
         loop {
-            let n =
-                a.copy_view_in_part(&m, part, &dev_view, (from, piece), |d, src| a.copy_to(d, src)).unwrap();
+            let n = copy_runs_in(&m, part, (from, piece), |d, src| a.copy_to(d, src)).unwrap();
             from += n;
             if n < piece {
                 break;
@@ -243,32 +239,27 @@ fn a_transposed_view_in_pieces_and_empty_windows() {
         calls += 1;
         Ok(())
     };
-    assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (elements, 10), &mut none).unwrap(), 0);
-    assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (elements + 100, 10), &mut none).unwrap(), 0);
-    assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (3, 0), &mut none).unwrap(), 0);
-    assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (u64::MAX - 1, u64::MAX), &mut none).unwrap(), 0);
-    assert_eq!(a.copy_view_in_part(&m, part, &dev_view, (5, u64::MAX), |_, _| Ok(())).unwrap(), elements - 5);
+    assert_eq!(copy_runs_in(&m, part, (elements, 10), &mut none).unwrap(), 0);
+    assert_eq!(copy_runs_in(&m, part, (elements + 100, 10), &mut none).unwrap(), 0);
+    assert_eq!(copy_runs_in(&m, part, (3, 0), &mut none).unwrap(), 0);
+    assert_eq!(copy_runs_in(&m, part, (u64::MAX - 1, u64::MAX), &mut none).unwrap(), 0);
+    assert_eq!(copy_runs_in(&m, part, (5, u64::MAX), |_, _| Ok(())).unwrap(), elements - 5);
     assert_eq!(calls, 0);
 }
 
 #[test]
-fn view_copies_check_layout_and_bounds() {
+fn run_copies_stop_at_the_first_error() {
     let a = Arena::new(4096).unwrap();
     let mut host = vec![0f32; 8];
     let view = TensorView::new(0, &[8], None, DataType::Float32).unwrap();
     let m = MappedTensor::from_slice(as_bytes_mut(&mut host), view, Access::Read).unwrap();
     let small = a.malloc(16).unwrap();
     assert!(
-        a.copy_view_in_part(&m, small, &view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).is_err(),
+        copy_runs_in(&m, small, WHOLE, |d, s| a.copy_to(d, s)).is_err(),
         "32 bytes into a 16-byte allocation"
     );
     let p = a.malloc(32).unwrap();
-    let other = TensorView::new(0, &[4, 2], None, DataType::Float32).unwrap();
-    assert!(
-        a.copy_view_in_part(&m, p, &other, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).is_err(),
-        "different shape"
-    );
-    a.copy_view_in_part(&m, p, &view, WHOLE, |d, s| a.copy_to(d, s)).map(|_| ()).unwrap();
+    assert_eq!(copy_runs_in(&m, p, WHOLE, |d, s| a.copy_to(d, s)).unwrap(), 32);
 }
 
 #[test]

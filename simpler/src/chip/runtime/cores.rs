@@ -42,11 +42,10 @@ impl CoreShared {
     }
 }
 
-/// One kernel for a core thread: the function, its tensors as `(device pointer, view, access)`
-/// and its scalars.
+/// One kernel for a core thread: the kernel, its tensors and its scalars.
 struct CoreJob {
-    kernel: HostFnPtr,
-    tensors: Vec<(u64, TensorView, Access)>,
+    kernel: KernelRef,
+    tensors: Vec<DeviceTensor>,
     scalars: Vec<u64>,
 }
 
@@ -74,20 +73,9 @@ impl CoreEndpoint {
             .spawn(move || {
                 for job in jobs {
                     cpu_w.store(crate::sys::futex::current_cpu(), Ordering::Relaxed);
-                    // The gate before the views (rule A6 of `chip::arena`).
-                    let running = device.arena().kernel_gate();
-                    let tensors = job
-                        .tensors
-                        .iter()
-                        .map(|&(ptr, view, access)| device.arena().tensor(ptr, view, access));
-                    let called = match tensors.collect::<Result<Vec<_>>>() {
-                        Ok(tensors) => call_kernel(job.kernel, tensors, &job.scalars, core),
-                        Err(e) => Err(e.message().to_string()),
-                    };
-                    drop(running);
-                    let out = match called {
+                    let out = match device.launch(job.kernel.def(), core, &job.tensors, &job.scalars) {
                         Ok(()) => Outcome::Success,
-                        Err(msg) => Outcome::TaskFailure(msg),
+                        Err(e) => Outcome::TaskFailure(e.message().to_string()),
                     };
                     if done_tx.send(out).is_err() {
                         break;
@@ -99,11 +87,11 @@ impl CoreEndpoint {
         Ok(CoreEndpoint { core, shared, tx: Some(tx), rx, handle: Some(handle), cpu })
     }
 
-    pub(super) fn kernel_of(&self, callable: &CallableHandle) -> Result<HostFnPtr> {
+    pub(super) fn kernel_of(&self, callable: &CallableHandle) -> Result<KernelRef> {
         let reg = sync::read(&self.shared.registry);
-        match reg.get(&callable.digest()).map(ChipFn::body) {
-            Some(ChipBody::Kernel(k)) => Ok(k),
-            Some(ChipBody::Orchestration(_)) => {
+        match reg.get(&callable.digest()).map(|f| (f.body(), f)) {
+            Some((ChipBody::Kernel(_), f)) => Ok(f.kernel_ref().expect("a kernel")),
+            Some((ChipBody::Orchestration(_), _)) => {
                 Err(Error::invalid(format!("{callable} is a chip orchestration; only kernels run on a core")))
             }
             None => Err(Error::new(
@@ -120,7 +108,7 @@ impl Endpoint for CoreEndpoint {
         let mut tensors = Vec::with_capacity(d.args.tensors.len());
         for (i, (t, tag)) in d.args.tensors.iter().zip(&d.args.tags).enumerate() {
             let base = self.shared.resolve(i, t).map_err(Error::invalid)?;
-            tensors.push((base, *t.view(), tag.access()));
+            tensors.push(DeviceTensor::new(base, *t.view(), tag.access()));
         }
         let job = CoreJob { kernel, tensors, scalars: d.args.scalars.to_vec() };
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());

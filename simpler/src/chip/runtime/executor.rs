@@ -17,7 +17,7 @@ pub(super) struct ExecCtx {
 pub(super) struct ExecJob {
     pub(super) lease: Lease,
     pub(super) name: String,
-    pub(super) body: ChipBody,
+    pub(super) body: RunBody,
     pub(super) prepared: Vec<Prepared>,
     pub(super) scalars: Vec<u64>,
     pub(super) config: CallConfig,
@@ -108,11 +108,11 @@ impl ExecCtx {
 
     /// Runs `job`; with `job.trace`, leaves the records of what it ran in `records`.
     pub(super) fn execute(&self, job: &ExecJob, records: &mut Option<Vec<TaskRecord>>) -> Result<()> {
-        let k = match job.body {
-            ChipBody::Orchestration(o) => {
-                return self.run_orchestration(job, o, records);
+        let k = match &job.body {
+            RunBody::Orchestration(o) => {
+                return self.run_orchestration(job, *o, records);
             }
-            ChipBody::Kernel(k) => k,
+            RunBody::Kernel(k) => k,
         };
         let diagnose = crate::chip::diag::wanted(&job.config);
         if !diagnose && !job.trace {
@@ -154,13 +154,10 @@ impl ExecCtx {
     }
 
     /// Runs kernel `k` as core 0; its failure is its own message (`run` adds what failed where).
-    pub(super) fn run_kernel(&self, k: HostFnPtr, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
-        let arena = self.device.arena();
-        // The gate before the views (rule A6 of `chip::arena`).
-        let _running = arena.kernel_gate();
-        let tensors =
-            prepared.iter().map(|p| arena.tensor(p.ptr, p.view, p.access)).collect::<Result<Vec<_>>>()?;
-        call_kernel(k, tensors, scalars, 0).map_err(|msg| Error::new(ErrorKind::TaskFailed, msg))
+    pub(super) fn run_kernel(&self, k: &KernelRef, prepared: &[Prepared], scalars: &[u64]) -> Result<()> {
+        let tensors: smallvec::SmallVec<[DeviceTensor; 8]> =
+            prepared.iter().map(|p| DeviceTensor::new(p.ptr, p.view, p.access)).collect();
+        self.device.launch(k.def(), 0, &tensors, scalars)
     }
 
     pub(super) fn run_orchestration(

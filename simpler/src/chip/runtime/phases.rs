@@ -117,7 +117,7 @@ enum Phase {
 pub(crate) struct ChipRun<'a> {
     lease: Lease,
     name: String,
-    body: ChipBody,
+    body: RunBody,
     args: Vec<ChipArg<'a>>,
     pub(super) prepared: Vec<Prepared>,
     scalars: Vec<u64>,
@@ -228,7 +228,7 @@ impl ChipRuntime {
             Ok(mut run) => {
                 // A kernel's failure is its own message (a parent's engine names the task and
                 // the chip); called directly, this names them.
-                let kernel = matches!(run.body, ChipBody::Kernel(_)).then(|| run.name.clone());
+                let kernel = matches!(run.body, RunBody::Kernel(_)).then(|| run.name.clone());
                 let result = match self.launch_here(&mut run, Trace::Off) {
                     Ok(()) => self.finalize(run),
                     Err(e) => {
@@ -407,7 +407,7 @@ impl ChipRuntime {
         Ok(ChipRun {
             lease,
             name: f.name().to_string(),
-            body: f.body(),
+            body: f.run_body(),
             args,
             prepared,
             scalars,
@@ -476,14 +476,14 @@ impl ChipRuntime {
             )));
         }
         if let Some(ptr) = self.staging[run.lease.slot as usize].ptr() {
-            self.device.arena().unfence(ptr)?;
+            self.device.unfence(ptr)?;
         }
         let back = run.back.take();
         run.backed = back.is_some();
         Ok(ExecJob {
             lease: run.lease,
             name: run.name.clone(),
-            body: run.body,
+            body: run.body.clone(),
             prepared: run.prepared.clone(),
             scalars: run.scalars.clone(),
             config: run.config.clone(),
@@ -582,7 +582,7 @@ impl ChipRuntime {
             Ok(())
         });
         if let Some(ptr) = self.staging.get(slot).and_then(Staging::ptr)
-            && let Err(e) = self.device.arena().fence(ptr)
+            && let Err(e) = self.device.fence(ptr)
         {
             tracing::error!(target: "simpler::chip", chip = self.chip, "fencing the staging buffer: {e}");
         }
@@ -611,8 +611,8 @@ impl ChipRuntime {
             }
             ChipArg::Device { .. } => None,
         });
-        let (offsets, need) =
-            staging::layout(host_sizes).map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
+        let (offsets, need) = staging::layout(host_sizes, device.align())
+            .map_err(|e| e.context(format!("chip {chip}: `{}`", f.name())))?;
         let mut reserved = self.staging[slot].reserve(&device, need);
         if reserved.as_ref().is_err_and(|e| e.kind() == ErrorKind::ResourceExhausted) {
             // Another slot's block that serves no run now gives its memory back, and the

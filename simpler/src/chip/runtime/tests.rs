@@ -199,11 +199,11 @@ fn host_tensors_reuse_the_retained_staging_buffer() {
     assert_eq!(rt.device_allocations(), after_first, "steady state: no device allocation per run");
     runs(&mut rt, 5000);
     assert_eq!(rt.device_allocations(), after_first + 1, "a larger run grows it once");
-    let staged = rt.device.arena().used();
-    let (_, need) = staging::layout([20_000; 3]).unwrap();
+    let staged = rt.device.sim().used();
+    let (_, need) = staging::layout([20_000; 3], 64).unwrap();
     assert_eq!(staged, need.next_multiple_of(64), "bump slices of one block");
     rt.shutdown();
-    assert_eq!(rt.device.arena().used(), 0, "freed at close");
+    assert_eq!(rt.device.sim().used(), 0, "freed at close");
 }
 
 #[test]
@@ -1010,7 +1010,7 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
             .map(|p| {
                 let (s, e) = p.view.byte_range();
                 let mut b = vec![0u8; (e - s) as usize];
-                rt.device.arena().copy_from(p.ptr + s, &mut b).unwrap();
+                rt.device.sim().copy_from(p.ptr + s, &mut b).unwrap();
                 // The view's element bytes only (the gaps of a strided view are never copied).
                 let mut elements = Vec::new();
                 p.view.for_each_run(|off, len| elements.extend_from_slice(&b[off..off + len]));
@@ -1037,7 +1037,7 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
             .detach();
         for p in run.prepared.iter().filter(|p| p.access.can_read() && p.identity != id(1)) {
             let (s, e) = p.view.byte_range();
-            rt.device.arena().copy_to(p.ptr + s, &vec![0xee; (e - s) as usize]).unwrap();
+            rt.device.sim().copy_to(p.ptr + s, &vec![0xee; (e - s) as usize]).unwrap();
         }
         let mut pieces = 0u64;
         while !rt.copy_in_some(&mut run, &args!(), budget).unwrap() {

@@ -1,0 +1,660 @@
+//! A chip backend on an OpenCL device ([`OpenClChip`], feature `opencl`): kernels written in
+//! OpenCL C, compiled when they are registered, launched on the device's command queues.
+//!
+//! A chip is one OpenCL context on one device, made in the process that drives the chip (a chip
+//! process of its own at L3), with one in-order command queue per core and one for copies.
+//! Chip `i` of a Worker uses device `i % n` of the `n` devices the ICD loader lists, so two
+//! chips may share one device (as on a CI machine with one PoCL CPU device).
+//!
+//! * **Memory.** Every `malloc` is a `cl_mem` buffer of its own; the device pointer packs the
+//!   buffer's handle and a byte offset into it (`handle << 40 | offset`), so the runtime's
+//!   pointer arithmetic (`ptr + view offset`) stays valid. The chip's memory size
+//!   (`WorkerBuilder::chip_memory`, capped by the device's global memory) is a budget the
+//!   backend counts.
+//! * **Copies** are blocking `clEnqueueWrite/ReadBuffer` calls on the copy queue: a strided host
+//!   tensor moves as one copy per contiguous run (the runtime's documented fallback for
+//!   rectangular copies).
+//! * **Kernels** come from [`KernelSource::opencl`](crate::chip::KernelSource::opencl) (see
+//!   [`ChipFn::opencl`](crate::chip::ChipFn::opencl)). [`ChipBackend::load_kernel`] builds the
+//!   program (with `-cl-kernel-arg-info`, so the backend can read each parameter's type) and
+//!   makes one kernel object per core queue; a build failure is an error that carries the
+//!   compiler's log, naming the callable. A launch sets the tensors as the first parameters
+//!   (a `__global` pointer to each view's first element: the buffer itself, or a sub-buffer at
+//!   the view's offset, which must be a multiple of the device's base address alignment), then
+//!   the scalars, each narrowed to the parameter's declared type (`float` from the bits
+//!   `TaskArgs::scalar_f32` stores, `int`, `uint`, `long`, `ulong`, `double`, `short`,
+//!   `ushort`, `char`, `uchar`, `size_t`). The global work size is one work-item per element
+//!   of the first writable tensor (of the first tensor when none is writable), in one
+//!   dimension; the device picks the work-group size. The launch returns a pending
+//!   completion on the kernel's event, which the core thread waits on without spinning.
+//! * **Processes.** OpenCL does not survive `fork` without `exec`: a process forked from one
+//!   that made an `OpenClChip` refuses to make one, naming `StartMethod::Exec` (the default).
+//!
+//! # Rules
+//!
+//! * **O1 (live objects).** Every OpenCL object this module passes to a call was made by it
+//!   from this chip's context and is alive: buffers stay in the chip's table until freed, and a
+//!   launch keeps the buffers and sub-buffers it set as arguments (`Arc`s) in its pending
+//!   completion until the kernel's event completed; queues, programs and kernels live as long
+//!   as the chip or the loaded kernel that holds them.
+//! * **O2 (host bytes).** Host memory is lent to OpenCL only by blocking reads and writes, which
+//!   return after the device is done with it, so no call uses a host slice after it returns.
+//! * **O3 (device ranges).** Every copy's byte range, and every sub-buffer's region, is checked
+//!   to lie inside its buffer before the call.
+//! * **O4 (kernel arguments).** A kernel object is used by one thread at a time (a `Mutex` per
+//!   core), and every argument is set, before the enqueue, with the size the kernel's own
+//!   signature declares (queried at load): a `cl_mem` for a `__global` pointer, a scalar of the
+//!   parameter's width otherwise; a launch whose count or kinds do not match is refused.
+//! * **O5 (one process).** OpenCL is used only by the process that made the chip: one forked
+//!   (without exec) from a process that used OpenCL refuses to start.
+
+#![expect(
+    unsafe_code,
+    reason = "OpenCL calls through opencl3's unsafe buffer, queue and kernel API; rules O1-O5"
+)]
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::device::{CL_DEVICE_TYPE_ALL, Device as ClDevice, get_all_devices};
+use opencl3::event::CL_COMPLETE;
+use opencl3::event::Event;
+use opencl3::kernel::{CL_KERNEL_ARG_ADDRESS_GLOBAL, CL_KERNEL_ARG_ADDRESS_PRIVATE, Kernel};
+use opencl3::memory::{Buffer, CL_MEM_READ_WRITE, ClMem};
+use opencl3::program::Program;
+use opencl3::types::{CL_BLOCKING, cl_mem};
+
+use crate::callable::identity::Digest;
+use crate::chip::backend::{ChipBackend, ChipSpec, Completion, KernelDef, KernelLaunch, OPENCL_C, Pending};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::sync;
+
+/// Bits of a device pointer that hold the offset into its buffer (a buffer is at most 1 TiB).
+const OFFSET_BITS: u32 = 40;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+
+/// The process that first made an OpenCL chip (rule O5); 0 before.
+static OPENCL_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Most bytes of a compiler log an error message carries (the frame that reports a chip
+/// child's error holds 512 bytes in all); the whole log goes to the chip's `tracing` output.
+const LOG_IN_MESSAGE: usize = 300;
+
+/// An OpenCL error as this crate's.
+fn cl(what: &str, e: opencl3::error_codes::ClError) -> Error {
+    Error::new(ErrorKind::Os, format!("OpenCL {what}: {e} ({})", e.0))
+}
+
+/// One buffer of device memory.
+struct ClBuffer {
+    mem: Buffer<u8>,
+    len: u64,
+}
+
+// SAFETY: rule O1 — a `cl_mem` is a reference-counted handle that OpenCL lets any thread use
+// (the OpenCL API is thread-safe except `clSetKernelArg` on one kernel, rule O4).
+unsafe impl Send for ClBuffer {}
+// SAFETY: as for `Send`; the buffer is only read through shared calls.
+unsafe impl Sync for ClBuffer {}
+
+/// The chip's buffers: handle -> buffer, the next handle, and the bytes they hold.
+#[derive(Default)]
+struct Buffers {
+    live: HashMap<u64, Arc<ClBuffer>>,
+    next: u64,
+    used: u64,
+}
+
+/// A kernel built for this chip: its per-core kernel objects and what each parameter takes.
+struct Loaded {
+    /// The program the kernels came from (kept alive with them).
+    _program: Program,
+    /// One kernel object per core (rule O4).
+    per_core: Vec<Mutex<Kernel>>,
+    params: Vec<Param>,
+}
+
+/// What a kernel parameter takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Param {
+    /// A `__global` pointer: a tensor.
+    Global,
+    /// A scalar of this many bytes; `float` and `double` are read from the word's bits.
+    Scalar { bytes: usize, float: bool },
+}
+
+/// A chip on an OpenCL device (see the [module docs](self)).
+///
+/// ```no_run
+/// use simpler::{chip::ChipFn, chip::KernelSource, chip::OpenClChip, status::Level, DataType, TaskArgs, Worker};
+///
+/// const DOUBLE: &str = "__kernel void double_it(__global float* x) { x[get_global_id(0)] *= 2.0f; }";
+///
+/// # fn main() -> simpler::Result<()> {
+/// let mut chip = Worker::builder().level(Level::Chip).chip_backend(OpenClChip::backend).build()?;
+/// let k = chip.register_chip(ChipFn::opencl("double_it", KernelSource::opencl(DOUBLE, "double_it")))?;
+/// chip.init()?;
+/// let buf = chip.create_buffer(16 * 4)?;
+/// buf.write(0, &[1.0f32; 16])?;
+/// let x = buf.tensor(&[16], DataType::Float32)?;
+/// chip.run(|orch| {
+///     let mut args = TaskArgs::new();
+///     args.inout(&x)?;
+///     orch.submit_next_level(&k, args, Default::default(), 0).map(|_| ())
+/// })?;
+/// assert_eq!(buf.read::<f32>(0, 16)?, vec![2.0; 16]);
+/// chip.close()
+/// # }
+/// ```
+pub struct OpenClChip {
+    name: String,
+    device: ClDevice,
+    context: Context,
+    copy: CommandQueue,
+    cores: Vec<CommandQueue>,
+    memory: u64,
+    align: u64,
+    buffers: Mutex<Buffers>,
+    kernels: Mutex<HashMap<Digest, Arc<Loaded>>>,
+}
+
+// SAFETY: rule O1 — OpenCL contexts, queues, programs and device ids may be used from any
+// thread; kernel objects are behind a `Mutex` each (rule O4) and buffers are `Send + Sync`.
+unsafe impl Send for OpenClChip {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for OpenClChip {}
+
+impl std::fmt::Debug for OpenClChip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenClChip")
+            .field("device", &self.name)
+            .field("cores", &self.cores.len())
+            .field("memory", &self.memory)
+            .finish()
+    }
+}
+
+impl OpenClChip {
+    /// The chip `spec` describes, on OpenCL device `spec.chip_id() % n` of the `n` devices of
+    /// every platform the ICD loader lists: `spec.cores()` command queues and
+    /// `spec.memory_bytes()` of memory (at most the device's global memory).
+    ///
+    /// # Errors
+    ///
+    /// No OpenCL platform or device is an [`ErrorKind::Os`] error that says what to install;
+    /// a process forked (without exec) from one that used OpenCL is refused
+    /// ([`ErrorKind::InvalidState`], rule O5).
+    ///
+    /// ```no_run
+    /// use simpler::{chip::ChipBackend, chip::ChipSpec, chip::OpenClChip};
+    /// let chip = OpenClChip::new(&ChipSpec::default_for(0))?;
+    /// assert_eq!(chip.cores(), 4);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn new(spec: &ChipSpec) -> Result<OpenClChip> {
+        crate::chip::backend::check_cores(spec.cores())?;
+        let me = std::process::id();
+        match OPENCL_PID.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => {}
+            Err(pid) if pid == me => {}
+            Err(pid) => {
+                return Err(Error::state(format!(
+                    "OpenCL was used by process {pid}, which forked this one without exec; OpenCL does not survive that: start the chip processes with StartMethod::Exec (the default)"
+                )));
+            }
+        }
+        let ids = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(|e| {
+            Error::new(
+                ErrorKind::Os,
+                format!(
+                    "no OpenCL platform ({e}): install an OpenCL driver and its ICD (for example Debian's ocl-icd-libopencl1 and pocl-opencl-icd)"
+                ),
+            )
+        })?;
+        if ids.is_empty() {
+            return Err(Error::new(ErrorKind::Os, "the OpenCL platforms list no device".to_string()));
+        }
+        let device = ClDevice::new(ids[spec.chip_id() as usize % ids.len()]);
+        let name = device.name().unwrap_or_else(|_| "an OpenCL device".to_string());
+        let global = device.global_mem_size().map_err(|e| cl("reading the device's memory size", e))?;
+        let align_bits = device.mem_base_addr_align().map_err(|e| cl("reading the device's alignment", e))?;
+        let align = (u64::from(align_bits) / 8).clamp(64, 65536).next_power_of_two();
+        let context = Context::from_device(&device).map_err(|e| cl("creating a context", e))?;
+        let queue =
+            || CommandQueue::create_default(&context, 0).map_err(|e| cl("creating a command queue", e));
+        let copy = queue()?;
+        let cores = (0..spec.cores()).map(|_| queue()).collect::<Result<Vec<_>>>()?;
+        tracing::debug!(target: "simpler::chip", chip = spec.chip_id(), device = %name, "OpenCL chip ready");
+        Ok(OpenClChip {
+            name,
+            device,
+            context,
+            copy,
+            cores,
+            memory: spec.memory_bytes().min(global),
+            align,
+            buffers: Mutex::new(Buffers { next: 1, ..Buffers::default() }),
+            kernels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// [`OpenClChip::new`] as a [`ChipBackendFn`](crate::chip::ChipBackendFn), for
+    /// [`WorkerBuilder::chip_backend`](crate::WorkerBuilder::chip_backend).
+    ///
+    /// ```no_run
+    /// use simpler::{chip::OpenClChip, Worker};
+    /// let worker = Worker::builder().chips(2).chip_backend(OpenClChip::backend).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn backend(spec: &ChipSpec) -> Result<Box<dyn ChipBackend>> {
+        Ok(Box::new(OpenClChip::new(spec)?))
+    }
+
+    /// The device's name, as OpenCL reports it.
+    ///
+    /// ```no_run
+    /// let chip = simpler::chip::OpenClChip::new(&simpler::chip::ChipSpec::default_for(0))?;
+    /// println!("{}", chip.device_name());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The buffer `ptr` points into and the offset there, after checking that `len` bytes from
+    /// it lie inside the buffer (rule O3).
+    fn resolve(&self, what: &str, ptr: u64, len: u64) -> Result<(Arc<ClBuffer>, u64)> {
+        let (handle, offset) = (ptr >> OFFSET_BITS, ptr & OFFSET_MASK);
+        let buffers = sync::lock(&self.buffers);
+        let buf =
+            buffers.live.get(&handle).filter(|b| offset.checked_add(len).is_some_and(|end| end <= b.len));
+        buf.map(|b| (b.clone(), offset)).ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}: device range {ptr:#x}..+{len} does not lie inside one live allocation of this OpenCL chip"
+            ))
+        })
+    }
+
+    fn loaded(&self, digest: &Digest) -> Option<Arc<Loaded>> {
+        sync::lock(&self.kernels).get(digest).cloned()
+    }
+}
+
+/// `log` without build-cache paths (`/…/tempfile_ab12.cl:2:5:` becomes `name.cl:2:5:`), cut to
+/// [`LOG_IN_MESSAGE`] bytes with a note of what was left out.
+fn short_log(name: &str, log: &str) -> String {
+    let mut out = String::new();
+    for word in log.split_inclusive(char::is_whitespace) {
+        match word.find(".cl:") {
+            Some(at) if word[..at].contains('/') => {
+                out.push_str(name);
+                out.push_str(&word[at..]);
+            }
+            _ => out.push_str(word),
+        }
+    }
+    let out = out.trim();
+    if out.len() <= LOG_IN_MESSAGE {
+        return out.to_string();
+    }
+    let mut cut = LOG_IN_MESSAGE;
+    while !out.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{} ... ({} more bytes)", &out[..cut], out.len() - cut)
+}
+
+/// What parameter `i` of `kernel` takes, from its argument info (rule O4).
+fn param(kernel: &Kernel, i: u32) -> std::result::Result<Param, String> {
+    let space = kernel.get_arg_address_qualifier(i).map_err(|e| format!("parameter {i}: {e}"))?;
+    let ty = kernel.get_arg_type_name(i).map_err(|e| format!("parameter {i}: {e}"))?;
+    let ty = ty.trim_end_matches('\0').trim();
+    if space == CL_KERNEL_ARG_ADDRESS_GLOBAL && ty.ends_with('*') {
+        return Ok(Param::Global);
+    }
+    if space != CL_KERNEL_ARG_ADDRESS_PRIVATE || ty.ends_with('*') {
+        return Err(format!("parameter {i} (`{ty}`) is neither a __global pointer (a tensor) nor a scalar"));
+    }
+    let (bytes, float) = match ty {
+        "char" | "uchar" | "unsigned char" | "bool" => (1, false),
+        "short" | "ushort" | "unsigned short" => (2, false),
+        "int" | "uint" | "unsigned int" => (4, false),
+        "float" => (4, true),
+        "long" | "ulong" | "unsigned long" | "size_t" => (8, false),
+        "double" => (8, true),
+        other => return Err(format!("parameter {i} has type `{other}`, which a scalar word cannot carry")),
+    };
+    Ok(Param::Scalar { bytes, float })
+}
+
+/// A kernel running on the device: its event and the buffers it uses (rule O1).
+struct Running {
+    name: String,
+    event: Event,
+    _args: Vec<Arc<ClBuffer>>,
+}
+
+// SAFETY: rule O1 — an event and buffers are handles OpenCL lets any thread use.
+unsafe impl Send for Running {}
+
+impl Running {
+    fn failed(&self, status: i32) -> Error {
+        Error::new(
+            ErrorKind::TaskFailed,
+            format!("OpenCL kernel `{}` failed on the device: {status}", self.name),
+        )
+    }
+}
+
+impl Pending for Running {
+    fn is_done(&mut self) -> Result<bool> {
+        let status = self.event.command_execution_status().map_err(|e| cl("reading a kernel's status", e))?;
+        match status.0 {
+            s if s == CL_COMPLETE => Ok(true),
+            s if s < 0 => Err(self.failed(s)),
+            _ => Ok(false),
+        }
+    }
+
+    fn wait(mut self: Box<Self>) -> Result<()> {
+        // `clWaitForEvents` fails when the command did; read the status for the message.
+        let waited = self.event.wait();
+        match self.is_done() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(waited.err().map_or_else(
+                || Error::state(format!("OpenCL kernel `{}` did not complete", self.name)),
+                |e| cl("waiting for a kernel", e),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ChipBackend for OpenClChip {
+    fn cores(&self) -> usize {
+        self.cores.len()
+    }
+
+    fn memory_size(&self) -> u64 {
+        self.memory
+    }
+
+    fn alignment(&self) -> u64 {
+        self.align
+    }
+
+    fn malloc(&self, nbytes: u64) -> Result<u64> {
+        if nbytes == 0 {
+            return Err(Error::invalid("device malloc of 0 bytes; ask for at least 1 byte"));
+        }
+        if nbytes > self.memory || nbytes > OFFSET_MASK {
+            return Err(Error::invalid(format!(
+                "out of device memory: {nbytes} bytes were requested but the chip has only {} bytes of memory",
+                self.memory
+            )));
+        }
+        let mut buffers = sync::lock(&self.buffers);
+        if buffers.used + nbytes > self.memory {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "out of device memory: cannot allocate {nbytes} bytes; the chip has {} bytes, {} in use",
+                    self.memory, buffers.used
+                ),
+            ));
+        }
+        let len = usize::try_from(nbytes).map_err(|_| Error::invalid("allocation too large"))?;
+        // SAFETY: rule O1 — a buffer of this chip's context; no host pointer is given (rule O2).
+        let mem =
+            unsafe { Buffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, len, std::ptr::null_mut()) }
+                .map_err(|e| match e.0 {
+                    opencl3::error_codes::CL_MEM_OBJECT_ALLOCATION_FAILURE
+                    | opencl3::error_codes::CL_OUT_OF_RESOURCES
+                    | opencl3::error_codes::CL_OUT_OF_HOST_MEMORY => Error::new(
+                        ErrorKind::InvalidState,
+                        format!("out of device memory: the device refused {nbytes} bytes ({e})"),
+                    ),
+                    _ => cl("allocating a buffer", e),
+                })?;
+        let handle = buffers.next;
+        buffers.next += 1;
+        buffers.used += nbytes;
+        buffers.live.insert(handle, Arc::new(ClBuffer { mem, len: nbytes }));
+        Ok(handle << OFFSET_BITS)
+    }
+
+    fn free(&self, ptr: u64) -> Result<()> {
+        let (handle, offset) = (ptr >> OFFSET_BITS, ptr & OFFSET_MASK);
+        let mut buffers = sync::lock(&self.buffers);
+        let why = match buffers.live.get(&handle) {
+            Some(_) if offset != 0 => "it points inside an allocation; free the start of an allocation",
+            Some(_) => {
+                let buf = buffers.live.remove(&handle).expect("present");
+                buffers.used -= buf.len;
+                return Ok(());
+            }
+            None if handle > 0 && handle < buffers.next => "double free: that allocation was already freed",
+            None => "no live allocation starts there (never allocated, or already freed)",
+        };
+        Err(Error::invalid(format!("device free of {ptr:#x}: {why}")))
+    }
+
+    fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
+        let (buf, offset) = self.resolve("copy to device", dst, src.len() as u64)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: rules O1, O3 — a live buffer of this context, the range checked inside it;
+        // rule O2 — blocking, so `src` is not used after the call.
+        unsafe {
+            opencl3::command_queue::enqueue_write_buffer(
+                self.copy.get(),
+                buf.mem.get(),
+                CL_BLOCKING,
+                offset as usize,
+                src.len(),
+                src.as_ptr().cast::<c_void>(),
+                0,
+                std::ptr::null(),
+            )
+        }
+        .map(|event| drop(Event::new(event)))
+        .map_err(|e| cl("writing to a buffer", opencl3::error_codes::ClError(e)))
+    }
+
+    fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        let (buf, offset) = self.resolve("copy from device", src, dst.len() as u64)?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: rules O1, O3 — a live buffer, the range checked inside it; rule O2 —
+        // blocking, so `dst` is written only during the call.
+        unsafe {
+            opencl3::command_queue::enqueue_read_buffer(
+                self.copy.get(),
+                buf.mem.get(),
+                CL_BLOCKING,
+                offset as usize,
+                dst.len(),
+                dst.as_mut_ptr().cast::<c_void>(),
+                0,
+                std::ptr::null(),
+            )
+        }
+        .map(|event| drop(Event::new(event)))
+        .map_err(|e| cl("reading from a buffer", opencl3::error_codes::ClError(e)))
+    }
+
+    fn load_kernel(&self, kernel: &KernelDef<'_>) -> Result<()> {
+        let callable = |msg: String| Error::new(ErrorKind::Callable, msg);
+        let name = kernel.name();
+        let Some(source) = kernel.source().filter(|s| s.language() == OPENCL_C) else {
+            return Err(callable(format!(
+                "kernel `{name}` has no OpenCL C source, and this chip is an OpenCL device ({}): give it one with ChipFn::opencl or ChipFn::with_source",
+                self.name
+            )));
+        };
+        if sync::lock(&self.kernels).contains_key(&kernel.digest()) {
+            return Ok(());
+        }
+        if source.entry().contains('\0') || source.entry().is_empty() {
+            return Err(callable(format!(
+                "kernel `{name}`: entry `{}` is not a function name",
+                source.entry()
+            )));
+        }
+        let mut program = Program::create_from_source(&self.context, source.text())
+            .map_err(|e| callable(format!("KERNEL_BUILD_FAILED: `{name}`: creating the program: {e}")))?;
+        if let Err(e) = program.build(&[self.device.id()], "-cl-kernel-arg-info") {
+            let log = program.get_build_log(self.device.id()).unwrap_or_default();
+            tracing::error!(target: "simpler::chip", kernel = name, "OpenCL build failed ({e}):\n{log}");
+            return Err(callable(format!("KERNEL_BUILD_FAILED: `{name}`: {e}: {}", short_log(name, &log))));
+        }
+        let make = || {
+            Kernel::create(&program, source.entry()).map_err(|e| {
+                callable(format!(
+                    "kernel `{name}`: no kernel function `{}` in its source ({e})",
+                    source.entry()
+                ))
+            })
+        };
+        let first = make()?;
+        let count = first.num_args().map_err(|e| cl("reading a kernel's parameters", e))?;
+        let params = (0..count)
+            .map(|i| param(&first, i))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|msg| callable(format!("kernel `{name}`: {msg}")))?;
+        let mut per_core = vec![Mutex::new(first)];
+        for _ in 1..self.cores.len() {
+            per_core.push(Mutex::new(make()?));
+        }
+        let loaded = Arc::new(Loaded { _program: program, per_core, params });
+        sync::lock(&self.kernels).insert(kernel.digest(), loaded);
+        Ok(())
+    }
+
+    fn unload_kernel(&self, digest: &Digest) {
+        sync::lock(&self.kernels).remove(digest);
+    }
+
+    fn launch(&self, launch: KernelLaunch<'_>) -> Result<Completion> {
+        let def = launch.kernel();
+        let name = def.name();
+        let loaded = self.loaded(&def.digest()).ok_or_else(|| {
+            Error::new(ErrorKind::Callable, format!("kernel `{name}` was not loaded on this OpenCL chip"))
+        })?;
+        let (tensors, scalars) = (launch.tensors(), launch.scalars());
+        let wanted = loaded.params.iter().filter(|p| **p == Param::Global).count();
+        if loaded.params.len() != tensors.len() + scalars.len()
+            || loaded.params[..tensors.len().min(loaded.params.len())].iter().any(|p| *p != Param::Global)
+        {
+            return Err(Error::invalid(format!(
+                "OpenCL kernel `{name}` takes {wanted} tensors (__global pointers, first) and {} scalars; the task passed {} tensors and {} scalars",
+                loaded.params.len() - wanted,
+                tensors.len(),
+                scalars.len()
+            )));
+        }
+        // The buffers the arguments name: the buffer itself at offset 0, else a sub-buffer.
+        let mut args: Vec<Arc<ClBuffer>> = Vec::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            let (start, end) = t.view().byte_range();
+            let (buf, offset) = self.resolve(&format!("`{name}` tensor {i}"), t.ptr(), end)?;
+            let origin = offset + start;
+            if origin == 0 {
+                args.push(buf);
+                continue;
+            }
+            if origin % self.align != 0 {
+                return Err(Error::invalid(format!(
+                    "OpenCL kernel `{name}` tensor {i}: its first element is at byte {origin} of its buffer, which is not a multiple of the device's {}-byte alignment (a view for an OpenCL kernel must start at such a multiple)",
+                    self.align
+                )));
+            }
+            let size = usize::try_from(buf.len - origin).expect("a buffer length fits usize");
+            // SAFETY: rules O1, O3 — a sub-buffer of a live buffer, its region inside it.
+            let sub = unsafe { buf.mem.create_sub_buffer(CL_MEM_READ_WRITE, origin as usize, size) }
+                .map_err(|e| cl(&format!("making a sub-buffer for `{name}` tensor {i}"), e))?;
+            args.push(Arc::new(ClBuffer { mem: sub, len: buf.len - origin }));
+        }
+        let global = tensors
+            .iter()
+            .find(|t| t.access().can_write())
+            .or(tensors.first())
+            .map_or(1, |t| t.view().shape().iter().map(|&d| u64::from(d)).product::<u64>());
+        if global == 0 {
+            return Ok(Completion::Done);
+        }
+        let core = launch.core() as usize;
+        let kernel = sync::lock(loaded.per_core.get(core).ok_or_else(|| {
+            Error::invalid(format!("OpenCL kernel `{name}`: core {core} is not a core of this chip"))
+        })?);
+        let set = |i: usize, r: std::result::Result<(), opencl3::error_codes::ClError>| {
+            r.map_err(|e| cl(&format!("setting parameter {i} of `{name}`"), e))
+        };
+        for (i, buf) in args.iter().enumerate() {
+            let mem: cl_mem = buf.mem.get();
+            // SAFETY: rule O4 — parameter `i` is a __global pointer (checked above), set to a
+            // live buffer (rule O1) while this thread holds the kernel's lock.
+            set(i, unsafe { kernel.set_arg(i as u32, &mem) })?;
+        }
+        for (j, &word) in scalars.iter().enumerate() {
+            let i = tensors.len() + j;
+            let Param::Scalar { bytes, float } = loaded.params[i] else { unreachable!("checked above") };
+            // SAFETY: rule O4 — parameter `i` is a scalar of `bytes` bytes (queried at load),
+            // set with a value of exactly that size.
+            let r = unsafe {
+                match (bytes, float) {
+                    (8, true) => kernel.set_arg(i as u32, &f64::from_bits(word)),
+                    (4, true) => kernel.set_arg(i as u32, &f32::from_bits(word as u32)),
+                    (8, false) => kernel.set_arg(i as u32, &word),
+                    (4, false) => kernel.set_arg(i as u32, &(word as u32)),
+                    (2, _) => kernel.set_arg(i as u32, &(word as u16)),
+                    _ => kernel.set_arg(i as u32, &(word as u8)),
+                }
+            };
+            set(i, r)?;
+        }
+        let queue = &self.cores[core];
+        let sizes = [usize::try_from(global).map_err(|_| Error::invalid("global work size too large"))?];
+        // SAFETY: rule O4 — every parameter was set above with its declared size, under the
+        // lock; rule O1 — the kernel and the queue are this chip's, and the buffers stay alive
+        // in the returned completion until the kernel's event completed.
+        let event = unsafe {
+            queue.enqueue_nd_range_kernel(
+                kernel.get(),
+                1,
+                std::ptr::null(),
+                sizes.as_ptr(),
+                std::ptr::null(),
+                &[],
+            )
+        }
+        .map_err(|e| cl(&format!("launching `{name}`"), e))?;
+        drop(kernel);
+        queue.flush().map_err(|e| cl("flushing a queue", e))?;
+        Ok(Completion::Pending(Box::new(Running { name: name.to_string(), event, _args: args })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_logs_lose_their_cache_paths_and_are_cut() {
+        let log = "/root/.cache/pocl/kcache/tempfile_ab12.cl:2:5: error: use of undeclared identifier 'x'\n1 error generated.";
+        assert_eq!(
+            short_log("scale", log),
+            "scale.cl:2:5: error: use of undeclared identifier 'x'\n1 error generated."
+        );
+        let long = "e".repeat(1000);
+        let short = short_log("k", &long);
+        assert!(short.len() < 400 && short.ends_with("(700 more bytes)"), "{short}");
+    }
+}

@@ -1,0 +1,332 @@
+//! Chips on an OpenCL device (`--features opencl`; CI runs them on PoCL's CPU device): kernels
+//! written in OpenCL C compile at registration and run on the device, device memory is opaque
+//! `cl_mem` buffers, and one kernel that carries both a Rust body and OpenCL source gives the
+//! same results on a simulated chip and on an OpenCL one.
+//!
+//! Without an OpenCL platform each test says so and passes, unless `SIMPLER_REQUIRE_OPENCL=1`
+//! (set in CI, so a broken driver install fails the run).
+
+#![cfg(feature = "opencl")]
+
+mod common;
+
+use common::{Rig, expect_err, isolated_test};
+use simpler::chip::{CallConfig, ChipBackend, ChipFn, ChipSpec, KernelSource, OpenClChip};
+use simpler::{DataType, ErrorKind, HostArgs, HostResult, Orchestrator, TaskArgs, Worker, status::Level};
+
+const VADD: &str = r"
+__kernel void vadd(__global const float* a, __global const float* b, __global float* c) {
+    size_t i = get_global_id(0);
+    c[i] = a[i] + b[i];
+}";
+
+const SCALE: &str = r"
+__kernel void scale(__global float* x, float k, int plus) {
+    size_t i = get_global_id(0);
+    x[i] = x[i] * k + (float)plus;
+}";
+
+/// `x = x * k + plus`, the Rust body of the same kernel.
+fn scale(args: &HostArgs<'_>) -> HostResult {
+    let (k, plus) = (args.scalar_f32(0)?, args.scalar(1)? as i32 as f32);
+    for v in args.output::<f32>(0)? {
+        *v = *v * k + plus;
+    }
+    Ok(())
+}
+
+/// Whether this machine has an OpenCL platform; without one (and without
+/// `SIMPLER_REQUIRE_OPENCL=1`) the test prints why it is skipped.
+fn have_opencl() -> bool {
+    match OpenClChip::new(&ChipSpec::default_for(0)) {
+        Ok(chip) => {
+            eprintln!("OpenCL device: {}", chip.device_name());
+            true
+        }
+        Err(e) if std::env::var("SIMPLER_REQUIRE_OPENCL").is_ok_and(|v| v == "1") => {
+            panic!("SIMPLER_REQUIRE_OPENCL=1 but no OpenCL chip can be made: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: no OpenCL chip on this machine ({e})");
+            false
+        }
+    }
+}
+
+fn l2(cores: usize) -> Worker {
+    Worker::builder()
+        .level(Level::Chip)
+        .chip_memory(64 << 20)
+        .chip_cores(cores)
+        .chip_backend(OpenClChip::backend)
+        .build()
+        .unwrap()
+}
+
+fn f32_args(bufs: &[(&simpler::Buffer, char)], n: u32) -> TaskArgs {
+    let mut args = TaskArgs::new();
+    for (b, how) in bufs {
+        let t = b.tensor(&[n], DataType::Float32).unwrap();
+        match how {
+            'r' => args.input(&t).unwrap(),
+            'w' => args.output(&t).unwrap(),
+            _ => args.inout(&t).unwrap(),
+        };
+    }
+    args
+}
+
+#[isolated_test]
+fn an_opencl_kernel_runs_on_the_device_with_host_tensors() {
+    if !have_opencl() {
+        return;
+    }
+    let mut chip = l2(1);
+    let add = chip.register_chip(ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"))).unwrap();
+    chip.init().unwrap();
+    let n = 1000u32;
+    let (a, b, c) = (
+        chip.create_buffer(4000).unwrap(),
+        chip.create_buffer(4000).unwrap(),
+        chip.create_buffer(4000).unwrap(),
+    );
+    a.write(0, &(0..n).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    b.write(0, &vec![0.5f32; n as usize]).unwrap();
+    for _ in 0..3 {
+        chip.run_callable(&add, f32_args(&[(&a, 'r'), (&b, 'r'), (&c, 'w')], n), CallConfig::default())
+            .unwrap();
+        let got = c.read::<f32>(0, n as usize).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 0.5), "{:?}", &got[..4]);
+    }
+    drop((a, b, c));
+    chip.close().unwrap();
+}
+
+#[isolated_test]
+fn scalars_are_narrowed_to_the_kernels_parameter_types() {
+    if !have_opencl() {
+        return;
+    }
+    let mut chip = l2(1);
+    let k = chip.register_chip(ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale"))).unwrap();
+    chip.init().unwrap();
+    let x = chip.create_buffer(64).unwrap();
+    x.write(0, &[2.0f32; 16]).unwrap();
+    let mut args = f32_args(&[(&x, 'x')], 16);
+    args.scalar_f32(1.5).scalar((-3i64) as u64);
+    chip.run_callable(&k, args, CallConfig::default()).unwrap();
+    assert_eq!(x.read::<f32>(0, 16).unwrap(), vec![0.0f32; 16]);
+
+    // Too few scalars: refused, naming the kernel and what it takes.
+    let mut short = f32_args(&[(&x, 'x')], 16);
+    short.scalar_f32(1.0);
+    let err = chip.run_callable(&k, short, CallConfig::default()).unwrap_err();
+    assert!(
+        err.message().contains("`scale` takes 1 tensors") && err.message().contains("2 scalars"),
+        "{err}"
+    );
+    drop(x);
+    chip.close().unwrap();
+}
+
+#[isolated_test]
+fn a_build_failure_is_a_callable_error_with_the_compilers_log_and_installs_nothing() {
+    if !have_opencl() {
+        return;
+    }
+    let broken = "__kernel void broken(__global float* x) { x[0] = undeclared_thing; }";
+    // After init: the registration fails.
+    let mut chip = l2(1);
+    chip.init().unwrap();
+    let err = expect_err(
+        chip.register_chip(ChipFn::opencl("broken", KernelSource::opencl(broken, "broken"))),
+        ErrorKind::Callable,
+        &["KERNEL_BUILD_FAILED", "`broken`", "undeclared_thing"],
+    );
+    assert!(
+        err.message().contains("broken.cl:"),
+        "the log names the callable's source, not a cache file: {err}"
+    );
+    // A fixed source of the same name registers: the failed one left nothing behind.
+    let fixed = "__kernel void broken(__global float* x) { x[0] = 1.0f; }";
+    chip.register_chip(ChipFn::opencl("broken", KernelSource::opencl(fixed, "broken"))).unwrap();
+    // A missing entry point is named.
+    expect_err(
+        chip.register_chip(ChipFn::opencl("nope", KernelSource::opencl(fixed, "nope"))),
+        ErrorKind::Callable,
+        &["no kernel function `nope`"],
+    );
+    chip.close().unwrap();
+
+    // Before init: init fails with the log.
+    let mut chip = l2(1);
+    chip.register_chip(ChipFn::opencl("broken", KernelSource::opencl(broken, "broken"))).unwrap();
+    let err = chip.init().unwrap_err();
+    assert!(
+        err.message().contains("KERNEL_BUILD_FAILED") && err.message().contains("undeclared_thing"),
+        "{err}"
+    );
+}
+
+#[isolated_test]
+fn each_kind_of_chip_refuses_a_kernel_it_cannot_run_naming_it() {
+    if !have_opencl() {
+        return;
+    }
+    let mut chip = l2(1);
+    chip.init().unwrap();
+    expect_err(
+        chip.register_chip(ChipFn::kernel("rusty", scale)),
+        ErrorKind::Callable,
+        &["`rusty`", "no OpenCL C source", "ChipFn::with_source"],
+    );
+    chip.close().unwrap();
+
+    let mut sim = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build().unwrap();
+    sim.init().unwrap();
+    expect_err(
+        sim.register_chip(ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"))),
+        ErrorKind::Callable,
+        &["`vadd`", "opencl-c source", "SimChip"],
+    );
+    sim.close().unwrap();
+}
+
+/// One callable with a Rust body and OpenCL source: the same results on a simulated chip and on
+/// an OpenCL chip.
+#[isolated_test]
+fn one_kernel_with_both_bodies_runs_alike_on_either_chip() {
+    if !have_opencl() {
+        return;
+    }
+    let both = || ChipFn::kernel("scale", scale).with_source(KernelSource::opencl(SCALE, "scale")).unwrap();
+    let mut results = Vec::new();
+    for opencl in [false, true] {
+        let mut chip = if opencl { l2(1) } else { Worker::builder().level(Level::Chip).build().unwrap() };
+        let k = chip.register_chip(both()).unwrap();
+        chip.init().unwrap();
+        let x = chip.create_buffer(256).unwrap();
+        x.write(0, &(0..64).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+        let mut args = f32_args(&[(&x, 'x')], 64);
+        args.scalar_f32(0.25).scalar(7);
+        chip.run_callable(&k, args, CallConfig::default()).unwrap();
+        results.push(x.read::<f32>(0, 64).unwrap());
+        drop(x);
+        chip.close().unwrap();
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[1][4], 4.0 * 0.25 + 7.0);
+}
+
+/// `t = a + b` on core 0, then `out = t * 2 + 1` on core 1, `t` an `orch.alloc` intermediate in
+/// the chip's device memory.
+fn add_then_scale(orch: &mut Orchestrator<'_>, args: &TaskArgs, _cfg: &CallConfig) -> simpler::Result<()> {
+    let (a, b, out) =
+        (args.tensor(0).unwrap().clone(), args.tensor(1).unwrap().clone(), args.tensor(2).unwrap().clone());
+    let n = a.view().shape()[0];
+    let t = orch.alloc(&[n], DataType::Float32)?;
+    let vadd = ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd")).handle();
+    let scale = ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale")).handle();
+    let mut first = TaskArgs::new();
+    first.input(&a)?.input(&b)?.output(&t)?;
+    orch.submit_next_level(&vadd, first, CallConfig::default(), 0)?;
+    let mut copy = TaskArgs::new();
+    copy.input(&t)?.input(&t)?.output(&out)?; // out = t + t
+    orch.submit_next_level(&vadd, copy, CallConfig::default(), 1)?;
+    let mut second = TaskArgs::new();
+    second.inout(&out)?.scalar_f32(0.5).scalar(1); // out = out / 2 + 1 = t + 1
+    orch.submit_next_level(&scale, second, CallConfig::default(), 1)?;
+    Ok(())
+}
+
+/// An L3 Worker with two OpenCL chips (chip processes of their own, sharing one device when
+/// there is one): a kernel per chip, chip-resident memory, and a chip orchestration whose
+/// kernels and intermediate live on the device.
+#[isolated_test]
+fn an_l3_worker_runs_kernels_and_orchestrations_on_two_opencl_chips() {
+    if !have_opencl() {
+        return;
+    }
+    let builder =
+        Worker::builder().chips(2).chip_memory(64 << 20).chip_cores(2).chip_backend(OpenClChip::backend);
+    let mut rig = Rig::new(builder);
+    let add = rig.register_chip(ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"))).unwrap();
+    rig.register_chip(ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale"))).unwrap();
+    let orch = rig.register_chip(ChipFn::orchestration("add_then_scale", add_then_scale)).unwrap();
+    rig.init();
+    let n = 256u32;
+    let bytes = n as usize * 4;
+    let (a, b) = (rig.create_buffer(bytes).unwrap(), rig.create_buffer(bytes).unwrap());
+    let outs = [rig.create_buffer(bytes).unwrap(), rig.create_buffer(bytes).unwrap()];
+    a.write(0, &(0..n).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    b.write(0, &vec![10.0f32; n as usize]).unwrap();
+    let t = |x: &simpler::Buffer| x.tensor(&[n], DataType::Float32).unwrap();
+    let (ta, tb, to) = (t(&a), t(&b), [t(&outs[0]), t(&outs[1])]);
+    rig.run(|o| {
+        for (chip, out) in to.iter().enumerate() {
+            let mut args = TaskArgs::new();
+            args.input(&ta)?.input(&tb)?.output(out)?;
+            o.submit_next_level(&add, args, CallConfig::default(), chip as u32)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for out in &outs {
+        let got = out.read::<f32>(0, n as usize).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 10.0));
+    }
+
+    // The orchestration on chip 1: out = a + b + 1.
+    rig.run(|o| {
+        let mut args = TaskArgs::new();
+        args.input(&ta)?.input(&tb)?.output(&to[0])?;
+        o.submit_next_level(&orch, args, CallConfig::default(), 1)?;
+        Ok(())
+    })
+    .unwrap();
+    let got = outs[0].read::<f32>(0, n as usize).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 11.0), "{:?}", &got[..4]);
+
+    // Chip-resident memory on chip 0: in, a kernel on it, out, free.
+    let dev = rig.alloc_child_tensor(0, &[n], DataType::Float32).unwrap();
+    rig.copy_to(&dev, &a).unwrap();
+    let dt = t(&dev);
+    rig.run(|o| {
+        let mut args = TaskArgs::new();
+        args.inout(&dt)?.scalar_f32(3.0).scalar(0);
+        o.submit_next_level(
+            &ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale")).handle(),
+            args,
+            CallConfig::default(),
+            0,
+        )?;
+        Ok(())
+    })
+    .unwrap();
+    rig.copy_from(&outs[1], &dev).unwrap();
+    let got = outs[1].read::<f32>(0, n as usize).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 * 3.0));
+    rig.free(&dev).unwrap();
+}
+
+#[isolated_test]
+fn opencl_device_memory_is_opaque_and_checked() {
+    if !have_opencl() {
+        return;
+    }
+    let chip = OpenClChip::new(&ChipSpec::default_for(0)).unwrap();
+    assert!(chip.alignment() >= 64 && chip.alignment().is_power_of_two());
+    assert!(chip.host_memory().is_none(), "an OpenCL device's memory is not this process's");
+    let p = chip.malloc(100).unwrap();
+    chip.copy_to_device(p + 10, &[7u8; 90]).unwrap();
+    let mut back = [0u8; 90];
+    chip.copy_from_device(p + 10, &mut back).unwrap();
+    assert_eq!(back, [7u8; 90]);
+    assert!(chip.copy_to_device(p + 10, &[0u8; 91]).is_err(), "runs past the allocation");
+    assert!(chip.free(p + 1).unwrap_err().message().contains("inside an allocation"));
+    chip.free(p).unwrap();
+    assert!(chip.free(p).unwrap_err().message().contains("double free"));
+    assert!(chip.copy_from_device(p, &mut back).is_err(), "a freed buffer takes no copy");
+    let err = chip.malloc(u64::MAX / 2).unwrap_err();
+    assert!(err.message().contains("out of device memory"), "{err}");
+}
