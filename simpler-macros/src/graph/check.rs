@@ -107,8 +107,9 @@ pub(crate) struct GraphEdge {
 
 /// One generated step.
 pub(crate) enum Step {
-    /// `let mut x = o.alloc_of::<T>(&[dims])?;` for tensor `id`.
-    Alloc { id: usize, ident: syn::Ident, elem: syn::Type, dims: Vec<syn::Expr> },
+    /// `let mut x = o.alloc_of::<T>(&[dims])?;` for tensor `id`; with `chip`, every task that
+    /// names it runs on that chip (a constant), and it is `o.alloc_of_on::<T>(chip, ..)`.
+    Alloc { id: usize, ident: syn::Ident, elem: syn::Type, dims: Vec<syn::Expr>, chip: Option<u32> },
     /// A scalar `let`, unchanged.
     Scalar(syn::Local),
     /// `scope(|| { ... })`: its steps, in a Rust block of their own (so its names end with it).
@@ -217,6 +218,32 @@ struct Tensor {
     /// by the generated code), where tracking them by piece pays; other intermediates go
     /// through the TensorMap like the parameters.
     statik: bool,
+    /// Where the tasks that name it run.
+    runs_on: RunsOn,
+}
+
+/// Where the tasks that name an intermediate run, as far as the call lines say.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RunsOn {
+    /// No task names it (yet).
+    Nowhere,
+    /// Every one on `chip(c)` with this constant `c`.
+    Chip(u32),
+    /// Anywhere else: a SUB worker, two chips, or a chip computed at run time.
+    Elsewhere,
+}
+
+/// The constant chip of a `.on(chip(3))` placement.
+fn constant_chip(place: &syn::Expr) -> Option<u32> {
+    let syn::Expr::Call(call) = place else { return None };
+    let syn::Expr::Path(f) = &*call.func else { return None };
+    if !f.path.segments.last().is_some_and(|s| s.ident == "chip") || call.args.len() != 1 {
+        return None;
+    }
+    match &call.args[0] {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse().ok(),
+        _ => None,
+    }
 }
 
 /// How one argument of a call uses its tensor.
@@ -347,6 +374,15 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     // Every use of a static intermediate takes the static path, every other use the TensorMap.
     let statik: Vec<bool> = ck.tensors.iter().map(|t| t.statik).collect();
     keep_static(&mut ck.steps, &statik);
+    let chips: Vec<Option<u32>> = ck
+        .tensors
+        .iter()
+        .map(|t| match t.runs_on {
+            RunsOn::Chip(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    place_allocs(&mut ck.steps, &chips);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
     let compile_time_edges = ck.parts.is_empty() && !ck.looped;
     Plan {
@@ -399,6 +435,17 @@ fn keep_static(steps: &mut [Step], statik: &[bool]) {
     }
 }
 
+/// Places each intermediate whose tasks all run on one constant chip on that chip.
+fn place_allocs(steps: &mut [Step], chips: &[Option<u32>]) {
+    for step in steps {
+        match step {
+            Step::Alloc { id, chip, .. } => *chip = chips[*id],
+            Step::Scope(inner) | Step::For { body: inner, .. } => place_allocs(inner, chips),
+            _ => {}
+        }
+    }
+}
+
 /// Levenshtein distance, for "a tensor with a similar name exists".
 fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -429,6 +476,7 @@ impl Checker<'_> {
             dead: false,
             errored: false,
             statik: false,
+            runs_on: RunsOn::Nowhere,
         });
         let id = self.tensors.len() - 1;
         self.scopes.last_mut().expect("a scope").push((name.to_string(), Bind::Tensor(id)));
@@ -459,6 +507,7 @@ impl Checker<'_> {
                             ident: ident.clone(),
                             elem: elem.clone(),
                             dims: dims.clone(),
+                            chip: None,
                         }),
                         None => self.tensors[id].errored = true,
                     }
@@ -1043,6 +1092,13 @@ impl Checker<'_> {
                             self.tensors[c.id].statik = true;
                         }
                         if self.tensors[c.id].origin == Origin::Alloc {
+                            let here = constant_chip(&line.place).map_or(RunsOn::Elsewhere, RunsOn::Chip);
+                            let t = &mut self.tensors[c.id];
+                            t.runs_on = match t.runs_on {
+                                RunsOn::Nowhere => here,
+                                same if same == here => same,
+                                _ => RunsOn::Elsewhere,
+                            };
                             let piece = c.part.zip(c.target.index.clone());
                             internal.push((pos, c.id, piece));
                         }

@@ -263,9 +263,16 @@ impl Gen<'_> {
     fn step(&mut self, step: &Step) {
         let (root, o) = (self.root, self.o);
         match step {
-            Step::Alloc { id, ident, elem, dims } => {
-                self.body.push(quote_spanned! {ident.span()=>
-                    let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
+            Step::Alloc { id, ident, elem, dims, chip } => {
+                // Used only on one chip: in that chip's memory (device heap), where the level
+                // has one.
+                self.body.push(match chip {
+                    Some(c) => quote_spanned! {ident.span()=>
+                        let mut #ident = #o.alloc_of_on::<#elem>(#c, &[#(#root::__private::dim(#dims)?),*])?;
+                    },
+                    None => quote_spanned! {ident.span()=>
+                        let mut #ident = #o.alloc_of::<#elem>(&[#(#root::__private::dim(#dims)?),*])?;
+                    },
                 });
                 // A new buffer each time (each iteration of a loop allocates its own).
                 let (g, se) = (self.g, self.se);

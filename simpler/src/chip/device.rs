@@ -65,6 +65,9 @@ enum Holder {
     Runtime,
     /// The buffer of this identity (a user's device buffer or an `orch.alloc` intermediate).
     Buffer(Identity),
+    /// A level's device heap block: the parent's ring allocator hands parts of it to its
+    /// intermediates, each under an identity of its own, and keeps them apart.
+    Ring,
 }
 
 impl std::fmt::Debug for Device {
@@ -162,6 +165,12 @@ impl Device {
         Ok(ptr)
     }
 
+    /// As [`Device::malloc`], for a level's device heap block ([`Holder::Ring`]): device
+    /// tensors of any identity may name parts of it, memory controls none.
+    pub(crate) fn malloc_shared(&self, nbytes: u64) -> Result<u64> {
+        self.malloc_as(nbytes, Holder::Ring)
+    }
+
     /// Successful backend allocations so far (user buffers, `orch.alloc` intermediates and
     /// staging buffers alike).
     #[cfg(any(test, feature = "bench-support"))]
@@ -234,7 +243,7 @@ impl Device {
     /// True when `ptr..ptr + len` lies inside the block the runtime holds for buffer `id`, live
     /// in the memory: what a device tensor of `id` may name.
     pub(crate) fn is_live_as(&self, ptr: u64, len: u64, id: Identity) -> bool {
-        self.held_block(ptr, len) == Some(Holder::Buffer(id))
+        matches!(self.held_block(ptr, len), Some(h) if h == Holder::Buffer(id) || h == Holder::Ring)
     }
 
     /// True when `ptr..ptr + len` lies inside the block of buffer `id`, or inside one of the
@@ -242,7 +251,7 @@ impl Device {
     /// live in the memory: what a core may be handed (the memory itself refuses a view into a
     /// fenced block).
     pub(crate) fn usable_by_kernels(&self, ptr: u64, len: u64, id: Identity) -> bool {
-        matches!(self.held_block(ptr, len), Some(h) if h == Holder::Runtime || h == Holder::Buffer(id))
+        matches!(self.held_block(ptr, len), Some(h) if h == Holder::Runtime || h == Holder::Ring || h == Holder::Buffer(id))
     }
 
     /// Who holds the held block the range lies in; `None` when none holds it.

@@ -73,7 +73,7 @@ use crate::data::host_args::{HostArgs, KeptTensor, MappedTensor};
 use crate::data::task_args::{Tag, TaskArgs};
 use crate::data::tensor::{Tensor, TensorView};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
-use crate::engine::heap::{HeapBlock, IntermediateHeap};
+use crate::engine::heap::{HeapBlock, IntermediateHeap, Place};
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, DeviceRules, DeviceUse, Engine, EngineConfig, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
@@ -428,6 +428,11 @@ impl ChipRuntime {
     /// [`ChipBackend::malloc`](super::ChipBackend::malloc)).
     pub(crate) fn malloc(&mut self, nbytes: u64, id: Identity) -> Result<u64> {
         self.device.malloc(nbytes, id).map_err(|e| e.context(format!("chip {}", self.chip)))
+    }
+
+    /// Allocates a level's device heap block (see `Device::malloc_shared`).
+    pub(crate) fn malloc_shared(&mut self, nbytes: u64) -> Result<u64> {
+        self.device.malloc_shared(nbytes).map_err(|e| e.context(format!("chip {}", self.chip)))
     }
 
     /// Frees device memory through the backend (see

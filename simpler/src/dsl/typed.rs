@@ -327,6 +327,21 @@ impl Orchestrator<'_> {
     pub fn alloc_of<T: Element>(&mut self, shape: &[u32]) -> Result<TensorOf<T>> {
         TensorOf::new(self.alloc(shape, T::DTYPE)?)
     }
+
+    /// [`alloc_of`](Self::alloc_of) for an intermediate that only kernels on chip `chip` use:
+    /// in that chip's memory where the level has a device heap there (see
+    /// [`Orchestrator::alloc_on`]). `task_graph!` uses it for an `alloc` whose every task runs
+    /// on one constant chip.
+    ///
+    /// ```no_run
+    /// # fn demo(orch: &mut simpler::Orchestrator<'_>) -> simpler::Result<()> {
+    /// let tmp = orch.alloc_of_on::<f32>(0, &[1024])?; // kernels on chip 0 only
+    /// # let _ = tmp; Ok(())
+    /// # }
+    /// ```
+    pub fn alloc_of_on<T: Element>(&mut self, chip: u32, shape: &[u32]) -> Result<TensorOf<T>> {
+        TensorOf::new(self.alloc_on(chip, shape, T::DTYPE)?)
+    }
 }
 
 /// An argument for an `In<T>` parameter: `&t` for any [`TensorOf<T, _>`].

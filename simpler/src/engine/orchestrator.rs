@@ -46,6 +46,7 @@ use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
 use crate::data::tensor::{Overlap, Tensor, TensorView, overlap};
 use crate::data::wire::blob_size;
 use crate::dfx::graph::{EdgeReason, TaskNode};
+use crate::engine::heap::Place;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
 use crate::engine::slot::{Attached, HeapHold, Published, Slot, State, Target, TaskData};
@@ -633,6 +634,53 @@ impl<'a> Orchestrator<'a> {
     /// # Ok(()) }
     /// ```
     pub fn alloc(&mut self, shape: &[u32], dtype: DataType) -> Result<Tensor> {
+        self.alloc_at(Place::Host, shape, dtype)
+    }
+
+    /// As [`alloc`](Self::alloc), for an intermediate that only kernels on chip `chip` use: on
+    /// an L3 Worker with a device heap on that chip
+    /// ([`WorkerBuilder::chip_heap_ring_size`](crate::WorkerBuilder::chip_heap_ring_size)), its
+    /// bytes live in the chip's memory, so the kernels that write and read it copy nothing to
+    /// or from the host. Elsewhere (no device heap, a remote or replaced chip, another level) it
+    /// is an ordinary host intermediate. Only tasks on chip `chip` may name a device one; a SUB
+    /// task or another chip's kernel is refused at submit, naming the tensor.
+    ///
+    /// `task_graph!` uses it for an `alloc` whose every task runs on one chip given as a
+    /// constant (`.on(chip(0))`).
+    ///
+    /// ```no_run
+    /// use simpler::{chip::CallConfig, chip::ChipFn, DataType, HostArgs, HostResult, TaskArgs, Worker};
+    ///
+    /// fn fill(args: &HostArgs<'_>) -> HostResult {
+    ///     args.output::<f32>(0)?.fill(1.0);
+    ///     Ok(())
+    /// }
+    /// fn check(args: &HostArgs<'_>) -> HostResult {
+    ///     assert!(args.input::<f32>(0)?.iter().all(|&v| v == 1.0));
+    ///     Ok(())
+    /// }
+    /// # fn main() -> simpler::Result<()> {
+    /// let (produce, consume) = (ChipFn::kernel("fill", fill), ChipFn::kernel("check", check));
+    /// let mut worker = Worker::builder().chips(1).chip_heap_ring_size(1 << 20).build()?;
+    /// let (produce, consume) = (worker.register_chip(produce)?, worker.register_chip(consume)?);
+    /// worker.init()?;
+    /// worker.run(|orch| {
+    ///     let tmp = orch.alloc_on(0, &[256], DataType::Float32)?; // stays on chip 0
+    ///     let mut a = TaskArgs::new();
+    ///     a.output(&tmp)?;
+    ///     orch.submit_next_level(&produce, a, CallConfig::default(), 0)?;
+    ///     let mut b = TaskArgs::new();
+    ///     b.input(&tmp)?;
+    ///     orch.submit_next_level(&consume, b, CallConfig::default(), 0)?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn alloc_on(&mut self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Tensor> {
+        self.alloc_at(Place::Chip(chip), shape, dtype)
+    }
+
+    fn alloc_at(&mut self, place: Place, shape: &[u32], dtype: DataType) -> Result<Tensor> {
         let view = TensorView::new(0, shape, None, dtype).map_err(|e| e.context("orch.alloc"))?;
         let bytes = view.extent_bytes();
         let ring = ring_for_depth(self.scope_depth());
@@ -646,7 +694,7 @@ impl<'a> Orchestrator<'a> {
         };
         let eng = self.eng;
         // A block of the scope's heap ring, or, inside a chip, of the chip's memory.
-        let try_alloc = || eng.heap.alloc(ring, bytes, identity);
+        let try_alloc = || eng.heap.alloc(place, ring, bytes, identity);
         let mut got = try_alloc();
         if matches!(got, Ok(None)) {
             let deadline = crate::sys::clock::after(self.eng.cfg.backpressure_timeout);
@@ -674,7 +722,7 @@ impl<'a> Orchestrator<'a> {
             Ok(None) => {
                 self.eng.window.release();
                 let waited = self.eng.cfg.backpressure_timeout;
-                let (what, knob, size) = self.eng.heap.exhausted(ring);
+                let (what, knob, size) = self.eng.heap.exhausted(place, ring);
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
@@ -908,7 +956,10 @@ impl<'a> Orchestrator<'a> {
                     Target::Sub => None,
                     Target::NextLevel(ws) => Some(ws[member]),
                 };
-                let used = DeviceUse { callable, tensor: i, chip, id: t.desc().identity(), runs_on };
+                let intermediate =
+                    owner == self.eng.minter.owner() && self.eng.heap.hands_out(&t.desc().backing());
+                let used =
+                    DeviceUse { callable, tensor: i, chip, id: t.desc().identity(), runs_on, intermediate };
                 self.eng.devices.check(&used)?;
             }
             // After the checks with more precise messages.

@@ -108,6 +108,8 @@ pub(crate) struct DeviceUse<'a> {
     pub(crate) id: Identity,
     /// The NEXT_LEVEL worker the task (member) runs on; `None` for a SUB task.
     pub(crate) runs_on: Option<u32>,
+    /// It is one of the engine's `orch.alloc_on` intermediates (checked live in this run).
+    pub(crate) intermediate: bool,
 }
 
 /// How a level checks a device tensor a task names at submit: whose chip it is, and whether it

@@ -65,60 +65,30 @@ struct Block {
     released: bool,
 }
 
-struct HeapState {
+struct RingState {
     blocks: VecDeque<Block>,
     next_id: u64,
 }
 
-/// One heap ring.
-pub(crate) struct HeapRing {
-    region: Option<Arc<SharedRegion>>,
+/// The allocator of one ring over offsets `0..size`: bump with wrap-around over a FIFO of
+/// blocks, released in any order, reclaimed in FIFO order.
+pub(crate) struct RingAlloc {
     size: u64,
-    state: Mutex<HeapState>,
+    state: Mutex<RingState>,
 }
 
-impl HeapRing {
-    /// Maps `size` bytes lazily (0 disables the ring).
-    pub(crate) fn new(size: u64) -> Result<HeapRing> {
-        let region = if size == 0 {
-            None
-        } else {
-            let len = usize::try_from(size).map_err(|_| Error::invalid("heap_ring_size too large"))?;
-            Some(Arc::new(SharedRegion::new(len, true)?))
-        };
-        Ok(HeapRing { region, size, state: Mutex::new(HeapState { blocks: VecDeque::new(), next_id: 1 }) })
+impl RingAlloc {
+    pub(crate) fn new(size: u64) -> RingAlloc {
+        RingAlloc { size, state: Mutex::new(RingState { blocks: VecDeque::new(), next_id: 1 }) }
     }
 
     pub(crate) fn size(&self) -> u64 {
         self.size
     }
 
-    /// The mapping, when the ring is enabled.
-    pub(crate) fn span(&self) -> Option<SharedSpan> {
-        self.region.as_ref().map(|r| SharedSpan::here(r.clone()))
-    }
-
-    #[cfg(test)] // only tests need it
-    /// True when `[addr, addr + len)` lies inside this ring's mapping.
-    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
-        self.region.as_ref().is_some_and(|r| r.contains(addr, len))
-    }
-
-    /// Allocates `bytes` (rounded up to [`HEAP_ALIGN`]): the block's id and where it lives;
-    /// `Ok(None)` when the ring is full now, `Err` when the request can never fit.
-    pub(crate) fn try_alloc(&self, bytes: u64) -> Result<Option<(u64, Backing)>> {
-        let Some(region) = &self.region else {
-            return Err(Error::invalid(
-                "orch.alloc: the heap is disabled (heap_ring_size = 0); set WorkerBuilder::heap_ring_size",
-            ));
-        };
-        let size = bytes.max(1).div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
-        if size > self.size {
-            return Err(Error::invalid(format!(
-                "orch.alloc of {bytes} bytes can never fit a heap ring of {} bytes; raise WorkerBuilder::heap_ring_size",
-                self.size
-            )));
-        }
+    /// A block of `size` bytes (a multiple of [`HEAP_ALIGN`], at most the ring's size): its id
+    /// and offset, or `None` when the ring is full now.
+    pub(crate) fn try_alloc(&self, size: u64) -> Option<(u64, u64)> {
         let mut st = sync::lock(&self.state);
         let start = match (st.blocks.front(), st.blocks.back()) {
             (Some(first), Some(last)) => {
@@ -140,12 +110,11 @@ impl HeapRing {
                 }
             }
             _ => Some(0),
-        };
-        let Some(start) = start else { return Ok(None) };
+        }?;
         let id = st.next_id;
         st.next_id += 1;
         st.blocks.push_back(Block { id, start, end: start + size, released: false });
-        Ok(Some((id, Backing::HeapSlab { addr: region.addr() + start, ino: region.ino() })))
+        Some((id, start))
     }
 
     /// Marks block `id` released and reclaims the released FIFO prefix. Idempotent.
@@ -161,11 +130,82 @@ impl HeapRing {
         }
     }
 
+    /// Bytes currently held by live blocks.
     #[cfg(test)] // only tests need it
-    /// Bytes currently held by live blocks (for tests and statistics).
     pub(crate) fn used(&self) -> u64 {
         let st = sync::lock(&self.state);
         st.blocks.iter().map(|b| b.end - b.start).sum()
+    }
+}
+
+/// `bytes` rounded up to a whole number of [`HEAP_ALIGN`] units (at least one).
+pub(crate) fn heap_size_of(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(HEAP_ALIGN) * HEAP_ALIGN
+}
+
+/// One heap ring.
+pub(crate) struct HeapRing {
+    region: Option<Arc<SharedRegion>>,
+    alloc: RingAlloc,
+}
+
+impl HeapRing {
+    /// Maps `size` bytes lazily (0 disables the ring).
+    pub(crate) fn new(size: u64) -> Result<HeapRing> {
+        let region = if size == 0 {
+            None
+        } else {
+            let len = usize::try_from(size).map_err(|_| Error::invalid("heap_ring_size too large"))?;
+            Some(Arc::new(SharedRegion::new(len, true)?))
+        };
+        Ok(HeapRing { region, alloc: RingAlloc::new(size) })
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.alloc.size()
+    }
+
+    /// The mapping, when the ring is enabled.
+    pub(crate) fn span(&self) -> Option<SharedSpan> {
+        self.region.as_ref().map(|r| SharedSpan::here(r.clone()))
+    }
+
+    #[cfg(test)] // only tests need it
+    /// True when `[addr, addr + len)` lies inside this ring's mapping.
+    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
+        self.region.as_ref().is_some_and(|r| r.contains(addr, len))
+    }
+
+    /// Allocates `bytes` (rounded up to [`HEAP_ALIGN`]): the block's id and where it lives;
+    /// `Ok(None)` when the ring is full now, `Err` when the request can never fit.
+    pub(crate) fn try_alloc(&self, bytes: u64) -> Result<Option<(u64, Backing)>> {
+        let Some(region) = &self.region else {
+            return Err(Error::invalid(
+                "orch.alloc: the heap is disabled (heap_ring_size = 0); set WorkerBuilder::heap_ring_size",
+            ));
+        };
+        let size = heap_size_of(bytes);
+        if size > self.size() {
+            return Err(Error::invalid(format!(
+                "orch.alloc of {bytes} bytes can never fit a heap ring of {} bytes; raise WorkerBuilder::heap_ring_size",
+                self.size()
+            )));
+        }
+        Ok(self
+            .alloc
+            .try_alloc(size)
+            .map(|(id, start)| (id, Backing::HeapSlab { addr: region.addr() + start, ino: region.ino() })))
+    }
+
+    /// Marks block `id` released and reclaims the released FIFO prefix. Idempotent.
+    pub(crate) fn release(&self, id: u64) {
+        self.alloc.release(id);
+    }
+
+    #[cfg(test)] // only tests need it
+    /// Bytes currently held by live blocks (for tests and statistics).
+    pub(crate) fn used(&self) -> u64 {
+        self.alloc.used()
     }
 }
 

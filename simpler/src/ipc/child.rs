@@ -62,6 +62,10 @@ pub(crate) const CTRL_REGISTER_FN: u64 = 1;
 pub(crate) const CTRL_UNREGISTER: u64 = 2;
 /// Control command: install a chip kernel (arg0 = kernel fn address, payload = descriptor).
 pub(crate) const CTRL_REGISTER_CHIP: u64 = 3;
+/// The payload of a [`CTRL_MALLOC`] for a level's device heap block: a block any
+/// intermediate of that level may name a part of (the level's ring allocator keeps their parts
+/// apart), where a plain malloc's block belongs to one buffer.
+pub(crate) const MALLOC_SHARED_RING: &[u8] = b"shared-ring";
 /// Control command: allocate device memory (arg0 = bytes; result = device offset).
 pub(crate) const CTRL_MALLOC: u64 = 4;
 /// Control command: free device memory (arg0 = device offset).

@@ -56,6 +56,8 @@ pub(crate) struct Config {
     pub(super) chip_memory: u64,
     pub(super) chip_cores: usize,
     pub(super) chip_backend: BackendFactory,
+    /// Bytes per device heap ring on each chip (`None`: `chip_memory / 64`).
+    pub(super) chip_heap_ring_size: Option<u64>,
     /// Test hook: a nested Worker's process waits this long before starting (to exercise the
     /// startup deadline).
     pub(super) startup_delay: Duration,
@@ -72,6 +74,11 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Bytes per device heap ring on each chip (see `WorkerBuilder::chip_heap_ring_size`).
+    pub(super) fn chip_heap_ring(&self) -> u64 {
+        self.chip_heap_ring_size.unwrap_or(self.chip_memory / 64 / 1024 * 1024)
+    }
+
     /// The defaults [`Worker::builder`] starts from.
     pub(super) fn defaults() -> Config {
         Config {
@@ -80,6 +87,7 @@ impl Config {
             chip_memory: 1 << 30,
             chip_cores: 4,
             chip_backend: BackendFactory::sim(),
+            chip_heap_ring_size: None,
             startup_delay: Duration::ZERO,
             startup_timeout: Duration::from_secs(300),
             close_timeout: Duration::from_secs(10),
@@ -248,6 +256,23 @@ impl WorkerBuilder {
     /// ```
     pub fn heap_ring_size(mut self, bytes: u64) -> Self {
         self.cfg.engine.heap_ring_size = bytes;
+        self
+    }
+
+    /// Bytes per device heap ring on each chip of an L3 Worker, for
+    /// [`Orchestrator::alloc_on`](crate::Orchestrator::alloc_on) and the `alloc`s of a
+    /// `task_graph!` that only one chip's kernels use (default `chip_memory / 64`: four rings,
+    /// one per scope depth, take a sixteenth of each chip's memory, allocated at `init`; 0 turns
+    /// device intermediates off, and they come from the host heap).
+    ///
+    /// ```
+    /// use simpler::Worker;
+    /// let worker = Worker::builder().chips(2).chip_memory(256 << 20).chip_heap_ring_size(8 << 20).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn chip_heap_ring_size(mut self, bytes: u64) -> Self {
+        self.cfg.chip_heap_ring_size = Some(bytes);
         self
     }
 

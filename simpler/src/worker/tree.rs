@@ -46,7 +46,7 @@ use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
 use crate::data::wire::{DESC_SIZE, encode_desc};
-use crate::engine::heap::HostRings;
+use crate::engine::heap::{DeviceRings, HeapBlock, HostRings, IntermediateHeap, Place};
 use crate::engine::scheduler::{Lane, LaneKind};
 use crate::engine::{Bell, DeviceRules, DeviceUse, Engine, LevelParts};
 use crate::error::{Error, ErrorKind, Result};
@@ -92,6 +92,8 @@ pub(super) struct Tree {
     minter: Arc<IdentityMinter>,
     /// The device buffers allocated on this Worker's chips and not yet freed.
     devices: Arc<ChipBuffers>,
+    /// The device heap rings on its chips (`orch.alloc_on`).
+    rings: Arc<DeviceRings>,
     /// Serializes control requests (one per mailbox base frame at a time).
     control_lock: Mutex<()>,
     region: Arc<MailboxRegion>,
@@ -152,9 +154,13 @@ impl Tree {
         // Above L3 the memory lives on a remote L3 Worker (a node), named as a worker.
         let devices =
             Arc::new(ChipBuffers { noun: if nested { "worker" } else { "chip" }, ..Default::default() });
+        let rings = Arc::new(DeviceRings::new(if nested { 0 } else { n_chip }, cfg.chip_heap_ring()));
         let parts = LevelParts {
             minter: minter.clone(),
-            heap: Arc::new(HostRings::new(engine_cfg.heap_ring_size)?),
+            heap: Arc::new(LevelHeap {
+                host: HostRings::new(engine_cfg.heap_ring_size)?,
+                chips: rings.clone(),
+            }),
             devices: devices.clone(),
         };
         let engine = Engine::new(engine_cfg, Bell::Shared(Arc::new(RegionBell(region.clone()))), parts)?;
@@ -401,10 +407,11 @@ impl Tree {
             }
         };
         tracing::debug!(target: "simpler::worker", sub_workers = n_sub, chips = n_chip, "worker ready");
-        Ok(Tree {
+        let tree = Tree {
             engine,
             minter,
             devices,
+            rings,
             control_lock: Mutex::new(()),
             region,
             children: pids.len(),
@@ -414,7 +421,94 @@ impl Tree {
             monitor,
             background: Some(background),
             lanes: lanes.clone(),
-        })
+        };
+        if let Err(e) = tree.start_device_heaps() {
+            let _ = Box::new(tree).close(cfg.close_timeout);
+            return Err(e.context("Worker.init"));
+        }
+        Ok(tree)
+    }
+
+    /// Allocates each local chip's device heap block (`WorkerBuilder::chip_heap_ring_size`):
+    /// a block the chip lends to every intermediate the rings hand out. With the default size a
+    /// chip whose memory cannot hold it keeps its intermediates on the host; with a size the
+    /// user gave, that is an error.
+    fn start_device_heaps(&self) -> Result<()> {
+        let bytes = self.rings.block_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        for chip in 0..self.lanes.chips() as u32 {
+            let Some(mbox) = self.lanes.chip(chip) else { continue };
+            let id = self.minter.mint()?;
+            let arg = crate::data::wire::identity_arg(id);
+            let got = self.control(mbox, &self.lanes.label(mbox), |mb| {
+                mb.post_control(CTRL_MALLOC, bytes, &arg, crate::ipc::child::MALLOC_SHARED_RING)
+            });
+            match got {
+                Ok(base) => self.rings.set_base(chip, Some(base)),
+                Err(e) if self.cfg.chip_heap_ring_size.is_none() => {
+                    tracing::debug!(target: "simpler::worker", chip, "no device heap on chip {chip} ({bytes} bytes): {e}");
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "allocating the device heap of chip {chip} ({bytes} bytes: four rings of WorkerBuilder::chip_heap_ring_size)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An L3 Worker's `orch.alloc` memory: its host heap rings, and device heap rings on its chips
+/// for intermediates placed on one chip (`orch.alloc_on`), which fall back to the host rings
+/// where a chip has none.
+struct LevelHeap {
+    host: HostRings,
+    chips: Arc<DeviceRings>,
+}
+
+impl IntermediateHeap for LevelHeap {
+    fn alloc(
+        &self,
+        place: Place,
+        ring: usize,
+        bytes: u64,
+        id: Identity,
+    ) -> Result<Option<(HeapBlock, crate::data::buffer::Backing)>> {
+        if let Place::Chip(chip) = place
+            && let Some(got) = self.chips.try_alloc(chip, ring, bytes)
+        {
+            return got;
+        }
+        self.host.alloc(Place::Host, ring, bytes, id)
+    }
+
+    fn release(&self, block: HeapBlock) {
+        match block.place {
+            Place::Host => self.host.release(block),
+            Place::Chip(_) => self.chips.release(block),
+        }
+    }
+
+    fn hands_out(&self, backing: &crate::data::buffer::Backing) -> bool {
+        self.host.hands_out(backing) || self.chips.hands_out(backing)
+    }
+
+    fn exhausted(&self, place: Place, ring: usize) -> (String, &'static str, u64) {
+        match place {
+            Place::Chip(chip) if self.chips.base(chip).is_some() => (
+                format!("device heap ring {ring} of chip {chip} exhausted"),
+                "chip_heap_ring_size",
+                self.chips.ring_size(),
+            ),
+            _ => self.host.exhausted(Place::Host, ring),
+        }
+    }
+
+    fn spans(&self) -> Vec<SharedSpan> {
+        self.host.spans()
     }
 }
 
@@ -667,8 +761,10 @@ impl Runtime for Tree {
             return Err(Error::new(ErrorKind::WorkerDied, format!("the new {who} (process {pid}) {why}")));
         }
         if kind == WorkerKind::Chip {
-            // The dead chip's device memory died with it: its buffers are gone.
+            // The dead chip's device memory died with it: its buffers are gone, and so is its
+            // device heap (its intermediates come from the host from now on).
             self.devices.forget_chip(id);
+            self.rings.set_base(id, None);
         }
         self.engine.revive_lane(i);
         tracing::info!(target: "simpler::worker", worker = %who, old, pid, "worker replaced");
@@ -995,7 +1091,7 @@ impl ChipBuffers {
 
 impl DeviceRules for ChipBuffers {
     fn check(&self, u: &DeviceUse<'_>) -> Result<()> {
-        let DeviceUse { callable, tensor: i, chip, id, runs_on } = *u;
+        let DeviceUse { callable, tensor: i, chip, id, runs_on, intermediate } = *u;
         match runs_on {
             None => {
                 return Err(Error::invalid(format!(
@@ -1011,7 +1107,8 @@ impl DeviceRules for ChipBuffers {
             }
             Some(_) => {}
         }
-        if !sync::lock(&self.live).contains_key(&id) {
+        // An intermediate of the engine's device heap: the engine checked it is live.
+        if !intermediate && !sync::lock(&self.live).contains_key(&id) {
             if sync::lock(&self.lost).contains_key(&id) {
                 return Err(Error::invalid(format!(
                     "{callable}: tensor {i} names buffer {id} of {noun} {chip}, which was lost when {noun} {chip} died and was replaced",

@@ -12,13 +12,25 @@ pub(super) struct ChipHeap {
 }
 
 impl IntermediateHeap for ChipHeap {
-    fn alloc(&self, _ring: usize, bytes: u64, id: Identity) -> Result<Option<(HeapBlock, Backing)>> {
+    /// The chip's memory wherever asked for: it is the only memory a chip has.
+    fn alloc(
+        &self,
+        _place: Place,
+        _ring: usize,
+        bytes: u64,
+        id: Identity,
+    ) -> Result<Option<(HeapBlock, Backing)>> {
         // `None`: no free block large enough now; a release may make room.
         let ptr = self
             .device
             .try_malloc(bytes, id)
             .map_err(|e| e.context(format!("orch.alloc on chip {}", self.chip)))?;
-        Ok(ptr.map(|ptr| (HeapBlock { ring: 0, id: ptr }, Backing::Device { ptr, chip: self.chip })))
+        Ok(ptr.map(|ptr| {
+            (
+                HeapBlock { place: Place::Chip(self.chip), ring: 0, id: ptr },
+                Backing::Device { ptr, chip: self.chip },
+            )
+        }))
     }
 
     fn release(&self, block: HeapBlock) {
@@ -33,7 +45,7 @@ impl IntermediateHeap for ChipHeap {
         matches!(backing, Backing::Device { chip, .. } if *chip == self.chip)
     }
 
-    fn exhausted(&self, _ring: usize) -> (String, &'static str, u64) {
+    fn exhausted(&self, _place: Place, _ring: usize) -> (String, &'static str, u64) {
         (format!("out of device memory on chip {}", self.chip), "chip_memory", self.device.size())
     }
 }

@@ -149,6 +149,9 @@ impl ChipServer {
                 .release(&digest)
                 .map(u64::from)
                 .map_err(|e| FrameError::new(ERR_UNKNOWN_CALLABLE, e.to_string())),
+            CTRL_MALLOC if req.payload == crate::ipc::child::MALLOC_SHARED_RING => {
+                self.runtime.malloc_shared(req.arg0).map_err(dev)
+            }
             CTRL_MALLOC => {
                 let id = crate::data::wire::identity_from_arg(&req.digest)
                     .map_err(|e| FrameError::new(ERR_BAD_FRAME, e.to_string()))?;
