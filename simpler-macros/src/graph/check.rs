@@ -237,7 +237,7 @@ enum RunsOn {
 fn constant_chip(place: &syn::Expr) -> Option<u32> {
     let syn::Expr::Call(call) = place else { return None };
     let syn::Expr::Path(f) = &*call.func else { return None };
-    if !f.path.segments.last().is_some_and(|s| s.ident == "chip") || call.args.len() != 1 {
+    if f.path.segments.last().is_none_or(|s| s.ident != "chip") || call.args.len() != 1 {
         return None;
     }
     match &call.args[0] {
