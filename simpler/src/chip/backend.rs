@@ -415,7 +415,7 @@ pub struct KernelDef<'a> {
     pub(crate) source: Option<&'a KernelSource>,
 }
 
-impl KernelDef<'_> {
+impl<'a> KernelDef<'a> {
     /// The callable's name.
     ///
     /// ```
@@ -423,7 +423,7 @@ impl KernelDef<'_> {
     /// let f = ChipFn::opencl("k", KernelSource::opencl("__kernel void k() {}", "k"));
     /// assert_eq!(f.kernel_def().unwrap().name(), "k");
     /// ```
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> &'a str {
         self.name
     }
 
@@ -456,7 +456,7 @@ impl KernelDef<'_> {
     /// let f = ChipFn::opencl("k", KernelSource::opencl("__kernel void k() {}", "k"));
     /// assert_eq!(f.kernel_def().unwrap().source().map(|s| s.entry()), Some("k"));
     /// ```
-    pub fn source(&self) -> Option<&KernelSource> {
+    pub fn source(&self) -> Option<&'a KernelSource> {
         self.source
     }
 
@@ -595,7 +595,7 @@ impl<'a> KernelLaunch<'a> {
     /// zero-extended, as [`TaskArgs::scalar_f32`](crate::TaskArgs::scalar_f32) stores it).
     ///
     /// ```
-    /// fn words(l: &simpler::chip::KernelLaunch<'_>) -> &[u64] { l.scalars() }
+    /// fn words<'a>(l: &simpler::chip::KernelLaunch<'a>) -> &'a [u64] { l.scalars() }
     /// ```
     pub fn scalars(&self) -> &'a [u64] {
         self.scalars

@@ -130,7 +130,7 @@ enum Param {
 /// A chip on an OpenCL device (see the [module docs](self)).
 ///
 /// ```no_run
-/// use simpler::{chip::ChipFn, chip::KernelSource, chip::OpenClChip, status::Level, DataType, TaskArgs, Worker};
+/// use simpler::{chip::CallConfig, chip::ChipFn, chip::KernelSource, chip::OpenClChip, status::Level, DataType, TaskArgs, Worker};
 ///
 /// const DOUBLE: &str = "__kernel void double_it(__global float* x) { x[get_global_id(0)] *= 2.0f; }";
 ///
@@ -141,11 +141,9 @@ enum Param {
 /// let buf = chip.create_buffer(16 * 4)?;
 /// buf.write(0, &[1.0f32; 16])?;
 /// let x = buf.tensor(&[16], DataType::Float32)?;
-/// chip.run(|orch| {
-///     let mut args = TaskArgs::new();
-///     args.inout(&x)?;
-///     orch.submit_next_level(&k, args, Default::default(), 0).map(|_| ())
-/// })?;
+/// let mut args = TaskArgs::new();
+/// args.inout(&x)?;
+/// chip.run_callable(&k, args, CallConfig::default())?;
 /// assert_eq!(buf.read::<f32>(0, 16)?, vec![2.0; 16]);
 /// chip.close()
 /// # }
