@@ -287,6 +287,30 @@ fn an_l3_worker_runs_kernels_and_orchestrations_on_two_opencl_chips() {
     let got = outs[0].read::<f32>(0, n as usize).unwrap();
     assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 11.0), "{:?}", &got[..4]);
 
+    // A device intermediate (the chip's device heap): out = (a + b) + (a + b), `tmp` never on
+    // the host.
+    let scale_h = ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale")).handle();
+    rig.run(|o| {
+        let tmp = o.alloc_on(0, &[n], DataType::Float32)?;
+        assert!(
+            format!("{:?}", tmp.desc().backing()).starts_with("Device"),
+            "the intermediate is device memory"
+        );
+        let mut first = TaskArgs::new();
+        first.input(&ta)?.input(&tb)?.output(&tmp)?;
+        o.submit_next_level(&add, first, CallConfig::default(), 0)?;
+        let mut second = TaskArgs::new();
+        second.inout(&tmp)?.scalar_f32(2.0).scalar(0);
+        o.submit_next_level(&scale_h, second, CallConfig::default(), 0)?;
+        let mut third = TaskArgs::new();
+        third.input(&tmp)?.input(&tmp)?.output(&to[1])?;
+        o.submit_next_level(&add, third, CallConfig::default(), 0)?;
+        Ok(())
+    })
+    .unwrap();
+    let got = outs[1].read::<f32>(0, n as usize).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == 4.0 * (i as f32 + 10.0)), "{:?}", &got[..4]);
+
     // Chip-resident memory on chip 0: in, a kernel on it, out, free.
     let dev = rig.alloc_child_tensor(0, &[n], DataType::Float32).unwrap();
     rig.copy_to(&dev, &a).unwrap();
@@ -329,4 +353,58 @@ fn opencl_device_memory_is_opaque_and_checked() {
     assert!(chip.copy_from_device(p, &mut back).is_err(), "a freed buffer takes no copy");
     let err = chip.malloc(u64::MAX / 2).unwrap_err();
     assert!(err.message().contains("out of device memory"), "{err}");
+}
+
+/// Groups, pipelined runs and the timeline on OpenCL chips: a group with a member per chip,
+/// eight runs submitted back to back (each chip stages the next run's inputs while its queue
+/// runs the current one), each captured with its timeline.
+#[isolated_test]
+fn groups_pipelined_runs_and_timelines_work_on_opencl_chips() {
+    if !have_opencl() {
+        return;
+    }
+    let builder =
+        Worker::builder().chips(2).chip_memory(64 << 20).chip_cores(1).chip_backend(OpenClChip::backend);
+    let mut rig = Rig::new(builder);
+    let add = rig.register_chip(ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"))).unwrap();
+    rig.init();
+    let n = 512u32;
+    let bytes = n as usize * 4;
+    let (a, b) = (rig.create_buffer(bytes).unwrap(), rig.create_buffer(bytes).unwrap());
+    b.write(0, &vec![1.0f32; n as usize]).unwrap();
+    let outs: Vec<simpler::Buffer> = (0..16).map(|_| rig.create_buffer(bytes).unwrap()).collect();
+    let t = |x: &simpler::Buffer| x.tensor(&[n], DataType::Float32).unwrap();
+    a.write(0, &(0..n).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let (ta, tb) = (t(&a), t(&b));
+    let runs: Vec<_> = outs
+        .chunks(2)
+        .map(|pair| {
+            let (y0, y1) = (t(&pair[0]), t(&pair[1]));
+            let (ta, tb, add) = (ta.clone(), tb.clone(), add.clone());
+            rig.submit_with(simpler::RunOptions::new().capture_dag(), move |orch, _, _| {
+                let members = [&y0, &y1]
+                    .into_iter()
+                    .map(|y| {
+                        let mut args = TaskArgs::new();
+                        args.input(&ta)?.input(&tb)?.output(y)?;
+                        Ok(args)
+                    })
+                    .collect::<simpler::Result<Vec<_>>>()?;
+                orch.submit_next_level_group(&add, members, CallConfig::default(), &[0, 1]).map(|_| ())
+            })
+            .unwrap()
+        })
+        .collect();
+    for run in runs {
+        run.wait().unwrap();
+        let timeline = run.timeline().unwrap();
+        assert_eq!(timeline.records()[0].worker, "chip 0, chip 1");
+        let mut lanes: Vec<&str> = timeline.inner_records().iter().map(|r| r.worker.as_str()).collect();
+        lanes.sort();
+        assert_eq!(lanes, ["chip 0 / core 0", "chip 1 / core 0"], "one kernel per member, each on its chip");
+    }
+    for out in &outs {
+        let got = out.read::<f32>(0, n as usize).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
+    }
 }
