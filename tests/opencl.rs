@@ -408,3 +408,39 @@ fn groups_pipelined_runs_and_timelines_work_on_opencl_chips() {
         assert!(got.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
     }
 }
+
+/// On an L3 Worker a kernel that does not build is refused on every chip, the error names the
+/// chip and carries the log, and nothing is left installed: a fixed source of the same name
+/// registers and runs.
+#[isolated_test]
+fn an_l3_build_failure_is_refused_everywhere_and_leaves_nothing() {
+    if !have_opencl() {
+        return;
+    }
+    let builder =
+        Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).chip_backend(OpenClChip::backend);
+    let mut rig = Rig::new(builder);
+    rig.init();
+    let broken = "__kernel void fill(__global float* x) { x[get_global_id(0)] = nope; }";
+    let err = expect_err(
+        rig.register_chip(ChipFn::opencl("fill", KernelSource::opencl(broken, "fill"))),
+        ErrorKind::Callable,
+        &["chip", "KERNEL_BUILD_FAILED", "`fill`", "nope"],
+    );
+    drop(err);
+    let fixed = "__kernel void fill(__global float* x) { x[get_global_id(0)] = 5.0f; }";
+    let fill = rig.register_chip(ChipFn::opencl("fill", KernelSource::opencl(fixed, "fill"))).unwrap();
+    let out = rig.create_buffer(64).unwrap();
+    let t = out.tensor(&[16], DataType::Float32).unwrap();
+    for chip in 0..2 {
+        out.write(0, &[0.0f32; 16]).unwrap();
+        rig.run(|o| {
+            let mut args = TaskArgs::new();
+            args.output(&t)?;
+            o.submit_next_level(&fill, args, CallConfig::default(), chip)?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![5.0f32; 16], "chip {chip}");
+    }
+}
