@@ -444,3 +444,18 @@ fn an_l3_build_failure_is_refused_everywhere_and_leaves_nothing() {
         assert_eq!(out.read::<f32>(0, 16).unwrap(), vec![5.0f32; 16], "chip {chip}");
     }
 }
+
+/// A process forked (without exec) from one that used OpenCL refuses to make an OpenCL chip,
+/// naming `StartMethod::Exec`, instead of hanging in the driver (rule O5).
+#[isolated_test]
+fn a_forked_copy_of_an_opencl_process_refuses_opencl_instead_of_hanging() {
+    if !have_opencl() {
+        return;
+    }
+    let pid = common::fork_process(|| match OpenClChip::new(&ChipSpec::default_for(0)) {
+        Err(e) if e.kind() == ErrorKind::InvalidState && e.message().contains("StartMethod::Exec") => 0,
+        Err(_) => 2,
+        Ok(_) => 3,
+    });
+    assert_eq!(common::wait_process(pid, std::time::Duration::from_secs(20)), Some(0));
+}
