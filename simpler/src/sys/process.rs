@@ -50,7 +50,10 @@
 //!     return from user code the library calls [`leave_if_forked_copy`], which compares the
 //!     current process id with the recorded one and, in a copy, leaves with `_exit` at once:
 //!     no destructor, `atexit` hook or buffered output of the worker runs twice, and the worker
-//!     stays the one process that serves its mailbox.
+//!     stays the one process that serves its mailbox. The comparison costs a `getpid` system
+//!     call, so it is made only in the child of a fork (a `pthread_atfork` child handler that
+//!     [`become_worker`] installs sets a flag); a fork by a raw `clone` system call, which runs
+//!     no such handler, is not caught.
 //! P7. A child that a process which is not a worker starts (the program's own children: SUB
 //!     workers, chips, nested Workers) leads a process group of its own (`setpgid(0, 0)` before
 //!     it runs anything, [`fork_child`] or `sys::spawn`), and everything below it stays in that
@@ -130,6 +133,23 @@ static WORKER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::
 /// Records that this process is a worker process, serving a mailbox from now on (rule P6).
 pub(crate) fn become_worker() {
     WORKER_PID.store(std::process::id(), std::sync::atomic::Ordering::Release);
+    // A worker started by a fork of a worker (a nested Worker's children) is not a copy.
+    FORKED.store(false, std::sync::atomic::Ordering::Release);
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    HANDLER.call_once(|| {
+        // SAFETY: rule P6 — the handler only stores to an atomic, which is async-signal-safe
+        // in the child of a fork; it stays registered for the life of the process image.
+        unsafe { libc::pthread_atfork(None, None, Some(note_fork)) };
+    });
+}
+
+/// Set in the child of every `fork` this process makes once it is a worker (the
+/// `pthread_atfork` child handler [`become_worker`] installs): [`leave_if_forked_copy`] asks
+/// for the process id, a system call, only in such a child, not at every task.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_fork() {
+    FORKED.store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// Whether this process is a worker process (or a copy of one): the children it starts stay in
@@ -143,6 +163,9 @@ pub(crate) fn in_worker() -> bool {
 /// status 0 when the code returned `ok`, 1 otherwise (its parent may wait for it); does
 /// nothing in the worker itself, and in a process that is not a worker (rule P6).
 pub(crate) fn leave_if_forked_copy(ok: bool) {
+    if !FORKED.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
     let worker = WORKER_PID.load(std::sync::atomic::Ordering::Acquire);
     if worker != 0 && std::process::id() != worker {
         // SAFETY: rule P6 — a copy of a worker leaves without running the worker's
