@@ -495,7 +495,7 @@ impl ChipBackend for OpenClChip {
         let name = kernel.name();
         let Some(source) = kernel.source().filter(|s| s.language() == OPENCL_C) else {
             return Err(callable(format!(
-                "kernel `{name}` has no OpenCL C source, and this chip is an OpenCL device ({}): give it one with ChipFn::opencl or ChipFn::with_source",
+                "kernel `{name}` has no OpenCL C source, and this chip is an OpenCL device ({}): give it one with ChipFn::opencl or ChipFn::with_source, or `#[callable(chip, opencl = \"file.cl\")]`",
                 self.name
             )));
         };
