@@ -45,7 +45,10 @@ fn string_option(cx: &mut Ctxt, name: &str, value: &syn::Expr, example: &str) ->
     match value {
         syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
         other => {
-            cx.error(other.span(), format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"` [S0003]"));
+            cx.error(
+                other.span(),
+                format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"` [S0003]"),
+            );
             None
         }
     }

@@ -519,7 +519,10 @@ impl ChipFn {
             (ChipBody::Orchestration(_), Some(_)) => {
                 return Err(Error::new(
                     ErrorKind::Callable,
-                    format!("chip orchestration `{}` cannot take kernel source; only a kernel can", info.name),
+                    format!(
+                        "chip orchestration `{}` cannot take kernel source; only a kernel can",
+                        info.name
+                    ),
                 ));
             }
         };
