@@ -586,18 +586,19 @@ pub(crate) fn twin_with_source(
     // The function's own case: `aB` and `ab` are two functions, so two statics.
     let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname);
     let linkme_path = quote!(#root::__private::linkme);
-    let (source_arg, track) = match source {
+    let (new, source_arg, track) = match source {
         Some(s) => {
             let (path, text, entry) = (&s.path, &s.text, &s.entry);
             (
-                quote!(::core::option::Option::Some((#text, #entry))),
+                quote!(__new_with_source),
+                quote!(::core::option::Option::Some((#text, #entry)),),
                 quote! {
                     // Names the file to the compiler: editing it rebuilds this crate.
                     const _: &str = ::core::include_str!(::core::concat!(::core::env!("CARGO_MANIFEST_DIR"), "/", #path));
                 },
             )
         }
-        None => (quote!(::core::option::Option::None), TokenStream::new()),
+        None => (quote!(__new), TokenStream::new(), TokenStream::new()),
     };
     quote! {
         #track
@@ -610,7 +611,7 @@ pub(crate) fn twin_with_source(
         #[allow(unsafe_code, non_upper_case_globals)]
         #[#root::__private::linkme::distributed_slice(#root::__private::CALLABLES)]
         #[linkme(crate = #linkme_path)]
-        static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::__new(
+        static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::#new(
             #fname,
             #path,
             #root::callable::CallableKind::#kind_variant,
@@ -621,7 +622,7 @@ pub(crate) fn twin_with_source(
                 const ENTRY: #root::__private::entry::#entry = #name::__shim;
                 &ENTRY
             },
-            #source_arg,
+            #source_arg
         );
 
         #[allow(dead_code, clippy::needless_question_mark)]

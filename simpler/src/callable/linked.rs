@@ -199,6 +199,21 @@ impl CallableInfo {
         digest: [u8; 32],
         params: &'static [Param],
         entry: &'static (dyn Any + Send + Sync),
+    ) -> CallableInfo {
+        CallableInfo::__new_with_source(name, path, kind, descriptor, digest, params, entry, None)
+    }
+
+    /// [`__new`](CallableInfo::__new) for a kernel with OpenCL C `source` (`(text, entry)`).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub const fn __new_with_source(
+        name: &'static str,
+        path: &'static str,
+        kind: CallableKind,
+        descriptor: &'static [u8],
+        digest: [u8; 32],
+        params: &'static [Param],
+        entry: &'static (dyn Any + Send + Sync),
         source: Option<(&'static str, &'static str)>,
     ) -> CallableInfo {
         CallableInfo {
