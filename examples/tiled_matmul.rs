@@ -77,7 +77,9 @@ task_graph! {
 // alignment: an OpenCL chip passes each piece as a sub-buffer, and refuses (naming the kernel
 // and the alignment) one that starts elsewhere. Other devices report their own alignment (some
 // GPUs 512 bytes or more); size the tiles to it.
-const _: () = assert!((KT * M * 4) % 128 == 0 && (KT * N * 4) % 128 == 0 && (M * N * 4) % 128 == 0);
+const _: () = assert!(
+    (KT * M * 4).is_multiple_of(128) && (KT * N * 4).is_multiple_of(128) && (M * N * 4).is_multiple_of(128)
+);
 
 /// The chips the example runs on (`--device sim`, the default, or `--device opencl`).
 #[derive(Clone, Copy, PartialEq, Eq)]
