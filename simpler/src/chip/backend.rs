@@ -595,7 +595,7 @@ impl<'a> KernelLaunch<'a> {
     /// zero-extended, as [`TaskArgs::scalar_f32`](crate::TaskArgs::scalar_f32) stores it).
     ///
     /// ```
-    /// fn words(l: &simpler::chip::KernelLaunch<'_>) -> &[u64] { l.scalars() }
+    /// fn words<'a>(l: &simpler::chip::KernelLaunch<'a>) -> &'a [u64] { l.scalars() }
     /// ```
     pub fn scalars(&self) -> &'a [u64] {
         self.scalars

@@ -347,7 +347,7 @@ impl ChipFn {
     /// use simpler::{chip::ChipFn, HostArgs, HostResult};
     /// fn noop(_: &HostArgs<'_>) -> HostResult { Ok(()) }
     /// let k = ChipFn::kernel("noop", noop);
-    /// assert_eq!(k.kernel_def().map(|d| d.name()), Some("noop"));
+    /// assert_eq!(k.kernel_def().expect("a kernel").name(), "noop");
     /// ```
     pub fn kernel_def(&self) -> Option<KernelDef<'_>> {
         match self.body {
