@@ -8,7 +8,13 @@
 //! `a` is passed transposed (`at`, `[K, M]`) so that each k-tile is a run of whole rows: a
 //! contiguous piece, which a kernel sees as a plain slice.
 //!
-//! Run it with `cargo run --example tiled_matmul`.
+//! `partial_matmul` carries both a Rust body and OpenCL C source
+//! (`examples/kernels/partial_matmul.cl`): the default simulated chips run the Rust body, and
+//! `--device opencl` runs the same graph on OpenCL chips, which compile and launch the source.
+//!
+//! Run it with `cargo run --example tiled_matmul`, or on an OpenCL device (PoCL's CPU device,
+//! or a GPU driver's ICD) with
+//! `cargo run --example tiled_matmul --features opencl -- --device opencl`.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
@@ -25,10 +31,14 @@ const KT: u32 = 4;
 const K: u32 = TILES * KT;
 
 /// One partial product: `p[M, N] = at_tile[KT, M]ᵀ · b_tile[KT, N]`, on one chip core.
-#[callable(chip)]
-fn partial_matmul(at: In<f32>, b: In<f32>, mut p: Out<f32>, m: u32, n: u32) {
-    let (m, n) = (m as usize, n as usize);
-    let kt = b.len() / n;
+///
+/// On an OpenCL chip the source in `kernels/partial_matmul.cl` (relative to this crate's
+/// `Cargo.toml`) runs instead, one work-item per element of `p`, with the same parameters:
+/// the tensors as `__global float*`, then `m`, `n` and `kt` as `uint`.
+#[callable(chip, opencl = "kernels/partial_matmul.cl")]
+fn partial_matmul(at: In<f32>, b: In<f32>, mut p: Out<f32>, m: u32, n: u32, kt: u32) {
+    let (m, n, kt) = (m as usize, n as usize, kt as usize);
+    assert_eq!((at.len(), b.len(), p.len()), (kt * m, kt * n, m * n), "tile shapes");
     for i in 0..m {
         for j in 0..n {
             p[i * n + j] = (0..kt).map(|k| at[k * m + i] * b[k * n + j]).sum();
@@ -52,16 +62,65 @@ task_graph! {
     pub fn tiled_matmul(at: In<f32>, b: In<f32>, c: Out<f32>) {
         let parts = alloc::<f32>([TILES * M, N]);
         let ps = parts.split(TILES);
+        // On an OpenCL chip each piece is a sub-buffer, which must start at a multiple of the
+        // device's base address alignment (128 bytes on PoCL): the pieces of `at` and `b` start
+        // at multiples of KT * M * 4 = KT * N * 4 = 256 bytes, those of `parts` at M * N * 4.
         let bs = b.split(TILES);
         for (t, at_t) in at.split(TILES) {
-            partial_matmul(at_t, bs[t], &mut ps[t], M, N).on(chip(t % 2));
+            partial_matmul(at_t, bs[t], &mut ps[t], M, N, KT).on(chip(t % 2));
         }
         reduce(parts, &mut c).on(sub());
     }
 }
 
+// The pieces of `at`, `b` and `parts` start at multiples of 128 bytes, PoCL's base address
+// alignment: an OpenCL chip passes each piece as a sub-buffer, and refuses (naming the kernel
+// and the alignment) one that starts elsewhere. Other devices report their own alignment (some
+// GPUs 512 bytes or more); size the tiles to it.
+const _: () = assert!(
+    (KT * M * 4).is_multiple_of(128) && (KT * N * 4).is_multiple_of(128) && (M * N * 4).is_multiple_of(128)
+);
+
+/// The chips the example runs on (`--device sim`, the default, or `--device opencl`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Device {
+    Sim,
+    OpenCl,
+}
+
+fn device_from_args() -> Result<Device, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] | ["--device", "sim"] => Ok(Device::Sim),
+        ["--device", "opencl"] => Ok(Device::OpenCl),
+        _ => Err(format!("usage: tiled_matmul [--device sim|opencl] (got {args:?})")),
+    }
+}
+
+fn builder(device: Device) -> Result<simpler::WorkerBuilder, String> {
+    let builder = Worker::builder().chips(2).sub_workers(1);
+    match device {
+        Device::Sim => Ok(builder),
+        #[cfg(feature = "opencl")]
+        Device::OpenCl => Ok(builder.chip_backend(simpler::chip::OpenClChip::backend)),
+        #[cfg(not(feature = "opencl"))]
+        Device::OpenCl => {
+            Err("--device opencl needs the OpenCL backend: build the example with `--features opencl` \
+             (`cargo run --example tiled_matmul --features opencl -- --device opencl`)"
+                .to_string())
+        }
+    }
+}
+
 fn main() -> simpler::Result<ExitCode> {
-    let mut worker = Worker::builder().chips(2).sub_workers(1).build()?;
+    let builder = match device_from_args().and_then(builder) {
+        Ok(b) => b,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut worker = builder.build()?;
     worker.init()?;
     let (m, n, k) = (M as usize, N as usize, K as usize);
     // Small integers, so the float sums are exact whatever the order.

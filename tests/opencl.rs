@@ -1,7 +1,8 @@
 //! Chips on an OpenCL device (`--features opencl`; CI runs them on PoCL's CPU device): kernels
 //! written in OpenCL C compile at registration and run on the device, device memory is opaque
 //! `cl_mem` buffers, and one kernel that carries both a Rust body and OpenCL source gives the
-//! same results on a simulated chip and on an OpenCL one.
+//! same results on a simulated chip and on an OpenCL one, whether made with `ChipFn::with_source`
+//! or declared with `#[callable(chip, opencl = "kernels/saxpy.cl")]`.
 //!
 //! Without an OpenCL platform each test says so and passes, unless `SIMPLER_REQUIRE_OPENCL=1`
 //! (set in CI, so a broken driver install fails the run).
@@ -12,7 +13,10 @@ mod common;
 
 use common::{Rig, expect_err, isolated_test};
 use simpler::chip::{CallConfig, ChipBackend, ChipFn, ChipSpec, KernelSource, OpenClChip};
-use simpler::{DataType, ErrorKind, HostArgs, HostResult, Orchestrator, TaskArgs, Worker, status::Level};
+use simpler::dsl::{In, InOut, chip};
+use simpler::{
+    DataType, ErrorKind, HostArgs, HostResult, Orchestrator, TaskArgs, Worker, callable, status::Level,
+};
 
 const VADD: &str = r"
 __kernel void vadd(__global const float* a, __global const float* b, __global float* c) {
@@ -458,4 +462,69 @@ fn a_forked_copy_of_an_opencl_process_refuses_opencl_instead_of_hanging() {
         Ok(_) => 3,
     });
     assert_eq!(common::wait_process(pid, std::time::Duration::from_secs(20)), Some(0));
+}
+
+/// `y = a * x + y + plus`: a Rust body for simulated chips, and `kernels/saxpy.cl` (relative to
+/// this crate's `Cargo.toml`, function `saxpy`) for OpenCL chips. Every `#[callable(chip)]` of
+/// this binary needs OpenCL source, since each OpenCL chip registers all of them at init.
+#[callable(chip, opencl = "kernels/saxpy.cl", entry = "saxpy")]
+fn saxpy_plus(x: In<f32>, mut y: InOut<f32>, a: f32, plus: i32) {
+    for (yi, xi) in y.iter_mut().zip(x.iter()) {
+        *yi = a * xi + *yi + plus as f32;
+    }
+}
+
+/// `y` after `saxpy_plus(x = i, y = 1, a = 0.25, plus = 7)` on 64 elements, on an L2 Worker
+/// (its one chip in this process) made by `builder`. The values are exact in `f32`, so a fused
+/// multiply-add on the device gives the same bits.
+fn saxpy_on_l2(builder: simpler::WorkerBuilder) -> Vec<f32> {
+    let mut l2 = builder.build().unwrap();
+    l2.init().unwrap();
+    let (bx, by) = (l2.create_buffer(256).unwrap(), l2.create_buffer(256).unwrap());
+    bx.write(0, &(0..64).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    by.write(0, &[1.0f32; 64]).unwrap();
+    let (x, mut y) = (bx.typed::<f32>(&[64]).unwrap(), by.typed::<f32>(&[64]).unwrap());
+    saxpy_plus::call(&x, &mut y, 0.25, 7).unwrap().run(&l2).unwrap();
+    let got = by.read::<f32>(0, 64).unwrap();
+    drop((x, y, bx, by));
+    l2.close().unwrap();
+    got
+}
+
+/// A `#[callable(chip, opencl = ...)]` kernel: the Rust body on a simulated chip, the file's
+/// OpenCL C on an OpenCL chip, the same results.
+#[isolated_test]
+fn a_macro_kernel_with_opencl_source_runs_alike_on_either_chip() {
+    if !have_opencl() {
+        return;
+    }
+    let (text, entry) = saxpy_plus::INFO.source.expect("the macro recorded the source");
+    assert_eq!((text, entry), (include_str!("kernels/saxpy.cl"), "saxpy"));
+    let sim = saxpy_on_l2(Worker::builder().level(Level::Chip).chip_memory(1 << 20));
+    let ocl = saxpy_on_l2(
+        Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_backend(OpenClChip::backend),
+    );
+    assert_eq!(sim, ocl);
+    assert_eq!(sim[4], 0.25 * 4.0 + 1.0 + 7.0);
+}
+
+/// The same kernel on chip 1 of an L3 Worker with OpenCL chips: the chip process finds it by
+/// digest in its link-time registry, source included, and runs the source on the device.
+#[isolated_test]
+fn a_macro_kernel_with_opencl_source_runs_in_an_l3_chip_process() {
+    if !have_opencl() {
+        return;
+    }
+    let mut l3 =
+        Worker::builder().chips(2).chip_memory(1 << 20).chip_backend(OpenClChip::backend).build().unwrap();
+    l3.init().unwrap();
+    let (bx, by) = (l3.create_buffer(256).unwrap(), l3.create_buffer(256).unwrap());
+    bx.write(0, &(0..64).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    by.write(0, &[1.0f32; 64]).unwrap();
+    let (x, mut y) = (bx.typed::<f32>(&[64]).unwrap(), by.typed::<f32>(&[64]).unwrap());
+    l3.run(|o| saxpy_plus::call(&x, &mut y, 0.5, -1)?.on(o, chip(1)).map(|_| ())).unwrap();
+    let got = by.read::<f32>(0, 64).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == 0.5 * i as f32), "{:?}", &got[..4]);
+    drop((x, y, bx, by));
+    l3.close().unwrap();
 }

@@ -23,6 +23,35 @@ use crate::model::{self, Kind, Mode, Param, ParamTy};
 pub(crate) struct Options {
     pub(crate) kind: Option<Kind>,
     pub(crate) krate: Option<syn::Path>,
+    /// `opencl = "path"`: the OpenCL C source file of a kernel, relative to the crate's
+    /// `Cargo.toml`, and where the option was given.
+    pub(crate) opencl: Option<(String, Span)>,
+    /// `entry = "name"`: the kernel function in that source (default: the Rust fn's name).
+    pub(crate) entry: Option<(String, Span)>,
+}
+
+/// A kernel's OpenCL C source as the macro read it.
+pub(crate) struct Source {
+    /// The path as written (relative to `CARGO_MANIFEST_DIR`).
+    pub(crate) path: String,
+    /// The file's text.
+    pub(crate) text: String,
+    /// The kernel function's name in it.
+    pub(crate) entry: String,
+}
+
+/// A string-literal option value (`opencl = "..."`, `entry = "..."`), or an S0003 error.
+fn string_option(cx: &mut Ctxt, name: &str, value: &syn::Expr, example: &str) -> Option<String> {
+    match value {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+        other => {
+            cx.error(
+                other.span(),
+                format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"` [S0003]"),
+            );
+            None
+        }
+    }
 }
 
 fn parse_options(cx: &mut Ctxt, attr: TokenStream) -> Options {
@@ -36,6 +65,8 @@ fn parse_options(cx: &mut Ctxt, attr: TokenStream) -> Options {
     };
     let mut kind_span: Option<Span> = None;
     let mut crate_span: Option<Span> = None;
+    let mut opencl_span: Option<Span> = None;
+    let mut entry_span: Option<Span> = None;
     for meta in metas {
         let span = meta.span();
         match &meta {
@@ -85,14 +116,59 @@ fn parse_options(cx: &mut Ctxt, attr: TokenStream) -> Options {
                     ),
                 }
             }
+            syn::Meta::NameValue(nv) if nv.path.is_ident("opencl") || nv.path.is_ident("entry") => {
+                let is_opencl = nv.path.is_ident("opencl");
+                let (name, first, example) = if is_opencl {
+                    ("opencl", &mut opencl_span, "kernels/vadd.cl")
+                } else {
+                    ("entry", &mut entry_span, "vadd")
+                };
+                if let Some(first) = *first {
+                    cx.error(
+                        span,
+                        format!(
+                            "duplicate option `{name}` in `#[callable]` (first given at {}) [S0002]\nhelp: remove one of them",
+                            crate::ctxt::at(first)
+                        ),
+                    );
+                    continue;
+                }
+                *first = Some(span);
+                if let Some(v) = string_option(cx, name, &nv.value, example) {
+                    if is_opencl {
+                        opts.opencl = Some((v, span));
+                    } else {
+                        opts.entry = Some((v, span));
+                    }
+                }
+            }
             _ => cx.error(
                 span,
                 format!(
-                    "unknown option `{}` in `#[callable]` [S0003]\nhelp: the options are one kind (`chip`, `sub` or `orch`) and `crate = path`",
+                    "unknown option `{}` in `#[callable]` [S0003]\nhelp: the options are one kind (`chip`, `sub` or `orch`), `crate = path`, and for a chip kernel `opencl = \"file.cl\"` with an optional `entry = \"name\"`",
                     model::squash(meta.to_token_stream())
                 ),
             ),
         }
+    }
+    if let Some(span) = entry_span
+        && opencl_span.is_none()
+    {
+        cx.error(
+            span,
+            "`entry` names the kernel function in OpenCL source, but no `opencl = \"file.cl\"` is given [S0007]\nhelp: add `opencl = \"path/to/kernel.cl\"`, or remove `entry`".to_string(),
+        );
+    }
+    if let (Some(span), Some(kind)) = (opencl_span, opts.kind)
+        && kind != Kind::Chip
+    {
+        cx.error(
+            span,
+            format!(
+                "`opencl` source is for chip kernels, not `{}` callables [S0007]\nhelp: only a `#[callable(chip)]` kernel runs on a device; remove `opencl`",
+                kind.keyword()
+            ),
+        );
     }
     if kind_span.is_none() && !cx.failed() {
         cx.error(
@@ -201,27 +277,101 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         let errors = cx.into_compile_errors();
         return quote!(#item #errors);
     }
+    let source = read_source(&mut cx, &opts, &func, &sig);
+    if cx.failed() {
+        let errors = cx.into_compile_errors();
+        return quote!(#item #errors);
+    }
     let root = model::root(opts.krate.as_ref());
     let tokens = func.to_token_stream().to_string();
-    let subkind = match (kind, sig.orchestrates) {
-        (Kind::Chip, false) => 1,
-        (Kind::Chip, true) => 2,
+    let subkind = match (kind, sig.orchestrates, &source) {
+        (Kind::Chip, false, None) => 1,
+        (Kind::Chip, true, _) => 2,
+        (Kind::Chip, false, Some(_)) => 3,
         _ => 0,
     };
     let name = &func.sig.ident;
-    let desc = descriptor::build(
+    let desc = descriptor::build_with_source(
         kind.code(),
         &format!("{}::{}", model::crate_name(), name.unraw()),
         subkind,
         &sig.params,
         &tokens,
+        source.as_ref().map(|s| (s.entry.as_str(), s.text.as_str())),
     );
     let user_fn = rewrite(&root, &func, &sig, kind);
     let shim = shim(&root, name, &sig, kind);
-    let twin = twin(&root, &func.vis, name, kind, subkind, &sig.params, &desc, shim, TokenStream::new());
+    let twin = twin_with_source(
+        &root,
+        &func.vis,
+        name,
+        kind,
+        subkind,
+        &sig.params,
+        &desc,
+        shim,
+        TokenStream::new(),
+        source.as_ref(),
+    );
     quote! {
         #user_fn
         #twin
+    }
+}
+
+/// Reads the OpenCL C source of `opencl = "path"` (relative to the crate's `Cargo.toml`), if
+/// given: only a chip kernel takes one (S0007).
+fn read_source(cx: &mut Ctxt, opts: &Options, f: &syn::ItemFn, sig: &Sig) -> Option<Source> {
+    let (path, span) = opts.opencl.as_ref()?;
+    if opts.kind != Some(Kind::Chip) {
+        return None; // reported by `parse_options`
+    }
+    if sig.orchestrates {
+        cx.error(
+            *span,
+            format!(
+                "`opencl` source is for chip kernels, but `{}` is a chip orchestration (it takes the orchestrator) [S0007]\nhelp: give the source to the kernels it submits, and remove `opencl` here",
+                f.sig.ident.unraw()
+            ),
+        );
+        return None;
+    }
+    let entry = match &opts.entry {
+        Some((e, _)) => e.clone(),
+        None => f.sig.ident.unraw().to_string(),
+    };
+    let c_ident = entry.chars().next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && entry.chars().all(|c| c == '_' || c.is_ascii_alphanumeric());
+    if !c_ident {
+        cx.error(
+            opts.entry.as_ref().map_or(*span, |e| e.1),
+            format!(
+                "`entry = \"{entry}\"` is not the name of an OpenCL C function [S0007]\nhelp: name the `__kernel` function in the source: letters, digits and `_`, not starting with a digit"
+            ),
+        );
+        return None;
+    }
+    let Ok(dir) = std::env::var("CARGO_MANIFEST_DIR") else {
+        cx.error(
+            *span,
+            format!("cannot read `{path}`: `CARGO_MANIFEST_DIR` is not set (build with cargo) [S0007]"),
+        );
+        return None;
+    };
+    // Resolved as `include_str!` below resolves it, so the macro hashes the text it includes.
+    let resolved = format!("{dir}/{path}");
+    match std::fs::read_to_string(&resolved) {
+        Ok(text) => Some(Source { path: path.clone(), text, entry }),
+        Err(e) => {
+            cx.error(
+                *span,
+                format!(
+                    "cannot read the OpenCL source `{path}` of `{}`: {e} (resolved to `{resolved}`) [S0007]\nhelp: the path is relative to the directory of the crate's `Cargo.toml`",
+                    f.sig.ident.unraw()
+                ),
+            );
+            None
+        }
     }
 }
 
@@ -332,9 +482,7 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
     }
 }
 
-/// The twin of a callable `name`: a braced struct of the same name (type namespace only, so
-/// it sits beside the function) whose associated items are the callable's identity, signature
-/// and typed `call`; plus its entry in the link-time registry.
+/// [`twin_with_source`] without device source (host functions, orchestrations, graphs).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn twin(
     root: &TokenStream,
@@ -346,6 +494,29 @@ pub(crate) fn twin(
     desc: &descriptor::Descriptor,
     shim: TokenStream,
     extra: TokenStream,
+) -> TokenStream {
+    twin_with_source(root, vis, name, kind, subkind, params, desc, shim, extra, None)
+}
+
+/// The twin of a callable `name`: a braced struct of the same name (type namespace only, so
+/// it sits beside the function) whose associated items are the callable's identity, signature
+/// and typed `call`; plus its entry in the link-time registry.
+#[allow(clippy::too_many_arguments)]
+///
+/// A kernel with OpenCL `source` records its text and entry in the registry entry, and names
+/// the file in an `include_str!` so that editing it rebuilds the crate (and so recomputes the
+/// digest, which covers the text).
+pub(crate) fn twin_with_source(
+    root: &TokenStream,
+    vis: &syn::Visibility,
+    name: &syn::Ident,
+    kind: Kind,
+    subkind: u32,
+    params: &[Param],
+    desc: &descriptor::Descriptor,
+    shim: TokenStream,
+    extra: TokenStream,
+    source: Option<&Source>,
 ) -> TokenStream {
     let fname = name.unraw().to_string();
     let path = format!("{}::{fname}", model::crate_name());
@@ -359,7 +530,7 @@ pub(crate) fn twin(
         Kind::Orch => (quote!(Orch), quote!(OrchCallable)),
     };
     let entry = match (kind, subkind) {
-        (Kind::Chip, 1) => quote!(Kernel),
+        (Kind::Chip, 1 | 3) => quote!(Kernel),
         (Kind::Chip, _) => quote!(ChipOrchestration),
         (Kind::Sub, _) => quote!(Host),
         (Kind::Orch, _) => quote!(Orchestration),
@@ -415,7 +586,23 @@ pub(crate) fn twin(
     // The function's own case: `aB` and `ab` are two functions, so two statics.
     let statik = format_ident!("__SIMPLER_CALLABLE_{}", fname);
     let linkme_path = quote!(#root::__private::linkme);
+    let (new, source_arg, track) = match source {
+        Some(s) => {
+            let (path, text, entry) = (&s.path, &s.text, &s.entry);
+            (
+                quote!(__new_with_source),
+                quote!(::core::option::Option::Some((#text, #entry)),),
+                quote! {
+                    // Names the file to the compiler: editing it rebuilds this crate.
+                    const _: &str = ::core::include_str!(::core::concat!(::core::env!("CARGO_MANIFEST_DIR"), "/", #path));
+                },
+            )
+        }
+        None => (quote!(__new), TokenStream::new(), TokenStream::new()),
+    };
     quote! {
+        #track
+
         #[doc(hidden)]
         #[allow(non_camel_case_types, dead_code)]
         #vis struct #name {}
@@ -424,7 +611,7 @@ pub(crate) fn twin(
         #[allow(unsafe_code, non_upper_case_globals)]
         #[#root::__private::linkme::distributed_slice(#root::__private::CALLABLES)]
         #[linkme(crate = #linkme_path)]
-        static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::__new(
+        static #statik: #root::__private::CallableInfo = #root::__private::CallableInfo::#new(
             #fname,
             #path,
             #root::callable::CallableKind::#kind_variant,
@@ -435,6 +622,7 @@ pub(crate) fn twin(
                 const ENTRY: #root::__private::entry::#entry = #name::__shim;
                 &ENTRY
             },
+            #source_arg
         );
 
         #[allow(dead_code, clippy::needless_question_mark)]

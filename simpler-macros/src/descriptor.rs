@@ -8,11 +8,19 @@
 //! u32 kind                     1 chip, 2 host function, 3 orchestration
 //! u32 payload_format_version = 2
 //! str path                     "<crate>::<fn name>"
-//! u32 subkind                  0, or for chip callables 1 kernel / 2 chip orchestration
+//! u32 subkind                  0, or for chip callables 1 kernel / 2 chip orchestration /
+//!                              3 kernel with OpenCL source (`opencl = "file.cl"`)
 //! u32 param_count
 //!   per parameter: str name, u32 mode (1 In, 2 Out, 3 InOut, 4 scalar), str type
 //! bytes token_hash             sha256 of the item's token text (32 bytes)
+//! subkind 3 only:
+//!   str language               "opencl-c"
+//!   str entry                  the kernel function's name in the source
+//!   bytes source_hash          sha256 of the source text (32 bytes)
 //! ```
+//!
+//! The trailer of sub-kind 3 makes the digest cover the device source: editing only the `.cl`
+//! file gives another callable. Descriptors of every other sub-kind are as they were.
 
 use sha2::{Digest as _, Sha256};
 
@@ -33,8 +41,24 @@ fn bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// The language tag of OpenCL C sources (as `simpler::chip::KernelSource` names it).
+const OPENCL_C: &str = "opencl-c";
+
 /// Builds the descriptor of a callable.
 pub(crate) fn build(kind: u32, path: &str, subkind: u32, params: &[Param], tokens: &str) -> Descriptor {
+    build_with_source(kind, path, subkind, params, tokens, None)
+}
+
+/// Builds the descriptor of a callable; a kernel with OpenCL C `source` (`(entry, text)`,
+/// sub-kind 3) gets the trailer that covers it.
+pub(crate) fn build_with_source(
+    kind: u32,
+    path: &str,
+    subkind: u32,
+    params: &[Param],
+    tokens: &str,
+    source: Option<(&str, &str)>,
+) -> Descriptor {
     let mut out = Vec::with_capacity(128);
     u32(&mut out, 1);
     u32(&mut out, kind);
@@ -49,6 +73,12 @@ pub(crate) fn build(kind: u32, path: &str, subkind: u32, params: &[Param], token
     }
     let token_hash: [u8; 32] = Sha256::digest(tokens.as_bytes()).into();
     bytes(&mut out, &token_hash);
+    if let Some((entry, text)) = source {
+        bytes(&mut out, OPENCL_C.as_bytes());
+        bytes(&mut out, entry.as_bytes());
+        let source_hash: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        bytes(&mut out, &source_hash);
+    }
     let digest: [u8; 32] = Sha256::digest(&out).into();
     Descriptor { bytes: out, digest }
 }
@@ -97,6 +127,31 @@ mod tests {
         for other in [&body, &elem, &mode, &kind] {
             assert_ne!(base.digest, other.digest);
         }
+    }
+
+    #[test]
+    fn the_opencl_source_text_and_entry_change_the_digest() {
+        let p = || params(quote!(x: InOut<f32>, k: f32));
+        let src = "__kernel void f(__global float* x, float k) { x[get_global_id(0)] *= k; }";
+        let with = |entry, text| build_with_source(1, "c::f", 3, &p(), "fn f() {}", Some((entry, text)));
+        let base = with("f", src);
+        assert_eq!(base.bytes, with("f", src).bytes, "deterministic");
+        let edited_src = src.replace("*=", "+=");
+        let edited = with("f", &edited_src);
+        assert_ne!(base.bytes, edited.bytes, "only the .cl text differs");
+        assert_ne!(base.digest, edited.digest);
+        assert_ne!(base.digest, with("g", src).digest, "the entry counts");
+        // Without source (sub-kind 1), the descriptor is the one `build` always wrote.
+        let plain = build(1, "c::f", 1, &p(), "fn f() {}");
+        assert_eq!(plain.bytes, build_with_source(1, "c::f", 1, &p(), "fn f() {}", None).bytes);
+        assert_ne!(base.digest, plain.digest);
+        // The trailer is language, entry and the text's sha256, after the token hash.
+        let mut tail = Vec::new();
+        bytes(&mut tail, b"opencl-c");
+        bytes(&mut tail, b"f");
+        bytes(&mut tail, &Sha256::digest(src.as_bytes()));
+        assert!(base.bytes.ends_with(&tail));
+        assert_eq!(base.bytes[..base.bytes.len() - tail.len()].len(), plain.bytes.len());
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct ErrorS0005;
 #[doc = include_str!("../../book/src/errors/S0006.md")]
 pub struct ErrorS0006;
 
+/// Error code S0007.
+#[doc = include_str!("../../book/src/errors/S0007.md")]
+pub struct ErrorS0007;
+
 /// Error code S0101.
 #[doc = include_str!("../../book/src/errors/S0101.md")]
 pub struct ErrorS0101;

@@ -161,6 +161,7 @@ pub static CALLABLES: [CallableInfo];
 /// assert_eq!(info.digest, Digest::of(info.descriptor));
 /// assert_eq!(copy::DIGEST, info.digest);
 /// assert!(simpler::__private::CallableInfo::find(info.digest).is_some());
+/// assert!(info.source.is_none()); // no `opencl = "file.cl"`
 /// ```
 #[derive(Debug)]
 pub struct CallableInfo {
@@ -180,6 +181,10 @@ pub struct CallableInfo {
     /// name those types (an orchestration's names the engine's `Orchestrator`); the layer that
     /// runs each kind takes it back with [`entry`](CallableInfo::entry).
     entry: &'static (dyn Any + Send + Sync),
+    /// A chip kernel's OpenCL C source, `(text, entry)`, from `#[callable(chip, opencl =
+    /// "file.cl")]`: the text as the macro read it (its descriptor covers its sha256) and the
+    /// name of the kernel function in it.
+    pub source: Option<(&'static str, &'static str)>,
     handle: OnceLock<CallableHandle>,
 }
 
@@ -195,6 +200,22 @@ impl CallableInfo {
         params: &'static [Param],
         entry: &'static (dyn Any + Send + Sync),
     ) -> CallableInfo {
+        CallableInfo::__new_with_source(name, path, kind, descriptor, digest, params, entry, None)
+    }
+
+    /// [`__new`](CallableInfo::__new) for a kernel with OpenCL C `source` (`(text, entry)`).
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub const fn __new_with_source(
+        name: &'static str,
+        path: &'static str,
+        kind: CallableKind,
+        descriptor: &'static [u8],
+        digest: [u8; 32],
+        params: &'static [Param],
+        entry: &'static (dyn Any + Send + Sync),
+        source: Option<(&'static str, &'static str)>,
+    ) -> CallableInfo {
         CallableInfo {
             name,
             path,
@@ -203,6 +224,7 @@ impl CallableInfo {
             digest: Digest::from_bytes(digest),
             params,
             entry,
+            source,
             handle: OnceLock::new(),
         }
     }

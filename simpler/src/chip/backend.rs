@@ -56,7 +56,9 @@ pub(crate) const MAX_CORES: usize = 1024;
 /// thread), so a wrapper that counts or traces overrides only what it watches. A **device**
 /// backend returns `None` there and implements every method.
 ///
-/// Device pointers are opaque `u64`s (see the [module docs](self)). Whatever a backend returns
+/// Device pointers are opaque `u64`s: the runtime never dereferences one, it only offsets it
+/// (`ptr + k` is byte `k` of the allocation at `ptr`), so a backend may pack a buffer handle and
+/// an offset into it. Whatever a backend returns
 /// is checked: a `malloc` result must not overlap a block the runtime already holds (else the
 /// runtime refuses it with an [`ErrorKind::Os`] error naming the
 /// block).

@@ -347,7 +347,7 @@ impl ChipFn {
     /// use simpler::{chip::ChipFn, HostArgs, HostResult};
     /// fn noop(_: &HostArgs<'_>) -> HostResult { Ok(()) }
     /// let k = ChipFn::kernel("noop", noop);
-    /// assert_eq!(k.kernel_def().map(|d| d.name()), Some("noop"));
+    /// assert_eq!(k.kernel_def().expect("a kernel").name(), "noop");
     /// ```
     pub fn kernel_def(&self) -> Option<KernelDef<'_>> {
         match self.body {
@@ -504,19 +504,34 @@ impl ChipFn {
     }
 
     /// A `#[callable(chip)]` kernel or chip orchestration from the link-time registry, with the
-    /// descriptor the macro computed.
+    /// descriptor the macro computed. A kernel declared with `opencl = "file.cl"` keeps its Rust
+    /// body and gains the file's source, so a simulated chip runs the one and a device backend
+    /// the other.
     pub(crate) fn from_linked(info: &CallableInfo) -> Result<ChipFn> {
         let body = match (info.entry::<HostFnPtr>(), info.entry::<ChipOrchFnPtr>()) {
             (Some(f), _) if info.kind == CallableKind::Chip => ChipBody::Kernel(f),
             (_, Some(f)) => ChipBody::Orchestration(f),
             _ => return Err(info.wrong_kind("a chip callable")),
         };
+        let source = match (body, info.source) {
+            (_, None) => None,
+            (ChipBody::Kernel(_), Some((text, entry))) => Some(Arc::new(KernelSource::opencl(text, entry))),
+            (ChipBody::Orchestration(_), Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::Callable,
+                    format!(
+                        "chip orchestration `{}` cannot take kernel source; only a kernel can",
+                        info.name
+                    ),
+                ));
+            }
+        };
         Ok(ChipFn {
             name: info.name.into(),
             body,
             descriptor: info.descriptor_checked()?,
             origin: Origin::Macro(info.path),
-            source: None,
+            source,
             native: true,
         })
     }

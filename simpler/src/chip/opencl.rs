@@ -129,7 +129,14 @@ enum Param {
     Scalar { bytes: usize, float: bool },
 }
 
-/// A chip on an OpenCL device (see the [module docs](self)).
+/// A chip on an OpenCL device: one context on one device, a command queue per core, `cl_mem`
+/// buffers as device memory, and kernels given as OpenCL C source ([`ChipFn::opencl`],
+/// [`ChipFn::with_source`], or `#[callable(chip, opencl = "file.cl")]`), compiled when they are
+/// registered. Tensors are a kernel's first parameters (`__global` pointers), then its scalars;
+/// the global work size is the element count of the first writable tensor.
+///
+/// [`ChipFn::opencl`]: crate::chip::ChipFn::opencl
+/// [`ChipFn::with_source`]: crate::chip::ChipFn::with_source
 ///
 /// ```no_run
 /// use simpler::{chip::CallConfig, chip::ChipFn, chip::KernelSource, chip::OpenClChip, status::Level, DataType, TaskArgs, Worker};
@@ -495,7 +502,7 @@ impl ChipBackend for OpenClChip {
         let name = kernel.name();
         let Some(source) = kernel.source().filter(|s| s.language() == OPENCL_C) else {
             return Err(callable(format!(
-                "kernel `{name}` has no OpenCL C source, and this chip is an OpenCL device ({}): give it one with ChipFn::opencl or ChipFn::with_source",
+                "kernel `{name}` has no OpenCL C source, and this chip is an OpenCL device ({}): give it one with ChipFn::opencl or ChipFn::with_source, or `#[callable(chip, opencl = \"file.cl\")]`",
                 self.name
             )));
         };
