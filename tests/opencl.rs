@@ -13,7 +13,7 @@ mod common;
 
 use common::{Rig, expect_err, isolated_test};
 use simpler::chip::{CallConfig, ChipBackend, ChipFn, ChipSpec, KernelSource, OpenClChip};
-use simpler::dsl::{In, InOut, chip};
+use simpler::dsl::{In, InOut, Out, chip};
 use simpler::{
     DataType, ErrorKind, HostArgs, HostResult, Orchestrator, TaskArgs, Worker, callable, status::Level,
 };
@@ -465,8 +465,7 @@ fn a_forked_copy_of_an_opencl_process_refuses_opencl_instead_of_hanging() {
 }
 
 /// `y = a * x + y + plus`: a Rust body for simulated chips, and `kernels/saxpy.cl` (relative to
-/// this crate's `Cargo.toml`, function `saxpy`) for OpenCL chips. Every `#[callable(chip)]` of
-/// this binary needs OpenCL source, since each OpenCL chip registers all of them at init.
+/// this crate's `Cargo.toml`, function `saxpy`) for OpenCL chips.
 #[callable(chip, opencl = "kernels/saxpy.cl", entry = "saxpy")]
 fn saxpy_plus(x: In<f32>, mut y: InOut<f32>, a: f32, plus: i32) {
     for (yi, xi) in y.iter_mut().zip(x.iter()) {
@@ -527,4 +526,26 @@ fn a_macro_kernel_with_opencl_source_runs_in_an_l3_chip_process() {
     assert!(got.iter().enumerate().all(|(i, &v)| v == 0.5 * i as f32), "{:?}", &got[..4]);
     drop((x, y, bx, by));
     l3.close().unwrap();
+}
+
+/// A Rust-only kernel in the same binary: every Worker registers it, an OpenCL chip does not
+/// compile it (the chip still starts), and a task that runs it there fails, naming it.
+#[callable(chip)]
+fn rust_only(mut y: Out<f32>) {
+    y.fill(3.0);
+}
+
+#[isolated_test]
+fn a_rust_only_macro_kernel_does_not_stop_an_opencl_chip_and_fails_by_name_if_run() {
+    if !have_opencl() {
+        return;
+    }
+    let mut chip = l2(1);
+    chip.init().unwrap();
+    let by = chip.create_buffer(64).unwrap();
+    let mut y = by.typed::<f32>(&[16]).unwrap();
+    let err = rust_only::call(&mut y).unwrap().run(&chip).unwrap_err();
+    assert!(err.message().contains("`rust_only`") && err.message().contains("no OpenCL C source"), "{err}");
+    drop((y, by));
+    chip.close().unwrap();
 }

@@ -195,6 +195,25 @@ pub trait ChipBackend: Send + Sync + 'static {
         kernel.require_native("this backend")
     }
 
+    /// Whether this backend has what it needs to run `kernel`: a native body by default (a
+    /// simulated backend), OpenCL C source for an OpenCL chip. A `#[callable(chip)]` kernel,
+    /// which every Worker of the binary registers, is loaded only where this holds; elsewhere
+    /// a task that runs it fails at launch, naming it. A kernel registered by hand is always
+    /// loaded, so registering one the chip cannot run is refused at once.
+    ///
+    /// ```
+    /// use simpler::{chip::ChipBackend, chip::ChipFn, chip::KernelSource, chip::SimChip, HostArgs, HostResult};
+    /// fn noop(_: &HostArgs<'_>) -> HostResult { Ok(()) }
+    /// let sim = SimChip::new(4096, 1)?;
+    /// assert!(sim.can_run(&ChipFn::kernel("noop", noop).kernel_def().unwrap()));
+    /// let cl_only = ChipFn::opencl("k", KernelSource::opencl("__kernel void k() {}", "k"));
+    /// assert!(!sim.can_run(&cl_only.kernel_def().unwrap()));
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    fn can_run(&self, kernel: &KernelDef<'_>) -> bool {
+        kernel.has_native()
+    }
+
     /// Forgets a kernel loaded by [`load_kernel`](Self::load_kernel), when its last
     /// registration is dropped. The default does nothing.
     ///

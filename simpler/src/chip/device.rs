@@ -330,6 +330,11 @@ impl Device {
         self.backend.load_kernel(kernel)
     }
 
+    /// Whether the backend can run `kernel` (see [`ChipBackend::can_run`]).
+    pub(crate) fn can_run(&self, kernel: &KernelDef<'_>) -> bool {
+        self.backend.can_run(kernel)
+    }
+
     /// Forgets a kernel loaded by [`load_kernel`](Self::load_kernel).
     pub(crate) fn unload_kernel(&self, digest: &Digest) {
         self.backend.unload_kernel(digest);

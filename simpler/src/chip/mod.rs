@@ -369,6 +369,11 @@ impl ChipFn {
         }
     }
 
+    /// Whether it is a `#[callable(chip)]`, which every Worker of the binary registers.
+    pub(crate) fn is_linked(&self) -> bool {
+        matches!(self.origin, Origin::Macro(_))
+    }
+
     /// What a core runs for this kernel; `None` for a chip orchestration.
     pub(crate) fn kernel_ref(&self) -> Option<KernelRef> {
         match self.body {

@@ -545,6 +545,10 @@ impl ChipBackend for OpenClChip {
         Ok(())
     }
 
+    fn can_run(&self, kernel: &KernelDef<'_>) -> bool {
+        kernel.source().is_some_and(|s| s.language() == OPENCL_C)
+    }
+
     fn unload_kernel(&self, digest: &Digest) {
         sync::lock(&self.kernels).remove(digest);
     }
@@ -553,7 +557,12 @@ impl ChipBackend for OpenClChip {
         let def = launch.kernel();
         let name = def.name();
         let loaded = self.loaded(&def.digest()).ok_or_else(|| {
-            Error::new(ErrorKind::Callable, format!("kernel `{name}` was not loaded on this OpenCL chip"))
+            let why = if self.can_run(def) {
+                "was not loaded on this OpenCL chip".to_string()
+            } else {
+                "has no OpenCL C source, so it cannot run on an OpenCL chip; give it one with #[callable(chip, opencl = \"file.cl\")] or ChipFn::with_source".to_string()
+            };
+            Error::new(ErrorKind::Callable, format!("kernel `{name}` {why}"))
         })?;
         let (tensors, scalars) = (launch.tensors(), launch.scalars());
         let wanted = loaded.params.iter().filter(|p| **p == Param::Global).count();

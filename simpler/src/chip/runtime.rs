@@ -260,7 +260,9 @@ impl ChipRuntime {
         {
             let mut kinds = engine.callables().write();
             for (digest, _, f) in registry.iter() {
-                if let Some(def) = f.kernel_def() {
+                if let Some(def) = f.kernel_def()
+                    && (!f.is_linked() || device.can_run(&def))
+                {
                     device.load_kernel(&def)?;
                 }
                 kinds.insert(*digest, CallableKind::Chip);
@@ -310,7 +312,13 @@ impl ChipRuntime {
     /// backend): a failure installs nothing and names the chip.
     pub(crate) fn install(&mut self, digest: Digest, descriptor: &[u8], f: ChipFn) -> Result<u32> {
         let fresh = !self.read_registry().contains(&digest);
-        if fresh && let Some(def) = f.kernel_def() {
+        // A `#[callable(chip)]` the device cannot run (a Rust-only kernel on an OpenCL chip) is
+        // registered, not loaded: every Worker of the binary registers them all, and a task that
+        // names it here fails at launch, naming it.
+        if fresh
+            && let Some(def) = f.kernel_def()
+            && (!f.is_linked() || self.device.can_run(&def))
+        {
             self.device.load_kernel(&def).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         }
         let installed = sync::write(&self.registry).install(digest, descriptor, f);
