@@ -295,21 +295,23 @@ fn an_l3_worker_runs_kernels_and_orchestrations_on_two_opencl_chips() {
     // the host.
     let scale_h = ChipFn::opencl("scale", KernelSource::opencl(SCALE, "scale")).handle();
     rig.run(|o| {
-        let tmp = o.alloc_on(0, &[n], DataType::Float32)?;
-        assert!(
-            format!("{:?}", tmp.desc().backing()).starts_with("Device"),
-            "the intermediate is device memory"
-        );
-        let mut first = TaskArgs::new();
-        first.input(&ta)?.input(&tb)?.output(&tmp)?;
-        o.submit_next_level(&add, first, CallConfig::default(), 0)?;
-        let mut second = TaskArgs::new();
-        second.inout(&tmp)?.scalar_f32(2.0).scalar(0);
-        o.submit_next_level(&scale_h, second, CallConfig::default(), 0)?;
-        let mut third = TaskArgs::new();
-        third.input(&tmp)?.input(&tmp)?.output(&to[1])?;
-        o.submit_next_level(&add, third, CallConfig::default(), 0)?;
-        Ok(())
+        // In a scope of its own: reclaimed when the scope ends and its tasks completed.
+        o.scope(|o| {
+            let tmp = o.alloc_on(0, &[n], DataType::Float32)?;
+            assert!(
+                format!("{:?}", tmp.desc().backing()).starts_with("Device"),
+                "the intermediate is device memory"
+            );
+            let mut first = TaskArgs::new();
+            first.input(&ta)?.input(&tb)?.output(&tmp)?;
+            o.submit_next_level(&add, first, CallConfig::default(), 0)?;
+            let mut second = TaskArgs::new();
+            second.inout(&tmp)?.scalar_f32(2.0).scalar(0);
+            o.submit_next_level(&scale_h, second, CallConfig::default(), 0)?;
+            let mut third = TaskArgs::new();
+            third.input(&tmp)?.input(&tmp)?.output(&to[1])?;
+            o.submit_next_level(&add, third, CallConfig::default(), 0).map(|_| ())
+        })
     })
     .unwrap();
     let got = outs[1].read::<f32>(0, n as usize).unwrap();
