@@ -960,3 +960,33 @@ fn silent_connections_without_the_key_hold_back_no_root() {
     drop((strays, buf));
     finish(root, vec![node]);
 }
+
+/// `close` keeps its bound (`close_timeout` + 1.1 s) when a node stops while the root is still
+/// sending it a large tensor, whatever the health timeout: the session does not wait for its
+/// sending thread to finish a write the node will never read.
+#[isolated_test]
+fn close_keeps_its_bound_when_a_node_stops_mid_transfer() {
+    let node = NodeProcess::start();
+    let builder = root_builder(Worker::builder(), std::slice::from_ref(&node.addr), Duration::from_secs(8))
+        .close_timeout(Duration::from_millis(200));
+    let mut root = with_orchs(builder.build().unwrap());
+    root.init().unwrap();
+    let words = 16 << 20;
+    let buf = root.create_buffer(8 * words).unwrap();
+    let t = u64s(&buf, 0, words);
+    let h = OrchFn::new("step", step).handle();
+    let run = root
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(&h, a, CallConfig::default(), 1).map(|_| ())
+        })
+        .unwrap();
+    signal(node.pid(), libc::SIGSTOP);
+    let closing = Instant::now();
+    let _ = root.close();
+    let took = closing.elapsed();
+    signal(node.pid(), libc::SIGCONT);
+    drop((run, t, buf));
+    assert!(took < Duration::from_millis(1300), "close took {took:?}");
+}

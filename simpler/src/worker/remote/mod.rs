@@ -178,6 +178,10 @@ impl RemoteWorker {
     }
 }
 
+/// How long `close` lets the writer thread send what is queued (and the SHUTDOWN) before it
+/// shuts the socket under it.
+const CLOSE_WRITE_GRACE: Duration = Duration::from_millis(300);
+
 /// What the writer thread sends next.
 enum Outgoing {
     Frame(FrameKind, u64, Vec<u8>),
@@ -232,6 +236,9 @@ pub(crate) struct Session {
     socket: Stream,
     /// The writer thread, joined by `close`.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Disconnected when the writer thread ends (its sender drops with it): `close` waits on
+    /// it for at most [`CLOSE_WRITE_GRACE`].
+    writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     state: Mutex<SessionState>,
     changed: Condvar,
     seq: AtomicU64,
@@ -314,6 +321,7 @@ impl Session {
             pending: std::sync::atomic::AtomicUsize::new(0),
             socket,
             writer: Mutex::new(None),
+            writer_done: Mutex::new(None),
             state: Mutex::new(SessionState::default()),
             changed: Condvar::new(),
             seq: AtomicU64::new(1),
@@ -342,9 +350,12 @@ impl Session {
             .map_err(|e| Error::os("starting a session health thread", e))?;
         *sync::lock(&session.health_reader) = Some(thread);
         let s = session.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        *sync::lock(&session.writer_done) = Some(done_rx);
         let thread = std::thread::Builder::new()
             .name("simpler-remote-tx".into())
             .spawn(move || {
+                let _done = done_tx; // dropped when this thread ends
                 for out in outgoing {
                     let written = match out {
                         Outgoing::Frame(kind, seq, body) => {
@@ -654,6 +665,17 @@ impl Session {
             let _ = self.send(FrameKind::Shutdown, Vec::new());
         }
         let _ = self.outbox.send(Outgoing::Stop);
+        // The writer sends what is queued, then the SHUTDOWN; a node that stopped reading would
+        // hold it in a write until the socket's send timeout (the health timeout), so after a
+        // short grace the session is lost, which shuts the socket and ends the write at once.
+        let done = sync::lock(&self.writer_done).take();
+        if let Some(done) = done
+            && matches!(done.recv_timeout(CLOSE_WRITE_GRACE), Err(std::sync::mpsc::RecvTimeoutError::Timeout))
+        {
+            self.lose(format!(
+                "closing: the node took no more bytes within {CLOSE_WRITE_GRACE:?} (it stopped reading)"
+            ));
+        }
         let writer = sync::lock(&self.writer).take();
         if let Some(t) = writer
             && t.thread().id() != std::thread::current().id()
