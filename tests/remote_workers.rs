@@ -990,3 +990,16 @@ fn close_keeps_its_bound_when_a_node_stops_mid_transfer() {
     drop((run, t, buf));
     assert!(took < Duration::from_millis(1300), "close took {took:?}");
 }
+
+/// The same node added twice is refused by `build` at once, naming it (it used to make `init`
+/// wait for the second connection's timeout).
+#[isolated_test]
+fn the_same_node_added_twice_is_refused_at_build() {
+    let addr: NodeAddr = "127.0.0.1:45999".parse().unwrap();
+    let started = Instant::now();
+    let err = root_builder(Worker::builder(), &[addr.clone(), addr.clone()], Duration::from_secs(2))
+        .build()
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["127.0.0.1:45999", "added twice"]);
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

@@ -526,6 +526,14 @@ impl Worker {
                 remote::node::HEARTBEAT
             )));
         }
+        if node.launch_rank.is_none()
+            && let Some(i) = self.remote.iter().position(|r| r.launch_rank.is_none() && r.addr == node.addr)
+        {
+            return Err(Error::invalid(format!(
+                "WorkerBuilder::remote_worker: the node at {name} is added twice (remote Workers {i} and {}); a node serves one root session, so each remote Worker needs a node of its own",
+                self.remote.len()
+            )));
+        }
         self.lanes.add_remote(name);
         self.remote.push(node);
         Ok(())
