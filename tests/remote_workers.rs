@@ -1003,3 +1003,14 @@ fn the_same_node_added_twice_is_refused_at_build() {
     assert_err(&err, ErrorKind::InvalidArgument, &["127.0.0.1:45999", "added twice"]);
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+/// `workers()` reports a remote Worker's process id: the node's, on its host (it was 0).
+#[isolated_test]
+fn workers_report_a_remote_workers_node_pid() {
+    let node = NodeProcess::start();
+    let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_secs(2));
+    rig.init();
+    let remote = rig.workers().into_iter().last().expect("the remote Worker is the last");
+    assert_eq!(remote.pid, node.pid(), "{remote:?}");
+    assert!(remote.is_alive());
+}

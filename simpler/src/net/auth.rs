@@ -35,7 +35,7 @@ pub(crate) const MAC_LEN: usize = 32;
 const STEP_CHALLENGE: u8 = 1;
 /// HELLO step: the root's answer (`nonce_r`, `mac_r`).
 const STEP_RESPONSE: u8 = 2;
-/// HELLO step: the node's proof and what it offers (`mac_n`, node id, SUB workers, chips).
+/// HELLO step: the node's proof and what it offers (`mac_n`, node id, SUB workers, chips, pid).
 const STEP_READY: u8 = 3;
 /// HELLO step: "refused", with nothing more said.
 const STEP_REFUSED: u8 = 4;
@@ -122,6 +122,8 @@ pub(crate) struct NodeHello {
     pub(crate) sub_workers: u32,
     /// The chips it drives.
     pub(crate) chips: u32,
+    /// The node's process id on its host (what the root's `Worker::workers` reports).
+    pub(crate) pid: u32,
 }
 
 /// `NONCE_LEN` bytes from the kernel's random source.
@@ -145,19 +147,20 @@ fn response_body(key: &ClusterKey, nonce_n: &[u8], nonce_r: &[u8; NONCE_LEN]) ->
 }
 
 /// What the node's READY MAC covers after the two nonces: the fields it announces.
-fn hello_fields(hello: &NodeHello) -> [u8; 16] {
-    let mut out = [0u8; 16];
+fn hello_fields(hello: &NodeHello) -> [u8; 20] {
+    let mut out = [0u8; 20];
     out[0..8].copy_from_slice(&hello.node_id.to_le_bytes());
     out[8..12].copy_from_slice(&hello.sub_workers.to_le_bytes());
     out[12..16].copy_from_slice(&hello.chips.to_le_bytes());
+    out[16..20].copy_from_slice(&hello.pid.to_le_bytes());
     out
 }
 
 /// The body of a node's READY, answering the root nonce `nonce_r` to its own `nonce_n`.
 fn ready_body(key: &ClusterKey, nonce_r: &[u8], nonce_n: &[u8], hello: &NodeHello) -> Vec<u8> {
     let mac_n = key.mac(NODE_LABEL, &[nonce_r, nonce_n, &hello_fields(hello)]);
-    let mut w = BodyWriter::with_capacity(1 + MAC_LEN + 16);
-    w.u8(STEP_READY).raw(&mac_n).u64(hello.node_id).u32(hello.sub_workers).u32(hello.chips);
+    let mut w = BodyWriter::with_capacity(1 + MAC_LEN + 20);
+    w.u8(STEP_READY).raw(&mac_n).u64(hello.node_id).u32(hello.sub_workers).u32(hello.chips).u32(hello.pid);
     w.finish()
 }
 
@@ -314,6 +317,7 @@ pub(crate) fn client_handshake_within(
             node_id: r.u64().map_err(field)?,
             sub_workers: r.u32().map_err(field)?,
             chips: r.u32().map_err(field)?,
+            pid: r.u32().map_err(field)?,
         };
         finish(r, "the node's READY")?;
         if !key.verify(NODE_LABEL, &[&nonce_r, &nonce_n, &hello_fields(&hello)], &mac_n) {

@@ -11,7 +11,7 @@ use std::io::{self, IoSlice, Read, Write};
 use crate::error::{Error, ErrorKind};
 
 /// The version of the protocol this build speaks (every frame header carries it).
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 /// Largest body before the handshake completes (HELLO frames only).
 pub(crate) const MAX_HELLO_BODY: usize = 4096;
 /// Default largest body of an authenticated session's frame (tensor data travels in
@@ -83,7 +83,7 @@ pub(crate) enum FrameError {
     /// An I/O error (including a read timeout: `io::ErrorKind::WouldBlock` / `TimedOut`).
     Io(io::Error),
     /// Bytes that are not a valid frame: what was wrong, e.g. "bad magic 0x..", "protocol
-    /// version 7, this side speaks 1", "unknown frame kind 99", "flags 0x4 set", "body of
+    /// version 7, this side speaks 2", "unknown frame kind 99", "flags 0x4 set", "body of
     /// 2147483648 bytes is over the 4096-byte limit", "connection closed inside a frame (12 of
     /// 24 header bytes)".
     Malformed(String),

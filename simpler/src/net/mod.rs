@@ -20,9 +20,9 @@
 //! | offset | size | field | rule |
 //! | --- | --- | --- | --- |
 //! | 0 | 4 | magic | `b"SPNF"` |
-//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (1); any other is refused, naming both |
+//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (2); any other is refused, naming both |
 //! | 6 | 2 | kind | a [`frame::FrameKind`] (1-7); any other is refused |
-//! | 8 | 4 | flags | must be 0 (none are defined in version 1) |
+//! | 8 | 4 | flags | must be 0 (none are defined in version 2) |
 //! | 12 | 8 | seq | the sender's sequence number; the layer above gives it meaning |
 //! | 20 | 4 | body_len | at most the reader's limit |
 //!
@@ -48,7 +48,7 @@
 //! | --- | --- | --- | --- |
 //! | 1 | node | 1 challenge | `version: u16`, `nonce_n` |
 //! | 2 | root | 2 response | `version: u16`, `nonce_r`, `mac_r = HMAC(key, "simpler-hello-v1\|root" ‖ nonce_n ‖ nonce_r)` |
-//! | 3 | node | 3 ready | `mac_n = HMAC(key, "simpler-hello-v1\|node" ‖ nonce_r ‖ nonce_n ‖ node_id ‖ sub_workers ‖ chips)`, `node_id: u64`, `sub_workers: u32`, `chips: u32` |
+//! | 3 | node | 3 ready | `mac_n = HMAC(key, "simpler-hello-v1\|node" ‖ nonce_r ‖ nonce_n ‖ node_id ‖ sub_workers ‖ chips ‖ pid)`, `node_id: u64`, `sub_workers: u32`, `chips: u32`, `pid: u32` (the node's process id on its host) |
 //! | - | either | 4 refused | nothing |
 //!
 //! The node checks `mac_r` before it says anything about itself, so a root without the key (or

@@ -70,7 +70,7 @@ pub struct WorkerStatus {
     pub kind: WorkerKind,
     /// Its id within its kind (SUB index, chip id, nested worker id).
     pub id: u32,
-    /// Its process id.
+    /// Its process id (for a remote Worker, the node's process id on its own host).
     pub pid: i32,
     /// Whether it lives, or how it ended.
     pub state: WorkerState,

@@ -664,7 +664,8 @@ impl Runtime for Tree {
         for (j, s) in self.remote.iter().enumerate() {
             let (kind, id) = self.lanes.kind_of(self.children + j);
             let state = if s.is_lost() { WorkerState::Lost } else { WorkerState::Alive };
-            all.push(WorkerStatus { kind, id, pid: 0, state });
+            // The node's process id, on its own host.
+            all.push(WorkerStatus { kind, id, pid: s.node_pid() as i32, state });
         }
         all
     }

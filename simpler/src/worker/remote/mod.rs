@@ -234,6 +234,8 @@ pub(crate) struct Session {
     pending: std::sync::atomic::AtomicUsize,
     /// A handle on the socket, used only to shut it down.
     socket: Stream,
+    /// The node's process id on its host (from its HELLO).
+    node_pid: u32,
     /// The writer thread, joined by `close`.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Disconnected when the writer thread ends (its sender drops with it): `close` waits on
@@ -316,6 +318,7 @@ impl Session {
         let direct = Mutex::new(stream);
         let session = Arc::new(Session {
             label,
+            node_pid: hello.pid,
             outbox,
             direct,
             pending: std::sync::atomic::AtomicUsize::new(0),
@@ -660,6 +663,11 @@ impl Session {
 
     /// Ends the session: tells the node, closes the connection, waits for the reader thread
     /// and drops the mappings of the root's memory the session held.
+    /// The node's process id on its host, as its HELLO said.
+    pub(crate) fn node_pid(&self) -> u32 {
+        self.node_pid
+    }
+
     pub(crate) fn close(&self) {
         if self.lost().is_none() {
             let _ = self.send(FrameKind::Shutdown, Vec::new());

@@ -253,6 +253,7 @@ impl Node {
             node_id: u64::from(launch.rank()),
             sub_workers: node.worker.sub_workers() as u32,
             chips: node.worker.chips() as u32,
+            pid: std::process::id(),
         };
         let peer = stream.peer();
         server_handshake(&mut stream, &node.key, &hello, &peer)?;
@@ -326,6 +327,7 @@ impl BoundNode {
             node_id: std::process::id() as u64,
             sub_workers: self.worker.sub_workers() as u32,
             chips: self.worker.chips() as u32,
+            pid: std::process::id(),
         };
         // Workers a cancelled task of an earlier session left dead come back first.
         if let Err(e) = self.worker.replace_dead_workers() {
