@@ -36,7 +36,8 @@ struct Options {
     corrupt: Option<(i64, i64)>,
 }
 
-const USAGE: &str = "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
+const USAGE: &str =
+    "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
                   [-kernel empty|compute_bound] [-iter I] [-output B] [-scratch 0] [-field 2]
                   [--workers sub] [-worker N | --sub-workers N] [-corrupt T,P]";
 
@@ -60,8 +61,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "-kernel" => {
                 let v = value()?;
-                o.graph.kernel = Kernel::parse(v)
-                    .ok_or_else(|| format!("-kernel {v}: not implemented yet (implemented: empty, compute_bound)"))?;
+                o.graph.kernel = Kernel::parse(v).ok_or_else(|| {
+                    format!("-kernel {v}: not implemented yet (implemented: empty, compute_bound)")
+                })?;
             }
             "-iter" => o.graph.iter = num(flag, value()?)?,
             "-output" => o.graph.output = num(flag, value()?)?,
@@ -74,7 +76,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "-field" => {
                 let v: u64 = num(flag, value()?)?;
                 if v != 2 {
-                    return Err(format!("-field {v}: not implemented yet (this driver keeps 2 generations per point)"));
+                    return Err(format!(
+                        "-field {v}: not implemented yet (this driver keeps 2 generations per point)"
+                    ));
                 }
             }
             // Parameters of other patterns: accepted and unused, as in the C++ core.

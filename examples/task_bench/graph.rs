@@ -8,7 +8,9 @@
 #![allow(dead_code)] // The example and the test use different parts.
 
 use simpler::memory::TensorView;
-use simpler::{Buffer, CallableHandle, DataType, HostArgs, HostResult, Orchestrator, TaskArgs, Tensor, Worker};
+use simpler::{
+    Buffer, CallableHandle, DataType, HostArgs, HostResult, Orchestrator, TaskArgs, Tensor, Worker,
+};
 
 /// A dependence pattern (`-type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,8 +31,14 @@ pub enum Pattern {
 
 impl Pattern {
     /// Every pattern, in the order of their ids.
-    pub const ALL: [Pattern; 6] =
-        [Pattern::Trivial, Pattern::NoComm, Pattern::Stencil1d, Pattern::Fft, Pattern::Tree, Pattern::AllToAll];
+    pub const ALL: [Pattern; 6] = [
+        Pattern::Trivial,
+        Pattern::NoComm,
+        Pattern::Stencil1d,
+        Pattern::Fft,
+        Pattern::Tree,
+        Pattern::AllToAll,
+    ];
 
     /// The `-type` name.
     pub fn name(self) -> &'static str {
@@ -334,7 +342,11 @@ pub fn point(args: &HostArgs<'_>) -> HostResult {
         };
         next += 1;
         if input.len() != 2 * records {
-            bad = Some(format!("task ({t}, {p}): input from point {q} has {} bytes, expected {}", 8 * input.len(), graph.output));
+            bad = Some(format!(
+                "task ({t}, {p}): input from point {q} has {} bytes, expected {}",
+                8 * input.len(),
+                graph.output
+            ));
             return;
         }
         if let Some(r) = input.chunks_exact(2).position(|r| r[0] != t - 1 || r[1] != q) {
@@ -353,7 +365,12 @@ pub fn point(args: &HostArgs<'_>) -> HostResult {
     // 3. The output: B/16 records of (t, p).
     let out = args.output::<i64>(0)?;
     if out.len() != 2 * records {
-        return Err(format!("task ({t}, {p}): output has {} bytes, expected {}", 8 * out.len(), graph.output).into());
+        return Err(format!(
+            "task ({t}, {p}): output has {} bytes, expected {}",
+            8 * out.len(),
+            graph.output
+        )
+        .into());
     }
     let written = if corrupt { p ^ 0x5a5a } else { p };
     for r in out.chunks_exact_mut(2) {
