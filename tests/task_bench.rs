@@ -6,7 +6,6 @@
 mod common;
 
 #[path = "../examples/task_bench/graph.rs"]
-#[allow(clippy::print_stdout, missing_docs, unsafe_code)]
 mod graph;
 
 use std::collections::{HashMap, HashSet};
