@@ -9,7 +9,7 @@
 # at each I, g = E * CORES / tasks (us of core time per task), e = (FLOPs / E) / peak with peak
 # the best single run of the sweep; METG = the smallest g with e >= 0.5, interpolated linearly
 # in (e, g) with the next smaller I. Then EMPTY_REPS runs of -kernel empty give the wall time
-# per task (median). Figures:
+# per task (median). The METG of the min and of the median E are printed too. Figures:
 #
 #   figure metg_<pattern>_w<W>_us <value> us
 #   figure task_bench_empty_us_per_task_<pattern> <value> us
@@ -66,27 +66,39 @@ for pattern in "${patterns[@]}"; do
       runs[$1, ++cnt[$1]] = $3; sum[$1] += $3
       rate = $4 / $3; if (rate > peak) peak = rate
     }
-    END {
-      printf "  %10s %4s %12s %12s %12s %12s %8s\n", "iter", "runs", "mean s", "min s", "median s", "g us", "eff"
+    # METG over the points 1..k (decreasing iter) of E[]: sets g[] and e[], returns the value
+    # (-1 when no point reaches 50%); warns as chart_metg.py checks when `loud`.
+    function metg(E, loud,    j, s, above, below, best) {
+      above = below = 0
       for (j = 1; j <= k; j++) {
-        s = order[j]; c = cnt[s]; mean = sum[s] / c
-        med = (c % 2) ? runs[s, (c + 1) / 2] : (runs[s, c / 2] + runs[s, c / 2 + 1]) / 2
-        g[j] = mean * cores / n[s] * 1e6
-        e[j] = (f[s] / mean) / peak
-        printf "  %10d %4d %12.6f %12.6f %12.6f %12.3f %8.3f\n", iter[s], c, mean, runs[s, 1], med, g[j], e[j]
+        s = order[j]
+        g[j] = E[j] * cores / n[s] * 1e6
+        e[j] = (f[s] / E[j]) / peak
         if (e[j] >= 0.5) above = 1; else below = 1
-        if (e[j] > 1.5) printf "  warning: efficiency %.3f > 1.5 at iter %d\n", e[j], iter[s]
+        if (loud && e[j] > 1.5) printf "  warning: efficiency %.3f > 1.5 at iter %d\n", e[j], iter[s]
       }
-      printf "  peak %.4e FLOP/s (best single run)\n", peak
+      if (loud && (!above || !below)) print "  warning: no point on one side of 50% efficiency: widen the sweep (S_FIRST, S_LAST)"
       best = 0
       for (j = 1; j <= k; j++) if (e[j] >= 0.5 && (best == 0 || g[j] < g[best])) best = j
-      if (!above || !below) print "  warning: no point on one side of 50% efficiency: widen the sweep (S_FIRST, S_LAST)"
-      if (best == 0) { print "  no point reaches 50% efficiency"; exit }
-      if (best == k) { print "  warning: no point after the chosen one: extend S_LAST"; metg = g[best] }
-      else if (g[best + 1] < g[best]) {
-        metg = g[best + 1] + (0.5 - e[best + 1]) * (g[best] - g[best + 1]) / (e[best] - e[best + 1])
-      } else metg = g[best]
-      printf "figure metg_%s_w%d_us %.3f us\n", pattern, width, metg
+      if (best == 0) return -1
+      if (best == k) { if (loud) print "  warning: no point after the chosen one: extend S_LAST"; return g[best] }
+      if (g[best + 1] < g[best])
+        return g[best + 1] + (0.5 - e[best + 1]) * (g[best] - g[best + 1]) / (e[best] - e[best + 1])
+      return g[best]
+    }
+    END {
+      for (j = 1; j <= k; j++) {
+        s = order[j]; c = cnt[s]
+        mean[j] = sum[s] / c; lo[j] = runs[s, 1]
+        med[j] = (c % 2) ? runs[s, (c + 1) / 2] : (runs[s, c / 2] + runs[s, c / 2 + 1]) / 2
+      }
+      by_min = metg(lo, 0); by_median = metg(med, 0); by_mean = metg(mean, 1)
+      printf "  %10s %4s %12s %12s %12s %12s %8s\n", "iter", "runs", "mean s", "min s", "median s", "g us", "eff"
+      for (j = 1; j <= k; j++)
+        printf "  %10d %4d %12.6f %12.6f %12.6f %12.3f %8.3f\n", iter[order[j]], cnt[order[j]], mean[j], lo[j], med[j], g[j], e[j]
+      printf "  peak %.4e FLOP/s (best single run); METG from the min E %.3f us, from the median E %.3f us\n", peak, by_min, by_median
+      if (by_mean < 0) { print "  no point reaches 50% efficiency"; exit }
+      printf "figure metg_%s_w%d_us %.3f us\n", pattern, width, by_mean
     }'
   echo "$empty" | awk -v pattern="$pattern" '
     { v[++k] = $1 / $3 * 1e6 }
