@@ -1014,3 +1014,22 @@ fn workers_report_a_remote_workers_node_pid() {
     assert_eq!(remote.pid, node.pid(), "{remote:?}");
     assert!(remote.is_alive());
 }
+
+/// Idle connections do not deny a node to its root: 200 peers that connect and say nothing
+/// (past the 16 handshakes a node runs at once) and then a root's `init` succeeds at once, and
+/// so does a run on the node (issue 30: it failed with `Timeout` after 5 s).
+#[isolated_test]
+fn idle_connections_do_not_keep_a_root_out() {
+    let node = NodeProcess::start();
+    let target = node.addr.to_string();
+    let idle: Vec<std::net::TcpStream> =
+        (0..200).filter_map(|_| std::net::TcpStream::connect(target.as_str()).ok()).collect();
+    assert!(idle.len() >= 100, "only {} idle connections opened", idle.len());
+    let started = Instant::now();
+    let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_secs(2));
+    rig.init();
+    assert!(started.elapsed() < Duration::from_secs(3), "init took {:?}", started.elapsed());
+    let buf = u64_buffer(&rig, 4);
+    step_on(&rig, &buf, 0, 4, 1).unwrap();
+    drop((buf, idle));
+}

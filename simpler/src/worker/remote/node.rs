@@ -3,7 +3,10 @@
 //! [`Node`] / [`BoundNode`]: an L3 Worker, the orchestration functions it runs by digest
 //! (`register_orch`, and every `#[callable(orch)]`), and a listener. `serve_one` authenticates
 //! each connection on a thread of its own, at most 16 at once, and pairs a session with the
-//! next connection that presents its token, so a silent or slow peer holds back no root.
+//! next connection that presents its token. A silent or slow peer holds back no root: at 16,
+//! a new connection makes room by ending the oldest handshake still pending (an honest root
+//! answers within a round trip, so the oldest is the one that says nothing), so no number of
+//! idle connections keeps a root out.
 //!
 //! A session runs each TASK on its own thread, one at a time, each a run of the L3 Worker over
 //! host buffers of the node that the bulk is read into, each just the span of its tensor's view
@@ -49,7 +52,8 @@ use std::os::fd::AsFd;
 /// How long a node waits for the health connection of a session a root opened.
 const HEALTH_PAIRING: Duration = Duration::from_secs(10);
 
-/// How many connections a node authenticates at once (each on a thread of its own).
+/// How many connections a node authenticates at once (each on a thread of its own); at this
+/// many, a new connection ends the oldest pending handshake.
 const HANDSHAKES: usize = 16;
 
 /// How often a node tells its root it is alive.
@@ -341,8 +345,9 @@ impl BoundNode {
     /// Accepts connections until a root's session connection and its health connection (the
     /// next one that presents the same token, within [`HEALTH_PAIRING`]) are authenticated.
     /// Each connection is authenticated on a thread of its own, at most [`HANDSHAKES`] at
-    /// once (more wait in the listen backlog), so a peer that connects and then says nothing
-    /// holds back nobody; one that fails the handshake is refused and logged.
+    /// once: a connection accepted at that many ends the oldest pending handshake (its thread
+    /// then ends at once), so peers that connect and then say nothing hold back nobody, however
+    /// many they are; one that fails the handshake is refused and logged.
     fn pair(&self, listener: &Listener, hello: &NodeHello) -> Result<(Stream, Stream, String)> {
         type Done = (u64, Stream, String, Result<lane::Token>);
         let (tx, rx) = std::sync::mpsc::channel::<Done>();
@@ -354,6 +359,9 @@ impl BoundNode {
         // peer, since when). Of two with one token, the one accepted first is the session's.
         let mut waiting: HashMap<lane::Token, (u64, Stream, String, std::time::Instant)> = HashMap::new();
         let (mut accepted, mut running) = (0u64, 0usize);
+        // The handshakes in progress, oldest first: (accept order, a handle on the connection
+        // to end it by).
+        let mut pending: std::collections::VecDeque<(u64, Stream)> = std::collections::VecDeque::new();
         loop {
             let now = std::time::Instant::now();
             waiting.retain(|_, (_, stream, peer, since)| {
@@ -373,7 +381,9 @@ impl BoundNode {
                 }
             };
             let mut fds = vec![nix::poll::PollFd::new(wake_rx.as_fd(), nix::poll::PollFlags::POLLIN)];
-            if running < HANDSHAKES {
+            // Ended handshakes leave within moments; the bound only keeps threads finite if
+            // they do not.
+            if running < 2 * HANDSHAKES {
                 fds.push(nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN));
             }
             match nix::poll::poll(&mut fds, timeout) {
@@ -386,6 +396,7 @@ impl BoundNode {
             while std::io::Read::read(&mut &wake_rx, &mut bytes).is_ok_and(|n| n > 0) {}
             while let Ok((order, stream, peer, presented)) = rx.try_recv() {
                 running -= 1;
+                pending.retain(|(o, _)| *o != order);
                 let token = match presented {
                     Ok(t) => t,
                     Err(e) => {
@@ -407,6 +418,20 @@ impl BoundNode {
             if new_connection {
                 let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
                 accepted += 1;
+                if pending.len() >= HANDSHAKES
+                    && let Some((_, oldest)) = pending.pop_front()
+                {
+                    tracing::warn!(target: "simpler::remote", "ended the oldest pending handshake to make room for a new connection ({HANDSHAKES} pending)");
+                    oldest.shutdown();
+                }
+                match stream.try_clone() {
+                    Ok(handle) => pending.push_back((accepted, handle)),
+                    Err(e) => {
+                        tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
+                        stream.shutdown();
+                        continue;
+                    }
+                }
                 running += 1;
                 let (order, tx, key, hello) = (accepted, tx.clone(), self.key.clone(), hello.clone());
                 let wake = wake_tx.try_clone().map_err(|e| Error::os("cloning a wake-up pipe", e))?;
@@ -418,6 +443,7 @@ impl BoundNode {
                 });
                 if let Err(e) = spawned {
                     running -= 1;
+                    pending.retain(|(o, _)| *o != accepted);
                     tracing::warn!(target: "simpler::remote", "refused a connection: no thread to authenticate it: {e}");
                 }
             }
