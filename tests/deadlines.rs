@@ -145,10 +145,8 @@ fn a_run_behind_a_stuck_one_is_dispatched_to_the_idle_sub_worker_once_the_first_
 #[isolated_test]
 fn a_third_submit_behind_a_stuck_run_times_out_naming_the_cause_until_the_run_is_cancelled() {
     let backpressure = Duration::from_millis(300);
-    let (rig, [hang, fill]) = Rig::start(
-        subs(2).pipeline_depth(2).backpressure_timeout(backpressure),
-        [("hang", hang), ("fill", fill)],
-    );
+    let (rig, [hang, fill]) =
+        Rig::start(subs(2).pipeline_depth(2).submit_timeout(backpressure), [("hang", hang), ("fill", fill)]);
     let flags = u32_buffer(&rig, 1);
     let out = u64_buffer(&rig, 2);
     let fill_run = |i: usize, v: u64| {
@@ -169,7 +167,7 @@ fn a_third_submit_behind_a_stuck_run_times_out_naming_the_cause_until_the_run_is
         ErrorKind::Timeout,
         &[
             "Worker.submit",
-            "backpressure timeout of 300ms",
+            "submit timeout of 300ms",
             "pipeline_depth 2",
             &format!("run {}", first.id()),
             "RunHandle::cancel",
@@ -487,4 +485,66 @@ fn a_graph_run_past_the_deadline_of_its_call_fails_naming_the_deadline() {
         .unwrap_err();
     expect_err(Err::<(), _>(err), ErrorKind::Timeout, &["deadline", "stuck"]);
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// A submit past the admitted runs waits until one finishes, by default without a time limit:
+/// here well past the back-pressure timeout (which bounds task windows and heaps, not runs),
+/// until another thread cancels the stuck run (issue 31: it failed after 10 s).
+#[isolated_test]
+fn a_submit_behind_a_stuck_run_waits_for_room_by_default() {
+    let (rig, [hang, fill]) = Rig::start(
+        subs(2).pipeline_depth(1).backpressure_timeout(Duration::from_millis(200)),
+        [("hang", hang), ("fill", fill)],
+    );
+    let flags = u32_buffer(&rig, 1);
+    let out = u64_buffer(&rig, 1);
+    let first = hang_run(&rig, &hang, &flags, RunOptions::new());
+    let stuck = sub_index(&rig, wait_hanging(&flags, 0));
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A long run, not a condition: the submit below must still be waiting then.
+            std::thread::sleep(Duration::from_millis(1000));
+            assert!(first.cancel());
+        });
+        let second = rig
+            .submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&out, 0, 1))?.scalar(9);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
+            .expect("the submit waits for room instead of failing");
+        assert!(started.elapsed() >= Duration::from_millis(900), "admitted after {:?}", started.elapsed());
+        second.wait().unwrap();
+    });
+    assert_eq!(read_u64(&out, 0, 1), vec![9]);
+    assert_only_killed(&rig, &[stuck]);
+}
+
+/// A run's own deadline bounds its wait for room, with an error that says so.
+#[isolated_test]
+fn a_runs_deadline_bounds_its_wait_for_room() {
+    let (rig, [hang, fill]) = Rig::start(subs(2).pipeline_depth(1), [("hang", hang), ("fill", fill)]);
+    let flags = u32_buffer(&rig, 1);
+    let out = u64_buffer(&rig, 1);
+    let first = hang_run(&rig, &hang, &flags, RunOptions::new());
+    let stuck = sub_index(&rig, wait_hanging(&flags, 0));
+    let started = Instant::now();
+    let err = rig
+        .submit_with(RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 0, 1))?.scalar(9);
+            orch.submit_sub(&fill, a).map(|_| ())
+        })
+        .expect_err("the first run never ends");
+    let took = started.elapsed();
+    assert_err(
+        &err,
+        ErrorKind::Timeout,
+        &["deadline of 300ms passed while it waited for room", &format!("run {}", first.id())],
+    );
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "waited {took:?}");
+    assert!(first.cancel());
+    first.wait().expect_err("cancelled");
+    assert_only_killed(&rig, &[stuck]);
 }

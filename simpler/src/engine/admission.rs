@@ -73,8 +73,9 @@ pub(super) struct Runs {
 
 impl Engine {
     /// Admits a new run, waiting (and driving) while `pending_run_depth` (or, when that is 0,
-    /// `pipeline_depth`) runs are live, for at most
-    /// the back-pressure timeout; `deadline`: when the run must end, and the limit it was given.
+    /// `pipeline_depth`) runs are live: for as long as the submit timeout (by default for
+    /// ever) and the run's own deadline allow; `deadline`: when the run must end, and the limit
+    /// it was given.
     pub(crate) fn begin_run(
         &self,
         capture: bool,
@@ -86,13 +87,24 @@ impl Engine {
         };
         let room = || sync::lock(&self.runs).live.len() < depth;
         if !room() {
-            let limit = self.cfg.backpressure_timeout;
-            if !self.drive_until(room, Some(crate::sys::clock::after(limit))) {
+            let limit = self.cfg.submit_timeout;
+            let by_timeout = crate::sys::clock::after(limit);
+            let until = match deadline {
+                Some((at, _)) if at < by_timeout => at,
+                _ => by_timeout,
+            };
+            if !self.drive_until(room, Some(until)) {
                 let head = self.head_run();
+                let what = match deadline {
+                    Some((at, given)) if at <= by_timeout => {
+                        format!("the run's deadline of {given:?} passed while it waited for room")
+                    }
+                    _ => format!("no room for a new run within the submit timeout of {limit:?}"),
+                };
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
-                        "Worker.submit: no room for a new run within the backpressure timeout of {limit:?}: \
+                        "Worker.submit: {what}: \
                          {depth} run(s) are admitted ({knob} {depth}) and run {head}, the first, \
                          has not finished; a task that never returns holds every later run: give runs a \
                          deadline (RunOptions::deadline, WorkerBuilder::run_deadline) or cancel them \

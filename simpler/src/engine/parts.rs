@@ -31,6 +31,9 @@ pub(crate) struct EngineConfig {
     pub(crate) pending_run_depth: usize,
     /// How long a full task window or heap ring waits before failing.
     pub(crate) backpressure_timeout: Duration,
+    /// How long a new run waits for room among the admitted runs (`Duration::MAX`: for ever);
+    /// a deadline of the run bounds it too.
+    pub(crate) submit_timeout: Duration,
     /// Number of NEXT_LEVEL workers (ids 0..n).
     pub(crate) next_level_workers: usize,
     /// Number of SUB workers.
@@ -60,6 +63,7 @@ impl Default for EngineConfig {
             pipeline_depth: 2,
             pending_run_depth: 0,
             backpressure_timeout: Duration::from_secs(10),
+            submit_timeout: Duration::MAX,
             next_level_workers: 0,
             sub_workers: 0,
             next_level_kind: CallableKind::Chip,

@@ -324,7 +324,8 @@ impl WorkerBuilder {
     /// How many runs may be admitted at once, waiting in the run FIFO (one executing, the rest
     /// built and waiting), apart from how many hold per-run resources
     /// ([`pipeline_depth`](Self::pipeline_depth)). 0, the default, means `pipeline_depth`.
-    /// Further `submit`s wait for the oldest run to finish (at most `backpressure_timeout`).
+    /// Further `submit`s wait for the oldest run to finish (by default for as long as it takes;
+    /// see [`submit_timeout`](Self::submit_timeout)).
     ///
     /// ```
     /// use simpler::Worker;
@@ -339,10 +340,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a full task window or heap ring waits before the submit fails (default 10 s);
-    /// also how long `Worker::submit` waits for room when `pipeline_depth` runs are in flight.
+    /// How long a full task window or heap ring waits before the submit fails (default 10 s).
+    /// (How long `Worker::submit` waits for room among the admitted runs is
+    /// [`submit_timeout`](Self::submit_timeout).)
     ///
-    /// The failing `submit_*`, `orch.alloc` or `Worker::submit` returns an error of kind
+    /// The failing `submit_*` or `orch.alloc` returns an error of kind
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// ```
@@ -360,6 +362,26 @@ impl WorkerBuilder {
     /// ```
     pub fn backpressure_timeout(mut self, t: Duration) -> Self {
         self.cfg.engine.backpressure_timeout = t;
+        self
+    }
+
+    /// How long `Worker::submit` (and `run`) waits for room when `pending_run_depth` runs are
+    /// admitted (default `Duration::MAX`: until a run finishes, however long, as upstream's
+    /// back-pressure does). A run's own deadline ([`RunOptions::deadline`](crate::RunOptions::deadline),
+    /// [`run_deadline`](Self::run_deadline)) bounds the wait too. Past either, the submit fails
+    /// with an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error naming the run ahead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use simpler::Worker;
+    ///
+    /// // A service that would rather refuse a request than queue it for more than 2 s.
+    /// let worker = Worker::builder().sub_workers(2).submit_timeout(Duration::from_secs(2)).build()?;
+    /// # drop(worker);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn submit_timeout(mut self, t: Duration) -> Self {
+        self.cfg.engine.submit_timeout = t;
         self
     }
 

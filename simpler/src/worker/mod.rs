@@ -1012,10 +1012,10 @@ impl Worker {
 
     /// Calls `orch_fn` on this thread to build a run, closes its submission, and returns a
     /// handle without waiting. Building is serialized; while `pipeline_depth` runs are in
-    /// flight this first waits for the oldest to finish, for at most the
-    /// [`backpressure_timeout`](WorkerBuilder::backpressure_timeout): then it fails with an
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) error naming the run ahead (a run
-    /// stuck on a task that never returns is ended by a
+    /// flight this first waits for the oldest to finish: by default for as long as it takes,
+    /// bounded by the [`submit_timeout`](WorkerBuilder::submit_timeout) and by the run's own
+    /// deadline, past which it fails with an [`ErrorKind::Timeout`](crate::ErrorKind::Timeout)
+    /// error naming the run ahead (a run stuck on a task that never returns is ended by a
     /// [deadline](crate::RunOptions::deadline) or [`RunHandle::cancel`]).
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,

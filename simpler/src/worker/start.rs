@@ -325,6 +325,7 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32, path: &str) -> Result<()> {
         .u64(c.engine.pending_run_depth as u64)
         .u8(u8::from(c.explicit_depth))
         .duration(c.engine.backpressure_timeout)
+        .duration(c.engine.submit_timeout)
         .u64(c.engine.next_level_workers as u64)
         .u64(c.engine.sub_workers as u64)
         .u64(c.chip_memory)
@@ -371,6 +372,7 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     c.engine.pending_run_depth = d.usize()?;
     c.explicit_depth = d.u8()? != 0;
     c.engine.backpressure_timeout = d.duration()?;
+    c.engine.submit_timeout = d.duration()?;
     c.engine.next_level_workers = d.usize()?;
     c.engine.sub_workers = d.usize()?;
     if c.engine.next_level_workers.max(c.engine.sub_workers) > MAX_LIST as usize {

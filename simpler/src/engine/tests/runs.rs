@@ -168,18 +168,15 @@ fn cancel_stops_a_run_once_and_a_finished_run_not_at_all() {
 }
 
 #[test]
-fn admission_gives_up_after_the_backpressure_timeout_naming_the_run_ahead() {
+fn admission_gives_up_after_the_submit_timeout_naming_the_run_ahead() {
     let mut c = cfg(1, 0);
     c.pipeline_depth = 1;
-    c.backpressure_timeout = Duration::from_millis(30);
+    c.submit_timeout = Duration::from_millis(30);
     let rig = Rig::manual(c);
     let run = rig.begin(); // still being built: it holds the pipeline
     let err = rig.eng.begin_run(false, None).err().expect("no room in the pipeline");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err:?}");
-    assert_mentions(
-        &err,
-        &["backpressure timeout of 30ms", "pipeline_depth 1", "run 1,", "RunHandle::cancel"],
-    );
+    assert_mentions(&err, &["submit timeout of 30ms", "pipeline_depth 1", "run 1,", "RunHandle::cancel"]);
     rig.orch(&run).finish(None);
     rig.wait(&run).unwrap();
     let next = rig.eng.begin_run(false, None).unwrap();
