@@ -4,8 +4,9 @@
 //! run leaving the FIFO.
 //!
 //! [`Engine::build_run`] refuses a re-entrant build (a submit from inside an orchestration
-//! function of the same Worker), takes the build lock, admits the run (waiting at most
-//! `backpressure_timeout` for room in the pipeline; the error names the run ahead), runs the
+//! function of the same Worker), takes the build lock, admits the run (waiting for room in the
+//! pipeline as long as `submit_timeout` and the run's deadline allow, by default for ever; the
+//! error names the run ahead), runs the
 //! function on an `Orchestrator` with panics caught and finishes the run; on failure it cancels
 //! the unstarted tasks and drives the run to its end. The Worker, the chip runtime and the
 //! benchmarks call it.

@@ -189,7 +189,7 @@ fn pending_run_depth_admits_runs_apart_from_the_pipeline_depth() {
     let mut c = cfg(1, 0);
     c.pipeline_depth = 1;
     c.pending_run_depth = 2;
-    c.backpressure_timeout = Duration::from_millis(30);
+    c.submit_timeout = Duration::from_millis(30);
     let rig = Rig::manual(c);
     let first = rig.begin();
     let second = rig.eng.begin_run(false, None).expect("two runs may wait although one holds resources");
