@@ -1,6 +1,46 @@
 //! # simpler
 //!
-//! Orchestrate task graphs on a hierarchy of accelerator workers, in Rust.
+//! Orchestrate task graphs on a hierarchy of accelerator workers, in Rust: declare what each
+//! function reads and writes, write the orchestration as a graph, and `simpler` infers the
+//! dependencies and runs the tasks on worker processes, simulated or real (OpenCL) chips,
+//! nested Workers and remote nodes. The tutorial is the book in the repository's `book/`
+//! directory (every chapter is also a doctest of this crate, under `book`).
+//!
+//! `#[callable]` turns a function into a callable whose signature declares how it uses each
+//! tensor (`In<T>`, `Out<T>`, `InOut<T>`); [`task_graph!`] writes an orchestration function
+//! as a graph of such calls, checked by the compiler (a tensor read before it is written, a
+//! write to an input, a chip kernel placed on a SUB worker... are compile errors):
+//!
+//! ```no_run
+//! use simpler::prelude::*;
+//!
+//! #[callable(sub)]
+//! fn double(x: In<f32>, mut y: Out<f32>) {
+//!     for (o, i) in y.iter_mut().zip(x.iter()) {
+//!         *o = 2.0 * i;
+//!     }
+//! }
+//!
+//! task_graph! {
+//!     /// `y = 4x`, through an intermediate the runtime allocates and frees.
+//!     fn quadruple(x: In<f32>, y: Out<f32>) {
+//!         let t = alloc::<f32>([16]);
+//!         double(x, &mut t).on(sub());
+//!         double(t, &mut y).on(sub());
+//!     }
+//! }
+//!
+//! # fn main() -> simpler::Result<()> {
+//! let mut worker = Worker::builder().sub_workers(2).build()?;
+//! worker.init()?; // registers every #[callable] of the binary, starts the SUB workers
+//! let (a, b) = (worker.create_buffer(64)?, worker.create_buffer(64)?);
+//! a.write(0, &[1.0f32; 16])?;
+//! let (x, mut y) = (a.typed::<f32>(&[16])?, b.typed::<f32>(&[16])?);
+//! quadruple::call(&x, &mut y)?.run(&worker)?;
+//! assert_eq!(b.read::<f32>(0, 16)?, vec![4.0; 16]);
+//! worker.close()
+//! # }
+//! ```
 //!
 //! A [`Worker`] runs one level of the hierarchy. Its engine has three parts:
 //!
@@ -18,6 +58,15 @@
 //! [`CallConfig`](chip::CallConfig); [`callable`](mod@callable): digests, kinds and namespaces;
 //! [`memory`], [`trace`], [`remote`], [`status`]); and [`prelude`], what the examples import
 //! (without [`Result`] and [`Error`]).
+//!
+//! ## Feature flags
+//!
+//! * `opencl`: chips on an OpenCL device (`chip::OpenClChip`): kernels in OpenCL C, compiled
+//!   at registration. Needs an OpenCL ICD at run time (a GPU driver's, or PoCL's on a CPU).
+//! * `bench-support`: internals the benchmarks drive (`simpler::bench_support`); not an API.
+//! * `fuzz`: the decoders of bytes another process wrote, for the fuzz harness; not an API.
+//!
+//! A program with the plain API, which the DSL lowers to:
 //!
 //! ```no_run
 //! use simpler::{DataType, HostArgs, HostFn, HostResult, TaskArgs, Worker};
