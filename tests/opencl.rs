@@ -551,3 +551,26 @@ fn a_rust_only_macro_kernel_does_not_stop_an_opencl_chip_and_fails_by_name_if_ru
     drop((y, by));
     chip.close().unwrap();
 }
+
+/// Out of device memory on an OpenCL chip is `ResourceExhausted`, naming the chip and the
+/// setting; memory freed is memory again.
+#[isolated_test]
+fn out_of_device_memory_on_an_opencl_chip_names_the_chip() {
+    if !have_opencl() {
+        return;
+    }
+    let builder = Worker::builder()
+        .chips(1)
+        .chip_memory(8 << 20)
+        .chip_heap_ring_size(0)
+        .chip_backend(OpenClChip::backend);
+    let mut rig = Rig::new(builder);
+    rig.init();
+    let big = rig.alloc_child_tensor(0, &[1 << 20], DataType::Float32).unwrap(); // 4 MiB
+    let err = rig.alloc_child_tensor(0, &[1 << 20, 2], DataType::Float32).unwrap_err(); // 8 MiB more
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err}");
+    assert!(err.message().contains("chip 0") && err.message().contains("chip_memory"), "{err}");
+    rig.free(&big).unwrap();
+    let again = rig.alloc_child_tensor(0, &[1 << 20], DataType::Float32).unwrap();
+    rig.free(&again).unwrap();
+}

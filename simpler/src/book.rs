@@ -34,6 +34,9 @@ pub struct TilesAndIndexLaunches;
 #[doc = include_str!("../../book/src/chips.md")]
 pub struct Chips;
 
+#[doc = include_str!("../../book/src/real-devices.md")]
+pub struct RealDevices;
+
 #[doc = include_str!("../../book/src/going-up-a-level.md")]
 pub struct GoingUpALevel;
 

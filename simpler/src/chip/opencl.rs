@@ -91,6 +91,16 @@ fn cl(what: &str, e: opencl3::error_codes::ClError) -> Error {
     Error::new(ErrorKind::Os, format!("OpenCL {what}: {e} ({})", e.0))
 }
 
+/// The error when the ICD loader finds no OpenCL platform: what to install.
+fn no_platform(e: opencl3::error_codes::ClError) -> Error {
+    Error::new(
+        ErrorKind::Os,
+        format!(
+            "no OpenCL platform ({e}): install an OpenCL driver and its ICD loader (for example Debian's ocl-icd-libopencl1 with pocl-opencl-icd for CPUs, or your GPU vendor's OpenCL driver)"
+        ),
+    )
+}
+
 /// One buffer of device memory.
 struct ClBuffer {
     mem: Buffer<u8>,
@@ -214,14 +224,7 @@ impl OpenClChip {
                 )));
             }
         }
-        let ids = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(|e| {
-            Error::new(
-                ErrorKind::Os,
-                format!(
-                    "no OpenCL platform ({e}): install an OpenCL driver and its ICD (for example Debian's ocl-icd-libopencl1 and pocl-opencl-icd)"
-                ),
-            )
-        })?;
+        let ids = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(no_platform)?;
         if ids.is_empty() {
             return Err(Error::new(ErrorKind::Os, "the OpenCL platforms list no device".to_string()));
         }
@@ -260,6 +263,40 @@ impl OpenClChip {
     /// ```
     pub fn backend(spec: &ChipSpec) -> Result<Box<dyn ChipBackend>> {
         Ok(Box::new(OpenClChip::new(spec)?))
+    }
+
+    /// Every OpenCL device the ICD loader lists, in the order chips use them (chip `i` is
+    /// device `i % n`): one line each, `"<platform>: <device> (<version>, <n> compute units,
+    /// <bytes> bytes)"`. The command to check a machine:
+    /// `cargo run --example opencl_vector_add --features opencl -- --list-devices`.
+    ///
+    /// # Errors
+    ///
+    /// No OpenCL platform is an [`ErrorKind::Os`] error naming the packages to install.
+    ///
+    /// ```no_run
+    /// for line in simpler::chip::OpenClChip::devices()? {
+    ///     println!("{line}");
+    /// }
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn devices() -> Result<Vec<String>> {
+        let platforms = opencl3::platform::get_platforms().map_err(no_platform)?;
+        let mut out = Vec::new();
+        for p in platforms {
+            let pname = p.name().unwrap_or_else(|_| "an OpenCL platform".to_string());
+            for id in p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default() {
+                let d = ClDevice::new(id);
+                out.push(format!(
+                    "{pname}: {} ({}, {} compute units, {} bytes)",
+                    d.name().unwrap_or_default(),
+                    d.version().unwrap_or_default(),
+                    d.max_compute_units().unwrap_or(0),
+                    d.global_mem_size().unwrap_or(0)
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// The device's name, as OpenCL reports it.
