@@ -1033,3 +1033,15 @@ fn idle_connections_do_not_keep_a_root_out() {
     step_on(&rig, &buf, 0, 4, 1).unwrap();
     drop((buf, idle));
 }
+
+/// A root's errors about a node name its address once (issue 31: "remote worker 1 (addr):
+/// cannot connect the session to the node at addr").
+#[isolated_test]
+fn a_node_that_is_not_there_is_named_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: NodeAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(2));
+    let err = root.init().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err}");
+    assert_eq!(err.message().matches(&addr.to_string()).count(), 1, "{err}");
+}

@@ -327,7 +327,12 @@ pub(crate) fn client_handshake_within(
         Ok(hello)
     });
     outcome.map_err(|refusal| {
-        let at = format!("handshake with the node at {peer}");
+        // A caller whose messages name the node already passes an empty `peer`.
+        let at = if peer.is_empty() {
+            "handshake with the node".to_string()
+        } else {
+            format!("handshake with the node at {peer}")
+        };
         match refusal {
             Refusal::Refused => Error::invalid(format!(
                 "{at}: the node refused the cluster key (the root and the node must hold the same key)"

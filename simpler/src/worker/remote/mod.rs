@@ -279,13 +279,10 @@ impl Session {
         let peer = spec.addr.to_string();
         let open = |what: &str| -> Result<(Stream, NodeHello)> {
             let mut stream = Stream::connect(&spec.addr, spec.connect_timeout).map_err(|e| {
-                Error::new(
-                    ErrorKind::WorkerDied,
-                    format!("{label}: cannot connect {what} to the node at {peer}: {e}"),
-                )
+                Error::new(ErrorKind::WorkerDied, format!("{label}: cannot connect {what}: {e}"))
             })?;
-            let hello =
-                client_handshake(&mut stream, &spec.key, &peer).map_err(|e| e.context(label.clone()))?;
+            // The label names the node's address: the handshake's messages do not repeat it.
+            let hello = client_handshake(&mut stream, &spec.key, "").map_err(|e| e.context(label.clone()))?;
             Ok((stream, hello))
         };
         let token = lane::token()?;
