@@ -136,7 +136,7 @@ pub use data::task_args::{Dep, Tag, TaskArgs, TaskHandle};
 pub use data::tensor::Tensor;
 pub use engine::orch_fn::{OrchFn, OrchFnPtr};
 pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
-pub use engine::run::RunHandle;
+pub use engine::run::{RunFuture, RunHandle};
 pub use error::{Error, ErrorKind, Result};
 pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder};
 

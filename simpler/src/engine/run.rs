@@ -127,6 +127,9 @@ pub(crate) struct RunState {
     /// Submitted by a caller that goes on without waiting (`Worker::submit`): more runs are
     /// likely to follow it, so a chip keeps itself free to prepare one beside its tasks.
     pub(crate) ahead: AtomicBool,
+    /// The wakers of the futures awaiting it ([`RunHandle`]'s `IntoFuture`), woken once when it
+    /// finishes.
+    wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 impl RunState {
@@ -153,7 +156,28 @@ impl RunState {
             staged: AtomicU64::new(0),
             build_failed: AtomicBool::new(false),
             ahead: AtomicBool::new(false),
+            wakers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Wakes the futures awaiting the run (it has just finished).
+    fn wake_awaiters(&self) {
+        let wakers = std::mem::take(&mut *crate::sys::sync::lock(&self.wakers));
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Registers `waker` to be woken when the run finishes; false when it has finished already
+    /// (checked after registering, so a finish in between is never missed).
+    fn wake_when_done(&self, waker: &std::task::Waker) -> bool {
+        {
+            let mut wakers = crate::sys::sync::lock(&self.wakers);
+            if !wakers.iter().any(|w| w.will_wake(waker)) {
+                wakers.push(waker.clone());
+            }
+        }
+        !self.is_done()
     }
 
     /// Whether its orchestration function returned (no task of it is submitted any more).
@@ -314,7 +338,12 @@ impl RunState {
         if self.submission_closed.load(Ordering::SeqCst) && self.active.load(Ordering::SeqCst) == 0 {
             // The end time first: whoever sees `done` may read the statistics at once.
             let _ = self.finished.set(Instant::now());
-            return self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+            let finished =
+                self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+            if finished {
+                self.wake_awaiters();
+            }
+            return finished;
         }
         false
     }
@@ -326,7 +355,9 @@ impl RunState {
         if !self.done.load(Ordering::SeqCst) {
             // The end time first, as in `try_finish`.
             let _ = self.finished.set(Instant::now());
-            let _ = self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst);
+            if self.done.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                self.wake_awaiters();
+            }
         }
     }
 
@@ -377,6 +408,77 @@ pub struct RunHandle {
     /// The engine while its Worker holds it: `close` drops the last strong reference, with the
     /// mailboxes, heap rings and pidfds the engine's lanes and heap hold.
     engine: Weak<Engine>,
+}
+
+/// A run as a future: `run.await` (or `run.into_future()`) ends with the run's result, as
+/// [`RunHandle::wait`] does, without blocking a thread. The Worker's background thread drives
+/// the run meanwhile and the run's end wakes the future: it works under any executor (tokio's
+/// current-thread and multi-thread runtimes included) and the library depends on none.
+///
+/// Dropping the future before the run ended cancels the run ([`RunHandle::cancel`]); keep a
+/// clone of the handle to let a run go on unwatched.
+///
+/// ```no_run
+/// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
+///
+/// fn step(_args: &HostArgs<'_>) -> HostResult {
+///     Ok(())
+/// }
+///
+/// async fn serve(worker: &Worker, step: &simpler::CallableHandle) -> simpler::Result<()> {
+///     let run = worker.submit(|orch| orch.submit_sub(step, TaskArgs::new()).map(|_| ()))?;
+///     run.await // no thread blocks meanwhile
+/// }
+/// ```
+#[must_use = "a run future does nothing unless awaited; dropping it cancels the run"]
+pub struct RunFuture {
+    handle: RunHandle,
+    settled: bool,
+}
+
+impl std::fmt::Debug for RunFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunFuture").field("run", &self.handle.run.id).finish()
+    }
+}
+
+impl std::future::Future for RunFuture {
+    type Output = Result<()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        if self.handle.run.wake_when_done(cx.waker()) {
+            if self.handle.engine().is_none() {
+                self.settled = true;
+                return std::task::Poll::Ready(Err(Error::state(format!(
+                    "run {} cannot be awaited: its Worker is closed",
+                    self.handle.run.id
+                ))));
+            }
+            return std::task::Poll::Pending;
+        }
+        self.settled = true;
+        std::task::Poll::Ready(self.handle.run.result())
+    }
+}
+
+impl Drop for RunFuture {
+    fn drop(&mut self) {
+        if !self.settled && !self.handle.run.is_done() {
+            self.handle.cancel();
+        }
+    }
+}
+
+impl std::future::IntoFuture for RunHandle {
+    type Output = Result<()>;
+    type IntoFuture = RunFuture;
+
+    fn into_future(self) -> RunFuture {
+        RunFuture { handle: self, settled: false }
+    }
 }
 
 impl std::fmt::Debug for RunHandle {
