@@ -74,7 +74,7 @@ impl Drop for Gates {
 /// One chip granting depth 2, three runs admitted at once.
 fn rig() -> (Rig, CallableHandle, CallableHandle) {
     let mut rig = Rig::new(
-        Worker::builder().chips(1).chip_memory(32 << 20).chip_cores(1).pipeline_depth(2).pending_run_depth(3),
+        common::builder().chips(1).chip_memory(32 << 20).chip_cores(1).pipeline_depth(2).pending_run_depth(3),
     );
     let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
     let dbl = rig.register_chip(ChipFn::kernel("double", double)).unwrap();
@@ -322,7 +322,7 @@ fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
 /// the group, then the single.
 #[isolated_test]
 fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
-    let mut rig = Rig::new(Worker::builder().chips(3).chip_memory(32 << 20).chip_cores(1));
+    let mut rig = Rig::new(common::builder().chips(3).chip_memory(32 << 20).chip_cores(1));
     let gated = rig.register_chip(ChipFn::kernel("gated_copy", gated_copy)).unwrap();
     let dbl = rig.register_chip(ChipFn::kernel("double", double)).unwrap();
     rig.init();

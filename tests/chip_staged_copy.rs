@@ -148,7 +148,7 @@ fn rig_with(
     head: ChipFn,
 ) -> (Rig, CallableHandle, CallableHandle) {
     let mut rig = Rig::new(
-        Worker::builder()
+        common::builder()
             .chips(1)
             .chip_memory(64 << 20)
             .chip_cores(1)

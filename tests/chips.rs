@@ -64,7 +64,7 @@ fn chip_pipeline(orch: &mut Orchestrator<'_>, args: &TaskArgs, _cfg: &CallConfig
 }
 
 fn chips(n: usize) -> WorkerBuilder {
-    Worker::builder().chips(n).chip_memory(64 << 20).chip_cores(2)
+    common::builder().chips(n).chip_memory(64 << 20).chip_cores(2)
 }
 
 fn inputs(w: &Worker) -> (simpler::Buffer, simpler::Buffer, Vec<f32>, Vec<f32>) {

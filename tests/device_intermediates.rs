@@ -126,7 +126,7 @@ fn an_intermediate_used_only_on_one_chip_never_leaves_it() {
     let _ = std::fs::remove_file(std::env::temp_dir().join(format!("simpler-copies-{}", std::process::id())));
     let seen = AtomicU64::new(0);
     let mut rig =
-        Rig::new(Worker::builder().chips(1).sub_workers(1).chip_memory(64 << 20).chip_backend(counting));
+        Rig::new(common::builder().chips(1).sub_workers(1).chip_memory(64 << 20).chip_backend(counting));
     rig.init();
     let setup = copies_since(&seen);
     assert_eq!((setup.0, setup.2), (0, 0), "starting the chip copies nothing");
@@ -160,7 +160,7 @@ fn touch(args: &HostArgs<'_>) -> HostResult {
 /// refused at submit, naming the tensor; without a device heap it is a host intermediate.
 #[isolated_test]
 fn a_device_intermediate_goes_only_to_its_chip() {
-    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1).chip_memory(16 << 20));
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(1).chip_memory(16 << 20));
     let sub = rig.register(HostFn::new("touch", touch)).unwrap();
     let k = rig.register_chip(ChipFn::kernel("plus_one_plain", plus_one_host)).unwrap();
     rig.init();
@@ -191,7 +191,7 @@ fn a_device_intermediate_goes_only_to_its_chip() {
     drop(rig);
 
     // No device heap: the same intermediate is host memory, and a SUB task may read it.
-    let mut rig = Rig::new(Worker::builder().chips(1).sub_workers(1).chip_heap_ring_size(0));
+    let mut rig = Rig::new(common::builder().chips(1).sub_workers(1).chip_heap_ring_size(0));
     let sub = rig.register(HostFn::new("touch", touch)).unwrap();
     rig.init();
     rig.run(|orch| {
@@ -216,7 +216,7 @@ fn plus_one_host(args: &HostArgs<'_>) -> HostResult {
 /// for, naming the chip and the setting.
 #[isolated_test]
 fn an_explicit_device_heap_that_does_not_fit_fails_init() {
-    let mut w = Worker::builder().chips(1).chip_memory(1 << 20).chip_heap_ring_size(1 << 20).build().unwrap();
+    let mut w = common::builder().chips(1).chip_memory(1 << 20).chip_heap_ring_size(1 << 20).build().unwrap();
     let err = expect_err(w.init(), ErrorKind::ResourceExhausted, &["chip 0", "chip_heap_ring_size"]);
     drop(err);
 }

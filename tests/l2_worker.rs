@@ -5,8 +5,7 @@ mod common;
 use common::{isolated_test, vadd};
 
 use simpler::{
-    DataType, ErrorKind, HostArgs, HostResult, TaskArgs, Worker, chip::CallConfig, chip::ChipFn,
-    status::Level,
+    DataType, ErrorKind, HostArgs, HostResult, TaskArgs, chip::CallConfig, chip::ChipFn, status::Level,
 };
 
 fn bad(_: &HostArgs<'_>) -> HostResult {
@@ -15,7 +14,7 @@ fn bad(_: &HostArgs<'_>) -> HostResult {
 
 #[isolated_test]
 fn a_kernel_runs_alone_on_an_l2_worker() {
-    let mut chip = Worker::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
+    let mut chip = common::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
     let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     chip.init().unwrap();
     assert!(chip.child_pids().is_empty(), "an L2 Worker forks nothing");
@@ -50,7 +49,7 @@ fn a_kernel_runs_alone_on_an_l2_worker() {
 
 #[isolated_test]
 fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
-    let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    let mut chip = common::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     let bad = chip.register_chip(ChipFn::kernel("bad", bad)).unwrap();
     chip.init().unwrap();
     let err = chip.run_callable(&bad, TaskArgs::new(), CallConfig::default()).unwrap_err();
@@ -70,8 +69,8 @@ fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
 
 #[isolated_test]
 fn another_workers_buffers_are_refused_by_copies_and_free() {
-    let mut a = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
-    let mut b = Worker::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    let mut a = common::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
+    let mut b = common::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     a.init().unwrap();
     b.init().unwrap();
     let host = a.create_buffer(64).unwrap();

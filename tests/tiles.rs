@@ -83,7 +83,7 @@ fn ramp(w: &Worker, n: u32) -> (simpler::Buffer, TensorOf<f32>) {
 
 #[isolated_test]
 fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
-    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(1));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
     let (by, mut y) = ramp(&rig, ROWS);
@@ -113,7 +113,7 @@ fn a_loop_over_tiles_runs_in_parallel_over_two_chips_and_matches_its_graph() {
 
 #[isolated_test]
 fn an_inout_accumulator_is_ordered_by_the_loop() {
-    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    let mut rig = Rig::new(common::builder().sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
     let (ba, mut acc) = ramp(&rig, ROWS / TILES);
@@ -157,7 +157,7 @@ fn overlapping_launch(o: &mut Orchestrator<'_>, x: In<f32>, y: Out<f32>, tiles: 
 
 #[isolated_test]
 fn an_index_launch_checks_its_pieces_at_run_time() {
-    let mut rig = Rig::new(Worker::builder().chips(2));
+    let mut rig = Rig::new(common::builder().chips(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
     let (by, mut y) = ramp(&rig, ROWS);
@@ -199,7 +199,7 @@ task_graph! {
 
 #[isolated_test]
 fn intermediates_with_static_edges_are_ordered_like_tracked_ones() {
-    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(2));
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, ROWS);
     let (bt, mut total) = ramp(&rig, 1);
@@ -272,7 +272,7 @@ task_graph! {
 
 #[isolated_test]
 fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
-    let mut rig = Rig::new(Worker::builder().chips(2).sub_workers(1));
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(1));
     rig.init();
     // One graph, two runs: 64 rows (4 tiles), then 96 rows (6 tiles).
     for rows in [64u32, 96] {
@@ -324,7 +324,7 @@ fn a_tiles_loop_runs_as_many_tasks_as_the_run_has_tiles() {
 
 #[isolated_test]
 fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
-    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    let mut rig = Rig::new(common::builder().sub_workers(2));
     rig.init();
     let (_bx, x) = ramp(&rig, 64);
     let (_by, y) = ramp(&rig, 64);
@@ -355,7 +355,7 @@ fn partitions_of_one_tiles_loop_must_have_as_many_pieces() {
 
 #[isolated_test]
 fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
-    let mut rig = Rig::new(Worker::builder().sub_workers(2));
+    let mut rig = Rig::new(common::builder().sub_workers(2));
     rig.init();
     // 96 rows: six tiles, the first four copied.
     let (_bx, x) = ramp(&rig, 96);

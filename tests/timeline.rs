@@ -6,9 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use simpler::{
-    DataType, ErrorKind, RunOptions, TaskArgs, Worker, chip::CallConfig, chip::ChipFn, trace::TaskStatus,
-};
+use simpler::{DataType, ErrorKind, RunOptions, TaskArgs, chip::CallConfig, chip::ChipFn, trace::TaskStatus};
 
 const N: usize = 1024;
 
@@ -18,7 +16,7 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
 
 #[isolated_test]
 fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
-    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
+    let mut rig = Rig::new(common::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     let add = rig.register(simpler::HostFn::new("vadd", vadd)).unwrap();
     let boom = rig.register(simpler::HostFn::new("fail", fail_once_released)).unwrap();
@@ -236,7 +234,7 @@ fn add_then_double(
 
 #[isolated_test]
 fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
-    let mut rig = Rig::new(Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20));
+    let mut rig = Rig::new(common::builder().chips(1).chip_cores(2).chip_memory(16 << 20));
     rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     let orch = rig.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
@@ -321,12 +319,12 @@ fn l3_chip_then_sub(
 #[isolated_test]
 fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     let mut l3 =
-        Worker::builder().chips(1).chip_cores(2).chip_memory(16 << 20).sub_workers(1).build().unwrap();
+        common::builder().chips(1).chip_cores(2).chip_memory(16 << 20).sub_workers(1).build().unwrap();
     l3.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
     l3.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     l3.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
     l3.register(simpler::HostFn::new("noop", noop)).unwrap();
-    let mut rig = Rig::new(Worker::builder().level(simpler::status::Level::Network1).worker(l3));
+    let mut rig = Rig::new(common::builder().level(simpler::status::Level::Network1).worker(l3));
     let w = 0;
     let step = rig.register_orch(simpler::OrchFn::new("l3_chip_then_sub", l3_chip_then_sub)).unwrap();
     rig.init();
@@ -396,7 +394,7 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
     // Run numbers restart in every Worker: the trace log's keys name the engine too, so the
     // second Worker's run 1 does not pick up what the first Worker's run 1 left there.
     for round in 0..2 {
-        let mut rig = Rig::new(Worker::builder().chips(1).chip_memory(16 << 20));
+        let mut rig = Rig::new(common::builder().chips(1).chip_memory(16 << 20));
         let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
         rig.init();
         let (x, y) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
@@ -419,7 +417,7 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
 
 #[isolated_test]
 fn each_member_of_a_group_has_its_kernels_on_its_own_chips_lane() {
-    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(16 << 20));
+    let mut rig = Rig::new(common::builder().chips(2).chip_memory(16 << 20));
     let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
     rig.init();
     let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();

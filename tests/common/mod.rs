@@ -296,6 +296,21 @@ pub fn memfd_users() -> Vec<(i32, String)> {
 
 // -------------------------------------------------------------------------- builders & checks
 
+/// `Worker::builder()` with this suite's chip backend: a suite compiled a second time as
+/// `<suite>_discrete` (see `tests/Cargo.toml`) runs every chip on a
+/// [`DiscreteSim`](simpler::chip::DiscreteSim), whose memory the host cannot read, so the same
+/// tests check that nothing reaches device memory but through the backend's copies; the others
+/// on the default `SimChip`. A test that sets a backend of its own keeps it.
+pub fn builder() -> WorkerBuilder {
+    let builder = Worker::builder();
+    if on_discrete_chips() { builder.chip_backend(simpler::chip::DiscreteSim::backend) } else { builder }
+}
+
+/// Whether this suite runs its chips on `DiscreteSim` (see [`builder`]).
+pub fn on_discrete_chips() -> bool {
+    env!("CARGO_CRATE_NAME").ends_with("_discrete")
+}
+
 /// A builder with `n` SUB workers and a short back-pressure timeout (tests must not hang).
 pub fn subs(n: usize) -> WorkerBuilder {
     Worker::builder().sub_workers(n).backpressure_timeout(Duration::from_secs(5))

@@ -122,10 +122,10 @@ impl Device {
         self.size
     }
 
-    /// The simulated chip's memory (tests).
+    /// The bytes of the blocks the runtime holds, as requested (tests).
     #[cfg(test)]
-    pub(crate) fn sim(&self) -> &Arc<Arena> {
-        self.arena().expect("a simulated chip")
+    pub(crate) fn held_bytes(&self) -> u64 {
+        sync::lock(&self.held).values().map(|&(len, _)| len).sum()
     }
 
     /// Where a kernel argument may start: staged host tensors are placed at multiples of it.

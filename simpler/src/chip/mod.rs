@@ -12,7 +12,8 @@
 //! device-resident tensors (from `alloc_child_tensor`) stay where they are.
 //!
 //! Files: `arena.rs` (device memory and every raw-pointer operation), `sim.rs` (the backend
-//! trait, [`DeviceMemory`] and [`SimChip`]), `device.rs` (the backend as the runtime uses it,
+//! trait, [`DeviceMemory`] and [`SimChip`]), `discrete.rs` ([`DiscreteSim`], a simulated chip
+//! whose memory the host cannot read), `device.rs` (the backend as the runtime uses it,
 //! checking what it returns), `staging.rs` (a pipeline slot's staging buffer), `runtime.rs` and
 //! `runtime/` (`ChipRuntime`: its run phases, executor thread, core threads and level parts),
 //! `diag.rs` (the diagnostics a `CallConfig` asks for). The chip child that serves a chip at
@@ -22,6 +23,7 @@ mod arena;
 mod backend;
 mod device;
 mod diag;
+mod discrete;
 #[cfg(feature = "opencl")]
 mod opencl;
 mod runtime;
@@ -45,6 +47,7 @@ pub use backend::{
     ChipBackend, ChipBackendFn, ChipSpec, Completion, DeviceTensor, KernelDef, KernelLaunch, KernelSource,
     Pending,
 };
+pub use discrete::DiscreteSim;
 #[cfg(feature = "opencl")]
 pub use opencl::OpenClChip;
 pub(crate) use runtime::{

@@ -509,15 +509,11 @@ impl ChipRuntime {
     }
 
     /// Bytes of device memory held outside the staging buffers (what users and `orch.alloc`
-    /// hold), rounded to blocks.
+    /// hold).
     #[cfg(test)]
     pub(crate) fn used_outside_staging(&self) -> u64 {
-        let staged: u64 = self
-            .staging
-            .iter()
-            .map(|s| s.capacity().next_multiple_of(crate::chip::arena::DEVICE_ALIGN))
-            .sum();
-        self.device.sim().used() - staged
+        let staged: u64 = self.staging.iter().map(|s| s.capacity()).sum();
+        self.device.held_bytes() - staged
     }
 }
 
@@ -533,6 +529,11 @@ mod heap;
 mod phases;
 #[cfg(test)]
 mod tests;
+/// The same suite on a chip whose memory the host cannot read (`chip::DiscreteSim`).
+#[cfg(test)]
+#[expect(clippy::duplicate_mod, reason = "the chip suite runs twice: on a SimChip and on a DiscreteSim")]
+#[path = "runtime/tests.rs"]
+mod tests_discrete;
 
 use cores::{CoreEndpoint, CoreShared};
 pub(crate) use executor::{CopyBack, END_WINDOW, RunDone};

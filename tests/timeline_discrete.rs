@@ -1,0 +1,5 @@
+//! The `timeline` suite with every chip a [`DiscreteSim`](simpler::chip::DiscreteSim): device
+//! memory the host cannot read (see `common::builder`).
+
+#[path = "timeline.rs"]
+mod suite;
