@@ -129,7 +129,13 @@ impl DiscreteSim {
 
 /// `bytes` XORed with the scramble byte, in place (its own inverse).
 fn scramble(bytes: &mut [u8]) {
-    bytes.iter_mut().for_each(|b| *b ^= DiscreteSim::SCRAMBLE);
+    const WORD: u64 = u64::from_ne_bytes([DiscreteSim::SCRAMBLE; 8]);
+    let mut words = bytes.chunks_exact_mut(8);
+    for w in &mut words {
+        let x = u64::from_ne_bytes((&*w).try_into().expect("8 bytes")) ^ WORD;
+        w.copy_from_slice(&x.to_ne_bytes());
+    }
+    words.into_remainder().iter_mut().for_each(|b| *b ^= DiscreteSim::SCRAMBLE);
 }
 
 /// The scratch blocks of one launch: one per distinct device buffer among its tensors.

@@ -79,6 +79,9 @@ use crate::sys::sync;
 const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 
+/// Held while this process lists platforms and devices (see [`OpenClChip::new`]).
+static DISCOVERY: Mutex<()> = Mutex::new(());
+
 /// The process that first made an OpenCL chip (rule O5); 0 before.
 static OPENCL_PID: AtomicU32 = AtomicU32::new(0);
 
@@ -224,7 +227,12 @@ impl OpenClChip {
                 )));
             }
         }
-        let ids = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(no_platform)?;
+        let ids = {
+            // The ICD loader and PoCL set themselves up on the first platform query, and two
+            // threads doing it at once may see no device: one discovery at a time.
+            let _one = sync::lock(&DISCOVERY);
+            get_all_devices(CL_DEVICE_TYPE_ALL).map_err(no_platform)?
+        };
         if ids.is_empty() {
             return Err(Error::new(ErrorKind::Os, "the OpenCL platforms list no device".to_string()));
         }
@@ -281,6 +289,7 @@ impl OpenClChip {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn devices() -> Result<Vec<String>> {
+        let _one = sync::lock(&DISCOVERY);
         let platforms = opencl3::platform::get_platforms().map_err(no_platform)?;
         let mut out = Vec::new();
         for p in platforms {

@@ -534,6 +534,12 @@ mod tests;
 #[expect(clippy::duplicate_mod, reason = "the chip suite runs twice: on a SimChip and on a DiscreteSim")]
 #[path = "runtime/tests.rs"]
 mod tests_discrete;
+/// The same suite on an OpenCL chip (feature `opencl`; CI runs it on PoCL), kernels from their
+/// OpenCL C source, less the tests whose kernels only Rust can write.
+#[cfg(all(test, feature = "opencl"))]
+#[expect(clippy::duplicate_mod, reason = "the chip suite runs on every backend")]
+#[path = "runtime/tests.rs"]
+mod tests_opencl;
 
 use cores::{CoreEndpoint, CoreShared};
 pub(crate) use executor::{CopyBack, END_WINDOW, RunDone};

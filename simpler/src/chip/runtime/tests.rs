@@ -12,12 +12,58 @@ const CHIP: u32 = 3;
 /// `chip::runtime::tests_discrete` (the same file) on a [`DiscreteSim`](crate::chip::DiscreteSim),
 /// whose memory the host cannot read.
 fn backend() -> BackendFactory {
+    #[cfg(feature = "opencl")]
+    if on_opencl() {
+        return BackendFactory::Fn(crate::chip::OpenClChip::backend);
+    }
     if module_path!().ends_with("tests_discrete") {
         BackendFactory::Fn(crate::chip::DiscreteSim::backend)
     } else {
         BackendFactory::sim()
     }
 }
+
+/// Whether this copy of the suite runs on an OpenCL chip (`chip::runtime::tests_opencl`, with
+/// the `opencl` feature): kernels run their OpenCL C source there.
+fn on_opencl() -> bool {
+    module_path!().ends_with("tests_opencl")
+}
+
+/// Ends a test that needs kernels only Rust can write (they fail with a message, panic, or
+/// wait on the test), when the suite runs on an OpenCL chip; it runs on the simulated ones.
+macro_rules! rust_kernels_only {
+    () => {
+        if on_opencl() {
+            eprintln!("not on an OpenCL chip: this test's kernels fail, panic or wait on the test, which only Rust kernels do");
+            return;
+        }
+    };
+}
+
+/// The OpenCL C source of the kernels that have one (the Rust ones above, on a device).
+const OPENCL_KERNELS: &[(&str, &str, &str)] = &[
+    (
+        "vadd",
+        "vadd",
+        "__kernel void vadd(__global const float* a, __global const float* b, __global float* c) { size_t i = get_global_id(0); c[i] = a[i] + b[i]; }",
+    ),
+    (
+        "add_scalar",
+        "add_scalar",
+        "__kernel void add_scalar(__global float* x, float k) { x[get_global_id(0)] += k; }",
+    ),
+    (
+        "double",
+        "twice",
+        "__kernel void twice(__global const float* x, __global float* out) { size_t i = get_global_id(0); out[i] = 2.0f * x[i]; }",
+    ),
+    ("ones", "ones", "__kernel void ones(__global float* out) { out[get_global_id(0)] = 1.0f; }"),
+    (
+        "probe",
+        "probe",
+        "__kernel void probe(__global const float* seen, __global float* out) { size_t i = get_global_id(0); out[i] = seen[i]; }",
+    ),
+];
 
 fn vadd(args: &HostArgs<'_>) -> HostResult {
     let (a, b, out) = (args.input::<f32>(0)?, args.input::<f32>(1)?, args.output::<f32>(2)?);
@@ -84,8 +130,10 @@ fn rendezvous(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
+/// The suite's kernels, each with its OpenCL C source where it has one; on an OpenCL chip only
+/// those.
 fn kernels() -> Vec<ChipFn> {
-    vec![
+    let all = vec![
         ChipFn::kernel("vadd", vadd),
         ChipFn::kernel("add_scalar", add_scalar),
         ChipFn::kernel("double", double),
@@ -94,7 +142,15 @@ fn kernels() -> Vec<ChipFn> {
         ChipFn::kernel("fail_kernel", fail_kernel),
         ChipFn::kernel("panic_kernel", panic_kernel),
         ChipFn::kernel("rendezvous", rendezvous),
-    ]
+    ];
+    all.into_iter()
+        .filter_map(|k| match OPENCL_KERNELS.iter().find(|(name, ..)| *name == k.name()) {
+            Some((_, entry, text)) => {
+                Some(k.with_source(crate::chip::KernelSource::opencl(text, entry)).expect("a kernel"))
+            }
+            None => (!on_opencl()).then_some(k),
+        })
+        .collect()
 }
 
 fn h(name: &str) -> CallableHandle {
@@ -229,6 +285,7 @@ fn inout_and_output_host_tensors_round_trip() {
 
 #[test]
 fn a_failed_run_leaves_host_tensors_as_they_were() {
+    rust_kernels_only!();
     let mut rt = chip(1, &[]);
     // Every other element of 8: the gaps keep their sentinel.
     let mut buf = vec![-1.0f32; 8];
@@ -504,6 +561,7 @@ fn orch_alloc_inside_a_chip_takes_device_memory() {
         "{err}"
     );
     rt.free(held).unwrap();
+    rt.tune_engine(|c| c.backpressure_timeout = std::time::Duration::from_secs(20));
 
     // Freed as their scopes end: five 4 MiB intermediates in turn fit 16 MiB.
     run(&mut rt, &in_turn, vec![], &[5]).unwrap();
@@ -522,6 +580,7 @@ fn side_by_side(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) 
 
 #[test]
 fn independent_kernels_run_concurrently_on_two_cores() {
+    rust_kernels_only!();
     let plan = ChipFn::orchestration("side_by_side", side_by_side);
     let mut rt = chip(2, std::slice::from_ref(&plan));
     let (mut w0, mut w1) = (vec![u32::MAX; 4], vec![u32::MAX; 4]);
@@ -547,6 +606,7 @@ fn failing_plan(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) 
 
 #[test]
 fn failing_and_panicking_kernels_give_clear_errors() {
+    rust_kernels_only!();
     let plan = ChipFn::orchestration("failing_plan", failing_plan);
     let mut rt = chip(2, std::slice::from_ref(&plan));
     let mut x = vec![1.0f32; 8];
@@ -660,7 +720,10 @@ fn orchestration_errors_are_reported_and_the_chip_stays_usable() {
 #[test]
 fn unknown_callables_and_registration() {
     let mut rt = chip(1, &[]);
-    let stray = ChipFn::kernel("stray", ones);
+    let ones_cl = OPENCL_KERNELS.iter().find(|(name, ..)| *name == "ones").expect("ones");
+    let stray = ChipFn::kernel("stray", ones)
+        .with_source(crate::chip::KernelSource::opencl(ones_cl.2, ones_cl.1))
+        .unwrap();
     let err = run(&mut rt, &stray, Vec::new(), &[]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Callable);
     assert!(
@@ -670,8 +733,13 @@ fn unknown_callables_and_registration() {
     );
     let d = stray.handle().digest();
     assert!(!rt.contains(&d));
-    assert_eq!(rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap(), 8);
-    assert_eq!(rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap(), 8, "refcounted");
+    let next = kernels().len();
+    assert_eq!(rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap() as usize, next);
+    assert_eq!(
+        rt.install(d, stray.descriptor().bytes(), stray.clone()).unwrap() as usize,
+        next,
+        "refcounted"
+    );
     assert!(rt.contains(&d));
     let mut out = vec![0.0f32; 2];
     run(&mut rt, &stray, vec![host(&mut out, Access::Write)], &[]).unwrap();
@@ -767,6 +835,7 @@ fn pipelined(cores: usize, extra: &[ChipFn]) -> ChipRuntime {
 
 #[test]
 fn a_successor_prepares_while_the_head_runs_and_launches_after_it_finalizes() {
+    rust_kernels_only!();
     let k = ChipFn::kernel("held", held);
     let mut rt = pipelined(1, std::slice::from_ref(&k));
     let (mut x, mut y) = (vec![1.0f32; 4096], vec![0.0f32; 4096]);
@@ -928,6 +997,7 @@ fn a_failed_prepare_fails_only_its_run() {
 
 #[test]
 fn a_run_whose_kernel_fails_returns_its_lease() {
+    rust_kernels_only!();
     let mut rt = pipelined(1, &[]);
     for _ in 0..3 {
         let err = run(&mut rt, &kernel("fail_kernel"), vec![], &[]).unwrap_err();
@@ -1112,6 +1182,7 @@ fn a_run_given_its_outputs_has_them_copied_back_once_it_has_run_and_finalize_cop
 
 #[test]
 fn a_run_that_fails_has_nothing_copied_back() {
+    rust_kernels_only!();
     let mut rt = pipelined(1, &[]);
     let lease = rt.acquire_lease().unwrap();
     let mut scratch = vec![0.0f32; 64];
@@ -1146,6 +1217,7 @@ fn held_fill(args: &HostArgs<'_>) -> HostResult {
 
 #[test]
 fn a_run_that_ends_once_the_chip_is_shutting_down_copies_nothing_back() {
+    rust_kernels_only!();
     let k = ChipFn::kernel("held_fill", held_fill);
     let mut rt = pipelined(1, std::slice::from_ref(&k));
     let lease = rt.acquire_lease().unwrap();
