@@ -4,7 +4,7 @@
 //! An L3 Worker with one OpenCL chip (`OpenClChip::backend`, a chip process of its own) and, in
 //! the bench process, a context and an in-order queue of its own on the same device (device 0).
 //! Measured side by side, in alternating blocks, so a slow patch of the machine spreads over
-//! all four:
+//! all five:
 //!
 //! - `opencl_task_p50_us`: one run whose one task is an empty OpenCL kernel with one
 //!   `__global float*` parameter, given a one-element chip-resident tensor (no copies), back to
@@ -12,12 +12,12 @@
 //!   `clEnqueueNDRangeKernel` and its event waited on. `opencl_task_overhead_us` is the
 //!   difference: what the runtime (orchestration, chip process, core thread) adds per task.
 //! - `opencl_copy_gbps`: a chip task with a 1 MiB Input host tensor and a 1 MiB Output host
-//!   tensor whose kernel copies one to the other (`ulong` per work-item): 2 MiB over the copy
-//!   task's median time less the empty task's, as `chip_copy_gbps` (benches/chip.rs); the net
-//!   time also holds the kernel's own 1 MiB copy. `opencl_raw_copy_gbps`: a blocking
-//!   `clEnqueueWriteBuffer` of 1 MiB then a blocking `clEnqueueReadBuffer` of 1 MiB (no kernel),
-//!   2 MiB over their median time. `opencl_copy_ratio` = `opencl_copy_gbps` /
-//!   `opencl_raw_copy_gbps`. 1 GB = 1e9 bytes.
+//!   tensor whose kernel copies one to the other (`ulong` per work-item), against the same
+//!   kernel over two 1 MiB chip-resident tensors (no host copies): 2 MiB over the difference of
+//!   their median times, which is what moving the bytes in and out costs a task (copy-in,
+//!   copy-back, staging). `opencl_raw_copy_gbps`: a blocking `clEnqueueWriteBuffer` of 1 MiB
+//!   then a blocking `clEnqueueReadBuffer` of 1 MiB, 2 MiB over their median time.
+//!   `opencl_copy_ratio` = `opencl_copy_gbps` / `opencl_raw_copy_gbps`. 1 GB = 1e9 bytes.
 //!
 //! Every kernel is launched `WARMUP` times first: PoCL compiles a kernel's work-group function
 //! on its first launch. Run with `POCL_MAX_PTHREAD_COUNT=1` on a small machine, so PoCL's worker
@@ -185,11 +185,18 @@ fn main() -> AnyResult<()> {
     let words = (MIB / 8) as u32;
     let (ts, tt) = (src.tensor(&[words], DataType::Uint64)?, dst.tensor(&[words], DataType::Uint64)?);
     let mut back = vec![0u8; MIB];
+    // The same copy kernel over chip-resident tensors: its own time, without host copies.
+    let (rs, rt) = (
+        worker.alloc_child_tensor(0, &[words], DataType::Uint64)?,
+        worker.alloc_child_tensor(0, &[words], DataType::Uint64)?,
+    );
+    let (trs, trt) = (rs.tensor(&[words], DataType::Uint64)?, rt.tensor(&[words], DataType::Uint64)?);
 
     for _ in 0..WARMUP {
         one_task(&worker, &e, &[&td], &[])?;
         raw_task(&raw)?;
         one_task(&worker, &c, &[&ts], &[&tt])?;
+        one_task(&worker, &c, &[&trs], &[&trt])?;
         raw_copy(&mut raw, &pattern, &mut back)?;
     }
     assert_eq!(dst.read::<u8>(0, MIB)?, pattern, "the copy kernel's output came back to the host");
@@ -199,6 +206,7 @@ fn main() -> AnyResult<()> {
     let mut raw_tasks = Vec::with_capacity(ITERATIONS);
     let mut copies = Vec::with_capacity(COPY_ITERATIONS);
     let mut raw_copies = Vec::with_capacity(COPY_ITERATIONS);
+    let mut resident = Vec::with_capacity(COPY_ITERATIONS);
     for _ in 0..BLOCKS {
         for _ in 0..BLOCK_WARMUP {
             one_task(&worker, &e, &[&td], &[])?;
@@ -219,6 +227,12 @@ fn main() -> AnyResult<()> {
             copies.push(us(one_task(&worker, &c, &[&ts], &[&tt])?));
         }
         for _ in 0..BLOCK_WARMUP {
+            one_task(&worker, &c, &[&trs], &[&trt])?;
+        }
+        for _ in 0..COPY_ITERATIONS / BLOCKS {
+            resident.push(us(one_task(&worker, &c, &[&trs], &[&trt])?));
+        }
+        for _ in 0..BLOCK_WARMUP {
             raw_copy(&mut raw, &pattern, &mut back)?;
         }
         for _ in 0..COPY_ITERATIONS / BLOCKS {
@@ -226,26 +240,30 @@ fn main() -> AnyResult<()> {
         }
     }
     worker.free(&dev)?;
+    worker.free(&rs)?;
+    worker.free(&rt)?;
     worker.close()?;
 
     spread("empty OpenCL task through Worker::run, back to back", &mut task);
     spread("empty kernel enqueued and waited on directly", &mut raw_tasks);
     spread("1 MiB in + 1 MiB out OpenCL copy task through Worker::run", &mut copies);
+    spread("the same copy task over 1 MiB chip-resident tensors", &mut resident);
     spread("blocking write + read of 1 MiB directly", &mut raw_copies);
     let p50 = percentile(&mut task, 50.0);
     let raw_p50 = percentile(&mut raw_tasks, 50.0);
     let copy_p50 = percentile(&mut copies, 50.0);
     let raw_copy_p50 = percentile(&mut raw_copies, 50.0);
-    let net_us = copy_p50 - p50;
+    let resident_p50 = percentile(&mut resident, 50.0);
+    let net_us = copy_p50 - resident_p50;
     assert!(
         net_us > 0.0,
-        "the copy task (p50 {copy_p50:.2} us) was not slower than the empty one (p50 {p50:.2} us): the machine was too noisy to measure"
+        "the copy task over host tensors (p50 {copy_p50:.2} us) was not slower than over resident ones (p50 {resident_p50:.2} us): the machine was too noisy to measure"
     );
     let copy_gbps = gbps(2 * MIB, net_us);
     let raw_copy_gbps = gbps(2 * MIB, raw_copy_p50);
     println!(
-        "opencl_copy_gbps = 2 MiB / (copy task p50 {copy_p50:.2} us - empty task p50 {p50:.2} us = {net_us:.2} us), \
-         the net time holding the kernel's own 1 MiB copy; opencl_raw_copy_gbps = 2 MiB / write + read p50 {raw_copy_p50:.2} us"
+        "opencl_copy_gbps = 2 MiB / (host-tensor copy task p50 {copy_p50:.2} us - resident copy task p50 {resident_p50:.2} us = {net_us:.2} us); \
+         opencl_raw_copy_gbps = 2 MiB / write + read p50 {raw_copy_p50:.2} us"
     );
     figure("opencl_task_p50_us", p50, "us");
     figure("opencl_raw_task_p50_us", raw_p50, "us");
