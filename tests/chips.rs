@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{double, fail_kernel, isolated_test, vadd};
+use common::{fail_kernel, isolated_test};
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,13 @@ use simpler::{
 const N: usize = 256;
 
 /// `x += k` in place (scalar 0 is `k` as f32 bits).
+/// `add_scalar` with its OpenCL C source (`tests/kernels/add_scalar.cl`).
+fn add_scalar_kernel() -> ChipFn {
+    ChipFn::kernel("add_scalar", add_scalar)
+        .with_source(simpler::chip::KernelSource::opencl(include_str!("kernels/add_scalar.cl"), "add_scalar"))
+        .expect("a kernel")
+}
+
 fn add_scalar(args: &HostArgs<'_>) -> HostResult {
     let k = args.scalar_f32(0)?;
     for v in args.output::<f32>(0)? {
@@ -52,8 +59,8 @@ fn host_noop(_: &HostArgs<'_>) -> HostResult {
 fn chip_pipeline(orch: &mut Orchestrator<'_>, args: &TaskArgs, _cfg: &CallConfig) -> Result<()> {
     let (a, b, out, tmp) =
         (args.tensor(0).unwrap(), args.tensor(1).unwrap(), args.tensor(2).unwrap(), args.tensor(3).unwrap());
-    let vadd_h = ChipFn::kernel("vadd", vadd).handle();
-    let double_h = ChipFn::kernel("double", double).handle();
+    let vadd_h = common::vadd_kernel().handle();
+    let double_h = common::double_kernel().handle();
     let mut first = TaskArgs::new();
     first.input(a)?.input(b)?.output(tmp)?;
     orch.submit_next_level(&vadd_h, first, CallConfig::default(), 0)?;
@@ -84,7 +91,7 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
 #[isolated_test]
 fn vector_add_on_one_chip() {
     let mut rig = Rig::new(chips(1));
-    let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let k = rig.register_chip(common::vadd_kernel()).unwrap();
     rig.init();
     let (a, b, av, bv) = inputs(&rig);
     let out = rig.create_buffer(N * 4).unwrap();
@@ -102,7 +109,7 @@ fn vector_add_on_one_chip() {
 #[isolated_test]
 fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
     let mut rig = Rig::new(chips(4));
-    let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let k = rig.register_chip(common::vadd_kernel()).unwrap();
     rig.init();
     let (a, b, av, bv) = inputs(&rig);
     let outs: Vec<_> = (0..8).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
@@ -133,8 +140,8 @@ fn the_same_kernel_on_four_chips_as_a_group_and_as_singles() {
 #[isolated_test]
 fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
     let mut rig = Rig::new(chips(1));
-    rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
-    rig.register_chip(ChipFn::kernel("double", double)).unwrap();
+    rig.register_chip(common::vadd_kernel()).unwrap();
+    rig.register_chip(common::double_kernel()).unwrap();
     let pipe = rig.register_chip(ChipFn::orchestration("pipeline", chip_pipeline)).unwrap();
     rig.init();
     let (a, b, av, bv) = inputs(&rig);
@@ -156,7 +163,7 @@ fn chip_orchestration_runs_dependent_kernels_on_its_cores() {
 #[isolated_test]
 fn chip_resident_memory_round_trip() {
     let mut rig = Rig::new(chips(2));
-    let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
+    let k = rig.register_chip(add_scalar_kernel()).unwrap();
     rig.init();
     let host = rig.create_buffer(N * 4).unwrap();
     let start: Vec<f32> = (0..N).map(|i| i as f32).collect();
@@ -219,7 +226,7 @@ fn chip_resident_memory_round_trip() {
 #[isolated_test]
 fn copies_of_a_device_buffer_are_refused_while_a_submitted_task_names_it() {
     let mut rig = Rig::new(chips(1));
-    let k = rig.register_chip(ChipFn::kernel("add_scalar", add_scalar)).unwrap();
+    let k = rig.register_chip(add_scalar_kernel()).unwrap();
     rig.init();
     let host = rig.create_buffer(N * 4).unwrap();
     host.write(0, &vec![1.0f32; N]).unwrap();
@@ -256,7 +263,7 @@ fn copies_of_a_device_buffer_are_refused_while_a_submitted_task_names_it() {
 #[isolated_test]
 fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     let mut rig = Rig::new(chips(2).sub_workers(1));
-    let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let k = rig.register_chip(common::vadd_kernel()).unwrap();
     let h = rig.register(HostFn::new("noop", host_noop)).unwrap();
     rig.init();
     let dev = rig.alloc_child_tensor(0, &[4], DataType::Float32).unwrap();
@@ -293,6 +300,9 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
 
 #[isolated_test]
 fn a_failing_kernel_names_the_chip_and_the_callable() {
+    if common::needs_rust_kernels() {
+        return;
+    }
     let mut rig = Rig::new(chips(2));
     let k = rig.register_chip(ChipFn::kernel("fail_kernel", fail_kernel)).unwrap();
     rig.init();
@@ -305,9 +315,12 @@ fn a_failing_kernel_names_the_chip_and_the_callable() {
 
 #[isolated_test]
 fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
+    if common::needs_rust_kernels() {
+        return;
+    }
     let mut rig = Rig::new(chips(2));
     let block = rig.register_chip(ChipFn::kernel("block", block_kernel)).unwrap();
-    let k = rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let k = rig.register_chip(common::vadd_kernel()).unwrap();
     rig.init();
     let marker = marker_path(std::process::id());
     let _ = std::fs::remove_file(&marker);

@@ -17,7 +17,7 @@ use simpler::{
 const N: u32 = 256;
 
 /// `t = x + 1`.
-#[callable(chip)]
+#[callable(chip, opencl = "kernels/plus_one.cl", entry = "plus_one")]
 fn plus_one(x: In<f32>, mut t: Out<f32>) {
     for (o, i) in t.iter_mut().zip(x.iter()) {
         *o = i + 1.0;
@@ -25,7 +25,7 @@ fn plus_one(x: In<f32>, mut t: Out<f32>) {
 }
 
 /// `y = 2 t` on a chip core.
-#[callable(chip)]
+#[callable(chip, opencl = "kernels/twice.cl", entry = "twice")]
 fn twice(t: In<f32>, mut y: Out<f32>) {
     for (o, i) in y.iter_mut().zip(t.iter()) {
         *o = 2.0 * i;
@@ -162,7 +162,16 @@ fn touch(args: &HostArgs<'_>) -> HostResult {
 fn a_device_intermediate_goes_only_to_its_chip() {
     let mut rig = Rig::new(common::builder().chips(2).sub_workers(1).chip_memory(16 << 20));
     let sub = rig.register(HostFn::new("touch", touch)).unwrap();
-    let k = rig.register_chip(ChipFn::kernel("plus_one_plain", plus_one_host)).unwrap();
+    let k = rig
+        .register_chip(
+            ChipFn::kernel("plus_one_plain", plus_one_host)
+                .with_source(simpler::chip::KernelSource::opencl(
+                    include_str!("kernels/plus_one.cl"),
+                    "plus_one",
+                ))
+                .unwrap(),
+        )
+        .unwrap();
     rig.init();
     let err = rig
         .run(|orch| {

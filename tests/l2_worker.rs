@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{isolated_test, vadd};
+use common::isolated_test;
 
 use simpler::{
     DataType, ErrorKind, HostArgs, HostResult, TaskArgs, chip::CallConfig, chip::ChipFn, status::Level,
@@ -15,7 +15,7 @@ fn bad(_: &HostArgs<'_>) -> HostResult {
 #[isolated_test]
 fn a_kernel_runs_alone_on_an_l2_worker() {
     let mut chip = common::builder().level(Level::Chip).chip_memory(16 << 20).chip_cores(2).build().unwrap();
-    let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let add = chip.register_chip(common::vadd_kernel()).unwrap();
     chip.init().unwrap();
     assert!(chip.child_pids().is_empty(), "an L2 Worker forks nothing");
     let (a, b, out) =
@@ -49,13 +49,16 @@ fn a_kernel_runs_alone_on_an_l2_worker() {
 
 #[isolated_test]
 fn a_failing_kernel_on_l2_reports_and_the_chip_stays_usable() {
+    if common::needs_rust_kernels() {
+        return;
+    }
     let mut chip = common::builder().level(Level::Chip).chip_memory(1 << 20).chip_cores(1).build().unwrap();
     let bad = chip.register_chip(ChipFn::kernel("bad", bad)).unwrap();
     chip.init().unwrap();
     let err = chip.run_callable(&bad, TaskArgs::new(), CallConfig::default()).unwrap_err();
     common::assert_err(&err, ErrorKind::TaskFailed, &["bad", "bad input"]);
     // Registered after init, it is installed at once.
-    let add = chip.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
+    let add = chip.register_chip(common::vadd_kernel()).unwrap();
     let x = chip.create_buffer(4).unwrap();
     let t = x.tensor(&[1], DataType::Float32).unwrap();
     let mut args = TaskArgs::new();

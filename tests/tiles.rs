@@ -14,7 +14,7 @@ const TILES: u32 = 8;
 const ROWS: u32 = 64;
 
 /// `y = k * x` on one chip core.
-#[callable(chip)]
+#[callable(chip, opencl = "kernels/scale.cl", entry = "scale")]
 fn scale(x: In<f32>, mut y: Out<f32>, k: f32) {
     for (o, i) in y.iter_mut().zip(x.iter()) {
         *o = k * i;

@@ -17,7 +17,7 @@ fn f32s(b: &simpler::Buffer) -> simpler::Tensor {
 #[isolated_test]
 fn a_captured_run_records_where_and_when_each_task_ran_and_draws_it() {
     let mut rig = Rig::new(common::builder().chips(2).chip_memory(16 << 20).sub_workers(2));
-    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    let double = rig.register_chip(common::double_kernel()).unwrap();
     let add = rig.register(simpler::HostFn::new("vadd", vadd)).unwrap();
     let boom = rig.register(simpler::HostFn::new("fail", fail_once_released)).unwrap();
     let after = rig.register(simpler::HostFn::new("noop", noop)).unwrap();
@@ -207,6 +207,15 @@ fn each_task_has_a_span_under_its_runs_and_its_end_says_what_and_how_long() {
     assert!(ends[1].1.contains("task failed") && ends[1].1.contains("boom 3"), "{}", ends[1].1);
 }
 
+/// `c = a + b`, with a scalar the kernel ignores (the diagnostics show it): `common::vadd` and
+/// its OpenCL C source with a fourth, scalar, parameter.
+fn tagged_vadd() -> ChipFn {
+    const SOURCE: &str = "__kernel void vadd_tagged(__global const float* a, __global const float* b, __global float* c, int tag) { size_t i = get_global_id(0); c[i] = a[i] + b[i]; }";
+    ChipFn::kernel("vadd", vadd)
+        .with_source(simpler::chip::KernelSource::opencl(SOURCE, "vadd_tagged"))
+        .unwrap()
+}
+
 /// A chip orchestration: in a scope, `t = a + b` on core 0 into an `orch.alloc` intermediate,
 /// then `out = 2 t` on core 1.
 fn add_then_double(
@@ -219,15 +228,10 @@ fn add_then_double(
         let t = orch.alloc(&[N as u32], DataType::Float32)?;
         let mut first = TaskArgs::new();
         first.input(a)?.input(b)?.output(&t)?.scalar(5);
-        orch.submit_next_level(&ChipFn::kernel("vadd", vadd).handle(), first, CallConfig::default(), 0)?;
+        orch.submit_next_level(&tagged_vadd().handle(), first, CallConfig::default(), 0)?;
         let mut second = TaskArgs::new();
         second.input(&t)?.output(out)?;
-        orch.submit_next_level(
-            &ChipFn::kernel("double", common::double).handle(),
-            second,
-            CallConfig::default(),
-            1,
-        )?;
+        orch.submit_next_level(&common::double_kernel().handle(), second, CallConfig::default(), 1)?;
         Ok(())
     })
 }
@@ -235,8 +239,8 @@ fn add_then_double(
 #[isolated_test]
 fn call_config_diagnostics_write_the_chips_timeline_arguments_dag_and_scopes() {
     let mut rig = Rig::new(common::builder().chips(1).chip_cores(2).chip_memory(16 << 20));
-    rig.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
-    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    rig.register_chip(tagged_vadd()).unwrap();
+    let double = rig.register_chip(common::double_kernel()).unwrap();
     let orch = rig.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
     rig.init();
     let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
@@ -320,8 +324,8 @@ fn l3_chip_then_sub(
 fn a_timeline_shows_every_level_of_the_tree_chip_cores_included() {
     let mut l3 =
         common::builder().chips(1).chip_cores(2).chip_memory(16 << 20).sub_workers(1).build().unwrap();
-    l3.register_chip(ChipFn::kernel("vadd", vadd)).unwrap();
-    l3.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    l3.register_chip(tagged_vadd()).unwrap();
+    l3.register_chip(common::double_kernel()).unwrap();
     l3.register_chip(ChipFn::orchestration("add_then_double", add_then_double)).unwrap();
     l3.register(simpler::HostFn::new("noop", noop)).unwrap();
     let mut rig = Rig::new(common::builder().level(simpler::status::Level::Network1).worker(l3));
@@ -395,7 +399,7 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
     // second Worker's run 1 does not pick up what the first Worker's run 1 left there.
     for round in 0..2 {
         let mut rig = Rig::new(common::builder().chips(1).chip_memory(16 << 20));
-        let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+        let double = rig.register_chip(common::double_kernel()).unwrap();
         rig.init();
         let (x, y) = (rig.create_buffer(N * 4).unwrap(), rig.create_buffer(N * 4).unwrap());
         let (tx, ty) = (f32s(&x), f32s(&y));
@@ -418,7 +422,7 @@ fn a_second_worker_of_the_process_sees_only_its_own_runs_records() {
 #[isolated_test]
 fn each_member_of_a_group_has_its_kernels_on_its_own_chips_lane() {
     let mut rig = Rig::new(common::builder().chips(2).chip_memory(16 << 20));
-    let double = rig.register_chip(ChipFn::kernel("double", common::double)).unwrap();
+    let double = rig.register_chip(common::double_kernel()).unwrap();
     rig.init();
     let bufs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(N * 4).unwrap()).collect();
     let [x, y0, y1] = [0, 1, 2].map(|i| f32s(&bufs[i]));

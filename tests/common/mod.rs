@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 pub use simpler::test_support::isolated_test;
 use simpler::{
     Buffer, CallableHandle, DataType, Error, ErrorKind, HostArgs, HostFn, HostResult, Tensor, Worker,
-    WorkerBuilder, callable::HostFnPtr, memory::TensorView,
+    WorkerBuilder, callable::HostFnPtr, chip::ChipFn, chip::KernelSource, memory::TensorView,
 };
 
 // ------------------------------------------------------------------------------------------ rig
@@ -296,19 +296,58 @@ pub fn memfd_users() -> Vec<(i32, String)> {
 
 // -------------------------------------------------------------------------- builders & checks
 
-/// `Worker::builder()` with this suite's chip backend: a suite compiled a second time as
-/// `<suite>_discrete` (see `tests/Cargo.toml`) runs every chip on a
-/// [`DiscreteSim`](simpler::chip::DiscreteSim), whose memory the host cannot read, so the same
-/// tests check that nothing reaches device memory but through the backend's copies; the others
-/// on the default `SimChip`. A test that sets a backend of its own keeps it.
+/// `Worker::builder()` with this suite's chip backend. The chip suites are compiled again as
+/// `<suite>_discrete` and `<suite>_opencl` (see `tests/Cargo.toml`): the first runs every chip
+/// on a [`DiscreteSim`](simpler::chip::DiscreteSim), whose memory the host cannot read, so the
+/// same tests check that nothing reaches device memory but through the backend's copies; the
+/// second on an OpenCL device (feature `opencl`; CI runs it on PoCL), kernels from their OpenCL
+/// C source. The others use the default `SimChip`. A test that sets a backend of its own keeps
+/// it.
 pub fn builder() -> WorkerBuilder {
     let builder = Worker::builder();
+    #[cfg(feature = "opencl")]
+    if on_opencl_chips() {
+        return builder.chip_backend(simpler::chip::OpenClChip::backend);
+    }
     if on_discrete_chips() { builder.chip_backend(simpler::chip::DiscreteSim::backend) } else { builder }
 }
 
 /// Whether this suite runs its chips on `DiscreteSim` (see [`builder`]).
 pub fn on_discrete_chips() -> bool {
     env!("CARGO_CRATE_NAME").ends_with("_discrete")
+}
+
+/// Whether this suite runs its chips on an OpenCL device (see [`builder`]).
+pub fn on_opencl_chips() -> bool {
+    env!("CARGO_CRATE_NAME").ends_with("_opencl")
+}
+
+/// True, after saying why, when this suite runs on OpenCL chips and the test's kernels are
+/// ones only Rust can write (they fail with a message, panic, or wait on the test): the test
+/// returns at once there, and runs on the simulated chips.
+#[must_use]
+pub fn needs_rust_kernels() -> bool {
+    let skip = on_opencl_chips();
+    if skip {
+        eprintln!(
+            "not on an OpenCL chip: this test's kernels fail, block or wait on the test, which only Rust kernels do"
+        );
+    }
+    skip
+}
+
+/// `common::vadd` as a chip kernel, with its OpenCL C source (`tests/kernels/vadd.cl`).
+pub fn vadd_kernel() -> ChipFn {
+    ChipFn::kernel("vadd", vadd)
+        .with_source(KernelSource::opencl(include_str!("../kernels/vadd.cl"), "vadd"))
+        .expect("a kernel")
+}
+
+/// `common::double` as a chip kernel, with its OpenCL C source (`tests/kernels/double.cl`).
+pub fn double_kernel() -> ChipFn {
+    ChipFn::kernel("double", double)
+        .with_source(KernelSource::opencl(include_str!("../kernels/double.cl"), "double_it"))
+        .expect("a kernel")
 }
 
 /// A builder with `n` SUB workers and a short back-pressure timeout (tests must not hang).

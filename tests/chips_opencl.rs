@@ -1,0 +1,5 @@
+//! The `chips` suite with every chip on an OpenCL device (feature `opencl`), its kernels from
+//! their OpenCL C source (see `common::builder`).
+
+#[path = "chips.rs"]
+mod suite;

@@ -1,0 +1,5 @@
+//! The `device_intermediates` suite with every chip on an OpenCL device (feature `opencl`), its kernels from
+//! their OpenCL C source (see `common::builder`).
+
+#[path = "device_intermediates.rs"]
+mod suite;
