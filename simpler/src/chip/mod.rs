@@ -34,7 +34,9 @@ use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
 use crate::callable::linked::{CallableInfo, MACRO_PAYLOAD_FORMAT_VERSION};
 use crate::callable::registry::{Installable, Origin};
+use crate::callable::signature::KernelSignature;
 use crate::data::task_args::TaskArgs;
+use crate::engine::Registered;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
@@ -372,6 +374,17 @@ impl ChipFn {
     /// Whether it is a `#[callable(chip)]`, which every Worker of the binary registers.
     pub(crate) fn is_linked(&self) -> bool {
         matches!(self.origin, Origin::Macro(_))
+    }
+
+    /// The parameters a kernel's OpenCL C source declares, when it has source plain enough to
+    /// read them from (`callable::signature`): what a submit checks a task's arguments against.
+    pub(crate) fn signature(&self) -> Option<&Arc<KernelSignature>> {
+        self.source.as_deref().and_then(KernelSource::signature)
+    }
+
+    /// What a submit checks a task of this callable against: its kind and signature.
+    pub(crate) fn registered(&self) -> Registered {
+        Registered { kind: CallableKind::Chip, signature: self.signature().cloned() }
     }
 
     /// What a core runs for this kernel; `None` for a chip orchestration.
