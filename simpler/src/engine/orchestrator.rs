@@ -121,7 +121,7 @@ pub struct Orchestrator<'a> {
     /// Callables already checked, valid while the engine's registrations are at generation
     /// `checked_generation` (kept across runs; registration cannot change mid-build: the
     /// Worker's `register` and `unregister` need `&mut Worker`, which building excludes).
-    checked: SmallVec<[(Digest, CallableKind, Option<Arc<KernelSignature>>); 4]>,
+    checked: SmallVec<[Checked; 4]>,
     checked_generation: u64,
     /// For a run that serves a task of the level above ([`confine_to`](Orchestrator::confine_to)):
     /// the tensors that task was given. Tasks may name only bytes inside one of them, or this
@@ -137,7 +137,7 @@ pub(crate) struct OrchBuffers {
     scopes: Vec<Vec<Arc<Slot>>>,
     frames: Vec<Vec<Arc<Slot>>>,
     tasks: Vec<Weak<Slot>>,
-    checked: SmallVec<[(Digest, CallableKind, Option<Arc<KernelSignature>>); 4]>,
+    checked: SmallVec<[Checked; 4]>,
     checked_generation: u64,
 }
 
@@ -146,6 +146,10 @@ const SPARE_FRAMES: usize = 8;
 /// Largest capacity (entries) a kept vector may have; bigger ones are freed, so one huge run
 /// does not pin its memory.
 const SPARE_CAPACITY: usize = 4096;
+/// A callable checked as runnable by the method that checked it: its digest, the kind that
+/// method runs, and a kernel's signature, which each task's arguments must match.
+type Checked = (Digest, CallableKind, Option<Arc<KernelSignature>>);
+
 /// Most callables remembered as checked.
 const CHECKED_MAX: usize = 16;
 
