@@ -170,6 +170,17 @@ fn a_kernel_whose_source_hides_its_parameters_is_still_checked_at_launch() {
     args.scalar_f32(0.5).scalar(1);
     chip.run_callable(&k, args, CallConfig::default()).unwrap();
     assert_eq!(x.read::<f32>(0, 16).unwrap(), vec![2.0f32; 16]);
+
+    // A scalar where the kernel takes a second tensor: the counts add up, the kinds do not.
+    let copy = "#define G __global float*\n__kernel void copy(G a, G b) { b[get_global_id(0)] = a[get_global_id(0)]; }";
+    let k = chip.register_chip(ChipFn::opencl("copy", KernelSource::opencl(copy, "copy"))).unwrap();
+    let mut args = f32_args(&[(&x, 'r')], 16);
+    args.scalar(0);
+    expect_err(
+        chip.run_callable(&k, args, CallConfig::default()),
+        ErrorKind::InvalidArgument,
+        &["OpenCL kernel `copy` takes 2 tensors (__global pointers, first) and 0 scalars"],
+    );
     drop(x);
     chip.close().unwrap();
 }
