@@ -244,7 +244,8 @@ fn strip(text: &str) -> (String, Vec<String>) {
             while i < b.len() && b[i] != c && b[i] != b'\n' {
                 i += if b[i] == b'\\' { 2 } else { 1 };
             }
-            i = (i + 1).min(b.len());
+            // Past the closing quote; an unclosed literal ends before its line does.
+            i = if b.get(i) == Some(&c) { i + 1 } else { i.min(b.len()) };
             out.push_str(&text[start..i]);
             line_start = false;
             continue;

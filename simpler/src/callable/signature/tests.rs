@@ -135,3 +135,14 @@ fn a_scalar_before_a_tensor_can_never_be_called() {
         "{e}"
     );
 }
+
+#[test]
+fn any_text_parses_without_panicking() {
+    let text = "#define A(x) \\\n  x\n/* é */ __kernel void k(__global float* x, 'c', \"s\\\"//\", \\ int n) { k(1); }\n// end 'é";
+    for (cut, _) in text.char_indices() {
+        for entry in ["k", "x", ""] {
+            let _ = KernelSignature::parse_opencl(&text[..cut], entry);
+            let _ = KernelSignature::parse_opencl(&text[cut..], entry);
+        }
+    }
+}
