@@ -279,14 +279,22 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
         ErrorKind::InvalidArgument,
         &["chip 2 does not exist", "has 2 chips", "WorkerBuilder::chips"],
     );
+    // Arguments the kernel takes (its OpenCL C source declares three f32 tensors, checked at
+    // submit too), so that only the worker ids are wrong.
+    let sum = rig.alloc_child_tensor(0, &[4], DataType::Float32).unwrap();
+    let ts = sum.tensor(&[4], DataType::Float32).unwrap();
+    let vadd_args = || {
+        let mut a = TaskArgs::new();
+        a.input(&td).unwrap().input(&td).unwrap().output(&ts).unwrap();
+        a
+    };
     let e = attempt(&|o| {
-        o.submit_next_level_group(&k, vec![TaskArgs::new(), TaskArgs::new()], CallConfig::default(), &[1, 1])
+        o.submit_next_level_group(&k, vec![vadd_args(), vadd_args()], CallConfig::default(), &[1, 1])
             .map(|_| ())
     });
     common::assert_err(&e, ErrorKind::InvalidArgument, &["worker 1 is named twice"]);
     let e = attempt(&|o| {
-        o.submit_next_level_group(&k, vec![TaskArgs::new(), TaskArgs::new()], CallConfig::default(), &[0])
-            .map(|_| ())
+        o.submit_next_level_group(&k, vec![vadd_args(), vadd_args()], CallConfig::default(), &[0]).map(|_| ())
     });
     common::assert_err(&e, ErrorKind::InvalidArgument, &["1 workers for 2 argument sets"]);
     let e = attempt(&|o| {
@@ -296,6 +304,7 @@ fn wrong_kind_handles_and_bad_worker_ids_are_refused_at_submit() {
     });
     common::assert_err(&e, ErrorKind::InvalidArgument, &["memory of chip 0", "SUB"]);
     rig.free(&dev).unwrap();
+    rig.free(&sum).unwrap();
 }
 
 #[isolated_test]

@@ -1,15 +1,17 @@
 //! Errors that name the real cause, each met as a new user would meet it: a placement the
 //! Worker has no worker for, a chip id out of range, device memory exhausted, task arguments
 //! too big for a worker's mailbox, a host buffer named in a Worker that did not create it, an
-//! orchestration callable placed on a chip, overlapping tensors of a named buffer, and a chip
-//! or nested Worker that fails to start.
+//! orchestration callable placed on a chip, overlapping tensors of a named buffer, a chip or
+//! nested Worker that fails to start, and a task whose arguments do not match the parameters
+//! its kernel's OpenCL C source declares (refused at submit, on any chip).
 
 mod common;
 
 use common::{Rig, expect_err, isolated_test, noop, vadd};
 use simpler::{
-    DataType, ErrorKind, HostFn, TaskArgs, Worker, callable, chip::CallConfig, chip::ChipFn, dsl::In,
-    dsl::Out, dsl::TensorOf, dsl::chip, dsl::sub, status::Level, task_graph,
+    DataType, ErrorKind, HostFn, Orchestrator, TaskArgs, Worker, callable, chip::CallConfig, chip::ChipFn,
+    chip::KernelSource, dsl::In, dsl::InOut, dsl::Out, dsl::TensorOf, dsl::chip, dsl::sub, status::Level,
+    task_graph,
 };
 
 task_graph! {
@@ -404,4 +406,176 @@ fn a_child_that_fails_to_start_is_named_once() {
     assert!(msg.contains("worker 0 (process") && msg.contains("making its backend"), "{err}");
     assert_eq!(msg.matches("worker 0").count(), 1, "{err}");
     assert_eq!(msg.matches("chip 0").count(), 1, "{err}");
+}
+
+// ------------------------------------------------------------------------- kernel arguments
+
+/// The OpenCL C of `vadd` (the Rust body in `common`): three `float` tensors.
+const VADD_CL: &str = "
+__kernel void vadd(__global const float* a, __global const float* b, __global float* out) {
+    size_t i = get_global_id(0);
+    out[i] = a[i] + b[i];
+}";
+
+/// `vadd` with both bodies: a simulated chip runs the Rust one, an OpenCL chip the source.
+fn vadd_both() -> ChipFn {
+    ChipFn::kernel("vadd", vadd).with_source(KernelSource::opencl(VADD_CL, "vadd")).unwrap()
+}
+
+/// `(a, b, out)` over `n` elements of `dtype` each, `a` and `b` read, `out` written, then
+/// `scalars` scalars.
+fn vadd_args(t: &[simpler::Tensor], scalars: u64) -> TaskArgs {
+    let mut args = TaskArgs::new();
+    for (i, x) in t.iter().enumerate() {
+        if i < 2 {
+            args.input(x).unwrap()
+        } else {
+            args.output(x).unwrap()
+        };
+    }
+    for s in 0..scalars {
+        args.scalar(s);
+    }
+    args
+}
+
+const DECLARED: &str = "`vadd(__global const float* a, __global const float* b, __global float* out)`";
+
+/// One program runs on either chip, so a simulated chip (which would run the Rust body, and
+/// happily ignore an extra scalar) refuses what an OpenCL one could not launch, before anything
+/// runs: on an L2 Worker at `run_callable`.
+#[isolated_test]
+fn an_l2_task_that_does_not_match_its_kernels_opencl_parameters_is_refused_before_it_runs() {
+    let mut l2 = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build().unwrap();
+    let k = l2.register_chip(vadd_both()).unwrap();
+    l2.init().unwrap();
+    let bufs: Vec<_> = (0..3).map(|_| l2.create_buffer(64).unwrap()).collect();
+    bufs[0].write(0, &[1.0f32; 16]).unwrap();
+    bufs[1].write(0, &[2.0f32; 16]).unwrap();
+    let f32s: Vec<_> = bufs.iter().map(|b| b.tensor(&[16], DataType::Float32).unwrap()).collect();
+    let run = |args| l2.run_callable(&k, args, CallConfig::default());
+
+    expect_err(
+        run(vadd_args(&f32s[..2], 0)),
+        ErrorKind::InvalidArgument,
+        &[
+            "kernel `vadd` (sha256:",
+            "the task passed 2 tensors (f32, f32) and 0 scalars",
+            DECLARED,
+            "3 tensors (f32, f32, f32), then 0 scalars",
+        ],
+    );
+    expect_err(
+        run(vadd_args(&f32s, 1)),
+        ErrorKind::InvalidArgument,
+        &["3 tensors (f32, f32, f32) and 1 scalar,", DECLARED],
+    );
+    let ints = bufs[2].tensor(&[16], DataType::Int32).unwrap();
+    expect_err(
+        run(vadd_args(&[f32s[0].clone(), f32s[1].clone(), ints], 0)),
+        ErrorKind::InvalidArgument,
+        &["kernel `vadd`", "tensor 2 holds i32 elements", "whose tensor 2 (`__global float* out`) holds f32"],
+    );
+    assert_eq!(bufs[2].read::<f32>(0, 16).unwrap(), [0.0; 16], "nothing ran");
+    run(vadd_args(&f32s, 0)).unwrap();
+    assert_eq!(bufs[2].read::<f32>(0, 16).unwrap(), [3.0; 16]);
+    drop((f32s, bufs));
+    l2.close().unwrap();
+}
+
+/// Submits `vadd` on core 0 with two of its three tensors (a chip orchestration).
+fn vadd_short(orch: &mut Orchestrator<'_>, args: &TaskArgs, cfg: &CallConfig) -> simpler::Result<()> {
+    let mut short = TaskArgs::new();
+    short.input(args.tensor(0).unwrap())?.output(args.tensor(1).unwrap())?;
+    orch.submit_next_level(&vadd_both().handle(), short, cfg.clone(), 0).map(|_| ())
+}
+
+/// On an L3 Worker the parent, which never loads OpenCL, refuses the task at
+/// `submit_next_level` and `submit_next_level_group`; a chip orchestration's submit to a core is
+/// refused the same way.
+#[isolated_test]
+fn an_l3_task_that_does_not_match_its_kernels_opencl_parameters_is_refused_at_submit() {
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_memory(1 << 20).chip_cores(1));
+    let k = rig.register_chip(vadd_both()).unwrap();
+    let orch = rig.register_chip(ChipFn::orchestration("vadd_short", vadd_short)).unwrap();
+    rig.init();
+    let bufs: Vec<_> = (0..3).map(|_| rig.create_buffer(64).unwrap()).collect();
+    let f32s: Vec<_> = bufs.iter().map(|b| b.tensor(&[16], DataType::Float32).unwrap()).collect();
+
+    let mut submitted = false;
+    let err = rig
+        .run(|o| {
+            let r = o.submit_next_level(&k, vadd_args(&f32s[..2], 0), CallConfig::default(), 0);
+            submitted = r.is_ok();
+            r.map(|_| ())
+        })
+        .unwrap_err();
+    assert!(!submitted, "a task of 2 tensors for a kernel of 3 was accepted at submit: {err}");
+    common::assert_err(
+        &err,
+        ErrorKind::InvalidArgument,
+        &["kernel `vadd`", "the task passed 2 tensors", DECLARED],
+    );
+
+    let err = rig
+        .run(|o| {
+            let members = vec![vadd_args(&f32s, 0), vadd_args(&f32s, 2)];
+            let r = o.submit_next_level_group(&k, members, CallConfig::default(), &[0, 1]);
+            submitted = r.is_ok();
+            r.map(|_| ())
+        })
+        .unwrap_err();
+    assert!(!submitted, "a group with a mismatched member was accepted at submit: {err}");
+    common::assert_err(
+        &err,
+        ErrorKind::InvalidArgument,
+        &["kernel `vadd`", "3 tensors (f32, f32, f32) and 2 scalars"],
+    );
+
+    let err = rig
+        .run(|o| {
+            let mut args = TaskArgs::new();
+            args.input(&f32s[0])?.output(&f32s[2])?;
+            o.submit_next_level(&orch, args, CallConfig::default(), 1).map(|_| ())
+        })
+        .unwrap_err();
+    assert!(
+        err.message().contains("kernel `vadd`") && err.message().contains("the task passed 2 tensors"),
+        "{err}"
+    );
+
+    // A matching task runs.
+    bufs[0].write(0, &[1.0f32; 16]).unwrap();
+    bufs[1].write(0, &[0.5f32; 16]).unwrap();
+    rig.run(|o| o.submit_next_level(&k, vadd_args(&f32s, 0), CallConfig::default(), 1).map(|_| ())).unwrap();
+    assert_eq!(bufs[2].read::<f32>(0, 16).unwrap(), [1.5; 16]);
+}
+
+/// `saxpy`'s OpenCL C (`kernels/saxpy.cl`: `x`, `y`, `float a`, `int plus`) given to a Rust
+/// body that forgot `plus`: the typed call is refused, naming both.
+#[callable(chip, opencl = "kernels/saxpy.cl", entry = "saxpy")]
+fn saxpy_without_plus(x: In<f32>, mut y: InOut<f32>, a: f32) {
+    for (yi, xi) in y.iter_mut().zip(x.iter()) {
+        *yi += a * xi;
+    }
+}
+
+#[isolated_test]
+fn a_typed_call_that_does_not_match_its_kernels_opencl_source_is_refused() {
+    let mut l2 = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build().unwrap();
+    l2.init().unwrap();
+    let (_bx, x) = f32s(&l2, 16);
+    let (_by, mut y) = f32s(&l2, 16);
+    expect_err(
+        saxpy_without_plus::call(&x, &mut y, 2.0).unwrap().run(&l2),
+        ErrorKind::InvalidArgument,
+        &[
+            "kernel `saxpy_without_plus`",
+            "the task passed 2 tensors (f32, f32) and 1 scalar,",
+            "`saxpy(__global const float* x, __global float* y, float a, int plus)`",
+            "then 2 scalars",
+        ],
+    );
+    drop((x, y));
+    l2.close().unwrap();
 }

@@ -121,13 +121,65 @@ fn scalars_are_narrowed_to_the_kernels_parameter_types() {
     chip.run_callable(&k, args, CallConfig::default()).unwrap();
     assert_eq!(x.read::<f32>(0, 16).unwrap(), vec![0.0f32; 16]);
 
-    // Too few scalars: refused, naming the kernel and what it takes.
+    // Too few scalars: refused before the launch, naming the kernel, what its source declares
+    // and what the task passed.
     let mut short = f32_args(&[(&x, 'x')], 16);
     short.scalar_f32(1.0);
-    let err = chip.run_callable(&k, short, CallConfig::default()).unwrap_err();
-    assert!(
-        err.message().contains("`scale` takes 1 tensors") && err.message().contains("2 scalars"),
-        "{err}"
+    expect_err(
+        chip.run_callable(&k, short, CallConfig::default()),
+        ErrorKind::InvalidArgument,
+        &["kernel `scale`", "the task passed 1 tensor (f32) and 1 scalar,", "then 2 scalars"],
+    );
+    drop(x);
+    chip.close().unwrap();
+}
+
+/// `scale` with its types behind macros: too much for the parser that reads parameters at
+/// submit, so the chip checks them at launch, against what the compiled kernel reports.
+const SCALE_BY_MACRO: &str = r"
+#define REAL float
+#define ARGS __global REAL* x, REAL k, int plus
+__kernel void scale(ARGS) {
+    size_t i = get_global_id(0);
+    x[i] = x[i] * k + (REAL)plus;
+}";
+
+#[isolated_test]
+fn a_kernel_whose_source_hides_its_parameters_is_still_checked_at_launch() {
+    if !have_opencl() {
+        return;
+    }
+    let mut chip = l2(1);
+    let k =
+        chip.register_chip(ChipFn::opencl("scale", KernelSource::opencl(SCALE_BY_MACRO, "scale"))).unwrap();
+    chip.init().unwrap();
+    let x = chip.create_buffer(64).unwrap();
+    x.write(0, &[2.0f32; 16]).unwrap();
+    for (tensors, scalars) in [(1, 1), (2, 1), (1, 3)] {
+        let mut args = f32_args(&vec![(&x, 'r'); tensors], 16);
+        for _ in 0..scalars {
+            args.scalar_f32(1.0);
+        }
+        expect_err(
+            chip.run_callable(&k, args, CallConfig::default()),
+            ErrorKind::InvalidArgument,
+            &["OpenCL kernel `scale` takes 1 tensors (__global pointers, first) and 2 scalars"],
+        );
+    }
+    let mut args = f32_args(&[(&x, 'x')], 16);
+    args.scalar_f32(0.5).scalar(1);
+    chip.run_callable(&k, args, CallConfig::default()).unwrap();
+    assert_eq!(x.read::<f32>(0, 16).unwrap(), vec![2.0f32; 16]);
+
+    // A scalar where the kernel takes a second tensor: the counts add up, the kinds do not.
+    let copy = "#define G __global float*\n__kernel void copy(G a, G b) { b[get_global_id(0)] = a[get_global_id(0)]; }";
+    let k = chip.register_chip(ChipFn::opencl("copy", KernelSource::opencl(copy, "copy"))).unwrap();
+    let mut args = f32_args(&[(&x, 'r')], 16);
+    args.scalar(0);
+    expect_err(
+        chip.run_callable(&k, args, CallConfig::default()),
+        ErrorKind::InvalidArgument,
+        &["OpenCL kernel `copy` takes 2 tensors (__global pointers, first) and 0 scalars"],
     );
     drop(x);
     chip.close().unwrap();
@@ -573,4 +625,163 @@ fn out_of_device_memory_on_an_opencl_chip_names_the_chip() {
     rig.free(&big).unwrap();
     let again = rig.alloc_child_tensor(0, &[1 << 20], DataType::Float32).unwrap();
     rig.free(&again).unwrap();
+}
+
+/// A kernel that demands work-groups of 64 work-items. A launch lets the device pick the
+/// work-group size (it passes no local size), which OpenCL forbids for such a kernel: the device
+/// refuses every launch of it, with `CL_INVALID_WORK_GROUP_SIZE`.
+const FIXED_GROUP: &str = r"
+__kernel __attribute__((reqd_work_group_size(64, 1, 1)))
+void fixed_group(__global float* x) {
+    x[get_global_id(0)] += 1.0f;
+}";
+
+/// A kernel the device refuses fails its task alone, the error naming the kernel and the
+/// OpenCL error by its name; the chip goes on, and later tasks and runs on it succeed.
+#[isolated_test]
+fn a_kernel_the_device_refuses_fails_its_task_naming_the_error_and_later_tasks_run() {
+    if !have_opencl() {
+        return;
+    }
+    let fixed = || ChipFn::opencl("fixed_group", KernelSource::opencl(FIXED_GROUP, "fixed_group"));
+    let vadd = || ChipFn::opencl("vadd", KernelSource::opencl(VADD, "vadd"));
+    // L2: the call fails, the next ones run (and the refused kernel is refused the same way).
+    let mut chip = l2(1);
+    let k = chip.register_chip(fixed()).unwrap();
+    let add = chip.register_chip(vadd()).unwrap();
+    chip.init().unwrap();
+    let (x, y) = (chip.create_buffer(128 * 4).unwrap(), chip.create_buffer(128 * 4).unwrap());
+    x.write(0, &[1.0f32; 128]).unwrap();
+    for _ in 0..2 {
+        let err = expect_err(
+            chip.run_callable(&k, f32_args(&[(&x, 'x')], 128), CallConfig::default()),
+            ErrorKind::TaskFailed,
+            &["kernel `fixed_group`", "refused", "CL_INVALID_WORK_GROUP_SIZE (-54)"],
+        );
+        eprintln!("L2: {err}");
+        chip.run_callable(&add, f32_args(&[(&x, 'r'), (&x, 'r'), (&y, 'w')], 128), CallConfig::default())
+            .unwrap();
+        assert_eq!(y.read::<f32>(0, 128).unwrap(), vec![2.0f32; 128]);
+    }
+    assert_eq!(x.read::<f32>(0, 128).unwrap(), vec![1.0f32; 128], "the refused kernel never ran");
+    drop((x, y));
+    chip.close().unwrap();
+
+    // L3: the failing task fails its run, naming the chip; the next runs on the same chip run.
+    let builder =
+        Worker::builder().chips(2).chip_memory(16 << 20).chip_cores(1).chip_backend(OpenClChip::backend);
+    let mut rig = Rig::new(builder);
+    let k = rig.register_chip(fixed()).unwrap();
+    let add = rig.register_chip(vadd()).unwrap();
+    rig.init();
+    let (x, y) = (rig.create_buffer(128 * 4).unwrap(), rig.create_buffer(128 * 4).unwrap());
+    let (tx, ty) =
+        (x.tensor(&[128], DataType::Float32).unwrap(), y.tensor(&[128], DataType::Float32).unwrap());
+    x.write(0, &[1.0f32; 128]).unwrap();
+    let err = rig
+        .run(|o| {
+            let mut bad = TaskArgs::new();
+            bad.inout(&tx)?;
+            o.submit_next_level(&k, bad, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap_err();
+    eprintln!("L3: {err}");
+    common::assert_err(
+        &err,
+        ErrorKind::TaskFailed,
+        &["chip 0", "`fixed_group`", "CL_INVALID_WORK_GROUP_SIZE (-54)"],
+    );
+    for k in [1.0f32, 2.0] {
+        x.write(0, &[k; 128]).unwrap();
+        rig.run(|o| {
+            let mut good = TaskArgs::new();
+            good.input(&tx)?.input(&tx)?.output(&ty)?;
+            o.submit_next_level(&add, good, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+        assert_eq!(y.read::<f32>(0, 128).unwrap(), vec![2.0 * k; 128], "chip 0 ran the later run");
+    }
+}
+
+/// Set in the child process that [`with_no_opencl_platform_init_fails_naming_what_to_install`]
+/// starts: the test body it runs there.
+const NO_PLATFORM_CHILD: &str = "SIMPLER_TEST_NO_OPENCL_PLATFORM";
+
+/// With no OpenCL driver where the ICD loader looks (`OCL_ICD_VENDORS`, an empty directory, in a
+/// child process of this test binary), starting an OpenCL chip fails, naming what is missing and
+/// the package that provides it: on an L2 Worker (in this process) and an L3 one (in a chip
+/// process), and when listing the devices.
+#[isolated_test]
+fn with_no_opencl_platform_init_fails_naming_what_to_install() {
+    if std::env::var_os(NO_PLATFORM_CHILD).is_some() {
+        let mut l2 = Worker::builder().level(Level::Chip).chip_backend(OpenClChip::backend).build().unwrap();
+        eprintln!("L2 INIT: {}", l2.init().unwrap_err());
+        let mut l3 = Worker::builder()
+            .chips(1)
+            .chip_memory(1 << 20)
+            .chip_backend(OpenClChip::backend)
+            .build()
+            .unwrap();
+        eprintln!("L3 INIT: {}", l3.init().unwrap_err());
+        eprintln!("DEVICES: {}", OpenClChip::devices().unwrap_err());
+        return;
+    }
+    // Whether this machine has the ICD loader at all (without it, that is what is missing).
+    let loader = OpenClChip::devices().map_or_else(|e| !e.message().contains("libOpenCL.so.1"), |_| true);
+    let name = "with_no_opencl_platform_init_fails_naming_what_to_install";
+    let vendors = std::env::temp_dir().join(format!("simpler-no-icd-{}", std::process::id()));
+    std::fs::create_dir_all(&vendors).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(NO_PLATFORM_CHILD, "1")
+        .env("SIMPLER_TEST_ALONE", name)
+        .env("OCL_ICD_VENDORS", &vendors)
+        .env_remove("OCL_ICD_FILENAMES")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    std::fs::remove_dir(&vendors).unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("the child's output:\n{stdout}\n{stderr}");
+    assert!(out.status.success() && stdout.contains("test result: ok. 1 passed"), "the child failed");
+    let wanted: &[&str] = if loader {
+        &["no OpenCL platform (CL_PLATFORM_NOT_FOUND_KHR)", "no .icd file in", "pocl-opencl-icd"]
+    } else {
+        &["libOpenCL.so.1", "ocl-icd-libopencl1"]
+    };
+    for what in ["L2 INIT: chip 0", "L3 INIT: Worker.init: chip 0", "DEVICES: "] {
+        let line = stderr.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no `{what}` line"));
+        assert!(wanted.iter().all(|w| line.contains(w)), "{line}");
+    }
+}
+
+/// Chips made from many threads of a fresh process at once all find the device: the ICD
+/// loader and PoCL set themselves up on the first platform query, which two threads racing
+/// through it once made see no device.
+#[isolated_test]
+fn chips_made_from_many_threads_at_once_all_find_a_device() {
+    // No `have_opencl()` first: it would make the first query, which this test must race.
+    let required = std::env::var("SIMPLER_REQUIRE_OPENCL").is_ok_and(|v| v == "1");
+    let threads = 8;
+    let start = std::sync::Barrier::new(threads);
+    let made: Vec<simpler::Result<OpenClChip>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let start = &start;
+                s.spawn(move || {
+                    let spec = ChipSpec::default_for(i as u32);
+                    start.wait();
+                    OpenClChip::new(&spec)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    if !required && made.iter().all(|m| m.as_ref().err().is_some_and(|e| e.message().contains("no OpenCL"))) {
+        eprintln!("skipped: no OpenCL chip on this machine");
+        return;
+    }
+    for (i, m) in made.iter().enumerate() {
+        assert!(m.is_ok(), "thread {i}: {}", m.as_ref().err().unwrap());
+    }
 }

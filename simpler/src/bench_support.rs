@@ -218,7 +218,7 @@ pub fn orchestrator_submit(tasks: usize, lanes: u32, reps: usize) -> Result<Vec<
             .collect(),
     );
     let digest = Digest::of(b"simpler bench: no-op host function");
-    engine.callables().write().insert(digest, CallableKind::HostFn);
+    engine.callables().write().insert(digest, CallableKind::HostFn.into());
     let noop = CallableHandle::new(digest, CallableKind::HostFn, "bench_noop");
 
     // Fake buffers: nothing dereferences them (the endpoints never look at the arguments).

@@ -10,11 +10,15 @@
 //! Each target process keeps a registry (`registry.rs`) mapping digests to private local
 //! slots, with reference counts; installing the same digest with a different descriptor is an
 //! error (`HASHID_DESCRIPTOR_MISMATCH`).
+//!
+//! A kernel with OpenCL C source also has the parameters that source declares
+//! (`signature.rs`), which a submit checks a task's arguments against.
 
 pub(crate) mod host;
 pub(crate) mod identity;
 pub(crate) mod linked;
 pub(crate) mod registry;
+pub(crate) mod signature;
 
 pub use host::HostFnPtr;
 pub use identity::{CallableKind, Digest, Namespace};

@@ -30,10 +30,11 @@
 //! Ordering between a copy and the kernels that use its bytes is the runtime's: it launches a
 //! run's kernels only after its copy-in returned, and copies back only after they completed.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::callable::host::HostFnPtr;
 use crate::callable::identity::Digest;
+use crate::callable::signature::KernelSignature;
 use crate::chip::sim::{DeviceMemory, SimChip};
 use crate::data::buffer::Access;
 use crate::data::tensor::TensorView;
@@ -364,12 +365,23 @@ pub trait Pending: Send {
 /// assert_eq!((src.language(), src.entry()), ("opencl-c", "k"));
 /// assert!(src.text().contains("__kernel"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct KernelSource {
     language: Arc<str>,
     text: Arc<str>,
     entry: Arc<str>,
+    /// The parameters the text declares, read the first time they are asked for.
+    signature: OnceLock<Option<Arc<KernelSignature>>>,
 }
+
+/// Two sources are equal when their language, text and entry are (the signature follows).
+impl PartialEq for KernelSource {
+    fn eq(&self, other: &KernelSource) -> bool {
+        (&self.language, &self.text, &self.entry) == (&other.language, &other.text, &other.entry)
+    }
+}
+
+impl Eq for KernelSource {}
 
 /// The language tag of OpenCL C sources.
 pub(crate) const OPENCL_C: &str = "opencl-c";
@@ -382,12 +394,17 @@ impl KernelSource {
     /// assert_eq!(src.entry(), "k");
     /// ```
     pub fn opencl(text: &str, entry: &str) -> KernelSource {
-        KernelSource { language: OPENCL_C.into(), text: text.into(), entry: entry.into() }
+        KernelSource::from_parts(OPENCL_C, text, entry)
     }
 
     /// Rebuilds a source from its parts (a descriptor's fields).
     pub(crate) fn from_parts(language: &str, text: &str, entry: &str) -> KernelSource {
-        KernelSource { language: language.into(), text: text.into(), entry: entry.into() }
+        KernelSource {
+            language: language.into(),
+            text: text.into(),
+            entry: entry.into(),
+            signature: OnceLock::new(),
+        }
     }
 
     /// The language: `"opencl-c"`.
@@ -415,6 +432,19 @@ impl KernelSource {
     /// ```
     pub fn entry(&self) -> &str {
         &self.entry
+    }
+
+    /// The parameters an OpenCL C text declares for its entry, read once; `None` for another
+    /// language, or when the text is not plain enough to tell (`callable::signature`).
+    pub(crate) fn signature(&self) -> Option<&Arc<KernelSignature>> {
+        self.signature
+            .get_or_init(|| {
+                (&*self.language == OPENCL_C)
+                    .then(|| KernelSignature::parse_opencl(&self.text, &self.entry))
+                    .flatten()
+                    .map(Arc::new)
+            })
+            .as_ref()
     }
 }
 

@@ -36,7 +36,9 @@ use crate::callable::host::HostFnPtr;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, DescriptorWriter};
 use crate::callable::linked::{CallableInfo, MACRO_PAYLOAD_FORMAT_VERSION};
 use crate::callable::registry::{Installable, Origin};
+use crate::callable::signature::KernelSignature;
 use crate::data::task_args::TaskArgs;
+use crate::engine::Registered;
 use crate::engine::orchestrator::Orchestrator;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::fn_address::FnAddress;
@@ -285,7 +287,12 @@ impl ChipFn {
     /// registration, naming it. Its identity covers the source text.
     ///
     /// Its tensors are the kernel function's first parameters, in order (`__global` pointers
-    /// to each view's first element), then its scalars.
+    /// to each view's first element), then its scalars. The parameters are read from the
+    /// source when it is registered, so a task whose tensor count, scalar count or tensor
+    /// element types (`__global float*` takes `f32` tensors) do not match them is refused at
+    /// submit, an [`ErrorKind::InvalidArgument`] error naming the kernel, what its source
+    /// declares and what the task passed. A source whose parameters hide behind macros is
+    /// checked only by the device, at launch.
     ///
     /// ```
     /// use simpler::chip::{ChipFn, KernelSource};
@@ -318,8 +325,12 @@ impl ChipFn {
     /// device backend the source, so one program runs on either. Its identity covers the
     /// source. A chip orchestration is refused ([`ErrorKind::Callable`]).
     ///
+    /// A task must match the parameters the source declares on a simulated chip too (see
+    /// [`ChipFn::opencl`]): what a device could not launch is refused at submit everywhere.
+    ///
     /// ```
-    /// use simpler::{chip::ChipFn, chip::KernelSource, HostArgs, HostResult};
+    /// use simpler::{chip::CallConfig, chip::ChipFn, chip::KernelSource, status::Level};
+    /// use simpler::{DataType, ErrorKind, HostArgs, HostResult, TaskArgs, Worker};
     ///
     /// fn scale(args: &HostArgs<'_>) -> HostResult {
     ///     let k = args.scalar_f32(0)?;
@@ -330,6 +341,19 @@ impl ChipFn {
     /// let k = ChipFn::kernel("scale", scale).with_source(KernelSource::opencl(SCALE, "scale"))?;
     /// let def = k.kernel_def().expect("a kernel");
     /// assert!(def.has_native() && def.source().is_some());
+    ///
+    /// // On a simulated chip, a task without the scalar `k` is refused before it runs.
+    /// let mut chip = Worker::builder().level(Level::Chip).chip_memory(1 << 20).build()?;
+    /// let k = chip.register_chip(k)?;
+    /// chip.init()?;
+    /// let buf = chip.create_buffer(64)?;
+    /// let mut args = TaskArgs::new();
+    /// args.inout(&buf.tensor(&[16], DataType::Float32)?)?;
+    /// let err = chip.run_callable(&k, args, CallConfig::default()).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// assert!(err.message().contains("the task passed 1 tensor (f32) and 0 scalars"));
+    /// drop(buf);
+    /// chip.close()?;
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn with_source(self, source: KernelSource) -> Result<ChipFn> {
@@ -375,6 +399,17 @@ impl ChipFn {
     /// Whether it is a `#[callable(chip)]`, which every Worker of the binary registers.
     pub(crate) fn is_linked(&self) -> bool {
         matches!(self.origin, Origin::Macro(_))
+    }
+
+    /// The parameters a kernel's OpenCL C source declares, when it has source plain enough to
+    /// read them from (`callable::signature`): what a submit checks a task's arguments against.
+    pub(crate) fn signature(&self) -> Option<&Arc<KernelSignature>> {
+        self.source.as_deref().and_then(KernelSource::signature)
+    }
+
+    /// What a submit checks a task of this callable against: its kind and signature.
+    pub(crate) fn registered(&self) -> Registered {
+        Registered { kind: CallableKind::Chip, signature: self.signature().cloned() }
     }
 
     /// What a core runs for this kernel; `None` for a chip orchestration.

@@ -29,6 +29,24 @@
 //!   of the first writable tensor (of the first tensor when none is writable), in one
 //!   dimension; the device picks the work-group size. The launch returns a pending
 //!   completion on the kernel's event, which the core thread waits on without spinning.
+//! * **Arguments** are checked twice. When a kernel's source is plain enough to read its
+//!   parameters from (`callable::signature`), a task that does not match them (counts, order,
+//!   element types) is refused at submit, in the process that submits it, as on any chip; the
+//!   launch checks them again against what the compiled kernel reports (rule O4), which is the
+//!   only check for a source the parser gives up on (macros for its parameters).
+//! * **Faults.** A launch the device refuses (a `reqd_work_group_size` kernel: a launch leaves
+//!   the work-group size to the device, which OpenCL forbids for it) and a kernel whose event
+//!   ends with a negative status fail that task alone ([`ErrorKind::TaskFailed`]), the message
+//!   naming the kernel and the OpenCL error by name and number (`CL_INVALID_WORK_GROUP_SIZE
+//!   (-54)`); the chip and its queues go on. A kernel that writes out of bounds is undefined
+//!   behaviour on the device, as in any OpenCL program: on a CPU device it may kill the chip
+//!   process, which an L3 Worker reports as a dead chip.
+//! * **No runtime.** opencl3 loads `libOpenCL.so.1`, the ICD loader, at its first call. The
+//!   chip fails to start ([`ErrorKind::Os`]) naming what is missing and the package to install:
+//!   the library (`DLOPEN_RUNTIME_LOAD_FAILED`: Debian's `ocl-icd-libopencl1`), a driver (no
+//!   platform, `CL_PLATFORM_NOT_FOUND_KHR`: no `.icd` file in `/etc/OpenCL/vendors` or
+//!   `$OCL_ICD_VENDORS`; `pocl-opencl-icd` for a CPU, or the GPU vendor's driver), or a device
+//!   (platforms that list none, named).
 //! * **Processes.** OpenCL does not survive `fork` without `exec`: a process forked from one
 //!   that made an `OpenClChip` refuses to make one, naming `StartMethod::Exec` (the default).
 //!
@@ -62,13 +80,14 @@ use std::sync::{Arc, Mutex};
 
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
-use opencl3::device::{CL_DEVICE_TYPE_ALL, Device as ClDevice, get_all_devices};
+use opencl3::device::{CL_DEVICE_TYPE_ALL, Device as ClDevice};
+use opencl3::error_codes::ClError;
 use opencl3::event::CL_COMPLETE;
 use opencl3::event::Event;
 use opencl3::kernel::{CL_KERNEL_ARG_ADDRESS_GLOBAL, CL_KERNEL_ARG_ADDRESS_PRIVATE, Kernel};
 use opencl3::memory::{Buffer, CL_MEM_READ_WRITE, ClMem};
 use opencl3::program::Program;
-use opencl3::types::{CL_BLOCKING, cl_mem};
+use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
 
 use crate::callable::identity::Digest;
 use crate::chip::backend::{ChipBackend, ChipSpec, Completion, KernelDef, KernelLaunch, OPENCL_C, Pending};
@@ -94,14 +113,56 @@ fn cl(what: &str, e: opencl3::error_codes::ClError) -> Error {
     Error::new(ErrorKind::Os, format!("OpenCL {what}: {e} ({})", e.0))
 }
 
-/// The error when the ICD loader finds no OpenCL platform: what to install.
-fn no_platform(e: opencl3::error_codes::ClError) -> Error {
-    Error::new(
-        ErrorKind::Os,
+/// What to install for a device, in every message that says something is missing.
+const DRIVERS: &str = "pocl-opencl-icd for a CPU device, or your GPU vendor's OpenCL driver (NVIDIA's ships with its CUDA driver, AMD's with ROCm, Intel's is intel-opencl-icd)";
+
+/// The error when listing the OpenCL platforms failed with `e`: the ICD loader library itself
+/// could not be loaded (`DLOPEN_RUNTIME_LOAD_FAILED`: opencl3 loads `libOpenCL.so.1` when it is
+/// first called), or it lists no platform (`CL_PLATFORM_NOT_FOUND_KHR`: no driver's `.icd` file
+/// where it looks). Each names what to install; another error is itself.
+fn no_platform(e: ClError) -> Error {
+    let message = if e.0 == opencl3::error_codes::DLOPEN_RUNTIME_LOAD_FAILED {
         format!(
-            "no OpenCL platform ({e}): install an OpenCL driver and its ICD loader (for example Debian's ocl-icd-libopencl1 with pocl-opencl-icd for CPUs, or your GPU vendor's OpenCL driver)"
-        ),
-    )
+            "no OpenCL runtime: libOpenCL.so.1, the OpenCL ICD loader, cannot be loaded ({e}); install it (Debian and Ubuntu: ocl-icd-libopencl1) and a driver, {DRIVERS} (OPENCL_DYLIB_PATH may name the library's path)"
+        )
+    } else if e.0 != opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR {
+        return cl("listing the platforms", e);
+    } else {
+        let vendors = std::env::var("OCL_ICD_VENDORS").unwrap_or_else(|_| "/etc/OpenCL/vendors".to_string());
+        format!(
+            "no OpenCL platform ({e}): the OpenCL ICD loader found no driver (no .icd file in {vendors}); install one: {DRIVERS}"
+        )
+    };
+    Error::new(ErrorKind::Os, message)
+}
+
+/// Every OpenCL device of every platform the ICD loader lists, in order, or an error that
+/// names what is missing ([`no_platform`]; platforms with no device name themselves).
+fn all_devices() -> Result<Vec<cl_device_id>> {
+    let platforms = opencl3::platform::get_platforms().map_err(no_platform)?;
+    if platforms.is_empty() {
+        return Err(no_platform(ClError(opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR)));
+    }
+    let mut ids = Vec::new();
+    for p in &platforms {
+        match p.get_devices(CL_DEVICE_TYPE_ALL) {
+            Ok(found) => ids.extend(found),
+            Err(e) if e.0 == opencl3::error_codes::CL_DEVICE_NOT_FOUND => {}
+            Err(e) => return Err(cl("listing a platform's devices", e)),
+        }
+    }
+    if ids.is_empty() {
+        let names: Vec<String> =
+            platforms.iter().map(|p| p.name().unwrap_or_else(|_| "an OpenCL platform".to_string())).collect();
+        return Err(Error::new(
+            ErrorKind::Os,
+            format!(
+                "no OpenCL device: the OpenCL platforms ({}) list none; install a driver for your device: {DRIVERS}",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(ids)
 }
 
 /// One buffer of device memory.
@@ -205,7 +266,9 @@ impl OpenClChip {
     ///
     /// # Errors
     ///
-    /// No OpenCL platform or device is an [`ErrorKind::Os`] error that says what to install;
+    /// No ICD loader library (Debian's `ocl-icd-libopencl1`), no OpenCL platform or no device
+    /// (a driver: `pocl-opencl-icd` for a CPU, or the GPU vendor's) is an [`ErrorKind::Os`]
+    /// error that names what is missing and the package to install;
     /// a process forked (without exec) from one that used OpenCL is refused
     /// ([`ErrorKind::InvalidState`], rule O5).
     ///
@@ -231,11 +294,8 @@ impl OpenClChip {
             // The ICD loader and PoCL set themselves up on the first platform query, and two
             // threads doing it at once may see no device: one discovery at a time.
             let _one = sync::lock(&DISCOVERY);
-            get_all_devices(CL_DEVICE_TYPE_ALL).map_err(no_platform)?
+            all_devices()?
         };
-        if ids.is_empty() {
-            return Err(Error::new(ErrorKind::Os, "the OpenCL platforms list no device".to_string()));
-        }
         let device = ClDevice::new(ids[spec.chip_id() as usize % ids.len()]);
         let name = device.name().unwrap_or_else(|_| "an OpenCL device".to_string());
         let global = device.global_mem_size().map_err(|e| cl("reading the device's memory size", e))?;
@@ -280,7 +340,8 @@ impl OpenClChip {
     ///
     /// # Errors
     ///
-    /// No OpenCL platform is an [`ErrorKind::Os`] error naming the packages to install.
+    /// No ICD loader library or no OpenCL platform is an [`ErrorKind::Os`] error naming the
+    /// package to install.
     ///
     /// ```no_run
     /// for line in simpler::chip::OpenClChip::devices()? {
@@ -291,6 +352,9 @@ impl OpenClChip {
     pub fn devices() -> Result<Vec<String>> {
         let _one = sync::lock(&DISCOVERY);
         let platforms = opencl3::platform::get_platforms().map_err(no_platform)?;
+        if platforms.is_empty() {
+            return Err(no_platform(ClError(opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR)));
+        }
         let mut out = Vec::new();
         for p in platforms {
             let pname = p.name().unwrap_or_else(|_| "an OpenCL platform".to_string());
@@ -397,11 +461,17 @@ unsafe impl Send for Running {}
 
 impl Running {
     fn failed(&self, status: i32) -> Error {
-        Error::new(
-            ErrorKind::TaskFailed,
-            format!("OpenCL kernel `{}` failed on the device: {status}", self.name),
-        )
+        failed_on_device(&self.name, status)
     }
+}
+
+/// The error of kernel `name` whose event ended with the negative `status`: its symbolic name
+/// (`CL_OUT_OF_RESOURCES`) and number.
+fn failed_on_device(name: &str, status: i32) -> Error {
+    Error::new(
+        ErrorKind::TaskFailed,
+        format!("OpenCL kernel `{name}` failed on the device: {} ({status})", ClError(status)),
+    )
 }
 
 impl Pending for Running {
@@ -613,6 +683,7 @@ impl ChipBackend for OpenClChip {
         let (tensors, scalars) = (launch.tensors(), launch.scalars());
         let wanted = loaded.params.iter().filter(|p| **p == Param::Global).count();
         if loaded.params.len() != tensors.len() + scalars.len()
+            || wanted != tensors.len()
             || loaded.params[..tensors.len().min(loaded.params.len())].iter().any(|p| *p != Param::Global)
         {
             return Err(Error::invalid(format!(
@@ -697,7 +768,15 @@ impl ChipBackend for OpenClChip {
                 &[],
             )
         }
-        .map_err(|e| cl(&format!("launching `{name}`"), e))?;
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::TaskFailed,
+                format!(
+                    "OpenCL kernel `{name}` could not be launched: the device refused it with {e} ({})",
+                    e.0
+                ),
+            )
+        })?;
         drop(kernel);
         queue.flush().map_err(|e| cl("flushing a queue", e))?;
         Ok(Completion::Pending(Box::new(Running { name: name.to_string(), event, _args: args })))
@@ -718,5 +797,41 @@ mod tests {
         let long = "e".repeat(1000);
         let short = short_log("k", &long);
         assert!(short.len() < 400 && short.ends_with("(700 more bytes)"), "{short}");
+    }
+
+    /// A kernel whose event ended in failure names the status by its name and number (PoCL
+    /// gives no honest way to make one fail on the device; `tests/opencl.rs` makes the device
+    /// refuse a launch instead).
+    #[test]
+    fn a_failed_kernel_names_the_devices_status() {
+        let e = failed_on_device("k", opencl3::error_codes::CL_OUT_OF_RESOURCES);
+        assert_eq!(e.kind(), ErrorKind::TaskFailed);
+        assert_eq!(e.message(), "OpenCL kernel `k` failed on the device: CL_OUT_OF_RESOURCES (-5)");
+    }
+
+    /// Without `libOpenCL.so.1` (opencl3 loads it at the first call, and fails every call with
+    /// `DLOPEN_RUNTIME_LOAD_FAILED`) the error names the library and its package. No test makes
+    /// it missing: the dynamic loader's system search path cannot be emptied for one process
+    /// short of a user and mount namespace, which CI containers may forbid (by hand: `unshare
+    /// -rm` with an empty file bind-mounted over the library, then
+    /// `with_no_opencl_platform_init_fails_naming_what_to_install` of `tests/opencl.rs`, which
+    /// expects this message when the library cannot be loaded).
+    #[test]
+    fn a_missing_icd_loader_or_driver_names_the_package_to_install() {
+        let e = no_platform(ClError(opencl3::error_codes::DLOPEN_RUNTIME_LOAD_FAILED));
+        assert_eq!(e.kind(), ErrorKind::Os);
+        for needle in [
+            "no OpenCL runtime",
+            "libOpenCL.so.1",
+            "DLOPEN_RUNTIME_LOAD_FAILED",
+            "ocl-icd-libopencl1",
+            "pocl-opencl-icd",
+        ] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
+        let e = no_platform(ClError(opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR));
+        for needle in ["no OpenCL platform (CL_PLATFORM_NOT_FOUND_KHR)", ".icd file", "pocl-opencl-icd"] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
     }
 }

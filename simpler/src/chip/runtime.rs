@@ -265,7 +265,7 @@ impl ChipRuntime {
                 {
                     device.load_kernel(&def)?;
                 }
-                kinds.insert(*digest, CallableKind::Chip);
+                kinds.insert(*digest, f.registered());
             }
         }
         let registry = Arc::new(RwLock::new(registry));
@@ -321,12 +321,13 @@ impl ChipRuntime {
         {
             self.device.load_kernel(&def).map_err(|e| e.context(format!("chip {}", self.chip)))?;
         }
+        let registered = f.registered();
         let installed = sync::write(&self.registry).install(digest, descriptor, f);
         if fresh && installed.is_err() {
             self.device.unload_kernel(&digest);
         }
         let slot = installed?;
-        self.engine.callables().write().insert(digest, CallableKind::Chip);
+        self.engine.callables().write().insert(digest, registered);
         Ok(slot)
     }
 

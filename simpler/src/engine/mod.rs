@@ -46,7 +46,7 @@
 //!
 //! # Files
 //!
-//! `mod.rs` holds the [`Engine`] and the registered callables' kinds; beside it, `parts.rs`
+//! `mod.rs` holds the [`Engine`] and the registered callables' kinds (and kernels' signatures); beside it, `parts.rs`
 //! (what the level gives the engine: [`LevelParts`], [`DeviceRules`], [`EngineConfig`],
 //! [`Bell`]), `admission.rs` (the run FIFO, building a run, deadlines, cancels, leases),
 //! `drive.rs` (the role and the driving loops: rules 1-5), `completion.rs` (completion,
@@ -87,6 +87,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::callable::identity::{CallableKind, Digest};
+use crate::callable::signature::KernelSignature;
 use crate::data::buffer::IdentityMinter;
 use crate::engine::admission::Runs;
 use crate::engine::heap::IntermediateHeap;
@@ -107,24 +108,40 @@ use crate::sys::sync::checked;
 #[cfg(test)]
 pub(crate) type FaultHook = Box<dyn Fn(&'static str, Option<&Slot>) + Send + Sync>;
 
+/// A callable registered on one level, as a submit checks it: its kind and, for a kernel whose
+/// OpenCL C source declares its parameters, those (`callable::signature`), which a task's
+/// arguments must match.
+#[derive(Clone, Debug)]
+pub(crate) struct Registered {
+    pub(crate) kind: CallableKind,
+    pub(crate) signature: Option<Arc<KernelSignature>>,
+}
+
+impl From<CallableKind> for Registered {
+    /// A callable of `kind` with no declared parameters.
+    fn from(kind: CallableKind) -> Registered {
+        Registered { kind, signature: None }
+    }
+}
+
 /// The callables registered on one level, with their kind: a `RwLock`ed map whose every write
 /// bumps a generation, so an Orchestrator may keep the kinds it checked from one run to the next
 /// and look them up again only after a registration changed.
 #[derive(Default)]
 pub(crate) struct CallableKinds {
-    map: RwLock<HashMap<Digest, CallableKind>>,
+    map: RwLock<HashMap<Digest, Registered>>,
     generation: AtomicU64,
 }
 
 /// Write access to [`CallableKinds`]; dropping it bumps the generation (before the lock is
 /// released).
 pub(crate) struct KindsWrite<'a> {
-    map: RwLockWriteGuard<'a, HashMap<Digest, CallableKind>>,
+    map: RwLockWriteGuard<'a, HashMap<Digest, Registered>>,
     generation: &'a AtomicU64,
 }
 
 impl std::ops::Deref for KindsWrite<'_> {
-    type Target = HashMap<Digest, CallableKind>;
+    type Target = HashMap<Digest, Registered>;
     fn deref(&self) -> &Self::Target {
         &self.map
     }
@@ -143,7 +160,7 @@ impl Drop for KindsWrite<'_> {
 }
 
 impl CallableKinds {
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<Digest, CallableKind>> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<Digest, Registered>> {
         sync::read(&self.map)
     }
 

@@ -39,6 +39,7 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
+use crate::callable::signature::KernelSignature;
 use crate::data::buffer::{Access, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
@@ -120,7 +121,7 @@ pub struct Orchestrator<'a> {
     /// Callables already checked, valid while the engine's registrations are at generation
     /// `checked_generation` (kept across runs; registration cannot change mid-build: the
     /// Worker's `register` and `unregister` need `&mut Worker`, which building excludes).
-    checked: SmallVec<[(Digest, CallableKind); 4]>,
+    checked: SmallVec<[Checked; 4]>,
     checked_generation: u64,
     /// For a run that serves a task of the level above ([`confine_to`](Orchestrator::confine_to)):
     /// the tensors that task was given. Tasks may name only bytes inside one of them, or this
@@ -136,7 +137,7 @@ pub(crate) struct OrchBuffers {
     scopes: Vec<Vec<Arc<Slot>>>,
     frames: Vec<Vec<Arc<Slot>>>,
     tasks: Vec<Weak<Slot>>,
-    checked: SmallVec<[(Digest, CallableKind); 4]>,
+    checked: SmallVec<[Checked; 4]>,
     checked_generation: u64,
 }
 
@@ -145,6 +146,10 @@ const SPARE_FRAMES: usize = 8;
 /// Largest capacity (entries) a kept vector may have; bigger ones are freed, so one huge run
 /// does not pin its memory.
 const SPARE_CAPACITY: usize = 4096;
+/// A callable checked as runnable by the method that checked it: its digest, the kind that
+/// method runs, and a kernel's signature, which each task's arguments must match.
+type Checked = (Digest, CallableKind, Option<Arc<KernelSignature>>);
+
 /// Most callables remembered as checked.
 const CHECKED_MAX: usize = 16;
 
@@ -436,9 +441,11 @@ impl<'a> Orchestrator<'a> {
         config: CallConfig,
         worker: u32,
     ) -> Result<TaskHandle> {
-        self.check_kind(callable, self.eng.cfg.next_level_kind)
+        let at = self
+            .check_kind(callable, self.eng.cfg.next_level_kind)
             .map_err(|e| e.context("submit_next_level"))?;
         self.check_worker(worker, callable)?;
+        self.check_signature(at, callable, &args)?;
         self.submit(
             callable,
             smallvec::smallvec![args],
@@ -482,7 +489,8 @@ impl<'a> Orchestrator<'a> {
         config: CallConfig,
         workers: &[u32],
     ) -> Result<TaskHandle> {
-        self.check_kind(callable, self.eng.cfg.next_level_kind)
+        let at = self
+            .check_kind(callable, self.eng.cfg.next_level_kind)
             .map_err(|e| e.context("submit_next_level_group"))?;
         if workers.is_empty() || workers.len() != args_list.len() {
             return Err(Error::invalid(format!(
@@ -490,6 +498,9 @@ impl<'a> Orchestrator<'a> {
                 workers.len(),
                 args_list.len()
             )));
+        }
+        for args in &args_list {
+            self.check_signature(at, callable, args)?;
         }
         for (i, w) in workers.iter().enumerate() {
             self.check_worker(*w, callable)?;
@@ -509,22 +520,37 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Refuses `callable` unless it is registered on this Worker as a `want` callable (the kind
-    /// the submitting method runs); the method names itself in the error.
-    fn check_kind(&mut self, callable: &CallableHandle, want: CallableKind) -> Result<()> {
+    /// the submitting method runs); the method names itself in the error. Returns where it sits
+    /// in `checked`, whose entry carries a kernel's signature for
+    /// [`check_signature`](Self::check_signature).
+    fn check_kind(&mut self, callable: &CallableHandle, want: CallableKind) -> Result<usize> {
         let digest = callable.digest();
-        if self.checked.iter().any(|&(d, k)| d == digest && k == want) {
-            return Ok(());
+        if let Some(at) = self.checked.iter().position(|(d, k, _)| *d == digest && *k == want) {
+            return Ok(at);
         }
-        let known = self.eng.callables.read().get(&digest).copied();
-        if known == Some(want) {
-            if self.checked.len() >= CHECKED_MAX {
-                self.checked.clear();
-            }
-            self.checked.push((digest, want));
-        }
+        let known = self.eng.callables.read().get(&digest).cloned();
         match known {
-            Some(kind) if kind == want => Ok(()),
-            known => Err(self.kind_error(callable, known.unwrap_or(callable.kind()), want)),
+            Some(registered) if registered.kind == want => {
+                if self.checked.len() >= CHECKED_MAX {
+                    self.checked.clear();
+                }
+                self.checked.push((digest, want, registered.signature));
+                Ok(self.checked.len() - 1)
+            }
+            known => Err(self.kind_error(callable, known.map_or(callable.kind(), |r| r.kind), want)),
+        }
+    }
+
+    /// Refuses a task whose arguments do not match the parameters that the kernel at
+    /// `checked[at]` declares in its OpenCL C source (an [`ErrorKind::InvalidArgument`] error
+    /// naming it, what it declares and what the task passed); nothing to check for a callable
+    /// without such a signature.
+    fn check_signature(&self, at: usize, callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
+        match &self.checked[at].2 {
+            None => Ok(()),
+            Some(sig) => {
+                sig.check(callable, args.tensors.iter().map(|t| t.view().dtype()), args.scalars.len())
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use crate::callable::host::HostFn;
 use crate::callable::identity::{CallableHandle, CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::chip::ChipFn;
+use crate::engine::Registered;
 use crate::engine::orch_fn::OrchFn;
 use crate::error::Result;
 
@@ -39,6 +40,14 @@ impl Callable {
             Callable::Host(_) => CallableKind::HostFn,
             Callable::Chip(_) => CallableKind::Chip,
             Callable::Orch(_) => CallableKind::Orch,
+        }
+    }
+
+    /// What a submit checks a task of it against: its kind, and a kernel's signature.
+    pub(super) fn registered(&self) -> Registered {
+        match self {
+            Callable::Chip(f) => f.registered(),
+            _ => self.kind().into(),
         }
     }
 
@@ -127,11 +136,11 @@ impl Callables {
         }
     }
 
-    /// Every registered callable's digest and kind.
-    pub(super) fn kinds(&self) -> impl Iterator<Item = (Digest, CallableKind)> + '_ {
-        let host = self.host.iter().map(|(d, _, _)| (*d, CallableKind::HostFn));
-        let chip = self.chip.iter().map(|(d, _, _)| (*d, CallableKind::Chip));
-        let orch = self.orch.iter().map(|(d, _, _)| (*d, CallableKind::Orch));
+    /// Every registered callable's digest, kind and (a kernel's) signature.
+    pub(super) fn kinds(&self) -> impl Iterator<Item = (Digest, Registered)> + '_ {
+        let host = self.host.iter().map(|(d, _, _)| (*d, CallableKind::HostFn.into()));
+        let chip = self.chip.iter().map(|(d, _, f)| (*d, f.registered()));
+        let orch = self.orch.iter().map(|(d, _, _)| (*d, CallableKind::Orch.into()));
         host.chain(chip).chain(orch)
     }
 

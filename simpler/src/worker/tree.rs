@@ -387,8 +387,8 @@ impl Tree {
         engine.attach_lanes(lanes_all);
         {
             let mut known = engine.callables().write();
-            for (d, kind) in callables.kinds() {
-                known.insert(d, kind);
+            for (d, registered) in callables.kinds() {
+                known.insert(d, registered);
             }
         }
         let engine = Arc::new(engine);
@@ -803,7 +803,7 @@ impl Runtime for Tree {
             mb.post_control(command, addr, digest.as_bytes(), desc.bytes())
         })?;
         // From now on, submits may name it.
-        self.engine.callables().write().insert(digest, c.kind());
+        self.engine.callables().write().insert(digest, c.registered());
         Ok(())
     }
 

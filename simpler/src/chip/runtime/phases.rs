@@ -23,7 +23,9 @@
 //!
 //! One run, end to end:
 //!
-//! 1. look the callable up by digest (`UNKNOWN_CALLABLE` when absent);
+//! 1. look the callable up by digest (`UNKNOWN_CALLABLE` when absent), and refuse a kernel's
+//!    task whose tensors or scalars do not match the parameters its OpenCL C source declares
+//!    (`callable::signature`);
 //! 2. check every device tensor: its view lies inside its buffer, and the buffer is a live
 //!    allocation of this chip;
 //! 3. give every host tensor a slice of the pipeline slot's retained staging buffer
@@ -400,6 +402,13 @@ impl ChipRuntime {
         };
         let _span = tracing::debug_span!(target: "simpler::chip", "chip prepare", chip = self.chip, callable = f.name(), slot = lease.slot, generation = lease.generation)
             .entered();
+        if let Some(sig) = f.signature() {
+            let dtypes = args.iter().map(|a| match a {
+                ChipArg::Host(t) => t.view().dtype(),
+                ChipArg::Device { view, .. } => view.dtype(),
+            });
+            sig.check(&f.handle(), dtypes, scalars.len())?;
+        }
         let prepared = self.stage(&f, &args, lease.slot as usize, copy)?;
         if !ahead {
             self.set_waiting(Some(lease));

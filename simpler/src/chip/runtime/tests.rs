@@ -59,6 +59,11 @@ const OPENCL_KERNELS: &[(&str, &str, &str)] = &[
     ),
     ("ones", "ones", "__kernel void ones(__global float* out) { out[get_global_id(0)] = 1.0f; }"),
     (
+        "six_tensors",
+        "six_tensors",
+        "__kernel void six_tensors(__global const float* a, __global const float* b, __global float* c, __global const float* d, __global const float* e, __global float* f) {}",
+    ),
+    (
         "probe",
         "probe",
         "__kernel void probe(__global const float* seen, __global float* out) { size_t i = get_global_id(0); out[i] = seen[i]; }",
@@ -94,6 +99,12 @@ fn double(args: &HostArgs<'_>) -> HostResult {
 /// Fills its only (output) tensor with 1.0.
 fn ones(args: &HostArgs<'_>) -> HostResult {
     args.output::<f32>(0)?.fill(1.0);
+    Ok(())
+}
+
+/// Takes six tensors (read, read, write, read, read, read-write) and does nothing: a kernel to
+/// stage a mix of tensors for.
+fn six_tensors(_: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
@@ -138,6 +149,7 @@ fn kernels() -> Vec<ChipFn> {
         ChipFn::kernel("add_scalar", add_scalar),
         ChipFn::kernel("double", double),
         ChipFn::kernel("ones", ones),
+        ChipFn::kernel("six_tensors", six_tensors),
         ChipFn::kernel("probe", probe),
         ChipFn::kernel("fail_kernel", fail_kernel),
         ChipFn::kernel("panic_kernel", panic_kernel),
@@ -1103,14 +1115,17 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     };
     // Poison the slot's staging, then a whole prepare: the expected bytes.
     let l = lease();
-    let run = rt.prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::Now).unwrap().detach();
+    let run = rt
+        .prepare(l, ChipCall::new(digest("six_tensors"), Vec::from(args!())), CopyIn::Now)
+        .unwrap()
+        .detach();
     let want = staged(&rt, &run);
     let _ = rt.finalize(run);
     for budget in 1..=total + 3 {
         // Poison what the whole prepare left in the staging slices.
         let l = lease();
         let mut run = rt
-            .prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::InPieces)
+            .prepare(l, ChipCall::new(digest("six_tensors"), Vec::from(args!())), CopyIn::InPieces)
             .unwrap()
             .detach();
         for p in run.prepared.iter().filter(|p| p.access.can_read() && p.identity != id(1)) {
@@ -1129,8 +1144,10 @@ fn a_copy_in_in_pieces_of_any_size_over_mixed_tensors_lands_what_a_whole_prepare
     }
     // A budget of 0 counts as 1: every call makes progress.
     let l = lease();
-    let mut run =
-        rt.prepare(l, ChipCall::new(digest("vadd"), Vec::from(args!())), CopyIn::InPieces).unwrap().detach();
+    let mut run = rt
+        .prepare(l, ChipCall::new(digest("six_tensors"), Vec::from(args!())), CopyIn::InPieces)
+        .unwrap()
+        .detach();
     let mut calls = 1;
     while !rt.copy_in_some(&mut run, &args!(), 0).unwrap() {
         calls += 1;

@@ -128,8 +128,8 @@ impl Rig {
         let host = CallableHandle::new(Digest::of(b"host_fn"), CallableKind::HostFn, "host_fn");
         {
             let mut reg = eng.callables.write();
-            reg.insert(chip.digest(), CallableKind::Chip);
-            reg.insert(host.digest(), CallableKind::HostFn);
+            reg.insert(chip.digest(), CallableKind::Chip.into());
+            reg.insert(host.digest(), CallableKind::HostFn.into());
         }
         Rig { eng: Arc::new(eng), rings, chip, host, log, nl, sub, faults }
     }
