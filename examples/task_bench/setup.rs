@@ -242,17 +242,36 @@ impl Nodes {
 
     /// Waits for every node to exit (each ends its session when the root Worker closes) and
     /// checks that it exited successfully.
-    pub fn wait(mut self) -> simpler::Result<()> {
-        for (node, addr) in self.children.iter_mut().zip(&self.addrs) {
-            let status = node
-                .child
-                .wait()
-                .map_err(|e| Error::new(ErrorKind::Os, format!("waiting for the node at {addr}: {e}")))?;
-            if !status.success() {
-                return Err(Error::new(ErrorKind::WorkerDied, format!("the node at {addr} {status}")));
+    pub fn wait(self) -> simpler::Result<()> {
+        let addrs = self.addrs.clone();
+        for (code, addr) in self.exit_codes()?.into_iter().zip(&addrs) {
+            if code != Some(0) {
+                let how = code.map_or("was killed by a signal".to_string(), |c| format!("exited with {c}"));
+                return Err(Error::new(ErrorKind::WorkerDied, format!("the node at {addr} {how}")));
             }
         }
         Ok(())
+    }
+
+    /// Waits for every node to exit and returns their exit codes (`None`: killed by a signal).
+    pub fn exit_codes(mut self) -> simpler::Result<Vec<Option<i32>>> {
+        let mut codes = Vec::new();
+        for node in &mut self.children {
+            let status = node
+                .child
+                .wait()
+                .map_err(|e| Error::new(ErrorKind::Os, format!("waiting for a node: {e}")))?;
+            codes.push(status.code());
+        }
+        Ok(codes)
+    }
+
+    /// Closes every node's stdin, as the root's death does: each node then exits with code 3
+    /// (see [`serve_node`]).
+    pub fn hang_up(&mut self) {
+        for node in &mut self.children {
+            node.stdin = None;
+        }
     }
 }
 
