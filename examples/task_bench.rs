@@ -30,9 +30,11 @@
 //! own: `--workers sub|chips|l4|remote` (where tasks run, above), `-worker N` or
 //! `--sub-workers N` (the workers that run tasks: SUB workers, chips, or SUB workers over both
 //! L3 Workers, at least one each; default one per core), `-corrupt T,P` (task (T, P) writes a
-//! wrong record, to see the checks fail the run). The report ends with the lines task-bench's
-//! scripts parse (`Total Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`).
-//! Process start and Worker start-up (and the nodes') stay outside the timed region.
+//! wrong record, to see the checks of the tasks that read it fail the run; under `trivial`
+//! no task reads it). The report ends with the lines task-bench's scripts parse (`Total
+//! Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
+//! line names the placement. Process start and Worker start-up (the nodes' too) stay outside
+//! the timed region.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
@@ -57,7 +59,11 @@ struct Options {
 const USAGE: &str =
     "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
                   [-kernel empty|compute_bound] [-iter I] [-output B] [-scratch 0] [-field 2]
-                  [--workers sub|chips|l4|remote] [-worker N | --sub-workers N] [-corrupt T,P]";
+                  [--workers sub|chips|l4|remote] [-worker N | --sub-workers N] [-corrupt T,P]
+  --workers: where tasks run: SUB workers (sub, the default), simulated chips (chips), an L4
+             over two L3 Workers (l4), or the same with the L3s as node processes (remote)
+  -worker N: the workers that run tasks: SUB workers, chips, or SUB workers over both L3s
+             (at least one each); default one per core";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
