@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# METG(50%) of the task_bench example (examples/task_bench.rs) on SUB workers, per pattern, as
-# task-bench's scripts/chart_metg.py computes it (see /work/shared/taskbench/SPEC.md, section 7).
+# METG(50%) of the task_bench example (examples/task_bench.rs), per pattern, on one placement
+# (SUB workers unless WORKERS says otherwise), as task-bench's scripts/chart_metg.py computes
+# it (see /work/shared/taskbench/SPEC.md, section 7).
 #
 #   benches/task_bench_metg.sh [PATTERN...]      (default: all six patterns)
 #
@@ -14,17 +15,25 @@
 #   figure metg_<pattern>_w<W>_us <value> us
 #   figure task_bench_empty_us_per_task_<pattern> <value> us
 #
-# Environment: WIDTH (2), STEPS (1000), CORES (WIDTH; the C of g = E*n*C/N), WORKERS (CORES:
-# SUB workers), S_FIRST (0) and S_LAST (18): the sweep (the full one takes minutes per
-# pattern at s = 0: a task of 2^26 iterations runs for about 0.2 s), EMPTY_REPS (5), and
-# NO_BUILD=1 to use the binary already built.
+# Environment: WIDTH (2), STEPS (1000), CORES (WIDTH; the C of g = E*n*C/N), WORKERS (sub:
+# where tasks run, the example's --workers sub|chips|l4|remote), SUB_WORKERS (CORES: the
+# example's -worker N, the workers that run tasks: SUB workers, chips, or SUB workers over both
+# L3 Workers; a number in WORKERS, what it meant before, is taken as SUB_WORKERS), S_FIRST (0)
+# and S_LAST (18): the sweep (the full one takes minutes per pattern at s = 0: a task of 2^26
+# iterations runs for about 0.2 s), EMPTY_REPS (5), and NO_BUILD=1 to use the binary already
+# built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WIDTH=${WIDTH:-2}
 STEPS=${STEPS:-1000}
 CORES=${CORES:-$WIDTH}
-WORKERS=${WORKERS:-$CORES}
+WORKERS=${WORKERS:-sub}
+if [[ $WORKERS =~ ^[0-9]+$ ]]; then
+  SUB_WORKERS=${SUB_WORKERS:-$WORKERS}
+  WORKERS=sub
+fi
+SUB_WORKERS=${SUB_WORKERS:-$CORES}
 S_FIRST=${S_FIRST:-0}
 S_LAST=${S_LAST:-18}
 EMPTY_REPS=${EMPTY_REPS:-5}
@@ -36,11 +45,11 @@ fi
 patterns=("$@")
 [ ${#patterns[@]} -gt 0 ] || patterns=(trivial no_comm stencil_1d fft tree all_to_all)
 
-echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES sub workers=$WORKERS s=$S_FIRST..$S_LAST ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
+echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES workers=$WORKERS x $SUB_WORKERS s=$S_FIRST..$S_LAST ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
 
 # One run: prints "<elapsed seconds> <total FLOPs> <total tasks>"; a failed run stops the script.
 run() {
-  "$BIN" -steps "$STEPS" -width "$WIDTH" -worker "$WORKERS" "$@" | awk '
+  "$BIN" -steps "$STEPS" -width "$WIDTH" --workers "$WORKERS" -worker "$SUB_WORKERS" "$@" | awk '
     /^Total Tasks / { n = $3 }
     /^Total FLOPs / { f = $3 }
     /^Elapsed Time / { e = $3 }

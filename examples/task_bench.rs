@@ -1,49 +1,74 @@
 //! A Task Bench-compatible driver (github.com/StanfordLegion/task-bench): one task graph of
-//! `-steps` x `-width` points, each point a task on a SUB worker. A task's dependencies are the
-//! tensors it reads and writes: it writes its point's output (two generations per point,
-//! alternating with `t % 2`, so a write also waits for the readers of the generation before)
-//! and reads the outputs of the points of the previous step that its pattern names. Every task
-//! checks its inputs; a wrong one fails the run, and the driver exits non-zero.
+//! `-steps` x `-width` points, each point a task. A task's dependencies are the tensors it reads
+//! and writes: it writes its point's output (two generations per point, alternating with
+//! `t % 2`, so a write also waits for the readers of the generation before) and reads the
+//! outputs of the points of the previous step that its pattern names. Every task checks its
+//! inputs; a wrong one fails the run, and the driver exits non-zero.
 //!
 //! ```text
 //! cargo run --release --example task_bench -- -steps 1000 -width 2 -type stencil_1d \
 //!     -kernel compute_bound -iter 4096
 //! ```
 //!
+//! Where the tasks run (`--workers`; the graph, the checks and the report are the same):
+//!
+//! * `sub` (the default): a host function on the SUB workers of one L3 Worker.
+//! * `chips`: a kernel on chip `p % chips` of one L3 Worker with simulated chips of one core
+//!   each; every task's host tensors are copied into the chip and its output back, which is
+//!   what this placement costs.
+//! * `l4`: an orchestration function on L3 Worker `p % 2` of an L4 Worker over two L3 Workers,
+//!   which submits the point's host function to one of its SUB workers with the same
+//!   arguments.
+//! * `remote`: as `l4`, the two L3 Workers being nodes: this program started again with
+//!   `--node` (SPMD), reached over loopback TCP with a fresh cluster key passed in the
+//!   environment. The nodes end when the run does; if the driver fails they are killed and
+//!   reaped, and if it dies they exit when their stdin (a pipe from it) closes.
+//!
 //! Flags (as the reference implementations): `-steps T` (4), `-width W` (4), `-type P`
 //! (`trivial`, `no_comm`, `stencil_1d`, `fft`, `tree`, `all_to_all`), `-kernel K` (`empty`,
 //! `compute_bound`), `-iter I` (0), `-output B` (16), `-scratch 0`, `-field 2`. This driver's
-//! own: `--workers sub` (where tasks run; only SUB workers so far), `-worker N` or
-//! `--sub-workers N` (SUB workers, default one per core), `-corrupt T,P` (task (T, P) writes a
-//! wrong record, to see the checks fail the run). The report ends with the lines task-bench's
-//! scripts parse (`Total Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`).
+//! own: `--workers sub|chips|l4|remote` (where tasks run, above), `-worker N` or
+//! `--sub-workers N` (the workers that run tasks: SUB workers, chips, or SUB workers over both
+//! L3 Workers, at least one each; default one per core), `-corrupt T,P` (task (T, P) writes a
+//! wrong record, to see the checks of the tasks that read it fail the run; under `trivial`
+//! no task reads it). The report ends with the lines task-bench's scripts parse (`Total
+//! Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
+//! line names the placement. Process start and Worker start-up (the nodes' too) stay outside
+//! the timed region.
 
 #![allow(clippy::print_stdout)] // An example talks to its user.
 
 #[path = "task_bench/graph.rs"]
 mod graph;
+#[path = "task_bench/setup.rs"]
+mod setup;
 
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use graph::{Graph, Kernel, Pattern, Slots};
-use simpler::{HostFn, Worker};
+use setup::{Nodes, Plan, Workers};
 
 /// Everything the command line sets.
 struct Options {
     graph: Graph,
-    sub_workers: usize,
+    plan: Plan,
     corrupt: Option<(i64, i64)>,
 }
 
 const USAGE: &str =
     "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
                   [-kernel empty|compute_bound] [-iter I] [-output B] [-scratch 0] [-field 2]
-                  [--workers sub] [-worker N | --sub-workers N] [-corrupt T,P]";
+                  [--workers sub|chips|l4|remote] [-worker N | --sub-workers N] [-corrupt T,P]
+  --workers: where tasks run: SUB workers (sub, the default), simulated chips (chips), an L4
+             over two L3 Workers (l4), or the same with the L3s as node processes (remote)
+  -worker N: the workers that run tasks: SUB workers, chips, or SUB workers over both L3s
+             (at least one each); default one per core";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut o = Options { graph: Graph::default(), sub_workers: cores, corrupt: None };
+    let plan = Plan { workers: Workers::Sub, count: cores };
+    let mut o = Options { graph: Graph::default(), plan, corrupt: None };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -87,18 +112,16 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "-and" => return Err("-and (a second concurrent graph): not implemented yet".into()),
             "-worker" | "--sub-workers" => {
-                o.sub_workers = num(flag, value()?)?;
-                if o.sub_workers == 0 {
+                o.plan.count = num(flag, value()?)?;
+                if o.plan.count == 0 {
                     return Err(format!("{flag} must be at least 1"));
                 }
             }
-            "--workers" => match value()?.as_str() {
-                "sub" => {}
-                other @ ("chips" | "l4" | "remote") => {
-                    return Err(format!("--workers {other}: not implemented yet (only --workers sub)"));
-                }
-                other => return Err(format!("--workers {other}: unknown (sub; later chips, l4, remote)")),
-            },
+            "--workers" => {
+                let v = value()?;
+                o.plan.workers = Workers::parse(v)
+                    .ok_or_else(|| format!("--workers {v}: unknown (sub, chips, l4, remote)"))?;
+            }
             "-corrupt" => {
                 let v = value()?;
                 let (t, p) = v.split_once(',').ok_or_else(|| format!("-corrupt {v}: expected T,P"))?;
@@ -126,6 +149,16 @@ fn sci(x: f64) -> String {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--node") {
+        // A node of `--workers remote`, started by the driver.
+        return match setup::serve_node() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("task_bench node: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let opts = match parse(&args) {
         Ok(o) => o,
         Err(e) => {
@@ -150,10 +183,18 @@ fn run(opts: &Options) -> simpler::Result<()> {
     let tasks = g.tasks();
     // Every task of the run stays in the window until the run ends (one scope): room for all.
     let window = (tasks as usize + 16).next_power_of_two().max(65536);
-    let mut worker = Worker::builder().sub_workers(opts.sub_workers).task_window(window).build()?;
-    let point = worker.register(HostFn::new("task_bench_point", graph::point))?;
+    let plan = &opts.plan;
+    // The nodes of `--workers remote` (none otherwise): this program again, in the node role.
+    let nodes = Nodes::start(plan, || {
+        let mut node = Command::new(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()));
+        node.arg("--node");
+        node
+    })?;
+    let mut worker = plan.builder(window, &nodes)?.build()?;
+    let handle = plan.register(&mut worker)?;
     worker.init()?;
     let slots = Slots::new(&worker, g)?;
+    let placement = plan.placement(&handle);
 
     println!("Running Task Benchmark");
     println!("  Configuration:");
@@ -166,14 +207,15 @@ fn run(opts: &Options) -> simpler::Result<()> {
     println!("        Iterations: {}", g.iter);
     println!("        Output Bytes: {}", g.output);
     println!("        Scratch Bytes: 0");
-    println!("  Workers: sub x {}", opts.sub_workers);
+    println!("  Workers: {}", plan.describe(&nodes));
 
     // Timed: from just before the first submit until every task has completed.
     let started = Instant::now();
-    let result = worker.run(|orch| g.submit(orch, &point, &slots, opts.corrupt));
+    let result = worker.run(|orch| g.submit(orch, placement, &slots, opts.corrupt));
     let elapsed = started.elapsed().as_secs_f64();
     drop(slots);
     worker.close()?;
+    nodes.wait()?; // each node ends its session when the root closes; on an error above, `nodes` kills them
     result?;
 
     let flops = g.flops();

@@ -1,5 +1,6 @@
 //! The Task Bench graph on simpler: the iteration space, the six dependence patterns, the two
-//! kernels, the per-task checks (one host function) and the submission of one graph as one run.
+//! kernels, the per-task checks (one function, run as a host function or a chip kernel) and the
+//! submission of one graph as one run, on any [`Placement`].
 //!
 //! Shared by the `task_bench` example (`examples/task_bench.rs`) and its integration test
 //! (`tests/task_bench.rs`, through `#[path]`), so the test exercises exactly what the example runs.
@@ -7,9 +8,12 @@
 
 #![allow(dead_code)] // The example and the test use different parts.
 
+use std::sync::OnceLock;
+
+use simpler::chip::CallConfig;
 use simpler::memory::TensorView;
 use simpler::{
-    Buffer, CallableHandle, DataType, HostArgs, HostResult, Orchestrator, TaskArgs, Tensor, Worker,
+    Buffer, CallableHandle, DataType, HostArgs, HostFn, HostResult, Orchestrator, TaskArgs, Tensor, Worker,
 };
 
 /// A dependence pattern (`-type`).
@@ -257,24 +261,84 @@ impl Graph {
         Ok(args)
     }
 
-    /// Submits every task of the graph, step by step; `corrupt` names one task that writes a
-    /// wrong record (its consumers must then fail the run).
+    /// Submits every task of the graph, step by step, where `placement` says; `corrupt` names
+    /// one task that writes a wrong record (its consumers must then fail the run).
+    ///
+    /// The placement is matched once, outside the loop: each arm runs the same loop
+    /// ([`Graph::each_task`]) with its own submit, so `Placement::Sub` does no more work per
+    /// task than a loop of `submit_sub` alone.
     pub fn submit(
         &self,
         orch: &mut Orchestrator<'_>,
-        point: &CallableHandle,
+        placement: Placement<'_>,
         slots: &Slots,
         corrupt: Option<(i64, i64)>,
+    ) -> simpler::Result<()> {
+        match placement {
+            Placement::Sub { point } => {
+                self.each_task(slots, corrupt, |_, args| orch.submit_sub(point, args).map(|_| ()))
+            }
+            Placement::Chips { kernel, chips } => self.each_task(slots, corrupt, |p, args| {
+                orch.submit_next_level(kernel, args, CallConfig::default(), p as u32 % chips).map(|_| ())
+            }),
+            Placement::Workers { orch: step, workers } => self.each_task(slots, corrupt, |p, args| {
+                orch.submit_next_level(step, args, CallConfig::default(), p as u32 % workers).map(|_| ())
+            }),
+        }
+    }
+
+    /// Calls `submit(p, args)` for every task `(t, p)` in order of `t`, then `p`.
+    #[inline(always)]
+    fn each_task(
+        &self,
+        slots: &Slots,
+        corrupt: Option<(i64, i64)>,
+        mut submit: impl FnMut(i64, TaskArgs) -> simpler::Result<()>,
     ) -> simpler::Result<()> {
         for t in 0..self.steps {
             let off = self.offset_at(t);
             for p in off..off + self.width_at(t) {
-                let args = self.task_args(slots, t, p, corrupt == Some((t, p)))?;
-                orch.submit_sub(point, args)?;
+                submit(p, self.task_args(slots, t, p, corrupt == Some((t, p)))?)?;
             }
         }
         Ok(())
     }
+}
+
+/// Where each task of the graph runs (`--workers`), with the handle it is submitted under.
+/// Every placement runs [`point`] on the task's own arguments; they differ in what carries it.
+#[derive(Clone, Copy, Debug)]
+pub enum Placement<'a> {
+    /// `point` as a host function on a SUB worker of this Worker (`submit_sub`).
+    Sub {
+        /// The handle of `HostFn::new("task_bench_point", point)`.
+        point: &'a CallableHandle,
+    },
+    /// `point` as a kernel on chip `p % chips` of this L3 Worker (`submit_next_level`); the
+    /// chip copies the task's host tensors in before and its output back after.
+    Chips {
+        /// The handle of `ChipFn::kernel("task_bench_point", point)`.
+        kernel: &'a CallableHandle,
+        /// The chips of the Worker.
+        chips: u32,
+    },
+    /// An orchestration function on Worker `p % workers` of this L4 Worker (nested or remote),
+    /// which submits `point` to one of its SUB workers with the same arguments
+    /// ([`l3_point`]).
+    Workers {
+        /// The handle of `OrchFn::new("task_bench_l3_point", l3_point)`.
+        orch: &'a CallableHandle,
+        /// The L3 Workers of the L4 Worker.
+        workers: u32,
+    },
+}
+
+/// The orchestration function of the L4 placements: runs on an L3 Worker as a run of its own
+/// and submits [`point`] to one of its SUB workers with the task's arguments as they came.
+pub fn l3_point(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    static POINT: OnceLock<CallableHandle> = OnceLock::new();
+    let handle = POINT.get_or_init(|| HostFn::new("task_bench_point", point).handle());
+    orch.submit_sub(handle, args.clone()).map(|_| ())
 }
 
 /// Two generations of output per point, in one shared buffer: step `t` writes slot `t % 2`,
