@@ -181,8 +181,10 @@ fn main() -> ExitCode {
 fn run(opts: &Options) -> simpler::Result<()> {
     let g = &opts.graph;
     let tasks = g.tasks();
-    // Every task of the run stays in the window until the run ends (one scope): room for all.
-    let window = (tasks as usize + 16).next_power_of_two().max(65536);
+    // Each time step is a scope of its own (`Graph::submit`), so a task leaves the window once
+    // it and its readers are done: the window bounds how far building runs ahead of execution
+    // (and so the memory a run holds), whatever its length.
+    let window = 1024;
     let plan = &opts.plan;
     // The nodes of `--workers remote` (none otherwise): this program again, in the node role.
     let nodes = Nodes::start(plan, || {

@@ -276,30 +276,39 @@ impl Graph {
     ) -> simpler::Result<()> {
         match placement {
             Placement::Sub { point } => {
-                self.each_task(slots, corrupt, |_, args| orch.submit_sub(point, args).map(|_| ()))
+                self.each_task(orch, slots, corrupt, |o, _, args| o.submit_sub(point, args).map(|_| ()))
             }
-            Placement::Chips { kernel, chips } => self.each_task(slots, corrupt, |p, args| {
-                orch.submit_next_level(kernel, args, CallConfig::default(), p as u32 % chips).map(|_| ())
+            Placement::Chips { kernel, chips } => self.each_task(orch, slots, corrupt, |o, p, args| {
+                o.submit_next_level(kernel, args, CallConfig::default(), p as u32 % chips).map(|_| ())
             }),
-            Placement::Workers { orch: step, workers } => self.each_task(slots, corrupt, |p, args| {
-                orch.submit_next_level(step, args, CallConfig::default(), p as u32 % workers).map(|_| ())
-            }),
+            Placement::Workers { orch: step, workers } => {
+                self.each_task(orch, slots, corrupt, |o, p, args| {
+                    o.submit_next_level(step, args, CallConfig::default(), p as u32 % workers).map(|_| ())
+                })
+            }
         }
     }
 
-    /// Calls `submit(p, args)` for every task `(t, p)` in order of `t`, then `p`.
+    /// Calls `submit(orch, p, args)` for every task `(t, p)` in order of `t`, then `p`, each
+    /// time step in a scope of its own: as a step's scope ends, its tasks may be consumed once
+    /// they and their readers are done, so a run of any length holds only the live steps (the
+    /// dependencies between steps come from the tensors, across scopes).
     #[inline(always)]
-    fn each_task(
+    fn each_task<'a>(
         &self,
+        orch: &mut Orchestrator<'a>,
         slots: &Slots,
         corrupt: Option<(i64, i64)>,
-        mut submit: impl FnMut(i64, TaskArgs) -> simpler::Result<()>,
+        mut submit: impl FnMut(&mut Orchestrator<'a>, i64, TaskArgs) -> simpler::Result<()>,
     ) -> simpler::Result<()> {
         for t in 0..self.steps {
-            let off = self.offset_at(t);
-            for p in off..off + self.width_at(t) {
-                submit(p, self.task_args(slots, t, p, corrupt == Some((t, p)))?)?;
-            }
+            orch.scope(|orch| {
+                let off = self.offset_at(t);
+                for p in off..off + self.width_at(t) {
+                    submit(orch, p, self.task_args(slots, t, p, corrupt == Some((t, p)))?)?;
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }

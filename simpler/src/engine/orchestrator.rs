@@ -111,7 +111,7 @@ pub struct Orchestrator<'a> {
     eng: &'a Engine,
     run: Arc<RunState>,
     scopes: Vec<Vec<Arc<Slot>>>,
-    tasks: Vec<Weak<Slot>>,
+    tasks: TaskIndex,
     allocs: u32,
     /// `scope_end` may not pop below this many frames (1: the run's outer scope; inside
     /// `Orchestrator::scope`, the scope it opened).
@@ -136,9 +136,55 @@ pub struct Orchestrator<'a> {
 pub(crate) struct OrchBuffers {
     scopes: Vec<Vec<Arc<Slot>>>,
     frames: Vec<Vec<Arc<Slot>>>,
-    tasks: Vec<Weak<Slot>>,
+    tasks: TaskIndex,
     checked: SmallVec<[Checked; 4]>,
     checked_generation: u64,
+}
+
+/// The run's tasks by index, for explicit dependencies and for failing the unstarted ones:
+/// weak references to the slots not yet consumed. A consumed slot at the front is dropped from
+/// it as the next task is submitted (a weak reference pins the slot's memory), so a long run
+/// whose scopes end as it goes holds memory for its live tasks only, not for every task.
+#[derive(Default)]
+struct TaskIndex {
+    /// The index of `live[0]`: every task below it has been consumed.
+    base: u32,
+    live: std::collections::VecDeque<Weak<Slot>>,
+}
+
+impl TaskIndex {
+    /// How many tasks the run has submitted.
+    fn len(&self) -> usize {
+        self.base as usize + self.live.len()
+    }
+
+    /// Records the next task (index `len()`), first dropping consumed ones from the front.
+    fn push(&mut self, slot: Weak<Slot>) {
+        while self.live.front().is_some_and(|w| w.strong_count() == 0) {
+            self.live.pop_front();
+            self.base += 1;
+        }
+        self.live.push_back(slot);
+    }
+
+    /// Task `index`, if its slot is still alive (`None` once consumed: nothing to wait for).
+    fn get(&self, index: u32) -> Option<Arc<Slot>> {
+        index.checked_sub(self.base).and_then(|i| self.live.get(i as usize)).and_then(Weak::upgrade)
+    }
+
+    /// Every task whose slot is alive.
+    fn alive(&self) -> impl Iterator<Item = Arc<Slot>> + '_ {
+        self.live.iter().filter_map(Weak::upgrade)
+    }
+
+    /// Forgets every task (for the next run), keeping the memory unless it is large.
+    fn clear(&mut self) {
+        self.base = 0;
+        self.live.clear();
+        if self.live.capacity() > SPARE_CAPACITY {
+            self.live = std::collections::VecDeque::new();
+        }
+    }
 }
 
 /// Most (emptied) scope frames kept for reuse.
@@ -1170,7 +1216,7 @@ impl<'a> Orchestrator<'a> {
         drop(walk);
         for args in &task.args {
             for dep in &args.deps {
-                if let Some(p) = self.tasks[dep.task.index as usize].upgrade() {
+                if let Some(p) = self.tasks.get(dep.task.index) {
                     add(p, true, dep.retain, None);
                 }
             }
@@ -1236,7 +1282,7 @@ impl<'a> Orchestrator<'a> {
                 slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Ready);
                 self.eng.publish_ready(slot.clone());
             }
-            Published::Pending => {}
+            Published::Pending => self.eng.submitted_pending(),
             Published::Failed(err) => {
                 self.eng.fail_unstarted(slot, err);
             }
@@ -1250,7 +1296,7 @@ impl<'a> Orchestrator<'a> {
             self.run.record_error(err.clone());
             // Its staged tasks are withdrawn by the scheduler (`activate_staged`).
             self.run.mark_build_failed();
-            let live: Vec<Arc<Slot>> = self.tasks.iter().filter_map(Weak::upgrade).collect();
+            let live: Vec<Arc<Slot>> = self.tasks.alive().collect();
             self.eng.cancel_unstarted(&live, err);
         }
         if self.scopes.len() > 1 {
@@ -1265,9 +1311,6 @@ impl<'a> Orchestrator<'a> {
         // Keep the buffers for the next run (the weak task references go now: they pin the
         // slots' memory).
         self.tasks.clear();
-        if self.tasks.capacity() > SPARE_CAPACITY {
-            self.tasks = Vec::new();
-        }
         let spare = OrchBuffers {
             scopes: std::mem::take(&mut self.scopes),
             frames: std::mem::take(&mut self.frames),

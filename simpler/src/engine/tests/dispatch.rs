@@ -141,6 +141,9 @@ fn failing_group_member_fails_the_group_and_poisons_its_consumers() {
     let rig = Rig::threaded(cfg(2, 0), &script);
     let (x, y) = (buffer(1), buffer(2));
     script.fail(1, Some(1)); // member 1 of the group fails, member 0 succeeds
+    // The members wait until every task is submitted: a build makes scheduler passes as it
+    // goes, and a run that has already failed refuses further submits.
+    script.hold(1);
     let run = rig.begin();
     let mut orch = rig.orch(&run);
     let members = vec![args(1, &[(&view(x, 0, 8), Tag::Output)]), args(1, &[(&view(x, 8, 8), Tag::Output)])];
@@ -149,6 +152,7 @@ fn failing_group_member_fails_the_group_and_poisons_its_consumers() {
         .unwrap();
     orch.submit_next_level(&rig.chip, args(3, &[(&whole(y), Tag::Input)]), cc(), 1).unwrap();
     orch.finish(None);
+    script.release(1);
     let err = rig.wait(&run).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TaskFailed, "{err}");
     assert!(err.message().contains("boom 1.1"), "the run's first error is the member's: {err}");
