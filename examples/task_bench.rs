@@ -31,7 +31,9 @@
 //! `--sub-workers N` (the workers that run tasks: SUB workers, chips, or SUB workers over both
 //! L3 Workers, at least one each; default one per core), `-corrupt T,P` (task (T, P) writes a
 //! wrong record, to see the checks of the tasks that read it fail the run; under `trivial`
-//! no task reads it). The report ends with the lines task-bench's scripts parse (`Total
+//! no task reads it), `--timeline PREFIX` (capture the run and write its timeline:
+//! `PREFIX.json`, a Chrome trace, `PREFIX.svg` and `PREFIX.dot`; capturing costs time, so
+//! do not time such a run). The report ends with the lines task-bench's scripts parse (`Total
 //! Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
 //! line names the placement. Process start and Worker start-up (the nodes' too) stay outside
 //! the timed region.
@@ -54,21 +56,25 @@ struct Options {
     graph: Graph,
     plan: Plan,
     corrupt: Option<(i64, i64)>,
+    /// `--timeline PREFIX`: capture the run and write its timeline next to `PREFIX`.
+    timeline: Option<String>,
 }
 
 const USAGE: &str =
     "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
                   [-kernel empty|compute_bound] [-iter I] [-output B] [-scratch 0] [-field 2]
                   [--workers sub|chips|l4|remote] [-worker N | --sub-workers N] [-corrupt T,P]
+                  [--timeline PREFIX]
   --workers: where tasks run: SUB workers (sub, the default), simulated chips (chips), an L4
              over two L3 Workers (l4), or the same with the L3s as node processes (remote)
   -worker N: the workers that run tasks: SUB workers, chips, or SUB workers over both L3s
-             (at least one each); default one per core";
+             (at least one each); default one per core
+  --timeline PREFIX: capture the run (slower) and write PREFIX.json (Chrome trace), .svg, .dot";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let plan = Plan { workers: Workers::Sub, count: cores };
-    let mut o = Options { graph: Graph::default(), plan, corrupt: None };
+    let mut o = Options { graph: Graph::default(), plan, corrupt: None, timeline: None };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -122,6 +128,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.plan.workers = Workers::parse(v)
                     .ok_or_else(|| format!("--workers {v}: unknown (sub, chips, l4, remote)"))?;
             }
+            "--timeline" => o.timeline = Some(value()?.clone()),
             "-corrupt" => {
                 let v = value()?;
                 let (t, p) = v.split_once(',').ok_or_else(|| format!("-corrupt {v}: expected T,P"))?;
@@ -213,8 +220,26 @@ fn run(opts: &Options) -> simpler::Result<()> {
 
     // Timed: from just before the first submit until every task has completed.
     let started = Instant::now();
-    let result = worker.run(|orch| g.submit(orch, placement, &slots, opts.corrupt));
+    let (result, timeline) = match &opts.timeline {
+        None => (worker.run(|orch| g.submit(orch, placement, &slots, opts.corrupt)), None),
+        Some(prefix) => {
+            let options = simpler::RunOptions::new().capture_dag();
+            let run =
+                worker.submit_with(options, |orch, _, _| g.submit(orch, placement, &slots, opts.corrupt));
+            match run {
+                Ok(run) => (run.wait(), run.timeline().map(|t| (prefix, t))),
+                Err(e) => (Err(e), None),
+            }
+        }
+    };
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some((prefix, timeline)) = timeline {
+        let files = timeline.write_files(prefix)?;
+        println!(
+            "  Timeline: {}",
+            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
     drop(slots);
     worker.close()?;
     nodes.wait()?; // each node ends its session when the root closes; on an error above, `nodes` kills them
