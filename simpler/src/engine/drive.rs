@@ -22,9 +22,6 @@ use crate::sys::sync::checked;
 /// With every worker busy, a submit runs an inline scheduler pass only once per this many
 /// READY publications.
 const INLINE_PASS_EVERY: usize = 16;
-/// Submits of PENDING tasks between two inline passes of a builder (see
-/// `Engine::submitted_pending`).
-const PENDING_PASS_EVERY: usize = 1;
 
 /// See [`Engine::announce_waiter`].
 pub(crate) struct WaiterIntent<'a> {
@@ -117,20 +114,19 @@ impl Engine {
         }
     }
 
-    /// A task was submitted that waits for others (PENDING): when nobody drives, the building
-    /// thread makes a pass every few such submits, so the tasks it waits for complete, their
-    /// consumers start and their slots are consumed while the graph is still being built
-    /// (a builder that will wait does not wake the background thread, and without these passes
-    /// nothing ran until the whole graph was built).
+    /// A task was submitted that waits for others (PENDING): when nobody drives and the engine
+    /// doorbell rang since the last such pass (a completion, a child's death or published work
+    /// arrived), the building thread makes a pass, so the tasks it waits for complete, their
+    /// consumers start and their slots are consumed while the graph is still being built. (A
+    /// builder that will wait does not wake the background thread, and without these passes
+    /// nothing ran until the whole graph was built.) With nothing new, it costs two loads.
     pub(crate) fn submitted_pending(&self) {
-        if self.role.held() {
+        let rung = self.doorbell().seq();
+        if rung == self.pending_passed_at.load(Ordering::Relaxed) || self.role.held() {
             return;
         }
-        let unpassed = self.unpassed.fetch_add(1, Ordering::Relaxed);
-        if unpassed + 1 >= PENDING_PASS_EVERY
-            && let Some(mut role) = self.try_role()
-        {
-            self.unpassed.store(0, Ordering::Relaxed);
+        if let Some(mut role) = self.try_role() {
+            self.pending_passed_at.store(rung, Ordering::Relaxed);
             role.pass();
         }
     }

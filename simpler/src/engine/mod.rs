@@ -207,6 +207,9 @@ pub(crate) struct Engine {
     idle_lanes: AtomicUsize,
     /// READY publications since the last inline pass.
     unpassed: AtomicUsize,
+    /// The engine doorbell's count when a builder last made an inline pass for a PENDING
+    /// submit (`Engine::submitted_pending`): another such pass waits until it rang since.
+    pending_passed_at: std::sync::atomic::AtomicU32,
     /// Threads waiting for room in the task window or a heap ring.
     capacity_waiters: AtomicUsize,
     /// Admitted runs (FIFO; the front one dispatches).
@@ -272,6 +275,7 @@ impl Engine {
             queued: AtomicUsize::new(0),
             idle_lanes: AtomicUsize::new(0),
             unpassed: AtomicUsize::new(0),
+            pending_passed_at: std::sync::atomic::AtomicU32::new(0),
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
