@@ -111,3 +111,49 @@ fn a_run_nobody_waits_on_finishes_after_the_run_before_it_is_waited() {
         assert!(finished, "try {tries}: run 2's consumers did not run until run 2 was waited on");
     }
 }
+
+/// A build whose tasks all wait for others still runs them as it goes: the building thread
+/// takes a scheduler pass after a PENDING submit once something completed. Task A (released by
+/// the build) and G (released only at its end) block; B waits for A; the build then submits
+/// readers of G's output, each PENDING, and B must run before the build ends. (Before, only
+/// READY submits made passes: nothing noticed A's end until the build returned.)
+#[isolated_test]
+fn tasks_run_while_a_graph_of_waiting_tasks_is_still_being_built() {
+    let (rig, [block, log, noop_h]) =
+        Rig::start(subs(2), [("block", block_on_flag), ("log", log_append), ("noop", noop)]);
+    let (flag_a, flag_g, scratch) = (u32_buffer(&rig, 2), u32_buffer(&rig, 2), u32_buffer(&rig, 8));
+    let (x, y) = (u64_buffer(&rig, 4), u64_buffer(&rig, 4));
+    let (xt, yt) = (u64s(&x, 0, 4), u64s(&y, 0, 4));
+    let mut b_ran_during_build = false;
+    rig.run(|orch| {
+        let blocker =
+            |orch: &mut simpler::Orchestrator<'_>, flag: &simpler::Buffer, out: &simpler::Tensor| {
+                let mut a = TaskArgs::new();
+                a.untracked(&words_of(flag))?.output(out)?.scalar(20_000).scalar(1);
+                orch.submit_sub(&block, a).map(|_| ())
+            };
+        blocker(orch, &flag_a, &xt)?;
+        blocker(orch, &flag_g, &yt)?;
+        let mut b = TaskArgs::new();
+        b.untracked(&words_of(&scratch))?.input(&xt)?.scalar(7);
+        orch.submit_sub(&log, b)?;
+        wait_blocked(&flag_a);
+        wait_blocked(&flag_g);
+        release(&flag_a);
+        for _ in 0..1000 {
+            let mut r = TaskArgs::new();
+            r.input(&yt)?;
+            orch.submit_sub(&noop_h, r)?;
+            let logged = Instant::now() + Duration::from_millis(1);
+            if spin_until(logged, || read_u32(&scratch, 1, 1)[0] == 1) {
+                b_ran_during_build = true;
+                break;
+            }
+        }
+        release(&flag_g);
+        Ok(())
+    })
+    .unwrap();
+    assert!(b_ran_during_build, "B waited for the whole graph to be built, though A had ended");
+    assert_eq!(read_u32(&scratch, 2, 1), [7], "B logged itself");
+}
