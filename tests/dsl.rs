@@ -726,3 +726,43 @@ fn a_scalar_before_a_tensor_in_a_signature_reaches_its_parameter() {
     scale_first_twice::call(0.5, &mut y).unwrap().run(&rig).unwrap();
     assert_eq!(b.read::<f32>(0, 4).unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
 }
+
+/// `y = x * x + k` in double precision, on a SUB worker and on a chip core.
+#[callable(sub)]
+fn square_plus_f64(x: In<f64>, mut y: Out<f64>, k: f64) {
+    for (o, v) in y.iter_mut().zip(x.iter()) {
+        *o = v * v + k;
+    }
+}
+
+/// `y += x` in double precision on a chip core.
+#[callable(chip)]
+fn accumulate_f64(x: In<f64>, mut y: InOut<f64>) {
+    for (o, v) in y.iter_mut().zip(x.iter()) {
+        *o += v;
+    }
+}
+
+/// f64 tensors end to end: typed buffers, a SUB function and a kernel, values that need the
+/// precision (1e-12 steps), and an f64 view refused as another type.
+#[isolated_test]
+fn f64_tensors_work_on_sub_workers_and_chips() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(1).chips(1).chip_memory(1 << 20));
+    rig.init();
+    let (bx, by) = (rig.create_buffer(8 * 4).unwrap(), rig.create_buffer(8 * 4).unwrap());
+    let xs = [1.0f64 + 1e-12, 2.0, 3.0, 1e-300];
+    bx.write(0, &xs).unwrap();
+    let x = bx.typed::<f64>(&[4]).unwrap();
+    let mut y = by.typed::<f64>(&[4]).unwrap();
+    rig.run(|o| {
+        square_plus_f64::call(&x, &mut y, 0.5)?.on(o, simpler::dsl::sub())?;
+        accumulate_f64::call(&x, &mut y)?.on(o, simpler::dsl::chip(0))?;
+        Ok(())
+    })
+    .unwrap();
+    let want: Vec<f64> = xs.iter().map(|v| v * v + 0.5 + v).collect();
+    assert_eq!(by.read::<f64>(0, 4).unwrap(), want);
+    assert_eq!(x.tensor().view().dtype(), DataType::Float64);
+    let err = TensorOf::<f32>::new(bx.tensor(&[4], DataType::Float64).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("f64 elements cannot be typed as TensorOf<f32>"), "{err}");
+}

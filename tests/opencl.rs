@@ -785,3 +785,49 @@ fn chips_made_from_many_threads_at_once_all_find_a_device() {
         assert!(m.is_ok(), "thread {i}: {}", m.as_ref().err().unwrap());
     }
 }
+
+/// f64 tensors and a `double` scalar on the device (PoCL has `cl_khr_fp64`; a device without
+/// it fails the build, naming the callable).
+#[isolated_test]
+fn double_precision_tensors_and_scalars_run_on_the_device() {
+    if !have_opencl() {
+        return;
+    }
+    const AXPY: &str = r"
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void axpy64(__global const double* x, __global double* y, double a) {
+    size_t i = get_global_id(0);
+    y[i] = a * x[i] + y[i];
+}";
+    let mut chip = l2(1);
+    let k = chip.register_chip(ChipFn::opencl("axpy64", KernelSource::opencl(AXPY, "axpy64"))).unwrap();
+    chip.init().unwrap();
+    let (x, y) = (chip.create_buffer(8 * 4).unwrap(), chip.create_buffer(8 * 4).unwrap());
+    let xs = [1.0f64, 1e-12, 3.0, 1e300];
+    x.write(0, &xs).unwrap();
+    y.write(0, &[1.0f64; 4]).unwrap();
+    let mut args = TaskArgs::new();
+    args.input(&x.tensor(&[4], DataType::Float64).unwrap())
+        .unwrap()
+        .inout(&y.tensor(&[4], DataType::Float64).unwrap())
+        .unwrap()
+        .scalar(0.5f64.to_bits());
+    chip.run_callable(&k, args, CallConfig::default()).unwrap();
+    let want: Vec<f64> = xs.iter().map(|v| 0.5 * v + 1.0).collect();
+    assert_eq!(y.read::<f64>(0, 4).unwrap(), want, "f64 precision kept (1 + 5e-13 is not 1 in f32)");
+    // An f32 tensor where the source declares `double*` is refused at submit.
+    let mut wrong = TaskArgs::new();
+    wrong
+        .input(&x.tensor(&[8], DataType::Float32).unwrap())
+        .unwrap()
+        .inout(&y.tensor(&[4], DataType::Float64).unwrap())
+        .unwrap()
+        .scalar(0);
+    expect_err(
+        chip.run_callable(&k, wrong, CallConfig::default()),
+        ErrorKind::InvalidArgument,
+        &["axpy64", "f32"],
+    );
+    drop((x, y));
+    chip.close().unwrap();
+}

@@ -655,7 +655,8 @@ fn desc(rng: &mut Draw<'_>, nbytes: u64) -> BufferDesc {
 }
 
 fn view(rng: &mut Draw<'_>) -> TensorView {
-    let dtype = DataType::from_u8(rng.below(15) as u8).expect("0..=14 are data types");
+    let dtype = DataType::from_u8(rng.below(DataType::ALL.len() as u64) as u8)
+        .expect("every index of ALL is a data type");
     let nd = 1 + rng.index(5);
     let big = rng.one_in(8);
     let shape: Vec<u32> = (0..nd).map(|_| 1 + rng.below(if big { 1 << 16 } else { 8 }) as u32).collect();

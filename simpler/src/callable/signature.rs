@@ -12,12 +12,12 @@
 //! an array, a pointer that is not `__global`, or a pointer to a pointer.
 //!
 //! A tensor parameter's element type is checked when the parser knows it: `float` is
-//! [`DataType::Float32`], `half` `Float16`, `char` `Int8`, `uchar` `Uint8`, `short` `Int16`,
+//! [`DataType::Float32`], `double` `Float64`, `half` `Float16`, `char` `Int8`, `uchar` `Uint8`, `short` `Int16`,
 //! `ushort` `Uint16`, `int` `Int32`, `uint` `Uint32`, `long` `Int64`, `ulong` `Uint64` (and the
 //! `unsigned ...` spellings). OpenCL C has no name for `bool`, the 8- and 4-bit floats or
 //! `bfloat16`, so a kernel reads those as bytes or 16-bit words: `uchar` also takes
 //! `Bool`, `Fp8E4M3Fn`, `Fp8E8M0` and `Fp4E2M1` tensors, `ushort` also `BFloat16`. Any other
-//! type (`double`, which has no [`DataType`], vector types, `void`, typedefs) takes any tensor.
+//! type (vector types, `void`, typedefs) takes any tensor.
 
 use std::fmt::{self, Write as _};
 
@@ -411,6 +411,7 @@ fn param(part: &[Token<'_>], macros: &[String]) -> Option<Param> {
 fn element(ty: &[&str]) -> Option<DataType> {
     Some(match ty {
         ["float"] => DataType::Float32,
+        ["double"] => DataType::Float64,
         ["half"] => DataType::Float16,
         ["char"] | ["signed", "char"] => DataType::Int8,
         ["uchar"] | ["unsigned", "char"] => DataType::Uint8,

@@ -1,15 +1,16 @@
-//! Element types of tensors: [`DataType`] (15 of them) and [`Element`], sealed: the Rust types
+//! Element types of tensors: [`DataType`] (16 of them) and [`Element`], sealed: the Rust types
 //! a tensor's elements may be viewed as (each is `Pod`, rule R4 of `sys::mem`).
 
 use crate::error::{Error, Result};
 
-/// The element type of a tensor: the 15 types of the upstream runtime, with their sizes.
+/// The element type of a tensor: the 15 types of the upstream runtime and `f64`, with their
+/// sizes.
 ///
 /// ```
 /// use simpler::DataType;
 /// assert_eq!(DataType::Float32.size(), 4);
 /// assert_eq!(DataType::from_u8(7).unwrap(), DataType::Int64);
-/// assert!(DataType::from_u8(15).is_err());
+/// assert!(DataType::from_u8(16).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -44,6 +45,8 @@ pub enum DataType {
     Fp8E8M0 = 13,
     /// 4-bit float e2m1, two values packed in one byte (the element size counts the byte).
     Fp4E2M1 = 14,
+    /// 64-bit IEEE float (not among the upstream's types; OpenCL C's `double`).
+    Float64 = 15,
 }
 
 impl DataType {
@@ -51,11 +54,11 @@ impl DataType {
     ///
     /// ```
     /// use simpler::DataType;
-    /// assert_eq!(DataType::ALL.len(), 15);
+    /// assert_eq!(DataType::ALL.len(), 16);
     /// assert_eq!(DataType::ALL[0], DataType::Float32);
     /// assert!(DataType::ALL.iter().enumerate().all(|(i, d)| usize::from(d.as_u8()) == i));
     /// ```
-    pub const ALL: [DataType; 15] = [
+    pub const ALL: [DataType; 16] = [
         DataType::Float32,
         DataType::Float16,
         DataType::Int32,
@@ -71,6 +74,7 @@ impl DataType {
         DataType::Fp8E4M3Fn,
         DataType::Fp8E8M0,
         DataType::Fp4E2M1,
+        DataType::Float64,
     ];
 
     /// Size of one element in bytes.
@@ -80,6 +84,7 @@ impl DataType {
     /// ```
     /// use simpler::DataType;
     /// assert_eq!(DataType::Int64.size(), 8);
+    /// assert_eq!(DataType::Float64.size(), 8);
     /// assert_eq!(DataType::BFloat16.size(), 2);
     /// assert_eq!(DataType::Bool.size(), 1);
     /// assert_eq!(DataType::Fp4E2M1.size(), 1);
@@ -88,7 +93,7 @@ impl DataType {
         match self {
             DataType::Float32 | DataType::Int32 | DataType::Uint32 => 4,
             DataType::Float16 | DataType::Int16 | DataType::BFloat16 | DataType::Uint16 => 2,
-            DataType::Int64 | DataType::Uint64 => 8,
+            DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
             DataType::Int8
             | DataType::Uint8
             | DataType::Bool
@@ -98,7 +103,7 @@ impl DataType {
         }
     }
 
-    /// The wire value of this type (its discriminant, `0..=14`).
+    /// The wire value of this type (its discriminant, `0..=15`).
     ///
     /// ```
     /// use simpler::DataType;
@@ -114,7 +119,7 @@ impl DataType {
     ///
     /// # Errors
     ///
-    /// Values above 14 are an [`ErrorKind::Decode`](crate::ErrorKind::Decode) error.
+    /// Values above 15 are an [`ErrorKind::Decode`](crate::ErrorKind::Decode) error.
     ///
     /// ```
     /// use simpler::{DataType, ErrorKind};
@@ -125,7 +130,7 @@ impl DataType {
         DataType::ALL
             .get(usize::from(v))
             .copied()
-            .ok_or_else(|| Error::decode(format!("unknown data type {v} (known: 0..=14)")))
+            .ok_or_else(|| Error::decode(format!("unknown data type {v} (known: 0..=15)")))
     }
 
     /// The lowercase name, as used in messages (`f32`, `bf16`, ...); `Display` prints it too.
@@ -153,6 +158,7 @@ impl DataType {
             DataType::Fp8E4M3Fn => "fp8e4m3fn",
             DataType::Fp8E8M0 => "fp8e8m0",
             DataType::Fp4E2M1 => "fp4e2m1",
+            DataType::Float64 => "f64",
         }
     }
 }
@@ -185,7 +191,7 @@ impl std::fmt::Display for DataType {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tensor element type",
     label = "not an element type",
-    note = "tensor elements are f32, i8, i16, i32, i64, u8, u16, u32, u64"
+    note = "tensor elements are f32, f64, i8, i16, i32, i64, u8, u16, u32, u64"
 )]
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     /// The data type this Rust type stands for.
@@ -221,7 +227,7 @@ macro_rules! element {
     )*};
 }
 
-element!(f32 => Float32, i32 => Int32, i16 => Int16, i8 => Int8, u8 => Uint8, i64 => Int64,
+element!(f32 => Float32, f64 => Float64, i32 => Int32, i16 => Int16, i8 => Int8, u8 => Uint8, i64 => Int64,
          u64 => Uint64, u16 => Uint16, u32 => Uint32);
 
 #[cfg(test)]
@@ -240,6 +246,7 @@ mod tests {
     fn element_sizes_match_rust_types() {
         assert_eq!(DataType::Float32.size(), std::mem::size_of::<f32>());
         assert_eq!(DataType::Int64.size(), std::mem::size_of::<i64>());
+        assert_eq!(DataType::Float64.size(), std::mem::size_of::<f64>());
         assert_eq!(DataType::Uint16.size(), std::mem::size_of::<u16>());
     }
 }

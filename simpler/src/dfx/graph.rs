@@ -397,10 +397,11 @@ impl DagCapture {
                     continue;
                 }
                 let (arg, buffer) = (i as u32, t.desc().identity());
-                if let Some(name) = t.buffer_name()
-                    && !self.names.contains_key(&buffer)
+                // The name is looked up (a `String`) only for a buffer not seen yet.
+                if !self.names.contains_key(&buffer)
+                    && let Some(name) = t.buffer_name()
                 {
-                    self.names.insert(buffer, name.to_string());
+                    self.names.insert(buffer, name);
                 }
                 let fp = self.footprints.entry(buffer).or_default();
                 let view = t.view();

@@ -28,7 +28,7 @@ fn plain_kernels_give_tensors_with_their_element_types_then_scalars() {
             Tensor(Some(Uint8)),
             Tensor(Some(Int32)),
             Tensor(Some(DataType::Uint32)),
-            Tensor(None),
+            Tensor(Some(DataType::Float64)),
             Tensor(None),
             Tensor(None),
             Tensor(Some(DataType::Float16)),

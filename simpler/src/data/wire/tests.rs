@@ -259,7 +259,7 @@ fn corrupted_fields_are_named() {
     expect(corrupt(&shm, 0, |r| r[3] = 3), "access");
     expect(corrupt(&shm, 0, |r| r[4] = 1), "backend"); // the named shm objects of earlier versions
     expect(corrupt(&shm, 0, |r| r[4] = 3), "backend");
-    expect(corrupt(&shm, 0, |r| r[140] = 15), "data type");
+    expect(corrupt(&shm, 0, |r| r[140] = 16), "data type");
     expect(corrupt(&shm, 1, |r| put64(r, 16, 0)), "buffer_id");
     expect(corrupt(&shm, 0, |r| put32(r, 24, 0)), "generation");
     expect(corrupt(&shm, 0, |r| r[52] = 33), "body_len");
