@@ -766,3 +766,49 @@ fn f64_tensors_work_on_sub_workers_and_chips() {
     let err = TensorOf::<f32>::new(bx.tensor(&[4], DataType::Float64).unwrap()).unwrap_err();
     assert!(err.to_string().contains("f64 elements cannot be typed as TensorOf<f32>"), "{err}");
 }
+
+/// `out[0]` = the rank of `m`, `out[1..]` = its shape, then the core running the call.
+#[callable(chip)]
+fn describe(m: In<f32>, mut out: Out<u32>) {
+    let shape = m.shape();
+    out[0] = shape.len() as u32;
+    out[1..1 + shape.len()].copy_from_slice(shape);
+    out[1 + shape.len()] = simpler::dsl::worker_index().expect("inside a call");
+}
+
+/// The same on a SUB worker, for its worker index.
+#[callable(sub)]
+fn describe_sub(m: In<f32>, mut out: Out<u32>) {
+    let shape = m.shape();
+    out[0] = shape.len() as u32;
+    out[1..1 + shape.len()].copy_from_slice(shape);
+    out[1 + shape.len()] = simpler::dsl::worker_index().expect("inside a call");
+}
+
+/// A `#[callable]` kernel or host function sees its tensors' shapes and which core or SUB
+/// worker runs it.
+#[isolated_test]
+fn callables_see_their_tensors_shapes_and_their_worker() {
+    let mut rig = Rig::new(Worker::builder().sub_workers(2).chips(1).chip_cores(2).chip_memory(1 << 20));
+    rig.init();
+    let bm = rig.create_buffer(4 * 24).unwrap();
+    let m = TensorOf::<f32>::new(bm.tensor(&[2, 3, 4], DataType::Float32).unwrap()).unwrap();
+    let outs: Vec<simpler::Buffer> = (0..3).map(|_| rig.create_buffer(4 * 8).unwrap()).collect();
+    let mut o: Vec<TensorOf<u32, simpler::dsl::ReadWrite>> =
+        outs.iter().map(|b| b.typed::<u32>(&[8]).unwrap()).collect();
+    rig.run(|orch| {
+        let [o0, o1, o2] = &mut o[..] else { unreachable!() };
+        describe::call(&m, o0)?.on(orch, simpler::dsl::chip(0))?;
+        describe_sub::call(&m, o1)?.on(orch, simpler::dsl::sub())?;
+        describe_sub::call(&m, o2)?.on(orch, simpler::dsl::sub())?;
+        Ok(())
+    })
+    .unwrap();
+    let got: Vec<Vec<u32>> = outs.iter().map(|b| b.read::<u32>(0, 5).unwrap()).collect();
+    for g in &got {
+        assert_eq!(g[..4], [3, 2, 3, 4], "rank and shape: {got:?}");
+    }
+    assert!(got[0][4] < 2, "a core of the chip: {got:?}");
+    assert!(got[1][4] < 2 && got[2][4] < 2, "a SUB worker: {got:?}");
+    assert_eq!(simpler::dsl::worker_index(), None, "not inside a call here");
+}

@@ -472,9 +472,11 @@ pub(crate) fn shim(root: &TokenStream, name: &syn::Ident, sig: &Sig, kind: Kind)
             }
         }
     } else {
+        let at = format_ident!("__at", span = model::hidden());
         quote! {
             #[doc(hidden)]
             pub fn __shim(#args: &#root::HostArgs<'_>) -> #root::HostResult {
+                let #at = #root::__private::at_worker(#args);
                 #(#lets)*
                 #root::__private::CallableReturn::into_host(#name(#(#idents),*))
             }

@@ -31,4 +31,4 @@ pub use graph::{GraphEdge, TaskGraph};
 pub use launch::IndexLaunch;
 pub use place::{Call, Placement, SubWorker, WorkerId, chip, kind, sub, worker};
 pub use typed::{InArg, InOutArg, Mode, OutArg, ReadOnly, ReadWrite, Scalar, TensorOf};
-pub use view::{In, InOut, Out};
+pub use view::{In, InOut, Out, worker_index};

@@ -37,6 +37,13 @@ fn arg_error(callable: &str, param: &str, e: Error) -> Box<dyn StdError + Send +
     Box::new(e.context(format!("`{callable}` parameter `{param}`")))
 }
 
+pub use crate::dsl::view::AtWorker;
+
+/// Sets `dsl::worker_index` for a host or kernel call (the shim holds it while the call runs).
+pub fn at_worker(args: &HostArgs<'_>) -> AtWorker {
+    crate::dsl::view::AtWorker::enter(args.worker_index())
+}
+
 /// Tensor `i` of a host or kernel call as an `In<T>`.
 pub fn input<'a, T: Element>(
     args: &'a HostArgs<'_>,
@@ -44,7 +51,8 @@ pub fn input<'a, T: Element>(
     callable: &str,
     param: &str,
 ) -> std::result::Result<In<'a, T>, Box<dyn StdError + Send + Sync>> {
-    args.input::<T>(i).map(In::new).map_err(|e| arg_error(callable, param, e))
+    let view = args.view(i).map_err(|e| arg_error(callable, param, e))?;
+    args.input::<T>(i).map(|d| In::of_view(d, view)).map_err(|e| arg_error(callable, param, e))
 }
 
 /// Tensor `i` of a host or kernel call as an `Out<T>`.
@@ -54,7 +62,8 @@ pub fn output<'a, T: Element>(
     callable: &str,
     param: &str,
 ) -> std::result::Result<Out<'a, T>, Box<dyn StdError + Send + Sync>> {
-    args.output::<T>(i).map(Out::new).map_err(|e| arg_error(callable, param, e))
+    let view = *args.view(i).map_err(|e| arg_error(callable, param, e))?;
+    args.output::<T>(i).map(|d| Out::of_view(d, &view)).map_err(|e| arg_error(callable, param, e))
 }
 
 /// Tensor `i` of a host or kernel call as an `InOut<T>`.
@@ -64,7 +73,8 @@ pub fn inout<'a, T: Element>(
     callable: &str,
     param: &str,
 ) -> std::result::Result<InOut<'a, T>, Box<dyn StdError + Send + Sync>> {
-    args.output::<T>(i).map(InOut::new).map_err(|e| arg_error(callable, param, e))
+    let view = *args.view(i).map_err(|e| arg_error(callable, param, e))?;
+    args.output::<T>(i).map(|d| InOut::of_view(d, &view)).map_err(|e| arg_error(callable, param, e))
 }
 
 /// Scalar `i` of a host or kernel call.
