@@ -548,3 +548,56 @@ fn a_runs_deadline_bounds_its_wait_for_room() {
     first.wait().expect_err("cancelled");
     assert_only_killed(&rig, &[stuck]);
 }
+
+/// A graceful cancel stops dispatch at once, lets the running task end on its own (its worker
+/// stays in service), and fails the tasks behind it unstarted.
+#[isolated_test]
+fn a_graceful_cancel_lets_running_tasks_end_and_starts_nothing_more() {
+    let (rig, [block, fill]) = Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill)]);
+    let flag = u32_buffer(&rig, 2);
+    let out = u64_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&words_of(&flag))?.output(&u64s(&out, 0, 1))?.scalar(20_000).scalar(5);
+            let first = orch.submit_sub(&block, a)?;
+            let mut behind = TaskArgs::new();
+            behind.output(&u64s(&out, 1, 1))?.scalar(6);
+            behind.add_dep_wait(first);
+            orch.submit_sub(&fill, behind).map(|_| ())
+        })
+        .unwrap();
+    wait_blocked(&flag);
+    assert!(run.cancel_gracefully(Duration::from_secs(20)), "a running run is cancelled");
+    assert!(!run.is_done(), "its running task goes on");
+    assert!(!run.cancel(), "a cancelled run cannot be cancelled again");
+    release(&flag);
+    let err = run.wait().expect_err("cancelled");
+    assert_err(
+        &err,
+        ErrorKind::Cancelled,
+        &[&format!("run {}", run.id()), "cancelled gracefully", "block_on_flag", "up to 20s to end"],
+    );
+    assert_eq!(read_u64(&out, 0, 2), vec![5, 0], "the running task ended its work; the one behind never ran");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (2, 1), "the running task completed");
+    assert_only_killed(&rig, &[]);
+}
+
+/// A task still running when a graceful cancel's grace is over is stopped like `cancel` stops
+/// it (its worker killed), and the run ends then.
+#[isolated_test]
+fn a_task_still_running_after_the_grace_is_stopped() {
+    let (rig, [hang]) = Rig::start(subs(2), [("hang", hang)]);
+    let flags = u32_buffer(&rig, 1);
+    let run = hang_run(&rig, &hang, &flags, RunOptions::new());
+    let stuck = sub_index(&rig, wait_hanging(&flags, 0));
+    let started = Instant::now();
+    assert!(run.cancel_gracefully(Duration::from_millis(300)));
+    let err = run.wait().expect_err("cancelled");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(300), "stopped before its grace was over: {took:?}");
+    assert!(took < Duration::from_secs(5), "the grace bounds it: {took:?}");
+    assert_err(&err, ErrorKind::Cancelled, &["cancelled gracefully", "hang", "up to 300 ms to end"]);
+    assert_only_killed(&rig, &[stuck]);
+}

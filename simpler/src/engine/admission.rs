@@ -188,12 +188,41 @@ impl Engine {
         due
     }
 
+    /// Recomputes when the scheduler must look at the live runs again, after it stopped some
+    /// (a graceful cancel sets a new moment: the end of its grace).
+    pub(crate) fn refresh_next_check(&self) {
+        let runs = sync::lock(&self.runs);
+        let next = runs
+            .live
+            .iter()
+            .filter_map(|r| r.next_check())
+            .map(|at| self.since_epoch(at))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.next_check.store(next, Ordering::SeqCst);
+    }
+
     /// [`RunHandle::cancel`](crate::engine::run::RunHandle::cancel): asks the scheduler to stop `run` and drives
     /// until it did (or the run ended first); true when this call cancelled it.
     pub(crate) fn cancel_run(&self, run: &Arc<RunState>) -> bool {
         if run.is_done() || run.is_stopped() || self.is_closed() || !run.request_cancel() {
             return false;
         }
+        self.stop_requested(run)
+    }
+
+    /// [`RunHandle::cancel_gracefully`](crate::engine::run::RunHandle::cancel_gracefully): as
+    /// [`cancel_run`](Self::cancel_run), but the run's running tasks get `grace` to end.
+    pub(crate) fn cancel_run_gracefully(&self, run: &Arc<RunState>, grace: Duration) -> bool {
+        if run.is_done() || run.is_stopped() || self.is_closed() || !run.request_graceful_cancel(grace) {
+            return false;
+        }
+        self.stop_requested(run)
+    }
+
+    /// Makes the scheduler stop `run`, whose cancel was just requested, and drives until it did
+    /// (or the run ended first); true when it was stopped as cancelled.
+    fn stop_requested(&self, run: &Arc<RunState>) -> bool {
         {
             let _runs = sync::lock(&self.runs);
             self.next_check.store(0, Ordering::SeqCst);

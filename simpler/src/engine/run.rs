@@ -81,6 +81,11 @@ pub(crate) enum StopCause {
     Deadline(Duration),
     /// [`RunHandle::cancel`].
     Cancelled,
+    /// [`RunHandle::cancel_gracefully`]: no task starts any more, running ones may end within
+    /// this long.
+    CancelledGracefully(Duration),
+    /// A graceful cancel's grace is over with tasks still running: they are stopped.
+    GraceOver(Duration),
 }
 
 const NOT_STOPPED: u8 = 0;
@@ -113,6 +118,10 @@ pub(crate) struct RunState {
     deadline: Option<(Instant, Duration)>,
     /// [`RunHandle::cancel`] asked the scheduler to stop the run.
     cancel_requested: AtomicBool,
+    /// The grace of a graceful cancel (asked for before `cancel_requested` is set), and once the
+    /// scheduler stopped the run that way, when its running tasks are to be stopped (taken when
+    /// they are).
+    grace: Mutex<(Option<Duration>, Option<Instant>)>,
     /// Whether (and why) the scheduler stopped the run: from then on none of its tasks is
     /// dispatched (one of the `STOPPED_*` values).
     stopped: AtomicU8,
@@ -151,6 +160,7 @@ impl RunState {
             capture: capture.then(|| Mutex::new(DagCapture::default())),
             deadline: None,
             cancel_requested: AtomicBool::new(false),
+            grace: Mutex::new((None, None)),
             stopped: AtomicU8::new(NOT_STOPPED),
             lease: OnceLock::new(),
             staged: AtomicU64::new(0),
@@ -250,8 +260,11 @@ impl RunState {
     /// When the scheduler must look at this run again: now when a cancel waits, at its deadline
     /// otherwise; `None` once it was stopped (or without a deadline).
     pub(crate) fn next_check(&self) -> Option<Instant> {
-        if self.is_stopped() || self.is_done() {
+        if self.is_done() {
             return None;
+        }
+        if self.is_stopped() {
+            return sync::lock(&self.grace).1;
         }
         if self.cancel_requested.load(Ordering::SeqCst) {
             return Some(self.started);
@@ -262,11 +275,24 @@ impl RunState {
     /// Why the scheduler must stop the run now (a cancel, else a deadline passed by `now`), if
     /// it must and has not yet.
     pub(crate) fn due(&self, now: Instant) -> Option<StopCause> {
-        if self.is_stopped() || self.is_done() {
+        if self.is_done() {
             return None;
         }
+        if self.is_stopped() {
+            let mut grace = sync::lock(&self.grace);
+            return match *grace {
+                (Some(limit), Some(at)) if at <= now => {
+                    grace.1 = None;
+                    Some(StopCause::GraceOver(limit))
+                }
+                _ => None,
+            };
+        }
         if self.cancel_requested.load(Ordering::SeqCst) {
-            return Some(StopCause::Cancelled);
+            return Some(match sync::lock(&self.grace).0 {
+                Some(limit) => StopCause::CancelledGracefully(limit),
+                None => StopCause::Cancelled,
+            });
         }
         match self.deadline {
             Some((at, limit)) if at <= now => Some(StopCause::Deadline(limit)),
@@ -279,11 +305,27 @@ impl RunState {
         !self.cancel_requested.swap(true, Ordering::SeqCst)
     }
 
+    /// Asks the scheduler to stop the run gracefully, giving running tasks `grace`; false when
+    /// a cancel was asked for already.
+    pub(crate) fn request_graceful_cancel(&self, grace: Duration) -> bool {
+        let mut g = sync::lock(&self.grace);
+        if self.cancel_requested.load(Ordering::SeqCst) {
+            return false;
+        }
+        g.0 = Some(grace);
+        drop(g);
+        self.request_cancel()
+    }
+
     /// The scheduler stops the run (the holder only): none of its tasks is dispatched any more.
     pub(crate) fn mark_stopped(&self, cause: StopCause) {
         let v = match cause {
             StopCause::Deadline(_) => STOPPED_BY_DEADLINE,
-            StopCause::Cancelled => STOPPED_BY_CANCEL,
+            StopCause::Cancelled | StopCause::GraceOver(_) => STOPPED_BY_CANCEL,
+            StopCause::CancelledGracefully(limit) => {
+                sync::lock(&self.grace).1 = Some(crate::sys::clock::after(limit));
+                STOPPED_BY_CANCEL
+            }
         };
         let _ = self.stopped.compare_exchange(NOT_STOPPED, v, Ordering::SeqCst, Ordering::SeqCst);
     }
@@ -675,6 +717,43 @@ impl RunHandle {
     /// ```
     pub fn cancel(&self) -> bool {
         self.engine().is_some_and(|engine| engine.cancel_run(&self.run))
+    }
+
+    /// Cancels the run gracefully: it fails with an [`ErrorKind::Cancelled`] error naming it,
+    /// none of its tasks starts any more, and the tasks it has running may end on their own
+    /// for up to `grace`; those still running then are stopped as by [`cancel`](Self::cancel)
+    /// (their workers killed). The workers whose tasks ended in time stay in service.
+    ///
+    /// Returns true when this call cancelled the run (it has stopped dispatching when this
+    /// returns; [`wait`](Self::wait) returns once its running tasks ended or were stopped);
+    /// false, doing nothing, as for `cancel`.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use simpler::{ErrorKind, HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     std::thread::sleep(Duration::from_millis(50));
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// let run = worker.submit(|orch| {
+    ///     for _ in 0..100 {
+    ///         orch.submit_sub(&step, TaskArgs::new())?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// assert!(run.cancel_gracefully(Duration::from_secs(1)));
+    /// assert_eq!(run.wait().unwrap_err().kind(), ErrorKind::Cancelled);
+    /// assert_eq!(worker.workers().iter().filter(|w| w.is_alive()).count(), 2); // none was killed
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_gracefully(&self, grace: Duration) -> bool {
+        self.engine().is_some_and(|engine| engine.cancel_run_gracefully(&self.run, grace))
     }
 
     /// Statistics, once the run is done (`None` before).

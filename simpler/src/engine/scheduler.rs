@@ -396,6 +396,9 @@ impl Scheduler {
         for (run, cause) in &due {
             self.stop_run(eng, run, *cause);
         }
+        if !due.is_empty() {
+            eng.refresh_next_check();
+        }
         !due.is_empty()
     }
 
@@ -426,6 +429,32 @@ impl Scheduler {
             StopCause::Cancelled => {
                 (ErrorKind::Cancelled, format!("run {} was cancelled (RunHandle::cancel)", run.id))
             }
+            StopCause::CancelledGracefully(_) => (
+                ErrorKind::Cancelled,
+                format!("run {} was cancelled gracefully (RunHandle::cancel_gracefully)", run.id),
+            ),
+            StopCause::GraceOver(limit) => {
+                // The run's error was recorded when it was cancelled; its tasks still running
+                // had their grace: stop them now.
+                tracing::warn!(target: "simpler::scheduler", run_id = run.id, still_running = ?names, "the grace of a graceful cancel ({}) is over; stopping the run's tasks still running", format_duration(limit));
+                let err = Error::new(
+                    ErrorKind::Cancelled,
+                    format!(
+                        "run {} was cancelled gracefully and its tasks still running after {} were stopped: {}",
+                        run.id,
+                        format_duration(limit),
+                        names.join(", ")
+                    ),
+                );
+                if !self.stop_lanes(&running) {
+                    eng.abandon_run(run, err);
+                }
+                return;
+            }
+        };
+        let graceful = match cause {
+            StopCause::CancelledGracefully(limit) => Some(limit),
+            _ => None,
         };
         let staged: Vec<String> = (0..self.lanes.len())
             .filter_map(|i| {
@@ -434,7 +463,15 @@ impl Scheduler {
             })
             .collect();
         let mut message = what;
-        if !names.is_empty() {
+        if let (Some(limit), false) = (graceful, names.is_empty()) {
+            message.push_str(&format!(
+                "; still running: {}; {} up to {} to end, then {} stopped",
+                names.join(", "),
+                if names.len() == 1 { "it has" } else { "they have" },
+                format_duration(limit),
+                if names.len() == 1 { "it is" } else { "they are" }
+            ));
+        } else if !names.is_empty() {
             let how: Vec<&str> = running.iter().map(|&i| self.lanes[i].endpoint.stopping()).collect();
             let how = if how.iter().all(|h| *h == how[0]) { how[0].to_string() } else { how.join("; ") };
             message.push_str(&format!(
@@ -458,19 +495,8 @@ impl Scheduler {
         // A `cancel` waiting for the stop while another thread holds the role sleeps on
         // `events`.
         eng.events.ring();
-        let mut unstoppable = false;
-        for &i in &running {
-            match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.stop())) {
-                Ok(true) => {}
-                Ok(false) => unstoppable = true,
-                Err(panic) => {
-                    let why = format!("its endpoint panicked in stop: {}", panic_message(&*panic));
-                    tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
-                    self.lanes[i].dead = Some(why);
-                    unstoppable = true;
-                }
-            }
-        }
+        // A graceful cancel lets its running tasks end (until `due` says the grace is over).
+        let unstoppable = graceful.is_none() && !self.stop_lanes(&running);
         // Its staged tasks are given back unlaunched (their ends come through `poll_staged`;
         // `activate_staged` asks again for one the worker was still preparing).
         for i in 0..self.lanes.len() {
@@ -493,6 +519,25 @@ impl Scheduler {
         if unstoppable {
             eng.abandon_run(run, err);
         }
+    }
+
+    /// Stops the workers of lanes `running` ([`Endpoint::stop`]); false when one could not be
+    /// stopped (it keeps its task) or its endpoint panicked (it leaves service).
+    fn stop_lanes(&mut self, running: &[usize]) -> bool {
+        let mut stopped = true;
+        for &i in running {
+            match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.stop())) {
+                Ok(true) => {}
+                Ok(false) => stopped = false,
+                Err(panic) => {
+                    let why = format!("its endpoint panicked in stop: {}", panic_message(&*panic));
+                    tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
+                    self.lanes[i].dead = Some(why);
+                    stopped = false;
+                }
+            }
+        }
+        stopped
     }
 
     fn route(&mut self, slot: Arc<Slot>) {
