@@ -718,6 +718,8 @@ impl Tensor {
     /// assert_eq!(halves[1].view().byte_offset(), 24);
     /// let err = m.split(3).unwrap_err();
     /// assert!(err.message().contains("4 rows into 3 equal pieces"), "{err}");
+    /// let err = m.split(6).unwrap_err(); // more pieces than rows
+    /// assert!(err.message().contains("at most 4 pieces of one row"), "{err}");
     /// // The remainder by hand: 3 pieces of 1 row, then the last row.
     /// let (head, tail) = (m.rows(0..3)?.split(3)?, m.rows(3..4)?);
     /// assert_eq!((head.len(), tail.view().shape()[0]), (3, 1));
@@ -726,15 +728,25 @@ impl Tensor {
     pub fn split(&self, n: u32) -> Result<Vec<Tensor>> {
         let rows = self.view.shape()[0];
         if n == 0 || !rows.is_multiple_of(n) {
+            let (why, hint) = if n == 0 {
+                ("a count of 0".to_string(), "choose a count of at least 1".to_string())
+            } else if n > rows {
+                (
+                    "it has fewer rows than pieces".to_string(),
+                    format!("choose a count that divides {rows} (at most {rows} pieces of one row)"),
+                )
+            } else {
+                (
+                    format!("{} rows would be left over", rows % n),
+                    format!(
+                        "choose a count that divides {rows}, or split the first {} rows and take the rest with `rows(..)`",
+                        rows - rows % n
+                    ),
+                )
+            };
             return Err(Error::invalid(format!(
-                "cannot split tensor {:?} of {rows} rows into {n} equal pieces: {}; choose a count that divides {rows}, or split the first {} rows and take the rest with `rows(..)`",
-                self.view.shape(),
-                if n == 0 {
-                    "a count of 0".to_string()
-                } else {
-                    format!("{} rows would be left over", rows % n)
-                },
-                if n == 0 { 0 } else { rows - rows % n },
+                "cannot split tensor {:?} of {rows} rows into {n} equal pieces: {why}; {hint}",
+                self.view.shape()
             )));
         }
         let step = rows / n;
