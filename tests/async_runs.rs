@@ -110,3 +110,51 @@ fn deadlines_and_cancellation_reach_awaited_runs() {
     .unwrap();
     assert_eq!(read_u64(&out, 0, 1), vec![7]);
 }
+
+/// `Worker::submit_async` waits for room without blocking the runtime: with two runs admitted
+/// (`pending_run_depth(2)`) a third submit stays pending while a current-thread runtime's timer
+/// still fires, and resolves once a run ends; its run then completes like any other.
+#[isolated_test]
+fn submit_async_waits_for_room_without_blocking_the_runtime() {
+    let (rig, [block, put]) =
+        Rig::start(subs(2).pending_run_depth(2), [("block", block_on_flag), ("put", put)]);
+    let flag = u32_buffer(&rig, 2);
+    let out = u64_buffer(&rig, 3);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let blocking = |i: usize| {
+            let (flag, out, block) = (&flag, &out, &block);
+            rig.submit_async(RunOptions::new(), move |orch, _, _| {
+                let mut a = TaskArgs::new();
+                a.untracked(&words_of(flag))?.output(&u64s(out, i, 1))?.scalar(20_000).scalar(7);
+                orch.submit_sub(block, a).map(|_| ())
+            })
+        };
+        let first = blocking(0).await.unwrap();
+        let second = blocking(1).await.unwrap();
+        let mut third = rig.submit_async(RunOptions::new(), |orch, _, _| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&out, 2, 1))?.scalar(9);
+            orch.submit_sub(&put, a).map(|_| ())
+        });
+        let waited = tokio::time::timeout(Duration::from_millis(100), &mut third).await;
+        assert!(waited.is_err(), "no room while two runs are admitted, and the runtime's timer fired");
+        // Another submit that is dropped while it waits takes nothing with it.
+        let mut dropped = rig.submit_async(RunOptions::new(), |_, _, _| Ok(()));
+        assert!(tokio::time::timeout(Duration::from_millis(10), &mut dropped).await.is_err());
+        drop(dropped);
+        release(&flag);
+        let third = third.await.expect("admitted once a run ended");
+        third.await.unwrap();
+        first.await.unwrap();
+        second.await.unwrap();
+        // Both places are free again: two more submits resolve at once.
+        let (a, b) = (
+            rig.submit_async(RunOptions::new(), |_, _, _| Ok(())).await.unwrap(),
+            rig.submit_async(RunOptions::new(), |_, _, _| Ok(())).await.unwrap(),
+        );
+        a.await.unwrap();
+        b.await.unwrap();
+    });
+    assert_eq!(read_u64(&out, 0, 3), vec![7, 7, 9]);
+}

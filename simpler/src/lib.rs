@@ -138,7 +138,7 @@ pub use engine::orch_fn::{OrchFn, OrchFnPtr};
 pub use engine::orchestrator::{MAX_SCOPE_DEPTH, Orchestrator};
 pub use engine::run::{RunFuture, RunHandle};
 pub use error::{Error, ErrorKind, Result};
-pub use worker::{RunOptions, StartMethod, Worker, WorkerBuilder};
+pub use worker::{RunOptions, StartMethod, SubmitFuture, Worker, WorkerBuilder};
 
 /// What most programs import: `use simpler::prelude::*;`.
 ///

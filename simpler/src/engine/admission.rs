@@ -70,6 +70,20 @@ pub(super) struct Runs {
     /// The last finished run: reused by the next `begin_run` when nobody holds it any more (its
     /// handle, tasks and Orchestrator are gone), so a run allocates no state of its own.
     pub(super) spare: Option<Arc<RunState>>,
+    /// Places an async submit holds for the run it is about to build
+    /// ([`Engine::poll_room`]): they count as admitted runs.
+    pub(super) reserved: usize,
+    /// Async submits waiting for room, woken when a run finishes or a place is given back.
+    pub(super) room_wakers: Vec<std::task::Waker>,
+}
+
+/// A place taken by [`Engine::poll_room`], given back if dropped before its run is admitted.
+struct Reservation<'a>(&'a Engine);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.unreserve();
+    }
 }
 
 impl Engine {
@@ -77,17 +91,37 @@ impl Engine {
     /// `pipeline_depth`) runs are live: for as long as the submit timeout (by default for
     /// ever) and the run's own deadline allow; `deadline`: when the run must end, and the limit
     /// it was given.
+    #[cfg(test)]
     pub(crate) fn begin_run(
         &self,
         capture: bool,
         deadline: Option<(Instant, Duration)>,
     ) -> Result<Arc<RunState>> {
-        let (depth, knob) = match self.cfg.pending_run_depth {
+        self.begin_run_as(capture, deadline, false)
+    }
+
+    /// How many runs may be admitted at once, and the setting that says so.
+    fn run_depth(&self) -> (usize, &'static str) {
+        match self.cfg.pending_run_depth {
             0 => (self.cfg.pipeline_depth, "pipeline_depth"),
             n => (n, "pending_run_depth"),
+        }
+    }
+
+    /// [`begin_run`](Self::begin_run); with `reserved`, the run takes the place an async submit
+    /// holds ([`Engine::poll_room`]) instead of waiting for one.
+    fn begin_run_as(
+        &self,
+        capture: bool,
+        deadline: Option<(Instant, Duration)>,
+        reserved: bool,
+    ) -> Result<Arc<RunState>> {
+        let (depth, knob) = self.run_depth();
+        let room = || {
+            let runs = sync::lock(&self.runs);
+            runs.live.len() + runs.reserved < depth
         };
-        let room = || sync::lock(&self.runs).live.len() < depth;
-        if !room() {
+        if !reserved && !room() {
             let limit = self.cfg.submit_timeout;
             let by_timeout = crate::sys::clock::after(limit);
             let until = match deadline {
@@ -123,6 +157,9 @@ impl Engine {
             }
         };
         let mut runs = sync::lock(&self.runs);
+        if reserved {
+            runs.reserved -= 1;
+        }
         let run = match runs.spare.take() {
             Some(mut spare) => match Arc::get_mut(&mut spare) {
                 Some(state) => {
@@ -255,6 +292,26 @@ impl Engine {
     where
         F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
+        self.build_run_as(capture, deadline, will_wait, false, f)
+    }
+
+    /// [`build_run`](Self::build_run); with `reserved`, the run takes the place an async submit
+    /// holds (see [`Engine::poll_room`]), which is given back if the build fails before the run
+    /// is admitted.
+    pub(crate) fn build_run_as<F>(
+        &self,
+        capture: bool,
+        deadline: Option<Duration>,
+        will_wait: bool,
+        reserved: bool,
+        f: F,
+    ) -> std::result::Result<Built<'_>, BuildFailed>
+    where
+        F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
+    {
+        // The reservation goes to the run `begin_run_as` admits, or back here on an earlier
+        // error.
+        let mut reservation = reserved.then(|| Reservation(self));
         // A token unique to this thread (the address of a thread-local), to refuse a
         // re-entrant build instead of deadlocking on `building`.
         thread_local!(static TOKEN: u8 = const { 0 });
@@ -278,7 +335,9 @@ impl Engine {
             }
         }
         let _clear = ClearBuilder(&self.builder);
-        let run = self.begin_run(capture, deadline).map_err(BuildFailed::Error)?;
+        let run = self
+            .begin_run_as(capture, deadline, reservation.take().map(std::mem::forget).is_some())
+            .map_err(BuildFailed::Error)?;
         run.ahead.store(!will_wait, Ordering::Relaxed);
         let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
@@ -360,6 +419,33 @@ impl Engine {
     }
 
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
+    /// Whether a run may be admitted now without waiting; when it may, takes a place for it (a
+    /// reservation: give it to [`build_run_as`](Self::build_run_as), or back with
+    /// [`unreserve`](Self::unreserve)). When it may not, `waker` is woken once a run finished or
+    /// a place was given back (then ask again).
+    pub(crate) fn poll_room(&self, waker: &std::task::Waker) -> bool {
+        let (depth, _) = self.run_depth();
+        let mut runs = sync::lock(&self.runs);
+        if runs.live.len() + runs.reserved < depth {
+            runs.reserved += 1;
+            return true;
+        }
+        if !runs.room_wakers.iter().any(|w| w.will_wake(waker)) {
+            runs.room_wakers.push(waker.clone());
+        }
+        false
+    }
+
+    /// Gives back a place taken by [`poll_room`](Self::poll_room) and not used.
+    pub(crate) fn unreserve(&self) {
+        let wakers = {
+            let mut runs = sync::lock(&self.runs);
+            runs.reserved -= 1;
+            std::mem::take(&mut runs.room_wakers)
+        };
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
         // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {
@@ -376,7 +462,10 @@ impl Engine {
                 runs.spare = runs.live.remove(at);
             }
             self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+            std::mem::take(&mut runs.room_wakers)
         }
+        .into_iter()
+        .for_each(std::task::Waker::wake);
         tracing::debug!(target: "simpler::run", run_id = run.id, ok = run.first_error().is_none(), "run finished");
         self.events.ring();
         // A new head may have ready tasks: make sure someone drives.

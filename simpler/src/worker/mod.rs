@@ -1119,6 +1119,42 @@ impl Worker {
         self.submit_inner(orch_fn, options, false).map(|(h, _)| h)
     }
 
+    /// [`submit_with`](Self::submit_with) for async code: a future that waits, without
+    /// blocking a thread, until the Worker may admit another run (fewer than
+    /// [`pending_run_depth`](crate::WorkerBuilder::pending_run_depth) runs are admitted), then
+    /// builds the run and resolves to its handle, which is itself a future of the run's result.
+    ///
+    /// The place it waited for is held for this run alone, so another submit cannot take it in
+    /// between. Building runs `orch_fn` on the polling thread, as `submit_with` does (it may
+    /// wait there only for room in the task window or a heap ring). Dropping the future before
+    /// it resolved submits nothing. It needs no particular async runtime.
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, Worker};
+    ///
+    /// fn step(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn serve() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(2).pending_run_depth(4).build()?;
+    /// let step = worker.register(HostFn::new("step", step))?;
+    /// worker.init()?;
+    /// for _ in 0..100 {
+    ///     let run = worker
+    ///         .submit_async(RunOptions::new(), |orch, _, _| orch.submit_sub(&step, TaskArgs::new()).map(|_| ()))
+    ///         .await?; // waits (without blocking) while 4 runs are admitted
+    ///     run.await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn submit_async<F>(&self, options: RunOptions, orch_fn: F) -> SubmitFuture<'_, F>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
+        SubmitFuture { worker: self, options: Some(options), orch_fn: Some(orch_fn), reserved: false }
+    }
+
     /// Builds a run; the orchestration function's panic reaches the caller (the run was wound
     /// down first).
     fn submit_inner<F>(
@@ -1146,6 +1182,21 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
+        self.build_as(orch_fn, options, will_wait, false)
+    }
+
+    /// [`build`](Self::build); with `reserved`, the run takes the place
+    /// [`submit_async`](Self::submit_async) holds for it.
+    fn build_as<F>(
+        &self,
+        orch_fn: F,
+        options: RunOptions,
+        will_wait: bool,
+        reserved: bool,
+    ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>), BuildFailed>
+    where
+        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+    {
         // Named as the caller knows it: `run` (and `run_with`) waits, `submit` does not.
         let method = if will_wait { "Worker.run" } else { "Worker.submit" };
         let eng = in_method(method, || {
@@ -1157,9 +1208,15 @@ impl Worker {
         })
         .map_err(BuildFailed::Error)?;
         let RunOptions { args, config, capture, deadline } = options;
-        config.validate().map_err(BuildFailed::Error)?;
+        if let Err(e) = config.validate() {
+            if reserved {
+                eng.unreserve(); // the place `submit_async` held goes back
+            }
+            return Err(BuildFailed::Error(e));
+        }
         let deadline = deadline.or(self.cfg.run_deadline);
-        let built = eng.build_run(capture, deadline, will_wait, |orch| orch_fn(orch, &args, &config))?;
+        let built =
+            eng.build_run_as(capture, deadline, will_wait, reserved, |orch| orch_fn(orch, &args, &config))?;
         Ok((RunHandle::new(built.run, eng), built.intent))
     }
 
@@ -1480,6 +1537,80 @@ impl Worker {
             }
             State::Started(runtime) => in_method("Worker.close", || runtime.close(self.cfg.close_timeout)),
             _ => Ok(()),
+        }
+    }
+}
+
+/// The future [`Worker::submit_async`] returns: resolves to the run's handle once the run was
+/// admitted and built.
+///
+/// ```no_run
+/// # async fn f(worker: &simpler::Worker) -> simpler::Result<()> {
+/// let submit: simpler::SubmitFuture<'_, _> =
+///     worker.submit_async(simpler::RunOptions::new(), |_orch, _args, _cfg| Ok(()));
+/// let run = submit.await?;
+/// run.await
+/// # }
+/// ```
+#[must_use = "a future does nothing unless awaited"]
+pub struct SubmitFuture<'a, F> {
+    worker: &'a Worker,
+    options: Option<RunOptions>,
+    orch_fn: Option<F>,
+    /// Whether it holds a place for its run (taken by `Engine::poll_room`).
+    reserved: bool,
+}
+
+// Nothing of it is pinned structurally: `orch_fn` is moved out by value.
+impl<F> Unpin for SubmitFuture<'_, F> {}
+
+impl<F> std::fmt::Debug for SubmitFuture<'_, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubmitFuture").field("reserved", &self.reserved).finish()
+    }
+}
+
+impl<F> std::future::Future for SubmitFuture<'_, F>
+where
+    F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
+{
+    type Output = Result<RunHandle>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        let (Some(orch_fn), Some(options)) = (this.orch_fn.take(), this.options.take()) else {
+            return std::task::Poll::Ready(Err(Error::state("SubmitFuture polled after it resolved")));
+        };
+        if !this.reserved {
+            let eng = match in_method("Worker.submit_async", || this.worker.started()?.engine()) {
+                Ok(eng) => eng,
+                Err(e) => return std::task::Poll::Ready(Err(e)),
+            };
+            if !eng.poll_room(cx.waker()) {
+                (this.orch_fn, this.options) = (Some(orch_fn), Some(options));
+                return std::task::Poll::Pending;
+            }
+            this.reserved = true;
+        }
+        // The place goes to this build (which gives it back if it fails before admitting).
+        this.reserved = false;
+        std::task::Poll::Ready(match this.worker.build_as(orch_fn, options, false, true) {
+            Ok((handle, _)) => Ok(handle),
+            Err(BuildFailed::Error(e)) => Err(e),
+            Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
+        })
+    }
+}
+
+impl<F> Drop for SubmitFuture<'_, F> {
+    fn drop(&mut self) {
+        if self.reserved
+            && let Ok(eng) = self.worker.started().and_then(|rt| rt.engine())
+        {
+            eng.unreserve();
         }
     }
 }
