@@ -436,7 +436,9 @@ impl Engine {
         false
     }
 
-    /// Gives back a place taken by [`poll_room`](Self::poll_room) and not used.
+    /// Gives back a place taken by [`poll_room`](Self::poll_room) and not used, and tells
+    /// whoever waits for room: async submits (their wakers) and blocking ones (which drive or
+    /// sleep on `events` and the doorbell).
     pub(crate) fn unreserve(&self) {
         let wakers = {
             let mut runs = sync::lock(&self.runs);
@@ -444,6 +446,8 @@ impl Engine {
             std::mem::take(&mut runs.room_wakers)
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
+        self.events.ring();
+        self.doorbell().ring();
     }
 
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
