@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use simpler::dsl::{In, Out};
 use simpler::{ErrorKind, HostArgs, HostResult, RunOptions, TaskArgs};
 
 /// `out[0] = k` (the task's scalar).
@@ -157,4 +158,50 @@ fn submit_async_waits_for_room_without_blocking_the_runtime() {
         b.await.unwrap();
     });
     assert_eq!(read_u64(&out, 0, 3), vec![7, 7, 9]);
+}
+
+/// `y = x + k` on a SUB worker.
+#[simpler::callable(sub)]
+fn add_k(x: In<f32>, mut y: Out<f32>, k: f32) {
+    for (o, v) in y.iter_mut().zip(x.iter()) {
+        *o = v + k;
+    }
+}
+
+simpler::task_graph! {
+    /// `y = x + 2` on a SUB worker.
+    fn add_two(x: In<f32>, y: Out<f32>) {
+        add_k(x, &mut y, 2.0).on(sub());
+    }
+}
+
+/// A `task_graph!` call submitted from tokio tasks with `Call::submit_async` (its future is
+/// `Send`, so `tokio::spawn` takes it), each run awaited.
+#[isolated_test]
+fn graph_calls_are_submitted_and_awaited_from_spawned_tokio_tasks() {
+    let (rig, []) = Rig::start(subs(2).pending_run_depth(2), []);
+    let worker = Arc::new(rig);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let totals: Vec<f32> = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..8u32 {
+            let worker = worker.clone();
+            tasks.push(tokio::spawn(async move {
+                let (bx, by) = (worker.create_buffer(16).unwrap(), worker.create_buffer(16).unwrap());
+                bx.write(0, &[t as f32; 4]).unwrap();
+                let x = bx.typed::<f32>(&[4]).unwrap();
+                let mut y = by.typed::<f32>(&[4]).unwrap();
+                for _ in 0..5 {
+                    add_two::call(&x, &mut y).unwrap().submit_async(&worker).await.unwrap().await.unwrap();
+                }
+                by.read::<f32>(0, 4).unwrap().iter().sum::<f32>()
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    assert_eq!(totals, (0..8).map(|t| 4.0 * (t as f32 + 2.0)).collect::<Vec<_>>());
 }

@@ -599,6 +599,28 @@ impl Call<OrchCallable> {
         worker.submit_with(self.options(options)?, f)
     }
 
+    /// [`submit`](Call::submit) for async code: waits for room among the Worker's admitted runs
+    /// without blocking ([`Worker::submit_async`](crate::worker::Worker::submit_async)), then
+    /// resolves to the run's handle, itself a future of the run's result.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::submit`](crate::worker::Worker::submit).
+    ///
+    /// ```no_run
+    /// # use simpler::{callable, task_graph, dsl::In, dsl::Out, Worker};
+    /// # #[callable(sub)] fn copy(a: In<f32>, mut b: Out<f32>) { b.copy_from_slice(&a); }
+    /// # task_graph! { fn copy_once(x: In<f32>, y: Out<f32>) { copy(x, &mut y).on(sub()); } }
+    /// # async fn demo(worker: &Worker, x: &simpler::dsl::TensorOf<f32>, mut y: simpler::dsl::TensorOf<f32>) -> simpler::Result<()> {
+    /// copy_once::call(x, &mut y)?.submit_async(worker).await?.await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn submit_async(self, worker: &crate::worker::Worker) -> Result<crate::engine::run::RunHandle> {
+        let f = self.entry()?;
+        let options = self.options(crate::worker::RunOptions::new())?;
+        worker.submit_async(options, f).await
+    }
+
     /// The options of a top-level run of this call: the given deadline and capture, with the
     /// call's own arguments and config.
     fn options(self, options: crate::worker::RunOptions) -> Result<crate::worker::RunOptions> {
