@@ -11,6 +11,16 @@
 //! the unstarted tasks and drives the run to its end. The Worker, the chip runtime and the
 //! benchmarks call it.
 //!
+//! Async submits ([`Engine::poll_room`], `Worker::submit_async`) never wait in `build_run`: a
+//! poll that finds room takes a place (`Runs::reserved`, counted as an admitted run by every
+//! submit) and builds at once with it ([`Engine::build_run_as`]); a poll that finds none leaves
+//! its waker, woken when a run finishes or a place is given back ([`Engine::unreserve`]).
+//!
+//! Cancels: `cancel` stops a run at once (its running tasks' workers are stopped); a graceful
+//! cancel (`StopCause::CancelledGracefully`) stops its dispatch and sets a moment, the end of its
+//! grace, at which `RunState::due` reports `StopCause::GraceOver` and the scheduler stops what
+//! still runs.
+//!
 //! Leases: the engine hands a lease (`engine::lease`) to a run when it takes one of the two
 //! roles that can use one: the FIFO head (at its first dispatch) and the first successor (when
 //! the scheduler stages a task of it); [`Engine::lease_for`]. A third run holds none (at depth
@@ -108,7 +118,7 @@ impl Engine {
         }
     }
 
-    /// [`begin_run`](Self::begin_run); with `reserved`, the run takes the place an async submit
+    /// Admits a run as `begin_run` does; with `reserved`, the run takes the place an async submit
     /// holds ([`Engine::poll_room`]) instead of waiting for one.
     fn begin_run_as(
         &self,
