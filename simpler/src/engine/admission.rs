@@ -14,7 +14,7 @@
 //! Async submits ([`Engine::poll_room`], `Worker::submit_async`) never wait in `build_run`: a
 //! poll that finds room takes a place (`Runs::reserved`, counted as an admitted run by every
 //! submit) and builds at once with it ([`Engine::build_run_as`]); a poll that finds none leaves
-//! its waker, woken when a run finishes or a place is given back ([`Engine::unreserve`]).
+//! its waker, woken when a run finishes or a place is given back (a [`Reservation`] dropped).
 //!
 //! Cancels: `cancel` stops a run at once (its running tasks' workers are stopped); a graceful
 //! cancel (`StopCause::CancelledGracefully`) stops its dispatch and sets a moment, the end of its
@@ -87,8 +87,17 @@ pub(super) struct Runs {
     pub(super) room_wakers: Vec<std::task::Waker>,
 }
 
-/// A place taken by [`Engine::poll_room`], given back if dropped before its run is admitted.
-struct Reservation<'a>(&'a Engine);
+impl Runs {
+    /// Whether another run may be admitted under a depth of `depth`: the places async submits
+    /// hold count as admitted runs.
+    fn has_room(&self, depth: usize) -> bool {
+        self.live.len() + self.reserved < depth
+    }
+}
+
+/// A place among the admitted runs, taken by [`Engine::poll_room`] for one run: the run
+/// [`Engine::build_run_as`] admits takes it over; dropped before that, it is given back.
+pub(crate) struct Reservation<'a>(&'a Engine);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
@@ -107,7 +116,7 @@ impl Engine {
         capture: bool,
         deadline: Option<(Instant, Duration)>,
     ) -> Result<Arc<RunState>> {
-        self.begin_run_as(capture, deadline, false)
+        self.begin_run_as(capture, deadline, None)
     }
 
     /// How many runs may be admitted at once, and the setting that says so.
@@ -118,27 +127,30 @@ impl Engine {
         }
     }
 
-    /// Admits a run as `begin_run` does; with `reserved`, the run takes the place an async submit
-    /// holds ([`Engine::poll_room`]) instead of waiting for one.
+    /// Admits a run as `begin_run` does; given a `reservation`, the run takes that place
+    /// ([`Engine::poll_room`]) instead of waiting for one. The room is checked and the run
+    /// admitted under one hold of the FIFO's lock: an async submit that reserves a place while
+    /// this waits cannot make both count.
     fn begin_run_as(
         &self,
         capture: bool,
         deadline: Option<(Instant, Duration)>,
-        reserved: bool,
+        reservation: Option<Reservation<'_>>,
     ) -> Result<Arc<RunState>> {
         let (depth, knob) = self.run_depth();
-        let room = || {
-            let runs = sync::lock(&self.runs);
-            runs.live.len() + runs.reserved < depth
+        let limit = self.cfg.submit_timeout;
+        let by_timeout = crate::sys::clock::after(limit);
+        let until = match deadline {
+            Some((at, _)) if at < by_timeout => at,
+            _ => by_timeout,
         };
-        if !reserved && !room() {
-            let limit = self.cfg.submit_timeout;
-            let by_timeout = crate::sys::clock::after(limit);
-            let until = match deadline {
-                Some((at, _)) if at < by_timeout => at,
-                _ => by_timeout,
-            };
-            if !self.drive_until(room, Some(until)) {
+        let mut runs = loop {
+            let runs = sync::lock(&self.runs);
+            if reservation.is_some() || runs.has_room(depth) {
+                break runs;
+            }
+            drop(runs);
+            if !self.drive_until(|| sync::lock(&self.runs).has_room(depth), Some(until)) {
                 let head = self.head_run();
                 let what = match deadline {
                     Some((at, given)) if at <= by_timeout => {
@@ -157,6 +169,11 @@ impl Engine {
                     ),
                 ));
             }
+        };
+        if let Some(taken) = reservation {
+            // The place becomes this run's (under the lock, so it is never free in between).
+            runs.reserved -= 1;
+            std::mem::forget(taken);
         }
         let id = self.next_run_id.fetch_add(1, Ordering::Relaxed);
         let make = || {
@@ -166,10 +183,6 @@ impl Engine {
                 None => state,
             }
         };
-        let mut runs = sync::lock(&self.runs);
-        if reserved {
-            runs.reserved -= 1;
-        }
         let run = match runs.spare.take() {
             Some(mut spare) => match Arc::get_mut(&mut spare) {
                 Some(state) => {
@@ -302,26 +315,23 @@ impl Engine {
     where
         F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
-        self.build_run_as(capture, deadline, will_wait, false, f)
+        self.build_run_as(capture, deadline, will_wait, None, f)
     }
 
-    /// [`build_run`](Self::build_run); with `reserved`, the run takes the place an async submit
-    /// holds (see [`Engine::poll_room`]), which is given back if the build fails before the run
-    /// is admitted.
+    /// [`build_run`](Self::build_run); given a `reservation` ([`Engine::poll_room`]), the run
+    /// takes that place instead of waiting for one (an error before it is admitted gives the
+    /// place back, as the reservation drops).
     pub(crate) fn build_run_as<F>(
         &self,
         capture: bool,
         deadline: Option<Duration>,
         will_wait: bool,
-        reserved: bool,
+        reservation: Option<Reservation<'_>>,
         f: F,
     ) -> std::result::Result<Built<'_>, BuildFailed>
     where
         F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
-        // The reservation goes to the run `begin_run_as` admits, or back here on an earlier
-        // error.
-        let mut reservation = reserved.then(|| Reservation(self));
         // A token unique to this thread (the address of a thread-local), to refuse a
         // re-entrant build instead of deadlocking on `building`.
         thread_local!(static TOKEN: u8 = const { 0 });
@@ -345,9 +355,7 @@ impl Engine {
             }
         }
         let _clear = ClearBuilder(&self.builder);
-        let run = self
-            .begin_run_as(capture, deadline, reservation.take().map(std::mem::forget).is_some())
-            .map_err(BuildFailed::Error)?;
+        let run = self.begin_run_as(capture, deadline, reservation).map_err(BuildFailed::Error)?;
         run.ahead.store(!will_wait, Ordering::Relaxed);
         let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
@@ -428,28 +436,26 @@ impl Engine {
         self.tensor_map.writer_pending(run, id)
     }
 
-    /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
-    /// Whether a run may be admitted now without waiting; when it may, takes a place for it (a
-    /// reservation: give it to [`build_run_as`](Self::build_run_as), or back with
-    /// [`unreserve`](Self::unreserve)). When it may not, `waker` is woken once a run finished or
-    /// a place was given back (then ask again).
-    pub(crate) fn poll_room(&self, waker: &std::task::Waker) -> bool {
+    /// A place for one run if a run may be admitted now without waiting (give it to
+    /// [`build_run_as`](Self::build_run_as); dropped, it goes back). When none is free,
+    /// `waker` is woken once a run finished or a place was given back (then ask again).
+    pub(crate) fn poll_room(&self, waker: &std::task::Waker) -> Option<Reservation<'_>> {
         let (depth, _) = self.run_depth();
         let mut runs = sync::lock(&self.runs);
-        if runs.live.len() + runs.reserved < depth {
+        if runs.has_room(depth) {
             runs.reserved += 1;
-            return true;
+            return Some(Reservation(self));
         }
         if !runs.room_wakers.iter().any(|w| w.will_wake(waker)) {
             runs.room_wakers.push(waker.clone());
         }
-        false
+        None
     }
 
-    /// Gives back a place taken by [`poll_room`](Self::poll_room) and not used, and tells
-    /// whoever waits for room: async submits (their wakers) and blocking ones (which drive or
-    /// sleep on `events` and the doorbell).
-    pub(crate) fn unreserve(&self) {
+    /// Gives back a place a [`Reservation`] held, and tells whoever waits for room: async
+    /// submits (their wakers) and blocking ones (which drive or sleep on `events` and the
+    /// doorbell).
+    fn unreserve(&self) {
         let wakers = {
             let mut runs = sync::lock(&self.runs);
             runs.reserved -= 1;
@@ -460,6 +466,7 @@ impl Engine {
         self.doorbell().ring();
     }
 
+    /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
         // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {

@@ -72,7 +72,7 @@ pub(crate) mod tensor_map;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use admission::BuildFailed;
+pub(crate) use admission::{BuildFailed, Reservation};
 pub(crate) use completion::CapacityWait;
 pub(crate) use drive::WaiterIntent;
 #[cfg(any(test, feature = "bench-support"))]

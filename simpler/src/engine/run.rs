@@ -308,13 +308,15 @@ impl RunState {
     /// Asks the scheduler to stop the run gracefully, giving running tasks `grace`; false when
     /// a cancel was asked for already.
     pub(crate) fn request_graceful_cancel(&self, grace: Duration) -> bool {
+        // The grace is set only by the request that wins, under the lock `due` takes once it
+        // sees the request: a plain `cancel` that won stays plain, and the scheduler never sees
+        // this request without its grace.
         let mut g = sync::lock(&self.grace);
-        if self.cancel_requested.load(Ordering::SeqCst) {
+        if !self.request_cancel() {
             return false;
         }
         g.0 = Some(grace);
-        drop(g);
-        self.request_cancel()
+        true
     }
 
     /// The scheduler stops the run (the holder only): none of its tasks is dispatched any more.

@@ -1152,7 +1152,7 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        SubmitFuture { worker: self, options: Some(options), orch_fn: Some(orch_fn), reserved: false }
+        SubmitFuture { worker: self, options: Some(options), orch_fn: Some(orch_fn) }
     }
 
     /// Builds a run; the orchestration function's panic reaches the caller (the run was wound
@@ -1182,17 +1182,18 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.build_as(orch_fn, options, will_wait, false)
+        self.build_as(orch_fn, options, will_wait, None)
     }
 
-    /// [`build`](Self::build); with `reserved`, the run takes the place
-    /// [`submit_async`](Self::submit_async) holds for it.
+    /// [`build`](Self::build); given a `reservation`, the run takes the place
+    /// [`submit_async`](Self::submit_async) holds for it (any error before the run is admitted
+    /// gives it back, as the reservation drops).
     fn build_as<F>(
         &self,
         orch_fn: F,
         options: RunOptions,
         will_wait: bool,
-        reserved: bool,
+        reservation: Option<crate::engine::Reservation<'_>>,
     ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>), BuildFailed>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
@@ -1208,15 +1209,10 @@ impl Worker {
         })
         .map_err(BuildFailed::Error)?;
         let RunOptions { args, config, capture, deadline } = options;
-        if let Err(e) = config.validate() {
-            if reserved {
-                eng.unreserve(); // the place `submit_async` held goes back
-            }
-            return Err(BuildFailed::Error(e));
-        }
+        config.validate().map_err(BuildFailed::Error)?;
         let deadline = deadline.or(self.cfg.run_deadline);
-        let built =
-            eng.build_run_as(capture, deadline, will_wait, reserved, |orch| orch_fn(orch, &args, &config))?;
+        let built = eng
+            .build_run_as(capture, deadline, will_wait, reservation, |orch| orch_fn(orch, &args, &config))?;
         Ok((RunHandle::new(built.run, eng), built.intent))
     }
 
@@ -1557,8 +1553,6 @@ pub struct SubmitFuture<'a, F> {
     worker: &'a Worker,
     options: Option<RunOptions>,
     orch_fn: Option<F>,
-    /// Whether it holds a place for its run (taken by `Engine::poll_room`).
-    reserved: bool,
 }
 
 // Nothing of it is pinned structurally: `orch_fn` is moved out by value.
@@ -1566,7 +1560,7 @@ impl<F> Unpin for SubmitFuture<'_, F> {}
 
 impl<F> std::fmt::Debug for SubmitFuture<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubmitFuture").field("reserved", &self.reserved).finish()
+        f.debug_struct("SubmitFuture").field("submitted", &self.orch_fn.is_none()).finish()
     }
 }
 
@@ -1584,34 +1578,21 @@ where
         let (Some(orch_fn), Some(options)) = (this.orch_fn.take(), this.options.take()) else {
             return std::task::Poll::Ready(Err(Error::state("SubmitFuture polled after it resolved")));
         };
-        if !this.reserved {
-            let eng = match in_method("Worker.submit_async", || this.worker.started()?.engine()) {
-                Ok(eng) => eng,
-                Err(e) => return std::task::Poll::Ready(Err(e)),
-            };
-            if !eng.poll_room(cx.waker()) {
-                (this.orch_fn, this.options) = (Some(orch_fn), Some(options));
-                return std::task::Poll::Pending;
-            }
-            this.reserved = true;
-        }
-        // The place goes to this build (which gives it back if it fails before admitting).
-        this.reserved = false;
-        std::task::Poll::Ready(match this.worker.build_as(orch_fn, options, false, true) {
+        let eng = match in_method("Worker.submit_async", || this.worker.started()?.engine()) {
+            Ok(eng) => eng,
+            Err(e) => return std::task::Poll::Ready(Err(e)),
+        };
+        // The place is taken and built on in this one poll: a future dropped while it waits
+        // holds none.
+        let Some(place) = eng.poll_room(cx.waker()) else {
+            (this.orch_fn, this.options) = (Some(orch_fn), Some(options));
+            return std::task::Poll::Pending;
+        };
+        std::task::Poll::Ready(match this.worker.build_as(orch_fn, options, false, Some(place)) {
             Ok((handle, _)) => Ok(handle),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
         })
-    }
-}
-
-impl<F> Drop for SubmitFuture<'_, F> {
-    fn drop(&mut self) {
-        if self.reserved
-            && let Ok(eng) = self.worker.started().and_then(|rt| rt.engine())
-        {
-            eng.unreserve();
-        }
     }
 }
 
