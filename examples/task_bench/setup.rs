@@ -23,6 +23,11 @@ use simpler::{CallableHandle, Error, ErrorKind, HostFn, OrchFn, Worker, WorkerBu
 
 use super::graph::{Placement, l3_point, point};
 
+/// How long a node may take to print the address it listens on.
+const NODE_START: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a node may take to exit once its root closed.
+const NODE_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Where the tasks run (`--workers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workers {
@@ -217,20 +222,37 @@ impl Nodes {
             let mut reader = BufReader::new(
                 stdout.ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "a node without stdout"))?,
             );
-            let mut line = String::new();
-            let addr = loop {
-                line.clear();
-                if reader.read_line(&mut line).map_err(|e| os("reading its address", e))? == 0 {
-                    return Err(Error::new(ErrorKind::WorkerDied, "a node exited before it listened"));
+            // A thread reads its address, then keeps draining what it prints, so it never
+            // blocks on a full pipe; this side waits for the address with a bound.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => return, // exited: the sender drops
+                        Ok(_) => {}
+                    }
+                    // A test harness may print on the same line first.
+                    if let Some(a) = line.split("NODE ").nth(1) {
+                        let _ = tx.send(a.trim().to_string());
+                        break;
+                    }
                 }
-                // A test harness may print on the same line first.
-                if let Some(a) = line.split("NODE ").nth(1) {
-                    break a.trim().to_string();
-                }
-            };
+                let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            });
+            let addr = rx.recv_timeout(NODE_START).map_err(|e| {
+                let why = match e {
+                    std::sync::mpsc::RecvTimeoutError::Timeout => {
+                        format!("it did not listen within {NODE_START:?}")
+                    }
+                    std::sync::mpsc::RecvTimeoutError::Disconnected => {
+                        "it exited before it listened".to_string()
+                    }
+                };
+                Error::new(ErrorKind::WorkerDied, format!("starting a node: {why}"))
+            })?;
             nodes.addrs.push(addr);
-            // Keep draining what it prints, so it never blocks on a full pipe.
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
         }
         Ok(nodes)
     }
@@ -253,14 +275,33 @@ impl Nodes {
         Ok(())
     }
 
-    /// Waits for every node to exit and returns their exit codes (`None`: killed by a signal).
+    /// Waits for every node to exit, for [`NODE_EXIT`] at most, and returns their exit codes
+    /// (`None`: killed by a signal). A node still running then is an error (and is killed and
+    /// reaped as `self` drops).
     pub fn exit_codes(mut self) -> simpler::Result<Vec<Option<i32>>> {
+        let deadline = std::time::Instant::now() + NODE_EXIT;
         let mut codes = Vec::new();
         for node in &mut self.children {
-            let status = node
-                .child
-                .wait()
-                .map_err(|e| Error::new(ErrorKind::Os, format!("waiting for a node: {e}")))?;
+            let status = loop {
+                let exited = node
+                    .child
+                    .try_wait()
+                    .map_err(|e| Error::new(ErrorKind::Os, format!("waiting for a node: {e}")))?;
+                if let Some(status) = exited {
+                    break status;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "node {} did not exit within {NODE_EXIT:?} of its root closing",
+                            node.child.id()
+                        ),
+                    ));
+                }
+                // No way to wait on a child with a bound in std: look again shortly.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            };
             codes.push(status.code());
         }
         Ok(codes)

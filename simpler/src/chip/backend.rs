@@ -516,14 +516,19 @@ impl<'a> KernelDef<'a> {
         if self.native.is_some() {
             return Ok(());
         }
-        Err(Error::new(
+        Err(self.no_native(who))
+    }
+
+    /// The error that says `who` cannot run this kernel, which has no native body.
+    pub(crate) fn no_native(&self, who: &str) -> Error {
+        Error::new(
             ErrorKind::Callable,
             format!(
                 "kernel `{}` has only {} source, and {who} runs Rust kernels only; run it on a device backend (for example chip::opencl) or give it a Rust body",
                 self.name,
                 self.source.map_or("device", |s| s.language())
             ),
-        ))
+        )
     }
 }
 

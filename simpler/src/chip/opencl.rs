@@ -25,7 +25,7 @@
 //!   the view's offset, which must be a multiple of the device's base address alignment), then
 //!   the scalars, each narrowed to the parameter's declared type (`float` from the bits
 //!   `TaskArgs::scalar_f32` stores, `int`, `uint`, `long`, `ulong`, `double`, `short`,
-//!   `ushort`, `char`, `uchar`, `size_t`). The global work size is one work-item per element
+//!   `ushort`, `char`, `uchar`). The global work size is one work-item per element
 //!   of the first writable tensor (of the first tensor when none is writable), in one
 //!   dimension; the device picks the work-group size. The launch returns a pending
 //!   completion on the kernel's event, which the core thread waits on without spinning.
@@ -101,7 +101,25 @@ const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// Held while this process lists platforms and devices (see [`OpenClChip::new`]).
 static DISCOVERY: Mutex<()> = Mutex::new(());
 
-/// The process that first made an OpenCL chip (rule O5); 0 before.
+/// Before this process asks OpenCL anything: refuses a process forked (without exec) from one
+/// that used OpenCL, and records this one as using it (rule O5); then holds [`DISCOVERY`]. The
+/// ICD loader and PoCL set themselves up on the first platform query, and two threads doing it
+/// at once may see no device: one discovery at a time.
+fn discovery() -> Result<std::sync::MutexGuard<'static, ()>> {
+    let me = std::process::id();
+    match OPENCL_PID.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => {}
+        Err(pid) if pid == me => {}
+        Err(pid) => {
+            return Err(Error::state(format!(
+                "OpenCL was used by process {pid}, which forked this one without exec; OpenCL does not survive that: start the chip processes with StartMethod::Exec (the default)"
+            )));
+        }
+    }
+    Ok(sync::lock(&DISCOVERY))
+}
+
+/// The process that first used OpenCL (rule O5); 0 before.
 static OPENCL_PID: AtomicU32 = AtomicU32::new(0);
 
 /// Most bytes of a compiler log an error message carries (the frame that reports a chip
@@ -181,9 +199,15 @@ unsafe impl Sync for ClBuffer {}
 #[derive(Default)]
 struct Buffers {
     live: HashMap<u64, Arc<ClBuffer>>,
+    /// The next handle never used, and the freed ones to use again (a pointer has room for
+    /// `2^24` handles, fewer than a long-running chip allocates).
     next: u64,
+    spare: Vec<u64>,
     used: u64,
 }
+
+/// The largest handle a device pointer can hold beside its offset.
+const MAX_HANDLE: u64 = u64::MAX >> OFFSET_BITS;
 
 /// A kernel built for this chip: its per-core kernel objects and what each parameter takes.
 struct Loaded {
@@ -280,20 +304,8 @@ impl OpenClChip {
     /// ```
     pub fn new(spec: &ChipSpec) -> Result<OpenClChip> {
         crate::chip::backend::check_cores(spec.cores())?;
-        let me = std::process::id();
-        match OPENCL_PID.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => {}
-            Err(pid) if pid == me => {}
-            Err(pid) => {
-                return Err(Error::state(format!(
-                    "OpenCL was used by process {pid}, which forked this one without exec; OpenCL does not survive that: start the chip processes with StartMethod::Exec (the default)"
-                )));
-            }
-        }
         let ids = {
-            // The ICD loader and PoCL set themselves up on the first platform query, and two
-            // threads doing it at once may see no device: one discovery at a time.
-            let _one = sync::lock(&DISCOVERY);
+            let _one = discovery()?;
             all_devices()?
         };
         let device = ClDevice::new(ids[spec.chip_id() as usize % ids.len()]);
@@ -350,7 +362,7 @@ impl OpenClChip {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn devices() -> Result<Vec<String>> {
-        let _one = sync::lock(&DISCOVERY);
+        let _one = discovery()?;
         let platforms = opencl3::platform::get_platforms().map_err(no_platform)?;
         if platforms.is_empty() {
             return Err(no_platform(ClError(opencl3::error_codes::CL_PLATFORM_NOT_FOUND_KHR)));
@@ -385,7 +397,7 @@ impl OpenClChip {
 
     /// The buffer `ptr` points into and the offset there, after checking that `len` bytes from
     /// it lie inside the buffer (rule O3).
-    fn resolve(&self, what: &str, ptr: u64, len: u64) -> Result<(Arc<ClBuffer>, u64)> {
+    fn resolve(&self, what: &dyn std::fmt::Display, ptr: u64, len: u64) -> Result<(Arc<ClBuffer>, u64)> {
         let (handle, offset) = (ptr >> OFFSET_BITS, ptr & OFFSET_MASK);
         let buffers = sync::lock(&self.buffers);
         let buf =
@@ -438,11 +450,11 @@ fn param(kernel: &Kernel, i: u32) -> std::result::Result<Param, String> {
         return Err(format!("parameter {i} (`{ty}`) is neither a __global pointer (a tensor) nor a scalar"));
     }
     let (bytes, float) = match ty {
-        "char" | "uchar" | "unsigned char" | "bool" => (1, false),
+        "char" | "uchar" | "unsigned char" => (1, false),
         "short" | "ushort" | "unsigned short" => (2, false),
         "int" | "uint" | "unsigned int" => (4, false),
         "float" => (4, true),
-        "long" | "ulong" | "unsigned long" | "size_t" => (8, false),
+        "long" | "ulong" | "unsigned long" => (8, false),
         "double" => (8, true),
         other => return Err(format!("parameter {i} has type `{other}`, which a scalar word cannot carry")),
     };
@@ -544,8 +556,19 @@ impl ChipBackend for OpenClChip {
                     ),
                     _ => cl("allocating a buffer", e),
                 })?;
-        let handle = buffers.next;
-        buffers.next += 1;
+        let handle = match buffers.spare.pop() {
+            Some(h) => h,
+            None if buffers.next <= MAX_HANDLE => {
+                buffers.next += 1;
+                buffers.next - 1
+            }
+            None => {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    format!("out of device buffer handles: {MAX_HANDLE} buffers are live; free some"),
+                ));
+            }
+        };
         buffers.used += nbytes;
         buffers.live.insert(handle, Arc::new(ClBuffer { mem, len: nbytes }));
         Ok(handle << OFFSET_BITS)
@@ -559,6 +582,7 @@ impl ChipBackend for OpenClChip {
             Some(_) => {
                 let buf = buffers.live.remove(&handle).expect("present");
                 buffers.used -= buf.len;
+                buffers.spare.push(handle);
                 return Ok(());
             }
             None if handle > 0 && handle < buffers.next => "double free: that allocation was already freed",
@@ -568,7 +592,7 @@ impl ChipBackend for OpenClChip {
     }
 
     fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<()> {
-        let (buf, offset) = self.resolve("copy to device", dst, src.len() as u64)?;
+        let (buf, offset) = self.resolve(&"copy to device", dst, src.len() as u64)?;
         if src.is_empty() {
             return Ok(());
         }
@@ -586,12 +610,14 @@ impl ChipBackend for OpenClChip {
                 std::ptr::null(),
             )
         }
-        .map(|event| drop(Event::new(event)))
         .map_err(|e| cl("writing to a buffer", opencl3::error_codes::ClError(e)))
+        // A blocking write only promises that `src` may be reused, not that the bytes are on
+        // the device; a kernel on another queue reads them next, so wait for the write itself.
+        .and_then(|event| Event::new(event).wait().map_err(|e| cl("waiting for a write to a buffer", e)))
     }
 
     fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
-        let (buf, offset) = self.resolve("copy from device", src, dst.len() as u64)?;
+        let (buf, offset) = self.resolve(&"copy from device", src, dst.len() as u64)?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -697,7 +723,9 @@ impl ChipBackend for OpenClChip {
         let mut args: Vec<Arc<ClBuffer>> = Vec::with_capacity(tensors.len());
         for (i, t) in tensors.iter().enumerate() {
             let (start, end) = t.view().byte_range();
-            let (buf, offset) = self.resolve(&format!("`{name}` tensor {i}"), t.ptr(), end)?;
+            // Named (formatted) only in the error.
+            let what = std::fmt::from_fn(|out| write!(out, "`{name}` tensor {i}"));
+            let (buf, offset) = self.resolve(&what, t.ptr(), end)?;
             let origin = offset + start;
             if origin == 0 {
                 args.push(buf);

@@ -259,7 +259,7 @@ impl ChipBackend for SimChip {
 /// A kernel without a native body is refused, naming it.
 pub(crate) fn run_native(memory: &DeviceMemory, launch: KernelLaunch<'_>) -> Result<Completion> {
     let Some(f) = launch.kernel.native else {
-        return launch.kernel.require_native("a SimChip").map(|()| Completion::Done);
+        return Err(launch.kernel.no_native("a SimChip"));
     };
     let arena = memory.arena();
     // The gate before the views (rule A6 of `chip::arena`).

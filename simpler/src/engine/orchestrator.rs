@@ -142,9 +142,11 @@ pub(crate) struct OrchBuffers {
 }
 
 /// The run's tasks by index, for explicit dependencies and for failing the unstarted ones:
-/// weak references to the slots not yet consumed. A consumed slot at the front is dropped from
-/// it as the next task is submitted (a weak reference pins the slot's memory), so a long run
-/// whose scopes end as it goes holds memory for its live tasks only, not for every task.
+/// weak references to the slots. Consumed slots at the front are dropped from it as the next
+/// task is submitted (a weak reference pins the slot's memory), so a run whose earliest tasks
+/// are consumed as it goes (scopes that end as it goes) holds memory for its live tasks only.
+/// A task still alive at the front (one in the outer scope, kept until the run ends) keeps
+/// every later reference too, as a plain list would.
 #[derive(Default)]
 struct TaskIndex {
     /// The index of `live[0]`: every task below it has been consumed.

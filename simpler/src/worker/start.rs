@@ -330,6 +330,8 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32, path: &str) -> Result<()> {
         .u64(c.engine.sub_workers as u64)
         .u64(c.chip_memory)
         .u64(c.chip_cores as u64)
+        .u8(u8::from(c.chip_heap_ring_size.is_some()))
+        .u64(c.chip_heap_ring_size.unwrap_or(0))
         .u64(c.chip_backend.wire())
         .duration(c.startup_delay)
         .duration(c.startup_timeout)
@@ -383,6 +385,9 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
     }
     c.chip_memory = d.u64()?;
     c.chip_cores = d.usize()?;
+    let heap_given = d.u8()? != 0;
+    let heap = d.u64()?;
+    c.chip_heap_ring_size = heap_given.then_some(heap);
     c.chip_backend = BackendFactory::from_start_spec(d.u64()?)
         .ok_or_else(|| Error::invalid("chip backend factory at address 0"))?;
     c.startup_delay = d.duration()?;
@@ -642,6 +647,7 @@ mod tests {
             .sub_workers(3)
             .task_window(64)
             .close_timeout(Duration::from_millis(1500))
+            .chip_heap_ring_size(0)
             .build()
             .unwrap();
         w.register(HostFn::new("noop", noop)).unwrap();
@@ -655,6 +661,7 @@ mod tests {
         assert_eq!(back.cfg.engine.sub_workers, 3);
         assert_eq!(back.cfg.engine.task_window, 64);
         assert_eq!(back.cfg.close_timeout, Duration::from_millis(1500));
+        assert_eq!(back.cfg.chip_heap_ring_size, Some(0), "a heap size the user gave, even 0");
         let (digest, _, _) = w.callables.host().iter().next().unwrap();
         assert_eq!(back.callables.host().refs(digest), 2);
         // Every prefix of the spec is refused with an error, never a panic.

@@ -440,10 +440,9 @@ impl Tree {
         }
         for chip in 0..self.lanes.chips() as u32 {
             let Some(mbox) = self.lanes.chip(chip) else { continue };
-            let id = self.minter.mint()?;
-            let arg = crate::data::wire::identity_arg(id);
+            // A ring block has no identity of its own (its parts get theirs from the ring).
             let got = self.control(mbox, &self.lanes.label(mbox), |mb| {
-                mb.post_control(CTRL_MALLOC, bytes, &arg, crate::ipc::child::MALLOC_SHARED_RING)
+                mb.post_control(CTRL_MALLOC, bytes, &[0; 32], crate::ipc::child::MALLOC_SHARED_RING)
             });
             match got {
                 Ok(base) => self.rings.set_base(chip, Some(base)),

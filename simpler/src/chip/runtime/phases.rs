@@ -407,7 +407,9 @@ impl ChipRuntime {
                 ChipArg::Host(t) => t.view().dtype(),
                 ChipArg::Device { view, .. } => view.dtype(),
             });
-            sig.check(&f.handle(), dtypes, scalars.len())?;
+            // The handle (an allocation) is made only for the message of a mismatch.
+            let name = std::fmt::from_fn(|out| std::fmt::Display::fmt(&f.handle(), out));
+            sig.check(&name, dtypes, scalars.len())?;
         }
         let prepared = self.stage(&f, &args, lease.slot as usize, copy)?;
         if !ahead {

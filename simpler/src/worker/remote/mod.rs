@@ -658,13 +658,13 @@ impl Session {
         }
     }
 
-    /// Ends the session: tells the node, closes the connection, waits for the reader thread
-    /// and drops the mappings of the root's memory the session held.
     /// The node's process id on its host, as its HELLO said.
     pub(crate) fn node_pid(&self) -> u32 {
         self.node_pid
     }
 
+    /// Ends the session: tells the node, closes the connection, waits for the reader thread
+    /// and drops the mappings of the root's memory the session held.
     pub(crate) fn close(&self) {
         if self.lost().is_none() {
             let _ = self.send(FrameKind::Shutdown, Vec::new());

@@ -360,8 +360,14 @@ impl BoundNode {
         let mut waiting: HashMap<lane::Token, (u64, Stream, String, std::time::Instant)> = HashMap::new();
         let (mut accepted, mut running) = (0u64, 0usize);
         // The handshakes in progress, oldest first: (accept order, a handle on the connection
-        // to end it by).
-        let mut pending: std::collections::VecDeque<(u64, Stream)> = std::collections::VecDeque::new();
+        // to end it by, its state). The state settles a race between a handshake that finishes
+        // and this loop ending it to make room: whichever moves it from RUNNING first wins, so
+        // a handshake that finished is never ended, and one that was ended reports nothing.
+        const RUNNING: u8 = 0;
+        const FINISHED: u8 = 1;
+        const ENDED: u8 = 2;
+        type Pending = (u64, Stream, Arc<std::sync::atomic::AtomicU8>);
+        let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
         loop {
             let now = std::time::Instant::now();
             waiting.retain(|_, (_, stream, peer, since)| {
@@ -396,7 +402,7 @@ impl BoundNode {
             while std::io::Read::read(&mut &wake_rx, &mut bytes).is_ok_and(|n| n > 0) {}
             while let Ok((order, stream, peer, presented)) = rx.try_recv() {
                 running -= 1;
-                pending.retain(|(o, _)| *o != order);
+                pending.retain(|(o, _, _)| *o != order);
                 let token = match presented {
                     Ok(t) => t,
                     Err(e) => {
@@ -418,14 +424,21 @@ impl BoundNode {
             if new_connection {
                 let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
                 accepted += 1;
-                if pending.len() >= HANDSHAKES
-                    && let Some((_, oldest)) = pending.pop_front()
-                {
-                    tracing::warn!(target: "simpler::remote", "ended the oldest pending handshake to make room for a new connection ({HANDSHAKES} pending)");
-                    oldest.shutdown();
+                if pending.len() >= HANDSHAKES {
+                    // The oldest still running (a finished one is drained on the next pass).
+                    let claim = |(_, _, state): &Pending| {
+                        state.compare_exchange(RUNNING, ENDED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+                    };
+                    if let Some(at) = pending.iter().position(claim)
+                        && let Some((_, oldest, _)) = pending.remove(at)
+                    {
+                        tracing::warn!(target: "simpler::remote", "ended the oldest pending handshake to make room for a new connection ({HANDSHAKES} pending)");
+                        oldest.shutdown();
+                    }
                 }
+                let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
                 match stream.try_clone() {
-                    Ok(handle) => pending.push_back((accepted, handle)),
+                    Ok(handle) => pending.push_back((accepted, handle, state.clone())),
                     Err(e) => {
                         tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
                         stream.shutdown();
@@ -436,14 +449,19 @@ impl BoundNode {
                 let (order, tx, key, hello) = (accepted, tx.clone(), self.key.clone(), hello.clone());
                 let wake = wake_tx.try_clone().map_err(|e| Error::os("cloning a wake-up pipe", e))?;
                 let spawned = std::thread::Builder::new().name("simpler-handshake".into()).spawn(move || {
-                    let presented = server_handshake(&mut stream, &key, &hello, &peer)
+                    let mut presented = server_handshake(&mut stream, &key, &hello, &peer)
                         .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer));
+                    if state.compare_exchange(RUNNING, FINISHED, Ordering::SeqCst, Ordering::SeqCst).is_err()
+                    {
+                        presented =
+                            Err(Error::state("its handshake was ended to make room for a newer connection"));
+                    }
                     let _ = tx.send((order, stream, peer, presented));
                     let _ = std::io::Write::write(&mut &wake, &[1]);
                 });
                 if let Err(e) = spawned {
                     running -= 1;
-                    pending.retain(|(o, _)| *o != accepted);
+                    pending.retain(|(o, _, _)| *o != accepted);
                     tracing::warn!(target: "simpler::remote", "refused a connection: no thread to authenticate it: {e}");
                 }
             }
