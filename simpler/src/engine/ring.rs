@@ -86,9 +86,13 @@ impl RingAlloc {
         self.size
     }
 
-    /// A block of `size` bytes (a multiple of [`HEAP_ALIGN`], at most the ring's size): its id
-    /// and offset, or `None` when the ring is full now.
+    /// A block of `size` bytes (a multiple of [`HEAP_ALIGN`]): its id and offset, or `None`
+    /// when the ring has no room for it now. A size larger than the whole ring is never given
+    /// room (its callers refuse it first, as it could never fit): no block reaches past the ring.
     pub(crate) fn try_alloc(&self, size: u64) -> Option<(u64, u64)> {
+        if size > self.size {
+            return None;
+        }
         let mut st = sync::lock(&self.state);
         let start = match (st.blocks.front(), st.blocks.back()) {
             (Some(first), Some(last)) => {
