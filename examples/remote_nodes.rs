@@ -8,6 +8,12 @@
 //! with `--node ADDR` it serves one root as a node, otherwise it is the root and starts its two
 //! nodes itself. Run it with `cargo run --example remote_nodes`.
 //!
+//! The nodes need not serve the same work: started with `--only square_then_inc`, the second
+//! node serves that one orchestration function and none of the program's others
+//! (`Node::linked_callables(false)`). The root registers its `#[callable(orch)]` functions on
+//! the workers that have them, and refuses a task placed on a node that lacks its function
+//! before anything is sent.
+//!
 //! Under a launcher, rank 0 is the root and ranks 1 and 2 the nodes, which connect to the root:
 //!
 //! ```text
@@ -76,10 +82,25 @@ task_graph! {
     }
 }
 
-/// The node role: an L3 Worker with two SUB workers, served to one root.
-fn node(addr: &str) -> simpler::Result<()> {
+/// The node role: an L3 Worker with two SUB workers, served to one root; with `only`, it
+/// serves that orchestration function alone.
+fn node(addr: &str, only: Option<&str>) -> simpler::Result<()> {
     let l3 = Worker::builder().sub_workers(2).build()?;
-    let node = Node::new(l3, NodeAddr::parse(addr)?, ClusterKey::from_env()?)?;
+    let mut node = Node::new(l3, NodeAddr::parse(addr)?, ClusterKey::from_env()?)?;
+    if let Some(name) = only {
+        let handle = match name {
+            "square_then_inc" => square_then_inc::handle(),
+            "add_on_chip" => add_on_chip::handle(),
+            _ => {
+                return Err(simpler::Error::new(
+                    simpler::ErrorKind::Callable,
+                    format!("--only {name}: not a function of this program"),
+                ));
+            }
+        };
+        node = node.linked_callables(false);
+        node.register_orch(simpler::OrchFn::linked(handle)?);
+    }
     let bound = node.bind()?;
     println!("{}", bound.local_addr()); // the root reads where we listen
     bound.serve_one()
@@ -97,11 +118,14 @@ impl Drop for NodeChild {
     }
 }
 
-/// Starts a node of this program on a free loopback port; returns it and its address.
-fn start_node(key: &str) -> Result<(NodeChild, String), Box<dyn std::error::Error>> {
+/// Starts a node of this program on a free loopback port (serving only the orchestration
+/// function `only`, if given); returns it and its address.
+fn start_node(key: &str, only: Option<&str>) -> Result<(NodeChild, String), Box<dyn std::error::Error>> {
+    let only = only.map(|name| ["--only", name]);
     let mut child = NodeChild(
         Command::new(std::env::current_exe()?)
             .args(["--node", "127.0.0.1:0"])
+            .args(only.iter().flatten())
             .env("SIMPLER_CLUSTER_KEY", key)
             .stdout(Stdio::piped())
             .spawn()?,
@@ -140,12 +164,12 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
             std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
             let key_text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
             let key = ClusterKey::new(&key_text)?;
-            for _ in 0..2 {
-                nodes.push(start_node(&key_text)?);
-            }
+            nodes.push(start_node(&key_text, None)?);
+            nodes.push(start_node(&key_text, Some("square_then_inc"))?);
             for (id, (_, addr)) in (1..).zip(&nodes) {
                 l4 = l4.remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()));
-                println!("worker {id}: the node at {addr}");
+                let serves = if id == 1 { "every orchestration function" } else { "square_then_inc only" };
+                println!("worker {id}: the node at {addr}, serving {serves}");
             }
         }
     }
@@ -159,6 +183,15 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
     let (ta, tb) = (a.typed::<f32>(&[N])?, b.typed::<f32>(&[N])?);
     let (mut ty, mut tz) = (y.typed::<f32>(&[N])?, z.typed::<f32>(&[N])?);
     across::call(&ta, &tb, &mut ty, &mut tz)?.run(&l4)?;
+    if launch.is_none() {
+        // Worker 2 serves square_then_inc only: a task of another function placed there is
+        // refused at submit, naming both, and nothing reaches the node.
+        let refused = l4.run(|o| add_on_chip::call(&ta, &tb, &mut ty)?.on(o, worker(2)).map(|_| ()));
+        match refused {
+            Err(e) if e.kind() == simpler::ErrorKind::Callable => println!("refused as it should be: {e}"),
+            other => return Err(format!("add_on_chip on worker 2 should be refused, got {other:?}").into()),
+        }
+    }
 
     let (ys, zs) = (y.read::<f32>(0, N as usize)?, z.read::<f32>(0, N as usize)?);
     l4.close()?;
@@ -182,7 +215,9 @@ fn main() -> ExitCode {
         (Ok(Some(launch)), _) if launch.is_root() => root(Some(&launch)),
         (Ok(Some(launch)), _) => launched_node(&launch).map_err(Into::into),
         (Ok(None), Some(i)) => {
-            node(args.get(i + 1).map_or("127.0.0.1:0", String::as_str)).map_err(Into::into)
+            let only = args.iter().position(|a| a == "--only").and_then(|j| args.get(j + 1));
+            node(args.get(i + 1).map_or("127.0.0.1:0", String::as_str), only.map(String::as_str))
+                .map_err(Into::into)
         }
         (Ok(None), None) => root(None),
     };

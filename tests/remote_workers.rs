@@ -129,9 +129,16 @@ fn node_with(addr: &str) -> Node {
 
 /// A node on a thread of this process, serving one session; returns its address and thread.
 fn thread_node() -> (NodeAddr, std::thread::JoinHandle<simpler::Result<()>>) {
+    thread_node_of(|| node_with("127.0.0.1:0"))
+}
+
+/// [`thread_node`] serving the node `make` builds (on the node's thread).
+fn thread_node_of(
+    make: impl FnOnce() -> Node + Send + 'static,
+) -> (NodeAddr, std::thread::JoinHandle<simpler::Result<()>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let t = std::thread::spawn(move || {
-        let bound = node_with("127.0.0.1:0").bind()?;
+        let bound = make().bind()?;
         tx.send(bound.local_addr()).unwrap();
         bound.serve_one()
     });
@@ -450,6 +457,108 @@ fn an_orchestration_the_node_lacks_fails_init_naming_digest_name_and_node() {
     // The failed init ended the session: the node's serve_one returns.
     node.join().unwrap().expect("the node's session ended cleanly");
     assert!(leftover_shm().is_empty(), "{:?}", leftover_shm());
+}
+
+fn also_here(_o: &mut Orchestrator<'_>, _a: &TaskArgs, _c: &CallConfig) -> simpler::Result<()> {
+    Ok(())
+}
+
+#[isolated_test]
+fn an_orchestration_placed_on_some_workers_is_asked_only_of_those_nodes_and_refused_elsewhere() {
+    let (a1, n1) = thread_node();
+    let (a2, n2) = thread_node();
+    let mut rig = root_worker(&[a1, a2.clone()], Duration::from_secs(2));
+    // No node has `only_here`: placed on the local worker 0 alone, no node is asked for it.
+    let here = rig.register_orch_on(OrchFn::new("only_here", only_here), &[0]).unwrap();
+    let step_h = OrchFn::new("step", step).handle();
+    rig.init().expect("no node is asked for what is not placed on it");
+    let buf = u64_buffer(&rig, 1);
+    let t = u64s(&buf, 0, 1);
+    let on = |rig: &Worker, h: &simpler::CallableHandle, w: u32| {
+        rig.run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level(h, a, CallConfig::default(), w).map(|_| ())
+        })
+    };
+    on(&rig, &here, 0).expect("worker 0 has it");
+    for w in [1, 2] {
+        let err = on(&rig, &here, w).expect_err("the nodes do not have it");
+        assert_err(
+            &err,
+            ErrorKind::Callable,
+            &["only_here", &format!("not on worker {w}"), "only worker 0 has it"],
+        );
+    }
+    let err = rig
+        .run(|orch| {
+            let mut a = TaskArgs::new();
+            a.inout(&t)?;
+            orch.submit_next_level_group(&here, vec![a.clone(), a], CallConfig::default(), &[0, 1])
+                .map(|_| ())
+        })
+        .expect_err("a group member on a worker without it");
+    assert_err(&err, ErrorKind::Callable, &["submit_next_level_group", "not on worker 1"]);
+    on(&rig, &step_h, 2).expect("what is everywhere runs everywhere");
+    assert_eq!(read_u64(&buf, 0, 1), vec![1]);
+    // After init, too, only the nodes named are asked.
+    let err = rig.register_orch_on(OrchFn::new("also_here", also_here), &[0, 2]).unwrap_err();
+    assert_err(&err, ErrorKind::Callable, &["also_here", "not registered on the node", &a2.to_string()]);
+    let also = rig.register_orch_on(OrchFn::new("also_here", also_here), &[0]).expect("no node asked");
+    on(&rig, &also, 0).unwrap();
+    // One placement per function while it is registered; ids this Worker has, once each.
+    let err = rig.register_orch_on(OrchFn::new("only_here", only_here), &[0, 1]).unwrap_err();
+    assert_err(
+        &err,
+        ErrorKind::Callable,
+        &["only_here", "registered on workers 0 already", "now on workers 0, 1"],
+    );
+    let err = rig.register_orch(OrchFn::new("only_here", only_here)).unwrap_err();
+    assert_err(&err, ErrorKind::Callable, &["only_here", "now on every nested and remote Worker"]);
+    let err = rig.register_orch_on(OrchFn::new("x", also_here), &[3]).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["worker 3 does not exist", "3 nested and remote Workers"]);
+    let err = rig.register_orch_on(OrchFn::new("x", also_here), &[1, 1]).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["worker 1 is named twice"]);
+    let err = rig.register_orch_on(OrchFn::new("x", also_here), &[]).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["no workers named"]);
+    drop((t, buf));
+    finish(rig, vec![n1, n2]);
+}
+
+/// `x += 10` on a SUB worker (linked: every L3 with SUB workers registers it at `init`).
+#[simpler::callable(sub)]
+fn add_ten(mut x: simpler::dsl::InOut<u64>) {
+    x.iter_mut().for_each(|v| *v += 10);
+}
+
+/// A linked orchestration function: a root registers it at `init` on the workers that have it;
+/// the nodes of this binary serve it unless built with `linked_callables(false)`.
+#[simpler::callable(orch)]
+fn add_ten_there(o: &mut Orchestrator<'_>, x: simpler::dsl::InOut<u64>) -> simpler::Result<()> {
+    add_ten::call(&mut x)?.on(o, simpler::dsl::sub())?;
+    Ok(())
+}
+
+#[isolated_test]
+fn a_linked_orchestration_goes_only_to_the_nodes_that_serve_it() {
+    let (a1, n1) = thread_node();
+    let (a2, n2) = thread_node_of(|| node_with("127.0.0.1:0").linked_callables(false));
+    let mut rig = root_worker(&[a1, a2], Duration::from_secs(2));
+    rig.init().expect("a node without a linked orchestration function is no obstacle");
+    let buf = u64_buffer(&rig, 1);
+    let mut t = buf.typed::<u64>(&[1]).unwrap();
+    for w in [0, 1] {
+        rig.run(|o| add_ten_there::call(&mut t)?.on(o, simpler::dsl::worker(w)).map(|_| ())).unwrap();
+    }
+    assert_eq!(read_u64(&buf, 0, 1), vec![20], "ran on worker 0 and on the node that serves it");
+    let err = rig
+        .run(|o| add_ten_there::call(&mut t)?.on(o, simpler::dsl::worker(2)).map(|_| ()))
+        .expect_err("node 2 does not serve it");
+    assert_err(&err, ErrorKind::Callable, &["add_ten_there", "not on worker 2", "only workers 0, 1 have it"]);
+    assert_eq!(read_u64(&buf, 0, 1), vec![20]);
+    // What the root registers explicitly is still required of every node.
+    drop((t, buf));
+    finish(rig, vec![n1, n2]);
 }
 
 #[isolated_test]

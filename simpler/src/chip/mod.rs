@@ -409,7 +409,7 @@ impl ChipFn {
 
     /// What a submit checks a task of this callable against: its kind and signature.
     pub(crate) fn registered(&self) -> Registered {
-        Registered { kind: CallableKind::Chip, signature: self.signature().cloned() }
+        Registered { kind: CallableKind::Chip, signature: self.signature().cloned(), placed: None }
     }
 
     /// What a core runs for this kernel; `None` for a chip orchestration.

@@ -108,19 +108,23 @@ use crate::sys::sync::checked;
 #[cfg(test)]
 pub(crate) type FaultHook = Box<dyn Fn(&'static str, Option<&Slot>) + Send + Sync>;
 
-/// A callable registered on one level, as a submit checks it: its kind and, for a kernel whose
+/// A callable registered on one level, as a submit checks it: its kind; for a kernel whose
 /// OpenCL C source declares its parameters, those (`callable::signature`), which a task's
-/// arguments must match.
+/// arguments must match; for an orchestration function placed on some NEXT_LEVEL workers only
+/// (`Worker::register_orch_on`, or a linked one that some remote nodes lack), their ids, the
+/// only workers a task of it may be placed on.
 #[derive(Clone, Debug)]
 pub(crate) struct Registered {
     pub(crate) kind: CallableKind,
     pub(crate) signature: Option<Arc<KernelSignature>>,
+    /// `None`: every NEXT_LEVEL worker has it. Sorted.
+    pub(crate) placed: Option<Arc<[u32]>>,
 }
 
 impl From<CallableKind> for Registered {
-    /// A callable of `kind` with no declared parameters.
+    /// A callable of `kind` with no declared parameters, on every worker of its kind.
     fn from(kind: CallableKind) -> Registered {
-        Registered { kind, signature: None }
+        Registered { kind, signature: None, placed: None }
     }
 }
 

@@ -106,6 +106,39 @@ impl OrchFn {
         crate::sys::fn_address::FnAddress::of(self.f).to_wire()
     }
 
+    /// The orchestration function of a `#[callable(orch)]` or `task_graph!` of this program,
+    /// by its handle: for registering one explicitly where linked functions are not taken
+    /// whole (a [`Node`](crate::remote::Node) built with
+    /// [`linked_callables(false)`](crate::remote::Node::linked_callables) that serves some of
+    /// them). Anything else is an [`ErrorKind::Callable`](crate::ErrorKind::Callable) error
+    /// naming it.
+    ///
+    /// ```
+    /// use simpler::prelude::*;
+    ///
+    /// #[callable(orch)]
+    /// fn noop(_o: &mut Orchestrator<'_>) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let f = simpler::OrchFn::linked(noop::handle())?;
+    /// assert_eq!(f.handle(), *noop::handle());
+    /// fn plain(_: &mut Orchestrator<'_>, _: &simpler::TaskArgs, _: &simpler::chip::CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let err = simpler::OrchFn::linked(&simpler::OrchFn::new("plain", plain).handle()).unwrap_err();
+    /// assert_eq!(err.kind(), simpler::ErrorKind::Callable);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn linked(handle: &CallableHandle) -> Result<OrchFn> {
+        match CallableInfo::find(handle.digest()) {
+            Some(info) if info.kind == CallableKind::Orch => OrchFn::from_linked(info),
+            _ => Err(crate::error::Error::new(
+                crate::error::ErrorKind::Callable,
+                format!("{handle} is not a #[callable(orch)] or task_graph! of this program"),
+            )),
+        }
+    }
+
     /// A `#[callable(orch)]` or `task_graph!` function from the link-time registry, with the
     /// descriptor the macro computed.
     pub(crate) fn from_linked(info: &CallableInfo) -> Result<OrchFn> {

@@ -39,7 +39,6 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::callable::identity::{CallableHandle, CallableKind, Digest};
-use crate::callable::signature::KernelSignature;
 use crate::data::buffer::{Access, BufferDesc, Identity};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
@@ -52,7 +51,7 @@ use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
 use crate::engine::slot::{Attached, HeapHold, Published, Slot, State, Target, TaskData};
 use crate::engine::tensor_map::Found;
-use crate::engine::{DeviceUse, Engine};
+use crate::engine::{DeviceUse, Engine, Registered};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
 
@@ -195,8 +194,9 @@ const SPARE_FRAMES: usize = 8;
 /// does not pin its memory.
 const SPARE_CAPACITY: usize = 4096;
 /// A callable checked as runnable by the method that checked it: its digest, the kind that
-/// method runs, and a kernel's signature, which each task's arguments must match.
-type Checked = (Digest, CallableKind, Option<Arc<KernelSignature>>);
+/// method runs, and its registration (a kernel's signature, which each task's arguments must
+/// match; the workers an orchestration function is placed on).
+type Checked = (Digest, CallableKind, Registered);
 
 /// Most callables remembered as checked.
 const CHECKED_MAX: usize = 16;
@@ -493,6 +493,7 @@ impl<'a> Orchestrator<'a> {
             .check_kind(callable, self.eng.cfg.next_level_kind)
             .map_err(|e| e.context("submit_next_level"))?;
         self.check_worker(worker, callable)?;
+        self.check_placed(at, worker, callable).map_err(|e| e.context("submit_next_level"))?;
         self.check_signature(at, callable, &args)?;
         self.submit(
             callable,
@@ -552,6 +553,7 @@ impl<'a> Orchestrator<'a> {
         }
         for (i, w) in workers.iter().enumerate() {
             self.check_worker(*w, callable)?;
+            self.check_placed(at, *w, callable).map_err(|e| e.context("submit_next_level_group"))?;
             if workers[..i].contains(w) {
                 return Err(Error::invalid(format!(
                     "submit_next_level_group of {callable}: worker {w} is named twice; group members need distinct workers"
@@ -582,7 +584,7 @@ impl<'a> Orchestrator<'a> {
                 if self.checked.len() >= CHECKED_MAX {
                     self.checked.clear();
                 }
-                self.checked.push((digest, want, registered.signature));
+                self.checked.push((digest, want, registered));
                 Ok(self.checked.len() - 1)
             }
             known => Err(self.kind_error(callable, known.map_or(callable.kind(), |r| r.kind), want)),
@@ -594,7 +596,7 @@ impl<'a> Orchestrator<'a> {
     /// naming it, what it declares and what the task passed); nothing to check for a callable
     /// without such a signature.
     fn check_signature(&self, at: usize, callable: &CallableHandle, args: &TaskArgs) -> Result<()> {
-        match &self.checked[at].2 {
+        match &self.checked[at].2.signature {
             None => Ok(()),
             Some(sig) => {
                 sig.check(callable, args.tensors.iter().map(|t| t.view().dtype()), args.scalars.len())
@@ -651,6 +653,30 @@ impl<'a> Orchestrator<'a> {
             return Err(Error::invalid(format!("{callable} cannot run: {why}")));
         }
         Ok(())
+    }
+
+    /// Refuses a task of the callable at `checked[at]` placed on `worker` when that worker does
+    /// not have it (an orchestration function registered on some workers only): an
+    /// [`ErrorKind::Callable`] error naming both and the workers that have it.
+    fn check_placed(&self, at: usize, worker: u32, callable: &CallableHandle) -> Result<()> {
+        let Some(placed) = &self.checked[at].2.placed else { return Ok(()) };
+        if placed.binary_search(&worker).is_ok() {
+            return Ok(());
+        }
+        // Only orchestration functions are placed: on nested and remote Workers alike.
+        let noun = "worker";
+        let on: Vec<String> = placed.iter().map(u32::to_string).collect();
+        let has = match on.len() {
+            0 => format!("no {noun} has it"),
+            1 => format!("only {noun} {} has it", on[0]),
+            _ => format!("only {noun}s {} have it", on.join(", ")),
+        };
+        Err(Error::new(
+            ErrorKind::Callable,
+            format!(
+                "{callable} is not on {noun} {worker}: {has}; place the task on one of them, or have {noun} {worker} serve it too (Node::register_orch there, Worker::register_orch_on here)"
+            ),
+        ))
     }
 
     fn check_worker(&self, worker: u32, callable: &CallableHandle) -> Result<()> {

@@ -35,7 +35,7 @@ use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result, in_method};
 use crate::level::Level;
-use crate::worker::callables::{Callable, Callables};
+use crate::worker::callables::{Callable, Callables, Placement};
 use crate::worker::lanes::Lanes;
 use crate::worker::runtime::Runtime;
 
@@ -689,15 +689,72 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn register_orch(&mut self, f: OrchFn) -> Result<CallableHandle> {
-        in_method("Worker.register_orch", || {
-            if self.cfg.level <= Level::Node {
+        in_method("Worker.register_orch", || self.register_orch_placed(f, Placement::Everywhere))
+    }
+
+    /// Registers an orchestration function on the nested and remote Workers `workers` only
+    /// (their worker ids, as `submit_next_level` takes them), for a cluster whose nodes serve
+    /// different work.
+    ///
+    /// Only the remote Workers among `workers` are asked for it (at `init`, or now when the
+    /// Worker runs), so a node whose program does not have it is no obstacle as long as it is
+    /// not named. A task of it placed on any other worker is refused at submit
+    /// ([`ErrorKind::Callable`], naming the callable, the worker and the workers that have it).
+    /// Local nested Workers run this program and hold it anyway; the list is where its tasks
+    /// may go. Registering it again must name the same workers (or unregister it first).
+    /// `workers` must be distinct ids this Worker has ([`ErrorKind::InvalidArgument`]
+    /// otherwise). A linked `#[callable(orch)]` registered here keeps this placement.
+    ///
+    /// ```
+    /// use simpler::{chip::CallConfig, status::Level, ErrorKind, OrchFn, Orchestrator, TaskArgs, Worker};
+    /// fn step(_: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    ///     Ok(())
+    /// }
+    /// let mut l4 = Worker::builder()
+    ///     .level(Level::Network1)
+    ///     .worker(Worker::builder().sub_workers(1).build()?) // worker 0
+    ///     .worker(Worker::builder().sub_workers(1).build()?) // worker 1
+    ///     .build()?;
+    /// let step = l4.register_orch_on(OrchFn::new("step", step), &[1])?;
+    /// l4.init()?;
+    /// l4.run(|orch| orch.submit_next_level(&step, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))?;
+    /// let err = l4
+    ///     .run(|orch| orch.submit_next_level(&step, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
+    ///     .unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::Callable); // "... is not on worker 0: only workers 1 have it ..."
+    /// l4.close()?;
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn register_orch_on(&mut self, f: OrchFn, workers: &[u32]) -> Result<CallableHandle> {
+        in_method("Worker.register_orch_on", || {
+            let handle = f.handle();
+            let n = self.lanes.next_level();
+            let mut ids = workers.to_vec();
+            ids.sort_unstable();
+            if ids.is_empty() {
+                return Err(Error::invalid(format!("{handle}: no workers named; name at least one")));
+            }
+            if let Some(w) = ids.iter().find(|&&w| w as usize >= n) {
                 return Err(Error::invalid(format!(
-                    "an {} Worker has no nested Workers to run orchestration functions",
-                    self.cfg.level
+                    "{handle}: worker {w} does not exist: this Worker has {n} nested and remote Workers"
                 )));
             }
-            self.register_callable(Callable::Orch(f))
+            if let Some(w) = ids.windows(2).find(|p| p[0] == p[1]) {
+                return Err(Error::invalid(format!("{handle}: worker {} is named twice", w[0])));
+            }
+            self.register_orch_placed(f, Placement::On(ids.into()))
         })
+    }
+
+    /// [`register_orch`](Self::register_orch) with a placement.
+    fn register_orch_placed(&mut self, f: OrchFn, placement: Placement) -> Result<CallableHandle> {
+        if self.cfg.level <= Level::Node {
+            return Err(Error::invalid(format!(
+                "an {} Worker has no nested Workers to run orchestration functions",
+                self.cfg.level
+            )));
+        }
+        self.register_callable(Callable::Orch(f, placement))
     }
 
     /// Registers `c`: the same rules for every kind, before and after `init`; after `init` the
@@ -784,7 +841,8 @@ impl Worker {
                     self.register_chip(crate::chip::ChipFn::from_linked(info)?).map_err(what)?;
                 }
                 CallableKind::Orch if self.level() > crate::level::Level::Node => {
-                    self.register_orch(crate::engine::orch_fn::OrchFn::from_linked(info)?).map_err(what)?;
+                    let f = crate::engine::orch_fn::OrchFn::from_linked(info)?;
+                    self.register_orch_placed(f, Placement::Found).map_err(what)?;
                 }
                 _ => {}
             }

@@ -34,6 +34,7 @@
 //!   `replace_dead_workers(true)`. Nested Workers, remote Workers and `StartMethod::Fork`
 //!   Workers are refused.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -64,7 +65,7 @@ use crate::sys::process::{Ended, Monitor};
 use crate::sys::sync;
 use crate::worker::Worker;
 use crate::worker::builder::Config;
-use crate::worker::callables::{Callable, Callables};
+use crate::worker::callables::{Callable, Callables, Placement};
 use crate::worker::lanes::Lanes;
 use crate::worker::remote::launch::accept_ranks;
 use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable, resident, wire};
@@ -347,6 +348,8 @@ impl Tree {
             },
             None => Default::default(),
         };
+        // The linked orchestration functions some nodes lack, and those nodes' ids.
+        let mut lacking: HashMap<Digest, Vec<u32>> = HashMap::new();
         for (j, spec) in remote.iter().enumerate() {
             let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(region.clone()));
             let label = lanes.label(n_sub + n_chip + j);
@@ -358,10 +361,24 @@ impl Tree {
                 None => Session::connect(spec, label, resolver, bell),
             }
             .and_then(|s| {
-                for (_, _, f) in callables.orch().iter() {
-                    if let Err(e) = check_callable(&s, &f.handle(), spec.connect_timeout) {
-                        s.close();
-                        return Err(e.context("Worker.init"));
+                // Each orchestration function placed on this node must be there; a linked one
+                // (found wherever it is) is asked for, and left off the node when it is not.
+                let id = (n_chip + j) as u32;
+                for (d, _, f) in callables.orch().iter() {
+                    let placement = callables.placement(d).unwrap_or(&Placement::Everywhere);
+                    if !placement.requires(id) && *placement != Placement::Found {
+                        continue;
+                    }
+                    match check_callable(&s, &f.handle(), cfg.startup_timeout) {
+                        Ok(()) => {}
+                        Err(e) if *placement == Placement::Found && e.kind() == ErrorKind::Callable => {
+                            tracing::info!(target: "simpler::worker", callable = %f.handle(), node = id, "a linked orchestration function the node lacks: its tasks go elsewhere");
+                            lacking.entry(*d).or_default().push(id);
+                        }
+                        Err(e) => {
+                            s.close();
+                            return Err(e.context("Worker.init"));
+                        }
                     }
                 }
                 Ok(s)
@@ -387,7 +404,11 @@ impl Tree {
         engine.attach_lanes(lanes_all);
         {
             let mut known = engine.callables().write();
-            for (d, registered) in callables.kinds() {
+            for (d, mut registered) in callables.kinds() {
+                if let Some(ids) = lacking.get(&d) {
+                    let all = (0..(n_chip + remote.len()) as u32).filter(|w| !ids.contains(w));
+                    registered.placed = Some(all.collect());
+                }
                 known.insert(d, registered);
             }
         }
@@ -789,13 +810,17 @@ impl Runtime for Tree {
             // which pass it on to their own chips.
             Callable::Chip(f) if f.is_kernel() => (CTRL_REGISTER_CHIP, f.fn_address()),
             Callable::Chip(f) => (CTRL_REGISTER_CHIP_ORCH, f.fn_address()),
-            Callable::Orch(f) => (CTRL_REGISTER_ORCH, f.fn_address()),
+            Callable::Orch(f, _) => (CTRL_REGISTER_ORCH, f.fn_address()),
         };
-        if c.kind() == CallableKind::Orch {
-            // A remote node has it only if its program registered it too: it says so, before
-            // any local target installs it (so a refusal leaves nothing installed anywhere).
-            for s in self.remote.iter().filter(|s| !s.is_lost()) {
-                check_callable(s, &c.handle(), self.cfg.startup_timeout)?;
+        if let Callable::Orch(_, placement) = c {
+            // A remote node has it only if its program registered it too: each node it is
+            // placed on says so, before any local target installs it (so a refusal leaves
+            // nothing installed anywhere).
+            let n_local = self.lanes.next_level() - self.remote.len();
+            for (j, s) in self.remote.iter().enumerate().filter(|(_, s)| !s.is_lost()) {
+                if placement.requires((n_local + j) as u32) {
+                    check_callable(s, &c.handle(), self.cfg.startup_timeout)?;
+                }
             }
         }
         self.register_on(&self.lanes.targets(c.kind()), &digest, |mb| {

@@ -92,6 +92,8 @@ pub struct Node {
     addr: NodeAddr,
     key: ClusterKey,
     allow_remote: bool,
+    /// Whether the binary's `#[callable(orch)]` functions are served too.
+    linked: bool,
     orch: HashMap<Digest, OrchFn>,
 }
 
@@ -126,7 +128,7 @@ impl Node {
         if worker.is_ready() {
             return Err(Error::state("Node::new: the Worker must not be initialized (the node starts it)"));
         }
-        Ok(Node { worker, addr, key, allow_remote: false, orch: HashMap::new() })
+        Ok(Node { worker, addr, key, allow_remote: false, linked: true, orch: HashMap::new() })
     }
 
     /// Whether the node may listen on an address other than loopback (default `false`: a node
@@ -141,6 +143,24 @@ impl Node {
     /// ```
     pub fn allow_remote(mut self, allow: bool) -> Node {
         self.allow_remote = allow;
+        self
+    }
+
+    /// Whether the node also serves every `#[callable(orch)]` function of its binary (default
+    /// `true`). With `false` it serves only what [`register_orch`](Node::register_orch)
+    /// names: a node with a role of its own in a cluster whose nodes serve different work. A
+    /// root's linked `#[callable(orch)]` functions then go only to the nodes that have them,
+    /// and a task of one placed on this node is refused at submit, naming both.
+    ///
+    /// ```
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// # let w = simpler::Worker::builder().build()?;
+    /// let node = simpler::remote::Node::new(w, simpler::remote::NodeAddr::loopback(0), key)?.linked_callables(false);
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn linked_callables(mut self, serve: bool) -> Node {
+        self.linked = serve;
         self
     }
 
@@ -186,7 +206,9 @@ impl Node {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn bind(mut self) -> Result<BoundNode> {
-        self.add_linked_orchs()?;
+        if self.linked {
+            self.add_linked_orchs()?;
+        }
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
         let name = listener.local_addr().to_string();
@@ -221,7 +243,9 @@ impl Node {
         if launch.is_root() {
             return Err(Error::invalid("Node::serve_launch: rank 0 is the root, not a node"));
         }
-        self.add_linked_orchs()?;
+        if self.linked {
+            self.add_linked_orchs()?;
+        }
         self.worker.init()?;
         let node = BoundNode {
             worker: self.worker,
