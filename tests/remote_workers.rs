@@ -147,6 +147,8 @@ fn thread_node_of(
 
 /// The env var that makes `node_process` serve as a node.
 const NODE_ENV: &str = "SIMPLER_TEST_REMOTE_NODE";
+/// The address `node_process` listens at (default: a free loopback port).
+const NODE_ADDR_ENV: &str = "SIMPLER_TEST_REMOTE_NODE_ADDR";
 
 /// Not a test of its own: the body of a node process (this test binary started with
 /// `NODE_ENV`), which prints its address and serves one session. Ignored, so it runs only when
@@ -157,7 +159,8 @@ fn node_process() {
     let Some(_) = std::env::var_os(NODE_ENV) else {
         panic!("node_process runs only in a process a test started with {NODE_ENV}");
     };
-    let bound = node_with("127.0.0.1:0").bind().unwrap();
+    let addr = std::env::var(NODE_ADDR_ENV).unwrap_or_else(|_| "127.0.0.1:0".into());
+    let bound = node_with(&addr).bind().unwrap();
     let mut out = std::io::stdout();
     writeln!(out, "NODE {}", bound.local_addr()).unwrap();
     out.flush().unwrap();
@@ -189,9 +192,15 @@ struct NodeProcess {
 
 impl NodeProcess {
     fn start() -> NodeProcess {
+        NodeProcess::start_at("127.0.0.1:0")
+    }
+
+    /// A node process listening at `addr` (a node restarted where the root knows it).
+    fn start_at(addr: &str) -> NodeProcess {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "node_process", "--ignored", "--nocapture", "--test-threads=1"])
             .env(NODE_ENV, "1")
+            .env(NODE_ADDR_ENV, addr)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -562,7 +571,7 @@ fn a_linked_orchestration_goes_only_to_the_nodes_that_serve_it() {
 }
 
 #[isolated_test]
-fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
+fn a_node_killed_mid_task_fails_the_task_naming_it_and_rejoins_once_restarted() {
     let node = NodeProcess::start();
     let mut rig = root_with(std::slice::from_ref(&node.addr), Duration::from_secs(2));
     rig.init();
@@ -581,13 +590,27 @@ fn a_node_killed_mid_task_fails_the_task_naming_it_and_leaves_service() {
     assert_err(&err, ErrorKind::WorkerDied, &["stalled", &node.addr.to_string()]);
     let remote = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Remote).unwrap();
     assert_eq!(remote.state, WorkerState::Lost);
-    // A lost remote Worker is not restarted from here: replacing skips it, or says why.
+    // Its node is not started from here: `replace_dead_workers` leaves it, and replacing it
+    // while nothing listens at its address says so and leaves it lost.
     assert!(rig.replace_dead_workers().unwrap().is_empty());
     let err = rig.replace_worker(WorkerKind::Remote, remote.id).unwrap_err();
-    assert_err(&err, ErrorKind::InvalidArgument, &["remote Worker", "not restarted"]);
+    assert_err(&err, ErrorKind::WorkerDied, &[&node.addr.to_string(), "cannot connect"]);
+    let err = rig.run(|o| o.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()));
+    assert_err(&err.unwrap_err(), ErrorKind::WorkerDied, &[&node.addr.to_string()]);
     // The local L3 still works; close does not hang.
     let buf = u64_buffer(&rig, 1);
     step_on(&rig, &buf, 0, 1, 0).unwrap();
+    // The node restarted at its address (by hand, or by a supervisor) rejoins, and later runs
+    // go to it again.
+    let addr = node.addr.to_string();
+    drop(node);
+    let again = NodeProcess::start_at(&addr);
+    let back = rig.replace_worker(WorkerKind::Remote, remote.id).expect("the restarted node rejoins");
+    assert_eq!((back.state, back.pid), (WorkerState::Alive, again.pid()));
+    step_on(&rig, &buf, 0, 1, 1).unwrap();
+    assert_eq!(read_u64(&buf, 0, 1), vec![3], "0 -> 1 on worker 0, then -> 3 on the rejoined node");
+    let err = rig.replace_worker(WorkerKind::Remote, remote.id).unwrap_err();
+    assert_err(&err, ErrorKind::InvalidState, &["in service"]);
     drop(buf);
 }
 
@@ -976,25 +999,48 @@ fn node_resident_copies_go_in_parts_each_to_its_place() {
 }
 
 /// A run past its deadline with a task on a node: the error names the node by its address and
-/// says what stopping it did (the session ends; the node drops the task's run).
+/// says what stopping it did; the node cancels the task's run there and the session stays in
+/// service, so later runs (and a cancelled one's) use the node again.
 #[isolated_test]
-fn a_remote_task_past_its_runs_deadline_is_named_by_its_node() {
+fn a_remote_task_past_its_deadline_or_cancelled_is_cancelled_on_the_node_and_the_session_survives() {
     let _gates = gates();
     let (addr, node) = thread_node();
     let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
     root.init().unwrap();
     let h = OrchFn::new("gated_step", gated_step).handle();
+    let started = Instant::now();
     let err = root
         .run_with(simpler::RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
             orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ())
         })
         .expect_err("the gate never opens");
+    assert!(started.elapsed() < Duration::from_secs(5), "the run ended in {:?}", started.elapsed());
     let node_name = format!("remote worker 1 ({addr})");
     assert_err(
         &err,
         ErrorKind::Timeout,
-        &["deadline of 300 ms", "gated_step", &node_name, "session with the node is ended"],
+        &["deadline of 300 ms", "gated_step", &node_name, "the node cancels the task's run"],
     );
+    let remote = root.workers().into_iter().find(|w| w.kind == WorkerKind::Remote).unwrap();
+    assert_eq!(remote.state, WorkerState::Alive, "the session is still in service");
+    let buf = u64_buffer(&root, 1);
+    step_on(&root, &buf, 0, 1, 1).expect("the node runs the next task");
+    // A cancelled run, the same way.
+    let test = std::process::id();
+    let _ = std::fs::remove_file(gate(test, "started"));
+    let run = root
+        .submit(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
+        .unwrap();
+    wait_for("the task to run on the node", Duration::from_secs(20), || gate(test, "started").exists());
+    run.cancel();
+    assert_err(
+        &run.wait().unwrap_err(),
+        ErrorKind::Cancelled,
+        &["gated_step", "the node cancels the task's run"],
+    );
+    step_on(&root, &buf, 0, 1, 1).expect("the node runs the next task");
+    assert_eq!(read_u64(&buf, 0, 1), vec![3]);
+    drop(buf);
     finish(root, vec![node]);
 }
 

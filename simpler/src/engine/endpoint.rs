@@ -81,7 +81,7 @@ pub(crate) trait Endpoint: Send {
 
     /// What [`stop`](Endpoint::stop) does to the worker, for the stopped run's error.
     fn stopping(&self) -> &'static str {
-        "the worker process is killed"
+        "the worker process is killed, and leaves service"
     }
 
     /// Why the worker is known to be gone while no task runs on it (`None`: alive, as far as

@@ -322,6 +322,19 @@ impl Engine {
         self.bg_bell.ring();
     }
 
+    /// Puts lane `i` back in service with a new endpoint in place of its lost one's (a remote
+    /// Worker's new session), and wakes the scheduler. Refused (false, nothing changed) while
+    /// the lane still holds a task. The old endpoint is dropped.
+    pub(crate) fn replace_endpoint(&self, i: usize, endpoint: Box<dyn endpoint::Endpoint>) -> bool {
+        let Some(was_dead) = self.lock_sched().replace_endpoint(i, endpoint) else { return false };
+        if was_dead {
+            self.idle_lanes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.doorbell().ring();
+        self.bg_bell.ring();
+        true
+    }
+
     fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
         checked::lock(&self.sched)
     }

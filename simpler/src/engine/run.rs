@@ -685,7 +685,8 @@ impl RunHandle {
     /// Its tasks not yet started never run (they fail without being dispatched), and the workers
     /// running its tasks are stopped: each such child process is killed (`SIGKILL`), its lane
     /// leaves service as for any worker death (see [`Worker::workers`](crate::Worker::workers)),
-    /// and later runs go to the workers left. When this returns true, no task of the run
+    /// and later runs go to the workers left. A remote Worker running one of its tasks is asked
+    /// to cancel it on its node, answers, and stays in service. When this returns true, no task of the run
     /// starts any more; [`wait`](Self::wait) returns as soon as the stopped workers' deaths are
     /// collected (milliseconds).
     ///

@@ -475,7 +475,7 @@ impl Scheduler {
             let how: Vec<&str> = running.iter().map(|&i| self.lanes[i].endpoint.stopping()).collect();
             let how = if how.iter().all(|h| *h == how[0]) { how[0].to_string() } else { how.join("; ") };
             message.push_str(&format!(
-                "; still running: {}; {} stopped ({how}, and leaves service)",
+                "; still running: {}; {} stopped ({how})",
                 names.join(", "),
                 if names.len() == 1 { "it was" } else { "they were" }
             ));
@@ -681,6 +681,19 @@ impl Scheduler {
             && lane.busy.is_none()
         {
             lane.dead = None;
+        }
+    }
+
+    /// Gives lane `i` a new endpoint (its worker was lost) and puts it back in service; `None`
+    /// (nothing changed) while it holds a task or a staged one, else whether it was out of
+    /// service.
+    pub(crate) fn replace_endpoint(&mut self, i: usize, endpoint: Box<dyn Endpoint>) -> Option<bool> {
+        match self.lanes.get_mut(i) {
+            Some(lane) if lane.busy.is_none() && lane.staged.is_none() => {
+                lane.endpoint = endpoint;
+                Some(lane.dead.take().is_some())
+            }
+            _ => None,
         }
     }
 

@@ -11,7 +11,7 @@ use std::io::{self, IoSlice, Read, Write};
 use crate::error::{Error, ErrorKind};
 
 /// The version of the protocol this build speaks (every frame header carries it).
-pub(crate) const PROTOCOL_VERSION: u16 = 2;
+pub(crate) const PROTOCOL_VERSION: u16 = 3;
 /// Largest body before the handshake completes (HELLO frames only).
 pub(crate) const MAX_HELLO_BODY: usize = 4096;
 /// Default largest body of an authenticated session's frame (tensor data travels in
@@ -40,11 +40,14 @@ pub(crate) enum FrameKind {
     Health = 6,
     /// Orderly end of the session.
     Shutdown = 7,
+    /// Cancel the task with this sequence number (root to node, on the health connection):
+    /// its run passed its deadline or was cancelled at the root.
+    Cancel = 8,
 }
 
 impl FrameKind {
     /// Every kind, in wire order.
-    pub(crate) const ALL: [FrameKind; 7] = [
+    pub(crate) const ALL: [FrameKind; 8] = [
         FrameKind::Hello,
         FrameKind::Task,
         FrameKind::Control,
@@ -52,6 +55,7 @@ impl FrameKind {
         FrameKind::Completion,
         FrameKind::Health,
         FrameKind::Shutdown,
+        FrameKind::Cancel,
     ];
 
     /// The kind whose wire value is `v`, if any.
@@ -66,10 +70,6 @@ pub(crate) struct Frame {
     /// What the frame carries.
     pub(crate) kind: FrameKind,
     /// The sender's sequence number (the protocol layer above gives it meaning).
-    #[cfg_attr(
-        not(any(test, feature = "fuzz")),
-        expect(dead_code, reason = "sessions read the header first (`read_frame_head`)")
-    )]
     pub(crate) seq: u64,
     /// The body, exactly as long as the header said.
     pub(crate) body: Vec<u8>,

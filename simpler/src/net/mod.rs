@@ -20,15 +20,16 @@
 //! | offset | size | field | rule |
 //! | --- | --- | --- | --- |
 //! | 0 | 4 | magic | `b"SPNF"` |
-//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (2); any other is refused, naming both |
-//! | 6 | 2 | kind | a [`frame::FrameKind`] (1-7); any other is refused |
-//! | 8 | 4 | flags | must be 0 (none are defined in version 2) |
+//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (3); any other is refused, naming both |
+//! | 6 | 2 | kind | a [`frame::FrameKind`] (1-8); any other is refused |
+//! | 8 | 4 | flags | must be 0 (none are defined in version 3) |
 //! | 12 | 8 | seq | the sender's sequence number; the layer above gives it meaning |
 //! | 20 | 4 | body_len | at most the reader's limit |
 //!
 //! Kinds: 1 HELLO (the handshake, the only kind before it completes), 2 TASK (root to node),
 //! 3 CONTROL (root to node), 4 CONTROL_REPLY (node to root), 5 COMPLETION (node to root),
-//! 6 HEALTH, 7 SHUTDOWN.
+//! 6 HEALTH, 7 SHUTDOWN, 8 CANCEL (root to node, on the health connection: cancel the task
+//! whose TASK frame had this `seq`).
 //!
 //! Limits: a reader checks the whole header before it allocates or reads the body, so a
 //! claimed length over the limit costs nothing. HELLO frames are read with

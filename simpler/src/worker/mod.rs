@@ -353,9 +353,16 @@ impl Worker {
     /// with everything registered now, and puts it back in service once it reported ready;
     /// returns its status (its new pid).
     ///
+    /// A lost remote Worker ([`WorkerKind::Remote`]) rejoins: the root connects to its node's
+    /// address again (the node restarted by hand, or serving its next session), authenticates,
+    /// checks the orchestration functions placed on it, and later runs send it tasks again.
+    /// Its node-resident buffers died with the old session. A node of a launched job
+    /// (`mpirun`, `srun`) connects to the root only at `init` and is not rejoined; a node that
+    /// does not answer is a [`ErrorKind::WorkerDied`](crate::ErrorKind::WorkerDied) error, and
+    /// the Worker stays as it was.
+    ///
     /// Refused for a live worker ([`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState)),
-    /// a nested Worker (its whole subtree would start again: close and rebuild), a remote
-    /// Worker (its node is started on its own host), a Worker started with
+    /// a nested Worker (its whole subtree would start again: close and rebuild), a Worker started with
     /// [`StartMethod::Fork`] (a fork of a process running the engine's threads could inherit a
     /// lock they hold), and an L2 Worker. A replaced chip starts with empty
     /// device memory: device buffers of the dead chip are lost, and using one is an error that

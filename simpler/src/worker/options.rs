@@ -86,7 +86,8 @@ impl RunOptions {
     /// Stopping a run is what [`RunHandle::cancel`] does: its tasks not yet started never run,
     /// each worker running one of its tasks is stopped (the child process is killed with
     /// `SIGKILL`, a nested Worker with everything below it) and leaves service like any dead
-    /// worker ([`Worker::workers`] shows it killed), and later runs go to the workers left. The
+    /// worker ([`Worker::workers`] shows it killed), and later runs go to the workers left; a
+    /// remote Worker is asked to cancel the task's run on its node and stays in service. The
     /// deadline holds whether or not anyone waits on the run: the scheduler wakes at the
     /// earliest deadline by itself. Overrides [`WorkerBuilder::run_deadline`]; without either,
     /// a run has no deadline.

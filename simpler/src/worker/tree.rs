@@ -100,8 +100,11 @@ pub(super) struct Tree {
     region: Arc<MailboxRegion>,
     /// Number of children (mailboxes).
     children: usize,
-    /// The sessions with remote L3 Workers, lanes `children..`.
-    remote: Vec<Arc<Session>>,
+    /// The sessions with remote L3 Workers, lanes `children..` (a lost one is replaced by a
+    /// new session with the same node: `replace`).
+    remote: Vec<Mutex<Arc<Session>>>,
+    /// What each remote Worker was built with (to connect to it again).
+    remote_specs: Vec<RemoteWorker>,
     /// The configuration, for replacement children.
     cfg: Config,
     /// The heap rings every child maps (this Worker's and its ancestors').
@@ -436,7 +439,8 @@ impl Tree {
             control_lock: Mutex::new(()),
             region,
             children: pids.len(),
-            remote: sessions,
+            remote: sessions.into_iter().map(Mutex::new).collect(),
+            remote_specs: remote.to_vec(),
             cfg: cfg.clone(),
             heaps,
             monitor,
@@ -633,9 +637,56 @@ impl Tree {
 
     /// The session of the remote Worker NEXT_LEVEL id `id` names, if it names one; refused
     /// when the Worker is closing.
-    fn remote_of(&self, id: u32) -> Result<Option<&Session>> {
+    fn remote_of(&self, id: u32) -> Result<Option<Arc<Session>>> {
         self.open()?;
-        Ok(self.lanes.remote_index(id).map(|j| &*self.remote[j]))
+        Ok(self.lanes.remote_index(id).map(|j| self.session(j)))
+    }
+
+    /// The session with remote Worker `j` now.
+    fn session(&self, j: usize) -> Arc<Session> {
+        sync::lock(&self.remote[j]).clone()
+    }
+
+    /// Connects to remote Worker `j`'s node again, in place of its lost session (lane `i`),
+    /// with each orchestration function placed on it checked there; the node's resident
+    /// buffers of the old session are gone. Returns the node's pid.
+    fn rejoin(&self, i: usize, j: usize, callables: &Callables) -> Result<i32> {
+        let who = self.lanes.label(i);
+        let old = self.session(j);
+        if !old.is_lost() {
+            return Err(Error::state(format!("{who} is in service; only a lost remote Worker is replaced")));
+        }
+        let spec = &self.remote_specs[j];
+        if let Some(rank) = spec.launch_rank {
+            return Err(Error::invalid(format!(
+                "{who} is rank {rank} of a launched job, which connects to the root only at init; relaunch the job to bring it back"
+            )));
+        }
+        let id = (self.lanes.next_level() - self.remote.len() + j) as u32;
+        let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(self.region.clone()));
+        let resolver = HostResolver::new(self.heaps.clone());
+        let s = Session::connect(spec, who.clone(), resolver, bell)?;
+        for (d, _, f) in callables.orch().iter() {
+            let placement = callables.placement(d).unwrap_or(&Placement::Everywhere);
+            if placement.requires(id)
+                && let Err(e) = check_callable(&s, &f.handle(), self.cfg.startup_timeout)
+            {
+                s.close();
+                return Err(e);
+            }
+        }
+        if !self.engine.replace_endpoint(i, Box::new(RemoteEndpoint::new(s.clone()))) {
+            s.close();
+            return Err(Error::state(format!(
+                "{who} still holds a task of a run that has not ended; wait for it, then replace it"
+            )));
+        }
+        old.close();
+        *sync::lock(&self.remote[j]) = s.clone();
+        // The old session's node-resident buffers died with it.
+        self.devices.forget_chip(id);
+        tracing::info!(target: "simpler::worker", worker = %who, pid = s.node_pid(), "remote worker rejoined");
+        Ok(s.node_pid() as i32)
     }
 
     /// The mailbox of chip `chip`; refused for a chip this Worker does not have, and when the
@@ -681,7 +732,8 @@ impl Runtime for Tree {
         };
         let mut all: Vec<WorkerStatus> =
             (0..self.children).map(|i| (i, self.monitor.pid(i))).map(|(i, pid)| status((i, &pid))).collect();
-        for (j, s) in self.remote.iter().enumerate() {
+        for j in 0..self.remote.len() {
+            let s = self.session(j);
             let (kind, id) = self.lanes.kind_of(self.children + j);
             let state = if s.is_lost() { WorkerState::Lost } else { WorkerState::Alive };
             // The node's process id, on its own host.
@@ -703,9 +755,7 @@ impl Runtime for Tree {
         self.open()?;
         let who = self.lanes.label(i);
         if i >= self.children {
-            return Err(Error::invalid(format!(
-                "{who} is a remote Worker, started by its own host; a lost session is not restarted from here"
-            )));
+            return self.rejoin(i, i - self.children, callables);
         }
         let old = self.monitor.pid(i);
         if !self.monitor.board.has_exited(i) {
@@ -817,9 +867,10 @@ impl Runtime for Tree {
             // placed on says so, before any local target installs it (so a refusal leaves
             // nothing installed anywhere).
             let n_local = self.lanes.next_level() - self.remote.len();
-            for (j, s) in self.remote.iter().enumerate().filter(|(_, s)| !s.is_lost()) {
-                if placement.requires((n_local + j) as u32) {
-                    check_callable(s, &c.handle(), self.cfg.startup_timeout)?;
+            for j in 0..self.remote.len() {
+                let s = self.session(j);
+                if !s.is_lost() && placement.requires((n_local + j) as u32) {
+                    check_callable(&s, &c.handle(), self.cfg.startup_timeout)?;
                 }
             }
         }
@@ -861,7 +912,7 @@ impl Runtime for Tree {
     fn alloc_device(&self, chip: u32, shape: &[u32], dtype: DataType) -> Result<Buffer> {
         if let Some(s) = self.remote_of(chip)? {
             let nbytes = super::device_extent(shape, dtype)?;
-            let reply = resident(s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)?;
+            let reply = resident(&s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)?;
             let id = u64::from_le_bytes(
                 reply
                     .try_into()
@@ -891,7 +942,7 @@ impl Runtime for Tree {
             // In parts, each its own control (no frame nears the size limit).
             for at in (0..n).step_by(wire::COPY_PART) {
                 let bytes = src.read::<u8>(at, wire::COPY_PART.min(n - at))?;
-                resident(s, wire::COPY_TO, ptr, at as u64, &bytes, self.cfg.startup_timeout)?;
+                resident(&s, wire::COPY_TO, ptr, at as u64, &bytes, self.cfg.startup_timeout)?;
             }
             return Ok(());
         }
@@ -912,7 +963,8 @@ impl Runtime for Tree {
             for at in (0..n).step_by(wire::COPY_PART) {
                 let len = wire::COPY_PART.min(n - at);
                 let offset = (at as u64).to_le_bytes();
-                let bytes = resident(s, wire::COPY_FROM, ptr, len as u64, &offset, self.cfg.startup_timeout)?;
+                let bytes =
+                    resident(&s, wire::COPY_FROM, ptr, len as u64, &offset, self.cfg.startup_timeout)?;
                 if bytes.len() != len {
                     return Err(Error::decode(format!(
                         "the node sent {} of {len} bytes at offset {at}",
@@ -947,7 +999,7 @@ impl Runtime for Tree {
                 )));
             }
             sync::lock(&self.devices.live).remove(&buf.desc().identity());
-            return resident(s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout).map(|_| ());
+            return resident(&s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout).map(|_| ());
         }
         let mbox = self.chip_mailbox(chip)?;
         let in_flight = self.engine.live_runs().len();

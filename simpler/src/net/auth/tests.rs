@@ -154,18 +154,18 @@ fn garbage_instead_of_a_hello_is_refused() {
 
 #[test]
 fn another_version_is_refused_naming_both() {
-    // A root whose response says version 3 in its body.
+    // A root whose response says version 4 in its body.
     let k = key("the-cluster-secret");
     let (node, reply) = run(k.clone(), |s| {
         manual_root(s, |nonce_n| {
             let mut b = response_body(&k, nonce_n, &[7; NONCE_LEN]);
-            b[1..3].copy_from_slice(&3u16.to_le_bytes());
+            b[1..3].copy_from_slice(&4u16.to_le_bytes());
             b
         })
     });
     let node = node.unwrap_err();
     assert!(node.kind() == crate::error::ErrorKind::InvalidArgument);
-    assert!(node.message().contains("version 3, this side speaks 2"), "{}", node.message());
+    assert!(node.message().contains("version 4, this side speaks 3"), "{}", node.message());
     assert_eq!(reply.unwrap(), [STEP_REFUSED]);
 
     // A node whose frames say version 9 in their header.
@@ -178,7 +178,7 @@ fn another_version_is_refused_naming_both() {
     let err = t.join().unwrap().unwrap_err();
     assert!(err.kind() == crate::error::ErrorKind::InvalidArgument);
     assert!(err.message().contains("unix:v9"));
-    assert!(err.message().contains("protocol version 9, this side speaks 2"), "{}", err.message());
+    assert!(err.message().contains("protocol version 9, this side speaks 3"), "{}", err.message());
 }
 
 #[test]

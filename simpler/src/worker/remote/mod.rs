@@ -32,7 +32,8 @@
 //! there, `Stream::waiting_frame`, in one read, without blocking or waking any thread), or else
 //! the reader thread. [`RemoteEndpoint`] is the engine's `Endpoint`: `start` encodes and sends a
 //! TASK, `poll` takes the outcome, reading it itself when it is whole, `ready` / `unwatched` for
-//! the driver that checks it, `stop` ends the session.
+//! the driver that checks it, `stop` asks the node to cancel the task (a CANCEL on the health
+//! connection; the COMPLETION that follows ends it, and the session stays in service).
 //!
 //! Controls go one at a time; one that gives up (its timeout is the startup timeout; a node
 //! answers controls between tasks) may still get its reply later, so each records the first
@@ -206,6 +207,8 @@ struct SessionState {
     lost: Option<String>,
     /// A TASK was sent and its COMPLETION has not been read.
     awaiting: bool,
+    /// The sequence number of the last TASK sent (what a CANCEL names).
+    task_seq: u64,
     /// The first sequence number of the control in flight (or the last one): controls go one
     /// at a time, so a reply under an earlier number answers a control that gave up waiting
     /// (timed out); it is dropped when read, and the reader goes on to the current reply.
@@ -263,6 +266,9 @@ pub(crate) struct Session {
     rx_bell: Doorbell,
     /// A handle on the health connection, used only to shut it down.
     health_socket: Stream,
+    /// The health connection's writing end: its writes (the answers to heartbeats, a CANCEL)
+    /// hold the lock, so frames never interleave.
+    health_tx: Mutex<Stream>,
     /// The health thread (reads the node's heartbeats), joined by `close`.
     health_reader: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -310,6 +316,7 @@ impl Session {
             .set_read_timeout(Some(spec.health_timeout))
             .map_err(|e| Error::os("setting a session timeout", e))?;
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
+        let health_tx = health.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let socket = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let (outbox, outgoing) = crossbeam_channel::unbounded();
         let direct = Mutex::new(stream);
@@ -334,6 +341,7 @@ impl Session {
             reader_wanted: std::sync::atomic::AtomicU32::new(0),
             rx_bell: Doorbell::new(),
             health_socket,
+            health_tx: Mutex::new(health_tx),
             health_reader: Mutex::new(None),
         });
         let s = session.clone();
@@ -454,6 +462,26 @@ impl Session {
         drop(sync::lock(&self.resolver));
     }
 
+    /// Asks the node to cancel the task in flight (a CANCEL on the health connection, which the
+    /// node reads while it runs the task); its COMPLETION then says how it ended. False when
+    /// the CANCEL could not be written (the session is lost then).
+    fn cancel_task(&self) -> bool {
+        let seq = {
+            let st = sync::lock(&self.state);
+            if st.lost.is_some() {
+                return false;
+            }
+            st.task_seq
+        };
+        match write_frame(&mut *sync::lock(&self.health_tx), FrameKind::Cancel, seq, &[]) {
+            Ok(()) => true,
+            Err(e) => {
+                self.lose(format!("asking the node to cancel its task failed: {e}"));
+                false
+            }
+        }
+    }
+
     /// Whether the session is over.
     pub(crate) fn is_lost(&self) -> bool {
         sync::lock(&self.state).lost.is_some()
@@ -466,7 +494,8 @@ impl Session {
         loop {
             match read_frame(&mut health, 0) {
                 Ok(f) if f.kind == FrameKind::Health => {
-                    if let Err(e) = write_frame(&mut health, FrameKind::Health, 0, &[]) {
+                    if let Err(e) = write_frame(&mut *sync::lock(&self.health_tx), FrameKind::Health, 0, &[])
+                    {
                         return self.lose(format!("answering the node's heartbeat failed: {e}"));
                     }
                 }
@@ -797,7 +826,9 @@ impl Endpoint for RemoteEndpoint {
             st.awaiting = true;
         }
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
-        if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }.map(|_| ())
+        let seq = if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }?;
+        sync::lock(&s.state).task_seq = seq;
+        Ok(())
     }
 
     fn poll(&mut self) -> Option<Outcome> {
@@ -857,15 +888,17 @@ impl Endpoint for RemoteEndpoint {
     }
 
     fn stop(&mut self) -> bool {
-        // A node cannot be killed from here: ending the session makes it drop the task's run
-        // and free what the session held; the lane leaves service as for a lost node.
-        self.session.lose("the session was stopped (its run passed its deadline or was cancelled)".into());
-        self.session.wait_for_output_writes();
+        // The node cancels the task's run (its workers running it are stopped there) and
+        // answers with a COMPLETION, which ends the task here; the session stays in service. A
+        // node that cannot be asked is lost, which ends the task as for any lost node.
+        if !self.session.cancel_task() {
+            self.session.wait_for_output_writes();
+        }
         true
     }
 
     fn stopping(&self) -> &'static str {
-        "its session with the node is ended, and the node drops the task's run"
+        "the node cancels the task's run and answers; the session stays in service"
     }
 
     fn gone(&self) -> Option<String> {

@@ -21,6 +21,9 @@
 //! the root's health thread answers; when one cannot be written, or the root has answered none
 //! for 3 s ([`ROOT_SILENCE`]: a stopped or cut-off root, which TCP would notice only after many
 //! minutes), it cancels the task in flight and shuts the session connection, ending the session.
+//! It also reads the root's CANCEL there (a run at the root passed its deadline or was
+//! cancelled) and cancels the task it names, now or as soon as its run starts; the session goes
+//! on, and workers the cancel stopped are replaced before the next task.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -501,7 +504,8 @@ impl BoundNode {
         // The task in flight: the heartbeat thread cancels it when the root is gone (its
         // heartbeat cannot be written, or it stopped answering them), since this thread is
         // busy running it; it also ends the session then (this thread may be waiting in a read).
-        let current: Arc<Mutex<Option<RunHandle>>> = Arc::new(Mutex::new(None));
+        // It also cancels it when the root asks (a CANCEL on the health connection).
+        let current: Arc<Mutex<InFlight>> = Arc::new(Mutex::new(InFlight::default()));
         let session_socket = stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let beat = {
             let (mut health, done, current, peer) = (health, done.clone(), current.clone(), peer.to_string());
@@ -511,7 +515,7 @@ impl BoundNode {
                     let root_gone = |why: &str| {
                         if !done.load(Ordering::Acquire) {
                             tracing::warn!(target: "simpler::remote", peer = %peer, "{why}: ending its session");
-                            if let Some(run) = sync::lock(&current).as_ref() {
+                            if let Some((_, run)) = sync::lock(&current).run.as_ref() {
                                 run.cancel(); // the result has nowhere to go
                             }
                             session_socket.shutdown();
@@ -532,6 +536,7 @@ impl BoundNode {
                             }
                             match read_frame(&mut health, 0) {
                                 Ok(f) if f.kind == FrameKind::Health => heard = std::time::Instant::now(),
+                                Ok(f) if f.kind == FrameKind::Cancel => sync::lock(&current).cancel(f.seq),
                                 Err(e) if e.is_timeout() => break,
                                 Ok(f) => return root_gone(&format!("the root sent a {:?} frame on its health connection", f.kind)),
                                 Err(e) => return root_gone(&format!("the root's health connection failed: {e}")),
@@ -562,7 +567,7 @@ impl BoundNode {
             if head.kind == FrameKind::Task {
                 // The tensors' bytes go straight from the socket into the node's buffers, and
                 // the written ones straight back (no copy of the bulk on this side).
-                let reply = match self.task(&mut from, head.len, &current) {
+                let reply = match self.task(&mut from, head.len, head.seq, &current) {
                     Ok(r) => r,
                     Err(e) => break session_end(e, peer),
                 };
@@ -689,7 +694,8 @@ impl BoundNode {
         &self,
         r: &mut Source<'_>,
         body_len: usize,
-        current: &Mutex<Option<RunHandle>>,
+        seq: u64,
+        current: &Mutex<InFlight>,
     ) -> std::result::Result<Reply, FrameError> {
         let (head, bulk) = match wire::read_head(r, body_len)? {
             Ok(h) => h,
@@ -735,11 +741,11 @@ impl BoundNode {
                 options,
                 |orch, a, c| f.call(orch, a, c),
                 |run| {
-                    *sync::lock(current) = Some(run.clone());
+                    sync::lock(current).start(seq, run);
                 },
             )
             .and_then(|(_, result)| result);
-        *sync::lock(current) = None;
+        sync::lock(current).run = None;
         let mut buffers: Vec<Buffer> = incoming.into_iter().map(|(b, _, _)| b).collect();
         Ok(match result {
             Ok(()) => {
@@ -751,6 +757,11 @@ impl BoundNode {
             }
             Err(e) => {
                 buffers.clear(); // a failed run's buffers are not reused
+                // A cancelled run (the root's CANCEL) stopped the workers running its tasks:
+                // the session's next tasks get new ones.
+                if let Err(r) = self.worker.replace_dead_workers() {
+                    tracing::warn!(target: "simpler::remote", "replacing dead workers after a failed task: {r}");
+                }
                 Reply::failed(status_of(&e), e.message())
             }
         })
@@ -975,3 +986,33 @@ impl Drop for BoundNode {
 
 #[cfg(test)]
 mod tests;
+
+/// The task a session runs, for its heartbeat thread to cancel.
+#[derive(Default)]
+struct InFlight {
+    /// The TASK's sequence number and its run, while it runs.
+    run: Option<(u64, RunHandle)>,
+    /// The last task the root asked to cancel (a CANCEL may come before its run started).
+    cancelled: Option<u64>,
+}
+
+impl InFlight {
+    /// Task `seq`'s run started: cancelled at once if the root asked already.
+    fn start(&mut self, seq: u64, run: &RunHandle) {
+        if self.cancelled == Some(seq) {
+            run.cancel();
+        }
+        self.run = Some((seq, run.clone()));
+    }
+
+    /// The root asks to cancel task `seq` (its run passed its deadline or was cancelled there):
+    /// its run, if it runs now; else when it starts. A task that ended already is not touched.
+    fn cancel(&mut self, seq: u64) {
+        self.cancelled = Some(seq);
+        if let Some((s, run)) = &self.run
+            && *s == seq
+        {
+            run.cancel();
+        }
+    }
+}
