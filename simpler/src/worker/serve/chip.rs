@@ -51,6 +51,7 @@ use crate::engine::lease::Lease;
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
     CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, received_fn,
+    task_lease,
 };
 use crate::ipc::mailbox::{
     Activation, ControlRequest, FLAG_OVERLAP, FrameError, MailboxRegion, TASK_FRAMES, TaskRequest,
@@ -284,24 +285,16 @@ impl ChipServer {
         }
     }
 
-    /// The lease a task came with (rule M12), or, for a frame that carries none, the current
-    /// mark of a slot `avoid` does not use (admitted as is).
-    fn lease_of(&self, req: &TaskRequest<'_>, avoid: Option<Lease>) -> Lease {
-        match req.lease {
-            (slot, generation) if generation != 0 => Lease { slot, generation },
-            _ => self.runtime.local_lease(avoid.map(|l| l.slot)),
-        }
+    /// The lease a task came with (rule M12); a frame carrying the invalid lease (generation
+    /// 0) is refused, unrun (rule L1 of `engine::lease`).
+    fn lease_of(&self, req: &TaskRequest<'_>) -> Result<Lease, FrameError> {
+        task_lease(req, &format_args!("chip {}", self.chip))
     }
 
     /// Takes a task to run now: prepares and launches it (on this thread when `here`). `Err`:
     /// it failed before it ran (answer it now).
-    fn begin(
-        &mut self,
-        req: &TaskRequest<'_>,
-        avoid: Option<Lease>,
-        here: bool,
-    ) -> Result<ChipRun<'static>, FrameError> {
-        let lease = self.lease_of(req, avoid);
+    fn begin(&mut self, req: &TaskRequest<'_>, here: bool) -> Result<ChipRun<'static>, FrameError> {
+        let lease = self.lease_of(req)?;
         let chip = self.chip;
         // On the executor thread, which copies the outputs back as soon as the task has run.
         let on = if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
@@ -334,12 +327,8 @@ impl ChipServer {
     /// Prepares a staged successor: its tensors checked and given their slices of its slot's
     /// staging buffer; [`copy_some`](Self::copy_some) copies its inputs in while the running
     /// task executes. `Err`: it failed to prepare (answer it now).
-    fn prepare(
-        &mut self,
-        req: &TaskRequest<'_>,
-        avoid: Option<Lease>,
-    ) -> Result<ChipRun<'static>, FrameError> {
-        let lease = self.lease_of(req, avoid);
+    fn prepare(&mut self, req: &TaskRequest<'_>) -> Result<ChipRun<'static>, FrameError> {
+        let lease = self.lease_of(req)?;
         let chip = self.chip;
         let call = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&call.digest) {
@@ -476,8 +465,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 // runs: with one staged, this loop must stay free to read its WITHDRAW (its
                 // run stopped), which would otherwise wait for this kernel's end.
                 let here = staged.is_none() && req.flags & FLAG_OVERLAP == 0;
-                let avoid = staged.as_ref().map(|s| s.run.lease());
-                match server.begin(&req, avoid, here) {
+                match server.begin(&req, here) {
                     Ok(run) => active = Some(Held { req, run }),
                     Err(e) => mb.finish_task(req, Err(e), parent),
                 }
@@ -499,8 +487,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             for ix in 0..TASK_FRAMES {
                 let Some(req) = mb.task_request_at(ix, true) else { continue };
                 worked = true;
-                let avoid = active.as_ref().map(|a| a.run.lease());
-                match server.prepare(&req, avoid) {
+                match server.prepare(&req) {
                     Ok(run) => staged = Some(Held { req, run }),
                     Err(e) => mb.finish_task(req, Err(e), parent),
                 }
@@ -631,7 +618,7 @@ mod tests {
         })
         .unwrap();
         let req = mb.task_request_at(0, false).unwrap();
-        let result = server.begin(&req, None, true).and_then(|run| server.end(&req, run));
+        let result = server.begin(&req, true).and_then(|run| server.end(&req, run));
         mb.finish_task(req, result.clone(), &crate::sys::futex::Doorbell::new());
         mb.take_task_result_at(0).unwrap()?;
         result
@@ -657,5 +644,31 @@ mod tests {
         assert!(err.message.contains("stale") && err.message.contains("generation 7"), "{err}");
         run(&mut second, mb, &k, (0, 8)).unwrap();
         run(&mut second, mb, &k, (1, 1)).unwrap();
+    }
+
+    static RAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn counted(_: &HostArgs<'_>) -> crate::callable::host::HostResult {
+        RAN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[test]
+    fn a_chip_refuses_a_task_carrying_the_invalid_lease_and_runs_nothing() {
+        let k = ChipFn::kernel("counted", counted);
+        let region = MailboxRegion::new(1).unwrap();
+        let mb = region.mailbox(0);
+        let mut chip = server(&k);
+        for slot in [0, 1] {
+            let err = run(&mut chip, mb, &k, (slot, 0)).unwrap_err();
+            assert!(
+                err.message.contains("chip 0") && err.message.contains("invalid lease"),
+                "{}",
+                err.message
+            );
+        }
+        assert_eq!(RAN.load(std::sync::atomic::Ordering::SeqCst), 0, "a task without a lease ran");
+        run(&mut chip, mb, &k, (0, 1)).unwrap();
+        assert_eq!(RAN.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }
