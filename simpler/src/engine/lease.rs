@@ -9,8 +9,10 @@
 //! # Rules
 //!
 //! * **L1 (generations).** Generation 0 is the invalid lease ([`Lease::NONE`]): never minted,
-//!   never admitted. Each acquisition of a slot mints the slot's next generation (1, 2, ...),
-//!   so a lease names one tenure of one slot and no two tenures share a lease.
+//!   never admitted, never run: the engine dispatches a run's tasks only once the run holds a
+//!   lease, and a child process refuses a task frame carrying generation 0 unrun
+//!   (`ipc::child::task_lease`). Each acquisition of a slot mints the slot's next generation
+//!   (1, 2, ...), so a lease names one tenure of one slot and no two tenures share a lease.
 //! * **L2 (lowest free slot).** [`LeaseArena::acquire`] hands out the lowest free slot, or
 //!   nothing when none is free; the arena never holds more slots than its grant.
 //! * **L3 (release).** Releasing the current lease of a live slot frees it; releasing it again
