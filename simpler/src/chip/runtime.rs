@@ -33,7 +33,9 @@
 //! * **Leases** (`engine::lease`): the runtime keeps one `HighWater` over its granted depth
 //!   ([`ChipRuntime::set_pipeline_depth`], default 1) and refuses a stale, invalid or
 //!   out-of-grant lease at `prepare` (rule L5 of `engine::lease`); it also owns a `LeaseArena`
-//!   of its own for callers that mint none (`run`, the L2 Worker, the benchmark). Before it
+//!   of its own for callers that mint none (`run`, the L2 Worker, the benchmark); a chip
+//!   child never runs a task frame without a lease (it refuses generation 0 before the
+//!   runtime sees the task, rule L1). Before it
 //!   reports ready, a chip child admits the leases last posted to its mailbox as its marks (they
 //!   survive a replacement, rule M12 of `ipc::mailbox`), so a replacement refuses leases older
 //!   than its predecessor's.
@@ -392,9 +394,11 @@ impl ChipRuntime {
         self.leases.acquire()
     }
 
-    /// A lease for a task that came with none: the current generation of the lowest slot
-    /// other than `avoid` (the slot of the run the chip holds besides), which its high-water
-    /// mark admits as is.
+    /// A lease for a caller that drives the runtime directly and mints none (the benchmarks):
+    /// the current generation of the lowest slot other than `avoid` (the slot of the run the
+    /// chip holds besides), which its high-water mark admits as is. A task frame never gets
+    /// one: the chip child refuses a frame without a lease (rule L1 of `engine::lease`).
+    #[cfg(feature = "bench-support")]
     pub(crate) fn local_lease(&self, avoid: Option<u32>) -> Lease {
         let slot = (0..self.marks.depth()).find(|&s| Some(s) != avoid).unwrap_or(0);
         Lease { slot, generation: self.marks.mark(slot).max(1) }

@@ -27,6 +27,14 @@
 //! 2) until one is returned: `run_finished` releases it, so a run whose orchestration failed
 //! returns its lease too; a run that is done is given none (both look under the arena's lock).
 //! The arena has as many slots as the level's chips granted ([`Engine::set_lease_depth`]).
+//! A run abandoned with tasks it did not wait for ([`Engine::abandon_run`]) quarantines its
+//! lease instead (rule L4 of `lease`): the scheduler frees it once no lane holds a task of that
+//! run ([`Engine::confirm_quarantined`], each pass while one waits), so a later run never
+//! stages a task on a chip under the slot a task still running there uses. Every task carries
+//! a lease (children refuse the invalid one): while every lease is quarantined the head waits
+//! for one, as it waits for a worker busy with a task that never returns, until that task ends
+//! or the head is stopped (its deadline or a cancel; the stop's error names the leases it
+//! waited for).
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -39,6 +47,20 @@ use crate::engine::run::{RunState, StopCause};
 use crate::engine::{Engine, WaiterIntent, lease};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::sync;
+
+/// The engine's pipeline leases: the arena (rules L1-L4 of `lease`) and the leases it holds
+/// in quarantine, each with the abandoned run whose tasks may still be on workers (rule L4:
+/// the scheduler frees one once no lane holds a task of its run, [`Engine::confirm_quarantined`]).
+pub(crate) struct Leases {
+    arena: lease::LeaseArena,
+    quarantined: Vec<(lease::Lease, Arc<RunState>)>,
+}
+
+impl Leases {
+    pub(crate) fn new(depth: u32) -> Result<Leases> {
+        Ok(Leases { arena: lease::LeaseArena::new(depth)?, quarantined: Vec::new() })
+    }
+}
 
 /// A run an orchestration function built (see [`Engine::build_run`]).
 pub(crate) struct Built<'e> {
@@ -384,13 +406,15 @@ impl Engine {
     /// Sets how many runs hold pipeline leases at once (before any run): the smallest depth
     /// the level's chips granted, at most `pipeline_depth`.
     pub(crate) fn set_lease_depth(&self, depth: u32) -> Result<()> {
-        *sync::lock(&self.leases) = lease::LeaseArena::new(depth)?;
+        *sync::lock(&self.leases) = Leases::new(depth)?;
+        self.quarantined.store(0, Ordering::SeqCst);
         Ok(())
     }
 
-    /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held; at a
-    /// depth of 1, the head's is the only one). Called for the FIFO head and its first
-    /// successor only, so only those hold leases.
+    /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held,
+    /// live or quarantined; at a depth of 1, the head's is the only one). Called for the FIFO
+    /// head and its first successor only, so only those hold leases; the head dispatches only
+    /// once it holds one.
     ///
     /// A run that is done gets none: `run_finished` may run on another thread (the
     /// orchestration's, when it fails the task this lease was for), and it returns only a lease
@@ -407,7 +431,7 @@ impl Engine {
         if run.is_done() {
             return None;
         }
-        let minted = leases.acquire()?;
+        let minted = leases.arena.acquire()?;
         match run.lease.set(minted) {
             Ok(()) => Some(minted),
             Err(_) => unreachable!("a run's lease is set only under the arena's lock"),
@@ -417,7 +441,40 @@ impl Engine {
     /// The pipeline leases' free / live / quarantined counts (tests).
     #[cfg(test)]
     pub(crate) fn lease_counts(&self) -> lease::LeaseCounts {
-        sync::lock(&self.leases).counts()
+        sync::lock(&self.leases).arena.counts()
+    }
+
+    /// Whether a quarantined lease waits for its workers' confirmation (one load; the role
+    /// holder asks on every pass).
+    pub(crate) fn has_quarantined(&self) -> bool {
+        self.quarantined.load(Ordering::Acquire) != 0
+    }
+
+    /// Frees each quarantined lease (rule L4 of `lease`) whose run has no task on a worker any
+    /// more, as `on_worker` (the role holder's view of its lanes) says: every task of it that
+    /// was on a worker has ended (its end reported) or its worker left service. Returns whether
+    /// it freed any.
+    pub(crate) fn confirm_quarantined(&self, on_worker: impl Fn(&RunState) -> bool) -> bool {
+        let mut leases = sync::lock(&self.leases);
+        let Leases { arena, quarantined } = &mut *leases;
+        let before = quarantined.len();
+        quarantined.retain(|(l, run)| {
+            if on_worker(run) {
+                return true;
+            }
+            match arena.confirm(*l) {
+                Ok(()) => tracing::debug!(target: "simpler::run", run_id = run.id, "{l} back in service: no task of the abandoned run is on a worker any more"),
+                Err(e) => tracing::error!(target: "simpler::run", run_id = run.id, "ending the quarantine of its lease: {e}"),
+            }
+            false
+        });
+        self.quarantined.store(quarantined.len(), Ordering::Release);
+        quarantined.len() != before
+    }
+
+    /// The quarantined leases and their runs, for a message.
+    pub(crate) fn quarantined_leases(&self) -> Vec<(lease::Lease, u64)> {
+        sync::lock(&self.leases).quarantined.iter().map(|(l, r)| (*l, r.id)).collect()
     }
 
     /// The FIFO head run, if any.
@@ -468,13 +525,30 @@ impl Engine {
 
     /// Called by whoever finished a run: drop it from the FIFO, wake waiters.
     pub(crate) fn run_finished(&self, run: &Arc<RunState>) {
+        self.run_ended(run, false);
+    }
+
+    /// [`run_finished`](Self::run_finished) of a run that ended without waiting for its tasks
+    /// (`abandoned`: [`Engine::abandon_run`]): one of them may still be on a worker, so its
+    /// lease is quarantined instead of released (rule L4 of `lease`), until the scheduler sees
+    /// no task of it on a worker ([`Engine::confirm_quarantined`]).
+    pub(crate) fn run_ended(&self, run: &Arc<RunState>, abandoned: bool) {
         // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {
             let mut leases = sync::lock(&self.leases);
-            if let Some(&l) = run.lease.get()
-                && let Err(e) = leases.release(l)
-            {
-                tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+            if let Some(&l) = run.lease.get() {
+                let kept = if abandoned {
+                    leases.arena.quarantine(l).map(|()| {
+                        leases.quarantined.push((l, run.clone()));
+                        self.quarantined.store(leases.quarantined.len(), Ordering::Release);
+                        tracing::debug!(target: "simpler::run", run_id = run.id, "{l} quarantined: the run was abandoned and a task of it may still be on a worker");
+                    })
+                } else {
+                    leases.arena.release(l)
+                };
+                if let Err(e) = kept {
+                    tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+                }
             }
         }
         {

@@ -103,7 +103,8 @@ impl Engine {
 
     /// Ends `run` now with `err`, without waiting for its tasks (rule 5): it is marked done and
     /// leaves the run FIFO, so its waiters return and later runs dispatch. Its tasks still
-    /// running end and are released as usual; its READY ones are failed when the scheduler
+    /// running end and are released as usual, and its lease stays quarantined until they have
+    /// (rule L4 of `lease`); its READY ones are failed when the scheduler
     /// retires its queues; what the panic cut off (the panicking task and the consumers only
     /// it would have released) stays allocated.
     /// Returns false, doing nothing, when the run was done already.
@@ -112,7 +113,8 @@ impl Engine {
             return false;
         }
         run.abandon(err);
-        self.run_finished(run);
+        // Its lease is quarantined until no task of it is on a worker (rule L4 of `lease`).
+        self.run_ended(run, true);
         true
     }
 

@@ -37,7 +37,9 @@ pub(crate) struct Dispatch<'a> {
     /// The number of the engine that dispatches it.
     pub(crate) engine: u64,
     /// The lease of the task's run (`engine::lease`): the FIFO head's, or the first
-    /// successor's for a staged task; `None` where the engine mints none.
+    /// successor's for a staged task. The head dispatches only once it holds one, so `None`
+    /// only for a task of a run that ended meanwhile (abandoned); a child process refuses a
+    /// task that carries none (rule L1 of `lease`).
     pub(crate) lease: Option<crate::engine::lease::Lease>,
     /// Another run is in flight behind this one: a worker that can prepare a staged successor
     /// beside a running task should run this one where it still watches for one.

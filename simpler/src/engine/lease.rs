@@ -9,17 +9,24 @@
 //! # Rules
 //!
 //! * **L1 (generations).** Generation 0 is the invalid lease ([`Lease::NONE`]): never minted,
-//!   never admitted. Each acquisition of a slot mints the slot's next generation (1, 2, ...),
-//!   so a lease names one tenure of one slot and no two tenures share a lease.
+//!   never admitted, never run: the engine dispatches a run's tasks only once the run holds a
+//!   lease, and a child process refuses a task frame carrying generation 0 unrun
+//!   (`ipc::child::task_lease`). Each acquisition of a slot mints the slot's next generation
+//!   (1, 2, ...), so a lease names one tenure of one slot and no two tenures share a lease.
 //! * **L2 (lowest free slot).** [`LeaseArena::acquire`] hands out the lowest free slot, or
 //!   nothing when none is free; the arena never holds more slots than its grant.
 //! * **L3 (release).** Releasing the current lease of a live slot frees it; releasing it again
 //!   (the slot still free, nobody re-leased it) is harmless; releasing a lease whose slot has
 //!   since been re-leased (a *stale* lease), or one this arena never minted, is refused with an
 //!   error naming both generations.
-//! * **L4 (quarantine).** A run that cannot prove what it left behind quarantines its lease:
-//!   the slot is never handed out again and still counts against the grant, so failing never
-//!   buys concurrency. free + live + quarantined is always the grant.
+//! * **L4 (quarantine).** A run that ends without proving what it left behind (abandoned with
+//!   a task that may still be on a worker: a deadline or cancel whose worker could not be
+//!   stopped, a panic) quarantines its lease instead of releasing it: the slot is not handed
+//!   out again until the worker confirms that no task under it runs any more
+//!   ([`LeaseArena::confirm`]: each such task's end reported, or its worker out of service),
+//!   and meanwhile it still counts against the grant, so failing never buys concurrency.
+//!   Releasing a quarantined lease is refused; only the confirmation frees it, once. free +
+//!   live + quarantined is always the grant.
 //! * **L5 (high-water mark).** A receiver admits a lease only when its slot is inside the
 //!   grant and its generation is at least the highest generation it admitted for that slot;
 //!   admitting raises the mark. A stale lease (one superseded by a newer tenure the receiver has
@@ -37,7 +44,10 @@
 
 #![cfg_attr(
     not(test),
-    expect(dead_code, reason = "the chip runtime and the engine take leases in the next steps")
+    expect(
+        dead_code,
+        reason = "`Lease::NONE`, `ResourceClass`, `LeaseCounts` and the arena's queries serve the tests; the engine and the chip runtime use the rest"
+    )
 )]
 
 use crate::error::{Error, Result};
@@ -169,14 +179,15 @@ impl LeaseArena {
                 Ok(())
             }
             SlotState::Free => Ok(()),
-            SlotState::Quarantined => {
-                Err(Error::state(format!("releasing {lease}: its slot is quarantined and never reused")))
-            }
+            SlotState::Quarantined => Err(Error::state(format!(
+                "releasing {lease}: its slot is quarantined until its worker confirms the end of its task"
+            ))),
         }
     }
 
-    /// Quarantines the slot of the current, live `lease` (rule L4): it is never leased again.
-    /// A stale or free lease is refused as by [`release`](Self::release).
+    /// Quarantines the slot of the current, live `lease` (rule L4): it is not leased again
+    /// until [`confirm`](Self::confirm)ed. A stale or free lease is refused as by
+    /// [`release`](Self::release).
     pub(crate) fn quarantine(&mut self, lease: Lease) -> Result<()> {
         let (state, current) = self.entry(lease)?;
         if lease.generation != current || state == SlotState::Free {
@@ -186,6 +197,21 @@ impl LeaseArena {
             )));
         }
         self.slots[lease.slot as usize].0 = SlotState::Quarantined;
+        Ok(())
+    }
+
+    /// Frees the quarantined slot of `lease` (rule L4): the worker confirmed that no task under
+    /// it runs any more. Anything but the current tenure of a quarantined slot is refused, as
+    /// by [`release`](Self::release), and the slot stays as it is.
+    pub(crate) fn confirm(&mut self, lease: Lease) -> Result<()> {
+        let (state, current) = self.entry(lease)?;
+        if lease.generation != current || state != SlotState::Quarantined {
+            return Err(Error::state(format!(
+                "confirming the end of {lease}: slot {} is at generation {current} and {state:?}, not quarantined",
+                lease.slot
+            )));
+        }
+        self.slots[lease.slot as usize].0 = SlotState::Free;
         Ok(())
     }
 
@@ -306,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quarantined_slot_is_never_reused_and_still_counts() {
+    fn a_quarantined_slot_is_not_reused_unconfirmed_and_still_counts() {
         let mut a = LeaseArena::new(2).unwrap();
         let l0 = a.acquire().unwrap();
         a.quarantine(l0).unwrap();
@@ -322,6 +348,23 @@ mod tests {
         assert!(a.release(l0).is_err(), "a quarantined lease cannot be released back into service");
         let c = a.counts();
         assert_eq!(c.free + c.live + c.quarantined, a.depth());
+    }
+
+    #[test]
+    fn a_quarantined_slot_returns_to_service_only_on_confirmation() {
+        let mut a = LeaseArena::new(1).unwrap();
+        let l = a.acquire().unwrap();
+        a.quarantine(l).unwrap();
+        assert_eq!(a.acquire(), None, "the only slot is quarantined");
+        assert!(a.release(l).is_err(), "a release does not end a quarantine");
+        assert!(a.confirm(Lease { slot: 0, generation: 2 }).is_err(), "a generation never minted");
+        a.confirm(l).unwrap();
+        assert_eq!(a.counts(), LeaseCounts { free: 1, live: 0, quarantined: 0 });
+        assert!(a.confirm(l).is_err(), "confirmed once");
+        let next = a.acquire().unwrap();
+        assert_eq!(next, Lease { slot: 0, generation: 2 }, "back in service under a new generation");
+        assert!(a.confirm(next).is_err(), "a live lease is not quarantined");
+        assert!(a.owns(next));
     }
 
     #[test]

@@ -220,8 +220,11 @@ pub(crate) struct Engine {
     runs: Mutex<Runs>,
     head_run: AtomicU64,
     /// The pipeline leases (rules L1-L5 of `lease`), handed to the FIFO head and its first
-    /// successor as they take those roles, returned when they finish.
-    leases: Mutex<lease::LeaseArena>,
+    /// successor as they take those roles, returned when they finish, or quarantined when
+    /// they are abandoned with a task that may still run (see [`admission::Leases`]).
+    leases: Mutex<admission::Leases>,
+    /// How many quarantined leases wait for their workers' confirmation (one load per pass).
+    quarantined: AtomicUsize,
     /// Time zero of `next_check`.
     epoch: Instant,
     /// When the scheduler must next stop a run (the earliest deadline of a live run, or now for
@@ -283,9 +286,10 @@ impl Engine {
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
-            leases: Mutex::new(lease::LeaseArena::new(
+            leases: Mutex::new(admission::Leases::new(
                 u32::try_from(cfg.pipeline_depth).unwrap_or(u32::MAX),
             )?),
+            quarantined: AtomicUsize::new(0),
             epoch: Instant::now(),
             next_check: AtomicU64::new(u64::MAX),
             next_run_id: AtomicU64::new(1),

@@ -148,6 +148,15 @@ impl Lane {
         self.busy.is_none() && self.dead.is_none() && !self.held
     }
 
+    /// Whether a task of `run` runs or is staged here (a lane out of service holds none: its
+    /// worker is dead or cannot be trusted, and it takes no task until a new worker replaces it).
+    fn holds_task_of(&self, run: &RunState) -> bool {
+        let of = |t: &Option<(Arc<Slot>, u32)>| {
+            t.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
+        };
+        of(&self.busy) || of(&self.staged)
+    }
+
     /// Its endpoint takes staged tasks.
     pub(crate) fn stages(&self) -> bool {
         self.stages
@@ -204,6 +213,8 @@ pub(crate) struct Scheduler {
     ready: Vec<Arc<Slot>>,
     /// Some lane takes staged tasks ([`Endpoint::stages`]).
     staging: bool,
+    /// The head run last seen waiting for a pipeline lease (logged once).
+    lease_wait: u64,
 }
 
 impl Scheduler {
@@ -221,6 +232,7 @@ impl Scheduler {
             queued: 0,
             ready: Vec::new(),
             staging: false,
+            lease_wait: 0,
         }
     }
 
@@ -290,6 +302,12 @@ impl Scheduler {
         // (the publisher rings the doorbell after sending).
         if eng.stop_due() {
             progress |= self.stop_runs(eng);
+        }
+        // A quarantined lease comes back once no lane holds a task of its abandoned run (rule
+        // L4 of `lease`): each one's end was reported (drained above), or its lane left service.
+        if eng.has_quarantined() {
+            let lanes = &self.lanes;
+            progress |= eng.confirm_quarantined(|run| lanes.iter().any(|l| l.holds_task_of(run)));
         }
         if eng.inbox_pending() {
             while let Ok(slot) = self.inbox.try_recv() {
@@ -485,6 +503,14 @@ impl Scheduler {
         }
         if names.is_empty() && staged.is_empty() {
             message.push_str("; no task of it was running");
+            if run.lease.get().is_none() && eng.has_quarantined() {
+                let held: Vec<String> =
+                    eng.quarantined_leases().iter().map(|(l, r)| format!("{l} of run {r}")).collect();
+                message.push_str(&format!(
+                    " (it waited for a pipeline lease: every lease is quarantined until the tasks of abandoned runs end: {})",
+                    held.join(", ")
+                ));
+            }
         }
         message.push_str("; its tasks not started do not run");
         let err = Error::new(kind, message);
@@ -1056,6 +1082,23 @@ impl Scheduler {
         // dispatchers borrow `self` (a move of a few pointers, no allocation) and put back.
         let Some((id, front)) = self.parts.front_mut() else { return false };
         if *id != head {
+            return false;
+        }
+        // Every task carries its run's lease (children refuse the invalid one, rule L1 of
+        // `lease`): while every lease is quarantined behind an abandoned run's task still on a
+        // worker, the head waits for one (until that task ends, or the head is stopped).
+        let any = front
+            .sub
+            .front()
+            .or(front.groups.front())
+            .or_else(|| front.single.iter().find_map(|q| q.front()));
+        if let Some(task) = any
+            && eng.lease_for(&task.run).is_none()
+        {
+            if self.lease_wait != head {
+                self.lease_wait = head;
+                tracing::warn!(target: "simpler::scheduler", run_id = head, quarantined = ?eng.quarantined_leases(), "the head run waits for a pipeline lease: every lease is quarantined until the tasks of abandoned runs end");
+            }
             return false;
         }
         let mut part = std::mem::take(front);

@@ -49,6 +49,7 @@ use crate::callable::host::HostFnPtr;
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity, host_label};
 use crate::data::host_args::{KeptTensor, MappedTensor};
 use crate::data::tensor::TensorView;
+use crate::engine::lease::Lease;
 use crate::engine::orch_fn::OrchFnPtr;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::sys::fn_address::FnAddress;
@@ -174,6 +175,23 @@ pub(crate) trait Serve {
     fn idle(&mut self) {}
 }
 
+/// The lease a task came with (rule M12 of `ipc::mailbox`), or the frame's refusal: a frame
+/// carrying the invalid lease (generation 0, never minted: rule L1 of `engine::lease`) runs
+/// nothing, in a SUB or nested child ([`serve`]) as in a chip child. `who` names the child.
+pub(crate) fn task_lease(req: &TaskRequest<'_>, who: &dyn std::fmt::Display) -> Result<Lease, FrameError> {
+    let (slot, generation) = req.lease;
+    let lease = Lease { slot, generation };
+    if !lease.is_valid() {
+        return Err(FrameError::new(
+            ERR_BAD_FRAME,
+            format!(
+                "{who}: refused a task carrying the invalid {lease} (generation 0 is never minted); it did not run"
+            ),
+        ));
+    }
+    Ok(lease)
+}
+
 /// The shared loop; returns the exit code.
 pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Serve) -> i32 {
     let mb = region.mailbox(index);
@@ -196,7 +214,8 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
         }
         if let Some(req) = mb.task_request() {
             mb.set_child_cpu(crate::sys::futex::current_cpu());
-            let result = handler.task(&req);
+            let result = task_lease(&req, &format_args!("worker process {}", std::process::id()))
+                .and_then(|_| handler.task(&req));
             mb.finish_task(req, result, parent);
             worked = true;
         }

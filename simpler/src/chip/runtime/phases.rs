@@ -185,6 +185,7 @@ impl ChipRun<'_> {
     }
 
     /// The lease the run holds.
+    #[cfg(feature = "bench-support")]
     pub(crate) fn lease(&self) -> Lease {
         self.lease
     }

@@ -75,6 +75,8 @@ pub(crate) struct Started {
     pub(crate) task: u32,
     pub(crate) member: u32,
     pub(crate) scalars: Vec<u64>,
+    /// The lease it was dispatched under.
+    pub(crate) lease: Option<crate::engine::lease::Lease>,
 }
 
 impl Started {
@@ -86,6 +88,7 @@ impl Started {
             task: d.task,
             member: d.member,
             scalars: d.args.scalars().to_vec(),
+            lease: d.lease,
         }
     }
 

@@ -210,7 +210,12 @@ impl Rig {
         for r in 0..HEAP_RINGS {
             assert_eq!(self.rings.ring(r).used(), 0, "heap ring {r} bytes held after every run finished");
         }
-        assert_eq!(self.eng.lease_counts().live, 0, "pipeline leases held after every run finished");
+        let leases = self.eng.lease_counts();
+        assert_eq!(
+            (leases.live, leases.quarantined),
+            (0, 0),
+            "pipeline leases held after every run finished"
+        );
     }
 }
 

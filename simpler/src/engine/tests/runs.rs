@@ -64,6 +64,98 @@ fn a_run_whose_orchestration_fails_returns_its_lease() {
     rig.assert_clean();
 }
 
+/// Rule L4: a run abandoned at its deadline with its task still on a worker that cannot be
+/// stopped keeps its lease out of service (quarantined, not released) until that task's end
+/// is reported; pipelining goes on meanwhile with the other lease, and no task of a later run
+/// is staged on that worker under the lease of the task still running there.
+#[test]
+fn an_abandoned_runs_lease_is_quarantined_until_its_task_ends_and_pipelining_goes_on() {
+    let mut c = cfg(1, 0);
+    c.pending_run_depth = 3;
+    let rig = Rig::staging(c);
+    rig.nl[0].set_unstoppable();
+    let r1 = begin_with_deadline(&rig, 30);
+    let mut orch = rig.orch(&r1);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.nl[0].running().is_some());
+    let abandoned = rig.nl[0].running().unwrap().lease.expect("a task carries its run's lease");
+    assert_eq!(rig.wait(&r1).unwrap_err().kind(), ErrorKind::Timeout);
+    // Run 2 is the head now, its task waiting for the worker; run 3's may be staged there.
+    let (r2, r3) = (rig.begin(), rig.begin());
+    for (run, id) in [(&r2, 2), (&r3, 3)] {
+        let mut orch = rig.orch(run);
+        orch.submit_next_level(&rig.chip, args(id, &[]), cc(), 0).unwrap();
+        orch.finish(None);
+    }
+    assert!(rig.nl[0].running().is_some_and(|s| s.id() == 1), "the abandoned task still runs");
+    let counts = rig.eng.lease_counts();
+    assert_eq!(counts.quarantined, 1, "{counts:?}: the abandoned run's lease was released");
+    assert_eq!(counts.free + counts.live + counts.quarantined, 2);
+    assert!(
+        !rig.drive_briefly(|| rig.nl[0].staged().is_some()),
+        "run 3's task was staged beside the abandoned task, under {:?}",
+        rig.nl[0].staged().and_then(|s| s.lease)
+    );
+    // The worker reports the abandoned task's end: the lease is back in service.
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("task 2 to start", || rig.nl[0].running().is_some_and(|s| s.id() == 2));
+    rig.drive("task 3 to be staged", || rig.nl[0].staged().is_some());
+    let third = rig.nl[0].staged().unwrap().lease.unwrap();
+    assert_eq!(third.slot, abandoned.slot, "the quarantined slot serves again");
+    assert!(third.generation > abandoned.generation, "{third} after {abandoned}");
+    assert_eq!(rig.eng.lease_counts().quarantined, 0);
+    rig.nl[0].prepare();
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&r2).unwrap();
+    rig.drive("task 3 to be activated", || rig.nl[0].running().is_some_and(|s| s.id() == 3));
+    rig.nl[0].finish(Outcome::Success);
+    rig.wait(&r3).unwrap();
+    rig.assert_clean();
+}
+
+/// Rule L4 at a grant of one: while the only lease is quarantined, the head run waits for it
+/// (no task is dispatched without a lease, rule L1); stopped meanwhile, its error says why it
+/// waited; once the abandoned task ends, the next run dispatches under a new generation.
+#[test]
+fn with_every_lease_quarantined_the_head_waits_and_its_stop_says_why() {
+    let mut c = cfg(2, 0);
+    c.pipeline_depth = 1;
+    let rig = Rig::manual(c);
+    rig.nl[0].set_unstoppable();
+    let r1 = begin_with_deadline(&rig, 30);
+    let mut orch = rig.orch(&r1);
+    orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    orch.finish(None);
+    assert_eq!(rig.wait(&r1).unwrap_err().kind(), ErrorKind::Timeout);
+    let abandoned = rig.nl[0].running().unwrap().lease.unwrap();
+    let r2 = rig.begin();
+    let mut orch = rig.orch(&r2);
+    orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    assert!(
+        !rig.drive_briefly(|| rig.nl[1].running().is_some()),
+        "task 2 was dispatched under {:?} while the only lease is quarantined",
+        rig.nl[1].running().and_then(|s| s.lease)
+    );
+    assert!(RunHandle::new(r2.clone(), &rig.eng).cancel());
+    let err = rig.wait(&r2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+    assert_mentions(&err, &["waited for a pipeline lease", &format!("{abandoned} of run 1")]);
+    let r3 = rig.begin();
+    let mut orch = rig.orch(&r3);
+    orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 1).unwrap();
+    orch.finish(None);
+    rig.nl[0].finish(Outcome::Success);
+    rig.drive("task 3 to start", || rig.nl[1].running().is_some());
+    let lease = rig.nl[1].running().unwrap().lease.unwrap();
+    assert_eq!((lease.slot, lease.generation), (abandoned.slot, abandoned.generation + 1));
+    rig.nl[1].finish(Outcome::Success);
+    rig.wait(&r3).unwrap();
+    assert_eq!(ids(&rig.dispatched()), vec![1, 3]);
+    rig.assert_clean();
+}
+
 // ---------------------------------------------------------------------------------- deadlines and cancel
 
 /// A run that must end within `ms` milliseconds.

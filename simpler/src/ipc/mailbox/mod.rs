@@ -169,7 +169,14 @@
 //!   Acquire load of that state; and the sticky `accepted` word, which the child sets (Release)
 //!   once the task is prepared, just before it launches (a kernel run on the child's own
 //!   thread has ended when the launch returns), and the parent clears when it posts into the
-//!   frame, so a parent that sees the child die can say whether its task had launched; and the
+//!   frame, so a parent that sees the child die can say whether its task had launched. The
+//!   word is that record, not a launch fence: a staged task launches only from `ACTIVATE`,
+//!   which the parent sets by compare-exchange from `FRAME_STAGED`, the state a withdraw
+//!   moves from too (M11), so whether it runs is settled on the parent's side by whichever of
+//!   the two won (a withdraw that lost returns `Withdrawn::Late` and the task is the running
+//!   one); a task posted to run is never withdrawn (a stopped run's child is killed, and its
+//!   death ends the task). A frame's lease must be a minted one: a child refuses a task whose
+//!   generation is 0, unrun (rule L1 of `engine::lease`). And the
 //!   sticky `withdraw` word, set by the parent (Release) and read by the child (Acquire) while
 //!   it prepares a staged task (M11), cleared when the parent posts. A child's
 //!   replacement (M8) keeps the lease words: the new chip reads them before it reports ready

@@ -51,6 +51,7 @@ use crate::engine::lease::Lease;
 use crate::ipc::child::{
     CTRL_COPY_FROM, CTRL_COPY_TO, CTRL_FREE, CTRL_MALLOC, CTRL_REGISTER_CHIP, CTRL_REGISTER_CHIP_ORCH,
     CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_DEVICE, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver, received_fn,
+    task_lease,
 };
 use crate::ipc::mailbox::{
     Activation, ControlRequest, FLAG_OVERLAP, FrameError, MailboxRegion, TASK_FRAMES, TaskRequest,
@@ -284,24 +285,16 @@ impl ChipServer {
         }
     }
 
-    /// The lease a task came with (rule M12), or, for a frame that carries none, the current
-    /// mark of a slot `avoid` does not use (admitted as is).
-    fn lease_of(&self, req: &TaskRequest<'_>, avoid: Option<Lease>) -> Lease {
-        match req.lease {
-            (slot, generation) if generation != 0 => Lease { slot, generation },
-            _ => self.runtime.local_lease(avoid.map(|l| l.slot)),
-        }
+    /// The lease a task came with (rule M12); a frame carrying the invalid lease (generation
+    /// 0) is refused, unrun (rule L1 of `engine::lease`).
+    fn lease_of(&self, req: &TaskRequest<'_>) -> Result<Lease, FrameError> {
+        task_lease(req, &format_args!("chip {}", self.chip))
     }
 
     /// Takes a task to run now: prepares and launches it (on this thread when `here`). `Err`:
     /// it failed before it ran (answer it now).
-    fn begin(
-        &mut self,
-        req: &TaskRequest<'_>,
-        avoid: Option<Lease>,
-        here: bool,
-    ) -> Result<ChipRun<'static>, FrameError> {
-        let lease = self.lease_of(req, avoid);
+    fn begin(&mut self, req: &TaskRequest<'_>, here: bool) -> Result<ChipRun<'static>, FrameError> {
+        let lease = self.lease_of(req)?;
         let chip = self.chip;
         // On the executor thread, which copies the outputs back as soon as the task has run.
         let on = if here { RunOn::Here } else { RunOn::Executor(outputs_kept(&mut self.resolver, req)?) };
@@ -334,12 +327,8 @@ impl ChipServer {
     /// Prepares a staged successor: its tensors checked and given their slices of its slot's
     /// staging buffer; [`copy_some`](Self::copy_some) copies its inputs in while the running
     /// task executes. `Err`: it failed to prepare (answer it now).
-    fn prepare(
-        &mut self,
-        req: &TaskRequest<'_>,
-        avoid: Option<Lease>,
-    ) -> Result<ChipRun<'static>, FrameError> {
-        let lease = self.lease_of(req, avoid);
+    fn prepare(&mut self, req: &TaskRequest<'_>) -> Result<ChipRun<'static>, FrameError> {
+        let lease = self.lease_of(req)?;
         let chip = self.chip;
         let call = decode(chip, &mut self.resolver, req)?;
         if !self.runtime.contains(&call.digest) {
@@ -476,8 +465,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
                 // runs: with one staged, this loop must stay free to read its WITHDRAW (its
                 // run stopped), which would otherwise wait for this kernel's end.
                 let here = staged.is_none() && req.flags & FLAG_OVERLAP == 0;
-                let avoid = staged.as_ref().map(|s| s.run.lease());
-                match server.begin(&req, avoid, here) {
+                match server.begin(&req, here) {
                     Ok(run) => active = Some(Held { req, run }),
                     Err(e) => mb.finish_task(req, Err(e), parent),
                 }
@@ -499,8 +487,7 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
             for ix in 0..TASK_FRAMES {
                 let Some(req) = mb.task_request_at(ix, true) else { continue };
                 worked = true;
-                let avoid = active.as_ref().map(|a| a.run.lease());
-                match server.prepare(&req, avoid) {
+                match server.prepare(&req) {
                     Ok(run) => staged = Some(Held { req, run }),
                     Err(e) => mb.finish_task(req, Err(e), parent),
                 }
@@ -596,66 +583,4 @@ fn serve_chip(region: &std::sync::Arc<MailboxRegion>, index: usize, server: &mut
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::chip::{BackendFactory, ChipSpec};
-    use crate::data::host_args::HostArgs;
-    use crate::ipc::mailbox::Posting;
-
-    fn noop(_: &HostArgs<'_>) -> crate::callable::host::HostResult {
-        Ok(())
-    }
-
-    fn server(k: &ChipFn) -> ChipServer {
-        let mut reg = Registry::new(4);
-        reg.install(k.handle().digest(), k.descriptor().bytes(), k.clone()).unwrap();
-        let config = ChipConfig {
-            spec: ChipSpec { chip_id: 0, memory_bytes: 1 << 20, cores: 1 },
-            backend: BackendFactory::sim(),
-        };
-        let mut runtime = ChipRuntime::new(config, reg).unwrap();
-        runtime.grant_pipeline_depth(2).unwrap();
-        ChipServer { chip: 0, runtime, resolver: HostResolver::new(Vec::new()) }
-    }
-
-    /// Posts `k` with no arguments under `lease` into task frame 0 and has `server` take it.
-    fn run(
-        server: &mut ChipServer,
-        mb: crate::ipc::mailbox::Mailbox<'_>,
-        k: &ChipFn,
-        lease: (u32, u64),
-    ) -> Result<(), FrameError> {
-        let posting = Posting { lease, ..Posting::default() };
-        mb.post_task_at(0, k.handle().digest().as_bytes(), &posting, |_, payload| {
-            crate::data::wire::encode_args(std::iter::empty(), &[], payload)
-        })
-        .unwrap();
-        let req = mb.task_request_at(0, false).unwrap();
-        let result = server.begin(&req, None, true).and_then(|run| server.end(&req, run));
-        mb.finish_task(req, result.clone(), &crate::sys::futex::Doorbell::new());
-        mb.take_task_result_at(0).unwrap()?;
-        result
-    }
-
-    #[test]
-    fn a_chip_that_replaces_a_dead_one_refuses_leases_older_than_its_predecessors() {
-        let k = ChipFn::kernel("noop", noop);
-        let region = MailboxRegion::new(1).unwrap();
-        let mb = region.mailbox(0);
-        let mut first = server(&k);
-        first.inherit_marks(mb);
-        run(&mut first, mb, &k, (0, 5)).unwrap();
-        let err = run(&mut first, mb, &k, (0, 3)).unwrap_err();
-        assert!(err.message.contains("stale") && err.message.contains("generation 5"), "{err}");
-        run(&mut first, mb, &k, (0, 7)).unwrap();
-        // The chip dies; its replacement starts on the same mailbox.
-        drop(first);
-        mb.reset_for_new_child();
-        let mut second = server(&k);
-        second.inherit_marks(mb);
-        let err = run(&mut second, mb, &k, (0, 6)).unwrap_err();
-        assert!(err.message.contains("stale") && err.message.contains("generation 7"), "{err}");
-        run(&mut second, mb, &k, (0, 8)).unwrap();
-        run(&mut second, mb, &k, (1, 1)).unwrap();
-    }
-}
+mod tests;
