@@ -35,11 +35,24 @@
 //! the driver that checks it, `stop` asks the node to cancel the task (a CANCEL on the health
 //! connection; the COMPLETION that follows ends it, and the session stays in service).
 //!
+//! # Sequence numbers: every reply in its place
+//!
+//! Each frame the root sends has a sequence number whose high 32 bits are the session's id (a
+//! random nonzero number drawn when the session opens) and whose low 32 bits count; the node
+//! echoes the number of the TASK or CONTROL it answers. So a reply is matched to what it
+//! answers, and one of another session (a node that mixed up its connections) is told apart.
+//! A COMPLETION must answer the TASK in flight, a CONTROL_REPLY the control in flight or one
+//! that timed out; anything else (a duplicate, a reply to nothing sent, another session's)
+//! breaks the protocol and loses the session, naming what came.
+//!
 //! Controls go one at a time; one that gives up (its timeout is the startup timeout; a node
-//! answers controls between tasks) may still get its reply later, so each records the first
-//! sequence number it may use (`control_floor`) and the reader drops a reply under an earlier
-//! number instead of taking it for the current control's. A health timeout under two
-//! heartbeats (400 ms) is refused by `WorkerBuilder::remote_worker`.
+//! answers controls between tasks) is *abandoned*: it still takes effect on the node, in order
+//! (a COPY_TO lands, a FREE frees), and its late reply is dropped, except an ALLOC's: the
+//! buffer it made is freed at once (a FREE the root sends unasked, whose own reply is dropped),
+//! so nothing leaks on the node. At most [`MAX_ABANDONED`] controls may await their late
+//! replies; past that the session is lost (a node that answers none is as good as gone). A
+//! health timeout under two heartbeats (400 ms) is refused by
+//! `WorkerBuilder::remote_worker`.
 //!
 //! # Latency
 //!
@@ -82,6 +95,12 @@ const DIRECT_SEND: usize = 16 << 10;
 /// Frames (header included) up to this size are read by a driver that finds them whole in the
 /// socket; larger ones, by the reader thread.
 const ENGINE_READS: usize = 64 << 10;
+
+/// Most timed-out controls a session waits on for late replies before it is lost.
+pub(crate) const MAX_ABANDONED: usize = 64;
+
+/// The low 32 bits of a sequence number count; the high 32 are the session's id.
+const SEQ_COUNT: u64 = 0xffff_ffff;
 
 /// `Session::reader_wanted`: the reader thread reads the COMPLETION due...
 const READ_TASK: u32 = 1;
@@ -209,10 +228,11 @@ struct SessionState {
     awaiting: bool,
     /// The sequence number of the last TASK sent (what a CANCEL names).
     task_seq: u64,
-    /// The first sequence number of the control in flight (or the last one): controls go one
-    /// at a time, so a reply under an earlier number answers a control that gave up waiting
-    /// (timed out); it is dropped when read, and the reader goes on to the current reply.
-    control_floor: u64,
+    /// The sequence number of the control in flight (controls go one at a time).
+    control_seq: Option<u64>,
+    /// Controls that gave up waiting (timed out), by sequence number, with their command: their
+    /// late replies are dropped when read (an ALLOC's buffer freed first).
+    abandoned: std::collections::HashMap<u64, u32>,
 }
 
 /// One authenticated session with a node, shared by its endpoint, its reader thread and the
@@ -264,6 +284,8 @@ pub(crate) struct Session {
     reader_wanted: std::sync::atomic::AtomicU32,
     /// Rung when `reader_wanted` changes or the session is lost.
     rx_bell: Doorbell,
+    /// The session's id: the high 32 bits of each sequence number it sends.
+    id: u64,
     /// A handle on the health connection, used only to shut it down.
     health_socket: Stream,
     /// The health connection's writing end: its writes (the answers to heartbeats, a CANCEL)
@@ -320,6 +342,8 @@ impl Session {
         let socket = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         let (outbox, outgoing) = crossbeam_channel::unbounded();
         let direct = Mutex::new(stream);
+        // The session's id, in the high half of every sequence number it sends (nonzero).
+        let id = u64::from(u32::from_le_bytes(crate::sys::random::bytes::<4>("a session id")?).max(1));
         let session = Arc::new(Session {
             label,
             node_pid: hello.pid,
@@ -331,7 +355,8 @@ impl Session {
             writer_done: Mutex::new(None),
             state: Mutex::new(SessionState::default()),
             changed: Condvar::new(),
-            seq: AtomicU64::new(1),
+            seq: AtomicU64::new((id << 32) | 1),
+            id,
             resolver: Mutex::new(resolver),
             outputs: Mutex::new(Vec::new()),
             bell,
@@ -387,7 +412,17 @@ impl Session {
     /// small write does not block: it fits the socket's buffer), any other through the writer
     /// thread; returns its sequence number.
     fn send(&self, kind: FrameKind, body: Vec<u8>) -> Result<u64> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.send_as(kind, self.next_seq(), body)
+    }
+
+    /// The sequence number of the next frame sent (this session's id in its high half).
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// [`send`](Self::send) under a sequence number drawn already (so what its reply is matched
+    /// against is recorded before the frame goes).
+    fn send_as(&self, kind: FrameKind, seq: u64, body: Vec<u8>) -> Result<u64> {
         if body.len() <= DIRECT_SEND
             && let Ok(mut stream) = self.direct.try_lock()
             && self.pending.load(Ordering::Acquire) == 0
@@ -411,8 +446,7 @@ impl Session {
 
     /// Queues a TASK whose tensor bytes go straight from the root's memory to the socket (on
     /// the writer thread); returns its sequence number.
-    fn send_bulk(&self, head: Vec<u8>, segments: Vec<(BufferDesc, u64, u64)>) -> Result<u64> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+    fn send_bulk(&self, seq: u64, head: Vec<u8>, segments: Vec<(BufferDesc, u64, u64)>) -> Result<u64> {
         self.pending.fetch_add(1, Ordering::AcqRel);
         self.outbox.send(Outgoing::Bulk { seq, head, segments }).map_err(|_| {
             Error::new(ErrorKind::WorkerDied, format!("{}: {}", self.label, self.lost().unwrap_or_default()))
@@ -534,7 +568,27 @@ impl Session {
     fn read_one(&self, reader: &mut impl std::io::Read) -> std::result::Result<(), String> {
         let why = |e: FrameError| why_lost(e, Duration::ZERO, "connection");
         let head = read_frame_head(reader, DEFAULT_MAX_BODY).map_err(why)?;
+        if matches!(head.kind, FrameKind::Completion | FrameKind::ControlReply) && head.seq >> 32 != self.id {
+            return Err(format!(
+                "the node sent a {:?} of another session (sequence number {:#x}; this session's are {:#x}_xxxxxxxx)",
+                head.kind, head.seq, self.id
+            ));
+        }
         if head.kind == FrameKind::Completion {
+            {
+                let st = sync::lock(&self.state);
+                if !st.awaiting || head.seq != st.task_seq {
+                    let due = if st.awaiting {
+                        format!("task {} is in flight", st.task_seq & SEQ_COUNT)
+                    } else {
+                        "no task is in flight".to_string()
+                    };
+                    return Err(format!(
+                        "the node sent a COMPLETION for task {} while {due} (a duplicate, or out of order)",
+                        head.seq & SEQ_COUNT
+                    ));
+                }
+            }
             let outcome = match self.complete(reader, head.len) {
                 Ok(Ok(o)) => o,
                 Ok(Err(e)) => return Err(format!("the node sent a bad COMPLETION: {e}")),
@@ -555,20 +609,53 @@ impl Session {
             FrameKind::ControlReply => match wire::decode_reply(&body) {
                 Ok(r) => {
                     let mut st = sync::lock(&self.state);
-                    if head.seq < st.control_floor {
-                        return Ok(()); // the late reply to a control that timed out
+                    if st.control_seq == Some(head.seq) {
+                        st.control_seq = None;
+                        st.reply = Some((head.seq, r));
+                        drop(st);
+                        self.reader_wanted.fetch_and(!READ_CONTROL, Ordering::AcqRel);
+                        self.changed.notify_all();
+                        return Ok(());
                     }
-                    st.reply = Some((head.seq, r));
+                    let Some(command) = st.abandoned.remove(&head.seq) else {
+                        return Err(format!(
+                            "the node replied to control {}, which is not awaiting a reply (a duplicate, or out of order)",
+                            head.seq & SEQ_COUNT
+                        ));
+                    };
                     drop(st);
-                    self.reader_wanted.fetch_and(!READ_CONTROL, Ordering::AcqRel);
-                    self.changed.notify_all();
-                    Ok(())
+                    self.reconcile(command, head.seq, r)
                 }
                 Err(e) => Err(format!("the node sent a bad CONTROL_REPLY: {e}")),
             },
             FrameKind::Shutdown => Err("the node ended the session".into()),
             other => Err(format!("the node sent an unexpected {other:?} frame")),
         }
+    }
+
+    /// Handles the late reply to control `seq` (`command`), which gave up waiting: an ALLOC
+    /// that succeeded made a buffer nobody holds, so it is freed now (a FREE whose own reply is
+    /// dropped in turn); any other late reply is dropped (its effect on the node is what the
+    /// root asked for). `Err` says why the session is lost.
+    fn reconcile(
+        &self,
+        command: u32,
+        seq: u64,
+        reply: std::result::Result<Vec<u8>, String>,
+    ) -> std::result::Result<(), String> {
+        tracing::debug!(target: "simpler::remote", node = %self.label, command, seq = seq & SEQ_COUNT, "the late reply to a control that timed out");
+        let Ok(bytes) = reply else { return Ok(()) };
+        if command != wire::ALLOC {
+            return Ok(());
+        }
+        let id = <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_le_bytes)
+            .map_err(|_| "the node answered an allocation with no buffer id".to_string())?;
+        tracing::info!(target: "simpler::remote", node = %self.label, buffer = id, "freeing the buffer of an allocation that timed out");
+        let free = self.next_seq();
+        sync::lock(&self.state).abandoned.insert(free, wire::FREE);
+        let body = wire::encode_control(wire::FREE, &Digest::from_bytes([0; 32]), "", id, 0, &[]);
+        self.send_as(FrameKind::Control, free, body).map(|_| ()).map_err(|e| e.message().to_string())
     }
 
     /// Asks the reader thread to read the COMPLETION due (a driver stops checking for it).
@@ -651,16 +738,21 @@ impl Session {
     /// Sends a control and waits for its reply (or the session's loss).
     pub(crate) fn control(
         &self,
+        command: u32,
         body: &[u8],
         timeout: Duration,
     ) -> Result<std::result::Result<Vec<u8>, String>> {
         let _one_at_a_time = sync::lock(&self.control_lock);
-        // Every frame sent from now on has this number or a later one.
-        sync::lock(&self.state).control_floor = self.seq.load(Ordering::Relaxed);
+        let seq = self.next_seq();
+        {
+            let mut st = sync::lock(&self.state);
+            st.control_seq = Some(seq);
+            st.reply = None;
+        }
         self.reader_wanted.fetch_or(READ_CONTROL, Ordering::AcqRel);
         self.rx_bell.ring();
         let _done = ControlDone(self);
-        let seq = self.send(FrameKind::Control, body.to_vec())?;
+        self.send_as(FrameKind::Control, seq, body.to_vec())?;
         let deadline = crate::sys::clock::after(timeout);
         let mut st = sync::lock(&self.state);
         loop {
@@ -674,7 +766,17 @@ impl Session {
             }
             let now = Instant::now();
             if now >= deadline {
-                // Its reply may still come: the reader drops it then (`control_floor`).
+                // Its reply may still come: the reader handles it then (`reconcile`).
+                st.control_seq = None;
+                st.abandoned.insert(seq, command);
+                if st.abandoned.len() > MAX_ABANDONED {
+                    drop(st);
+                    self.lose(format!("{MAX_ABANDONED} control requests went unanswered"));
+                    return Err(Error::new(
+                        ErrorKind::WorkerDied,
+                        format!("{}: {}", self.label, self.lost().unwrap_or_default()),
+                    ));
+                }
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
@@ -820,15 +922,16 @@ impl Endpoint for RemoteEndpoint {
         }
         drop(resolver);
         *sync::lock(&s.outputs) = outputs;
+        let seq = s.next_seq();
         {
             let mut st = sync::lock(&s.state);
             st.completion = None;
             st.awaiting = true;
+            st.task_seq = seq;
         }
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
-        let seq = if small { s.send(FrameKind::Task, head) } else { s.send_bulk(head, segments) }?;
-        sync::lock(&s.state).task_seq = seq;
-        Ok(())
+        if small { s.send_as(FrameKind::Task, seq, head) } else { s.send_bulk(seq, head, segments) }
+            .map(|_| ())
     }
 
     fn poll(&mut self) -> Option<Outcome> {
@@ -912,7 +1015,7 @@ impl Endpoint for RemoteEndpoint {
 /// only when it answers).
 pub(crate) fn check_callable(session: &Session, handle: &CallableHandle, timeout: Duration) -> Result<()> {
     let digest: Digest = handle.digest();
-    match session.control(&wire::encode_check(&digest, handle.name()), timeout)? {
+    match session.control(wire::CHECK_CALLABLE, &wire::encode_check(&digest, handle.name()), timeout)? {
         Ok(_) => Ok(()),
         Err(m) => Err(Error::new(ErrorKind::Callable, format!("{}: {m}", session.label))),
     }
@@ -929,7 +1032,7 @@ pub(crate) fn resident(
     timeout: Duration,
 ) -> Result<Vec<u8>> {
     let body = wire::encode_control(command, &Digest::from_bytes([0; 32]), "", arg, arg2, data);
-    match session.control(&body, timeout)? {
+    match session.control(command, &body, timeout)? {
         Ok(bytes) => Ok(bytes),
         Err(m) if m.starts_with("RESOURCE") => {
             Err(Error::new(ErrorKind::ResourceExhausted, format!("{}: {m}", session.label)))
@@ -937,3 +1040,6 @@ pub(crate) fn resident(
         Err(m) => Err(Error::new(ErrorKind::InvalidState, format!("{}: {m}", session.label))),
     }
 }
+
+#[cfg(test)]
+mod tests;
