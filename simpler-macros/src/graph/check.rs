@@ -20,9 +20,12 @@
 //! a loop body once, as any iteration, and records for every tensor declared outside the loop
 //! how the body touches it (whole, the piece at the loop's index, a fixed piece, another index).
 //! A write at the loop's index of one partition is an index launch (parallel); a whole or fixed
-//! write must go to an `InOut` parameter (a `const` assertion, S0113: an accumulator the engine
-//! orders); a write at another index, pieces of two partitions, or a read of another
-//! iteration's piece are S0113 / S0114; a run-time bound, count or tile shape, `rows(..)` and
+//! write must go to an `InOut` parameter (S0113: an accumulator the engine orders; checked by
+//! rustc as a trait bound on `callee::PARAMS`, `__private::LoopWriteNotOut`, so its error is a
+//! plain E0277 with the S0113 message on the argument, not a failed `const` evaluation); a
+//! range loop past the pieces of a partition is S0113 too (here, for literals; as a trait
+//! bound, `__private::LoopWithinPieces`, for named constants); a write at another index,
+//! pieces of two partitions, or a read of another iteration's piece are S0113 / S0114; a run-time bound, count or tile shape, `rows(..)` and
 //! `slice(..)` are S0115.
 //!
 //! `let xs = x.tiles([R, C]);` of a graph *parameter* (tile shape evaluated as `const`s) is a
@@ -39,6 +42,19 @@ use syn::spanned::Spanned;
 use super::parse::{CallLine, ForLoop, GraphDef, Stmt, single_ident, unwrap};
 use crate::ctxt::{Ctxt, at};
 use crate::model::{self, Mode, ParamTy};
+
+/// The value of integer literal `e` (in parentheses or not).
+fn lit_u64(e: &syn::Expr) -> Option<u64> {
+    match unwrap(e) {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse().ok(),
+        _ => None,
+    }
+}
+
+/// The piece count of a partition whose counts per axis are all integer literals.
+fn literal_count(counts: Option<&[syn::Expr]>) -> Option<u64> {
+    counts?.iter().try_fold(1u64, |n, c| n.checked_mul(lit_u64(c)?))
+}
 
 /// What to generate, in order.
 pub(crate) struct Plan {
@@ -138,7 +154,8 @@ pub(crate) enum Step {
 pub(crate) struct Task {
     pub(crate) index: usize,
     pub(crate) members: Vec<Member>,
-    /// Signature-dependent checks, emitted as `const` assertions.
+    /// Signature-dependent checks, emitted as `const` assertions (S0111, S0112) or trait
+    /// bounds (S0113).
     pub(crate) asserts: Vec<Assert>,
     /// Its incoming edges, in the order the engine's walk finds them.
     pub(crate) edges: Vec<GraphEdge>,
@@ -185,7 +202,10 @@ pub(crate) struct Assert {
     pub(crate) callee: syn::Expr,
     pub(crate) pos: usize,
     pub(crate) forbid: Mode,
-    pub(crate) message: String,
+    /// The message of a `const` assertion; `None`: a loop's write in every iteration (S0113),
+    /// generated as a trait bound whose message is `__private::LoopWriteNotOut`'s, so the
+    /// error is a plain one rather than a `const` evaluation failure.
+    pub(crate) message: Option<String>,
 }
 
 /// Where a tensor came from.
@@ -868,6 +888,26 @@ impl Checker<'_> {
                 ids.push(q);
             }
         }
+        let what = format!("the loop at line {}", frame.span.start().line);
+        if let Some(end) = &end {
+            // A range loop's end against a partition whose count is written as literals: checked
+            // here, with a plain error. Named constants are the compiler's to evaluate (codegen).
+            ids.retain(|&q| {
+                let Some((e, n)) = lit_u64(end).zip(literal_count(self.parts[q].counts.as_deref())) else {
+                    return true;
+                };
+                if e > n {
+                    let text = &self.parts[q].text;
+                    self.cx.error(
+                        end.span(),
+                        format!(
+                            "{what} runs to `{e}` and indexes {text} at its index, but {text} has {n} pieces: its last iterations would name pieces that do not exist [S0113]\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece, or end the range at {n}"
+                        ),
+                    );
+                }
+                false
+            });
+        }
         if ids.len() > usize::from(end.is_none()) {
             let parts = ids
                 .iter()
@@ -877,7 +917,6 @@ impl Checker<'_> {
                     counts: self.parts[q].counts.clone(),
                 })
                 .collect();
-            let what = format!("the loop at line {}", frame.span.start().line);
             self.count_checks.push(CountCheck { what, parts, end });
         }
         let body = std::mem::replace(&mut self.steps, outer);
@@ -923,17 +962,12 @@ impl Checker<'_> {
                     Index::Var(_) => {}
                     Index::Whole | Index::Fixed if !asserted => {
                         asserted = true;
-                        let callee_name = model::squash(callee.to_token_stream());
                         asserts.push(Assert {
                             span: c.span,
                             callee: callee.clone(),
                             pos,
                             forbid: Mode::Out,
-                            message: format!(
-                                "`{text}` is written in every iteration of the loop over `{frame_var}` ({}), and argument {} of `{callee_name}` is an `Out` parameter: each iteration would overwrite the same bytes [S0113]. help: write one piece per iteration (`let parts = {name}.split(N);`, then `&mut parts[{frame_var}]`), or accumulate through an `InOut` parameter, which the loop orders",
-                                at(self.loops[depth].span),
-                                pos + 1
-                            ),
+                            message: None,
                         });
                     }
                     Index::Whole | Index::Fixed => {}
@@ -1072,6 +1106,8 @@ impl Checker<'_> {
         let group = lines.len() > 1;
         // Uses: (tensor, use, span, argument position, member).
         let mut uses: Vec<(usize, Use, Span, usize, usize)> = Vec::new();
+        // What the user wrote for each use, when it names a piece (`hs[0]`, a loop's `t`).
+        let mut pieces: Vec<Option<String>> = Vec::new();
         let mut members = Vec::new();
         // S0113 assertions of writes that touch the same bytes in every iteration of a loop.
         let mut loop_asserts: Vec<Assert> = Vec::new();
@@ -1083,6 +1119,12 @@ impl Checker<'_> {
                 match self.classify(a) {
                     Some(c) => {
                         uses.push((c.id, c.use_, c.span, pos, m));
+                        pieces.push(c.part.map(|_| match &c.target.index {
+                            Some(ix) => {
+                                format!("{}[{}]", c.target.ident, model::squash(ix.to_token_stream()))
+                            }
+                            None => c.target.ident.to_string(),
+                        }));
                         let piece = match (c.part, &c.target.index) {
                             (Some(p), Some(ix)) if self.replayable(ix) => Some((p, ix.clone())),
                             _ => None,
@@ -1120,7 +1162,7 @@ impl Checker<'_> {
             members.push(Member { line: line.clone(), args, uses: member_uses, target, internal });
         }
         let callee_name = model::squash(lines[0].callee.to_token_stream());
-        self.check_uses(&uses, group, &callee_name);
+        self.check_uses(&uses, &pieces, group, &callee_name);
 
         // Signature-dependent checks.
         let accumulated: Vec<Span> = loop_asserts.iter().map(|a| a.span).collect();
@@ -1140,10 +1182,10 @@ impl Checker<'_> {
                     callee,
                     pos,
                     forbid: Mode::InOut,
-                    message: format!(
+                    message: Some(format!(
                         "`{name}` has not been written yet, but argument {} of `{callee_name}` is an `InOut` parameter, which reads it [S0111]. help: pass `{name}` to an `Out` parameter first",
                         pos + 1
-                    ),
+                    )),
                 });
             } else if t.readers.is_empty() && t.writer.is_some() && !accumulator {
                 let when = t.written_at.map(|s| format!(" at {}", at(s))).unwrap_or_default();
@@ -1152,10 +1194,10 @@ impl Checker<'_> {
                     callee,
                     pos,
                     forbid: Mode::Out,
-                    message: format!(
+                    message: Some(format!(
                         "`{name}` holds a value nothing has read (written{when}), and argument {} of `{callee_name}` is an `Out` parameter that would overwrite it before anything read it, so that value is lost [S0112]. help: read `{name}` first, or write into a fresh intermediate",
                         pos + 1
-                    ),
+                    )),
                 });
             }
         }
@@ -1193,7 +1235,14 @@ impl Checker<'_> {
     }
 
     /// Checks within one task: writes to `In` inputs, aliasing, reads of empty tensors.
-    fn check_uses(&mut self, uses: &[(usize, Use, Span, usize, usize)], group: bool, callee_name: &str) {
+    /// `pieces[i]`: what the user wrote for `uses[i]` when it names a piece of the tensor.
+    fn check_uses(
+        &mut self,
+        uses: &[(usize, Use, Span, usize, usize)],
+        pieces: &[Option<String>],
+        group: bool,
+        callee_name: &str,
+    ) {
         for (i, &(id, u, span, pos, m)) in uses.iter().enumerate() {
             let name = self.tensors[id].name.clone();
             if u == Use::Write && self.tensors[id].origin == Origin::Param(Mode::In) {
@@ -1243,12 +1292,22 @@ impl Checker<'_> {
             }
             if u == Use::Read && !self.tensors[id].written && !self.tensors[id].errored && !self.partial {
                 let t = &self.tensors[id];
+                // The piece the user wrote, when it is one: the hint names what to pass.
+                let (what, of, this, it) = match &pieces[i] {
+                    Some(p) => {
+                        (format!("`{p}`"), format!(" (a piece of `{name}`)"), p.clone(), format!("`{p}`"))
+                    }
+                    None => (format!("`{name}`"), String::new(), name.clone(), "it".to_string()),
+                };
                 let msg = match t.origin {
-                    Origin::Param(_) => format!(
+                    Origin::Param(_) if pieces[i].is_none() => format!(
                         "`{name}` is read here but no call has written it yet: it is an `Out` of this graph [S0101]\nhelp: write it first, or declare it `InOut` if the caller provides its contents"
                     ),
+                    Origin::Param(_) => format!(
+                        "{what}{of} is read here but no call has written it yet: `{name}` is an `Out` of this graph [S0101]\nhelp: write {what} first, or declare `{name}` `InOut` if the caller provides its contents"
+                    ),
                     Origin::Alloc => format!(
-                        "`{name}` is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data: if this call writes it, pass `&mut {name}`; otherwise write it through an `Out` parameter first",
+                        "{what}{of} is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data: if this call writes {it}, pass `&mut {this}`; otherwise write it through an `Out` parameter first",
                         at(t.decl)
                     ),
                 };

@@ -74,20 +74,17 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                 for p in c.parts.iter().filter(|p| p.counts.is_some()) {
                     let counts = p.counts.as_deref().unwrap_or_default();
                     let n: Vec<TokenStream> = counts.iter().map(const_u32).collect();
-                    let end_text = model::squash(end.to_token_stream());
-                    let counts_text: Vec<String> =
-                        counts.iter().map(|e| model::squash(e.to_token_stream())).collect();
-                    let msg = format!(
-                        "task graph `{graph_name}`: {what} runs to `{end_text}` and indexes {} at its index, but {} has {} pieces [S0113]. help: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
-                        p.text,
-                        p.text,
-                        counts_text.join(" * ")
-                    );
+                    // A trait bound, not a `const` assertion: a false fact is a plain error
+                    // with the S0113 message (`__private::LoopWithinPieces`), on the end.
+                    let end_span = end.span();
                     let end = const_u32(end);
-                    out.body.push(quote_spanned! {end.span()=>
-                        #[allow(clippy::identity_op)]
-                        const _: () = ::core::assert!(#end <= 1u32 #(* #n)*, #msg);
-                    });
+                    out.body.push(respan(
+                        quote! {
+                            #[allow(clippy::identity_op)]
+                            #root::__private::loop_within_pieces::<#root::__private::Holds<{ (#end) <= (1u32 #(* #n)*) }>>();
+                        },
+                        end_span,
+                    ));
                 }
             }
             let mut parts = c.parts.iter().filter(|p| c.end.is_none() || p.counts.is_none()).peekable();
@@ -367,15 +364,25 @@ impl Gen<'_> {
             self.body.push(quote_spanned!(c.span()=> let _ = #c;));
         }
         for a in &task.asserts {
-            let (callee, pos, msg) = (&a.callee, a.pos, &a.message);
+            let (callee, pos) = (&a.callee, a.pos);
             let forbid = match a.forbid {
                 Mode::In => quote!(In),
                 Mode::Out => quote!(Out),
                 Mode::InOut => quote!(InOut),
             };
-            self.body.push(quote_spanned! {a.span=>
-                const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
-            });
+            match &a.message {
+                Some(msg) => self.body.push(quote_spanned! {a.span=>
+                    const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
+                }),
+                // S0113 as a trait bound: a plain compile error with the code, on the argument.
+                // Every token on the argument, so rustc's error points there.
+                None => self.body.push(respan(
+                    quote! {
+                        #root::__private::loop_write_not_out::<#root::__private::Holds<{ !#root::__private::is_out(&#callee::PARAMS, #pos) }>>();
+                    },
+                    a.span,
+                )),
+            }
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());
         let mut calls = Vec::new();

@@ -150,6 +150,50 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
     }
 }
 
+/// A fact about a task graph that only the compiler can evaluate (it needs a callee's
+/// `PARAMS` or a named constant), as a type: `Holds<{ fact }>`. A graph states that the fact
+/// holds by calling a function bounded by one of the traits below, each implemented for
+/// `Holds<true>` alone; so a fact that is false is a trait error (E0277) carrying the trait's
+/// message, spanned on the user's tokens, and never a `const` evaluation error (E0080), whose
+/// message rustc prefixes with "evaluation panicked" and whose note points at `rustc --explain
+/// E0080`.
+pub struct Holds<const FACT: bool>;
+
+/// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
+#[diagnostic::on_unimplemented(
+    message = "this argument is written in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite the same bytes [S0113]",
+    label = "the same bytes in every iteration, through an `Out` parameter",
+    note = "write one piece per iteration (`let parts = y.split(N);`, then `&mut parts[i]` with the loop's `i`), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
+)]
+pub trait LoopWriteNotOut {}
+
+#[diagnostic::do_not_recommend]
+impl LoopWriteNotOut for Holds<true> {}
+
+/// Refuses (S0113) an argument written in every iteration of a loop that goes to an `Out`
+/// parameter: `H` is `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
+pub fn loop_write_not_out<H: LoopWriteNotOut>() {}
+
+/// S0113: a range loop indexes a partition only within its pieces.
+#[diagnostic::on_unimplemented(
+    message = "this loop runs past the last piece of a partition it indexes [S0113]",
+    label = "the last iteration's index is not a piece of the partition",
+    note = "loop over the partition itself, `for (i, t) in xs`, to run once per piece, or end the range at the piece count; see error S0113 in the book"
+)]
+pub trait LoopWithinPieces {}
+
+#[diagnostic::do_not_recommend]
+impl LoopWithinPieces for Holds<true> {}
+
+/// Refuses (S0113) a range loop whose last index (at the largest piece it names) is not a
+/// piece of a partition whose count is a constant: `H` is `Holds<{ last < count }>`.
+pub fn loop_within_pieces<H: LoopWithinPieces>() {}
+
+/// Whether argument `pos` of a callable with parameters `params` is an `Out` tensor.
+pub const fn is_out(params: &[Param], pos: usize) -> bool {
+    pos < params.len() && matches!(params[pos].mode, ParamMode::Out)
+}
+
 /// The range of a task graph's `for i in start..end` (bounds evaluated at compile time).
 pub fn range(start: u32, end: u32) -> std::ops::Range<u32> {
     start..end
