@@ -26,7 +26,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::check::{Arg, Plan, Step, Target, Task};
+use super::check::{Affine, Arg, Plan, Step, Target, Task};
 use super::parse::{GraphDef, single_ident};
 use crate::callable::{self, Sig};
 use crate::descriptor;
@@ -70,18 +70,30 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             let what = &c.what;
             // A range loop's end against a partition whose count is a constant too: checked
             // by the compiler.
-            if let Some(end) = &c.end {
+            if let (Some(start), Some(end)) = (&c.start, &c.end) {
                 for p in c.parts.iter().filter(|p| p.counts.is_some()) {
                     let counts = p.counts.as_deref().unwrap_or_default();
                     let n: Vec<TokenStream> = counts.iter().map(const_u32).collect();
                     // A trait bound, not a `const` assertion: a false fact is a plain error
                     // with the S0113 message (`__private::LoopWithinPieces`), on the end.
                     let end_span = end.span();
-                    let end = const_u32(end);
+                    let (start, end) = (const_u32(start), const_u32(end));
+                    // The loop's first and last pieces, `a * start + b` and `a * (end - 1) + b`,
+                    // are pieces of the partition (the plain index: `end <= count`).
+                    let fact = if p.index == Affine::PLAIN {
+                        quote!((#end) <= (1u32 #(* #n)*))
+                    } else {
+                        let (a, b) = (p.index.a as i128, p.index.b as i128);
+                        quote! {
+                            (#end) <= (#start)
+                                || (#a * ((#start) as i128) + #b >= 0
+                                    && #a * ((#end) as i128 - 1) + #b < (1u32 #(* #n)*) as i128)
+                        }
+                    };
                     out.body.push(respan(
                         quote! {
                             #[allow(clippy::identity_op)]
-                            #root::__private::loop_within_pieces::<#root::__private::Holds<{ (#end) <= (1u32 #(* #n)*) }>>();
+                            #root::__private::loop_within_pieces::<#root::__private::Holds<{ #fact }>>();
                         },
                         end_span,
                     ));
@@ -103,7 +115,8 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                         quote!(::core::iter::Iterator::product::<u32>(#pc.iter()))
                     }
                 };
-                quote!((#text, #n))
+                let (a, b, ix) = (p.index.a, p.index.b, &p.index_text);
+                quote!((#text, #n, #a, #b, #ix))
             });
             let check = match &c.end {
                 None => quote! {
@@ -111,8 +124,9 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                 },
                 Some(end) => {
                     let end = const_u32(end);
+                    let start = c.start.as_ref().map_or(quote!(0u32), const_u32);
                     quote! {
-                        #root::__private::enough_pieces(#graph_name, #what, #end, &[#(#parts),*])?;
+                        #root::__private::enough_pieces(#graph_name, #what, #start, #end, &[#(#parts),*])?;
                     }
                 }
             };

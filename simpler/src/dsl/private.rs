@@ -174,11 +174,12 @@ impl LoopWriteNotOut for Holds<true> {}
 /// parameter: `H` is `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
 pub fn loop_write_not_out<H: LoopWriteNotOut>() {}
 
-/// S0113: a range loop indexes a partition only within its pieces.
+/// S0113: a range loop indexes a partition only within its pieces (at its index, or at an
+/// affine function of it).
 #[diagnostic::on_unimplemented(
-    message = "this loop runs past the last piece of a partition it indexes [S0113]",
-    label = "the last iteration's index is not a piece of the partition",
-    note = "loop over the partition itself, `for (i, t) in xs`, to run once per piece, or end the range at the piece count; see error S0113 in the book"
+    message = "this loop names pieces that a partition it indexes does not have [S0113]",
+    label = "some iteration's piece index is past the partition's pieces (or below 0)",
+    note = "loop over the partition itself, `for (i, t) in xs`, to run once per piece, or change the range or the index (`2 * i + 1` names pieces 1 to 2 * end - 1); see error S0113 in the book"
 )]
 pub trait LoopWithinPieces {}
 
@@ -254,29 +255,61 @@ pub fn tile_counts(shape: &[u32], tile: &[u32], text: &str) -> Result<Vec<u32>> 
     Ok(counts)
 }
 
-/// The check of a task graph's loop over a partition (`parts[0]`) that indexes the others at
-/// its index: every partition has as many pieces as the loop has iterations. `parts`:
-/// (`xs` (`x.tiles([16])`), piece count).
-pub fn same_counts(graph: &str, what: &str, parts: &[(&str, u32)]) -> Result<()> {
-    let Some(&(first, n)) = parts.first() else { return Ok(()) };
-    match parts.iter().find(|(_, m)| *m != n) {
-        None => Ok(()),
-        Some(&(other, m)) => Err(Error::invalid(format!(
-            "task graph `{graph}`: {what} runs over the {n} pieces of {first}, but indexes {other}, which has {m} pieces, at the same index: the piece counts of the partitions of one loop must agree (no task of the graph was submitted)\nhelp: give the tensors shapes with as many tiles, or tile them so that the counts agree"
-        ))),
-    }
+/// A partition a task graph's loop names pieces of: (`xs` (`x.tiles([16])`), its piece
+/// count, `a`, `b`, the index as written): the loop names piece `a * i + b` in iteration `i`
+/// (`1, 0` for the loop's index itself).
+pub type LoopPart<'a> = (&'a str, u32, u64, i64, &'a str);
+
+/// The piece iteration `i` names under `a * i + b`.
+fn piece_at(a: u64, b: i64, i: u32) -> i128 {
+    i128::from(a) * i128::from(i) + i128::from(b)
 }
 
-/// The check of a task graph's loop over `a..end` that indexes `tiles` partitions at its
-/// index: each has at least `end` pieces.
-pub fn enough_pieces(graph: &str, what: &str, end: u32, parts: &[(&str, u32)]) -> Result<()> {
-    match parts.iter().find(|(_, m)| *m < end) {
-        None => Ok(()),
-        Some(&(part, m)) => Err(Error::invalid(format!(
-            "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
-            end.saturating_sub(1)
-        ))),
+/// The check of a task graph's loop over a partition (`parts[0]`) that names pieces of the
+/// others at (an affine function of) its index: a partition named at the index itself has as
+/// many pieces as the loop has iterations, one named at `a * i + b` has every piece the loop
+/// names.
+pub fn same_counts(graph: &str, what: &str, parts: &[LoopPart<'_>]) -> Result<()> {
+    let Some(&(first, n, ..)) = parts.first() else { return Ok(()) };
+    for &(other, m, a, b, ix) in &parts[1..] {
+        if (a, b) == (1, 0) && m != n {
+            return Err(Error::invalid(format!(
+                "task graph `{graph}`: {what} runs over the {n} pieces of {first}, but indexes {other}, which has {m} pieces, at the same index: the piece counts of the partitions of one loop must agree (no task of the graph was submitted)\nhelp: give the tensors shapes with as many tiles, or tile them so that the counts agree"
+            )));
+        }
+        let (lo, hi) = (piece_at(a, b, 0), piece_at(a, b, n.saturating_sub(1)));
+        if n > 0 && (lo < 0 || hi >= i128::from(m)) {
+            return Err(Error::invalid(format!(
+                "task graph `{graph}`: {what} runs over the {n} pieces of {first} and indexes {other} at `{ix}`, pieces {lo} to {hi}, but {other} has {m} pieces (no task of the graph was submitted)\nhelp: give the tensors shapes whose piece counts fit the index, or change the index"
+            )));
+        }
     }
+    Ok(())
+}
+
+/// The check of a task graph's loop over `start..end` that names pieces of `tiles`
+/// partitions at (an affine function of) its index: each has every piece the loop names.
+pub fn enough_pieces(graph: &str, what: &str, start: u32, end: u32, parts: &[LoopPart<'_>]) -> Result<()> {
+    if end <= start {
+        return Ok(());
+    }
+    for &(part, m, a, b, ix) in parts {
+        let (lo, hi) = (piece_at(a, b, start), piece_at(a, b, end - 1));
+        if lo >= 0 && hi < i128::from(m) {
+            continue;
+        }
+        return Err(Error::invalid(if (a, b) == (1, 0) {
+            format!(
+                "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
+                end - 1
+            )
+        } else {
+            format!(
+                "task graph `{graph}`: {what} runs over {start}..{end} and indexes {part} at `{ix}`, pieces {lo} to {hi}, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: give the tensors shapes whose piece counts fit the index, or change the range or the index"
+            )
+        }));
+    }
+    Ok(())
 }
 
 /// One dimension of an `alloc::<T>([..])` in a task graph.
