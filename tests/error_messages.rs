@@ -227,7 +227,7 @@ fn run_naming(w: &Worker, h: &simpler::CallableHandle, t: &simpler::Tensor) -> s
 #[isolated_test]
 fn a_buffer_belongs_to_its_worker_and_its_bytes_outlive_it() {
     let (rig, [h]) = Rig::start(common::subs(1), [("noop", noop)]);
-    let (mut other, [other_h]) = Rig::start(common::subs(1), [("noop", noop)]);
+    let (other, [other_h]) = Rig::start(common::subs(1), [("noop", noop)]);
     let foreign = other.create_buffer(64).unwrap();
     let t = foreign.tensor(&[16], DataType::Float32).unwrap();
     run_naming(&other, &other_h, &t).unwrap(); // its own Worker's runs may name it

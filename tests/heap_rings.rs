@@ -118,7 +118,7 @@ fn allocation_larger_than_the_ring_fails_at_once() {
 #[isolated_test]
 fn full_outer_ring_times_out() {
     let timeout = Duration::from_millis(200);
-    let (mut rig, [fill]) = Rig::start(small_ring().backpressure_timeout(timeout), [("fill", fill)]);
+    let (rig, [fill]) = Rig::start(small_ring().backpressure_timeout(timeout), [("fill", fill)]);
     let out = u64_buffer(&rig, 1);
     let mut served = 0;
     let mut waited = Duration::ZERO;

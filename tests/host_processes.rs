@@ -215,7 +215,7 @@ impl Drop for Watched {
 /// SUB worker's process group, which close ends.
 #[isolated_test]
 fn a_process_a_host_function_leaves_running_ends_with_close() {
-    let (mut rig, [spawn]) = Rig::start(subs(1), [("spawn_sleep", spawn_sleep)]);
+    let (rig, [spawn]) = Rig::start(subs(1), [("spawn_sleep", spawn_sleep)]);
     let out = u32_buffer(&rig, 1);
     rig.run(|orch| {
         let mut a = TaskArgs::new();

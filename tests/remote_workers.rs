@@ -229,7 +229,7 @@ impl NodeProcess {
 
 /// Closes `root`, waits for the thread nodes to end their sessions, then checks that nothing
 /// of the test is left (the nodes' processes and buffers are this process's too).
-fn finish(mut root: Worker, nodes: Vec<std::thread::JoinHandle<simpler::Result<()>>>) {
+fn finish(root: Worker, nodes: Vec<std::thread::JoinHandle<simpler::Result<()>>>) {
     let pids = root.child_pids();
     root.close().expect("the root closes");
     for n in nodes {

@@ -162,7 +162,7 @@ fn a_worker_started_while_another_thread_is_panicking_can_panic() {
 
 #[isolated_test]
 fn a_worker_made_on_a_short_lived_thread_keeps_its_workers() {
-    let (mut worker, print) = std::thread::spawn(|| {
+    let (worker, print) = std::thread::spawn(|| {
         let mut w = subs(2).build().unwrap();
         let f = w.register(HostFn::new("prints", prints)).unwrap();
         w.init().unwrap();

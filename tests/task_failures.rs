@@ -173,7 +173,7 @@ fn kill_the_worker_running_a_task(rig: &Rig, block: &simpler::CallableHandle) ->
 
 #[isolated_test]
 fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
-    let (mut rig, [block, record]) =
+    let (rig, [block, record]) =
         Rig::start(subs(2), [("block_on_flag", block_on_flag), ("record_worker", record_worker)]);
     let dead = kill_the_worker_running_a_task(&rig, &block);
     let who = u32_buffer(&rig, 8);
@@ -196,7 +196,7 @@ fn sigkilled_worker_fails_its_run_and_the_survivor_keeps_working() {
 
 #[isolated_test]
 fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
-    let (mut rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
+    let (rig, [block, noop]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("noop", noop)]);
     kill_the_worker_running_a_task(&rig, &block);
     let err = rig
         .run(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ()))
@@ -207,7 +207,7 @@ fn with_its_only_sub_worker_dead_later_sub_work_fails_clearly() {
 
 #[isolated_test]
 fn sigkill_during_a_group_fails_the_group_and_shrinks_the_pool() {
-    let (mut rig, [block, noop, record]) = Rig::start(
+    let (rig, [block, noop, record]) = Rig::start(
         subs(2),
         [("block_on_flag", block_on_flag), ("noop", noop), ("record_worker", record_worker)],
     );

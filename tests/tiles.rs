@@ -385,3 +385,85 @@ fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
     assert_eq!(by.read::<f32>(0, 48).unwrap(), vec![-1.0; 48], "no task ran");
     assert_eq!(first_four::graph_for(&[48], &[48]).unwrap_err().message(), msg);
 }
+
+task_graph! {
+    /// Affine indices: the even pieces of `y` take the first half of `x` doubled, the odd
+    /// pieces its second half tripled (`ys[2 * i]`, `ys[2 * i + 1]`, `xs[i + 4]`); no two
+    /// iterations write one piece, so all eight tasks run in parallel.
+    fn interleave(x: In<f32>, y: Out<f32>) {
+        let xs = x.split(TILES);
+        let ys = y.split(TILES);
+        for i in 0..TILES / 2 {
+            scale_sub(xs[i], &mut ys[2 * i], 2.0).on(sub());
+            scale_sub(xs[i + 4], &mut ys[2 * i + 1], 3.0).on(sub());
+        }
+    }
+}
+
+#[isolated_test]
+fn affine_indices_interleave_pieces_in_parallel_and_match_the_graph() {
+    let mut rig = Rig::new(common::builder().sub_workers(2));
+    rig.init();
+    let (_bx, x) = ramp(&rig, ROWS);
+    let (by, mut y) = ramp(&rig, ROWS);
+    by.write(0, &[-1.0f32; ROWS as usize]).unwrap();
+    let run = interleave::call(&x, &mut y)
+        .unwrap()
+        .submit_with(&rig, simpler::RunOptions::new().capture_dag())
+        .unwrap();
+    run.wait().unwrap();
+    let rows = ROWS / TILES; // per piece
+    let want: Vec<f32> = (0..ROWS)
+        .map(|r| {
+            let (piece, at) = (r / rows, r % rows);
+            let (k, src) = (piece / 2, piece % 2);
+            let x = ((k + src * TILES / 2) * rows + at) as f32;
+            if src == 0 { 2.0 * x } else { 3.0 * x }
+        })
+        .collect();
+    assert_eq!(by.read::<f32>(0, ROWS as usize).unwrap(), want);
+    let graph = interleave::graph();
+    assert!(graph.matches(&run.dag().unwrap()), "{}", graph.to_dot());
+    assert_eq!(graph.graph().node_count(), TILES as usize);
+    assert_eq!(graph.graph().edge_count(), 0, "the pieces are disjoint: {}", graph.to_dot());
+}
+
+task_graph! {
+    /// A range loop naming the odd tiles 1, 3, 5, 7 of `y`: it needs at least eight.
+    fn odd_tiles(x: In<f32>, y: Out<f32>) {
+        let xs = x.tiles([TILE]);
+        let ys = y.tiles([TILE]);
+        for i in 0..4 {
+            scale_sub(xs[i], &mut ys[2 * i + 1], 1.0).on(sub());
+        }
+    }
+}
+
+#[isolated_test]
+fn an_affine_index_into_tiles_is_checked_before_anything_runs() {
+    let mut rig = Rig::new(common::builder().sub_workers(2));
+    rig.init();
+    // x: four tiles; y: eight, its odd ones written.
+    let (_bx, x) = ramp(&rig, 4 * TILE);
+    let (by, mut y) = ramp(&rig, 8 * TILE);
+    by.write(0, &[-1.0f32; 8 * TILE as usize]).unwrap();
+    odd_tiles::call(&x, &mut y).unwrap().run(&rig).unwrap();
+    let got = by.read::<f32>(0, 8 * TILE as usize).unwrap();
+    for (t, tile) in got.chunks(TILE as usize).enumerate() {
+        let t = t as u32;
+        let want: Vec<f32> = match t % 2 {
+            1 => ((t / 2) * TILE..(t / 2 + 1) * TILE).map(|v| v as f32).collect(),
+            _ => vec![-1.0; TILE as usize],
+        };
+        assert_eq!(tile, want, "tile {t}");
+    }
+    // y with seven tiles: piece 7 does not exist; refused before any task is submitted.
+    let (by, mut y) = ramp(&rig, 7 * TILE);
+    by.write(0, &[-1.0f32; 7 * TILE as usize]).unwrap();
+    let err = odd_tiles::call(&x, &mut y).unwrap().run(&rig).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let msg = err.message();
+    assert!(msg.contains("task graph `odd_tiles`"), "{msg}");
+    assert!(msg.contains("runs over 0..4 and indexes `ys` (`y.tiles([TILE])`) at `2*i+1`, pieces 1 to 7, but `ys` (`y.tiles([TILE])`) has 7 pieces"), "{msg}");
+    assert_eq!(by.read::<f32>(0, 7 * TILE as usize).unwrap(), vec![-1.0; 7 * TILE as usize], "no task ran");
+}

@@ -79,7 +79,7 @@ fn calls_after_close_are_refused() {
 
 #[isolated_test]
 fn waiting_on_a_run_abandoned_by_close_reports_it() {
-    let (mut rig, [block]) =
+    let (rig, [block]) =
         Rig::start(subs(1).close_timeout(Duration::from_millis(200)), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let run = rig
@@ -117,7 +117,7 @@ fn waiting_on_a_run_abandoned_by_close_reports_it() {
 #[isolated_test]
 fn close_with_a_stuck_task_takes_close_timeout_not_more() {
     let timeout = Duration::from_millis(300);
-    let (mut rig, [block]) = Rig::start(subs(2).close_timeout(timeout), [("block_on_flag", block_on_flag)]);
+    let (rig, [block]) = Rig::start(subs(2).close_timeout(timeout), [("block_on_flag", block_on_flag)]);
     let flag = u32_buffer(&rig, 2);
     let run = rig
         .submit(|orch| {
@@ -165,6 +165,129 @@ fn dropping_a_worker_closes_it() {
         }
     }
     // No close: dropping the Worker (and then the buffer) must have cleaned up.
+    assert_left_nothing(&pids);
+}
+
+/// One run of `fill` writing `value` into `out[0]`.
+fn fill_one(
+    w: &Worker,
+    fill: &simpler::CallableHandle,
+    out: &simpler::Buffer,
+    value: u64,
+) -> simpler::Result<()> {
+    w.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&u64s(out, 0, 1))?.scalar(value);
+        orch.submit_sub(fill, a).map(|_| ())
+    })
+}
+
+#[isolated_test]
+fn close_through_a_shared_handle_refuses_other_threads_later_calls_by_name() {
+    let (rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
+    let out = u64_buffer(&rig, 1);
+    fill_one(&rig, &fill, &out, 7).unwrap();
+    assert_eq!(read_u64(&out, 0, 1), vec![7]);
+    // The Worker is shared, as in a threaded or async program: no `&mut` to close it with.
+    let shared = std::sync::Arc::new(rig);
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let closer = {
+        let w = std::sync::Arc::clone(&shared);
+        std::thread::spawn(move || {
+            let r = w.close();
+            closed_tx.send(()).unwrap();
+            r
+        })
+    };
+    let user = {
+        let (w, out) = (std::sync::Arc::clone(&shared), out.clone());
+        std::thread::spawn(move || {
+            closed_rx.recv().unwrap(); // runs after the other thread's close returned
+            let run = fill_one(&w, &fill, &out, 8);
+            let submit = w.submit(|_| Ok(())).map(|_| ());
+            let buffer = w.create_buffer(8).map(|_| ());
+            (run, submit, buffer, w.close(), w.child_pids())
+        })
+    };
+    closer.join().unwrap().expect("close through a shared handle");
+    let (run, submit, buffer, again, pids) = user.join().unwrap();
+    // The error names the closed Worker: its level and children.
+    let named = ["the Worker is closed", "L3 (node) Worker (2 SUB workers, 0 chips", "Worker::close"];
+    expect_err(run, ErrorKind::InvalidState, &[&["Worker.run"][..], &named].concat());
+    expect_err(submit, ErrorKind::InvalidState, &[&["Worker.submit"][..], &named].concat());
+    expect_err(buffer, ErrorKind::InvalidState, &[&["Worker.create_buffer"][..], &named].concat());
+    again.expect("close is idempotent through any handle");
+    assert!(pids.is_empty(), "the children were reaped by the first close");
+    assert!(!shared.is_ready());
+    for &pid in shared.pids() {
+        assert!(!process_exists(pid), "child {pid} was reaped by close");
+    }
+    assert_eq!(read_u64(&out, 0, 1), vec![7], "the refused run wrote nothing");
+    drop(out); // before the rig's check, which the last handle runs
+    // The rig checks at drop, with the last handle, that no process and no buffer is left.
+}
+
+#[isolated_test]
+fn close_while_other_threads_run_ends_each_of_them_with_an_error() {
+    const THREADS: usize = 4;
+    let (rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
+    let shared = std::sync::Arc::new(rig);
+    // Every thread has run once before the close, then runs until it is refused.
+    let ran_once = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+    let users: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (w, ran_once) = (std::sync::Arc::clone(&shared), std::sync::Arc::clone(&ran_once));
+            let fill = fill.clone();
+            std::thread::spawn(move || {
+                let out = u64_buffer(&w, 1);
+                let mut runs = 0u64;
+                loop {
+                    let r = fill_one(&w, &fill, &out, runs);
+                    if runs == 0 {
+                        ran_once.wait();
+                    }
+                    match r {
+                        Ok(()) => runs += 1,
+                        Err(e) => return (t, runs, e),
+                    }
+                }
+            })
+        })
+        .collect();
+    ran_once.wait();
+    shared.close().expect("close through one of the handles");
+    for user in users {
+        let (t, runs, err) = user.join().unwrap();
+        assert!(runs >= 1, "thread {t} ran before the close");
+        // Refused at the Worker or at admission, or its run was stopped by close: always the
+        // closed state, never a hang.
+        assert_eq!(err.kind(), ErrorKind::InvalidState, "thread {t}: {err}");
+        assert!(err.message().contains("closed"), "thread {t}: {err}");
+    }
+    assert!(shared.child_pids().is_empty());
+}
+
+#[isolated_test]
+fn the_last_shared_handle_to_drop_closes_the_worker() {
+    let mut worker = subs(2).build().unwrap();
+    let fill = worker.register(HostFn::new("fill", fill)).unwrap();
+    worker.init().unwrap();
+    let pids = worker.child_pids();
+    let shared = std::sync::Arc::new(worker);
+    let users: Vec<_> = (0..3)
+        .map(|i| {
+            let (w, fill) = (std::sync::Arc::clone(&shared), fill.clone());
+            std::thread::spawn(move || {
+                let out = u64_buffer(&w, 1);
+                fill_one(&w, &fill, &out, i).unwrap();
+                read_u64(&out, 0, 1)[0]
+            })
+        })
+        .collect();
+    drop(shared);
+    let got: Vec<u64> = users.into_iter().map(|u| u.join().unwrap()).collect();
+    assert_eq!(got, vec![0, 1, 2]);
+    // Whichever thread dropped the last handle closed the Worker.
     assert_left_nothing(&pids);
 }
 
@@ -316,7 +439,7 @@ fn open_fds() -> Vec<String> {
 #[isolated_test]
 fn a_run_handle_kept_after_close_holds_no_descriptor_of_the_worker() {
     let session = |keep: bool| {
-        let (mut rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
+        let (rig, [fill]) = Rig::start(subs(2), [("fill", fill)]);
         let out = u64_buffer(&rig, 1);
         let run = rig
             .submit(|orch| {

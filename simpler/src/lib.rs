@@ -334,9 +334,42 @@ pub use simpler_macros::callable;
 /// unread), group members that differ or collide (`S0108`), an unsupported statement
 /// (`S0109`), an unknown or out-of-scope tensor (`S0110`), an `InOut` parameter given a tensor
 /// with no value (`S0111`), an `Out` parameter overwriting a value nothing has read
-/// (`S0112`), loop iterations that write the same bytes (`S0113`) or read what another
-/// iteration writes (`S0114`), and a loop bound, partition count or tile shape not known at
-/// compile time (`S0115`). Types, modes and placements are checked by rustc through the typed `call`.
+/// (`S0112`), loop iterations that write the same bytes or name pieces a partition lacks
+/// (`S0113`) or read what another iteration writes (`S0114`), and a loop bound, partition
+/// count or tile shape not known at compile time (`S0115`). Types, modes and placements are
+/// checked by rustc through the typed `call`.
+///
+/// **Loops and piece indices.** A loop `for i in 0..N` (`N` a literal or `const`) or
+/// `for (i, t) in xs` names pieces of a partition at its index, `&mut ys[i]`, or at an index
+/// affine in it with integer literal coefficients: `ys[2 * i]`, `ys[2 * i + 1]`, `ys[i + 1]`,
+/// `ys[i - 1]`. Affine indices are checked like plain ones: the writes of different iterations
+/// must be different pieces (`2 * i` beside `2 * i + 1` is an index launch; `i` beside
+/// `i + 1` is refused), and every piece a range loop names must exist, at compile time for a
+/// `split` or `grid` count (`for i in 0..4` over `ys[2 * i + 1]` of `y.split(7)` is refused),
+/// before anything is submitted for `tiles`:
+///
+/// ```
+/// use simpler::{callable, task_graph, dsl::In, dsl::Out};
+///
+/// #[callable(sub)]
+/// fn copy(a: In<f32>, mut b: Out<f32>) {
+///     b.copy_from_slice(&a);
+/// }
+///
+/// task_graph! {
+///     /// Each piece of `x` into two pieces of `y`, side by side: eight parallel tasks.
+///     fn twice(x: In<f32>, y: Out<f32>) {
+///         let xs = x.split(4);
+///         let ys = y.split(8);
+///         for i in 0..4 {
+///             copy(xs[i], &mut ys[2 * i]).on(sub());
+///             copy(xs[i], &mut ys[2 * i + 1]).on(sub());
+///         }
+///     }
+/// }
+///
+/// assert_eq!(twice::graph().graph().edge_count(), 0);
+/// ```
 ///
 /// **Ordering.** The engine orders read-after-write, write-after-write and write-after-read
 /// from the tags of every call (a call that writes a tensor waits for every task that read its

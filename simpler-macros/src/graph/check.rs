@@ -18,11 +18,18 @@
 //! A graph declares partitions (`let xs = x.split(N);`, `x.grid([A, B])`, `x.tiles([R, C])`)
 //! and loops `for i in A..B` (bounds evaluated as `const`s) or `for (i, t) in xs`. The pass walks
 //! a loop body once, as any iteration, and records for every tensor declared outside the loop
-//! how the body touches it (whole, the piece at the loop's index, a fixed piece, another index).
-//! A write at the loop's index of one partition is an index launch (parallel); a whole or fixed
-//! write must go to an `InOut` parameter (a `const` assertion, S0113: an accumulator the engine
-//! orders); a write at another index, pieces of two partitions, or a read of another
-//! iteration's piece are S0113 / S0114; a run-time bound, count or tile shape, `rows(..)` and
+//! how the body touches it (whole, the piece at the loop's index or at an [`Affine`] function
+//! of it, `2 * i + 1`, a fixed piece, another index). A write at the loop's index of one
+//! partition is an index launch (parallel), and so are writes at affine indices of one
+//! partition that no two iterations share (`2 * i` beside `2 * i + 1`); a range loop's affine
+//! indices must name pieces the partition has (`CountCheck`: here for literals, by rustc for
+//! `const`s, before anything is submitted for `tiles`); a whole or fixed
+//! write must go to an `InOut` parameter (S0113: an accumulator the engine orders; checked by
+//! rustc as a trait bound on `callee::PARAMS`, `__private::LoopWriteNotOut`, so its error is a
+//! plain E0277 with the S0113 message on the argument, not a failed `const` evaluation); a
+//! range loop past the pieces of a partition is S0113 too (here, for literals; as a trait
+//! bound, `__private::LoopWithinPieces`, for named constants); a write at another index,
+//! pieces of two partitions, or a read of another iteration's piece are S0113 / S0114; a run-time bound, count or tile shape, `rows(..)` and
 //! `slice(..)` are S0115.
 //!
 //! `let xs = x.tiles([R, C]);` of a graph *parameter* (tile shape evaluated as `const`s) is a
@@ -39,6 +46,96 @@ use syn::spanned::Spanned;
 use super::parse::{CallLine, ForLoop, GraphDef, Stmt, single_ident, unwrap};
 use crate::ctxt::{Ctxt, at};
 use crate::model::{self, Mode, ParamTy};
+
+/// A piece index `a * i + b` in loop variable `i`, with integer literal coefficients (`a` at
+/// least 1): `i` is `a = 1, b = 0`. Distinct iterations get distinct pieces; two such indices
+/// with one `a` whose `b`s differ by other than a multiple of `a` (`2 * i`, `2 * i + 1`) never
+/// name the same piece, in any two iterations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Affine {
+    pub(crate) a: u64,
+    pub(crate) b: i64,
+}
+
+impl Affine {
+    /// The loop variable itself.
+    pub(crate) const PLAIN: Affine = Affine { a: 1, b: 0 };
+
+    /// The piece at iteration `i`.
+    pub(crate) fn at(self, i: u64) -> i128 {
+        i128::from(self.a) * i128::from(i) + i128::from(self.b)
+    }
+
+    /// Whether no iteration's piece under `self` is another iteration's under `other` (nor,
+    /// unless they are equal, the same iteration's).
+    fn disjoint(self, other: Affine) -> bool {
+        self.a == other.a && (i128::from(self.b) - i128::from(other.b)).rem_euclid(i128::from(self.a)) != 0
+    }
+}
+
+/// `e` as `a * i + b` (`i`, `2 * i`, `i * 2`, `2 * i + 1`, `1 + 2 * i`, `i - 1`, `2 * (i + 1)`,
+/// in parentheses or not) with integer literal coefficients, `a` at least 1: the ident `i` and
+/// the coefficients; `None` for anything else.
+pub(crate) fn affine(e: &syn::Expr) -> Option<(&syn::Ident, Affine)> {
+    use syn::BinOp;
+    let lit = |e: &syn::Expr| lit_u64(e).and_then(|v| i64::try_from(v).ok());
+    match unwrap(e) {
+        syn::Expr::Path(_) => single_ident(e).map(|i| (i, Affine::PLAIN)),
+        syn::Expr::Binary(b) => match b.op {
+            BinOp::Mul(_) => {
+                let (k, rest) = match (lit(&b.left), lit(&b.right)) {
+                    (Some(k), None) => (k, &*b.right),
+                    (None, Some(k)) => (k, &*b.left),
+                    _ => return None,
+                };
+                let (i, f) = affine(rest)?;
+                let a = f.a.checked_mul(u64::try_from(k).ok()?).filter(|&a| a >= 1)?;
+                Some((i, Affine { a, b: f.b.checked_mul(k)? }))
+            }
+            BinOp::Add(_) => {
+                let (k, rest) = match (lit(&b.left), lit(&b.right)) {
+                    (Some(k), None) => (k, &*b.right),
+                    (None, Some(k)) => (k, &*b.left),
+                    _ => return None,
+                };
+                let (i, f) = affine(rest)?;
+                Some((i, Affine { a: f.a, b: f.b.checked_add(k)? }))
+            }
+            BinOp::Sub(_) => {
+                let k = lit(&b.right)?;
+                let (i, f) = affine(&b.left)?;
+                Some((i, Affine { a: f.a, b: f.b.checked_sub(k)? }))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether piece indices `x` and `y` name different pieces in any one iteration: two different
+/// literals, or affine in one variable with one `a` and different `b`s (`2 * i`, `2 * i + 1`).
+fn distinct_pieces(x: &syn::Expr, y: &syn::Expr) -> bool {
+    if let (Some(m), Some(n)) = (lit_u64(x), lit_u64(y)) {
+        return m != n;
+    }
+    match (affine(x), affine(y)) {
+        (Some((i, f)), Some((j, g))) => i == j && f.a == g.a && f.b != g.b,
+        _ => false,
+    }
+}
+
+/// The value of integer literal `e` (in parentheses or not).
+fn lit_u64(e: &syn::Expr) -> Option<u64> {
+    match unwrap(e) {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse().ok(),
+        _ => None,
+    }
+}
+
+/// The piece count of a partition whose counts per axis are all integer literals.
+fn literal_count(counts: Option<&[syn::Expr]>) -> Option<u64> {
+    counts?.iter().try_fold(1u64, |n, c| n.checked_mul(lit_u64(c)?))
+}
 
 /// What to generate, in order.
 pub(crate) struct Plan {
@@ -79,6 +176,10 @@ pub(crate) struct CountedPart {
     pub(crate) part: usize,
     /// The counts per axis, for a partition known at compile time (`split`, `grid`).
     pub(crate) counts: Option<Vec<syn::Expr>>,
+    /// The index the loop names its pieces at (the loop's own partition: the plain index).
+    pub(crate) index: Affine,
+    /// The index as written (`2*i+1`), for messages.
+    pub(crate) index_text: String,
 }
 
 /// A loop over partition `parts[0]` that indexes the others at its index (they must have as
@@ -90,6 +191,8 @@ pub(crate) struct CountCheck {
     pub(crate) parts: Vec<CountedPart>,
     /// The range loop's end.
     pub(crate) end: Option<syn::Expr>,
+    /// The range loop's start.
+    pub(crate) start: Option<syn::Expr>,
 }
 
 /// An edge the check pass computed: the task that wrote (or read, for a write after read) the
@@ -138,7 +241,8 @@ pub(crate) enum Step {
 pub(crate) struct Task {
     pub(crate) index: usize,
     pub(crate) members: Vec<Member>,
-    /// Signature-dependent checks, emitted as `const` assertions.
+    /// Signature-dependent checks, emitted as `const` assertions (S0111, S0112) or trait
+    /// bounds (S0113).
     pub(crate) asserts: Vec<Assert>,
     /// Its incoming edges, in the order the engine's walk finds them.
     pub(crate) edges: Vec<GraphEdge>,
@@ -185,7 +289,10 @@ pub(crate) struct Assert {
     pub(crate) callee: syn::Expr,
     pub(crate) pos: usize,
     pub(crate) forbid: Mode,
-    pub(crate) message: String,
+    /// The message of a `const` assertion; `None`: a loop's write in every iteration (S0113),
+    /// generated as a trait bound whose message is `__private::LoopWriteNotOut`'s, so the
+    /// error is a plain one rather than a `const` evaluation failure.
+    pub(crate) message: Option<String>,
 }
 
 /// Where a tensor came from.
@@ -210,6 +317,8 @@ struct Tensor {
     readers: Vec<usize>,
     /// Where the current value was written (for messages).
     written_at: Option<Span>,
+    /// The piece (partition, index) the current value was written through (`None`: whole).
+    written_piece: Option<(usize, syn::Expr)>,
     /// Out of scope (its `scope` ended).
     dead: bool,
     /// Already reported: no follow-on errors about it.
@@ -286,8 +395,8 @@ struct Part {
 enum Index {
     /// The whole tensor.
     Whole,
-    /// A piece at this loop variable.
-    Var(String),
+    /// A piece at an index affine in this loop variable (`i`, `2 * i + 1`).
+    Var(String, Affine),
     /// A piece at an index that does not change with the loop (a literal).
     Fixed,
     /// A piece at another expression.
@@ -473,6 +582,7 @@ impl Checker<'_> {
             written,
             readers: Vec::new(),
             written_at: None,
+            written_piece: None,
             dead: false,
             errored: false,
             statik: false,
@@ -859,26 +969,64 @@ impl Checker<'_> {
         // The partitions indexed at the loop's index must have as many pieces as the loop's (a
         // range loop: at least as many pieces as its end, for those whose count is the run's).
         let end = l.range.as_ref().map(|(_, end)| end.clone());
-        let mut ids: Vec<usize> = part.iter().map(|(_, p)| *p).collect();
+        let start = l.range.as_ref().map(|(start, _)| start.clone());
+        // (partition, index, index as written): each index a partition is named at.
+        let mut ids: Vec<(usize, Affine, String)> =
+            part.iter().map(|(_, p)| (*p, Affine::PLAIN, frame.var.clone())).collect();
         for a in &frame.accesses {
-            if let Some(q) = a.part
-                && a.index == Index::Var(frame.var.clone())
-                && !ids.contains(&q)
+            if let (Some(q), Index::Var(v, f)) = (a.part, &a.index)
+                && *v == frame.var
+                && !ids.iter().any(|(p, g, _)| *p == q && g == f)
             {
-                ids.push(q);
+                let ix =
+                    a.text.split_once('[').map_or(v.clone(), |(_, r)| r.trim_end_matches(']').to_string());
+                ids.push((q, *f, ix));
             }
+        }
+        let what = format!("the loop at line {}", frame.span.start().line);
+        if let (Some(start), Some(end)) = (&start, &end) {
+            // A range loop against a partition whose count is written as literals: checked here,
+            // with a plain error. Named constants are the compiler's to evaluate (codegen).
+            ids.retain(|(q, f, ix)| {
+                let count = literal_count(self.parts[*q].counts.as_deref());
+                // The plain index needs the end only (a start is never below 0).
+                let s = if *f == Affine::PLAIN { Some(0) } else { lit_u64(start) };
+                let (Some(s), Some(e), Some(n)) = (s, lit_u64(end), count) else {
+                    return true;
+                };
+                let text = &self.parts[*q].text;
+                if *f == Affine::PLAIN && e > n {
+                    self.cx.error(
+                        end.span(),
+                        format!(
+                            "{what} runs to `{e}` and indexes {text} at its index, but {text} has {n} pieces: its last iterations would name pieces that do not exist [S0113]\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece, or end the range at {n}"
+                        ),
+                    );
+                } else if e > s && (f.at(s) < 0 || f.at(e - 1) >= i128::from(n)) {
+                    let (first, last) = (f.at(s), f.at(e - 1));
+                    self.cx.error(
+                        end.span(),
+                        format!(
+                            "{what} runs over {s}..{e} and indexes {text} at `{ix}`, pieces {first} to {last}, but {text} has {n} pieces (0 to {}): some iterations would name pieces that do not exist [S0113]\nhelp: change the range or the index so that every piece it names is one of {text}",
+                            n.saturating_sub(1)
+                        ),
+                    );
+                }
+                false
+            });
         }
         if ids.len() > usize::from(end.is_none()) {
             let parts = ids
                 .iter()
-                .map(|&q| CountedPart {
-                    text: self.parts[q].text.clone(),
-                    part: q,
-                    counts: self.parts[q].counts.clone(),
+                .map(|(q, f, ix)| CountedPart {
+                    text: self.parts[*q].text.clone(),
+                    part: *q,
+                    counts: self.parts[*q].counts.clone(),
+                    index: *f,
+                    index_text: ix.clone(),
                 })
                 .collect();
-            let what = format!("the loop at line {}", frame.span.start().line);
-            self.count_checks.push(CountCheck { what, parts, end });
+            self.count_checks.push(CountCheck { what, parts, end, start });
         }
         let body = std::mem::replace(&mut self.steps, outer);
         self.steps.push(Step::For { var: l.var.clone(), range: l.range.clone(), part, body });
@@ -911,29 +1059,25 @@ impl Checker<'_> {
             let index = match &index_text {
                 None => Index::Whole,
                 // By binding, not by name: a `let` or an inner loop may shadow the index.
-                Some((ix, t)) => match single_ident(ix).map(|i| self.lookup(&i.unraw().to_string())) {
-                    Some(Some(Bind::Index(d))) if d == depth => Index::Var(frame_var.clone()),
-                    Some(Some(Bind::Index(_))) => Index::Fixed,
+                // Affine in an index variable (`i`, `2 * i + 1`), or a constant piece.
+                Some((ix, t)) => match affine(ix).map(|(i, f)| (self.lookup(&i.unraw().to_string()), f)) {
+                    Some((Some(Bind::Index(d)), f)) if d == depth => Index::Var(frame_var.clone(), f),
+                    Some((Some(Bind::Index(_)), _)) => Index::Fixed,
                     _ if matches!(unwrap(ix), syn::Expr::Lit(_)) => Index::Fixed,
                     _ => Index::Other(t.clone()),
                 },
             };
             if write && !self.tensors[c.id].errored {
                 match &index {
-                    Index::Var(_) => {}
+                    Index::Var(..) => {}
                     Index::Whole | Index::Fixed if !asserted => {
                         asserted = true;
-                        let callee_name = model::squash(callee.to_token_stream());
                         asserts.push(Assert {
                             span: c.span,
                             callee: callee.clone(),
                             pos,
                             forbid: Mode::Out,
-                            message: format!(
-                                "`{text}` is written in every iteration of the loop over `{frame_var}` ({}), and argument {} of `{callee_name}` is an `Out` parameter: each iteration would overwrite the same bytes [S0113]. help: write one piece per iteration (`let parts = {name}.split(N);`, then `&mut parts[{frame_var}]`), or accumulate through an `InOut` parameter, which the loop orders",
-                                at(self.loops[depth].span),
-                                pos + 1
-                            ),
+                            message: None,
                         });
                     }
                     Index::Whole | Index::Fixed => {}
@@ -977,23 +1121,44 @@ impl Checker<'_> {
             }
             done.push(a.tensor);
             let all: Vec<&LoopAccess> = frame.accesses.iter().filter(|b| b.tensor == a.tensor).collect();
-            let Some(first) = all.iter().find(|b| b.write && b.index == Index::Var(var.clone())) else {
+            let at_var = |b: &LoopAccess| match &b.index {
+                Index::Var(v, f) if v == var => Some(*f),
+                _ => None,
+            };
+            // The writes at (an affine function of) the loop's index.
+            let writes: Vec<&LoopAccess> =
+                all.iter().copied().filter(|b| b.write && at_var(b).is_some()).collect();
+            let Some(&first) = writes.first() else {
                 continue;
             };
             let name = self.tensors[a.tensor].name.clone();
             if self.tensors[a.tensor].errored {
                 continue;
             }
-            let same_piece = |b: &LoopAccess| b.key == first.key && b.index == first.index;
+            // A write at the loop's index that `b` may meet in another iteration: none when `b`
+            // names, through the same partition, the same piece as each write in its own
+            // iteration or pieces no iteration of it writes (`2 * i` beside `2 * i + 1`).
+            let clash = |b: &LoopAccess| -> Option<&LoopAccess> {
+                let Some(f) = at_var(b).filter(|_| b.key == first.key) else { return Some(first) };
+                writes.iter().copied().find(|w| at_var(w).is_some_and(|g| g != f && !g.disjoint(f)))
+            };
             for b in &all {
-                if same_piece(b) {
+                let Some(first) = clash(b) else {
                     continue;
-                }
+                };
                 if b.write {
+                    // Two indices of one partition that iterations share, or another partition.
+                    let help = if b.key == first.key && at_var(b).is_some() {
+                        format!(
+                            "give the writes indices that no two iterations share: `2 * {var}` beside `2 * {var} + 1` never meet, `{var}` beside `{var} + 1` do"
+                        )
+                    } else {
+                        format!("write every piece of `{name}` through one partition, indexed by `{var}`")
+                    };
                     self.cx.error(
                         b.span,
                         format!(
-                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write through `{}` ({}) [S0113]\nhelp: write every piece of `{name}` through one partition, indexed by `{var}`",
+                            "`{}` is written here by `{}` and overlaps the pieces `{}` that other iterations of the loop over `{var}` ({}) write through `{}` ({}) [S0113]\nhelp: {help}",
                             b.text,
                             b.callee,
                             first.text,
@@ -1072,6 +1237,10 @@ impl Checker<'_> {
         let group = lines.len() > 1;
         // Uses: (tensor, use, span, argument position, member).
         let mut uses: Vec<(usize, Use, Span, usize, usize)> = Vec::new();
+        // What the user wrote for each use, when it names a piece (`hs[0]`, a loop's `t`).
+        let mut pieces: Vec<Option<String>> = Vec::new();
+        // The piece each use names: (partition, index).
+        let mut at_piece: Vec<Option<(usize, syn::Expr)>> = Vec::new();
         let mut members = Vec::new();
         // S0113 assertions of writes that touch the same bytes in every iteration of a loop.
         let mut loop_asserts: Vec<Assert> = Vec::new();
@@ -1083,6 +1252,13 @@ impl Checker<'_> {
                 match self.classify(a) {
                     Some(c) => {
                         uses.push((c.id, c.use_, c.span, pos, m));
+                        at_piece.push(c.part.zip(c.target.index.clone()));
+                        pieces.push(c.part.map(|_| match &c.target.index {
+                            Some(ix) => {
+                                format!("{}[{}]", c.target.ident, model::squash(ix.to_token_stream()))
+                            }
+                            None => c.target.ident.to_string(),
+                        }));
                         let piece = match (c.part, &c.target.index) {
                             (Some(p), Some(ix)) if self.replayable(ix) => Some((p, ix.clone())),
                             _ => None,
@@ -1120,15 +1296,21 @@ impl Checker<'_> {
             members.push(Member { line: line.clone(), args, uses: member_uses, target, internal });
         }
         let callee_name = model::squash(lines[0].callee.to_token_stream());
-        self.check_uses(&uses, group, &callee_name);
+        self.check_uses(&uses, &pieces, group, &callee_name);
 
         // Signature-dependent checks.
         let accumulated: Vec<Span> = loop_asserts.iter().map(|a| a.span).collect();
         let mut asserts = loop_asserts;
-        for &(id, u, span, pos, m) in &uses {
+        for (k, &(id, u, span, pos, m)) in uses.iter().enumerate() {
             if u != Use::Write {
                 continue;
             }
+            // Another piece than the one the current value was written through, in the same
+            // iteration (`ys[2 * i + 1]` after `ys[2 * i]`): nothing is overwritten.
+            let other_piece = match (&self.tensors[id].written_piece, &at_piece[k]) {
+                (Some((p, x)), Some((q, y))) => p == q && distinct_pieces(x, y),
+                _ => false,
+            };
             // A loop's accumulator: S0113 says it better than S0112.
             let accumulator = accumulated.iter().any(|s| format!("{s:?}") == format!("{span:?}"));
             let t = &self.tensors[id];
@@ -1140,22 +1322,22 @@ impl Checker<'_> {
                     callee,
                     pos,
                     forbid: Mode::InOut,
-                    message: format!(
+                    message: Some(format!(
                         "`{name}` has not been written yet, but argument {} of `{callee_name}` is an `InOut` parameter, which reads it [S0111]. help: pass `{name}` to an `Out` parameter first",
                         pos + 1
-                    ),
+                    )),
                 });
-            } else if t.readers.is_empty() && t.writer.is_some() && !accumulator {
+            } else if t.readers.is_empty() && t.writer.is_some() && !accumulator && !other_piece {
                 let when = t.written_at.map(|s| format!(" at {}", at(s))).unwrap_or_default();
                 asserts.push(Assert {
                     span,
                     callee,
                     pos,
                     forbid: Mode::Out,
-                    message: format!(
+                    message: Some(format!(
                         "`{name}` holds a value nothing has read (written{when}), and argument {} of `{callee_name}` is an `Out` parameter that would overwrite it before anything read it, so that value is lost [S0112]. help: read `{name}` first, or write into a fresh intermediate",
                         pos + 1
-                    ),
+                    )),
                 });
             }
         }
@@ -1176,8 +1358,11 @@ impl Checker<'_> {
         }
 
         // State updates. (A task that reads and writes one tensor is an error above.)
-        for &(id, u, span, _, _) in &uses {
+        for (k, &(id, u, span, _, _)) in uses.iter().enumerate() {
             let t = &mut self.tensors[id];
+            if u == Use::Write {
+                t.written_piece = at_piece[k].clone();
+            }
             if u == Use::Read {
                 if !t.readers.contains(&index) {
                     t.readers.push(index);
@@ -1193,7 +1378,14 @@ impl Checker<'_> {
     }
 
     /// Checks within one task: writes to `In` inputs, aliasing, reads of empty tensors.
-    fn check_uses(&mut self, uses: &[(usize, Use, Span, usize, usize)], group: bool, callee_name: &str) {
+    /// `pieces[i]`: what the user wrote for `uses[i]` when it names a piece of the tensor.
+    fn check_uses(
+        &mut self,
+        uses: &[(usize, Use, Span, usize, usize)],
+        pieces: &[Option<String>],
+        group: bool,
+        callee_name: &str,
+    ) {
         for (i, &(id, u, span, pos, m)) in uses.iter().enumerate() {
             let name = self.tensors[id].name.clone();
             if u == Use::Write && self.tensors[id].origin == Origin::Param(Mode::In) {
@@ -1243,12 +1435,22 @@ impl Checker<'_> {
             }
             if u == Use::Read && !self.tensors[id].written && !self.tensors[id].errored && !self.partial {
                 let t = &self.tensors[id];
+                // The piece the user wrote, when it is one: the hint names what to pass.
+                let (what, of, this, it) = match &pieces[i] {
+                    Some(p) => {
+                        (format!("`{p}`"), format!(" (a piece of `{name}`)"), p.clone(), format!("`{p}`"))
+                    }
+                    None => (format!("`{name}`"), String::new(), name.clone(), "it".to_string()),
+                };
                 let msg = match t.origin {
-                    Origin::Param(_) => format!(
+                    Origin::Param(_) if pieces[i].is_none() => format!(
                         "`{name}` is read here but no call has written it yet: it is an `Out` of this graph [S0101]\nhelp: write it first, or declare it `InOut` if the caller provides its contents"
                     ),
+                    Origin::Param(_) => format!(
+                        "{what}{of} is read here but no call has written it yet: `{name}` is an `Out` of this graph [S0101]\nhelp: write {what} first, or declare `{name}` `InOut` if the caller provides its contents"
+                    ),
                     Origin::Alloc => format!(
-                        "`{name}` is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data: if this call writes it, pass `&mut {name}`; otherwise write it through an `Out` parameter first",
+                        "{what}{of} is read here but no call has written it yet [S0101]\nhelp: `{name}` was allocated at {} and holds no data: if this call writes {it}, pass `&mut {this}`; otherwise write it through an `Out` parameter first",
                         at(t.decl)
                     ),
                 };

@@ -26,7 +26,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::check::{Arg, Plan, Step, Target, Task};
+use super::check::{Affine, Arg, Plan, Step, Target, Task};
 use super::parse::{GraphDef, single_ident};
 use crate::callable::{self, Sig};
 use crate::descriptor;
@@ -70,24 +70,33 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             let what = &c.what;
             // A range loop's end against a partition whose count is a constant too: checked
             // by the compiler.
-            if let Some(end) = &c.end {
+            if let (Some(start), Some(end)) = (&c.start, &c.end) {
                 for p in c.parts.iter().filter(|p| p.counts.is_some()) {
                     let counts = p.counts.as_deref().unwrap_or_default();
                     let n: Vec<TokenStream> = counts.iter().map(const_u32).collect();
-                    let end_text = model::squash(end.to_token_stream());
-                    let counts_text: Vec<String> =
-                        counts.iter().map(|e| model::squash(e.to_token_stream())).collect();
-                    let msg = format!(
-                        "task graph `{graph_name}`: {what} runs to `{end_text}` and indexes {} at its index, but {} has {} pieces [S0113]. help: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
-                        p.text,
-                        p.text,
-                        counts_text.join(" * ")
-                    );
-                    let end = const_u32(end);
-                    out.body.push(quote_spanned! {end.span()=>
-                        #[allow(clippy::identity_op)]
-                        const _: () = ::core::assert!(#end <= 1u32 #(* #n)*, #msg);
-                    });
+                    // A trait bound, not a `const` assertion: a false fact is a plain error
+                    // with the S0113 message (`__private::LoopWithinPieces`), on the end.
+                    let end_span = end.span();
+                    let (start, end) = (const_u32(start), const_u32(end));
+                    // The loop's first and last pieces, `a * start + b` and `a * (end - 1) + b`,
+                    // are pieces of the partition (the plain index: `end <= count`).
+                    let fact = if p.index == Affine::PLAIN {
+                        quote!((#end) <= (1u32 #(* #n)*))
+                    } else {
+                        let (a, b) = (p.index.a as i128, p.index.b as i128);
+                        quote! {
+                            (#end) <= (#start)
+                                || (#a * ((#start) as i128) + #b >= 0
+                                    && #a * ((#end) as i128 - 1) + #b < (1u32 #(* #n)*) as i128)
+                        }
+                    };
+                    out.body.push(respan(
+                        quote! {
+                            #[allow(clippy::identity_op)]
+                            #root::__private::loop_within_pieces::<#root::__private::Holds<{ #fact }>>();
+                        },
+                        end_span,
+                    ));
                 }
             }
             let mut parts = c.parts.iter().filter(|p| c.end.is_none() || p.counts.is_none()).peekable();
@@ -106,7 +115,8 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                         quote!(::core::iter::Iterator::product::<u32>(#pc.iter()))
                     }
                 };
-                quote!((#text, #n))
+                let (a, b, ix) = (p.index.a, p.index.b, &p.index_text);
+                quote!((#text, #n, #a, #b, #ix))
             });
             let check = match &c.end {
                 None => quote! {
@@ -114,8 +124,9 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
                 },
                 Some(end) => {
                     let end = const_u32(end);
+                    let start = c.start.as_ref().map_or(quote!(0u32), const_u32);
                     quote! {
-                        #root::__private::enough_pieces(#graph_name, #what, #end, &[#(#parts),*])?;
+                        #root::__private::enough_pieces(#graph_name, #what, #start, #end, &[#(#parts),*])?;
                     }
                 }
             };
@@ -367,15 +378,25 @@ impl Gen<'_> {
             self.body.push(quote_spanned!(c.span()=> let _ = #c;));
         }
         for a in &task.asserts {
-            let (callee, pos, msg) = (&a.callee, a.pos, &a.message);
+            let (callee, pos) = (&a.callee, a.pos);
             let forbid = match a.forbid {
                 Mode::In => quote!(In),
                 Mode::Out => quote!(Out),
                 Mode::InOut => quote!(InOut),
             };
-            self.body.push(quote_spanned! {a.span=>
-                const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
-            });
+            match &a.message {
+                Some(msg) => self.body.push(quote_spanned! {a.span=>
+                    const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
+                }),
+                // S0113 as a trait bound: a plain compile error with the code, on the argument.
+                // Every token on the argument, so rustc's error points there.
+                None => self.body.push(respan(
+                    quote! {
+                        #root::__private::loop_write_not_out::<#root::__private::Holds<{ !#root::__private::is_out(&#callee::PARAMS, #pos) }>>();
+                    },
+                    a.span,
+                )),
+            }
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());
         let mut calls = Vec::new();

@@ -150,6 +150,51 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
     }
 }
 
+/// A fact about a task graph that only the compiler can evaluate (it needs a callee's
+/// `PARAMS` or a named constant), as a type: `Holds<{ fact }>`. A graph states that the fact
+/// holds by calling a function bounded by one of the traits below, each implemented for
+/// `Holds<true>` alone; so a fact that is false is a trait error (E0277) carrying the trait's
+/// message, spanned on the user's tokens, and never a `const` evaluation error (E0080), whose
+/// message rustc prefixes with "evaluation panicked" and whose note points at `rustc --explain
+/// E0080`.
+pub struct Holds<const FACT: bool>;
+
+/// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
+#[diagnostic::on_unimplemented(
+    message = "this argument is written in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite the same bytes [S0113]",
+    label = "the same bytes in every iteration, through an `Out` parameter",
+    note = "write one piece per iteration (`let parts = y.split(N);`, then `&mut parts[i]` with the loop's `i`), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
+)]
+pub trait LoopWriteNotOut {}
+
+#[diagnostic::do_not_recommend]
+impl LoopWriteNotOut for Holds<true> {}
+
+/// Refuses (S0113) an argument written in every iteration of a loop that goes to an `Out`
+/// parameter: `H` is `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
+pub fn loop_write_not_out<H: LoopWriteNotOut>() {}
+
+/// S0113: a range loop indexes a partition only within its pieces (at its index, or at an
+/// affine function of it).
+#[diagnostic::on_unimplemented(
+    message = "this loop names pieces that a partition it indexes does not have [S0113]",
+    label = "some iteration's piece index is past the partition's pieces (or below 0)",
+    note = "loop over the partition itself, `for (i, t) in xs`, to run once per piece, or change the range or the index (`2 * i + 1` names pieces 1 to 2 * end - 1); see error S0113 in the book"
+)]
+pub trait LoopWithinPieces {}
+
+#[diagnostic::do_not_recommend]
+impl LoopWithinPieces for Holds<true> {}
+
+/// Refuses (S0113) a range loop whose last index (at the largest piece it names) is not a
+/// piece of a partition whose count is a constant: `H` is `Holds<{ last < count }>`.
+pub fn loop_within_pieces<H: LoopWithinPieces>() {}
+
+/// Whether argument `pos` of a callable with parameters `params` is an `Out` tensor.
+pub const fn is_out(params: &[Param], pos: usize) -> bool {
+    pos < params.len() && matches!(params[pos].mode, ParamMode::Out)
+}
+
 /// The range of a task graph's `for i in start..end` (bounds evaluated at compile time).
 pub fn range(start: u32, end: u32) -> std::ops::Range<u32> {
     start..end
@@ -210,29 +255,61 @@ pub fn tile_counts(shape: &[u32], tile: &[u32], text: &str) -> Result<Vec<u32>> 
     Ok(counts)
 }
 
-/// The check of a task graph's loop over a partition (`parts[0]`) that indexes the others at
-/// its index: every partition has as many pieces as the loop has iterations. `parts`:
-/// (`xs` (`x.tiles([16])`), piece count).
-pub fn same_counts(graph: &str, what: &str, parts: &[(&str, u32)]) -> Result<()> {
-    let Some(&(first, n)) = parts.first() else { return Ok(()) };
-    match parts.iter().find(|(_, m)| *m != n) {
-        None => Ok(()),
-        Some(&(other, m)) => Err(Error::invalid(format!(
-            "task graph `{graph}`: {what} runs over the {n} pieces of {first}, but indexes {other}, which has {m} pieces, at the same index: the piece counts of the partitions of one loop must agree (no task of the graph was submitted)\nhelp: give the tensors shapes with as many tiles, or tile them so that the counts agree"
-        ))),
-    }
+/// A partition a task graph's loop names pieces of: (`xs` (`x.tiles([16])`), its piece
+/// count, `a`, `b`, the index as written): the loop names piece `a * i + b` in iteration `i`
+/// (`1, 0` for the loop's index itself).
+pub type LoopPart<'a> = (&'a str, u32, u64, i64, &'a str);
+
+/// The piece iteration `i` names under `a * i + b`.
+fn piece_at(a: u64, b: i64, i: u32) -> i128 {
+    i128::from(a) * i128::from(i) + i128::from(b)
 }
 
-/// The check of a task graph's loop over `a..end` that indexes `tiles` partitions at its
-/// index: each has at least `end` pieces.
-pub fn enough_pieces(graph: &str, what: &str, end: u32, parts: &[(&str, u32)]) -> Result<()> {
-    match parts.iter().find(|(_, m)| *m < end) {
-        None => Ok(()),
-        Some(&(part, m)) => Err(Error::invalid(format!(
-            "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
-            end.saturating_sub(1)
-        ))),
+/// The check of a task graph's loop over a partition (`parts[0]`) that names pieces of the
+/// others at (an affine function of) its index: a partition named at the index itself has as
+/// many pieces as the loop has iterations, one named at `a * i + b` has every piece the loop
+/// names.
+pub fn same_counts(graph: &str, what: &str, parts: &[LoopPart<'_>]) -> Result<()> {
+    let Some(&(first, n, ..)) = parts.first() else { return Ok(()) };
+    for &(other, m, a, b, ix) in &parts[1..] {
+        if (a, b) == (1, 0) && m != n {
+            return Err(Error::invalid(format!(
+                "task graph `{graph}`: {what} runs over the {n} pieces of {first}, but indexes {other}, which has {m} pieces, at the same index: the piece counts of the partitions of one loop must agree (no task of the graph was submitted)\nhelp: give the tensors shapes with as many tiles, or tile them so that the counts agree"
+            )));
+        }
+        let (lo, hi) = (piece_at(a, b, 0), piece_at(a, b, n.saturating_sub(1)));
+        if n > 0 && (lo < 0 || hi >= i128::from(m)) {
+            return Err(Error::invalid(format!(
+                "task graph `{graph}`: {what} runs over the {n} pieces of {first} and indexes {other} at `{ix}`, pieces {lo} to {hi}, but {other} has {m} pieces (no task of the graph was submitted)\nhelp: give the tensors shapes whose piece counts fit the index, or change the index"
+            )));
+        }
     }
+    Ok(())
+}
+
+/// The check of a task graph's loop over `start..end` that names pieces of `tiles`
+/// partitions at (an affine function of) its index: each has every piece the loop names.
+pub fn enough_pieces(graph: &str, what: &str, start: u32, end: u32, parts: &[LoopPart<'_>]) -> Result<()> {
+    if end <= start {
+        return Ok(());
+    }
+    for &(part, m, a, b, ix) in parts {
+        let (lo, hi) = (piece_at(a, b, start), piece_at(a, b, end - 1));
+        if lo >= 0 && hi < i128::from(m) {
+            continue;
+        }
+        return Err(Error::invalid(if (a, b) == (1, 0) {
+            format!(
+                "task graph `{graph}`: {what} runs up to index {} and indexes {part} at its index, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: loop over the partition itself, `for (i, t) in ..`, to run once per piece",
+                end - 1
+            )
+        } else {
+            format!(
+                "task graph `{graph}`: {what} runs over {start}..{end} and indexes {part} at `{ix}`, pieces {lo} to {hi}, but {part} has {m} pieces (no task of the graph was submitted)\nhelp: give the tensors shapes whose piece counts fit the index, or change the range or the index"
+            )
+        }));
+    }
+    Ok(())
 }
 
 /// One dimension of an `alloc::<T>([..])` in a task graph.

@@ -168,11 +168,20 @@ impl Engine {
         };
         let mut runs = loop {
             let runs = sync::lock(&self.runs);
+            if self.is_closed() {
+                // Checked under the FIFO's lock that `mark_closed` takes after setting the
+                // flag: a run admitted here is one the closing Worker waits for.
+                return Err(Error::state(format!(
+                    "Worker.submit: the {} Worker is closed (Worker::close, possibly through another handle): no run is admitted",
+                    self.cfg.level
+                )));
+            }
             if reservation.is_some() || runs.has_room(depth) {
                 break runs;
             }
             drop(runs);
-            if !self.drive_until(|| sync::lock(&self.runs).has_room(depth), Some(until)) {
+            let room = || self.is_closed() || sync::lock(&self.runs).has_room(depth);
+            if !self.drive_until(room, Some(until)) {
                 let head = self.head_run();
                 let what = match deadline {
                     Some((at, given)) if at <= by_timeout => {

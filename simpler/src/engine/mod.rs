@@ -362,8 +362,17 @@ impl Engine {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Closes the engine: no run is admitted from now on (one waiting for room, blocking or
+    /// async, is woken to be refused); runs already admitted go on until their Worker's close
+    /// stops them.
     pub(crate) fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
+        // Under the FIFO's lock: an admission either went in before (and `close` sees its
+        // run) or sees the flag.
+        let wakers = std::mem::take(&mut sync::lock(&self.runs).room_wakers);
+        wakers.into_iter().for_each(std::task::Waker::wake);
+        self.events.ring();
+        self.doorbell().ring();
     }
 
     /// The engine's sizing and limits, to change (tests only).

@@ -326,7 +326,9 @@ fn describe(status: WaitStatus) -> Option<(String, Ended)> {
 pub(crate) struct Monitor {
     wake_fd: OwnedFd,
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The monitor thread until `stop` joins it (behind a lock: its owner may stop it through
+    /// `&self`, as `Worker::close` does).
+    thread: Mutex<Option<JoinHandle<()>>>,
     pub(crate) board: Arc<ExitBoard>,
 }
 
@@ -374,7 +376,7 @@ impl Monitor {
             .name("simpler-monitor".into())
             .spawn(move || monitor_loop(live, wake_thread, sh, b, on_exit))
             .map_err(|e| Error::os("spawn monitor thread", e))?;
-        Ok(Monitor { wake_fd, shared, thread: Some(thread), board })
+        Ok(Monitor { wake_fd, shared, thread: Mutex::new(Some(thread)), board })
     }
 
     /// Watches `pid`, a new child that replaces child `i` (which has ended), under index `i`:
@@ -406,10 +408,10 @@ impl Monitor {
     }
 
     /// Stops the monitor thread (children still alive stay unreaped: kill and wait first).
-    pub(crate) fn stop(&mut self) {
+    pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, std::sync::atomic::Ordering::Release);
         self.wake();
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = sync::lock(&self.thread).take() {
             let _ = t.join();
         }
     }
@@ -419,7 +421,7 @@ impl Drop for Monitor {
     /// Children still running when the monitor goes without `stop` (its owner unwound before
     /// it could end them) are killed and reaped first: none outlives its Worker.
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if sync::lock(&self.thread).is_some() {
             // Kills only the unreaped; waits not at all when every child has ended.
             self.kill_all();
             let all: Vec<usize> = (0..self.board.pids.len()).collect();
@@ -853,7 +855,7 @@ mod tests {
 
     #[test]
     fn a_monitor_starts_and_stops() {
-        let mut m = Monitor::start(Vec::new(), |_| {}).unwrap();
+        let m = Monitor::start(Vec::new(), |_| {}).unwrap();
         m.stop();
     }
 }

@@ -205,7 +205,7 @@ impl Runtime for L2Chip {
         self.runtime().free(ptr)
     }
 
-    fn close(self: Box<Self>, _timeout: Duration) -> Result<()> {
+    fn close(&self, _timeout: Duration) -> Result<()> {
         self.runtime().shutdown();
         Ok(())
     }

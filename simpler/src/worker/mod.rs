@@ -21,6 +21,7 @@
 //! `__private`), and what failed is asked with `Error::kind()`.
 
 use std::panic::resume_unwind;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::callable::host::{Body, HostFn};
 use crate::callable::identity::{CallableHandle, CallableKind};
@@ -29,12 +30,13 @@ use crate::data::buffer::{Backing, Buffer, IdentityMinter};
 use crate::data::call_config::CallConfig;
 use crate::data::dtype::DataType;
 use crate::data::task_args::TaskArgs;
-use crate::engine::BuildFailed;
 use crate::engine::orch_fn::OrchFn;
 use crate::engine::orchestrator::Orchestrator;
 use crate::engine::run::RunHandle;
+use crate::engine::{BuildFailed, Engine};
 use crate::error::{Error, ErrorKind, Result, in_method};
 use crate::level::Level;
+use crate::sys::sync;
 use crate::worker::callables::{Callable, Callables, Placement};
 use crate::worker::lanes::Lanes;
 use crate::worker::runtime::Runtime;
@@ -60,11 +62,18 @@ pub use start::StartMethod;
 pub use status::{WorkerKind, WorkerState, WorkerStatus};
 
 /// Where a Worker is in its life.
+///
+/// `close` works through `&self` (a Worker shared by threads is closed through any handle), so
+/// the state sits behind a lock, and a call takes a handle of the runtime ([`Worker::started`])
+/// for its duration instead of borrowing it: `close` takes the runtime out, shuts it down
+/// (a call still inside it then fails, its engine being closed), and it is freed with the
+/// last handle, at once when no other call is in flight.
+#[derive(Clone)]
 enum State {
     /// Built, not initialized: registrations go into the start snapshot.
     New,
     /// Initialized: the runtime `init` started.
-    Started(Box<dyn Runtime>),
+    Started(Arc<dyn Runtime>),
     /// Closed (or its startup failed): only `close` still succeeds.
     Closed,
 }
@@ -105,7 +114,11 @@ pub struct Worker {
     /// Owner nonces of the ancestors of a nested Worker (their buffers reach this Worker's
     /// tasks).
     extra_owners: Vec<u64>,
-    state: State,
+    /// Read briefly by every call (see [`State`]); written by `init` and `close`.
+    state: RwLock<State>,
+    /// Held by the `close` that shuts the runtime down: a concurrent `close` returns once that
+    /// one is done.
+    close_lock: Mutex<()>,
     /// The process that started it (`init`; 0 before): a copy of the Worker in a process forked
     /// from that one neither uses nor shuts down the workers, which are the owner's.
     owner: u32,
@@ -113,7 +126,7 @@ pub struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let phase = match self.state {
+        let phase = match self.current() {
             State::New => "new",
             State::Started(_) => "ready",
             State::Closed => "closed",
@@ -215,7 +228,8 @@ impl Worker {
             remote: Vec::new(),
             extra_heaps: Vec::new(),
             extra_owners: Vec::new(),
-            state: State::New,
+            state: RwLock::new(State::New),
+            close_lock: Mutex::new(()),
             owner: 0,
         }
     }
@@ -279,7 +293,7 @@ impl Worker {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn nested_workers(&self) -> usize {
-        match &self.state {
+        match self.current() {
             State::Started(_) if self.cfg.level > Level::Node => {
                 self.lanes.next_level() - self.lanes.remotes()
             }
@@ -310,7 +324,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn child_pids(&self) -> Vec<i32> {
-        match &self.state {
+        match self.current() {
             State::Started(rt) => rt.child_pids(),
             _ => Vec::new(),
         }
@@ -343,7 +357,7 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn workers(&self) -> Vec<WorkerStatus> {
-        match &self.state {
+        match self.current() {
             State::Started(rt) => rt.workers(),
             _ => Vec::new(),
         }
@@ -444,17 +458,39 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn is_ready(&self) -> bool {
-        matches!(self.state, State::Started(_))
+        matches!(self.current(), State::Started(_))
     }
 
-    /// The started runtime: refused before `init`, after `close`, and in a forked copy of the
-    /// Worker ([`owned`](Worker::owned)).
-    fn started(&self) -> Result<&dyn Runtime> {
-        match &self.state {
-            State::Started(rt) => self.owned().map(|()| rt.as_ref()),
+    /// The state now (a handle of the runtime when started).
+    fn current(&self) -> State {
+        sync::read(&self.state).clone()
+    }
+
+    /// A handle of the started runtime, for one call: refused before `init`, after `close`, and
+    /// in a forked copy of the Worker ([`owned`](Worker::owned)).
+    fn started(&self) -> Result<Arc<dyn Runtime>> {
+        match self.current() {
+            State::Started(rt) => self.owned().map(|()| rt),
             State::New => Err(Error::state("the Worker is not initialized; call init() first")),
-            State::Closed => Err(Error::state("the Worker is closed")),
+            State::Closed => Err(self.closed_error()),
         }
+    }
+
+    /// The error of every call on a closed Worker. It names the Worker (its level, its
+    /// children, the process that started it): the `close` may have been called through
+    /// another handle, on another thread.
+    fn closed_error(&self) -> Error {
+        let started = match self.owner {
+            0 => String::new(),
+            pid => format!(", started by process {pid}"),
+        };
+        let below = if self.cfg.level > Level::Node { "Workers below it" } else { "chips" };
+        Error::state(format!(
+            "the Worker is closed: this {} Worker ({} SUB workers, {} {below}{started}) was closed by Worker::close, through this or another handle (or its startup failed); build and init a new Worker to run more",
+            self.cfg.level,
+            self.cfg.engine.sub_workers,
+            self.lanes.next_level(),
+        ))
     }
 
     /// Refuses a call in a process other than the one that started the Worker (a copy of it in
@@ -483,7 +519,7 @@ impl Worker {
                 self.cfg.level
             )));
         }
-        if !matches!(child.state, State::New) {
+        if !matches!(child.current(), State::New) {
             return Err(Error::state(
                 "WorkerBuilder::worker: the child must not be initialized (the parent starts it)",
             ));
@@ -769,8 +805,9 @@ impl Worker {
     /// check and from the targets name the callable; the public method names itself.
     fn register_callable(&mut self, c: Callable) -> Result<CallableHandle> {
         let handle = c.handle();
-        match (&self.state, &c) {
-            (State::Closed, _) => return Err(Error::state("the Worker is closed")),
+        let state = self.current();
+        match (&state, &c) {
+            (State::Closed, _) => return Err(self.closed_error()),
             (_, Callable::Host(f))
                 if self.cfg.start == StartMethod::Exec && matches!(f.body(), Body::Closure(_)) =>
             {
@@ -796,7 +833,7 @@ impl Worker {
         self.needs_target(c.kind(), &handle)?;
         let context = |e: Error| e.context(&handle);
         self.callables.check(&c).map_err(context)?;
-        if let State::Started(rt) = &self.state {
+        if let State::Started(rt) = &state {
             self.owned()?;
             rt.install(&c).map_err(context)?;
         }
@@ -904,14 +941,15 @@ impl Worker {
     /// ```
     pub fn unregister(&mut self, handle: &CallableHandle) -> Result<()> {
         in_method("Worker.unregister", || {
-            if matches!(self.state, State::Closed) {
-                return Err(Error::state("the Worker is closed"));
+            let state = self.current();
+            if matches!(state, State::Closed) {
+                return Err(self.closed_error());
             }
             let refs = self.callables.refs(handle);
             if refs == 0 {
                 return Err(Error::new(ErrorKind::Callable, format!("{handle} is not registered")));
             }
-            if let State::Started(rt) = &self.state {
+            if let State::Started(rt) = &state {
                 self.owned()?;
                 rt.uninstall(handle, refs == 1).map_err(|e| e.context(handle))?;
             }
@@ -952,21 +990,21 @@ impl Worker {
     /// # Ok(()) }
     /// ```
     pub fn init(&mut self) -> Result<()> {
-        let was_new = matches!(self.state, State::New);
+        let was_new = matches!(self.current(), State::New);
         let result = self.init_inner();
         if result.is_err() && was_new && self.cfg.level > Level::Node {
             // Its nested Workers went to their (now reaped) processes: like the upstream FAILED
             // state, a Worker whose startup failed can only be closed, not started again.
-            self.state = State::Closed;
+            *sync::write(&self.state) = State::Closed;
         }
         result
     }
 
     fn init_inner(&mut self) -> Result<()> {
-        match self.state {
+        match self.current() {
             State::New => {}
             State::Started(_) => return Err(Error::state("Worker.init: already initialized")),
-            State::Closed => return Err(Error::state("Worker.init: the Worker is closed")),
+            State::Closed => return Err(self.closed_error().context("Worker.init")),
         }
         let _span = tracing::debug_span!(target: "simpler::worker", "init", level = self.cfg.level.number())
             .entered();
@@ -990,7 +1028,7 @@ impl Worker {
                 &self.extra_owners,
             )?)
         };
-        self.state = State::Started(runtime);
+        *sync::write(&self.state) = State::Started(Arc::from(runtime));
         self.owner = std::process::id();
         Ok(())
     }
@@ -1067,7 +1105,8 @@ impl Worker {
     /// ```
     pub fn create_buffer(&self, nbytes: usize) -> Result<Buffer> {
         in_method("Worker.create_buffer", || {
-            let minter = self.started()?.minter()?;
+            let rt = self.started()?;
+            let minter = rt.minter()?;
             if nbytes == 0 {
                 return Err(Error::invalid("nbytes must be greater than zero"));
             }
@@ -1130,7 +1169,8 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>) -> Result<()>,
     {
-        self.submit_inner(|o, _, _| orch_fn(o), RunOptions::new(), false).map(|(h, _)| h)
+        let eng = self.run_engine("Worker.submit")?;
+        self.submit_inner(&eng, |o, _, _| orch_fn(o), RunOptions::new(), false).map(|(h, _)| h)
     }
 
     /// Like [`submit`](Worker::submit), with [`RunOptions`]: `orch_fn` receives the options'
@@ -1181,7 +1221,8 @@ impl Worker {
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        self.submit_inner(orch_fn, options, false).map(|(h, _)| h)
+        let eng = self.run_engine("Worker.submit")?;
+        self.submit_inner(&eng, orch_fn, options, false).map(|(h, _)| h)
     }
 
     /// [`submit_with`](Self::submit_with) for async code: a future that waits, without
@@ -1222,57 +1263,51 @@ impl Worker {
 
     /// Builds a run; the orchestration function's panic reaches the caller (the run was wound
     /// down first).
-    fn submit_inner<F>(
+    fn submit_inner<'e, F>(
         &self,
+        eng: &'e Arc<Engine>,
         orch_fn: F,
         options: RunOptions,
         will_wait: bool,
-    ) -> Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>)>
+    ) -> Result<(RunHandle, Option<crate::engine::WaiterIntent<'e>>)>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        match self.build(orch_fn, options, will_wait) {
+        match self.build_as(eng, orch_fn, options, will_wait, None) {
             Ok(built) => Ok(built),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),
         }
     }
 
-    fn build<F>(
-        &self,
-        orch_fn: F,
-        options: RunOptions,
-        will_wait: bool,
-    ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>), BuildFailed>
-    where
-        F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
-    {
-        self.build_as(orch_fn, options, will_wait, None)
+    /// The engine a run of `method` (as the caller knows it: `Worker.run` waits,
+    /// `Worker.submit` does not) is built on, after the dead workers were replaced (when the
+    /// builder asked for it). The caller holds it for the whole call: a `close` through another
+    /// handle meanwhile closes it (a run not yet admitted is refused) but does not free it.
+    fn run_engine(&self, method: &str) -> Result<Arc<Engine>> {
+        in_method(method, || {
+            let rt = self.started()?;
+            if self.cfg.replace_dead {
+                self.replace_dead_before_submit(rt.as_ref());
+            }
+            rt.engine().cloned()
+        })
     }
 
-    /// [`build`](Self::build); given a `reservation`, the run takes the place
-    /// [`submit_async`](Self::submit_async) holds for it (any error before the run is admitted
-    /// gives it back, as the reservation drops).
-    fn build_as<F>(
+    /// Builds a run on `eng` ([`run_engine`](Self::run_engine)); given a `reservation`, the run
+    /// takes the place [`submit_async`](Self::submit_async) holds for it (any error before the
+    /// run is admitted gives it back, as the reservation drops).
+    fn build_as<'e, F>(
         &self,
+        eng: &'e Arc<Engine>,
         orch_fn: F,
         options: RunOptions,
         will_wait: bool,
         reservation: Option<crate::engine::Reservation<'_>>,
-    ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'_>>), BuildFailed>
+    ) -> std::result::Result<(RunHandle, Option<crate::engine::WaiterIntent<'e>>), BuildFailed>
     where
         F: FnOnce(&mut Orchestrator<'_>, &TaskArgs, &CallConfig) -> Result<()>,
     {
-        // Named as the caller knows it: `run` (and `run_with`) waits, `submit` does not.
-        let method = if will_wait { "Worker.run" } else { "Worker.submit" };
-        let eng = in_method(method, || {
-            let rt = self.started()?;
-            if self.cfg.replace_dead {
-                self.replace_dead_before_submit(rt);
-            }
-            rt.engine()
-        })
-        .map_err(BuildFailed::Error)?;
         let RunOptions { args, config, capture, deadline } = options;
         config.validate().map_err(BuildFailed::Error)?;
         let deadline = deadline.or(self.cfg.run_deadline);
@@ -1393,7 +1428,8 @@ impl Worker {
         // This thread will drive the run: from the moment it may build until it has waited,
         // published work does not wake the background thread (`RunHandle::is_done` and other
         // waiters still drive other runs meanwhile).
-        let (handle, _intent) = self.submit_inner(orch_fn, options, true)?;
+        let eng = self.run_engine("Worker.run")?;
+        let (handle, _intent) = self.submit_inner(&eng, orch_fn, options, true)?;
         handle.wait()
     }
 
@@ -1418,7 +1454,9 @@ impl Worker {
             orch.confine_to(a);
             orch_fn(orch, a, c)
         };
-        let (handle, _intent) = self.build(confined, options, true).map_err(BuildFailed::into_error)?;
+        let eng = self.run_engine("Worker.run")?;
+        let (handle, _intent) =
+            self.build_as(&eng, confined, options, true, None).map_err(BuildFailed::into_error)?;
         submitted(&handle);
         let result = handle.wait();
         Ok((handle, result))
@@ -1547,6 +1585,16 @@ impl Worker {
     /// Shuts the Worker down: waits (up to `close_timeout`) for runs in flight, stops the
     /// engine, shuts every child down and reaps it. Idempotent; dropping a Worker closes it.
     ///
+    /// It takes `&self`, so a Worker shared by threads (an `Arc<Worker>`, a `&'static Worker`)
+    /// is closed through any handle, without `Arc::try_unwrap`; dropping the last handle
+    /// closes it too. From the moment `close` begins, every other call on the Worker (a `run`
+    /// or `submit` on another thread, `create_buffer`, ...) is refused with an
+    /// [`ErrorKind::InvalidState`](crate::ErrorKind::InvalidState) error that names the closed
+    /// Worker ("the Worker is closed: this L3 (node) Worker (2 SUB workers, 0 chips, ...) was closed by
+    /// Worker::close ..."); a run admitted before that is waited for as above, and its waiter
+    /// gets its result or the abandon error. A `close` called while another runs returns once
+    /// that one has shut everything down.
+    ///
     /// A closed Worker cannot be initialized again; closing one that was never initialized
     /// forks nothing.
     ///
@@ -1588,14 +1636,38 @@ impl Worker {
     /// assert_eq!(err.kind(), ErrorKind::InvalidState);
     /// # Ok(()) }
     /// ```
-    pub fn close(&mut self) -> Result<()> {
-        match std::mem::replace(&mut self.state, State::Closed) {
+    ///
+    /// Through a shared handle, from another thread:
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use simpler::{ErrorKind, Worker};
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(1).build()?;
+    /// worker.init()?;
+    /// let worker = Arc::new(worker);
+    /// let other = Arc::clone(&worker);
+    /// std::thread::spawn(move || other.close()).join().unwrap()?;
+    /// let err = worker.run(|_orch| Ok(())).unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidState);
+    /// assert!(err.message().contains("the Worker is closed: this L3 (node) Worker"));
+    /// # Ok(()) }
+    /// ```
+    pub fn close(&self) -> Result<()> {
+        // One close shuts the runtime down; a concurrent one waits for it, then finds it closed.
+        let _closing = sync::lock(&self.close_lock);
+        // Taken out first: from here every new call is refused, naming this Worker.
+        let taken = std::mem::replace(&mut *sync::write(&self.state), State::Closed);
+        match taken {
             // A forked copy: nothing of the owner's is asked, signalled or joined; the copy's
             // descriptors and mappings go when this process exits.
             State::Started(runtime) if self.owned().is_err() => {
                 std::mem::forget(runtime);
                 Ok(())
             }
+            // A call still inside the runtime holds a handle: the runtime is freed with the
+            // last one, once that call has failed or finished (its engine is closed now).
             State::Started(runtime) => in_method("Worker.close", || runtime.close(self.cfg.close_timeout)),
             _ => Ok(()),
         }
@@ -1643,7 +1715,7 @@ where
         let (Some(orch_fn), Some(options)) = (this.orch_fn.take(), this.options.take()) else {
             return std::task::Poll::Ready(Err(Error::state("SubmitFuture polled after it resolved")));
         };
-        let eng = match in_method("Worker.submit_async", || this.worker.started()?.engine()) {
+        let eng = match this.worker.run_engine("Worker.submit_async") {
             Ok(eng) => eng,
             Err(e) => return std::task::Poll::Ready(Err(e)),
         };
@@ -1653,7 +1725,7 @@ where
             (this.orch_fn, this.options) = (Some(orch_fn), Some(options));
             return std::task::Poll::Pending;
         };
-        std::task::Poll::Ready(match this.worker.build_as(orch_fn, options, false, Some(place)) {
+        std::task::Poll::Ready(match this.worker.build_as(&eng, orch_fn, options, false, Some(place)) {
             Ok((handle, _)) => Ok(handle),
             Err(BuildFailed::Error(e)) => Err(e),
             Err(BuildFailed::Panic(panic)) => resume_unwind(panic),

@@ -77,6 +77,8 @@ pub(super) trait Runtime: Send + Sync {
     /// `callables`, and puts its lane back in service once it is ready; returns its pid.
     fn replace(&self, i: usize, callables: &Callables) -> Result<i32>;
 
-    /// Shuts down: waits up to `timeout` for runs in flight, then stops everything.
-    fn close(self: Box<Self>, timeout: Duration) -> Result<()>;
+    /// Shuts down: waits up to `timeout` for runs in flight, then stops everything. Called
+    /// once (`Worker::close` sees to it), through `&self`: another thread may still be inside
+    /// a call on this runtime, which then fails (the engine is closed) rather than hangs.
+    fn close(&self, timeout: Duration) -> Result<()>;
 }

@@ -110,7 +110,9 @@ pub(super) struct Tree {
     /// The heap rings every child maps (this Worker's and its ancestors').
     heaps: Vec<SharedSpan>,
     monitor: Monitor,
-    background: Option<JoinHandle<()>>,
+    /// The engine's background thread, until `close` joins it (behind a lock: `close` takes
+    /// `&self`, as `Worker::close` does).
+    background: Mutex<Option<JoinHandle<()>>>,
     lanes: Lanes,
 }
 
@@ -238,8 +240,8 @@ impl Tree {
         });
         let monitor = match (monitor, failure) {
             (Ok(m), None) => m,
-            (Ok(mut m), Some(e)) => {
-                abort_children(&region, &mut m, &pids);
+            (Ok(m), Some(e)) => {
+                abort_children(&region, &m, &pids);
                 return Err(e);
             }
             (Err(e), _) => {
@@ -253,7 +255,6 @@ impl Tree {
                 return Err(e);
             }
         };
-        let mut monitor = monitor;
         for (i, &pid) in pids.iter().enumerate() {
             let board = monitor.board.clone();
             let status = region.mailbox(i).wait_init(deadline, || board.exit_of(i).is_some());
@@ -287,7 +288,7 @@ impl Tree {
                     }
                 },
             };
-            abort_children(&region, &mut monitor, &pids);
+            abort_children(&region, &monitor, &pids);
             return Err(Error::new(ErrorKind::WorkerDied, format!("Worker.init: {err}")));
         }
 
@@ -301,7 +302,7 @@ impl Tree {
             && cfg.explicit_depth
             && cfg.engine.pipeline_depth > granted as usize
         {
-            abort_children(&region, &mut monitor, &pids);
+            abort_children(&region, &monitor, &pids);
             return Err(Error::invalid(format!(
                 "Worker.init: pipeline_depth({}) asks chip {chip} to hold {} runs at once, but it grants at most {granted}; \
                  lower pipeline_depth, or keep it and let more runs wait with WorkerBuilder::pending_run_depth({})",
@@ -323,7 +324,7 @@ impl Tree {
                 .max(1)
         };
         if let Err(e) = engine.set_lease_depth(lease_depth) {
-            abort_children(&region, &mut monitor, &pids);
+            abort_children(&region, &monitor, &pids);
             return Err(e);
         }
         let mailbox_lanes = (0..n_sub + n_chip)
@@ -345,7 +346,7 @@ impl Tree {
             Some(first) => match accept_ranks(&first.addr, &ranks, &first.key, first.connect_timeout) {
                 Ok(a) => a,
                 Err(e) => {
-                    abort_children(&region, &mut monitor, &pids);
+                    abort_children(&region, &monitor, &pids);
                     return Err(e);
                 }
             },
@@ -399,7 +400,7 @@ impl Tree {
                     for s in &sessions {
                         s.close();
                     }
-                    abort_children(&region, &mut monitor, &pids);
+                    abort_children(&region, &monitor, &pids);
                     return Err(e);
                 }
             }
@@ -426,7 +427,7 @@ impl Tree {
                 for s in &sessions {
                     s.close();
                 }
-                abort_children(&region, &mut monitor, &pids);
+                abort_children(&region, &monitor, &pids);
                 return Err(Error::os("spawn scheduler thread", e));
             }
         };
@@ -444,11 +445,11 @@ impl Tree {
             cfg: cfg.clone(),
             heaps,
             monitor,
-            background: Some(background),
+            background: Mutex::new(Some(background)),
             lanes: lanes.clone(),
         };
         if let Err(e) = tree.start_device_heaps() {
-            let _ = Box::new(tree).close(cfg.close_timeout);
+            let _ = tree.close(cfg.close_timeout);
             return Err(e.context("Worker.init"));
         }
         Ok(tree)
@@ -1016,7 +1017,7 @@ impl Runtime for Tree {
             .map(|_| ())
     }
 
-    fn close(mut self: Box<Self>, timeout: Duration) -> Result<()> {
+    fn close(&self, timeout: Duration) -> Result<()> {
         let _span = tracing::debug_span!(target: "simpler::worker", "close").entered();
         let eng = self.engine.clone();
         eng.mark_closed();
@@ -1032,7 +1033,7 @@ impl Runtime for Tree {
             }
         }
         eng.stop_background();
-        if let Some(t) = self.background.take() {
+        if let Some(t) = sync::lock(&self.background).take() {
             let _ = t.join();
         }
         // Children still busy at the deadline (a stuck task) are killed, not waited for: the
@@ -1040,7 +1041,7 @@ impl Runtime for Tree {
         // on `WorkerBuilder::close_timeout`), the extra only when a child had to be killed.
         stop_children(
             &self.region,
-            &mut self.monitor,
+            &self.monitor,
             self.children,
             deadline.max(Instant::now() + SHUTDOWN_GRACE),
         );
@@ -1066,7 +1067,7 @@ const REAP_GRACE: Duration = Duration::from_secs(1);
 
 /// `close`'s ending of the children: asks every child to shut down, waits for them until
 /// `exit_by`, kills the stragglers and reaps them within [`REAP_GRACE`].
-fn stop_children(region: &MailboxRegion, monitor: &mut Monitor, children: usize, exit_by: Instant) {
+fn stop_children(region: &MailboxRegion, monitor: &Monitor, children: usize, exit_by: Instant) {
     for i in 0..children {
         region.mailbox(i).request_shutdown();
     }
@@ -1090,7 +1091,7 @@ fn hung_children(region: &MailboxRegion, monitor: &Monitor, first: usize, pids: 
 }
 
 /// Asks every child to shut down, waits briefly, kills stragglers, and reaps all of them.
-fn abort_children(region: &MailboxRegion, monitor: &mut Monitor, pids: &[i32]) {
+fn abort_children(region: &MailboxRegion, monitor: &Monitor, pids: &[i32]) {
     for i in 0..pids.len() {
         region.mailbox(i).request_shutdown();
     }

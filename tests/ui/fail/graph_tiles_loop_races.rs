@@ -18,7 +18,7 @@ task_graph! {
     fn shifted(x: In<f32>, y: Out<f32>) {
         let ys = y.tiles([T]);
         for (i, xt) in x.tiles([T]) {
-            copy(xt, &mut ys[i + 1]).on(sub());
+            copy(xt, &mut ys[i * i]).on(sub());
         }
     }
 }
