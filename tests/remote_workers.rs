@@ -1200,3 +1200,83 @@ fn a_node_that_is_not_there_is_named_once() {
     assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err}");
     assert_eq!(err.message().matches(&addr.to_string()).count(), 1, "{err}");
 }
+
+/// One node, several roots: two sessions at once, each with node-resident buffers of its own
+/// (the same ids on the node name different buffers), a third root refused while both run
+/// (naming the limit), and a later one served once a session ended.
+#[isolated_test]
+fn a_node_serves_two_roots_at_once_each_isolated_and_refuses_a_third_naming_its_limit() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let node = std::thread::spawn(move || {
+        let bound = node_with("127.0.0.1:0").bind()?;
+        tx.send(bound.local_addr()).unwrap();
+        bound.serve(3, 2)
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(30)).expect("the node bound its address");
+    let start = |words: &[u64]| {
+        let mut root = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+        root.init().expect("a root within the node's limit");
+        let dev = root.alloc_child_tensor(1, &[4], simpler::DataType::Uint64).unwrap();
+        let host = u64_buffer(&root, 4);
+        host.write(0, words).unwrap();
+        root.copy_to(&dev, &host).unwrap();
+        (root, dev, host)
+    };
+    let (a, dev_a, host_a) = start(&[1, 2, 3, 4]);
+    let (b, dev_b, host_b) = start(&[10, 20, 30, 40]);
+    // A third while both sessions run: refused, saying why.
+    let mut c = root_worker(std::slice::from_ref(&addr), Duration::from_secs(5));
+    let err = c.init().expect_err("the node serves two roots at once");
+    assert_err(&err, ErrorKind::WorkerDied, &["serves 2 roots at once, its limit"]);
+    // Both roots run tasks on their own node-resident buffers, side by side.
+    std::thread::scope(|s| {
+        for (root, dev) in [(&a, &dev_a), (&b, &dev_b)] {
+            s.spawn(move || {
+                let t = dev.tensor(&[4], simpler::DataType::Uint64).unwrap();
+                let h = OrchFn::new("step", step).handle();
+                root.run(|orch| {
+                    let mut args = TaskArgs::new();
+                    args.inout(&t)?;
+                    orch.submit_next_level(&h, args, CallConfig::default(), 1).map(|_| ())
+                })
+                .expect("a run on the node");
+            });
+        }
+    });
+    for (root, dev, host, want) in
+        [(&a, &dev_a, &host_a, [3u64, 5, 7, 9]), (&b, &dev_b, &host_b, [21, 41, 61, 81])]
+    {
+        root.copy_from(host, dev).unwrap();
+        assert_eq!(read_u64(host, 0, 4), want, "each root sees its own buffer");
+    }
+    drop((dev_a, host_a));
+    a.close().unwrap();
+    // A session ended: the next root is served.
+    let (d, dev_d, host_d) = start(&[7, 7, 7, 7]);
+    d.copy_from(&host_d, &dev_d).unwrap();
+    assert_eq!(read_u64(&host_d, 0, 4), vec![7; 4]);
+    drop((dev_b, host_b, dev_d, host_d));
+    b.close().unwrap();
+    d.close().unwrap();
+    drop(c);
+    node.join().unwrap().expect("the node served its three sessions");
+}
+
+#[isolated_test]
+fn a_root_that_requires_more_than_the_node_has_is_refused_at_init_naming_both() {
+    let (addr, node) = thread_node();
+    let local = Worker::builder().sub_workers(1).build().unwrap();
+    let mut root = Worker::builder()
+        .level(Level::Network1)
+        .worker(local)
+        .remote_worker(RemoteWorker::new(addr.clone(), key()).requires(4, 1))
+        .build()
+        .unwrap();
+    let err = root.init().expect_err("the node has 1 SUB worker and no chip");
+    assert_err(
+        &err,
+        ErrorKind::InvalidArgument,
+        &[&addr.to_string(), "has 1 SUB workers and 0 chips", "requires at least 4 and 1"],
+    );
+    node.join().unwrap().expect("the node's session ended cleanly");
+}

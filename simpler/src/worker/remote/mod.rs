@@ -130,6 +130,8 @@ pub struct RemoteWorker {
     /// Set for a node a launcher started: its rank. The node connects to the root, which
     /// listens at `addr`, instead of the root connecting to it.
     pub(crate) launch_rank: Option<u32>,
+    /// The least SUB workers and chips the node must have (`requires`).
+    pub(crate) needs: (u32, u32),
 }
 
 impl RemoteWorker {
@@ -149,7 +151,27 @@ impl RemoteWorker {
             connect_timeout: Duration::from_secs(10),
             health_timeout: Duration::from_secs(2),
             launch_rank: None,
+            needs: (0, 0),
         }
+    }
+
+    /// The size this root needs of the node: at least `sub_workers` SUB workers and `chips`
+    /// chips under its L3 Worker (default: anything). The node announces its size when it
+    /// authenticates; one smaller than this is refused at `init` (or when it rejoins),
+    /// [`ErrorKind::InvalidArgument`] naming the node, what it has and what was asked, before
+    /// any task is sent. The node's own Worker sets the limits: a root cannot make a node
+    /// bigger.
+    ///
+    /// ```
+    /// # let key = simpler::remote::ClusterKey::new([7u8; 32])?;
+    /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7306), key)
+    ///     .requires(4, 1); // 4 SUB workers and a chip, at least
+    /// # drop(node);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn requires(mut self, sub_workers: u32, chips: u32) -> RemoteWorker {
+        self.needs = (sub_workers, chips);
+        self
     }
 
     /// How long `init` waits to connect to the node and authenticate (default 10 s).
@@ -333,6 +355,16 @@ impl Session {
         bell: Arc<dyn AsRef<Doorbell> + Send + Sync>,
     ) -> Result<Arc<Session>> {
         tracing::info!(target: "simpler::remote", node = %label, node_id = hello.node_id, sub_workers = hello.sub_workers, chips = hello.chips, "session ready");
+        let (sub, chips) = spec.needs;
+        if hello.sub_workers < sub || hello.chips < chips {
+            for s in [&stream, &health] {
+                s.shutdown();
+            }
+            return Err(Error::invalid(format!(
+                "{label}: the node has {} SUB workers and {} chips; this root requires at least {sub} and {chips} (RemoteWorker::requires)",
+                hello.sub_workers, hello.chips
+            )));
+        }
         let reader = stream.try_clone().map_err(|e| Error::os("cloning a session socket", e))?;
         health
             .set_read_timeout(Some(spec.health_timeout))
@@ -526,13 +558,15 @@ impl Session {
     /// connection or anything but a heartbeat loses the session.
     fn health_loop(&self, mut health: Stream, timeout: Duration) {
         loop {
-            match read_frame(&mut health, 0) {
+            // Heartbeats are empty; a SHUTDOWN may say why (a few hundred bytes).
+            match read_frame(&mut health, 4096) {
                 Ok(f) if f.kind == FrameKind::Health => {
                     if let Err(e) = write_frame(&mut *sync::lock(&self.health_tx), FrameKind::Health, 0, &[])
                     {
                         return self.lose(format!("answering the node's heartbeat failed: {e}"));
                     }
                 }
+                Ok(f) if f.kind == FrameKind::Shutdown => return self.lose(ended_by_node(&f.body)),
                 Ok(f) => {
                     return self.lose(format!("the node sent a {:?} frame on its health connection", f.kind));
                 }
@@ -628,7 +662,7 @@ impl Session {
                 }
                 Err(e) => Err(format!("the node sent a bad CONTROL_REPLY: {e}")),
             },
-            FrameKind::Shutdown => Err("the node ended the session".into()),
+            FrameKind::Shutdown => Err(ended_by_node(&body)),
             other => Err(format!("the node sent an unexpected {other:?} frame")),
         }
     }
@@ -852,6 +886,17 @@ fn why_lost(e: FrameError, timeout: Duration, what: &str) -> String {
         }
         FrameError::Io(e) => format!("the {what} failed: {e}"),
         FrameError::Malformed(m) => format!("the node sent a malformed frame: {m}"),
+    }
+}
+
+/// Why the session is over when the node ends it (its SHUTDOWN may say why: a node serving
+/// as many roots as it takes refuses one more).
+fn ended_by_node(body: &[u8]) -> String {
+    match body {
+        [] => "the node ended the session".into(),
+        why => {
+            format!("the node ended the session: {}", String::from_utf8_lossy(&why[..why.len().min(1024)]))
+        }
     }
 }
 

@@ -1,7 +1,10 @@
 //! The node role: a program that serves an L4 root as a remote L3 Worker.
 //!
 //! [`Node`] / [`BoundNode`]: an L3 Worker, the orchestration functions it runs by digest
-//! (`register_orch`, and every `#[callable(orch)]`), and a listener. `serve_one` authenticates
+//! (`register_orch`, and every `#[callable(orch)]`), and a listener. `serve_one` serves one
+//! session, `serve` many, at most some number at once, each on a thread of its own with what
+//! it holds on the node (`Held`: node-resident buffers, reused task buffers) its own; a root
+//! authenticated past that number is told so in a SHUTDOWN and refused. Pairing authenticates
 //! each connection on a thread of its own, at most 16 at once, and pairs a session with the
 //! next connection that presents its token. A silent or slow peer holds back no root: at 16,
 //! a new connection makes room by ending the oldest handshake still pending (an honest root
@@ -215,16 +218,7 @@ impl Node {
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
         let name = listener.local_addr().to_string();
-        Ok(BoundNode {
-            worker: self.worker,
-            listener: Some(listener),
-            key: self.key,
-            orch: self.orch,
-            name,
-            resident: Mutex::new(HashMap::new()),
-            pool: Mutex::new(Vec::new()),
-            next_resident: std::sync::atomic::AtomicU64::new(1),
-        })
+        Ok(BoundNode { worker: self.worker, listener: Some(listener), key: self.key, orch: self.orch, name })
     }
 
     /// Serves the root of a launched job (`mpirun`, `srun`): starts the L3 Worker, connects to
@@ -256,9 +250,6 @@ impl Node {
             key: self.key,
             orch: self.orch,
             name: format!("rank {}", launch.rank()),
-            resident: Mutex::new(HashMap::new()),
-            pool: Mutex::new(Vec::new()),
-            next_resident: std::sync::atomic::AtomicU64::new(1),
         };
         let root = launch.root();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -315,11 +306,29 @@ pub struct BoundNode {
     orch: HashMap<Digest, OrchFn>,
     /// How messages name this node (its address, or its rank).
     name: String,
-    /// Node-resident buffers of the session, by id (freed when the session ends).
+}
+
+/// What one session holds on the node, which no other session sees: freed when it ends.
+#[derive(Default)]
+struct Held {
+    /// Node-resident buffers of the session, by id.
     resident: Mutex<HashMap<u64, Buffer>>,
-    /// Host buffers of finished tasks, reused by the session's next tasks (freed when it ends).
+    /// Host buffers of finished tasks, reused by the session's next tasks.
     pool: Mutex<Vec<Buffer>>,
     next_resident: std::sync::atomic::AtomicU64,
+}
+
+impl Held {
+    fn with_resident(
+        &self,
+        id: u64,
+        f: impl FnOnce(&Buffer) -> std::result::Result<Vec<u8>, String>,
+    ) -> std::result::Result<Vec<u8>, String> {
+        match sync::lock(&self.resident).get(&id) {
+            Some(b) => f(b),
+            None => Err(format!("node-resident buffer {id} does not exist (freed already?)")),
+        }
+    }
 }
 
 impl std::fmt::Debug for BoundNode {
@@ -354,12 +363,7 @@ impl BoundNode {
     /// # Ok::<(), simpler::Error>(())
     /// ```
     pub fn serve_one(&self) -> Result<()> {
-        let hello = NodeHello {
-            node_id: std::process::id() as u64,
-            sub_workers: self.worker.sub_workers() as u32,
-            chips: self.worker.chips() as u32,
-            pid: std::process::id(),
-        };
+        let hello = self.hello();
         // Workers a cancelled task of an earlier session left dead come back first.
         if let Err(e) = self.worker.replace_dead_workers() {
             tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
@@ -367,6 +371,85 @@ impl BoundNode {
         let listener = self.listener.as_ref().expect("a bound node listens");
         let (stream, health, peer) = self.pair(listener, &hello)?;
         self.session(stream, health, &peer)
+    }
+
+    /// Serves `sessions` roots in all (`usize::MAX`: for as long as the process runs), up to
+    /// `at_once` of them at the same time, each on a thread of its own; returns once they all
+    /// ended. Each session is isolated from the others: its node-resident buffers and its
+    /// reused task buffers are its own (another root's ids name nothing here), and they are
+    /// freed when it ends. Their runs share the node's L3 Worker, which runs them one after
+    /// another in the order they come. A root that authenticates while `at_once` sessions run
+    /// is refused: its session ends at once with a message that says so ("serves 2 roots at
+    /// once, its limit"), which the root reports from `init` or its first task; it does not
+    /// count as one of `sessions`.
+    ///
+    /// ```no_run
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::remote::Node::new(simpler::Worker::builder().sub_workers(2).build()?, simpler::remote::NodeAddr::loopback(7402), key)?;
+    /// let bound = node.bind()?;
+    /// bound.serve(usize::MAX, 4)?; // any number of roots, 4 at a time, until the process ends
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn serve(&self, sessions: usize, at_once: usize) -> Result<()> {
+        if at_once == 0 {
+            return Err(Error::invalid("BoundNode::serve: at_once must be at least 1"));
+        }
+        let listener = self.listener.as_ref().expect("a bound node listens");
+        let hello = self.hello();
+        let active = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let mut served = 0;
+            while served < sessions {
+                if active.load(Ordering::Acquire) == 0
+                    && let Err(e) = self.worker.replace_dead_workers()
+                {
+                    tracing::warn!(target: "simpler::remote", "replacing dead workers between sessions: {e}");
+                }
+                let (stream, health, peer) = self.pair(listener, &hello)?;
+                if active.load(Ordering::Acquire) >= at_once {
+                    let why = format!(
+                        "the node at {} serves {at_once} root{} at once, its limit; try again once one ends",
+                        self.name,
+                        if at_once == 1 { "" } else { "s" }
+                    );
+                    tracing::warn!(target: "simpler::remote", peer = %peer, "{why}: refused");
+                    // Said on both connections, which stay open until the root hangs up (or
+                    // for 5 s): a root writing its first control meanwhile still reads why.
+                    for mut s in [stream, health] {
+                        let _ = write_frame(&mut s, FrameKind::Shutdown, 0, why.as_bytes());
+                        scope.spawn(move || {
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = std::io::copy(&mut s, &mut std::io::sink());
+                            s.shutdown();
+                        });
+                    }
+                    continue;
+                }
+                served += 1;
+                active.fetch_add(1, Ordering::AcqRel);
+                let active = &active;
+                std::thread::Builder::new()
+                    .name("simpler-node-session".into())
+                    .spawn_scoped(scope, move || {
+                        if let Err(e) = self.session(stream, health, &peer) {
+                            tracing::warn!(target: "simpler::remote", peer = %peer, "session failed: {e}");
+                        }
+                        active.fetch_sub(1, Ordering::AcqRel);
+                    })
+                    .map_err(|e| Error::os("starting a session thread", e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// What the node announces in its handshake.
+    fn hello(&self) -> NodeHello {
+        NodeHello {
+            node_id: std::process::id() as u64,
+            sub_workers: self.worker.sub_workers() as u32,
+            chips: self.worker.chips() as u32,
+            pid: std::process::id(),
+        }
     }
 
     /// Accepts connections until a root's session connection and its health connection (the
@@ -498,6 +581,7 @@ impl BoundNode {
     /// Serves one session: its tasks and controls on `stream`, heartbeats on `health`.
     fn session(&self, stream: Stream, health: Stream, peer: &str) -> Result<()> {
         tracing::info!(target: "simpler::remote", peer = %peer, "session started");
+        let held = Held { next_resident: std::sync::atomic::AtomicU64::new(1), ..Held::default() };
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let done = Arc::new(AtomicBool::new(false));
@@ -567,7 +651,7 @@ impl BoundNode {
             if head.kind == FrameKind::Task {
                 // The tensors' bytes go straight from the socket into the node's buffers, and
                 // the written ones straight back (no copy of the bulk on this side).
-                let reply = match self.task(&mut from, head.len, head.seq, &current) {
+                let reply = match self.task(&held, &mut from, head.len, head.seq, &current) {
                     Ok(r) => r,
                     Err(e) => break session_end(e, peer),
                 };
@@ -575,7 +659,7 @@ impl BoundNode {
                     tracing::info!(target: "simpler::remote", peer = %peer, "the root is gone: {e}");
                     break Ok(());
                 }
-                self.recycle(reply.buffers);
+                self.recycle(&held, reply.buffers);
                 reader.await_briefly(); // a busy root sends its next task right away
                 continue;
             }
@@ -584,7 +668,7 @@ impl BoundNode {
                 Err(e) => break session_end(e, peer),
             };
             let reply = match head.kind {
-                FrameKind::Control => (FrameKind::ControlReply, self.control(&body)),
+                FrameKind::Control => (FrameKind::ControlReply, self.control(&held, &body)),
                 FrameKind::Shutdown => break Ok(()),
                 FrameKind::Health => continue,
                 other => {
@@ -605,21 +689,20 @@ impl BoundNode {
         sync::lock(&writer).shutdown();
         health_socket.shutdown();
         let _ = beat.join();
-        sync::lock(&self.resident).clear(); // what the session held goes with it
-        sync::lock(&self.pool).clear();
+        drop(held); // what the session held goes with it
         tracing::info!(target: "simpler::remote", peer = %peer, "session ended");
         result
     }
 
-    fn control(&self, body: &[u8]) -> Vec<u8> {
+    fn control(&self, held: &Held, body: &[u8]) -> Vec<u8> {
         let result = match wire::decode_control(body) {
             Ok(m) => match m.command {
                 wire::CHECK_CALLABLE if self.orch.contains_key(&m.digest) => Ok(Vec::new()),
                 wire::CHECK_CALLABLE => Err(self.unknown(&m.digest, &m.name)),
-                wire::ALLOC => self.alloc_resident(m.arg),
+                wire::ALLOC => self.alloc_resident(held, m.arg),
                 // A copy travels in parts of at most `wire::COPY_PART` bytes: COPY_TO's second
                 // argument is the part's offset, COPY_FROM's its length (its offset in the data).
-                wire::COPY_TO => self.with_resident(m.arg, |b| {
+                wire::COPY_TO => held.with_resident(m.arg, |b| {
                     let at = usize::try_from(m.arg2).unwrap_or(usize::MAX);
                     if at.checked_add(m.data.len()).is_none_or(|end| end > b.nbytes()) {
                         return Err(format!(
@@ -631,7 +714,7 @@ impl BoundNode {
                     }
                     b.write(at, m.data).map(|()| Vec::new()).map_err(|e| e.to_string())
                 }),
-                wire::COPY_FROM => self.with_resident(m.arg, |b| {
+                wire::COPY_FROM => held.with_resident(m.arg, |b| {
                     let n = usize::try_from(m.arg2).unwrap_or(usize::MAX);
                     let at = match m.data {
                         [] => 0,
@@ -645,7 +728,7 @@ impl BoundNode {
                     }
                     b.read::<u8>(at, n).map_err(|e| e.to_string())
                 }),
-                wire::FREE => match sync::lock(&self.resident).remove(&m.arg) {
+                wire::FREE => match sync::lock(&held.resident).remove(&m.arg) {
                     Some(_) => Ok(Vec::new()),
                     None => Err(format!("node-resident buffer {} does not exist (freed already?)", m.arg)),
                 },
@@ -657,26 +740,15 @@ impl BoundNode {
     }
 
     /// Allocates a node-resident buffer of `nbytes`; its id as the reply.
-    fn alloc_resident(&self, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
+    fn alloc_resident(&self, held: &Held, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
         let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
         let buf = self.worker.create_buffer(n.max(1)).map_err(|e| match e.kind() {
             ErrorKind::ResourceExhausted => format!("RESOURCE: {}", e.message()),
             _ => e.message().to_string(),
         })?;
-        let id = self.next_resident.fetch_add(1, Ordering::Relaxed);
-        sync::lock(&self.resident).insert(id, buf);
+        let id = held.next_resident.fetch_add(1, Ordering::Relaxed);
+        sync::lock(&held.resident).insert(id, buf);
         Ok(id.to_le_bytes().to_vec())
-    }
-
-    fn with_resident(
-        &self,
-        id: u64,
-        f: impl FnOnce(&Buffer) -> std::result::Result<Vec<u8>, String>,
-    ) -> std::result::Result<Vec<u8>, String> {
-        match sync::lock(&self.resident).get(&id) {
-            Some(b) => f(b),
-            None => Err(format!("node-resident buffer {id} does not exist (freed already?)")),
-        }
     }
 
     fn unknown(&self, digest: &Digest, name: &str) -> String {
@@ -692,6 +764,7 @@ impl BoundNode {
     /// included, is a COMPLETION, with the whole body read so the next frame can be.
     fn task(
         &self,
+        held: &Held,
         r: &mut Source<'_>,
         body_len: usize,
         seq: u64,
@@ -712,7 +785,7 @@ impl BoundNode {
             crate::net::frame::skip_part(r, bulk)?;
             return Ok(Reply::failed(wire::UNKNOWN_CALLABLE, &self.unknown(&msg.digest, &msg.name)));
         };
-        let prepared = match self.prepare(&msg) {
+        let prepared = match self.prepare(held, &msg) {
             Ok(p) => p,
             Err(e) => {
                 crate::net::frame::skip_part(r, bulk)?;
@@ -769,7 +842,7 @@ impl BoundNode {
 
     /// Checks a TASK's tensors against its arguments and finds a buffer of this node for each
     /// one that travels (a reused one when the session has one of that size).
-    fn prepare(&self, msg: &wire::TaskHead<'_>) -> Result<Prepared> {
+    fn prepare(&self, held: &Held, msg: &wire::TaskHead<'_>) -> Result<Prepared> {
         let decoded = decode_args(msg.args_blob)?;
         if decoded.tensors.len() != msg.data.len() {
             return Err(Error::decode("a TASK's tensor data does not match its arguments"));
@@ -783,7 +856,7 @@ impl BoundNode {
                         "tensor {i}: node-resident buffer {ptr} sent with bytes of its own"
                     )));
                 }
-                let resident = sync::lock(&self.resident);
+                let resident = sync::lock(&held.resident);
                 let buf = resident.get(&ptr).ok_or_else(|| {
                     Error::state(format!(
                         "tensor {i}: node-resident buffer {ptr} does not exist (freed already?)"
@@ -801,8 +874,9 @@ impl BoundNode {
             let span =
                 usize::try_from(end - start).map_err(|_| Error::invalid(format!("tensor {i}: too large")))?;
             let view = TensorView::new(0, t.view.shape(), Some(t.view.strides()), t.view.dtype())?;
-            let buf =
-                self.buffer(span.max(1)).map_err(|e| e.context(format!("tensor {i} ({span} bytes)")))?;
+            let buf = self
+                .buffer(held, span.max(1))
+                .map_err(|e| e.context(format!("tensor {i} ({span} bytes)")))?;
             let access = t.desc.access().within_orchestration();
             let tensor = buf.view(view)?.narrowed(access)?;
             p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
@@ -833,8 +907,8 @@ impl BoundNode {
     /// A host buffer of `n` bytes: one of that size the session used before (its pages are in
     /// memory already; its bytes outside the task's views are what the session's earlier task
     /// left there), or a new one.
-    fn buffer(&self, n: usize) -> Result<Buffer> {
-        let mut pool = sync::lock(&self.pool);
+    fn buffer(&self, held: &Held, n: usize) -> Result<Buffer> {
+        let mut pool = sync::lock(&held.pool);
         let best = pool.iter().enumerate().find(|(_, b)| b.nbytes() == n).map(|(at, _)| at);
         match best {
             Some(at) => Ok(pool.swap_remove(at)),
@@ -846,8 +920,8 @@ impl BoundNode {
     }
 
     /// Keeps the buffers of a finished task for the session's next tasks (up to a bound).
-    fn recycle(&self, buffers: Vec<Buffer>) {
-        let mut pool = sync::lock(&self.pool);
+    fn recycle(&self, held: &Held, buffers: Vec<Buffer>) {
+        let mut pool = sync::lock(&held.pool);
         for b in buffers {
             let held: usize = pool.iter().map(Buffer::nbytes).sum();
             if pool.len() < POOL_BUFFERS && held + b.nbytes() <= POOL_BYTES {

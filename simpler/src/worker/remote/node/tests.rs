@@ -163,3 +163,39 @@ fn a_session_drives_its_tasks_runs_itself() {
     session.shutdown();
     serving.join().unwrap().unwrap();
 }
+
+#[crate::test_support::isolated_test(crate = crate)]
+fn sessions_served_at_once_see_only_their_own_node_resident_buffers() {
+    let node = Node::new(Worker::builder().build().unwrap(), NodeAddr::loopback(0), key()).unwrap();
+    let bound = node.bind().unwrap();
+    let addr = bound.local_addr();
+    let serving = std::thread::spawn(move || bound.serve(2, 2));
+    let open = || {
+        let token = lane::token().unwrap();
+        let session = connect(&addr, &token);
+        let health = connect(&addr, &token);
+        session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        (session, health)
+    };
+    let control = |s: &mut Stream, seq: u64, command: u32, arg: u64, arg2: u64| {
+        let body = wire::encode_control(command, &Digest::from_bytes([0; 32]), "", arg, arg2, &[]);
+        write_frame(s, FrameKind::Control, seq, &body).unwrap();
+        let reply = read_frame(s, DEFAULT_MAX_BODY).unwrap();
+        assert_eq!((reply.kind, reply.seq), (FrameKind::ControlReply, seq));
+        wire::decode_reply(&reply.body).unwrap()
+    };
+    let (mut a, _ha) = open();
+    let (mut b, _hb) = open();
+    let id = control(&mut a, 1, wire::ALLOC, 8, 0).expect("an allocation");
+    let id = u64::from_le_bytes(id.try_into().unwrap());
+    // Root B names root A's buffer: it does not exist in B's session.
+    let err = control(&mut b, 1, wire::COPY_FROM, id, 8).unwrap_err();
+    assert!(err.contains(&format!("node-resident buffer {id} does not exist")), "{err}");
+    let err = control(&mut b, 2, wire::FREE, id, 0).unwrap_err();
+    assert!(err.contains("does not exist"), "{err}");
+    // A's is still there.
+    assert_eq!(control(&mut a, 2, wire::COPY_FROM, id, 8).unwrap().len(), 8);
+    a.shutdown();
+    b.shutdown();
+    serving.join().unwrap().unwrap();
+}
