@@ -14,6 +14,10 @@
 //! the workers that have them, and refuses a task placed on a node that lacks its function
 //! before anything is sent.
 //!
+//! Then the first node is killed mid-program: the run that needs it fails naming it, the node
+//! is started again at its address, `Worker::replace_worker(WorkerKind::Remote, 1)` brings it
+//! back, and the graph runs again.
+//!
 //! Under a launcher, rank 0 is the root and ranks 1 and 2 the nodes, which connect to the root:
 //!
 //! ```text
@@ -118,13 +122,17 @@ impl Drop for NodeChild {
     }
 }
 
-/// Starts a node of this program on a free loopback port (serving only the orchestration
-/// function `only`, if given); returns it and its address.
-fn start_node(key: &str, only: Option<&str>) -> Result<(NodeChild, String), Box<dyn std::error::Error>> {
+/// Starts a node of this program at `addr` (`127.0.0.1:0`: a free loopback port), serving only
+/// the orchestration function `only`, if given; returns it and its address.
+fn start_node(
+    key: &str,
+    addr: &str,
+    only: Option<&str>,
+) -> Result<(NodeChild, String), Box<dyn std::error::Error>> {
     let only = only.map(|name| ["--only", name]);
     let mut child = NodeChild(
         Command::new(std::env::current_exe()?)
-            .args(["--node", "127.0.0.1:0"])
+            .args(["--node", addr])
             .args(only.iter().flatten())
             .env("SIMPLER_CLUSTER_KEY", key)
             .stdout(Stdio::piped())
@@ -146,6 +154,7 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
         .level(Level::Network1)
         .worker(Worker::builder().chips(1).chip_memory(16 << 20).build()?); // worker 0
     let mut nodes = Vec::new();
+    let mut key_text = String::new();
     match launch {
         Some(launch) => {
             if launch.size() != 3 {
@@ -162,10 +171,10 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
             // A fresh key for this run; a cluster keeps one in its launcher's environment.
             let mut secret = [0u8; 16];
             std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
-            let key_text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            key_text = secret.iter().map(|b| format!("{b:02x}")).collect();
             let key = ClusterKey::new(&key_text)?;
-            nodes.push(start_node(&key_text, None)?);
-            nodes.push(start_node(&key_text, Some("square_then_inc"))?);
+            nodes.push(start_node(&key_text, "127.0.0.1:0", None)?);
+            nodes.push(start_node(&key_text, "127.0.0.1:0", Some("square_then_inc"))?);
             for (id, (_, addr)) in (1..).zip(&nodes) {
                 l4 = l4.remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()));
                 let serves = if id == 1 { "every orchestration function" } else { "square_then_inc only" };
@@ -191,6 +200,21 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
             Err(e) if e.kind() == simpler::ErrorKind::Callable => println!("refused as it should be: {e}"),
             other => return Err(format!("add_on_chip on worker 2 should be refused, got {other:?}").into()),
         }
+        // Worker 1's node dies (killed, as a crash would). The run that needs it fails naming
+        // it; the node is started again at its address and rejoins; the graph runs again.
+        let (mut dead, addr) = nodes.remove(0);
+        dead.0.kill()?;
+        dead.0.wait()?;
+        match across::call(&ta, &tb, &mut ty, &mut tz)?.run(&l4) {
+            Err(e) => println!("worker 1 is lost, as it should be: {e}"),
+            Ok(()) => return Err("a run on a killed node should fail".into()),
+        }
+        nodes.insert(0, start_node(&key_text, &addr, None)?);
+        let back = l4.replace_worker(simpler::status::WorkerKind::Remote, 1)?;
+        println!("worker 1 rejoined: the node at {addr} is process {} now", back.pid);
+        y.write(0, &vec![0.0f32; N as usize])?;
+        z.write(0, &vec![0.0f32; N as usize])?;
+        across::call(&ta, &tb, &mut ty, &mut tz)?.run(&l4)?;
     }
 
     let (ys, zs) = (y.read::<f32>(0, N as usize)?, z.read::<f32>(0, N as usize)?);
