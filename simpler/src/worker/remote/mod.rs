@@ -918,7 +918,7 @@ impl RemoteEndpoint {
         if let Some(o) = st.completion.take() {
             return Some(o);
         }
-        st.lost.as_ref().map(|why| Outcome::EndpointFailure(format!("{}: {why}", self.session.label)))
+        st.lost.as_ref().map(|why| Outcome::EndpointFailure(why.clone())) // the scheduler names the lane
     }
 }
 
@@ -1052,7 +1052,8 @@ impl Endpoint for RemoteEndpoint {
     fn gone(&self) -> Option<String> {
         let why = self.session.lost()?;
         self.session.wait_for_output_writes();
-        Some(format!("{}: {why}", self.session.label))
+        // The scheduler names the lane ("remote worker 1 (ADDR) is dead (..)"): not again here.
+        Some(why)
     }
 }
 
