@@ -67,10 +67,15 @@
 //!   parameter's width otherwise; a launch whose count or kinds do not match is refused.
 //! * **O5 (one process).** OpenCL is used only by the process that made the chip: one forked
 //!   (without exec) from a process that used OpenCL refuses to start.
+//! * **O6 (writes before reads).** A copy to the device is waited for on the device, not the
+//!   host: its event is kept with its buffer, and the next kernel that reads the buffer has it
+//!   in its launch's wait list (a launch that fails first waits for it on the host; a buffer
+//!   written 16 times with no kernel between waits on the host). Copies back run on the copy
+//!   queue, in order after the writes, and after the kernels the runtime waited for.
 
 #![expect(
     unsafe_code,
-    reason = "OpenCL calls through opencl3's unsafe buffer, queue and kernel API; rules O1-O5"
+    reason = "OpenCL calls through opencl3's unsafe buffer, queue and kernel API; rules O1-O6"
 )]
 
 use std::collections::HashMap;
@@ -187,7 +192,14 @@ fn all_devices() -> Result<Vec<cl_device_id>> {
 struct ClBuffer {
     mem: Buffer<u8>,
     len: u64,
+    /// Writes to it (on the copy queue) that the next kernel reading it waits for on the device
+    /// (its launch's wait list), so the host does not wait for them (rule O6).
+    writes: Mutex<Vec<Event>>,
 }
+
+/// Most writes a buffer keeps pending before the host waits for them (a buffer written again
+/// and again with no kernel reading it).
+const PENDING_WRITES: usize = 16;
 
 // SAFETY: rule O1 — a `cl_mem` is a reference-counted handle that OpenCL lets any thread use
 // (the OpenCL API is thread-safe except `clSetKernelArg` on one kernel, rule O4).
@@ -570,7 +582,7 @@ impl ChipBackend for OpenClChip {
             }
         };
         buffers.used += nbytes;
-        buffers.live.insert(handle, Arc::new(ClBuffer { mem, len: nbytes }));
+        buffers.live.insert(handle, Arc::new(ClBuffer { mem, len: nbytes, writes: Mutex::new(Vec::new()) }));
         Ok(handle << OFFSET_BITS)
     }
 
@@ -611,9 +623,20 @@ impl ChipBackend for OpenClChip {
             )
         }
         .map_err(|e| cl("writing to a buffer", opencl3::error_codes::ClError(e)))
-        // A blocking write only promises that `src` may be reused, not that the bytes are on
-        // the device; a kernel on another queue reads them next, so wait for the write itself.
-        .and_then(|event| Event::new(event).wait().map_err(|e| cl("waiting for a write to a buffer", e)))
+        .and_then(|event| {
+            // A blocking write only promises that `src` may be reused, not that the bytes are on
+            // the device: the next kernel that reads the buffer (on a core's queue) waits for
+            // it on the device (rule O6); copies back are on this in-order queue, after it.
+            let mut writes = sync::lock(&buf.writes);
+            writes.push(Event::new(event));
+            if writes.len() >= PENDING_WRITES {
+                let all: Vec<Event> = std::mem::take(&mut *writes);
+                for w in &all {
+                    w.wait().map_err(|e| cl("waiting for a write to a buffer", e))?;
+                }
+            }
+            Ok(())
+        })
     }
 
     fn copy_from_device(&self, src: u64, dst: &mut [u8]) -> Result<()> {
@@ -719,13 +742,16 @@ impl ChipBackend for OpenClChip {
                 scalars.len()
             )));
         }
-        // The buffers the arguments name: the buffer itself at offset 0, else a sub-buffer.
+        // The buffers the arguments name: the buffer itself at offset 0, else a sub-buffer; and
+        // the writes to them the kernel waits for (rule O6).
         let mut args: Vec<Arc<ClBuffer>> = Vec::with_capacity(tensors.len());
+        let mut after = Writes(Vec::new());
         for (i, t) in tensors.iter().enumerate() {
             let (start, end) = t.view().byte_range();
             // Named (formatted) only in the error.
             let what = std::fmt::from_fn(|out| write!(out, "`{name}` tensor {i}"));
             let (buf, offset) = self.resolve(&what, t.ptr(), end)?;
+            after.0.append(&mut sync::lock(&buf.writes));
             let origin = offset + start;
             if origin == 0 {
                 args.push(buf);
@@ -741,7 +767,7 @@ impl ChipBackend for OpenClChip {
             // SAFETY: rules O1, O3 — a sub-buffer of a live buffer, its region inside it.
             let sub = unsafe { buf.mem.create_sub_buffer(CL_MEM_READ_WRITE, origin as usize, size) }
                 .map_err(|e| cl(&format!("making a sub-buffer for `{name}` tensor {i}"), e))?;
-            args.push(Arc::new(ClBuffer { mem: sub, len: buf.len - origin }));
+            args.push(Arc::new(ClBuffer { mem: sub, len: buf.len - origin, writes: Mutex::new(Vec::new()) }));
         }
         let global = tensors
             .iter()
@@ -783,9 +809,11 @@ impl ChipBackend for OpenClChip {
         }
         let queue = &self.cores[core];
         let sizes = [usize::try_from(global).map_err(|_| Error::invalid("global work size too large"))?];
+        let wait: Vec<opencl3::types::cl_event> = after.0.iter().map(Event::get).collect();
         // SAFETY: rule O4 — every parameter was set above with its declared size, under the
         // lock; rule O1 — the kernel and the queue are this chip's, and the buffers stay alive
-        // in the returned completion until the kernel's event completed.
+        // in the returned completion until the kernel's event completed; rule O6 — `wait`
+        // holds live events (in `after`) of writes to those buffers, for the length given.
         let event = unsafe {
             queue.enqueue_nd_range_kernel(
                 kernel.get(),
@@ -793,7 +821,7 @@ impl ChipBackend for OpenClChip {
                 std::ptr::null(),
                 sizes.as_ptr(),
                 std::ptr::null(),
-                &[],
+                &wait,
             )
         }
         .map_err(|e| {
@@ -806,8 +834,24 @@ impl ChipBackend for OpenClChip {
             )
         })?;
         drop(kernel);
+        after.0.clear(); // the kernel waits for them now
         queue.flush().map_err(|e| cl("flushing a queue", e))?;
         Ok(Completion::Pending(Box::new(Running { name: name.to_string(), event, _args: args })))
+    }
+}
+
+/// Writes a launch took from its buffers' pending lists: the kernel's wait list once it is
+/// enqueued; waited for on the host if the launch fails before that (rule O6: no later kernel
+/// may read a buffer before a write to it is done).
+struct Writes(Vec<Event>);
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        for w in &self.0 {
+            if let Err(e) = w.wait() {
+                tracing::warn!(target: "simpler::chip", "a write to a buffer failed: {e}");
+            }
+        }
     }
 }
 
