@@ -395,16 +395,16 @@ impl Arena {
     }
 }
 
-/// Copies the elements of host tensor `host` to the device view starting at device pointer
-/// `dev` (the view's first byte; same shape, strides and type as the host view, which the
-/// caller checked, along with the device range), by calling `copy(device pointer, host bytes)`
-/// for each contiguous run of the view's elements (the backend's `copy_to_device`); only the
-/// view's elements, not the gaps of a strided view. Only the element bytes from `from` (an
-/// offset into the view's elements in order, gaps not counted) up to `budget` of them:
-/// `(0, u64::MAX)` copies the whole view, a smaller window a piece of it, cutting a contiguous
-/// run where the window does (a copy made in pieces, between which the caller does other work).
-/// Returns the bytes copied (fewer than `budget` only at the view's end). Stops at the first
-/// error.
+/// Copies the elements of host tensor `host` to the device starting at device pointer `dev`,
+/// packed: in row-major order of the view's shape, with no gaps (the device view is contiguous,
+/// of the host view's shape and type, which the caller checked, along with the device range),
+/// by calling `copy(device pointer, host bytes)` for each contiguous run of the host view's
+/// elements (the backend's `copy_to_device`); a contiguous view is one run, copied whole. Only
+/// the element bytes from `from` (an offset into the view's elements in order, gaps not
+/// counted) up to `budget` of them: `(0, u64::MAX)` copies the whole view, a smaller window a
+/// piece of it, cutting a contiguous run where the window does (a copy made in pieces, between
+/// which the caller does other work). Returns the bytes copied (fewer than `budget` only at
+/// the view's end). Stops at the first error.
 pub(crate) fn copy_runs_in(
     host: &MappedTensor<'_>,
     dev: u64,
@@ -424,7 +424,7 @@ pub(crate) fn copy_runs_in(
             // and written by nobody else meanwhile (H1); the slice lives only for this call
             // of `copy`, which cannot keep it.
             let bytes = unsafe { std::slice::from_raw_parts(src.add(offset + skip), n) };
-            result = copy(dev + (offset + skip) as u64, bytes);
+            result = copy(dev + lo, bytes);
             copied += n as u64;
         }
         pos += len as u64;
@@ -432,8 +432,8 @@ pub(crate) fn copy_runs_in(
     result.map(|()| copied)
 }
 
-/// Copies the elements of the device view starting at device pointer `dev` back into host
-/// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
+/// Copies the packed elements at device pointer `dev` back into host tensor `host`'s view by
+/// calling `copy(device pointer, host bytes)` for each contiguous run of the view (the
 /// backend's `copy_from_device`); the reverse of [`copy_runs_in`]. Bytes of the host buffer
 /// outside the view's elements are not touched.
 pub(crate) fn copy_runs_out(
@@ -443,6 +443,7 @@ pub(crate) fn copy_runs_out(
 ) -> Result<()> {
     let dst = host.ptr();
     let mut result = Ok(());
+    let mut pos = 0u64;
     host.view().for_each_run(|offset, len| {
         if result.is_ok() {
             // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
@@ -450,8 +451,9 @@ pub(crate) fn copy_runs_out(
             // holds write access), so this exclusive slice aliases nothing; it lives only
             // for this call of `copy`.
             let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
-            result = copy(dev + offset as u64, bytes);
+            result = copy(dev + pos, bytes);
         }
+        pos += len as u64;
     });
     result
 }

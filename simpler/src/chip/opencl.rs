@@ -12,10 +12,9 @@
 //!   (`WorkerBuilder::chip_memory`, capped by the device's global memory) is a budget the
 //!   backend counts.
 //! * **Copies** are blocking `clEnqueueWrite/ReadBuffer` calls on the copy queue: a strided host
-//!   tensor moves as one copy per contiguous run (the runtime's documented fallback for
-//!   rectangular copies), into a device layout with the same strides: the kernel gets a pointer
-//!   to the view's first element and must index it by those strides (pass them as scalars), or
-//!   be given contiguous views.
+//!   tensor (a tile of a matrix) moves as one copy per contiguous run (the runtime's documented
+//!   fallback for rectangular copies), packed into contiguous device memory of the view's
+//!   shape, so the kernel indexes it as a plain row-major array; the copy-back unpacks it.
 //! * **Kernels** come from [`KernelSource::opencl`](crate::chip::KernelSource::opencl) (see
 //!   [`ChipFn::opencl`](crate::chip::ChipFn::opencl)). [`ChipBackend::load_kernel`] builds the
 //!   program (with `-cl-kernel-arg-info`, so the backend can read each parameter's type) and
