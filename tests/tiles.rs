@@ -541,3 +541,44 @@ fn inner_axis_slices_reach_typed_chip_kernels_and_host_functions() {
         check_tiles(&by, &bz, MR, MC / 2);
     }
 }
+
+task_graph! {
+    /// 2-D tiles of an intermediate whose tasks all run on chip 0: written tile by tile from
+    /// `x`, then read tile by tile into `y`. Cut into strided pieces, it stays in host memory
+    /// (not the chip's), so the chip packs each piece for every backend's kernels.
+    fn device_tiles_2d(x: In<f32>, y: Out<f32>, z: InOut<f32>) {
+        let h = alloc::<f32>([MR, MC]);
+        let hs = h.grid([2, 3]);
+        let xs = x.grid([2, 3]);
+        for i in 0..6 {
+            tile_rows(xs[i], &mut hs[i], 4).on(chip(0));
+        }
+        let ys = y.grid([2, 3]);
+        for i in 0..6 {
+            tile_rows(hs[i], &mut ys[i], 4).on(chip(0));
+        }
+        let zs = z.grid([2, 3]);
+        for i in 0..6 {
+            tile_bump(&mut zs[i], 4).on(chip(0));
+        }
+    }
+}
+
+#[isolated_test]
+fn two_d_tiles_of_an_intermediate_used_on_one_chip_reach_typed_kernels() {
+    let mut rig = Rig::new(common::builder().chips(1));
+    rig.init();
+    let [(_bx, x), (by, mut y), (bz, mut z)] = matrices(&rig);
+    device_tiles_2d::call(&x, &mut y, &mut z).unwrap().run(&rig).unwrap();
+    // Each tile went through `tile_rows` twice: 2000 per tile row.
+    let n = (MR * MC) as usize;
+    let yv = by.read::<f32>(0, n).unwrap();
+    for (i, v) in yv.iter().enumerate() {
+        assert_eq!(*v, i as f32 + 2000.0 * ((i / MC as usize) % 4) as f32, "y[{i}]");
+    }
+    let zv = bz.read::<f32>(0, n).unwrap();
+    for (i, v) in zv.iter().enumerate() {
+        let (r, c) = (i / MC as usize, i % MC as usize);
+        assert_eq!(*v, 0.5 + i as f32 + (1000 * (r % 4) + c % 4) as f32, "z[{i}]");
+    }
+}

@@ -330,6 +330,27 @@ fn strided_host_views_reach_kernels_packed() {
 }
 
 #[test]
+fn strided_device_views_reach_rust_kernels_and_are_refused_by_opencl_ones() {
+    let mut rt = chip(1, &[]);
+    // Column 1 of a 4x4 matrix in device memory: there is no host copy to pack.
+    let ptr = device(&mut rt, &(0..16).map(|v| v as f32).collect::<Vec<_>>(), id(7));
+    let col = TensorView::new(4, &[4], Some(&[4]), DataType::Float32).unwrap();
+    let arg = ChipArg::Device { ptr, view: col, access: Access::ReadWrite, identity: id(7), nbytes: 64 };
+    let k = u64::from(100f32.to_bits());
+    let result = run(&mut rt, &kernel("add_scalar"), vec![arg], &[k]);
+    if on_opencl() {
+        let err = result.unwrap_err();
+        assert!(err.message().contains("strided view") && err.message().contains("add_scalar"), "{err}");
+        assert_eq!(read_device(&rt, ptr, 16), (0..16).map(|v| v as f32).collect::<Vec<_>>());
+    } else {
+        // A Rust kernel's `HostArgs` packs it and writes it back (rule H6 of `data::host_args`).
+        result.unwrap();
+        let want: Vec<f32> = (0..16).map(|v| v as f32 + if v % 4 == 1 { 100.0 } else { 0.0 }).collect();
+        assert_eq!(read_device(&rt, ptr, 16), want);
+    }
+}
+
+#[test]
 fn output_only_host_tensors_are_not_copied_in() {
     let plan = ChipFn::orchestration("peek", peek_plan);
     let mut rt = chip(2, std::slice::from_ref(&plan));
