@@ -118,7 +118,7 @@ impl Drop for AtWorker {
 ///
 /// #[callable(sub)]
 /// fn bad(x: In<f32>, y: Out<f32>) {
-///     x[0] = 1.0; // error: cannot assign to data in dereference of `In<'_, f32>`
+///     x[0] = 1.0; // error: cannot assign to data in an index of `In<'_, f32>`
 ///     y[0] = x[0];
 /// }
 /// ```
