@@ -275,8 +275,8 @@ impl Device {
     }
 
     /// Copies a host tensor's elements into the device buffer at `ptr`, packed (laid out as
-    /// `view`, contiguous and of the host view's shape): one backend copy per contiguous run of
-    /// the host view, one in all for a contiguous view.
+    /// `view`, contiguous and of the host view's shape): one backend copy, from the view in
+    /// place when it is contiguous, else from a host buffer its elements are gathered into.
     pub(crate) fn copy_in(&self, host: &MappedTensor<'_>, ptr: u64, view: &TensorView) -> Result<()> {
         self.copy_in_part(host, ptr, view, (0, u64::MAX)).map(|_| ())
     }
@@ -294,8 +294,9 @@ impl Device {
         arena::copy_runs_in(host, dev, window, |d, s| self.backend.copy_to_device(d, s))
     }
 
-    /// Copies the packed device view at `ptr` back into a host tensor's elements, one backend
-    /// copy per contiguous run of the host view.
+    /// Copies the packed device view at `ptr` back into a host tensor's elements: one backend
+    /// copy, into the view in place when it is contiguous, else into a host buffer scattered
+    /// into its elements.
     pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor<'_>) -> Result<()> {
         let dev = self.device_view("copy-back of a host tensor", host.view(), ptr, view)?;
         arena::copy_runs_out(dev, host, |d, s| self.backend.copy_from_device(d, s))

@@ -12,9 +12,9 @@
 //!   (`WorkerBuilder::chip_memory`, capped by the device's global memory) is a budget the
 //!   backend counts.
 //! * **Copies** are blocking `clEnqueueWrite/ReadBuffer` calls on the copy queue: a strided host
-//!   tensor (a tile of a matrix) moves as one copy per contiguous run (the runtime's documented
-//!   fallback for rectangular copies), packed into contiguous device memory of the view's
-//!   shape, so the kernel indexes it as a plain row-major array; the copy-back unpacks it. A
+//!   tensor (a tile of a matrix) is gathered on the host and moves as one copy, packed into
+//!   contiguous device memory of the view's shape, so the kernel indexes it as a plain
+//!   row-major array; the copy-back scatters it into the view. A
 //!   strided view of device memory (a tile of an `orch.alloc_on` intermediate) is refused at
 //!   launch, naming the kernel and the tensor: there is no host copy to pack it.
 //! * **Kernels** come from [`KernelSource::opencl`](crate::chip::KernelSource::opencl) (see

@@ -32,8 +32,8 @@
 //!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
 //!    enough) holding its view packed (contiguous, offset 0, the view's shape: a strided view,
 //!    such as a tile of a matrix, reaches the kernel as a plain tensor), and copy the view's
-//!    elements in when the tensor is readable (`Read`, `ReadWrite`), one copy per contiguous
-//!    run of the host view (one in all for a contiguous view);
+//!    elements in when the tensor is readable (`Read`, `ReadWrite`): one backend copy, from the
+//!    view in place when it is contiguous, else gathered on the host first;
 //! 4. run, on the executor thread: a kernel there as core 0; a chip orchestration as one run of the
 //!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
 //!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
