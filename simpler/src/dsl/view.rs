@@ -277,6 +277,7 @@ impl<'a, T: Element> Out<'a, T> {
     pub fn shape(&self) -> &[u32] {
         self.dims.get()
     }
+
     /// The rows: slices of the innermost dimension's length, in order (see [`In::rows`]).
     ///
     /// ```
@@ -346,6 +347,7 @@ impl<'a, T: Element> InOut<'a, T> {
     pub fn shape(&self) -> &[u32] {
         self.dims.get()
     }
+
     /// The rows: slices of the innermost dimension's length, in order (see [`In::rows`]).
     ///
     /// ```
