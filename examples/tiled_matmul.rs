@@ -1,12 +1,17 @@
-//! A tiled matrix product over two chips and a SUB reduce: `c = a · b` with the inner
+//! A tiled matrix product over two chips and SUB reduces: `c = a · b` with the inner
 //! dimension cut into 64 tiles. Each tile's partial product `a[:, k-tile] · b[k-tile, :]` is one
-//! kernel, placed on chip `t % 2`, written into its own piece of a `parts` intermediate; a host
-//! function on a SUB worker adds the 64 partial products. The `task_graph!` checker proves that
-//! the 64 kernels write disjoint pieces (so they run in parallel), and the result is checked
-//! against a reference computed on the host.
+//! kernel, placed on chip `t % 2`, written into its own piece of a `parts` intermediate; then
+//! the output is cut into a 2x2 grid of 2-D tiles, and one host function per output tile, on
+//! the SUB workers, adds that tile of the 64 partial products. The `task_graph!` checker proves
+//! that the 64 kernels write disjoint pieces and so do the 4 reduces (so each loop runs in
+//! parallel), and the result is checked against a reference computed on the host.
 //!
-//! `a` is passed transposed (`at`, `[K, M]`) so that each k-tile is a run of whole rows: a
-//! contiguous piece, which a kernel sees as a plain slice.
+//! Most pieces here are strided: a k-tile of `a` is a column block (`a.grid([1, TILES])`,
+//! shape `[M, KT]`, rows `K` elements apart), an output tile of `c` is a quarter of the matrix
+//! (`c.grid([2, 2])`), and the piece of `parts` a reduce reads is a 3-D block. A chip copies a
+//! strided piece in packed, so the kernel indexes it as a plain row-major `[M, KT]` matrix
+//! (`a[(i, k)]`), and a host function gets a packed copy; what they write goes back into the
+//! piece.
 //!
 //! `partial_matmul` carries both a Rust body and OpenCL C source
 //! (`examples/kernels/partial_matmul.cl`): the default simulated chips run the Rust body, and
@@ -26,27 +31,33 @@ const M: u32 = 16;
 const N: u32 = 16;
 /// Tiles of the inner dimension.
 const TILES: u32 = 64;
-/// Rows of `b` (and of `at`) per tile.
+/// Columns of `a` (and rows of `b`) per tile.
 const KT: u32 = 4;
 const K: u32 = TILES * KT;
+/// The output tiles: a `GRID` x `GRID` grid of `c`.
+const GRID: u32 = 2;
 
-/// One partial product: `p[M, N] = at_tile[KT, M]ᵀ · b_tile[KT, N]`, on one chip core.
+/// One partial product: `p[M, N] = a_tile[M, KT] · b_tile[KT, N]`, on one chip core.
 ///
 /// On an OpenCL chip the source in `kernels/partial_matmul.cl` (relative to this crate's
 /// `Cargo.toml`) runs instead, one work-item per element of `p`, with the same parameters:
 /// the tensors as `__global float*`, then `m`, `n` and `kt` as `uint`.
 #[callable(chip, opencl = "kernels/partial_matmul.cl")]
-fn partial_matmul(at: In<f32>, b: In<f32>, mut p: Out<f32>, m: u32, n: u32, kt: u32) {
+fn partial_matmul(a: In<f32>, b: In<f32>, mut p: Out<f32>, m: u32, n: u32, kt: u32) {
     let (m, n, kt) = (m as usize, n as usize, kt as usize);
-    assert_eq!((at.len(), b.len(), p.len()), (kt * m, kt * n, m * n), "tile shapes");
+    assert_eq!(
+        (a.shape(), b.shape(), p.len()),
+        (&[m as u32, kt as u32][..], &[kt as u32, n as u32][..], m * n)
+    );
     for i in 0..m {
         for j in 0..n {
-            p[i * n + j] = (0..kt).map(|k| at[k * m + i] * b[k * n + j]).sum();
+            // `a` is a column block of the whole `a`, packed: `[M, KT]`, row-major.
+            p[(i, j)] = (0..kt).map(|k| a[(i, k)] * b[(k, j)]).sum();
         }
     }
 }
 
-/// `c = Σ parts[t]` over the tiles: the reduce, on a SUB worker.
+/// One output tile: `c_tile = Σ parts_tile[t]` over the partial products, on a SUB worker.
 #[callable(sub)]
 fn reduce(parts: In<f32>, mut c: Out<f32>) {
     c.fill(0.0);
@@ -58,28 +69,22 @@ fn reduce(parts: In<f32>, mut c: Out<f32>) {
 }
 
 task_graph! {
-    /// `c = a · b`, given `at = aᵀ`: 64 partial products over two chips, then one reduce.
-    pub fn tiled_matmul(at: In<f32>, b: In<f32>, c: Out<f32>) {
-        let parts = alloc::<f32>([TILES * M, N]);
+    /// `c = a · b`: 64 partial products over two chips, then one reduce per 2-D output tile.
+    pub fn tiled_matmul(a: In<f32>, b: In<f32>, c: Out<f32>) {
+        let parts = alloc::<f32>([TILES, M, N]);
         let ps = parts.split(TILES);
-        // On an OpenCL chip each piece is a sub-buffer, which must start at a multiple of the
-        // device's base address alignment (128 bytes on PoCL): the pieces of `at` and `b` start
-        // at multiples of KT * M * 4 = KT * N * 4 = 256 bytes, those of `parts` at M * N * 4.
         let bs = b.split(TILES);
-        for (t, at_t) in at.split(TILES) {
-            partial_matmul(at_t, bs[t], &mut ps[t], M, N, KT).on(chip(t % 2));
+        for (t, a_t) in a.grid([1, TILES]) {
+            partial_matmul(a_t, bs[t], &mut ps[t], M, N, KT).on(chip(t % 2));
         }
-        reduce(parts, &mut c).on(sub());
+        // Output tile `t` of `c` and the same tile of every partial product.
+        let cs = c.grid([GRID, GRID]);
+        let pcs = parts.grid([1, GRID, GRID]);
+        for (t, part_t) in pcs {
+            reduce(part_t, &mut cs[t]).on(sub());
+        }
     }
 }
-
-// The pieces of `at`, `b` and `parts` start at multiples of 128 bytes, PoCL's base address
-// alignment: an OpenCL chip passes each piece as a sub-buffer, and refuses (naming the kernel
-// and the alignment) one that starts elsewhere. Other devices report their own alignment (some
-// GPUs 512 bytes or more); size the tiles to it.
-const _: () = assert!(
-    (KT * M * 4).is_multiple_of(128) && (KT * N * 4).is_multiple_of(128) && (M * N * 4).is_multiple_of(128)
-);
 
 /// The chips the example runs on (`--device sim`, the default, or `--device opencl`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -98,7 +103,7 @@ fn device_from_args() -> Result<Device, String> {
 }
 
 fn builder(device: Device) -> Result<simpler::WorkerBuilder, String> {
-    let builder = Worker::builder().chips(2).sub_workers(1);
+    let builder = Worker::builder().chips(2).sub_workers(2);
     match device {
         Device::Sim => Ok(builder),
         #[cfg(feature = "opencl")]
@@ -124,42 +129,36 @@ fn main() -> simpler::Result<ExitCode> {
     worker.init()?;
     let (m, n, k) = (M as usize, N as usize, K as usize);
     // Small integers, so the float sums are exact whatever the order.
-    let a: Vec<f32> = (0..m * k).map(|v| (v % 7) as f32 - 3.0).collect();
+    let av: Vec<f32> = (0..m * k).map(|v| (v % 7) as f32 - 3.0).collect();
     let bv: Vec<f32> = (0..k * n).map(|v| (v % 5) as f32 - 2.0).collect();
-    let mut at = vec![0.0f32; k * m];
-    for i in 0..m {
-        for kk in 0..k {
-            at[kk * m + i] = a[i * k + kk];
-        }
-    }
-    let (bat, bb, bc) = (
-        worker.create_buffer(4 * k * m)?,
+    let (ba, bb, bc) = (
+        worker.create_buffer(4 * m * k)?,
         worker.create_buffer(4 * k * n)?,
         worker.create_buffer(4 * m * n)?,
     );
-    bat.write(0, &at)?;
+    ba.write(0, &av)?;
     bb.write(0, &bv)?;
-    let (tat, tb, mut tc) =
-        (bat.typed::<f32>(&[K, M])?, bb.typed::<f32>(&[K, N])?, bc.typed::<f32>(&[M, N])?);
+    let (ta, tb, mut tc) = (ba.typed::<f32>(&[M, K])?, bb.typed::<f32>(&[K, N])?, bc.typed::<f32>(&[M, N])?);
 
-    let run = tiled_matmul::call(&tat, &tb, &mut tc)?
+    let run = tiled_matmul::call(&ta, &tb, &mut tc)?
         .submit_with(&worker, simpler::RunOptions::new().capture_dag())?;
     run.wait()?;
     let got = bc.read::<f32>(0, m * n)?;
     let want: Vec<f32> =
-        (0..m * n).map(|ij| (0..k).map(|kk| a[(ij / n) * k + kk] * bv[kk * n + ij % n]).sum()).collect();
+        (0..m * n).map(|ij| (0..k).map(|kk| av[(ij / n) * k + kk] * bv[kk * n + ij % n]).sum()).collect();
 
     let dag = run.dag().expect("captured");
     let graph = tiled_matmul::graph();
     let on_chip = |c: u32| dag.graph().node_weights().filter(|t| t.target == format!("worker {c}")).count();
+    let reduces = (GRID * GRID) as usize;
     println!(
-        "{} tasks: {} partial products on chip 0, {} on chip 1, 1 reduce; {} edges (each partial product feeds the reduce)",
+        "{} tasks: {} partial products on chip 0, {} on chip 1, {reduces} reduces of 2-D output tiles; {} edges (each partial product feeds every reduce)",
         dag.graph().node_count(),
         on_chip(0),
         on_chip(1),
         dag.graph().edge_count()
     );
-    let ok = got == want && graph.matches(&dag) && dag.graph().edge_count() == TILES as usize;
+    let ok = got == want && graph.matches(&dag) && dag.graph().edge_count() == TILES as usize * reduces;
     worker.close()?;
     if !ok {
         eprintln!(
@@ -167,6 +166,8 @@ fn main() -> simpler::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    println!("result check: c = a · b matches the host reference ({m}x{n}, K = {k} in {TILES} tiles)");
+    println!(
+        "result check: c = a · b matches the host reference ({m}x{n} in {GRID}x{GRID} output tiles, K = {k} in {TILES} tiles)"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,9 @@
 //! Tiles and index launches: partitions of typed tensors, `task_graph!` loops over a constant
 //! bound and over a partition (the pieces written by different iterations run in parallel, and
 //! the graph's structure is the run's), the reduction patterns (an `InOut` accumulator the loop
-//! orders, a combine that reads every piece), and the run-time check of an `IndexLaunch`.
+//! orders, a combine that reads every piece), the run-time check of an `IndexLaunch`, and 2-D
+//! tiles and inner-axis slices of a matrix (strided pieces) given to typed kernels and host
+//! functions, read and written.
 
 mod common;
 
@@ -384,6 +386,201 @@ fn a_range_loop_needs_as_many_tiles_as_it_indexes() {
     assert!(msg.contains("runs up to index 3 and indexes `xs` (`x.tiles([TILE])`) at its index, but `xs` (`x.tiles([TILE])`) has 3 pieces"), "{msg}");
     assert_eq!(by.read::<f32>(0, 48).unwrap(), vec![-1.0; 48], "no task ran");
     assert_eq!(first_four::graph_for(&[48], &[48]).unwrap_err().message(), msg);
+}
+
+/// Rows and columns of the matrices the 2-D tests cut: `grid([2, 3])` and `tiles([4, 4])` give
+/// six 4x4 tiles, each a strided piece (rows 12 elements apart).
+const MR: u32 = 8;
+const MC: u32 = 12;
+
+/// `y[(r, c)] = x[(r, c)] + 1000 r` over a tile, `r` the tile's own row, on one chip core.
+#[callable(chip, opencl = "kernels/tile_rows.cl", entry = "tile_rows")]
+fn tile_rows(x: In<f32>, mut y: Out<f32>, cols: u32) {
+    assert_eq!((x.shape(), y.shape()[1]), (y.shape(), cols), "tile shapes");
+    for r in 0..y.shape()[0] as usize {
+        for c in 0..cols as usize {
+            y[(r, c)] = x[(r, c)] + 1000.0 * r as f32;
+        }
+    }
+}
+
+/// `tile_rows` on a SUB worker, through the rows.
+#[callable(sub)]
+fn tile_rows_sub(x: In<f32>, mut y: Out<f32>, cols: u32) {
+    assert_eq!((x.shape(), y.shape()[1]), (y.shape(), cols), "tile shapes");
+    for (r, (yr, xr)) in y.rows_mut().zip(x.rows()).enumerate() {
+        for (o, v) in yr.iter_mut().zip(xr) {
+            *o = v + 1000.0 * r as f32;
+        }
+    }
+}
+
+/// `y[(r, c)] += 1000 r + c` over a tile, in place, on one chip core.
+#[callable(chip, opencl = "kernels/tile_bump.cl", entry = "tile_bump")]
+fn tile_bump(mut y: InOut<f32>, cols: u32) {
+    assert_eq!(y.shape()[1], cols, "tile shape");
+    for r in 0..y.shape()[0] as usize {
+        for c in 0..cols as usize {
+            y[(r, c)] += (1000 * r + c) as f32;
+        }
+    }
+}
+
+/// `tile_bump` on a SUB worker.
+#[callable(sub)]
+fn tile_bump_sub(mut y: InOut<f32>, cols: u32) {
+    assert_eq!(y.shape()[1], cols, "tile shape");
+    for (r, row) in y.rows_mut().enumerate() {
+        for (c, v) in row.iter_mut().enumerate() {
+            *v += (1000 * r + c) as f32;
+        }
+    }
+}
+
+task_graph! {
+    /// 2-D tiles on chips: `y` from `x` tile by tile (`grid`), `z` bumped in place (`tiles`).
+    fn chip_tiles_2d(x: In<f32>, y: Out<f32>, z: InOut<f32>) {
+        let xs = x.grid([2, 3]);
+        let ys = y.grid([2, 3]);
+        for i in 0..6 {
+            tile_rows(xs[i], &mut ys[i], 4).on(chip(i % 2));
+        }
+        let zs = z.tiles([4, 4]);
+        for i in 0..6 {
+            tile_bump(&mut zs[i], 4).on(chip(i % 2));
+        }
+    }
+}
+
+task_graph! {
+    /// The same on SUB workers.
+    fn sub_tiles_2d(x: In<f32>, y: Out<f32>, z: InOut<f32>) {
+        let xs = x.tiles([4, 4]);
+        let ys = y.tiles([4, 4]);
+        for (i, xt) in xs {
+            tile_rows_sub(xt, &mut ys[i], 4).on(sub());
+        }
+        let zs = z.grid([2, 3]);
+        for i in 0..6 {
+            tile_bump_sub(&mut zs[i], 4).on(sub());
+        }
+    }
+}
+
+/// Inner-axis slices (column halves of the matrices, strided pieces), through the typed API:
+/// `y` from `x` and `z` bumped, each half on one chip (`on_chip`) or on a SUB worker.
+#[callable(orch)]
+fn column_halves(
+    o: &mut Orchestrator<'_>,
+    x: In<f32>,
+    y: Out<f32>,
+    z: InOut<f32>,
+    on_chip: u32,
+) -> simpler::Result<()> {
+    let half = MC / 2;
+    for h in 0..2 {
+        let cols = h * half..(h + 1) * half;
+        let xt = x.slice(1, cols.clone())?;
+        let (mut yt, mut zt) = (y.slice(1, cols.clone())?, z.slice(1, cols)?);
+        if on_chip == 1 {
+            tile_rows::call(&xt, &mut yt, half)?.on(o, simpler::dsl::chip(h))?;
+            tile_bump::call(&mut zt, half)?.on(o, simpler::dsl::chip(h))?;
+        } else {
+            tile_rows_sub::call(&xt, &mut yt, half)?.on(o, simpler::dsl::sub())?;
+            tile_bump_sub::call(&mut zt, half)?.on(o, simpler::dsl::sub())?;
+        }
+    }
+    Ok(())
+}
+
+/// Three `MR` x `MC` matrices: `x` a ramp, `y` a sentinel (-1), `z` a ramp from 0.5.
+fn matrices(w: &Worker) -> [(simpler::Buffer, TensorOf<f32>); 3] {
+    let n = (MR * MC) as usize;
+    [(0.0, 1.0), (-1.0, 0.0), (0.5, 1.0)].map(|(at, step)| {
+        let b = w.create_buffer(n * 4).unwrap();
+        b.write(0, &(0..n).map(|v| at + step * v as f32).collect::<Vec<_>>()).unwrap();
+        let t = b.typed::<f32>(&[MR, MC]).unwrap();
+        (b, t)
+    })
+}
+
+/// Checks `y` and `z` element by element against the host's computation, for tiles of
+/// `tile_rows` rows and `tile_cols` columns.
+fn check_tiles(y: &simpler::Buffer, z: &simpler::Buffer, tile_rows: u32, tile_cols: u32) {
+    let n = (MR * MC) as usize;
+    let (y, z) = (y.read::<f32>(0, n).unwrap(), z.read::<f32>(0, n).unwrap());
+    for r in 0..MR {
+        for c in 0..MC {
+            let (i, tr, tc) = ((r * MC + c) as usize, r % tile_rows, c % tile_cols);
+            assert_eq!(y[i], i as f32 + 1000.0 * tr as f32, "y[({r}, {c})]");
+            assert_eq!(z[i], 0.5 + i as f32 + (1000 * tr + tc) as f32, "z[({r}, {c})]");
+        }
+    }
+}
+
+#[isolated_test]
+fn two_d_tiles_reach_typed_chip_kernels_and_host_functions() {
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(2));
+    rig.init();
+    let [(_bx, x), (by, mut y), (bz, mut z)] = matrices(&rig);
+    chip_tiles_2d::call(&x, &mut y, &mut z).unwrap().run(&rig).unwrap();
+    check_tiles(&by, &bz, 4, 4);
+
+    let [(_bx, x), (by, mut y), (bz, mut z)] = matrices(&rig);
+    sub_tiles_2d::call(&x, &mut y, &mut z).unwrap().run(&rig).unwrap();
+    check_tiles(&by, &bz, 4, 4);
+}
+
+#[isolated_test]
+fn inner_axis_slices_reach_typed_chip_kernels_and_host_functions() {
+    let mut rig = Rig::new(common::builder().chips(2).sub_workers(2));
+    rig.init();
+    for on_chip in [1, 0] {
+        let [(_bx, x), (by, mut y), (bz, mut z)] = matrices(&rig);
+        column_halves::call(&x, &mut y, &mut z, on_chip).unwrap().run(&rig).unwrap();
+        check_tiles(&by, &bz, MR, MC / 2);
+    }
+}
+
+task_graph! {
+    /// 2-D tiles of an intermediate whose tasks all run on chip 0: written tile by tile from
+    /// `x`, then read tile by tile into `y`. Cut into strided pieces, it stays in host memory
+    /// (not the chip's), so the chip packs each piece for every backend's kernels.
+    fn device_tiles_2d(x: In<f32>, y: Out<f32>, z: InOut<f32>) {
+        let h = alloc::<f32>([MR, MC]);
+        let hs = h.grid([2, 3]);
+        let xs = x.grid([2, 3]);
+        for i in 0..6 {
+            tile_rows(xs[i], &mut hs[i], 4).on(chip(0));
+        }
+        let ys = y.grid([2, 3]);
+        for i in 0..6 {
+            tile_rows(hs[i], &mut ys[i], 4).on(chip(0));
+        }
+        let zs = z.grid([2, 3]);
+        for i in 0..6 {
+            tile_bump(&mut zs[i], 4).on(chip(0));
+        }
+    }
+}
+
+#[isolated_test]
+fn two_d_tiles_of_an_intermediate_used_on_one_chip_reach_typed_kernels() {
+    let mut rig = Rig::new(common::builder().chips(1));
+    rig.init();
+    let [(_bx, x), (by, mut y), (bz, mut z)] = matrices(&rig);
+    device_tiles_2d::call(&x, &mut y, &mut z).unwrap().run(&rig).unwrap();
+    // Each tile went through `tile_rows` twice: 2000 per tile row.
+    let n = (MR * MC) as usize;
+    let yv = by.read::<f32>(0, n).unwrap();
+    for (i, v) in yv.iter().enumerate() {
+        assert_eq!(*v, i as f32 + 2000.0 * ((i / MC as usize) % 4) as f32, "y[{i}]");
+    }
+    let zv = bz.read::<f32>(0, n).unwrap();
+    for (i, v) in zv.iter().enumerate() {
+        let (r, c) = (i / MC as usize, i % MC as usize);
+        assert_eq!(*v, 0.5 + i as f32 + (1000 * (r % 4) + c % 4) as f32, "z[{i}]");
+    }
 }
 
 task_graph! {

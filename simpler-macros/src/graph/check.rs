@@ -483,7 +483,7 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
     // Every use of a static intermediate takes the static path, every other use the TensorMap.
     let statik: Vec<bool> = ck.tensors.iter().map(|t| t.statik).collect();
     keep_static(&mut ck.steps, &statik);
-    let chips: Vec<Option<u32>> = ck
+    let mut chips: Vec<Option<u32>> = ck
         .tensors
         .iter()
         .map(|t| match t.runs_on {
@@ -491,6 +491,14 @@ pub(crate) fn check(cx: &mut Ctxt, def: &GraphDef) -> Plan {
             _ => None,
         })
         .collect();
+    // An intermediate cut into strided pieces stays in host memory: a chip's copy-in packs a
+    // strided host piece, which every backend's kernel then reads as a plain array, where a
+    // strided view of device memory would reach an OpenCL kernel as it lies (and be refused).
+    for p in &ck.parts {
+        if p.counts.as_deref().is_some_and(strided_grid) {
+            chips[p.tensor] = None;
+        }
+    }
     place_allocs(&mut ck.steps, &chips);
     let tensors = ck.tensors.iter().map(|t| t.name.clone()).collect();
     let compile_time_edges = ck.parts.is_empty() && !ck.looped;
@@ -542,6 +550,13 @@ fn keep_static(steps: &mut [Step], statik: &[bool]) {
             _ => {}
         }
     }
+}
+
+/// Whether a partition with these counts per axis may cut strided pieces: more than one
+/// piece along an axis after the first (a count that is not the literal `1`).
+fn strided_grid(counts: &[syn::Expr]) -> bool {
+    let one = |e: &syn::Expr| matches!(e, syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) if i.base10_digits() == "1");
+    counts.iter().skip(1).any(|c| !one(c))
 }
 
 /// Places each intermediate whose tasks all run on one constant chip on that chip.

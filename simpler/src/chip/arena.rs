@@ -34,8 +34,9 @@
 //! * **A5 (host views).** [`copy_runs_in`] and [`copy_runs_out`] take host memory
 //!   as a [`MappedTensor`], whose construction guarantees rule H1 of `data::host_args`: its
 //!   view's bytes lie inside memory mapped in this process while it lives, and no other thread
-//!   writes those bytes meanwhile (they belong to the running task). They lend those bytes, run
-//!   by run, to the backend's copy functions, for the length of one call each.
+//!   writes those bytes meanwhile (they belong to the running task). They lend those bytes (or
+//!   a buffer of their own that a strided view's elements are gathered into or scattered
+//!   from) to the backend's copy functions, for the length of one call each.
 //! * **A6 (fenced blocks).** A block may be *fenced* ([`Arena::fence`]): the chip runtime's
 //!   retained staging buffer of a pipeline slot whose run is not executing. No kernel view
 //!   reaches into a fenced block ([`Arena::tensor`] refuses one; views are made only while their
@@ -395,65 +396,84 @@ impl Arena {
     }
 }
 
-/// Copies the elements of host tensor `host` to the device view starting at device pointer
-/// `dev` (the view's first byte; same shape, strides and type as the host view, which the
-/// caller checked, along with the device range), by calling `copy(device pointer, host bytes)`
-/// for each contiguous run of the view's elements (the backend's `copy_to_device`); only the
-/// view's elements, not the gaps of a strided view. Only the element bytes from `from` (an
-/// offset into the view's elements in order, gaps not counted) up to `budget` of them:
-/// `(0, u64::MAX)` copies the whole view, a smaller window a piece of it, cutting a contiguous
-/// run where the window does (a copy made in pieces, between which the caller does other work).
-/// Returns the bytes copied (fewer than `budget` only at the view's end). Stops at the first
-/// error.
+/// Copies the elements of host tensor `host` to the device starting at device pointer `dev`,
+/// packed: in row-major order of the view's shape, with no gaps (the device view is contiguous,
+/// of the host view's shape and type, which the caller checked, along with the device range),
+/// by calling `copy(device pointer, host bytes)` (the backend's `copy_to_device`) once: with
+/// the view's bytes in place for a contiguous view, or with a host buffer the elements of a
+/// strided view are gathered into (one backend call, not one per row). Only the element bytes
+/// from `from` (an offset into the view's elements in order, gaps not counted) up to `budget`
+/// of them: `(0, u64::MAX)` copies the whole view, a smaller window a piece of it, cutting a
+/// contiguous run where the window does (a copy made in pieces, between which the caller does
+/// other work). Returns the bytes copied (fewer than `budget` only at the view's end).
 pub(crate) fn copy_runs_in(
     host: &MappedTensor<'_>,
     dev: u64,
     (from, budget): (u64, u64),
-    mut copy: impl FnMut(u64, &[u8]) -> Result<()>,
+    copy: impl FnOnce(u64, &[u8]) -> Result<()>,
 ) -> Result<u64> {
     let src = host.ptr();
-    let end = from.saturating_add(budget);
-    let (mut pos, mut copied) = (0u64, 0u64);
-    let mut result = Ok(());
+    let total = host.view().num_elements() * host.view().dtype().size() as u64;
+    let (lo, hi) = (from.min(total), from.saturating_add(budget).min(total));
+    if lo >= hi {
+        return Ok(0);
+    }
+    let n = (hi - lo) as usize;
+    if host.view().is_contiguous() {
+        // SAFETY: rule A5 — `src + lo..+n` lies inside the contiguous host view's byte range,
+        // mapped while `host` lives and written by nobody else meanwhile (H1); the slice lives
+        // only for this call of `copy`, which cannot keep it.
+        let bytes = unsafe { std::slice::from_raw_parts(src.add(lo as usize), n) };
+        return copy(dev + lo, bytes).map(|()| n as u64);
+    }
+    let mut gathered = Vec::with_capacity(n);
+    let mut pos = 0u64;
     host.view().for_each_run(|offset, len| {
-        let (lo, hi) = (pos.max(from), (pos + len as u64).min(end));
-        if result.is_ok() && lo < hi {
-            let (skip, n) = ((lo - pos) as usize, (hi - lo) as usize);
-            // SAFETY: rule A5 — `src + offset + skip..+n` lies inside the run
+        let (a, b) = (pos.max(lo), (pos + len as u64).min(hi));
+        if a < b {
+            // SAFETY: rule A5 — `src + offset + (a - pos)..+(b - a)` lies inside the run
             // `src + offset..+len` of the host view's byte range, mapped while `host` lives
-            // and written by nobody else meanwhile (H1); the slice lives only for this call
-            // of `copy`, which cannot keep it.
-            let bytes = unsafe { std::slice::from_raw_parts(src.add(offset + skip), n) };
-            result = copy(dev + (offset + skip) as u64, bytes);
-            copied += n as u64;
+            // and written by nobody else meanwhile (H1); the slice is copied from at once.
+            let run =
+                unsafe { std::slice::from_raw_parts(src.add(offset + (a - pos) as usize), (b - a) as usize) };
+            gathered.extend_from_slice(run);
         }
         pos += len as u64;
     });
-    result.map(|()| copied)
+    copy(dev + lo, &gathered).map(|()| n as u64)
 }
 
-/// Copies the elements of the device view starting at device pointer `dev` back into host
-/// tensor `host` by calling `copy(device pointer, host bytes)` for each contiguous run (the
-/// backend's `copy_from_device`); the reverse of [`copy_runs_in`]. Bytes of the host buffer
+/// Copies the packed elements at device pointer `dev` back into host tensor `host`'s view by
+/// calling `copy(device pointer, host bytes)` (the backend's `copy_from_device`) once: into the
+/// view's bytes in place for a contiguous view, or into a host buffer scattered into the
+/// elements of a strided view; the reverse of [`copy_runs_in`]. Bytes of the host buffer
 /// outside the view's elements are not touched.
 pub(crate) fn copy_runs_out(
     dev: u64,
     host: &MappedTensor<'_>,
-    mut copy: impl FnMut(u64, &mut [u8]) -> Result<()>,
+    copy: impl FnOnce(u64, &mut [u8]) -> Result<()>,
 ) -> Result<()> {
     let dst = host.ptr();
-    let mut result = Ok(());
+    let total = (host.view().num_elements() * host.view().dtype().size() as u64) as usize;
+    if host.view().is_contiguous() {
+        // SAFETY: rule A5 — `dst..+total` is the contiguous host view's byte range, mapped while
+        // `host` lives (H1), and the running task alone may touch those bytes (it holds write
+        // access), so this exclusive slice aliases nothing; it lives only for this call of
+        // `copy`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(dst, total) };
+        return copy(dev, bytes);
+    }
+    let mut packed = vec![0u8; total];
+    copy(dev, &mut packed)?;
+    let mut pos = 0usize;
     host.view().for_each_run(|offset, len| {
-        if result.is_ok() {
-            // SAFETY: rule A5 — `dst + offset..+len` lies in the host view's byte range,
-            // mapped while `host` lives (H1), and the running task alone may touch those bytes (it
-            // holds write access), so this exclusive slice aliases nothing; it lives only
-            // for this call of `copy`.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(dst.add(offset), len) };
-            result = copy(dev + offset as u64, bytes);
-        }
+        // SAFETY: rule A5 — `dst + offset..+len` is a run of the host view's elements, mapped
+        // while `host` lives (H1) and touched by the running task alone (it holds write
+        // access); `packed[pos..pos + len]` is this function's own buffer.
+        unsafe { std::ptr::copy_nonoverlapping(packed.as_ptr().add(pos), dst.add(offset), len) };
+        pos += len;
     });
-    result
+    Ok(())
 }
 
 /// The gate one copy holds (rules A3, A6).

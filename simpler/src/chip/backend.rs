@@ -146,7 +146,8 @@ pub trait ChipBackend: Send + Sync + 'static {
     }
 
     /// Copies `src` to device memory at `dst` (host to device); returns once the bytes are
-    /// there. A strided host tensor arrives as one call per contiguous run of its elements.
+    /// there. A strided host tensor arrives packed: its elements gathered on the host, in one
+    /// call per window of the copy (one for the whole tensor unless copied in pieces).
     ///
     /// ```
     /// use simpler::{chip::ChipBackend, chip::SimChip};

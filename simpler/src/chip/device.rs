@@ -274,8 +274,9 @@ impl Device {
         self.backend.copy_from_device(src, dst)
     }
 
-    /// Copies a host tensor's elements into the device buffer at `ptr` (laid out as `view`),
-    /// one backend copy per contiguous run.
+    /// Copies a host tensor's elements into the device buffer at `ptr`, packed (laid out as
+    /// `view`, contiguous and of the host view's shape): one backend copy, from the view in
+    /// place when it is contiguous, else from a host buffer its elements are gathered into.
     pub(crate) fn copy_in(&self, host: &MappedTensor<'_>, ptr: u64, view: &TensorView) -> Result<()> {
         self.copy_in_part(host, ptr, view, (0, u64::MAX)).map(|_| ())
     }
@@ -293,21 +294,19 @@ impl Device {
         arena::copy_runs_in(host, dev, window, |d, s| self.backend.copy_to_device(d, s))
     }
 
-    /// Copies the device view at `ptr` back into a host tensor's elements, one backend copy per
-    /// contiguous run.
+    /// Copies the packed device view at `ptr` back into a host tensor's elements: one backend
+    /// copy, into the view in place when it is contiguous, else into a host buffer scattered
+    /// into its elements.
     pub(crate) fn copy_out(&self, ptr: u64, view: &TensorView, host: &MappedTensor<'_>) -> Result<()> {
         let dev = self.device_view("copy-back of a host tensor", host.view(), ptr, view)?;
         arena::copy_runs_out(dev, host, |d, s| self.backend.copy_from_device(d, s))
     }
 
     /// Checks that the device buffer at `ptr` holds `dev_view`'s byte range inside a held
-    /// block and that the two views have the same layout; returns the device pointer of the
-    /// view's first byte.
+    /// block and that `dev_view` is the packed layout of `host` (contiguous, same shape and
+    /// type); returns the device pointer of the view's first byte.
     fn device_view(&self, what: &str, host: &TensorView, ptr: u64, dev_view: &TensorView) -> Result<u64> {
-        if host.shape() != dev_view.shape()
-            || host.strides() != dev_view.strides()
-            || host.dtype() != dev_view.dtype()
-        {
+        if host.shape() != dev_view.shape() || host.dtype() != dev_view.dtype() || !dev_view.is_contiguous() {
             return Err(Error::invalid(format!(
                 "{what}: host view {host:?} and device view {dev_view:?} differ"
             )));

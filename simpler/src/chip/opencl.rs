@@ -12,10 +12,11 @@
 //!   (`WorkerBuilder::chip_memory`, capped by the device's global memory) is a budget the
 //!   backend counts.
 //! * **Copies** are blocking `clEnqueueWrite/ReadBuffer` calls on the copy queue: a strided host
-//!   tensor moves as one copy per contiguous run (the runtime's documented fallback for
-//!   rectangular copies), into a device layout with the same strides: the kernel gets a pointer
-//!   to the view's first element and must index it by those strides (pass them as scalars), or
-//!   be given contiguous views.
+//!   tensor (a tile of a matrix) is gathered on the host and moves as one copy, packed into
+//!   contiguous device memory of the view's shape, so the kernel indexes it as a plain
+//!   row-major array; the copy-back scatters it into the view. A
+//!   strided view of device memory (a tile of an `orch.alloc_on` intermediate) is refused at
+//!   launch, naming the kernel and the tensor: there is no host copy to pack it.
 //! * **Kernels** come from [`KernelSource::opencl`](crate::chip::KernelSource::opencl) (see
 //!   [`ChipFn::opencl`](crate::chip::ChipFn::opencl)). [`ChipBackend::load_kernel`] builds the
 //!   program (with `-cl-kernel-arg-info`, so the backend can read each parameter's type) and
@@ -747,6 +748,13 @@ impl ChipBackend for OpenClChip {
         let mut args: Vec<Arc<ClBuffer>> = Vec::with_capacity(tensors.len());
         let mut after = Writes(Vec::new());
         for (i, t) in tensors.iter().enumerate() {
+            if !t.view().is_contiguous() {
+                // Host tensors arrive packed; only a strided view of device memory is left.
+                return Err(Error::invalid(format!(
+                    "OpenCL kernel `{name}` tensor {i} is a strided view {:?} of device memory, and an OpenCL kernel indexes a plain array: give it a piece of a host tensor (the chip packs it) or a contiguous piece",
+                    t.view()
+                )));
+            }
             let (start, end) = t.view().byte_range();
             // Named (formatted) only in the error.
             let what = std::fmt::from_fn(|out| write!(out, "`{name}` tensor {i}"));

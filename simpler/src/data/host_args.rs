@@ -14,14 +14,22 @@
 //! H3. A tensor index is handed out either any number of times shared (read-only slice) or once
 //!     exclusively (mutable slice), tracked by a per-index borrow flag that never resets during
 //!     the call; so no `&mut [T]` ever aliases another live reference.
-//! H4. Slices are made only for contiguous views whose data type matches `T` and whose first
-//!     element is aligned for `T` (checked at run time).
+//! H4. Slices are made only over contiguous bytes whose data type matches `T` and whose first
+//!     element is aligned for `T` (checked at run time): a contiguous view in place, or the
+//!     packed copy of a strided view (H6).
 //! H5. A [`KeptTensor`] holds, beside its tensor, what keeps the tensor's bytes mapped (an
 //!     `Arc` of the mapping), so its tensor's `'a` is the kept tensor's own life, in whichever
 //!     thread holds it; it is made only by the `unsafe` [`KeptTensor::new`], whose caller owns
 //!     the mapping and vouches for H1's exclusive use for as long as the kept tensor lives.
+//! H6. A strided view is lent as a packed copy: [`HostArgs::new`] gathers its elements, in
+//!     row-major order, into a heap block of its own (`u64`-aligned, so aligned for every
+//!     element type) that only the [`HostArgs`] owns and frees, and slices of it follow H3
+//!     like any tensor's. When the `HostArgs` drops (every slice it lent has ended, as they
+//!     borrow it) the copy of a tensor lent mutably is scattered back into the view's
+//!     elements, which H1 keeps mapped and exclusive until then; its callers drop it before
+//!     they report the task's end.
 
-#![expect(unsafe_code, reason = "typed slices over shared mappings; rules H1-H5")]
+#![expect(unsafe_code, reason = "typed slices over shared mappings; rules H1-H6")]
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -92,6 +100,41 @@ impl<'a> MappedTensor<'a> {
     fn byte_range(&self) -> (u64, u64) {
         let start = self.ptr() as u64;
         (start, start.saturating_add(self.view.extent_bytes()))
+    }
+
+    /// A packed copy of a strided view's elements (rule H6): a heap block of `u64`s holding
+    /// them in row-major order; `None` for a contiguous view, which is lent in place.
+    fn pack(&self) -> Option<Box<[u64]>> {
+        if self.view.is_contiguous() {
+            return None;
+        }
+        let len = (self.view.num_elements() as usize) * self.view.dtype().size();
+        let mut block = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        let dst = block.as_mut_ptr().cast::<u8>();
+        let src = self.ptr();
+        let mut pos = 0usize;
+        self.view.for_each_run(|offset, n| {
+            // SAFETY: rule H1 — `src + offset..+n` is a run of the view's elements, mapped for
+            // `'a` and written by nobody else meanwhile; rule H6 — `dst + pos..+n` lies inside
+            // the block (the runs' lengths add up to `len`), which nothing else references.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(offset), dst.add(pos), n) };
+            pos += n;
+        });
+        Some(block)
+    }
+
+    /// Scatters a packed copy back into the view's elements (rule H6).
+    fn unpack(&self, block: &[u64]) {
+        let src = block.as_ptr().cast::<u8>();
+        let dst = self.ptr();
+        let mut pos = 0usize;
+        self.view.for_each_run(|offset, n| {
+            // SAFETY: rule H1 — `dst + offset..+n` is a run of the view's elements, mapped
+            // writable for `'a` and accessed by nobody else while the task runs; rule H6 —
+            // `src + pos..+n` lies inside the block, which no slice borrows any more.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(pos), dst.add(offset), n) };
+            pos += n;
+        });
     }
 }
 
@@ -169,8 +212,13 @@ const EXCLUSIVE: u8 = 2;
 /// The arguments of one host-function call: tensors (typed slices) and scalars.
 ///
 /// `input` gives `&[T]`, `output` gives `&mut [T]`; the element type must match the tensor's
-/// data type and the view must be contiguous. A tensor can be borrowed mutably once per call;
-/// an input (read-only) tensor cannot be borrowed mutably at all.
+/// data type. A tensor can be borrowed mutably once per call; an input (read-only) tensor
+/// cannot be borrowed mutably at all.
+///
+/// A strided view (an inner-axis `slice`, a piece of `tiles` or `grid` of a matrix) is lent
+/// packed: its elements in row-major order of its shape, copied out of the buffer before the
+/// call, and, when it was borrowed by `output`, copied back into the view's elements after the
+/// call. Contiguous views are lent in place, with no copy.
 ///
 /// ```no_run
 /// use simpler::{HostArgs, HostResult};
@@ -188,6 +236,9 @@ const EXCLUSIVE: u8 = 2;
 pub struct HostArgs<'a> {
     tensors: Vec<MappedTensor<'a>>,
     borrows: Vec<Cell<u8>>,
+    /// The packed copy of each strided tensor (rule H6), as a raw block this value owns (made
+    /// by `Box::into_raw`, freed in `Drop`), so that the slices lent from it may be mutable.
+    packed: Vec<Option<*mut [u64]>>,
     scalars: &'a [u64],
     worker: u32,
 }
@@ -231,7 +282,8 @@ impl<'a> HostArgs<'a> {
             }
         }
         let borrows = (0..tensors.len()).map(|_| Cell::new(FREE)).collect();
-        Ok(HostArgs { tensors, borrows, scalars, worker })
+        let packed = tensors.iter().map(|t| t.pack().map(Box::into_raw)).collect();
+        Ok(HostArgs { tensors, borrows, packed, scalars, worker })
     }
 
     /// Number of tensors (as added to the task's `TaskArgs`).
@@ -409,22 +461,22 @@ impl<'a> HostArgs<'a> {
         })
     }
 
-    fn check<T: Element>(&self, i: usize) -> Result<&MappedTensor<'a>> {
+    /// Tensor `i` checked for `T`, and the address of its contiguous elements: the view's
+    /// first byte, or the packed copy of a strided view (rule H6).
+    fn check<T: Element>(&self, i: usize) -> Result<(&MappedTensor<'a>, *mut u8)> {
         let t = self.tensor(i)?;
         let dt = t.view.dtype();
         if T::DTYPE != dt && !(dt == DataType::Bool && T::DTYPE == DataType::Uint8) {
             return Err(Error::invalid(format!("tensor {i} holds {dt} elements, not {}", T::DTYPE)));
         }
-        if !t.view.is_contiguous() {
-            return Err(Error::invalid(format!(
-                "tensor {i} is a strided view {:?}; typed slices need a contiguous view",
-                t.view
-            )));
-        }
-        if !(t.ptr() as usize).is_multiple_of(align_of::<T>()) {
+        let ptr = match self.packed[i] {
+            Some(block) => block.cast::<u8>(),
+            None => t.ptr(),
+        };
+        if !(ptr as usize).is_multiple_of(align_of::<T>()) {
             return Err(Error::invalid(format!("tensor {i} is not aligned for {} elements", T::DTYPE)));
         }
-        Ok(t)
+        Ok((t, ptr))
     }
 
     /// Tensor `i` as a read-only slice; may be called any number of times for one tensor.
@@ -433,7 +485,7 @@ impl<'a> HostArgs<'a> {
     ///
     /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the index
     /// is out of range, `T` does not match the tensor's data type ([`DataType::Bool`] tensors
-    /// read as `u8`), the view is strided, the tensor is write-only (tagged `Output`), or it is
+    /// read as `u8`), the tensor is write-only (tagged `Output`), or it is
     /// already borrowed by [`output`](Self::output) in this call.
     ///
     /// ```no_run
@@ -449,7 +501,7 @@ impl<'a> HostArgs<'a> {
     /// }
     /// ```
     pub fn input<T: Element>(&self, i: usize) -> Result<&[T]> {
-        let t = self.check::<T>(i)?;
+        let (t, ptr) = self.check::<T>(i)?;
         if !t.access.can_read() {
             return Err(Error::invalid(format!(
                 "tensor {i} is write-only (tagged Output) and cannot be read"
@@ -460,9 +512,10 @@ impl<'a> HostArgs<'a> {
         }
         self.borrows[i].set(SHARED);
         let len = t.view.num_elements() as usize;
-        // SAFETY: rule H1 (the pointer and `len` elements lie in a live mapping), rule H4
-        // (contiguous, matching dtype, aligned), rules H2/H3 (no live `&mut` aliases it).
-        Ok(unsafe { std::slice::from_raw_parts(t.ptr() as *const T, len) })
+        // SAFETY: rule H1 (the pointer and `len` elements lie in a live mapping) or rule H6 (in
+        // the packed copy this value owns), rule H4 (contiguous, matching dtype, aligned),
+        // rules H2/H3 (no live `&mut` aliases it).
+        Ok(unsafe { std::slice::from_raw_parts(ptr as *const T, len) })
     }
 
     /// Tensor `i` as a mutable slice; needs write access; once per call.
@@ -473,8 +526,8 @@ impl<'a> HostArgs<'a> {
     /// # Errors
     ///
     /// An [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) error when the index
-    /// is out of range, `T` does not match the tensor's data type, the view is strided, the
-    /// tensor is read-only (tagged `Input`), or it was already borrowed in this call.
+    /// is out of range, `T` does not match the tensor's data type, the tensor is read-only
+    /// (tagged `Input`), or it was already borrowed in this call.
     ///
     /// ```no_run
     /// use simpler::{HostArgs, HostResult};
@@ -491,7 +544,7 @@ impl<'a> HostArgs<'a> {
     /// ```
     #[allow(clippy::mut_from_ref)] // Exclusive access is enforced by rule H3 at run time.
     pub fn output<T: Element>(&self, i: usize) -> Result<&mut [T]> {
-        let t = self.check::<T>(i)?;
+        let (t, ptr) = self.check::<T>(i)?;
         if !t.access.can_write() {
             return Err(Error::invalid(format!(
                 "tensor {i} is read-only (tagged Input) and cannot be written"
@@ -502,10 +555,28 @@ impl<'a> HostArgs<'a> {
         }
         self.borrows[i].set(EXCLUSIVE);
         let len = t.view.num_elements() as usize;
-        // SAFETY: rule H1 (live mapping), rule H4 (contiguous, dtype, alignment), rule H3 (this
-        // is the only borrow of index `i` for the rest of the call) and rule H2 (no other
-        // tensor of the task overlaps a writable one).
-        Ok(unsafe { std::slice::from_raw_parts_mut(t.ptr() as *mut T, len) })
+        // SAFETY: rule H1 (live mapping) or rule H6 (the packed copy this value owns, its
+        // block made writable by `Box::into_raw`), rule H4 (contiguous, dtype, alignment),
+        // rule H3 (this is the only borrow of index `i` for the rest of the call) and rule H2
+        // (no other tensor of the task overlaps a writable one).
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr as *mut T, len) })
+    }
+}
+
+impl Drop for HostArgs<'_> {
+    /// Scatters the packed copy of every strided tensor lent mutably back into its view, and
+    /// frees the copies (rule H6).
+    fn drop(&mut self) {
+        for (i, block) in self.packed.iter_mut().enumerate() {
+            if let Some(raw) = block.take() {
+                // SAFETY: rule H6 — `raw` came from `Box::into_raw` in `new` and is freed
+                // only here, once; no slice lent from it outlives `&self`, which has ended.
+                let block = unsafe { Box::from_raw(raw) };
+                if self.borrows[i].get() == EXCLUSIVE {
+                    self.tensors[i].unpack(&block);
+                }
+            }
+        }
     }
 }
 
@@ -549,6 +620,34 @@ mod tests {
         assert!(args.output::<f32>(0).is_err(), "one mutable borrow per call");
         drop(args);
         assert_eq!(b, [2.0; 4]);
+    }
+
+    #[test]
+    fn strided_views_are_lent_packed_and_written_back() {
+        // A 4x6 matrix; the tile is rows 1..3, columns 2..5: shape [2, 3], strides [6, 1].
+        let mut m: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let mut n = m.clone();
+        let tile = TensorView::new(4 * (6 + 2), &[2, 3], Some(&[6, 1]), DataType::Float32).unwrap();
+        let col = TensorView::new(4 * 5, &[4], Some(&[6]), DataType::Float32).unwrap(); // column 5
+        let t0 = MappedTensor::from_slice(as_bytes_mut(&mut m), tile, Access::ReadWrite).unwrap();
+        let t1 = MappedTensor::from_slice(as_bytes_mut(&mut n), col, Access::Read).unwrap();
+        let args = HostArgs::new(vec![t0, t1], &[], 0).unwrap();
+        assert_eq!(args.input::<f32>(1).unwrap(), [5.0, 11.0, 17.0, 23.0]);
+        let t = args.output::<f32>(0).unwrap();
+        assert_eq!(t, [8.0, 9.0, 10.0, 14.0, 15.0, 16.0]);
+        t.iter_mut().for_each(|v| *v = -*v);
+        drop(args);
+        let want: Vec<f32> =
+            (0..24)
+                .map(|v| {
+                    if (1..3).contains(&(v / 6)) && (2..5).contains(&(v % 6)) {
+                        -(v as f32)
+                    } else {
+                        v as f32
+                    }
+                })
+                .collect();
+        assert_eq!(m, want, "the tile went back, nothing else moved");
     }
 
     #[test]

@@ -331,7 +331,10 @@ impl Orchestrator<'_> {
     /// [`alloc_of`](Self::alloc_of) for an intermediate that only kernels on chip `chip` use:
     /// in that chip's memory where the level has a device heap there (see
     /// [`Orchestrator::alloc_on`]). `task_graph!` uses it for an `alloc` whose every task runs
-    /// on one constant chip.
+    /// on one constant chip, unless the graph cuts it into strided pieces (a `grid` with more
+    /// than one piece along an inner axis): those stay in host memory, where a chip's copy-in
+    /// packs each piece for its kernel (an OpenCL kernel refuses a strided view of device
+    /// memory).
     ///
     /// ```no_run
     /// # fn demo(orch: &mut simpler::Orchestrator<'_>) -> simpler::Result<()> {

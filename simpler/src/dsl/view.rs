@@ -1,9 +1,16 @@
 //! What a `#[callable]` kernel or host function receives for its tensor parameters: `In<T>`
-//! (a read-only slice), `Out<T>` and `InOut<T>` (mutable slices), each with the tensor's shape;
-//! and [`worker_index`], which core or SUB worker runs the call.
+//! (a read-only slice), `Out<T>` and `InOut<T>` (mutable slices), each with the tensor's shape,
+//! its rows and 2-D indexing `x[(r, c)]`; and [`worker_index`], which core or SUB worker runs
+//! the call.
+//!
+//! The elements are always contiguous, in row-major order of the shape: a strided piece (a
+//! tile of a matrix, an inner-axis slice) arrives packed, by the chip's copy-in or the host
+//! function's packed copy (`data::host_args`, rule H6), and its writes go back into the piece.
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
+use std::ops::{
+    Deref, DerefMut, Index, IndexMut, Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
+};
 
 use crate::data::dtype::Element;
 use crate::data::tensor::{MAX_TENSOR_DIMS, TensorView};
@@ -34,6 +41,29 @@ impl Dims {
     fn get(&self) -> &[u32] {
         &self.dims[..usize::from(self.rank)]
     }
+
+    /// Elements per row: the innermost dimension.
+    fn cols(&self) -> usize {
+        self.dims[usize::from(self.rank.max(1)) - 1] as usize
+    }
+
+    /// The flat index of element `(r, c)`; panics when `c` is past the row.
+    #[track_caller]
+    fn at(&self, (r, c): (usize, usize)) -> usize {
+        let cols = self.cols();
+        assert!(c < cols, "column {c} is past the {cols} columns of a {:?} tensor", self.get());
+        r * cols + c
+    }
+}
+
+/// The rows of `data` (an empty iterator for a tensor with no columns).
+fn rows_of<T>(data: &[T], cols: usize) -> std::slice::ChunksExact<'_, T> {
+    if cols == 0 { data[..0].chunks_exact(1) } else { data.chunks_exact(cols) }
+}
+
+/// The rows of `data`, mutable.
+fn rows_of_mut<T>(data: &mut [T], cols: usize) -> std::slice::ChunksExactMut<'_, T> {
+    if cols == 0 { data[..0].chunks_exact_mut(1) } else { data.chunks_exact_mut(cols) }
 }
 
 thread_local! {
@@ -88,7 +118,7 @@ impl Drop for AtWorker {
 ///
 /// #[callable(sub)]
 /// fn bad(x: In<f32>, y: Out<f32>) {
-///     x[0] = 1.0; // error: cannot assign to data in dereference of `In<'_, f32>`
+///     x[0] = 1.0; // error: cannot assign to data in an index of `In<'_, f32>`
 ///     y[0] = x[0];
 /// }
 /// ```
@@ -196,6 +226,27 @@ impl<'a, T: Element> In<'a, T> {
     pub fn as_slice(&self) -> &'a [T] {
         self.data
     }
+
+    /// The rows: slices of the innermost dimension's length, in order (for a 3-D tensor, the
+    /// rows of every matrix in turn). A tile of a matrix has its own rows, whatever the rows
+    /// of the matrix it was cut from.
+    ///
+    /// ```
+    /// use simpler::{callable, dsl::In, dsl::Out};
+    ///
+    /// /// Sums each row of a 2-D tile.
+    /// #[callable(sub)]
+    /// fn row_sums(m: In<f32>, mut sums: Out<f32>) {
+    ///     for (s, row) in sums.iter_mut().zip(m.rows()) {
+    ///         *s = row.iter().sum();
+    ///     }
+    /// }
+    /// let x = In::new(&[1.0f32, 2.0, 3.0, 4.0]);
+    /// assert_eq!(x.rows().count(), 1, "a slice wrapped by hand is one row");
+    /// ```
+    pub fn rows(&self) -> std::slice::ChunksExact<'a, T> {
+        rows_of(self.data, self.dims.cols())
+    }
 }
 
 impl<'a, T: Element> Out<'a, T> {
@@ -226,6 +277,46 @@ impl<'a, T: Element> Out<'a, T> {
     pub fn shape(&self) -> &[u32] {
         self.dims.get()
     }
+
+    /// The rows: slices of the innermost dimension's length, in order (see [`In::rows`]).
+    ///
+    /// ```
+    /// use simpler::{callable, dsl::In, dsl::Out};
+    ///
+    /// /// Copies the first column of a tile into each of its rows' last element.
+    /// #[callable(sub)]
+    /// fn first_to_last(x: In<u32>, mut y: Out<u32>) {
+    ///     for (r, row) in x.rows().enumerate() {
+    ///         let last = y.shape()[1] as usize - 1;
+    ///         y[(r, last)] = row[0];
+    ///     }
+    ///     assert_eq!(y.rows().count(), x.rows().count());
+    /// }
+    /// ```
+    pub fn rows(&self) -> std::slice::ChunksExact<'_, T> {
+        rows_of(self.data, self.dims.cols())
+    }
+
+    /// The rows, mutable (see [`In::rows`]).
+    ///
+    /// ```
+    /// use simpler::{callable, dsl::Out};
+    ///
+    /// /// Numbers each row of a 2-D tile by its index: `y[(r, c)] = r`.
+    /// #[callable(chip)]
+    /// fn row_numbers(mut y: Out<u32>) {
+    ///     for (r, row) in y.rows_mut().enumerate() {
+    ///         row.fill(r as u32);
+    ///     }
+    /// }
+    /// let mut data = [9u32; 4];
+    /// simpler::dsl::Out::new(&mut data).rows_mut().for_each(|row| row[0] = 1);
+    /// assert_eq!(data, [1, 9, 9, 9]);
+    /// ```
+    pub fn rows_mut(&mut self) -> std::slice::ChunksExactMut<'_, T> {
+        let cols = self.dims.cols();
+        rows_of_mut(self.data, cols)
+    }
 }
 
 impl<'a, T: Element> InOut<'a, T> {
@@ -255,6 +346,46 @@ impl<'a, T: Element> InOut<'a, T> {
     /// ```
     pub fn shape(&self) -> &[u32] {
         self.dims.get()
+    }
+
+    /// The rows: slices of the innermost dimension's length, in order (see [`In::rows`]).
+    ///
+    /// ```
+    /// use simpler::{callable, dsl::In, dsl::InOut};
+    ///
+    /// /// Copies the first column of a tile into each of its rows' last element.
+    /// #[callable(sub)]
+    /// fn first_to_last(x: In<u32>, mut y: InOut<u32>) {
+    ///     for (r, row) in x.rows().enumerate() {
+    ///         let last = y.shape()[1] as usize - 1;
+    ///         y[(r, last)] = row[0];
+    ///     }
+    ///     assert_eq!(y.rows().count(), x.rows().count());
+    /// }
+    /// ```
+    pub fn rows(&self) -> std::slice::ChunksExact<'_, T> {
+        rows_of(self.data, self.dims.cols())
+    }
+
+    /// The rows, mutable (see [`In::rows`]).
+    ///
+    /// ```
+    /// use simpler::{callable, dsl::InOut};
+    ///
+    /// /// Numbers each row of a 2-D tile by its index: `y[(r, c)] = r`.
+    /// #[callable(chip)]
+    /// fn row_numbers(mut y: InOut<u32>) {
+    ///     for (r, row) in y.rows_mut().enumerate() {
+    ///         row.fill(r as u32);
+    ///     }
+    /// }
+    /// let mut data = [9u32; 4];
+    /// simpler::dsl::InOut::new(&mut data).rows_mut().for_each(|row| row[0] = 1);
+    /// assert_eq!(data, [1, 9, 9, 9]);
+    /// ```
+    pub fn rows_mut(&mut self) -> std::slice::ChunksExactMut<'_, T> {
+        let cols = self.dims.cols();
+        rows_of_mut(self.data, cols)
     }
 }
 
@@ -293,6 +424,81 @@ impl<T: Element> DerefMut for InOut<'_, T> {
         self.data
     }
 }
+
+/// `x[i]`, `x[a..b]` and the other slice indices, as on the slice the parameter dereferences
+/// to (`Index` on the parameter itself would otherwise hide them).
+macro_rules! slice_indices {
+    ($m:ident, $ty:ident) => {
+        $m!($ty: usize, Range<usize>, RangeFrom<usize>, RangeTo<usize>, RangeFull, RangeInclusive<usize>,
+            RangeToInclusive<usize>);
+    };
+}
+
+macro_rules! index {
+    ($ty:ident: $($i:ty),*) => {
+        $(
+            impl<T: Element> Index<$i> for $ty<'_, T> {
+                type Output = <[T] as Index<$i>>::Output;
+
+                #[track_caller]
+                fn index(&self, i: $i) -> &Self::Output {
+                    &self.data[i]
+                }
+            }
+        )*
+    };
+}
+
+macro_rules! index_mut {
+    ($ty:ident: $($i:ty),*) => {
+        $(
+            impl<T: Element> IndexMut<$i> for $ty<'_, T> {
+                #[track_caller]
+                fn index_mut(&mut self, i: $i) -> &mut Self::Output {
+                    &mut self.data[i]
+                }
+            }
+        )*
+    };
+}
+
+/// `x[(r, c)]`: the element in row `r`, column `c` (rows as [`In::rows`] gives them). A column
+/// past the row panics, as an index past a slice's end does.
+macro_rules! index_2d {
+    ($ty:ident) => {
+        impl<T: Element> Index<(usize, usize)> for $ty<'_, T> {
+            type Output = T;
+
+            #[track_caller]
+            fn index(&self, rc: (usize, usize)) -> &T {
+                &self.data[self.dims.at(rc)]
+            }
+        }
+    };
+}
+
+macro_rules! index_2d_mut {
+    ($ty:ident) => {
+        impl<T: Element> IndexMut<(usize, usize)> for $ty<'_, T> {
+            #[track_caller]
+            fn index_mut(&mut self, rc: (usize, usize)) -> &mut T {
+                let i = self.dims.at(rc);
+                &mut self.data[i]
+            }
+        }
+    };
+}
+
+slice_indices!(index, In);
+slice_indices!(index, Out);
+slice_indices!(index, InOut);
+slice_indices!(index_mut, Out);
+slice_indices!(index_mut, InOut);
+index_2d!(In);
+index_2d!(Out);
+index_2d!(InOut);
+index_2d_mut!(Out);
+index_2d_mut!(InOut);
 
 impl<T: Element + fmt::Debug> fmt::Debug for In<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -30,13 +30,15 @@
 //!    allocation of this chip;
 //! 3. give every host tensor a slice of the pipeline slot's retained staging buffer
 //!    (`chip::staging`: grow-only, 64-byte bump slices, no device allocation once it is large
-//!    enough) laid out like its view (offset 0), and copy the view's elements in when the
-//!    tensor is readable (`Read`, `ReadWrite`);
+//!    enough) holding its view packed (contiguous, offset 0, the view's shape: a strided view,
+//!    such as a tile of a matrix, reaches the kernel as a plain tensor), and copy the view's
+//!    elements in when the tensor is readable (`Read`, `ReadWrite`): one backend copy, from the
+//!    view in place when it is contiguous, else gathered on the host first;
 //! 4. run, on the executor thread: a kernel there as core 0; a chip orchestration as one run of the
 //!    chip engine, with every tensor handed over as device memory (`Backing::Device`) tagged
 //!    from its access (`Read` -> `Input`, `Write` -> `Output`, `ReadWrite` -> `InOut`);
-//! 5. on success, copy the elements of every writable host tensor back (on failure the host
-//!    tensors are left as they were);
+//! 5. on success, copy the elements of every writable host tensor back, unpacked into the
+//!    host view's elements (on failure the host tensors are left as they were);
 //! 6. fence the staging buffer again (rule A6 of `chip::arena`), whatever happened; it is
 //!    freed when the chip shuts down.
 //!
@@ -617,10 +619,8 @@ impl ChipRuntime {
         let chip = self.chip;
         let device = self.device.clone();
         let host_sizes = args.iter().filter_map(|a| match a {
-            ChipArg::Host(m) => {
-                let (start, end) = m.view().byte_range();
-                Some(end - start)
-            }
+            // Packed: the view's elements with no gaps.
+            ChipArg::Host(m) => Some(m.view().num_elements() * m.view().dtype().size() as u64),
             ChipArg::Device { .. } => None,
         });
         let (offsets, need) = staging::layout(host_sizes, device.align())
@@ -672,11 +672,12 @@ impl ChipRuntime {
                     });
                 }
                 ChipArg::Host(m) => {
-                    let (start, end) = m.view().byte_range();
-                    let size = end - start;
-                    let view =
-                        TensorView::new(0, m.view().shape(), Some(m.view().strides()), m.view().dtype())
-                            .map_err(|e| bad(e.message().to_string()))?;
+                    // The kernel sees the view packed: contiguous, of the view's shape, so a
+                    // strided host view (a tile of a matrix, an inner-axis slice) reaches it
+                    // as a plain tensor; the copy-back unpacks it into the view's elements.
+                    let size = m.view().num_elements() * m.view().dtype().size() as u64;
+                    let view = TensorView::new(0, m.view().shape(), None, m.view().dtype())
+                        .map_err(|e| bad(e.message().to_string()))?;
                     let at = offsets.next().expect("one slice per host tensor");
                     let ptr = base.expect("a staging block when a host tensor is staged") + at;
                     // A write-only tensor is not copied in: its slice holds what an earlier run

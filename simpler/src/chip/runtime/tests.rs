@@ -303,10 +303,51 @@ fn a_failed_run_leaves_host_tensors_as_they_were() {
     let mut buf = vec![-1.0f32; 8];
     let view = TensorView::new(4, &[4], Some(&[2]), DataType::Float32).unwrap();
     let arg = host_view(&mut buf, view, Access::Write);
-    // Kernels get typed slices of contiguous views only: `ones` fails on this one.
-    let err = run(&mut rt, &kernel("ones"), vec![arg], &[]).unwrap_err();
-    assert!(err.message().contains("strided"), "{err}");
+    let err = run(&mut rt, &kernel("fail_kernel"), vec![arg], &[]).unwrap_err();
+    assert!(err.message().contains("fail_kernel"), "{err}");
     assert_eq!(buf, vec![-1.0; 8], "a failed run leaves host tensors as they were");
+}
+
+#[test]
+fn strided_host_views_reach_kernels_packed() {
+    let mut rt = chip(1, &[]);
+    // A 2x3 tile of a 4x4 matrix (rows 1..3, columns 1..4): the kernel sees 6 contiguous
+    // elements, and only the tile's elements change on the host.
+    let mut buf: Vec<f32> = (0..16).map(|v| v as f32).collect();
+    let view = TensorView::new(4 * 5, &[2, 3], Some(&[4, 1]), DataType::Float32).unwrap();
+    let k = u64::from(100f32.to_bits());
+    run(&mut rt, &kernel("add_scalar"), vec![host_view(&mut buf, view, Access::ReadWrite)], &[k]).unwrap();
+    let want: Vec<f32> = (0..16)
+        .map(|v| v as f32 + if (1..3).contains(&(v / 4)) && v % 4 >= 1 { 100.0 } else { 0.0 })
+        .collect();
+    assert_eq!(buf, want);
+    // A column (stride 4, one element per run), written whole.
+    let mut buf = vec![-1.0f32; 16];
+    let col = TensorView::new(4 * 2, &[4], Some(&[4]), DataType::Float32).unwrap();
+    run(&mut rt, &kernel("ones"), vec![host_view(&mut buf, col, Access::Write)], &[]).unwrap();
+    let want: Vec<f32> = (0..16).map(|v| if v % 4 == 2 { 1.0 } else { -1.0 }).collect();
+    assert_eq!(buf, want, "the gaps belong to others");
+}
+
+#[test]
+fn strided_device_views_reach_rust_kernels_and_are_refused_by_opencl_ones() {
+    let mut rt = chip(1, &[]);
+    // Column 1 of a 4x4 matrix in device memory: there is no host copy to pack.
+    let ptr = device(&mut rt, &(0..16).map(|v| v as f32).collect::<Vec<_>>(), id(7));
+    let col = TensorView::new(4, &[4], Some(&[4]), DataType::Float32).unwrap();
+    let arg = ChipArg::Device { ptr, view: col, access: Access::ReadWrite, identity: id(7), nbytes: 64 };
+    let k = u64::from(100f32.to_bits());
+    let result = run(&mut rt, &kernel("add_scalar"), vec![arg], &[k]);
+    if on_opencl() {
+        let err = result.unwrap_err();
+        assert!(err.message().contains("strided view") && err.message().contains("add_scalar"), "{err}");
+        assert_eq!(read_device(&rt, ptr, 16), (0..16).map(|v| v as f32).collect::<Vec<_>>());
+    } else {
+        // A Rust kernel's `HostArgs` packs it and writes it back (rule H6 of `data::host_args`).
+        result.unwrap();
+        let want: Vec<f32> = (0..16).map(|v| v as f32 + if v % 4 == 1 { 100.0 } else { 0.0 }).collect();
+        assert_eq!(read_device(&rt, ptr, 16), want);
+    }
 }
 
 #[test]
