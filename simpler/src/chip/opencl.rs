@@ -69,9 +69,9 @@
 //! * **O5 (one process).** OpenCL is used only by the process that made the chip: one forked
 //!   (without exec) from a process that used OpenCL refuses to start.
 //! * **O6 (writes before reads).** A copy to the device is waited for on the device, not the
-//!   host: its event is kept with its buffer, and the next kernel that reads the buffer has it
-//!   in its launch's wait list (a launch that fails first waits for it on the host; a buffer
-//!   written 16 times with no kernel between waits on the host). Copies back run on the copy
+//!   host: its event is kept with its buffer until it is seen complete, and every kernel that
+//!   reads the buffer (or a sub-buffer of it) has the pending ones in its launch's wait list (a
+//!   buffer with 16 pending writes waits for them on the host). Copies back run on the copy
 //!   queue, in order after the writes, and after the kernels the runtime waited for.
 
 #![expect(
@@ -193,9 +193,9 @@ fn all_devices() -> Result<Vec<cl_device_id>> {
 struct ClBuffer {
     mem: Buffer<u8>,
     len: u64,
-    /// Writes to it (on the copy queue) that the next kernel reading it waits for on the device
-    /// (its launch's wait list), so the host does not wait for them (rule O6).
-    writes: Mutex<Vec<Event>>,
+    /// Writes to it (on the copy queue) not known to be complete: every kernel that reads it
+    /// waits for them on the device (its launch's wait list), so the host does not (rule O6).
+    writes: Mutex<Vec<Arc<Event>>>,
 }
 
 /// Most writes a buffer keeps pending before the host waits for them (a buffer written again
@@ -629,12 +629,13 @@ impl ChipBackend for OpenClChip {
             // the device: the next kernel that reads the buffer (on a core's queue) waits for
             // it on the device (rule O6); copies back are on this in-order queue, after it.
             let mut writes = sync::lock(&buf.writes);
-            writes.push(Event::new(event));
+            writes.retain(|w| !complete(w));
+            writes.push(Arc::new(Event::new(event)));
             if writes.len() >= PENDING_WRITES {
-                let all: Vec<Event> = std::mem::take(&mut *writes);
-                for w in &all {
+                for w in writes.iter() {
                     w.wait().map_err(|e| cl("waiting for a write to a buffer", e))?;
                 }
+                writes.clear();
             }
             Ok(())
         })
@@ -746,7 +747,7 @@ impl ChipBackend for OpenClChip {
         // The buffers the arguments name: the buffer itself at offset 0, else a sub-buffer; and
         // the writes to them the kernel waits for (rule O6).
         let mut args: Vec<Arc<ClBuffer>> = Vec::with_capacity(tensors.len());
-        let mut after = Writes(Vec::new());
+        let mut after: Vec<Arc<Event>> = Vec::new();
         for (i, t) in tensors.iter().enumerate() {
             if !t.view().is_contiguous() {
                 // Host tensors arrive packed; only a strided view of device memory is left.
@@ -759,7 +760,13 @@ impl ChipBackend for OpenClChip {
             // Named (formatted) only in the error.
             let what = std::fmt::from_fn(|out| write!(out, "`{name}` tensor {i}"));
             let (buf, offset) = self.resolve(&what, t.ptr(), end)?;
-            after.0.append(&mut sync::lock(&buf.writes));
+            {
+                // Every kernel reading the buffer waits for them, not only the first (kernels on
+                // other cores may read it too); complete ones are dropped.
+                let mut writes = sync::lock(&buf.writes);
+                writes.retain(|w| !complete(w));
+                after.extend(writes.iter().cloned());
+            }
             let origin = offset + start;
             if origin == 0 {
                 args.push(buf);
@@ -817,7 +824,7 @@ impl ChipBackend for OpenClChip {
         }
         let queue = &self.cores[core];
         let sizes = [usize::try_from(global).map_err(|_| Error::invalid("global work size too large"))?];
-        let wait: Vec<opencl3::types::cl_event> = after.0.iter().map(Event::get).collect();
+        let wait: Vec<opencl3::types::cl_event> = after.iter().map(|w| w.get()).collect();
         // SAFETY: rule O4 — every parameter was set above with its declared size, under the
         // lock; rule O1 — the kernel and the queue are this chip's, and the buffers stay alive
         // in the returned completion until the kernel's event completed; rule O6 — `wait`
@@ -842,25 +849,15 @@ impl ChipBackend for OpenClChip {
             )
         })?;
         drop(kernel);
-        after.0.clear(); // the kernel waits for them now
         queue.flush().map_err(|e| cl("flushing a queue", e))?;
         Ok(Completion::Pending(Box::new(Running { name: name.to_string(), event, _args: args })))
     }
 }
 
-/// Writes a launch took from its buffers' pending lists: the kernel's wait list once it is
-/// enqueued; waited for on the host if the launch fails before that (rule O6: no later kernel
-/// may read a buffer before a write to it is done).
-struct Writes(Vec<Event>);
-
-impl Drop for Writes {
-    fn drop(&mut self) {
-        for w in &self.0 {
-            if let Err(e) = w.wait() {
-                tracing::warn!(target: "simpler::chip", "a write to a buffer failed: {e}");
-            }
-        }
-    }
+/// Whether a write's event is known to be complete (an error counts as not: it stays in the
+/// wait lists, whose kernels then fail with it).
+fn complete(w: &Event) -> bool {
+    w.command_execution_status().is_ok_and(|st| st.0 == CL_COMPLETE)
 }
 
 #[cfg(test)]

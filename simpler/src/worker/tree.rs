@@ -676,6 +676,9 @@ impl Tree {
                 return Err(e);
             }
         }
+        // The old session's node-resident buffers died with it: forgotten before anything can
+        // reach the new session (a task naming one fails as using a lost worker's buffer).
+        self.devices.forget_chip(id);
         if !self.engine.replace_endpoint(i, Box::new(RemoteEndpoint::new(s.clone()))) {
             s.close();
             return Err(Error::state(format!(
@@ -684,8 +687,6 @@ impl Tree {
         }
         old.close();
         *sync::lock(&self.remote[j]) = s.clone();
-        // The old session's node-resident buffers died with it.
-        self.devices.forget_chip(id);
         tracing::info!(target: "simpler::worker", worker = %who, pid = s.node_pid(), "remote worker rejoined");
         Ok(s.node_pid() as i32)
     }

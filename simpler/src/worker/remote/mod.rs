@@ -250,6 +250,9 @@ struct SessionState {
     awaiting: bool,
     /// The sequence number of the last TASK sent (what a CANCEL names).
     task_seq: u64,
+    /// When a cancelled task must have ended: past it, with its COMPLETION still due, the
+    /// session is lost (the health thread checks at each heartbeat), so a stopped run ends.
+    cancel_by: Option<Instant>,
     /// The sequence number of the control in flight (controls go one at a time).
     control_seq: Option<u64>,
     /// Controls that gave up waiting (timed out), by sequence number, with their command: their
@@ -308,6 +311,8 @@ pub(crate) struct Session {
     rx_bell: Doorbell,
     /// The session's id: the high 32 bits of each sequence number it sends.
     id: u64,
+    /// How long a cancelled task may take to end on the node (the health timeout).
+    cancel_grace: Duration,
     /// A handle on the health connection, used only to shut it down.
     health_socket: Stream,
     /// The health connection's writing end: its writes (the answers to heartbeats, a CANCEL)
@@ -387,8 +392,9 @@ impl Session {
             writer_done: Mutex::new(None),
             state: Mutex::new(SessionState::default()),
             changed: Condvar::new(),
-            seq: AtomicU64::new((id << 32) | 1),
+            seq: AtomicU64::new(1),
             id,
+            cancel_grace: spec.health_timeout.max(Duration::from_secs(1)),
             resolver: Mutex::new(resolver),
             outputs: Mutex::new(Vec::new()),
             bell,
@@ -449,7 +455,9 @@ impl Session {
 
     /// The sequence number of the next frame sent (this session's id in its high half).
     fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
+        // The count wraps within the low half (skipping 0), never into the session's id.
+        let n = self.seq.fetch_add(1, Ordering::Relaxed) & SEQ_COUNT;
+        (self.id << 32) | n.max(1)
     }
 
     /// [`send`](Self::send) under a sequence number drawn already (so what its reply is matched
@@ -533,10 +541,11 @@ impl Session {
     /// the CANCEL could not be written (the session is lost then).
     fn cancel_task(&self) -> bool {
         let seq = {
-            let st = sync::lock(&self.state);
+            let mut st = sync::lock(&self.state);
             if st.lost.is_some() {
                 return false;
             }
+            st.cancel_by = Some(Instant::now() + self.cancel_grace);
             st.task_seq
         };
         match write_frame(&mut *sync::lock(&self.health_tx), FrameKind::Cancel, seq, &[]) {
@@ -564,6 +573,16 @@ impl Session {
                     if let Err(e) = write_frame(&mut *sync::lock(&self.health_tx), FrameKind::Health, 0, &[])
                     {
                         return self.lose(format!("answering the node's heartbeat failed: {e}"));
+                    }
+                    let overdue = {
+                        let st = sync::lock(&self.state);
+                        st.awaiting && st.cancel_by.is_some_and(|by| Instant::now() >= by)
+                    };
+                    if overdue {
+                        return self.lose(format!(
+                            "the node did not end its cancelled task within {:?} (its orchestration function may not return)",
+                            self.cancel_grace
+                        ));
                     }
                 }
                 Ok(f) if f.kind == FrameKind::Shutdown => return self.lose(ended_by_node(&f.body)),
@@ -973,6 +992,7 @@ impl Endpoint for RemoteEndpoint {
             st.completion = None;
             st.awaiting = true;
             st.task_seq = seq;
+            st.cancel_by = None;
         }
         tracing::trace!(target: "simpler::remote", run_id = d.run, task_index = d.task, node = %s.label, bytes = bulk, "send task");
         if small { s.send_as(FrameKind::Task, seq, head) } else { s.send_bulk(seq, head, segments) }

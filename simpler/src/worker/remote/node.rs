@@ -218,7 +218,14 @@ impl Node {
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
         self.worker.init()?;
         let name = listener.local_addr().to_string();
-        Ok(BoundNode { worker: self.worker, listener: Some(listener), key: self.key, orch: self.orch, name })
+        Ok(BoundNode {
+            worker: self.worker,
+            listener: Some(listener),
+            key: self.key,
+            orch: self.orch,
+            name,
+            sessions: std::sync::atomic::AtomicUsize::new(0),
+        })
     }
 
     /// Serves the root of a launched job (`mpirun`, `srun`): starts the L3 Worker, connects to
@@ -250,6 +257,7 @@ impl Node {
             key: self.key,
             orch: self.orch,
             name: format!("rank {}", launch.rank()),
+            sessions: std::sync::atomic::AtomicUsize::new(0),
         };
         let root = launch.root();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -306,6 +314,55 @@ pub struct BoundNode {
     orch: HashMap<Digest, OrchFn>,
     /// How messages name this node (its address, or its rank).
     name: String,
+    /// The sessions running now.
+    sessions: std::sync::atomic::AtomicUsize,
+}
+
+/// A handshake's state: running, finished (its result is sent), or ended to make room.
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const ENDED: u8 = 2;
+
+/// A handshake in progress: its accept order, a handle on the connection to end it by, its
+/// state. The state settles a race between a handshake that finishes and the pairing loop
+/// ending it to make room: whichever moves it from RUNNING first wins, so a handshake that
+/// finished is never ended, and one that was ended reports nothing.
+type Pending = (u64, Stream, Arc<std::sync::atomic::AtomicU8>);
+
+/// What pairing connections keeps from one session to the next (a node serving several roots
+/// pairs one while others' connections are still authenticating or waiting for their pair).
+struct Pairing {
+    tx: std::sync::mpsc::Sender<(u64, Stream, String, Result<lane::Token>)>,
+    rx: std::sync::mpsc::Receiver<(u64, Stream, String, Result<lane::Token>)>,
+    /// Each handshake thread writes a byte to `wake_tx` once it sent its connection: wakes `poll`.
+    wake_rx: std::os::unix::net::UnixStream,
+    wake_tx: std::os::unix::net::UnixStream,
+    /// Authenticated connections waiting for their pair: token -> (accept order, stream, peer,
+    /// since when). Of two with one token, the one accepted first is the session's.
+    waiting: HashMap<lane::Token, (u64, Stream, String, std::time::Instant)>,
+    accepted: u64,
+    running: usize,
+    /// The handshakes in progress, oldest first.
+    pending: std::collections::VecDeque<Pending>,
+}
+
+impl Pairing {
+    fn new() -> Result<Pairing> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (wake_rx, wake_tx) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| Error::os("making a wake-up pipe", e))?;
+        wake_rx.set_nonblocking(true).map_err(|e| Error::os("making a wake-up pipe", e))?;
+        Ok(Pairing {
+            tx,
+            rx,
+            wake_rx,
+            wake_tx,
+            waiting: HashMap::new(),
+            accepted: 0,
+            running: 0,
+            pending: std::collections::VecDeque::new(),
+        })
+    }
 }
 
 /// What one session holds on the node, which no other session sees: freed when it ends.
@@ -369,7 +426,7 @@ impl BoundNode {
             tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
         }
         let listener = self.listener.as_ref().expect("a bound node listens");
-        let (stream, health, peer) = self.pair(listener, &hello)?;
+        let (stream, health, peer) = self.pair(&mut Pairing::new()?, listener, &hello)?;
         self.session(stream, health, &peer)
     }
 
@@ -397,6 +454,7 @@ impl BoundNode {
         let listener = self.listener.as_ref().expect("a bound node listens");
         let hello = self.hello();
         let active = std::sync::atomic::AtomicUsize::new(0);
+        let mut pairing = Pairing::new()?;
         std::thread::scope(|scope| {
             let mut served = 0;
             while served < sessions {
@@ -405,7 +463,7 @@ impl BoundNode {
                 {
                     tracing::warn!(target: "simpler::remote", "replacing dead workers between sessions: {e}");
                 }
-                let (stream, health, peer) = self.pair(listener, &hello)?;
+                let (stream, health, peer) = self.pair(&mut pairing, listener, &hello)?;
                 if active.load(Ordering::Acquire) >= at_once {
                     let why = format!(
                         "the node at {} serves {at_once} root{} at once, its limit; try again once one ends",
@@ -458,29 +516,15 @@ impl BoundNode {
     /// once: a connection accepted at that many ends the oldest pending handshake (its thread
     /// then ends at once), so peers that connect and then say nothing hold back nobody, however
     /// many they are; one that fails the handshake is refused and logged.
-    fn pair(&self, listener: &Listener, hello: &NodeHello) -> Result<(Stream, Stream, String)> {
-        type Done = (u64, Stream, String, Result<lane::Token>);
-        let (tx, rx) = std::sync::mpsc::channel::<Done>();
-        // Each handshake thread writes a byte here once it sent its connection: wakes `poll`.
-        let (wake_rx, wake_tx) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| Error::os("making a wake-up pipe", e))?;
-        wake_rx.set_nonblocking(true).map_err(|e| Error::os("making a wake-up pipe", e))?;
-        // Authenticated connections waiting for their pair: token -> (accept order, stream,
-        // peer, since when). Of two with one token, the one accepted first is the session's.
-        let mut waiting: HashMap<lane::Token, (u64, Stream, String, std::time::Instant)> = HashMap::new();
-        let (mut accepted, mut running) = (0u64, 0usize);
-        // The handshakes in progress, oldest first: (accept order, a handle on the connection
-        // to end it by, its state). The state settles a race between a handshake that finishes
-        // and this loop ending it to make room: whichever moves it from RUNNING first wins, so
-        // a handshake that finished is never ended, and one that was ended reports nothing.
-        const RUNNING: u8 = 0;
-        const FINISHED: u8 = 1;
-        const ENDED: u8 = 2;
-        type Pending = (u64, Stream, Arc<std::sync::atomic::AtomicU8>);
-        let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    fn pair(
+        &self,
+        p: &mut Pairing,
+        listener: &Listener,
+        hello: &NodeHello,
+    ) -> Result<(Stream, Stream, String)> {
         loop {
             let now = std::time::Instant::now();
-            waiting.retain(|_, (_, stream, peer, since)| {
+            p.waiting.retain(|_, (_, stream, peer, since)| {
                 let keep = now.duration_since(*since) < HEALTH_PAIRING;
                 if !keep {
                     tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: no connection with its token within {HEALTH_PAIRING:?}");
@@ -488,18 +532,18 @@ impl BoundNode {
                 }
                 keep
             });
-            // Until the first waiting connection expires (or for ever).
-            let timeout = match waiting.values().map(|(_, _, _, since)| *since + HEALTH_PAIRING).min() {
+            // Until the first p.waiting connection expires (or for ever).
+            let timeout = match p.waiting.values().map(|(_, _, _, since)| *since + HEALTH_PAIRING).min() {
                 None => nix::poll::PollTimeout::NONE,
                 Some(at) => {
                     let ms = at.saturating_duration_since(now).as_millis() + 1;
                     nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
                 }
             };
-            let mut fds = vec![nix::poll::PollFd::new(wake_rx.as_fd(), nix::poll::PollFlags::POLLIN)];
+            let mut fds = vec![nix::poll::PollFd::new(p.wake_rx.as_fd(), nix::poll::PollFlags::POLLIN)];
             // Ended handshakes leave within moments; the bound only keeps threads finite if
             // they do not.
-            if running < 2 * HANDSHAKES {
+            if p.running < 2 * HANDSHAKES {
                 fds.push(nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN));
             }
             match nix::poll::poll(&mut fds, timeout) {
@@ -509,10 +553,10 @@ impl BoundNode {
             let new_connection = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
             drop(fds);
             let mut bytes = [0u8; 64];
-            while std::io::Read::read(&mut &wake_rx, &mut bytes).is_ok_and(|n| n > 0) {}
-            while let Ok((order, stream, peer, presented)) = rx.try_recv() {
-                running -= 1;
-                pending.retain(|(o, _, _)| *o != order);
+            while std::io::Read::read(&mut &p.wake_rx, &mut bytes).is_ok_and(|n| n > 0) {}
+            while let Ok((order, stream, peer, presented)) = p.rx.try_recv() {
+                p.running -= 1;
+                p.pending.retain(|(o, _, _)| *o != order);
                 let token = match presented {
                     Ok(t) => t,
                     Err(e) => {
@@ -521,43 +565,43 @@ impl BoundNode {
                         continue;
                     }
                 };
-                match waiting.remove(&token) {
+                match p.waiting.remove(&token) {
                     Some((first, session, first_peer, _)) if first < order => {
                         return Ok((session, stream, first_peer));
                     }
                     Some((_, health, _, _)) => return Ok((stream, health, peer)),
                     None => {
-                        waiting.insert(token, (order, stream, peer, std::time::Instant::now()));
+                        p.waiting.insert(token, (order, stream, peer, std::time::Instant::now()));
                     }
                 }
             }
             if new_connection {
                 let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
-                accepted += 1;
-                if pending.len() >= HANDSHAKES {
-                    // The oldest still running (a finished one is drained on the next pass).
+                p.accepted += 1;
+                if p.pending.len() >= HANDSHAKES {
+                    // The oldest still p.running (a finished one is drained on the next pass).
                     let claim = |(_, _, state): &Pending| {
                         state.compare_exchange(RUNNING, ENDED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
                     };
-                    if let Some(at) = pending.iter().position(claim)
-                        && let Some((_, oldest, _)) = pending.remove(at)
+                    if let Some(at) = p.pending.iter().position(claim)
+                        && let Some((_, oldest, _)) = p.pending.remove(at)
                     {
-                        tracing::warn!(target: "simpler::remote", "ended the oldest pending handshake to make room for a new connection ({HANDSHAKES} pending)");
+                        tracing::warn!(target: "simpler::remote", "ended the oldest p.pending handshake to make room for a new connection ({HANDSHAKES} p.pending)");
                         oldest.shutdown();
                     }
                 }
                 let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
                 match stream.try_clone() {
-                    Ok(handle) => pending.push_back((accepted, handle, state.clone())),
+                    Ok(handle) => p.pending.push_back((p.accepted, handle, state.clone())),
                     Err(e) => {
                         tracing::warn!(target: "simpler::remote", peer = %peer, "refused a connection: {e}");
                         stream.shutdown();
                         continue;
                     }
                 }
-                running += 1;
-                let (order, tx, key, hello) = (accepted, tx.clone(), self.key.clone(), hello.clone());
-                let wake = wake_tx.try_clone().map_err(|e| Error::os("cloning a wake-up pipe", e))?;
+                p.running += 1;
+                let (order, tx, key, hello) = (p.accepted, p.tx.clone(), self.key.clone(), hello.clone());
+                let wake = p.wake_tx.try_clone().map_err(|e| Error::os("cloning a wake-up pipe", e))?;
                 let spawned = std::thread::Builder::new().name("simpler-handshake".into()).spawn(move || {
                     let mut presented = server_handshake(&mut stream, &key, &hello, &peer)
                         .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer));
@@ -570,8 +614,8 @@ impl BoundNode {
                     let _ = std::io::Write::write(&mut &wake, &[1]);
                 });
                 if let Err(e) = spawned {
-                    running -= 1;
-                    pending.retain(|(o, _, _)| *o != accepted);
+                    p.running -= 1;
+                    p.pending.retain(|(o, _, _)| *o != p.accepted);
                     tracing::warn!(target: "simpler::remote", "refused a connection: no thread to authenticate it: {e}");
                 }
             }
@@ -581,7 +625,18 @@ impl BoundNode {
     /// Serves one session: its tasks and controls on `stream`, heartbeats on `health`.
     fn session(&self, stream: Stream, health: Stream, peer: &str) -> Result<()> {
         tracing::info!(target: "simpler::remote", peer = %peer, "session started");
-        let held = Held { next_resident: std::sync::atomic::AtomicU64::new(1), ..Held::default() };
+        self.sessions.fetch_add(1, Ordering::AcqRel);
+        struct Ended<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _ended = Ended(&self.sessions);
+        // Buffer ids of this session start at a random point: an id of an earlier session (a
+        // root that rejoined) names nothing here rather than a buffer of this one.
+        let first = u64::from(u32::from_le_bytes(crate::sys::random::bytes::<4>("buffer ids")?)) << 32 | 1;
+        let held = Held { next_resident: std::sync::atomic::AtomicU64::new(first), ..Held::default() };
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let done = Arc::new(AtomicBool::new(false));
@@ -832,7 +887,11 @@ impl BoundNode {
                 buffers.clear(); // a failed run's buffers are not reused
                 // A cancelled run (the root's CANCEL) stopped the workers running its tasks:
                 // the session's next tasks get new ones.
-                if let Err(r) = self.worker.replace_dead_workers() {
+                // Only with no other session on the node: another's run may still hold a
+                // lane whose worker died, which a replacement must not reuse under it.
+                if self.sessions.load(Ordering::Acquire) == 1
+                    && let Err(r) = self.worker.replace_dead_workers()
+                {
                     tracing::warn!(target: "simpler::remote", "replacing dead workers after a failed task: {r}");
                 }
                 Reply::failed(status_of(&e), e.message())

@@ -17,11 +17,15 @@ impl AsRef<Doorbell> for Bell {
 /// A session over socket pairs, and the node's ends of its session and health connections (the
 /// test plays the node; it sends no heartbeats, so the health timeout is long).
 fn session() -> (Arc<Session>, Stream, Stream) {
+    session_with(Duration::from_secs(120))
+}
+
+/// [`session`] with the health timeout `health`.
+fn session_with(health: Duration) -> (Arc<Session>, Stream, Stream) {
     let (root, node) = UnixStream::pair().unwrap();
     let (root_health, node_health) = UnixStream::pair().unwrap();
     let key = ClusterKey::new("the unit test cluster's secret").unwrap();
-    let spec = RemoteWorker::new(NodeAddr::parse("unix:/nowhere").unwrap(), key)
-        .health_timeout(Duration::from_secs(120));
+    let spec = RemoteWorker::new(NodeAddr::parse("unix:/nowhere").unwrap(), key).health_timeout(health);
     let hello = NodeHello { node_id: 1, sub_workers: 1, chips: 0, pid: 4242 };
     let s = Session::open(
         Stream::Unix(root),
@@ -220,11 +224,47 @@ fn a_completion_must_answer_the_task_in_flight() {
     s.close();
     // One with no task in flight at all.
     let (s, mut node, _health) = session();
-    sync::lock(&s.state).task_seq = s.next_seq();
+    let seq = s.next_seq();
+    sync::lock(&s.state).task_seq = seq;
     s.reader_wanted.fetch_or(READ_TASK, Ordering::AcqRel);
     s.rx_bell.ring();
-    completion(&mut node, s.seq.load(Ordering::Relaxed) - 1);
+    completion(&mut node, seq);
     settled(&s);
     assert!(s.lost().expect("lost").contains("no task is in flight"));
+    s.close();
+}
+
+#[test]
+fn a_cancelled_task_the_node_never_ends_loses_the_session_within_the_grace() {
+    let (s, node, mut health) = session_with(Duration::from_secs(1));
+    let seq = s.next_seq();
+    task_in_flight(&s, seq);
+    let mut ep = RemoteEndpoint::new(s.clone());
+    let asked = Instant::now();
+    assert!(ep.stop(), "the endpoint asks the node");
+    // The node hears the CANCEL for that task on its health connection...
+    health.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let cancel = read_frame(&mut health, 0).unwrap();
+    assert_eq!((cancel.kind, cancel.seq), (FrameKind::Cancel, seq));
+    // ... keeps beating, and never answers the task.
+    while !s.is_lost() {
+        assert!(asked.elapsed() < Duration::from_secs(10), "the session outlived its cancel grace");
+        write_frame(&mut health, FrameKind::Health, 0, &[]).unwrap();
+        let _ = read_frame(&mut health, 0); // the root's answer
+    }
+    assert!(asked.elapsed() >= Duration::from_secs(1), "lost before the grace: {:?}", asked.elapsed());
+    let why = s.lost().unwrap();
+    assert!(why.contains("did not end its cancelled task within 1s"), "{why}");
+    node.shutdown();
+    s.close();
+}
+
+#[test]
+fn sequence_numbers_wrap_within_their_count_and_keep_the_sessions_id() {
+    let (s, _node, _health) = session();
+    s.seq.store(SEQ_COUNT, Ordering::Relaxed);
+    let (last, next, after) = (s.next_seq(), s.next_seq(), s.next_seq());
+    assert_eq!((last >> 32, next >> 32, after >> 32), (s.id, s.id, s.id));
+    assert_eq!((last & SEQ_COUNT, next & SEQ_COUNT, after & SEQ_COUNT), (SEQ_COUNT, 1, 1));
     s.close();
 }
