@@ -149,6 +149,8 @@ fn thread_node_of(
 const NODE_ENV: &str = "SIMPLER_TEST_REMOTE_NODE";
 /// The address `node_process` listens at (default: a free loopback port).
 const NODE_ADDR_ENV: &str = "SIMPLER_TEST_REMOTE_NODE_ADDR";
+/// Set: `node_process` serves only the orchestration functions it registers by hand.
+const NODE_UNLINKED_ENV: &str = "SIMPLER_TEST_REMOTE_NODE_UNLINKED";
 
 /// Not a test of its own: the body of a node process (this test binary started with
 /// `NODE_ENV`), which prints its address and serves one session. Ignored, so it runs only when
@@ -160,7 +162,8 @@ fn node_process() {
         panic!("node_process runs only in a process a test started with {NODE_ENV}");
     };
     let addr = std::env::var(NODE_ADDR_ENV).unwrap_or_else(|_| "127.0.0.1:0".into());
-    let bound = node_with(&addr).bind().unwrap();
+    let linked = std::env::var_os(NODE_UNLINKED_ENV).is_none();
+    let bound = node_with(&addr).linked_callables(linked).bind().unwrap();
     let mut out = std::io::stdout();
     writeln!(out, "NODE {}", bound.local_addr()).unwrap();
     out.flush().unwrap();
@@ -197,7 +200,16 @@ impl NodeProcess {
 
     /// A node process listening at `addr` (a node restarted where the root knows it).
     fn start_at(addr: &str) -> NodeProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        NodeProcess::start_with(addr, true)
+    }
+
+    /// A node process at `addr`, serving the binary's `#[callable(orch)]`s or not (`linked`).
+    fn start_with(addr: &str, linked: bool) -> NodeProcess {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        if !linked {
+            command.env(NODE_UNLINKED_ENV, "1");
+        }
+        let mut child = command
             .args(["--exact", "node_process", "--ignored", "--nocapture", "--test-threads=1"])
             .env(NODE_ENV, "1")
             .env(NODE_ADDR_ENV, addr)
@@ -1283,4 +1295,29 @@ fn a_root_that_requires_more_than_the_node_has_is_refused_at_init_naming_both() 
         &[&addr.to_string(), "has 1 SUB workers and 0 chips", "requires at least 4 and 1"],
     );
     node.join().unwrap().expect("the node's session ended cleanly");
+}
+
+/// A node rejoining as another program: the linked functions it serves now are asked again, so
+/// tasks of one it lacked before go to it after the rejoin.
+#[isolated_test]
+fn a_rejoined_node_is_asked_again_for_the_linked_functions_it_serves() {
+    let first = NodeProcess::start_with("127.0.0.1:0", false);
+    let addr = first.addr.to_string();
+    let mut rig = root_with(std::slice::from_ref(&first.addr), Duration::from_secs(2));
+    rig.init();
+    let buf = u64_buffer(&rig, 1);
+    let mut t = buf.typed::<u64>(&[1]).unwrap();
+    let on_node = |t: &mut simpler::dsl::TensorOf<u64>| {
+        rig.run(|o| add_ten_there::call(&mut *t)?.on(o, simpler::dsl::worker(1)).map(|_| ()))
+    };
+    let err = on_node(&mut t).expect_err("the node does not serve add_ten_there");
+    assert_err(&err, ErrorKind::Callable, &["add_ten_there", "not on worker 1"]);
+    drop(first); // killed
+    let err = step_on(&rig, &buf, 0, 1, 1).expect_err("the node is gone");
+    assert_eq!(err.kind(), ErrorKind::WorkerDied, "{err}");
+    let _again = NodeProcess::start_with(&addr, true);
+    rig.replace_worker(WorkerKind::Remote, 1).expect("the node rejoins");
+    on_node(&mut t).expect("the rejoined node serves it");
+    assert_eq!(read_u64(&buf, 0, 1), vec![10]);
+    drop((t, buf));
 }

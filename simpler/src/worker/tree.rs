@@ -667,13 +667,23 @@ impl Tree {
         let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(self.region.clone()));
         let resolver = HostResolver::new(self.heaps.clone());
         let s = Session::connect(spec, who.clone(), resolver, bell)?;
+        // What is placed on it must be there; a linked function (found wherever it is) is asked
+        // again: the node may run another program now.
+        let mut found = Vec::new();
         for (d, _, f) in callables.orch().iter() {
             let placement = callables.placement(d).unwrap_or(&Placement::Everywhere);
-            if placement.requires(id)
-                && let Err(e) = check_callable(&s, &f.handle(), self.cfg.startup_timeout)
-            {
-                s.close();
-                return Err(e);
+            if !placement.requires(id) && *placement != Placement::Found {
+                continue;
+            }
+            match check_callable(&s, &f.handle(), self.cfg.startup_timeout) {
+                Ok(()) => found.push((*d, true)),
+                Err(e) if *placement == Placement::Found && e.kind() == ErrorKind::Callable => {
+                    found.push((*d, false));
+                }
+                Err(e) => {
+                    s.close();
+                    return Err(e);
+                }
             }
         }
         // The old session's node-resident buffers died with it: forgotten before anything can
@@ -687,6 +697,21 @@ impl Tree {
         }
         old.close();
         *sync::lock(&self.remote[j]) = s.clone();
+        {
+            let all = self.lanes.next_level() as u32;
+            let mut known = self.engine.callables().write();
+            for (d, has) in found {
+                let Some(r) = known.get_mut(&d).filter(|r| r.kind == CallableKind::Orch) else { continue };
+                let mut on: Vec<u32> =
+                    r.placed.as_deref().map_or_else(|| (0..all).collect(), <[u32]>::to_vec);
+                on.retain(|&w| w != id);
+                if has {
+                    on.push(id);
+                    on.sort_unstable();
+                }
+                r.placed = (on.len() != all as usize).then(|| on.into());
+            }
+        }
         tracing::info!(target: "simpler::worker", worker = %who, pid = s.node_pid(), "remote worker rejoined");
         Ok(s.node_pid() as i32)
     }

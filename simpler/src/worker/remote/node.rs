@@ -576,7 +576,17 @@ impl BoundNode {
                 }
             }
             if new_connection {
-                let (mut stream, peer) = listener.accept().map_err(|e| Error::os("accepting a root", e))?;
+                let (mut stream, peer) = match listener.accept() {
+                    Ok(c) => c,
+                    // A connection that went before it was taken, or no file descriptor left
+                    // for now: the node serves on (a moment's pause lets descriptors free up
+                    // rather than spinning on a listener that stays readable).
+                    Err(e) => {
+                        tracing::warn!(target: "simpler::remote", "accepting a connection failed: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                };
                 p.accepted += 1;
                 if p.pending.len() >= HANDSHAKES {
                     // The oldest still p.running (a finished one is drained on the next pass).
