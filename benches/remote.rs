@@ -7,6 +7,12 @@
 //! * `remote_copy_gbps`: a task that reads and writes a 64 MiB tensor: its bytes go to the node
 //!   with the task and come back with the completion (128 MiB moved per run). Target: at least
 //!   1 GB/s.
+//! * `remote_hop_gbps`, `remote_relay_gbps`: a 64 MiB tensor written by a task on one node and
+//!   read by a task on another (a second node, another thread of this process), per run of the
+//!   two tasks. Hop: the tensor lives on the first node (`alloc_child_tensor`) and the second
+//!   reads it from there directly. Relay: the tensor is the root's memory, so it goes to the
+//!   first node with its task, back with the completion, and to the second with its task. The
+//!   tasks touch nothing: what is timed is moving the bytes. Target: hop at least 1.5x relay.
 //! * `remote_idle_cpu_percent`: CPU the root and the node (with their children) burn over one
 //!   second while connected and idle. Target: under 2 %.
 
@@ -26,6 +32,7 @@ const WARMUP: usize = 200;
 const ITERATIONS: usize = 2_000;
 const COPY_BYTES: usize = 64 << 20;
 const COPY_RUNS: usize = 5;
+const HOP_RUNS: usize = 9;
 
 fn empty(_args: &HostArgs<'_>) -> HostResult {
     Ok(())
@@ -71,7 +78,8 @@ fn tree(pid: i32) -> Vec<i32> {
     out
 }
 
-fn main() -> simpler::Result<()> {
+/// A node on a thread of this process, serving one session.
+fn spawn_node() -> (NodeAddr, std::thread::JoinHandle<simpler::Result<()>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let node = std::thread::spawn(move || -> simpler::Result<()> {
         let mut l3 = Worker::builder().sub_workers(1).build()?;
@@ -83,9 +91,17 @@ fn main() -> simpler::Result<()> {
         tx.send(bound.local_addr()).expect("send the address");
         bound.serve_one()
     });
-    let addr = rx.recv().expect("the node bound");
-    let mut l4 =
-        Worker::builder().level(Level::Network1).remote_worker(RemoteWorker::new(addr, key())).build()?;
+    (rx.recv().expect("the node bound"), node)
+}
+
+fn main() -> simpler::Result<()> {
+    let (addr, node) = spawn_node();
+    let (addr_b, node_b) = spawn_node();
+    let mut l4 = Worker::builder()
+        .level(Level::Network1)
+        .remote_worker(RemoteWorker::new(addr, key()))
+        .remote_worker(RemoteWorker::new(addr_b, key()))
+        .build()?;
     let task = l4.register_orch(OrchFn::new("one_empty", one_empty))?;
     let copy = l4.register_orch(OrchFn::new("touch", touch))?;
     l4.init()?;
@@ -122,6 +138,42 @@ fn main() -> simpler::Result<()> {
     target("remote_copy_gbps", gbps, ">=", 1.0, "GB/s");
     drop((args, t, big));
 
+    // Node to node: written on worker 0, read on worker 1, the tensor on worker 0 (hop) or in
+    // the root's memory (relay); the two figures alternate run by run.
+    let words = (COPY_BYTES / 8) as u32;
+    let on_a = l4.alloc_child_tensor(0, &[words], DataType::Uint64)?;
+    let in_root = l4.create_buffer(COPY_BYTES)?;
+    let pair = |l4: &Worker, t: &simpler::Tensor| -> simpler::Result<f64> {
+        let start = Instant::now();
+        l4.run(|orch| {
+            let mut w = TaskArgs::new();
+            w.output(t)?;
+            orch.submit_next_level(&copy, w, CallConfig::default(), 0)?;
+            let mut r = TaskArgs::new();
+            r.input(t)?;
+            orch.submit_next_level(&copy, r, CallConfig::default(), 1).map(|_| ())
+        })?;
+        Ok(COPY_BYTES as f64 / start.elapsed().as_secs_f64() / 1e9)
+    };
+    let hop_t = on_a.tensor(&[words], DataType::Uint64)?;
+    let relay_t = in_root.tensor(&[words], DataType::Uint64)?;
+    pair(&l4, &hop_t)?; // warm: connections, buffers
+    pair(&l4, &relay_t)?;
+    let (mut hop, mut relay) = (Vec::new(), Vec::new());
+    for _ in 0..HOP_RUNS {
+        hop.push(pair(&l4, &hop_t)?);
+        relay.push(pair(&l4, &relay_t)?);
+    }
+    let (hop, relay) = (percentile(&mut hop, 50.0), percentile(&mut relay, 50.0));
+    println!("median of {HOP_RUNS} alternating runs of each");
+    figure("remote_hop_gbps", hop, "GB/s");
+    figure("remote_relay_gbps", relay, "GB/s");
+    figure("remote_hop_over_relay", hop / relay, "x");
+    target("remote_hop_over_relay", hop / relay, ">=", 1.5, "x");
+    drop((hop_t, relay_t));
+    l4.free(&on_a)?;
+    drop((on_a, in_root));
+
     let hz = 100.0;
     let pids = tree(std::process::id() as i32);
     let before: u64 = pids.iter().map(|&p| cpu_ticks(p)).sum();
@@ -135,5 +187,6 @@ fn main() -> simpler::Result<()> {
 
     l4.close()?;
     node.join().expect("the node thread")?;
+    node_b.join().expect("the second node's thread")?;
     Ok(())
 }

@@ -60,6 +60,21 @@ fn step_all(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> sim
     Ok(())
 }
 
+/// `out = in`, word by word (tensor 0 read, tensor 1 written).
+fn copy_words(args: &HostArgs<'_>) -> HostResult {
+    let src = args.input::<u64>(0)?.to_vec();
+    args.output::<u64>(1)?.copy_from_slice(&src);
+    Ok(())
+}
+
+/// One `copy_words` on the node's SUB worker: tensor 0 into tensor 1.
+fn copy_step(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.input(args.tensor(0).unwrap())?;
+    a.output(args.tensor(1).unwrap())?;
+    orch.submit_sub(&HostFn::new("copy_words", copy_words).handle(), a).map(|_| ())
+}
+
 /// The gate file `name` of the test process (the parent of a thread node's SUB worker).
 fn gate(test_pid: u32, name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("simpler-remote-gate-{test_pid}-{name}"))
@@ -116,6 +131,7 @@ fn node_with(addr: &str) -> Node {
     l3.register(HostFn::new("stall", stall)).unwrap();
     l3.register(HostFn::new("slowly_twice_plus_one", slowly_twice_plus_one)).unwrap();
     l3.register(HostFn::new("gated", gated)).unwrap();
+    l3.register(HostFn::new("copy_words", copy_words)).unwrap();
     let mut node = Node::new(l3, NodeAddr::parse(addr).unwrap(), key()).unwrap();
     node.register_orch(OrchFn::new("gated_step", gated_step));
     node.register_orch(OrchFn::new("step", step));
@@ -124,6 +140,7 @@ fn node_with(addr: &str) -> Node {
     node.register_orch(OrchFn::new("step_all", step_all));
     node.register_orch(OrchFn::new("huge_error", huge_error));
     node.register_orch(OrchFn::new("panics", panics));
+    node.register_orch(OrchFn::new("copy_step", copy_step));
     node
 }
 
@@ -286,6 +303,7 @@ fn with_orchs(mut w: Worker) -> Worker {
     w.register_orch(OrchFn::new("slow_step", slow_step)).unwrap();
     w.register_orch(OrchFn::new("panics", panics)).unwrap();
     w.register_orch(OrchFn::new("gated_step", gated_step)).unwrap();
+    w.register_orch(OrchFn::new("copy_step", copy_step)).unwrap();
     w
 }
 
@@ -874,6 +892,72 @@ fn node_resident_memory_stays_on_the_node_across_runs() {
     assert_err(&root.copy_from(&back, &dev).unwrap_err(), ErrorKind::InvalidState, &["freed"]);
     drop((dev, other, host, back));
     finish(root, vec![node]);
+}
+
+/// A tensor one node holds, written there and read by a task on another node: its bytes go
+/// from node to node (the root never holds them: they exist only on the first node), a task
+/// may not write another node's memory, and a freed buffer is read by nobody.
+#[isolated_test]
+fn a_tensor_written_on_one_node_is_read_on_another_straight_from_it() {
+    let (a, node_a) = thread_node();
+    let (b, node_b) = thread_node();
+    let mut root = root_worker(&[a, b], Duration::from_secs(2));
+    root.init().unwrap();
+    // Worker 1 is node A, worker 2 node B: a buffer on A, written there by `step` (x * 2 + 1),
+    // so its new values exist on A alone.
+    let n = 1 << 16; // 512 KiB: the bulk path, not the small one
+    let on_a = root.alloc_child_tensor(1, &[n as u32], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, n);
+    host.write(0, &(0..n as u64).collect::<Vec<_>>()).unwrap();
+    root.copy_to(&on_a, &host).unwrap();
+    let t = on_a.tensor(&[n as u32], simpler::DataType::Uint64).unwrap();
+    let out = u64_buffer(&root, n);
+    let (step_h, copy_h) = (OrchFn::new("step", step).handle(), OrchFn::new("copy_step", copy_step).handle());
+    for round in 0..2 {
+        root.run(|orch| {
+            let mut w = TaskArgs::new();
+            w.inout(&t)?;
+            orch.submit_next_level(&step_h, w, CallConfig::default(), 1)?;
+            // On B, after the write on A (the tensor orders them): a view of words 8.. of it.
+            let mut r = TaskArgs::new();
+            r.input(&on_a.view(simpler::memory::TensorView::new(
+                64,
+                &[(n - 8) as u32],
+                None,
+                simpler::DataType::Uint64,
+            )?)?)?;
+            r.output(&u64s(&out, 0, n - 8))?;
+            orch.submit_next_level(&copy_h, r, CallConfig::default(), 2).map(|_| ())
+        })
+        .expect("a run across the two nodes");
+        let expect: Vec<u64> =
+            (8..n as u64).map(|x| if round == 0 { x * 2 + 1 } else { (x * 2 + 1) * 2 + 1 }).collect();
+        assert_eq!(read_u64(&out, 0, n - 8), expect, "round {round}: B read what A wrote");
+    }
+    assert_eq!(read_u64(&host, 0, 4), vec![0, 1, 2, 3], "the root's copy never saw A's values");
+    // Writing another node's memory is refused at submit, naming both.
+    let err = root
+        .run(|orch| {
+            let mut w = TaskArgs::new();
+            w.inout(&t)?;
+            orch.submit_next_level(&step_h, w, CallConfig::default(), 2).map(|_| ())
+        })
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["lives on worker 1", "worker 2 would write it"]);
+    // Freed: nobody reads it.
+    drop(t);
+    root.free(&on_a).unwrap();
+    let err = root
+        .run(|orch| {
+            let mut r = TaskArgs::new();
+            r.input(&on_a.tensor(&[n as u32], simpler::DataType::Uint64)?)?;
+            r.output(&u64s(&out, 0, n))?;
+            orch.submit_next_level(&copy_h, r, CallConfig::default(), 2).map(|_| ())
+        })
+        .unwrap_err();
+    assert_err(&err, ErrorKind::InvalidArgument, &["freed"]);
+    drop((on_a, host, out));
+    finish(root, vec![node_a, node_b]);
 }
 
 /// The root's driver reads a quick COMPLETION itself; a slow one, after the driver went to

@@ -1058,8 +1058,16 @@ impl<'a> Orchestrator<'a> {
                 };
                 let intermediate =
                     owner == self.eng.minter.owner() && self.eng.heap.hands_out(&t.desc().backing());
-                let used =
-                    DeviceUse { callable, tensor: i, chip, id: t.desc().identity(), runs_on, intermediate };
+                let writes = args.tags[i].access().can_write();
+                let used = DeviceUse {
+                    callable,
+                    tensor: i,
+                    chip,
+                    id: t.desc().identity(),
+                    runs_on,
+                    intermediate,
+                    writes,
+                };
                 self.eng.devices.check(&used)?;
             }
             // After the checks with more precise messages.

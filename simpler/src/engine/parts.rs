@@ -114,6 +114,8 @@ pub(crate) struct DeviceUse<'a> {
     pub(crate) runs_on: Option<u32>,
     /// It is one of the engine's `orch.alloc_on` intermediates (checked live in this run).
     pub(crate) intermediate: bool,
+    /// The task may write it.
+    pub(crate) writes: bool,
 }
 
 /// How a level checks a device tensor a task names at submit: whose chip it is, and whether it

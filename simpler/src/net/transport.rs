@@ -171,6 +171,14 @@ impl Stream {
         }
     }
 
+    /// This end's address, for a TCP connection.
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     /// Shuts both directions down (a blocked reader on any clone wakes with end of stream);
     /// errors are ignored.
     pub(crate) fn shutdown(&self) {

@@ -68,6 +68,7 @@ use crate::worker::builder::Config;
 use crate::worker::callables::{Callable, Callables, Placement};
 use crate::worker::lanes::Lanes;
 use crate::worker::remote::launch::accept_ranks;
+use crate::worker::remote::peer::{PeerBook, decode_alloc};
 use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable, resident, wire};
 use crate::worker::runtime::Runtime;
 use crate::worker::serve;
@@ -105,6 +106,8 @@ pub(super) struct Tree {
     remote: Vec<Mutex<Arc<Session>>>,
     /// What each remote Worker was built with (to connect to it again).
     remote_specs: Vec<RemoteWorker>,
+    /// Where other nodes read each node-resident buffer (node-to-node data, `remote::peer`).
+    peers: Arc<PeerBook>,
     /// The configuration, for replacement children.
     cfg: Config,
     /// The heap rings every child maps (this Worker's and its ancestors').
@@ -158,8 +161,11 @@ impl Tree {
         let region = Arc::new(MailboxRegion::new(n_sub + n_chip)?);
         let minter = Arc::new(IdentityMinter::new(nonce));
         // Above L3 the memory lives on a remote L3 Worker (a node), named as a worker.
-        let devices =
-            Arc::new(ChipBuffers { noun: if nested { "worker" } else { "chip" }, ..Default::default() });
+        let devices = Arc::new(ChipBuffers {
+            noun: if nested { "worker" } else { "chip" },
+            remote: n_chip as u32..(n_chip + remote.len()) as u32,
+            ..Default::default()
+        });
         let rings = Arc::new(DeviceRings::new(if nested { 0 } else { n_chip }, cfg.chip_heap_ring()));
         let parts = LevelParts {
             minter: minter.clone(),
@@ -339,6 +345,7 @@ impl Tree {
         // Remote L3 Workers: connected and authenticated now, after every local child started
         // (the sessions' threads start here), each checked to run every orchestration function.
         let mut sessions = Vec::with_capacity(remote.len());
+        let peers = Arc::new(PeerBook::default());
         let mut lanes_all: Vec<Lane> = mailbox_lanes;
         // Nodes of a launched job connect to this root: accept them all first.
         let ranks: Vec<u32> = remote.iter().filter_map(|s| s.launch_rank).collect();
@@ -391,7 +398,7 @@ impl Tree {
                 Ok(s) => {
                     lanes_all.push(Lane::named(
                         LaneKind::NextLevel((n_chip + j) as u32),
-                        Box::new(RemoteEndpoint::new(s.clone())),
+                        Box::new(RemoteEndpoint::new(s.clone(), (n_chip + j) as u32, peers.clone())),
                         lanes.label(n_sub + n_chip + j),
                     ));
                     sessions.push(s);
@@ -442,6 +449,7 @@ impl Tree {
             children: pids.len(),
             remote: sessions.into_iter().map(Mutex::new).collect(),
             remote_specs: remote.to_vec(),
+            peers,
             cfg: cfg.clone(),
             heaps,
             monitor,
@@ -689,7 +697,9 @@ impl Tree {
         // The old session's node-resident buffers died with it: forgotten before anything can
         // reach the new session (a task naming one fails as using a lost worker's buffer).
         self.devices.forget_chip(id);
-        if !self.engine.replace_endpoint(i, Box::new(RemoteEndpoint::new(s.clone()))) {
+        self.peers.forget_worker(id);
+        if !self.engine.replace_endpoint(i, Box::new(RemoteEndpoint::new(s.clone(), id, self.peers.clone())))
+        {
             s.close();
             return Err(Error::state(format!(
                 "{who} still holds a task of a run that has not ended; wait for it, then replace it"
@@ -940,11 +950,10 @@ impl Runtime for Tree {
         if let Some(s) = self.remote_of(chip)? {
             let nbytes = super::device_extent(shape, dtype)?;
             let reply = resident(&s, wire::ALLOC, nbytes, 0, &[], self.cfg.startup_timeout)?;
-            let id = u64::from_le_bytes(
-                reply
-                    .try_into()
-                    .map_err(|_| Error::decode("a node answered an allocation with no buffer id"))?,
-            );
+            let (id, peer) = decode_alloc(&reply)?;
+            if let Some((addr, grant)) = peer {
+                self.peers.record(chip, id, addr, grant);
+            }
             let identity = self.minter.mint()?;
             sync::lock(&self.devices.live).insert(identity, Held { chip, holds: 0 });
             return Buffer::device(identity, chip, id, nbytes);
@@ -1026,6 +1035,7 @@ impl Runtime for Tree {
                 )));
             }
             sync::lock(&self.devices.live).remove(&buf.desc().identity());
+            self.peers.forget(chip, ptr);
             return resident(&s, wire::FREE, ptr, 0, &[], self.cfg.startup_timeout).map(|_| ());
         }
         let mbox = self.chip_mailbox(chip)?;
@@ -1137,6 +1147,9 @@ fn abort_children(region: &MailboxRegion, monitor: &Monitor, pids: &[i32]) {
 pub(crate) struct ChipBuffers {
     /// What holds the memory, for messages: "chip" at L3, "worker" (a remote L3 Worker) above.
     noun: &'static str,
+    /// The remote Workers' ids: a task on one may read another's node-resident memory (its
+    /// bytes go from node to node, `remote::peer`).
+    remote: std::ops::Range<u32>,
     live: std::sync::Mutex<std::collections::HashMap<Identity, Held>>,
     /// Buffers whose chip died and was replaced (their memory died with it), by chip.
     lost: std::sync::Mutex<std::collections::HashMap<Identity, u32>>,
@@ -1195,12 +1208,19 @@ impl ChipBuffers {
 
 impl DeviceRules for ChipBuffers {
     fn check(&self, u: &DeviceUse<'_>) -> Result<()> {
-        let DeviceUse { callable, tensor: i, chip, id, runs_on, intermediate } = *u;
+        let DeviceUse { callable, tensor: i, chip, id, runs_on, intermediate, writes } = *u;
         match runs_on {
             None => {
                 return Err(Error::invalid(format!(
                     "{callable}: tensor {i} is memory of {} {chip}; SUB tasks run on the host and cannot use it",
                     self.noun
+                )));
+            }
+            // Node to node: read where it lives by the node that runs the task.
+            Some(w) if w != chip && self.remote.contains(&w) && self.remote.contains(&chip) && !writes => {}
+            Some(w) if w != chip && self.remote.contains(&w) && self.remote.contains(&chip) => {
+                return Err(Error::invalid(format!(
+                    "{callable}: tensor {i} lives on worker {chip} and this task on worker {w} would write it; a task may read another node's memory (its bytes go from node to node) but write only its own node's: write a buffer of worker {w}, or run the task on worker {chip}"
                 )));
             }
             Some(w) if w != chip => {

@@ -67,6 +67,7 @@
 pub(crate) mod lane;
 pub(crate) mod launch;
 pub(crate) mod node;
+pub(crate) mod peer;
 pub(crate) mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,6 +88,8 @@ use crate::net::frame::{
 use crate::net::transport::{NodeAddr, Stream, Waiting};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
+use crate::worker::remote::peer::PeerBook;
+use crate::worker::remote::wire::TensorData;
 use std::io::Write as _;
 
 /// Bodies up to this size are written by the sender itself (no hop to the writer thread).
@@ -922,13 +925,19 @@ fn ended_by_node(body: &[u8]) -> String {
 /// The engine's endpoint for one remote L3 Worker.
 pub(crate) struct RemoteEndpoint {
     session: Arc<Session>,
+    /// Its NEXT_LEVEL worker id (its node-resident buffers carry it).
+    id: u32,
+    /// Where other nodes' buffers are read.
+    peers: Arc<PeerBook>,
     /// Where a driver looks at a frame before it reads it.
     scratch: Vec<u8>,
 }
 
 impl RemoteEndpoint {
-    pub(crate) fn new(session: Arc<Session>) -> RemoteEndpoint {
-        RemoteEndpoint { session, scratch: Vec::new() }
+    /// The endpoint of remote Worker `id` (its NEXT_LEVEL worker id), reached over `session`;
+    /// `peers` tells where other nodes' buffers are read.
+    pub(crate) fn new(session: Arc<Session>, id: u32, peers: Arc<PeerBook>) -> RemoteEndpoint {
+        RemoteEndpoint { session, id, peers, scratch: Vec::new() }
     }
 
     /// The outcome of the task in flight, once known.
@@ -953,8 +962,26 @@ impl Endpoint for RemoteEndpoint {
         let mut resolver = sync::lock(&s.resolver);
         for (i, t) in d.args.tensors.iter().enumerate() {
             let desc = t.desc();
-            if matches!(desc.backing(), crate::data::buffer::Backing::Device { .. }) {
-                spans.push(None); // node-resident: it stays on the node
+            if let crate::data::buffer::Backing::Device { ptr, chip } = desc.backing() {
+                if chip == self.id {
+                    spans.push(TensorData::Resident); // node-resident here: it stays on the node
+                    continue;
+                }
+                // Another node's: the node reads the bytes the view spans from it directly
+                // (only reads: the submit refused a write).
+                let Some((addr, grant)) = self.peers.get(chip, ptr) else {
+                    return Err(Error::invalid(format!(
+                        "{}: tensor {i} lives on worker {chip}, whose node serves no other node (its peer listener did not start; see its log)",
+                        d.callable
+                    )));
+                };
+                let (start, end) = t.view().byte_range();
+                spans.push(TensorData::Peer(wire::PeerSource {
+                    addr,
+                    grant,
+                    offset: start,
+                    len: end - start,
+                }));
                 continue;
             }
             if wire::writes(d.args.tags[i].access()) {
@@ -966,7 +993,7 @@ impl Endpoint for RemoteEndpoint {
             resolver
                 .bytes(desc, start, end - start)
                 .map_err(|m| Error::invalid(format!("{}: tensor {i}: {m}", d.callable)))?;
-            spans.push(Some((start, end - start)));
+            spans.push(TensorData::Bulk { offset: start, len: end - start });
             segments.push((*desc, start, end - start));
         }
         let mut head =

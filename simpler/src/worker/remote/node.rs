@@ -51,7 +51,8 @@ use crate::net::transport::{Listener, NodeAddr, Stream, Waiting};
 use crate::sys::sync;
 use crate::worker::remote::lane;
 use crate::worker::remote::launch::Launch;
-use crate::worker::remote::wire;
+use crate::worker::remote::peer::{Grant, PeerClient, PeerServer};
+use crate::worker::remote::wire::{self, TensorData};
 use crate::worker::{RunOptions, Worker};
 use std::os::fd::AsFd;
 
@@ -221,10 +222,12 @@ impl Node {
         Ok(BoundNode {
             worker: self.worker,
             listener: Some(listener),
-            key: self.key,
+            key: self.key.clone(),
             orch: self.orch,
             name,
             sessions: std::sync::atomic::AtomicUsize::new(0),
+            peer: std::sync::OnceLock::new(),
+            client: PeerClient::new(self.key.clone()),
         })
     }
 
@@ -254,10 +257,12 @@ impl Node {
         let node = BoundNode {
             worker: self.worker,
             listener: None,
+            client: PeerClient::new(self.key.clone()),
             key: self.key,
             orch: self.orch,
             name: format!("rank {}", launch.rank()),
             sessions: std::sync::atomic::AtomicUsize::new(0),
+            peer: std::sync::OnceLock::new(),
         };
         let root = launch.root();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -316,6 +321,11 @@ pub struct BoundNode {
     name: String,
     /// The sessions running now.
     sessions: std::sync::atomic::AtomicUsize,
+    /// Where other nodes read this node's node-resident buffers (`peer`): started by the
+    /// first allocation, or why it could not be.
+    peer: std::sync::OnceLock<std::result::Result<Arc<PeerServer>, String>>,
+    /// How this node reads other nodes' buffers.
+    client: PeerClient,
 }
 
 /// A handshake's state: running, finished (its result is sent), or ended to make room.
@@ -368,11 +378,14 @@ impl Pairing {
 /// What one session holds on the node, which no other session sees: freed when it ends.
 #[derive(Default)]
 struct Held {
-    /// Node-resident buffers of the session, by id.
-    resident: Mutex<HashMap<u64, Buffer>>,
+    /// Node-resident buffers of the session, by id, each with the grant other nodes read it by.
+    resident: Mutex<HashMap<u64, (Buffer, Option<Grant>)>>,
     /// Host buffers of finished tasks, reused by the session's next tasks.
     pool: Mutex<Vec<Buffer>>,
     next_resident: std::sync::atomic::AtomicU64,
+    /// Where this node's peer listener listens if this session starts it: the address the
+    /// session reached the node at, any port (`None`: a fresh Unix socket).
+    peer_at: Option<NodeAddr>,
 }
 
 impl Held {
@@ -382,7 +395,7 @@ impl Held {
         f: impl FnOnce(&Buffer) -> std::result::Result<Vec<u8>, String>,
     ) -> std::result::Result<Vec<u8>, String> {
         match sync::lock(&self.resident).get(&id) {
-            Some(b) => f(b),
+            Some((b, _)) => f(b),
             None => Err(format!("node-resident buffer {id} does not exist (freed already?)")),
         }
     }
@@ -646,7 +659,14 @@ impl BoundNode {
         // Buffer ids of this session start at a random point: an id of an earlier session (a
         // root that rejoined) names nothing here rather than a buffer of this one.
         let first = u64::from(u32::from_le_bytes(crate::sys::random::bytes::<4>("buffer ids")?)) << 32 | 1;
-        let held = Held { next_resident: std::sync::atomic::AtomicU64::new(first), ..Held::default() };
+        let held = Held {
+            next_resident: std::sync::atomic::AtomicU64::new(first),
+            peer_at: stream.local_addr().map(|a| match a {
+                std::net::SocketAddr::V4(v4) => NodeAddr::Tcp((*v4.ip(), 0).into()),
+                std::net::SocketAddr::V6(v6) => NodeAddr::Tcp((*v6.ip(), 0).into()),
+            }),
+            ..Held::default()
+        };
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
         let done = Arc::new(AtomicBool::new(false));
@@ -754,7 +774,15 @@ impl BoundNode {
         sync::lock(&writer).shutdown();
         health_socket.shutdown();
         let _ = beat.join();
-        drop(held); // what the session held goes with it
+        // What the session held goes with it: other nodes can no longer read it either.
+        if let Some(Ok(peer)) = self.peer.get() {
+            for (_, grant) in sync::lock(&held.resident).values() {
+                if let Some(g) = grant {
+                    peer.revoke(g);
+                }
+            }
+        }
+        drop(held);
         tracing::info!(target: "simpler::remote", peer = %peer, "session ended");
         result
     }
@@ -794,7 +822,12 @@ impl BoundNode {
                     b.read::<u8>(at, n).map_err(|e| e.to_string())
                 }),
                 wire::FREE => match sync::lock(&held.resident).remove(&m.arg) {
-                    Some(_) => Ok(Vec::new()),
+                    Some((_, grant)) => {
+                        if let (Some(g), Some(Ok(peer))) = (grant, self.peer.get()) {
+                            peer.revoke(&g);
+                        }
+                        Ok(Vec::new())
+                    }
                     None => Err(format!("node-resident buffer {} does not exist (freed already?)", m.arg)),
                 },
                 other => Err(format!("unknown control command {other}")),
@@ -804,7 +837,9 @@ impl BoundNode {
         wire::encode_reply(&result)
     }
 
-    /// Allocates a node-resident buffer of `nbytes`; its id as the reply.
+    /// Allocates a node-resident buffer of `nbytes`. The reply: its id, then the grant other
+    /// nodes read it by and the address of this node's peer listener (both empty when the
+    /// listener could not start: the buffer is then usable on this node only).
     fn alloc_resident(&self, held: &Held, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
         let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
         let buf = self.worker.create_buffer(n.max(1)).map_err(|e| match e.kind() {
@@ -812,8 +847,44 @@ impl BoundNode {
             _ => e.message().to_string(),
         })?;
         let id = held.next_resident.fetch_add(1, Ordering::Relaxed);
-        sync::lock(&held.resident).insert(id, buf);
-        Ok(id.to_le_bytes().to_vec())
+        let mut reply = id.to_le_bytes().to_vec();
+        let grant = match self.peer_server(held) {
+            Ok(peer) => match peer.grant(&buf) {
+                Ok(g) => {
+                    reply.extend_from_slice(&g);
+                    reply.extend_from_slice(peer.addr().as_bytes());
+                    Some(g)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "simpler::remote", "no grant for a node-resident buffer: {e}");
+                    None
+                }
+            },
+            Err(why) => {
+                tracing::warn!(target: "simpler::remote", "node-resident buffers of {} stay on it: {why}", self.name);
+                None
+            }
+        };
+        sync::lock(&held.resident).insert(id, (buf, grant));
+        Ok(reply)
+    }
+
+    /// This node's peer listener, started on first use.
+    fn peer_server(&self, held: &Held) -> std::result::Result<&Arc<PeerServer>, &str> {
+        self.peer
+            .get_or_init(|| {
+                let at = match &held.peer_at {
+                    Some(a) => a.clone(),
+                    None => NodeAddr::Unix(std::env::temp_dir().join(format!(
+                        "simpler-peer-{}-{:016x}.sock",
+                        std::process::id(),
+                        crate::sys::random::u64()
+                    ))),
+                };
+                PeerServer::start(&at, self.key.clone(), self.hello()).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     fn unknown(&self, digest: &Digest, name: &str) -> String {
@@ -869,7 +940,14 @@ impl BoundNode {
                 _ => FrameError::Io(e),
             })?;
         }
-        let Prepared { args, incoming, outgoing } = prepared;
+        let Prepared { args, incoming, outgoing, fetched } = prepared;
+        // Tensors another node holds: read from it directly, before the run.
+        for (i, buf, src) in &fetched {
+            if let Err(e) = self.client.fetch(src, buf, 0) {
+                let e = e.context(format!("tensor {i} ({} bytes from another node)", src.len));
+                return Ok(Reply::failed(status_of(&e), e.message()));
+            }
+        }
         // This thread waits for the run, so it drives it (no hop to the node's background
         // thread); the heartbeat thread may cancel it meanwhile.
         let options = RunOptions::new().args(args).config(msg.config.clone());
@@ -884,7 +962,8 @@ impl BoundNode {
             )
             .and_then(|(_, result)| result);
         sync::lock(current).run = None;
-        let mut buffers: Vec<Buffer> = incoming.into_iter().map(|(b, _, _)| b).collect();
+        let mut buffers: Vec<Buffer> =
+            incoming.into_iter().map(|(b, _, _)| b).chain(fetched.into_iter().map(|(_, b, _)| b)).collect();
         Ok(match result {
             Ok(()) => {
                 let spans: Vec<(usize, u64, u64)> =
@@ -916,54 +995,83 @@ impl BoundNode {
         if decoded.tensors.len() != msg.data.len() {
             return Err(Error::decode("a TASK's tensor data does not match its arguments"));
         }
-        let mut p = Prepared { args: TaskArgs::new(), incoming: Vec::new(), outgoing: Vec::new() };
+        let mut p = Prepared {
+            args: TaskArgs::new(),
+            incoming: Vec::new(),
+            outgoing: Vec::new(),
+            fetched: Vec::new(),
+        };
         for (i, t) in decoded.tensors.iter().enumerate() {
-            if let crate::data::buffer::Backing::Device { ptr, .. } = t.desc.backing() {
-                // A node-resident buffer: the task uses it in place, and no bytes come for it.
-                if msg.data[i].is_some() {
-                    return Err(Error::decode(format!(
-                        "tensor {i}: node-resident buffer {ptr} sent with bytes of its own"
-                    )));
-                }
-                let resident = sync::lock(&held.resident);
-                let buf = resident.get(&ptr).ok_or_else(|| {
+            let access = t.desc.access().within_orchestration();
+            let resident = matches!(t.desc.backing(), crate::data::buffer::Backing::Device { .. });
+            if let (TensorData::Resident, crate::data::buffer::Backing::Device { ptr, .. }) =
+                (&msg.data[i], t.desc.backing())
+            {
+                // A node-resident buffer of this session: the task uses it in place.
+                let held_buffers = sync::lock(&held.resident);
+                let (buf, _) = held_buffers.get(&ptr).ok_or_else(|| {
                     Error::state(format!(
                         "tensor {i}: node-resident buffer {ptr} does not exist (freed already?)"
                     ))
                 })?;
-                let access = t.desc.access().within_orchestration();
                 let tensor = buf.view(t.view)?.narrowed(access)?;
                 p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
                 continue;
             }
-            // The bytes the view spans arrive with the task, into a buffer of just that span
-            // (the view moved to its start): a tile of a large buffer of the root costs the
-            // node the tile, not the buffer.
+            // The bytes the view spans arrive with the task or from another node, into a
+            // buffer of just that span (the view moved to its start): a tile of a large buffer
+            // costs this node the tile, not the buffer.
             let (start, end) = t.view.byte_range();
             let span =
                 usize::try_from(end - start).map_err(|_| Error::invalid(format!("tensor {i}: too large")))?;
-            let view = TensorView::new(0, t.view.shape(), Some(t.view.strides()), t.view.dtype())?;
-            let buf = self
-                .buffer(held, span.max(1))
-                .map_err(|e| e.context(format!("tensor {i} ({span} bytes)")))?;
-            let access = t.desc.access().within_orchestration();
-            let tensor = buf.view(view)?.narrowed(access)?;
-            p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
-            if wire::writes(t.desc.access()) {
-                p.outgoing.push((i, buf.clone(), start, end - start));
-            }
-            match msg.data[i] {
-                Some((offset, len)) if offset != start || len != end - start => {
+            let matches = |offset: u64, len: u64| -> Result<()> {
+                if offset != start || len != end - start {
                     return Err(Error::decode(format!(
                         "tensor {i}: {len} bytes at {offset}, but its view spans {} bytes at {start}",
                         end - start
                     )));
                 }
-                Some(_) => p.incoming.push((buf, 0, end - start)),
-                None => {
+                Ok(())
+            };
+            match (&msg.data[i], resident) {
+                (TensorData::Bulk { offset, len }, false) => matches(*offset, *len)?,
+                (TensorData::Peer(src), true) => {
+                    matches(src.offset, src.len)?;
+                    if wire::writes(t.desc.access()) {
+                        return Err(Error::decode(format!(
+                            "tensor {i}: another node's memory sent to be written here (only reads cross nodes)"
+                        )));
+                    }
+                }
+                (TensorData::Resident, _) => {
                     return Err(Error::decode(format!(
                         "tensor {i}: host memory of the root sent without its bytes"
                     )));
+                }
+                (_, true) => {
+                    return Err(Error::decode(format!(
+                        "tensor {i}: node-resident memory sent with bytes of its own"
+                    )));
+                }
+                (TensorData::Peer(_), false) => {
+                    return Err(Error::decode(format!(
+                        "tensor {i}: host memory of the root named as another node's"
+                    )));
+                }
+            }
+            let view = TensorView::new(0, t.view.shape(), Some(t.view.strides()), t.view.dtype())?;
+            let buf = self
+                .buffer(held, span.max(1))
+                .map_err(|e| e.context(format!("tensor {i} ({span} bytes)")))?;
+            let tensor = buf.view(view)?.narrowed(access)?;
+            p.args.add_tensor(&tensor, Tag::for_access(t.desc.access()))?;
+            match &msg.data[i] {
+                TensorData::Peer(src) => p.fetched.push((i, buf, src.clone())),
+                _ => {
+                    if wire::writes(t.desc.access()) {
+                        p.outgoing.push((i, buf.clone(), start, end - start));
+                    }
+                    p.incoming.push((buf, 0, end - start));
                 }
             }
         }
@@ -1054,6 +1162,8 @@ struct Prepared {
     /// (tensor index, buffer, offset in the root's buffer, length) of each written view (its
     /// bytes start the node's buffer).
     outgoing: Vec<(usize, Buffer, u64, u64)>,
+    /// (tensor index, buffer, where its bytes are) of each tensor read from another node.
+    fetched: Vec<(usize, Buffer, wire::PeerSource)>,
 }
 
 /// A COMPLETION to send: its head, then the bytes of each output, from this node's buffers.
@@ -1123,6 +1233,9 @@ fn session_end(e: FrameError, peer: &str) -> Result<()> {
 
 impl Drop for BoundNode {
     fn drop(&mut self) {
+        if let Some(Ok(peer)) = self.peer.get() {
+            peer.stop();
+        }
         let _ = self.worker.close();
     }
 }

@@ -239,7 +239,7 @@ fn a_cancelled_task_the_node_never_ends_loses_the_session_within_the_grace() {
     let (s, node, mut health) = session_with(Duration::from_secs(1));
     let seq = s.next_seq();
     task_in_flight(&s, seq);
-    let mut ep = RemoteEndpoint::new(s.clone());
+    let mut ep = RemoteEndpoint::new(s.clone(), 0, Default::default());
     let asked = Instant::now();
     assert!(ep.stop(), "the endpoint asks the node");
     // The node hears the CANCEL for that task on its health connection...

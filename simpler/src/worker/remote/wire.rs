@@ -9,9 +9,11 @@
 //! side.
 //!
 //! * `TASK` head: the callable's digest and name, the config, the arguments (the local wire
-//!   blob: descriptors, views, scalars), then for each tensor a flag and, unless it stays on
-//!   the node, where the bytes its view spans start in its buffer and how many there are (a
-//!   node shares no memory with the root).
+//!   blob: descriptors, views, scalars), then for each tensor where its bytes come from
+//!   ([`TensorData`]): it stays on the node (node-resident there), the bulk (where the bytes
+//!   its view spans start in the root's buffer and how many there are: a node shares no memory
+//!   with the root), or another node (node-resident there: the node running the task reads
+//!   them from that node's peer listener, `peer`, with the grant the root was given for it).
 //! * `COMPLETION` head: a status code, a message, and for every written view its tensor index,
 //!   offset and length.
 //! * `CONTROL` / `CONTROL_REPLY`: a command (`CHECK_CALLABLE`: does the node run this digest?)
@@ -67,6 +69,44 @@ pub(crate) const COPY_TO: u32 = 3;
 pub(crate) const COPY_FROM: u32 = 4;
 /// CONTROL command: free node-resident buffer `arg`.
 pub(crate) const FREE: u32 = 5;
+/// CONTROL command on a peer connection (`peer`): read `arg2` bytes at offset `arg` of the
+/// node-resident buffer whose grant is `data`.
+pub(crate) const PEER_READ: u32 = 6;
+
+/// The longest address a TASK names for a peer node.
+const MAX_PEER_ADDR: usize = 1024;
+
+/// Where a TASK's tensor's bytes come from, as its head says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TensorData {
+    /// Node-resident on the node that runs the task: used in place, no bytes travel.
+    Resident,
+    /// `len` bytes in the bulk: what the view spans, from byte `offset` of the root's buffer.
+    Bulk { offset: u64, len: u64 },
+    /// Node-resident on another node: the node running the task reads the bytes the view
+    /// spans from that node itself.
+    Peer(PeerSource),
+}
+
+/// Where a node reads a tensor another node holds: that node's peer listener, the grant that
+/// names the buffer there, and the bytes the view spans in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PeerSource {
+    pub(crate) addr: String,
+    pub(crate) grant: super::peer::Grant,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl TensorData {
+    /// The bytes it brings in the bulk.
+    fn bulk(&self) -> u64 {
+        match self {
+            TensorData::Bulk { len, .. } => *len,
+            _ => 0,
+        }
+    }
+}
 
 /// Largest encoded argument blob a TASK carries (tensors' descriptors and views, scalars).
 const MAX_ARGS_BLOB: usize = 1 << 20;
@@ -162,9 +202,8 @@ pub(crate) struct TaskHead<'a> {
     pub(crate) name: String,
     pub(crate) config: CallConfig,
     pub(crate) args_blob: &'a [u8],
-    /// For each tensor, where the bytes its view spans start in its buffer and how many
-    /// follow in the bulk (`None`: it stays on the node).
-    pub(crate) data: Vec<Option<(u64, u64)>>,
+    /// For each tensor, where its bytes come from.
+    pub(crate) data: Vec<TensorData>,
 }
 
 /// A whole TASK (head and bulk in memory).
@@ -175,15 +214,14 @@ pub(crate) struct TaskMsg<'a> {
     pub(crate) data: Vec<Option<(u64, &'a [u8])>>,
 }
 
-/// Encodes a TASK's head (with its length prefix); `data[i]` is where tensor `i`'s bytes start
-/// in its buffer and how many follow in the bulk (`None` for a tensor that stays on the node).
-/// The sender writes the bulk after it: the bytes of each tensor in order.
+/// Encodes a TASK's head (with its length prefix); `data[i]` is where tensor `i`'s bytes come
+/// from. The sender writes the bulk after it: the bytes of each `Bulk` tensor in order.
 pub(crate) fn encode_task_head(
     digest: &Digest,
     name: &str,
     config: Option<&CallConfig>,
     args: &TaskArgs,
-    data: &[Option<(u64, u64)>],
+    data: &[TensorData],
 ) -> Result<Vec<u8>> {
     let size = blob_size(args.tensors.len(), args.scalars.len());
     if size > MAX_ARGS_BLOB {
@@ -205,8 +243,17 @@ pub(crate) fn encode_task_head(
     w.u32(data.len() as u32);
     for d in data {
         match d {
-            Some((offset, len)) => w.u8(1).u64(*offset).u64(*len),
-            None => w.u8(0),
+            TensorData::Resident => w.u8(0),
+            TensorData::Bulk { offset, len } => w.u8(1).u64(*offset).u64(*len),
+            TensorData::Peer(p) => {
+                if p.addr.len() > MAX_PEER_ADDR {
+                    return Err(Error::invalid(format!(
+                        "a peer address of {} bytes (at most {MAX_PEER_ADDR})",
+                        p.addr.len()
+                    )));
+                }
+                w.u8(2).bytes(p.addr.as_bytes()).raw(&p.grant).u64(p.offset).u64(p.len)
+            }
         };
     }
     let head = with_len(w);
@@ -235,13 +282,29 @@ pub(crate) fn decode_task_head(head: &[u8], bulk: u64) -> Result<TaskHead<'_>> {
     let mut data = Vec::with_capacity(n);
     for _ in 0..n {
         data.push(match r.u8().map_err(bad)? {
-            0 => None,
-            1 => Some((r.u64().map_err(bad)?, r.u64().map_err(bad)?)),
+            0 => TensorData::Resident,
+            1 => TensorData::Bulk { offset: r.u64().map_err(bad)?, len: r.u64().map_err(bad)? },
+            2 => {
+                let addr = r.bytes().map_err(bad)?;
+                if addr.len() > MAX_PEER_ADDR {
+                    return Err(Error::decode(format!("a peer address of {} bytes", addr.len())));
+                }
+                let addr = std::str::from_utf8(addr)
+                    .map_err(|_| Error::decode("a peer address that is not UTF-8"))?
+                    .to_string();
+                let grant = r.raw(super::peer::GRANT_LEN).map_err(bad)?.try_into().expect("GRANT_LEN bytes");
+                TensorData::Peer(PeerSource {
+                    addr,
+                    grant,
+                    offset: r.u64().map_err(bad)?,
+                    len: r.u64().map_err(bad)?,
+                })
+            }
             f => return Err(Error::decode(format!("tensor data flag {f}"))),
         });
     }
     r.finish().map_err(bad)?;
-    check_bulk(data.iter().flatten().map(|(_, len)| *len), bulk)?;
+    check_bulk(data.iter().map(TensorData::bulk), bulk)?;
     Ok(TaskHead { digest: Digest::from_bytes(digest), name, config, args_blob, data })
 }
 
@@ -256,8 +319,13 @@ pub(crate) fn encode_task(
     mut data: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>>,
 ) -> Result<Vec<u8>> {
     let data: Vec<Option<(u64, Vec<u8>)>> = (0..args.tensors.len()).map(&mut data).collect::<Result<_>>()?;
-    let spans: Vec<Option<(u64, u64)>> =
-        data.iter().map(|d| d.as_ref().map(|(o, b)| (*o, b.len() as u64))).collect();
+    let spans: Vec<TensorData> = data
+        .iter()
+        .map(|d| match d {
+            Some((offset, b)) => TensorData::Bulk { offset: *offset, len: b.len() as u64 },
+            None => TensorData::Resident,
+        })
+        .collect();
     let mut body = encode_task_head(digest, name, config, args, &spans)?;
     for (_, bytes) in data.iter().flatten() {
         body.extend_from_slice(bytes);
@@ -273,12 +341,13 @@ pub(crate) fn decode_task(body: &[u8]) -> Result<TaskMsg<'_>> {
     let data = head
         .data
         .iter()
-        .map(|d| {
-            d.map(|(offset, len)| {
-                let (bytes, rest) = bulk.split_at(len as usize); // lengths checked against the bulk
+        .map(|d| match d {
+            TensorData::Bulk { offset, len } => {
+                let (bytes, rest) = bulk.split_at(*len as usize); // lengths checked against the bulk
                 bulk = rest;
-                (offset, bytes)
-            })
+                Some((*offset, bytes))
+            }
+            _ => None,
         })
         .collect();
     Ok(TaskMsg { head, data })
@@ -451,6 +520,34 @@ mod tests {
         assert_eq!((task.head.digest, task.head.name.as_str(), task.data.len()), (d, "f", 0));
         for cut in 0..t.len() {
             assert!(decode_task(&t[..cut]).is_err(), "{cut}");
+        }
+    }
+
+    #[test]
+    fn a_tensor_another_node_holds_is_named_by_its_peer_and_grant() {
+        let d = Digest::from_bytes([4; 32]);
+        let mut args = TaskArgs::new();
+        let b = crate::data::buffer::Buffer::device(
+            crate::data::buffer::Identity::new(1, 1, 1).unwrap(),
+            2,
+            77,
+            64,
+        )
+        .unwrap();
+        args.input(&b.tensor(&[64], crate::data::dtype::DataType::Uint8).unwrap()).unwrap();
+        let peer = TensorData::Peer(PeerSource {
+            addr: "10.0.0.2:4100".into(),
+            grant: [5; super::super::peer::GRANT_LEN],
+            offset: 8,
+            len: 56,
+        });
+        let head = encode_task_head(&d, "f", None, &args, std::slice::from_ref(&peer)).unwrap();
+        // No bulk: the bytes come from the peer.
+        let task = decode_task(&head).unwrap();
+        assert_eq!(task.head.data, vec![peer]);
+        assert_eq!(task.data, vec![None]);
+        for cut in 0..head.len() {
+            assert!(decode_task(&head[..cut]).is_err(), "{cut}");
         }
     }
 

@@ -93,7 +93,14 @@ fn bytes_sent_for_a_node_resident_tensor_are_refused_and_the_session_stays_in_st
         .unwrap();
     let mut args = TaskArgs::new();
     args.inout(&t).unwrap();
-    let mut body = wire::encode_task_head(&f.digest(), "nothing", None, &args, &[Some((0, 64))]).unwrap();
+    let mut body = wire::encode_task_head(
+        &f.digest(),
+        "nothing",
+        None,
+        &args,
+        &[wire::TensorData::Bulk { offset: 0, len: 64 }],
+    )
+    .unwrap();
     let mut smuggled = Vec::new();
     write_frame(&mut smuggled, FrameKind::Control, 77, &[0u8; 40]).unwrap();
     assert_eq!(smuggled.len(), 64);
@@ -187,7 +194,8 @@ fn sessions_served_at_once_see_only_their_own_node_resident_buffers() {
     let (mut a, _ha) = open();
     let (mut b, _hb) = open();
     let id = control(&mut a, 1, wire::ALLOC, 8, 0).expect("an allocation");
-    let id = u64::from_le_bytes(id.try_into().unwrap());
+    let (id, peer) = crate::worker::remote::peer::decode_alloc(&id).unwrap();
+    assert!(peer.is_some(), "the node serves its buffers to other nodes");
     // Root B names root A's buffer: it does not exist in B's session.
     let err = control(&mut b, 1, wire::COPY_FROM, id, 8).unwrap_err();
     assert!(err.contains(&format!("node-resident buffer {id} does not exist")), "{err}");
