@@ -59,6 +59,19 @@ fn inc(mut x: InOut<f32>) {
     x.iter_mut().for_each(|v| *v += 1.0);
 }
 
+/// `out = x` on a SUB worker.
+#[callable(sub)]
+fn copy(x: In<f32>, mut out: Out<f32>) {
+    out.copy_from_slice(&x);
+}
+
+/// Runs on a node: `out = x`, where `x` may be another node's memory (fetched from it).
+#[callable(orch)]
+fn copy_here(o: &mut Orchestrator<'_>, x: In<f32>, out: Out<f32>) -> simpler::Result<()> {
+    copy::call(&x, &mut out)?.on(o, sub())?;
+    Ok(())
+}
+
 task_graph! {
     /// Runs on the local L3, which has a chip.
     fn add_on_chip(a: In<f32>, b: In<f32>, out: Out<f32>) {
@@ -192,6 +205,26 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
     let (ta, tb) = (a.typed::<f32>(&[N])?, b.typed::<f32>(&[N])?);
     let (mut ty, mut tz) = (y.typed::<f32>(&[N])?, z.typed::<f32>(&[N])?);
     across::call(&ta, &tb, &mut ty, &mut tz)?.run(&l4)?;
+
+    // Node to node: a buffer that lives on worker 2's node, updated there, then read by a task
+    // on worker 1, whose node fetches it from worker 2's directly (not through this root).
+    let on2 = l4.alloc_child_tensor(2, &[N], DataType::Float32)?;
+    l4.copy_to(&on2, &a)?; // 1.0 everywhere
+    let mut t2 = on2.typed::<f32>(&[N])?;
+    let w = l4.create_buffer(4 * N as usize)?;
+    let mut tw = w.typed::<f32>(&[N])?;
+    l4.run(|o| {
+        square_then_inc::call(&mut t2, 2)?.on(o, worker(2))?; // 1 * 1 + 2, on worker 2
+        copy_here::call(&t2, &mut tw)?.on(o, worker(1))?; // read on worker 1
+        Ok(())
+    })?;
+    let hop = w.read::<f32>(0, N as usize)?;
+    drop(t2);
+    l4.free(&on2)?;
+    if hop.iter().any(|&v| v != 3.0) {
+        return Err(format!("node to node: expected 3.0 everywhere, got {}", hop[0]).into());
+    }
+    println!("node to node: worker 1 read what worker 2 computed in its own memory: {} (correct)", hop[0]);
     if launch.is_none() {
         // Worker 2 serves square_then_inc only: a task of another function placed there is
         // refused at submit, naming both, and nothing reaches the node.

@@ -1499,6 +1499,9 @@ impl Worker {
     ///
     /// The buffer lives on that chip (or node): only tasks on it may name it (aiming it at
     /// another worker is an error at submit), and it is never copied in or out around a run.
+    /// One exception: a task on another remote Worker may *read* a node-resident buffer, whose
+    /// bytes then go straight from node to node (the book's "Across hosts", "From node to
+    /// node"); writing it from there is refused at submit.
     /// Move bytes with [`copy_to`](Worker::copy_to) / [`copy_from`](Worker::copy_from); release
     /// it with [`free`](Worker::free). A node-resident buffer also ends with its node's session.
     ///

@@ -154,18 +154,23 @@ fn garbage_instead_of_a_hello_is_refused() {
 
 #[test]
 fn another_version_is_refused_naming_both() {
-    // A root whose response says version 4 in its body.
+    // A root whose response says the next version in its body.
+    let next = PROTOCOL_VERSION + 1;
     let k = key("the-cluster-secret");
     let (node, reply) = run(k.clone(), |s| {
         manual_root(s, |nonce_n| {
             let mut b = response_body(&k, nonce_n, &[7; NONCE_LEN]);
-            b[1..3].copy_from_slice(&4u16.to_le_bytes());
+            b[1..3].copy_from_slice(&next.to_le_bytes());
             b
         })
     });
     let node = node.unwrap_err();
     assert!(node.kind() == crate::error::ErrorKind::InvalidArgument);
-    assert!(node.message().contains("version 4, this side speaks 3"), "{}", node.message());
+    assert!(
+        node.message().contains(&format!("version {next}, this side speaks {PROTOCOL_VERSION}")),
+        "{}",
+        node.message()
+    );
     assert_eq!(reply.unwrap(), [STEP_REFUSED]);
 
     // A node whose frames say version 9 in their header.
@@ -178,7 +183,8 @@ fn another_version_is_refused_naming_both() {
     let err = t.join().unwrap().unwrap_err();
     assert!(err.kind() == crate::error::ErrorKind::InvalidArgument);
     assert!(err.message().contains("unix:v9"));
-    assert!(err.message().contains("protocol version 9, this side speaks 3"), "{}", err.message());
+    let want = format!("protocol version 9, this side speaks {PROTOCOL_VERSION}");
+    assert!(err.message().contains(&want), "{}", err.message());
 }
 
 #[test]

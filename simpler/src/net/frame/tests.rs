@@ -49,7 +49,7 @@ fn frames_follow_one_another() {
 fn the_header_layout_is_as_documented() {
     let b = encode(FrameKind::ControlReply, 0x0102_0304_0506_0708, b"xyz");
     assert_eq!(&b[0..4], b"SPNF");
-    assert_eq!(&b[4..6], &[3, 0]);
+    assert_eq!(&b[4..6], &PROTOCOL_VERSION.to_le_bytes());
     assert_eq!(&b[6..8], &[4, 0]);
     assert_eq!(&b[8..12], &[0; 4]);
     assert_eq!(&b[12..20], &[8, 7, 6, 5, 4, 3, 2, 1]);
@@ -65,7 +65,7 @@ fn each_corrupted_header_field_is_named() {
     assert!(malformed(&b, 64).contains("bad magic 0x58504e46"), "{}", malformed(&b, 64));
     let mut b = good.clone();
     b[4..6].copy_from_slice(&7u16.to_le_bytes());
-    assert_eq!(malformed(&b, 64), "protocol version 7, this side speaks 3");
+    assert_eq!(malformed(&b, 64), format!("protocol version 7, this side speaks {PROTOCOL_VERSION}"));
     assert!(read_frame(&mut &b[..], 64).unwrap_err().is_version_mismatch());
     let mut b = good.clone();
     b[6..8].copy_from_slice(&99u16.to_le_bytes());
