@@ -156,7 +156,15 @@ fn a_third_submit_behind_a_stuck_run_times_out_naming_the_cause_until_the_run_is
             orch.submit_sub(&fill, a).map(|_| ())
         })
     };
-    let first = hang_run(&rig, &hang, &flags, RunOptions::new());
+    // The stuck task also names `out` (tracked), so the fill runs, which write it, are
+    // ordered behind its run (runs that name no buffer in common are not: issue 31).
+    let first = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&word(&flags, 0))?.output(&u64s(&out, 0, 2))?;
+            orch.submit_sub(&hang, a).map(|_| ())
+        })
+        .expect("submit");
     let stuck = sub_index(&rig, wait_hanging(&flags, 0));
     let second = fill_run(0, 7).unwrap();
     let started = Instant::now();

@@ -60,8 +60,8 @@ fn two_pipelined_runs_are_both_correct() {
     let r1 = chain(&x, 2);
     let r2 = chain(&y, 3);
     assert_eq!(r2.id(), r1.id() + 1);
-    r2.wait().unwrap(); // waiting on the later run first drives the earlier one too
-    assert!(r1.is_done(), "run 1 finished before run 2");
+    // The runs name no buffer in common, so run 2 may finish first (issue 31).
+    r2.wait().unwrap();
     r1.wait().unwrap();
     let expect = |start: u64, k: u64| {
         (0..N).fold(vec![start], |mut v, _| {

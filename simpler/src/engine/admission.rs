@@ -226,6 +226,7 @@ impl Engine {
         };
         runs.live.push_back(run.clone());
         self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+        self.runs_epoch.fetch_add(1, Ordering::Release);
         if let Some((at, _)) = deadline {
             self.next_check.fetch_min(self.since_epoch(at), Ordering::SeqCst);
             drop(runs);
@@ -422,8 +423,9 @@ impl Engine {
 
     /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held,
     /// live or quarantined; at a depth of 1, the head's is the only one). Called for the FIFO
-    /// head and its first successor only, so only those hold leases; the head dispatches only
-    /// once it holds one.
+    /// head, its first successor, and a run behind them found independent of every run ahead
+    /// (which never waits for a run ahead, so it always returns its lease); a run dispatches
+    /// only once it holds one.
     ///
     /// A run that is done gets none: `run_finished` may run on another thread (the
     /// orchestration's, when it fails the task this lease was for), and it returns only a lease
@@ -566,6 +568,7 @@ impl Engine {
                 runs.spare = runs.live.remove(at);
             }
             self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
+            self.runs_epoch.fetch_add(1, Ordering::Release);
             std::mem::take(&mut runs.room_wakers)
         }
         .into_iter()
@@ -579,6 +582,51 @@ impl Engine {
 
     pub(crate) fn head_run(&self) -> u64 {
         self.head_run.load(Ordering::Acquire)
+    }
+
+    /// A run closed its submission behind the head (its footprint is set): the scheduler is
+    /// to check again whether it is independent of the runs ahead, and someone must drive.
+    pub(crate) fn runs_changed(&self) {
+        self.runs_epoch.fetch_add(1, Ordering::Release);
+        self.doorbell().ring();
+        self.wake_background_if_needed();
+    }
+
+    /// See `runs_epoch`.
+    pub(crate) fn runs_epoch(&self) -> u64 {
+        self.runs_epoch.load(Ordering::Acquire)
+    }
+
+    /// Replaces `into`'s contents with the live runs, in FIFO order (the scheduler's reused
+    /// list: no allocation in steady state).
+    pub(crate) fn live_runs_into(&self, into: &mut Vec<Arc<RunState>>) {
+        into.clear();
+        into.extend(sync::lock(&self.runs).live.iter().cloned());
+    }
+
+    /// Whether `run`, behind the head, is independent of every run ahead of it that is still
+    /// live (`ahead`, in FIFO order, stops at `run`): its submission closed with a footprint of
+    /// SUB work only, and no unfinished task of a run ahead touches a buffer it names in a way
+    /// that conflicts ([`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts)).
+    pub(crate) fn independent_of(&self, run: &RunState, ahead: &[Arc<RunState>]) -> bool {
+        if !run.submission_closed() {
+            return false;
+        }
+        let Some(fp) = run.footprint.get() else { return false };
+        if !fp.sub_only {
+            return false;
+        }
+        let earlier = ahead.iter().take_while(|r| r.id < run.id).filter(|r| !r.is_done());
+        // Every run ahead closed its submission before this one was admitted (builds are
+        // serialized), so what they will ever touch is in the TensorMap now; checked anyway.
+        let mut ids: smallvec::SmallVec<[u64; 8]> = smallvec::SmallVec::new();
+        for r in earlier {
+            if !r.submission_closed() {
+                return false;
+            }
+            ids.push(r.id);
+        }
+        !self.tensor_map.conflicts(&ids, &fp.buffers)
     }
 
     /// Live runs (for close).

@@ -219,6 +219,10 @@ pub(crate) struct Engine {
     /// Admitted runs (FIFO; the front one dispatches).
     runs: Mutex<Runs>,
     head_run: AtomicU64,
+    /// Changes whenever a run is admitted, closes its submission behind another, or leaves the
+    /// FIFO: the scheduler checks again whether a run behind the head is independent of the
+    /// runs ahead of it only when this or its own count of ended tasks moved.
+    runs_epoch: AtomicU64,
     /// The pipeline leases (rules L1-L5 of `lease`), handed to the FIFO head and its first
     /// successor as they take those roles, returned when they finish, or quarantined when
     /// they are abandoned with a task that may still run (see [`admission::Leases`]).
@@ -286,6 +290,7 @@ impl Engine {
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
+            runs_epoch: AtomicU64::new(0),
             leases: Mutex::new(admission::Leases::new(
                 u32::try_from(cfg.pipeline_depth).unwrap_or(u32::MAX),
             )?),

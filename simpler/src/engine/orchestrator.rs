@@ -1325,6 +1325,25 @@ impl<'a> Orchestrator<'a> {
         }
     }
 
+    /// What the run's tasks not yet consumed name (see [`Footprint`](crate::engine::run::Footprint)).
+    fn footprint(&self) -> crate::engine::run::Footprint {
+        let mut buffers: Vec<(Identity, bool)> = Vec::new();
+        let mut sub_only = true;
+        for slot in self.tasks.alive() {
+            let task = slot.task();
+            sub_only &= matches!(task.target, Target::Sub);
+            for args in &task.args {
+                for (t, tag) in args.tensors.iter().zip(&args.tags) {
+                    buffers.push((t.desc().identity(), tag.access().can_write()));
+                }
+            }
+        }
+        // One entry per buffer, writing when any task writes it.
+        buffers.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        buffers.dedup_by_key(|e| e.0);
+        crate::engine::run::Footprint { buffers: buffers.into_boxed_slice(), sub_only }
+    }
+
     /// Ends the run's building: closes every open scope and submission. On an orchestration
     /// error, first fails every task that has not started.
     pub(crate) fn finish(mut self, error: Option<&Error>) {
@@ -1341,8 +1360,17 @@ impl<'a> Orchestrator<'a> {
         while !self.scopes.is_empty() {
             self.end_top_scope();
         }
+        // A run behind another one may dispatch before its turn once it is independent of the
+        // runs ahead (`Scheduler::dispatch_independent`): what its tasks name is recorded
+        // first, and the scheduler is told its submission closed (its check may pass now).
+        let behind = error.is_none() && self.eng.head_run() != self.run.id;
+        if behind {
+            let _ = self.run.footprint.set(self.footprint());
+        }
         if self.run.close_submission() {
             self.eng.run_finished(&self.run);
+        } else if behind {
+            self.eng.runs_changed();
         }
         // Keep the buffers for the next run (the weak task references go now: they pin the
         // slots' memory).

@@ -5,9 +5,11 @@
 //! holds the one strong reference to the engine, so `close` releases the mailboxes, heap rings
 //! and pidfds behind it even while handles are kept, and those answer from the run's own state.
 //!
-//! Runs are admitted FIFO up to `pending_run_depth` (`pipeline_depth` when 0); only the head run
-//! dispatches (but for a staged successor, `scheduler`), so a task that never returns holds
-//! every later run until its run is **stopped**. The lifecycle: admitted -> building (the orchestration function; tasks
+//! Runs are admitted FIFO up to `pending_run_depth` (`pipeline_depth` when 0); the head run
+//! dispatches (and a staged successor, `scheduler`), and so does a run behind it that is
+//! independent of every run ahead ([`Footprint`], `Scheduler::dispatch_independent`). So a task
+//! that never returns holds, until its run is **stopped**, its worker, its run's lease and
+//! admission place, and the later runs that name its buffers; independent SUB runs go on. The lifecycle: admitted -> building (the orchestration function; tasks
 //! dispatch meanwhile) -> submission closed -> done once every slot is consumed (or abandoned:
 //! a panic, `close`, a worker that cannot be stopped).
 //!
@@ -139,6 +141,22 @@ pub(crate) struct RunState {
     /// The wakers of the futures awaiting it ([`RunHandle`]'s `IntoFuture`), woken once when it
     /// finishes.
     wakers: Mutex<Vec<std::task::Waker>>,
+    /// What its tasks name, set when its submission closes behind an earlier live run (see
+    /// [`Footprint`]): how the scheduler tells whether it is independent of the runs ahead.
+    pub(crate) footprint: OnceLock<Footprint>,
+    /// The scheduler found it independent of every earlier live run and gave it a lease: it
+    /// dispatches its tasks before it is the FIFO head (only the role holder sets it).
+    pub(crate) independent: AtomicBool,
+}
+
+/// The buffers a run's tasks name, by identity, each with whether a task writes it, sorted
+/// and without repeats; and whether every task is SUB work. Set when a run's submission closes
+/// while an earlier run is live: the scheduler dispatches such a run ahead of its turn once none
+/// of these buffers is touched by an unfinished task of an earlier live run in a way that
+/// conflicts (a write on either side), [`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts).
+pub(crate) struct Footprint {
+    pub(crate) buffers: Box<[(crate::data::buffer::Identity, bool)]>,
+    pub(crate) sub_only: bool,
 }
 
 impl RunState {
@@ -167,6 +185,8 @@ impl RunState {
             build_failed: AtomicBool::new(false),
             ahead: AtomicBool::new(false),
             wakers: Mutex::new(Vec::new()),
+            footprint: OnceLock::new(),
+            independent: AtomicBool::new(false),
         }
     }
 

@@ -1,7 +1,10 @@
 //! The Scheduler: ready queues, lanes, dispatch and completion.
 //!
-//! Queues are partitioned by run; only the run at the head of the admission FIFO dispatches,
-//! so two runs' effects never interleave. Per pass: drain completions first (which may make
+//! Queues are partitioned by run; the run at the head of the admission FIFO dispatches, and a
+//! run behind it only once it is *independent* of every live run ahead of it (its submission
+//! closed, SUB work only, no buffer in common with an unfinished task ahead where either side
+//! writes; [`Scheduler::dispatch_independent`], issue 31), so two runs' effects on one buffer
+//! never interleave while a hung run holds only its own workers, lease and admission place. Per pass: drain completions first (which may make
 //! consumers READY), stop the runs whose deadline passed or whose cancel waits
 //! ([`Scheduler::stop_run`]), take newly published READY tasks from the inbox, then dispatch: the
 //! NEXT_LEVEL group FIFO head (all targets idle, or it reserves them against new singles), each
@@ -215,6 +218,14 @@ pub(crate) struct Scheduler {
     staging: bool,
     /// The head run last seen waiting for a pipeline lease (logged once).
     lease_wait: u64,
+    /// Passes whose completions or stops changed some task's state (the TensorMap's answer to
+    /// [`Engine::independent_of`] can change only then, or when `Engine::runs_epoch` moves).
+    settled: u64,
+    /// `(runs_epoch, settled)` when the runs behind the head were last checked for independence.
+    checked: (u64, u64),
+    /// The live runs, for one pass of [`Scheduler::dispatch_independent`] (kept empty between
+    /// passes, so a finished run's state is reused; the memory is kept).
+    live: Vec<Arc<RunState>>,
 }
 
 impl Scheduler {
@@ -233,6 +244,9 @@ impl Scheduler {
             ready: Vec::new(),
             staging: false,
             lease_wait: 0,
+            settled: 0,
+            checked: (u64::MAX, 0),
+            live: Vec::new(),
         }
     }
 
@@ -302,6 +316,9 @@ impl Scheduler {
         // (the publisher rings the doorbell after sending).
         if eng.stop_due() {
             progress |= self.stop_runs(eng);
+        }
+        if progress {
+            self.settled = self.settled.wrapping_add(1);
         }
         // A quarantined lease comes back once no lane holds a task of its abandoned run (rule
         // L4 of `lease`): each one's end was reported (drained above), or its lane left service.
@@ -1060,9 +1077,67 @@ impl Scheduler {
             progress |= self.activate_staged(eng, head);
         }
         progress |= self.dispatch_head(eng, head);
+        if self.parts.iter().any(|(id, _)| *id > head) {
+            progress |= self.dispatch_independent(eng, head);
+        }
         if self.staging {
             progress |= self.stage_successor(eng, head);
         }
+        progress
+    }
+
+    /// Dispatches the SUB work of the runs behind the head that are independent of every run
+    /// ahead of them (issue 31: a run whose task hangs no longer holds every later run). A run
+    /// behind the head becomes independent once its submission closed, all its tasks are SUB
+    /// work, no unfinished task of a live run ahead touches a buffer it names in a way that
+    /// conflicts ([`Engine::independent_of`]), and it got a pipeline lease; from then on it
+    /// dispatches as the head does, to the SUB workers the head leaves idle. Nothing ahead of
+    /// it can touch its buffers any more (those runs submit nothing more), so it stays
+    /// independent. A run that is not is checked again only after a task ended or the runs
+    /// changed. The partitions of runs that left the FIFO are retired here.
+    fn dispatch_independent(&mut self, eng: &Engine, head: u64) -> bool {
+        let key = (eng.runs_epoch(), self.settled);
+        let recheck = key != self.checked;
+        self.checked = key;
+        let mut live = std::mem::take(&mut self.live);
+        eng.live_runs_into(&mut live);
+        let mut progress = false;
+        let mut i = 0;
+        while i < self.parts.len() {
+            let id = self.parts[i].0;
+            if id <= head {
+                i += 1;
+                continue;
+            }
+            let Some(run) = live.iter().find(|r| r.id == id) else {
+                // Its run left the FIFO (ended, or was abandoned): only stale entries are left,
+                // or an abandoned run's READY tasks, which `retire` fails.
+                if let Some((_, stale)) = self.parts.remove(i) {
+                    self.retire(eng, stale);
+                }
+                progress = true;
+                continue;
+            };
+            i += 1;
+            if run.is_stopped() || run.is_done() || run.build_failed() {
+                continue;
+            }
+            if !run.independent.load(std::sync::atomic::Ordering::Relaxed) {
+                if !recheck || !eng.independent_of(run, &live) || eng.lease_for(run).is_none() {
+                    continue;
+                }
+                tracing::trace!(target: "simpler::scheduler", run_id = id, head, "independent of the runs ahead: dispatched before its turn");
+                run.independent.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            if !self.sub.iter().any(|&l| self.lanes[l].idle()) {
+                break;
+            }
+            let mut part = std::mem::take(&mut self.parts[i - 1].1);
+            progress |= self.dispatch_sub(eng, &mut part);
+            self.parts[i - 1].1 = part;
+        }
+        live.clear();
+        self.live = live;
         progress
     }
 

@@ -355,6 +355,30 @@ impl TensorMap {
         })
     }
 
+    /// Whether an unfinished task (neither completed, failed nor consumed) of one of `runs`
+    /// touches one of `buffers` (identities, each with whether the asking run writes it) in a
+    /// way that conflicts: it writes the buffer, or the asking run does. Whole buffers: views
+    /// are not compared, so disjoint views of one buffer in two runs count as a conflict.
+    /// Untracked writers count where they are recorded (a level whose lanes stage); `NoDep`
+    /// tensors elsewhere order nothing, across runs as within one. One lock, one lookup per
+    /// buffer and run.
+    pub(crate) fn conflicts(&self, runs: &[u64], buffers: &[(Identity, bool)]) -> bool {
+        if runs.is_empty() || buffers.is_empty() {
+            return false;
+        }
+        let unfinished =
+            |e: &Entry| !matches!(e.who.state(), State::Completed | State::Failed | State::Consumed);
+        let map = sync::lock(&self.map);
+        buffers.iter().any(|&(id, writes)| {
+            runs.iter().any(|&run| {
+                map.get(&(run, id)).is_some_and(|fp| {
+                    fp.list.iter().any(|e| !e.is_creator() && (writes || !e.is_reader()) && unfinished(e))
+                        || (writes && fp.many.as_ref().is_some_and(|m| m.entries.iter().any(unfinished)))
+                })
+            })
+        })
+    }
+
     /// Records an allocation's creator with a whole-buffer footprint.
     pub(crate) fn insert_creator(&self, run: u64, id: Identity, slot: Arc<Slot>) {
         let mut map = sync::lock(&self.map);

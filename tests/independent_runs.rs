@@ -1,0 +1,180 @@
+//! Independent runs (issue 31): runs submitted from several threads that touch no buffer in
+//! common proceed side by side, so a run whose task hangs holds only the SUB worker that task
+//! occupies and its own admission place; runs that name a buffer an earlier run still uses
+//! stay ordered behind it.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use simpler::{Buffer, CallableHandle, ErrorKind, HostArgs, HostResult, RunHandle, TaskArgs, Tensor};
+
+/// Never returns (until its run is cancelled, which kills its worker). Tensor 0: one scratch
+/// `u32` word (`NoDep`) that receives this process's id first, so the test knows it runs;
+/// further tensors are only named (a buffer the run holds).
+fn hang(args: &HostArgs<'_>) -> HostResult {
+    words(args, 0)?[0].store(std::process::id(), Ordering::SeqCst);
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Word `i` of `b` as a one-element `u32` tensor.
+fn word(b: &Buffer, i: usize) -> Tensor {
+    b.view(
+        simpler::memory::TensorView::new(4 * i as u64, &[1], None, simpler::DataType::Uint32).expect("view"),
+    )
+    .expect("tensor")
+}
+
+/// Submits a run of one `hang` task: its scratch word is word 0 of `flags`; given `holds`, the
+/// task also writes it (tracked), so a later run that reads it is ordered behind this one.
+fn hang_run(rig: &Rig, hang: &CallableHandle, flags: &Buffer, holds: Option<&Buffer>) -> RunHandle {
+    rig.submit(|orch| {
+        let mut a = TaskArgs::new();
+        a.untracked(&word(flags, 0))?;
+        if let Some(b) = holds {
+            a.output(&u64s(b, 0, 1))?;
+        }
+        orch.submit_sub(hang, a).map(|_| ())
+    })
+    .expect("submit the hanging run")
+}
+
+/// Waits until word 0 of `flags` holds the pid of the `hang` task that runs; returns it.
+fn wait_hanging(flags: &Buffer) -> i32 {
+    let mut pid = 0;
+    wait_for("the hanging task to start", Duration::from_secs(10), || {
+        pid = read_u32(flags, 0, 1)[0];
+        pid != 0
+    });
+    pid as i32
+}
+
+const THREADS: usize = 7;
+const RUNS: usize = 20;
+
+/// Seven threads each run `RUNS` runs of two chained `affine` tasks on a buffer of their own
+/// (`Worker::run`, so every run waits for itself), each thread reporting on `done` once all its
+/// runs finished; the caller's scope joins them.
+fn run_independent<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    rig: &'env Rig,
+    affine: &'env CallableHandle,
+    bufs: &'env [Buffer],
+    done: mpsc::Sender<usize>,
+) {
+    for (t, buf) in bufs.iter().enumerate() {
+        let done = done.clone();
+        s.spawn(move || {
+            for r in 0..RUNS as u64 {
+                rig.run(|orch| {
+                    let mut a = TaskArgs::new();
+                    a.input(&u64s(buf, 0, 1))?.output(&u64s(buf, 1, 1))?.scalar(1).scalar(r);
+                    orch.submit_sub(affine, a)?;
+                    let mut b = TaskArgs::new();
+                    b.input(&u64s(buf, 1, 1))?.output(&u64s(buf, 2, 1))?.scalar(2).scalar(0);
+                    orch.submit_sub(affine, b).map(|_| ())
+                })
+                .unwrap_or_else(|e| panic!("thread {t}, run {r}: {e}"));
+                assert_eq!(read_u64(buf, 1, 2), vec![r, 2 * r], "thread {t}, run {r}");
+            }
+            // The receiver may be gone when the test already failed.
+            let _ = done.send(t);
+        });
+    }
+}
+
+/// How many of `THREADS` reports arrive on `rx` within `limit`.
+fn finished_within(rx: &mpsc::Receiver<usize>, limit: Duration) -> usize {
+    let until = std::time::Instant::now() + limit;
+    let mut n = 0;
+    while n < THREADS {
+        match rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now())) {
+            Ok(_) => n += 1,
+            Err(_) => break,
+        }
+    }
+    n
+}
+
+/// Eight threads: one submits a run whose task hangs, seven each run 20 independent runs. The
+/// seven finish while the first still hangs (before issue 31's fix none of their runs
+/// dispatched: only the head of the run FIFO did, so all waited for the hung run's end).
+#[isolated_test]
+fn seven_threads_finish_their_runs_while_an_eighth_threads_run_hangs() {
+    let (rig, [hang, affine]) = Rig::start(subs(4), [("hang", hang), ("affine", affine)]);
+    let flags = u32_buffer(&rig, 1);
+    let bufs: Vec<Buffer> = (0..THREADS).map(|_| u64_buffer(&rig, 3)).collect();
+    let hung = hang_run(&rig, &hang, &flags, None);
+    let stuck = wait_hanging(&flags);
+    let (tx, rx) = mpsc::channel();
+    let finished = std::thread::scope(|s| {
+        run_independent(s, &rig, &affine, &bufs, tx);
+        let finished = finished_within(&rx, Duration::from_secs(20));
+        let still_hung = !hung.is_done();
+        // Always released, so the threads end (also when the fix is missing) and are joined.
+        assert!(hung.cancel(), "the hung run is cancelled");
+        (finished, still_hung)
+    });
+    assert_eq!(
+        finished,
+        (THREADS, true),
+        "threads whose {RUNS} runs all finished while the other thread's run hung (and whether it still hung)"
+    );
+    expect_err(hung.wait(), ErrorKind::Cancelled, &["hang"]);
+    let killed: Vec<usize> =
+        rig.pids().iter().enumerate().filter(|&(_, &p)| p == stuck).map(|(i, _)| i).collect();
+    assert_eq!(killed.len(), 1, "the hung task ran on one of the SUB workers");
+    for (i, w) in rig.workers().iter().enumerate() {
+        assert_eq!(w.is_alive(), !killed.contains(&i), "only the hung task's worker was stopped: {w:?}");
+    }
+}
+
+/// A run that reads what a hung run writes waits for it, while independent runs submitted
+/// after it go ahead; once the hung run is cancelled, the waiting run runs.
+#[isolated_test]
+fn a_run_naming_a_buffer_of_a_hung_run_waits_while_independent_ones_proceed() {
+    let (rig, [hang, affine, fill]) =
+        Rig::start(subs(3).pending_run_depth(8), [("hang", hang), ("affine", affine), ("fill", fill)]);
+    let flags = u32_buffer(&rig, 1);
+    let held = u64_buffer(&rig, 1);
+    let out = u64_buffer(&rig, 1);
+    let hung = hang_run(&rig, &hang, &flags, Some(&held));
+    wait_hanging(&flags);
+    // Reads `held`, which the hung run's task writes.
+    let dependent = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&held, 0, 1))?.output(&u64s(&out, 0, 1))?.scalar(3).scalar(1);
+            orch.submit_sub(&affine, a).map(|_| ())
+        })
+        .unwrap();
+    // Independent runs submitted after it finish (each waited for with a limit, so that the
+    // hung run is still cancelled, and the test ends, if they do not).
+    let other = u64_buffer(&rig, 5);
+    let runs: Vec<RunHandle> = (0..5)
+        .map(|i| {
+            rig.submit(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u64s(&other, i, 1))?.scalar(i as u64 + 1);
+                orch.submit_sub(&fill, a).map(|_| ())
+            })
+            .expect("submit an independent run")
+        })
+        .collect();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let left = || until.saturating_duration_since(std::time::Instant::now());
+    let finished = runs.iter().filter(|r| r.wait_timeout(left()).is_ok()).count();
+    let dependent_waited = !dependent.is_done() && read_u64(&out, 0, 1) == [0];
+    assert!(hung.cancel());
+    assert_eq!(finished, 5, "independent runs that finished while the hung run hung");
+    assert_eq!(read_u64(&other, 0, 5), vec![1, 2, 3, 4, 5]);
+    assert!(dependent_waited, "the run reading the hung run's buffer waited for it, and nothing of it ran");
+    expect_err(hung.wait(), ErrorKind::Cancelled, &["hang"]);
+    dependent.wait().expect("the dependent run runs once the hung one ended");
+    assert_eq!(read_u64(&out, 0, 1), vec![1], "it read the buffer after the hung run ended (3 * 0 + 1)");
+}
