@@ -1,0 +1,113 @@
+//! Independent runs beside a hung one (issue 31): seven threads each run `RUNS` runs of two
+//! chained SUB tasks on a buffer of their own (`Worker::run`), on a Worker with four SUB
+//! workers; measured once with nothing else in the Worker and once while an eighth run, the
+//! head of the run FIFO when the threads start, hangs in a task that never returns (it holds
+//! one SUB worker and one pipeline lease until it is cancelled at the end). Each case gets a
+//! Worker of its own, and the pair is measured `ROUNDS` times, alternating.
+//!
+//! Figures: `independent_runs_per_s` (free), `independent_runs_hung_per_s` (beside the hung
+//! run) and `independent_runs_hung_ratio` (the second over the first, medians of the rounds;
+//! target: at least 0.9, "the others' throughput must not drop").
+
+#![allow(clippy::print_stdout)]
+
+mod common;
+
+use std::time::Instant;
+
+use common::{figure, percentile, target};
+use simpler::memory::TensorView;
+use simpler::{Buffer, DataType, HostArgs, HostFn, HostResult, TaskArgs, Tensor, Worker};
+
+const THREADS: usize = 7;
+const RUNS: usize = 2_000;
+const ROUNDS: usize = 5;
+
+/// `y = x * mul + add` over `u64` elements (tensor 0 in, tensor 1 out; scalars mul, add).
+fn affine(args: &HostArgs<'_>) -> HostResult {
+    let (mul, add) = (args.scalar(0)?, args.scalar(1)?);
+    let x = args.input::<u64>(0)?;
+    let y = args.output::<u64>(1)?;
+    for (o, i) in y.iter_mut().zip(x) {
+        *o = i.wrapping_mul(mul).wrapping_add(add);
+    }
+    Ok(())
+}
+
+/// Never returns; its run is cancelled at the end of the measurement, which stops its worker.
+fn hang(_args: &HostArgs<'_>) -> HostResult {
+    loop {
+        std::thread::park();
+    }
+}
+
+fn u64s(b: &Buffer, start: usize) -> simpler::Result<Tensor> {
+    b.view(TensorView::new(8 * start as u64, &[1], None, DataType::Uint64)?)
+}
+
+/// Runs per second of `THREADS` threads each running `RUNS` runs, beside a hung run or not.
+fn measure(hung: bool) -> simpler::Result<f64> {
+    let mut worker = Worker::builder().sub_workers(4).build()?;
+    let affine = worker.register(HostFn::new("affine", affine))?;
+    let hang = worker.register(HostFn::new("hang", hang))?;
+    worker.init()?;
+    let bufs: Vec<Buffer> =
+        (0..THREADS).map(|_| worker.create_buffer(3 * 8)).collect::<simpler::Result<_>>()?;
+    let held = worker.create_buffer(8)?;
+    let hung_run = if hung {
+        Some(worker.submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u64s(&held, 0)?)?;
+            orch.submit_sub(&hang, a).map(|_| ())
+        })?)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bufs
+            .iter()
+            .map(|buf| {
+                let (worker, affine) = (&worker, &affine);
+                s.spawn(move || -> simpler::Result<()> {
+                    for r in 0..RUNS as u64 {
+                        worker.run(|orch| {
+                            let mut a = TaskArgs::new();
+                            a.input(&u64s(buf, 0)?)?.output(&u64s(buf, 1)?)?.scalar(1).scalar(r);
+                            orch.submit_sub(affine, a)?;
+                            let mut b = TaskArgs::new();
+                            b.input(&u64s(buf, 1)?)?.output(&u64s(buf, 2)?)?.scalar(2).scalar(0);
+                            orch.submit_sub(affine, b).map(|_| ())
+                        })?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().expect("a submitting thread panicked"))
+    })?;
+    let per_s = (THREADS * RUNS) as f64 / started.elapsed().as_secs_f64();
+    if let Some(run) = hung_run {
+        assert!(!run.is_done(), "the hung run was still running when the others finished");
+        run.cancel();
+        assert!(run.wait().is_err(), "the hung run ends cancelled");
+    }
+    worker.close()?;
+    Ok(per_s)
+}
+
+fn main() -> simpler::Result<()> {
+    let (mut free, mut hung) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        free.push(measure(false)?);
+        hung.push(measure(true)?);
+        println!("round {round}: {:.0} runs/s free, {:.0} runs/s beside a hung run", free[round], hung[round]);
+    }
+    let (free, hung) = (percentile(&mut free, 50.0), percentile(&mut hung, 50.0));
+    let ratio = hung / free;
+    figure("independent_runs_per_s", free, "runs/s");
+    figure("independent_runs_hung_per_s", hung, "runs/s");
+    figure("independent_runs_hung_ratio", ratio, "x");
+    target("independent_runs_hung_ratio", ratio, ">=", 0.9, "x");
+    Ok(())
+}
