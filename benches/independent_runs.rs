@@ -101,7 +101,10 @@ fn main() -> simpler::Result<()> {
     for round in 0..ROUNDS {
         free.push(measure(false)?);
         hung.push(measure(true)?);
-        println!("round {round}: {:.0} runs/s free, {:.0} runs/s beside a hung run", free[round], hung[round]);
+        println!(
+            "round {round}: {:.0} runs/s free, {:.0} runs/s beside a hung run",
+            free[round], hung[round]
+        );
     }
     let (free, hung) = (percentile(&mut free, 50.0), percentile(&mut hung, 50.0));
     let ratio = hung / free;

@@ -4,13 +4,15 @@
 //! the first is done. A failing run does not affect the others.
 //!
 //! What overlaps across runs, exactly: building a run's graph (its orchestration function)
-//! overlaps the execution of the runs before it. The *execution* of independent runs does not:
-//! only the oldest unfinished run dispatches tasks, so runs execute one after another whatever
-//! `pipeline_depth` is. (On chips, preparation overlaps too: a chip copies the inputs of the
-//! next run's task into the chip while the current run's kernels execute and their outputs go
-//! back, and launches it once the current run has finished: `tests/chip_pipelining.rs`, `benches/chip_pipeline.rs`.) To overlap the stages of independent batches,
-//! submit the batches as one run: the part after the runs shows that pattern, 8 batches of a
-//! 3-stage pipeline as 8 runs and as one run.
+//! overlaps the execution of the runs before it, and the *execution* of a run overlaps the runs
+//! before it once it is independent of them: its graph is built, its tasks are SUB work, and it
+//! names no buffer an unfinished task of theirs touches where either side writes. Runs that
+//! share a buffer execute one after another. (On chips, preparation overlaps too: a chip copies
+//! the inputs of the next run's task into the chip while the current run's kernels execute and
+//! their outputs go back, and launches it once the current run has finished:
+//! `tests/chip_pipelining.rs`, `benches/chip_pipeline.rs`.) The part after the runs shows 8
+//! batches of a 3-stage pipeline as 8 runs on buffers of their own (independent, so their
+//! stages overlap) and as one run (where nothing orders the batches either).
 //!
 //! Run it with `cargo run --example pipelined_runs`.
 
@@ -92,8 +94,9 @@ fn main() -> simpler::Result<ExitCode> {
     const STAGE_MS: u64 = 5;
     let batches: Vec<_> =
         (0..BATCHES).map(|_| worker.create_buffer(8 * N as usize)).collect::<simpler::Result<_>>()?;
-    // As 8 runs: each run's stages are a chain, and runs execute one after another, so nothing
-    // overlaps but graph building.
+    // As 8 runs: each run's stages are a chain, and each run is independent of the ones before
+    // it (a buffer of its own), so a run's stages run beside the run before it on the other
+    // SUB worker.
     let start = std::time::Instant::now();
     let mut handles = Vec::new();
     for buf in &batches {
