@@ -349,6 +349,34 @@ pub(crate) fn client_handshake_within(
     })
 }
 
+/// A server-side handshake that its listener may end to make room for a newer connection (a
+/// node's sessions, its peer listener). Its own thread [`finish`](Handshake::finish)es it and
+/// the listener [`end`](Handshake::end)s it; whichever claims it first wins, so a handshake
+/// that finished is never ended, and one that was ended reports nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Handshake(std::sync::atomic::AtomicU8);
+
+impl Handshake {
+    const RUNNING: u8 = 0;
+    const FINISHED: u8 = 1;
+    const ENDED: u8 = 2;
+
+    fn claim(&self, to: u8) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0.compare_exchange(Self::RUNNING, to, SeqCst, SeqCst).is_ok()
+    }
+
+    /// The handshake's thread claims it: false when it was ended meanwhile.
+    pub(crate) fn finish(&self) -> bool {
+        self.claim(Self::FINISHED)
+    }
+
+    /// The listener claims it to end it: false when it already finished (or was ended).
+    pub(crate) fn end(&self) -> bool {
+        self.claim(Self::ENDED)
+    }
+}
+
 /// Node side: challenges a connecting root; on success sends HELLO READY carrying `hello`.
 ///
 /// On failure (wrong key, a replayed or malformed HELLO, another version, a timeout) returns an

@@ -42,7 +42,7 @@ use crate::engine::orch_fn::OrchFn;
 use crate::engine::run::RunHandle;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
-use crate::net::auth::{ClusterKey, NodeHello, server_handshake};
+use crate::net::auth::{ClusterKey, Handshake, NodeHello, server_handshake};
 use crate::net::frame::{
     DEFAULT_MAX_BODY, FrameError, FrameKind, read_body, read_frame, read_frame_head, write_frame,
     write_frame_start,
@@ -328,16 +328,10 @@ pub struct BoundNode {
     client: PeerClient,
 }
 
-/// A handshake's state: running, finished (its result is sent), or ended to make room.
-const RUNNING: u8 = 0;
-const FINISHED: u8 = 1;
-const ENDED: u8 = 2;
-
 /// A handshake in progress: its accept order, a handle on the connection to end it by, its
-/// state. The state settles a race between a handshake that finishes and the pairing loop
-/// ending it to make room: whichever moves it from RUNNING first wins, so a handshake that
-/// finished is never ended, and one that was ended reports nothing.
-type Pending = (u64, Stream, Arc<std::sync::atomic::AtomicU8>);
+/// claim (which settles a race between a handshake that finishes and the pairing loop ending
+/// it to make room).
+type Pending = (u64, Stream, Arc<Handshake>);
 
 /// What pairing connections keeps from one session to the next (a node serving several roots
 /// pairs one while others' connections are still authenticating or waiting for their pair).
@@ -603,17 +597,14 @@ impl BoundNode {
                 p.accepted += 1;
                 if p.pending.len() >= HANDSHAKES {
                     // The oldest still p.running (a finished one is drained on the next pass).
-                    let claim = |(_, _, state): &Pending| {
-                        state.compare_exchange(RUNNING, ENDED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-                    };
-                    if let Some(at) = p.pending.iter().position(claim)
+                    if let Some(at) = p.pending.iter().position(|(_, _, state)| state.end())
                         && let Some((_, oldest, _)) = p.pending.remove(at)
                     {
                         tracing::warn!(target: "simpler::remote", "ended the oldest p.pending handshake to make room for a new connection ({HANDSHAKES} p.pending)");
                         oldest.shutdown();
                     }
                 }
-                let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+                let state = Arc::new(Handshake::default());
                 match stream.try_clone() {
                     Ok(handle) => p.pending.push_back((p.accepted, handle, state.clone())),
                     Err(e) => {
@@ -628,8 +619,7 @@ impl BoundNode {
                 let spawned = std::thread::Builder::new().name("simpler-handshake".into()).spawn(move || {
                     let mut presented = server_handshake(&mut stream, &key, &hello, &peer)
                         .and_then(|()| lane::read_token(&mut stream, HEALTH_PAIRING, &peer));
-                    if state.compare_exchange(RUNNING, FINISHED, Ordering::SeqCst, Ordering::SeqCst).is_err()
-                    {
+                    if !state.finish() {
                         presented =
                             Err(Error::state("its handshake was ended to make room for a newer connection"));
                     }

@@ -29,14 +29,14 @@
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::callable::identity::Digest;
 use crate::data::buffer::Buffer;
 use crate::error::{Error, ErrorKind, Result};
-use crate::net::auth::{ClusterKey, NodeHello, client_handshake, server_handshake};
+use crate::net::auth::{ClusterKey, Handshake, NodeHello, client_handshake, server_handshake};
 use crate::net::frame::{FrameKind, read_body, read_frame_head, read_part, write_frame, write_frame_start};
 use crate::net::transport::{Listener, NodeAddr, Stream};
 use crate::sys::sync;
@@ -61,16 +61,11 @@ const PEER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a reading node waits to connect to a peer.
 const PEER_CONNECT: Duration = Duration::from_secs(5);
 
-/// A peer connection's state: in its handshake, serving, or ended to make room.
-const HANDSHAKE: u8 = 0;
-const SERVING: u8 = 1;
-const EVICTED: u8 = 2;
-
-/// One connection the server holds: a handle to end it by, its state.
+/// One connection the server holds: a handle to end it by, its handshake's claim.
 struct Conn {
     id: u64,
     stream: Stream,
-    state: Arc<AtomicU8>,
+    state: Arc<Handshake>,
 }
 
 /// A node's peer listener: serves the bytes of its granted node-resident buffers to other
@@ -135,13 +130,17 @@ impl PeerServer {
         sync::lock(&self.grants).len()
     }
 
-    /// Stops listening and ends every connection; returns once the accept thread ended.
+    /// Stops listening, ends every connection and revokes every grant (a connection's thread
+    /// ends at once, and no buffer stays mapped for it); returns once the accept thread ended.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         let _ = std::io::Write::write(&mut &self.wake, &[1]);
+        // The accept thread adds a connection under this lock only while `stop` is unset, so
+        // every connection it keeps is ended here.
         for c in sync::lock(&self.conns).iter() {
             c.stream.shutdown();
         }
+        sync::lock(&self.grants).clear();
         if let Some(h) = sync::lock(&self.accept).take() {
             let _ = h.join();
         }
@@ -189,8 +188,17 @@ impl PeerServer {
                 continue;
             };
             let id = self.next.fetch_add(1, Ordering::Relaxed);
-            let state = Arc::new(AtomicU8::new(HANDSHAKE));
-            sync::lock(&self.conns).push(Conn { id, stream: handle, state: state.clone() });
+            let state = Arc::new(Handshake::default());
+            {
+                let mut conns = sync::lock(&self.conns);
+                // Checked under the lock `stop` ends connections under: a connection accepted
+                // while the server stops is ended here, not served.
+                if self.stop.load(Ordering::Acquire) {
+                    stream.shutdown();
+                    break;
+                }
+                conns.push(Conn { id, stream: handle, state: state.clone() });
+            }
             let (s, key, hello) = (self.clone(), key.clone(), hello.clone());
             let spawned = std::thread::Builder::new().name("simpler-peer".into()).spawn(move || {
                 s.serve(stream, &peer, &key, &hello, &state);
@@ -210,10 +218,7 @@ impl PeerServer {
         if conns.len() < MAX_PEERS {
             return true;
         }
-        let claim = |c: &Conn| {
-            c.state.compare_exchange(HANDSHAKE, EVICTED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-        };
-        match conns.iter().position(claim) {
+        match conns.iter().position(|c| c.state.end()) {
             Some(at) => {
                 let oldest = conns.remove(at);
                 tracing::warn!(target: "simpler::remote", "ended the oldest pending peer handshake to make room ({MAX_PEERS} peers)");
@@ -225,13 +230,13 @@ impl PeerServer {
     }
 
     /// One peer connection: the handshake, then its reads until it closes or idles.
-    fn serve(&self, mut stream: Stream, peer: &str, key: &ClusterKey, hello: &NodeHello, state: &AtomicU8) {
+    fn serve(&self, mut stream: Stream, peer: &str, key: &ClusterKey, hello: &NodeHello, state: &Handshake) {
         if let Err(e) = server_handshake(&mut stream, key, hello, peer) {
             tracing::warn!(target: "simpler::remote", peer = %peer, "refused a peer connection: {e}");
             stream.shutdown();
             return;
         }
-        if state.compare_exchange(HANDSHAKE, SERVING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        if !state.finish() {
             return; // ended to make room meanwhile
         }
         loop {

@@ -94,3 +94,25 @@ fn an_alloc_reply_names_the_buffer_and_where_other_nodes_read_it() {
         assert!(decode_alloc(&reply[..cut]).is_err(), "{cut}");
     }
 }
+
+#[crate::test_support::isolated_test(crate = crate)]
+fn a_stopped_server_ends_its_connections_and_holds_no_buffer() {
+    let (w, held) = worker_and_buffer(64);
+    let server = PeerServer::start(&NodeAddr::loopback(0), key(), hello()).unwrap();
+    let grant = server.grant(&held).unwrap();
+    let client = PeerClient::new(key());
+    let into = w.create_buffer(64).unwrap();
+    client.fetch(&source(&server, grant, 0, 64), &into, 0).unwrap();
+    // A connection still in its handshake, and the kept one of the client.
+    let silent = Stream::connect(&NodeAddr::parse(server.addr()).unwrap(), PEER_CONNECT).unwrap();
+    server.stop();
+    assert_eq!(server.grants(), 0, "a stopped server keeps no buffer mapped for a connection");
+    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut byte = [0u8; 1];
+    let n = std::io::Read::read(&mut &silent, &mut byte).unwrap_or(0);
+    assert_eq!(n, 0, "the pending handshake was ended (end of stream, not a challenge)");
+    let kept = sync::lock(&client.idle).remove(server.addr()).expect("the client kept its connection");
+    let n = std::io::Read::read(&mut &kept, &mut byte).unwrap_or(0);
+    assert_eq!(n, 0, "the served connection was ended");
+    w.close().unwrap();
+}
