@@ -226,6 +226,12 @@ pub(crate) struct Scheduler {
     /// The live runs, for one pass of [`Scheduler::dispatch_independent`] (kept empty between
     /// passes, so a finished run's state is reused; the memory is kept).
     live: Vec<Arc<RunState>>,
+    /// A run behind the head was found independent and still dispatches ahead of its turn
+    /// (as of the last pass of [`Scheduler::dispatch_independent`] that looked).
+    ahead_of_turn: bool,
+    /// Partitions made so far, and as of the end of that pass.
+    parts_made: u64,
+    parts_seen: u64,
 }
 
 impl Scheduler {
@@ -247,6 +253,9 @@ impl Scheduler {
             settled: 0,
             checked: (u64::MAX, 0),
             live: Vec::new(),
+            ahead_of_turn: false,
+            parts_made: 0,
+            parts_seen: 0,
         }
     }
 
@@ -391,6 +400,7 @@ impl Scheduler {
                 let mut part = self.spare.pop().unwrap_or_default();
                 part.single.resize_with(n_next, VecDeque::new);
                 self.parts.insert(at, (id, part));
+                self.parts_made = self.parts_made.wrapping_add(1);
                 at
             }
         };
@@ -1099,6 +1109,12 @@ impl Scheduler {
         let key = (eng.runs_epoch(), self.settled);
         let recheck = key != self.checked;
         self.checked = key;
+        // Nothing to check again, no run dispatching ahead of its turn and no new partition (one
+        // may be a departed run's, to retire below): nothing to do, and no lock taken.
+        if !recheck && !self.ahead_of_turn && self.parts_made == self.parts_seen {
+            return false;
+        }
+        let mut ahead_of_turn = false;
         let mut live = std::mem::take(&mut self.live);
         eng.live_runs_into(&mut live);
         let mut progress = false;
@@ -1129,6 +1145,7 @@ impl Scheduler {
                 tracing::trace!(target: "simpler::scheduler", run_id = id, head, "independent of the runs ahead: dispatched before its turn");
                 run.independent.store(true, std::sync::atomic::Ordering::Relaxed);
             }
+            ahead_of_turn = true;
             if !self.sub.iter().any(|&l| self.lanes[l].idle()) {
                 break;
             }
@@ -1138,6 +1155,8 @@ impl Scheduler {
         }
         live.clear();
         self.live = live;
+        self.ahead_of_turn = ahead_of_turn;
+        self.parts_seen = self.parts_made;
         progress
     }
 
