@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use simpler::{
     ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, TaskArgs, Worker, chip::CallConfig,
-    remote::ClusterKey, remote::Node, remote::NodeAddr, remote::RemoteWorker, status::Level,
-    status::WorkerKind, status::WorkerState,
+    remote::ClusterKey, remote::Node, remote::NodeAddr, remote::RemoteWorker, remote::SessionLimits,
+    status::Level, status::WorkerKind, status::WorkerState,
 };
 
 const KEY: &str = "the test cluster's shared secret";
@@ -1376,7 +1376,7 @@ fn a_root_that_requires_more_than_the_node_has_is_refused_at_init_naming_both() 
     assert_err(
         &err,
         ErrorKind::InvalidArgument,
-        &[&addr.to_string(), "has 1 SUB workers and 0 chips", "requires at least 4 and 1"],
+        &[&addr.to_string(), "gives a session at most 1 SUB workers and 0 chips", "requires 4 and 1"],
     );
     node.join().unwrap().expect("the node's session ended cleanly");
 }
@@ -1404,4 +1404,133 @@ fn a_rejoined_node_is_asked_again_for_the_linked_functions_it_serves() {
     on_node(&mut t).expect("the rejoined node serves it");
     assert_eq!(read_u64(&buf, 0, 1), vec![10]);
     drop((t, buf));
+}
+
+/// Words 0 and 1 of its output: its two scalars; word 2: the SUB worker's process id.
+fn put_size(args: &HostArgs<'_>) -> HostResult {
+    let out = args.output::<u64>(0)?;
+    out[0] = args.scalar(0)?;
+    out[1] = args.scalar(1)?;
+    out[2] = u64::from(std::process::id());
+    Ok(())
+}
+
+/// On the node: the size of the Worker it runs on (SUB workers, chips), and which process ran
+/// it, into the task's tensor.
+fn say_size(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.output(args.tensor(0).unwrap())?;
+    a.scalar(orch.sub_workers() as u64);
+    a.scalar(orch.next_level_workers() as u64);
+    orch.submit_sub(&HostFn::new("put_size", put_size).handle(), a).map(|_| ())
+}
+
+/// A root with one local L3 and the node at `addr`, asking it for `sub` SUB workers and
+/// `chips` chips.
+fn sized_root(addr: &NodeAddr, sub: u32, chips: u32) -> Worker {
+    let local = Worker::builder().sub_workers(1).build().unwrap();
+    let mut root = Worker::builder()
+        .level(Level::Network1)
+        .worker(local)
+        .remote_worker(RemoteWorker::new(addr.clone(), key()).requires(sub, chips))
+        .build()
+        .unwrap();
+    root.register_orch(OrchFn::new("say_size", say_size)).unwrap();
+    root
+}
+
+/// What `say_size` reports from `root`'s node: (SUB workers, chips, the SUB worker's pid).
+fn size_on_node(root: &Worker) -> (u64, u64, i32) {
+    let buf = u64_buffer(root, 3);
+    let t = u64s(&buf, 0, 3);
+    root.run(|orch| {
+        let mut a = TaskArgs::new();
+        a.output(&t)?;
+        orch.submit_next_level(&OrchFn::new("say_size", say_size).handle(), a, CallConfig::default(), 1)
+            .map(|_| ())
+    })
+    .expect("say_size runs on the node");
+    let w = read_u64(&buf, 0, 3);
+    (w[0], w[1], w[2] as i32)
+}
+
+/// A sized node (issue 30, point 2): each root's session gets an L3 Worker of its own, of the
+/// size it asked for (or the node's default), within the node's limits; a root asking more than
+/// a session may have, or more than the node has left, is refused at `init` naming the node and
+/// the sizes; a session's workers go when it ends, and its share is given back.
+#[isolated_test]
+fn a_sized_node_gives_each_root_a_worker_of_the_size_it_asks_within_its_limits() {
+    let made = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let record = made.clone();
+    let node = std::thread::spawn(move || {
+        let limits = SessionLimits::new(3, 0).per_session(2, 0).default_size(1, 0);
+        let mut node = Node::sized(NodeAddr::parse("127.0.0.1:0")?, key(), limits, move |sub, chips| {
+            record.lock().unwrap().push((sub, chips));
+            let mut l3 = Worker::builder().sub_workers(sub as usize).chips(chips as usize).build()?;
+            l3.register(HostFn::new("put_size", put_size))?;
+            Ok(l3)
+        })?;
+        node.register_orch(OrchFn::new("say_size", say_size));
+        let bound = std::sync::Arc::new(node.bind()?);
+        tx.send(bound.clone()).unwrap();
+        bound.serve(5, 3)
+    });
+    let bound = rx.recv_timeout(Duration::from_secs(30)).expect("the node bound its address");
+    let addr = bound.local_addr();
+    let mut a = sized_root(&addr, 2, 0);
+    a.init().expect("2 SUB workers: within the node's limits");
+    let (sub_a, chips_a, pid_a) = size_on_node(&a);
+    assert_eq!((sub_a, chips_a), (2, 0), "root A's session runs on a Worker of the size it asked");
+    let mut b = sized_root(&addr, 0, 0);
+    b.init().expect("the default size: the node has 1 SUB worker left");
+    let (sub_b, _, pid_b) = size_on_node(&b);
+    assert_eq!(sub_b, 1, "a root that asks nothing gets the node's default size");
+    assert_ne!(pid_a, pid_b, "two roots' sessions do not share SUB workers");
+    // The node's 3 SUB workers are held: a third root is refused, naming what is held.
+    let mut c = sized_root(&addr, 1, 0);
+    let err = c.init().expect_err("the node has no SUB worker left");
+    assert_err(
+        &err,
+        ErrorKind::ResourceExhausted,
+        &[
+            &addr.to_string(),
+            "has 3 SUB workers and 0 chips in all",
+            "2 other sessions hold 3 SUB workers",
+            "asked for 1 SUB worker and 0 chips",
+        ],
+    );
+    drop(c);
+    // More than one session may have: refused before any is started.
+    let mut d = sized_root(&addr, 3, 0);
+    let err = d.init().expect_err("a session has at most 2 SUB workers");
+    assert_err(
+        &err,
+        ErrorKind::InvalidArgument,
+        &[&addr.to_string(), "at most 2 SUB workers and 0 chips", "requires 3 and 0"],
+    );
+    drop(d);
+    // A's session ends: its workers go, and its share comes back for the next root once the
+    // node freed it (a session counts until then; C's and D's ended too).
+    a.close().unwrap();
+    assert!(
+        spin_until(Instant::now() + Duration::from_secs(30), || bound.sessions() == 1),
+        "the node freed what the sessions of A, C and D held"
+    );
+    assert!(!process_exists(pid_a), "A's SUB worker ended with its session");
+    let mut e = sized_root(&addr, 2, 0);
+    e.init().expect("A's share of the node is free again");
+    let (sub_e, _, pid_e) = size_on_node(&e);
+    assert_eq!(sub_e, 2);
+    let pids = [b.child_pids(), e.child_pids()].concat();
+    b.close().unwrap();
+    e.close().unwrap();
+    node.join().unwrap().expect("the node served its five sessions");
+    assert!(!process_exists(pid_b) && !process_exists(pid_e), "every session's SUB workers ended with it");
+    assert_eq!(
+        *made.lock().unwrap(),
+        [(2, 0), (1, 0), (2, 0)],
+        "a Worker per session, none for the refused roots"
+    );
+    assert_left_nothing(&pids);
 }

@@ -223,7 +223,7 @@ pub mod trace {
 /// ```
 pub mod remote {
     pub use crate::net::{ClusterKey, NodeAddr};
-    pub use crate::worker::{BoundNode, Launch, Node, RemoteWorker};
+    pub use crate::worker::{BoundNode, Launch, Node, RemoteWorker, SessionLimits};
 }
 
 /// How a Worker and its runs are doing: its level, its workers' states, a run's progress and

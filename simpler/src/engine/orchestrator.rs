@@ -352,6 +352,50 @@ impl<'a> Orchestrator<'a> {
         self.tasks.len()
     }
 
+    /// Number of SUB workers of the Worker this run runs on: to size a group or the tiles of
+    /// a split to them (an orchestration function on a node runs on whatever Worker the node
+    /// gave its root's session).
+    ///
+    /// ```no_run
+    /// use simpler::{HostArgs, HostFn, HostResult, TaskArgs, Worker};
+    ///
+    /// fn part(_args: &HostArgs<'_>) -> HostResult {
+    ///     Ok(())
+    /// }
+    ///
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = Worker::builder().sub_workers(3).build()?;
+    /// let part = worker.register(HostFn::new("part", part))?;
+    /// worker.init()?;
+    /// worker.run(|orch| {
+    ///     assert_eq!(orch.sub_workers(), 3);
+    ///     let members = (0..orch.sub_workers()).map(|_| TaskArgs::new()).collect();
+    ///     orch.submit_sub_group(&part, members).map(|_| ())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sub_workers(&self) -> usize {
+        self.eng.cfg.sub_workers
+    }
+
+    /// Number of next-level workers of the Worker this run runs on (chips at L3, nested and
+    /// remote Workers above), ids `0..n` for
+    /// [`submit_next_level`](Self::submit_next_level).
+    ///
+    /// ```no_run
+    /// # fn main() -> simpler::Result<()> {
+    /// let mut worker = simpler::Worker::builder().chips(2).build()?;
+    /// worker.init()?;
+    /// worker.run(|orch| {
+    ///     assert_eq!(orch.next_level_workers(), 2);
+    ///     Ok(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn next_level_workers(&self) -> usize {
+        self.eng.cfg.next_level_workers
+    }
+
     /// Submits a host function to any idle SUB worker.
     ///
     /// The task waits for the earlier writers of the tensors it reads (see [`Tag`](crate::Tag))

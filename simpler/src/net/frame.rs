@@ -11,7 +11,7 @@ use std::io::{self, IoSlice, Read, Write};
 use crate::error::{Error, ErrorKind};
 
 /// The version of the protocol this build speaks (every frame header carries it).
-pub(crate) const PROTOCOL_VERSION: u16 = 4;
+pub(crate) const PROTOCOL_VERSION: u16 = 5;
 /// Largest body before the handshake completes (HELLO frames only).
 pub(crate) const MAX_HELLO_BODY: usize = 4096;
 /// Default largest body of an authenticated session's frame (tensor data travels in

@@ -20,9 +20,9 @@
 //! | offset | size | field | rule |
 //! | --- | --- | --- | --- |
 //! | 0 | 4 | magic | `b"SPNF"` |
-//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (3); any other is refused, naming both |
+//! | 4 | 2 | version | [`frame::PROTOCOL_VERSION`] (5); any other is refused, naming both |
 //! | 6 | 2 | kind | a [`frame::FrameKind`] (1-8); any other is refused |
-//! | 8 | 4 | flags | must be 0 (none are defined in version 4) |
+//! | 8 | 4 | flags | must be 0 (none are defined in version 5) |
 //! | 12 | 8 | seq | the sender's sequence number; the layer above gives it meaning |
 //! | 20 | 4 | body_len | at most the reader's limit |
 //!

@@ -57,7 +57,7 @@ pub use builder::WorkerBuilder;
 pub use options::RunOptions;
 pub use remote::RemoteWorker;
 pub use remote::launch::Launch;
-pub use remote::node::{BoundNode, Node};
+pub use remote::node::{BoundNode, Node, SessionLimits};
 pub use start::StartMethod;
 pub use status::{WorkerKind, WorkerState, WorkerStatus};
 

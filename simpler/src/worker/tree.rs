@@ -69,7 +69,9 @@ use crate::worker::callables::{Callable, Callables, Placement};
 use crate::worker::lanes::Lanes;
 use crate::worker::remote::launch::accept_ranks;
 use crate::worker::remote::peer::{PeerBook, decode_alloc};
-use crate::worker::remote::{RemoteEndpoint, RemoteWorker, Session, check_callable, resident, wire};
+use crate::worker::remote::{
+    RemoteEndpoint, RemoteWorker, Session, check_callable, claim_size, resident, wire,
+};
 use crate::worker::runtime::Runtime;
 use crate::worker::serve;
 use crate::worker::serve::chip::ChipChild;
@@ -372,6 +374,11 @@ impl Tree {
                 None => Session::connect(spec, label, resolver, bell),
             }
             .and_then(|s| {
+                // Its size first: a sized node starts the session's Worker now.
+                if let Err(e) = claim_size(&s, spec.needs, cfg.startup_timeout) {
+                    s.close();
+                    return Err(e.context("Worker.init"));
+                }
                 // Each orchestration function placed on this node must be there; a linked one
                 // (found wherever it is) is asked for, and left off the node when it is not.
                 let id = (n_chip + j) as u32;
@@ -675,6 +682,10 @@ impl Tree {
         let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(self.region.clone()));
         let resolver = HostResolver::new(self.heaps.clone());
         let s = Session::connect(spec, who.clone(), resolver, bell)?;
+        if let Err(e) = claim_size(&s, spec.needs, self.cfg.startup_timeout) {
+            s.close();
+            return Err(e);
+        }
         // What is placed on it must be there; a linked function (found wherever it is) is asked
         // again: the node may run another program now.
         let mut found = Vec::new();

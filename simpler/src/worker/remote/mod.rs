@@ -158,17 +158,21 @@ impl RemoteWorker {
         }
     }
 
-    /// The size this root needs of the node: at least `sub_workers` SUB workers and `chips`
-    /// chips under its L3 Worker (default: anything). The node announces its size when it
-    /// authenticates; one smaller than this is refused at `init` (or when it rejoins),
-    /// [`ErrorKind::InvalidArgument`] naming the node, what it has and what was asked, before
-    /// any task is sent. The node's own Worker sets the limits: a root cannot make a node
-    /// bigger.
+    /// The size this root asks of the node: `sub_workers` SUB workers and `chips` chips under
+    /// its L3 Worker (default 0 and 0: whatever the node gives a session). A node announces the
+    /// most a session may have when it authenticates; asking for more is refused at `init` (or
+    /// when the node rejoins) with [`ErrorKind::InvalidArgument`] naming the node, what it
+    /// offers and what was asked, before any task is sent. Then the root says its size (the
+    /// SIZE control): a sized node ([`Node::sized`](crate::remote::Node::sized)) starts an L3
+    /// Worker of just that size for this root's session alone, or refuses with
+    /// [`ErrorKind::ResourceExhausted`] when its other sessions hold too much of its limits; a
+    /// node with one Worker ([`Node::new`](crate::remote::Node::new)) lends that one, which has
+    /// at least that. A root cannot make a node bigger than its limits.
     ///
     /// ```
     /// # let key = simpler::remote::ClusterKey::new([7u8; 32])?;
     /// let node = simpler::remote::RemoteWorker::new(simpler::remote::NodeAddr::loopback(7306), key)
-    ///     .requires(4, 1); // 4 SUB workers and a chip, at least
+    ///     .requires(4, 1); // 4 SUB workers and a chip
     /// # drop(node);
     /// # Ok::<(), simpler::Error>(())
     /// ```
@@ -369,7 +373,7 @@ impl Session {
                 s.shutdown();
             }
             return Err(Error::invalid(format!(
-                "{label}: the node has {} SUB workers and {} chips; this root requires at least {sub} and {chips} (RemoteWorker::requires)",
+                "{label}: the node gives a session at most {} SUB workers and {} chips; this root requires {sub} and {chips} (RemoteWorker::requires)",
                 hello.sub_workers, hello.chips
             )));
         }
@@ -1112,6 +1116,41 @@ pub(crate) fn check_callable(session: &Session, handle: &CallableHandle, timeout
         Ok(_) => Ok(()),
         Err(m) => Err(Error::new(ErrorKind::Callable, format!("{}: {m}", session.label))),
     }
+}
+
+/// Says the size `needs` (SUB workers, chips; 0 and 0: the node's default) of `session`'s L3
+/// Worker: the first control of a session. A sized node starts a Worker of that size for it;
+/// its refusal is an error naming the node: [`ErrorKind::ResourceExhausted`] when its other
+/// sessions hold too much. Returns the size the session got.
+pub(crate) fn claim_size(session: &Session, needs: (u32, u32), timeout: Duration) -> Result<(u32, u32)> {
+    let body = wire::encode_control(
+        wire::SIZE,
+        &Digest::from_bytes([0; 32]),
+        "",
+        u64::from(needs.0),
+        u64::from(needs.1),
+        &[],
+    );
+    let size = match session.control(wire::SIZE, &body, timeout)? {
+        Ok(b) => <[u8; 8]>::try_from(b.as_slice())
+            .map_err(|_| Error::decode(format!("{}: a SIZE reply of {} bytes", session.label, b.len())))?,
+        Err(m) => {
+            return Err(match m.strip_prefix("RESOURCE: ") {
+                Some(rest) => Error::new(ErrorKind::ResourceExhausted, format!("{}: {rest}", session.label)),
+                None => Error::invalid(format!("{}: {m}", session.label)),
+            });
+        }
+    };
+    let word = |at: usize| u32::from_le_bytes([size[at], size[at + 1], size[at + 2], size[at + 3]]);
+    let got = (word(0), word(4));
+    if got.0 < needs.0 || got.1 < needs.1 {
+        return Err(Error::decode(format!(
+            "{}: asked for {} SUB workers and {} chips, the node gave {} and {}",
+            session.label, needs.0, needs.1, got.0, got.1
+        )));
+    }
+    tracing::info!(target: "simpler::remote", node = %session.label, sub_workers = got.0, chips = got.1, "session sized");
+    Ok(got)
 }
 
 /// A node-resident buffer operation on `session`'s node (`wire::ALLOC`, `COPY_TO`, `COPY_FROM`,

@@ -54,6 +54,8 @@ use crate::worker::remote::launch::Launch;
 use crate::worker::remote::peer::{Grant, PeerClient, PeerServer};
 use crate::worker::remote::wire::{self, TensorData};
 use crate::worker::{RunOptions, Worker};
+pub use sizes::SessionLimits;
+use sizes::{SessionWorker, Size, Sized};
 use std::os::fd::AsFd;
 
 /// How long a node waits for the health connection of a session a root opened.
@@ -70,6 +72,26 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);
 /// (stopped, or cut off by the network, which a write notices only after TCP gives up, many
 /// minutes later) and ends the session: its task is cancelled and what it held is freed.
 pub(crate) const ROOT_SILENCE: Duration = Duration::from_secs(3);
+
+/// The L3 Workers a node's sessions run on.
+enum Workers {
+    /// The node's one Worker, lent to each session ([`Node::new`]).
+    One(Box<Worker>),
+    /// One per session, of the size its root asks for ([`Node::sized`]).
+    Sized(Sized),
+}
+
+impl Workers {
+    /// Brings back the workers a cancelled task left dead (the node's one Worker: a sized
+    /// node's session Workers are each their session's to mend).
+    fn mend(&self, when: &str) {
+        if let Workers::One(w) = self
+            && let Err(e) = w.replace_dead_workers()
+        {
+            tracing::warn!(target: "simpler::remote", "replacing dead workers {when}: {e}");
+        }
+    }
+}
 
 /// A program in the node role: an L3 Worker served to one L4 root over an authenticated
 /// session.
@@ -95,7 +117,7 @@ pub(crate) const ROOT_SILENCE: Duration = Duration::from_secs(3);
 /// # Ok(()) }
 /// ```
 pub struct Node {
-    worker: Worker,
+    workers: Workers,
     addr: NodeAddr,
     key: ClusterKey,
     allow_remote: bool,
@@ -135,7 +157,61 @@ impl Node {
         if worker.is_ready() {
             return Err(Error::state("Node::new: the Worker must not be initialized (the node starts it)"));
         }
-        Ok(Node { worker, addr, key, allow_remote: false, linked: true, orch: HashMap::new() })
+        Ok(Node {
+            workers: Workers::One(Box::new(worker)),
+            addr,
+            key,
+            allow_remote: false,
+            linked: true,
+            orch: HashMap::new(),
+        })
+    }
+
+    /// A node that gives each root's session an L3 Worker of its own, of the size the root asks
+    /// for ([`RemoteWorker::requires`](crate::remote::RemoteWorker::requires)) within `limits`:
+    /// `make(sub_workers, chips)` builds it (not initialized; the node starts it when the
+    /// session starts and closes it when the session ends). So roots that share a node do not
+    /// share its workers, and the node never holds more than `limits` says, however many roots
+    /// come. `make` runs on a session's thread while other sessions run: the Worker it builds
+    /// must start its children by exec (the default [`StartMethod`](crate::StartMethod)).
+    ///
+    /// ```no_run
+    /// use simpler::{remote::ClusterKey, remote::Node, remote::NodeAddr, remote::SessionLimits, HostFn, Worker};
+    ///
+    /// # fn work(_: &simpler::HostArgs<'_>) -> simpler::HostResult { Ok(()) }
+    /// # fn main() -> simpler::Result<()> {
+    /// // 8 SUB workers and 2 chips for all sessions together, at most 4 and 1 each.
+    /// let limits = SessionLimits::new(8, 2).per_session(4, 1);
+    /// let node = Node::sized(NodeAddr::parse("127.0.0.1:7401")?, ClusterKey::from_env()?, limits, |sub, chips| {
+    ///     let mut l3 = Worker::builder().sub_workers(sub as usize).chips(chips as usize).build()?;
+    ///     l3.register(HostFn::new("work", work))?;
+    ///     Ok(l3)
+    /// })?;
+    /// node.bind()?.serve(usize::MAX, 4)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Limits that contradict each other are refused:
+    ///
+    /// ```
+    /// use simpler::{remote::ClusterKey, remote::Node, remote::NodeAddr, remote::SessionLimits, ErrorKind, Worker};
+    ///
+    /// let key = ClusterKey::new([1u8; 32])?;
+    /// let err = Node::sized(NodeAddr::loopback(0), key, SessionLimits::new(2, 0).per_session(4, 0), |s, c| {
+    ///     Worker::builder().sub_workers(s as usize).chips(c as usize).build()
+    /// })
+    /// .unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn sized(
+        addr: NodeAddr,
+        key: ClusterKey,
+        limits: SessionLimits,
+        make: impl Fn(u32, u32) -> Result<Worker> + Send + Sync + 'static,
+    ) -> Result<Node> {
+        let workers = Workers::Sized(Sized::new(limits, Box::new(make))?);
+        Ok(Node { workers, addr, key, allow_remote: false, linked: true, orch: HashMap::new() })
     }
 
     /// Whether the node may listen on an address other than loopback (default `false`: a node
@@ -217,10 +293,12 @@ impl Node {
             self.add_linked_orchs()?;
         }
         let listener = Listener::bind(&self.addr, self.allow_remote)?;
-        self.worker.init()?;
+        if let Workers::One(w) = &mut self.workers {
+            w.init()?;
+        }
         let name = listener.local_addr().to_string();
         Ok(BoundNode {
-            worker: self.worker,
+            workers: self.workers,
             listener: Some(listener),
             key: self.key.clone(),
             orch: self.orch,
@@ -253,9 +331,11 @@ impl Node {
         if self.linked {
             self.add_linked_orchs()?;
         }
-        self.worker.init()?;
+        if let Workers::One(w) = &mut self.workers {
+            w.init()?;
+        }
         let node = BoundNode {
-            worker: self.worker,
+            workers: self.workers,
             listener: None,
             client: PeerClient::new(self.key.clone()),
             key: self.key,
@@ -284,12 +364,7 @@ impl Node {
                 }
             }
         };
-        let hello = NodeHello {
-            node_id: u64::from(launch.rank()),
-            sub_workers: node.worker.sub_workers() as u32,
-            chips: node.worker.chips() as u32,
-            pid: std::process::id(),
-        };
+        let hello = NodeHello { node_id: u64::from(launch.rank()), ..node.hello() };
         let peer = stream.peer();
         server_handshake(&mut stream, &node.key, &hello, &peer)?;
         // The health connection: opened by this node too, paired by a token.
@@ -312,7 +387,7 @@ impl Node {
 
 /// A node listening, with its L3 Worker started ([`Node::bind`]).
 pub struct BoundNode {
-    worker: Worker,
+    workers: Workers,
     /// `None` for a node of a launched job, which connects to its root.
     listener: Option<Listener>,
     key: ClusterKey,
@@ -369,9 +444,9 @@ impl Pairing {
     }
 }
 
-/// What one session holds on the node, which no other session sees: freed when it ends.
-#[derive(Default)]
-struct Held {
+/// What one session holds on the node, which no other session sees: freed when it ends (its
+/// buffers first, then its Worker: fields drop in order).
+struct Held<'a> {
     /// Node-resident buffers of the session, by id, each with the grant other nodes read it by.
     resident: Mutex<HashMap<u64, (Buffer, Option<Grant>)>>,
     /// Host buffers of finished tasks, reused by the session's next tasks.
@@ -380,9 +455,17 @@ struct Held {
     /// Where this node's peer listener listens if this session starts it: the address the
     /// session reached the node at, any port (`None`: a fresh Unix socket).
     peer_at: Option<NodeAddr>,
+    /// The L3 Worker the session's tasks run on, set by its SIZE (or by its first need, at the
+    /// node's default size), or why there is none.
+    worker: std::sync::OnceLock<std::result::Result<SessionWorker<'a>, String>>,
 }
 
-impl Held {
+impl<'a> Held<'a> {
+    /// The session's Worker: the one its SIZE set, or one of the node's default size.
+    fn worker(&self, node: &'a BoundNode) -> std::result::Result<&SessionWorker<'a>, String> {
+        self.worker.get_or_init(|| node.session_worker(Size::default())).as_ref().map_err(String::clone)
+    }
+
     fn with_resident(
         &self,
         id: u64,
@@ -415,6 +498,21 @@ impl BoundNode {
         self.listener.as_ref().expect("a bound node listens").local_addr()
     }
 
+    /// The sessions running now. A session counts until the node freed what it held: its
+    /// buffers, and on a sized node ([`Node::sized`]) its Worker and its share of the limits.
+    ///
+    /// ```no_run
+    /// # let key = simpler::remote::ClusterKey::new([1u8; 32])?;
+    /// # let node = simpler::remote::Node::new(simpler::Worker::builder().build()?, simpler::remote::NodeAddr::loopback(0), key)?;
+    /// let bound = std::sync::Arc::new(node.bind()?);
+    /// let serving = { let b = bound.clone(); std::thread::spawn(move || b.serve(usize::MAX, 4)) };
+    /// println!("{} roots served now", bound.sessions());
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::Acquire)
+    }
+
     /// Serves the next root that authenticates, until it ends the session or is lost (its
     /// connection closes: a dead root frees the node's session at once). Connections that fail
     /// the handshake are refused, logged with their address, and waited past.
@@ -429,9 +527,7 @@ impl BoundNode {
     pub fn serve_one(&self) -> Result<()> {
         let hello = self.hello();
         // Workers a cancelled task of an earlier session left dead come back first.
-        if let Err(e) = self.worker.replace_dead_workers() {
-            tracing::warn!(target: "simpler::remote", "replacing dead workers before a session: {e}");
-        }
+        self.workers.mend("before a session");
         let listener = self.listener.as_ref().expect("a bound node listens");
         let (stream, health, peer) = self.pair(&mut Pairing::new()?, listener, &hello)?;
         self.session(stream, health, &peer)
@@ -465,10 +561,8 @@ impl BoundNode {
         std::thread::scope(|scope| {
             let mut served = 0;
             while served < sessions {
-                if active.load(Ordering::Acquire) == 0
-                    && let Err(e) = self.worker.replace_dead_workers()
-                {
-                    tracing::warn!(target: "simpler::remote", "replacing dead workers between sessions: {e}");
+                if active.load(Ordering::Acquire) == 0 {
+                    self.workers.mend("between sessions");
                 }
                 let (stream, health, peer) = self.pair(&mut pairing, listener, &hello)?;
                 if active.load(Ordering::Acquire) >= at_once {
@@ -509,11 +603,53 @@ impl BoundNode {
 
     /// What the node announces in its handshake.
     fn hello(&self) -> NodeHello {
-        NodeHello {
-            node_id: std::process::id() as u64,
-            sub_workers: self.worker.sub_workers() as u32,
-            chips: self.worker.chips() as u32,
-            pid: std::process::id(),
+        // A sized node announces the most a session may ask for.
+        let (sub_workers, chips) = match &self.workers {
+            Workers::One(w) => (w.sub_workers() as u32, w.chips() as u32),
+            Workers::Sized(s) => s.limits().per_session_max(),
+        };
+        NodeHello { node_id: std::process::id() as u64, sub_workers, chips, pid: std::process::id() }
+    }
+
+    /// The Worker of `asked` size (zero: any) for a session: the node's one (which must have at
+    /// least that), or a new one of just that size.
+    fn session_worker(&self, asked: Size) -> std::result::Result<SessionWorker<'_>, String> {
+        match &self.workers {
+            Workers::Sized(s) => s.start(asked, &self.name),
+            Workers::One(w) => {
+                let has = Size { sub_workers: w.sub_workers() as u32, chips: w.chips() as u32 };
+                if asked.sub_workers > has.sub_workers || asked.chips > has.chips {
+                    return Err(format!("the node at {} has {has}; this root asked for {asked}", self.name));
+                }
+                Ok(SessionWorker::Shared(w))
+            }
+        }
+    }
+
+    /// SIZE: the session's Worker, of the size its root asks for (the first control a root
+    /// sends). The reply: the Worker's SUB workers and chips.
+    fn size<'a>(&'a self, held: &Held<'a>, sub: u64, chips: u64) -> std::result::Result<Vec<u8>, String> {
+        let asked = match (u32::try_from(sub), u32::try_from(chips)) {
+            (Ok(sub_workers), Ok(chips)) => Size { sub_workers, chips },
+            _ => return Err(format!("a size of {sub} SUB workers and {chips} chips")),
+        };
+        let mut now = false;
+        let made = held.worker.get_or_init(|| {
+            now = true;
+            self.session_worker(asked)
+        });
+        match made {
+            Err(e) => Err(e.clone()),
+            Ok(_) if !now => {
+                Err("the session's size is set once, by the first SIZE, before its first task".into())
+            }
+            Ok(w) => {
+                let size = w.size();
+                tracing::info!(target: "simpler::remote", node = %self.name, sub_workers = size.sub_workers, chips = size.chips, own = w.own(), "session sized");
+                let mut reply = size.sub_workers.to_le_bytes().to_vec();
+                reply.extend_from_slice(&size.chips.to_le_bytes());
+                Ok(reply)
+            }
         }
     }
 
@@ -650,12 +786,14 @@ impl BoundNode {
         // root that rejoined) names nothing here rather than a buffer of this one.
         let first = u64::from(u32::from_le_bytes(crate::sys::random::bytes::<4>("buffer ids")?)) << 32 | 1;
         let held = Held {
+            resident: Mutex::default(),
+            pool: Mutex::default(),
+            worker: std::sync::OnceLock::new(),
             next_resident: std::sync::atomic::AtomicU64::new(first),
             peer_at: stream.local_addr().map(|a| match a {
                 std::net::SocketAddr::V4(v4) => NodeAddr::Tcp((*v4.ip(), 0).into()),
                 std::net::SocketAddr::V6(v6) => NodeAddr::Tcp((*v6.ip(), 0).into()),
             }),
-            ..Held::default()
         };
         let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|e| Error::os("cloning a socket", e))?));
         let health_socket = health.try_clone().map_err(|e| Error::os("cloning a socket", e))?;
@@ -777,7 +915,7 @@ impl BoundNode {
         result
     }
 
-    fn control(&self, held: &Held, body: &[u8]) -> Vec<u8> {
+    fn control<'a>(&'a self, held: &Held<'a>, body: &[u8]) -> Vec<u8> {
         let result = match wire::decode_control(body) {
             Ok(m) => match m.command {
                 wire::CHECK_CALLABLE if self.orch.contains_key(&m.digest) => Ok(Vec::new()),
@@ -811,6 +949,7 @@ impl BoundNode {
                     }
                     b.read::<u8>(at, n).map_err(|e| e.to_string())
                 }),
+                wire::SIZE => self.size(held, m.arg, m.arg2),
                 wire::FREE => match sync::lock(&held.resident).remove(&m.arg) {
                     Some((_, grant)) => {
                         if let (Some(g), Some(Ok(peer))) = (grant, self.peer.get()) {
@@ -830,9 +969,9 @@ impl BoundNode {
     /// Allocates a node-resident buffer of `nbytes`. The reply: its id, then the grant other
     /// nodes read it by and the address of this node's peer listener (both empty when the
     /// listener could not start: the buffer is then usable on this node only).
-    fn alloc_resident(&self, held: &Held, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
+    fn alloc_resident<'a>(&'a self, held: &Held<'a>, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
         let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
-        let buf = self.worker.create_buffer(n.max(1)).map_err(|e| match e.kind() {
+        let buf = held.worker(self)?.worker().create_buffer(n.max(1)).map_err(|e| match e.kind() {
             ErrorKind::ResourceExhausted => format!("RESOURCE: {}", e.message()),
             _ => e.message().to_string(),
         })?;
@@ -860,7 +999,7 @@ impl BoundNode {
     }
 
     /// This node's peer listener, started on first use.
-    fn peer_server(&self, held: &Held) -> std::result::Result<&Arc<PeerServer>, &str> {
+    fn peer_server(&self, held: &Held<'_>) -> std::result::Result<&Arc<PeerServer>, &str> {
         self.peer
             .get_or_init(|| {
                 let at = match &held.peer_at {
@@ -888,9 +1027,9 @@ impl BoundNode {
     /// buffers), runs it, and returns its COMPLETION. The run is in `current` while it runs.
     /// An `Err` is a broken connection (the session ends); everything else, a malformed body
     /// included, is a COMPLETION, with the whole body read so the next frame can be.
-    fn task(
-        &self,
-        held: &Held,
+    fn task<'a>(
+        &'a self,
+        held: &Held<'a>,
         r: &mut Source<'_>,
         body_len: usize,
         seq: u64,
@@ -941,16 +1080,17 @@ impl BoundNode {
         // This thread waits for the run, so it drives it (no hop to the node's background
         // thread); the heartbeat thread may cancel it meanwhile.
         let options = RunOptions::new().args(args).config(msg.config.clone());
-        let result = self
-            .worker
-            .run_for_parent(
-                options,
-                |orch, a, c| f.call(orch, a, c),
-                |run| {
-                    sync::lock(current).start(seq, run);
-                },
-            )
-            .and_then(|(_, result)| result);
+        let result = held.worker(self).map_err(Error::state).and_then(|w| {
+            w.worker()
+                .run_for_parent(
+                    options,
+                    |orch, a, c| f.call(orch, a, c),
+                    |run| {
+                        sync::lock(current).start(seq, run);
+                    },
+                )
+                .and_then(|(_, result)| result)
+        });
         sync::lock(current).run = None;
         let mut buffers: Vec<Buffer> =
             incoming.into_iter().map(|(b, _, _)| b).chain(fetched.into_iter().map(|(_, b, _)| b)).collect();
@@ -968,8 +1108,9 @@ impl BoundNode {
                 // the session's next tasks get new ones.
                 // Only with no other session on the node: another's run may still hold a
                 // lane whose worker died, which a replacement must not reuse under it.
-                if self.sessions.load(Ordering::Acquire) == 1
-                    && let Err(r) = self.worker.replace_dead_workers()
+                if let Ok(w) = held.worker(self)
+                    && (w.own() || self.sessions.load(Ordering::Acquire) == 1)
+                    && let Err(r) = w.worker().replace_dead_workers()
                 {
                     tracing::warn!(target: "simpler::remote", "replacing dead workers after a failed task: {r}");
                 }
@@ -980,7 +1121,7 @@ impl BoundNode {
 
     /// Checks a TASK's tensors against its arguments and finds a buffer of this node for each
     /// one that travels (a reused one when the session has one of that size).
-    fn prepare(&self, held: &Held, msg: &wire::TaskHead<'_>) -> Result<Prepared> {
+    fn prepare<'a>(&'a self, held: &Held<'a>, msg: &wire::TaskHead<'_>) -> Result<Prepared> {
         let decoded = decode_args(msg.args_blob)?;
         if decoded.tensors.len() != msg.data.len() {
             return Err(Error::decode("a TASK's tensor data does not match its arguments"));
@@ -1074,20 +1215,20 @@ impl BoundNode {
     /// A host buffer of `n` bytes: one of that size the session used before (its pages are in
     /// memory already; its bytes outside the task's views are what the session's earlier task
     /// left there), or a new one.
-    fn buffer(&self, held: &Held, n: usize) -> Result<Buffer> {
+    fn buffer<'a>(&'a self, held: &Held<'a>, n: usize) -> Result<Buffer> {
         let mut pool = sync::lock(&held.pool);
         let best = pool.iter().enumerate().find(|(_, b)| b.nbytes() == n).map(|(at, _)| at);
         match best {
             Some(at) => Ok(pool.swap_remove(at)),
             None => {
                 drop(pool);
-                self.worker.create_buffer(n)
+                held.worker(self).map_err(Error::state)?.worker().create_buffer(n)
             }
         }
     }
 
     /// Keeps the buffers of a finished task for the session's next tasks (up to a bound).
-    fn recycle(&self, held: &Held, buffers: Vec<Buffer>) {
+    fn recycle(&self, held: &Held<'_>, buffers: Vec<Buffer>) {
         let mut pool = sync::lock(&held.pool);
         for b in buffers {
             let held: usize = pool.iter().map(Buffer::nbytes).sum();
@@ -1226,10 +1367,13 @@ impl Drop for BoundNode {
         if let Some(Ok(peer)) = self.peer.get() {
             peer.stop();
         }
-        let _ = self.worker.close();
+        if let Workers::One(w) = &self.workers {
+            let _ = w.close();
+        }
     }
 }
 
+mod sizes;
 #[cfg(test)]
 mod tests;
 

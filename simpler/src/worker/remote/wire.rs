@@ -16,8 +16,9 @@
 //!   them from that node's peer listener, `peer`, with the grant the root was given for it).
 //! * `COMPLETION` head: a status code, a message, and for every written view its tensor index,
 //!   offset and length.
-//! * `CONTROL` / `CONTROL_REPLY`: a command (`CHECK_CALLABLE`: does the node run this digest?)
-//!   and its answer.
+//! * `CONTROL` / `CONTROL_REPLY`: a command (`CHECK_CALLABLE`: does the node run this digest?
+//!   `SIZE`, the first a root sends: the SUB workers and chips its session's L3 Worker is to
+//!   have, answered with what it has) and its answer.
 //! * `HEALTH`, `SHUTDOWN`: empty.
 //!
 //! Every length is checked against what is left of the body (`BodyReader`), so a hostile body
@@ -72,6 +73,12 @@ pub(crate) const FREE: u32 = 5;
 /// CONTROL command on a peer connection (`peer`): read `arg2` bytes at offset `arg` of the
 /// node-resident buffer whose grant is `data`.
 pub(crate) const PEER_READ: u32 = 6;
+
+/// CONTROL command: the session's L3 Worker is to have `arg` SUB workers and `arg2` chips (both
+/// 0: the node's default); the reply is the `u32` SUB workers and `u32` chips it has. The first
+/// control a root sends; a node with one Worker lends it when it is at least that large, a
+/// sized node (`Node::sized`) makes one of just that size.
+pub(crate) const SIZE: u32 = 7;
 
 /// The longest address a TASK names for a peer node.
 const MAX_PEER_ADDR: usize = 1024;

@@ -165,7 +165,8 @@ fn a_session_drives_its_tasks_runs_itself() {
         let head = wire::decode_completion(&done.body).unwrap().head;
         assert_eq!(head.status, wire::DONE, "{}", head.message);
     }
-    let engine = bound.worker.started().unwrap().engine().unwrap().clone();
+    let Workers::One(worker) = &bound.workers else { unreachable!("Node::new has one Worker") };
+    let engine = worker.started().unwrap().engine().unwrap().clone();
     assert_eq!(engine.background_wakes(), 0, "a session's run woke the background thread");
     session.shutdown();
     serving.join().unwrap().unwrap();
