@@ -8,6 +8,9 @@
 //! with `--node ADDR` it serves one root as a node, otherwise it is the root and starts its two
 //! nodes itself. Run it with `cargo run --example remote_nodes`.
 //!
+//! Each node gives this root's session an L3 Worker of its own, of the size the root asks
+//! for (`Node::sized`, `RemoteWorker::requires`).
+//!
 //! The nodes need not serve the same work: started with `--only square_then_inc`, the second
 //! node serves that one orchestration function and none of the program's others
 //! (`Node::linked_callables(false)`). The root registers its `#[callable(orch)]` functions on
@@ -34,7 +37,8 @@ use std::process::{Child, Command, ExitCode, Stdio};
 
 use simpler::prelude::*;
 use simpler::{
-    remote::ClusterKey, remote::Launch, remote::Node, remote::NodeAddr, remote::RemoteWorker, status::Level,
+    remote::ClusterKey, remote::Launch, remote::Node, remote::NodeAddr, remote::RemoteWorker,
+    remote::SessionLimits, status::Level,
 };
 
 const N: u32 = 1024;
@@ -99,11 +103,14 @@ task_graph! {
     }
 }
 
-/// The node role: an L3 Worker with two SUB workers, served to one root; with `only`, it
-/// serves that orchestration function alone.
+/// The node role: serves one root a session with an L3 Worker of its own, of the size the
+/// root asks for (at most 4 SUB workers; 1 when it asks nothing); with `only`, it serves that
+/// orchestration function alone.
 fn node(addr: &str, only: Option<&str>) -> simpler::Result<()> {
-    let l3 = Worker::builder().sub_workers(2).build()?;
-    let mut node = Node::new(l3, NodeAddr::parse(addr)?, ClusterKey::from_env()?)?;
+    let limits = SessionLimits::new(4, 0).default_size(1, 0);
+    let mut node = Node::sized(NodeAddr::parse(addr)?, ClusterKey::from_env()?, limits, |sub, chips| {
+        Worker::builder().sub_workers(sub as usize).chips(chips as usize).build()
+    })?;
     if let Some(name) = only {
         let handle = match name {
             "square_then_inc" => square_then_inc::handle(),
@@ -189,9 +196,12 @@ fn root(launch: Option<&Launch>) -> Result<(), Box<dyn std::error::Error>> {
             nodes.push(start_node(&key_text, "127.0.0.1:0", None)?);
             nodes.push(start_node(&key_text, "127.0.0.1:0", Some("square_then_inc"))?);
             for (id, (_, addr)) in (1..).zip(&nodes) {
-                l4 = l4.remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()));
+                // Each root session gets a Worker of 2 SUB workers of its own on the node.
+                l4 = l4.remote_worker(RemoteWorker::new(NodeAddr::parse(addr)?, key.clone()).requires(2, 0));
                 let serves = if id == 1 { "every orchestration function" } else { "square_then_inc only" };
-                println!("worker {id}: the node at {addr}, serving {serves}");
+                println!(
+                    "worker {id}: the node at {addr}, serving {serves} on 2 SUB workers of this root's own"
+                );
             }
         }
     }
