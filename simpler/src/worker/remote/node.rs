@@ -11,6 +11,10 @@
 //! answers within a round trip, so the oldest is the one that says nothing), so no number of
 //! idle connections keeps a root out.
 //!
+//! A session's first control is SIZE: a node with one L3 Worker lends it to every session; a
+//! sized node ([`Node::sized`], `sizes`) starts one of the size the root asks for, within its
+//! limits, which the session alone runs on and which closes when it ends.
+//!
 //! A session runs each TASK on its own thread, one at a time, each a run of the L3 Worker over
 //! host buffers of the node that the bulk is read into, each just the span of its tensor's view
 //! (the view moved to its start: a tile of a large buffer of the root costs the node the tile).
@@ -385,7 +389,8 @@ impl Node {
     }
 }
 
-/// A node listening, with its L3 Worker started ([`Node::bind`]).
+/// A node listening, with its L3 Worker started ([`Node::bind`]; a sized node starts one per
+/// session).
 pub struct BoundNode {
     workers: Workers,
     /// `None` for a node of a launched job, which connects to its root.
@@ -538,7 +543,8 @@ impl BoundNode {
     /// ended. Each session is isolated from the others: its node-resident buffers and its
     /// reused task buffers are its own (another root's ids name nothing here), and they are
     /// freed when it ends. Their runs share the node's L3 Worker, which runs them one after
-    /// another in the order they come. A root that authenticates while `at_once` sessions run
+    /// another in the order they come; on a sized node ([`Node::sized`]) each session has a
+    /// Worker of its own instead. A root that authenticates while `at_once` sessions run
     /// is refused: its session ends at once with a message that says so ("serves 2 roots at
     /// once, its limit"), which the root reports from `init` or its first task; it does not
     /// count as one of `sessions`.

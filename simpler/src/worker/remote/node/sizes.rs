@@ -203,8 +203,20 @@ impl Sized {
             *held = (after, held.1 + 1);
             Share { book: &self.held, size }
         };
-        let mut worker = (self.make)(size.sub_workers, size.chips)
-            .map_err(|e| format!("the node at {node} could not make a Worker of {size}: {e}"))?;
+        // A panic in the node's function fails this session alone.
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (self.make)(size.sub_workers, size.chips)
+        }));
+        let mut worker = match made {
+            Ok(made) => {
+                made.map_err(|e| format!("the node at {node} could not make a Worker of {size}: {e}"))?
+            }
+            Err(_) => {
+                return Err(format!(
+                    "the node at {node} could not make a Worker of {size}: its function panicked"
+                ));
+            }
+        };
         let made = Size { sub_workers: worker.sub_workers() as u32, chips: worker.chips() as u32 };
         let wrong = if worker.level() != Level::Node {
             Some(format!("an {} Worker, not an L3 one", worker.level()))

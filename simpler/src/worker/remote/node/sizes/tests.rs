@@ -71,10 +71,14 @@ fn a_worker_the_node_cannot_serve_a_session_with_is_refused_and_its_share_given_
     fn fails(_: u32, _: u32) -> Result<Worker> {
         Err(Error::invalid("no such device"))
     }
+    fn panics(_: u32, _: u32) -> Result<Worker> {
+        panic!("a node's function that panics")
+    }
     for (make, want) in [
         (wrong_size as fn(u32, u32) -> Result<Worker>, "made a Worker of 2 SUB workers and 0 chips"),
         (forks, "starts its children by fork"),
         (fails, "could not make a Worker of 1 SUB worker and 0 chips: no such device"),
+        (panics, "could not make a Worker of 1 SUB worker and 0 chips: its function panicked"),
     ] {
         let (node, _) = sized(SessionLimits::new(1, 0), make);
         let why = node.start(size(1, 0), "n").err().unwrap();
