@@ -250,10 +250,17 @@ fn a_cancelled_run_queued_behind_a_stuck_one_never_dispatches_its_tasks() {
     let (rig, [hang, fill]) = Rig::start(subs(2), [("hang", hang), ("fill", fill)]);
     let flags = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 2);
-    let stuck_run = hang_run(&rig, &hang, &flags, RunOptions::new());
+    // The stuck task also holds `out`, which run 2 writes: so run 2 waits for run 1 (runs that
+    // share a buffer dispatch in order; an independent run would go to the idle SUB worker).
+    let stuck_run = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&word(&flags, 0))?.inout(&u64s(&out, 0, 2))?;
+            orch.submit_sub(&hang, a).map(|_| ())
+        })
+        .unwrap();
     let stuck = sub_index(&rig, wait_hanging(&flags, 0));
-    // Run 2 waits for run 1 (runs dispatch in order): its first task is READY, its second
-    // waits for the first.
+    // Run 2's first task is READY, its second waits for the first.
     let queued = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();
