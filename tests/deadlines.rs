@@ -126,9 +126,16 @@ fn a_run_behind_a_stuck_one_is_dispatched_to_the_idle_sub_worker_once_the_first_
     let flags = u32_buffer(&rig, 1);
     let who = u32_buffer(&rig, 1);
     who.write(0, &[u32::MAX]).unwrap();
-    let first = hang_run(&rig, &hang, &flags, RunOptions::new().deadline(Duration::from_millis(300)));
+    // The stuck task also holds `who`, which the second run writes: so the second waits for
+    // the first although a SUB worker is idle (runs that share a buffer dispatch in order).
+    let first = rig
+        .submit_with(RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
+            let mut a = TaskArgs::new();
+            a.untracked(&word(&flags, 0))?.inout(&word(&who, 0))?;
+            orch.submit_sub(&hang, a).map(|_| ())
+        })
+        .unwrap();
     let stuck = sub_index(&rig, wait_hanging(&flags, 0));
-    // Runs dispatch in order: the second waits for the first, although a SUB worker is idle.
     let second = rig
         .submit(|orch| {
             let mut a = TaskArgs::new();

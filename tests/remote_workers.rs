@@ -1534,3 +1534,71 @@ fn a_sized_node_gives_each_root_a_worker_of_the_size_it_asks_within_its_limits()
     );
     assert_left_nothing(&pids);
 }
+
+/// Roots racing for a sized node's limits: each either gets a Worker of its own or is refused
+/// with `ResourceExhausted`, the node never makes more Workers than it served sessions with one,
+/// and when they are all gone nothing of theirs is left on the node.
+#[isolated_test]
+fn roots_racing_for_a_sized_node_get_a_worker_or_a_clear_refusal_and_leave_nothing() {
+    const ROOTS: usize = 6;
+    const ROUNDS: usize = 5;
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let count = made.clone();
+    let node = std::thread::spawn(move || {
+        let limits = SessionLimits::new(2, 0).per_session(1, 0);
+        let mut node = Node::sized(NodeAddr::parse("127.0.0.1:0")?, key(), limits, move |sub, chips| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut l3 = Worker::builder().sub_workers(sub as usize).chips(chips as usize).build()?;
+            l3.register(HostFn::new("put_size", put_size))?;
+            Ok(l3)
+        })?;
+        node.register_orch(OrchFn::new("say_size", say_size));
+        let bound = std::sync::Arc::new(node.bind()?);
+        tx.send(bound.clone()).unwrap();
+        // Every root's every round is one session: served or refused by the limits.
+        bound.serve(ROOTS * ROUNDS, ROOTS + 2)
+    });
+    let bound = rx.recv_timeout(Duration::from_secs(30)).expect("the node bound its address");
+    let addr = bound.local_addr();
+    let outcomes: Vec<(usize, Vec<i32>)> = std::thread::scope(|s| {
+        let joins: Vec<_> = (0..ROOTS)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut served, mut pids) = (0, Vec::new());
+                    for _ in 0..ROUNDS {
+                        let mut root = sized_root(&addr, 1, 0);
+                        match root.init() {
+                            Ok(()) => {
+                                let (sub, _, pid) = size_on_node(&root);
+                                assert_eq!(sub, 1, "a session of the size it asked");
+                                pids.push(pid);
+                                pids.extend(root.child_pids());
+                                root.close().unwrap();
+                                served += 1;
+                            }
+                            Err(e) => assert_err(
+                                &e,
+                                ErrorKind::ResourceExhausted,
+                                &["has 2 SUB workers and 0 chips in all"],
+                            ),
+                        }
+                    }
+                    (served, pids)
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    node.join().unwrap().expect("the node served every session");
+    let served: usize = outcomes.iter().map(|(n, _)| n).sum();
+    assert!(served >= 2, "at least the first two roots are served ({served})");
+    assert_eq!(
+        made.load(std::sync::atomic::Ordering::Relaxed),
+        served,
+        "one Worker per session served, none for a refused one"
+    );
+    assert_eq!(bound.sessions(), 0);
+    let pids: Vec<i32> = outcomes.into_iter().flat_map(|(_, p)| p).collect();
+    assert_left_nothing(&pids);
+}
