@@ -1602,3 +1602,44 @@ fn roots_racing_for_a_sized_node_get_a_worker_or_a_clear_refusal_and_leave_nothi
     let pids: Vec<i32> = outcomes.into_iter().flat_map(|(_, p)| p).collect();
     assert_left_nothing(&pids);
 }
+
+/// A task on one node that reads another node's buffer while that node answers nothing (it is
+/// stopped) is cancelled there when its run passes its deadline: the read ends at once, and the
+/// reading node's session stays in service (it used to wait out its read, past the root's
+/// cancel grace, which lost the session).
+#[isolated_test]
+fn a_read_from_a_stopped_node_ends_when_the_root_cancels_and_the_reader_serves_on() {
+    let owner = NodeProcess::start();
+    let (reader, reader_node) = thread_node();
+    let mut root = root_worker(&[owner.addr.clone(), reader], Duration::from_secs(2));
+    root.init().unwrap();
+    let n = 1024;
+    let on_owner = root.alloc_child_tensor(1, &[n as u32], simpler::DataType::Uint64).unwrap();
+    let host = u64_buffer(&root, n);
+    host.write(0, &vec![7u64; n]).unwrap();
+    root.copy_to(&on_owner, &host).unwrap();
+    let t = on_owner.tensor(&[n as u32], simpler::DataType::Uint64).unwrap();
+    let out = u64_buffer(&root, n);
+    signal(owner.pid(), libc::SIGSTOP);
+    let copy_h = OrchFn::new("copy_step", copy_step).handle();
+    let started = Instant::now();
+    let err = root
+        .run_with(simpler::RunOptions::new().deadline(Duration::from_millis(300)), |orch, _, _| {
+            let mut r = TaskArgs::new();
+            r.input(&t)?;
+            r.output(&u64s(&out, 0, n))?;
+            orch.submit_next_level(&copy_h, r, CallConfig::default(), 2).map(|_| ())
+        })
+        .expect_err("the owner answers nothing");
+    assert_err(&err, ErrorKind::Timeout, &["deadline of 300 ms", "copy_step"]);
+    let reader_state =
+        root.workers().into_iter().find(|w| w.kind == WorkerKind::Remote && w.id == 2).map(|w| w.state);
+    assert_eq!(reader_state, Some(WorkerState::Alive), "the reader's session is still in service");
+    let buf = u64_buffer(&root, 1);
+    step_on(&root, &buf, 0, 1, 2).expect("the reader runs the next task");
+    assert!(started.elapsed() < Duration::from_secs(2), "it took {:?}", started.elapsed());
+    assert_eq!(read_u64(&out, 0, 1), vec![0], "nothing was copied");
+    signal(owner.pid(), libc::SIGCONT);
+    drop((t, on_owner, host, out, buf));
+    finish(root, vec![reader_node]);
+}

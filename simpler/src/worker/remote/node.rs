@@ -29,7 +29,8 @@
 //! for 3 s ([`ROOT_SILENCE`]: a stopped or cut-off root, which TCP would notice only after many
 //! minutes), it cancels the task in flight and shuts the session connection, ending the session.
 //! It also reads the root's CANCEL there (a run at the root passed its deadline or was
-//! cancelled) and cancels the task it names, now or as soon as its run starts; the session goes
+//! cancelled) and cancels the task it names, now or as soon as its run starts (a read from
+//! another node the task waits on before its run ends at once: its connection is shut); the session goes
 //! on, and workers the cancel stopped are replaced before the next task.
 
 use std::collections::HashMap;
@@ -818,9 +819,7 @@ impl BoundNode {
                     let root_gone = |why: &str| {
                         if !done.load(Ordering::Acquire) {
                             tracing::warn!(target: "simpler::remote", peer = %peer, "{why}: ending its session");
-                            if let Some((_, run)) = sync::lock(&current).run.as_ref() {
-                                run.cancel(); // the result has nowhere to go
-                            }
+                            sync::lock(&current).abandon();
                             session_socket.shutdown();
                         }
                     };
@@ -1076,10 +1075,22 @@ impl BoundNode {
             })?;
         }
         let Prepared { args, incoming, outgoing, fetched } = prepared;
-        // Tensors another node holds: read from it directly, before the run.
+        // Tensors another node holds: read from it directly, before the run. Each connection
+        // is in `current` meanwhile, so a CANCEL (or a root gone) ends a read the other node
+        // does not answer at once, rather than after its read timeout.
+        let watch = |s: &Stream| sync::lock(current).fetch_on(seq, s);
         for (i, buf, src) in &fetched {
-            if let Err(e) = self.client.fetch(src, buf, 0) {
-                let e = e.context(format!("tensor {i} ({} bytes from another node)", src.len));
+            let fetched = self.client.fetch(src, buf, 0, &watch);
+            let cancelled = sync::lock(current).fetched(seq);
+            if let Err(e) = fetched {
+                let e = if cancelled {
+                    Error::new(
+                        ErrorKind::Cancelled,
+                        format!("the root cancelled the task while tensor {i} was read from another node"),
+                    )
+                } else {
+                    e.context(format!("tensor {i} ({} bytes from another node)", src.len))
+                };
                 return Ok(Reply::failed(status_of(&e), e.message()));
             }
         }
@@ -1388,11 +1399,45 @@ mod tests;
 struct InFlight {
     /// The TASK's sequence number and its run, while it runs.
     run: Option<(u64, RunHandle)>,
+    /// The TASK's sequence number and the connection it reads a tensor from another node over,
+    /// while it does (before its run).
+    fetching: Option<(u64, Stream)>,
     /// The last task the root asked to cancel (a CANCEL may come before its run started).
     cancelled: Option<u64>,
 }
 
 impl InFlight {
+    /// Task `seq` reads from another node over `stream` now: ended at once if the root asked to
+    /// cancel it already.
+    fn fetch_on(&mut self, seq: u64, stream: &Stream) {
+        match stream.try_clone() {
+            Ok(s) => {
+                if self.cancelled == Some(seq) {
+                    s.shutdown();
+                }
+                self.fetching = Some((seq, s));
+            }
+            // Not watched: the read ends by its own timeout.
+            Err(e) => tracing::warn!(target: "simpler::remote", "cannot watch a read from another node: {e}"),
+        }
+    }
+
+    /// Task `seq`'s reads from other nodes ended; whether the root cancelled it meanwhile.
+    fn fetched(&mut self, seq: u64) -> bool {
+        self.fetching = None;
+        self.cancelled == Some(seq)
+    }
+
+    /// The root is gone: whatever the task does now ends.
+    fn abandon(&mut self) {
+        if let Some((_, run)) = &self.run {
+            run.cancel(); // the result has nowhere to go
+        }
+        if let Some((_, s)) = &self.fetching {
+            s.shutdown();
+        }
+    }
+
     /// Task `seq`'s run started: cancelled at once if the root asked already.
     fn start(&mut self, seq: u64, run: &RunHandle) {
         if self.cancelled == Some(seq) {
@@ -1409,6 +1454,11 @@ impl InFlight {
             && *s == seq
         {
             run.cancel();
+        }
+        if let Some((s, stream)) = &self.fetching
+            && *s == seq
+        {
+            stream.shutdown();
         }
     }
 }

@@ -317,25 +317,43 @@ impl PeerClient {
     }
 
     /// Reads the bytes `src` names into `into` from byte `at` on, from the node that holds
-    /// them. Errors name the peer.
-    pub(crate) fn fetch(&self, src: &PeerSource, into: &Buffer, at: usize) -> Result<()> {
+    /// them. Errors name the peer. `watch` is shown each connection before anything is read
+    /// from it: shutting it down (the root cancelled the task) ends the read at once.
+    pub(crate) fn fetch(
+        &self,
+        src: &PeerSource,
+        into: &Buffer,
+        at: usize,
+        watch: &dyn Fn(&Stream),
+    ) -> Result<()> {
         let len = usize::try_from(src.len).map_err(|_| Error::invalid("too large"))?;
         let mut done = 0;
         while done < len {
             let part = COPY_PART.min(len - done);
-            self.part(src, src.offset + done as u64, part, into, at + done)?;
+            self.part(src, src.offset + done as u64, part, into, at + done, watch)?;
             done += part;
         }
         Ok(())
     }
 
     /// One part, over the kept connection (replaced once if it went stale) or a new one.
-    fn part(&self, src: &PeerSource, offset: u64, len: usize, into: &Buffer, at: usize) -> Result<()> {
+    fn part(
+        &self,
+        src: &PeerSource,
+        offset: u64,
+        len: usize,
+        into: &Buffer,
+        at: usize,
+        watch: &dyn Fn(&Stream),
+    ) -> Result<()> {
         let kept = sync::lock(&self.idle).remove(&src.addr);
         let reused = kept.is_some();
         let stream = match kept {
-            Some(s) => s,
-            None => self.connect(&src.addr)?,
+            Some(s) => {
+                watch(&s);
+                s
+            }
+            None => self.connect(&src.addr, watch)?,
         };
         match self.ask(&stream, src, offset, len, into, at) {
             Ok(()) => {
@@ -345,7 +363,7 @@ impl PeerClient {
             // The peer closed a kept connection (it idled out): once more on a new one.
             Err(Failure::Connection(_)) if reused => {
                 stream.shutdown();
-                let fresh = self.connect(&src.addr)?;
+                let fresh = self.connect(&src.addr, watch)?;
                 match self.ask(&fresh, src, offset, len, into, at) {
                     Ok(()) => {
                         sync::lock(&self.idle).insert(src.addr.clone(), fresh);
@@ -364,7 +382,7 @@ impl PeerClient {
         }
     }
 
-    fn connect(&self, addr: &str) -> Result<Stream> {
+    fn connect(&self, addr: &str, watch: &dyn Fn(&Stream)) -> Result<Stream> {
         let at = NodeAddr::parse(addr)?;
         let mut s = Stream::connect(&at, PEER_CONNECT).map_err(|e| {
             Error::new(
@@ -372,6 +390,7 @@ impl PeerClient {
                 format!("cannot connect to the node at {addr} (its peer listener): {e}"),
             )
         })?;
+        watch(&s);
         client_handshake(&mut s, &self.key, addr)?;
         Ok(s)
     }
