@@ -306,3 +306,57 @@ fn a_worker_that_dies_in_a_program_ignoring_sigchld_is_seen_and_named() {
     let err = record_once().expect_err("no SUB worker is left");
     assert_err(&err, ErrorKind::WorkerDied, &["sub worker 0", &format!("process {pid}"), "SIGCHLD"]);
 }
+
+/// Writes this worker's process id, then never returns (its run is cancelled).
+fn hang_with_pid(args: &HostArgs<'_>) -> HostResult {
+    args.output::<u32>(0)?[0] = std::process::id();
+    loop {
+        std::thread::park();
+    }
+}
+
+/// A dead worker is replaced at the next submit while the background thread holds the
+/// scheduler role and sleeps, driving a run nobody waits for whose task hangs. The replacement
+/// used to wait for the scheduler's lock, which that thread keeps while it sleeps, and the
+/// submit hung until something woke the scheduler (here: forever).
+#[isolated_test]
+fn a_dead_worker_is_replaced_while_the_background_thread_drives_a_hung_run() {
+    let (rig, [hang, record]) = Rig::start(
+        subs(2).replace_dead_workers(true),
+        [("hang_with_pid", hang_with_pid), ("record_worker", record_worker)],
+    );
+    let flag = u32_buffer(&rig, 1);
+    let stuck = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.output(&u32s(&flag, 0))?;
+            orch.submit_sub(&hang, a).map(|_| ())
+        })
+        .unwrap();
+    wait_for("the hanging task to run", Duration::from_secs(10), || read_u32(&flag, 0, 1)[0] != 0);
+    let hung = read_u32(&flag, 0, 1)[0] as i32;
+    let other = rig.pids().iter().position(|&p| p != hung).unwrap();
+    sigkill(rig.pids()[other]);
+    wait_seen_dead(&rig, other);
+    let rig = std::sync::Arc::new(rig);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let submitter = {
+        let rig = rig.clone();
+        std::thread::spawn(move || {
+            let who = u32_buffer(&rig, 1);
+            who.write(0, &[u32::MAX]).unwrap();
+            let ran = rig.run(|orch| {
+                let mut a = TaskArgs::new();
+                a.output(&u32s(&who, 0))?;
+                orch.submit_sub(&record, a).map(|_| ())
+            });
+            let _ = tx.send(ran.map(|()| read_u32(&who, 0, 1)[0]));
+        })
+    };
+    let ran = rx.recv_timeout(Duration::from_secs(20)).expect("a submit replacing a dead worker hung");
+    assert_eq!(ran.expect("the run on the replacement"), other as u32, "it ran on the new worker");
+    submitter.join().unwrap();
+    assert!(stuck.cancel());
+    assert_eq!(stuck.wait().unwrap_err().kind(), ErrorKind::Cancelled);
+    drop((stuck, flag));
+}

@@ -68,7 +68,10 @@ impl Role<'_> {
     pub(crate) fn pass(&mut self) -> bool {
         let eng = self.eng;
         let sched = self.sched.as_mut().expect("the role is held until it drops");
-        match catch_unwind(AssertUnwindSafe(|| sched.pass(eng))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            eng.apply_sched_requests(sched);
+            sched.pass(eng)
+        })) {
             Ok(progressed) => progressed,
             Err(panic) => {
                 let msg = crate::error::panic_message(&*panic);

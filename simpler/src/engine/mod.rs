@@ -13,7 +13,12 @@
 //! run is due to be stopped (its deadline passed, or a cancel waits). Every driver's sleep is
 //! bounded by the next such moment ([`Engine::next_check`]). The rules:
 //!
-//! 1. Only the role holder touches the scheduler's queues and lanes.
+//! 1. Only the role holder touches the scheduler's queues and lanes. A thread without the role
+//!    never waits for its lock, which the holder keeps while it sleeps (for as long as a task
+//!    hangs): a change it needs (a replaced worker's lane back in service, a rejoined node's new
+//!    endpoint) is queued and rung for, and the holder applies it at the start of its next pass
+//!    ([`Engine::with_sched`]). Waiting for the lock instead hung a submit that replaced a dead
+//!    worker while the background thread drove a hung run.
 //! 2. Anything that makes work for the scheduler (a published READY task, a child's completion, a
 //!    child's death) rings the engine doorbell; the holder sleeps on it only after a pass that
 //!    made no progress (spin, yield, then futex: never a fixed sleep). A watched endpoint (a
@@ -179,6 +184,9 @@ impl CallableKinds {
 }
 
 /// One level's engine.
+/// A change to the scheduler from a thread without the role ([`Engine::with_sched`]).
+type SchedRequest = Box<dyn FnOnce(&mut Scheduler) + Send>;
+
 pub(crate) struct Engine {
     /// This engine's number in its process (run numbers restart in every engine, so trace-log
     /// keys name the engine too).
@@ -193,6 +201,12 @@ pub(crate) struct Engine {
     staging: AtomicBool,
     /// The scheduler role (rule 1), flagged in `role`.
     sched: checked::Mutex<Scheduler>,
+    /// Changes to the scheduler asked by threads that do not hold the role (a lane revived or
+    /// given a new endpoint), which the holder applies at its next pass ([`Engine::with_sched`]):
+    /// the holder may sleep on the doorbell with the lock held for as long as its tasks run.
+    sched_requests: Mutex<Vec<SchedRequest>>,
+    /// Set while `sched_requests` holds one (one load per pass otherwise).
+    sched_requested: AtomicBool,
     inbox_tx: Sender<Arc<Slot>>,
     inbox_len: AtomicUsize,
     bell: Bell,
@@ -275,6 +289,8 @@ impl Engine {
             tensor_map: TensorMap::default(),
             staging: AtomicBool::new(false),
             sched: checked::Mutex::new(Scheduler::new(&cfg, inbox_rx)),
+            sched_requests: Mutex::new(Vec::new()),
+            sched_requested: AtomicBool::new(false),
             inbox_tx,
             inbox_len: AtomicUsize::new(0),
             bell,
@@ -324,7 +340,7 @@ impl Engine {
     /// Puts lane `i` back in service after a new worker replaced its dead one (the caller
     /// made sure the new worker is ready), and wakes the scheduler: tasks waiting for it run.
     pub(crate) fn revive_lane(&self, i: usize) {
-        self.lock_sched().revive(i);
+        self.with_sched(move |s| s.revive(i));
         self.idle_lanes.fetch_add(1, Ordering::Relaxed);
         // Whoever drives (a waiter or the background thread) sleeps on the doorbell or its bell.
         self.doorbell().ring();
@@ -335,13 +351,68 @@ impl Engine {
     /// Worker's new session), and wakes the scheduler. Refused (false, nothing changed) while
     /// the lane still holds a task. The old endpoint is dropped.
     pub(crate) fn replace_endpoint(&self, i: usize, endpoint: Box<dyn endpoint::Endpoint>) -> bool {
-        let Some(was_dead) = self.lock_sched().replace_endpoint(i, endpoint) else { return false };
+        let Some(was_dead) = self.with_sched(move |s| s.replace_endpoint(i, endpoint)) else { return false };
         if was_dead {
             self.idle_lanes.fetch_add(1, Ordering::Relaxed);
         }
         self.doorbell().ring();
         self.bg_bell.ring();
         true
+    }
+
+    /// Runs `f` on the scheduler: at once when nobody holds the role, else by the holder at its
+    /// next pass, which the doorbell asks for. Never waits for the role's lock itself: its holder
+    /// may sleep with it for as long as its tasks run (the background thread driving a hung run
+    /// nobody waits for), and would never be woken by a thread blocked on the lock.
+    pub(crate) fn with_sched<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Scheduler) -> R + Send + 'static,
+    ) -> R {
+        if let Some(mut role) = self.try_role() {
+            return f(&mut role);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut q = sync::lock(&self.sched_requests);
+            q.push(Box::new(move |s: &mut Scheduler| {
+                let _ = tx.send(f(s));
+            }));
+            self.sched_requested.store(true, Ordering::Release);
+        }
+        loop {
+            match self.try_role() {
+                // The holder gave the role up before it saw the request: applied here.
+                Some(mut role) => self.apply_sched_requests(&mut role),
+                None => {
+                    self.doorbell().ring();
+                    self.bg_bell.ring();
+                }
+            }
+            // Answered within a pass; the bound only covers a holder that gave the role up
+            // between the try above and the ring (this thread then takes it).
+            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
+                Ok(r) => return r,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    unreachable!("a scheduler request is applied before it is dropped")
+                }
+            }
+        }
+    }
+
+    /// Applies the scheduler requests of threads without the role (the holder, `sched`).
+    pub(crate) fn apply_sched_requests(&self, sched: &mut Scheduler) {
+        if !self.sched_requested.load(Ordering::Acquire) {
+            return;
+        }
+        let requests = {
+            let mut q = sync::lock(&self.sched_requests);
+            self.sched_requested.store(false, Ordering::Release);
+            std::mem::take(&mut *q)
+        };
+        for r in requests {
+            r(sched);
+        }
     }
 
     fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
