@@ -183,10 +183,10 @@ impl CallableKinds {
     }
 }
 
-/// One level's engine.
 /// A change to the scheduler from a thread without the role ([`Engine::with_sched`]).
 type SchedRequest = Box<dyn FnOnce(&mut Scheduler) + Send>;
 
+/// One level's engine.
 pub(crate) struct Engine {
     /// This engine's number in its process (run numbers restart in every engine, so trace-log
     /// keys name the engine too).
@@ -393,8 +393,9 @@ impl Engine {
             match rx.recv_timeout(std::time::Duration::from_millis(1)) {
                 Ok(r) => return r,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // Dropped unanswered: applying it panicked (logged where it was applied).
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    unreachable!("a scheduler request is applied before it is dropped")
+                    panic!("a change to the scheduler panicked while it was applied")
                 }
             }
         }
@@ -410,8 +411,11 @@ impl Engine {
             self.sched_requested.store(false, Ordering::Release);
             std::mem::take(&mut *q)
         };
+        // Each alone: one that panics leaves the others applied (its requester learns of it).
         for r in requests {
-            r(sched);
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r(sched))) {
+                tracing::error!(target: "simpler::scheduler", "a change to the scheduler panicked: {}", crate::error::panic_message(&*panic));
+            }
         }
     }
 

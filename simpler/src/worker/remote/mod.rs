@@ -1134,11 +1134,17 @@ pub(crate) fn claim_size(session: &Session, needs: (u32, u32), timeout: Duration
     let size = match session.control(wire::SIZE, &body, timeout)? {
         Ok(b) => <[u8; 8]>::try_from(b.as_slice())
             .map_err(|_| Error::decode(format!("{}: a SIZE reply of {} bytes", session.label, b.len())))?,
+        // The node says what kind of refusal it is: past a session's limit, too little left, or
+        // its Worker could not start.
         Err(m) => {
-            return Err(match m.strip_prefix("RESOURCE: ") {
-                Some(rest) => Error::new(ErrorKind::ResourceExhausted, format!("{}: {rest}", session.label)),
-                None => Error::invalid(format!("{}: {m}", session.label)),
-            });
+            let (kind, rest) = if let Some(rest) = m.strip_prefix("LIMIT: ") {
+                (ErrorKind::InvalidArgument, rest)
+            } else if let Some(rest) = m.strip_prefix("RESOURCE: ") {
+                (ErrorKind::ResourceExhausted, rest)
+            } else {
+                (ErrorKind::InvalidState, m.as_str())
+            };
+            return Err(Error::new(kind, format!("{}: {rest}", session.label)));
         }
     };
     let word = |at: usize| u32::from_le_bytes([size[at], size[at + 1], size[at + 2], size[at + 3]]);

@@ -626,7 +626,10 @@ impl BoundNode {
             Workers::One(w) => {
                 let has = Size { sub_workers: w.sub_workers() as u32, chips: w.chips() as u32 };
                 if asked.sub_workers > has.sub_workers || asked.chips > has.chips {
-                    return Err(format!("the node at {} has {has}; this root asked for {asked}", self.name));
+                    return Err(format!(
+                        "LIMIT: the node at {} has {has}; this root asked for {asked}",
+                        self.name
+                    ));
                 }
                 Ok(SessionWorker::Shared(w))
             }
@@ -1078,7 +1081,16 @@ impl BoundNode {
         // Tensors another node holds: read from it directly, before the run. Each connection
         // is in `current` meanwhile, so a CANCEL (or a root gone) ends a read the other node
         // does not answer at once, rather than after its read timeout.
-        let watch = |s: &Stream| sync::lock(current).fetch_on(seq, s);
+        let watch = |s: Option<&Stream>| {
+            let mut c = sync::lock(current);
+            match s {
+                Some(s) => {
+                    c.fetch_on(seq, s);
+                    true
+                }
+                None => c.fetch_done(seq),
+            }
+        };
         for (i, buf, src) in &fetched {
             let fetched = self.client.fetch(src, buf, 0, &watch);
             let cancelled = sync::lock(current).fetched(seq);
@@ -1404,6 +1416,8 @@ struct InFlight {
     fetching: Option<(u64, Stream)>,
     /// The last task the root asked to cancel (a CANCEL may come before its run started).
     cancelled: Option<u64>,
+    /// The root is gone: whatever the session's task does next is cancelled at once.
+    gone: bool,
 }
 
 impl InFlight {
@@ -1412,7 +1426,7 @@ impl InFlight {
     fn fetch_on(&mut self, seq: u64, stream: &Stream) {
         match stream.try_clone() {
             Ok(s) => {
-                if self.cancelled == Some(seq) {
+                if self.stopped(seq) {
                     s.shutdown();
                 }
                 self.fetching = Some((seq, s));
@@ -1422,14 +1436,27 @@ impl InFlight {
         }
     }
 
+    /// Task `seq` finished reading a part over the watched connection, which no cancel can shut
+    /// from now on: whether the task still wants it (it may be kept for the next read).
+    fn fetch_done(&mut self, seq: u64) -> bool {
+        self.fetching = None;
+        !self.stopped(seq)
+    }
+
     /// Task `seq`'s reads from other nodes ended; whether the root cancelled it meanwhile.
     fn fetched(&mut self, seq: u64) -> bool {
         self.fetching = None;
-        self.cancelled == Some(seq)
+        self.stopped(seq)
     }
 
-    /// The root is gone: whatever the task does now ends.
+    /// Whether task `seq` is not to go on: the root cancelled it, or is gone.
+    fn stopped(&self, seq: u64) -> bool {
+        self.gone || self.cancelled == Some(seq)
+    }
+
+    /// The root is gone: whatever the task does now ends, and what it does next too.
     fn abandon(&mut self) {
+        self.gone = true;
         if let Some((_, run)) = &self.run {
             run.cancel(); // the result has nowhere to go
         }
@@ -1440,7 +1467,7 @@ impl InFlight {
 
     /// Task `seq`'s run started: cancelled at once if the root asked already.
     fn start(&mut self, seq: u64, run: &RunHandle) {
-        if self.cancelled == Some(seq) {
+        if self.stopped(seq) {
             run.cancel();
         }
         self.run = Some((seq, run.clone()));

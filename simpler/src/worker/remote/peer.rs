@@ -318,13 +318,16 @@ impl PeerClient {
 
     /// Reads the bytes `src` names into `into` from byte `at` on, from the node that holds
     /// them. Errors name the peer. `watch` is shown each connection before anything is read
-    /// from it: shutting it down (the root cancelled the task) ends the read at once.
+    /// from it (`Some`): shutting it down (the root cancelled the task) ends the read at once.
+    /// Once a part is read it is told so (`None`), and answers whether the task still wants the
+    /// connection: only then is it kept for the next read, so a connection a cancel shut (or
+    /// might still shut) is never reused.
     pub(crate) fn fetch(
         &self,
         src: &PeerSource,
         into: &Buffer,
         at: usize,
-        watch: &dyn Fn(&Stream),
+        watch: &dyn Fn(Option<&Stream>) -> bool,
     ) -> Result<()> {
         let len = usize::try_from(src.len).map_err(|_| Error::invalid("too large"))?;
         let mut done = 0;
@@ -344,20 +347,27 @@ impl PeerClient {
         len: usize,
         into: &Buffer,
         at: usize,
-        watch: &dyn Fn(&Stream),
+        watch: &dyn Fn(Option<&Stream>) -> bool,
     ) -> Result<()> {
         let kept = sync::lock(&self.idle).remove(&src.addr);
         let reused = kept.is_some();
         let stream = match kept {
             Some(s) => {
-                watch(&s);
+                watch(Some(&s));
                 s
             }
             None => self.connect(&src.addr, watch)?,
         };
+        let keep = |s: Stream| {
+            if watch(None) {
+                sync::lock(&self.idle).insert(src.addr.clone(), s);
+            } else {
+                s.shutdown();
+            }
+        };
         match self.ask(&stream, src, offset, len, into, at) {
             Ok(()) => {
-                sync::lock(&self.idle).insert(src.addr.clone(), stream);
+                keep(stream);
                 Ok(())
             }
             // The peer closed a kept connection (it idled out): once more on a new one.
@@ -366,7 +376,7 @@ impl PeerClient {
                 let fresh = self.connect(&src.addr, watch)?;
                 match self.ask(&fresh, src, offset, len, into, at) {
                     Ok(()) => {
-                        sync::lock(&self.idle).insert(src.addr.clone(), fresh);
+                        keep(fresh);
                         Ok(())
                     }
                     Err(f) => {
@@ -382,7 +392,7 @@ impl PeerClient {
         }
     }
 
-    fn connect(&self, addr: &str, watch: &dyn Fn(&Stream)) -> Result<Stream> {
+    fn connect(&self, addr: &str, watch: &dyn Fn(Option<&Stream>) -> bool) -> Result<Stream> {
         let at = NodeAddr::parse(addr)?;
         let mut s = Stream::connect(&at, PEER_CONNECT).map_err(|e| {
             Error::new(
@@ -390,7 +400,7 @@ impl PeerClient {
                 format!("cannot connect to the node at {addr} (its peer listener): {e}"),
             )
         })?;
-        watch(&s);
+        watch(Some(&s));
         client_handshake(&mut s, &self.key, addr)?;
         Ok(s)
     }

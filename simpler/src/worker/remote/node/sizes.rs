@@ -177,21 +177,28 @@ impl Sized {
     }
 
     /// A started Worker of `asked` (zero: the default size) for one session of the node
-    /// `node`, with its share of the limits. An `Err` says why, starting `RESOURCE:` when the
-    /// node has too little left while other sessions run.
+    /// `node`, with its share of the limits. An `Err` says why, starting `LIMIT:` when a session
+    /// may not have that much, `RESOURCE:` when the node has too little left (or its Worker
+    /// could not get what it needs).
     pub(crate) fn start(&self, asked: Size, node: &str) -> std::result::Result<SessionWorker<'_>, String> {
         let size = if asked == Size::default() { self.limits.default } else { asked };
         if !size.fits(self.limits.per_session) {
             return Err(format!(
-                "the node at {node} gives a session at most {}; this root asked for {size}",
+                "LIMIT: the node at {node} gives a session at most {}; this root asked for {size}",
                 self.limits.per_session
             ));
         }
         let share = {
             let mut held = sync::lock(&self.held);
-            let after =
-                Size { sub_workers: held.0.sub_workers + size.sub_workers, chips: held.0.chips + size.chips };
-            if !after.fits(self.limits.total) {
+            // Past `u32::MAX` (limits of `u32::MAX` for "unlimited") does not fit either.
+            let after = match (
+                held.0.sub_workers.checked_add(size.sub_workers),
+                held.0.chips.checked_add(size.chips),
+            ) {
+                (Some(sub_workers), Some(chips)) => Some(Size { sub_workers, chips }),
+                _ => None,
+            };
+            let Some(after) = after.filter(|a| a.fits(self.limits.total)) else {
                 return Err(format!(
                     "RESOURCE: the node at {node} has {} in all and its {} other session{} hold {}; this root asked for {size}; try again once one ends",
                     self.limits.total,
@@ -199,7 +206,7 @@ impl Sized {
                     if held.1 == 1 { "" } else { "s" },
                     held.0
                 ));
-            }
+            };
             *held = (after, held.1 + 1);
             Share { book: &self.held, size }
         };
@@ -208,9 +215,12 @@ impl Sized {
             (self.make)(size.sub_workers, size.chips)
         }));
         let mut worker = match made {
-            Ok(made) => {
-                made.map_err(|e| format!("the node at {node} could not make a Worker of {size}: {e}"))?
-            }
+            Ok(made) => made.map_err(|e| match e.kind() {
+                ErrorKind::ResourceExhausted => {
+                    format!("RESOURCE: the node at {node} could not make a Worker of {size}: {e}")
+                }
+                _ => format!("the node at {node} could not make a Worker of {size}: {e}"),
+            })?,
             Err(_) => {
                 return Err(format!(
                     "the node at {node} could not make a Worker of {size}: its function panicked"

@@ -208,3 +208,47 @@ fn sessions_served_at_once_see_only_their_own_node_resident_buffers() {
     b.shutdown();
     serving.join().unwrap().unwrap();
 }
+
+/// Reads what is left on `s` until it ends or fails: true when the stream was shut (no bytes,
+/// end of stream), within a second.
+fn shut(s: &std::os::unix::net::UnixStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    matches!(std::io::Read::read(&mut &*s, &mut [0u8; 8]), Ok(0))
+}
+
+#[test]
+fn a_cancel_shuts_the_read_in_flight_and_a_connection_read_after_it_is_not_kept() {
+    // A CANCEL while task 7 reads over a connection shuts it (the other end sees it end).
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut f = InFlight::default();
+    f.fetch_on(7, &Stream::Unix(ours));
+    f.cancel(7);
+    assert!(shut(&theirs), "the read in flight ended");
+    assert!(!f.fetch_done(7), "a cancelled task's connection is not kept");
+    // A connection registered after the cancel is shut at once; a CANCEL for another task, or
+    // one that came after the part was read, touches nothing.
+    let (late, late_peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    f.fetch_on(7, &Stream::Unix(late));
+    assert!(shut(&late_peer));
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let ours = Stream::Unix(ours); // the reader's own, kept as the client keeps it
+    let mut g = InFlight::default();
+    g.fetch_on(8, &ours);
+    g.cancel(9);
+    assert!(g.fetch_done(8), "task 8 still wants its connection");
+    g.cancel(8);
+    std::io::Write::write_all(&mut &theirs, b"x").unwrap();
+    assert!(!shut(&theirs), "a connection given back is not the cancel's to shut");
+    assert!(g.fetched(8), "task 8 was cancelled");
+    drop(ours);
+}
+
+#[test]
+fn once_the_root_is_gone_every_later_read_and_run_of_the_session_stops() {
+    let mut f = InFlight::default();
+    f.abandon();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    f.fetch_on(3, &Stream::Unix(ours));
+    assert!(shut(&theirs), "a read started after the root went is shut at once");
+    assert!(!f.fetch_done(3) && f.fetched(3));
+}

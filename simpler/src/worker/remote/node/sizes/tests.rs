@@ -57,7 +57,10 @@ fn shares_add_up_to_the_limits_and_come_back_when_a_session_ends() {
     let whole = node.start(size(2, 0), "n").unwrap();
     assert_eq!(whole.size(), size(2, 0));
     let too_big = node.start(size(3, 0), "n").err().unwrap();
-    assert!(too_big.contains("at most 2 SUB workers and 0 chips"), "{too_big}");
+    assert!(
+        too_big.starts_with("LIMIT: ") && too_big.contains("at most 2 SUB workers and 0 chips"),
+        "{too_big}"
+    );
 }
 
 #[crate::test_support::isolated_test(crate = crate)]
@@ -85,4 +88,16 @@ fn a_worker_the_node_cannot_serve_a_session_with_is_refused_and_its_share_given_
         assert!(why.contains(want), "{why}");
         assert_eq!(*sync::lock(&node.held), (Size::default(), 0), "the refused session's share is back");
     }
+}
+
+#[crate::test_support::isolated_test(crate = crate)]
+fn limits_of_u32_max_never_overflow_what_sessions_hold() {
+    let (node, made) = sized(SessionLimits::new(u32::MAX, 0), plain);
+    let first = node.start(size(1, 0), "n").unwrap();
+    // Together past u32::MAX: refused, not wrapped round (nor a panic under the book's lock).
+    let refused = node.start(size(u32::MAX, 0), "n").err().unwrap();
+    assert!(refused.starts_with("RESOURCE: "), "{refused}");
+    assert_eq!(made.load(Ordering::Relaxed), 1);
+    drop(first);
+    assert_eq!(*sync::lock(&node.held), (Size::default(), 0));
 }
