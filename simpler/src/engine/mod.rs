@@ -379,23 +379,25 @@ impl Engine {
             }));
             self.sched_requested.store(true, Ordering::Release);
         }
+        // Applying requests rings `events`, and so does every release of the role: a holder
+        // either applies this one at its next pass (the doorbell wakes it) or gives the role
+        // up, and then this thread takes it. The seq is read before each look, so neither is
+        // missed.
         loop {
+            let seen = self.events.seq();
+            match rx.try_recv() {
+                Ok(r) => return r,
+                // Dropped unanswered: applying it panicked (logged where it was applied).
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    panic!("a change to the scheduler panicked while it was applied")
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            }
             match self.try_role() {
-                // The holder gave the role up before it saw the request: applied here.
                 Some(mut role) => self.apply_sched_requests(&mut role),
                 None => {
                     self.doorbell().ring();
-                    self.bg_bell.ring();
-                }
-            }
-            // Answered within a pass; the bound only covers a holder that gave the role up
-            // between the try above and the ring (this thread then takes it).
-            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                // Dropped unanswered: applying it panicked (logged where it was applied).
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("a change to the scheduler panicked while it was applied")
+                    self.events.wait(seen, None);
                 }
             }
         }
@@ -417,8 +419,12 @@ impl Engine {
                 tracing::error!(target: "simpler::scheduler", "a change to the scheduler panicked: {}", crate::error::panic_message(&*panic));
             }
         }
+        self.events.ring();
     }
 
+    /// Waits for the scheduler's lock: only where no holder can be sleeping with it (before the
+    /// first run, `attach_lanes`; after every run ended and the background thread stopped,
+    /// `shutdown_lanes`). Anywhere else, [`with_sched`](Self::with_sched).
     fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
         checked::lock(&self.sched)
     }

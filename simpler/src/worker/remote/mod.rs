@@ -1123,32 +1123,10 @@ pub(crate) fn check_callable(session: &Session, handle: &CallableHandle, timeout
 /// its refusal is an error naming the node: [`ErrorKind::ResourceExhausted`] when its other
 /// sessions hold too much. Returns the size the session got.
 pub(crate) fn claim_size(session: &Session, needs: (u32, u32), timeout: Duration) -> Result<(u32, u32)> {
-    let body = wire::encode_control(
-        wire::SIZE,
-        &Digest::from_bytes([0; 32]),
-        "",
-        u64::from(needs.0),
-        u64::from(needs.1),
-        &[],
-    );
-    let size = match session.control(wire::SIZE, &body, timeout)? {
-        Ok(b) => <[u8; 8]>::try_from(b.as_slice())
-            .map_err(|_| Error::decode(format!("{}: a SIZE reply of {} bytes", session.label, b.len())))?,
-        // The node says what kind of refusal it is: past a session's limit, too little left, or
-        // its Worker could not start.
-        Err(m) => {
-            let (kind, rest) = if let Some(rest) = m.strip_prefix("LIMIT: ") {
-                (ErrorKind::InvalidArgument, rest)
-            } else if let Some(rest) = m.strip_prefix("RESOURCE: ") {
-                (ErrorKind::ResourceExhausted, rest)
-            } else {
-                (ErrorKind::InvalidState, m.as_str())
-            };
-            return Err(Error::new(kind, format!("{}: {rest}", session.label)));
-        }
+    let got = match session.control(wire::SIZE, &wire::encode_size(needs.0, needs.1), timeout)? {
+        Ok(b) => wire::decode_size_reply(&b).map_err(|e| e.context(session.label.clone()))?,
+        Err(m) => return Err(wire::refusal_error(&session.label, &m)),
     };
-    let word = |at: usize| u32::from_le_bytes([size[at], size[at + 1], size[at + 2], size[at + 3]]);
-    let got = (word(0), word(4));
     if got.0 < needs.0 || got.1 < needs.1 {
         return Err(Error::decode(format!(
             "{}: asked for {} SUB workers and {} chips, the node gave {} and {}",
@@ -1170,13 +1148,7 @@ pub(crate) fn resident(
     timeout: Duration,
 ) -> Result<Vec<u8>> {
     let body = wire::encode_control(command, &Digest::from_bytes([0; 32]), "", arg, arg2, data);
-    match session.control(command, &body, timeout)? {
-        Ok(bytes) => Ok(bytes),
-        Err(m) if m.starts_with("RESOURCE") => {
-            Err(Error::new(ErrorKind::ResourceExhausted, format!("{}: {m}", session.label)))
-        }
-        Err(m) => Err(Error::new(ErrorKind::InvalidState, format!("{}: {m}", session.label))),
-    }
+    session.control(command, &body, timeout)?.map_err(|m| wire::refusal_error(&session.label, &m))
 }
 
 #[cfg(test)]

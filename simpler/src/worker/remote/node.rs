@@ -624,11 +624,11 @@ impl BoundNode {
         match &self.workers {
             Workers::Sized(s) => s.start(asked, &self.name),
             Workers::One(w) => {
-                let has = Size { sub_workers: w.sub_workers() as u32, chips: w.chips() as u32 };
-                if asked.sub_workers > has.sub_workers || asked.chips > has.chips {
-                    return Err(format!(
-                        "LIMIT: the node at {} has {has}; this root asked for {asked}",
-                        self.name
+                let has = Size::of(w);
+                if !asked.fits(has) {
+                    return Err(wire::refusal(
+                        ErrorKind::InvalidArgument,
+                        format_args!("the node at {} has {has}; this root asked for {asked}", self.name),
                     ));
                 }
                 Ok(SessionWorker::Shared(w))
@@ -641,7 +641,12 @@ impl BoundNode {
     fn size<'a>(&'a self, held: &Held<'a>, sub: u64, chips: u64) -> std::result::Result<Vec<u8>, String> {
         let asked = match (u32::try_from(sub), u32::try_from(chips)) {
             (Ok(sub_workers), Ok(chips)) => Size { sub_workers, chips },
-            _ => return Err(format!("a size of {sub} SUB workers and {chips} chips")),
+            _ => {
+                return Err(wire::refusal(
+                    ErrorKind::InvalidArgument,
+                    format_args!("a size of {sub} SUB workers and {chips} chips"),
+                ));
+            }
         };
         let mut now = false;
         let made = held.worker.get_or_init(|| {
@@ -656,9 +661,7 @@ impl BoundNode {
             Ok(w) => {
                 let size = w.size();
                 tracing::info!(target: "simpler::remote", node = %self.name, sub_workers = size.sub_workers, chips = size.chips, own = w.own(), "session sized");
-                let mut reply = size.sub_workers.to_le_bytes().to_vec();
-                reply.extend_from_slice(&size.chips.to_le_bytes());
-                Ok(reply)
+                Ok(wire::encode_size_reply(size.sub_workers, size.chips))
             }
         }
     }
@@ -980,7 +983,7 @@ impl BoundNode {
     fn alloc_resident<'a>(&'a self, held: &Held<'a>, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
         let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
         let buf = held.worker(self)?.worker().create_buffer(n.max(1)).map_err(|e| match e.kind() {
-            ErrorKind::ResourceExhausted => format!("RESOURCE: {}", e.message()),
+            ErrorKind::ResourceExhausted => wire::refusal(e.kind(), e.message()),
             _ => e.message().to_string(),
         })?;
         let id = held.next_resident.fetch_add(1, Ordering::Relaxed);
@@ -1081,16 +1084,7 @@ impl BoundNode {
         // Tensors another node holds: read from it directly, before the run. Each connection
         // is in `current` meanwhile, so a CANCEL (or a root gone) ends a read the other node
         // does not answer at once, rather than after its read timeout.
-        let watch = |s: Option<&Stream>| {
-            let mut c = sync::lock(current);
-            match s {
-                Some(s) => {
-                    c.fetch_on(seq, s);
-                    true
-                }
-                None => c.fetch_done(seq),
-            }
-        };
+        let watch = Watched { current, seq };
         for (i, buf, src) in &fetched {
             let fetched = self.client.fetch(src, buf, 0, &watch);
             let cancelled = sync::lock(current).fetched(seq);
@@ -1406,6 +1400,22 @@ mod sizes;
 #[cfg(test)]
 mod tests;
 
+/// Task `seq`'s reads from other nodes, watched in `current` (its heartbeat thread ends them).
+struct Watched<'a> {
+    current: &'a Mutex<InFlight>,
+    seq: u64,
+}
+
+impl crate::worker::remote::peer::ReadWatch for Watched<'_> {
+    fn reading(&self, stream: &Stream) {
+        sync::lock(self.current).fetch_on(self.seq, stream);
+    }
+
+    fn read(&self) -> bool {
+        !sync::lock(self.current).fetched(self.seq)
+    }
+}
+
 /// The task a session runs, for its heartbeat thread to cancel.
 #[derive(Default)]
 struct InFlight {
@@ -1436,14 +1446,8 @@ impl InFlight {
         }
     }
 
-    /// Task `seq` finished reading a part over the watched connection, which no cancel can shut
-    /// from now on: whether the task still wants it (it may be kept for the next read).
-    fn fetch_done(&mut self, seq: u64) -> bool {
-        self.fetching = None;
-        !self.stopped(seq)
-    }
-
-    /// Task `seq`'s reads from other nodes ended; whether the root cancelled it meanwhile.
+    /// Task `seq`'s read over the watched connection ended (no cancel shuts it from now on);
+    /// whether the root cancelled the task meanwhile.
     fn fetched(&mut self, seq: u64) -> bool {
         self.fetching = None;
         self.stopped(seq)

@@ -304,6 +304,24 @@ impl std::fmt::Debug for PeerServer {
     }
 }
 
+/// Who may end a read from another node while it waits (a task the root cancels).
+pub(crate) trait ReadWatch {
+    /// The read goes over `stream` from now on: shutting it down ends the read at once.
+    fn reading(&self, stream: &Stream);
+    /// A part was read over it, which nothing may shut from now on: whether the reader still
+    /// wants the connection. Only then is it kept for the next read, so a connection a cancel
+    /// shut (or might still shut) is never reused.
+    fn read(&self) -> bool;
+}
+
+/// Nobody ends the read.
+impl ReadWatch for () {
+    fn reading(&self, _: &Stream) {}
+    fn read(&self) -> bool {
+        true
+    }
+}
+
 /// A node's side of reading other nodes' buffers: one kept connection per peer.
 pub(crate) struct PeerClient {
     key: ClusterKey,
@@ -318,16 +336,13 @@ impl PeerClient {
 
     /// Reads the bytes `src` names into `into` from byte `at` on, from the node that holds
     /// them. Errors name the peer. `watch` is shown each connection before anything is read
-    /// from it (`Some`): shutting it down (the root cancelled the task) ends the read at once.
-    /// Once a part is read it is told so (`None`), and answers whether the task still wants the
-    /// connection: only then is it kept for the next read, so a connection a cancel shut (or
-    /// might still shut) is never reused.
+    /// from it, and told when a part was read (see [`ReadWatch`]).
     pub(crate) fn fetch(
         &self,
         src: &PeerSource,
         into: &Buffer,
         at: usize,
-        watch: &dyn Fn(Option<&Stream>) -> bool,
+        watch: &dyn ReadWatch,
     ) -> Result<()> {
         let len = usize::try_from(src.len).map_err(|_| Error::invalid("too large"))?;
         let mut done = 0;
@@ -347,19 +362,19 @@ impl PeerClient {
         len: usize,
         into: &Buffer,
         at: usize,
-        watch: &dyn Fn(Option<&Stream>) -> bool,
+        watch: &dyn ReadWatch,
     ) -> Result<()> {
         let kept = sync::lock(&self.idle).remove(&src.addr);
         let reused = kept.is_some();
         let stream = match kept {
             Some(s) => {
-                watch(Some(&s));
+                watch.reading(&s);
                 s
             }
             None => self.connect(&src.addr, watch)?,
         };
         let keep = |s: Stream| {
-            if watch(None) {
+            if watch.read() {
                 sync::lock(&self.idle).insert(src.addr.clone(), s);
             } else {
                 s.shutdown();
@@ -392,7 +407,7 @@ impl PeerClient {
         }
     }
 
-    fn connect(&self, addr: &str, watch: &dyn Fn(Option<&Stream>) -> bool) -> Result<Stream> {
+    fn connect(&self, addr: &str, watch: &dyn ReadWatch) -> Result<Stream> {
         let at = NodeAddr::parse(addr)?;
         let mut s = Stream::connect(&at, PEER_CONNECT).map_err(|e| {
             Error::new(
@@ -400,7 +415,7 @@ impl PeerClient {
                 format!("cannot connect to the node at {addr} (its peer listener): {e}"),
             )
         })?;
-        watch(Some(&s));
+        watch.reading(&s);
         client_handshake(&mut s, &self.key, addr)?;
         Ok(s)
     }

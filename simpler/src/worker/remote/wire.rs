@@ -40,7 +40,7 @@ use crate::data::buffer::Access;
 use crate::data::call_config::CallConfig;
 use crate::data::task_args::TaskArgs;
 use crate::data::wire::{CALL_CONFIG_WIRE_SIZE, blob_size, decode_config, encode_args, encode_config};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::net::frame::{BodyReader, BodyWriter, FrameError, read_part, skip_part};
 
 /// COMPLETION status: the task succeeded.
@@ -462,6 +462,49 @@ pub(crate) fn encode_control(
 /// Encodes a CONTROL `CHECK_CALLABLE`.
 pub(crate) fn encode_check(digest: &Digest, name: &str) -> Vec<u8> {
     encode_control(CHECK_CALLABLE, digest, name, 0, 0, &[])
+}
+
+/// Encodes a CONTROL `SIZE`: the session's Worker is to have `sub_workers` and `chips`.
+pub(crate) fn encode_size(sub_workers: u32, chips: u32) -> Vec<u8> {
+    encode_control(SIZE, &Digest::from_bytes([0; 32]), "", u64::from(sub_workers), u64::from(chips), &[])
+}
+
+/// Encodes a `SIZE` reply: the SUB workers and chips the session's Worker has.
+pub(crate) fn encode_size_reply(sub_workers: u32, chips: u32) -> Vec<u8> {
+    let mut w = BodyWriter::new();
+    w.u32(sub_workers).u32(chips);
+    w.finish()
+}
+
+/// Decodes a `SIZE` reply.
+pub(crate) fn decode_size_reply(body: &[u8]) -> Result<(u32, u32)> {
+    let mut r = BodyReader::new(body);
+    let size = (r.u32().map_err(bad)?, r.u32().map_err(bad)?);
+    r.finish().map_err(bad)?;
+    Ok(size)
+}
+
+/// A node's refusal of a CONTROL, as its reply carries it: the message, after a tag for the
+/// kinds the root reports as such (`RESOURCE:` too little left, `LIMIT:` past a limit).
+pub(crate) fn refusal(kind: ErrorKind, message: impl std::fmt::Display) -> String {
+    match kind {
+        ErrorKind::ResourceExhausted => format!("RESOURCE: {message}"),
+        ErrorKind::InvalidArgument => format!("LIMIT: {message}"),
+        _ => message.to_string(),
+    }
+}
+
+/// A node's refusal ([`refusal`]) as an error of its kind, naming the node by `label`
+/// (untagged: [`ErrorKind::InvalidState`]).
+pub(crate) fn refusal_error(label: &str, refused: &str) -> Error {
+    let (kind, message) = if let Some(m) = refused.strip_prefix("RESOURCE: ") {
+        (ErrorKind::ResourceExhausted, m)
+    } else if let Some(m) = refused.strip_prefix("LIMIT: ") {
+        (ErrorKind::InvalidArgument, m)
+    } else {
+        (ErrorKind::InvalidState, refused)
+    };
+    Error::new(kind, format!("{label}: {message}"))
 }
 
 /// Decodes a CONTROL body.

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
 use crate::sys::sync;
+use crate::worker::remote::wire::refusal;
 use crate::worker::{StartMethod, Worker};
 
 /// What makes a sized node's session Workers: SUB workers, chips.
@@ -27,7 +28,12 @@ pub(crate) struct Size {
 }
 
 impl Size {
-    fn fits(self, within: Size) -> bool {
+    /// The size of `worker`.
+    pub(crate) fn of(worker: &Worker) -> Size {
+        Size { sub_workers: worker.sub_workers() as u32, chips: worker.chips() as u32 }
+    }
+
+    pub(crate) fn fits(self, within: Size) -> bool {
         self.sub_workers <= within.sub_workers && self.chips <= within.chips
     }
 }
@@ -62,7 +68,7 @@ impl std::fmt::Display for Size {
 /// let limits = SessionLimits::new(8, 2).per_session(4, 1).default_size(2, 0);
 /// assert_eq!(limits.per_session_max(), (4, 1));
 /// assert_eq!(limits.total(), (8, 2));
-/// assert_eq!(limits.default(), (2, 0));
+/// assert_eq!(limits.unasked(), (2, 0));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
@@ -79,7 +85,7 @@ impl SessionLimits {
     ///
     /// ```
     /// let limits = simpler::remote::SessionLimits::new(4, 0);
-    /// assert_eq!(limits.default(), (4, 0));
+    /// assert_eq!(limits.unasked(), (4, 0));
     /// ```
     pub fn new(sub_workers: u32, chips: u32) -> SessionLimits {
         let all = Size { sub_workers, chips };
@@ -91,7 +97,7 @@ impl SessionLimits {
     ///
     /// ```
     /// let limits = simpler::remote::SessionLimits::new(8, 2).per_session(2, 1);
-    /// assert_eq!((limits.per_session_max(), limits.default()), ((2, 1), (2, 1)));
+    /// assert_eq!((limits.per_session_max(), limits.unasked()), ((2, 1), (2, 1)));
     /// ```
     pub fn per_session(mut self, sub_workers: u32, chips: u32) -> SessionLimits {
         self.per_session = Size { sub_workers, chips };
@@ -107,7 +113,7 @@ impl SessionLimits {
     ///
     /// ```
     /// let limits = simpler::remote::SessionLimits::new(8, 2).default_size(1, 0);
-    /// assert_eq!(limits.default(), (1, 0));
+    /// assert_eq!(limits.unasked(), (1, 0));
     /// ```
     pub fn default_size(mut self, sub_workers: u32, chips: u32) -> SessionLimits {
         self.default = Size { sub_workers, chips };
@@ -132,12 +138,12 @@ impl SessionLimits {
         (self.per_session.sub_workers, self.per_session.chips)
     }
 
-    /// A session that asks for nothing: (SUB workers, chips).
+    /// What a session that asks for nothing gets: (SUB workers, chips).
     ///
     /// ```
-    /// assert_eq!(simpler::remote::SessionLimits::new(3, 1).default_size(2, 0).default(), (2, 0));
+    /// assert_eq!(simpler::remote::SessionLimits::new(3, 1).default_size(2, 0).unasked(), (2, 0));
     /// ```
-    pub fn default(&self) -> (u32, u32) {
+    pub fn unasked(&self) -> (u32, u32) {
         (self.default.sub_workers, self.default.chips)
     }
 
@@ -183,9 +189,12 @@ impl Sized {
     pub(crate) fn start(&self, asked: Size, node: &str) -> std::result::Result<SessionWorker<'_>, String> {
         let size = if asked == Size::default() { self.limits.default } else { asked };
         if !size.fits(self.limits.per_session) {
-            return Err(format!(
-                "LIMIT: the node at {node} gives a session at most {}; this root asked for {size}",
-                self.limits.per_session
+            return Err(refusal(
+                ErrorKind::InvalidArgument,
+                format_args!(
+                    "the node at {node} gives a session at most {}; this root asked for {size}",
+                    self.limits.per_session
+                ),
             ));
         }
         let share = {
@@ -199,12 +208,15 @@ impl Sized {
                 _ => None,
             };
             let Some(after) = after.filter(|a| a.fits(self.limits.total)) else {
-                return Err(format!(
-                    "RESOURCE: the node at {node} has {} in all and its {} other session{} hold {}; this root asked for {size}; try again once one ends",
-                    self.limits.total,
-                    held.1,
-                    if held.1 == 1 { "" } else { "s" },
-                    held.0
+                return Err(refusal(
+                    ErrorKind::ResourceExhausted,
+                    format_args!(
+                        "the node at {node} has {} in all and its {} other session{} hold {}; this root asked for {size}; try again once one ends",
+                        self.limits.total,
+                        held.1,
+                        if held.1 == 1 { "" } else { "s" },
+                        held.0
+                    ),
                 ));
             };
             *held = (after, held.1 + 1);
@@ -215,11 +227,11 @@ impl Sized {
             (self.make)(size.sub_workers, size.chips)
         }));
         let mut worker = match made {
-            Ok(made) => made.map_err(|e| match e.kind() {
-                ErrorKind::ResourceExhausted => {
-                    format!("RESOURCE: the node at {node} could not make a Worker of {size}: {e}")
-                }
-                _ => format!("the node at {node} could not make a Worker of {size}: {e}"),
+            Ok(made) => made.map_err(|e| {
+                refusal(
+                    resource_or_not(&e),
+                    format_args!("the node at {node} could not make a Worker of {size}: {e}"),
+                )
             })?,
             Err(_) => {
                 return Err(format!(
@@ -227,7 +239,7 @@ impl Sized {
                 ));
             }
         };
-        let made = Size { sub_workers: worker.sub_workers() as u32, chips: worker.chips() as u32 };
+        let made = Size::of(&worker);
         let wrong = if worker.level() != Level::Node {
             Some(format!("an {} Worker, not an L3 one", worker.level()))
         } else if worker.is_ready() {
@@ -242,13 +254,22 @@ impl Sized {
         if let Some(wrong) = wrong {
             return Err(format!("the node at {node} was asked for a Worker of {size} and made {wrong}"));
         }
-        worker.init().map_err(|e| match e.kind() {
-            ErrorKind::ResourceExhausted => {
-                format!("RESOURCE: the node at {node} could not start a Worker of {size}: {e}")
-            }
-            _ => format!("the node at {node} could not start a Worker of {size}: {e}"),
+        worker.init().map_err(|e| {
+            refusal(
+                resource_or_not(&e),
+                format_args!("the node at {node} could not start a Worker of {size}: {e}"),
+            )
         })?;
         Ok(SessionWorker::Own { worker: Box::new(worker), _share: share })
+    }
+}
+
+/// How the root is to see a failure of the node's own Worker: as too little left when it ran out
+/// of something, else as a node in a bad state (never as the root's mistake).
+fn resource_or_not(e: &Error) -> ErrorKind {
+    match e.kind() {
+        ErrorKind::ResourceExhausted => ErrorKind::ResourceExhausted,
+        _ => ErrorKind::InvalidState,
     }
 }
 
@@ -290,8 +311,7 @@ impl SessionWorker<'_> {
     }
 
     pub(crate) fn size(&self) -> Size {
-        let w = self.worker();
-        Size { sub_workers: w.sub_workers() as u32, chips: w.chips() as u32 }
+        Size::of(self.worker())
     }
 }
 

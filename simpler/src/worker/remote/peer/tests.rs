@@ -31,21 +31,21 @@ fn a_granted_range_is_read_over_a_kept_connection_and_a_revoked_grant_is_refused
     assert_eq!(server.grants(), 1);
     let client = PeerClient::new(key());
     let into = w.create_buffer(4096).unwrap();
-    client.fetch(&source(&server, grant, 1000, 4096), &into, 0, &|_| true).unwrap();
+    client.fetch(&source(&server, grant, 1000, 4096), &into, 0, &()).unwrap();
     let want: Vec<u8> = (1000..1000 + 4096).map(|i| (i % 251) as u8).collect();
     assert_eq!(into.read::<u8>(0, 4096).unwrap(), want);
     // Again, over the connection it kept.
-    client.fetch(&source(&server, grant, 0, 16), &into, 100, &|_| true).unwrap();
+    client.fetch(&source(&server, grant, 0, 16), &into, 100, &()).unwrap();
     assert_eq!(into.read::<u8>(100, 16).unwrap(), (0..16).collect::<Vec<u8>>());
     assert_eq!(sync::lock(&client.idle).len(), 1);
     // Outside the buffer, or with a grant that names nothing: refused, naming why, and the
     // connection stays usable.
-    let e = client.fetch(&source(&server, grant, (1 << 20) - 8, 16), &into, 0, &|_| true).unwrap_err();
+    let e = client.fetch(&source(&server, grant, (1 << 20) - 8, 16), &into, 0, &()).unwrap_err();
     assert!(e.message().contains("refused the read") && e.message().contains("16 bytes at offset"), "{e}");
-    let e = client.fetch(&source(&server, [9; GRANT_LEN], 0, 16), &into, 0, &|_| true).unwrap_err();
+    let e = client.fetch(&source(&server, [9; GRANT_LEN], 0, 16), &into, 0, &()).unwrap_err();
     assert!(e.message().contains("no node-resident buffer of this node has that grant"), "{e}");
     server.revoke(&grant);
-    let e = client.fetch(&source(&server, grant, 0, 16), &into, 0, &|_| true).unwrap_err();
+    let e = client.fetch(&source(&server, grant, 0, 16), &into, 0, &()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidState, "{e}");
     server.stop();
     w.close().unwrap();
@@ -58,7 +58,7 @@ fn a_peer_without_the_cluster_key_reads_nothing() {
     let grant = server.grant(&held).unwrap();
     let intruder = PeerClient::new(ClusterKey::new("another cluster's secret!").unwrap());
     let into = w.create_buffer(64).unwrap();
-    let e = intruder.fetch(&source(&server, grant, 0, 64), &into, 0, &|_| true).unwrap_err();
+    let e = intruder.fetch(&source(&server, grant, 0, 64), &into, 0, &()).unwrap_err();
     assert!(e.message().contains("refused the cluster key"), "{e}");
     assert_eq!(into.read::<u8>(0, 64).unwrap(), vec![0; 64], "nothing was read");
     server.stop();
@@ -76,7 +76,7 @@ fn silent_connections_hold_back_no_honest_peer() {
         (0..2 * MAX_PEERS).map(|_| Stream::connect(&at, Duration::from_secs(5)).unwrap()).collect();
     let client = PeerClient::new(key());
     let into = w.create_buffer(64).unwrap();
-    client.fetch(&source(&server, grant, 0, 64), &into, 0, &|_| true).expect("an honest peer is served");
+    client.fetch(&source(&server, grant, 0, 64), &into, 0, &()).expect("an honest peer is served");
     assert_eq!(into.read::<u8>(0, 64).unwrap(), (0..64).collect::<Vec<u8>>());
     drop(silent);
     server.stop();
@@ -102,7 +102,7 @@ fn a_stopped_server_ends_its_connections_and_holds_no_buffer() {
     let grant = server.grant(&held).unwrap();
     let client = PeerClient::new(key());
     let into = w.create_buffer(64).unwrap();
-    client.fetch(&source(&server, grant, 0, 64), &into, 0, &|_| true).unwrap();
+    client.fetch(&source(&server, grant, 0, 64), &into, 0, &()).unwrap();
     // A connection still in its handshake, and the kept one of the client.
     let silent = Stream::connect(&NodeAddr::parse(server.addr()).unwrap(), PEER_CONNECT).unwrap();
     server.stop();

@@ -34,7 +34,7 @@ fn limits_that_contradict_each_other_are_refused() {
     let default = SessionLimits::new(4, 0).per_session(2, 0).default_size(3, 0).check().unwrap_err();
     assert!(default.message().contains("default size (3 SUB workers and 0 chips)"), "{default}");
     // A default above a later per-session maximum comes down to it.
-    assert_eq!(SessionLimits::new(4, 2).per_session(1, 1).default(), (1, 1));
+    assert_eq!(SessionLimits::new(4, 2).per_session(1, 1).unasked(), (1, 1));
     SessionLimits::new(4, 2).per_session(2, 1).default_size(0, 0).check().unwrap();
 }
 
