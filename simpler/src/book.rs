@@ -1,5 +1,5 @@
 //! The mdBook tutorial (`book/src/*.md`) as doctests: every chapter's code blocks compile and
-//! run with `cargo test -p simpler --doc book`, so the book stays true to the API.
+//! run with `cargo test -p simpler-rt --doc book`, so the book stays true to the API.
 //!
 //! This module exists only when rustdoc collects doctests (`lib.rs` declares it under
 //! `#[cfg(doctest)]`); one unit struct per chapter carries the chapter as its documentation.

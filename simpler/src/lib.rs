@@ -4,7 +4,8 @@
 //! function reads and writes, write the orchestration as a graph, and `simpler` infers the
 //! dependencies and runs the tasks on worker processes, simulated or real (OpenCL) chips,
 //! nested Workers and remote nodes. The tutorial is the book in the repository's `book/`
-//! directory (every chapter is also a doctest of this crate, under `book`).
+//! directory (every chapter is also a doctest of this crate, under `book`). The package is
+//! `simpler-rt`; the library is imported as `simpler`.
 //!
 //! `#[callable]` turns a function into a callable whose signature declares how it uses each
 //! tensor (`In<T>`, `Out<T>`, `InOut<T>`); [`task_graph!`] writes an orchestration function

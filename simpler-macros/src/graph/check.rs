@@ -3,7 +3,7 @@
 //! tasks read it since; reports def-use errors, writes to read-only inputs, aliasing inside one
 //! call or group, unwritten outputs and unread values; and turns the body into a [`Plan`]: the
 //! steps to generate, with every argument classified, and the checks that need the callee's
-//! signature (left to rustc as `const` assertions). Every edge, write-after-read included, is
+//! signature (left to rustc as trait bounds). Every edge, write-after-read included, is
 //! the engine's to infer from the tags.
 //!
 //! For a graph without loops and partitions (every use names a whole tensor) the pass computes
@@ -241,8 +241,7 @@ pub(crate) enum Step {
 pub(crate) struct Task {
     pub(crate) index: usize,
     pub(crate) members: Vec<Member>,
-    /// Signature-dependent checks, emitted as `const` assertions (S0111, S0112) or trait
-    /// bounds (S0113).
+    /// Signature-dependent checks (S0111, S0112, S0113), emitted as trait bounds.
     pub(crate) asserts: Vec<Assert>,
     /// Its incoming edges, in the order the engine's walk finds them.
     pub(crate) edges: Vec<GraphEdge>,
@@ -283,16 +282,36 @@ pub(crate) enum Arg {
     Other(syn::Expr),
 }
 
-/// A mode the callee's parameter at `pos` must not have.
+/// A check of the callee's parameter at `pos`.
 pub(crate) struct Assert {
     pub(crate) span: Span,
     pub(crate) callee: syn::Expr,
     pub(crate) pos: usize,
-    pub(crate) forbid: Mode,
-    /// The message of a `const` assertion; `None`: a loop's write in every iteration (S0113),
-    /// generated as a trait bound whose message is `__private::LoopWriteNotOut`'s, so the
-    /// error is a plain one rather than a `const` evaluation failure.
-    pub(crate) message: Option<String>,
+    /// Which check: each is a trait bound on `Holds<{ fact }>` whose trait (in
+    /// `__private`) carries the error's message, so a false fact is a plain E0277 on the
+    /// argument, never a `const` evaluation failure (E0080).
+    pub(crate) check: Check,
+}
+
+/// A signature-dependent check of one argument.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Check {
+    /// S0111: a tensor that holds no value does not go to an `InOut` parameter.
+    Unwritten,
+    /// S0112: a value nothing has read is not overwritten through an `Out` parameter.
+    Unread,
+    /// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
+    LoopWrite,
+}
+
+impl Check {
+    /// The mode the callee's parameter must not have.
+    pub(crate) fn forbid(self) -> Mode {
+        match self {
+            Check::Unwritten => Mode::InOut,
+            Check::Unread | Check::LoopWrite => Mode::Out,
+        }
+    }
 }
 
 /// Where a tensor came from.
@@ -1091,8 +1110,7 @@ impl Checker<'_> {
                             span: c.span,
                             callee: callee.clone(),
                             pos,
-                            forbid: Mode::Out,
-                            message: None,
+                            check: Check::LoopWrite,
                         });
                     }
                     Index::Whole | Index::Fixed => {}
@@ -1329,31 +1347,11 @@ impl Checker<'_> {
             // A loop's accumulator: S0113 says it better than S0112.
             let accumulator = accumulated.iter().any(|s| format!("{s:?}") == format!("{span:?}"));
             let t = &self.tensors[id];
-            let name = &t.name;
             let callee = lines[m].callee.clone();
             if !t.written {
-                asserts.push(Assert {
-                    span,
-                    callee,
-                    pos,
-                    forbid: Mode::InOut,
-                    message: Some(format!(
-                        "`{name}` has not been written yet, but argument {} of `{callee_name}` is an `InOut` parameter, which reads it [S0111]. help: pass `{name}` to an `Out` parameter first",
-                        pos + 1
-                    )),
-                });
+                asserts.push(Assert { span, callee, pos, check: Check::Unwritten });
             } else if t.readers.is_empty() && t.writer.is_some() && !accumulator && !other_piece {
-                let when = t.written_at.map(|s| format!(" at {}", at(s))).unwrap_or_default();
-                asserts.push(Assert {
-                    span,
-                    callee,
-                    pos,
-                    forbid: Mode::Out,
-                    message: Some(format!(
-                        "`{name}` holds a value nothing has read (written{when}), and argument {} of `{callee_name}` is an `Out` parameter that would overwrite it before anything read it, so that value is lost [S0112]. help: read `{name}` first, or write into a fresh intermediate",
-                        pos + 1
-                    )),
-                });
+                asserts.push(Assert { span, callee, pos, check: Check::Unread });
             }
         }
 

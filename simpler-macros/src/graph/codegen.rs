@@ -26,7 +26,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::check::{Affine, Arg, Plan, Step, Target, Task};
+use super::check::{Affine, Arg, Check, Plan, Step, Target, Task};
 use super::parse::{GraphDef, single_ident};
 use crate::callable::{self, Sig};
 use crate::descriptor;
@@ -379,24 +379,22 @@ impl Gen<'_> {
         }
         for a in &task.asserts {
             let (callee, pos) = (&a.callee, a.pos);
-            let forbid = match a.forbid {
-                Mode::In => quote!(In),
-                Mode::Out => quote!(Out),
-                Mode::InOut => quote!(InOut),
+            let (bound, is) = match a.check {
+                Check::Unwritten => (quote!(inout_has_a_value), quote!(is_inout)),
+                Check::Unread => (quote!(no_unread_value_overwritten), quote!(is_out)),
+                Check::LoopWrite => (quote!(loop_write_not_out), quote!(is_out)),
             };
-            match &a.message {
-                Some(msg) => self.body.push(quote_spanned! {a.span=>
-                    const { ::core::assert!(!(#pos < #callee::PARAMS.len() && ::core::matches!(#callee::PARAMS[#pos].mode, #root::__private::ParamMode::#forbid)), #msg) };
-                }),
-                // S0113 as a trait bound: a plain compile error with the code, on the argument.
-                // Every token on the argument, so rustc's error points there.
-                None => self.body.push(respan(
-                    quote! {
-                        #root::__private::loop_write_not_out::<#root::__private::Holds<{ !#root::__private::is_out(&#callee::PARAMS, #pos) }>>();
-                    },
-                    a.span,
-                )),
-            }
+            // A trait bound whose trait carries the message (S0111, S0112, S0113): a plain
+            // compile error with the code, on the argument. Every token on the argument, so
+            // rustc's error points there, but the callee's path, so that an unknown callee is
+            // one error, on the callee.
+            let (bound, is) = (
+                respan(quote!(#root::__private::#bound::<#root::__private::Holds), a.span),
+                respan(quote!(!#root::__private::#is), a.span),
+            );
+            self.body.push(quote_spanned! {a.span=>
+                #bound<{ #is(&#callee::PARAMS, #pos) }>>();
+            });
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());
         let mut calls = Vec::new();

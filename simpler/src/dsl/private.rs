@@ -159,6 +159,36 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
 /// E0080`.
 pub struct Holds<const FACT: bool>;
 
+/// S0111: a tensor that holds no value does not go to an `InOut` parameter.
+#[diagnostic::on_unimplemented(
+    message = "this tensor holds no value yet, and the callee's parameter is an `InOut`, which reads it [S0111]",
+    label = "not written yet, but read through an `InOut` parameter",
+    note = "pass the tensor to an `Out` parameter first; see error S0111 in the book"
+)]
+pub trait InOutHasAValue {}
+
+#[diagnostic::do_not_recommend]
+impl InOutHasAValue for Holds<true> {}
+
+/// Refuses (S0111) a tensor that holds no value given to an `InOut` parameter: `H` is
+/// `Holds<{ !is_inout(&callee::PARAMS, pos) }>`.
+pub fn inout_has_a_value<H: InOutHasAValue>() {}
+
+/// S0112: a value nothing has read is not overwritten through an `Out` parameter.
+#[diagnostic::on_unimplemented(
+    message = "this tensor holds a value nothing has read, and the callee's parameter is an `Out`, which would overwrite it, so that value is lost [S0112]",
+    label = "overwrites a value nothing has read",
+    note = "read the tensor first, or write into a fresh intermediate; see error S0112 in the book"
+)]
+pub trait NoUnreadValueOverwritten {}
+
+#[diagnostic::do_not_recommend]
+impl NoUnreadValueOverwritten for Holds<true> {}
+
+/// Refuses (S0112) an `Out` parameter given a tensor whose value nothing has read: `H` is
+/// `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
+pub fn no_unread_value_overwritten<H: NoUnreadValueOverwritten>() {}
+
 /// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
 #[diagnostic::on_unimplemented(
     message = "this argument is written in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite the same bytes [S0113]",
@@ -189,6 +219,11 @@ impl LoopWithinPieces for Holds<true> {}
 /// Refuses (S0113) a range loop whose last index (at the largest piece it names) is not a
 /// piece of a partition whose count is a constant: `H` is `Holds<{ last < count }>`.
 pub fn loop_within_pieces<H: LoopWithinPieces>() {}
+
+/// Whether argument `pos` of a callable with parameters `params` is an `InOut` tensor.
+pub const fn is_inout(params: &[Param], pos: usize) -> bool {
+    pos < params.len() && matches!(params[pos].mode, ParamMode::InOut)
+}
 
 /// Whether argument `pos` of a callable with parameters `params` is an `Out` tensor.
 pub const fn is_out(params: &[Param], pos: usize) -> bool {

@@ -83,7 +83,7 @@ pub(crate) fn write<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 /// `engine::role`, the state words of `ipc::mailbox`): the `std` types in every normal build, so they cost nothing,
 /// and `loom`'s in the unit tests under `--cfg loom` (`loom` is a dev-dependency), where the
 /// `loom_models` explore every interleaving of the code that uses them
-/// (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`). Code under check names
+/// (`RUSTFLAGS="--cfg loom" cargo test -p simpler-rt --lib --release loom`). Code under check names
 /// its atomics and locks through here and locks with [`checked::lock`] and [`checked::try_lock`]
 /// (the poison policy above).
 pub(crate) mod checked {

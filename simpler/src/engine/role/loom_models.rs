@@ -1,6 +1,6 @@
 //! `loom` models of the role hand-off (rules 1, 3, 4), through `RoleState`'s methods; the
 //! engine's outstanding work and its background doorbell (`bg_bell`) stand in as two counters
-//! (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`).
+//! (`RUSTFLAGS="--cfg loom" cargo test -p simpler-rt --lib --release loom`).
 
 use loom::sync::Arc;
 use loom::sync::atomic::AtomicUsize;

@@ -1,5 +1,5 @@
 //! `loom` models of rules 1-4: the transitions the engine runs, raced under every interleaving
-//! (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`).
+//! (`RUSTFLAGS="--cfg loom" cargo test -p simpler-rt --lib --release loom`).
 
 use loom::sync::atomic::AtomicUsize;
 

@@ -1,7 +1,7 @@
 //! `loom` models of a task frame's state word (rules M3, M4, M11) and the shutdown word, on a
 //! plain struct of facade atomics driven by the state word's own steps (`state.rs`: the same
 //! [`StateWord`] and [`Handover`](super::state::Handover) the mailbox uses, over the facade's
-//! atomic) (`RUSTFLAGS="--cfg loom" cargo test -p simpler --lib --release loom`). The frame's
+//! atomic) (`RUSTFLAGS="--cfg loom" cargo test -p simpler-rt --lib --release loom`). The frame's
 //! fields are a `loom` cell, so an access outside its owner's claim is reported as a race.
 
 #![expect(unsafe_code, reason = "the models' frame fields are loom cells; rules M2-M4")]
