@@ -304,16 +304,6 @@ pub(crate) enum Check {
     LoopWrite,
 }
 
-impl Check {
-    /// The mode the callee's parameter must not have.
-    pub(crate) fn forbid(self) -> Mode {
-        match self {
-            Check::Unwritten => Mode::InOut,
-            Check::Unread | Check::LoopWrite => Mode::Out,
-        }
-    }
-}
-
 /// Where a tensor came from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Origin {
