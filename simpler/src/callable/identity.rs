@@ -509,6 +509,11 @@ impl CallableHandle {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The name, shared: what a captured run keeps of each task (no copy of the text).
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
 }
 
 impl fmt::Display for CallableHandle {

@@ -4,6 +4,10 @@ use std::fmt::Write as _;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
 use crate::callable::identity::Digest;
 use crate::data::buffer::Identity;
 use crate::data::footprint::{Footprints, readers_of, record_reader, record_writer, writers_of};
@@ -294,9 +298,66 @@ pub(crate) fn to_dot<E>(name: &str, graph: &DiGraph<TaskNode, E>, label: impl Fn
     s
 }
 
+/// Where a captured task was placed; [`TaskNode::target`]'s text is made from it when the
+/// DAG is read.
+#[derive(Debug, Clone)]
+pub(crate) enum Placed {
+    /// Any SUB worker (`sub`).
+    Sub,
+    /// These NEXT_LEVEL workers (`worker 0, worker 1`).
+    Workers(SmallVec<[u32; 4]>),
+    /// A placement given as text (`core 0`).
+    Named(Arc<str>),
+}
+
+impl Placed {
+    fn text(&self) -> String {
+        match self {
+            Placed::Sub => "sub".to_string(),
+            Placed::Workers(ws) => ws.iter().map(|w| format!("worker {w}")).collect::<Vec<_>>().join(", "),
+            Placed::Named(t) => t.to_string(),
+        }
+    }
+}
+
+/// A task as a capture keeps it while its run goes: shared names and the placement, with no
+/// text made per task; [`TaskNode`]s are made from it when the DAG is read.
+#[derive(Debug, Clone)]
+pub(crate) struct CapturedTask {
+    pub(crate) index: u32,
+    pub(crate) callable: Arc<str>,
+    pub(crate) digest: Digest,
+    pub(crate) placed: Placed,
+    pub(crate) members: u32,
+}
+
+impl CapturedTask {
+    fn node(&self) -> TaskNode {
+        TaskNode {
+            index: self.index,
+            callable: self.callable.to_string(),
+            digest: self.digest,
+            target: self.placed.text(),
+            members: self.members,
+        }
+    }
+}
+
+impl From<TaskNode> for CapturedTask {
+    fn from(n: TaskNode) -> CapturedTask {
+        CapturedTask {
+            index: n.index,
+            callable: Arc::from(n.callable),
+            digest: n.digest,
+            placed: Placed::Named(Arc::from(n.target)),
+            members: n.members,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct DagCapture {
-    nodes: Vec<TaskNode>,
+    nodes: Vec<CapturedTask>,
     edges: Vec<(u32, u32, EdgeReason)>,
     /// The writers and readers of each buffer by the TensorMap's rules, but never forgetting a
     /// finished task.
@@ -428,7 +489,8 @@ impl DagCapture {
         edges
     }
 
-    pub(crate) fn record(&mut self, node: TaskNode, incoming: Vec<(u32, EdgeReason)>) {
+    pub(crate) fn record(&mut self, node: impl Into<CapturedTask>, incoming: Vec<(u32, EdgeReason)>) {
+        let node = node.into();
         let to = node.index;
         self.nodes.push(node);
         // The first reason for each producer stays (incoming edges all end at `to`, a new
@@ -444,7 +506,7 @@ impl DagCapture {
     pub(crate) fn to_dag(&self) -> RunDag {
         let mut graph = DiGraph::new();
         let idx: std::collections::HashMap<u32, NodeIndex> =
-            self.nodes.iter().map(|n| (n.index, graph.add_node(n.clone()))).collect();
+            self.nodes.iter().map(|n| (n.index, graph.add_node(n.node()))).collect();
         let find = |i: u32| idx.get(&i).copied();
         for &(a, b, why) in &self.edges {
             if let (Some(x), Some(y)) = (find(a), find(b)) {

@@ -133,8 +133,8 @@ pub(crate) enum TaskEvent<'a> {
     Ready,
     /// Prepared by a worker beside its running task (a staged successor), at this time.
     Staged(u64),
-    /// Handed to the worker (lane) named so.
-    Started(&'a str),
+    /// Handed to the worker (lane) named so (its name shared, not copied).
+    Started(&'a std::sync::Arc<str>),
     /// Its end: success, or the error it failed with.
     Ended(std::result::Result<(), &'a Error>),
     /// Failed without running (poisoned, stopped).
@@ -149,7 +149,8 @@ struct Times {
     staged: Option<u64>,
     started: Option<u64>,
     ended: Option<u64>,
-    worker: String,
+    /// The workers it was handed to (one, or one per group member).
+    workers: smallvec::SmallVec<[std::sync::Arc<str>; 1]>,
     status: TaskStatus,
     error: Option<String>,
 }
@@ -183,10 +184,7 @@ impl Recorder {
             }
             TaskEvent::Started(worker) => {
                 t.started.get_or_insert(now);
-                if !t.worker.is_empty() {
-                    t.worker.push_str(", ");
-                }
-                t.worker.push_str(worker);
+                t.workers.push(worker.clone());
             }
             TaskEvent::Ended(result) => {
                 t.ended = Some(now);
@@ -216,7 +214,7 @@ impl Recorder {
                 Some(TaskRecord {
                     index: node.index,
                     callable: node.callable.clone(),
-                    worker: t.worker.clone(),
+                    worker: t.workers.join(", "),
                     level,
                     submitted_ns: t.submitted,
                     ready_ns: t.ready,

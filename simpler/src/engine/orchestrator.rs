@@ -45,7 +45,7 @@ use crate::data::dtype::DataType;
 use crate::data::task_args::{Tag, TaskArgs, TaskHandle};
 use crate::data::tensor::{Overlap, Tensor, TensorView, overlap};
 use crate::data::wire::blob_size;
-use crate::dfx::graph::{EdgeReason, TaskNode};
+use crate::dfx::graph::{CapturedTask, Placed};
 use crate::engine::heap::Place;
 use crate::engine::ring::ring_for_depth;
 use crate::engine::run::RunState;
@@ -1243,17 +1243,14 @@ impl<'a> Orchestrator<'a> {
                 producers.push(Producer { slot: p, orders, retains, memory });
             }
         };
-        let mut edges: Vec<(u32, EdgeReason)> = Vec::new();
         if let Some(cap) = &self.run.capture {
-            // The DAG records every dependency the tags and deps express, also on tasks that
-            // already finished (and left the TensorMap): the same run gives the same DAG.
+            // Before the task is published, so that its later events find its record.
             let mut cap = sync::lock(cap);
             cap.times.submitted(index, crate::sys::clock::monotonic_ns());
             if cap.dump_args {
                 let text = crate::dfx::graph::describe_args(&slot.task().args);
                 cap.args_text.push((index, text));
             }
-            edges = cap.edges_for(index, &slot.task().args);
         }
         let mut written: SmallVec<[Identity; 4]> = SmallVec::new();
         let task = slot.task();
@@ -1323,26 +1320,12 @@ impl<'a> Orchestrator<'a> {
                 }
             }
         }
-        if let Some(cap) = &self.run.capture {
-            let node = TaskNode {
-                index,
-                callable: callable.name().to_string(),
-                digest: callable.digest(),
-                target: match &slot.task().target {
-                    Target::Sub => "sub".to_string(),
-                    Target::NextLevel(ws) => {
-                        ws.iter().map(|w| format!("worker {w}")).collect::<Vec<_>>().join(", ")
-                    }
-                },
-                members: slot.task().args.len() as u32,
-            };
-            sync::lock(cap).record(node, edges);
-        }
 
         // Step 5: publish. A task that lost an allocation is published failed, which undoes
         // its links and references as for any task that cannot run, and the submit fails.
         if let Some(err) = lost {
             self.publish(&slot, live, Some(err.clone()), written);
+            self.capture_task(&slot, callable);
             return Err(err);
         }
         let failed = failed.map(|cause| {
@@ -1352,15 +1335,42 @@ impl<'a> Orchestrator<'a> {
             )
         });
         self.publish(&slot, live, failed, written);
+        self.capture_task(&slot, callable);
         Ok(TaskHandle { run: self.run.id, index })
+    }
+
+    /// Records a submitted task in the run's DAG when the run is captured, after it was
+    /// published, so the worker may already run it meanwhile: one hold of the lock, and no
+    /// text made per task ([`CapturedTask`]). The DAG has every dependency the tags and deps
+    /// express, also on tasks that already finished (and left the TensorMap): the same run
+    /// gives the same DAG. (Only this thread records, in submission order.)
+    fn capture_task(&self, slot: &Arc<Slot>, callable: &CallableHandle) {
+        let Some(cap) = &self.run.capture else { return };
+        let mut cap = sync::lock(cap);
+        let edges = cap.edges_for(slot.index, &slot.task().args);
+        let task = CapturedTask {
+            index: slot.index,
+            callable: callable.shared_name().clone(),
+            digest: callable.digest(),
+            placed: match &slot.task().target {
+                Target::Sub => Placed::Sub,
+                Target::NextLevel(ws) => Placed::Workers(ws.clone()),
+            },
+            members: slot.task().args.len() as u32,
+        };
+        cap.record(task, edges);
     }
 
     /// Publishes `slot` (rule 2 of the slot module): ready, pending, or failed with `failure`.
     fn publish(&self, slot: &Arc<Slot>, live: u32, failure: Option<Error>, written: SmallVec<[Identity; 4]>) {
         match slot.publish(live, written, failure) {
             Published::Ready => {
-                slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Ready);
+                // Its time is now; noted once it is out (the lock off the task's path).
+                let now = slot.run.capture.as_ref().map(|_| crate::sys::clock::monotonic_ns());
                 self.eng.publish_ready(slot.clone());
+                if let Some(now) = now {
+                    slot.run.note_at(slot.index, crate::dfx::timeline::TaskEvent::Ready, now);
+                }
             }
             Published::Pending => self.eng.submitted_pending(),
             Published::Failed(err) => {

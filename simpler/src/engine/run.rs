@@ -265,8 +265,14 @@ impl RunState {
     /// otherwise).
     #[inline]
     pub(crate) fn note(&self, index: u32, event: crate::dfx::timeline::TaskEvent<'_>) {
+        if self.capture.is_some() {
+            self.note_at(index, event, crate::sys::clock::monotonic_ns());
+        }
+    }
+
+    /// Records what happened to task `index` at `now`, when the run is captured.
+    pub(crate) fn note_at(&self, index: u32, event: crate::dfx::timeline::TaskEvent<'_>, now: u64) {
         if let Some(cap) = &self.capture {
-            let now = crate::sys::clock::monotonic_ns();
             sync::lock(cap).times.note(index, event, now);
         }
     }

@@ -106,7 +106,7 @@ fn format_duration(d: Duration) -> String {
 pub(crate) struct Lane {
     pub(crate) kind: LaneKind,
     /// How messages name the worker ("sub worker 1", "chip 0", "remote worker 2 (ADDR)").
-    name: String,
+    name: Arc<str>,
     endpoint: Box<dyn Endpoint>,
     busy: Option<(Arc<Slot>, u32)>,
     dead: Option<String>,
@@ -134,7 +134,7 @@ impl Lane {
         let (stages, watched) = (endpoint.stages(), endpoint.watched());
         Lane {
             kind,
-            name,
+            name: Arc::from(name),
             endpoint,
             busy: None,
             dead: None,
@@ -830,8 +830,10 @@ impl Scheduler {
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
         let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);
         self.lanes[lane].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
-        slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name));
         let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
+        // Noted once the worker has it, so a captured run's records cost the task no time
+        // before its hand-off; its end is polled on a later pass, so it is noted after this.
+        slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name));
         match started {
             Ok(Ok(())) => {
                 self.lanes[lane].busy = Some((slot.clone(), member));

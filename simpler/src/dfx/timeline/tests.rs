@@ -22,13 +22,13 @@ fn sample() -> Timeline {
         rec.submitted(i, 1_000 + u64::from(i));
     }
     rec.note(0, TaskEvent::Ready, 1_100);
-    rec.note(0, TaskEvent::Started("sub worker 0"), 2_000);
+    rec.note(0, TaskEvent::Started(&"sub worker 0".into()), 2_000);
     rec.note(0, TaskEvent::Ended(Ok(())), 12_000);
     rec.note(1, TaskEvent::Ready, 1_100);
-    rec.note(1, TaskEvent::Started("chip 1"), 3_000);
+    rec.note(1, TaskEvent::Started(&"chip 1".into()), 3_000);
     rec.note(1, TaskEvent::Ended(Ok(())), 5_000);
     rec.note(2, TaskEvent::Ready, 5_100);
-    rec.note(2, TaskEvent::Started("chip 0"), 6_000);
+    rec.note(2, TaskEvent::Started(&"chip 0".into()), 6_000);
     rec.note(2, TaskEvent::Ended(Err(&err)), 20_000);
     rec.note(3, TaskEvent::NotRun(&err), 20_001);
     rec.note(99, TaskEvent::Ready, 1); // not a task: ignored
