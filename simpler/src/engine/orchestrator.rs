@@ -1243,10 +1243,14 @@ impl<'a> Orchestrator<'a> {
                 producers.push(Producer { slot: p, orders, retains, memory });
             }
         };
+        // When a captured task was submitted (`None`: not captured).
+        let mut submitted = None;
         if let Some(cap) = &self.run.capture {
             // Before the task is published, so that its later events find its record.
             let mut cap = sync::lock(cap);
-            cap.times.submitted(index, crate::sys::clock::monotonic_ns());
+            let now = crate::sys::clock::monotonic_ns();
+            cap.times.submitted(index, now);
+            submitted = Some(now);
             if cap.dump_args {
                 let text = crate::dfx::graph::describe_args(&slot.task().args);
                 cap.args_text.push((index, text));
@@ -1324,7 +1328,7 @@ impl<'a> Orchestrator<'a> {
         // Step 5: publish. A task that lost an allocation is published failed, which undoes
         // its links and references as for any task that cannot run, and the submit fails.
         if let Some(err) = lost {
-            self.publish(&slot, live, Some(err.clone()), written);
+            self.publish(&slot, live, Some(err.clone()), written, submitted);
             self.capture_task(&slot, callable);
             return Err(err);
         }
@@ -1334,7 +1338,7 @@ impl<'a> Orchestrator<'a> {
                 format!("{} did not run: a task it depends on failed: {}", slot.describe(), cause.message()),
             )
         });
-        self.publish(&slot, live, failed, written);
+        self.publish(&slot, live, failed, written, submitted);
         self.capture_task(&slot, callable);
         Ok(TaskHandle { run: self.run.id, index })
     }
@@ -1362,14 +1366,22 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Publishes `slot` (rule 2 of the slot module): ready, pending, or failed with `failure`.
-    fn publish(&self, slot: &Arc<Slot>, live: u32, failure: Option<Error>, written: SmallVec<[Identity; 4]>) {
+    /// `submitted`: when it was submitted, if its run is captured.
+    fn publish(
+        &self,
+        slot: &Arc<Slot>,
+        live: u32,
+        failure: Option<Error>,
+        written: SmallVec<[Identity; 4]>,
+        submitted: Option<u64>,
+    ) {
         match slot.publish(live, written, failure) {
             Published::Ready => {
-                // Its time is now; noted once it is out (the lock off the task's path).
-                let now = slot.run.capture.as_ref().map(|_| crate::sys::clock::monotonic_ns());
                 self.eng.publish_ready(slot.clone());
-                if let Some(now) = now {
-                    slot.run.note_at(slot.index, crate::dfx::timeline::TaskEvent::Ready, now);
+                // Ready since its submit (nothing to wait for), noted once it is out: no
+                // clock read nor lock on the task's path.
+                if let Some(at) = submitted {
+                    slot.run.note_at(slot.index, crate::dfx::timeline::TaskEvent::Ready, at);
                 }
             }
             Published::Pending => self.eng.submitted_pending(),

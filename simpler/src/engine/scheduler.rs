@@ -830,10 +830,18 @@ impl Scheduler {
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
         let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);
         self.lanes[lane].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
+        // Its start is the time before the hand-off (what runs inside it, in a nested Worker
+        // or on a chip's cores, starts after), noted once the worker has it: the lock is off
+        // the task's path. Its end is polled on a later pass, so it is noted after this.
+        let at = slot.run.capture.as_ref().map(|_| crate::sys::clock::monotonic_ns());
         let started = catch_unwind(AssertUnwindSafe(|| self.lanes[lane].endpoint.start(&d)));
-        // Noted once the worker has it, so a captured run's records cost the task no time
-        // before its hand-off; its end is polled on a later pass, so it is noted after this.
-        slot.run.note(slot.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name));
+        if let Some(at) = at {
+            slot.run.note_at(
+                slot.index,
+                crate::dfx::timeline::TaskEvent::Started(&self.lanes[lane].name),
+                at,
+            );
+        }
         match started {
             Ok(Ok(())) => {
                 self.lanes[lane].busy = Some((slot.clone(), member));
