@@ -10,7 +10,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use simpler::{Buffer, CallableHandle, ErrorKind, HostArgs, HostResult, RunHandle, TaskArgs, Tensor};
+use simpler::status::Level;
+use simpler::{
+    Buffer, CallableHandle, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, RunHandle,
+    TaskArgs, Tensor, Worker, chip::CallConfig,
+};
 
 /// Never returns (until its run is cancelled, which kills its worker). Tensor 0: one scratch
 /// `u32` word (`NoDep`) that receives this process's id first, so the test knows it runs;
@@ -177,4 +181,88 @@ fn a_run_naming_a_buffer_of_a_hung_run_waits_while_independent_ones_proceed() {
     expect_err(hung.wait(), ErrorKind::Cancelled, &["hang"]);
     dependent.wait().expect("the dependent run runs once the hung one ended");
     assert_eq!(read_u64(&out, 0, 1), vec![1], "it read the buffer after the hung run ended (3 * 0 + 1)");
+}
+
+/// At an L4, runs go to nested L3 Workers: task `l3_hang` runs `hang` on the nested Worker's
+/// SUB worker (tensor 0: its scratch word).
+fn l3_hang(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let mut a = TaskArgs::new();
+    a.untracked(args.tensor(0).expect("the scratch word"))?;
+    orch.submit_sub(&HostFn::new("hang", hang).handle(), a).map(|_| ())
+}
+
+/// `affine` on the nested Worker's SUB worker, with the task's tensors and scalars.
+fn l3_affine(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
+    let (x, y) = (args.tensor(0).expect("x"), args.tensor(1).expect("y"));
+    let mut a = TaskArgs::new();
+    a.input(x)?.output(y)?.scalar(args.scalar_at(0).expect("mul")).scalar(args.scalar_at(1).expect("add"));
+    orch.submit_sub(&HostFn::new("affine", affine).handle(), a).map(|_| ())
+}
+
+/// The same at L4, whose workers are nested L3 Workers: while one thread's run hangs on nested
+/// Worker 0, three threads' independent runs on nested Worker 1 all finish (before, runs with
+/// next-level tasks waited for their turn, so none did until the hung run ended).
+#[isolated_test]
+fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
+    const L4_THREADS: usize = 3;
+    const L4_RUNS: u64 = 8;
+    let nested = || {
+        let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
+        l3.register(HostFn::new("hang", hang)).unwrap();
+        l3.register(HostFn::new("affine", affine)).unwrap();
+        l3
+    };
+    let mut rig = Rig::new(
+        Worker::builder().level(Level::Network1).pending_run_depth(8).worker(nested()).worker(nested()),
+    );
+    let l3_hang = rig.register_orch(OrchFn::new("l3_hang", l3_hang)).unwrap();
+    let l3_affine = rig.register_orch(OrchFn::new("l3_affine", l3_affine)).unwrap();
+    rig.init();
+    let flags = u32_buffer(&rig, 1);
+    let hung = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.untracked(&word(&flags, 0))?;
+            orch.submit_next_level(&l3_hang, a, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    wait_hanging(&flags);
+    let bufs: Vec<Buffer> = (0..L4_THREADS).map(|_| u64_buffer(&rig, 2)).collect();
+    let (tx, rx) = mpsc::channel();
+    let (finished, still_hung) = std::thread::scope(|s| {
+        for (t, buf) in bufs.iter().enumerate() {
+            let (tx, rig, l3_affine) = (tx.clone(), &rig, &l3_affine);
+            s.spawn(move || {
+                for r in 0..L4_RUNS {
+                    rig.run(|orch| {
+                        let mut a = TaskArgs::new();
+                        a.input(&u64s(buf, 0, 1))?.output(&u64s(buf, 1, 1))?.scalar(1).scalar(r + 1);
+                        orch.submit_next_level(l3_affine, a, CallConfig::default(), 1).map(|_| ())
+                    })
+                    .unwrap_or_else(|e| panic!("thread {t}, run {r}: {e}"));
+                    assert_eq!(read_u64(buf, 1, 1), vec![r + 1], "thread {t}, run {r}");
+                }
+                let _ = tx.send(t);
+            });
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        while n < L4_THREADS
+            && rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now())).is_ok()
+        {
+            n += 1;
+        }
+        let still_hung = !hung.is_done();
+        // Always released, so the threads end (also when the fix is missing) and are joined.
+        assert!(hung.cancel(), "the hung run is cancelled");
+        (n, still_hung)
+    });
+    assert_eq!(
+        (finished, still_hung),
+        (L4_THREADS, true),
+        "threads whose {L4_RUNS} runs on nested Worker 1 all finished while the run on nested Worker 0 hung"
+    );
+    expect_err(hung.wait(), ErrorKind::Cancelled, &["l3_hang"]);
+    let alive: Vec<bool> = rig.workers().iter().map(|w| w.is_alive()).collect();
+    assert_eq!(alive, vec![false, true], "only the nested Worker of the hung task was stopped");
 }

@@ -606,14 +606,15 @@ impl Engine {
 
     /// Whether `run`, behind the head, is independent of every run ahead of it that is still
     /// live (`ahead`, in FIFO order, stops at `run`): its submission closed with a footprint of
-    /// SUB work only, and no unfinished task of a run ahead touches a buffer it names in a way
-    /// that conflicts ([`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts)).
+    /// work it may dispatch early ([`Engine::early_dispatch_of`]), and no unfinished task of a
+    /// run ahead touches a buffer it names in a way that conflicts
+    /// ([`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts)).
     pub(crate) fn independent_of(&self, run: &RunState, ahead: &[Arc<RunState>]) -> bool {
         if !run.submission_closed() {
             return false;
         }
         let Some(fp) = run.footprint.get() else { return false };
-        if !fp.sub_only {
+        if !self.early_dispatch_of(fp) {
             return false;
         }
         let earlier = ahead.iter().take_while(|r| r.id < run.id).filter(|r| !r.is_done());
@@ -627,6 +628,16 @@ impl Engine {
             ids.push(r.id);
         }
         !self.tensor_map.conflicts(&ids, &fp.buffers)
+    }
+
+    /// Whether a run with footprint `fp` may dispatch before its turn at this level: SUB work
+    /// anywhere; next-level tasks only where the next-level workers are Workers (L4 and up:
+    /// nested or remote L3 Workers, each of whose tasks is a run of its own there). A chip
+    /// (the next level of an L3) keeps one engine and one `orch.alloc` scratch for the run
+    /// that executes on it (`lease::ResourceClass::DeviceScratch`), so runs with chip tasks
+    /// still take their turn.
+    pub(crate) fn early_dispatch_of(&self, fp: &crate::engine::run::Footprint) -> bool {
+        fp.sub_only || self.cfg.level > crate::level::Level::Node
     }
 
     /// Live runs (for close).

@@ -9,7 +9,7 @@
 //! dispatches (and a staged successor, `scheduler`), and so does a run behind it that is
 //! independent of every run ahead ([`Footprint`], `Scheduler::dispatch_independent`). So a task
 //! that never returns holds, until its run is **stopped**, its worker, its run's lease and
-//! admission place, and the later runs that name its buffers; independent SUB runs go on. The lifecycle: admitted -> building (the orchestration function; tasks
+//! admission place, and the later runs that name its buffers; independent runs go on. The lifecycle: admitted -> building (the orchestration function; tasks
 //! dispatch meanwhile) -> submission closed -> done once every slot is consumed (or abandoned:
 //! a panic, `close`, a worker that cannot be stopped).
 //!

@@ -2,7 +2,7 @@
 //!
 //! Queues are partitioned by run; the run at the head of the admission FIFO dispatches, and a
 //! run behind it only once it is *independent* of every live run ahead of it (its submission
-//! closed, SUB work only, no buffer in common with an unfinished task ahead where either side
+//! closed, SUB work only or, at L4 and up, tasks of next-level Workers, no buffer in common with an unfinished task ahead where either side
 //! writes; [`Scheduler::dispatch_independent`], issue 31), so two runs' effects on one buffer
 //! never interleave while a hung run holds only its own workers, lease and admission place. Per pass: drain completions first (which may make
 //! consumers READY), stop the runs whose deadline passed or whose cancel waits
@@ -1106,12 +1106,14 @@ impl Scheduler {
         progress
     }
 
-    /// Dispatches the SUB work of the runs behind the head that are independent of every run
+    /// Dispatches the work of the runs behind the head that are independent of every run
     /// ahead of them (issue 31: a run whose task hangs no longer holds every later run). A run
-    /// behind the head becomes independent once its submission closed, all its tasks are SUB
-    /// work, no unfinished task of a live run ahead touches a buffer it names in a way that
+    /// behind the head becomes independent once its submission closed, its tasks are SUB work
+    /// or, at L4 and up, tasks of next-level Workers ([`Engine::early_dispatch_of`]), no
+    /// unfinished task of a live run ahead touches a buffer it names in a way that
     /// conflicts ([`Engine::independent_of`]), and it got a pipeline lease; from then on it
-    /// dispatches as the head does, to the SUB workers the head leaves idle. Nothing ahead of
+    /// dispatches as the head does, to the workers the head leaves idle (groups excepted: they
+    /// wait for its turn). Nothing ahead of
     /// it can touch its buffers any more (those runs submit nothing more), so it stays
     /// independent. A run that is not is checked again only after a task ended or the runs
     /// changed. The partitions of runs that left the FIFO are retired here.
@@ -1156,11 +1158,15 @@ impl Scheduler {
                 run.independent.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             ahead_of_turn = true;
-            if !self.sub.iter().any(|&l| self.lanes[l].idle()) {
+            let idle = |ls: &[usize]| ls.iter().any(|&l| self.lanes[l].idle());
+            if !idle(&self.sub) && !idle(&self.next_level) {
                 break;
             }
             let mut part = std::mem::take(&mut self.parts[i - 1].1);
             progress |= self.dispatch_sub(eng, &mut part);
+            // Next-level tasks only where the level lets them go early (L4 and up; a run with
+            // chip tasks is never found independent). Groups wait for the run's turn.
+            progress |= self.dispatch_singles(eng, &mut part);
             self.parts[i - 1].1 = part;
         }
         live.clear();

@@ -15,7 +15,8 @@
 //!   run every orchestration function, their lanes after the mailbox lanes), and the background
 //!   thread. The engine's lease depth is the smallest grant of the chips (rule M9 of
 //!   `ipc::mailbox`), at most `pipeline_depth`; nested Workers grant none, so a Worker over them
-//!   builds as many runs ahead as asked, with lease depth 1. An explicit `pipeline_depth` above
+//!   builds as many runs ahead as asked, with lease depth `pipeline_depth` (the head and the
+//!   runs found independent of the runs ahead dispatch under them). An explicit `pipeline_depth` above
 //!   the smallest grant fails `init` naming the request, the chip, its grant and
 //!   `pending_run_depth`.
 //! * **Controls.** One at a time (`control_lock`); `register_on` removes what it installed when
@@ -320,9 +321,12 @@ impl Tree {
 
         // Pipeline leases go to the FIFO head and its first successor, as many at once as
         // every chip grants; with two, each chip prepares a staged successor beside the task it
-        // runs (rule M11 of `ipc::mailbox`).
+        // runs (rule M11 of `ipc::mailbox`). Over nested Workers no lane stages and nothing
+        // below keeps per-run resources by lease: the leases, `pipeline_depth` of them, let
+        // runs found independent of the runs ahead dispatch beside the head
+        // (`Scheduler::dispatch_independent`).
         let lease_depth = if nested {
-            1 // no lane of this level stages: only the head's tasks dispatch
+            chip_depth(cfg).max(1)
         } else {
             chips
                 .map(|i| region.mailbox(i).granted_depth())
