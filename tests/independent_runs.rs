@@ -201,7 +201,8 @@ fn l3_affine(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> si
 
 /// The same at L4, whose workers are nested L3 Workers: while one thread's run hangs on nested
 /// Worker 0, three threads' independent runs on nested Worker 1 all finish (before, runs with
-/// next-level tasks waited for their turn, so none did until the hung run ended).
+/// next-level tasks waited for their turn, so none did until the hung run ended), also beside
+/// an independent run waiting for Worker 0, which takes no lease while it cannot start.
 #[isolated_test]
 fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
     const L4_THREADS: usize = 3;
@@ -227,6 +228,16 @@ fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
         })
         .unwrap();
     wait_hanging(&flags);
+    // An independent run (a buffer of its own) whose task goes to nested Worker 0, which the
+    // hung run holds: it must not take the lease the runs on Worker 1 need while it waits.
+    let own = u64_buffer(&rig, 2);
+    let behind = rig
+        .submit(|orch| {
+            let mut a = TaskArgs::new();
+            a.input(&u64s(&own, 0, 1))?.output(&u64s(&own, 1, 1))?.scalar(1).scalar(7);
+            orch.submit_next_level(&l3_affine, a, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
     let bufs: Vec<Buffer> = (0..L4_THREADS).map(|_| u64_buffer(&rig, 2)).collect();
     let (tx, rx) = mpsc::channel();
     let (finished, still_hung) = std::thread::scope(|s| {
@@ -263,6 +274,8 @@ fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
         "threads whose {L4_RUNS} runs on nested Worker 1 all finished while the run on nested Worker 0 hung"
     );
     expect_err(hung.wait(), ErrorKind::Cancelled, &["l3_hang"]);
+    // Its Worker was stopped with the hung task, so it could never run.
+    expect_err(behind.wait(), ErrorKind::WorkerDied, &["l3_affine", "worker 0 is dead"]);
     let alive: Vec<bool> = rig.workers().iter().map(|w| w.is_alive()).collect();
     assert_eq!(alive, vec![false, true], "only the nested Worker of the hung task was stopped");
 }

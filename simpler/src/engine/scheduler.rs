@@ -1151,7 +1151,15 @@ impl Scheduler {
                 continue;
             }
             if !run.independent.load(std::sync::atomic::Ordering::Relaxed) {
-                if !recheck || !eng.independent_of(run, &live) || eng.lease_for(run).is_none() {
+                // A lease only for a run with a task some idle worker can take now: at L4 tasks
+                // are pinned to their Worker, and one that waits for a busy (maybe hung) Worker
+                // must not hold a lease that a run on an idle Worker could use. (A task ending
+                // makes the next pass look again.)
+                if !recheck
+                    || !self.startable(&self.parts[i - 1].1)
+                    || !eng.independent_of(run, &live)
+                    || eng.lease_for(run).is_none()
+                {
                     continue;
                 }
                 tracing::trace!(target: "simpler::scheduler", run_id = id, head, "independent of the runs ahead: dispatched before its turn");
@@ -1176,7 +1184,22 @@ impl Scheduler {
         progress
     }
 
+    /// Whether `part` has a READY task an idle worker could take now: SUB work with a SUB
+    /// worker idle, or a single task whose next-level worker is idle and unreserved.
+    fn startable(&self, part: &Partition) -> bool {
+        let ready = |q: &VecDeque<Arc<Slot>>| q.iter().any(|s| s.state() == State::Ready);
+        (ready(&part.sub) && self.sub.iter().any(|&l| self.lanes[l].idle()))
+            || self.next_level.iter().enumerate().any(|(w, &l)| {
+                !self.reserved[w] && self.lanes[l].idle() && part.single.get(w).is_some_and(ready)
+            })
+    }
+
     fn dispatch_head(&mut self, eng: &Engine, head: u64) -> bool {
+        // Reservations belong to the current head group only: recomputed on every pass (by
+        // `dispatch_group_head`), so a group that leaves the head without launching
+        // (cancelled, failed) releases them, and so does a head with nothing queued, whose
+        // stale reservations would hold independent runs' tasks back.
+        self.reserved.iter_mut().for_each(|r| *r = false);
         // Partitions of runs that are no longer live hold only stale entries (and, after a
         // panic, the READY tasks of an abandoned run).
         while let Some(&(id, _)) = self.parts.front() {
@@ -1222,9 +1245,6 @@ impl Scheduler {
 
     fn dispatch_group_head(&mut self, eng: &Engine, part: &mut Partition) -> bool {
         let mut progress = false;
-        // Reservations belong to the current head group only: recomputed on every pass, so a
-        // group that leaves the head without launching (cancelled, failed) releases them.
-        self.reserved.iter_mut().for_each(|r| *r = false);
         loop {
             let Some(slot) = part.groups.front().cloned() else { break };
             if slot.state() != State::Ready {
