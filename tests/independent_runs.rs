@@ -199,14 +199,58 @@ fn l3_affine(orch: &mut Orchestrator<'_>, args: &TaskArgs, _: &CallConfig) -> si
     orch.submit_sub(&HostFn::new("affine", affine).handle(), a).map(|_| ())
 }
 
+/// Runs `RUNS_BESIDE` runs from each of `THREADS_BESIDE` threads, each run one task `one(orch,
+/// buf, r)` on a buffer of the thread's own whose word 1 it sets to `r + 1` (checked), while
+/// `hung` hangs; returns how many threads finished within 20 s and whether `hung` still hung
+/// then. `hung` is cancelled before the threads are joined, so they end also when they cannot
+/// finish.
+fn finish_beside_hung(
+    rig: &Rig,
+    hung: &RunHandle,
+    one: &(dyn Fn(&mut Orchestrator<'_>, &Buffer, u64) -> simpler::Result<()> + Sync),
+) -> (usize, bool) {
+    let bufs: Vec<Buffer> = (0..THREADS_BESIDE).map(|_| u64_buffer(rig, 2)).collect();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        for (t, buf) in bufs.iter().enumerate() {
+            let tx = tx.clone();
+            s.spawn(move || {
+                for r in 0..RUNS_BESIDE {
+                    rig.run(|orch| one(orch, buf, r)).unwrap_or_else(|e| panic!("thread {t}, run {r}: {e}"));
+                    assert_eq!(read_u64(buf, 1, 1), vec![r + 1], "thread {t}, run {r}");
+                }
+                let _ = tx.send(t);
+            });
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        while n < THREADS_BESIDE
+            && rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now())).is_ok()
+        {
+            n += 1;
+        }
+        let still_hung = !hung.is_done();
+        assert!(hung.cancel(), "the hung run is cancelled");
+        (n, still_hung)
+    })
+}
+
+const THREADS_BESIDE: usize = 3;
+const RUNS_BESIDE: u64 = 8;
+
+/// `y = x + r + 1` for the task of run `r` of [`finish_beside_hung`], through `affine`.
+fn affine_args(buf: &Buffer, r: u64) -> simpler::Result<TaskArgs> {
+    let mut a = TaskArgs::new();
+    a.input(&u64s(buf, 0, 1))?.output(&u64s(buf, 1, 1))?.scalar(1).scalar(r + 1);
+    Ok(a)
+}
+
 /// The same at L4, whose workers are nested L3 Workers: while one thread's run hangs on nested
 /// Worker 0, three threads' independent runs on nested Worker 1 all finish (before, runs with
 /// next-level tasks waited for their turn, so none did until the hung run ended), also beside
 /// an independent run waiting for Worker 0, which takes no lease while it cannot start.
 #[isolated_test]
 fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
-    const L4_THREADS: usize = 3;
-    const L4_RUNS: u64 = 8;
     let nested = || {
         let mut l3 = Worker::builder().sub_workers(1).build().unwrap();
         l3.register(HostFn::new("hang", hang)).unwrap();
@@ -233,45 +277,16 @@ fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
     let own = u64_buffer(&rig, 2);
     let behind = rig
         .submit(|orch| {
-            let mut a = TaskArgs::new();
-            a.input(&u64s(&own, 0, 1))?.output(&u64s(&own, 1, 1))?.scalar(1).scalar(7);
-            orch.submit_next_level(&l3_affine, a, CallConfig::default(), 0).map(|_| ())
+            orch.submit_next_level(&l3_affine, affine_args(&own, 6)?, CallConfig::default(), 0).map(|_| ())
         })
         .unwrap();
-    let bufs: Vec<Buffer> = (0..L4_THREADS).map(|_| u64_buffer(&rig, 2)).collect();
-    let (tx, rx) = mpsc::channel();
-    let (finished, still_hung) = std::thread::scope(|s| {
-        for (t, buf) in bufs.iter().enumerate() {
-            let (tx, rig, l3_affine) = (tx.clone(), &rig, &l3_affine);
-            s.spawn(move || {
-                for r in 0..L4_RUNS {
-                    rig.run(|orch| {
-                        let mut a = TaskArgs::new();
-                        a.input(&u64s(buf, 0, 1))?.output(&u64s(buf, 1, 1))?.scalar(1).scalar(r + 1);
-                        orch.submit_next_level(l3_affine, a, CallConfig::default(), 1).map(|_| ())
-                    })
-                    .unwrap_or_else(|e| panic!("thread {t}, run {r}: {e}"));
-                    assert_eq!(read_u64(buf, 1, 1), vec![r + 1], "thread {t}, run {r}");
-                }
-                let _ = tx.send(t);
-            });
-        }
-        let until = std::time::Instant::now() + Duration::from_secs(20);
-        let mut n = 0;
-        while n < L4_THREADS
-            && rx.recv_timeout(until.saturating_duration_since(std::time::Instant::now())).is_ok()
-        {
-            n += 1;
-        }
-        let still_hung = !hung.is_done();
-        // Always released, so the threads end (also when the fix is missing) and are joined.
-        assert!(hung.cancel(), "the hung run is cancelled");
-        (n, still_hung)
+    let outcome = finish_beside_hung(&rig, &hung, &|orch, buf, r| {
+        orch.submit_next_level(&l3_affine, affine_args(buf, r)?, CallConfig::default(), 1).map(|_| ())
     });
     assert_eq!(
-        (finished, still_hung),
-        (L4_THREADS, true),
-        "threads whose {L4_RUNS} runs on nested Worker 1 all finished while the run on nested Worker 0 hung"
+        outcome,
+        (THREADS_BESIDE, true),
+        "threads whose {RUNS_BESIDE} runs on nested Worker 1 all finished while the run on nested Worker 0 hung"
     );
     expect_err(hung.wait(), ErrorKind::Cancelled, &["l3_hang"]);
     // Its Worker was stopped with the hung task, so it could never run.

@@ -632,10 +632,11 @@ impl Engine {
 
     /// Whether a run with footprint `fp` may dispatch before its turn at this level: SUB work
     /// anywhere; next-level tasks only where the next-level workers are Workers (L4 and up:
-    /// nested or remote L3 Workers, each of whose tasks is a run of its own there). A chip
-    /// (the next level of an L3) keeps one engine and one `orch.alloc` scratch for the run
-    /// that executes on it (`lease::ResourceClass::DeviceScratch`), so runs with chip tasks
-    /// still take their turn.
+    /// nested or remote L3 Workers, each of whose tasks is a run of its own there). Runs with
+    /// chip tasks (the next level of an L3) still take their turn: chips grant two leases in
+    /// all (one executing run, one prepared), shared by every chip, and the head's first
+    /// successor takes the second to stage its tasks beside the head's; behind a hung head
+    /// nothing would be left for a run on another chip (leases per chip would be needed).
     pub(crate) fn early_dispatch_of(&self, fp: &crate::engine::run::Footprint) -> bool {
         fp.sub_only || self.cfg.level > crate::level::Level::Node
     }
