@@ -19,8 +19,8 @@ use common::{figure, percentile, target, us};
 use simpler::{HostArgs, HostFn, HostResult, RunOptions, TaskArgs, Worker};
 
 const WARMUP: usize = 300;
-const ROUNDS: usize = 20;
-const PER_ROUND: usize = 100;
+/// Pairs of one-task runs, one with capture and one without.
+const PAIRS: usize = 2000;
 const BIG_RUNS: usize = 10;
 const BIG_TASKS: usize = 1000;
 
@@ -63,7 +63,7 @@ fn main() -> simpler::Result<()> {
     // on the CPUs, which decides a run's time more than capture does (on 2 vCPUs the p50 of
     // either set jumps between about 2 and 5 us as that placement changes).
     let (mut off, mut on, mut pair) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..ROUNDS * PER_ROUND {
+    for i in 0..PAIRS {
         let first = i % 2 == 0;
         let a = run(first, 1)?;
         let b = run(!first, 1)?;

@@ -379,21 +379,22 @@ impl Gen<'_> {
         }
         for a in &task.asserts {
             let (callee, pos) = (&a.callee, a.pos);
-            let (bound, is) = match a.check {
-                Check::Unwritten => (quote!(inout_has_a_value), quote!(is_inout)),
-                Check::Unread => (quote!(no_unread_value_overwritten), quote!(is_out)),
-                Check::LoopWrite => (quote!(loop_write_not_out), quote!(is_out)),
+            let (bound, mode) = match a.check {
+                Check::Unwritten => (quote!(inout_has_a_value), quote!(InOut)),
+                Check::Unread => (quote!(no_unread_value_overwritten), quote!(Out)),
+                Check::LoopWrite => (quote!(loop_write_not_out), quote!(Out)),
             };
             // A trait bound whose trait carries the message (S0111, S0112, S0113): a plain
             // compile error with the code, on the argument. Every token on the argument, so
             // rustc's error points there, but the callee's path, so that an unknown callee is
             // one error, on the callee.
-            let (bound, is) = (
+            let (bound, is, mode) = (
                 respan(quote!(#root::__private::#bound::<#root::__private::Holds), a.span),
-                respan(quote!(!#root::__private::#is), a.span),
+                respan(quote!(!#root::__private::param_is), a.span),
+                respan(quote!(#root::__private::ParamMode::#mode), a.span),
             );
             self.body.push(quote_spanned! {a.span=>
-                #bound<{ #is(&#callee::PARAMS, #pos) }>>();
+                #bound<{ #is(&#callee::PARAMS, #pos, #mode) }>>();
             });
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());

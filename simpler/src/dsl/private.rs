@@ -171,7 +171,7 @@ pub trait InOutHasAValue {}
 impl InOutHasAValue for Holds<true> {}
 
 /// Refuses (S0111) a tensor that holds no value given to an `InOut` parameter: `H` is
-/// `Holds<{ !is_inout(&callee::PARAMS, pos) }>`.
+/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::InOut) }>`.
 pub fn inout_has_a_value<H: InOutHasAValue>() {}
 
 /// S0112: a value nothing has read is not overwritten through an `Out` parameter.
@@ -186,7 +186,7 @@ pub trait NoUnreadValueOverwritten {}
 impl NoUnreadValueOverwritten for Holds<true> {}
 
 /// Refuses (S0112) an `Out` parameter given a tensor whose value nothing has read: `H` is
-/// `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
+/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`.
 pub fn no_unread_value_overwritten<H: NoUnreadValueOverwritten>() {}
 
 /// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
@@ -201,7 +201,7 @@ pub trait LoopWriteNotOut {}
 impl LoopWriteNotOut for Holds<true> {}
 
 /// Refuses (S0113) an argument written in every iteration of a loop that goes to an `Out`
-/// parameter: `H` is `Holds<{ !is_out(&callee::PARAMS, pos) }>`.
+/// parameter: `H` is `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`.
 pub fn loop_write_not_out<H: LoopWriteNotOut>() {}
 
 /// S0113: a range loop indexes a partition only within its pieces (at its index, or at an
@@ -220,14 +220,9 @@ impl LoopWithinPieces for Holds<true> {}
 /// piece of a partition whose count is a constant: `H` is `Holds<{ last < count }>`.
 pub fn loop_within_pieces<H: LoopWithinPieces>() {}
 
-/// Whether argument `pos` of a callable with parameters `params` is an `InOut` tensor.
-pub const fn is_inout(params: &[Param], pos: usize) -> bool {
-    pos < params.len() && matches!(params[pos].mode, ParamMode::InOut)
-}
-
-/// Whether argument `pos` of a callable with parameters `params` is an `Out` tensor.
-pub const fn is_out(params: &[Param], pos: usize) -> bool {
-    pos < params.len() && matches!(params[pos].mode, ParamMode::Out)
+/// Whether argument `pos` of a callable with parameters `params` has mode `mode`.
+pub const fn param_is(params: &[Param], pos: usize, mode: ParamMode) -> bool {
+    pos < params.len() && params[pos].mode as u32 == mode as u32
 }
 
 /// The range of a task graph's `for i in start..end` (bounds evaluated at compile time).
