@@ -315,6 +315,6 @@ impl Engine {
 
     /// Shuts every lane down (close), after the background thread stopped.
     pub(crate) fn shutdown_lanes(&self) {
-        self.lock_sched().shutdown();
+        self.with_sched(Scheduler::shutdown);
     }
 }

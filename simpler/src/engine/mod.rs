@@ -204,9 +204,9 @@ pub(crate) struct Engine {
     /// Changes to the scheduler asked by threads that do not hold the role (a lane revived or
     /// given a new endpoint), which the holder applies at its next pass ([`Engine::with_sched`]):
     /// the holder may sleep on the doorbell with the lock held for as long as its tasks run.
-    sched_requests: Mutex<Vec<SchedRequest>>,
-    /// Set while `sched_requests` holds one (one load per pass otherwise).
-    sched_requested: AtomicBool,
+    sched_tx: Sender<SchedRequest>,
+    /// Where the holder takes them (an empty check is a load, no lock).
+    sched_rx: crossbeam_channel::Receiver<SchedRequest>,
     inbox_tx: Sender<Arc<Slot>>,
     inbox_len: AtomicUsize,
     bell: Bell,
@@ -280,6 +280,7 @@ impl Engine {
         }
         let LevelParts { minter, heap, devices } = parts;
         let (inbox_tx, inbox_rx) = crossbeam_channel::unbounded();
+        let (sched_tx, sched_rx) = crossbeam_channel::unbounded();
         Ok(Engine {
             // Random, so that engines of other processes (a worker replaced under a reused pid
             // included) do not share one either.
@@ -289,8 +290,8 @@ impl Engine {
             tensor_map: TensorMap::default(),
             staging: AtomicBool::new(false),
             sched: checked::Mutex::new(Scheduler::new(&cfg, inbox_rx)),
-            sched_requests: Mutex::new(Vec::new()),
-            sched_requested: AtomicBool::new(false),
+            sched_tx,
+            sched_rx,
             inbox_tx,
             inbox_len: AtomicUsize::new(0),
             bell,
@@ -334,7 +335,7 @@ impl Engine {
         if lanes.iter().any(scheduler::Lane::stages) {
             self.staging.store(true, Ordering::Relaxed);
         }
-        self.lock_sched().attach(lanes);
+        self.with_sched(move |s| s.attach(lanes));
     }
 
     /// Puts lane `i` back in service after a new worker replaced its dead one (the caller
@@ -363,7 +364,9 @@ impl Engine {
     /// Runs `f` on the scheduler: at once when nobody holds the role, else by the holder at its
     /// next pass, which the doorbell asks for. Never waits for the role's lock itself: its holder
     /// may sleep with it for as long as its tasks run (the background thread driving a hung run
-    /// nobody waits for), and would never be woken by a thread blocked on the lock.
+    /// nobody waits for), and would never be woken by a thread blocked on the lock. A panic of
+    /// `f` reaches the caller either way. (The wait is `drive_until`'s without announcing a
+    /// waiter: take the role, or ring and sleep on `events`.)
     pub(crate) fn with_sched<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Scheduler) -> R + Send + 'static,
@@ -371,27 +374,19 @@ impl Engine {
         if let Some(mut role) = self.try_role() {
             return f(&mut role);
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        {
-            let mut q = sync::lock(&self.sched_requests);
-            q.push(Box::new(move |s: &mut Scheduler| {
-                let _ = tx.send(f(s));
-            }));
-            self.sched_requested.store(true, Ordering::Release);
-        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let request: SchedRequest = Box::new(move |s: &mut Scheduler| {
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(s))));
+        });
+        self.sched_tx.send(request).expect("the engine holds the receiver");
         // Applying requests rings `events`, and so does every release of the role: a holder
         // either applies this one at its next pass (the doorbell wakes it) or gives the role
         // up, and then this thread takes it. The seq is read before each look, so neither is
         // missed.
         loop {
             let seen = self.events.seq();
-            match rx.try_recv() {
-                Ok(r) => return r,
-                // Dropped unanswered: applying it panicked (logged where it was applied).
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    panic!("a change to the scheduler panicked while it was applied")
-                }
-                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            if let Ok(done) = rx.try_recv() {
+                return done.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             }
             match self.try_role() {
                 Some(mut role) => self.apply_sched_requests(&mut role),
@@ -403,30 +398,17 @@ impl Engine {
         }
     }
 
-    /// Applies the scheduler requests of threads without the role (the holder, `sched`).
+    /// Applies the scheduler requests of threads without the role (the holder, `sched`). Each
+    /// catches its own panic for its requester, so one that panics leaves the others applied.
     pub(crate) fn apply_sched_requests(&self, sched: &mut Scheduler) {
-        if !self.sched_requested.load(Ordering::Acquire) {
-            return;
+        let mut applied = false;
+        while let Ok(request) = self.sched_rx.try_recv() {
+            request(sched);
+            applied = true;
         }
-        let requests = {
-            let mut q = sync::lock(&self.sched_requests);
-            self.sched_requested.store(false, Ordering::Release);
-            std::mem::take(&mut *q)
-        };
-        // Each alone: one that panics leaves the others applied (its requester learns of it).
-        for r in requests {
-            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r(sched))) {
-                tracing::error!(target: "simpler::scheduler", "a change to the scheduler panicked: {}", crate::error::panic_message(&*panic));
-            }
+        if applied {
+            self.events.ring();
         }
-        self.events.ring();
-    }
-
-    /// Waits for the scheduler's lock: only where no holder can be sleeping with it (before the
-    /// first run, `attach_lanes`; after every run ended and the background thread stopped,
-    /// `shutdown_lanes`). Anywhere else, [`with_sched`](Self::with_sched).
-    fn lock_sched(&self) -> checked::MutexGuard<'_, Scheduler> {
-        checked::lock(&self.sched)
     }
 
     /// Calls the test fault hook, if one is set, at fault point `phase` (a no-op outside tests).

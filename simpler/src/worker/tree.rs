@@ -321,20 +321,16 @@ impl Tree {
 
         // Pipeline leases go to the FIFO head and its first successor, as many at once as
         // every chip grants; with two, each chip prepares a staged successor beside the task it
-        // runs (rule M11 of `ipc::mailbox`). Over nested Workers no lane stages and nothing
-        // below keeps per-run resources by lease: the leases, `pipeline_depth` of them, let
-        // runs found independent of the runs ahead dispatch beside the head
-        // (`Scheduler::dispatch_independent`).
-        let lease_depth = if nested {
-            chip_depth(cfg).max(1)
-        } else {
-            chips
-                .map(|i| region.mailbox(i).granted_depth())
-                .min()
-                .unwrap_or(u32::MAX)
-                .min(chip_depth(cfg))
-                .max(1)
-        };
+        // runs (rule M11 of `ipc::mailbox`). Without chips (SUB workers only, or nested
+        // Workers, whose lanes never stage and which keep no per-run resources by lease) the
+        // leases, `pipeline_depth` of them, let runs found independent of the runs ahead
+        // dispatch beside the head (`Scheduler::dispatch_independent`).
+        let lease_depth = chips
+            .map(|i| region.mailbox(i).granted_depth())
+            .min()
+            .unwrap_or(u32::MAX)
+            .min(chip_depth(cfg))
+            .max(1);
         if let Err(e) = engine.set_lease_depth(lease_depth) {
             abort_children(&region, &monitor, &pids);
             return Err(e);
@@ -877,6 +873,11 @@ impl Runtime for Tree {
                 ),
             }),
         };
+        // A close that began while the new worker started may have stopped the children
+        // before this one was among them: it is not put in service, but stopped here (a close
+        // marks the Worker closed before it stops its children, so one of the two stops it).
+        let failed =
+            failed.or_else(|| self.open().err().map(|e| format!("was not put in service: {}", e.message())));
         if let Some(why) = failed {
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);

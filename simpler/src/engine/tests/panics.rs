@@ -145,3 +145,46 @@ fn the_role_is_given_up_when_its_holder_panics() {
     rig.wait(&run).unwrap();
     rig.assert_clean();
 }
+
+/// A thread without the role hands its change to the holder, which applies it at its next
+/// pass (the requester never waits for the role's lock: the holder may sleep with it); a
+/// change that panics reaches its own requester as that panic, and the changes queued beside
+/// it are applied all the same.
+#[cfg(not(loom))]
+#[test]
+fn changes_asked_without_the_role_are_applied_by_the_holder_and_a_panic_reaches_its_requester() {
+    let rig = Rig::manual(cfg(0, 1));
+    let role = rig.eng.try_role().expect("nobody holds the role");
+    let applied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ask = |n: usize, panics: bool| {
+        let (eng, applied) = (rig.eng.clone(), applied.clone());
+        let requester = thread::spawn(move || {
+            eng.with_sched(move |_| {
+                assert!(!panics, "change {n} panics");
+                applied.fetch_add(1, Ordering::SeqCst);
+                n
+            })
+        });
+        let queued = Instant::now() + Duration::from_secs(10);
+        while rig.eng.sched_rx.len() < n {
+            assert!(Instant::now() < queued, "change {n} was never queued");
+            thread::yield_now();
+        }
+        requester
+    };
+    let (first, bad, last) = (ask(1, false), ask(2, true), ask(3, false));
+    assert_eq!(applied.load(Ordering::SeqCst), 0, "nothing applied before the holder's pass");
+    assert!(!first.is_finished() && !last.is_finished(), "requesters wait for the holder");
+    let mut role = role;
+    role.pass();
+    drop(role);
+    assert_eq!(first.join().expect("change 1 applied"), 1);
+    assert_eq!(last.join().expect("change 3 applied after the one that panicked"), 3);
+    let panic = bad.join().expect_err("change 2's panic reaches its requester");
+    assert!(
+        crate::error::panic_message(&*panic).contains("change 2 panics"),
+        "{}",
+        crate::error::panic_message(&*panic)
+    );
+    assert_eq!(applied.load(Ordering::SeqCst), 2);
+}
