@@ -1637,7 +1637,8 @@ fn a_read_from_a_stopped_node_ends_when_the_root_cancels_and_the_reader_serves_o
     assert_eq!(reader_state, Some(WorkerState::Alive), "the reader's session is still in service");
     let buf = u64_buffer(&root, 1);
     step_on(&root, &buf, 0, 1, 2).expect("the reader runs the next task");
-    assert!(started.elapsed() < Duration::from_secs(2), "it took {:?}", started.elapsed());
+    // Far below the 30 s peer read timeout the read used to wait out (not the grace: CI is busy).
+    assert!(started.elapsed() < Duration::from_secs(5), "it took {:?}", started.elapsed());
     assert_eq!(read_u64(&out, 0, 1), vec![0], "nothing was copied");
     signal(owner.pid(), libc::SIGCONT);
     drop((t, on_owner, host, out, buf));

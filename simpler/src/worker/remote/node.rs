@@ -178,7 +178,10 @@ impl Node {
     /// session starts and closes it when the session ends). So roots that share a node do not
     /// share its workers, and the node never holds more than `limits` says, however many roots
     /// come. `make` runs on a session's thread while other sessions run: the Worker it builds
-    /// must start its children by exec (the default [`StartMethod`](crate::StartMethod)).
+    /// must start its children by exec (the default [`StartMethod`](crate::StartMethod)), and
+    /// `make` must return promptly: the session's share of the limits is held while it runs, and
+    /// its root waits for the answer to its SIZE (a root that goes away meanwhile is noticed
+    /// only after the Worker was made and started, which then closes at once).
     ///
     /// ```no_run
     /// use simpler::{remote::ClusterKey, remote::Node, remote::NodeAddr, remote::SessionLimits, HostFn, Worker};
@@ -461,15 +464,14 @@ struct Held<'a> {
     /// Where this node's peer listener listens if this session starts it: the address the
     /// session reached the node at, any port (`None`: a fresh Unix socket).
     peer_at: Option<NodeAddr>,
-    /// The L3 Worker the session's tasks run on, set by its SIZE (or by its first need, at the
-    /// node's default size), or why there is none.
-    worker: std::sync::OnceLock<std::result::Result<SessionWorker<'a>, String>>,
+    /// The L3 Worker the session's tasks run on, set by its SIZE (a root's first control).
+    worker: std::sync::OnceLock<SessionWorker<'a>>,
 }
 
 impl<'a> Held<'a> {
-    /// The session's Worker: the one its SIZE set, or one of the node's default size.
-    fn worker(&self, node: &'a BoundNode) -> std::result::Result<&SessionWorker<'a>, String> {
-        self.worker.get_or_init(|| node.session_worker(Size::default())).as_ref().map_err(String::clone)
+    /// The session's Worker, which its SIZE set (a root sends SIZE before anything else).
+    fn worker(&self) -> std::result::Result<&SessionWorker<'a>, String> {
+        self.worker.get().ok_or_else(|| "this session has no Worker: its root sent no SIZE first".into())
     }
 
     fn with_resident(
@@ -597,10 +599,17 @@ impl BoundNode {
                 std::thread::Builder::new()
                     .name("simpler-node-session".into())
                     .spawn_scoped(scope, move || {
+                        // Its place is given back however the session ends, a panic included.
+                        struct Place<'p>(&'p std::sync::atomic::AtomicUsize);
+                        impl Drop for Place<'_> {
+                            fn drop(&mut self) {
+                                self.0.fetch_sub(1, Ordering::AcqRel);
+                            }
+                        }
+                        let _place = Place(active);
                         if let Err(e) = self.session(stream, health, &peer) {
                             tracing::warn!(target: "simpler::remote", peer = %peer, "session failed: {e}");
                         }
-                        active.fetch_sub(1, Ordering::AcqRel);
                     })
                     .map_err(|e| Error::os("starting a session thread", e))?;
             }
@@ -648,16 +657,12 @@ impl BoundNode {
                 ));
             }
         };
-        let mut now = false;
-        let made = held.worker.get_or_init(|| {
-            now = true;
-            self.session_worker(asked)
-        });
-        match made {
-            Err(e) => Err(e.clone()),
-            Ok(_) if !now => {
-                Err("the session's size is set once, by the first SIZE, before its first task".into())
-            }
+        if held.worker.get().is_some() {
+            return Err("the session's size is set once, by its first SIZE".into());
+        }
+        // A refused size leaves the session without a Worker (its root fails `init`).
+        match self.session_worker(asked).map(|w| held.worker.get_or_init(|| w)) {
+            Err(e) => Err(e),
             Ok(w) => {
                 let size = w.size();
                 tracing::info!(target: "simpler::remote", node = %self.name, sub_workers = size.sub_workers, chips = size.chips, own = w.own(), "session sized");
@@ -982,10 +987,8 @@ impl BoundNode {
     /// listener could not start: the buffer is then usable on this node only).
     fn alloc_resident<'a>(&'a self, held: &Held<'a>, nbytes: u64) -> std::result::Result<Vec<u8>, String> {
         let n = usize::try_from(nbytes).map_err(|_| format!("{nbytes} bytes do not fit this node"))?;
-        let buf = held.worker(self)?.worker().create_buffer(n.max(1)).map_err(|e| match e.kind() {
-            ErrorKind::ResourceExhausted => wire::refusal(e.kind(), e.message()),
-            _ => e.message().to_string(),
-        })?;
+        let buf =
+            held.worker()?.worker().create_buffer(n.max(1)).map_err(|e| wire::refusal_of(&e, e.message()))?;
         let id = held.next_resident.fetch_add(1, Ordering::Relaxed);
         let mut reply = id.to_le_bytes().to_vec();
         let grant = match self.peer_server(held) {
@@ -1103,7 +1106,7 @@ impl BoundNode {
         // This thread waits for the run, so it drives it (no hop to the node's background
         // thread); the heartbeat thread may cancel it meanwhile.
         let options = RunOptions::new().args(args).config(msg.config.clone());
-        let result = held.worker(self).map_err(Error::state).and_then(|w| {
+        let result = held.worker().map_err(Error::state).and_then(|w| {
             w.worker()
                 .run_for_parent(
                     options,
@@ -1131,7 +1134,7 @@ impl BoundNode {
                 // the session's next tasks get new ones.
                 // Only with no other session on the node: another's run may still hold a
                 // lane whose worker died, which a replacement must not reuse under it.
-                if let Ok(w) = held.worker(self)
+                if let Ok(w) = held.worker()
                     && (w.own() || self.sessions.load(Ordering::Acquire) == 1)
                     && let Err(r) = w.worker().replace_dead_workers()
                 {
@@ -1245,7 +1248,7 @@ impl BoundNode {
             Some(at) => Ok(pool.swap_remove(at)),
             None => {
                 drop(pool);
-                held.worker(self).map_err(Error::state)?.worker().create_buffer(n)
+                held.worker().map_err(Error::state)?.worker().create_buffer(n)
             }
         }
     }

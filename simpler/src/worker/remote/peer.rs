@@ -58,8 +58,11 @@ const PEER_IDLE: Duration = Duration::from_secs(60);
 /// How long a reading node waits for each part of the bytes it asked for.
 const PEER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a reading node waits to connect to a peer.
-const PEER_CONNECT: Duration = Duration::from_secs(5);
+/// How long a reading node waits to connect to a peer: below the root's cancel grace (at
+/// least 1 s), because a connect cannot be shut while it waits (the connection is watched,
+/// and a cancel ends it, only once it is made), so a cancel during a connect to a peer that
+/// went off the network still ends the read within the grace.
+const PEER_CONNECT: Duration = Duration::from_millis(800);
 
 /// One connection the server holds: a handle to end it by, its handshake's claim.
 struct Conn {

@@ -494,6 +494,15 @@ pub(crate) fn refusal(kind: ErrorKind, message: impl std::fmt::Display) -> Strin
     }
 }
 
+/// A failure `e` of the node's own Worker as a refusal saying `message`: too little left when
+/// it ran out of something, else untagged (a node in a bad state, never the root's mistake).
+pub(crate) fn refusal_of(e: &Error, message: impl std::fmt::Display) -> String {
+    match e.kind() {
+        ErrorKind::ResourceExhausted => refusal(ErrorKind::ResourceExhausted, message),
+        _ => message.to_string(),
+    }
+}
+
 /// A node's refusal ([`refusal`]) as an error of its kind, naming the node by `label`
 /// (untagged: [`ErrorKind::InvalidState`]).
 pub(crate) fn refusal_error(label: &str, refused: &str) -> Error {

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use crate::error::{Error, ErrorKind, Result};
 use crate::level::Level;
 use crate::sys::sync;
-use crate::worker::remote::wire::refusal;
+use crate::worker::remote::wire::{refusal, refusal_of};
 use crate::worker::{StartMethod, Worker};
 
 /// What makes a sized node's session Workers: SUB workers, chips.
@@ -228,10 +228,7 @@ impl Sized {
         }));
         let mut worker = match made {
             Ok(made) => made.map_err(|e| {
-                refusal(
-                    resource_or_not(&e),
-                    format_args!("the node at {node} could not make a Worker of {size}: {e}"),
-                )
+                refusal_of(&e, format_args!("the node at {node} could not make a Worker of {size}: {e}"))
             })?,
             Err(_) => {
                 return Err(format!(
@@ -255,21 +252,9 @@ impl Sized {
             return Err(format!("the node at {node} was asked for a Worker of {size} and made {wrong}"));
         }
         worker.init().map_err(|e| {
-            refusal(
-                resource_or_not(&e),
-                format_args!("the node at {node} could not start a Worker of {size}: {e}"),
-            )
+            refusal_of(&e, format_args!("the node at {node} could not start a Worker of {size}: {e}"))
         })?;
         Ok(SessionWorker::Own { worker: Box::new(worker), _share: share })
-    }
-}
-
-/// How the root is to see a failure of the node's own Worker: as too little left when it ran out
-/// of something, else as a node in a bad state (never as the root's mistake).
-fn resource_or_not(e: &Error) -> ErrorKind {
-    match e.kind() {
-        ErrorKind::ResourceExhausted => ErrorKind::ResourceExhausted,
-        _ => ErrorKind::InvalidState,
     }
 }
 
@@ -292,9 +277,19 @@ impl Drop for Share<'_> {
 pub(crate) enum SessionWorker<'a> {
     /// The node's one Worker, lent to each of its sessions.
     Shared(&'a Worker),
-    /// A Worker of the session's own, of the size its root asked for; closed before its share
-    /// is given back (fields drop in order).
+    /// A Worker of the session's own, of the size its root asked for; closed (its children
+    /// reaped) before its share is given back, whatever the fields' order ([`Drop`]).
     Own { worker: Box<Worker>, _share: Share<'a> },
+}
+
+impl Drop for SessionWorker<'_> {
+    fn drop(&mut self) {
+        if let SessionWorker::Own { worker, .. } = self
+            && let Err(e) = worker.close()
+        {
+            tracing::warn!(target: "simpler::remote", "a session's Worker did not close cleanly: {e}");
+        }
+    }
 }
 
 impl SessionWorker<'_> {

@@ -13,6 +13,19 @@ fn connect(addr: &NodeAddr, token: &lane::Token) -> Stream {
     s
 }
 
+/// What a root sends first: SIZE, here of any size (the node's own Worker); its reply read.
+fn size_first(s: &mut Stream) {
+    write_frame(s, FrameKind::Control, 0, &wire::encode_size(0, 0)).unwrap();
+    let reply = loop {
+        let f = read_frame(s, DEFAULT_MAX_BODY).unwrap();
+        if f.kind != FrameKind::Health {
+            break f;
+        }
+    };
+    assert_eq!((reply.kind, reply.seq), (FrameKind::ControlReply, 0));
+    let _ = wire::decode_reply(&reply.body).expect("the node takes the SIZE");
+}
+
 #[crate::test_support::isolated_test(crate = crate)]
 fn a_session_pairs_with_the_health_connection_that_presents_its_token() {
     let node = Node::new(Worker::builder().build().unwrap(), NodeAddr::loopback(0), key()).unwrap();
@@ -73,6 +86,7 @@ fn bytes_sent_for_a_node_resident_tensor_are_refused_and_the_session_stays_in_st
     let mut session = connect(&addr, &token);
     let _health = connect(&addr, &token);
     session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    size_first(&mut session);
     let next = |s: &mut Stream| loop {
         let f = read_frame(s, DEFAULT_MAX_BODY).unwrap();
         if f.kind != FrameKind::Health {
@@ -152,6 +166,7 @@ fn a_session_drives_its_tasks_runs_itself() {
     let mut session = connect(&addr, &token);
     let _health = connect(&addr, &token);
     session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    size_first(&mut session);
     let task = wire::encode_task_head(&f.digest(), "one_empty", None, &TaskArgs::new(), &[]).unwrap();
     for seq in 1..=50 {
         write_frame(&mut session, FrameKind::Task, seq, &task).unwrap();
@@ -180,9 +195,10 @@ fn sessions_served_at_once_see_only_their_own_node_resident_buffers() {
     let serving = std::thread::spawn(move || bound.serve(2, 2));
     let open = || {
         let token = lane::token().unwrap();
-        let session = connect(&addr, &token);
+        let mut session = connect(&addr, &token);
         let health = connect(&addr, &token);
         session.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        size_first(&mut session);
         (session, health)
     };
     let control = |s: &mut Stream, seq: u64, command: u32, arg: u64, arg2: u64| {

@@ -101,3 +101,46 @@ fn limits_of_u32_max_never_overflow_what_sessions_hold() {
     drop(first);
     assert_eq!(*sync::lock(&node.held), (Size::default(), 0));
 }
+
+/// Workers the racing test's `make` made and its sessions still hold.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn counted(sub: u32, chips: u32) -> Result<Worker> {
+    let live = LIVE.fetch_add(1, Ordering::SeqCst) + 1;
+    assert!(live <= 2, "{live} Workers at once under limits of 2 SUB workers of 1 each");
+    plain(sub, chips)
+}
+
+/// Eight threads racing for a node whose limits hold two sessions: never more than two
+/// Workers exist at once (the share is reserved before `make` runs), each start is served or
+/// refused as exhausted, and every share comes back.
+#[crate::test_support::isolated_test(crate = crate)]
+fn sessions_racing_for_the_limits_never_hold_more_than_they_allow() {
+    let (node, made) = sized(SessionLimits::new(2, 0).per_session(1, 0), counted);
+    let served = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..3 {
+                    match node.start(size(1, 0), "n") {
+                        Ok(w) => {
+                            served.fetch_add(1, Ordering::SeqCst);
+                            // Counted out before its Worker closes and its share comes back.
+                            LIVE.fetch_sub(1, Ordering::SeqCst);
+                            drop(w);
+                        }
+                        Err(e) => assert!(e.starts_with("RESOURCE: "), "{e}"),
+                    }
+                }
+            });
+        }
+    });
+    assert!(served.load(Ordering::SeqCst) >= 2, "some sessions were served");
+    assert_eq!(
+        made.load(Ordering::SeqCst),
+        served.load(Ordering::SeqCst),
+        "a Worker per served session only"
+    );
+    let all = node.start(size(1, 0), "n").and_then(|a| node.start(size(1, 0), "n").map(|b| (a, b)));
+    assert!(all.is_ok(), "both shares are free again: {:?}", all.err());
+}
