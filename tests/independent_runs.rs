@@ -13,7 +13,7 @@ use common::*;
 use simpler::status::Level;
 use simpler::{
     Buffer, CallableHandle, ErrorKind, HostArgs, HostFn, HostResult, OrchFn, Orchestrator, RunHandle,
-    TaskArgs, Tensor, Worker, chip::CallConfig,
+    TaskArgs, Tensor, Worker, chip::CallConfig, chip::ChipFn,
 };
 
 /// Never returns (until its run is cancelled, which kills its worker). Tensor 0: one scratch
@@ -293,4 +293,61 @@ fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
     expect_err(behind.wait(), ErrorKind::WorkerDied, &["l3_affine", "worker 0 is dead"]);
     let alive: Vec<bool> = rig.workers().iter().map(|w| w.is_alive()).collect();
     assert_eq!(alive, vec![false, true], "only the nested Worker of the hung task was stopped");
+}
+
+/// Where `chip_hang` announces itself: a kernel works on device copies of its tensors, so it
+/// tells the test (its chip's parent) that it runs through a file named after that parent.
+fn chip_marker(test_pid: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-independent-chip-hang-{test_pid}"))
+}
+
+/// A chip kernel that announces itself (`chip_marker`), then spins until its chip is stopped
+/// (at most 30 s).
+fn chip_hang(_: &HostArgs<'_>) -> HostResult {
+    let marker = chip_marker(std::os::unix::process::parent_id());
+    // Write, then rename: the test sees the marker only once it is complete.
+    std::fs::write(marker.with_extension("tmp"), b"running")?;
+    std::fs::rename(marker.with_extension("tmp"), &marker)?;
+    spin_until(std::time::Instant::now() + Duration::from_secs(30), || false);
+    Err("never stopped".into())
+}
+
+/// The same at L3, whose workers are chips: while one thread's run hangs on chip 0, three
+/// threads' independent runs on chip 1 all finish (before, runs with chip tasks waited for
+/// their turn: the chips' two pipeline leases were shared by every chip, and behind a hung head
+/// its first successor took the second), also beside an independent run waiting for chip 0,
+/// which takes no lease while it cannot start. Each chip keeps leases of its own now.
+#[isolated_test]
+fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
+    let marker = chip_marker(std::process::id());
+    let _ = std::fs::remove_file(&marker);
+    let mut rig = Rig::new(Worker::builder().chips(2).pending_run_depth(8));
+    let chip_hang = rig.register_chip(ChipFn::kernel("chip_hang", chip_hang)).unwrap();
+    let chip_affine = rig.register_chip(ChipFn::kernel("chip_affine", affine)).unwrap();
+    rig.init();
+    let hung = rig
+        .submit(|orch| {
+            orch.submit_next_level(&chip_hang, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    wait_for("the hanging kernel to start", Duration::from_secs(10), || marker.exists());
+    let own = u64_buffer(&rig, 2);
+    let behind = rig
+        .submit(|orch| {
+            orch.submit_next_level(&chip_affine, affine_args(&own, 6)?, CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    let outcome = finish_beside_hung(&rig, &hung, &|orch, buf, r| {
+        orch.submit_next_level(&chip_affine, affine_args(buf, r)?, CallConfig::default(), 1).map(|_| ())
+    });
+    let _ = std::fs::remove_file(&marker);
+    assert_eq!(
+        outcome,
+        (THREADS_BESIDE, true),
+        "threads whose {RUNS_BESIDE} runs on chip 1 all finished while the run on chip 0 hung"
+    );
+    expect_err(hung.wait(), ErrorKind::Cancelled, &["chip_hang"]);
+    expect_err(behind.wait(), ErrorKind::WorkerDied, &["chip_affine"]);
+    let alive: Vec<bool> = rig.workers().iter().map(|w| w.is_alive()).collect();
+    assert_eq!(alive, vec![false, true], "only the chip of the hung task was stopped");
 }

@@ -27,6 +27,12 @@
 //! 2) until one is returned: `run_finished` releases it, so a run whose orchestration failed
 //! returns its lease too; a run that is done is given none (both look under the arena's lock).
 //! The arena has as many slots as the level's chips granted ([`Engine::set_lease_depth`]).
+//! At an L3, each chip keeps an arena of its own, as deep: a chip task carries its run's lease
+//! on that chip ([`Engine::chip_lease_for`], minted at the run's first task there), the
+//! successor staged on a chip takes only that chip's, and a run dispatching before its turn
+//! takes its lease and its lease on every chip it uses at once or none
+//! ([`Engine::leases_for_all`]), so it never waits for a lease while holding one the head or
+//! another such run waits for; a run hung on one chip leaves the other chips' leases free.
 //! A run abandoned with tasks it did not wait for ([`Engine::abandon_run`]) quarantines its
 //! lease instead (rule L4 of `lease`): the scheduler frees it once no lane holds a task of that
 //! run ([`Engine::confirm_quarantined`], each pass while one waits), so a later run never
@@ -53,12 +59,31 @@ use crate::sys::sync;
 /// the scheduler frees one once no lane holds a task of its run, [`Engine::confirm_quarantined`]).
 pub(crate) struct Leases {
     arena: lease::LeaseArena,
-    quarantined: Vec<(lease::Lease, Arc<RunState>)>,
+    /// One arena per chip (by next-level worker index) at a level whose next-level workers
+    /// are chips: a chip task carries its run's lease on that chip, so runs on different chips
+    /// never compete for one chip's per-run resources (empty elsewhere: every task carries the
+    /// run's lease from `arena`).
+    chips: Vec<lease::LeaseArena>,
+    /// Each quarantined lease: the chip whose arena it is of (`None`: `arena`), the lease, and
+    /// the abandoned run.
+    quarantined: Vec<(Option<u32>, lease::Lease, Arc<RunState>)>,
 }
 
 impl Leases {
-    pub(crate) fn new(depth: u32) -> Result<Leases> {
-        Ok(Leases { arena: lease::LeaseArena::new(depth)?, quarantined: Vec::new() })
+    pub(crate) fn new(depth: u32, chips: usize) -> Result<Leases> {
+        Ok(Leases {
+            arena: lease::LeaseArena::new(depth)?,
+            chips: (0..chips).map(|_| lease::LeaseArena::new(depth)).collect::<Result<_>>()?,
+            quarantined: Vec::new(),
+        })
+    }
+
+    /// The arena of chip `chip` (`None`: the level's own).
+    fn arena_of(&mut self, chip: Option<u32>) -> &mut lease::LeaseArena {
+        match chip {
+            Some(w) => &mut self.chips[w as usize],
+            None => &mut self.arena,
+        }
     }
 }
 
@@ -414,9 +439,11 @@ impl Engine {
     }
 
     /// Sets how many runs hold pipeline leases at once (before any run): the smallest depth
-    /// the level's chips granted, at most `pipeline_depth`.
-    pub(crate) fn set_lease_depth(&self, depth: u32) -> Result<()> {
-        *sync::lock(&self.leases) = Leases::new(depth)?;
+    /// the level's chips granted, at most `pipeline_depth`; and how many chips keep leases of
+    /// their own, as many on each ([`Engine::chip_lease_for`]; 0 where the next-level workers
+    /// are not chips).
+    pub(crate) fn set_lease_depth(&self, depth: u32, chips: usize) -> Result<()> {
+        *sync::lock(&self.leases) = Leases::new(depth, chips)?;
         self.quarantined.store(0, Ordering::SeqCst);
         Ok(())
     }
@@ -449,10 +476,75 @@ impl Engine {
         }
     }
 
+    /// The lease a task of `run` carries to next-level worker `w`: at a level whose next-level
+    /// workers are chips, the run's lease on that chip, minted now if it holds none there yet
+    /// (`None`: every lease of that chip is held; a run that is done gets none, as in
+    /// [`lease_for`](Self::lease_for)); elsewhere the run's own lease.
+    pub(crate) fn chip_lease_for(&self, run: &RunState, w: u32) -> Option<lease::Lease> {
+        if let Some(l) = run.chip_lease(w) {
+            return Some(l);
+        }
+        let mut leases = sync::lock(&self.leases);
+        if leases.chips.is_empty() {
+            drop(leases);
+            return self.lease_for(run);
+        }
+        if let Some(l) = run.chip_lease(w) {
+            return Some(l);
+        }
+        if run.is_done() {
+            return None;
+        }
+        let minted = leases.chips.get_mut(w as usize)?.acquire()?;
+        sync::lock(&run.chip_leases).push((w, minted));
+        Some(minted)
+    }
+
+    /// Gives `run` its lease and its lease on each chip in `chips` at once, or none of them
+    /// when one is not free (a run dispatching before its turn never waits for a lease it
+    /// lacks while holding others: two such runs, or one and the head, could each hold what
+    /// the other waits for). Returns whether it holds them all.
+    pub(crate) fn leases_for_all(&self, run: &RunState, chips: &[u32]) -> bool {
+        let mut leases = sync::lock(&self.leases);
+        if run.is_done() {
+            return false;
+        }
+        let per_chip = !leases.chips.is_empty();
+        let held = sync::lock(&run.chip_leases).clone();
+        let needs = |w: u32| per_chip && !held.iter().any(|(c, _)| *c == w);
+        let free = |a: &lease::LeaseArena| a.counts().free > 0;
+        if (run.lease.get().is_none() && !free(&leases.arena))
+            || chips.iter().any(|&w| needs(w) && !leases.chips.get(w as usize).is_some_and(free))
+        {
+            return false;
+        }
+        if run.lease.get().is_none() {
+            let minted = leases.arena.acquire().expect("a free slot was seen under the lock");
+            if run.lease.set(minted).is_err() {
+                unreachable!("a run's lease is set only under the arena's lock")
+            }
+        }
+        for &w in chips {
+            if needs(w) {
+                let minted = leases.chips[w as usize].acquire().expect("a free slot was seen under the lock");
+                sync::lock(&run.chip_leases).push((w, minted));
+            }
+        }
+        true
+    }
+
     /// The pipeline leases' free / live / quarantined counts (tests).
     #[cfg(test)]
     pub(crate) fn lease_counts(&self) -> lease::LeaseCounts {
-        sync::lock(&self.leases).arena.counts()
+        let leases = sync::lock(&self.leases);
+        let mut c = leases.arena.counts();
+        for chip in &leases.chips {
+            let n = chip.counts();
+            c.free += n.free;
+            c.live += n.live;
+            c.quarantined += n.quarantined;
+        }
+        c
     }
 
     /// Whether a quarantined lease waits for its workers' confirmation (one load; the role
@@ -467,25 +559,34 @@ impl Engine {
     /// it freed any.
     pub(crate) fn confirm_quarantined(&self, on_worker: impl Fn(&RunState) -> bool) -> bool {
         let mut leases = sync::lock(&self.leases);
-        let Leases { arena, quarantined } = &mut *leases;
-        let before = quarantined.len();
-        quarantined.retain(|(l, run)| {
+        let before = leases.quarantined.len();
+        let mut quarantined = std::mem::take(&mut leases.quarantined);
+        quarantined.retain(|(chip, l, run)| {
             if on_worker(run) {
                 return true;
             }
-            match arena.confirm(*l) {
+            match leases.arena_of(*chip).confirm(*l) {
                 Ok(()) => tracing::debug!(target: "simpler::run", run_id = run.id, "{l} back in service: no task of the abandoned run is on a worker any more"),
                 Err(e) => tracing::error!(target: "simpler::run", run_id = run.id, "ending the quarantine of its lease: {e}"),
             }
             false
         });
-        self.quarantined.store(quarantined.len(), Ordering::Release);
-        quarantined.len() != before
+        let after = quarantined.len();
+        leases.quarantined = quarantined;
+        self.quarantined.store(after, Ordering::Release);
+        after != before
     }
 
-    /// The quarantined leases and their runs, for a message.
-    pub(crate) fn quarantined_leases(&self) -> Vec<(lease::Lease, u64)> {
-        sync::lock(&self.leases).quarantined.iter().map(|(l, r)| (*l, r.id)).collect()
+    /// The quarantined leases and their runs, for a message ("lease {..} on chip 1 of run 4").
+    pub(crate) fn quarantined_leases(&self) -> Vec<String> {
+        sync::lock(&self.leases)
+            .quarantined
+            .iter()
+            .map(|(chip, l, r)| match chip {
+                Some(w) => format!("{l} on chip {w} of run {}", r.id),
+                None => format!("{l} of run {}", r.id),
+            })
+            .collect()
     }
 
     /// The FIFO head run, if any.
@@ -547,18 +648,20 @@ impl Engine {
         // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
         {
             let mut leases = sync::lock(&self.leases);
-            if let Some(&l) = run.lease.get() {
+            let chip_leases = sync::lock(&run.chip_leases).clone();
+            let held = run.lease.get().map(|&l| (None, l)).into_iter();
+            for (chip, l) in held.chain(chip_leases.into_iter().map(|(w, l)| (Some(w), l))) {
                 let kept = if abandoned {
-                    leases.arena.quarantine(l).map(|()| {
-                        leases.quarantined.push((l, run.clone()));
+                    leases.arena_of(chip).quarantine(l).map(|()| {
+                        leases.quarantined.push((chip, l, run.clone()));
                         self.quarantined.store(leases.quarantined.len(), Ordering::Release);
-                        tracing::debug!(target: "simpler::run", run_id = run.id, "{l} quarantined: the run was abandoned and a task of it may still be on a worker");
+                        tracing::debug!(target: "simpler::run", run_id = run.id, ?chip, "{l} quarantined: the run was abandoned and a task of it may still be on a worker");
                     })
                 } else {
-                    leases.arena.release(l)
+                    leases.arena_of(chip).release(l)
                 };
                 if let Err(e) = kept {
-                    tracing::error!(target: "simpler::run", run_id = run.id, "returning its pipeline lease: {e}");
+                    tracing::error!(target: "simpler::run", run_id = run.id, ?chip, "returning its pipeline lease: {e}");
                 }
             }
         }
@@ -605,18 +708,14 @@ impl Engine {
     }
 
     /// Whether `run`, behind the head, is independent of every run ahead of it that is still
-    /// live (`ahead`, in FIFO order, stops at `run`): its submission closed with a footprint of
-    /// work it may dispatch early ([`Engine::early_dispatch_of`]), and no unfinished task of a
-    /// run ahead touches a buffer it names in a way that conflicts
+    /// live (`ahead`, in FIFO order, stops at `run`): its submission closed with a footprint,
+    /// and no unfinished task of a run ahead touches a buffer it names in a way that conflicts
     /// ([`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts)).
     pub(crate) fn independent_of(&self, run: &RunState, ahead: &[Arc<RunState>]) -> bool {
         if !run.submission_closed() {
             return false;
         }
         let Some(fp) = run.footprint.get() else { return false };
-        if !self.early_dispatch_of(fp) {
-            return false;
-        }
         let earlier = ahead.iter().take_while(|r| r.id < run.id).filter(|r| !r.is_done());
         // Every run ahead closed its submission before this one was admitted (builds are
         // serialized), so what they will ever touch is in the TensorMap now; checked anyway.
@@ -628,17 +727,6 @@ impl Engine {
             ids.push(r.id);
         }
         !self.tensor_map.conflicts(&ids, &fp.buffers)
-    }
-
-    /// Whether a run with footprint `fp` may dispatch before its turn at this level: SUB work
-    /// anywhere; next-level tasks only where the next-level workers are Workers (L4 and up:
-    /// nested or remote L3 Workers, each of whose tasks is a run of its own there). Runs with
-    /// chip tasks (the next level of an L3) still take their turn: chips grant two leases in
-    /// all (one executing run, one prepared), shared by every chip, and the head's first
-    /// successor takes the second to stage its tasks beside the head's; behind a hung head
-    /// nothing would be left for a run on another chip (leases per chip would be needed).
-    pub(crate) fn early_dispatch_of(&self, fp: &crate::engine::run::Footprint) -> bool {
-        fp.sub_only || self.cfg.level > crate::level::Level::Node
     }
 
     /// Live runs (for close).

@@ -310,6 +310,7 @@ impl Engine {
             runs_epoch: AtomicU64::new(0),
             leases: Mutex::new(admission::Leases::new(
                 u32::try_from(cfg.pipeline_depth).unwrap_or(u32::MAX),
+                0,
             )?),
             quarantined: AtomicUsize::new(0),
             epoch: Instant::now(),

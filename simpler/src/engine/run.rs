@@ -144,19 +144,24 @@ pub(crate) struct RunState {
     /// What its tasks name, set when its submission closes behind an earlier live run (see
     /// [`Footprint`]): how the scheduler tells whether it is independent of the runs ahead.
     pub(crate) footprint: OnceLock<Footprint>,
+    /// Its leases on chips, by next-level worker index (`Engine::chip_lease_for`): set under
+    /// the engine's lease lock, read by the scheduler on each chip dispatch.
+    pub(crate) chip_leases: Mutex<smallvec::SmallVec<[(u32, crate::engine::lease::Lease); 2]>>,
     /// The scheduler found it independent of every earlier live run and gave it a lease: it
     /// dispatches its tasks before it is the FIFO head (only the role holder sets it).
     pub(crate) independent: AtomicBool,
 }
 
 /// The buffers a run's tasks name, by identity, each with whether a task writes it, sorted
-/// and without repeats; and whether every task is SUB work. Set when a run's submission closes
+/// and without repeats; and the next-level workers its tasks go to. Set when a run's submission closes
 /// while an earlier run is live: the scheduler dispatches such a run ahead of its turn once none
 /// of these buffers is touched by an unfinished task of an earlier live run in a way that
 /// conflicts (a write on either side), [`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts).
 pub(crate) struct Footprint {
     pub(crate) buffers: Box<[(crate::data::buffer::Identity, bool)]>,
-    pub(crate) sub_only: bool,
+    /// The next-level workers its tasks go to, sorted, without repeats (a run dispatching
+    /// before its turn takes its lease on each of them at once, `Engine::leases_for_all`).
+    pub(crate) next_level: smallvec::SmallVec<[u32; 4]>,
 }
 
 impl RunState {
@@ -186,8 +191,14 @@ impl RunState {
             ahead: AtomicBool::new(false),
             wakers: Mutex::new(Vec::new()),
             footprint: OnceLock::new(),
+            chip_leases: Mutex::new(smallvec::SmallVec::new()),
             independent: AtomicBool::new(false),
         }
+    }
+
+    /// Its lease on chip `w`, if it holds one.
+    pub(crate) fn chip_lease(&self, w: u32) -> Option<crate::engine::lease::Lease> {
+        crate::sys::sync::lock(&self.chip_leases).iter().find(|(c, _)| *c == w).map(|(_, l)| *l)
     }
 
     /// Wakes the futures awaiting the run (it has just finished).

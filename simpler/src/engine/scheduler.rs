@@ -2,8 +2,8 @@
 //!
 //! Queues are partitioned by run; the run at the head of the admission FIFO dispatches, and a
 //! run behind it only once it is *independent* of every live run ahead of it (its submission
-//! closed, SUB work only or, at L4 and up, tasks of next-level Workers, no buffer in common with an unfinished task ahead where either side
-//! writes; [`Scheduler::dispatch_independent`], issue 31), so two runs' effects on one buffer
+//! closed, no buffer in common with an unfinished task ahead where either side writes, and
+//! the leases it needs free; [`Scheduler::dispatch_independent`], issue 31), so two runs' effects on one buffer
 //! never interleave while a hung run holds only its own workers, lease and admission place. Per pass: drain completions first (which may make
 //! consumers READY), stop the runs whose deadline passed or whose cancel waits
 //! ([`Scheduler::stop_run`]), take newly published READY tasks from the inbox, then dispatch: the
@@ -531,8 +531,7 @@ impl Scheduler {
         if names.is_empty() && staged.is_empty() {
             message.push_str("; no task of it was running");
             if run.lease.get().is_none() && eng.has_quarantined() {
-                let held: Vec<String> =
-                    eng.quarantined_leases().iter().map(|(l, r)| format!("{l} of run {r}")).collect();
+                let held = eng.quarantined_leases();
                 message.push_str(&format!(
                     " (it waited for a pipeline lease: every lease is quarantined until the tasks of abandoned runs end: {})",
                     held.join(", ")
@@ -824,7 +823,10 @@ impl Scheduler {
             member,
             captured: slot.run.capture.is_some(),
             engine: slot.run.engine,
-            lease: eng.lease_for(&slot.run),
+            lease: match &task.target {
+                Target::NextLevel(ws) => eng.chip_lease_for(&slot.run, ws[member as usize]),
+                Target::Sub => eng.lease_for(&slot.run),
+            },
             overlap,
         };
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
@@ -1002,7 +1004,8 @@ impl Scheduler {
                 self.withdraw_on(eng, i);
                 continue;
             }
-            if !ours {
+            // A run dispatching before its turn launches its staged task once the lane is free.
+            if !ours && !slot.run.independent.load(std::sync::atomic::Ordering::Relaxed) {
                 continue;
             }
             if lane.busy.is_some() {
@@ -1052,7 +1055,13 @@ impl Scheduler {
         for w in 0..self.next_level.len() {
             let lane = self.next_level[w];
             let l = &self.lanes[lane];
-            if !l.stages || l.staged.is_some() || l.dead.is_some() {
+            // Never beside a task of its own run: both would be under its one lease on the
+            // chip, whose per-run resources the running task uses.
+            if !l.stages
+                || l.staged.is_some()
+                || l.dead.is_some()
+                || l.busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &next))
+            {
                 continue;
             }
             let part = &mut self.parts[at].1;
@@ -1078,7 +1087,9 @@ impl Scheduler {
             if !inputs_final {
                 continue;
             }
-            let Some(lease) = eng.lease_for(&next) else { return progress };
+            // Its lease on this chip: the head and it hold one each (at a grant of 2), or a run
+            // dispatching before its turn holds the second; then it waits for its turn here.
+            let Some(lease) = eng.chip_lease_for(&next, w as u32) else { continue };
             part.single[w].pop_front();
             self.queued -= 1;
             if slot.cas(State::Ready, State::Running) {
@@ -1108,10 +1119,11 @@ impl Scheduler {
 
     /// Dispatches the work of the runs behind the head that are independent of every run
     /// ahead of them (issue 31: a run whose task hangs no longer holds every later run). A run
-    /// behind the head becomes independent once its submission closed, its tasks are SUB work
-    /// or, at L4 and up, tasks of next-level Workers ([`Engine::early_dispatch_of`]), no
-    /// unfinished task of a live run ahead touches a buffer it names in a way that
-    /// conflicts ([`Engine::independent_of`]), and it got a pipeline lease; from then on it
+    /// behind the head becomes independent once its submission closed, no unfinished task of a
+    /// live run ahead touches a buffer it names in a way that conflicts
+    /// ([`Engine::independent_of`]), and it got its pipeline lease and, where the next-level
+    /// workers are chips, its lease on each chip it uses, all at once
+    /// ([`Engine::leases_for_all`]); from then on it
     /// dispatches as the head does, to the workers the head leaves idle (groups excepted: they
     /// wait for its turn). Nothing ahead of
     /// it can touch its buffers any more (those runs submit nothing more), so it stays
@@ -1158,7 +1170,7 @@ impl Scheduler {
                 if !recheck
                     || !self.startable(&self.parts[i - 1].1)
                     || !eng.independent_of(run, &live)
-                    || eng.lease_for(run).is_none()
+                    || !run.footprint.get().is_some_and(|fp| eng.leases_for_all(run, &fp.next_level))
                 {
                     continue;
                 }
@@ -1265,6 +1277,12 @@ impl Scheduler {
                 continue;
             }
             if lanes.iter().all(|&l| self.lanes[l].idle()) {
+                // Its lease on each of its chips, all at once; while one is held by a run
+                // dispatching before its turn, which needs nothing of the head, it waits
+                // without reserving the lanes that run may need.
+                if !eng.leases_for_all(&slot.run, targets) {
+                    break;
+                }
                 part.groups.pop_front();
                 self.queued -= 1;
                 if slot.cas(State::Ready, State::Running) {
@@ -1307,7 +1325,7 @@ impl Scheduler {
                     progress = true;
                     continue;
                 }
-                if !self.lanes[lane].idle() {
+                if !self.lanes[lane].idle() || eng.chip_lease_for(&slot.run, w as u32).is_none() {
                     break;
                 }
                 part.single[w].pop_front();

@@ -321,17 +321,20 @@ impl Tree {
 
         // Pipeline leases go to the FIFO head and its first successor, as many at once as
         // every chip grants; with two, each chip prepares a staged successor beside the task it
-        // runs (rule M11 of `ipc::mailbox`). Without chips (SUB workers only, or nested
+        // runs (rule M11 of `ipc::mailbox`). Each chip keeps leases of its own, as many: a
+        // chip task carries its run's lease on that chip, so a run hung on one chip leaves the
+        // other chips' leases to runs dispatching before their turn. Without chips (SUB workers only, or nested
         // Workers, whose lanes never stage and which keep no per-run resources by lease) the
         // leases, `pipeline_depth` of them, let runs found independent of the runs ahead
         // dispatch beside the head (`Scheduler::dispatch_independent`).
+        let n_leasing_chips = chips.len();
         let lease_depth = chips
             .map(|i| region.mailbox(i).granted_depth())
             .min()
             .unwrap_or(u32::MAX)
             .min(chip_depth(cfg))
             .max(1);
-        if let Err(e) = engine.set_lease_depth(lease_depth) {
+        if let Err(e) = engine.set_lease_depth(lease_depth, n_leasing_chips) {
             abort_children(&region, &monitor, &pids);
             return Err(e);
         }
