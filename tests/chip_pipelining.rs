@@ -261,7 +261,9 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     let (input, _, outs) = input_and_outputs(&rig, 4);
     let f32s = |b: &simpler::Buffer| b.tensor(&[N as u32], DataType::Float32).unwrap();
     // Z holds the chip (gate 1); A is staged behind it: T1 (gate 2), then T2 (announced, gate
-    // 3), which reads what T1 wrote; C is staged once A is the head.
+    // 3), which reads what T1 wrote; C is staged once A is the head. C writes what T1 writes
+    // and T2 reads, so it waits for its turn (a run independent of A would launch between T1
+    // and T2).
     let z = submit(&rig, &gated, &input, &outs[0], 1);
     let (ti, t1_out, t2_out) = (f32s(&input), f32s(&outs[1]), f32s(&outs[2]));
     let (g, an) = (gated.clone(), announced.clone());
@@ -275,7 +277,7 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
             orch.submit_next_level(&an, t2, CallConfig::default(), 0).map(|_| ())
         })
         .unwrap();
-    let c = submit(&rig, &dbl, &input, &outs[3], 0);
+    let c = submit(&rig, &dbl, &input, &outs[1], 0);
     gates.open(1);
     z.wait().unwrap();
     wait_for("C prepared while T1 runs", Duration::from_secs(20), || c.progress().staged == 1);
@@ -291,7 +293,9 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     assert!(!a.is_done(), "T2 still waits at its gate");
     gates.open(3);
     a.wait().unwrap();
-    assert!(outs[3].read::<f32>(0, N).unwrap().iter().all(|v| *v == 0.0), "the withdrawn task never ran");
+    let copied = input.read::<f32>(0, N).unwrap();
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), copied, "the withdrawn task never ran: T1's copy stands");
+    assert_eq!(outs[2].read::<f32>(0, N).unwrap(), copied, "T2 read T1's copy");
 }
 
 /// The first of runs submitted back to back is overlapped too: the chip runs a task of a run
@@ -317,9 +321,10 @@ fn the_run_behind_the_first_of_a_burst_is_prepared_while_the_first_executes() {
 /// rule): with runs queued, a single of the run behind the head, placed on a chip that a group
 /// ahead of it in that run needs, is not staged there, so it cannot overtake the group. Three
 /// chips, default pipelining. Run 1 holds chip 0 at its gate; run 2 submits a group on chips 0
-/// and 1, then a single on chip 0, then one on chip 2 (which no group needs: it is staged, and
-/// the pass that staged it would have staged the single on chip 0). Chip 0 runs run 1's task,
-/// the group, then the single.
+/// and 1, then a single on chip 0, then one on chip 2 (which no group needs: run 2 reads only
+/// what run 1 reads, so it is independent and that single runs at once, and the pass that
+/// started it would have started or staged the single on chip 0 too). Chip 0 runs run 1's
+/// task, the group, then the single.
 #[isolated_test]
 fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
     let mut rig = Rig::new(common::builder().chips(3).chip_memory(32 << 20).chip_cores(1));
@@ -345,8 +350,8 @@ fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
             orch.submit_next_level(&k, one(&o[3])?, CallConfig::default(), 2).map(|_| ())
         })
         .unwrap();
-    wait_for("the single on chip 2 prepared while run 1 runs", Duration::from_secs(20), || {
-        next.progress().staged >= 1
+    wait_for("the single on chip 2 run while run 1 runs", Duration::from_secs(20), || {
+        next.progress().completed >= 1
     });
     gates.open(1);
     head.wait().unwrap();
@@ -363,5 +368,8 @@ fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
         "the single on chip 0 started before the group ahead of it: {group:?} {single:?}"
     );
     assert!(single.staged_ns.is_none(), "the single on chip 0 was staged ahead of the group: {single:?}");
-    assert!(other.staged_ns.is_some(), "the single on chip 2 was staged: {other:?}");
+    assert!(
+        other.ended_ns.unwrap() < group.started_ns.unwrap(),
+        "the single on chip 2 ran while run 1 held chip 0: {other:?} {group:?}"
+    );
 }

@@ -315,8 +315,9 @@ fn chip_hang(_: &HostArgs<'_>) -> HostResult {
 /// The same at L3, whose workers are chips: while one thread's run hangs on chip 0, three
 /// threads' independent runs on chip 1 all finish (before, runs with chip tasks waited for
 /// their turn: the chips' two pipeline leases were shared by every chip, and behind a hung head
-/// its first successor took the second), also beside an independent run waiting for chip 0,
-/// which takes no lease while it cannot start. Each chip keeps leases of its own now.
+/// its first successor took the second). Also beside an independent run that waits for chip 0
+/// and has run a task on chip 1 (it holds a lease on both until it ends): the hung run never
+/// uses chip 1, so the chip's other lease is not kept for it.
 #[isolated_test]
 fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
     let marker = chip_marker(std::process::id());
@@ -331,12 +332,15 @@ fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
         })
         .unwrap();
     wait_for("the hanging kernel to start", Duration::from_secs(10), || marker.exists());
-    let own = u64_buffer(&rig, 2);
+    let (own, also) = (u64_buffer(&rig, 2), u64_buffer(&rig, 2));
     let behind = rig
         .submit(|orch| {
-            orch.submit_next_level(&chip_affine, affine_args(&own, 6)?, CallConfig::default(), 0).map(|_| ())
+            orch.submit_next_level(&chip_affine, affine_args(&own, 6)?, CallConfig::default(), 0)?;
+            orch.submit_next_level(&chip_affine, affine_args(&also, 6)?, CallConfig::default(), 1).map(|_| ())
         })
         .unwrap();
+    wait_for("the behind run's task on chip 1", Duration::from_secs(10), || behind.progress().completed == 1);
+    assert_eq!(read_u64(&also, 1, 1), vec![7], "its task on chip 1 ran (0 + 7)");
     let outcome = finish_beside_hung(&rig, &hung, &|orch, buf, r| {
         orch.submit_next_level(&chip_affine, affine_args(buf, r)?, CallConfig::default(), 1).map(|_| ())
     });
@@ -350,4 +354,71 @@ fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
     expect_err(behind.wait(), ErrorKind::WorkerDied, &["chip_affine"]);
     let alive: Vec<bool> = rig.workers().iter().map(|w| w.is_alive()).collect();
     assert_eq!(alive, vec![false, true], "only the chip of the hung task was stopped");
+}
+
+/// Where `chip_gated` announces that it runs, and the gate it waits for.
+fn chip_gate(test_pid: u32, what: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-independent-chip-{what}-{test_pid}"))
+}
+
+/// `affine` once the test opens the gate (at most 30 s); announces that it runs first.
+fn chip_gated(args: &HostArgs<'_>) -> HostResult {
+    let test = std::os::unix::process::parent_id();
+    std::fs::write(chip_gate(test, "gated"), b"running")?;
+    if !spin_until(std::time::Instant::now() + Duration::from_secs(30), || chip_gate(test, "gate").exists()) {
+        return Err("the gate never opened".into());
+    }
+    affine(args)
+}
+
+/// Runs dispatching before their turn pipeline on a chip as the head and its successor do:
+/// while one thread's run hangs on chip 0, run A's task runs on chip 1 (held at a gate), and
+/// the task of run B, submitted after it, is prepared on chip 1 meanwhile (staged), then
+/// launched once A's ends.
+#[isolated_test]
+fn at_l3_runs_before_their_turn_prepare_beside_each_other_on_a_chip() {
+    let pid = std::process::id();
+    let (marker, gated, gate) = (chip_marker(pid), chip_gate(pid, "gated"), chip_gate(pid, "gate"));
+    for f in [&marker, &gated, &gate] {
+        let _ = std::fs::remove_file(f);
+    }
+    let mut rig = Rig::new(Worker::builder().chips(2).pending_run_depth(8));
+    let chip_hang = rig.register_chip(ChipFn::kernel("chip_hang", chip_hang)).unwrap();
+    let chip_gated = rig.register_chip(ChipFn::kernel("chip_gated", chip_gated)).unwrap();
+    let chip_affine = rig.register_chip(ChipFn::kernel("chip_affine", affine)).unwrap();
+    rig.init();
+    let hung = rig
+        .submit(|orch| {
+            orch.submit_next_level(&chip_hang, TaskArgs::new(), CallConfig::default(), 0).map(|_| ())
+        })
+        .unwrap();
+    wait_for("the hanging kernel to start", Duration::from_secs(10), || marker.exists());
+    let (a_buf, b_buf) = (u64_buffer(&rig, 2), u64_buffer(&rig, 2));
+    let a = rig
+        .submit(|orch| {
+            orch.submit_next_level(&chip_gated, affine_args(&a_buf, 1)?, CallConfig::default(), 1).map(|_| ())
+        })
+        .unwrap();
+    wait_for("run A's kernel to start on chip 1", Duration::from_secs(10), || gated.exists());
+    let b = rig
+        .submit_with(simpler::RunOptions::new().capture_dag(), |orch, _, _| {
+            orch.submit_next_level(&chip_affine, affine_args(&b_buf, 2)?, CallConfig::default(), 1)
+                .map(|_| ())
+        })
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let staged = spin_until(until, || b.progress().staged >= 1);
+    let b_waited = !b.is_done();
+    std::fs::write(&gate, b"open").unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+    assert!(hung.cancel());
+    for f in [&marker, &gated, &gate] {
+        let _ = std::fs::remove_file(f);
+    }
+    assert!(staged && b_waited, "run B's task was prepared on chip 1 while run A's ran there");
+    assert_eq!((read_u64(&a_buf, 1, 1), read_u64(&b_buf, 1, 1)), (vec![2], vec![3]));
+    let record = b.timeline().unwrap().records()[0].clone();
+    assert!(record.staged_ns.is_some() && record.started_ns.is_some(), "{record:?}");
+    expect_err(hung.wait(), ErrorKind::Cancelled, &["chip_hang"]);
 }

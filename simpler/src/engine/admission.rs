@@ -1,6 +1,6 @@
 //! Runs at the engine: admission into the run FIFO (`pending_run_depth`, back-pressure),
 //! building a run ([`Engine::build_run`], the one place a run is built), deadlines and cancels
-//! (`next_check`), the pipeline leases of the FIFO head and its first successor, and a finished
+//! (`next_check`), the pipeline leases (of the level, and of each chip at an L3), and a finished
 //! run leaving the FIFO.
 //!
 //! [`Engine::build_run`] refuses a re-entrant build (a submit from inside an orchestration
@@ -21,13 +21,16 @@
 //! grace, at which `RunState::due` reports `StopCause::GraceOver` and the scheduler stops what
 //! still runs.
 //!
-//! Leases: the engine hands a lease (`engine::lease`) to a run when it takes one of the two
-//! roles that can use one: the FIFO head (at its first dispatch) and the first successor (when
-//! the scheduler stages a task of it); [`Engine::lease_for`]. A third run holds none (at depth
-//! 2) until one is returned: `run_finished` releases it, so a run whose orchestration failed
-//! returns its lease too; a run that is done is given none (both look under the arena's lock).
-//! The arena has as many slots as the level's chips granted ([`Engine::set_lease_depth`]).
-//! At an L3, each chip keeps an arena of its own, as deep: a chip task carries its run's lease
+//! Leases: the engine hands a lease (`engine::lease`) to a run when it dispatches: the FIFO
+//! head (at its first dispatch) and a run found independent of the runs ahead
+//! ([`Engine::lease_for`], [`Engine::leases_for_all`]). The head keeps one of each arena for
+//! itself: another run takes a lease only while one more stays free or the head holds one
+//! there (`Leases::may_take`), so the head never waits for a run behind it. A run holds its
+//! leases until it ends: `run_finished` releases them, so a run whose orchestration failed
+//! returns its leases too; a run that is done is given none (both look under the arena's lock).
+//! The level's arena has `pipeline_depth` slots, at most what the chips granted; at an L3 with
+//! chips, as many as runs are admitted ([`Engine::set_lease_depth`]), since there each chip
+//! keeps an arena of its own, as deep as the chips' grant: a chip task carries its run's lease
 //! on that chip ([`Engine::chip_lease_for`], minted at the run's first task there), the
 //! successor staged on a chip takes only that chip's, and a run dispatching before its turn
 //! takes its lease and its lease on every chip it uses at once or none
@@ -70,12 +73,37 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    pub(crate) fn new(depth: u32, chips: usize) -> Result<Leases> {
+    /// `depth` leases for the level and, for each of `chips` chips, `chip_depth` of its own.
+    pub(crate) fn new(depth: u32, chips: usize, chip_depth: u32) -> Result<Leases> {
         Ok(Leases {
             arena: lease::LeaseArena::new(depth)?,
-            chips: (0..chips).map(|_| lease::LeaseArena::new(depth)).collect::<Result<_>>()?,
+            chips: (0..chips).map(|_| lease::LeaseArena::new(chip_depth)).collect::<Result<_>>()?,
             quarantined: Vec::new(),
         })
+    }
+
+    /// Whether a run may take a slot of `arena` now (the head keeps one for itself): the FIFO
+    /// head (`is_head`) whenever one is free; any other run only while another stays free, or
+    /// once the head holds a slot of `arena` (`head_holds`). So whenever the head holds no
+    /// lease of an arena one is free for it (but for quarantined ones), and the runs that
+    /// hold the others (a staged successor waiting for its turn, a run dispatching before its
+    /// turn whose groups wait for it) never hold what the head waits for.
+    ///
+    /// One exception, for a chip the head will never use (`head_needs` false: its submission
+    /// closed without a task there, say it hangs on another chip): a run with no group (which
+    /// waits for nothing of the runs ahead, so it ends by itself) may take the chip's last
+    /// lease. The next head finds one free again before any other run may take it: the head
+    /// that ended held none there, and once the new head may need the chip the rule above
+    /// holds again, while such runs end.
+    fn may_take(
+        arena: &lease::LeaseArena,
+        is_head: bool,
+        head_holds: bool,
+        head_needs: bool,
+        groups: bool,
+    ) -> bool {
+        let free = arena.counts().free;
+        free >= 1 && (is_head || head_holds || free >= 2 || (!head_needs && !groups))
     }
 
     /// The arena of chip `chip` (`None`: the level's own).
@@ -438,21 +466,21 @@ impl Engine {
         }
     }
 
-    /// Sets how many runs hold pipeline leases at once (before any run): the smallest depth
-    /// the level's chips granted, at most `pipeline_depth`; and how many chips keep leases of
-    /// their own, as many on each ([`Engine::chip_lease_for`]; 0 where the next-level workers
-    /// are not chips).
-    pub(crate) fn set_lease_depth(&self, depth: u32, chips: usize) -> Result<()> {
-        *sync::lock(&self.leases) = Leases::new(depth, chips)?;
+    /// Sets how many runs hold pipeline leases at once (before any run), `depth`; and how many
+    /// chips keep leases of their own, `chip_depth` on each ([`Engine::chip_lease_for`]: the
+    /// smallest depth the chips granted, at most `pipeline_depth`; no chips where the
+    /// next-level workers are not chips).
+    pub(crate) fn set_lease_depth(&self, depth: u32, chips: usize, chip_depth: u32) -> Result<()> {
+        *sync::lock(&self.leases) = Leases::new(depth, chips, chip_depth)?;
         self.quarantined.store(0, Ordering::SeqCst);
         Ok(())
     }
 
     /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held,
-    /// live or quarantined; at a depth of 1, the head's is the only one). Called for the FIFO
-    /// head, its first successor, and a run behind them found independent of every run ahead
-    /// (which never waits for a run ahead, so it always returns its lease); a run dispatches
-    /// only once it holds one.
+    /// live or quarantined, or the last free one is kept for the head, `Leases::may_take`; at a
+    /// depth of 1, the head's is the only one). Called for the FIFO head, and through
+    /// [`chip_lease_for`](Self::chip_lease_for) where chips keep no leases of their own; a run
+    /// dispatches only once it holds one.
     ///
     /// A run that is done gets none: `run_finished` may run on another thread (the
     /// orchestration's, when it fails the task this lease was for), and it returns only a lease
@@ -462,11 +490,19 @@ impl Engine {
         if let Some(l) = run.lease.get() {
             return Some(*l);
         }
+        let head = self.live_head();
         let mut leases = sync::lock(&self.leases);
         if let Some(l) = run.lease.get() {
             return Some(*l);
         }
         if run.is_done() {
+            return None;
+        }
+        let (is_head, head_holds) = match &head {
+            Some(h) => (h.id == run.id, h.lease.get().is_some()),
+            None => (true, false),
+        };
+        if !Leases::may_take(&leases.arena, is_head, head_holds, true, true) {
             return None;
         }
         let minted = leases.arena.acquire()?;
@@ -484,6 +520,7 @@ impl Engine {
         if let Some(l) = run.chip_lease(w) {
             return Some(l);
         }
+        let head = self.live_head();
         let mut leases = sync::lock(&self.leases);
         if leases.chips.is_empty() {
             drop(leases);
@@ -495,16 +532,36 @@ impl Engine {
         if run.is_done() {
             return None;
         }
-        let minted = leases.chips.get_mut(w as usize)?.acquire()?;
+        let (is_head, head_holds, head_needs) = match &head {
+            Some(h) => (h.id == run.id, h.chip_lease(w).is_some(), h.may_use_next_level(w)),
+            None => (true, false, true),
+        };
+        let arena = leases.chips.get_mut(w as usize)?;
+        if !Leases::may_take(arena, is_head, head_holds, head_needs, run.has_next_level_groups()) {
+            return None;
+        }
+        let minted = arena.acquire()?;
         sync::lock(&run.chip_leases).push((w, minted));
         Some(minted)
     }
 
+    /// Whether `run` holds the lease its tasks carry to next-level worker `w` (see
+    /// [`chip_lease_for`](Self::chip_lease_for)).
+    pub(crate) fn holds_chip_lease(&self, run: &RunState, w: u32) -> bool {
+        if sync::lock(&self.leases).chips.is_empty() {
+            run.lease.get().is_some()
+        } else {
+            run.chip_lease(w).is_some()
+        }
+    }
+
     /// Gives `run` its lease and its lease on each chip in `chips` at once, or none of them
-    /// when one is not free (a run dispatching before its turn never waits for a lease it
-    /// lacks while holding others: two such runs, or one and the head, could each hold what
-    /// the other waits for). Returns whether it holds them all.
+    /// when one is not free to it (`Leases::may_take`: the head keeps one of each for itself).
+    /// A run dispatching before its turn so never waits for a lease it lacks while holding
+    /// others: two such runs could each hold what the other waits for. Returns whether it
+    /// holds them all.
     pub(crate) fn leases_for_all(&self, run: &RunState, chips: &[u32]) -> bool {
+        let head = self.live_head();
         let mut leases = sync::lock(&self.leases);
         if run.is_done() {
             return false;
@@ -512,9 +569,23 @@ impl Engine {
         let per_chip = !leases.chips.is_empty();
         let held = sync::lock(&run.chip_leases).clone();
         let needs = |w: u32| per_chip && !held.iter().any(|(c, _)| *c == w);
-        let free = |a: &lease::LeaseArena| a.counts().free > 0;
-        if (run.lease.get().is_none() && !free(&leases.arena))
-            || chips.iter().any(|&w| needs(w) && !leases.chips.get(w as usize).is_some_and(free))
+        let is_head = head.as_ref().is_none_or(|h| h.id == run.id);
+        let head_holds = |w: Option<u32>| {
+            head.as_ref().is_some_and(|h| match w {
+                Some(w) => h.chip_lease(w).is_some(),
+                None => h.lease.get().is_some(),
+            })
+        };
+        let head_needs = |w: u32| head.as_ref().is_none_or(|h| h.may_use_next_level(w));
+        let groups = run.has_next_level_groups();
+        if (run.lease.get().is_none()
+            && !Leases::may_take(&leases.arena, is_head, head_holds(None), true, true))
+            || chips.iter().any(|&w| {
+                needs(w)
+                    && !leases.chips.get(w as usize).is_some_and(|a| {
+                        Leases::may_take(a, is_head, head_holds(Some(w)), head_needs(w), groups)
+                    })
+            })
         {
             return false;
         }

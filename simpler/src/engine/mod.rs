@@ -311,6 +311,7 @@ impl Engine {
             leases: Mutex::new(admission::Leases::new(
                 u32::try_from(cfg.pipeline_depth).unwrap_or(u32::MAX),
                 0,
+                1,
             )?),
             quarantined: AtomicUsize::new(0),
             epoch: Instant::now(),

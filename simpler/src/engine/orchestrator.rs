@@ -539,6 +539,7 @@ impl<'a> Orchestrator<'a> {
         self.check_worker(worker, callable)?;
         self.check_placed(at, worker, callable).map_err(|e| e.context("submit_next_level"))?;
         self.check_signature(at, callable, &args)?;
+        self.run.note_next_level(&[worker], false);
         self.submit(
             callable,
             smallvec::smallvec![args],
@@ -604,6 +605,7 @@ impl<'a> Orchestrator<'a> {
                 )));
             }
         }
+        self.run.note_next_level(workers, true);
         self.submit(
             callable,
             args_list.into_iter().collect(),

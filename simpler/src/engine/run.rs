@@ -127,8 +127,8 @@ pub(crate) struct RunState {
     /// Whether (and why) the scheduler stopped the run: from then on none of its tasks is
     /// dispatched (one of the `STOPPED_*` values).
     stopped: AtomicU8,
-    /// The pipeline lease the run holds (`engine::lease`), from when it became the FIFO head
-    /// or its first successor until it finished.
+    /// The pipeline lease the run holds (`engine::lease`), from its first dispatch (as the FIFO
+    /// head or before its turn) until it finished.
     pub(crate) lease: OnceLock<crate::engine::lease::Lease>,
     /// Its tasks staged on a worker now (handed over to prepare, not yet activated or ended).
     pub(crate) staged: AtomicU64,
@@ -144,6 +144,12 @@ pub(crate) struct RunState {
     /// What its tasks name, set when its submission closes behind an earlier live run (see
     /// [`Footprint`]): how the scheduler tells whether it is independent of the runs ahead.
     pub(crate) footprint: OnceLock<Footprint>,
+    /// The next-level workers its tasks were submitted to, one bit each (bit 63: worker 63 or
+    /// any above), and whether one of them is a group (`note_next_level`): a head whose
+    /// submission closed keeps no lease of a chip it never uses for itself
+    /// (`Leases::may_take`).
+    next_level: AtomicU64,
+    next_level_groups: AtomicBool,
     /// Its leases on chips, by next-level worker index (`Engine::chip_lease_for`): set under
     /// the engine's lease lock, read by the scheduler on each chip dispatch.
     pub(crate) chip_leases: Mutex<smallvec::SmallVec<[(u32, crate::engine::lease::Lease); 2]>>,
@@ -192,8 +198,31 @@ impl RunState {
             wakers: Mutex::new(Vec::new()),
             footprint: OnceLock::new(),
             chip_leases: Mutex::new(smallvec::SmallVec::new()),
+            next_level: AtomicU64::new(0),
+            next_level_groups: AtomicBool::new(false),
             independent: AtomicBool::new(false),
         }
+    }
+
+    /// Notes a task submitted to next-level `workers` (a group when `group`).
+    pub(crate) fn note_next_level(&self, workers: &[u32], group: bool) {
+        let bits = workers.iter().fold(0u64, |b, &w| b | 1 << w.min(63));
+        if self.next_level.load(Ordering::Relaxed) & bits != bits {
+            self.next_level.fetch_or(bits, Ordering::Relaxed);
+        }
+        if group {
+            self.next_level_groups.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether it may still submit, or has submitted, a task to next-level worker `w`.
+    pub(crate) fn may_use_next_level(&self, w: u32) -> bool {
+        !self.submission_closed() || self.next_level.load(Ordering::Relaxed) & (1 << w.min(63)) != 0
+    }
+
+    /// Whether one of its tasks is a next-level group (which waits for its run's turn).
+    pub(crate) fn has_next_level_groups(&self) -> bool {
+        self.next_level_groups.load(Ordering::Relaxed)
     }
 
     /// Its lease on chip `w`, if it holds one.

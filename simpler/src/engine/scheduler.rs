@@ -14,8 +14,11 @@
 //! One exception to "only the head dispatches", which changes no result: a lane whose endpoint
 //! stages (a chip with two task frames) may hold one task of the first run behind the head,
 //! handed over to be *prepared* (its inputs copied in) while the lane runs the head's task, and
-//! launched only when it is activated, once its run is the head ([`Scheduler::stage_successor`],
-//! [`Scheduler::activate_staged`]). It is staged only when its inputs are final (the head has
+//! launched only when it is activated, once its run is the head, or, for a run dispatching
+//! before its turn, once the lane is free ([`Scheduler::stage_successor`],
+//! [`Scheduler::activate_staged`]). It is staged only beside the head's own work on that chip
+//! (the head holds a lease there: the successor takes the chip's other one, never the last),
+//! and only when its inputs are final (the head has
 //! closed its submission and none of its tasks that write those inputs is still to end) and no
 //! READY group of its run needs that lane: a group reserves its targets for staging too, so
 //! a staged single never overtakes it.
@@ -33,7 +36,8 @@
 //!   prepared (`Endpoint::prepared`: `RunProgress::staged`, `TaskRecord::staged_ns`), and once
 //!   its run is the head and nothing runs on the lane, activates it (`Endpoint::activate`),
 //!   which makes it the lane's running task; until then the lane takes no other task of the
-//!   head.
+//!   head. A staged task of a run dispatching before its turn activates as soon as nothing runs
+//!   on the lane, and the lane takes no other task of that run before it.
 //! * A stopped run, and a run whose orchestration function failed (its tasks not started never
 //!   start, as at depth 1), withdraws its staged tasks (`Endpoint::withdraw`, asked again each
 //!   pass until the task ends: a worker still preparing it cannot give it back yet); a staged
@@ -158,6 +162,12 @@ impl Lane {
             t.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
         };
         of(&self.busy) || of(&self.staged)
+    }
+
+    /// Whether it can take a task to stage now: its endpoint stages, it holds none staged,
+    /// and it is in service.
+    fn takes_staged(&self) -> bool {
+        self.stages && self.staged.is_none() && self.dead.is_none()
     }
 
     /// Its endpoint takes staged tasks.
@@ -899,6 +909,8 @@ impl Scheduler {
                 self.lanes[lane].staged = Some((slot.clone(), 0));
                 self.lanes[lane].prepared = false;
                 self.in_flight += 1;
+                // Its run may be startable now (`staged_startable`): checked again.
+                self.settled = self.settled.wrapping_add(1);
             }
             Err(panic) => {
                 let name = self.lanes[lane].name.clone();
@@ -1057,10 +1069,13 @@ impl Scheduler {
             let l = &self.lanes[lane];
             // Never beside a task of its own run: both would be under its one lease on the
             // chip, whose per-run resources the running task uses.
+            // Nor, for a run dispatching before its turn (whose staged task launches as soon as
+            // the lane is free), on a lane the head's group reserved.
             if !l.stages
                 || l.staged.is_some()
                 || l.dead.is_some()
                 || l.busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &next))
+                || (self.reserved[w] && next.independent.load(std::sync::atomic::Ordering::Relaxed))
             {
                 continue;
             }
@@ -1087,8 +1102,13 @@ impl Scheduler {
             if !inputs_final {
                 continue;
             }
-            // Its lease on this chip: the head and it hold one each (at a grant of 2), or a run
-            // dispatching before its turn holds the second; then it waits for its turn here.
+            // Only beside the head's own work on this chip, under the chip's other lease (at a
+            // grant of 2): a successor waiting for its turn never holds a chip's last lease,
+            // which the head, or runs dispatching before their turn while the head hangs on
+            // another chip, need. (Taken by such a run, it waits for its turn here.)
+            if !eng.holds_chip_lease(&head_run, w as u32) {
+                continue;
+            }
             let Some(lease) = eng.chip_lease_for(&next, w as u32) else { continue };
             part.single[w].pop_front();
             self.queued -= 1;
@@ -1113,6 +1133,64 @@ impl Scheduler {
         }
         if self.staging {
             progress |= self.stage_successor(eng, head);
+            if self.ahead_of_turn {
+                progress |= self.stage_independent(eng, head);
+            }
+        }
+        progress
+    }
+
+    /// Stages, on each staging lane that runs a task and holds none staged, the first READY
+    /// single task queued for it by a run dispatching before its turn (in FIFO order), under
+    /// that run's lease on the chip, which it holds already: prepared while the lane runs, it
+    /// launches once the lane is free (`activate_staged`), so such runs pipeline on a chip as
+    /// the head and its successor do. Never beside a task of the same run (one lease), nor on
+    /// a lane the head's group reserved or a READY group of the same run needs (a single does
+    /// not overtake it). Its inputs are final: its run conflicts with no
+    /// unfinished task ahead, and a READY task's producers in its run have ended.
+    fn stage_independent(&mut self, eng: &Engine, head: u64) -> bool {
+        let mut progress = false;
+        for w in 0..self.next_level.len() {
+            let lane = self.next_level[w];
+            let l = &self.lanes[lane];
+            let Some((busy, _)) = &l.busy else { continue };
+            if !l.stages || l.staged.is_some() || l.dead.is_some() || self.reserved[w] {
+                continue;
+            }
+            let busy_run = busy.run.clone();
+            for at in 0..self.parts.len() {
+                if self.parts[at].0 <= head {
+                    continue;
+                }
+                let part = &mut self.parts[at].1;
+                while part.single[w].front().is_some_and(|s| s.state() != State::Ready) {
+                    part.single[w].pop_front();
+                    self.queued -= 1;
+                }
+                let Some(slot) = part.single[w].front().cloned() else { continue };
+                let run = &slot.run;
+                let group_needs_w = |g: &Arc<Slot>| {
+                    g.state() == State::Ready
+                        && matches!(&g.task().target, Target::NextLevel(ws) if ws.contains(&(w as u32)))
+                };
+                if !run.independent.load(std::sync::atomic::Ordering::Relaxed)
+                    || run.is_stopped()
+                    || run.is_done()
+                    || run.build_failed()
+                    || Arc::ptr_eq(run, &busy_run)
+                    || part.groups.iter().any(group_needs_w)
+                {
+                    continue;
+                }
+                let Some(lease) = eng.chip_lease_for(run, w as u32) else { continue };
+                part.single[w].pop_front();
+                self.queued -= 1;
+                if slot.cas(State::Ready, State::Running) {
+                    self.stage_on(eng, lane, &slot, lease);
+                    progress = true;
+                }
+                break;
+            }
         }
         progress
     }
@@ -1131,7 +1209,10 @@ impl Scheduler {
     /// changed. The partitions of runs that left the FIFO are retired here.
     fn dispatch_independent(&mut self, eng: &Engine, head: u64) -> bool {
         let key = (eng.runs_epoch(), self.settled);
-        let recheck = key != self.checked;
+        // A new partition is checked too: a run whose submission closed (the epoch moved) may
+        // have had none yet when that pass looked (its tasks still on their way to the inbox),
+        // and nothing else would make the scheduler look at it again.
+        let recheck = key != self.checked || self.parts_made != self.parts_seen;
         self.checked = key;
         // Nothing to check again, no run dispatching ahead of its turn and no new partition (one
         // may be a departed run's, to retire below): nothing to do, and no lock taken.
@@ -1168,7 +1249,7 @@ impl Scheduler {
                 // must not hold a lease that a run on an idle Worker could use. (A task ending
                 // makes the next pass look again.)
                 if !recheck
-                    || !self.startable(&self.parts[i - 1].1)
+                    || !(self.startable(&self.parts[i - 1].1) || self.staged_startable(run))
                     || !eng.independent_of(run, &live)
                     || !run.footprint.get().is_some_and(|fp| eng.leases_for_all(run, &fp.next_level))
                 {
@@ -1178,15 +1259,28 @@ impl Scheduler {
                 run.independent.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             ahead_of_turn = true;
+            // Nothing more to give out this pass once no worker is idle and no chip can take
+            // a staged task (`stage_independent`): the runs behind need not be checked now.
             let idle = |ls: &[usize]| ls.iter().any(|&l| self.lanes[l].idle());
-            if !idle(&self.sub) && !idle(&self.next_level) {
+            if !idle(&self.sub)
+                && !idle(&self.next_level)
+                && !self.next_level.iter().any(|&l| self.lanes[l].takes_staged())
+            {
                 break;
             }
             let mut part = std::mem::take(&mut self.parts[i - 1].1);
             progress |= self.dispatch_sub(eng, &mut part);
-            // Next-level tasks only where the level lets them go early (L4 and up; a run with
-            // chip tasks is never found independent). Groups wait for the run's turn.
+            // Groups wait for the run's turn, and reserve their workers against the run's
+            // singles meanwhile (as at the head and in staging): a single does not overtake a
+            // group ahead of it in its run.
+            let reserved = self.reserved.clone();
+            for g in part.groups.iter().filter(|g| g.state() == State::Ready) {
+                if let Target::NextLevel(ws) = &g.task().target {
+                    ws.iter().for_each(|&w| self.reserved[w as usize] = true);
+                }
+            }
             progress |= self.dispatch_singles(eng, &mut part);
+            self.reserved = reserved;
             self.parts[i - 1].1 = part;
         }
         live.clear();
@@ -1196,14 +1290,26 @@ impl Scheduler {
         progress
     }
 
-    /// Whether `part` has a READY task an idle worker could take now: SUB work with a SUB
-    /// worker idle, or a single task whose next-level worker is idle and unreserved.
+    /// Whether `part` has a READY task a worker could take now: SUB work with a SUB worker
+    /// idle, or a single task whose next-level worker is unreserved and idle, or, staging,
+    /// has no task staged (`stage_independent` prepares it beside the running one).
     fn startable(&self, part: &Partition) -> bool {
         let ready = |q: &VecDeque<Arc<Slot>>| q.iter().any(|s| s.state() == State::Ready);
+        let takes = |l: &Lane| l.idle() || l.takes_staged();
         (ready(&part.sub) && self.sub.iter().any(|&l| self.lanes[l].idle()))
             || self.next_level.iter().enumerate().any(|(w, &l)| {
-                !self.reserved[w] && self.lanes[l].idle() && part.single.get(w).is_some_and(ready)
+                !self.reserved[w] && takes(&self.lanes[l]) && part.single.get(w).is_some_and(ready)
             })
+    }
+
+    /// Whether a task of `run` is staged on a lane that runs nothing now (found independent,
+    /// the run launches it there at once: `activate_staged`).
+    fn staged_startable(&self, run: &RunState) -> bool {
+        self.lanes.iter().any(|l| {
+            l.busy.is_none()
+                && l.dead.is_none()
+                && l.staged.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
+        })
     }
 
     fn dispatch_head(&mut self, eng: &Engine, head: u64) -> bool {
@@ -1325,7 +1431,15 @@ impl Scheduler {
                     progress = true;
                     continue;
                 }
-                if !self.lanes[lane].idle() || eng.chip_lease_for(&slot.run, w as u32).is_none() {
+                // Not beside a staged task of its own run (a run found independent this pass,
+                // whose task was staged while it waited): both would be under its one lease
+                // there; the staged one launches first (`activate_staged`, next pass).
+                let staged_ours =
+                    self.lanes[lane].staged.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &slot.run));
+                if !self.lanes[lane].idle()
+                    || staged_ours
+                    || eng.chip_lease_for(&slot.run, w as u32).is_none()
+                {
                     break;
                 }
                 part.single[w].pop_front();

@@ -38,6 +38,52 @@ fn leases_go_to_the_head_and_its_first_successor_and_come_back_when_runs_end() {
 }
 
 #[test]
+fn each_chip_keeps_its_own_leases_and_one_for_the_head() {
+    let mut c = cfg(2, 0);
+    c.pending_run_depth = 4;
+    let rig = Rig::manual(c);
+    rig.eng.set_lease_depth(4, 2, 2).unwrap();
+    let (r1, r2, r3, r4) = (rig.begin(), rig.begin(), rig.begin(), rig.begin());
+    // The head's submission stays open for now: it may still submit to either chip.
+    let mut head_orch = rig.orch(&r1);
+    head_orch.submit_next_level(&rig.chip, args(1, &[]), cc(), 0).unwrap();
+    for (i, r) in [&r2, &r3, &r4].into_iter().enumerate() {
+        let mut orch = rig.orch(r);
+        orch.submit_next_level(&rig.chip, args(i as u64 + 2, &[]), cc(), 0).unwrap();
+        orch.finish(None);
+    }
+    // The head holds chip 0's first lease; a run behind it may take the second, since the head
+    // holds one there.
+    let head0 = rig.eng.chip_lease_for(&r1, 0).expect("the head's lease on chip 0");
+    let r2_0 = rig.eng.chip_lease_for(&r2, 0).expect("a second lease on chip 0 beside the head's");
+    assert_ne!(head0.slot, r2_0.slot);
+    assert_eq!(rig.eng.chip_lease_for(&r3, 0), None, "chip 0 grants two");
+    // Chip 1 is another arena: a run behind the head takes one of its leases, but not the last
+    // one while the head holds none there and may still need one.
+    let r3_1 = rig.eng.chip_lease_for(&r3, 1).expect("chip 1's leases are its own");
+    assert_eq!(r3_1.slot, 0);
+    assert_eq!(rig.eng.chip_lease_for(&r4, 1), None, "the last lease of chip 1 stays for the head");
+    assert!(!rig.eng.leases_for_all(&r4, &[1]), "nor does a run take it with the others at once");
+    assert_eq!(rig.eng.chip_lease_for(&r4, 0), None, "and r4 holds nothing from the refused try");
+    // Once the head's submission closed without a task on chip 1, it never needs chip 1: a run
+    // without groups behind it may take the last lease there.
+    head_orch.finish(None);
+    let r4_1 = rig.eng.chip_lease_for(&r4, 1).expect("the head never uses chip 1 now");
+    assert_eq!(r4_1.slot, 1);
+    assert_eq!(rig.eng.chip_lease_for(&r4, 1), Some(r4_1), "asked again, the same lease");
+    let level = [&r1, &r2, &r3, &r4].iter().filter(|r| r.lease.get().is_some()).count() as u32;
+    assert_eq!(rig.eng.lease_counts().live - level, 4, "four chip leases live");
+    // Leases come back when their runs end.
+    for r in [&r1, &r2, &r3, &r4] {
+        rig.drive("the next run's task to start", || rig.nl[0].running().is_some());
+        rig.nl[0].finish(Outcome::Success);
+        rig.wait(r).unwrap();
+    }
+    assert_eq!(rig.eng.lease_counts().live, 0, "every chip lease came back");
+    rig.assert_clean();
+}
+
+#[test]
 fn a_run_that_finished_is_never_given_a_lease() {
     // The role holder may ask for a run's lease (to stage or start a task of it) just as
     // another thread finishes the run (its orchestration failed that task): a lease minted
