@@ -80,12 +80,11 @@ pub struct TaskRecord {
     pub submitted_ns: u64,
     /// When every task it depends on had completed (`None`: never).
     pub ready_ns: Option<u64>,
-    /// When its worker had it prepared beside the task running there, before its run was the
-    /// oldest unfinished one (a chip's staged successor: its inputs were copied in by then);
-    /// `None` when it was not staged.
+    /// When its worker had it prepared beside another run's task running there (a chip's
+    /// staged task: its inputs were copied in by then); `None` when it was not staged.
     pub staged_ns: Option<u64>,
     /// When it was handed to its worker (`None`: never); for a staged task, when it was
-    /// activated (its run became the head).
+    /// activated (its run became the head, or, dispatching before its turn, its chip was free).
     pub started_ns: Option<u64>,
     /// When its end was seen (`None` if it never ended).
     pub ended_ns: Option<u64>,

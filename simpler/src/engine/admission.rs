@@ -25,7 +25,9 @@
 //! head (at its first dispatch) and a run found independent of the runs ahead
 //! ([`Engine::lease_for`], [`Engine::leases_for_all`]). The head keeps one of each arena for
 //! itself: another run takes a lease only while one more stays free or the head holds one
-//! there (`Leases::may_take`), so the head never waits for a run behind it. A run holds its
+//! there, or, on a chip, when the head's graph is built without a task there and the taker has
+//! no group (`Leases::may_take`); so the head waits for a lease only while one is quarantined
+//! or held by runs that end by themselves. A run holds its
 //! leases until it ends: `run_finished` releases them, so a run whose orchestration failed
 //! returns its leases too; a run that is done is given none (both look under the arena's lock).
 //! The level's arena has `pipeline_depth` slots, at most what the chips granted; at an L3 with
@@ -545,16 +547,6 @@ impl Engine {
         Some(minted)
     }
 
-    /// Whether `run` holds the lease its tasks carry to next-level worker `w` (see
-    /// [`chip_lease_for`](Self::chip_lease_for)).
-    pub(crate) fn holds_chip_lease(&self, run: &RunState, w: u32) -> bool {
-        if sync::lock(&self.leases).chips.is_empty() {
-            run.lease.get().is_some()
-        } else {
-            run.chip_lease(w).is_some()
-        }
-    }
-
     /// Gives `run` its lease and its lease on each chip in `chips` at once, or none of them
     /// when one is not free to it (`Leases::may_take`: the head keeps one of each for itself).
     /// A run dispatching before its turn so never waits for a lease it lacks while holding
@@ -628,12 +620,12 @@ impl Engine {
     /// more, as `on_worker` (the role holder's view of its lanes) says: every task of it that
     /// was on a worker has ended (its end reported) or its worker left service. Returns whether
     /// it freed any.
-    pub(crate) fn confirm_quarantined(&self, on_worker: impl Fn(&RunState) -> bool) -> bool {
+    pub(crate) fn confirm_quarantined(&self, on_worker: impl Fn(Option<u32>, &RunState) -> bool) -> bool {
         let mut leases = sync::lock(&self.leases);
         let before = leases.quarantined.len();
         let mut quarantined = std::mem::take(&mut leases.quarantined);
         quarantined.retain(|(chip, l, run)| {
-            if on_worker(run) {
+            if on_worker(*chip, run) {
                 return true;
             }
             match leases.arena_of(*chip).confirm(*l) {

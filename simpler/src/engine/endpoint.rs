@@ -11,7 +11,7 @@
 //! [`Endpoint::gone`] (asked on every pass for each idle lane: a dead worker leaves service
 //! before it is given a task) and [`Endpoint::stop`] (for a stopped run: true when the worker
 //! was told to stop and will be reported dead). An endpoint that [`stages`](Endpoint::stages)
-//! also takes a successor run's task to prepare ([`Endpoint::prepared`],
+//! also takes a task of a later run to prepare ([`Endpoint::prepared`],
 //! [`Endpoint::activate`], [`Endpoint::withdraw`], [`Endpoint::poll_staged`]; see
 //! `scheduler`).
 
@@ -118,11 +118,11 @@ pub(crate) trait Endpoint: Send {
     /// its outcome comes. Never blocks.
     fn unwatched(&self) {}
 
-    // ---- staging: a successor run's task prepared beside the running one (two-frame lanes)
+    // ---- staging: a later run's task prepared beside the running one (two-frame lanes)
 
-    /// Whether this worker can hold a staged task: one of the FIFO's first successor run,
-    /// handed over while a task of the head run may be running, prepared beside it, and
-    /// launched only when [`activate`](Endpoint::activate)d. Chips started with a pipeline
+    /// Whether this worker can hold a staged task: one of the FIFO's first successor run, or
+    /// of a run dispatching before its turn, handed over while another run's task may be
+    /// running, prepared beside it, and launched only when [`activate`](Endpoint::activate)d. Chips started with a pipeline
     /// depth of 2 can; SUB workers, nested Workers and remote ones cannot.
     fn stages(&self) -> bool {
         false

@@ -986,8 +986,9 @@ pub struct RunProgress {
     /// Tasks that failed, or did not run because a task they depend on failed or the run was
     /// stopped.
     pub failed: u64,
-    /// Tasks staged now: prepared on a chip (their inputs copied in) while an earlier run
-    /// executes; they start when this run is the oldest unfinished one.
+    /// Tasks staged now: prepared on a chip (their inputs copied in) while another run's task
+    /// executes there; they start when this run is the oldest unfinished one or, for a run
+    /// that dispatches before its turn (independent of the runs ahead), once the chip is free.
     pub staged: u64,
     /// Whether the orchestration is still submitting (the total may still grow).
     pub submitting: bool,

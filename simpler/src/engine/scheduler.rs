@@ -16,9 +16,8 @@
 //! handed over to be *prepared* (its inputs copied in) while the lane runs the head's task, and
 //! launched only when it is activated, once its run is the head, or, for a run dispatching
 //! before its turn, once the lane is free ([`Scheduler::stage_successor`],
-//! [`Scheduler::activate_staged`]). It is staged only beside the head's own work on that chip
-//! (the head holds a lease there: the successor takes the chip's other one, never the last),
-//! and only when its inputs are final (the head has
+//! [`Scheduler::activate_staged`]). It is staged only on a lane running a task of the head
+//! (under the chip's other lease), and only when its inputs are final (the head has
 //! closed its submission and none of its tasks that write those inputs is still to end) and no
 //! READY group of its run needs that lane: a group reserves its targets for staging too, so
 //! a staged single never overtakes it.
@@ -26,8 +25,11 @@
 //! Staging in detail (chip lanes when the lease depth is 2; groups, SUB work, nested and remote
 //! Workers keep the single-frame path):
 //!
-//! * `stage_successor`, after the head's dispatch, gives each staging lane that holds none the
-//!   first READY single task queued for it in the first successor run. "Inputs final" is
+//! * `stage_successor`, after the head's dispatch, gives each staging lane that holds none and
+//!   runs a task of the head the first READY single task queued for it in the first successor
+//!   run; `stage_independent` then gives each busy staging lane still without one the first
+//!   READY single queued for it by a run dispatching before its turn (not of the running
+//!   task's run, nor ahead of a READY group of its own run). "Inputs final" is
 //!   `Engine::writer_pending`, from the TensorMap, which at a level whose lanes stage also
 //!   records untracked writers (`NoDep` and static tensors that write, which order nothing);
 //!   device tensors are read at launch, after the head, so they need no check. The task is
@@ -342,12 +344,22 @@ impl Scheduler {
         // A quarantined lease comes back once no lane holds a task of its abandoned run (rule
         // L4 of `lease`): each one's end was reported (drained above), or its lane left service.
         if eng.has_quarantined() {
-            let lanes = &self.lanes;
-            progress |= eng.confirm_quarantined(|run| lanes.iter().any(|l| l.holds_task_of(run)));
+            let (lanes, next_level) = (&self.lanes, &self.next_level);
+            progress |= eng.confirm_quarantined(|chip, run| match chip {
+                // A chip's lease: only that chip's lane can hold a task under it.
+                Some(w) => next_level.get(w as usize).is_some_and(|&l| lanes[l].holds_task_of(run)),
+                None => lanes.iter().any(|l| l.holds_task_of(run)),
+            });
         }
         if eng.inbox_pending() {
+            let head = eng.head_run();
             while let Ok(slot) = self.inbox.try_recv() {
                 taken += 1;
+                // A task of a run behind the head may make it startable: checked again
+                // (`dispatch_independent`), also when its queue was there already.
+                if slot.run.id != head {
+                    self.settled = self.settled.wrapping_add(1);
+                }
                 self.route_or_fail(eng, slot);
             }
         }
@@ -1102,11 +1114,12 @@ impl Scheduler {
             if !inputs_final {
                 continue;
             }
-            // Only beside the head's own work on this chip, under the chip's other lease (at a
-            // grant of 2): a successor waiting for its turn never holds a chip's last lease,
-            // which the head, or runs dispatching before their turn while the head hangs on
-            // another chip, need. (Taken by such a run, it waits for its turn here.)
-            if !eng.holds_chip_lease(&head_run, w as u32) {
+            // Only beside a task of the head running on this chip, under the chip's other lease
+            // (at a grant of 2): a successor waiting for its turn does not hold a lease of a
+            // chip the head has left, which runs dispatching before their turn may need.
+            let beside_head =
+                self.lanes[lane].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &head_run));
+            if !beside_head {
                 continue;
             }
             let Some(lease) = eng.chip_lease_for(&next, w as u32) else { continue };
@@ -1154,7 +1167,13 @@ impl Scheduler {
             let lane = self.next_level[w];
             let l = &self.lanes[lane];
             let Some((busy, _)) = &l.busy else { continue };
-            if !l.stages || l.staged.is_some() || l.dead.is_some() || self.reserved[w] {
+            // Not beside a task whose run was stopped: its worker is being stopped.
+            if !l.stages
+                || l.staged.is_some()
+                || l.dead.is_some()
+                || self.reserved[w]
+                || busy.run.is_stopped()
+            {
                 continue;
             }
             let busy_run = busy.run.clone();
@@ -1257,6 +1276,8 @@ impl Scheduler {
                 }
                 tracing::trace!(target: "simpler::scheduler", run_id = id, head, "independent of the runs ahead: dispatched before its turn");
                 run.independent.store(true, std::sync::atomic::Ordering::Relaxed);
+                // Its staged task, if any, launches next pass (`activate_staged`): a pass.
+                progress = true;
             }
             ahead_of_turn = true;
             // Nothing more to give out this pass once no worker is idle and no chip can take
@@ -1273,14 +1294,18 @@ impl Scheduler {
             // Groups wait for the run's turn, and reserve their workers against the run's
             // singles meanwhile (as at the head and in staging): a single does not overtake a
             // group ahead of it in its run.
-            let reserved = self.reserved.clone();
-            for g in part.groups.iter().filter(|g| g.state() == State::Ready) {
-                if let Target::NextLevel(ws) = &g.task().target {
-                    ws.iter().for_each(|&w| self.reserved[w as usize] = true);
+            if part.groups.is_empty() {
+                progress |= self.dispatch_singles(eng, &mut part);
+            } else {
+                let reserved = self.reserved.clone();
+                for g in part.groups.iter().filter(|g| g.state() == State::Ready) {
+                    if let Target::NextLevel(ws) = &g.task().target {
+                        ws.iter().for_each(|&w| self.reserved[w as usize] = true);
+                    }
                 }
+                progress |= self.dispatch_singles(eng, &mut part);
+                self.reserved = reserved;
             }
-            progress |= self.dispatch_singles(eng, &mut part);
-            self.reserved = reserved;
             self.parts[i - 1].1 = part;
         }
         live.clear();
