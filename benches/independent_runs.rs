@@ -1,8 +1,8 @@
 //! Independent runs beside a hung one (issue 31): seven threads each run `RUNS` runs of two
 //! chained SUB tasks on a buffer of their own (`Worker::run`), on a Worker with four SUB
-//! workers; measured once with nothing else in the Worker and once while an eighth run, the
-//! head of the run FIFO when the threads start, hangs in a task that never returns (it holds
-//! one SUB worker and one pipeline lease until it is cancelled at the end). Each case gets a
+//! workers admitting 8 runs; measured once with nothing else in the Worker and once while an
+//! eighth run, the head of the run FIFO when the threads start, hangs in a task that never
+//! returns (it holds one SUB worker and one pipeline lease until it is cancelled at the end). Each case gets a
 //! Worker of its own, and the pair is measured `ROUNDS` times, alternating.
 //!
 //! The same on chips: three simulated chips, the hung run's kernel on chip 0, the threads'
@@ -53,7 +53,7 @@ fn u64s(b: &Buffer, start: usize) -> simpler::Result<Tensor> {
 }
 
 /// Where the tasks run: SUB workers, or chips.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum On {
     Sub,
     Chips,
@@ -77,7 +77,7 @@ fn submit(
 fn measure(on: On, hung: bool) -> simpler::Result<f64> {
     let (mut worker, affine, hang) = match on {
         On::Sub => {
-            let mut w = Worker::builder().sub_workers(4).build()?;
+            let mut w = Worker::builder().sub_workers(4).pending_run_depth(THREADS + 1).build()?;
             let (a, h) = (w.register(HostFn::new("affine", affine))?, w.register(HostFn::new("hang", hang))?);
             (w, a, h)
         }

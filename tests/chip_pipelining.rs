@@ -258,7 +258,7 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     let (mut rig, gated, dbl) = rig();
     let announced = rig.register_chip(ChipFn::kernel("announced_gated_copy", announced_gated_copy)).unwrap();
     let gates = Gates(std::process::id());
-    let (input, _, outs) = input_and_outputs(&rig, 4);
+    let (input, xs, outs) = input_and_outputs(&rig, 4);
     let f32s = |b: &simpler::Buffer| b.tensor(&[N as u32], DataType::Float32).unwrap();
     // Z holds the chip (gate 1); A is staged behind it: T1 (gate 2), then T2 (announced, gate
     // 3), which reads what T1 wrote; C is staged once A is the head. C writes what T1 writes
@@ -293,9 +293,8 @@ fn a_staged_successor_is_cancelled_at_once_while_a_second_task_of_the_head_runs(
     assert!(!a.is_done(), "T2 still waits at its gate");
     gates.open(3);
     a.wait().unwrap();
-    let copied = input.read::<f32>(0, N).unwrap();
-    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), copied, "the withdrawn task never ran: T1's copy stands");
-    assert_eq!(outs[2].read::<f32>(0, N).unwrap(), copied, "T2 read T1's copy");
+    assert_eq!(outs[1].read::<f32>(0, N).unwrap(), xs, "the withdrawn task never ran: T1's copy stands");
+    assert_eq!(outs[2].read::<f32>(0, N).unwrap(), xs, "T2 read T1's copy");
 }
 
 /// The first of runs submitted back to back is overlapped too: the chip runs a task of a run
@@ -369,7 +368,7 @@ fn a_single_behind_a_group_does_not_overtake_it_through_staging() {
     );
     assert!(single.staged_ns.is_none(), "the single on chip 0 was staged ahead of the group: {single:?}");
     assert!(
-        other.ended_ns.unwrap() < group.started_ns.unwrap(),
+        other.ended_ns.expect("the single on chip 2 ended") < group.started_ns.expect("the group started"),
         "the single on chip 2 ran while run 1 held chip 0: {other:?} {group:?}"
     );
 }

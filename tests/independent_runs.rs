@@ -211,7 +211,7 @@ fn finish_beside_hung(
 ) -> (usize, bool) {
     let bufs: Vec<Buffer> = (0..THREADS_BESIDE).map(|_| u64_buffer(rig, 2)).collect();
     let (tx, rx) = mpsc::channel();
-    std::thread::scope(|s| {
+    let outcome = std::thread::scope(|s| {
         for (t, buf) in bufs.iter().enumerate() {
             let tx = tx.clone();
             s.spawn(move || {
@@ -222,6 +222,7 @@ fn finish_beside_hung(
                 let _ = tx.send(t);
             });
         }
+        drop(tx);
         let until = std::time::Instant::now() + Duration::from_secs(20);
         let mut n = 0;
         while n < THREADS_BESIDE
@@ -230,9 +231,12 @@ fn finish_beside_hung(
             n += 1;
         }
         let still_hung = !hung.is_done();
-        assert!(hung.cancel(), "the hung run is cancelled");
-        (n, still_hung)
-    })
+        // Cancelled before the scope joins the threads (they may wait behind it), asserted after.
+        let cancelled = hung.cancel();
+        (n, still_hung, cancelled)
+    });
+    assert!(outcome.2, "the hung run is cancelled");
+    (outcome.0, outcome.1)
 }
 
 const THREADS_BESIDE: usize = 3;
@@ -301,15 +305,16 @@ fn chip_marker(test_pid: u32) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("simpler-rt-independent-chip-hang-{test_pid}"))
 }
 
-/// A chip kernel that announces itself (`chip_marker`), then spins until its chip is stopped
-/// (at most 30 s).
+/// A chip kernel that announces itself (`chip_marker`), then never returns (its chip is
+/// stopped when its run is cancelled).
 fn chip_hang(_: &HostArgs<'_>) -> HostResult {
     let marker = chip_marker(std::os::unix::process::parent_id());
     // Write, then rename: the test sees the marker only once it is complete.
     std::fs::write(marker.with_extension("tmp"), b"running")?;
     std::fs::rename(marker.with_extension("tmp"), &marker)?;
-    spin_until(std::time::Instant::now() + Duration::from_secs(30), || false);
-    Err("never stopped".into())
+    loop {
+        std::thread::park();
+    }
 }
 
 /// The same at L3, whose workers are chips: while one thread's run hangs on chip 0, three
@@ -321,7 +326,7 @@ fn chip_hang(_: &HostArgs<'_>) -> HostResult {
 #[isolated_test]
 fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
     let marker = chip_marker(std::process::id());
-    let _ = std::fs::remove_file(&marker);
+    let _files = TempFiles::new([marker.clone()]);
     let mut rig = Rig::new(Worker::builder().chips(2).pending_run_depth(8));
     let chip_hang = rig.register_chip(ChipFn::kernel("chip_hang", chip_hang)).unwrap();
     let chip_affine = rig.register_chip(ChipFn::kernel("chip_affine", affine)).unwrap();
@@ -344,7 +349,6 @@ fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
     let outcome = finish_beside_hung(&rig, &hung, &|orch, buf, r| {
         orch.submit_next_level(&chip_affine, affine_args(buf, r)?, CallConfig::default(), 1).map(|_| ())
     });
-    let _ = std::fs::remove_file(&marker);
     assert_eq!(
         outcome,
         (THREADS_BESIDE, true),
@@ -379,10 +383,9 @@ fn chip_gated(args: &HostArgs<'_>) -> HostResult {
 fn at_l3_runs_before_their_turn_prepare_beside_each_other_on_a_chip() {
     let pid = std::process::id();
     let (marker, gated, gate) = (chip_marker(pid), chip_gate(pid, "gated"), chip_gate(pid, "gate"));
-    for f in [&marker, &gated, &gate] {
-        let _ = std::fs::remove_file(f);
-    }
-    let mut rig = Rig::new(Worker::builder().chips(2).pending_run_depth(8));
+    let _files = TempFiles::new([marker.clone(), gated.clone(), gate.clone()]);
+    // One core: run B's task waits for run A's, prepared meanwhile.
+    let mut rig = Rig::new(Worker::builder().chips(2).chip_cores(1).pending_run_depth(8));
     let chip_hang = rig.register_chip(ChipFn::kernel("chip_hang", chip_hang)).unwrap();
     let chip_gated = rig.register_chip(ChipFn::kernel("chip_gated", chip_gated)).unwrap();
     let chip_affine = rig.register_chip(ChipFn::kernel("chip_affine", affine)).unwrap();
@@ -413,9 +416,6 @@ fn at_l3_runs_before_their_turn_prepare_beside_each_other_on_a_chip() {
     a.wait().unwrap();
     b.wait().unwrap();
     assert!(hung.cancel());
-    for f in [&marker, &gated, &gate] {
-        let _ = std::fs::remove_file(f);
-    }
     assert!(staged && b_waited, "run B's task was prepared on chip 1 while run A's ran there");
     assert_eq!((read_u64(&a_buf, 1, 1), read_u64(&b_buf, 1, 1)), (vec![2], vec![3]));
     let record = b.timeline().unwrap().records()[0].clone();

@@ -769,3 +769,28 @@ pub fn wait_process(pid: i32, limit: Duration) -> Option<i32> {
     assert_eq!(reaped, pid, "waitpid: {}", std::io::Error::last_os_error());
     (exited && libc::WIFEXITED(status)).then(|| libc::WEXITSTATUS(status))
 }
+
+/// Files a test names in the temp directory (markers, gates): removed when it is made (left by
+/// an earlier process of the same id) and when it drops, also when the test panics.
+pub struct TempFiles(Vec<std::path::PathBuf>);
+
+impl TempFiles {
+    pub fn new(files: impl IntoIterator<Item = std::path::PathBuf>) -> TempFiles {
+        let files = TempFiles(files.into_iter().collect());
+        files.remove();
+        files
+    }
+
+    fn remove(&self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+            let _ = std::fs::remove_file(f.with_extension("tmp"));
+        }
+    }
+}
+
+impl Drop for TempFiles {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}

@@ -30,9 +30,9 @@
 //! or held by runs that end by themselves. A run holds its
 //! leases until it ends: `run_finished` releases them, so a run whose orchestration failed
 //! returns its leases too; a run that is done is given none (both look under the arena's lock).
-//! The level's arena has `pipeline_depth` slots, at most what the chips granted; at an L3 with
-//! chips, as many as runs are admitted ([`Engine::set_lease_depth`]), since there each chip
-//! keeps an arena of its own, as deep as the chips' grant: a chip task carries its run's lease
+//! The level's arena has as many slots as runs are admitted ([`Engine::set_lease_depth`]): SUB
+//! workers and nested Workers keep no per-run resources by lease. At an L3 each chip keeps an
+//! arena of its own, as deep as the chips' grant: a chip task carries its run's lease
 //! on that chip ([`Engine::chip_lease_for`], minted at the run's first task there), the
 //! successor staged on a chip takes only that chip's, and a run dispatching before its turn
 //! takes its lease and its lease on every chip it uses at once or none
@@ -84,28 +84,62 @@ impl Leases {
         })
     }
 
-    /// Whether a run may take a slot of `arena` now (the head keeps one for itself): the FIFO
-    /// head (`is_head`) whenever one is free; any other run only while another stays free, or
-    /// once the head holds a slot of `arena` (`head_holds`). So whenever the head holds no
-    /// lease of an arena one is free for it (but for quarantined ones), and the runs that
-    /// hold the others (a staged successor waiting for its turn, a run dispatching before its
-    /// turn whose groups wait for it) never hold what the head waits for.
+    /// Where a lease for `chip` comes from: that chip's arena where chips keep leases of their
+    /// own, else the level's (`None`).
+    fn key(&self, chip: Option<u32>) -> Option<u32> {
+        chip.filter(|_| !self.chips.is_empty())
+    }
+
+    /// The lease `run` holds in arena `key`, if any.
+    fn held(run: &RunState, key: Option<u32>) -> Option<lease::Lease> {
+        match key {
+            Some(w) => run.chip_lease(w),
+            None => run.lease.get().copied(),
+        }
+    }
+
+    /// Whether `run` may take a lease of arena `key` now; `head` is the FIFO head, read under
+    /// the lock that guards `self` ([`Engine::head_under`]). The head keeps one of each arena
+    /// for itself: it takes one whenever one is free; another run only while another stays
+    /// free, or once the head holds one there. So whenever the head holds no lease of an arena
+    /// one is free for it (but for quarantined ones), and the runs that hold the others (a
+    /// staged successor waiting for its turn, a run dispatching before its turn whose groups
+    /// wait for it) never hold what the head waits for.
     ///
-    /// One exception, for a chip the head will never use (`head_needs` false: its submission
-    /// closed without a task there, say it hangs on another chip): a run with no group (which
-    /// waits for nothing of the runs ahead, so it ends by itself) may take the chip's last
-    /// lease. The next head finds one free again before any other run may take it: the head
-    /// that ended held none there, and once the new head may need the chip the rule above
-    /// holds again, while such runs end.
-    fn may_take(
-        arena: &lease::LeaseArena,
-        is_head: bool,
-        head_holds: bool,
-        head_needs: bool,
-        groups: bool,
-    ) -> bool {
-        let free = arena.counts().free;
-        free >= 1 && (is_head || head_holds || free >= 2 || (!head_needs && !groups))
+    /// One exception, for a chip the head will never use (its submission closed without a task
+    /// there, say it hangs on another chip): a run with no group (which waits for nothing of
+    /// the runs ahead, so it ends by itself) may take the chip's last lease. The next head
+    /// finds one free again before any other run may take it: the head that ended held none
+    /// there, and once the new head may need the chip the rule above holds again, while such
+    /// runs end.
+    fn may_take(&self, head: Option<&RunState>, run: &RunState, key: Option<u32>) -> bool {
+        let arena = match key {
+            Some(w) => self.chips.get(w as usize),
+            None => Some(&self.arena),
+        };
+        let Some(free) = arena.map(|a| a.counts().free) else { return false };
+        let Some(h) = head.filter(|h| h.id != run.id) else { return free >= 1 };
+        let (holds, needs, groups) = match key {
+            Some(w) => (h.chip_lease(w).is_some(), h.may_use_next_level(w), run.has_next_level_groups()),
+            None => (h.lease.get().is_some(), true, true),
+        };
+        free >= 1 && (holds || free >= 2 || (!needs && !groups))
+    }
+
+    /// Mints `run`'s lease of arena `key` and records it on the run (after [`may_take`]).
+    ///
+    /// [`may_take`]: Leases::may_take
+    fn mint(&mut self, run: &RunState, key: Option<u32>) -> Option<lease::Lease> {
+        let minted = self.arena_of(key).acquire()?;
+        match key {
+            Some(w) => sync::lock(&run.chip_leases).push((w, minted)),
+            None => {
+                if run.lease.set(minted).is_err() {
+                    unreachable!("a run's lease is set only under the arena's lock")
+                }
+            }
+        }
+        Some(minted)
     }
 
     /// The arena of chip `chip` (`None`: the level's own).
@@ -480,71 +514,52 @@ impl Engine {
 
     /// The lease of `run`, minted now if it holds none yet (`None`: every lease is held,
     /// live or quarantined, or the last free one is kept for the head, `Leases::may_take`; at a
-    /// depth of 1, the head's is the only one). Called for the FIFO head, and through
-    /// [`chip_lease_for`](Self::chip_lease_for) where chips keep no leases of their own; a run
-    /// dispatches only once it holds one.
+    /// depth of 1, the head's is the only one). A run dispatches only once it holds one.
     ///
     /// A run that is done gets none: `run_finished` may run on another thread (the
     /// orchestration's, when it fails the task this lease was for), and it returns only a lease
     /// set before it looked. Both look under the arena's lock, and `done` is set before
     /// `run_finished` runs, so a lease is either returned there or never minted.
     pub(crate) fn lease_for(&self, run: &RunState) -> Option<lease::Lease> {
-        if let Some(l) = run.lease.get() {
-            return Some(*l);
-        }
-        let head = self.live_head();
-        let mut leases = sync::lock(&self.leases);
-        if let Some(l) = run.lease.get() {
-            return Some(*l);
-        }
-        if run.is_done() {
-            return None;
-        }
-        let (is_head, head_holds) = match &head {
-            Some(h) => (h.id == run.id, h.lease.get().is_some()),
-            None => (true, false),
-        };
-        if !Leases::may_take(&leases.arena, is_head, head_holds, true, true) {
-            return None;
-        }
-        let minted = leases.arena.acquire()?;
-        match run.lease.set(minted) {
-            Ok(()) => Some(minted),
-            Err(_) => unreachable!("a run's lease is set only under the arena's lock"),
+        match run.lease.get() {
+            Some(l) => Some(*l),
+            None => self.mint_for(run, None),
         }
     }
 
     /// The lease a task of `run` carries to next-level worker `w`: at a level whose next-level
     /// workers are chips, the run's lease on that chip, minted now if it holds none there yet
-    /// (`None`: every lease of that chip is held; a run that is done gets none, as in
-    /// [`lease_for`](Self::lease_for)); elsewhere the run's own lease.
+    /// (`None` as for [`lease_for`](Self::lease_for)); elsewhere the run's own lease.
     pub(crate) fn chip_lease_for(&self, run: &RunState, w: u32) -> Option<lease::Lease> {
-        if let Some(l) = run.chip_lease(w) {
-            return Some(l);
+        match run.chip_lease(w) {
+            Some(l) => Some(l),
+            None => self.mint_for(run, Some(w)),
         }
-        let head = self.live_head();
+    }
+
+    /// `run`'s lease for `chip` (see [`chip_lease_for`](Self::chip_lease_for)), minted under
+    /// the arena's lock if it holds none.
+    fn mint_for(&self, run: &RunState, chip: Option<u32>) -> Option<lease::Lease> {
         let mut leases = sync::lock(&self.leases);
-        if leases.chips.is_empty() {
-            drop(leases);
-            return self.lease_for(run);
-        }
-        if let Some(l) = run.chip_lease(w) {
+        let key = leases.key(chip);
+        if let Some(l) = Leases::held(run, key) {
             return Some(l);
         }
         if run.is_done() {
             return None;
         }
-        let (is_head, head_holds, head_needs) = match &head {
-            Some(h) => (h.id == run.id, h.chip_lease(w).is_some(), h.may_use_next_level(w)),
-            None => (true, false, true),
-        };
-        let arena = leases.chips.get_mut(w as usize)?;
-        if !Leases::may_take(arena, is_head, head_holds, head_needs, run.has_next_level_groups()) {
+        let head = self.head_under(&leases);
+        if !leases.may_take(head.as_deref(), run, key) {
             return None;
         }
-        let minted = arena.acquire()?;
-        sync::lock(&run.chip_leases).push((w, minted));
-        Some(minted)
+        leases.mint(run, key)
+    }
+
+    /// The FIFO head, read while `_leases` is held: a run leaves the FIFO under that lock too
+    /// ([`run_ended`](Self::run_ended)), so the head seen holds the leases it is seen to hold.
+    /// (The one lock order: the leases, then the FIFO.)
+    fn head_under(&self, _leases: &std::sync::MutexGuard<'_, Leases>) -> Option<Arc<RunState>> {
+        sync::lock(&self.runs).live.front().cloned()
     }
 
     /// Gives `run` its lease and its lease on each chip in `chips` at once, or none of them
@@ -553,47 +568,21 @@ impl Engine {
     /// others: two such runs could each hold what the other waits for. Returns whether it
     /// holds them all.
     pub(crate) fn leases_for_all(&self, run: &RunState, chips: &[u32]) -> bool {
-        let head = self.live_head();
         let mut leases = sync::lock(&self.leases);
         if run.is_done() {
             return false;
         }
-        let per_chip = !leases.chips.is_empty();
-        let held = sync::lock(&run.chip_leases).clone();
-        let needs = |w: u32| per_chip && !held.iter().any(|(c, _)| *c == w);
-        let is_head = head.as_ref().is_none_or(|h| h.id == run.id);
-        let head_holds = |w: Option<u32>| {
-            head.as_ref().is_some_and(|h| match w {
-                Some(w) => h.chip_lease(w).is_some(),
-                None => h.lease.get().is_some(),
-            })
-        };
-        let head_needs = |w: u32| head.as_ref().is_none_or(|h| h.may_use_next_level(w));
-        let groups = run.has_next_level_groups();
-        if (run.lease.get().is_none()
-            && !Leases::may_take(&leases.arena, is_head, head_holds(None), true, true))
-            || chips.iter().any(|&w| {
-                needs(w)
-                    && !leases.chips.get(w as usize).is_some_and(|a| {
-                        Leases::may_take(a, is_head, head_holds(Some(w)), head_needs(w), groups)
-                    })
-            })
-        {
+        let head = self.head_under(&leases);
+        let mut wanted: smallvec::SmallVec<[Option<u32>; 4]> = smallvec::SmallVec::new();
+        for key in std::iter::once(None).chain(chips.iter().map(|&w| leases.key(Some(w)))) {
+            if Leases::held(run, key).is_none() && !wanted.contains(&key) {
+                wanted.push(key);
+            }
+        }
+        if !wanted.iter().all(|&key| leases.may_take(head.as_deref(), run, key)) {
             return false;
         }
-        if run.lease.get().is_none() {
-            let minted = leases.arena.acquire().expect("a free slot was seen under the lock");
-            if run.lease.set(minted).is_err() {
-                unreachable!("a run's lease is set only under the arena's lock")
-            }
-        }
-        for &w in chips {
-            if needs(w) {
-                let minted = leases.chips[w as usize].acquire().expect("a free slot was seen under the lock");
-                sync::lock(&run.chip_leases).push((w, minted));
-            }
-        }
-        true
+        wanted.iter().all(|&key| leases.mint(run, key).is_some())
     }
 
     /// The pipeline leases' free / live / quarantined counts (tests).
@@ -708,8 +697,9 @@ impl Engine {
     /// lease is quarantined instead of released (rule L4 of `lease`), until the scheduler sees
     /// no task of it on a worker ([`Engine::confirm_quarantined`]).
     pub(crate) fn run_ended(&self, run: &Arc<RunState>, abandoned: bool) {
-        // Under the arena's lock: `lease_for` mints none for a run that is done (see there).
-        {
+        // Under the arena's lock: `lease_for` mints none for a run that is done (see there), and
+        // the run leaves the FIFO before the lock is let go (`head_under`).
+        let wakers = {
             let mut leases = sync::lock(&self.leases);
             let chip_leases = sync::lock(&run.chip_leases).clone();
             let held = run.lease.get().map(|&l| (None, l)).into_iter();
@@ -727,8 +717,6 @@ impl Engine {
                     tracing::error!(target: "simpler::run", run_id = run.id, ?chip, "returning its pipeline lease: {e}");
                 }
             }
-        }
-        {
             let mut runs = sync::lock(&self.runs);
             if let Some(at) = runs.live.iter().position(|r| Arc::ptr_eq(r, run)) {
                 runs.spare = runs.live.remove(at);
@@ -736,9 +724,8 @@ impl Engine {
             self.head_run.store(runs.live.front().map_or(0, |r| r.id), Ordering::Release);
             self.runs_epoch.fetch_add(1, Ordering::Release);
             std::mem::take(&mut runs.room_wakers)
-        }
-        .into_iter()
-        .for_each(std::task::Waker::wake);
+        };
+        wakers.into_iter().for_each(std::task::Waker::wake);
         tracing::debug!(target: "simpler::run", run_id = run.id, ok = run.first_error().is_none(), "run finished");
         self.events.ring();
         // A new head may have ready tasks: make sure someone drives.

@@ -343,7 +343,9 @@ impl Engine {
     /// Puts lane `i` back in service after a new worker replaced its dead one (the caller
     /// made sure the new worker is ready), and wakes the scheduler: tasks waiting for it run.
     pub(crate) fn revive_lane(&self, i: usize) {
-        self.with_sched(move |s| s.revive(i));
+        if !self.with_sched(move |s| s.revive(i)) {
+            return;
+        }
         self.idle_lanes.fetch_add(1, Ordering::Relaxed);
         // Whoever drives (a waiter or the background thread) sleeps on the doorbell or its bell.
         self.doorbell().ring();
@@ -352,7 +354,8 @@ impl Engine {
 
     /// Puts lane `i` back in service with a new endpoint in place of its lost one's (a remote
     /// Worker's new session), and wakes the scheduler. Refused (false, nothing changed) while
-    /// the lane still holds a task. The old endpoint is dropped.
+    /// the lane still holds a task, or once the endpoints were shut down. The old endpoint is
+    /// dropped.
     pub(crate) fn replace_endpoint(&self, i: usize, endpoint: Box<dyn endpoint::Endpoint>) -> bool {
         let Some(was_dead) = self.with_sched(move |s| s.replace_endpoint(i, endpoint)) else { return false };
         if was_dead {
@@ -403,6 +406,11 @@ impl Engine {
     /// Applies the scheduler requests of threads without the role (the holder, `sched`). Each
     /// catches its own panic for its requester, so one that panics leaves the others applied.
     pub(crate) fn apply_sched_requests(&self, sched: &mut Scheduler) {
+        // Every pass comes here: an empty queue costs two loads (`try_recv` on an empty
+        // channel fences).
+        if self.sched_rx.is_empty() {
+            return;
+        }
         let mut applied = false;
         while let Ok(request) = self.sched_rx.try_recv() {
             request(sched);

@@ -1396,12 +1396,8 @@ impl<'a> Orchestrator<'a> {
     /// What the run's tasks not yet consumed name (see [`Footprint`](crate::engine::run::Footprint)).
     fn footprint(&self) -> crate::engine::run::Footprint {
         let mut buffers: Vec<(Identity, bool)> = Vec::new();
-        let mut next_level: smallvec::SmallVec<[u32; 4]> = smallvec::SmallVec::new();
         for slot in self.tasks.alive() {
             let task = slot.task();
-            if let Target::NextLevel(ws) = &task.target {
-                next_level.extend(ws.iter().copied());
-            }
             for args in &task.args {
                 for (t, tag) in args.tensors.iter().zip(&args.tags) {
                     buffers.push((t.desc().identity(), tag.access().can_write()));
@@ -1411,9 +1407,7 @@ impl<'a> Orchestrator<'a> {
         // One entry per buffer, writing when any task writes it.
         buffers.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         buffers.dedup_by_key(|e| e.0);
-        next_level.sort_unstable();
-        next_level.dedup();
-        crate::engine::run::Footprint { buffers: buffers.into_boxed_slice(), next_level }
+        crate::engine::run::Footprint { buffers: buffers.into_boxed_slice() }
     }
 
     /// Ends the run's building: closes every open scope and submission. On an orchestration

@@ -159,15 +159,12 @@ pub(crate) struct RunState {
 }
 
 /// The buffers a run's tasks name, by identity, each with whether a task writes it, sorted
-/// and without repeats; and the next-level workers its tasks go to. Set when a run's submission closes
+/// and without repeats. Set when a run's submission closes
 /// while an earlier run is live: the scheduler dispatches such a run ahead of its turn once none
 /// of these buffers is touched by an unfinished task of an earlier live run in a way that
 /// conflicts (a write on either side), [`TensorMap::conflicts`](crate::engine::tensor_map::TensorMap::conflicts).
 pub(crate) struct Footprint {
     pub(crate) buffers: Box<[(crate::data::buffer::Identity, bool)]>,
-    /// The next-level workers its tasks go to, sorted, without repeats (a run dispatching
-    /// before its turn takes its lease on each of them at once, `Engine::leases_for_all`).
-    pub(crate) next_level: smallvec::SmallVec<[u32; 4]>,
 }
 
 impl RunState {
@@ -218,6 +215,13 @@ impl RunState {
     /// Whether it may still submit, or has submitted, a task to next-level worker `w`.
     pub(crate) fn may_use_next_level(&self, w: u32) -> bool {
         !self.submission_closed() || self.next_level.load(Ordering::Relaxed) & (1 << w.min(63)) != 0
+    }
+
+    /// The next-level workers, of `n`, it may have submitted a task to (those of 63 and up all
+    /// count once one of them was: bit 63 stands for them all).
+    pub(crate) fn next_level_workers(&self, n: usize) -> impl Iterator<Item = u32> + '_ {
+        let bits = self.next_level.load(Ordering::Relaxed);
+        (0..n as u32).filter(move |&w| bits & (1 << w.min(63)) != 0)
     }
 
     /// Whether one of its tasks is a next-level group (which waits for its run's turn).

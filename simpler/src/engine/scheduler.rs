@@ -160,10 +160,17 @@ impl Lane {
     /// Whether a task of `run` runs or is staged here (a lane out of service holds none: its
     /// worker is dead or cannot be trusted, and it takes no task until a new worker replaces it).
     fn holds_task_of(&self, run: &RunState) -> bool {
-        let of = |t: &Option<(Arc<Slot>, u32)>| {
-            t.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
-        };
-        of(&self.busy) || of(&self.staged)
+        self.runs_task_of(run) || self.stages_task_of(run)
+    }
+
+    /// Whether its running task is one of `run`'s.
+    fn runs_task_of(&self, run: &RunState) -> bool {
+        self.busy.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
+    }
+
+    /// Whether its staged task is one of `run`'s.
+    fn stages_task_of(&self, run: &RunState) -> bool {
+        self.staged.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
     }
 
     /// Whether it can take a task to stage now: its endpoint stages, it holds none staged,
@@ -186,6 +193,15 @@ struct Partition {
 }
 
 impl Partition {
+    /// Whether a READY group of it needs next-level worker `w` (it reserves `w` against the
+    /// run's singles and staging: a single never overtakes it).
+    fn group_needs(&self, w: usize) -> bool {
+        self.groups.iter().any(|g| {
+            g.state() == State::Ready
+                && matches!(&g.task().target, Target::NextLevel(ws) if ws.contains(&(w as u32)))
+        })
+    }
+
     fn len(&self) -> usize {
         self.sub.len() + self.groups.len() + self.single.iter().map(VecDeque::len).sum::<usize>()
     }
@@ -228,6 +244,8 @@ pub(crate) struct Scheduler {
     ready: Vec<Arc<Slot>>,
     /// Some lane takes staged tasks ([`Endpoint::stages`]).
     staging: bool,
+    /// Its endpoints were shut down (the Worker closed): no lane comes back into service.
+    shut: bool,
     /// The head run last seen waiting for a pipeline lease (logged once).
     lease_wait: u64,
     /// Passes whose completions or stops changed some task's state (the TensorMap's answer to
@@ -261,6 +279,7 @@ impl Scheduler {
             queued: 0,
             ready: Vec::new(),
             staging: false,
+            shut: false,
             lease_wait: 0,
             settled: 0,
             checked: (u64::MAX, 0),
@@ -298,6 +317,7 @@ impl Scheduler {
 
     /// Shuts every endpoint down; one that panics is logged and the others are still shut down.
     pub(crate) fn shutdown(&mut self) {
+        self.shut = true;
         for lane in &mut self.lanes {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| lane.endpoint.shutdown())) {
                 tracing::error!(target: "simpler::scheduler", worker = %lane.name, "its endpoint panicked in shutdown: {}", panic_message(&*panic));
@@ -749,12 +769,12 @@ impl Scheduler {
     }
 
     /// Puts lane `i`, out of service since its worker died, back in service: a new worker
-    /// took its place. A lane still in service is left as it is.
-    pub(crate) fn revive(&mut self, i: usize) {
-        if let Some(lane) = self.lanes.get_mut(i)
-            && lane.busy.is_none()
-        {
-            lane.dead = None;
+    /// took its place. Returns whether it did: a lane still in service is left as it is, and so
+    /// is every lane once the endpoints were shut down (a close that raced the replacement).
+    pub(crate) fn revive(&mut self, i: usize) -> bool {
+        match self.lanes.get_mut(i) {
+            Some(lane) if !self.shut && lane.busy.is_none() => lane.dead.take().is_some(),
+            _ => false,
         }
     }
 
@@ -763,7 +783,7 @@ impl Scheduler {
     /// service.
     pub(crate) fn replace_endpoint(&mut self, i: usize, endpoint: Box<dyn Endpoint>) -> Option<bool> {
         match self.lanes.get_mut(i) {
-            Some(lane) if lane.busy.is_none() && lane.staged.is_none() => {
+            Some(lane) if !self.shut && lane.busy.is_none() && lane.staged.is_none() => {
                 lane.endpoint = endpoint;
                 Some(lane.dead.take().is_some())
             }
@@ -1086,7 +1106,7 @@ impl Scheduler {
             if !l.stages
                 || l.staged.is_some()
                 || l.dead.is_some()
-                || l.busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &next))
+                || l.runs_task_of(&next)
                 || (self.reserved[w] && next.independent.load(std::sync::atomic::Ordering::Relaxed))
             {
                 continue;
@@ -1100,9 +1120,7 @@ impl Scheduler {
             // A READY group of the run that needs this worker reserves it, for staging as at
             // the head: the group dispatches first once its run is the head (as at depth 1),
             // and a single staged here would be activated before it.
-            let needs_w =
-                |g: &Arc<Slot>| matches!(&g.task().target, Target::NextLevel(ws) if ws.contains(&(w as u32)));
-            if part.groups.iter().any(|g| g.state() == State::Ready && needs_w(g)) {
+            if part.group_needs(w) {
                 continue;
             }
             let inputs_final =
@@ -1117,9 +1135,7 @@ impl Scheduler {
             // Only beside a task of the head running on this chip, under the chip's other lease
             // (at a grant of 2): a successor waiting for its turn does not hold a lease of a
             // chip the head has left, which runs dispatching before their turn may need.
-            let beside_head =
-                self.lanes[lane].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &head_run));
-            if !beside_head {
+            if !self.lanes[lane].runs_task_of(&head_run) {
                 continue;
             }
             let Some(lease) = eng.chip_lease_for(&next, w as u32) else { continue };
@@ -1188,16 +1204,12 @@ impl Scheduler {
                 }
                 let Some(slot) = part.single[w].front().cloned() else { continue };
                 let run = &slot.run;
-                let group_needs_w = |g: &Arc<Slot>| {
-                    g.state() == State::Ready
-                        && matches!(&g.task().target, Target::NextLevel(ws) if ws.contains(&(w as u32)))
-                };
                 if !run.independent.load(std::sync::atomic::Ordering::Relaxed)
                     || run.is_stopped()
                     || run.is_done()
                     || run.build_failed()
                     || Arc::ptr_eq(run, &busy_run)
-                    || part.groups.iter().any(group_needs_w)
+                    || part.group_needs(w)
                 {
                     continue;
                 }
@@ -1270,7 +1282,11 @@ impl Scheduler {
                 if !recheck
                     || !(self.startable(&self.parts[i - 1].1) || self.staged_startable(run))
                     || !eng.independent_of(run, &live)
-                    || !run.footprint.get().is_some_and(|fp| eng.leases_for_all(run, &fp.next_level))
+                    || !eng.leases_for_all(
+                        run,
+                        &run.next_level_workers(self.next_level.len())
+                            .collect::<smallvec::SmallVec<[u32; 8]>>(),
+                    )
                 {
                     continue;
                 }
@@ -1294,18 +1310,7 @@ impl Scheduler {
             // Groups wait for the run's turn, and reserve their workers against the run's
             // singles meanwhile (as at the head and in staging): a single does not overtake a
             // group ahead of it in its run.
-            if part.groups.is_empty() {
-                progress |= self.dispatch_singles(eng, &mut part);
-            } else {
-                let reserved = self.reserved.clone();
-                for g in part.groups.iter().filter(|g| g.state() == State::Ready) {
-                    if let Target::NextLevel(ws) = &g.task().target {
-                        ws.iter().for_each(|&w| self.reserved[w as usize] = true);
-                    }
-                }
-                progress |= self.dispatch_singles(eng, &mut part);
-                self.reserved = reserved;
-            }
+            progress |= self.dispatch_singles(eng, &mut part, true);
             self.parts[i - 1].1 = part;
         }
         live.clear();
@@ -1330,11 +1335,7 @@ impl Scheduler {
     /// Whether a task of `run` is staged on a lane that runs nothing now (found independent,
     /// the run launches it there at once: `activate_staged`).
     fn staged_startable(&self, run: &RunState) -> bool {
-        self.lanes.iter().any(|l| {
-            l.busy.is_none()
-                && l.dead.is_none()
-                && l.staged.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
-        })
+        self.lanes.iter().any(|l| l.busy.is_none() && l.dead.is_none() && l.stages_task_of(run))
     }
 
     fn dispatch_head(&mut self, eng: &Engine, head: u64) -> bool {
@@ -1380,7 +1381,7 @@ impl Scheduler {
         let mut part = std::mem::take(front);
         let mut progress = false;
         progress |= self.dispatch_group_head(eng, &mut part);
-        progress |= self.dispatch_singles(eng, &mut part);
+        progress |= self.dispatch_singles(eng, &mut part, false);
         progress |= self.dispatch_sub(eng, &mut part);
         self.parts[0].1 = part;
         progress
@@ -1435,11 +1436,14 @@ impl Scheduler {
         progress
     }
 
-    fn dispatch_singles(&mut self, eng: &Engine, part: &mut Partition) -> bool {
+    /// Starts the first READY single of `part` on each idle, unreserved next-level worker;
+    /// `before_turn` (a run dispatching before its turn, whose groups wait for it): also not
+    /// on a worker a READY group of the run needs.
+    fn dispatch_singles(&mut self, eng: &Engine, part: &mut Partition, before_turn: bool) -> bool {
         let mut progress = false;
         for w in 0..self.next_level.len() {
             let lane = self.next_level[w];
-            if self.reserved[w] {
+            if self.reserved[w] || (before_turn && part.group_needs(w)) {
                 continue;
             }
             while let Some(slot) = part.single[w].front().cloned() {
@@ -1459,10 +1463,8 @@ impl Scheduler {
                 // Not beside a staged task of its own run (a run found independent this pass,
                 // whose task was staged while it waited): both would be under its one lease
                 // there; the staged one launches first (`activate_staged`, next pass).
-                let staged_ours =
-                    self.lanes[lane].staged.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, &slot.run));
                 if !self.lanes[lane].idle()
-                    || staged_ours
+                    || self.lanes[lane].stages_task_of(&slot.run)
                     || eng.chip_lease_for(&slot.run, w as u32).is_none()
                 {
                     break;

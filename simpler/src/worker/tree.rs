@@ -323,10 +323,10 @@ impl Tree {
         // `pipeline_depth`): a chip task carries its run's lease on that chip, the head's and,
         // with two, the staged successor's, which the chip prepares beside the task it runs
         // (rule M11 of `ipc::mailbox`), or a run's dispatching before its turn; so a run hung
-        // on one chip leaves the other chips' leases to the others. Without chips (SUB workers
-        // only, or nested Workers, whose lanes never stage and which keep no per-run resources
-        // by lease) the level's leases, `pipeline_depth` of them, let runs found independent of
-        // the runs ahead dispatch beside the head (`Scheduler::dispatch_independent`).
+        // on one chip leaves the other chips' leases to the others. The level's leases (the
+        // ones SUB workers and nested Workers get, which keep no per-run resources by lease)
+        // number the admitted runs: every run found independent of the runs ahead may dispatch
+        // beside the head (`Scheduler::dispatch_independent`), and a hung one holds one of them.
         let n_leasing_chips = chips.len();
         let lease_depth = chips
             .map(|i| region.mailbox(i).granted_depth())
@@ -334,18 +334,11 @@ impl Tree {
             .unwrap_or(u32::MAX)
             .min(chip_depth(cfg))
             .max(1);
-        // With chips, their own leases bound what runs hold on each chip, and every admitted run
-        // may hold the level's (a run hung on one chip then keeps no run on another waiting
-        // for one).
-        let level_depth = if n_leasing_chips == 0 {
-            lease_depth
-        } else {
-            let admitted = match cfg.engine.pending_run_depth {
-                0 => cfg.engine.pipeline_depth,
-                n => n,
-            };
-            lease_depth.max(u32::try_from(admitted).unwrap_or(u32::MAX))
+        let admitted = match cfg.engine.pending_run_depth {
+            0 => cfg.engine.pipeline_depth,
+            n => n,
         };
+        let level_depth = lease_depth.max(u32::try_from(admitted).unwrap_or(u32::MAX));
         if let Err(e) = engine.set_lease_depth(level_depth, n_leasing_chips, lease_depth) {
             abort_children(&region, &monitor, &pids);
             return Err(e);

@@ -621,7 +621,10 @@ impl BoundNode {
     fn hello(&self) -> NodeHello {
         // A sized node announces the most a session may ask for.
         let (sub_workers, chips) = match &self.workers {
-            Workers::One(w) => (w.sub_workers() as u32, w.chips() as u32),
+            Workers::One(w) => {
+                let size = Size::of(w);
+                (size.sub_workers, size.chips)
+            }
             Workers::Sized(s) => s.limits().per_session_max(),
         };
         NodeHello { node_id: std::process::id() as u64, sub_workers, chips, pid: std::process::id() }
@@ -660,8 +663,12 @@ impl BoundNode {
         if held.worker.get().is_some() {
             return Err("the session's size is set once, by its first SIZE".into());
         }
-        // A refused size leaves the session without a Worker (its root fails `init`).
-        match self.session_worker(asked).map(|w| held.worker.get_or_init(|| w)) {
+        // A refused size leaves the session without a Worker (its root fails `init`). Set in one
+        // step: a Worker set meanwhile refuses this one instead of being reported as its size.
+        let set = self.session_worker(asked).and_then(|w| {
+            held.worker.set(w).map_err(|_| "the session's size is set once, by its first SIZE".to_string())
+        });
+        match set.map(|()| held.worker.get().expect("set just now")) {
             Err(e) => Err(e),
             Ok(w) => {
                 let size = w.size();
