@@ -134,6 +134,21 @@ impl Engine {
         }
     }
 
+    /// A task was published PENDING behind a producer that runs (rule 5 of `slot`): when a lane
+    /// chains tasks, a pass may hand it to that producer's worker now, so the role holder is
+    /// woken, or, with none, this thread makes the pass.
+    pub(crate) fn chain_chance(&self) {
+        if !self.chaining.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.try_role() {
+            Some(mut role) => {
+                role.pass();
+            }
+            None => self.doorbell().ring(),
+        }
+    }
+
     /// True when READY tasks may wait in the inbox (a hint: the holder skips an empty inbox).
     pub(crate) fn inbox_pending(&self) -> bool {
         self.inbox_len.load(Ordering::SeqCst) > 0

@@ -60,6 +60,9 @@ pub(crate) enum Outcome {
     WorkerDied(String),
     /// The worker itself is gone or broke its protocol; the lane is dead from now on.
     EndpointFailure(String),
+    /// A chained task ([`Endpoint::chain`]) the worker gave back without running it: the
+    /// task ahead of it failed, or it was withdrawn.
+    NotRun(String),
 }
 
 /// One worker as the engine sees it.
@@ -155,6 +158,28 @@ pub(crate) trait Endpoint: Send {
     /// Withdraws the staged task (its run was stopped): it ends unlaunched, reported by
     /// [`poll_staged`](Endpoint::poll_staged). Never blocks.
     fn withdraw(&mut self) {}
+
+    // ---- chaining: a task of the same run that the worker starts itself (SUB workers)
+
+    /// Whether this worker takes a chained task ([`chain`](Endpoint::chain)): a SUB worker's
+    /// mailbox does.
+    fn chains(&self) -> bool {
+        false
+    }
+
+    /// Hands over a task whose one unfinished producer is the task running here (rule 5 of
+    /// `slot`), which the worker starts itself as soon as that one succeeded, without a
+    /// round trip through the scheduler. At most one at a time, only while a task runs; after
+    /// [`poll`](Endpoint::poll) reported the running task's end, the chained one is the
+    /// running task (a worker that did not start it reports [`Outcome::NotRun`]). An error
+    /// means nothing was handed over.
+    fn chain(&mut self, _dispatch: &Dispatch<'_>) -> Result<()> {
+        Err(crate::error::Error::state("this worker cannot chain a task"))
+    }
+
+    /// Asks the worker not to start the chained task (its run was stopped): it reports
+    /// [`Outcome::NotRun`] unless it started it already. Never blocks.
+    fn withdraw_chained(&mut self) {}
 }
 
 #[cfg(test)]

@@ -199,6 +199,10 @@ pub(crate) struct Engine {
     /// Some lane stages successor tasks: untracked writers are recorded in the TensorMap, so
     /// that a successor's input is never copied in while one of the head's may still write it.
     staging: AtomicBool,
+    /// Some lane takes chained tasks ([`Endpoint::chains`](endpoint::Endpoint::chains)): a
+    /// task published behind a running SUB task makes the scheduler look
+    /// ([`Engine::chain_chance`]).
+    chaining: AtomicBool,
     /// The scheduler role (rule 1), flagged in `role`.
     sched: checked::Mutex<Scheduler>,
     /// Changes to the scheduler asked by threads that do not hold the role (a lane revived or
@@ -304,6 +308,7 @@ impl Engine {
             idle_lanes: AtomicUsize::new(0),
             unpassed: AtomicUsize::new(0),
             pending_passed_at: std::sync::atomic::AtomicU32::new(0),
+            chaining: AtomicBool::new(false),
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),
@@ -336,6 +341,9 @@ impl Engine {
         self.idle_lanes.fetch_add(lanes.len(), Ordering::Relaxed);
         if lanes.iter().any(scheduler::Lane::stages) {
             self.staging.store(true, Ordering::Relaxed);
+        }
+        if lanes.iter().any(scheduler::Lane::chains) {
+            self.chaining.store(true, Ordering::Relaxed);
         }
         self.with_sched(move |s| s.attach(lanes));
     }

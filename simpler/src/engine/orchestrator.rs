@@ -1307,6 +1307,8 @@ impl<'a> Orchestrator<'a> {
 
         // Step 4: attach.
         let mut live = 0u32;
+        // Whether it waits for a task that runs now (it may be chained behind it).
+        let mut behind_running = false;
         let mut failed: Option<Error> = None;
         let mut lost: Option<Error> = None;
         for p in producers {
@@ -1320,6 +1322,7 @@ impl<'a> Orchestrator<'a> {
                 }
                 Attached::Linked { waits, failure } => {
                     live += u32::from(waits);
+                    behind_running |= waits && p.slot.state() == crate::engine::slot::State::Running;
                     if failed.is_none() {
                         failed = failure;
                     }
@@ -1340,7 +1343,10 @@ impl<'a> Orchestrator<'a> {
                 format!("{} did not run: a task it depends on failed: {}", slot.describe(), cause.message()),
             )
         });
-        self.publish(&slot, live, failed, written, submitted);
+        let pending = self.publish(&slot, live, failed, written, submitted);
+        if pending && behind_running {
+            self.eng.chain_chance();
+        }
         self.capture_task(&slot, callable);
         Ok(TaskHandle { run: self.run.id, index })
     }
@@ -1367,8 +1373,8 @@ impl<'a> Orchestrator<'a> {
         cap.record(task, edges);
     }
 
-    /// Publishes `slot` (rule 2 of the slot module): ready, pending, or failed with `failure`.
-    /// `submitted`: when it was submitted, if its run is captured.
+    /// Publishes `slot` (rule 2 of the slot module): ready, pending, or failed with `failure`;
+    /// true when pending. `submitted`: when it was submitted, if its run is captured.
     fn publish(
         &self,
         slot: &Arc<Slot>,
@@ -1376,7 +1382,7 @@ impl<'a> Orchestrator<'a> {
         failure: Option<Error>,
         written: SmallVec<[Identity; 4]>,
         submitted: Option<u64>,
-    ) {
+    ) -> bool {
         match slot.publish(live, written, failure) {
             Published::Ready => {
                 self.eng.publish_ready(slot.clone());
@@ -1386,11 +1392,15 @@ impl<'a> Orchestrator<'a> {
                     slot.run.note_at(slot.index, crate::dfx::timeline::TaskEvent::Ready, at);
                 }
             }
-            Published::Pending => self.eng.submitted_pending(),
+            Published::Pending => {
+                self.eng.submitted_pending();
+                return true;
+            }
             Published::Failed(err) => {
                 self.eng.fail_unstarted(slot, err);
             }
         }
+        false
     }
 
     /// What the run's tasks not yet consumed name (see [`Footprint`](crate::engine::run::Footprint)).

@@ -132,12 +132,21 @@ pub(crate) struct Lane {
     held: bool,
     /// The worker reported the staged task prepared (counted in its run's `staged`).
     prepared: bool,
+    /// The endpoint takes chained tasks ([`Endpoint::chains`]: a SUB worker).
+    chains: bool,
+    /// The chained task: one of the running task's run whose one unfinished producer is the
+    /// running task (CHAINED, rule 5 of `slot`); the worker starts it itself once that one
+    /// succeeded, and it is the running task once that one's end was polled.
+    chained: Option<Arc<Slot>>,
+    /// The running task is a chained one that did not launch (the task ahead of it failed:
+    /// it is still CHAINED): its end, whatever it says, fails it as poisoned by this error.
+    unlaunched: Option<Error>,
 }
 
 impl Lane {
     /// A lane that messages call `name` (what the worker is to the user: "chip 0").
     pub(crate) fn named(kind: LaneKind, endpoint: Box<dyn Endpoint>, name: String) -> Lane {
-        let (stages, watched) = (endpoint.stages(), endpoint.watched());
+        let (stages, watched, chains) = (endpoint.stages(), endpoint.watched(), endpoint.chains());
         Lane {
             kind,
             name: Arc::from(name),
@@ -150,6 +159,9 @@ impl Lane {
             staged: None,
             held: false,
             prepared: false,
+            chains,
+            chained: None,
+            unlaunched: None,
         }
     }
 
@@ -164,6 +176,7 @@ impl Lane {
     }
 
     /// Whether its running task is one of `run`'s.
+    /// (A chained task is always of the running task's run.)
     fn runs_task_of(&self, run: &RunState) -> bool {
         self.busy.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
     }
@@ -171,6 +184,14 @@ impl Lane {
     /// Whether its staged task is one of `run`'s.
     fn stages_task_of(&self, run: &RunState) -> bool {
         self.staged.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
+    }
+
+    /// Asks its worker not to start its chained task ([`Endpoint::withdraw_chained`]); a
+    /// panic there is logged (the chained task's end, when polled, says what happened).
+    fn withdraw_chained(&mut self) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.endpoint.withdraw_chained())) {
+            tracing::error!(target: "simpler::scheduler", worker = %self.name, "its endpoint panicked in withdraw_chained: {}", panic_message(&*panic));
+        }
     }
 
     /// Whether it can take a task to stage now: its endpoint stages, it holds none staged,
@@ -182,6 +203,11 @@ impl Lane {
     /// Its endpoint takes staged tasks.
     pub(crate) fn stages(&self) -> bool {
         self.stages
+    }
+
+    /// Its endpoint takes chained tasks.
+    pub(crate) fn chains(&self) -> bool {
+        self.chains
     }
 }
 
@@ -244,6 +270,8 @@ pub(crate) struct Scheduler {
     ready: Vec<Arc<Slot>>,
     /// Some lane takes staged tasks ([`Endpoint::stages`]).
     staging: bool,
+    /// Some lane takes chained tasks ([`Endpoint::chains`]).
+    chaining: bool,
     /// Its endpoints were shut down (the Worker closed): no lane comes back into service.
     shut: bool,
     /// The head run last seen waiting for a pipeline lease (logged once).
@@ -279,6 +307,7 @@ impl Scheduler {
             queued: 0,
             ready: Vec::new(),
             staging: false,
+            chaining: false,
             shut: false,
             lease_wait: 0,
             settled: 0,
@@ -311,6 +340,7 @@ impl Scheduler {
                 }
             }
             self.staging |= lane.stages;
+            self.chaining |= lane.chains;
             self.lanes.push(lane);
         }
     }
@@ -333,8 +363,15 @@ impl Scheduler {
     /// runs are failed as their queues retire. Returns whether a run was abandoned.
     pub(crate) fn recover(&mut self, eng: &Engine, panic: &str) -> bool {
         self.queued = self.parts.iter().map(|(_, p)| p.len()).sum();
-        self.in_flight =
-            self.lanes.iter().map(|l| usize::from(l.busy.is_some()) + usize::from(l.staged.is_some())).sum();
+        self.in_flight = self
+            .lanes
+            .iter()
+            .map(|l| {
+                usize::from(l.busy.is_some())
+                    + usize::from(l.staged.is_some())
+                    + usize::from(l.chained.is_some())
+            })
+            .sum();
         self.reserved.iter_mut().for_each(|r| *r = false);
         let mut abandoned = false;
         for run in eng.live_runs() {
@@ -591,6 +628,13 @@ impl Scheduler {
         eng.events.ring();
         // A graceful cancel lets its running tasks end (until `due` says the grace is over).
         let unstoppable = graceful.is_none() && !self.stop_lanes(&running);
+        // Its chained tasks are asked not to start (one that started already runs on, as a
+        // running task of a graceful cancel does; the others end unrun, as `NotRun`).
+        for lane in &mut self.lanes {
+            if lane.chained.as_ref().is_some_and(|s| Arc::ptr_eq(&s.run, run)) {
+                lane.withdraw_chained();
+            }
+        }
         // Its staged tasks are given back unlaunched (their ends come through `poll_staged`;
         // `activate_staged` asks again for one the worker was still preparing).
         for i in 0..self.lanes.len() {
@@ -675,16 +719,27 @@ impl Scheduler {
                 }
                 continue;
             }
-            let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
-                Ok(None) => continue,
-                Ok(Some(outcome)) => Ok(outcome),
-                Err(panic) => Err(format!("its endpoint panicked in poll: {}", panic_message(&*panic))),
-            };
-            progress = true;
-            let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
-            self.in_flight -= 1;
-            let span = self.lanes[i].span.take();
-            self.record_outcome(eng, i, &slot, member, outcome, span);
+            // A chained task behind the one that ended is the running one now, and may have
+            // ended too: polled again.
+            loop {
+                let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
+                    Ok(None) => break,
+                    Ok(Some(outcome)) => Ok(outcome),
+                    Err(panic) => Err(format!("its endpoint panicked in poll: {}", panic_message(&*panic))),
+                };
+                progress = true;
+                let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
+                self.in_flight -= 1;
+                let span = self.lanes[i].span.take();
+                match self.lanes[i].unlaunched.take() {
+                    Some(poison) => self.end_unlaunched(eng, i, &slot, &outcome, poison),
+                    None => self.record_outcome(eng, i, &slot, member, outcome, span),
+                }
+                match self.lanes[i].chained.take() {
+                    Some(next) => self.promote_chained(i, &slot, next),
+                    None => break,
+                }
+            }
         }
         progress |= !self.ready.is_empty();
         let mut ready = std::mem::take(&mut self.ready);
@@ -752,6 +807,15 @@ impl Scheduler {
                     format!("{} failed on {lane_name}: {msg}", slot.describe()),
                 ))
             }
+            // A chained task launched here and withdrawn before it started: its run was
+            // stopped, or its orchestration function failed.
+            Ok(Outcome::NotRun(_)) if slot.run.is_stopped() || slot.run.build_failed() => {
+                Err(not_started(slot))
+            }
+            Ok(Outcome::NotRun(msg)) => Err(Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run on {lane_name}: {msg}", slot.describe()),
+            )),
         };
         if let Some((span, since)) = span {
             let us = since.elapsed().as_secs_f64() * 1e6;
@@ -766,6 +830,136 @@ impl Scheduler {
             }
         }
         self.finish_member(eng, slot, member, result);
+    }
+
+    /// The task ahead of chained task `next` on lane `i`, `ahead`, ended and was completed:
+    /// `next` is the lane's running task now. It launched if `ahead` succeeded, which released
+    /// its last fanin (CHAINED -> RUNNING, rule 5 of `slot`); otherwise it is still CHAINED and
+    /// the worker does not run it (rule M13 of `ipc::mailbox`): its end fails it as poisoned.
+    fn promote_chained(&mut self, i: usize, ahead: &Slot, next: Arc<Slot>) {
+        if next.launch_chained() {
+            next.run.note(next.index, crate::dfx::timeline::TaskEvent::Ready);
+            // Noted when its start is seen, after the worker started it.
+            next.run.note(next.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[i].name));
+            let task = next.task();
+            tracing::trace!(target: "simpler::scheduler", run_id = next.run.id, task_index = next.index, callable = task.callable.name(), worker = %self.lanes[i].name, "chained task launched");
+            let span = tracing::debug_span!(target: "simpler::task", parent: &next.run.span, "task", run_id = next.run.id, task_index = next.index, member = 0u32, callable = task.callable.name(), worker = %self.lanes[i].name);
+            self.lanes[i].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
+        } else {
+            let why = ahead
+                .lock()
+                .failure
+                .as_ref()
+                .map_or_else(|| "it did not end".to_string(), |e| e.message().to_string());
+            self.lanes[i].unlaunched = Some(Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run: {} failed: {why}", next.describe(), ahead.describe()),
+            ));
+        }
+        self.lanes[i].busy = Some((next, 0));
+    }
+
+    /// Chained task `slot` on lane `i`, which did not launch, ended with `outcome`: the worker
+    /// answered it unrun (or died): it fails as `poison` says (CHAINED -> PENDING -> FAILED,
+    /// its consumers poisoned), and a worker that died or broke its protocol leaves service.
+    fn end_unlaunched(
+        &mut self,
+        eng: &Engine,
+        i: usize,
+        slot: &Arc<Slot>,
+        outcome: &std::result::Result<Outcome, String>,
+        poison: Error,
+    ) {
+        match outcome {
+            Err(why) | Ok(Outcome::EndpointFailure(why)) => self.lanes[i].dead = Some(why.clone()),
+            _ => {}
+        }
+        if slot.unchain() && catch_unwind(AssertUnwindSafe(|| eng.fail_unstarted(slot, poison))).is_err() {
+            let err = Error::new(
+                ErrorKind::Internal,
+                format!("run {}: the scheduler panicked while failing {}", slot.run.id, slot.describe()),
+            );
+            eng.abandon_run(&slot.run, err);
+        }
+    }
+
+    /// Chains, on each SUB lane that runs a task and holds none chained, a task of the same
+    /// run whose one unfinished producer is the running task (rule 5 of `slot`): the worker
+    /// starts it as soon as the running one succeeds, with no hand-off through this thread (a
+    /// wake-up each way, the most a short task costs). Not while a READY SUB task waits in a
+    /// queue (it goes first), not for a group or a run that was stopped, and not while the
+    /// running task is a chained one that did not launch.
+    fn chain_successors(&mut self, eng: &Engine) -> bool {
+        // A chained task of a run whose orchestration function failed is asked not to start
+        // (its tasks not started never do; a stopped run's were asked in `stop_run`).
+        for &i in &self.sub {
+            let lane = &mut self.lanes[i];
+            if lane.chained.as_ref().is_some_and(|s| s.run.build_failed()) {
+                lane.withdraw_chained();
+            }
+        }
+        if self.parts.iter().any(|(_, p)| !p.sub.is_empty()) {
+            return false;
+        }
+        let mut progress = false;
+        for k in 0..self.sub.len() {
+            let i = self.sub[k];
+            let lane = &self.lanes[i];
+            if !lane.chains || lane.chained.is_some() || lane.dead.is_some() {
+                continue;
+            }
+            let Some((ahead, _)) = &lane.busy else { continue };
+            if ahead.task().group
+                || ahead.state() != State::Running
+                || ahead.run.is_stopped()
+                || ahead.run.build_failed()
+            {
+                continue;
+            }
+            let ahead = ahead.clone();
+            for next in ahead.consumers() {
+                let sub_single = next.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
+                if !sub_single
+                    || !Arc::ptr_eq(&next.run, &ahead.run)
+                    || next.state() != State::Pending
+                    || !next.chain_behind()
+                {
+                    continue;
+                }
+                progress |= self.chain_on(eng, i, next);
+                break;
+            }
+        }
+        progress
+    }
+
+    /// Hands CHAINED task `slot` to lane `i` behind its running task ([`Endpoint::chain`]).
+    /// One the endpoint refuses goes back to PENDING, and is queued when its producer ends.
+    fn chain_on(&mut self, eng: &Engine, i: usize, slot: Arc<Slot>) -> bool {
+        let d = Self::dispatch_of(eng, &slot, 0, false);
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[i].name, "chain");
+        match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.chain(&d))) {
+            Ok(Ok(())) => {
+                self.lanes[i].chained = Some(slot);
+                self.in_flight += 1;
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{} not chained: {}", slot.describe(), e.message());
+                slot.unchain();
+                false
+            }
+            Err(panic) => {
+                // Whether it was handed over is unknown, and the endpoint cannot be trusted:
+                // the lane leaves service (rule 5 of the engine); its running task ends as the
+                // endpoint reports it, and this one waits for it as any PENDING task.
+                let why = format!("its endpoint panicked in chain: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
+                self.lanes[i].dead = Some(why);
+                slot.unchain();
+                false
+            }
+        }
     }
 
     /// Puts lane `i`, out of service since its worker died, back in service: a new worker
@@ -848,15 +1042,11 @@ impl Scheduler {
         }
     }
 
-    fn start_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, member: u32) {
+    /// What an endpoint is handed for member `member` of `slot` (0 for a single task), under
+    /// its run's lease (on the member's chip, for a next-level task).
+    fn dispatch_of<'s>(eng: &Engine, slot: &'s Slot, member: u32, overlap: bool) -> Dispatch<'s> {
         let task = slot.task();
-        // A staging lane runs the head's task where it can watch for a successor when one
-        // is admitted behind it, or is likely to be: its run was submitted by a caller that
-        // went on without waiting (one that waits for its run gets the task run at once, on
-        // the chip's own thread, without a hop to the executor).
-        let overlap = self.lanes[lane].stages
-            && (slot.run.ahead.load(std::sync::atomic::Ordering::Relaxed) || eng.successor_run().is_some());
-        let d = Dispatch {
+        Dispatch {
             callable: &task.callable,
             args: &task.args[member as usize],
             config: task.config.as_deref(),
@@ -870,7 +1060,18 @@ impl Scheduler {
                 Target::Sub => eng.lease_for(&slot.run),
             },
             overlap,
-        };
+        }
+    }
+
+    fn start_on(&mut self, eng: &Engine, lane: usize, slot: &Arc<Slot>, member: u32) {
+        let task = slot.task();
+        // A staging lane runs the head's task where it can watch for a successor when one
+        // is admitted behind it, or is likely to be: its run was submitted by a caller that
+        // went on without waiting (one that waits for its run gets the task run at once, on
+        // the chip's own thread, without a hop to the executor).
+        let overlap = self.lanes[lane].stages
+            && (slot.run.ahead.load(std::sync::atomic::Ordering::Relaxed) || eng.successor_run().is_some());
+        let d = Self::dispatch_of(eng, slot, member, overlap);
         tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name, "dispatch");
         let span = tracing::debug_span!(target: "simpler::task", parent: &slot.run.span, "task", run_id = slot.run.id, task_index = slot.index, member, callable = task.callable.name(), worker = %self.lanes[lane].name);
         self.lanes[lane].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
@@ -1165,6 +1366,9 @@ impl Scheduler {
             if self.ahead_of_turn {
                 progress |= self.stage_independent(eng, head);
             }
+        }
+        if self.chaining {
+            progress |= self.chain_successors(eng);
         }
         progress
     }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! FREE -> BUILDING -> PENDING -> READY -> RUNNING -> COMPLETED -> CONSUMED
-//!            └───────────┴──────────┴─────────┴─────> FAILED ───> CONSUMED
+//!            │           │  └──> CHAINED ──┘│
+//!            └───────────┴──────────┴───────┴─────> FAILED ───> CONSUMED
 //! ```
 //!
 //! A slot is created by the Orchestrator in BUILDING with all its task data (callable, args,
@@ -13,7 +14,8 @@
 //!
 //! 1. Every transition that can race is a compare-and-swap on the state word with exactly one
 //!    winner ([`Slot::cas`]). PENDING -> READY is won by the producer whose completion releases
-//!    the last fanin; READY -> RUNNING by the dispatcher (a loser means the task was poisoned).
+//!    the last fanin; READY -> RUNNING by the dispatcher (a loser means the task was poisoned);
+//!    PENDING -> CHAINED by the scheduler (rule 5).
 //! 2. Publication (BUILDING -> PENDING | READY) stores `fanin_count` and changes the state under
 //!    the slot's lock, so a producer that completes while the consumer is BUILDING only bumps
 //!    `fanin_released` and the publication sees it. Dispatch never claims a BUILDING slot.
@@ -25,6 +27,15 @@
 //!    A slot that is consumable is gone for good: an attach ([`Slot::attach`]) finds it so under
 //!    its lock and neither links nor retains it, since the releaser that made it consumable is
 //!    about to consume it (for an allocation's creator: to reclaim its memory).
+//! 5. A PENDING slot whose one unreleased fanin is a task running on a SUB worker may be
+//!    handed to that worker behind it (CHAINED, [`Slot::chain_behind`]: a CAS under the lock,
+//!    so it races no release). A CHAINED slot belongs to the scheduler
+//!    lane that chained it: a release of its last fanin does not queue it (the worker starts
+//!    it itself once the task ahead succeeded) and moves nothing; the lane moves it CHAINED ->
+//!    RUNNING ([`Slot::launch_chained`]) after its last fanin was released, or back to PENDING
+//!    ([`Slot::unchain`]) when the task ahead failed, and then fails it as poisoned. Nothing
+//!    else fails a CHAINED slot ([`Slot::fail_unstarted`] leaves it): the worker may be running
+//!    it already.
 //!
 //! The state word and the lock come from the sync facade (`sys::sync::checked`), and each
 //! transition's locked step is a method here that the engine calls ([`Slot::settle`],
@@ -55,6 +66,8 @@ pub(crate) enum State {
     Failed = 5,
     Consumed = 6,
     Building = 7,
+    /// PENDING, handed to a SUB worker behind its one unfinished producer (rule 5).
+    Chained = 8,
 }
 
 impl State {
@@ -66,6 +79,7 @@ impl State {
             4 => State::Completed,
             5 => State::Failed,
             6 => State::Consumed,
+            8 => State::Chained,
             _ => State::Building,
         }
     }
@@ -276,9 +290,43 @@ impl Slot {
     pub(crate) fn release_fanin(&self) -> bool {
         let mut l = self.lock();
         l.fanin_released += 1;
+        // A CHAINED slot (rule 5) only counts the release: its lane launches it.
         self.state() == State::Pending
             && l.fanin_released >= l.fanin_count
             && self.cas(State::Pending, State::Ready)
+    }
+
+    /// Rule 5: hands this PENDING slot to the lane running `producer`, its one unreleased
+    /// fanin (`producer` must be one of its producers, as a consumer in `producer`'s fanout
+    /// is). True when this call moved it PENDING -> CHAINED.
+    pub(crate) fn chain_behind(&self) -> bool {
+        let l = self.lock();
+        self.state() == State::Pending
+            && l.fanin_released + 1 == l.fanin_count
+            && self.cas(State::Pending, State::Chained)
+    }
+
+    /// Rule 5: the task ahead of this CHAINED slot succeeded, which released its last fanin:
+    /// CHAINED -> RUNNING. False, changing nothing, when a fanin is still unreleased (the task
+    /// ahead failed) or the slot is not CHAINED.
+    pub(crate) fn launch_chained(&self) -> bool {
+        let l = self.lock();
+        self.state() == State::Chained
+            && l.fanin_released >= l.fanin_count
+            && self.cas(State::Chained, State::Running)
+    }
+
+    /// Rule 5: the task ahead of this CHAINED slot failed (or it could not be handed over):
+    /// CHAINED -> PENDING, so that it fails, or is queued, as any PENDING slot. False when it
+    /// was not CHAINED.
+    pub(crate) fn unchain(&self) -> bool {
+        let _l = self.lock();
+        self.cas(State::Chained, State::Pending)
+    }
+
+    /// The consumers waiting for this slot now (cloned under the lock).
+    pub(crate) fn consumers(&self) -> Fanout {
+        self.lock().fanout.clone()
     }
 
     /// Failing a slot that has not started, under its lock (rule 1): a BUILDING slot (only its

@@ -96,6 +96,9 @@ pub(crate) const ERR_RESOURCE: i32 = 5;
 /// Frame error code: a worker below the child (a nested Worker's SUB worker or chip) died and
 /// the task or request failed with it; the parent reports it as `ErrorKind::WorkerDied`.
 pub(crate) const ERR_WORKER_DIED: i32 = 6;
+/// Frame error code: the child gave a chained task back without running it (rule M13 of
+/// `ipc::mailbox`): the task ahead of it failed, or the parent withdrew it.
+pub(crate) const ERR_NOT_RUN: i32 = 7;
 
 /// The function a `REGISTER_*` control carries, typed by its command (rule C1).
 #[derive(Debug, Clone, Copy)]
@@ -196,6 +199,9 @@ pub(crate) fn task_lease(req: &TaskRequest<'_>, who: &dyn std::fmt::Display) -> 
 pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Serve) -> i32 {
     let mb = region.mailbox(index);
     let parent = region.doorbell();
+    // The task this child finished last: its sequence number and whether it succeeded (a
+    // chained task runs only behind a success, rule M13).
+    let mut last: Option<(u16, bool)> = None;
     loop {
         let seen = mb.child_doorbell().seq();
         if mb.shutdown_requested() {
@@ -212,11 +218,21 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
             mb.finish_control(result, parent);
             worked = true;
         }
-        if let Some(req) = mb.task_request() {
+        if let Some(req) = mb.next_task(last.map(|(seq, _)| seq)) {
             mb.set_child_cpu(crate::sys::futex::current_cpu());
-            let result = task_lease(&req, &format_args!("worker process {}", std::process::id()))
-                .and_then(|_| handler.task(&req));
+            let seq = req.seq();
+            let result = if req.chained() && last != Some((seq.wrapping_sub(1), true)) {
+                Err(FrameError::new(ERR_NOT_RUN, "not run: the task ahead of it on this worker failed"))
+            } else if req.chained() && req.withdrawn() {
+                Err(FrameError::new(ERR_NOT_RUN, "not run: it was withdrawn"))
+            } else {
+                task_lease(&req, &format_args!("worker process {}", std::process::id()))
+                    .and_then(|_| handler.task(&req))
+            };
+            last = Some((seq, result.is_ok()));
             mb.finish_task(req, result, parent);
+            // A chained task behind this one starts on the next turn, without a wake-up
+            // (rule M13).
             worked = true;
         }
         if worked {

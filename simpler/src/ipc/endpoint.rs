@@ -21,8 +21,10 @@ use std::sync::Arc;
 use crate::data::wire::{encode_args, encode_config};
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
-use crate::ipc::child::{ERR_RESOURCE, ERR_WORKER_DIED};
-use crate::ipc::mailbox::{FLAG_OVERLAP, MailboxRegion, Posting, TASK_FRAMES, Withdrawn};
+use crate::ipc::child::{ERR_NOT_RUN, ERR_RESOURCE, ERR_WORKER_DIED};
+use crate::ipc::mailbox::{
+    FLAG_CHAINED, FLAG_OVERLAP, MailboxRegion, Posting, TASK_FRAMES, Withdrawn, flag_seq,
+};
 use crate::sys::process::ExitBoard;
 
 /// Drives one child through its mailbox's task frames: the running task in one, and, for a
@@ -42,6 +44,14 @@ pub(crate) struct MailboxEndpoint {
     staged: Option<usize>,
     /// The staged task was taken back before the child saw it (it ends at the next poll).
     withdrawn: bool,
+    /// The child takes chained tasks (a SUB worker: rule M13).
+    chains: bool,
+    /// The task frame of the chained task, until the running one's end was polled.
+    chained: Option<usize>,
+    /// Chaining: the frame the next post goes to (posts alternate, M13).
+    next: usize,
+    /// Chaining: the sequence number of the next post (M13).
+    seq: u16,
     /// The pid of the child each task frame's task was posted to: a child replaced since
     /// (`Worker::replace_worker`, which resets the frames) took the task with it.
     posted_to: [i32; TASK_FRAMES],
@@ -65,6 +75,10 @@ impl MailboxEndpoint {
             active: None,
             staged: None,
             withdrawn: false,
+            chains: false,
+            chained: None,
+            next: 0,
+            seq: 0,
             stopped_pid: 0,
             posted_to: [0; TASK_FRAMES],
         }
@@ -74,6 +88,13 @@ impl MailboxEndpoint {
     /// two-frame loop).
     pub(crate) fn staging(mut self, on: bool) -> MailboxEndpoint {
         self.stages = on;
+        self
+    }
+
+    /// This child takes chained tasks (a SUB worker, whose loop reads both task frames: rule
+    /// M13 of `ipc::mailbox`).
+    pub(crate) fn chaining(mut self, on: bool) -> MailboxEndpoint {
+        self.chains = on;
         self
     }
 
@@ -87,14 +108,16 @@ impl MailboxEndpoint {
         if self.staged == Some(0) { 1 } else { 0 }
     }
 
-    fn post(&mut self, d: &Dispatch<'_>, ix: usize, stage: bool) -> Result<()> {
+    fn post(&mut self, d: &Dispatch<'_>, ix: usize, stage: bool, chained: bool) -> Result<()> {
         let mb = self.region.mailbox(self.index);
         mb.set_parent_cpu(crate::sys::futex::current_cpu());
         tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, frame = ix, stage, "post task");
         let posting = Posting {
             trace: d.captured.then_some((d.engine, d.run, d.task, d.member)),
             lease: d.lease.map_or((0, 0), |l| (l.slot, l.generation)),
-            flags: if d.overlap && self.stages { FLAG_OVERLAP } else { 0 },
+            flags: if d.overlap && self.stages { FLAG_OVERLAP } else { 0 }
+                | if chained { FLAG_CHAINED } else { 0 }
+                | flag_seq(self.seq),
             stage,
         };
         mb.post_task_at(ix, d.callable.digest().as_bytes(), &posting, |config, payload| {
@@ -109,6 +132,10 @@ impl MailboxEndpoint {
             )
         })?;
         self.posted_to[ix] = self.pid();
+        if self.chains {
+            self.next = 1 - ix;
+            self.seq = self.seq.wrapping_add(1);
+        }
         Ok(())
     }
 
@@ -118,6 +145,7 @@ impl MailboxEndpoint {
             Ok(()) => Outcome::Success,
             Err(e) if e.code == ERR_RESOURCE => Outcome::ResourceExhausted(e.message),
             Err(e) if e.code == ERR_WORKER_DIED => Outcome::WorkerDied(e.message),
+            Err(e) if e.code == ERR_NOT_RUN => Outcome::NotRun(e.message),
             Err(e) => Outcome::TaskFailure(e.message),
         }
     }
@@ -165,8 +193,8 @@ impl MailboxEndpoint {
 
 impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
-        let ix = self.free_frame();
-        self.post(d, ix, false)?;
+        let ix = if self.chains { self.next } else { self.free_frame() };
+        self.post(d, ix, false, false)?;
         self.active = Some(ix);
         Ok(())
     }
@@ -183,7 +211,7 @@ impl Endpoint for MailboxEndpoint {
             Some(a) => 1 - a,
             None => 1,
         };
-        self.post(d, ix, true)?;
+        self.post(d, ix, true, false)?;
         self.staged = Some(ix);
         Ok(())
     }
@@ -250,16 +278,34 @@ impl Endpoint for MailboxEndpoint {
     fn poll(&mut self) -> Option<Outcome> {
         let ix = self.active.unwrap_or(0);
         let mb = self.region.mailbox(self.index);
-        if let Some(r) = mb.take_task_result_at(ix) {
-            self.active = None;
-            return Some(Self::outcome(r));
-        }
         // Dead only after checking the frame: a child may finish its task and then die.
-        let died = self.died(ix, false);
-        if died.is_some() {
-            self.active = None;
+        let outcome = match mb.take_task_result_at(ix) {
+            Some(r) => Self::outcome(r),
+            None => self.died(ix, false)?,
+        };
+        // The chained task is the running one now (rule M13).
+        self.active = self.chained.take();
+        Some(outcome)
+    }
+
+    fn chains(&self) -> bool {
+        self.chains
+    }
+
+    fn chain(&mut self, d: &Dispatch<'_>) -> Result<()> {
+        let Some(active) = self.active.filter(|_| self.chains && self.chained.is_none()) else {
+            return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.label)));
+        };
+        let ix = 1 - active;
+        self.post(d, ix, false, true)?;
+        self.chained = Some(ix);
+        Ok(())
+    }
+
+    fn withdraw_chained(&mut self) {
+        if let Some(ix) = self.chained {
+            self.region.mailbox(self.index).withdraw_chained(ix);
         }
-        died
     }
 
     fn stop(&mut self) -> bool {

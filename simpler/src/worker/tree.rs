@@ -346,7 +346,8 @@ impl Tree {
         let mailbox_lanes = (0..n_sub + n_chip)
             .map(|i| {
                 let ep = MailboxEndpoint::new(region.clone(), i, monitor.board.clone(), lanes.label(i))
-                    .staging(i >= n_sub && !nested && lease_depth >= 2);
+                    .staging(i >= n_sub && !nested && lease_depth >= 2)
+                    .chaining(i < n_sub);
                 let kind =
                     if i < n_sub { LaneKind::Sub(i as u32) } else { LaneKind::NextLevel((i - n_sub) as u32) };
                 Lane::named(kind, Box::new(ep), lanes.label(i))

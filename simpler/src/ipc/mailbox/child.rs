@@ -73,6 +73,22 @@ impl TaskRequest<'_> {
         self.frame.state.take_activation()
     }
 
+    /// Whether the task is chained behind the one before it (rule M13).
+    pub(crate) fn chained(&self) -> bool {
+        self.flags & super::FLAG_CHAINED != 0
+    }
+
+    /// The task's sequence number on this child (rule M13).
+    pub(crate) fn seq(&self) -> u16 {
+        super::seq_of(self.flags)
+    }
+
+    /// Whether the parent set the frame's sticky withdraw word (rule M12): for a chained task,
+    /// its run was stopped and it must not start (M13).
+    pub(crate) fn withdrawn(&self) -> bool {
+        self.words.withdraw.load(Ordering::Acquire) != 0
+    }
+
     /// Sets the frame's sticky acceptance word: the task is launching (rule M12).
     pub(crate) fn mark_accepted(&self) {
         self.words.accepted.store(1, Ordering::Release);
@@ -162,8 +178,37 @@ impl<'a> Mailbox<'a> {
     /// Takes the posted task, if the task frame is `TASK_READY`: claims the frame (`TASK_READY`
     /// → `BUSY`, rule M3) and returns the guard that owns it until
     /// [`finish_task`](Mailbox::finish_task) (rule M5).
+    #[cfg(any(test, feature = "fuzz", feature = "bench-support"))]
     pub(crate) fn task_request(&self) -> Option<TaskRequest<'a>> {
         self.task_request_at(0, false)
+    }
+
+    /// Takes the next task to run from either task frame (rule M13): a `TASK_READY` frame not
+    /// chained first, else a chained one, the one whose sequence number follows `last` (the
+    /// task this child finished last) first. Claims the frame (M3).
+    pub(crate) fn next_task(&self, last: Option<u16>) -> Option<TaskRequest<'a>> {
+        let rank = |ix: usize| {
+            // Acquire (M4): a TASK_READY frame's words are the poster's; the parent never takes
+            // such a frame back (M13), so this child's claim below finds the same task.
+            if self.slot.tasks[ix].state.get() != super::TASK_READY {
+                return None;
+            }
+            let flags = self.slot.words[ix].flags.load(Ordering::Relaxed);
+            Some(if flags & super::FLAG_CHAINED == 0 {
+                0
+            } else if last.map(|l| l.wrapping_add(1)) == Some(super::seq_of(flags)) {
+                1
+            } else {
+                2
+            })
+        };
+        let ix = match (rank(0), rank(1)) {
+            (Some(a), Some(b)) if b < a => 1,
+            (Some(_), _) => 0,
+            (None, Some(_)) => 1,
+            (None, None) => return None,
+        };
+        self.task_request_at(ix, false)
     }
 
     /// Takes the task posted in task frame `ix`: a task to run (`TASK_READY`), or with

@@ -182,6 +182,19 @@
 //!   replacement (M8) keeps the lease words: the new chip reads them before it reports ready
 //!   and admits them as its high-water marks, so a lease older than its predecessor's is
 //!   refused after a restart too.
+//! * **M13 (chained tasks).** A SUB child takes tasks from both task frames. The parent posts
+//!   a task to run into the frame after the one it posted last (alternating), only into an
+//!   `IDLE` frame, with a sequence number in the high half of `flags` that it increments with
+//!   every post ([`flag_seq`]). While one task is posted and not yet collected, the parent may
+//!   post one more, flagged [`FLAG_CHAINED`]: a task whose one unfinished producer is the
+//!   first. The child claims the `TASK_READY` frame that is not chained first, else the
+//!   chained one whose sequence number follows the task it finished last; it runs a chained
+//!   task only if it finished that task itself, successfully, and the sticky `withdraw` word
+//!   (M12; the parent sets it when the task's run is stopped) is clear, and otherwise answers
+//!   it `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN) at once. The parent
+//!   never takes a `TASK_READY` frame back, so a frame the child found `TASK_READY` holds the
+//!   same task when it claims it; every chained task is answered, and the parent collects the
+//!   two frames in the order it posted them.
 //!
 //! # Memory ordering
 //!
@@ -255,6 +268,23 @@ pub(crate) const WITHDRAW: u32 = 13;
 /// was submitted without waiting), so the child should execute the task where it can still
 /// watch its other frame (a successor may be staged meanwhile).
 pub(crate) const FLAG_OVERLAP: u32 = 1;
+
+/// Task flag (rule M13): the task is chained behind the task the child runs or ran just before
+/// it (the one whose sequence number, [`flag_seq`], is one less): the child starts it only if
+/// that one succeeded and the sticky withdraw word is clear, and otherwise answers it
+/// `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN), unrun.
+pub(crate) const FLAG_CHAINED: u32 = 2;
+
+/// The flags word's high half: the task's sequence number on its worker (rule M13), which the
+/// parent increments with every task it posts to the worker (wrapping).
+pub(crate) const fn flag_seq(seq: u16) -> u32 {
+    (seq as u32) << 16
+}
+
+/// The sequence number a flags word carries ([`flag_seq`]).
+pub(crate) const fn seq_of(flags: u32) -> u16 {
+    (flags >> 16) as u16
+}
 
 /// The name of a state value, for messages (`"UNKNOWN"` for garbage).
 pub(crate) fn state_name(state: u32) -> &'static str {

@@ -183,6 +183,13 @@ impl Mailbox<'_> {
         }
     }
 
+    /// Asks the child not to start the chained task of frame `ix` (its run was stopped; rules
+    /// M12, M13): sets the frame's sticky withdraw word. The child answers it unrun unless it
+    /// started it already.
+    pub(crate) fn withdraw_chained(&self, ix: usize) {
+        self.slot.words[ix].withdraw.store(1, Ordering::Release);
+    }
+
     /// When the child had the staged task of frame `ix` prepared, once it has (its frame is
     /// `FRAME_STAGED`; rule M11).
     pub(crate) fn prepared_at(&self, ix: usize) -> Option<u64> {
