@@ -134,19 +134,20 @@ impl Engine {
         }
     }
 
-    /// A task was published PENDING behind a producer that runs (rule 5 of `slot`): when a lane
-    /// chains tasks, a pass may hand it to that producer's worker now, so the role holder is
-    /// woken, or, with none, this thread makes the pass.
+    /// A single SUB task was published PENDING behind one producer, a single SUB task that
+    /// runs (rule 5 of `slot`): when a lane chains tasks, the next pass may hand it to that
+    /// producer's worker, so the doorbell rings (a sleeping role holder, or the background
+    /// thread, makes that pass; a holder that is passing makes another).
     pub(crate) fn chain_chance(&self) {
-        if !self.chaining.load(Ordering::Relaxed) {
-            return;
+        if self.chaining.load(Ordering::Relaxed) {
+            self.chain_chance.store(true, Ordering::Relaxed);
+            self.doorbell().ring();
         }
-        match self.try_role() {
-            Some(mut role) => {
-                role.pass();
-            }
-            None => self.doorbell().ring(),
-        }
+    }
+
+    /// Whether a [`chain_chance`](Self::chain_chance) came since the last call.
+    pub(crate) fn take_chain_chance(&self) -> bool {
+        self.chain_chance.load(Ordering::Relaxed) && self.chain_chance.swap(false, Ordering::Relaxed)
     }
 
     /// True when READY tasks may wait in the inbox (a hint: the holder skips an empty inbox).

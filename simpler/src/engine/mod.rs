@@ -203,6 +203,8 @@ pub(crate) struct Engine {
     /// task published behind a running SUB task makes the scheduler look
     /// ([`Engine::chain_chance`]).
     chaining: AtomicBool,
+    /// A chance to chain came ([`Engine::chain_chance`]) since the holder last looked.
+    chain_chance: AtomicBool,
     /// The scheduler role (rule 1), flagged in `role`.
     sched: checked::Mutex<Scheduler>,
     /// Changes to the scheduler asked by threads that do not hold the role (a lane revived or
@@ -309,6 +311,7 @@ impl Engine {
             unpassed: AtomicUsize::new(0),
             pending_passed_at: std::sync::atomic::AtomicU32::new(0),
             chaining: AtomicBool::new(false),
+            chain_chance: AtomicBool::new(false),
             capacity_waiters: AtomicUsize::new(0),
             runs: Mutex::new(Runs::default()),
             head_run: AtomicU64::new(0),

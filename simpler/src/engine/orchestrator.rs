@@ -1322,7 +1322,9 @@ impl<'a> Orchestrator<'a> {
                 }
                 Attached::Linked { waits, failure } => {
                     live += u32::from(waits);
-                    behind_running |= waits && p.slot.state() == crate::engine::slot::State::Running;
+                    behind_running |= waits
+                        && p.slot.state() == State::Running
+                        && p.slot.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
                     if failed.is_none() {
                         failed = failure;
                     }
@@ -1344,7 +1346,7 @@ impl<'a> Orchestrator<'a> {
             )
         });
         let pending = self.publish(&slot, live, failed, written, submitted);
-        if pending && behind_running {
+        if pending && behind_running && live == 1 && !slot.task().group && slot.task().target == Target::Sub {
             self.eng.chain_chance();
         }
         self.capture_task(&slot, callable);
@@ -1429,6 +1431,8 @@ impl<'a> Orchestrator<'a> {
             self.run.mark_build_failed();
             let live: Vec<Arc<Slot>> = self.tasks.alive().collect();
             self.eng.cancel_unstarted(&live, err);
+            // Its chained tasks are withdrawn by the scheduler's next look for chains.
+            self.eng.chain_chance();
         }
         if self.scopes.len() > 1 {
             tracing::warn!(target: "simpler::orchestrator", run_id = self.run.id, open = self.scopes.len() - 1, "orchestration returned with scopes still open; closing them");

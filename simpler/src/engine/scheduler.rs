@@ -166,7 +166,7 @@ impl Lane {
     }
 
     fn idle(&self) -> bool {
-        self.busy.is_none() && self.dead.is_none() && !self.held
+        self.busy.is_none() && self.chained.is_none() && self.dead.is_none() && !self.held
     }
 
     /// Whether a task of `run` runs or is staged here (a lane out of service holds none: its
@@ -272,6 +272,8 @@ pub(crate) struct Scheduler {
     staging: bool,
     /// Some lane takes chained tasks ([`Endpoint::chains`]).
     chaining: bool,
+    /// This pass looks for tasks to chain (see [`Scheduler::pass`]).
+    look_for_chains: bool,
     /// Its endpoints were shut down (the Worker closed): no lane comes back into service.
     shut: bool,
     /// The head run last seen waiting for a pipeline lease (logged once).
@@ -308,6 +310,7 @@ impl Scheduler {
             ready: Vec::new(),
             staging: false,
             chaining: false,
+            look_for_chains: false,
             shut: false,
             lease_wait: 0,
             settled: 0,
@@ -424,6 +427,9 @@ impl Scheduler {
             eng.inbox_taken(taken);
             progress = true;
         }
+        // Chains are looked for only when something changed (an end, new work, a task
+        // published behind a running one): a driver's idle passes stay two loads.
+        self.look_for_chains = self.chaining && (progress || eng.take_chain_chance());
         progress |= self.dispatch(eng);
         let idle = self.lanes.iter().filter(|l| l.idle()).count();
         eng.set_outstanding(self.in_flight, self.queued, idle);
@@ -534,8 +540,12 @@ impl Scheduler {
     /// as failed and take the lanes out of service by the usual path, and then the run ends.
     /// A worker that cannot be stopped keeps its task; the run is abandoned (it ends now).
     fn stop_run(&mut self, eng: &Engine, run: &Arc<RunState>, cause: StopCause) {
+        // (A chained task that did not launch is not running: its worker answers it unrun.)
         let running: Vec<usize> = (0..self.lanes.len())
-            .filter(|&i| self.lanes[i].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run)))
+            .filter(|&i| {
+                self.lanes[i].unlaunched.is_none()
+                    && self.lanes[i].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run))
+            })
             .collect();
         let names: Vec<String> = running
             .iter()
@@ -727,6 +737,7 @@ impl Scheduler {
                     Ok(Some(outcome)) => Ok(outcome),
                     Err(panic) => Err(format!("its endpoint panicked in poll: {}", panic_message(&*panic))),
                 };
+                let outcome_lost = outcome.is_err();
                 progress = true;
                 let (slot, member) = self.lanes[i].busy.take().expect("busy lane");
                 self.in_flight -= 1;
@@ -735,9 +746,16 @@ impl Scheduler {
                     Some(poison) => self.end_unlaunched(eng, i, &slot, &outcome, poison),
                     None => self.record_outcome(eng, i, &slot, member, outcome, span),
                 }
-                match self.lanes[i].chained.take() {
-                    Some(next) => self.promote_chained(i, &slot, next),
-                    None => break,
+                let lost = outcome_lost.then(|| self.lanes[i].dead.clone()).flatten();
+                match (self.lanes[i].chained.take(), lost) {
+                    // The endpoint cannot be trusted to report the chained task's end.
+                    (Some(next), Some(why)) => {
+                        self.in_flight -= 1;
+                        self.lose_chained(eng, i, &next, &why);
+                        break;
+                    }
+                    (Some(next), None) => self.promote_chained(i, &slot, next),
+                    (None, _) => break,
                 }
             }
         }
@@ -859,6 +877,25 @@ impl Scheduler {
         self.lanes[i].busy = Some((next, 0));
     }
 
+    /// Chained task `slot` of lane `i` can no longer be followed (its endpoint panicked,
+    /// `why`): it fails (CHAINED -> PENDING -> FAILED, its consumers poisoned) and is never
+    /// queued again, so it runs at most where it was handed.
+    fn lose_chained(&mut self, eng: &Engine, i: usize, slot: &Arc<Slot>, why: &str) {
+        let name = self.lanes[i].name.clone();
+        let err = Error::new(
+            ErrorKind::Internal,
+            format!(
+                "run {}: {} was chained on {name}: {why}; {name} is out of service",
+                slot.run.id,
+                slot.describe()
+            ),
+        );
+        if slot.unchain() && catch_unwind(AssertUnwindSafe(|| eng.fail_unstarted(slot, err.clone()))).is_err()
+        {
+            eng.abandon_run(&slot.run, err);
+        }
+    }
+
     /// Chained task `slot` on lane `i`, which did not launch, ended with `outcome`: the worker
     /// answered it unrun (or died): it fails as `poison` says (CHAINED -> PENDING -> FAILED,
     /// its consumers poisoned), and a worker that died or broke its protocol leaves service.
@@ -911,6 +948,7 @@ impl Scheduler {
             let Some((ahead, _)) = &lane.busy else { continue };
             if ahead.task().group
                 || ahead.state() != State::Running
+                || ahead.run.is_done()
                 || ahead.run.is_stopped()
                 || ahead.run.build_failed()
             {
@@ -951,13 +989,13 @@ impl Scheduler {
             }
             Err(panic) => {
                 // Whether it was handed over is unknown, and the endpoint cannot be trusted:
-                // the lane leaves service (rule 5 of the engine); its running task ends as the
-                // endpoint reports it, and this one waits for it as any PENDING task.
+                // the lane leaves service (rule 5 of the engine), and the task fails (queued
+                // again it might run twice), as one whose `start` panicked does.
                 let why = format!("its endpoint panicked in chain: {}", panic_message(&*panic));
                 tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
-                self.lanes[i].dead = Some(why);
-                slot.unchain();
-                false
+                self.lanes[i].dead = Some(why.clone());
+                self.lose_chained(eng, i, &slot, &why);
+                true
             }
         }
     }
@@ -1367,7 +1405,7 @@ impl Scheduler {
                 progress |= self.stage_independent(eng, head);
             }
         }
-        if self.chaining {
+        if self.look_for_chains {
             progress |= self.chain_successors(eng);
         }
         progress

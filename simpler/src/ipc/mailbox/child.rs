@@ -195,19 +195,28 @@ impl<'a> Mailbox<'a> {
             }
             let flags = self.slot.words[ix].flags.load(Ordering::Relaxed);
             Some(if flags & super::FLAG_CHAINED == 0 {
-                0
+                0u8
             } else if last.map(|l| l.wrapping_add(1)) == Some(super::seq_of(flags)) {
                 1
             } else {
                 2
             })
         };
-        let ix = match (rank(0), rank(1)) {
-            (Some(a), Some(b)) if b < a => 1,
-            (Some(_), _) => 0,
-            (None, Some(_)) => 1,
-            (None, None) => return None,
+        let pick = |r0: Option<u8>, r1: Option<u8>| match (r0, r1) {
+            (Some(a), Some(b)) if b < a => Some((1, b)),
+            (Some(a), _) => Some((0, a)),
+            (None, Some(b)) => Some((1, b)),
+            (None, None) => None,
         };
+        let (r0, r1) = (rank(0), rank(1));
+        let (mut ix, best) = pick(r0, r1)?;
+        if best == 2 {
+            // A chained task that does not follow the last one: the task ahead of it may have
+            // been posted into the other frame after that frame was read. The Acquire load that
+            // saw this one's TASK_READY makes the earlier post visible: read the other again.
+            let again = if ix == 0 { pick(r0, rank(1)) } else { pick(rank(0), r1) };
+            ix = again.map_or(ix, |(i, _)| i);
+        }
         self.task_request_at(ix, false)
     }
 

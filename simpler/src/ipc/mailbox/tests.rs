@@ -544,3 +544,49 @@ fn a_withdrawn_staged_task_ends_unlaunched_whether_or_not_the_child_took_it() {
     assert_eq!(mb.task_state_at(1), TASK_DONE);
     assert!(mb.take_task_result_at(1).unwrap().is_err());
 }
+
+/// Posts a task with sequence number `seq` into frame `ix`, chained or not (rule M13).
+fn post_seq(mb: Mailbox<'_>, ix: usize, seq: u16, chained: bool) {
+    let flags = flag_seq(seq) | if chained { FLAG_CHAINED } else { 0 };
+    let posting = Posting { lease: (0, 1), flags, ..Posting::default() };
+    mb.post_task_at(ix, &[seq as u8; 32], &posting, |_, _| Ok(0)).unwrap();
+}
+
+#[test]
+fn a_child_takes_the_unchained_task_first_then_the_chained_one_that_follows_its_last() {
+    let region = MailboxRegion::new(1).unwrap();
+    let (mb, parent) = (region.mailbox(0), region.doorbell());
+    // The task ahead went into frame 1, the chained one behind it into frame 0.
+    post_seq(mb, 1, 7, false);
+    post_seq(mb, 0, 8, true);
+    let first = mb.next_task(Some(3)).expect("a task");
+    assert_eq!((first.seq(), first.chained()), (7, false), "the unchained one first, whatever the frame");
+    mb.finish_task(first, Ok(()), parent);
+    let second = mb.next_task(Some(7)).expect("the chained one");
+    assert_eq!((second.seq(), second.chained(), second.withdrawn()), (8, true, false));
+    mb.finish_task(second, Ok(()), parent);
+    assert_eq!((mb.take_task_result_at(1), mb.take_task_result_at(0)), (Some(Ok(())), Some(Ok(()))));
+    // Two chained tasks: the one that follows the last first.
+    post_seq(mb, 1, 10, true);
+    post_seq(mb, 0, 9, true);
+    assert_eq!(mb.next_task(Some(8)).expect("a task").seq(), 9);
+    // Then the other (its word clear).
+    assert!(mb.next_task(Some(9)).is_some_and(|t| t.seq() == 10 && !t.withdrawn()));
+}
+
+#[test]
+fn a_withdrawn_chained_task_says_so_and_the_word_is_cleared_by_the_next_post() {
+    let region = MailboxRegion::new(1).unwrap();
+    let (mb, parent) = (region.mailbox(0), region.doorbell());
+    post_seq(mb, 0, 1, false);
+    post_seq(mb, 1, 2, true);
+    mb.withdraw_chained(1);
+    mb.finish_task(mb.next_task(None).unwrap(), Ok(()), parent);
+    let chained = mb.next_task(Some(1)).unwrap();
+    assert!(chained.chained() && chained.withdrawn());
+    mb.finish_task(chained, Err(FrameError::new(crate::ipc::child::ERR_NOT_RUN, "not run")), parent);
+    assert!(mb.take_task_result_at(0).is_some());
+    assert_eq!(mb.take_task_result_at(1).unwrap().unwrap_err().code, crate::ipc::child::ERR_NOT_RUN);
+    post_seq(mb, 1, 3, false);
+    assert!(!mb.next_task(Some(2)).unwrap().withdrawn(), "a new post clears the word");
+}
