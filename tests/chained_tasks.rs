@@ -192,3 +192,145 @@ fn a_chained_task_of_a_cancelled_run_does_not_start() {
     let stats = run.stats().unwrap();
     assert_eq!((stats.tasks, stats.failed), (2, 1));
 }
+
+/// Writes `in0 + in1` (tensors 0 and 1, `u64`) to tensor 2.
+fn add2(args: &HostArgs<'_>) -> HostResult {
+    let (a, b) = (args.input::<u64>(0)?[0], args.input::<u64>(1)?[0]);
+    args.output::<u64>(2)?[0] = a + b;
+    Ok(())
+}
+
+/// What [`two_consumers_of_a_slow_and_a_quick_producer`] saw.
+struct Seen {
+    result: simpler::Result<()>,
+    /// The consumers' outputs.
+    out: Vec<u64>,
+    /// Tasks chained, and chained tasks launched.
+    counts: (usize, usize),
+    /// The run's tasks and failed tasks.
+    stats: (u64, u64),
+}
+
+/// Two producers on two SUB workers, the second quick: once it ended, both consumers wait
+/// only for the slow one, so one is chained behind it on its worker and the other is handed to
+/// the idle worker, to start when it sees the slow one succeed.
+fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
+    let chains = recorder::install();
+    let (rig, [inc, fail, fill, add]) = Rig::start(
+        subs(2),
+        [("slow_inc", slow_inc), ("slow_fail", slow_fail), ("fill", fill), ("add2", add2)],
+    );
+    let x = u64_buffer(&rig, 3);
+    let out = u64_buffer(&rig, 2);
+    x.write(0, &[41u64]).unwrap();
+    let run = rig
+        .submit(|orch| {
+            let mut slow = TaskArgs::new();
+            slow.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(150);
+            if slow_fails {
+                let mut f = TaskArgs::new();
+                f.output(&u64s(&x, 1, 1))?.scalar(150);
+                orch.submit_sub(&fail, f)?;
+            } else {
+                orch.submit_sub(&inc, slow)?;
+            }
+            let mut quick = TaskArgs::new();
+            quick.output(&u64s(&x, 2, 1))?.scalar(100);
+            orch.submit_sub(&fill, quick)?;
+            for i in 0..2 {
+                let mut c = TaskArgs::new();
+                c.input(&u64s(&x, 1, 1))?.input(&u64s(&x, 2, 1))?.output(&u64s(&out, i, 1))?;
+                orch.submit_sub(&add, c)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let result = run.wait();
+    let stats = run.stats().unwrap();
+    Seen {
+        result,
+        out: read_u64(&out, 0, 2),
+        counts: (chains.chained(), chains.launched()),
+        stats: (stats.tasks, stats.failed),
+    }
+}
+
+#[isolated_test]
+fn a_task_waiting_for_a_producer_on_another_worker_is_handed_to_an_idle_one_and_starts_there() {
+    let Seen { result, out, counts, stats } = two_consumers_of_a_slow_and_a_quick_producer(false);
+    result.expect("the run succeeds");
+    assert_eq!(out, vec![142, 142], "both consumers saw both producers' outputs");
+    assert_eq!(counts, (2, 2), "one chained behind the slow producer, one on the idle worker; both launched");
+    assert_eq!(stats, (4, 0));
+}
+
+#[isolated_test]
+fn a_task_handed_to_an_idle_worker_behind_a_failure_never_runs() {
+    let Seen { result, out, counts, stats } = two_consumers_of_a_slow_and_a_quick_producer(true);
+    let err = result.expect_err("the run fails");
+    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "slow failure"]);
+    assert_eq!(out, vec![0, 0], "neither consumer ran");
+    assert_eq!(counts, (2, 0), "both were chained, neither launched");
+    assert_eq!(stats, (4, 3), "the failure and its two consumers");
+}
+
+#[isolated_test]
+fn a_worker_killed_under_a_task_that_others_are_chained_behind_fails_them_all_without_a_hang() {
+    killed_while_chained(false);
+}
+
+#[isolated_test]
+fn a_worker_killed_while_it_waits_for_another_workers_task_fails_only_its_own() {
+    killed_while_chained(true);
+}
+
+/// A blocked task on one SUB worker, a quick one on the other, and two consumers of both:
+/// once the quick one ended, one consumer is chained behind the blocked task and the other
+/// handed to the idle worker to wait for it. Then the worker of the blocked task is killed
+/// (`waiting` false: every consumer fails), or the waiting one (`waiting` true: the blocked
+/// task is released, the consumer behind it runs, the other fails).
+fn killed_while_chained(waiting: bool) {
+    let chains = recorder::install();
+    let (rig, [block, fill, add]) =
+        Rig::start(subs(2), [("block_on_flag", block_on_flag), ("fill", fill), ("add2", add2)]);
+    let flag = u32_buffer(&rig, 2);
+    let x = u64_buffer(&rig, 2);
+    let out = u64_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut b = TaskArgs::new();
+            b.untracked(&words_of(&flag))?.output(&u64s(&x, 0, 1))?.scalar(30_000).scalar(1);
+            orch.submit_sub(&block, b)?;
+            let mut quick = TaskArgs::new();
+            quick.output(&u64s(&x, 1, 1))?.scalar(2);
+            orch.submit_sub(&fill, quick)?;
+            for i in 0..2 {
+                let mut c = TaskArgs::new();
+                c.input(&u64s(&x, 0, 1))?.input(&u64s(&x, 1, 1))?.output(&u64s(&out, i, 1))?;
+                orch.submit_sub(&add, c)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let pid = wait_blocked(&flag);
+    // One consumer behind the blocked task on its worker, one on the other worker.
+    wait_for("both consumers to be chained", Duration::from_secs(10), || chains.chained() == 2);
+    if waiting {
+        let other = *rig.pids().iter().find(|&&p| p != pid).expect("the other worker");
+        sigkill(other);
+        release(&flag);
+        let err = run.wait().expect_err("the run fails");
+        assert_err(&err, ErrorKind::WorkerDied, &["add2", "died"]);
+        assert_eq!(read_u64(&out, 0, 2), vec![3, 0], "the consumer on the living worker ran");
+        let stats = run.stats().unwrap();
+        assert_eq!((stats.tasks, stats.failed), (4, 1));
+    } else {
+        sigkill(pid);
+        let err = run.wait().expect_err("the run fails");
+        assert_err(&err, ErrorKind::WorkerDied, &["block_on_flag", "died"]);
+        assert_eq!(read_u64(&out, 0, 2), vec![0, 0], "neither consumer ran");
+        assert_eq!(chains.launched(), 0);
+        let stats = run.stats().unwrap();
+        assert_eq!((stats.tasks, stats.failed), (4, 3));
+    }
+}

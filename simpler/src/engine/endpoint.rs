@@ -180,6 +180,26 @@ pub(crate) trait Endpoint: Send {
     /// Asks the worker not to start the chained task (its run was stopped): it reports
     /// [`Outcome::NotRun`] unless it started it already. Never blocks.
     fn withdraw_chained(&mut self) {}
+
+    /// A key that another endpoint of the same kind ([`chain_after`](Endpoint::chain_after))
+    /// can wait on: the running task's end as this worker records it. `None` when it has none.
+    fn chain_key(&self) -> Option<u32> {
+        None
+    }
+
+    /// Hands over, to this idle worker, a task whose one unfinished producer runs on another
+    /// worker, named by that one's [`chain_key`](Endpoint::chain_key): the worker starts it as
+    /// soon as it sees that task's success, or when [`settle_after`](Endpoint::settle_after)
+    /// lets it; it is the running task from now on, and its end is polled once settled. An
+    /// error means nothing was handed over.
+    fn chain_after(&mut self, _dispatch: &Dispatch<'_>, _key: u32) -> Result<()> {
+        Err(crate::error::Error::state("this worker cannot take a task to run after another"))
+    }
+
+    /// The task handed over with [`chain_after`](Endpoint::chain_after) may start (`go`: the
+    /// task it waits for succeeded) or must not (it failed, or its run was stopped: it reports
+    /// [`Outcome::NotRun`] unless it started already). Never blocks.
+    fn settle_after(&mut self, _go: bool) {}
 }
 
 #[cfg(test)]

@@ -141,6 +141,9 @@ pub(crate) struct Lane {
     /// The running task is a chained one that did not launch (the task ahead of it failed:
     /// it is still CHAINED): its end, whatever it says, fails it as poisoned by this error.
     unlaunched: Option<Error>,
+    /// The running task is CHAINED after this task on another SUB worker (handed over with
+    /// [`Endpoint::chain_after`]): the lane is not polled until that one's end settled it.
+    after: Option<Arc<Slot>>,
 }
 
 impl Lane {
@@ -162,6 +165,7 @@ impl Lane {
             chains,
             chained: None,
             unlaunched: None,
+            after: None,
         }
     }
 
@@ -184,6 +188,17 @@ impl Lane {
     /// Whether its staged task is one of `run`'s.
     fn stages_task_of(&self, run: &RunState) -> bool {
         self.staged.as_ref().is_some_and(|(s, _)| std::ptr::eq(Arc::as_ptr(&s.run), run))
+    }
+
+    /// Lets its worker start the task that waits for another lane's, or not
+    /// ([`Endpoint::settle_after`]); a panic there takes the lane out of service (its task's
+    /// end, when polled, says what happened).
+    fn settle_after(&mut self, go: bool) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.endpoint.settle_after(go))) {
+            let why = format!("its endpoint panicked in settle_after: {}", panic_message(&*panic));
+            tracing::error!(target: "simpler::scheduler", worker = %self.name, "{why}; out of service");
+            self.dead = Some(why);
+        }
     }
 
     /// Asks its worker not to start its chained task ([`Endpoint::withdraw_chained`]); a
@@ -272,8 +287,8 @@ pub(crate) struct Scheduler {
     staging: bool,
     /// Some lane takes chained tasks ([`Endpoint::chains`]).
     chaining: bool,
-    /// This pass looks for tasks to chain (see [`Scheduler::pass`]).
-    look_for_chains: bool,
+    /// Lanes whose running task waits for a task on another lane (`Lane::after`).
+    waiting_after: usize,
     /// Its endpoints were shut down (the Worker closed): no lane comes back into service.
     shut: bool,
     /// The head run last seen waiting for a pipeline lease (logged once).
@@ -310,7 +325,7 @@ impl Scheduler {
             ready: Vec::new(),
             staging: false,
             chaining: false,
-            look_for_chains: false,
+            waiting_after: 0,
             shut: false,
             lease_wait: 0,
             settled: 0,
@@ -376,6 +391,7 @@ impl Scheduler {
             })
             .sum();
         self.reserved.iter_mut().for_each(|r| *r = false);
+        self.waiting_after = self.lanes.iter().filter(|l| l.after.is_some()).count();
         let mut abandoned = false;
         for run in eng.live_runs() {
             let err = Error::new(
@@ -427,10 +443,12 @@ impl Scheduler {
             eng.inbox_taken(taken);
             progress = true;
         }
-        // Chains are looked for only when something changed (an end, new work, a task
-        // published behind a running one): a driver's idle passes stay two loads.
-        self.look_for_chains = self.chaining && (progress || eng.take_chain_chance());
         progress |= self.dispatch(eng);
+        // Chains are looked for only when something changed (an end, new work, a dispatch, a
+        // task published behind a running one): a driver's idle passes stay two loads.
+        if self.chaining && (eng.take_chain_chance() || progress) {
+            progress |= self.chain_successors(eng);
+        }
         let idle = self.lanes.iter().filter(|l| l.idle()).count();
         eng.set_outstanding(self.in_flight, self.queued, idle);
         progress
@@ -544,6 +562,7 @@ impl Scheduler {
         let running: Vec<usize> = (0..self.lanes.len())
             .filter(|&i| {
                 self.lanes[i].unlaunched.is_none()
+                    && self.lanes[i].after.is_none()
                     && self.lanes[i].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run))
             })
             .collect();
@@ -644,6 +663,9 @@ impl Scheduler {
             if lane.chained.as_ref().is_some_and(|s| Arc::ptr_eq(&s.run, run)) {
                 lane.withdraw_chained();
             }
+            if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run)) {
+                lane.settle_after(false);
+            }
         }
         // Its staged tasks are given back unlaunched (their ends come through `poll_staged`;
         // `activate_staged` asks again for one the worker was still preparing).
@@ -705,6 +727,10 @@ impl Scheduler {
     fn drain_completions(&mut self, eng: &Engine) -> bool {
         let mut progress = false;
         for i in 0..self.lanes.len() {
+            // Its task waits for another lane's: polled once that one's end settled it.
+            if self.lanes[i].after.is_some() {
+                continue;
+            }
             if self.lanes[i].staged.is_some() {
                 let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll_staged())) {
                     Ok(None) => None,
@@ -745,6 +771,9 @@ impl Scheduler {
                 match self.lanes[i].unlaunched.take() {
                     Some(poison) => self.end_unlaunched(eng, i, &slot, &outcome, poison),
                     None => self.record_outcome(eng, i, &slot, member, outcome, span),
+                }
+                if self.waiting_after > 0 {
+                    self.settle_waiters(&slot);
                 }
                 let lost = outcome_lost.then(|| self.lanes[i].dead.clone()).flatten();
                 match (self.lanes[i].chained.take(), lost) {
@@ -856,25 +885,58 @@ impl Scheduler {
     /// the worker does not run it (rule M13 of `ipc::mailbox`): its end fails it as poisoned.
     fn promote_chained(&mut self, i: usize, ahead: &Slot, next: Arc<Slot>) {
         if next.launch_chained() {
-            next.run.note(next.index, crate::dfx::timeline::TaskEvent::Ready);
-            // Noted when its start is seen, after the worker started it.
-            next.run.note(next.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[i].name));
-            let task = next.task();
-            tracing::trace!(target: "simpler::scheduler", run_id = next.run.id, task_index = next.index, callable = task.callable.name(), worker = %self.lanes[i].name, "chained task launched");
-            let span = tracing::debug_span!(target: "simpler::task", parent: &next.run.span, "task", run_id = next.run.id, task_index = next.index, member = 0u32, callable = task.callable.name(), worker = %self.lanes[i].name);
-            self.lanes[i].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
+            self.note_chained_launch(i, &next);
         } else {
-            let why = ahead
-                .lock()
-                .failure
-                .as_ref()
-                .map_or_else(|| "it did not end".to_string(), |e| e.message().to_string());
-            self.lanes[i].unlaunched = Some(Error::new(
-                ErrorKind::Poisoned,
-                format!("{} did not run: {} failed: {why}", next.describe(), ahead.describe()),
-            ));
+            self.lanes[i].unlaunched = Some(Self::poisoned_behind(ahead, &next));
         }
         self.lanes[i].busy = Some((next, 0));
+    }
+
+    /// Chained task `next` launched on lane `i` (CHAINED -> RUNNING): its timeline events,
+    /// noted when its start is seen (after the worker started it), and its span.
+    fn note_chained_launch(&mut self, i: usize, next: &Slot) {
+        next.run.note(next.index, crate::dfx::timeline::TaskEvent::Ready);
+        next.run.note(next.index, crate::dfx::timeline::TaskEvent::Started(&self.lanes[i].name));
+        let task = next.task();
+        tracing::trace!(target: "simpler::scheduler", run_id = next.run.id, task_index = next.index, callable = task.callable.name(), worker = %self.lanes[i].name, "chained task launched");
+        let span = tracing::debug_span!(target: "simpler::task", parent: &next.run.span, "task", run_id = next.run.id, task_index = next.index, member = 0u32, callable = task.callable.name(), worker = %self.lanes[i].name);
+        self.lanes[i].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
+    }
+
+    /// Why chained task `next` did not run: the task `ahead` of it failed (or, with no failure
+    /// recorded, its run was stopped or ended first).
+    fn poisoned_behind(ahead: &Slot, next: &Slot) -> Error {
+        match ahead.lock().failure.as_ref() {
+            Some(e) => Error::new(
+                ErrorKind::Poisoned,
+                format!("{} did not run: {} failed: {}", next.describe(), ahead.describe(), e.message()),
+            ),
+            None => not_started(next),
+        }
+    }
+
+    /// Task `ahead` ended and was completed: each lane whose running task waits for it
+    /// (`Lane::after`) is settled. Its task launches if `ahead` succeeded, which released its
+    /// last fanin (CHAINED -> RUNNING), and its run goes on; otherwise its worker is told not
+    /// to start it, and its end fails it, as for a chained task that did not launch.
+    fn settle_waiters(&mut self, ahead: &Arc<Slot>) {
+        for k in 0..self.sub.len() {
+            let m = self.sub[k];
+            if !self.lanes[m].after.as_ref().is_some_and(|a| Arc::ptr_eq(a, ahead)) {
+                continue;
+            }
+            self.lanes[m].after = None;
+            self.waiting_after -= 1;
+            let next = self.lanes[m].busy.as_ref().expect("a lane waiting for another runs a task").0.clone();
+            let run = &next.run;
+            let go = !run.is_done() && !run.is_stopped() && !run.build_failed() && next.launch_chained();
+            if go {
+                self.note_chained_launch(m, &next);
+            } else {
+                self.lanes[m].unlaunched = Some(Self::poisoned_behind(ahead, &next));
+            }
+            self.lanes[m].settle_after(go);
+        }
     }
 
     /// Chained task `slot` of lane `i` can no longer be followed (its endpoint panicked,
@@ -942,7 +1004,10 @@ impl Scheduler {
         for k in 0..self.sub.len() {
             let i = self.sub[k];
             let lane = &self.lanes[i];
-            if !lane.chains || lane.chained.is_some() || lane.dead.is_some() {
+            if !lane.chains
+                || lane.dead.is_some()
+                || (lane.chained.is_some() && self.idle_chaining_lane().is_none())
+            {
                 continue;
             }
             let Some((ahead, _)) = &lane.busy else { continue };
@@ -955,20 +1020,77 @@ impl Scheduler {
                 continue;
             }
             let ahead = ahead.clone();
+            // The running task's key, asked once (a hint: a panic counts as none).
+            let mut key: Option<Option<u32>> = None;
             for next in ahead.consumers() {
                 let sub_single = next.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
-                if !sub_single
-                    || !Arc::ptr_eq(&next.run, &ahead.run)
-                    || next.state() != State::Pending
-                    || !next.chain_behind()
-                {
+                if !sub_single || !Arc::ptr_eq(&next.run, &ahead.run) || next.state() != State::Pending {
                     continue;
                 }
-                progress |= self.chain_on(eng, i, next);
-                break;
+                // Behind it on its worker first; then on an idle worker, to start as soon as
+                // that worker sees it succeed (a consumer of several tasks' outputs whose last
+                // unfinished producer runs elsewhere).
+                if self.lanes[i].chained.is_none() {
+                    if next.chain_behind() {
+                        progress |= self.chain_on(eng, i, next);
+                    }
+                    continue;
+                }
+                let Some(m) = self.idle_chaining_lane() else { break };
+                let endpoint = &self.lanes[i].endpoint;
+                let key = *key.get_or_insert_with(|| {
+                    catch_unwind(AssertUnwindSafe(|| endpoint.chain_key())).unwrap_or(None)
+                });
+                let Some(key) = key else { break };
+                if next.chain_behind() {
+                    progress |= self.chain_after_on(eng, m, next, &ahead, key);
+                }
             }
         }
         progress
+    }
+
+    /// An idle SUB lane that takes chained tasks, if any.
+    fn idle_chaining_lane(&self) -> Option<usize> {
+        self.sub.iter().copied().find(|&m| self.lanes[m].chains && self.lanes[m].idle())
+    }
+
+    /// Hands CHAINED task `slot` to idle lane `m`, to start once the worker of `ahead`, its
+    /// one unfinished producer, records that task's success (`key`, [`Endpoint::chain_after`]).
+    /// One the endpoint refuses goes back to PENDING.
+    fn chain_after_on(
+        &mut self,
+        eng: &Engine,
+        m: usize,
+        slot: Arc<Slot>,
+        ahead: &Arc<Slot>,
+        key: u32,
+    ) -> bool {
+        let d = Self::dispatch_of(eng, &slot, 0, false);
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[m].name, after = ahead.index, "chain");
+        match catch_unwind(AssertUnwindSafe(|| self.lanes[m].endpoint.chain_after(&d, key))) {
+            Ok(Ok(())) => {
+                let lane = &mut self.lanes[m];
+                lane.busy = Some((slot, 0));
+                lane.after = Some(ahead.clone());
+                lane.unlaunched = None;
+                self.in_flight += 1;
+                self.waiting_after += 1;
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(target: "simpler::scheduler", worker = %self.lanes[m].name, "{} not chained: {}", slot.describe(), e.message());
+                slot.unchain();
+                false
+            }
+            Err(panic) => {
+                let why = format!("its endpoint panicked in chain_after: {}", panic_message(&*panic));
+                tracing::error!(target: "simpler::scheduler", worker = %self.lanes[m].name, "{why}; out of service");
+                self.lanes[m].dead = Some(why.clone());
+                self.lose_chained(eng, m, &slot, &why);
+                true
+            }
+        }
     }
 
     /// Hands CHAINED task `slot` to lane `i` behind its running task ([`Endpoint::chain`]).
@@ -1404,9 +1526,6 @@ impl Scheduler {
             if self.ahead_of_turn {
                 progress |= self.stage_independent(eng, head);
             }
-        }
-        if self.look_for_chains {
-            progress |= self.chain_successors(eng);
         }
         progress
     }

@@ -223,14 +223,19 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
             let seq = req.seq();
             let result = if req.chained() && last != Some((seq.wrapping_sub(1), true)) {
                 Err(FrameError::new(ERR_NOT_RUN, "not run: the task ahead of it on this worker failed"))
-            } else if req.chained() && req.withdrawn() {
+            } else if req.withdrawn() {
                 Err(FrameError::new(ERR_NOT_RUN, "not run: it was withdrawn"))
             } else {
-                task_lease(&req, &format_args!("worker process {}", std::process::id()))
-                    .and_then(|_| handler.task(&req))
+                wait_after(region, index, &req).and_then(|()| {
+                    task_lease(&req, &format_args!("worker process {}", std::process::id()))
+                        .and_then(|_| handler.task(&req))
+                })
             };
             last = Some((seq, result.is_ok()));
+            // Before the answer: a sibling waiting for this task starts as soon as it can.
+            let waiters = mb.set_done(seq, result.is_ok());
             mb.finish_task(req, result, parent);
+            ring_waiters(region, waiters);
             // A chained task behind this one starts on the next turn, without a wake-up
             // (rule M13).
             worked = true;
@@ -245,6 +250,71 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
             let elsewhere = me == 0 || parent_cpu == 0 || me != parent_cpu;
             mb.child_doorbell().wait_for_peer(seen, None, PeerWait::from_elsewhere(elsewhere));
         }
+    }
+}
+
+/// Rings the children of the mailboxes in `waiters` (a bit each), which slept waiting for this
+/// child's `done` record to move (rule M13 of `ipc::mailbox`).
+fn ring_waiters(region: &MailboxRegion, mut waiters: u64) {
+    while waiters != 0 {
+        let j = waiters.trailing_zeros() as usize;
+        waiters &= waiters - 1;
+        if j < region.len() {
+            region.mailbox(j).child_doorbell().ring();
+        }
+    }
+}
+
+/// For a task posted to run after a task on another worker (rule M13 of `ipc::mailbox`):
+/// waits until that worker recorded that task's end, or the parent settled the wait, checking
+/// politely and then sleeping on this child's doorbell (the parent rings it when it settles).
+/// `Ok` to run it; `Err` (unrun) when that task failed, the parent withdrew it, or the child is
+/// shutting down. The record is read before the parent's word: a record of a later task than
+/// the one waited for is only seen together with the parent's word, which it set first.
+fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Result<(), FrameError> {
+    let Some((sibling, seq)) = req.after() else { return Ok(()) };
+    if sibling >= region.len() {
+        return Err(FrameError::new(
+            ERR_BAD_FRAME,
+            format!("the task it runs after is on worker {sibling}, and there are {}", region.len()),
+        ));
+    }
+    let (mb, other) = (region.mailbox(index), region.mailbox(sibling));
+    let decided = || -> Option<Result<(), FrameError>> {
+        let done = other.done();
+        match req.chain_word() {
+            crate::ipc::mailbox::CHAIN_GO => return Some(Ok(())),
+            crate::ipc::mailbox::CHAIN_WITHDRAW => {
+                return Some(Err(FrameError::new(ERR_NOT_RUN, "not run: it was withdrawn")));
+            }
+            _ => {}
+        }
+        match done {
+            Some((s, true)) if s == seq => Some(Ok(())),
+            Some((s, false)) if s == seq => Some(Err(FrameError::new(
+                ERR_NOT_RUN,
+                format!("not run: the task it runs after failed on the worker of mailbox {sibling}"),
+            ))),
+            _ => None,
+        }
+    };
+    loop {
+        let seen = mb.child_doorbell().seq();
+        if mb.shutdown_requested() {
+            return Err(FrameError::new(ERR_NOT_RUN, "not run: the worker is shutting down"));
+        }
+        if let Some(result) = decided() {
+            return result;
+        }
+        let ready = || other.done().is_some_and(|(s, _)| s == seq) || req.chain_word() != 0;
+        // Before it sleeps: the sibling rings it when it records an end (the parent rings it
+        // when it settles); a record that came meanwhile rings it now.
+        let register = || {
+            if other.watch_done(index) && ready() {
+                mb.child_doorbell().ring();
+            }
+        };
+        mb.child_doorbell().wait_watching(seen, None, PeerWait::Poll, ready, register);
     }
 }
 
@@ -493,6 +563,81 @@ impl HostResolver {
 mod tests {
     use super::*;
     use crate::data::buffer::{Buffer, IdentityMinter};
+
+    /// Posts, into mailbox 0 of `region`, a task to run after task `seq` of mailbox 1's child,
+    /// claims it as the child does, and runs `wait_after` on it while `sibling_and_parent`
+    /// plays the other child and the parent (on another thread).
+    fn wait_after_with(
+        seq: u16,
+        sibling_and_parent: impl FnOnce(&MailboxRegion) + Send,
+    ) -> Result<(), FrameError> {
+        use crate::ipc::mailbox::{Posting, after_key};
+        let region = MailboxRegion::new(2).unwrap();
+        let posting = Posting { lease: (0, 1), after: after_key(1, seq).unwrap(), ..Posting::default() };
+        region.mailbox(0).post_task_at(0, &[1; 32], &posting, |_, _| Ok(0)).unwrap();
+        let req = region.mailbox(0).next_task(None).unwrap();
+        assert_eq!(req.after(), Some((1, seq)));
+        std::thread::scope(|s| {
+            s.spawn(|| sibling_and_parent(&region));
+            wait_after(&region, 0, &req)
+        })
+    }
+
+    #[test]
+    fn a_task_after_another_workers_starts_when_that_one_records_its_success_and_not_on_its_failure() {
+        // The sibling's record decides; the parent's word comes later (and would say
+        // otherwise), so whoever reads it first shows.
+        for ok in [true, false] {
+            let result = wait_after_with(5, |r| {
+                ring_waiters(r, r.mailbox(1).set_done(5, ok));
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                r.mailbox(0).settle_after(0, !ok);
+            });
+            match result {
+                Ok(()) => assert!(ok, "it ran behind a failure"),
+                Err(e) => {
+                    assert!(!ok, "it did not run behind a success: {e}");
+                    assert_eq!(e.code, ERR_NOT_RUN);
+                    assert!(e.message.contains("failed"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_task_after_another_workers_waits_for_the_parent_once_that_record_moved_on() {
+        // The sibling finished the task waited for and a later one before this child looked:
+        // only the parent's word says how the first ended.
+        let go = wait_after_with(5, |r| {
+            ring_waiters(r, r.mailbox(1).set_done(6, true));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            r.mailbox(0).settle_after(0, true);
+        });
+        assert!(go.is_ok());
+        let withdrawn = wait_after_with(5, |r| {
+            ring_waiters(r, r.mailbox(1).set_done(6, true));
+            r.mailbox(0).settle_after(0, false);
+        });
+        assert_eq!(withdrawn.unwrap_err().code, ERR_NOT_RUN);
+        // A withdraw stays, even if the parent then lets it go.
+        let stays = wait_after_with(5, |r| {
+            r.mailbox(0).withdraw_chained(0);
+            r.mailbox(0).settle_after(0, true);
+        });
+        assert_eq!(stays.unwrap_err().code, ERR_NOT_RUN);
+    }
+
+    #[test]
+    fn a_task_after_a_worker_that_does_not_exist_is_refused() {
+        use crate::ipc::mailbox::{Posting, after_key};
+        let region = MailboxRegion::new(1).unwrap();
+        let posting = Posting { lease: (0, 1), after: after_key(9, 1).unwrap(), ..Posting::default() };
+        region.mailbox(0).post_task_at(0, &[1; 32], &posting, |_, _| Ok(0)).unwrap();
+        let req = region.mailbox(0).next_task(None).unwrap();
+        let err = wait_after(&region, 0, &req).unwrap_err();
+        assert_eq!(err.code, ERR_BAD_FRAME);
+        assert!(err.message.contains("worker 9"), "{err}");
+    }
 
     /// A host buffer of `len` bytes and its descriptor.
     fn host(minter: &IdentityMinter, len: usize) -> (Buffer, BufferDesc) {

@@ -23,7 +23,7 @@ use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::error::Result;
 use crate::ipc::child::{ERR_NOT_RUN, ERR_RESOURCE, ERR_WORKER_DIED};
 use crate::ipc::mailbox::{
-    FLAG_CHAINED, FLAG_OVERLAP, MailboxRegion, Posting, TASK_FRAMES, Withdrawn, flag_seq,
+    FLAG_CHAINED, FLAG_OVERLAP, MailboxRegion, Posting, TASK_FRAMES, Withdrawn, after_key, flag_seq,
 };
 use crate::sys::process::ExitBoard;
 
@@ -52,6 +52,8 @@ pub(crate) struct MailboxEndpoint {
     next: usize,
     /// Chaining: the sequence number of the next post (M13).
     seq: u16,
+    /// Chaining: the sequence number posted into each task frame last.
+    posted_seq: [u16; TASK_FRAMES],
     /// The pid of the child each task frame's task was posted to: a child replaced since
     /// (`Worker::replace_worker`, which resets the frames) took the task with it.
     posted_to: [i32; TASK_FRAMES],
@@ -79,6 +81,7 @@ impl MailboxEndpoint {
             chained: None,
             next: 0,
             seq: 0,
+            posted_seq: [0; TASK_FRAMES],
             stopped_pid: 0,
             posted_to: [0; TASK_FRAMES],
         }
@@ -108,7 +111,7 @@ impl MailboxEndpoint {
         if self.staged == Some(0) { 1 } else { 0 }
     }
 
-    fn post(&mut self, d: &Dispatch<'_>, ix: usize, stage: bool, chained: bool) -> Result<()> {
+    fn post(&mut self, d: &Dispatch<'_>, ix: usize, stage: bool, chained: bool, after: u32) -> Result<()> {
         let mb = self.region.mailbox(self.index);
         mb.set_parent_cpu(crate::sys::futex::current_cpu());
         tracing::trace!(target: "simpler::ipc", run_id = d.run, task_index = d.task, member = d.member, child = self.index, frame = ix, stage, "post task");
@@ -119,6 +122,7 @@ impl MailboxEndpoint {
                 | if chained { FLAG_CHAINED } else { 0 }
                 | flag_seq(self.seq),
             stage,
+            after,
         };
         mb.post_task_at(ix, d.callable.digest().as_bytes(), &posting, |config, payload| {
             // `post_task_at` hands over a zeroed config, which is the default config's encoding.
@@ -133,6 +137,7 @@ impl MailboxEndpoint {
         })?;
         self.posted_to[ix] = self.pid();
         if self.chains {
+            self.posted_seq[ix] = self.seq;
             self.next = 1 - ix;
             self.seq = self.seq.wrapping_add(1);
         }
@@ -194,7 +199,7 @@ impl MailboxEndpoint {
 impl Endpoint for MailboxEndpoint {
     fn start(&mut self, d: &Dispatch<'_>) -> Result<()> {
         let ix = if self.chains { self.next } else { self.free_frame() };
-        self.post(d, ix, false, false)?;
+        self.post(d, ix, false, false, 0)?;
         self.active = Some(ix);
         Ok(())
     }
@@ -211,7 +216,7 @@ impl Endpoint for MailboxEndpoint {
             Some(a) => 1 - a,
             None => 1,
         };
-        self.post(d, ix, true, false)?;
+        self.post(d, ix, true, false, 0)?;
         self.staged = Some(ix);
         Ok(())
     }
@@ -297,9 +302,33 @@ impl Endpoint for MailboxEndpoint {
             return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.label)));
         };
         let ix = 1 - active;
-        self.post(d, ix, false, true)?;
+        self.post(d, ix, false, true, 0)?;
         self.chained = Some(ix);
         Ok(())
+    }
+
+    fn chain_key(&self) -> Option<u32> {
+        let ix = self.active.filter(|_| self.chains)?;
+        after_key(self.index, self.posted_seq[ix])
+    }
+
+    fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
+        if !self.chains || self.active.is_some() || self.chained.is_some() {
+            return Err(crate::error::Error::state(format!(
+                "{} cannot take a task to run after another now",
+                self.label
+            )));
+        }
+        let ix = self.next;
+        self.post(d, ix, false, false, key)?;
+        self.active = Some(ix);
+        Ok(())
+    }
+
+    fn settle_after(&mut self, go: bool) {
+        if let Some(ix) = self.active {
+            self.region.mailbox(self.index).settle_after(ix, go);
+        }
     }
 
     fn withdraw_chained(&mut self) {

@@ -32,6 +32,8 @@ pub(crate) struct TaskRequest<'a> {
     pub(crate) flags: u32,
     /// A successor posted for preparation (`PREPARE_READY`), not a task to run now.
     pub(crate) staged: bool,
+    /// The `after` word (rule M13).
+    after: u32,
     finished: bool,
 }
 
@@ -86,7 +88,19 @@ impl TaskRequest<'_> {
     /// Whether the parent set the frame's sticky withdraw word (rule M12): for a chained task,
     /// its run was stopped and it must not start (M13).
     pub(crate) fn withdrawn(&self) -> bool {
-        self.words.withdraw.load(Ordering::Acquire) != 0
+        self.chain_word() == super::CHAIN_WITHDRAW
+    }
+
+    /// The sticky withdraw word (rule M12): 0, [`CHAIN_WITHDRAW`](super::CHAIN_WITHDRAW) or
+    /// [`CHAIN_GO`](super::CHAIN_GO) (rule M13).
+    pub(crate) fn chain_word(&self) -> u32 {
+        self.words.withdraw.load(Ordering::Acquire)
+    }
+
+    /// The task on another worker this one runs after (its mailbox and sequence number), if
+    /// any (rule M13).
+    pub(crate) fn after(&self) -> Option<(usize, u16)> {
+        super::after_of(self.after)
     }
 
     /// Sets the frame's sticky acceptance word: the task is launching (rule M12).
@@ -183,6 +197,37 @@ impl<'a> Mailbox<'a> {
         self.task_request_at(0, false)
     }
 
+    /// Records the task this child finished last (rule M13): its sequence number and whether
+    /// it succeeded (Release: a sibling that reads it reads it before the withdraw word).
+    /// Returns the children (a bit per mailbox) that were asleep waiting for it: the caller
+    /// rings them. SeqCst, paired with [`watch_done`](Mailbox::watch_done) (Dekker's pattern,
+    /// as the doorbell's rule D2): a waiter either is in the mask or sees the record.
+    pub(crate) fn set_done(&self, seq: u16, ok: bool) -> u64 {
+        self.slot.done.store(u32::from(seq) << 16 | u32::from(ok) << 1 | 1, Ordering::SeqCst);
+        if self.slot.waiters.load(Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        self.slot.waiters.swap(0, Ordering::SeqCst)
+    }
+
+    /// The task this mailbox's child finished last (rule M13): its sequence number and whether
+    /// it succeeded; `None` before its first (SeqCst, see [`set_done`](Mailbox::set_done)).
+    pub(crate) fn done(&self) -> Option<(u16, bool)> {
+        let w = self.slot.done.load(Ordering::SeqCst);
+        (w & 1 == 1).then_some(((w >> 16) as u16, w & 2 != 0))
+    }
+
+    /// The child of mailbox `waiter` is about to sleep until this child's `done` moves (rule
+    /// M13): it is rung when it does. False (nothing registered) for a mailbox past 63, which
+    /// waits for its parent's word instead. Check `done` again after this returns.
+    pub(crate) fn watch_done(&self, waiter: usize) -> bool {
+        if waiter >= 64 {
+            return false;
+        }
+        self.slot.waiters.fetch_or(1 << waiter, Ordering::SeqCst);
+        true
+    }
+
     /// Takes the next task to run from either task frame (rule M13): a `TASK_READY` frame not
     /// chained first, else a chained one, the one whose sequence number follows `last` (the
     /// task this child finished last) first. Claims the frame (M3).
@@ -232,14 +277,21 @@ impl<'a> Mailbox<'a> {
         }
         // SAFETY: rule M3 — we claimed the frame, so we own its fields, and the Acquire claim
         // sees the parent's writes (M4).
-        let (digest, run, task, engine) =
-            unsafe { (*frame.digest.get(), *frame.command.get(), *frame.arg0.get(), *frame.result.get()) };
+        let (digest, run, task, engine, after) = unsafe {
+            (
+                *frame.digest.get(),
+                *frame.command.get(),
+                *frame.arg0.get(),
+                *frame.result.get(),
+                *frame.after.get(),
+            )
+        };
         // Rule M10: a run number of 0 is no trace.
         let trace = (run != 0).then_some((engine, run, task as u32, (task >> 32) as u32));
         // Rule M12: written before the parent's hand-over, which the claim saw.
         let lease = (words.slot.load(Ordering::Relaxed), words.generation.load(Ordering::Relaxed));
         let flags = words.flags.load(Ordering::Relaxed);
-        Some(TaskRequest { frame, words, digest, trace, lease, flags, staged, finished: false })
+        Some(TaskRequest { frame, words, digest, trace, lease, flags, staged, after, finished: false })
     }
 
     /// Finishes the task `req` took from this mailbox: writes the error code and message

@@ -53,7 +53,7 @@ impl HostileFrames {
             (*frame.digest.get()).copy_from_slice(at(32..64));
             (*frame.config.get()).copy_from_slice(at(64..64 + CONFIG_BYTES));
             *frame.payload_len.get() = half(offset_of!(Frame, payload_len));
-            *frame.reserved.get() = half(offset_of!(Frame, reserved));
+            *frame.after.get() = half(offset_of!(Frame, after));
             (*frame.payload.get()).copy_from_slice(at(PAYLOAD_OFFSET..PAYLOAD_OFFSET + ARGS_CAPACITY));
             (*frame.error_msg.get()).copy_from_slice(at(FRAME_SIZE - ERROR_MSG_CAPACITY..FRAME_SIZE));
         }

@@ -21,7 +21,9 @@
 //! | 72 | 4 | `child_cpu` u32: CPU + 1 the child last ran a task on (a wait hint, 0 = unknown) |
 //! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
 //! | 80 | 4 | `granted_depth` u32: the pipeline depth a chip child grants (M9); 0 = none |
-//! | 84 | 44 | reserved (0) |
+//! | 84 | 4 | `done` u32: the task the child finished last (M13): `seq << 16`, bit 1 = it succeeded, bit 0 = one finished; 0 = none |
+//! | 88 | 8 | `waiters` u64: bit `j` set by the child of mailbox `j` < 64 before it sleeps waiting for `done` to move (M13); the child clears them when it records `done`, and rings those children |
+//! | 96 | 32 | reserved (0) |
 //! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), `withdraw` u32 @28 (sticky) |
 //! | 192 | 65 536 | base frame (startup + control) |
 //! | 65 728 + 65 536 k | 65 536 | task frame `k` (k = 0, 1) |
@@ -38,7 +40,7 @@
 //! | 32 | 32 | `digest`: callable digest (task) or control digest |
 //! | 64 | 1 144 | `config`: opaque bytes, an encoded `CallConfig` ([`CONFIG_BYTES`]) |
 //! | 1 208 | 4 | `payload_len` u32 |
-//! | 1 212 | 4 | reserved (0) |
+//! | 1 212 | 4 | `after` u32 (task frame, M13): the task it waits for on another worker (bit 31 set, that worker's mailbox in bits 16-27, its sequence number in bits 0-15); 0 = none |
 //! | 1 216 | 63 808 | `payload`: the TaskArgs blob or control payload ([`ARGS_CAPACITY`]) |
 //! | 65 024 | 512 | `error_msg`: NUL-terminated, truncated ([`ERROR_MSG_CAPACITY`]) |
 //!
@@ -87,7 +89,8 @@ pub(super) struct Frame {
     pub(super) digest: UnsafeCell<[u8; 32]>,
     pub(super) config: UnsafeCell<[u8; CONFIG_BYTES]>,
     pub(super) payload_len: UnsafeCell<u32>,
-    pub(super) reserved: UnsafeCell<u32>,
+    /// For a task to run after another worker's task (rule M13); 0: none.
+    pub(super) after: UnsafeCell<u32>,
     pub(super) payload: UnsafeCell<[u8; ARGS_CAPACITY]>,
     pub(super) error_msg: UnsafeCell<[u8; ERROR_MSG_CAPACITY]>,
 }
@@ -114,7 +117,11 @@ pub(super) struct Slot {
     pub(super) parent_cpu: AtomicU32,
     /// The pipeline depth the child grants (rule M9); 0 = none published.
     pub(super) granted_depth: AtomicU32,
-    _reserved: [u32; 11],
+    /// The task the child finished last (rule M13); 0 = none.
+    pub(super) done: AtomicU32,
+    /// The children (by mailbox, below 64) asleep waiting for `done` to move (rule M13).
+    pub(super) waiters: AtomicU64,
+    _reserved: [u32; 8],
     /// The lease, flags and acceptance word of each task frame (rule M12).
     pub(super) words: [TaskWords; TASK_FRAMES],
     pub(super) base: Frame,
@@ -152,7 +159,7 @@ const _: () = {
     assert!(offset_of!(Frame, digest) == 32);
     assert!(offset_of!(Frame, config) == 64);
     assert!(offset_of!(Frame, payload_len) == 1208);
-    assert!(offset_of!(Frame, reserved) == 1212);
+    assert!(offset_of!(Frame, after) == 1212);
     assert!(offset_of!(Frame, payload) == PAYLOAD_OFFSET);
     assert!(offset_of!(Frame, error_msg) == FRAME_SIZE - ERROR_MSG_CAPACITY);
     assert!(ARGS_CAPACITY == 63808);
@@ -162,6 +169,8 @@ const _: () = {
     assert!(offset_of!(Slot, child_cpu) == 72);
     assert!(offset_of!(Slot, parent_cpu) == 76);
     assert!(offset_of!(Slot, granted_depth) == 80);
+    assert!(offset_of!(Slot, done) == 84);
+    assert!(offset_of!(Slot, waiters) == 88);
     assert!(size_of::<TaskWords>() == 32);
     assert!(offset_of!(Slot, words) == 128);
     assert!(offset_of!(Slot, base) == 192);

@@ -194,7 +194,17 @@
 //!   it `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN) at once. The parent
 //!   never takes a `TASK_READY` frame back, so a frame the child found `TASK_READY` holds the
 //!   same task when it claims it; every chained task is answered, and the parent collects the
-//!   two frames in the order it posted them.
+//!   two frames in the order it posted them. To an idle SUB child the parent may also post a
+//!   task to run after a task on a sibling (the frame's `after` word names the sibling's
+//!   mailbox and that task's sequence number, [`after_key`]). Every SUB child records, before
+//!   it answers each task, that task's sequence number and success in its mailbox's `done`
+//!   word (SeqCst), then rings the siblings whose bits it clears from its `waiters` word. A
+//!   child waiting for a sibling's task reads the sibling's `done` first, then its own frame's
+//!   withdraw word: [`CHAIN_GO`] runs it, [`CHAIN_WITHDRAW`] answers it unrun, and otherwise a
+//!   `done` naming that task decides (success runs it, failure answers it unrun); before it
+//!   sleeps it sets its bit in the sibling's `waiters` and checks again. The parent sets the
+//!   word once it has seen the sibling's task end, before it posts anything more to the
+//!   sibling, so a `done` of a later task is only ever read with the word visible.
 //!
 //! # Memory ordering
 //!
@@ -279,6 +289,25 @@ pub(crate) const FLAG_CHAINED: u32 = 2;
 /// parent increments with every task it posts to the worker (wrapping).
 pub(crate) const fn flag_seq(seq: u16) -> u32 {
     (seq as u32) << 16
+}
+
+/// The sticky withdraw word's value (rule M12) that withdraws a chained task (M13).
+pub(crate) const CHAIN_WITHDRAW: u32 = 1;
+
+/// The sticky withdraw word's value that lets a task posted to run after another worker's
+/// task start: that task succeeded (M13).
+pub(crate) const CHAIN_GO: u32 = 2;
+
+/// The `after` word of a task that runs after the task with sequence number `seq` on the
+/// worker of mailbox `mailbox` (rule M13); `None` for a mailbox past 4095.
+pub(crate) fn after_key(mailbox: usize, seq: u16) -> Option<u32> {
+    (mailbox < 1 << 12).then(|| 1 << 31 | (mailbox as u32) << 16 | u32::from(seq))
+}
+
+/// The mailbox and sequence number an `after` word names ([`after_key`]); `None` for 0 (or a
+/// word without its mark).
+pub(crate) fn after_of(word: u32) -> Option<(usize, u16)> {
+    (word >> 31 == 1).then_some((((word >> 16) & 0xfff) as usize, word as u16))
 }
 
 /// The sequence number a flags word carries ([`flag_seq`]).

@@ -30,6 +30,9 @@ pub(crate) struct Posting {
     pub(crate) flags: u32,
     /// Post as a successor to prepare (`PREPARE_READY`), not a task to run (rule M11).
     pub(crate) stage: bool,
+    /// The task on another worker it runs after ([`after_key`](super::after_key); 0: none;
+    /// rule M13).
+    pub(crate) after: u32,
 }
 
 /// What [`Mailbox::withdraw`] did.
@@ -103,6 +106,7 @@ impl Mailbox<'_> {
             *frame.command.get() = run;
             *frame.arg0.get() = u64::from(task) | (u64::from(member) << 32);
             *frame.result.get() = engine;
+            *frame.after.get() = posting.after;
         }
         // Rule M12: written under the claim, ordered by the hand-over below.
         words.slot.store(posting.lease.0, Ordering::Relaxed);
@@ -187,7 +191,21 @@ impl Mailbox<'_> {
     /// M12, M13): sets the frame's sticky withdraw word. The child answers it unrun unless it
     /// started it already.
     pub(crate) fn withdraw_chained(&self, ix: usize) {
-        self.slot.words[ix].withdraw.store(1, Ordering::Release);
+        self.slot.words[ix].withdraw.store(super::CHAIN_WITHDRAW, Ordering::Release);
+        self.slot.doorbell.ring();
+    }
+
+    /// Settles the task of frame `ix`, posted to run after another worker's task (rule M13),
+    /// once that task ended: `go` when it succeeded (the word goes 0 -> [`CHAIN_GO`](super::CHAIN_GO)
+    /// by compare-exchange, so a withdraw stays), else withdrawn; then rings the child.
+    pub(crate) fn settle_after(&self, ix: usize, go: bool) {
+        let word = &self.slot.words[ix].withdraw;
+        if go {
+            let _ = word.compare_exchange(0, super::CHAIN_GO, Ordering::AcqRel, Ordering::Acquire);
+        } else {
+            word.store(super::CHAIN_WITHDRAW, Ordering::Release);
+        }
+        self.slot.doorbell.ring();
     }
 
     /// When the child had the staged task of frame `ix` prepared, once it has (its frame is
@@ -370,6 +388,8 @@ impl Mailbox<'_> {
         }
         self.slot.child_pid.store(0, Ordering::Release);
         self.slot.child_cpu.store(0, Ordering::Relaxed);
+        self.slot.done.store(0, Ordering::Release);
+        self.slot.waiters.store(0, Ordering::Release);
         self.slot.granted_depth.store(0, Ordering::Relaxed);
     }
 
