@@ -391,7 +391,24 @@ impl Scheduler {
             })
             .sum();
         self.reserved.iter_mut().for_each(|r| *r = false);
-        self.waiting_after = self.lanes.iter().filter(|l| l.after.is_some()).count();
+        // A lane waiting for another's task may never be settled now (the panic may have cut
+        // that end off): its worker is told not to start it, and its end fails it.
+        for lane in &mut self.lanes {
+            if lane.after.take().is_some() {
+                let (slot, _) = lane.busy.as_ref().expect("a lane waiting for another runs a task");
+                let err = Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "run {}: {} did not run: the scheduler panicked: {panic}",
+                        slot.run.id,
+                        slot.describe()
+                    ),
+                );
+                lane.unlaunched = Some(err);
+                lane.settle_after(false);
+            }
+        }
+        self.waiting_after = 0;
         let mut abandoned = false;
         for run in eng.live_runs() {
             let err = Error::new(
@@ -558,11 +575,12 @@ impl Scheduler {
     /// as failed and take the lanes out of service by the usual path, and then the run ends.
     /// A worker that cannot be stopped keeps its task; the run is abandoned (it ends now).
     fn stop_run(&mut self, eng: &Engine, run: &Arc<RunState>, cause: StopCause) {
-        // (A chained task that did not launch is not running: its worker answers it unrun.)
+        // (A chained task that did not launch is not running: its worker answers it unrun. One
+        // waiting for another worker's task may have started: its worker sees that task's end
+        // before this thread does.)
         let running: Vec<usize> = (0..self.lanes.len())
             .filter(|&i| {
                 self.lanes[i].unlaunched.is_none()
-                    && self.lanes[i].after.is_none()
                     && self.lanes[i].busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run))
             })
             .collect();
@@ -917,8 +935,8 @@ impl Scheduler {
 
     /// Task `ahead` ended and was completed: each lane whose running task waits for it
     /// (`Lane::after`) is settled. Its task launches if `ahead` succeeded, which released its
-    /// last fanin (CHAINED -> RUNNING), and its run goes on; otherwise its worker is told not
-    /// to start it, and its end fails it, as for a chained task that did not launch.
+    /// last fanin (CHAINED -> RUNNING), unless its run was abandoned; otherwise its worker is
+    /// told not to start it, and its end fails it, as for a chained task that did not launch.
     fn settle_waiters(&mut self, ahead: &Arc<Slot>) {
         for k in 0..self.sub.len() {
             let m = self.sub[k];
@@ -928,8 +946,10 @@ impl Scheduler {
             self.lanes[m].after = None;
             self.waiting_after -= 1;
             let next = self.lanes[m].busy.as_ref().expect("a lane waiting for another runs a task").0.clone();
-            let run = &next.run;
-            let go = !run.is_done() && !run.is_stopped() && !run.build_failed() && next.launch_chained();
+            // As for a chained task behind its worker's own: by the producer's end (the worker
+            // may have started it already); a stopped run's or a failed orchestration's was
+            // withdrawn, and its worker answers it unrun unless it had started.
+            let go = !next.run.is_done() && next.launch_chained();
             if go {
                 self.note_chained_launch(m, &next);
             } else {
@@ -996,6 +1016,9 @@ impl Scheduler {
             if lane.chained.as_ref().is_some_and(|s| s.run.build_failed()) {
                 lane.withdraw_chained();
             }
+            if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| s.run.build_failed()) {
+                lane.settle_after(false);
+            }
         }
         if self.parts.iter().any(|(_, p)| !p.sub.is_empty()) {
             return false;
@@ -1033,6 +1056,9 @@ impl Scheduler {
                 if self.lanes[i].chained.is_none() {
                     if next.chain_behind() {
                         progress |= self.chain_on(eng, i, next);
+                    }
+                    if self.lanes[i].dead.is_some() {
+                        break;
                     }
                     continue;
                 }

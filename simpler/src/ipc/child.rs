@@ -231,11 +231,15 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
                         .and_then(|_| handler.task(&req))
                 })
             };
+            // Whether it ran behind its predecessor's success: its record then also says that
+            // one succeeded (a sibling waiting for it may read this one's record instead).
+            let behind = req.chained() && last == Some((seq.wrapping_sub(1), true));
             last = Some((seq, result.is_ok()));
-            // Before the answer: a sibling waiting for this task starts as soon as it can.
-            let waiters = mb.set_done(seq, result.is_ok());
+            let ok = result.is_ok();
             mb.finish_task(req, result, parent);
-            ring_waiters(region, waiters);
+            // After the answer, so a sibling never starts behind a task whose end the parent
+            // does not see (the child dies between the two: both see no end).
+            ring_waiters(region, mb.set_done(seq, ok, behind));
             // A chained task behind this one starts on the next turn, without a wake-up
             // (rule M13).
             worked = true;
@@ -269,8 +273,10 @@ fn ring_waiters(region: &MailboxRegion, mut waiters: u64) {
 /// waits until that worker recorded that task's end, or the parent settled the wait, checking
 /// politely and then sleeping on this child's doorbell (the parent rings it when it settles).
 /// `Ok` to run it; `Err` (unrun) when that task failed, the parent withdrew it, or the child is
-/// shutting down. The record is read before the parent's word: a record of a later task than
-/// the one waited for is only seen together with the parent's word, which it set first.
+/// shutting down. The record is read before the parent's word, and decides only when it names
+/// that task, or the task chained behind it that ran behind its success; any other record
+/// leaves the decision to the parent's word (which it sets before it posts to the sibling
+/// again, so no later post's record is mistaken for that task's).
 fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Result<(), FrameError> {
     let Some((sibling, seq)) = req.after() else { return Ok(()) };
     if sibling >= region.len() {
@@ -290,8 +296,10 @@ fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Re
             _ => {}
         }
         match done {
-            Some((s, true)) if s == seq => Some(Ok(())),
-            Some((s, false)) if s == seq => Some(Err(FrameError::new(
+            Some((s, true, _)) if s == seq => Some(Ok(())),
+            // The task chained behind it ran: it succeeded.
+            Some((s, _, true)) if s == seq.wrapping_add(1) => Some(Ok(())),
+            Some((s, false, _)) if s == seq => Some(Err(FrameError::new(
                 ERR_NOT_RUN,
                 format!("not run: the task it runs after failed on the worker of mailbox {sibling}"),
             ))),
@@ -306,7 +314,10 @@ fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Re
         if let Some(result) = decided() {
             return result;
         }
-        let ready = || other.done().is_some_and(|(s, _)| s == seq) || req.chain_word() != 0;
+        let ready = || {
+            other.done().is_some_and(|(s, _, behind)| s == seq || (behind && s == seq.wrapping_add(1)))
+                || req.chain_word() != 0
+        };
         // Before it sleeps: the sibling rings it when it records an end (the parent rings it
         // when it settles); a record that came meanwhile rings it now.
         let register = || {
@@ -589,7 +600,7 @@ mod tests {
         // otherwise), so whoever reads it first shows.
         for ok in [true, false] {
             let result = wait_after_with(5, |r| {
-                ring_waiters(r, r.mailbox(1).set_done(5, ok));
+                ring_waiters(r, r.mailbox(1).set_done(5, ok, false));
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 r.mailbox(0).settle_after(0, !ok);
             });
@@ -609,13 +620,20 @@ mod tests {
         // The sibling finished the task waited for and a later one before this child looked:
         // only the parent's word says how the first ended.
         let go = wait_after_with(5, |r| {
-            ring_waiters(r, r.mailbox(1).set_done(6, true));
+            ring_waiters(r, r.mailbox(1).set_done(6, false, false));
             std::thread::sleep(std::time::Duration::from_millis(20));
             r.mailbox(0).settle_after(0, true);
         });
         assert!(go.is_ok());
+        // The task chained behind it ran behind its success: that says it succeeded.
+        let behind = wait_after_with(5, |r| {
+            ring_waiters(r, r.mailbox(1).set_done(6, false, true));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            r.mailbox(0).settle_after(0, false);
+        });
+        assert!(behind.is_ok());
         let withdrawn = wait_after_with(5, |r| {
-            ring_waiters(r, r.mailbox(1).set_done(6, true));
+            ring_waiters(r, r.mailbox(1).set_done(6, false, false));
             r.mailbox(0).settle_after(0, false);
         });
         assert_eq!(withdrawn.unwrap_err().code, ERR_NOT_RUN);

@@ -197,24 +197,27 @@ impl<'a> Mailbox<'a> {
         self.task_request_at(0, false)
     }
 
-    /// Records the task this child finished last (rule M13): its sequence number and whether
-    /// it succeeded (Release: a sibling that reads it reads it before the withdraw word).
+    /// Records the task this child finished last (rule M13): its sequence number, whether it
+    /// succeeded, and whether it ran behind its predecessor's success (a chained task).
     /// Returns the children (a bit per mailbox) that were asleep waiting for it: the caller
     /// rings them. SeqCst, paired with [`watch_done`](Mailbox::watch_done) (Dekker's pattern,
     /// as the doorbell's rule D2): a waiter either is in the mask or sees the record.
-    pub(crate) fn set_done(&self, seq: u16, ok: bool) -> u64 {
-        self.slot.done.store(u32::from(seq) << 16 | u32::from(ok) << 1 | 1, Ordering::SeqCst);
+    pub(crate) fn set_done(&self, seq: u16, ok: bool, behind_success: bool) -> u64 {
+        let word = u32::from(seq) << 16 | u32::from(behind_success) << 2 | u32::from(ok) << 1 | 1;
+        self.slot.done.store(word, Ordering::SeqCst);
         if self.slot.waiters.load(Ordering::SeqCst) == 0 {
             return 0;
         }
         self.slot.waiters.swap(0, Ordering::SeqCst)
     }
 
-    /// The task this mailbox's child finished last (rule M13): its sequence number and whether
-    /// it succeeded; `None` before its first (SeqCst, see [`set_done`](Mailbox::set_done)).
-    pub(crate) fn done(&self) -> Option<(u16, bool)> {
+    /// The task this mailbox's child finished last (rule M13): its sequence number, whether it
+    /// succeeded, and whether it was a chained task that ran behind its predecessor's success
+    /// (so that one succeeded); `None` before its first (SeqCst, see
+    /// [`set_done`](Mailbox::set_done)).
+    pub(crate) fn done(&self) -> Option<(u16, bool, bool)> {
         let w = self.slot.done.load(Ordering::SeqCst);
-        (w & 1 == 1).then_some(((w >> 16) as u16, w & 2 != 0))
+        (w & 1 == 1).then_some(((w >> 16) as u16, w & 2 != 0, w & 4 != 0))
     }
 
     /// The child of mailbox `waiter` is about to sleep until this child's `done` moves (rule

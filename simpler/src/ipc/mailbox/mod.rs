@@ -196,15 +196,18 @@
 //!   same task when it claims it; every chained task is answered, and the parent collects the
 //!   two frames in the order it posted them. To an idle SUB child the parent may also post a
 //!   task to run after a task on a sibling (the frame's `after` word names the sibling's
-//!   mailbox and that task's sequence number, [`after_key`]). Every SUB child records, before
-//!   it answers each task, that task's sequence number and success in its mailbox's `done`
-//!   word (SeqCst), then rings the siblings whose bits it clears from its `waiters` word. A
-//!   child waiting for a sibling's task reads the sibling's `done` first, then its own frame's
+//!   mailbox and that task's sequence number, [`after_key`]). Every SUB child records, after
+//!   it answered each task, that task's sequence number, its success, and whether it was a
+//!   chained task that ran behind its predecessor's success, in its mailbox's `done` word
+//!   (SeqCst), then rings the siblings whose bits it clears from its `waiters` word. A child
+//!   waiting for a sibling's task reads the sibling's `done` first, then its own frame's
 //!   withdraw word: [`CHAIN_GO`] runs it, [`CHAIN_WITHDRAW`] answers it unrun, and otherwise a
-//!   `done` naming that task decides (success runs it, failure answers it unrun); before it
-//!   sleeps it sets its bit in the sibling's `waiters` and checks again. The parent sets the
-//!   word once it has seen the sibling's task end, before it posts anything more to the
-//!   sibling, so a `done` of a later task is only ever read with the word visible.
+//!   `done` naming that task decides (success runs it, failure answers it unrun), as does one
+//!   naming the next task that ran behind its success; any other record waits for the word.
+//!   Before it sleeps it sets its bit in the sibling's `waiters` and checks again. The parent
+//!   sets the word once it has seen the sibling's task end, before it posts anything more to
+//!   the sibling; only the task chained behind it was posted before, so no record is taken
+//!   for another task's.
 //!
 //! # Memory ordering
 //!
