@@ -1,4 +1,4 @@
-//! `loom` models of rules 1-4: the transitions the engine runs, raced under every interleaving
+//! `loom` models of rules 1-5: the transitions the engine runs, raced under every interleaving
 //! (`RUSTFLAGS="--cfg loom" cargo test -p simpler-rt --lib --release loom`).
 
 use loom::sync::atomic::AtomicUsize;
@@ -180,5 +180,38 @@ fn loom_publication_and_failure_fail_once() {
         producer.join().unwrap();
         assert_eq!(failed.load(Ordering::Relaxed), 1);
         assert_eq!(c.state(), State::Failed);
+    });
+}
+
+/// Rule 5: the scheduler chains a PENDING consumer behind its one unfinished producer while
+/// that producer completes (releasing the fanin) and a cancel tries to fail the consumer.
+/// Either the consumer was chained first (then the release only counts, the cancel leaves it,
+/// and its lane launches it) or it went READY (queued once, and the chain attempt fails) or
+/// failed unstarted; never queued and chained both, nor failed while chained.
+#[test]
+fn loom_chaining_races_the_last_release_and_a_cancel() {
+    check(|| {
+        let c = slot();
+        {
+            let mut l = c.lock();
+            l.fanin_count = 1;
+        }
+        assert!(matches!(c.publish(1, SmallVec::new(), None), Published::Pending));
+        let (c2, c3) = (c.clone(), c.clone());
+        let producer = loom::thread::spawn(move || c2.release_fanin());
+        let canceller = loom::thread::spawn(move || c3.fail_unstarted(err()).is_some());
+        let chained = c.chain_behind();
+        let queued = producer.join().unwrap();
+        let failed = canceller.join().unwrap();
+        assert!(!(chained && queued), "chained and queued");
+        assert!(!(chained && failed), "failed while chained");
+        assert!(
+            !(queued && failed) || c.state() == State::Failed,
+            "queued, then failed unstarted: it stays failed"
+        );
+        if chained {
+            assert!(c.launch_chained(), "the release came: its lane launches it");
+            assert_eq!(c.state(), State::Running);
+        }
     });
 }
