@@ -37,7 +37,7 @@ SUB_WORKERS=${SUB_WORKERS:-$CORES}
 S_FIRST=${S_FIRST:-0}
 S_LAST=${S_LAST:-18}
 EMPTY_REPS=${EMPTY_REPS:-5}
-BIN=target/release/examples/task_bench
+BIN=${BIN:-target/release/examples/task_bench}
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
   cargo build --quiet --release -p simpler-examples --example task_bench

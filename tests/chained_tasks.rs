@@ -2,7 +2,9 @@
 //! worker behind it, and the worker starts it itself once the producer succeeded (rule 5 of the
 //! slot state machine, rule M13 of the mailbox). What a user relies on: the results are those
 //! of the graph, a chained task behind a failure never runs and poisons its consumers, and one
-//! whose run is cancelled or whose orchestration function fails does not start.
+//! whose run is cancelled or whose orchestration function fails does not start. A task whose two
+//! unfinished producers run on two SUB workers is chained behind one of them and starts once
+//! the other succeeded too.
 
 mod common;
 
@@ -32,7 +34,18 @@ fn slow_fail(args: &HostArgs<'_>) -> HostResult {
     Err("slow failure".into())
 }
 
-/// Counts the scheduler's `chain` and `chained task launched` events (trace level).
+/// Spins for scalar 0 milliseconds, then writes `in0 + in1` (tensors 0 and 1, `u64`) to
+/// tensor 2.
+fn slow_add2(args: &HostArgs<'_>) -> HostResult {
+    let until = Instant::now() + Duration::from_millis(args.scalar(0)?);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    add2(args)
+}
+
+/// Counts the scheduler's `chain` and `chained task launched` events (trace level), and the
+/// chains behind one running task and after another (`also_after`).
 mod recorder {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,13 +56,17 @@ mod recorder {
     pub struct Chains {
         pub chained: Arc<AtomicUsize>,
         pub launched: Arc<AtomicUsize>,
+        pub behind_two: Arc<AtomicUsize>,
     }
 
-    struct Message(String);
+    /// An event's message, and whether it has an `also_after` field.
+    struct Message(String, bool);
     impl Visit for Message {
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            if field.name() == "message" {
-                self.0 = format!("{value:?}");
+            match field.name() {
+                "message" => self.0 = format!("{value:?}"),
+                "also_after" => self.1 = true,
+                _ => {}
             }
         }
     }
@@ -60,6 +77,9 @@ mod recorder {
         }
         pub fn launched(&self) -> usize {
             self.launched.load(Ordering::SeqCst)
+        }
+        pub fn behind_two(&self) -> usize {
+            self.behind_two.load(Ordering::SeqCst)
         }
     }
 
@@ -73,8 +93,11 @@ mod recorder {
         fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
         fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
         fn event(&self, event: &Event<'_>) {
-            let mut m = Message(String::new());
+            let mut m = Message(String::new(), false);
             event.record(&mut m);
+            if m.0 == "chain" && m.1 {
+                self.behind_two.fetch_add(1, Ordering::SeqCst);
+            }
             match m.0.as_str() {
                 "chain" => self.chained.fetch_add(1, Ordering::SeqCst),
                 "chained task launched" => self.launched.fetch_add(1, Ordering::SeqCst),
@@ -213,9 +236,10 @@ struct Seen {
     stats: (u64, u64),
 }
 
-/// Two producers on two SUB workers, the second quick: once it ended, both consumers wait
-/// only for the slow one, so one is chained behind it on its worker and the other is handed to
-/// the idle worker, to start when it sees the slow one succeed.
+/// Two producers on two SUB workers, the second quick, and two consumers of both: each is
+/// chained behind one producer and after the other while both run, or, once the quick one
+/// ended, one is chained behind the slow one on its worker and the other is handed to the idle
+/// worker, to start when it sees the slow one succeed.
 fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
     let chains = recorder::install();
     let (rig, [inc, fail, fill, add]) = Rig::start(
@@ -262,7 +286,7 @@ fn a_task_waiting_for_a_producer_on_another_worker_is_handed_to_an_idle_one_and_
     let Seen { result, out, counts, stats } = two_consumers_of_a_slow_and_a_quick_producer(false);
     result.expect("the run succeeds");
     assert_eq!(out, vec![142, 142], "both consumers saw both producers' outputs");
-    assert_eq!(counts, (2, 2), "one chained behind the slow producer, one on the idle worker; both launched");
+    assert_eq!(counts, (2, 2), "both consumers were chained, and both launched");
     assert_eq!(stats, (4, 0));
 }
 
@@ -288,7 +312,8 @@ fn a_worker_killed_while_it_waits_for_another_workers_task_fails_only_its_own() 
 
 /// A blocked task on one SUB worker, a quick one on the other, and two consumers of both:
 /// once the quick one ended, one consumer is chained behind the blocked task and the other
-/// handed to the idle worker to wait for it. Then the worker of the blocked task is killed
+/// waits for it on the other worker (chained behind the quick one and after the blocked one,
+/// or handed to that worker once it was idle). Then the worker of the blocked task is killed
 /// (`waiting` false: every consumer fails), or the waiting one (`waiting` true: the blocked
 /// task is released, the consumer behind it runs, the other fails).
 fn killed_while_chained(waiting: bool) {
@@ -315,8 +340,11 @@ fn killed_while_chained(waiting: bool) {
         })
         .unwrap();
     let pid = wait_blocked(&flag);
-    // One consumer behind the blocked task on its worker, one on the other worker.
-    wait_for("both consumers to be chained", Duration::from_secs(10), || chains.chained() == 2);
+    // One consumer behind the blocked task on its worker, one on the other worker, which
+    // finished the quick task.
+    wait_for("both consumers to be chained and the quick task to end", Duration::from_secs(10), || {
+        chains.chained() == 2 && run.progress().completed == 1
+    });
     if waiting {
         let other = *rig.pids().iter().find(|&&p| p != pid).expect("the other worker");
         sigkill(other);
@@ -335,4 +363,91 @@ fn killed_while_chained(waiting: bool) {
         let stats = run.stats().unwrap();
         assert_eq!((stats.tasks, stats.failed), (4, 3));
     }
+}
+
+/// Two steps of two tasks on two SUB workers, each task of a step reading both outputs of the
+/// step before (the stencil of a width-2 Task Bench run): a task whose two producers run is
+/// chained behind one and after the other, and starts when both succeeded.
+#[isolated_test]
+fn a_task_whose_two_producers_run_on_two_workers_is_chained_behind_one_and_after_the_other() {
+    let chains = recorder::install();
+    let (rig, [inc, add]) = Rig::start(subs(2), [("slow_inc", slow_inc), ("slow_add2", slow_add2)]);
+    const STEPS: usize = 4;
+    // Step s of point x writes element 2 * s + x.
+    let x = u64_buffer(&rig, 2 * STEPS);
+    let seed = u64_buffer(&rig, 2);
+    seed.write(0, &[10u64, 20]).unwrap();
+    let run = rig
+        .submit(|orch| {
+            for p in 0..2 {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&seed, p, 1))?.output(&u64s(&x, p, 1))?.scalar(HOLD_MS);
+                orch.submit_sub(&inc, a)?;
+            }
+            for s in 1..STEPS {
+                for p in 0..2 {
+                    let mut a = TaskArgs::new();
+                    a.input(&u64s(&x, 2 * (s - 1), 1))?
+                        .input(&u64s(&x, 2 * (s - 1) + 1, 1))?
+                        .output(&u64s(&x, 2 * s + p, 1))?
+                        .scalar(HOLD_MS);
+                    orch.submit_sub(&add, a)?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    run.wait().expect("the run succeeds");
+    assert_eq!(read_u64(&x, 0, 2 * STEPS), vec![11, 21, 32, 32, 64, 64, 128, 128]);
+    // Each task of steps 1.. is chained behind a task of the step before, after the other,
+    // when a pass sees it waiting while both run; a starved scheduler may miss one.
+    let (chained, launched, two) = (chains.chained(), chains.launched(), chains.behind_two());
+    assert!(two >= 2, "tasks waiting for two running producers were chained behind one ({two} of 6)");
+    assert_eq!(launched, chained, "each chained task launched once both its producers succeeded");
+}
+
+/// Two producers on two SUB workers, one of them failing, and two consumers of both, chained
+/// behind one and after the other while both run: neither consumer runs, and each fails
+/// poisoned, whichever producer ends first (`fail_first`: the failing one).
+fn two_running_producers_one_failing(fail_first: bool) {
+    let chains = recorder::install();
+    let (rig, [inc, fail, add]) =
+        Rig::start(subs(2), [("slow_inc", slow_inc), ("slow_fail", slow_fail), ("add2", add2)]);
+    let x = u64_buffer(&rig, 3);
+    let out = u64_buffer(&rig, 2);
+    let (fail_ms, ok_ms) = if fail_first { (60, 200) } else { (200, 60) };
+    let run = rig
+        .submit(|orch| {
+            let mut ok = TaskArgs::new();
+            ok.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(ok_ms);
+            orch.submit_sub(&inc, ok)?;
+            let mut f = TaskArgs::new();
+            f.output(&u64s(&x, 2, 1))?.scalar(fail_ms);
+            orch.submit_sub(&fail, f)?;
+            for i in 0..2 {
+                let mut c = TaskArgs::new();
+                c.input(&u64s(&x, 1, 1))?.input(&u64s(&x, 2, 1))?.output(&u64s(&out, i, 1))?;
+                orch.submit_sub(&add, c)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let err = run.wait().expect_err("the run fails");
+    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "slow failure"]);
+    assert_eq!(read_u64(&x, 1, 1), vec![1], "the producer that succeeded ran");
+    assert_eq!(read_u64(&out, 0, 2), vec![0, 0], "neither consumer ran");
+    assert!(chains.behind_two() >= 1, "a consumer was chained behind one producer and after the other");
+    assert_eq!(chains.launched(), 0, "no chained task launched");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (4, 3), "the failure and its two consumers");
+}
+
+#[isolated_test]
+fn a_task_chained_behind_a_success_and_after_a_failure_that_ends_first_never_runs() {
+    two_running_producers_one_failing(true);
+}
+
+#[isolated_test]
+fn a_task_chained_behind_a_success_and_after_a_failure_that_ends_last_never_runs() {
+    two_running_producers_one_failing(false);
 }

@@ -171,9 +171,12 @@ pub(crate) trait Endpoint: Send {
     /// `slot`), which the worker starts itself as soon as that one succeeded, without a
     /// round trip through the scheduler. At most one at a time, only while a task runs; after
     /// [`poll`](Endpoint::poll) reported the running task's end, the chained one is the
-    /// running task (a worker that did not start it reports [`Outcome::NotRun`]). An error
-    /// means nothing was handed over.
-    fn chain(&mut self, _dispatch: &Dispatch<'_>) -> Result<()> {
+    /// running task (a worker that did not start it reports [`Outcome::NotRun`]). With
+    /// `after` (another endpoint's [`chain_key`](Endpoint::chain_key)) it also waits for that
+    /// task, as one handed over with [`chain_after`](Endpoint::chain_after) does, and
+    /// [`settle_after`](Endpoint::settle_after) settles that wait, before or after the task
+    /// running here ended. An error means nothing was handed over.
+    fn chain(&mut self, _dispatch: &Dispatch<'_>, _after: Option<u32>) -> Result<()> {
         Err(crate::error::Error::state("this worker cannot chain a task"))
     }
 
@@ -196,9 +199,10 @@ pub(crate) trait Endpoint: Send {
         Err(crate::error::Error::state("this worker cannot take a task to run after another"))
     }
 
-    /// The task handed over with [`chain_after`](Endpoint::chain_after) may start (`go`: the
-    /// task it waits for succeeded) or must not (it failed, or its run was stopped: it reports
-    /// [`Outcome::NotRun`] unless it started already). Never blocks.
+    /// The task handed over to wait for another worker's ([`chain_after`](Endpoint::chain_after),
+    /// or [`chain`](Endpoint::chain) with `after`) may start (`go`: the task it waits for
+    /// succeeded) or must not (it failed, or its run was stopped: it reports
+    /// [`Outcome::NotRun`] unless it started already). Once per such task; never blocks.
     fn settle_after(&mut self, _go: bool) {}
 }
 

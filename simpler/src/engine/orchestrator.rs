@@ -1307,8 +1307,9 @@ impl<'a> Orchestrator<'a> {
 
         // Step 4: attach.
         let mut live = 0u32;
-        // Whether it waits for a task that runs now (it may be chained behind it).
-        let mut behind_running = false;
+        // How many of the tasks it waits for run now on SUB workers (it may be chained behind
+        // one of them, after the other if there are two).
+        let mut behind_running = 0u32;
         let mut failed: Option<Error> = None;
         let mut lost: Option<Error> = None;
         for p in producers {
@@ -1322,9 +1323,11 @@ impl<'a> Orchestrator<'a> {
                 }
                 Attached::Linked { waits, failure } => {
                     live += u32::from(waits);
-                    behind_running |= waits
-                        && p.slot.state() == State::Running
-                        && p.slot.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
+                    behind_running += u32::from(
+                        waits
+                            && p.slot.state() == State::Running
+                            && p.slot.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub),
+                    );
                     if failed.is_none() {
                         failed = failure;
                     }
@@ -1346,7 +1349,12 @@ impl<'a> Orchestrator<'a> {
             )
         });
         let pending = self.publish(&slot, live, failed, written, submitted);
-        if pending && behind_running && live == 1 && !slot.task().group && slot.task().target == Target::Sub {
+        if pending
+            && live <= 2
+            && behind_running == live
+            && !slot.task().group
+            && slot.task().target == Target::Sub
+        {
             self.eng.chain_chance();
         }
         self.capture_task(&slot, callable);

@@ -144,6 +144,10 @@ pub(crate) struct Lane {
     /// The running task is CHAINED after this task on another SUB worker (handed over with
     /// [`Endpoint::chain_after`]): the lane is not polled until that one's end settled it.
     after: Option<Arc<Slot>>,
+    /// The chained task also waits for this task on another SUB worker (handed over with
+    /// [`Endpoint::chain`] and its key), and whether that one's end settled it yet; unsettled
+    /// when the running task ends, it becomes `after`.
+    chained_after: Option<(Arc<Slot>, bool)>,
 }
 
 impl Lane {
@@ -166,6 +170,7 @@ impl Lane {
             chained: None,
             unlaunched: None,
             after: None,
+            chained_after: None,
         }
     }
 
@@ -394,6 +399,11 @@ impl Scheduler {
         // A lane waiting for another's task may never be settled now (the panic may have cut
         // that end off): its worker is told not to start it, and its end fails it.
         for lane in &mut self.lanes {
+            // Likewise a chained task's wait: it is asked not to start, and fails at its end.
+            if let Some((_, settled @ false)) = &mut lane.chained_after {
+                *settled = true;
+                lane.settle_after(false);
+            }
             if lane.after.take().is_some() {
                 let (slot, _) = lane.busy.as_ref().expect("a lane waiting for another runs a task");
                 let err = Error::new(
@@ -472,14 +482,19 @@ impl Scheduler {
     }
 
     /// How a driver on `cpu` waits for its busy workers: keep checking when some may run on
-    /// another CPU (unknown counts as other); sleep at once when every one shares this CPU and
-    /// is a nested Worker (its own children need the CPU); yield otherwise.
+    /// another CPU (unknown counts as other) and some CPU of this machine has none busy; sleep
+    /// at once when every one shares this CPU and is a nested Worker (its own children need the
+    /// CPU); yield otherwise ([`PeerWait::for_peers`]).
     pub(crate) fn peer_wait(&self, cpu: u32) -> PeerWait {
         let busy = self.lanes.iter().filter(|l| l.busy.is_some());
         let has_children = |l: &Lane| self.nested_next_level && matches!(l.kind, LaneKind::NextLevel(_));
         // A hint only: an endpoint that panics giving it counts as one whose CPU is unknown.
         let cpu_of = |l: &Lane| catch_unwind(AssertUnwindSafe(|| l.endpoint.peer_cpu())).unwrap_or(None);
-        PeerWait::for_peers(cpu, busy.map(|l| (cpu_of(l), has_children(l))))
+        PeerWait::for_peers(
+            cpu,
+            crate::sys::futex::available_cpus(),
+            busy.map(|l| (cpu_of(l), has_children(l))),
+        )
     }
 
     /// Whether a busy lane's endpoint is [`watched`](Endpoint::watched): its outcome is found
@@ -775,7 +790,8 @@ impl Scheduler {
             }
             // A chained task behind the one that ended is the running one now, and may have
             // ended too: polled again.
-            loop {
+            // (Until a task it now waits for on another lane settled it.)
+            while self.lanes[i].after.is_none() {
                 let outcome = match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.poll())) {
                     Ok(None) => break,
                     Ok(Some(outcome)) => Ok(outcome),
@@ -798,6 +814,9 @@ impl Scheduler {
                     // The endpoint cannot be trusted to report the chained task's end.
                     (Some(next), Some(why)) => {
                         self.in_flight -= 1;
+                        if let Some((_, false)) = self.lanes[i].chained_after.take() {
+                            self.waiting_after -= 1;
+                        }
                         self.lose_chained(eng, i, &next, &why);
                         break;
                     }
@@ -901,11 +920,35 @@ impl Scheduler {
     /// `next` is the lane's running task now. It launched if `ahead` succeeded, which released
     /// its last fanin (CHAINED -> RUNNING, rule 5 of `slot`); otherwise it is still CHAINED and
     /// the worker does not run it (rule M13 of `ipc::mailbox`): its end fails it as poisoned.
-    fn promote_chained(&mut self, i: usize, ahead: &Slot, next: Arc<Slot>) {
+    ///
+    /// A chained task that also waits for a task on another lane (`Lane::chained_after`) that
+    /// has not ended waits for it now (`Lane::after`) if `ahead` succeeded; if `ahead` failed,
+    /// its worker answers it unrun without waiting.
+    fn promote_chained(&mut self, i: usize, ahead: &Arc<Slot>, next: Arc<Slot>) {
+        let other = match self.lanes[i].chained_after.take() {
+            Some((other, false)) if next.unreleased() == 1 => {
+                self.lanes[i].after = Some(other);
+                self.lanes[i].busy = Some((next, 0));
+                return;
+            }
+            Some((other, settled)) => {
+                if !settled {
+                    self.waiting_after -= 1;
+                    self.lanes[i].settle_after(false);
+                }
+                Some(other)
+            }
+            None => None,
+        };
         if next.launch_chained() {
             self.note_chained_launch(i, &next);
         } else {
-            self.lanes[i].unlaunched = Some(Self::poisoned_behind(ahead, &next));
+            // The one that failed (the other task may have succeeded).
+            let culprit = match other {
+                Some(o) if o.lock().failure.is_some() => o,
+                _ => ahead.clone(),
+            };
+            self.lanes[i].unlaunched = Some(Self::poisoned_behind(&culprit, &next));
         }
         self.lanes[i].busy = Some((next, 0));
     }
@@ -937,9 +980,24 @@ impl Scheduler {
     /// (`Lane::after`) is settled. Its task launches if `ahead` succeeded, which released its
     /// last fanin (CHAINED -> RUNNING), unless its run was abandoned; otherwise its worker is
     /// told not to start it, and its end fails it, as for a chained task that did not launch.
+    ///
+    /// A lane whose chained task waits for it (`Lane::chained_after`), behind a task still
+    /// running there, is settled too: that worker may start it once its own task succeeded
+    /// if `ahead` succeeded (one fanin left); otherwise it is told not to.
     fn settle_waiters(&mut self, ahead: &Arc<Slot>) {
         for k in 0..self.sub.len() {
             let m = self.sub[k];
+            let lane = &mut self.lanes[m];
+            if let Some((other, settled @ false)) = &mut lane.chained_after
+                && Arc::ptr_eq(other, ahead)
+            {
+                *settled = true;
+                self.waiting_after -= 1;
+                let next = lane.chained.as_ref().expect("a lane whose chained task waits holds one");
+                let go = !next.run.is_done() && !next.run.is_stopped() && next.unreleased() == 1;
+                lane.settle_after(go);
+                continue;
+            }
             if !self.lanes[m].after.as_ref().is_some_and(|a| Arc::ptr_eq(a, ahead)) {
                 continue;
             }
@@ -1054,8 +1112,16 @@ impl Scheduler {
                 // that worker sees it succeed (a consumer of several tasks' outputs whose last
                 // unfinished producer runs elsewhere).
                 if self.lanes[i].chained.is_none() {
-                    if next.chain_behind() {
-                        progress |= self.chain_on(eng, i, next);
+                    // Its other unfinished producer, if it has one, must run on another lane.
+                    let other = match next.unreleased() {
+                        1 => Some(None),
+                        2 => self.other_producer(i, &next).map(Some),
+                        _ => None,
+                    };
+                    if let Some(other) = other
+                        && next.chain_behind(1 + u32::from(other.is_some()))
+                    {
+                        progress |= self.chain_on(eng, i, next, other);
                     }
                     if self.lanes[i].dead.is_some() {
                         break;
@@ -1068,12 +1134,33 @@ impl Scheduler {
                     catch_unwind(AssertUnwindSafe(|| endpoint.chain_key())).unwrap_or(None)
                 });
                 let Some(key) = key else { break };
-                if next.chain_behind() {
+                if next.chain_behind(1) {
                     progress |= self.chain_after_on(eng, m, next, &ahead, key);
                 }
             }
         }
         progress
+    }
+
+    /// For `next`, a consumer of lane `i`'s running task with two unfinished producers: the
+    /// other one, if it is the running task of another SUB lane that takes chained tasks, with
+    /// that lane's key for it ([`Endpoint::chain_key`]; a panic asking counts as none).
+    fn other_producer(&self, i: usize, next: &Slot) -> Option<(Arc<Slot>, u32)> {
+        self.sub.iter().copied().find_map(|j| {
+            let lane = &self.lanes[j];
+            let (other, _) = lane.busy.as_ref()?;
+            if j == i
+                || !lane.chains
+                || lane.dead.is_some()
+                || lane.after.is_some()
+                || other.state() != State::Running
+                || !other.feeds(next)
+            {
+                return None;
+            }
+            let key = catch_unwind(AssertUnwindSafe(|| lane.endpoint.chain_key())).ok().flatten()?;
+            Some((other.clone(), key))
+        })
     }
 
     /// An idle SUB lane that takes chained tasks, if any.
@@ -1119,14 +1206,22 @@ impl Scheduler {
         }
     }
 
-    /// Hands CHAINED task `slot` to lane `i` behind its running task ([`Endpoint::chain`]).
-    /// One the endpoint refuses goes back to PENDING, and is queued when its producer ends.
-    fn chain_on(&mut self, eng: &Engine, i: usize, slot: Arc<Slot>) -> bool {
+    /// Hands CHAINED task `slot` to lane `i` behind its running task ([`Endpoint::chain`]),
+    /// and with `other` (its other unfinished producer, running on another lane, and that
+    /// lane's key for it) also after that one. One the endpoint refuses goes back to PENDING,
+    /// and is queued when its producers end.
+    fn chain_on(&mut self, eng: &Engine, i: usize, slot: Arc<Slot>, other: Option<(Arc<Slot>, u32)>) -> bool {
         let d = Self::dispatch_of(eng, &slot, 0, false);
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[i].name, "chain");
-        match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.chain(&d))) {
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[i].name, also_after = other.as_ref().map(|(o, _)| o.index), "chain");
+        let key = other.as_ref().map(|&(_, key)| key);
+        match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.chain(&d, key))) {
             Ok(Ok(())) => {
-                self.lanes[i].chained = Some(slot);
+                let lane = &mut self.lanes[i];
+                lane.chained = Some(slot);
+                if let Some((other, _)) = other {
+                    lane.chained_after = Some((other, false));
+                    self.waiting_after += 1;
+                }
                 self.in_flight += 1;
                 true
             }

@@ -29,7 +29,8 @@
 //!    about to consume it (for an allocation's creator: to reclaim its memory).
 //! 5. A PENDING slot whose one unreleased fanin is a task running on a SUB worker may be
 //!    handed to that worker behind it (CHAINED, [`Slot::chain_behind`]: a CAS under the lock,
-//!    so it races no release). A CHAINED slot belongs to the scheduler
+//!    so it races no release); one whose two unreleased fanins run on two SUB workers, to one
+//!    of them, to start behind its own once the other's succeeded. A CHAINED slot belongs to the scheduler
 //!    lane that chained it: a release of its last fanin does not queue it (the worker starts
 //!    it itself once the task ahead succeeded) and moves nothing; the lane moves it CHAINED ->
 //!    RUNNING ([`Slot::launch_chained`]) after its last fanin was released, or back to PENDING
@@ -296,14 +297,26 @@ impl Slot {
             && self.cas(State::Pending, State::Ready)
     }
 
-    /// Rule 5: hands this PENDING slot to the lane running `producer`, its one unreleased
-    /// fanin (`producer` must be one of its producers, as a consumer in `producer`'s fanout
-    /// is). True when this call moved it PENDING -> CHAINED.
-    pub(crate) fn chain_behind(&self) -> bool {
+    /// Rule 5: hands this PENDING slot to the lane running a producer of it, when `unreleased`
+    /// (1 or 2) fanins are left: that producer (one the caller found this slot in the fanout
+    /// of), and for 2 one more that runs on another SUB worker. True when this call moved it
+    /// PENDING -> CHAINED.
+    pub(crate) fn chain_behind(&self, unreleased: u32) -> bool {
         let l = self.lock();
         self.state() == State::Pending
-            && l.fanin_released + 1 == l.fanin_count
+            && l.fanin_released + unreleased == l.fanin_count
             && self.cas(State::Pending, State::Chained)
+    }
+
+    /// How many of its fanins are not released yet (0 once it may run).
+    pub(crate) fn unreleased(&self) -> u32 {
+        let l = self.lock();
+        l.fanin_count.saturating_sub(l.fanin_released)
+    }
+
+    /// Whether `consumer` waits for this slot now (it is in the fanout, under the lock).
+    pub(crate) fn feeds(&self, consumer: &Slot) -> bool {
+        self.lock().fanout.iter().any(|c| std::ptr::eq(Arc::as_ptr(c), consumer))
     }
 
     /// Rule 5: the task ahead of this CHAINED slot succeeded, which released its last fanin:

@@ -48,6 +48,8 @@ pub(crate) struct MailboxEndpoint {
     chains: bool,
     /// The task frame of the chained task, until the running one's end was polled.
     chained: Option<usize>,
+    /// The task frame of the task that waits for another worker's (M13), until settled.
+    waiting: Option<usize>,
     /// Chaining: the frame the next post goes to (posts alternate, M13).
     next: usize,
     /// Chaining: the sequence number of the next post (M13).
@@ -79,6 +81,7 @@ impl MailboxEndpoint {
             withdrawn: false,
             chains: false,
             chained: None,
+            waiting: None,
             next: 0,
             seq: 0,
             posted_seq: [0; TASK_FRAMES],
@@ -297,13 +300,14 @@ impl Endpoint for MailboxEndpoint {
         self.chains
     }
 
-    fn chain(&mut self, d: &Dispatch<'_>) -> Result<()> {
+    fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
         let Some(active) = self.active.filter(|_| self.chains && self.chained.is_none()) else {
             return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.label)));
         };
         let ix = 1 - active;
-        self.post(d, ix, false, true, 0)?;
+        self.post(d, ix, false, true, after.unwrap_or(0))?;
         self.chained = Some(ix);
+        self.waiting = after.map(|_| ix);
         Ok(())
     }
 
@@ -322,11 +326,12 @@ impl Endpoint for MailboxEndpoint {
         let ix = self.next;
         self.post(d, ix, false, false, key)?;
         self.active = Some(ix);
+        self.waiting = Some(ix);
         Ok(())
     }
 
     fn settle_after(&mut self, go: bool) {
-        if let Some(ix) = self.active {
+        if let Some(ix) = self.waiting.take() {
             self.region.mailbox(self.index).settle_after(ix, go);
         }
     }

@@ -200,7 +200,7 @@ fn loom_chaining_races_the_last_release_and_a_cancel() {
         let (c2, c3) = (c.clone(), c.clone());
         let producer = loom::thread::spawn(move || c2.release_fanin());
         let canceller = loom::thread::spawn(move || c3.fail_unstarted(err()).is_some());
-        let chained = c.chain_behind();
+        let chained = c.chain_behind(1);
         let queued = producer.join().unwrap();
         let failed = canceller.join().unwrap();
         assert!(!(chained && queued), "chained and queued");
@@ -212,6 +212,35 @@ fn loom_chaining_races_the_last_release_and_a_cancel() {
         if chained {
             assert!(c.launch_chained(), "the release came: its lane launches it");
             assert_eq!(c.state(), State::Running);
+        }
+    });
+}
+
+/// Rule 5 with two producers: the scheduler chains a PENDING consumer behind one of its two
+/// unfinished producers (after the other) while both complete. It is chained only while both
+/// fanins are unreleased, so it is never also queued; once both released it, its lane
+/// launches it, and it waits for none.
+#[test]
+fn loom_chaining_behind_two_races_both_releases() {
+    check(|| {
+        let c = slot();
+        {
+            let mut l = c.lock();
+            l.fanin_count = 2;
+        }
+        assert!(matches!(c.publish(2, SmallVec::new(), None), Published::Pending));
+        let (c2, c3) = (c.clone(), c.clone());
+        let first = loom::thread::spawn(move || c2.release_fanin());
+        let second = loom::thread::spawn(move || c3.release_fanin());
+        let chained = c.chain_behind(2);
+        let queued = u32::from(first.join().unwrap()) + u32::from(second.join().unwrap());
+        assert_eq!(c.unreleased(), 0);
+        if chained {
+            assert_eq!(queued, 0, "chained and queued");
+            assert!(c.launch_chained(), "both releases came: its lane launches it");
+            assert_eq!(c.state(), State::Running);
+        } else {
+            assert_eq!(queued, 1, "not chained: queued once, by the last release");
         }
     });
 }

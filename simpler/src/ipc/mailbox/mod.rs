@@ -196,7 +196,9 @@
 //!   same task when it claims it; every chained task is answered, and the parent collects the
 //!   two frames in the order it posted them. To an idle SUB child the parent may also post a
 //!   task to run after a task on a sibling (the frame's `after` word names the sibling's
-//!   mailbox and that task's sequence number, [`after_key`]). Every SUB child records, after
+//!   mailbox and that task's sequence number, [`after_key`]), and a chained task may carry such
+//!   a word too: the child runs it behind its own task's success, then after the sibling's
+//!   (the parent may settle that wait before the child's own task ends). Every SUB child records, after
 //!   it answered each task, that task's sequence number, its success, and whether it was a
 //!   chained task that ran behind its predecessor's success, in its mailbox's `done` word
 //!   (SeqCst), then rings the siblings whose bits it clears from its `waiters` word. A child
