@@ -20,8 +20,11 @@
 # example's -worker N, the workers that run tasks: SUB workers, chips, or SUB workers over both
 # L3 Workers; a number in WORKERS, what it meant before, is taken as SUB_WORKERS), S_FIRST (0)
 # and S_LAST (18): the sweep (the full one takes minutes per pattern at s = 0: a task of 2^26
-# iterations runs for about 0.2 s), EMPTY_REPS (5), and NO_BUILD=1 to use the binary already
-# built.
+# iterations runs for about 0.2 s), EMPTY_REPS (5), NO_BUILD=1 to use the binary already
+# built, BIN (the binary to run, target/release/examples/task_bench unless set: another build,
+# to compare two side by side) and PEAK (FLOP/s: the peak e is measured against, instead of the
+# sweep's best run; two builds compared with one PEAK are measured on one scale, since a build
+# slower at large grain otherwise looks more efficient at small grain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,7 +71,7 @@ for pattern in "${patterns[@]}"; do
   empty=$(for ((r = 0; r < EMPTY_REPS; r++)); do run -type "$pattern" -kernel empty; done)
 
   echo "--- $pattern"
-  sort -n -k1,1 -k3,3g "$data" | awk -v cores="$CORES" -v pattern="$pattern" -v width="$WIDTH" '
+  sort -n -k1,1 -k3,3g "$data" | awk -v cores="$CORES" -v pattern="$pattern" -v width="$WIDTH" -v fixed_peak="${PEAK:-0}" '
     # Fields: s iter elapsed flops tasks (one line per run, sorted by s then elapsed).
     {
       if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1; iter[$1] = $2; n[$1] = $5; f[$1] = $4 }
@@ -78,6 +81,7 @@ for pattern in "${patterns[@]}"; do
     # METG over the points 1..k (decreasing iter) of E[]: sets g[] and e[], returns the value
     # (-1 when no point reaches 50%); warns as chart_metg.py checks when `loud`.
     function metg(E, loud,    j, s, above, below, best) {
+      if (fixed_peak > 0) peak = fixed_peak
       above = below = 0
       for (j = 1; j <= k; j++) {
         s = order[j]
@@ -105,7 +109,7 @@ for pattern in "${patterns[@]}"; do
       printf "  %10s %4s %12s %12s %12s %12s %8s\n", "iter", "runs", "mean s", "min s", "median s", "g us", "eff"
       for (j = 1; j <= k; j++)
         printf "  %10d %4d %12.6f %12.6f %12.6f %12.3f %8.3f\n", iter[order[j]], cnt[order[j]], mean[j], lo[j], med[j], g[j], e[j]
-      printf "  peak %.4e FLOP/s (best single run); METG from the min E %.3f us, from the median E %.3f us\n", peak, by_min, by_median
+      printf "  peak %.4e FLOP/s (%s); METG from the min E %.3f us, from the median E %.3f us\n", peak, (fixed_peak > 0 ? "PEAK, fixed" : "best single run"), by_min, by_median
       if (by_mean < 0) { print "  no point reaches 50% efficiency"; exit }
       printf "figure metg_%s_w%d_us %.3f us\n", pattern, width, by_mean
     }'
