@@ -451,3 +451,46 @@ fn a_task_chained_behind_a_success_and_after_a_failure_that_ends_first_never_run
 fn a_task_chained_behind_a_success_and_after_a_failure_that_ends_last_never_runs() {
     two_running_producers_one_failing(false);
 }
+
+/// A tree step on two SUB workers: both tasks of step t wait for point 0 of step t-1, and
+/// point 0 also for point 1. The task waiting for point 0 alone goes behind it on its worker,
+/// and the other behind point 1 on the other worker, after point 0: both are chained, not one.
+#[isolated_test]
+fn both_tasks_of_a_tree_step_are_chained_on_two_workers() {
+    let chains = recorder::install();
+    let (rig, [inc, add]) = Rig::start(subs(2), [("slow_inc", slow_inc), ("slow_add2", slow_add2)]);
+    const STEPS: usize = 4;
+    // Step s of point p writes element 2 * s + p.
+    let x = u64_buffer(&rig, 2 * STEPS);
+    let seed = u64_buffer(&rig, 2);
+    seed.write(0, &[10u64, 20]).unwrap();
+    let run = rig
+        .submit(|orch| {
+            for p in 0..2 {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&seed, p, 1))?.output(&u64s(&x, p, 1))?.scalar(HOLD_MS);
+                orch.submit_sub(&inc, a)?;
+            }
+            for s in 1..STEPS {
+                // Submitted first, so it comes first among point 0's consumers.
+                let mut both = TaskArgs::new();
+                both.input(&u64s(&x, 2 * (s - 1), 1))?
+                    .input(&u64s(&x, 2 * (s - 1) + 1, 1))?
+                    .output(&u64s(&x, 2 * s, 1))?
+                    .scalar(HOLD_MS);
+                orch.submit_sub(&add, both)?;
+                let mut one = TaskArgs::new();
+                one.input(&u64s(&x, 2 * (s - 1), 1))?.output(&u64s(&x, 2 * s + 1, 1))?.scalar(HOLD_MS);
+                orch.submit_sub(&inc, one)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    run.wait().expect("the run succeeds");
+    assert_eq!(read_u64(&x, 0, 2 * STEPS), vec![11, 21, 32, 12, 44, 33, 77, 45]);
+    // With one of them chained per step, 3 of the 6; a starved scheduler may miss one.
+    let (chained, launched, two) = (chains.chained(), chains.launched(), chains.behind_two());
+    assert!(chained >= 5, "both tasks of each step were chained ({chained} of 6)");
+    assert!(two >= 2, "the task waiting for both points went behind point 1 ({two} of 3)");
+    assert_eq!(launched, chained, "each chained task launched");
+}

@@ -1103,7 +1103,12 @@ impl Scheduler {
             let ahead = ahead.clone();
             // The running task's key, asked once (a hint: a panic counts as none).
             let mut key: Option<Option<u32>> = None;
-            for next in ahead.consumers() {
+            // Those waiting for it alone first: one that also waits for a task on another
+            // lane may still go behind that one there (a tree step's two tasks both wait for
+            // the same task, one of them also for its sibling).
+            let mut consumers = ahead.consumers();
+            consumers.sort_by_cached_key(|n| n.unreleased() != 1);
+            for next in consumers {
                 let sub_single = next.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
                 if !sub_single || !Arc::ptr_eq(&next.run, &ahead.run) || next.state() != State::Pending {
                     continue;
