@@ -5,9 +5,7 @@ mod common;
 
 use common::{fail_kernel, isolated_test};
 
-use std::time::{Duration, Instant};
-
-use common::{Rig, expect_err, process_exists, sigkill, spin_until, wait_for};
+use common::{Rig, TempFiles, expect_err, process_exists, sigkill};
 use simpler::{
     DataType, ErrorKind, HostArgs, HostFn, HostResult, Orchestrator, Result, TaskArgs, Worker, WorkerBuilder,
     chip::CallConfig, chip::ChipFn,
@@ -31,23 +29,11 @@ fn add_scalar(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-/// Where `block_kernel` announces itself: a kernel works on device copies of its tensors, so it
-/// tells the test (its chip's parent) that it runs through a file named after that parent.
-fn marker_path(test_pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("simpler-rt-chips-block-{test_pid}"))
-}
-
-/// Announces its chip process id, then blocks (up to 30 s) until the process is killed.
+/// Announces its chip process id (marker `chips-block` of the test, the chip's parent), then
+/// waits until the process is killed.
 fn block_kernel(_args: &HostArgs<'_>) -> HostResult {
-    let chip_pid = std::process::id();
-    let test_pid = std::os::unix::process::parent_id();
-    // Write, then rename: the test sees the marker only once it is complete.
-    let tmp = marker_path(test_pid).with_extension("tmp");
-    std::fs::write(&tmp, chip_pid.to_string())?;
-    std::fs::rename(&tmp, marker_path(test_pid))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    spin_until(deadline, || false);
-    Err("never killed".into())
+    common::announce_to_parent("chips-block", &std::process::id().to_string())?;
+    common::park_until_killed()
 }
 
 fn host_noop(_: &HostArgs<'_>) -> HostResult {
@@ -331,14 +317,12 @@ fn a_killed_chip_child_fails_its_task_and_later_work_for_it() {
     let block = rig.register_chip(ChipFn::kernel("block", block_kernel)).unwrap();
     let k = rig.register_chip(common::vadd_kernel()).unwrap();
     rig.init();
-    let marker = marker_path(std::process::id());
-    let _ = std::fs::remove_file(&marker);
+    let marker = common::marker_file("chips-block", std::process::id());
+    let _files = TempFiles::new([marker.clone()]);
     let run = rig
         .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .unwrap();
-    wait_for("the blocking kernel to start", Duration::from_secs(20), || marker.exists());
-    let pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
-    std::fs::remove_file(&marker).unwrap();
+    let pid: i32 = common::wait_for_marker(&marker, "the blocking kernel to start").trim().parse().unwrap();
     assert_eq!(pid, rig.pids()[0], "the kernel runs inside chip 0's process");
     sigkill(pid);
     let err = run.wait().unwrap_err();

@@ -88,20 +88,11 @@ fn a_task_placed_on_a_chip_that_died_idle_fails_at_once_naming_the_chip() {
         .expect("chip 1 still runs work");
 }
 
-/// Where [`block_pid`] announces its process id (named after its parent, the L3 Worker).
-fn marker_path(l3_pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("simpler-rt-dead-block-{l3_pid}"))
-}
-
-/// Announces its process id (a SUB worker of the L3 Worker), then blocks for up to 30 s: the
-/// test kills it meanwhile.
+/// Announces its process id (a SUB worker of the L3 Worker) in marker `dead-block` of its
+/// parent, the L3 Worker, then waits until the test kills it.
 fn block_pid(_: &HostArgs<'_>) -> HostResult {
-    let l3_pid = std::os::unix::process::parent_id();
-    let tmp = marker_path(l3_pid).with_extension("tmp");
-    std::fs::write(&tmp, std::process::id().to_string())?;
-    std::fs::rename(&tmp, marker_path(l3_pid))?;
-    spin_until(Instant::now() + Duration::from_secs(30), || false);
-    Err("never killed".into())
+    announce_to_parent("dead-block", &std::process::id().to_string())?;
+    park_until_killed()
 }
 
 fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> simpler::Result<()> {
@@ -122,14 +113,12 @@ fn a_sub_worker_killed_under_a_nested_worker_is_reported_as_a_dead_worker() {
     let l3_noop = rig.register_orch(OrchFn::new("l3_noop", l3_noop)).unwrap();
     rig.init();
     let l3_pid = rig.pids()[0];
-    let marker = marker_path(l3_pid as u32);
-    let _ = std::fs::remove_file(&marker);
+    let marker = marker_file("dead-block", l3_pid as u32);
+    let _files = TempFiles::new([marker.clone()]);
     let run = rig
         .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .unwrap();
-    wait_for("the L3's SUB task to be running", Duration::from_secs(20), || marker.exists());
-    let sub_pid: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
-    std::fs::remove_file(&marker).unwrap();
+    let sub_pid: i32 = wait_for_marker(&marker, "the L3's SUB task to be running").trim().parse().unwrap();
     assert_ne!(sub_pid, l3_pid);
     sigkill(sub_pid);
     let err = run.wait().expect_err("the L3's SUB worker died");

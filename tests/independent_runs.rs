@@ -299,19 +299,10 @@ fn at_l4_runs_on_one_nested_worker_finish_while_a_run_on_another_hangs() {
     assert_eq!(alive, vec![false, true], "only the nested Worker of the hung task was stopped");
 }
 
-/// Where `chip_hang` announces itself: a kernel works on device copies of its tensors, so it
-/// tells the test (its chip's parent) that it runs through a file named after that parent.
-fn chip_marker(test_pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("simpler-rt-independent-chip-hang-{test_pid}"))
-}
-
-/// A chip kernel that announces itself (`chip_marker`), then never returns (its chip is
-/// stopped when its run is cancelled).
+/// A chip kernel that announces itself (marker `independent-chip-hang` of the test, the
+/// chip's parent), then never returns (its chip is stopped when its run is cancelled).
 fn chip_hang(_: &HostArgs<'_>) -> HostResult {
-    let marker = chip_marker(std::os::unix::process::parent_id());
-    // Write, then rename: the test sees the marker only once it is complete.
-    std::fs::write(marker.with_extension("tmp"), b"running")?;
-    std::fs::rename(marker.with_extension("tmp"), &marker)?;
+    announce_to_parent("independent-chip-hang", "running")?;
     loop {
         std::thread::park();
     }
@@ -325,7 +316,7 @@ fn chip_hang(_: &HostArgs<'_>) -> HostResult {
 /// uses chip 1, so the chip's other lease is not kept for it.
 #[isolated_test]
 fn at_l3_runs_on_one_chip_finish_while_a_run_on_another_hangs() {
-    let marker = chip_marker(std::process::id());
+    let marker = marker_file("independent-chip-hang", std::process::id());
     let _files = TempFiles::new([marker.clone()]);
     let mut rig = Rig::new(Worker::builder().chips(2).pending_run_depth(8));
     let chip_hang = rig.register_chip(ChipFn::kernel("chip_hang", chip_hang)).unwrap();
@@ -382,7 +373,8 @@ fn chip_gated(args: &HostArgs<'_>) -> HostResult {
 #[isolated_test]
 fn at_l3_runs_before_their_turn_prepare_beside_each_other_on_a_chip() {
     let pid = std::process::id();
-    let (marker, gated, gate) = (chip_marker(pid), chip_gate(pid, "gated"), chip_gate(pid, "gate"));
+    let (marker, gated, gate) =
+        (marker_file("independent-chip-hang", pid), chip_gate(pid, "gated"), chip_gate(pid, "gate"));
     let _files = TempFiles::new([marker.clone(), gated.clone(), gate.clone()]);
     // One core: run B's task waits for run A's, prepared meanwhile.
     let mut rig = Rig::new(Worker::builder().chips(2).chip_cores(1).pending_run_depth(8));

@@ -313,23 +313,11 @@ fn a_nested_child_that_hangs_at_startup_fails_init_and_nothing_is_left() {
     assert!(common::leftover_shm().is_empty());
 }
 
-/// Where `block_host` announces itself (its SUB process is a grandchild of the test).
-fn marker_path(l3_pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("simpler-rt-nested-block-{l3_pid}"))
-}
-
-/// Announces itself (named after its parent, the L3 Worker's process), then blocks for up to
-/// 30 s: the test kills the L3 process meanwhile.
+/// Announces itself in marker `nested-block` of its parent, the L3 Worker's process (a
+/// grandchild of the test), then waits: the test kills the L3 process meanwhile.
 fn block_host(_: &HostArgs<'_>) -> HostResult {
-    let l3_pid = std::os::unix::process::parent_id();
-    let tmp = marker_path(l3_pid).with_extension("tmp");
-    std::fs::write(&tmp, b"running")?;
-    std::fs::rename(&tmp, marker_path(l3_pid))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    Err("never killed".into())
+    common::announce_to_parent("nested-block", "running")?;
+    common::park_until_killed()
 }
 
 fn l3_block(orch: &mut Orchestrator<'_>, _: &TaskArgs, _: &CallConfig) -> Result<()> {
@@ -347,13 +335,12 @@ fn a_nested_worker_killed_mid_task_fails_the_task_and_close_reaps_the_tree() {
     let tri = rig.register_orch(OrchFn::new("l3_sub_triple", l3_sub_triple)).unwrap();
     rig.init();
     let l3_pid = rig.pids()[0];
-    let marker = marker_path(l3_pid as u32);
-    let _ = std::fs::remove_file(&marker);
+    let marker = common::marker_file("nested-block", l3_pid as u32);
+    let _files = common::TempFiles::new([marker.clone()]);
     let run = rig
         .submit(|orch| orch.submit_next_level(&block, TaskArgs::new(), CallConfig::default(), 0).map(|_| ()))
         .unwrap();
-    common::wait_for("the L3 task to be running", Duration::from_secs(20), || marker.exists());
-    std::fs::remove_file(&marker).unwrap();
+    common::wait_for_marker(&marker, "the L3 task to be running");
     common::sigkill(l3_pid);
     let err = run.wait().unwrap_err();
     common::assert_err(&err, ErrorKind::WorkerDied, &["l3_block", "worker 0", "died", "signal 9"]);

@@ -770,6 +770,38 @@ pub fn wait_process(pid: i32, limit: Duration) -> Option<i32> {
     (exited && libc::WIFEXITED(status)).then(|| libc::WEXITSTATUS(status))
 }
 
+/// The marker `what` of process `owner` (the test, or the L3 Worker between it and the worker
+/// that runs the task): a file in the temp directory through which a task running in a worker
+/// process tells the test that it runs (a kernel works on device copies of its tensors, so it
+/// cannot tell through them). Name it in a [`TempFiles`] so that it goes with the test.
+pub fn marker_file(what: &str, owner: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("simpler-rt-{what}-{owner}"))
+}
+
+/// Announces `content` in the marker `what` of this process's parent ([`marker_file`]): written,
+/// then renamed, so the test sees it only whole.
+pub fn announce_to_parent(what: &str, content: &str) -> std::io::Result<()> {
+    let marker = marker_file(what, std::os::unix::process::parent_id());
+    std::fs::write(marker.with_extension("tmp"), content)?;
+    std::fs::rename(marker.with_extension("tmp"), &marker)
+}
+
+/// The content of marker `marker` once it appears (up to 20 s; `what` says what it waits for).
+pub fn wait_for_marker(marker: &std::path::Path, what: &str) -> String {
+    wait_for(what, Duration::from_secs(20), || marker.exists());
+    std::fs::read_to_string(marker).expect("read the marker")
+}
+
+/// Parks the calling worker process's task until the process is killed, which the test does:
+/// no CPU is spent meanwhile. Fails after 30 s, so a test that forgot to kill it ends.
+pub fn park_until_killed() -> simpler::HostResult {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        std::thread::park_timeout(left);
+    }
+    Err("never killed".into())
+}
+
 /// Files a test names in the temp directory (markers, gates): removed when it is made (left by
 /// an earlier process of the same id) and when it drops, also when the test panics.
 pub struct TempFiles(Vec<std::path::PathBuf>);
