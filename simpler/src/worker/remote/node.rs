@@ -389,7 +389,16 @@ impl Node {
         })?;
         server_handshake(&mut health, &node.key, &hello, &peer)?;
         lane::announce(&mut health, &token, &peer)?;
-        node.session(stream, health, &peer)
+        node.session(node.count_session(), stream, health, &peer)
+    }
+}
+
+/// One session counted in [`BoundNode::sessions`], until it drops.
+struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -403,7 +412,7 @@ pub struct BoundNode {
     orch: HashMap<Digest, OrchFn>,
     /// How messages name this node (its address, or its rank).
     name: String,
-    /// The sessions running now.
+    /// The sessions running now ([`Counted`]).
     sessions: std::sync::atomic::AtomicUsize,
     /// Where other nodes read this node's node-resident buffers (`peer`): started by the
     /// first allocation, or why it could not be.
@@ -538,7 +547,7 @@ impl BoundNode {
         self.workers.mend("before a session");
         let listener = self.listener.as_ref().expect("a bound node listens");
         let (stream, health, peer) = self.pair(&mut Pairing::new()?, listener, &hello)?;
-        self.session(stream, health, &peer)
+        self.session(self.count_session(), stream, health, &peer)
     }
 
     /// Serves `sessions` roots in all (`usize::MAX`: for as long as the process runs), up to
@@ -565,16 +574,15 @@ impl BoundNode {
         }
         let listener = self.listener.as_ref().expect("a bound node listens");
         let hello = self.hello();
-        let active = std::sync::atomic::AtomicUsize::new(0);
         let mut pairing = Pairing::new()?;
         std::thread::scope(|scope| {
             let mut served = 0;
             while served < sessions {
-                if active.load(Ordering::Acquire) == 0 {
+                if self.sessions() == 0 {
                     self.workers.mend("between sessions");
                 }
                 let (stream, health, peer) = self.pair(&mut pairing, listener, &hello)?;
-                if active.load(Ordering::Acquire) >= at_once {
+                if self.sessions() >= at_once {
                     let why = format!(
                         "the node at {} serves {at_once} root{} at once, its limit; try again once one ends",
                         self.name,
@@ -594,20 +602,14 @@ impl BoundNode {
                     continue;
                 }
                 served += 1;
-                active.fetch_add(1, Ordering::AcqRel);
-                let active = &active;
+                // Counted before its thread starts, so the next turn of this loop sees it; the
+                // count is given back however the session ends (a panic included), and also
+                // when its thread cannot start (the closure holding it is dropped).
+                let counted = self.count_session();
                 std::thread::Builder::new()
                     .name("simpler-node-session".into())
                     .spawn_scoped(scope, move || {
-                        // Its place is given back however the session ends, a panic included.
-                        struct Place<'p>(&'p std::sync::atomic::AtomicUsize);
-                        impl Drop for Place<'_> {
-                            fn drop(&mut self) {
-                                self.0.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        }
-                        let _place = Place(active);
-                        if let Err(e) = self.session(stream, health, &peer) {
+                        if let Err(e) = self.session(counted, stream, health, &peer) {
                             tracing::warn!(target: "simpler::remote", peer = %peer, "session failed: {e}");
                         }
                     })
@@ -796,17 +798,18 @@ impl BoundNode {
         }
     }
 
-    /// Serves one session: its tasks and controls on `stream`, heartbeats on `health`.
-    fn session(&self, stream: Stream, health: Stream, peer: &str) -> Result<()> {
-        tracing::info!(target: "simpler::remote", peer = %peer, "session started");
+    /// Counts a session in [`sessions`](BoundNode::sessions) until the guard drops.
+    fn count_session(&self) -> Counted<'_> {
         self.sessions.fetch_add(1, Ordering::AcqRel);
-        struct Ended<'a>(&'a std::sync::atomic::AtomicUsize);
-        impl Drop for Ended<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let _ended = Ended(&self.sessions);
+        Counted(&self.sessions)
+    }
+
+    /// Serves one session, `counted` (it counts until the node freed what the session held:
+    /// declared before the session's state, it drops after it): its tasks and controls on
+    /// `stream`, heartbeats on `health`.
+    fn session(&self, counted: Counted<'_>, stream: Stream, health: Stream, peer: &str) -> Result<()> {
+        tracing::info!(target: "simpler::remote", peer = %peer, "session started");
+        let _counted = counted;
         // Buffer ids of this session start at a random point: an id of an earlier session (a
         // root that rejoined) names nothing here rather than a buffer of this one.
         let first = u64::from(u32::from_le_bytes(crate::sys::random::bytes::<4>("buffer ids")?)) << 32 | 1;
