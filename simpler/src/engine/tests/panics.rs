@@ -188,3 +188,47 @@ fn changes_asked_without_the_role_are_applied_by_the_holder_and_a_panic_reaches_
     );
     assert_eq!(applied.load(Ordering::SeqCst), 2);
 }
+
+/// The holder asleep on the doorbell (as a driver waiting for its workers is): a thread
+/// without the role that asks for a change rings it awake, and the holder's next pass applies
+/// the change and wakes the requester; nothing else rings meanwhile.
+#[cfg(not(loom))]
+#[test]
+fn a_change_asked_while_the_holder_sleeps_on_the_doorbell_wakes_it() {
+    let rig = Rig::manual(cfg(0, 1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (taken_tx, taken_rx) = mpsc::channel();
+    let holder = {
+        let (eng, stop) = (rig.eng.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut role = eng.try_role().expect("nobody holds the role");
+            taken_tx.send(()).unwrap();
+            let mut passes = 0u32;
+            loop {
+                let seen = eng.doorbell().seq();
+                role.pass();
+                passes += 1;
+                if stop.load(Ordering::SeqCst) {
+                    break passes;
+                }
+                // Asleep in the kernel at once: no spinning that would see a request anyway.
+                eng.doorbell().sleep(seen, Some(Instant::now() + LONG));
+            }
+        })
+    };
+    taken_rx.recv().unwrap();
+    let asleep = Instant::now() + LONG;
+    while rig.eng.doorbell().sleepers() == 0 {
+        assert!(Instant::now() < asleep, "the holder never slept");
+        thread::yield_now();
+    }
+    let asked = Instant::now();
+    let eng = rig.eng.clone();
+    let ran_on =
+        thread::spawn(move || eng.with_sched(|_| thread::current().id())).join().expect("the requester");
+    assert_eq!(ran_on, holder.thread().id(), "the holder applied the change");
+    assert!(asked.elapsed() < LONG / 2, "the requester was answered by the woken holder, not a timeout");
+    stop.store(true, Ordering::SeqCst);
+    rig.eng.doorbell().ring();
+    assert!(holder.join().expect("the holder") >= 2, "the holder passed again after it was rung");
+}
