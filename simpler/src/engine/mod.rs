@@ -363,6 +363,13 @@ impl Engine {
         self.bg_bell.ring();
     }
 
+    /// Whether lane `i` still holds a task ([`Engine::replace_endpoint`] refuses it then): a
+    /// cheap look before a replacement is built. A lane out of service takes no new task, so
+    /// one found holding none stays so.
+    pub(crate) fn lane_holds_task(&self, i: usize) -> bool {
+        self.with_sched(move |s| s.holds_task(i))
+    }
+
     /// Puts lane `i` back in service with a new endpoint in place of its lost one's (a remote
     /// Worker's new session), and wakes the scheduler. Refused (false, nothing changed) while
     /// the lane still holds a task, or once the endpoints were shut down. The old endpoint is

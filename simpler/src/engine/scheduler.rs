@@ -1258,6 +1258,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether lane `i` holds a task (running, chained or staged): a lost lane's is still to
+    /// end, and its endpoint may not be replaced yet.
+    pub(crate) fn holds_task(&self, i: usize) -> bool {
+        self.lanes.get(i).is_some_and(|l| l.busy.is_some() || l.staged.is_some() || l.chained.is_some())
+    }
+
     /// Gives lane `i` a new endpoint (its worker was lost) and puts it back in service; `None`
     /// (nothing changed) while it holds a task or a staged one, else whether it was out of
     /// service.

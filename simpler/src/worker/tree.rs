@@ -687,6 +687,15 @@ impl Tree {
                 "{who} is rank {rank} of a launched job, which connects to the root only at init; relaunch the job to bring it back"
             )));
         }
+        let busy = || {
+            Error::state(format!(
+                "{who} still holds a task of a run that has not ended; wait for it, then replace it"
+            ))
+        };
+        // Before the connection and the node's Worker for it are made (asked again below).
+        if self.engine.lane_holds_task(i) {
+            return Err(busy());
+        }
         let id = (self.lanes.next_level() - self.remote.len() + j) as u32;
         let bell: Arc<dyn AsRef<Doorbell> + Send + Sync> = Arc::new(RegionBell(self.region.clone()));
         let resolver = HostResolver::new(self.heaps.clone());
@@ -721,9 +730,7 @@ impl Tree {
         if !self.engine.replace_endpoint(i, Box::new(RemoteEndpoint::new(s.clone(), id, self.peers.clone())))
         {
             s.close();
-            return Err(Error::state(format!(
-                "{who} still holds a task of a run that has not ended; wait for it, then replace it"
-            )));
+            return Err(busy());
         }
         old.close();
         *sync::lock(&self.remote[j]) = s.clone();

@@ -309,3 +309,22 @@ fn sub_task_needing_more_workers_than_exist_is_refused_at_submit() {
     rig.wait(&run).unwrap();
     rig.assert_clean();
 }
+
+/// A lane holds a task from its dispatch to its end, as a worker's replacement is asked to see
+/// (`Engine::lane_holds_task`, the cheap look before a lost remote Worker is rejoined).
+#[test]
+fn a_lane_holds_its_task_from_dispatch_to_end() {
+    let rig = Rig::manual(cfg(0, 1));
+    assert!(!rig.eng.lane_holds_task(0), "an idle lane holds none");
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[])).unwrap();
+    orch.finish(None);
+    rig.drive("task 1 to start", || rig.was_dispatched(1));
+    assert!(rig.eng.lane_holds_task(0), "its running task");
+    rig.sub[0].finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    assert!(!rig.eng.lane_holds_task(0), "none once it ended");
+    assert!(!rig.eng.lane_holds_task(7), "nor a lane that does not exist");
+    rig.assert_clean();
+}
