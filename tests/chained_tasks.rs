@@ -494,3 +494,43 @@ fn both_tasks_of_a_tree_step_are_chained_on_two_workers() {
     assert!(two >= 2, "the task waiting for both points went behind point 1 ({two} of 3)");
     assert_eq!(launched, chained, "each chained task launched");
 }
+
+/// A consumer of a single task and of a SUB group, both running: a group member's end is not
+/// the group's, so the consumer is never chained to wait for one member; it runs once the
+/// single task and every member succeeded, and sees all their outputs.
+#[isolated_test]
+fn a_task_waiting_for_a_running_group_is_not_chained_after_one_member() {
+    let (rig, [inc, add]) = Rig::start(subs(4), [("slow_inc", slow_inc), ("add2", add2)]);
+    let x = u64_buffer(&rig, 6);
+    x.write(0, &[1u64]).unwrap();
+    let out = u64_buffer(&rig, 1);
+    rig.run(|orch| {
+        let mut single = TaskArgs::new();
+        single.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(100);
+        orch.submit_sub(&inc, single)?;
+        // Member 0 ends before the single task, member 1 long after it.
+        let members = [(2usize, 30u64), (3, 300)]
+            .into_iter()
+            .map(|(at, ms)| {
+                let mut m = TaskArgs::new();
+                m.input(&u64s(&x, 0, 1))?.output(&u64s(&x, at, 1))?.scalar(ms);
+                Ok(m)
+            })
+            .collect::<simpler::Result<Vec<_>>>()?;
+        orch.submit_sub_group(&inc, members)?;
+        let mut c = TaskArgs::new();
+        c.input(&u64s(&x, 1, 1))?.input(&u64s(&x, 3, 1))?.output(&u64s(&out, 0, 1))?;
+        orch.submit_sub(&add, c)?;
+        // An unrelated task whose end, while both members run, makes the scheduler look for
+        // chains.
+        let mut other = TaskArgs::new();
+        other.input(&u64s(&x, 4, 1))?.output(&u64s(&x, 5, 1))?.scalar(10);
+        orch.submit_sub(&inc, other).map(|_| ())
+    })
+    .expect("the run succeeds");
+    assert_eq!(
+        read_u64(&out, 0, 1),
+        vec![4],
+        "the consumer saw the single task's and the slow member's outputs"
+    );
+}

@@ -134,15 +134,17 @@ pub(crate) struct Lane {
     prepared: bool,
     /// The endpoint takes chained tasks ([`Endpoint::chains`]: a SUB worker).
     chains: bool,
-    /// The chained task: one of the running task's run whose one unfinished producer is the
-    /// running task (CHAINED, rule 5 of `slot`); the worker starts it itself once that one
-    /// succeeded, and it is the running task once that one's end was polled.
+    /// The chained task: one of the running task's run whose unfinished producers are the
+    /// running task and at most one task running on another lane (`chained_after`) (CHAINED,
+    /// rule 5 of `slot`); the worker starts it itself once they succeeded, and it is the
+    /// running task once the running one's end was polled.
     chained: Option<Arc<Slot>>,
     /// The running task is a chained one that did not launch (the task ahead of it failed:
     /// it is still CHAINED): its end, whatever it says, fails it as poisoned by this error.
     unlaunched: Option<Error>,
     /// The running task is CHAINED after this task on another SUB worker (handed over with
-    /// [`Endpoint::chain_after`]): the lane is not polled until that one's end settled it.
+    /// [`Endpoint::chain_after`], or chained with `chained_after` behind a task that ended
+    /// first): the lane is not polled until that one's end settled it.
     after: Option<Arc<Slot>>,
     /// The chained task also waits for this task on another SUB worker (handed over with
     /// [`Endpoint::chain`] and its key), and whether that one's end settled it yet; unsettled
@@ -482,7 +484,8 @@ impl Scheduler {
     }
 
     /// How a driver on `cpu` waits for its busy workers: keep checking when some may run on
-    /// another CPU (unknown counts as other) and some CPU of this machine has none busy; sleep
+    /// another CPU (unknown counts as other) and fewer are busy on this machine than it has
+    /// CPUs; sleep
     /// at once when every one shares this CPU and is a nested Worker (its own children need the
     /// CPU); yield otherwise ([`PeerWait::for_peers`]).
     pub(crate) fn peer_wait(&self, cpu: u32) -> PeerWait {
@@ -925,8 +928,9 @@ impl Scheduler {
     /// has not ended waits for it now (`Lane::after`) if `ahead` succeeded; if `ahead` failed,
     /// its worker answers it unrun without waiting.
     fn promote_chained(&mut self, i: usize, ahead: &Arc<Slot>, next: Arc<Slot>) {
+        let goes_on = !next.run.is_done() && !next.run.is_stopped() && !next.run.build_failed();
         let other = match self.lanes[i].chained_after.take() {
-            Some((other, false)) if next.unreleased() == 1 => {
+            Some((other, false)) if goes_on && next.unreleased() == 1 => {
                 self.lanes[i].after = Some(other);
                 self.lanes[i].busy = Some((next, 0));
                 return;
@@ -994,7 +998,10 @@ impl Scheduler {
                 *settled = true;
                 self.waiting_after -= 1;
                 let next = lane.chained.as_ref().expect("a lane whose chained task waits holds one");
-                let go = !next.run.is_done() && !next.run.is_stopped() && next.unreleased() == 1;
+                let go = !next.run.is_done()
+                    && !next.run.is_stopped()
+                    && !next.run.build_failed()
+                    && next.unreleased() == 1;
                 lane.settle_after(go);
                 continue;
             }
@@ -1148,8 +1155,9 @@ impl Scheduler {
     }
 
     /// For `next`, a consumer of lane `i`'s running task with two unfinished producers: the
-    /// other one, if it is the running task of another SUB lane that takes chained tasks, with
-    /// that lane's key for it ([`Endpoint::chain_key`]; a panic asking counts as none).
+    /// other one, if it is the running single task (not a group: a member's end is not the
+    /// group's) of another SUB lane that takes chained tasks, with that lane's key for it
+    /// ([`Endpoint::chain_key`]; a panic asking counts as none).
     fn other_producer(&self, i: usize, next: &Slot) -> Option<(Arc<Slot>, u32)> {
         self.sub.iter().copied().find_map(|j| {
             let lane = &self.lanes[j];
@@ -1158,6 +1166,7 @@ impl Scheduler {
                 || !lane.chains
                 || lane.dead.is_some()
                 || lane.after.is_some()
+                || other.task().group
                 || other.state() != State::Running
                 || !other.feeds(next)
             {

@@ -29,8 +29,8 @@
 //!    about to consume it (for an allocation's creator: to reclaim its memory).
 //! 5. A PENDING slot whose one unreleased fanin is a task running on a SUB worker may be
 //!    handed to that worker behind it (CHAINED, [`Slot::chain_behind`]: a CAS under the lock,
-//!    so it races no release); one whose two unreleased fanins run on two SUB workers, to one
-//!    of them, to start behind its own once the other's succeeded. A CHAINED slot belongs to the scheduler
+//!    so it races no release); one whose two unreleased fanins are single tasks running on two
+//!    SUB workers, to one of them, to start behind its own once the other's succeeded. A CHAINED slot belongs to the scheduler
 //!    lane that chained it: a release of its last fanin does not queue it (the worker starts
 //!    it itself once the task ahead succeeded) and moves nothing; the lane moves it CHAINED ->
 //!    RUNNING ([`Slot::launch_chained`]) after its last fanin was released, or back to PENDING

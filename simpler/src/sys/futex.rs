@@ -259,7 +259,8 @@ impl PeerWait {
     /// How a waiter on `cpu` (CPU plus one, 0 = unknown) waits for its busy peers, each given as
     /// (its CPU plus one if known, whether it has children of its own), on a machine that gives
     /// this process `cpus` CPUs: `Poll` when any may run elsewhere (unknown counts as
-    /// elsewhere) and fewer than `cpus` run on this machine (a known CPU), `Sleep` when all
+    /// elsewhere) and fewer than `cpus` are known to run on this machine (a child that has not
+    /// yet reported its CPU is not counted), `Sleep` when all
     /// share this CPU and have children, `Yield` otherwise (also when there is none).
     ///
     /// With a busy peer for every CPU, a poller takes a CPU that one of them needs: the kernel

@@ -198,7 +198,8 @@ impl<'a> Mailbox<'a> {
     }
 
     /// Records the task this child finished last (rule M13): its sequence number, whether it
-    /// succeeded, and whether it ran behind its predecessor's success (a chained task).
+    /// succeeded, and whether it was a chained task behind its predecessor's success (so that
+    /// one succeeded, whether or not this one then ran).
     /// Returns the children (a bit per mailbox) that were asleep waiting for it: the caller
     /// rings them. SeqCst, paired with [`watch_done`](Mailbox::watch_done) (Dekker's pattern,
     /// as the doorbell's rule D2): a waiter either is in the mask or sees the record.

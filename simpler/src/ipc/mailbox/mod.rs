@@ -186,11 +186,11 @@
 //!   a task to run into the frame after the one it posted last (alternating), only into an
 //!   `IDLE` frame, with a sequence number in the high half of `flags` that it increments with
 //!   every post ([`flag_seq`]). While one task is posted and not yet collected, the parent may
-//!   post one more, flagged [`FLAG_CHAINED`]: a task whose one unfinished producer is the
-//!   first. The child claims the `TASK_READY` frame that is not chained first, else the
+//!   post one more, flagged [`FLAG_CHAINED`]: a task whose unfinished producers are the
+//!   first and at most one task on a sibling (its `after` word, below). The child claims the `TASK_READY` frame that is not chained first, else the
 //!   chained one whose sequence number follows the task it finished last; it runs a chained
 //!   task only if it finished that task itself, successfully, and the sticky `withdraw` word
-//!   (M12; the parent sets it when the task's run is stopped) is clear, and otherwise answers
+//!   (M12; the parent sets it when the task's run is stopped) is not [`CHAIN_WITHDRAW`], and otherwise answers
 //!   it `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN) at once. The parent
 //!   never takes a `TASK_READY` frame back, so a frame the child found `TASK_READY` holds the
 //!   same task when it claims it; every chained task is answered, and the parent collects the
@@ -286,7 +286,8 @@ pub(crate) const FLAG_OVERLAP: u32 = 1;
 
 /// Task flag (rule M13): the task is chained behind the task the child runs or ran just before
 /// it (the one whose sequence number, [`flag_seq`], is one less): the child starts it only if
-/// that one succeeded and the sticky withdraw word is clear, and otherwise answers it
+/// that one succeeded and the sticky withdraw word is not [`CHAIN_WITHDRAW`] (and, with an
+/// `after` word, once the sibling's task succeeded), and otherwise answers it
 /// `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN), unrun.
 pub(crate) const FLAG_CHAINED: u32 = 2;
 
