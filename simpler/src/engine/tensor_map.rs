@@ -53,8 +53,9 @@ use crate::data::tensor::TensorView;
 use crate::engine::slot::{Slot, State};
 use crate::sys::sync;
 
-/// A multiply-rotate hasher (FxHash's mixing step) for the map's plain-integer keys: keys are
-/// minted by this process (not attacker-chosen), and SipHash was a visible share of submit cost.
+/// A multiply-rotate hasher (FxHash's mixing step) for maps keyed by buffer identities and
+/// other plain integers that this process tree mints (not attacker-chosen): SipHash was a
+/// visible share of submit cost here, and of a worker's per-task mapping lookups.
 #[derive(Default)]
 pub(crate) struct KeyHasher(u64);
 

@@ -42,6 +42,7 @@
 )]
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -51,6 +52,7 @@ use crate::data::host_args::{KeptTensor, MappedTensor};
 use crate::data::tensor::TensorView;
 use crate::engine::lease::Lease;
 use crate::engine::orch_fn::OrchFnPtr;
+use crate::engine::tensor_map::KeyHasher;
 use crate::ipc::mailbox::{ControlRequest, FrameError, MailboxRegion, TaskRequest};
 use crate::sys::fn_address::FnAddress;
 use crate::sys::futex::PeerWait;
@@ -333,7 +335,7 @@ fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Re
 pub(crate) struct HostResolver {
     /// Every heap ring (base address in its creator, mapping here).
     heaps: Vec<SharedSpan>,
-    maps: HashMap<Identity, Arc<SharedMem>>,
+    maps: HashMap<Identity, Arc<SharedMem>, BuildHasherDefault<KeyHasher>>,
     order: VecDeque<Identity>,
     /// Trims since the last look for dropped large objects.
     trims: u32,
@@ -341,7 +343,7 @@ pub(crate) struct HostResolver {
 
 impl HostResolver {
     pub(crate) fn new(heaps: Vec<SharedSpan>) -> HostResolver {
-        HostResolver { heaps, maps: HashMap::new(), order: VecDeque::new(), trims: 0 }
+        HostResolver { heaps, maps: HashMap::default(), order: VecDeque::new(), trims: 0 }
     }
 
     /// The base address of a host buffer in this process.
@@ -353,13 +355,16 @@ impl HostResolver {
             Backing::Memfd { pid, fd, ino } => {
                 let id = desc.identity();
                 let key = SharedKey { pid, fd, ino };
-                if !self.maps.contains_key(&id) {
-                    let len = usize::try_from(n).map_err(|_| "buffer too large".to_string())?;
-                    let shm = SharedMem::open(key, &host_label(id, pid), len).map_err(|e| e.to_string())?;
-                    self.order.push_back(id);
-                    self.maps.insert(id, Arc::new(shm));
-                }
-                let shm = &self.maps[&id];
+                let shm = match self.maps.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        let len = usize::try_from(n).map_err(|_| "buffer too large".to_string())?;
+                        let shm =
+                            SharedMem::open(key, &host_label(id, pid), len).map_err(|e| e.to_string())?;
+                        self.order.push_back(id);
+                        v.insert(Arc::new(shm))
+                    }
+                };
                 if shm.key() != key {
                     return Err(format!(
                         "host buffer {id} is mapped here as {:?}, but this descriptor names {key:?}",
