@@ -204,6 +204,8 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
     // The task this child finished last: its sequence number and whether it succeeded (a
     // chained task runs only behind a success, rule M13).
     let mut last: Option<(u16, bool)> = None;
+    // For messages: asked once (a system call), not per task.
+    let pid = std::process::id();
     loop {
         let seen = mb.child_doorbell().seq();
         if mb.shutdown_requested() {
@@ -229,8 +231,7 @@ pub(crate) fn serve(region: &MailboxRegion, index: usize, handler: &mut impl Ser
                 Err(FrameError::new(ERR_NOT_RUN, "not run: it was withdrawn"))
             } else {
                 wait_after(region, index, &req).and_then(|()| {
-                    task_lease(&req, &format_args!("worker process {}", std::process::id()))
-                        .and_then(|_| handler.task(&req))
+                    task_lease(&req, &format_args!("worker process {pid}")).and_then(|_| handler.task(&req))
                 })
             };
             // Whether it ran behind its predecessor's success: its record then also says that
