@@ -47,15 +47,20 @@ fn record_pid(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-/// Forks and returns in both processes: the parent does not wait for its child.
+/// Forks and returns in both processes: the parent does not wait for its child, and writes
+/// `[its child's process id, its own]` to tensor 0 (two `u32`s).
 #[expect(unsafe_code, reason = "fork(2) has no safe wrapper in std")]
-fn fork_and_forget(_args: &HostArgs<'_>) -> HostResult {
+fn fork_and_forget(args: &HostArgs<'_>) -> HostResult {
     // SAFETY: fork(2) in a SUB worker; both processes return into the worker, which is what
     // the test exercises. The child is left to the worker process (its zombie goes with it).
-    if unsafe { libc::fork() } < 0 {
-        return Err(std::io::Error::last_os_error().into());
+    match unsafe { libc::fork() } {
+        p if p < 0 => Err(std::io::Error::last_os_error().into()),
+        0 => Ok(()),
+        child => {
+            args.output::<u32>(0)?.copy_from_slice(&[child as u32, std::process::id()]);
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 fn u32s(b: &simpler::Buffer) -> simpler::Tensor {
@@ -84,8 +89,12 @@ fn a_host_function_whose_forked_child_returns_leaves_its_sub_worker_serving() {
     };
     run_one(&wait).expect("the task that forked succeeds");
     assert_eq!(read_u32(&status, 0, 2), vec![0, sub], "the forked copy ended at once, with status 0");
+    let mut forgotten = Vec::new();
     for _ in 0..3 {
         run_one(&forget).expect("a task whose fork is not waited for succeeds");
+        let [copy, parent] = read_u32(&status, 0, 2)[..] else { unreachable!() };
+        assert_eq!(parent, sub, "the SUB worker forked");
+        forgotten.push(copy as i32);
     }
     for i in 0..20 {
         run_one(&record).unwrap_or_else(|e| panic!("task {i} after the forks: {e}"));
@@ -93,6 +102,11 @@ fn a_host_function_whose_forked_child_returns_leaves_its_sub_worker_serving() {
     }
     assert_eq!(rig.child_pids(), pids, "the same SUB worker serves on");
     assert!(rig.workers().iter().all(|w| w.is_alive()), "{:?}", rig.workers());
+    // The copies leave on their own, when the kernel runs them (under load, maybe after the
+    // tasks above): until then they map the buffers, which the rig's last check finds.
+    wait_for("the forked copies to leave", Duration::from_secs(10), || {
+        forgotten.iter().all(|&p| !process_alive(p))
+    });
 }
 
 /// A chip kernel whose forked child returns into the chip process: the same, for a chip.
