@@ -1,4 +1,5 @@
 use std::thread;
+use std::time::Instant;
 
 use super::*;
 use crate::error::ErrorKind;
@@ -160,4 +161,39 @@ fn a_frame_counts_as_waiting_whole_only_when_all_of_it_is_there_and_fits_the_loo
     assert_eq!(read_frame(&mut &b, 200).unwrap().body.len(), 100);
     drop(a);
     assert_eq!(b.waiting_frame(&mut look), Waiting::Other, "the end of the stream");
+}
+
+/// A TCP connect the peer's kernel never answers (its accept queue is full, so it drops the
+/// SYN): abandoned at once when cancelled, ended by its timeout otherwise, also when nobody can
+/// cancel it any more.
+#[test]
+fn a_connect_that_hangs_ends_when_cancelled_or_by_its_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Connections nobody accepts fill the queue; the first that times out shows it is full.
+    let mut held = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => held.push(s),
+            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) => break,
+            Err(e) => panic!("connect {}: {e}", held.len()),
+        }
+        assert!(held.len() < 100_000, "the accept queue never filled");
+    }
+    let at = NodeAddr::Tcp(addr);
+    let (cancel, cancelled) = crossbeam_channel::bounded(1);
+    cancel.send(()).unwrap();
+    let start = Instant::now();
+    let err = Stream::connect_cancellable(&at, Duration::from_secs(10), &cancelled).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Interrupted, "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5), "abandoned at once, not after the timeout");
+    // Not cancelled: its own timeout ends it.
+    let start = Instant::now();
+    let err = Stream::connect_cancellable(&at, Duration::from_millis(300), &cancelled).unwrap_err();
+    assert!(matches!(err.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    drop(cancel);
+    let err = Stream::connect_cancellable(&at, Duration::from_millis(300), &cancelled).unwrap_err();
+    assert!(matches!(err.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock), "{err}");
+    drop(held);
 }

@@ -1420,6 +1420,10 @@ struct Watched<'a> {
 }
 
 impl crate::worker::remote::peer::ReadWatch for Watched<'_> {
+    fn connecting(&self, cancel: crossbeam_channel::Sender<()>) {
+        sync::lock(self.current).connect_on(self.seq, cancel);
+    }
+
     fn reading(&self, stream: &Stream) {
         sync::lock(self.current).fetch_on(self.seq, stream);
     }
@@ -1429,14 +1433,32 @@ impl crate::worker::remote::peer::ReadWatch for Watched<'_> {
     }
 }
 
+/// How a read from another node is ended: its connection shut, or its connect abandoned.
+enum Ender {
+    Read(Stream),
+    Connect(crossbeam_channel::Sender<()>),
+}
+
+impl Ender {
+    fn end(&self) {
+        match self {
+            Ender::Read(s) => s.shutdown(),
+            // Full (asked already) or nobody waiting (the connect ended): either is fine.
+            Ender::Connect(cancel) => {
+                let _ = cancel.try_send(());
+            }
+        }
+    }
+}
+
 /// The task a session runs, for its heartbeat thread to cancel.
 #[derive(Default)]
 struct InFlight {
     /// The TASK's sequence number and its run, while it runs.
     run: Option<(u64, RunHandle)>,
-    /// The TASK's sequence number and the connection it reads a tensor from another node over,
-    /// while it does (before its run).
-    fetching: Option<(u64, Stream)>,
+    /// The TASK's sequence number and how to end its read of a tensor from another node, while
+    /// it does (before its run).
+    fetching: Option<(u64, Ender)>,
     /// The last task the root asked to cancel (a CANCEL may come before its run started).
     cancelled: Option<u64>,
     /// The root is gone: whatever the session's task does next is cancelled at once.
@@ -1452,11 +1474,21 @@ impl InFlight {
                 if self.stopped(seq) {
                     s.shutdown();
                 }
-                self.fetching = Some((seq, s));
+                self.fetching = Some((seq, Ender::Read(s)));
             }
             // Not watched: the read ends by its own timeout.
             Err(e) => tracing::warn!(target: "simpler::remote", "cannot watch a read from another node: {e}"),
         }
+    }
+
+    /// Task `seq` connects to another node for a read now: abandoned at once if the root asked
+    /// to cancel it already.
+    fn connect_on(&mut self, seq: u64, cancel: crossbeam_channel::Sender<()>) {
+        let ender = Ender::Connect(cancel);
+        if self.stopped(seq) {
+            ender.end();
+        }
+        self.fetching = Some((seq, ender));
     }
 
     /// Task `seq`'s read over the watched connection ended (no cancel shuts it from now on);
@@ -1477,8 +1509,8 @@ impl InFlight {
         if let Some((_, run)) = &self.run {
             run.cancel(); // the result has nowhere to go
         }
-        if let Some((_, s)) = &self.fetching {
-            s.shutdown();
+        if let Some((_, ender)) = &self.fetching {
+            ender.end();
         }
     }
 
@@ -1499,10 +1531,10 @@ impl InFlight {
         {
             run.cancel();
         }
-        if let Some((s, stream)) = &self.fetching
+        if let Some((s, ender)) = &self.fetching
             && *s == seq
         {
-            stream.shutdown();
+            ender.end();
         }
     }
 }

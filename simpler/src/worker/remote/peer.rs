@@ -58,11 +58,10 @@ const PEER_IDLE: Duration = Duration::from_secs(60);
 /// How long a reading node waits for each part of the bytes it asked for.
 const PEER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a reading node waits to connect to a peer: below the root's cancel grace (at
-/// least 1 s), because a connect cannot be shut while it waits (the connection is watched,
-/// and a cancel ends it, only once it is made), so a cancel during a connect to a peer that
-/// went off the network still ends the read within the grace.
-const PEER_CONNECT: Duration = Duration::from_millis(800);
+/// How long a reading node waits to connect to a peer. A cancel ends the wait at once
+/// ([`ReadWatch::connecting`]), so a peer that went off the network holds a cancelled read
+/// no longer than the root's cancel grace.
+const PEER_CONNECT: Duration = Duration::from_secs(5);
 
 /// One connection the server holds: a handle to end it by, its handshake's claim.
 struct Conn {
@@ -309,6 +308,8 @@ impl std::fmt::Debug for PeerServer {
 
 /// Who may end a read from another node while it waits (a task the root cancels).
 pub(crate) trait ReadWatch {
+    /// A connection for the read is being made: a message on `cancel` abandons it at once.
+    fn connecting(&self, cancel: crossbeam_channel::Sender<()>);
     /// The read goes over `stream` from now on: shutting it down ends the read at once.
     fn reading(&self, stream: &Stream);
     /// A part was read over it, which nothing may shut from now on: whether the reader still
@@ -319,6 +320,7 @@ pub(crate) trait ReadWatch {
 
 /// Nobody ends the read.
 impl ReadWatch for () {
+    fn connecting(&self, _: crossbeam_channel::Sender<()>) {}
     fn reading(&self, _: &Stream) {}
     fn read(&self) -> bool {
         true
@@ -412,7 +414,15 @@ impl PeerClient {
 
     fn connect(&self, addr: &str, watch: &dyn ReadWatch) -> Result<Stream> {
         let at = NodeAddr::parse(addr)?;
-        let mut s = Stream::connect(&at, PEER_CONNECT).map_err(|e| {
+        let (cancel, cancelled) = crossbeam_channel::bounded(1);
+        watch.connecting(cancel);
+        let mut s = Stream::connect_cancellable(&at, PEER_CONNECT, &cancelled).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Error::new(
+                    ErrorKind::Cancelled,
+                    format!("the read from the node at {addr} was cancelled while connecting to it"),
+                );
+            }
             Error::new(
                 ErrorKind::WorkerDied,
                 format!("cannot connect to the node at {addr} (its peer listener): {e}"),

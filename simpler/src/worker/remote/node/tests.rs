@@ -268,3 +268,31 @@ fn once_the_root_is_gone_every_later_read_and_run_of_the_session_stops() {
     assert!(shut(&theirs), "a read started after the root went is shut at once");
     assert!(f.fetched(3));
 }
+
+/// A task's connect to another node for a read is abandoned when the root cancels that task
+/// (before the connect started or during it) or is gone, and not for another task's cancel.
+#[test]
+fn a_cancel_abandons_the_connect_of_its_task_read() {
+    let asked = |setup: &dyn Fn(&mut InFlight, crossbeam_channel::Sender<()>)| {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut f = InFlight::default();
+        setup(&mut f, tx);
+        rx.try_recv().is_ok()
+    };
+    assert!(asked(&|f, tx| {
+        f.connect_on(5, tx);
+        f.cancel(5);
+    }));
+    assert!(asked(&|f, tx| {
+        f.cancel(5);
+        f.connect_on(5, tx);
+    }));
+    assert!(asked(&|f, tx| {
+        f.connect_on(5, tx);
+        f.abandon();
+    }));
+    assert!(!asked(&|f, tx| {
+        f.connect_on(5, tx);
+        f.cancel(4);
+    }));
+}
