@@ -33,6 +33,76 @@ impl Rng {
     }
 }
 
+/// Kills one of its victims now and then, at random (seeded), sparing one so that some runs
+/// can still finish, until it is stopped (also when the test panics: it stops when dropped).
+struct Killer {
+    done: Arc<AtomicBool>,
+    /// The processes it may kill: the test adds the replacements of dead workers.
+    victims: Arc<Mutex<Vec<i32>>>,
+    killed: Arc<Mutex<Vec<i32>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Killer {
+    /// Every 0.5-4.5 ms, one chance in `odds` to SIGKILL one of `victims` not killed yet, while
+    /// two or more are left.
+    fn start(seed: u64, victims: Vec<i32>, odds: u64) -> Killer {
+        let done = Arc::new(AtomicBool::new(false));
+        let victims = Arc::new(Mutex::new(victims));
+        let killed = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (done, victims, killed) = (done.clone(), victims.clone(), killed.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed);
+                while !done.load(Ordering::SeqCst) {
+                    let wait = Instant::now() + Duration::from_micros(500 + rng.below(4_000));
+                    while Instant::now() < wait && !done.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    let mut k = killed.lock().unwrap();
+                    let left: Vec<i32> =
+                        victims.lock().unwrap().iter().copied().filter(|p| !k.contains(p)).collect();
+                    if left.len() >= 2 && rng.below(odds) == 0 {
+                        let pid = left[rng.below(left.len() as u64) as usize];
+                        sigkill(pid);
+                        k.push(pid);
+                    }
+                }
+            })
+        };
+        Killer { done, victims, killed, thread: Some(thread) }
+    }
+
+    /// Adds processes it may kill (replacements of the ones it killed).
+    fn also(&self, pids: impl IntoIterator<Item = i32>) {
+        let mut v = self.victims.lock().unwrap();
+        for p in pids {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
+    }
+
+    /// Stops it; returns how many it killed.
+    fn stop(mut self) -> usize {
+        self.end();
+        self.killed.lock().unwrap().len()
+    }
+
+    fn end(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Killer {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 /// The errors a run may end with when its workers die or its functions fail.
 const NAMED: [ErrorKind; 4] =
     [ErrorKind::WorkerDied, ErrorKind::Poisoned, ErrorKind::TaskFailed, ErrorKind::InvalidState];
@@ -67,31 +137,7 @@ fn sub_workers_killed_at_random_during_long_dags_end_every_run_with_a_named_erro
     let bufs: Vec<_> = (0..8).map(|_| u64_buffer(&rig, 4096)).collect();
     let views: Vec<_> = bufs.iter().map(|b| u64s(b, 0, 4096)).collect();
     let (ba, ta) = (&bufs[0], &views[0]);
-    let victims: Vec<i32> = rig.child_pids();
-    let done = Arc::new(AtomicBool::new(false));
-    let killed = Arc::new(Mutex::new(Vec::new()));
-    // The killer: every few milliseconds, maybe one SUB worker, at random; it spares one, so
-    // some runs can still finish.
-    let killer = {
-        let (done, killed, victims) = (done.clone(), killed.clone(), victims.clone());
-        std::thread::spawn(move || {
-            let mut rng = Rng(seed);
-            while !done.load(Ordering::SeqCst) {
-                let wait = Instant::now() + Duration::from_micros(500 + rng.below(4_000));
-                while Instant::now() < wait && !done.load(Ordering::SeqCst) {
-                    std::thread::yield_now();
-                }
-                let mut k = killed.lock().unwrap();
-                if k.len() + 1 < victims.len() && rng.below(3) == 0 {
-                    let pid = victims[rng.below(victims.len() as u64) as usize];
-                    if !k.contains(&pid) {
-                        sigkill(pid);
-                        k.push(pid);
-                    }
-                }
-            }
-        })
-    };
+    let killer = Killer::start(seed, rig.child_pids(), 3);
     let (mut ok, mut failed) = (0, 0);
     for run in 0..40 {
         let start = Instant::now();
@@ -119,9 +165,7 @@ fn sub_workers_killed_at_random_during_long_dags_end_every_run_with_a_named_erro
             }
         }
     }
-    done.store(true, Ordering::SeqCst);
-    killer.join().unwrap();
-    let killed = killed.lock().unwrap().len();
+    let killed = killer.stop();
     eprintln!(
         "seed {seed:#x}: {ok} runs succeeded, {failed} ended with a named error, {killed} SUB workers killed"
     );
@@ -131,6 +175,75 @@ fn sub_workers_killed_at_random_during_long_dags_end_every_run_with_a_named_erro
     check.output(ta).unwrap().scalar(5);
     rig.run(|orch| orch.submit_sub(&fill, check).map(|_| ())).unwrap();
     assert_eq!(read_u64(ba, 0, 4096), vec![5; 4096]);
+}
+
+/// `out = a + b` (tensors 0, 1 and 2, `u64`, element by element, wrapping).
+fn sum2(args: &HostArgs<'_>) -> HostResult {
+    let (a, b) = (args.input::<u64>(0)?.to_vec(), args.input::<u64>(1)?.to_vec());
+    for ((o, x), y) in args.output::<u64>(2)?.iter_mut().zip(a).zip(b) {
+        *o = x.wrapping_add(y);
+    }
+    Ok(())
+}
+
+/// Stencil steps of two points, each reading both points of the step before (the graph of a
+/// width-2 Task Bench stencil: a task waits for two running producers and is chained behind
+/// one and after the other), on three SUB workers killed at random and replaced at the next
+/// submit: every run ends in time, with success or a named error, and the workers then run a
+/// stencil to its right result.
+#[isolated_test]
+fn sub_workers_killed_at_random_during_stencils_end_every_run_with_a_named_error() {
+    let seed = 0x5eed_0005;
+    const STEPS: usize = 40;
+    let (rig, [fill, sum]) = Rig::start(subs(3).replace_dead_workers(true), [("fill", fill), ("sum2", sum2)]);
+    // Generation g of point p: buffer 2g + p.
+    let bufs: Vec<_> = (0..4).map(|_| u64_buffer(&rig, 512)).collect();
+    let views: Vec<_> = bufs.iter().map(|b| u64s(b, 0, 512)).collect();
+    let stencil = |orch: &mut simpler::Orchestrator<'_>| -> simpler::Result<()> {
+        for v in &views[..2] {
+            let mut a = TaskArgs::new();
+            a.output(v)?.scalar(1);
+            orch.submit_sub(&fill, a)?;
+        }
+        for s in 1..STEPS {
+            let (prev, now) = ((s - 1) % 2, s % 2);
+            for p in 0..2 {
+                let mut a = TaskArgs::new();
+                a.input(&views[2 * prev])?.input(&views[2 * prev + 1])?.output(&views[2 * now + p])?;
+                orch.submit_sub(&sum, a)?;
+            }
+        }
+        Ok(())
+    };
+    let killer = Killer::start(seed, rig.child_pids(), 8);
+    let (mut ok, mut failed) = (0, 0);
+    for run in 0..200 {
+        let start = Instant::now();
+        let result = rig.submit(stencil).and_then(|h| h.wait_timeout(Duration::from_secs(20)));
+        killer.also(rig.child_pids());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "run {run} (seed {seed:#x}) took {:?}",
+            start.elapsed()
+        );
+        match result {
+            Ok(()) => ok += 1,
+            Err(e) => {
+                assert!(
+                    NAMED.contains(&e.kind()),
+                    "run {run} (seed {seed:#x}) ended with an unnamed error: {e:?}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    let killed = killer.stop();
+    eprintln!(
+        "seed {seed:#x}: {ok} stencils succeeded, {failed} ended with a named error, {killed} SUB workers killed"
+    );
+    rig.run(stencil).expect("the survivors run a stencil");
+    let last = 2 * ((STEPS - 1) % 2);
+    assert_eq!(read_u64(&bufs[last], 0, 512), vec![1u64 << (STEPS - 1); 512], "2^(steps-1) at each point");
 }
 
 /// Succeeds, fails, panics or ends its process, by scalar 0 (0, 1, 2, 3).
