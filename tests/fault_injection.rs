@@ -242,9 +242,10 @@ fn sub_workers_killed_at_random_during_stencils_end_every_run_with_a_named_error
         "seed {seed:#x}: {ok} stencils succeeded, {failed} ended with a named error, {} SUB workers killed",
         killed.len()
     );
-    // The last one killed may have died after the last run ended: dead, it is replaced now.
-    wait_for("the killed workers to die", Duration::from_secs(10), || {
-        killed.iter().all(|&p| !process_alive(p))
+    // The last one killed may have died after the last run ended: once the Worker has seen
+    // it die (its monitor reaps it), it is replaced.
+    wait_for("the Worker to see the killed workers dead", Duration::from_secs(10), || {
+        rig.workers().iter().all(|w| !killed.contains(&w.pid) || !w.is_alive())
     });
     rig.replace_dead_workers().expect("the dead workers are replaced");
     rig.run(stencil).expect("the workers run a stencil");
