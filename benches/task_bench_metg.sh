@@ -8,7 +8,7 @@
 # For each pattern: a sweep of -kernel compute_bound over I = 2^(26-s), s = S_FIRST..S_LAST,
 # min(s+1, 5) runs at step s, T = STEPS, W = WIDTH; then E = the mean elapsed time of the runs
 # at each I, g = E * CORES / tasks (us of core time per task), e = (FLOPs / E) / peak with peak
-# the best single run of the sweep; METG = the smallest g with e >= 0.5, interpolated linearly
+# the best single run of the sweep (or PEAK); METG = the smallest g with e >= 0.5, interpolated linearly
 # in (e, g) with the next smaller I. Then EMPTY_REPS runs of -kernel empty give the wall time
 # per task (median). The METG of the min and of the median E are printed too. Figures:
 #
@@ -22,10 +22,15 @@
 # and S_LAST (18): the sweep (the full one takes minutes per pattern at s = 0: a task of 2^26
 # iterations runs for about 0.2 s), EMPTY_REPS (5), NO_BUILD=1 to use the binary already
 # built, BIN (the binary to run, target/release/examples/task_bench unless set: another build,
+# run as it is, nothing built;
 # to compare two side by side) and PEAK (FLOP/s: the peak e is measured against, instead of the
 # sweep's best run; two builds compared with one PEAK are measured on one scale, since a build
 # slower at large grain otherwise looks more efficient at small grain).
 set -euo pipefail
+# A BIN given relative to the caller's directory, before the cd.
+if [ -n "${BIN:-}" ]; then
+  BIN=$(realpath "$BIN")
+fi
 cd "$(dirname "$0")/.."
 
 WIDTH=${WIDTH:-2}
@@ -40,6 +45,8 @@ SUB_WORKERS=${SUB_WORKERS:-$CORES}
 S_FIRST=${S_FIRST:-0}
 S_LAST=${S_LAST:-18}
 EMPTY_REPS=${EMPTY_REPS:-5}
+# Another build given as BIN is run as it is: nothing is built.
+if [ -n "${BIN:-}" ]; then NO_BUILD=1; fi
 BIN=${BIN:-target/release/examples/task_bench}
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
@@ -48,7 +55,7 @@ fi
 patterns=("$@")
 [ ${#patterns[@]} -gt 0 ] || patterns=(trivial no_comm stencil_1d fft tree all_to_all)
 
-echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES workers=$WORKERS x $SUB_WORKERS s=$S_FIRST..$S_LAST ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
+echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES workers=$WORKERS x $SUB_WORKERS s=$S_FIRST..$S_LAST bin=$BIN peak=${PEAK:-best run} ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
 
 # One run: prints "<elapsed seconds> <total FLOPs> <total tasks>"; a failed run stops the script.
 run() {

@@ -83,23 +83,24 @@ impl Killer {
         }
     }
 
-    /// Stops it; returns the processes it killed.
+    /// Stops it; returns the processes it killed (its thread's panic, if any, goes on).
     fn stop(mut self) -> Vec<i32> {
-        self.end();
+        if let Err(panic) = self.end() {
+            std::panic::resume_unwind(panic);
+        }
         self.killed.lock().unwrap().clone()
     }
 
-    fn end(&mut self) {
+    fn end(&mut self) -> std::thread::Result<()> {
         self.done.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.thread.take().map_or(Ok(()), std::thread::JoinHandle::join)
     }
 }
 
 impl Drop for Killer {
     fn drop(&mut self) {
-        self.end();
+        // (Only when the test panicked first: `stop` reports the thread's own panic.)
+        let _ = self.end();
     }
 }
 
@@ -169,7 +170,6 @@ fn sub_workers_killed_at_random_during_long_dags_end_every_run_with_a_named_erro
     eprintln!(
         "seed {seed:#x}: {ok} runs succeeded, {failed} ended with a named error, {killed} SUB workers killed"
     );
-    assert!(ok + failed == 40);
     // The survivors still work: a run on them succeeds.
     let mut check = TaskArgs::new();
     check.output(ta).unwrap().scalar(5);
@@ -242,6 +242,7 @@ fn sub_workers_killed_at_random_during_stencils_end_every_run_with_a_named_error
         "seed {seed:#x}: {ok} stencils succeeded, {failed} ended with a named error, {} SUB workers killed",
         killed.len()
     );
+    assert!(!killed.is_empty(), "the killer struck during the runs");
     // The last one killed may have died after the last run ended: once the Worker has seen
     // it die (its monitor reaps it), it is replaced.
     wait_for("the Worker to see the killed workers dead", Duration::from_secs(10), || {

@@ -134,20 +134,22 @@ impl Engine {
         }
     }
 
-    /// A single SUB task was published PENDING behind one producer, a single SUB task that
-    /// runs (rule 5 of `slot`): when a lane chains tasks, the next pass may hand it to that
-    /// producer's worker, so the doorbell rings (a sleeping role holder, or the background
+    /// A single SUB task was published PENDING behind one or two producers, each a single SUB
+    /// task that runs (rule 5 of `slot`): when a lane chains tasks, the next pass may hand it
+    /// to a producer's worker, so the doorbell rings (a sleeping role holder, or the background
     /// thread, makes that pass; a holder that is passing makes another).
     pub(crate) fn chain_chance(&self) {
         if self.chaining.load(Ordering::Relaxed) {
-            self.chain_chance.store(true, Ordering::Relaxed);
+            // Release: what the caller did before (a failed orchestration's mark) is seen by
+            // the holder that takes the chance.
+            self.chain_chance.store(true, Ordering::Release);
             self.doorbell().ring();
         }
     }
 
     /// Whether a [`chain_chance`](Self::chain_chance) came since the last call.
     pub(crate) fn take_chain_chance(&self) -> bool {
-        self.chain_chance.load(Ordering::Relaxed) && self.chain_chance.swap(false, Ordering::Relaxed)
+        self.chain_chance.load(Ordering::Relaxed) && self.chain_chance.swap(false, Ordering::Acquire)
     }
 
     /// True when READY tasks may wait in the inbox (a hint: the holder skips an empty inbox).

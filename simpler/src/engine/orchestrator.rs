@@ -1326,7 +1326,7 @@ impl<'a> Orchestrator<'a> {
                     behind_running += u32::from(
                         waits
                             && p.slot.state() == State::Running
-                            && p.slot.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub),
+                            && p.slot.task.as_ref().is_some_and(TaskData::is_sub_single),
                     );
                     if failed.is_none() {
                         failed = failure;
@@ -1349,12 +1349,7 @@ impl<'a> Orchestrator<'a> {
             )
         });
         let pending = self.publish(&slot, live, failed, written, submitted);
-        if pending
-            && live <= 2
-            && behind_running == live
-            && !slot.task().group
-            && slot.task().target == Target::Sub
-        {
+        if pending && live <= 2 && behind_running == live && slot.task().is_sub_single() {
             self.eng.chain_chance();
         }
         self.capture_task(&slot, callable);

@@ -418,6 +418,12 @@ impl RunState {
         self.stopped.load(Ordering::SeqCst) != NOT_STOPPED
     }
 
+    /// Whether its tasks may still start: it is not done, not stopped, and its orchestration
+    /// function did not fail.
+    pub(crate) fn takes_tasks(&self) -> bool {
+        !self.is_done() && !self.is_stopped() && !self.build_failed()
+    }
+
     /// Whether the scheduler stopped the run because it was cancelled.
     pub(crate) fn was_cancelled(&self) -> bool {
         self.stopped.load(Ordering::SeqCst) == STOPPED_BY_CANCEL

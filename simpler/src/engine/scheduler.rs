@@ -58,7 +58,7 @@ use crossbeam_channel::Receiver;
 use crate::callable::identity::CallableKind;
 use crate::engine::endpoint::{Dispatch, Endpoint, Outcome};
 use crate::engine::run::{RunState, StopCause};
-use crate::engine::slot::{Member, Slot, State, Target};
+use crate::engine::slot::{Member, Slot, State, Target, TaskData};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{Error, ErrorKind, panic_message};
 use crate::sys::futex::PeerWait;
@@ -176,8 +176,14 @@ impl Lane {
         }
     }
 
+    // (A chained task is always behind a running one: `busy` covers it.)
     fn idle(&self) -> bool {
-        self.busy.is_none() && self.chained.is_none() && self.dead.is_none() && !self.held
+        self.busy.is_none() && self.dead.is_none() && !self.held
+    }
+
+    /// Whether it holds a task: running (and maybe one chained behind it) or staged.
+    fn holds_any(&self) -> bool {
+        self.busy.is_some() || self.staged.is_some()
     }
 
     /// Whether a task of `run` runs or is staged here (a lane out of service holds none: its
@@ -475,8 +481,17 @@ impl Scheduler {
         progress |= self.dispatch(eng);
         // Chains are looked for only when something changed (an end, new work, a dispatch, a
         // task published behind a running one): a driver's idle passes stay two loads.
-        if self.chaining && (eng.take_chain_chance() || progress) {
-            progress |= self.chain_successors(eng);
+        if self.chaining {
+            let chance = eng.take_chain_chance();
+            // A failed orchestration function raises a chance too: its chained tasks are
+            // asked not to start (its tasks not started never do; a stopped run's were asked in
+            // `stop_run`).
+            if chance {
+                self.withdraw_chains(RunState::build_failed);
+            }
+            if chance || progress {
+                progress |= self.chain_successors(eng);
+            }
         }
         let idle = self.lanes.iter().filter(|l| l.idle()).count();
         eng.set_outstanding(self.in_flight, self.queued, idle);
@@ -695,14 +710,7 @@ impl Scheduler {
         let unstoppable = graceful.is_none() && !self.stop_lanes(&running);
         // Its chained tasks are asked not to start (one that started already runs on, as a
         // running task of a graceful cancel does; the others end unrun, as `NotRun`).
-        for lane in &mut self.lanes {
-            if lane.chained.as_ref().is_some_and(|s| Arc::ptr_eq(&s.run, run)) {
-                lane.withdraw_chained();
-            }
-            if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(&s.run, run)) {
-                lane.settle_after(false);
-            }
-        }
+        self.withdraw_chains(|r| std::ptr::eq(r, Arc::as_ptr(run)));
         // Its staged tasks are given back unlaunched (their ends come through `poll_staged`;
         // `activate_staged` asks again for one the worker was still preparing).
         for i in 0..self.lanes.len() {
@@ -928,7 +936,7 @@ impl Scheduler {
     /// has not ended waits for it now (`Lane::after`) if `ahead` succeeded; if `ahead` failed,
     /// its worker answers it unrun without waiting.
     fn promote_chained(&mut self, i: usize, ahead: &Arc<Slot>, next: Arc<Slot>) {
-        let goes_on = !next.run.is_done() && !next.run.is_stopped() && !next.run.build_failed();
+        let goes_on = next.run.takes_tasks();
         let other = match self.lanes[i].chained_after.take() {
             Some((other, false)) if goes_on && next.unreleased() == 1 => {
                 self.lanes[i].after = Some(other);
@@ -998,10 +1006,7 @@ impl Scheduler {
                 *settled = true;
                 self.waiting_after -= 1;
                 let next = lane.chained.as_ref().expect("a lane whose chained task waits holds one");
-                let go = !next.run.is_done()
-                    && !next.run.is_stopped()
-                    && !next.run.build_failed()
-                    && next.unreleased() == 1;
+                let go = next.run.takes_tasks() && next.unreleased() == 1;
                 lane.settle_after(go);
                 continue;
             }
@@ -1037,10 +1042,7 @@ impl Scheduler {
                 slot.describe()
             ),
         );
-        if slot.unchain() && catch_unwind(AssertUnwindSafe(|| eng.fail_unstarted(slot, err.clone()))).is_err()
-        {
-            eng.abandon_run(&slot.run, err);
-        }
+        Self::fail_chained(eng, slot, err);
     }
 
     /// Chained task `slot` on lane `i`, which did not launch, ended with `outcome`: the worker
@@ -1058,7 +1060,13 @@ impl Scheduler {
             Err(why) | Ok(Outcome::EndpointFailure(why)) => self.lanes[i].dead = Some(why.clone()),
             _ => {}
         }
-        if slot.unchain() && catch_unwind(AssertUnwindSafe(|| eng.fail_unstarted(slot, poison))).is_err() {
+        Self::fail_chained(eng, slot, poison);
+    }
+
+    /// Fails CHAINED task `slot`, which did not run, with `err` (CHAINED -> PENDING -> FAILED,
+    /// its consumers poisoned); its run is abandoned if the engine panics doing so.
+    fn fail_chained(eng: &Engine, slot: &Arc<Slot>, err: Error) {
+        if slot.unchain() && catch_unwind(AssertUnwindSafe(|| eng.fail_unstarted(slot, err))).is_err() {
             let err = Error::new(
                 ErrorKind::Internal,
                 format!("run {}: the scheduler panicked while failing {}", slot.run.id, slot.describe()),
@@ -1074,17 +1082,6 @@ impl Scheduler {
     /// queue (it goes first), not for a group or a run that was stopped, and not while the
     /// running task is a chained one that did not launch.
     fn chain_successors(&mut self, eng: &Engine) -> bool {
-        // A chained task of a run whose orchestration function failed is asked not to start
-        // (its tasks not started never do; a stopped run's were asked in `stop_run`).
-        for &i in &self.sub {
-            let lane = &mut self.lanes[i];
-            if lane.chained.as_ref().is_some_and(|s| s.run.build_failed()) {
-                lane.withdraw_chained();
-            }
-            if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| s.run.build_failed()) {
-                lane.settle_after(false);
-            }
-        }
         if self.parts.iter().any(|(_, p)| !p.sub.is_empty()) {
             return false;
         }
@@ -1114,9 +1111,10 @@ impl Scheduler {
             // lane may still go behind that one there (a tree step's two tasks both wait for
             // the same task, one of them also for its sibling).
             let mut consumers = ahead.consumers();
-            consumers.sort_by_cached_key(|n| n.unreleased() != 1);
+            // (A stable sort of a few entries: no allocation.)
+            consumers.sort_by_key(|n| n.unreleased() != 1);
             for next in consumers {
-                let sub_single = next.task.as_ref().is_some_and(|t| !t.group && t.target == Target::Sub);
+                let sub_single = next.task.as_ref().is_some_and(TaskData::is_sub_single);
                 if !sub_single || !Arc::ptr_eq(&next.run, &ahead.run) || next.state() != State::Pending {
                     continue;
                 }
@@ -1177,6 +1175,19 @@ impl Scheduler {
         })
     }
 
+    /// Asks the workers not to start the chained tasks of the runs `of` picks, and the tasks
+    /// waiting for another lane's task (they answer them unrun unless they started already).
+    fn withdraw_chains(&mut self, of: impl Fn(&RunState) -> bool) {
+        for lane in &mut self.lanes {
+            if lane.chained.as_ref().is_some_and(|s| of(&s.run)) {
+                lane.withdraw_chained();
+            }
+            if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| of(&s.run)) {
+                lane.settle_after(false);
+            }
+        }
+    }
+
     /// An idle SUB lane that takes chained tasks, if any.
     fn idle_chaining_lane(&self) -> Option<usize> {
         self.sub.iter().copied().find(|&m| self.lanes[m].chains && self.lanes[m].idle())
@@ -1193,31 +1204,15 @@ impl Scheduler {
         ahead: &Arc<Slot>,
         key: u32,
     ) -> bool {
-        let d = Self::dispatch_of(eng, &slot, 0, false);
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[m].name, after = ahead.index, "chain");
-        match catch_unwind(AssertUnwindSafe(|| self.lanes[m].endpoint.chain_after(&d, key))) {
-            Ok(Ok(())) => {
-                let lane = &mut self.lanes[m];
-                lane.busy = Some((slot, 0));
-                lane.after = Some(ahead.clone());
-                lane.unlaunched = None;
-                self.in_flight += 1;
-                self.waiting_after += 1;
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(target: "simpler::scheduler", worker = %self.lanes[m].name, "{} not chained: {}", slot.describe(), e.message());
-                slot.unchain();
-                false
-            }
-            Err(panic) => {
-                let why = format!("its endpoint panicked in chain_after: {}", panic_message(&*panic));
-                tracing::error!(target: "simpler::scheduler", worker = %self.lanes[m].name, "{why}; out of service");
-                self.lanes[m].dead = Some(why.clone());
-                self.lose_chained(eng, m, &slot, &why);
-                true
-            }
-        }
+        let Some(slot) = self.hand_chained(eng, m, slot, "chain_after", |e, d| e.chain_after(d, key)) else {
+            return self.lanes[m].dead.is_some();
+        };
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, worker = %self.lanes[m].name, after = ahead.index, "chain");
+        let lane = &mut self.lanes[m];
+        lane.busy = Some((slot, 0));
+        lane.after = Some(ahead.clone());
+        self.waiting_after += 1;
+        true
     }
 
     /// Hands CHAINED task `slot` to lane `i` behind its running task ([`Endpoint::chain`]),
@@ -1225,34 +1220,51 @@ impl Scheduler {
     /// lane's key for it) also after that one. One the endpoint refuses goes back to PENDING,
     /// and is queued when its producers end.
     fn chain_on(&mut self, eng: &Engine, i: usize, slot: Arc<Slot>, other: Option<(Arc<Slot>, u32)>) -> bool {
-        let d = Self::dispatch_of(eng, &slot, 0, false);
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, callable = d.callable.name(), worker = %self.lanes[i].name, also_after = other.as_ref().map(|(o, _)| o.index), "chain");
         let key = other.as_ref().map(|&(_, key)| key);
-        match catch_unwind(AssertUnwindSafe(|| self.lanes[i].endpoint.chain(&d, key))) {
+        let Some(slot) = self.hand_chained(eng, i, slot, "chain", |e, d| e.chain(d, key)) else {
+            return self.lanes[i].dead.is_some();
+        };
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, worker = %self.lanes[i].name, also_after = other.as_ref().map(|(o, _)| o.index), "chain");
+        let lane = &mut self.lanes[i];
+        lane.chained = Some(slot);
+        if let Some((other, _)) = other {
+            lane.chained_after = Some((other, false));
+            self.waiting_after += 1;
+        }
+        true
+    }
+
+    /// Hands CHAINED task `slot` over to lane `i`'s endpoint with `call` (`what` names it):
+    /// the slot back when it was handed over (counted in flight; the caller records where).
+    /// `None` when the endpoint refused it (it goes back to PENDING) or panicked: whether it
+    /// was handed over is then unknown and the endpoint cannot be trusted, so the lane leaves
+    /// service (rule 5 of the engine) and the task fails (queued again it might run twice), as
+    /// one whose `start` panicked does.
+    fn hand_chained(
+        &mut self,
+        eng: &Engine,
+        i: usize,
+        slot: Arc<Slot>,
+        what: &str,
+        call: impl FnOnce(&mut dyn Endpoint, &Dispatch<'_>) -> crate::error::Result<()>,
+    ) -> Option<Arc<Slot>> {
+        let d = Self::dispatch_of(eng, &slot, 0, false);
+        match catch_unwind(AssertUnwindSafe(|| call(self.lanes[i].endpoint.as_mut(), &d))) {
             Ok(Ok(())) => {
-                let lane = &mut self.lanes[i];
-                lane.chained = Some(slot);
-                if let Some((other, _)) = other {
-                    lane.chained_after = Some((other, false));
-                    self.waiting_after += 1;
-                }
                 self.in_flight += 1;
-                true
+                Some(slot)
             }
             Ok(Err(e)) => {
                 tracing::debug!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{} not chained: {}", slot.describe(), e.message());
                 slot.unchain();
-                false
+                None
             }
             Err(panic) => {
-                // Whether it was handed over is unknown, and the endpoint cannot be trusted:
-                // the lane leaves service (rule 5 of the engine), and the task fails (queued
-                // again it might run twice), as one whose `start` panicked does.
-                let why = format!("its endpoint panicked in chain: {}", panic_message(&*panic));
+                let why = format!("its endpoint panicked in {what}: {}", panic_message(&*panic));
                 tracing::error!(target: "simpler::scheduler", worker = %self.lanes[i].name, "{why}; out of service");
                 self.lanes[i].dead = Some(why.clone());
                 self.lose_chained(eng, i, &slot, &why);
-                true
+                None
             }
         }
     }
@@ -1270,7 +1282,7 @@ impl Scheduler {
     /// Whether lane `i` holds a task (running, chained or staged): a lost lane's is still to
     /// end, and its endpoint may not be replaced yet.
     pub(crate) fn holds_task(&self, i: usize) -> bool {
-        self.lanes.get(i).is_some_and(|l| l.busy.is_some() || l.staged.is_some() || l.chained.is_some())
+        self.lanes.get(i).is_some_and(Lane::holds_any)
     }
 
     /// Gives lane `i` a new endpoint (its worker was lost) and puts it back in service; `None`
@@ -1278,7 +1290,7 @@ impl Scheduler {
     /// service.
     pub(crate) fn replace_endpoint(&mut self, i: usize, endpoint: Box<dyn Endpoint>) -> Option<bool> {
         match self.lanes.get_mut(i) {
-            Some(lane) if !self.shut && lane.busy.is_none() && lane.staged.is_none() => {
+            Some(lane) if !self.shut && !lane.holds_any() => {
                 lane.endpoint = endpoint;
                 Some(lane.dead.take().is_some())
             }

@@ -160,6 +160,11 @@ impl Drop for TaskData {
 }
 
 impl TaskData {
+    /// A single task (not a group) for a SUB worker: what may be chained (rule 5).
+    pub(crate) fn is_sub_single(&self) -> bool {
+        !self.group && self.target == Target::Sub
+    }
+
     /// The identities of the device buffers the task's tensors name, once per tensor.
     pub(crate) fn device_buffers(&self) -> impl Iterator<Item = crate::data::buffer::Identity> + '_ {
         self.args

@@ -282,10 +282,13 @@ fn ring_waiters(region: &MailboxRegion, mut waiters: u64) {
 /// again, so no later post's record is mistaken for that task's).
 fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Result<(), FrameError> {
     let Some((sibling, seq)) = req.after() else { return Ok(()) };
-    if sibling >= region.len() {
+    if sibling >= region.len() || sibling == index {
         return Err(FrameError::new(
             ERR_BAD_FRAME,
-            format!("the task it runs after is on worker {sibling}, and there are {}", region.len()),
+            format!(
+                "the task it runs after is on worker {sibling}, and this is worker {index} of {}",
+                region.len()
+            ),
         ));
     }
     let (mb, other) = (region.mailbox(index), region.mailbox(sibling));

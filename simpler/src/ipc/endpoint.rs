@@ -291,7 +291,10 @@ impl Endpoint for MailboxEndpoint {
             Some(r) => Self::outcome(r),
             None => self.died(ix, false)?,
         };
-        // The chained task is the running one now (rule M13).
+        // The chained task is the running one now (rule M13); an ended task waits for nothing.
+        if self.waiting == Some(ix) {
+            self.waiting = None;
+        }
         self.active = self.chained.take();
         Some(outcome)
     }
@@ -301,7 +304,10 @@ impl Endpoint for MailboxEndpoint {
     }
 
     fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
-        let Some(active) = self.active.filter(|_| self.chains && self.chained.is_none()) else {
+        // Not behind a task still waiting for a sibling's: its settle would be lost.
+        let Some(active) =
+            self.active.filter(|_| self.chains && self.chained.is_none() && self.waiting.is_none())
+        else {
             return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.label)));
         };
         let ix = 1 - active;

@@ -115,19 +115,16 @@ impl Stream {
         }
     }
 
-    /// Connects as [`Stream::connect`] does, but gives up (`ErrorKind::Interrupted`) as soon
-    /// as a message comes on `cancel`. A TCP connect cannot be interrupted, so it runs on a
-    /// thread of its own, which ends by its own timeout and drops what it made once abandoned;
-    /// a Unix socket connects at once, here. With every sender of `cancel` gone, it waits for
-    /// the connect alone.
+    /// Connects as [`Stream::connect`] does, but gives up (`Ok(None)`) as soon as a message
+    /// comes on `cancel`. A blocking connect cannot be interrupted (a TCP one to a host off the
+    /// network, a Unix one to a listener whose queue is full), so it runs on a thread of its
+    /// own, which ends by its own timeout (TCP) or the listener's end and drops what it made
+    /// once abandoned. With every sender of `cancel` gone, it waits for the connect alone.
     pub(crate) fn connect_cancellable(
         addr: &NodeAddr,
         timeout: Duration,
         cancel: &crossbeam_channel::Receiver<()>,
-    ) -> io::Result<Stream> {
-        if matches!(addr, NodeAddr::Unix(_)) {
-            return Stream::connect(addr, timeout);
-        }
+    ) -> io::Result<Option<Stream>> {
         let (tx, made) = crossbeam_channel::bounded(1);
         let at = addr.clone();
         std::thread::Builder::new().name("simpler-connect".into()).spawn(move || {
@@ -135,10 +132,10 @@ impl Stream {
         })?;
         let lost = || io::Error::other("the connecting thread ended without a result");
         crossbeam_channel::select! {
-            recv(made) -> r => r.unwrap_or_else(|_| Err(lost())),
+            recv(made) -> r => r.unwrap_or_else(|_| Err(lost())).map(Some),
             recv(cancel) -> m => match m {
-                Ok(()) => Err(io::Error::new(io::ErrorKind::Interrupted, "cancelled while connecting")),
-                Err(_) => made.recv().unwrap_or_else(|_| Err(lost())),
+                Ok(()) => Ok(None),
+                Err(_) => made.recv().unwrap_or_else(|_| Err(lost())).map(Some),
             },
         }
     }

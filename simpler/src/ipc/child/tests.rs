@@ -6,10 +6,11 @@ use crate::data::buffer::{Buffer, IdentityMinter};
 
 /// Posts, into mailbox 0 of `region`, a task to run after task `seq` of mailbox 1's child,
 /// claims it as the child does, and runs `wait_after` on it while `sibling_and_parent`
-/// plays the other child and the parent (on another thread).
+/// plays the other child and the parent (on another thread; its receiver gets a message once
+/// `wait_after` returned).
 fn wait_after_with(
     seq: u16,
-    sibling_and_parent: impl FnOnce(&MailboxRegion) + Send,
+    sibling_and_parent: impl FnOnce(&MailboxRegion, crossbeam_channel::Receiver<()>) + Send,
 ) -> Result<(), FrameError> {
     use crate::ipc::mailbox::{Posting, after_key};
     let region = MailboxRegion::new(2).unwrap();
@@ -17,23 +18,31 @@ fn wait_after_with(
     region.mailbox(0).post_task_at(0, &[1; 32], &posting, |_, _| Ok(0)).unwrap();
     let req = region.mailbox(0).next_task(None).unwrap();
     assert_eq!(req.after(), Some((1, seq)));
+    let (returned, waited) = crossbeam_channel::bounded(1);
     std::thread::scope(|s| {
-        s.spawn(|| sibling_and_parent(&region));
-        wait_after(&region, 0, &req)
+        s.spawn(|| sibling_and_parent(&region, waited));
+        let result = wait_after(&region, 0, &req);
+        let _ = returned.send(());
+        result
+    })
+}
+
+/// The sibling records `(seq, ok, behind)`, which must decide alone: only if the wait has not
+/// returned 10 s later does the parent settle it, the other way (so a wait that ignored the
+/// record gets the wrong answer rather than hanging).
+fn record_decides(seq: u16, ok: bool, behind: bool, decides_go: bool) -> Result<(), FrameError> {
+    wait_after_with(5, move |r, waited| {
+        ring_waiters(r, r.mailbox(1).set_done(seq, ok, behind));
+        if waited.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+            r.mailbox(0).settle_after(0, !decides_go);
+        }
     })
 }
 
 #[test]
 fn a_task_after_another_workers_starts_when_that_one_records_its_success_and_not_on_its_failure() {
-    // The sibling's record decides; the parent's word comes later (and would say
-    // otherwise), so whoever reads it first shows.
     for ok in [true, false] {
-        let result = wait_after_with(5, |r| {
-            ring_waiters(r, r.mailbox(1).set_done(5, ok, false));
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            r.mailbox(0).settle_after(0, !ok);
-        });
-        match result {
+        match record_decides(5, ok, false, ok) {
             Ok(()) => assert!(ok, "it ran behind a failure"),
             Err(e) => {
                 assert!(!ok, "it did not run behind a success: {e}");
@@ -48,30 +57,36 @@ fn a_task_after_another_workers_starts_when_that_one_records_its_success_and_not
 fn a_task_after_another_workers_waits_for_the_parent_once_that_record_moved_on() {
     // The sibling finished the task waited for and a later one before this child looked:
     // only the parent's word says how the first ended.
-    let go = wait_after_with(5, |r| {
-        ring_waiters(r, r.mailbox(1).set_done(6, false, false));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        r.mailbox(0).settle_after(0, true);
-    });
-    assert!(go.is_ok());
+    for go in [true, false] {
+        let result = wait_after_with(5, |r, _| {
+            ring_waiters(r, r.mailbox(1).set_done(6, !go, false));
+            r.mailbox(0).settle_after(0, go);
+        });
+        assert_eq!(result.is_ok(), go, "the parent's word decided");
+    }
     // The task chained behind it ran behind its success: that says it succeeded.
-    let behind = wait_after_with(5, |r| {
-        ring_waiters(r, r.mailbox(1).set_done(6, false, true));
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        r.mailbox(0).settle_after(0, false);
-    });
-    assert!(behind.is_ok());
-    let withdrawn = wait_after_with(5, |r| {
-        ring_waiters(r, r.mailbox(1).set_done(6, false, false));
-        r.mailbox(0).settle_after(0, false);
-    });
-    assert_eq!(withdrawn.unwrap_err().code, ERR_NOT_RUN);
-    // A withdraw stays, even if the parent then lets it go.
-    let stays = wait_after_with(5, |r| {
-        r.mailbox(0).withdraw_chained(0);
-        r.mailbox(0).settle_after(0, true);
-    });
-    assert_eq!(stays.unwrap_err().code, ERR_NOT_RUN);
+    assert!(record_decides(6, false, true, true).is_ok());
+    // A withdraw stays, even if the parent then lets it go (both before the child looks).
+    use crate::ipc::mailbox::{Posting, after_key};
+    let region = MailboxRegion::new(2).unwrap();
+    let posting = Posting { lease: (0, 1), after: after_key(1, 5).unwrap(), ..Posting::default() };
+    region.mailbox(0).post_task_at(0, &[1; 32], &posting, |_, _| Ok(0)).unwrap();
+    let req = region.mailbox(0).next_task(None).unwrap();
+    region.mailbox(0).withdraw_chained(0);
+    region.mailbox(0).settle_after(0, true);
+    assert_eq!(wait_after(&region, 0, &req).unwrap_err().code, ERR_NOT_RUN);
+}
+
+#[test]
+fn a_task_after_its_own_worker_is_refused() {
+    use crate::ipc::mailbox::{Posting, after_key};
+    let region = MailboxRegion::new(2).unwrap();
+    let posting = Posting { lease: (0, 1), after: after_key(0, 1).unwrap(), ..Posting::default() };
+    region.mailbox(0).post_task_at(0, &[1; 32], &posting, |_, _| Ok(0)).unwrap();
+    let req = region.mailbox(0).next_task(None).unwrap();
+    let err = wait_after(&region, 0, &req).unwrap_err();
+    assert_eq!(err.code, ERR_BAD_FRAME);
+    assert!(err.message.contains("worker 0"), "{err}");
 }
 
 #[test]

@@ -21,7 +21,7 @@
 //! | 72 | 4 | `child_cpu` u32: CPU + 1 the child last ran a task on (a wait hint, 0 = unknown) |
 //! | 76 | 4 | `parent_cpu` u32: CPU + 1 the parent last posted from (a wait hint) |
 //! | 80 | 4 | `granted_depth` u32: the pipeline depth a chip child grants (M9); 0 = none |
-//! | 84 | 4 | `done` u32: the task the child finished last (M13): `seq << 16`, bit 2 = a chained task that ran behind its predecessor's success, bit 1 = it succeeded, bit 0 = one finished; 0 = none |
+//! | 84 | 4 | `done` u32: the task the child finished last (M13): `seq << 16`, bit 2 = a chained task behind its predecessor's success (so that one succeeded, whether this one then ran or was answered unrun), bit 1 = it succeeded, bit 0 = one finished; 0 = none |
 //! | 88 | 8 | `waiters` u64: bit `j` set by the child of mailbox `j` < 64 before it sleeps waiting for `done` to move (M13); the child clears them when it records `done`, and rings those children |
 //! | 96 | 32 | reserved (0) |
 //! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), `withdraw` u32 @28 (sticky) |

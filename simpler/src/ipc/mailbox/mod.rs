@@ -200,7 +200,8 @@
 //!   a word too: the child runs it behind its own task's success, then after the sibling's
 //!   (the parent may settle that wait before the child's own task ends). Every SUB child records, after
 //!   it answered each task, that task's sequence number, its success, and whether it was a
-//!   chained task that ran behind its predecessor's success, in its mailbox's `done` word
+//!   chained task behind its predecessor's success (so that one succeeded, whether this one
+//!   then ran or was answered unrun), in its mailbox's `done` word
 //!   (SeqCst), then rings the siblings whose bits it clears from its `waiters` word. A child
 //!   waiting for a sibling's task reads the sibling's `done` first, then its own frame's
 //!   withdraw word: [`CHAIN_GO`] runs it, [`CHAIN_WITHDRAW`] answers it unrun, and otherwise a

@@ -191,8 +191,7 @@ impl Mailbox<'_> {
     /// M12, M13): sets the frame's sticky withdraw word. The child answers it unrun unless it
     /// started it already.
     pub(crate) fn withdraw_chained(&self, ix: usize) {
-        self.slot.words[ix].withdraw.store(super::CHAIN_WITHDRAW, Ordering::Release);
-        self.slot.doorbell.ring();
+        self.settle_after(ix, false);
     }
 
     /// Settles the task of frame `ix`, posted to run after another worker's task (rule M13),

@@ -181,13 +181,31 @@ fn a_connect_that_hangs_ends_when_cancelled_or_by_its_timeout() {
         assert!(held.len() < 100_000, "the accept queue never filled");
     }
     let at = NodeAddr::Tcp(addr);
+    // Cancelled while it waits: the connecting thread is there, then the cancel comes.
+    let connecting = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim() == "simpler-connect")
+            .count()
+    };
+    let before = connecting();
     let (cancel, cancelled) = crossbeam_channel::bounded(1);
-    cancel.send(()).unwrap();
     let start = Instant::now();
-    let err = Stream::connect_cancellable(&at, Duration::from_secs(10), &cancelled).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::Interrupted, "{err}");
-    assert!(start.elapsed() < Duration::from_secs(5), "abandoned at once, not after the timeout");
-    // Not cancelled: its own timeout ends it.
+    let waiter = {
+        let at = at.clone();
+        thread::spawn(move || Stream::connect_cancellable(&at, Duration::from_secs(2), &cancelled))
+    };
+    while connecting() == before {
+        assert!(start.elapsed() < Duration::from_secs(10), "the connecting thread never started");
+        thread::yield_now();
+    }
+    cancel.send(()).unwrap();
+    let got = waiter.join().unwrap().expect("no error: cancelled");
+    assert!(got.is_none(), "cancelled, not connected");
+    assert!(start.elapsed() < Duration::from_secs(2), "abandoned at once, not after the timeout");
+    // Not cancelled: its own timeout ends it, also with nobody left to cancel it.
+    let (cancel, cancelled) = crossbeam_channel::bounded::<()>(1);
     let start = Instant::now();
     let err = Stream::connect_cancellable(&at, Duration::from_millis(300), &cancelled).unwrap_err();
     assert!(matches!(err.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock), "{err}");

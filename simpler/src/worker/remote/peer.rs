@@ -416,18 +416,18 @@ impl PeerClient {
         let at = NodeAddr::parse(addr)?;
         let (cancel, cancelled) = crossbeam_channel::bounded(1);
         watch.connecting(cancel);
-        let mut s = Stream::connect_cancellable(&at, PEER_CONNECT, &cancelled).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Error::new(
-                    ErrorKind::Cancelled,
-                    format!("the read from the node at {addr} was cancelled while connecting to it"),
-                );
-            }
+        let made = Stream::connect_cancellable(&at, PEER_CONNECT, &cancelled).map_err(|e| {
             Error::new(
                 ErrorKind::WorkerDied,
                 format!("cannot connect to the node at {addr} (its peer listener): {e}"),
             )
         })?;
+        let Some(mut s) = made else {
+            return Err(Error::new(
+                ErrorKind::Cancelled,
+                format!("the read from the node at {addr} was cancelled while connecting to it"),
+            ));
+        };
         watch.reading(&s);
         client_handshake(&mut s, &self.key, addr)?;
         Ok(s)
