@@ -25,7 +25,8 @@
 # run as it is, nothing built;
 # to compare two side by side) and PEAK (FLOP/s: the peak e is measured against, instead of the
 # sweep's best run; two builds compared with one PEAK are measured on one scale, since a build
-# slower at large grain otherwise looks more efficient at small grain).
+# slower at large grain otherwise looks more efficient at small grain), FLAGS (more flags for
+# every run, e.g. --no-bind).
 set -euo pipefail
 # A BIN given relative to the caller's directory, before the cd.
 if [ -n "${BIN:-}" ]; then
@@ -55,11 +56,12 @@ fi
 patterns=("$@")
 [ ${#patterns[@]} -gt 0 ] || patterns=(trivial no_comm stencil_1d fft tree all_to_all)
 
-echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES workers=$WORKERS x $SUB_WORKERS s=$S_FIRST..$S_LAST bin=$BIN peak=${PEAK:-best run} ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
+echo "task_bench METG: W=$WIDTH T=$STEPS cores=$CORES workers=$WORKERS x $SUB_WORKERS s=$S_FIRST..$S_LAST bin=$BIN${FLAGS:+ $FLAGS} peak=${PEAK:-best run} ($(nproc) CPUs, load:$(uptime | sed 's/.*load average://'))"
 
 # One run: prints "<elapsed seconds> <total FLOPs> <total tasks>"; a failed run stops the script.
 run() {
-  "$BIN" -steps "$STEPS" -width "$WIDTH" --workers "$WORKERS" -worker "$SUB_WORKERS" "$@" | awk '
+  # shellcheck disable=SC2086 # FLAGS is a list of flags
+  "$BIN" -steps "$STEPS" -width "$WIDTH" --workers "$WORKERS" -worker "$SUB_WORKERS" ${FLAGS:-} "$@" | awk '
     /^Total Tasks / { n = $3 }
     /^Total FLOPs / { f = $3 }
     /^Elapsed Time / { e = $3 }

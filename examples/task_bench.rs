@@ -33,7 +33,8 @@
 //! wrong record, to see the checks of the tasks that read it fail the run; under `trivial`
 //! no task reads it), `--timeline PREFIX` (capture the run and write its timeline:
 //! `PREFIX.json`, a Chrome trace, `PREFIX.svg` and `PREFIX.dot`; capturing costs time, so
-//! do not time such a run). The report ends with the lines task-bench's scripts parse (`Total
+//! do not time such a run), `--no-bind` (by default the SUB workers of `sub` are bound one per
+//! CPU, `WorkerBuilder::bind_sub_workers`, as StarPU and Open MPI bind theirs). The report ends with the lines task-bench's scripts parse (`Total
 //! Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
 //! line names the placement. Process start and Worker start-up (the nodes' too) stay outside
 //! the timed region.
@@ -64,16 +65,17 @@ const USAGE: &str =
     "usage: task_bench [-steps T] [-width W] [-type trivial|no_comm|stencil_1d|fft|tree|all_to_all]
                   [-kernel empty|compute_bound] [-iter I] [-output B] [-scratch 0] [-field 2]
                   [--workers sub|chips|l4|remote] [-worker N | --sub-workers N] [-corrupt T,P]
-                  [--timeline PREFIX]
+                  [--timeline PREFIX] [--no-bind]
   --workers: where tasks run: SUB workers (sub, the default), simulated chips (chips), an L4
              over two L3 Workers (l4), or the same with the L3s as node processes (remote)
   -worker N: the workers that run tasks: SUB workers, chips, or SUB workers over both L3s
              (at least one each); default one per core
-  --timeline PREFIX: capture the run (slower) and write PREFIX.json (Chrome trace), .svg, .dot";
+  --timeline PREFIX: capture the run (slower) and write PREFIX.json (Chrome trace), .svg, .dot
+  --no-bind: leave the SUB workers of `sub` unbound (by default worker i runs on CPU i only)";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let plan = Plan { workers: Workers::Sub, count: cores };
+    let plan = Plan { workers: Workers::Sub, count: cores, bind: true };
     let mut o = Options { graph: Graph::default(), plan, corrupt: None, timeline: None };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -129,6 +131,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .ok_or_else(|| format!("--workers {v}: unknown (sub, chips, l4, remote)"))?;
             }
             "--timeline" => o.timeline = Some(value()?.clone()),
+            "--no-bind" => o.plan.bind = false,
             "-corrupt" => {
                 let v = value()?;
                 let (t, p) = v.split_once(',').ok_or_else(|| format!("-corrupt {v}: expected T,P"))?;

@@ -201,7 +201,7 @@ fn every_pattern_and_a_corrupted_record(rig: &Rig, plan: &Plan, handle: &Callabl
 
 #[isolated_test]
 fn chips_run_every_pattern_and_fail_on_a_corrupted_record() {
-    let plan = Plan { workers: Workers::Chips, count: 2 };
+    let plan = Plan { workers: Workers::Chips, count: 2, bind: false };
     let (rig, handle) = start(&plan, &Nodes::none());
     assert_eq!(rig.chips(), 2);
     every_pattern_and_a_corrupted_record(&rig, &plan, &handle);
@@ -209,7 +209,7 @@ fn chips_run_every_pattern_and_fail_on_a_corrupted_record() {
 
 #[isolated_test]
 fn l4_runs_every_pattern_and_fails_on_a_corrupted_record() {
-    let plan = Plan { workers: Workers::L4, count: 3 };
+    let plan = Plan { workers: Workers::L4, count: 3, bind: false };
     assert_eq!((plan.l3_sub_workers(0), plan.l3_sub_workers(1)), (2, 1));
     assert_eq!(Plan { count: 1, ..plan }.l3_sub_workers(1), 1, "at least one SUB worker each");
     let (rig, handle) = start(&plan, &Nodes::none());
@@ -248,7 +248,7 @@ fn node_tree(nodes: &Nodes) -> Vec<i32> {
 
 #[isolated_test]
 fn remote_runs_every_pattern_and_fails_on_a_corrupted_record() {
-    let plan = Plan { workers: Workers::Remote, count: 2 };
+    let plan = Plan { workers: Workers::Remote, count: 2, bind: false };
     // Declared before the rig: on a panic the rig closes the root first, then the nodes are
     // killed and reaped.
     let nodes = start_nodes(&plan);
@@ -266,7 +266,7 @@ fn remote_runs_every_pattern_and_fails_on_a_corrupted_record() {
 
 #[isolated_test]
 fn remote_nodes_exit_when_their_root_is_gone() {
-    let plan = Plan { workers: Workers::Remote, count: 2 };
+    let plan = Plan { workers: Workers::Remote, count: 2, bind: false };
     let mut nodes = start_nodes(&plan);
     let (rig, _handle) = start(&plan, &nodes);
     let tree = node_tree(&nodes);

@@ -471,3 +471,66 @@ fn a_run_handle_kept_after_close_holds_no_descriptor_of_the_worker() {
     drop(run);
     drop(rig);
 }
+
+/// The CPUs process (or thread) `who` may run on (`/proc/<who>/status`, `Cpus_allowed_list`).
+fn cpus_of(who: &str) -> Vec<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{who}/status")).expect("read status");
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+    let mut cpus = Vec::new();
+    for range in list.trim().split(',') {
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        cpus.extend(a.parse::<usize>().expect("cpu")..=b.parse::<usize>().expect("cpu"));
+    }
+    cpus
+}
+
+/// Restricts the calling thread to `cpu`.
+#[expect(unsafe_code, reason = "sched_setaffinity(2) has no safe wrapper in std")]
+fn run_only_on(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity read and write
+    // only that local set, alive for the calls.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+}
+
+#[isolated_test]
+fn bound_sub_workers_run_one_per_cpu_and_a_replacement_keeps_its_cpu() {
+    let usable = cpus_of("thread-self");
+    let mut rig = Rig::new(Worker::builder().sub_workers(3).bind_sub_workers(true));
+    let noop = rig.register(HostFn::new("noop", noop)).unwrap();
+    rig.init();
+    let pids = rig.pids().to_vec();
+    for (i, pid) in pids.iter().enumerate() {
+        assert_eq!(cpus_of(&pid.to_string()), [usable[i % usable.len()]], "SUB worker {i}");
+    }
+    sigkill(pids[1]);
+    wait_for("the Worker to see SUB worker 1 die", Duration::from_secs(10), || {
+        rig.workers().get(1).is_some_and(|s| !s.is_alive())
+    });
+    let new = rig.replace_worker(simpler::status::WorkerKind::Sub, 1).expect("replace SUB worker 1");
+    assert_eq!(cpus_of(&new.pid.to_string()), [usable[1 % usable.len()]], "the replacement's CPU");
+    for _ in 0..6 {
+        rig.run(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ())).expect("a task on bound workers");
+    }
+
+    // Unbound (the default), the workers may run wherever the caller may.
+    let (plain, _) = Rig::start(subs(2), [("noop", common::noop)]);
+    for pid in plain.pids() {
+        assert_eq!(cpus_of(&pid.to_string()), usable, "an unbound SUB worker");
+    }
+}
+
+#[isolated_test]
+fn bound_sub_workers_take_the_cpus_of_the_thread_that_calls_init() {
+    let last = *cpus_of("thread-self").last().expect("some CPU");
+    let mut rig = Rig::new(Worker::builder().sub_workers(2).bind_sub_workers(true));
+    run_only_on(last);
+    rig.init();
+    for pid in rig.pids() {
+        assert_eq!(cpus_of(&pid.to_string()), [last]);
+    }
+}

@@ -24,6 +24,8 @@
 //!   ([`ADOPTED_GRACE`]: only a process `SIGKILL` cannot end takes that long).
 //! * [`keep_off_my_cpu`]: keeps a thread off the caller's CPU (a chip's executor, at each
 //!   launch, so it does not wait on the CPU of the thread that woke it and stays busy).
+//! * [`usable_cpus`] and [`bind_to_cpu`]: the CPUs the calling thread may run on, and binding
+//!   the calling process to one of them (a bound SUB worker, `WorkerBuilder::bind_sub_workers`).
 //!
 //! Rules (cited by the `SAFETY` comments below):
 //!
@@ -725,6 +727,24 @@ pub(crate) fn keep_off_my_cpu(tid: i32) {
         return;
     }
     let _ = sched_setaffinity(Pid::from_raw(tid), &allowed);
+}
+
+/// The CPUs the calling thread may run on, in increasing order (empty when its affinity cannot
+/// be read).
+pub(crate) fn usable_cpus() -> Vec<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let Ok(allowed) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
+    (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect()
+}
+
+/// Binds the calling process's thread to `cpu` alone; threads it starts later inherit the
+/// binding.
+pub(crate) fn bind_to_cpu(cpu: usize) -> Result<()> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let mut one = CpuSet::new();
+    let what = format!("binding to CPU {cpu}");
+    one.set(cpu).map_err(|e| Error::os(&what, e))?;
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).map_err(|e| Error::os(&what, e))
 }
 
 #[cfg(test)]

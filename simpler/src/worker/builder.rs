@@ -67,6 +67,8 @@ pub(crate) struct Config {
     pub(super) start: StartMethod,
     /// Whether each submit first replaces dead SUB workers and chips.
     pub(super) replace_dead: bool,
+    /// Whether SUB worker `i` is bound to the `i`-th usable CPU.
+    pub(super) bind_sub_workers: bool,
     /// The deadline of every run submitted without one of its own (`None`: no deadline).
     pub(super) run_deadline: Option<Duration>,
     /// Whether `pipeline_depth` was set (then chips that grant less fail `init`).
@@ -93,6 +95,7 @@ impl Config {
             close_timeout: Duration::from_secs(10),
             start: StartMethod::Exec,
             replace_dead: false,
+            bind_sub_workers: false,
             explicit_depth: false,
             run_deadline: None,
         }
@@ -236,6 +239,32 @@ impl WorkerBuilder {
     /// ```
     pub fn sub_workers(mut self, n: usize) -> Self {
         self.cfg.engine.sub_workers = n;
+        self
+    }
+
+    /// Whether SUB worker `i` runs only on the `i`-th CPU (modulo their count) of those the
+    /// thread calling `init` may use (default `false`: the kernel places the workers). A
+    /// replacement keeps its worker's CPU.
+    ///
+    /// On a machine this program has to itself, binding keeps two busy workers from sharing
+    /// one CPU while another idles: on 2 vCPUs a Task Bench step of two tasks otherwise takes
+    /// twice as long in some runs (StarPU and Open MPI bind their workers by default for the
+    /// same reason). Leave it off where other busy programs, or other bound Workers of this
+    /// program, share the CPUs: a bound worker cannot move away from them. A worker that
+    /// cannot be bound fails `init`, naming the CPU and why.
+    ///
+    /// ```
+    /// use simpler::Worker;
+    ///
+    /// // A Task Bench-like program that has the machine: one bound worker per CPU.
+    /// let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// let mut worker = Worker::builder().sub_workers(cpus).bind_sub_workers(true).build()?;
+    /// worker.init()?;
+    /// worker.close()?;
+    /// # Ok::<(), simpler::Error>(())
+    /// ```
+    pub fn bind_sub_workers(mut self, bind: bool) -> Self {
+        self.cfg.bind_sub_workers = bind;
         self
     }
 

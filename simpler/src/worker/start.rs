@@ -181,6 +181,7 @@ pub(crate) fn start_child(
             match &plan {
                 ChildPlan::Sub(c) => {
                     spec.u8(ROLE_SUB);
+                    spec.u8(u8::from(c.cpu.is_some())).u64(c.cpu.unwrap_or(0) as u64);
                     host_registry(&mut spec, &c.registry, None)?;
                 }
                 ChildPlan::Chip(c) => {
@@ -269,8 +270,10 @@ fn read_plan(
     let region = region.clone();
     match d.u8()? {
         ROLE_SUB => {
+            let bound = d.u8()? != 0;
+            let cpu = Some(d.usize()?).filter(|_| bound);
             let registry = read_host(d)?;
-            Ok(ChildPlan::Sub(SubChild { region, index, registry, resolver: HostResolver::new(heaps) }))
+            Ok(ChildPlan::Sub(SubChild { region, index, cpu, registry, resolver: HostResolver::new(heaps) }))
         }
         ROLE_CHIP => {
             let chip_id = d.u32()?;
@@ -341,6 +344,7 @@ fn worker_spec(e: &mut Enc, w: &Worker, depth: u32, path: &str) -> Result<()> {
             StartMethod::Fork => 1,
         })
         .u8(u8::from(c.replace_dead))
+        .u8(u8::from(c.bind_sub_workers))
         .duration(c.run_deadline.unwrap_or(Duration::ZERO));
     host_registry(e, w.callables.host(), Some((path, w.cfg.level)))?;
     chip_registry(e, w.callables.chip());
@@ -399,6 +403,7 @@ fn read_worker(d: &mut Dec<'_>, depth: u32) -> Result<Worker> {
         other => return Err(Error::invalid(format!("unknown start method {other}"))),
     };
     c.replace_dead = d.u8()? != 0;
+    c.bind_sub_workers = d.u8()? != 0;
     c.run_deadline = Some(d.duration()?).filter(|d| !d.is_zero());
     let mut callables = Callables::new();
     callables.restore(read_host(d)?, read_chip(d)?, read_orch(d)?);

@@ -83,6 +83,11 @@ use crate::worker::status::{WorkerKind, WorkerState, WorkerStatus};
 
 struct RegionBell(Arc<MailboxRegion>);
 
+/// The CPU SUB worker `i` is bound to: the `i`-th of `cpus`, modulo their count (none if empty).
+fn cpu_of(cpus: &[usize], i: usize) -> Option<usize> {
+    (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
+}
+
 impl AsRef<Doorbell> for RegionBell {
     fn as_ref(&self) -> &Doorbell {
         self.0.doorbell()
@@ -113,6 +118,8 @@ pub(super) struct Tree {
     peers: Arc<PeerBook>,
     /// The configuration, for replacement children.
     cfg: Config,
+    /// The CPUs bound SUB workers run on, in turn (empty: not bound).
+    sub_cpus: Vec<usize>,
     /// The heap rings every child maps (this Worker's and its ancestors').
     heaps: Vec<SharedSpan>,
     monitor: Monitor,
@@ -193,6 +200,8 @@ impl Tree {
         }
         let mut children = std::mem::take(children).into_iter();
 
+        // Where bound SUB workers run: the CPUs this thread may use, one each in turn.
+        let sub_cpus = if cfg.bind_sub_workers { crate::sys::process::usable_cpus() } else { Vec::new() };
         // Start order: every SUB child, then every chip child, all before any engine thread
         // (which matters to `StartMethod::Fork` only).
         let mut pids = Vec::with_capacity(n_sub + n_chip);
@@ -203,6 +212,7 @@ impl Tree {
                 ChildPlan::Sub(SubChild {
                     region: region.clone(),
                     index: i,
+                    cpu: cpu_of(&sub_cpus, i),
                     registry: callables.host().clone(),
                     resolver,
                 })
@@ -467,6 +477,7 @@ impl Tree {
             remote_specs: remote.to_vec(),
             peers,
             cfg: cfg.clone(),
+            sub_cpus,
             heaps,
             monitor,
             background: Mutex::new(Some(background)),
@@ -847,6 +858,7 @@ impl Runtime for Tree {
             WorkerKind::Sub => ChildPlan::Sub(SubChild {
                 region: self.region.clone(),
                 index: i,
+                cpu: cpu_of(&self.sub_cpus, i),
                 registry: callables.host().clone(),
                 resolver,
             }),

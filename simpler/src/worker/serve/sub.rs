@@ -24,6 +24,8 @@ use std::sync::Arc;
 pub(crate) struct SubChild {
     pub(crate) region: Arc<MailboxRegion>,
     pub(crate) index: usize,
+    /// The CPU this worker is bound to (`WorkerBuilder::bind_sub_workers`); `None`: not bound.
+    pub(crate) cpu: Option<usize>,
     pub(crate) registry: Registry<HostFn>,
     pub(crate) resolver: HostResolver,
 }
@@ -34,6 +36,12 @@ impl SubChild {
         let region = self.region.clone();
         let mb = region.mailbox(self.index);
         mb.set_child_pid(std::process::id());
+        if let Some(cpu) = self.cpu
+            && let Err(e) = crate::sys::process::bind_to_cpu(cpu)
+        {
+            mb.publish_init(Err(&format!("bind_sub_workers: {}", e.message())));
+            return 1;
+        }
         mb.publish_init(Ok(()));
         serve(&region, self.index, &mut self)
     }
