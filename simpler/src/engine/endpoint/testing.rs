@@ -77,6 +77,8 @@ pub(crate) struct Started {
     pub(crate) scalars: Vec<u64>,
     /// The lease it was dispatched under.
     pub(crate) lease: Option<crate::engine::lease::Lease>,
+    /// Handed over to start on the worker's own (`chain` or `chain_after`), not started.
+    pub(crate) chained: bool,
 }
 
 impl Started {
@@ -89,7 +91,12 @@ impl Started {
             member: d.member,
             scalars: d.args.scalars().to_vec(),
             lease: d.lease,
+            chained: false,
         }
+    }
+
+    fn chained(lane: LaneKind, d: &Dispatch<'_>) -> Started {
+        Started { chained: true, ..Started::new(lane, d) }
     }
 
     /// The first scalar (tests use it as the task's id).
@@ -155,6 +162,30 @@ impl Endpoint for Logged {
     fn withdraw(&mut self) {
         self.inner.withdraw();
     }
+
+    fn chains(&self) -> bool {
+        self.inner.chains()
+    }
+
+    fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
+        self.inner.chain(d, after)
+    }
+
+    fn withdraw_chained(&mut self) {
+        self.inner.withdraw_chained();
+    }
+
+    fn chain_key(&self) -> Option<u32> {
+        self.inner.chain_key()
+    }
+
+    fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
+        self.inner.chain_after(d, key)
+    }
+
+    fn settle_after(&mut self, go: bool) {
+        self.inner.settle_after(go);
+    }
 }
 
 /// Which tasks (by id, their first scalar) make a [`Faulty`] endpoint panic, and where.
@@ -183,11 +214,13 @@ pub(crate) struct Faulty {
     plan: Arc<FaultPlan>,
     running: Option<u64>,
     staged: Option<u64>,
+    /// The chained task's id: the running one once the running one's end was polled.
+    chained: Option<u64>,
 }
 
 impl Faulty {
     pub(crate) fn new(plan: Arc<FaultPlan>, inner: Box<dyn Endpoint>) -> Faulty {
-        Faulty { inner, plan, running: None, staged: None }
+        Faulty { inner, plan, running: None, staged: None, chained: None }
     }
 }
 
@@ -204,7 +237,8 @@ impl Endpoint for Faulty {
 
     fn poll(&mut self) -> Option<Outcome> {
         let outcome = self.inner.poll()?;
-        if let Some(id) = self.running.take()
+        let ended = std::mem::replace(&mut self.running, self.chained.take());
+        if let Some(id) = ended
             && FaultPlan::hits(&self.plan.poll, id)
         {
             panic!("injected panic in poll of task {id}");
@@ -261,6 +295,49 @@ impl Endpoint for Faulty {
         }
         self.inner.withdraw();
     }
+
+    fn chains(&self) -> bool {
+        self.inner.chains()
+    }
+
+    fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
+        self.inner.chain(d, after)?;
+        self.chained = Some(d.args.scalar_at(0).unwrap_or(0));
+        Ok(())
+    }
+
+    fn withdraw_chained(&mut self) {
+        self.inner.withdraw_chained();
+    }
+
+    fn chain_key(&self) -> Option<u32> {
+        self.inner.chain_key()
+    }
+
+    fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
+        self.inner.chain_after(d, key)?;
+        self.running = Some(d.args.scalar_at(0).unwrap_or(0));
+        Ok(())
+    }
+
+    fn settle_after(&mut self, go: bool) {
+        self.inner.settle_after(go);
+    }
+}
+
+/// A wait of a chaining lane's task for a task on another lane (`chain_after`, or `chain`
+/// with a key), as the scheduler settles it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// It waits for nothing (or its wait was settled: go).
+    #[default]
+    None,
+    /// It waits for the task whose key this is ([`Endpoint::chain_key`]: its id).
+    On(u32),
+    /// Settled before the task ahead of it ended: it may start once that one succeeded.
+    Go,
+    /// Settled: it must not start.
+    NoGo,
 }
 
 #[derive(Default)]
@@ -283,6 +360,14 @@ struct ManualState {
     late_withdraws: usize,
     /// Times `withdraw` was called.
     withdraws: usize,
+    /// A chaining lane's (as a SUB worker's) task handed over behind the running one, and its
+    /// wait for a task on another lane.
+    chained: Option<(Started, Wait)>,
+    /// `withdraw_chained` was called for the chained task.
+    chained_withdrawn: bool,
+    /// The running task waits for a task on another lane and has not started (it cannot be
+    /// finished until settled).
+    running_waits: Wait,
 }
 
 /// An endpoint whose tasks end only when the test says so ([`ManualControl::finish`]).
@@ -292,6 +377,10 @@ pub(crate) struct ManualEndpoint {
     state: Arc<Mutex<ManualState>>,
     /// It takes staged tasks (as a chip with two task frames).
     stages: bool,
+    /// It takes chained tasks (as a SUB worker with two task frames, rule M13 of
+    /// `ipc::mailbox`): it starts one itself when the task ahead of it succeeds and its wait
+    /// for another lane's task, if any, is settled to go.
+    chains: bool,
 }
 
 /// The test's side of a [`ManualEndpoint`].
@@ -304,7 +393,17 @@ pub(crate) struct ManualControl {
 impl ManualEndpoint {
     pub(crate) fn new(lane: LaneKind, bell: Arc<Doorbell>) -> (ManualEndpoint, ManualControl) {
         let state = Arc::new(Mutex::new(ManualState::default()));
-        (ManualEndpoint { lane, state: state.clone(), stages: false }, ManualControl { state, bell })
+        (
+            ManualEndpoint { lane, state: state.clone(), stages: false, chains: false },
+            ManualControl { state, bell },
+        )
+    }
+
+    /// One that takes chained tasks, as a SUB worker's mailbox does.
+    pub(crate) fn chaining(lane: LaneKind, bell: Arc<Doorbell>) -> (ManualEndpoint, ManualControl) {
+        let (mut ep, ctl) = ManualEndpoint::new(lane, bell);
+        ep.chains = true;
+        (ep, ctl)
     }
 
     /// One that takes staged tasks: they are prepared when the test says
@@ -367,16 +466,43 @@ impl ManualControl {
         self.lock().withdraws
     }
 
-    /// Ends the running task with `outcome` and rings the engine doorbell.
+    /// Ends the running task with `outcome` and rings the engine doorbell. On a chaining lane,
+    /// the chained task then starts if that one succeeded, it was not withdrawn and its wait is
+    /// not settled against it (if still unsettled, it waits, unstarted, as the running task);
+    /// otherwise its worker answers it unrun ([`Outcome::NotRun`]).
     pub(crate) fn finish(&self, outcome: Outcome) -> Started {
         let started = {
             let mut st = self.lock();
+            assert_eq!(
+                st.running_waits,
+                Wait::None,
+                "ManualControl::finish: the running task has not started"
+            );
             let t = st.running.take().expect("ManualControl::finish: no task is running on this lane");
+            let ok = matches!(outcome, Outcome::Success);
             st.outcomes.push_back(outcome);
+            if let Some((next, wait)) = st.chained.take() {
+                if ok && !std::mem::take(&mut st.chained_withdrawn) && wait != Wait::NoGo {
+                    st.running_waits = if wait == Wait::Go { Wait::None } else { wait };
+                    st.running = Some(next);
+                } else {
+                    st.outcomes.push_back(Outcome::NotRun("not run: the task ahead of it failed".into()));
+                }
+            }
             t
         };
         self.bell.ring();
         started
+    }
+
+    /// The task chained behind the running one, with its wait.
+    pub(crate) fn chained(&self) -> Option<(Started, Wait)> {
+        self.lock().chained.clone()
+    }
+
+    /// What the running task waits for before it starts ([`Wait::None`]: it runs).
+    pub(crate) fn running_waits(&self) -> Wait {
+        self.lock().running_waits
     }
 }
 
@@ -409,8 +535,74 @@ impl Endpoint for ManualEndpoint {
         }
         if st.running.take().is_some() {
             st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
+            st.running_waits = Wait::None;
+        }
+        if st.chained.take().is_some() {
+            st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
         }
         true
+    }
+
+    fn chains(&self) -> bool {
+        self.chains
+    }
+
+    fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
+        let mut st = sync::lock(&self.state);
+        if !self.chains || st.running.is_none() || st.chained.is_some() || st.running_waits != Wait::None {
+            return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.lane)));
+        }
+        let s = Started::chained(self.lane, d);
+        st.history.push(s.clone());
+        st.chained = Some((s, after.map_or(Wait::None, Wait::On)));
+        st.chained_withdrawn = false;
+        Ok(())
+    }
+
+    fn withdraw_chained(&mut self) {
+        let mut st = sync::lock(&self.state);
+        if st.chained.is_some() {
+            st.chained_withdrawn = true;
+        }
+    }
+
+    /// The running task's id: what a task chained after it on another lane waits on.
+    fn chain_key(&self) -> Option<u32> {
+        let st = sync::lock(&self.state);
+        st.running.as_ref().filter(|_| self.chains).map(|s| s.id() as u32)
+    }
+
+    fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
+        let mut st = sync::lock(&self.state);
+        if !self.chains || st.running.is_some() || st.chained.is_some() || !st.outcomes.is_empty() {
+            return Err(crate::error::Error::state(format!(
+                "{} cannot take a task to run after another now",
+                self.lane
+            )));
+        }
+        let s = Started::chained(self.lane, d);
+        st.history.push(s.clone());
+        st.running = Some(s);
+        st.running_waits = Wait::On(key);
+        Ok(())
+    }
+
+    /// Settles the running task's wait if it has one (go: it starts; otherwise it ends
+    /// unrun), else the chained task's. A chained task already answered unrun (the task ahead
+    /// of it failed) has nothing left to settle, as a mailbox frame that ended.
+    fn settle_after(&mut self, go: bool) {
+        let mut st = sync::lock(&self.state);
+        if let Wait::On(_) = st.running_waits {
+            st.running_waits = Wait::None;
+            if !go {
+                st.running = None;
+                st.outcomes.push_back(Outcome::NotRun("not run: it was withdrawn".into()));
+            }
+            return;
+        }
+        if let Some((_, wait @ Wait::On(_))) = &mut st.chained {
+            *wait = if go { Wait::Go } else { Wait::NoGo };
+        }
     }
 
     fn stages(&self) -> bool {

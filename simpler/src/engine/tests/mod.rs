@@ -1,6 +1,6 @@
 //! Engine unit tests with in-process endpoints (no processes are started): the rig here, the
-//! tests by topic beside it (`dispatch`, `tensor_map`, `failures`, `staging`, `runs`, `panics`,
-//! `heap`).
+//! tests by topic beside it (`dispatch`, `tensor_map`, `failures`, `staging`, `chaining`,
+//! `runs`, `panics`, `heap`).
 //!
 //! Two kinds of lanes:
 //!
@@ -34,6 +34,7 @@ use crate::dfx::graph::{EdgeReason, RunDag};
 use crate::engine::endpoint::Outcome;
 use crate::engine::endpoint::testing::{
     Behaviour, FaultPlan, Faulty, Logged, ManualControl, ManualEndpoint, StartLog, Started, ThreadEndpoint,
+    Wait,
 };
 use crate::engine::heap::HostRings;
 use crate::engine::orchestrator::Orchestrator;
@@ -47,6 +48,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sys::futex::Doorbell;
 use crate::sys::sync;
 
+mod chaining;
 mod dispatch;
 mod failures;
 mod heap;
@@ -149,6 +151,18 @@ impl Rig {
             let (ep, ctl) = match kind {
                 LaneKind::NextLevel(_) => ManualEndpoint::staging(kind, bell.clone()),
                 LaneKind::Sub(_) => ManualEndpoint::new(kind, bell.clone()),
+            };
+            Box::new((ep, ctl))
+        })
+    }
+
+    /// Lanes the test finishes by hand, whose SUB ones take chained tasks (as SUB workers'
+    /// mailboxes do).
+    fn chaining(cfg: EngineConfig) -> Rig {
+        Rig::build(cfg, |kind, bell| {
+            let (ep, ctl) = match kind {
+                LaneKind::NextLevel(_) => ManualEndpoint::new(kind, bell.clone()),
+                LaneKind::Sub(_) => ManualEndpoint::chaining(kind, bell.clone()),
             };
             Box::new((ep, ctl))
         })

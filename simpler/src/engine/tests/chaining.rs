@@ -1,0 +1,173 @@
+//! Chaining on SUB lanes (rule 5 of `slot`): a task whose unfinished producers run on SUB
+//! workers is handed to one of them behind its running task, and that worker starts it itself;
+//! behind a failure, a stopped orchestration or a group, it does not.
+
+use super::*;
+
+/// Tasks `ids` on the lanes' histories and whether each was chained rather than started.
+fn handed(ctl: &ManualControl) -> Vec<(u64, bool)> {
+    ctl.history().iter().map(|s| (s.id(), s.chained)).collect()
+}
+
+/// Task 1 writes `x`, 2 reads it and writes `y`, 3 reads `y`: a chain on one SUB worker.
+fn three_in_a_row<'r>(rig: &'r Rig, run: &Arc<RunState>) -> Orchestrator<'r> {
+    let (x, y) = (whole(buffer(1)), whole(buffer(2)));
+    let mut orch = rig.orch(run);
+    orch.submit_sub(&rig.host, args(1, &[(&x, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(2, &[(&x, Tag::Input), (&y, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(3, &[(&y, Tag::Input)])).unwrap();
+    orch
+}
+
+#[test]
+fn each_task_of_a_chain_is_handed_behind_the_running_one_and_started_by_the_worker() {
+    let rig = Rig::chaining(cfg(0, 1));
+    let run = rig.begin();
+    three_in_a_row(&rig, &run).finish(None);
+    let sub = &rig.sub[0];
+    rig.drive("task 2 to be chained behind 1", || sub.chained().is_some_and(|(s, _)| s.id() == 2));
+    assert_eq!(sub.running().map(|s| s.id()), Some(1));
+    assert!(sub.chained().is_some_and(|(_, w)| w == Wait::None), "2 waits for nothing else");
+    sub.finish(Outcome::Success);
+    assert_eq!(sub.running().map(|s| s.id()), Some(2), "the worker started 2 itself");
+    rig.drive("task 3 to be chained behind 2", || sub.chained().is_some_and(|(s, _)| s.id() == 3));
+    sub.finish(Outcome::Success);
+    sub.finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    assert_eq!(handed(sub), [(1, false), (2, true), (3, true)]);
+    assert_eq!(ids(&rig.dispatched()), [1], "the scheduler started only the first");
+    rig.assert_clean();
+}
+
+#[test]
+fn a_task_chained_behind_a_failure_is_answered_unrun_and_poisoned() {
+    let rig = Rig::chaining(cfg(0, 1));
+    let run = rig.begin();
+    three_in_a_row(&rig, &run).finish(None);
+    let sub = &rig.sub[0];
+    rig.drive("task 2 to be chained", || sub.chained().is_some());
+    sub.finish(Outcome::TaskFailure("boom 1".into()));
+    assert!(sub.running().is_none(), "2 did not start behind the failure");
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TaskFailed, "the first error is the real one: {err}");
+    assert_mentions(&err, &["boom 1"]);
+    assert_eq!(handed(sub), [(1, false), (2, true)], "3 was never handed over");
+    assert_eq!(run.stats().unwrap().failed, 3);
+    rig.assert_clean();
+}
+
+#[test]
+fn a_failed_orchestration_withdraws_its_chained_task() {
+    let rig = Rig::chaining(cfg(0, 1));
+    let run = rig.begin();
+    let orch = three_in_a_row(&rig, &run);
+    rig.drive("task 2 to be chained", || rig.sub[0].chained().is_some());
+    orch.finish(Some(&Error::new(ErrorKind::TaskFailed, "the orchestration gave up")));
+    rig.drive_briefly(|| false); // a pass sees the failure and withdraws 2
+    rig.sub[0].finish(Outcome::Success);
+    assert!(rig.sub[0].running().is_none(), "the withdrawn task did not start");
+    let err = rig.wait(&run).unwrap_err();
+    assert_mentions(&err, &["the orchestration gave up"]);
+    rig.assert_clean();
+}
+
+/// Task 1 on worker 0 writes `x`, 2 on worker 1 writes `y`, and 3 reads both: chained behind
+/// 1 on worker 0, waiting for 2 (its key, which is its id here).
+fn two_producers(rig: &Rig) -> Arc<RunState> {
+    let (x, y) = (whole(buffer(1)), whole(buffer(2)));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[(&x, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(2, &[(&y, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(3, &[(&x, Tag::Input), (&y, Tag::Input)])).unwrap();
+    orch.finish(None);
+    rig.drive("task 3 to be chained behind 1, after 2", || {
+        rig.sub[0].chained().is_some_and(|(s, w)| s.id() == 3 && w == Wait::On(2))
+    });
+    assert_eq!(rig.sub[1].running().map(|s| s.id()), Some(2));
+    run
+}
+
+#[test]
+fn a_task_behind_two_producers_starts_once_both_succeeded_in_either_order() {
+    for other_first in [true, false] {
+        let rig = Rig::chaining(cfg(0, 2));
+        let run = two_producers(&rig);
+        let (ahead, other) = (&rig.sub[0], &rig.sub[1]);
+        if other_first {
+            other.finish(Outcome::Success);
+            rig.drive("the wait for 2 to be settled", || ahead.chained().is_some_and(|(_, w)| w == Wait::Go));
+            ahead.finish(Outcome::Success);
+        } else {
+            ahead.finish(Outcome::Success);
+            assert_eq!(ahead.running_waits(), Wait::On(2), "3 waits for 2 before it starts");
+            assert!(!rig.drive_briefly(|| ahead.running_waits() == Wait::None), "started before 2 ended");
+            other.finish(Outcome::Success);
+            rig.drive("3 to start once 2 succeeded", || ahead.running_waits() == Wait::None);
+        }
+        assert_eq!(ahead.running().map(|s| s.id()), Some(3));
+        ahead.finish(Outcome::Success);
+        rig.wait(&run).unwrap_or_else(|e| panic!("other first {other_first}: {e}"));
+        assert_eq!(ids(&rig.dispatched()), [1, 2], "other first {other_first}: 3 was not dispatched");
+        rig.assert_clean();
+    }
+}
+
+#[test]
+fn a_task_behind_two_producers_does_not_start_when_the_other_fails() {
+    for other_first in [true, false] {
+        let rig = Rig::chaining(cfg(0, 2));
+        let run = two_producers(&rig);
+        let (ahead, other) = (&rig.sub[0], &rig.sub[1]);
+        if other_first {
+            other.finish(Outcome::TaskFailure("boom 2".into()));
+            rig.drive("the wait for 2 to be settled", || {
+                ahead.chained().is_some_and(|(_, w)| w == Wait::NoGo)
+            });
+            ahead.finish(Outcome::Success);
+        } else {
+            ahead.finish(Outcome::Success);
+            other.finish(Outcome::TaskFailure("boom 2".into()));
+        }
+        let err = rig.wait(&run).unwrap_err();
+        assert_mentions(&err, &["boom 2"]);
+        assert!(ahead.running().is_none(), "other first {other_first}: 3 started behind a failure");
+        assert_eq!(run.stats().unwrap().failed, 2, "other first {other_first}: 2 and 3");
+        rig.assert_clean();
+    }
+}
+
+/// A task whose other producer is a running SUB group is not chained after one member: a
+/// member's end is not the group's. It is dispatched once the whole group ended.
+#[test]
+fn a_task_after_a_running_group_is_not_chained_after_one_of_its_members() {
+    let rig = Rig::chaining(cfg(0, 4));
+    let (x, y, z) = (whole(buffer(1)), whole(buffer(2)), whole(buffer(3)));
+    let (y0, y1) = (view(buffer(2), 0, 8), view(buffer(2), 8, 8));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[(&x, Tag::Output)])).unwrap();
+    orch.submit_sub_group(&rig.host, vec![args(20, &[(&y0, Tag::Output)]), args(21, &[(&y1, Tag::Output)])])
+        .unwrap();
+    orch.submit_sub(&rig.host, args(3, &[(&x, Tag::Input), (&y, Tag::Input)])).unwrap();
+    orch.submit_sub(&rig.host, args(4, &[(&z, Tag::Output)])).unwrap();
+    orch.finish(None);
+    rig.drive("every task but 3 to start", || rig.sub.iter().all(|s| s.running().is_some()));
+    // One member ends, then an unrelated task, whose end makes the scheduler look for chains
+    // while 1 and the other member run.
+    rig.sub[1].finish(Outcome::Success);
+    rig.sub[3].finish(Outcome::Success);
+    assert!(
+        !rig.drive_briefly(|| rig.sub[0].chained().is_some()),
+        "3 was chained behind 1 to wait for one member of the group"
+    );
+    rig.sub[0].finish(Outcome::Success);
+    assert!(!rig.drive_briefly(|| rig.was_dispatched(3)), "3 started while a member of the group ran");
+    rig.sub[2].finish(Outcome::Success);
+    rig.drive("3 to be dispatched", || rig.was_dispatched(3));
+    let lane = rig.sub.iter().find(|s| s.running().is_some()).expect("3 runs");
+    lane.finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    assert!(rig.sub.iter().all(|s| s.history().iter().all(|t| !t.chained)), "nothing was chained");
+    rig.assert_clean();
+}
