@@ -33,9 +33,10 @@
 //! wrong record, to see the checks of the tasks that read it fail the run; under `trivial`
 //! no task reads it), `--timeline PREFIX` (capture the run and write its timeline:
 //! `PREFIX.json`, a Chrome trace, `PREFIX.svg` and `PREFIX.dot`; capturing costs time, so
-//! do not time such a run), `--no-bind` (by default the SUB workers of `sub` are bound one per
-//! CPU, `WorkerBuilder::bind_sub_workers`, as StarPU and Open MPI bind theirs). The report ends with the lines task-bench's scripts parse (`Total
-//! Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
+//! do not time such a run), `--no-bind` (by default SUB worker `i` of `sub` runs only on the
+//! `i`-th CPU this process may use, modulo their count, `WorkerBuilder::bind_sub_workers`, as
+//! StarPU and Open MPI bind theirs). The report ends with the lines task-bench's scripts parse
+//! (`Total Tasks`, `Total Dependencies`, `Total FLOPs`, `Elapsed Time ... seconds`); its `Workers:`
 //! line names the placement. Process start and Worker start-up (the nodes' too) stay outside
 //! the timed region.
 
@@ -71,7 +72,8 @@ const USAGE: &str =
   -worker N: the workers that run tasks: SUB workers, chips, or SUB workers over both L3s
              (at least one each); default one per core
   --timeline PREFIX: capture the run (slower) and write PREFIX.json (Chrome trace), .svg, .dot
-  --no-bind: leave the SUB workers of `sub` unbound (by default worker i runs on CPU i only)";
+  --no-bind: leave the SUB workers of `sub` unbound (by default worker i runs only on the
+             i-th CPU this process may use, modulo their count)";
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -497,8 +497,9 @@ fn run_only_on(cpu: usize) {
     assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
 }
 
+/// (On a machine with one usable CPU, bound and unbound workers look the same here.)
 #[isolated_test]
-fn bound_sub_workers_run_one_per_cpu_and_a_replacement_keeps_its_cpu() {
+fn bound_sub_workers_take_the_usable_cpus_in_turn_and_a_replacement_keeps_its_cpu() {
     let usable = cpus_of("thread-self");
     let mut rig = Rig::new(Worker::builder().sub_workers(3).bind_sub_workers(true));
     let noop = rig.register(HostFn::new("noop", noop)).unwrap();
@@ -516,6 +517,8 @@ fn bound_sub_workers_run_one_per_cpu_and_a_replacement_keeps_its_cpu() {
     for _ in 0..6 {
         rig.run(|orch| orch.submit_sub(&noop, TaskArgs::new()).map(|_| ())).expect("a task on bound workers");
     }
+    drop(rig);
+    assert!(!process_exists(new.pid), "the replacement was reaped at close");
 
     // Unbound (the default), the workers may run wherever the caller may.
     let (plain, _) = Rig::start(subs(2), [("noop", common::noop)]);
@@ -524,13 +527,20 @@ fn bound_sub_workers_run_one_per_cpu_and_a_replacement_keeps_its_cpu() {
     }
 }
 
+/// The CPUs are those of the thread that calls `init`, not the process's (nor those of the
+/// thread that starts the children, made by an earlier Worker here).
 #[isolated_test]
 fn bound_sub_workers_take_the_cpus_of_the_thread_that_calls_init() {
-    let last = *cpus_of("thread-self").last().expect("some CPU");
-    let mut rig = Rig::new(Worker::builder().sub_workers(2).bind_sub_workers(true));
-    run_only_on(last);
-    rig.init();
-    for pid in rig.pids() {
-        assert_eq!(cpus_of(&pid.to_string()), [last]);
-    }
+    let usable = cpus_of("thread-self");
+    drop(Rig::start(subs(1), [("noop", noop)])); // the process's child starter exists now
+    let cpu = usable[usable.len() / 2];
+    let pids = std::thread::spawn(move || {
+        run_only_on(cpu);
+        let mut rig = Rig::new(Worker::builder().sub_workers(2).bind_sub_workers(true));
+        rig.init();
+        rig.pids().iter().map(|pid| cpus_of(&pid.to_string())).collect::<Vec<_>>()
+    })
+    .join()
+    .expect("the pinned thread");
+    assert_eq!(pids, [[cpu], [cpu]], "both workers on the one CPU the calling thread may use");
 }

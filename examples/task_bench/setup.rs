@@ -79,8 +79,9 @@ pub struct Plan {
     /// Workers that run tasks: SUB workers (`sub`), chips (`chips`), or SUB workers over both
     /// L3 Workers (`l4`, `remote`; split in two, at least one each).
     pub count: usize,
-    /// `sub`: SUB worker `i` runs on CPU `i` only ([`WorkerBuilder::bind_sub_workers`]), as
-    /// StarPU and Open MPI bind theirs by default; `--no-bind` turns it off.
+    /// `sub`: SUB worker `i` runs only on the `i`-th CPU this process may use, modulo their
+    /// count ([`WorkerBuilder::bind_sub_workers`]), as StarPU and Open MPI bind theirs by
+    /// default; `--no-bind` turns it off.
     pub bind: bool,
 }
 
@@ -149,7 +150,7 @@ impl Plan {
     pub fn describe(&self, nodes: &Nodes) -> String {
         let (a, b) = (self.l3_sub_workers(0), self.l3_sub_workers(1));
         match self.workers {
-            Workers::Sub if self.bind => format!("sub x {} (bound one per CPU)", self.count),
+            Workers::Sub if self.bind => format!("sub x {} (bound to CPUs in turn)", self.count),
             Workers::Sub => format!("sub x {}", self.count),
             Workers::Chips => format!("chips x {} (one L3 Worker, simulated chips of 1 core)", self.count),
             Workers::L4 => format!("l4 x 2 (one L4 Worker over two L3 Workers of {a} and {b} SUB workers)"),

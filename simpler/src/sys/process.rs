@@ -729,12 +729,12 @@ pub(crate) fn keep_off_my_cpu(tid: i32) {
     let _ = sched_setaffinity(Pid::from_raw(tid), &allowed);
 }
 
-/// The CPUs the calling thread may run on, in increasing order (empty when its affinity cannot
-/// be read).
-pub(crate) fn usable_cpus() -> Vec<usize> {
+/// The CPUs the calling thread may run on, in increasing order.
+pub(crate) fn usable_cpus() -> Result<Vec<usize>> {
     use nix::sched::{CpuSet, sched_getaffinity};
-    let Ok(allowed) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
-    (0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect()
+    let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| Error::os("reading the CPUs this thread may use", e))?;
+    Ok((0..CpuSet::count()).filter(|&c| allowed.is_set(c).unwrap_or(false)).collect())
 }
 
 /// Binds the calling process's thread to `cpu` alone; threads it starts later inherit the
@@ -742,7 +742,7 @@ pub(crate) fn usable_cpus() -> Vec<usize> {
 pub(crate) fn bind_to_cpu(cpu: usize) -> Result<()> {
     use nix::sched::{CpuSet, sched_setaffinity};
     let mut one = CpuSet::new();
-    let what = format!("binding to CPU {cpu}");
+    let what = format!("binding to CPU {cpu} (offline now, or no longer among this process's CPUs?)");
     one.set(cpu).map_err(|e| Error::os(&what, e))?;
     sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).map_err(|e| Error::os(&what, e))
 }

@@ -250,8 +250,10 @@ impl WorkerBuilder {
     /// one CPU while another idles: on 2 vCPUs a Task Bench step of two tasks otherwise takes
     /// twice as long in some runs (StarPU and Open MPI bind their workers by default for the
     /// same reason). Leave it off where other busy programs, or other bound Workers of this
-    /// program, share the CPUs: a bound worker cannot move away from them. A worker that
-    /// cannot be bound fails `init`, naming the CPU and why.
+    /// program, share the CPUs: a bound worker cannot move away from them. Leave it off too for
+    /// host functions that start threads or processes (a thread pool, a BLAS library): they
+    /// inherit the worker's one CPU, and `available_parallelism` says 1 there. A worker that
+    /// cannot be bound fails `init` (or its replacement), naming the CPU and why.
     ///
     /// ```
     /// use simpler::Worker;

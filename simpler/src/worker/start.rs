@@ -12,7 +12,7 @@
 //! The spec is bytes this module writes and reads: a magic word, a version, then fields in a
 //! fixed order, every length bounds-checked on the way in (a malformed spec is a named error in
 //! the child, never a panic). It holds the mailbox region and heap rings as fd indices, the
-//! role, the callables as command + function offset + references + descriptor, and for a nested
+//! role (a SUB worker's with the CPU it binds itself to, if any), the callables as command + function offset + references + descriptor, and for a nested
 //! Worker its whole configuration, callables and nested Workers, recursively, then its remote
 //! Workers (name, address, key, timeouts, launch rank); the children are re-added through
 //! the builder (`WorkerBuilder::worker`, `remote_worker`), so the rebuilt Worker has the same lanes and ids.
@@ -653,6 +653,7 @@ mod tests {
             .task_window(64)
             .close_timeout(Duration::from_millis(1500))
             .chip_heap_ring_size(0)
+            .bind_sub_workers(true)
             .build()
             .unwrap();
         w.register(HostFn::new("noop", noop)).unwrap();
@@ -667,6 +668,7 @@ mod tests {
         assert_eq!(back.cfg.engine.task_window, 64);
         assert_eq!(back.cfg.close_timeout, Duration::from_millis(1500));
         assert_eq!(back.cfg.chip_heap_ring_size, Some(0), "a heap size the user gave, even 0");
+        assert!(back.cfg.bind_sub_workers && !back.cfg.replace_dead, "each flag in its own place");
         let (digest, _, _) = w.callables.host().iter().next().unwrap();
         assert_eq!(back.callables.host().refs(digest), 2);
         // Every prefix of the spec is refused with an error, never a panic.

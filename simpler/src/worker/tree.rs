@@ -83,15 +83,16 @@ use crate::worker::status::{WorkerKind, WorkerState, WorkerStatus};
 
 struct RegionBell(Arc<MailboxRegion>);
 
-/// The CPU SUB worker `i` is bound to: the `i`-th of `cpus`, modulo their count (none if empty).
-fn cpu_of(cpus: &[usize], i: usize) -> Option<usize> {
-    (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
-}
-
 impl AsRef<Doorbell> for RegionBell {
     fn as_ref(&self) -> &Doorbell {
         self.0.doorbell()
     }
+}
+
+/// The CPU SUB worker `i` is bound to: the `i`-th of `cpus`, modulo their count (none if empty:
+/// not bound).
+fn cpu_of(cpus: &[usize], i: usize) -> Option<usize> {
+    (!cpus.is_empty()).then(|| cpus[i % cpus.len()])
 }
 
 /// A started Worker of L3 and up: its engine and its child processes.
@@ -149,6 +150,11 @@ impl Tree {
             tracing::warn!(target: "simpler::worker", "no trace log: timelines will miss what runs in worker processes: {e}");
         }
         let nested = cfg.level > Level::Node;
+        // Where bound SUB workers run: the CPUs this thread may use, one each in turn.
+        let sub_cpus = match cfg.bind_sub_workers {
+            true => crate::sys::process::usable_cpus().map_err(|e| e.context("bind_sub_workers"))?,
+            false => Vec::new(),
+        };
         let mut engine_cfg = cfg.engine.clone();
         engine_cfg.level = cfg.level;
         if nested {
@@ -200,8 +206,6 @@ impl Tree {
         }
         let mut children = std::mem::take(children).into_iter();
 
-        // Where bound SUB workers run: the CPUs this thread may use, one each in turn.
-        let sub_cpus = if cfg.bind_sub_workers { crate::sys::process::usable_cpus() } else { Vec::new() };
         // Start order: every SUB child, then every chip child, all before any engine thread
         // (which matters to `StartMethod::Fork` only).
         let mut pids = Vec::with_capacity(n_sub + n_chip);
