@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Rig, isolated_test, spin_until, wait_for};
+use common::{Rig, TempFiles, isolated_test, marker_file, spin_until, wait_for};
 use simpler::{
     DataType, HostArgs, HostResult, RunOptions, TaskArgs, Worker, chip::CallConfig, chip::ChipBackend,
     chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
@@ -17,17 +17,9 @@ use simpler::{
 
 const N: usize = 1024;
 
+/// Marker `name` of the test process `test_pid` ([`marker_file`]).
 fn marker(test_pid: u32, name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("simpler-copy-back-{test_pid}-{name}"))
-}
-
-struct Markers(u32);
-impl Drop for Markers {
-    fn drop(&mut self) {
-        for m in ["started", "gate", "mutated", "unchanged"] {
-            let _ = std::fs::remove_file(marker(self.0, m));
-        }
-    }
+    marker_file(&format!("copy-back-{name}"), test_pid)
 }
 
 /// Marks that it started, waits (up to 20 s) for the gate, then fills its output with 7.0.
@@ -84,7 +76,7 @@ fn probe(spec: &ChipSpec) -> simpler::Result<Box<dyn ChipBackend>> {
 #[isolated_test]
 fn a_copy_to_from_a_buffer_a_running_chip_task_writes_waits_for_the_copy_back() {
     let me = std::process::id();
-    let _m = Markers(me);
+    let _m = TempFiles::new(["started", "gate", "mutated", "unchanged"].map(|m| marker(me, m)));
     let mut rig = Rig::new(
         Worker::builder().chips(1).chip_memory(16 << 20).chip_cores(1).pipeline_depth(2).chip_backend(probe),
     );

@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Rig, expect_err, isolated_test, sigkill, spin_until, wait_for};
+use common::{Rig, TempFiles, expect_err, isolated_test, marker_file, sigkill, spin_until, wait_for};
 use simpler::{
     CallableHandle, DataType, ErrorKind, HostArgs, HostResult, RunHandle, RunOptions, TaskArgs, Worker,
     chip::CallConfig, chip::ChipBackend, chip::ChipFn, chip::ChipSpec, chip::DeviceMemory, chip::SimChip,
@@ -24,8 +24,9 @@ const SLOW: Duration = Duration::from_millis(200);
 /// The pieces of B's input.
 const PIECES: usize = BIG * 4 / (512 << 10);
 
+/// Marker `name` of the test process `test_pid` ([`marker_file`]).
 fn marker(test_pid: u32, name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("simpler-staged-copy-{test_pid}-{name}"))
+    marker_file(&format!("staged-copy-{name}"), test_pid)
 }
 
 /// Waits (up to 20 s) until gate `scalar 0` is open, then copies its input to its output.
@@ -130,13 +131,9 @@ fn gated_until_a_piece(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-struct Markers(u32);
-impl Drop for Markers {
-    fn drop(&mut self) {
-        for m in ["gate1", "pieces", "out", "late", "waiting"] {
-            let _ = std::fs::remove_file(marker(self.0, m));
-        }
-    }
+/// This test process's markers, removed before and after it.
+fn markers() -> TempFiles {
+    TempFiles::new(["gate1", "pieces", "out", "late", "waiting"].map(|m| marker(std::process::id(), m)))
 }
 
 fn rig() -> (Rig, CallableHandle, CallableHandle) {
@@ -211,7 +208,7 @@ fn pieces_begun() -> usize {
 /// The head's end is answered between pieces of the successor's copy-in, not after all of it.
 #[isolated_test]
 fn the_heads_end_is_answered_while_the_successor_copies_in() {
-    let _m = Markers(std::process::id());
+    let _m = markers();
     let (rig, gated, dbl) = rig();
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
     std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
@@ -228,7 +225,7 @@ fn the_heads_end_is_answered_while_the_successor_copies_in() {
 /// (were they copied back between pieces, it would wait for itself).
 #[isolated_test]
 fn the_heads_outputs_go_back_while_a_piece_of_the_successor_copies_in() {
-    let _m = Markers(std::process::id());
+    let _m = markers();
     let (rig, gated, dbl) = rig_with(waiting, ChipFn::kernel("gated_until_a_piece", gated_until_a_piece));
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
     std::fs::write(marker(std::process::id(), "gate1"), b"open").unwrap();
@@ -251,7 +248,7 @@ fn stopped_while_it_copies_in(
     kind: ErrorKind,
     needle: &str,
 ) {
-    let _m = Markers(std::process::id());
+    let _m = markers();
     let (rig, gated, dbl) = rig();
     let (a, b, outs) = a_runs_b_copies(&rig, &gated, &dbl, b_opts);
     stop(&b);
@@ -280,7 +277,7 @@ fn a_successor_whose_deadline_passes_while_it_copies_in_ends_at_its_deadline() {
 /// The chip dies mid-copy: both runs end at once, B's error saying it was not yet prepared.
 #[isolated_test]
 fn a_chip_killed_while_the_successor_copies_in_fails_both_promptly() {
-    let _m = Markers(std::process::id());
+    let _m = markers();
     let (rig, gated, dbl) = rig();
     let (a, b, _outs) = a_runs_b_copies(&rig, &gated, &dbl, RunOptions::new());
     let chip = rig.workers().into_iter().find(|w| w.kind == WorkerKind::Chip).unwrap();
