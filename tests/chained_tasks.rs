@@ -4,7 +4,8 @@
 //! of the graph, a chained task behind a failure never runs and poisons its consumers, and one
 //! whose run is cancelled or whose orchestration function fails does not start. A task whose two
 //! unfinished producers run on two SUB workers is chained behind one of them and starts once
-//! the other succeeded too.
+//! the other succeeded too. A task whose producers are all on one worker may wait there two
+//! deep, behind a chained task.
 
 mod common;
 
@@ -42,8 +43,9 @@ fn slow_add2(args: &HostArgs<'_>) -> HostResult {
     add2(args)
 }
 
-/// Counts the scheduler's `chain` and `chained task launched` events (trace level), and the
-/// chains behind one running task and after another (`also_after`).
+/// Counts the scheduler's `chain` and `chained task launched` events (trace level), the
+/// chains behind one running task and after another (`also_after`), and those two deep
+/// (`depth` 2: behind a chained task).
 mod recorder {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,11 +57,19 @@ mod recorder {
         pub chained: Arc<AtomicUsize>,
         pub launched: Arc<AtomicUsize>,
         pub behind_two: Arc<AtomicUsize>,
+        pub two_deep: Arc<AtomicUsize>,
     }
 
-    /// An event's message, and whether it has an `also_after` field.
-    struct Message(String, bool);
+    /// An event's message, whether it has an `also_after` field, and its `depth`.
+    struct Message(String, bool, u64);
     impl Visit for Message {
+        fn record_u64(&mut self, field: &Field, value: u64) {
+            match field.name() {
+                "depth" => self.2 = value,
+                "also_after" => self.1 = true,
+                _ => {}
+            }
+        }
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
             match field.name() {
                 "message" => self.0 = format!("{value:?}"),
@@ -79,6 +89,9 @@ mod recorder {
         pub fn behind_two(&self) -> usize {
             self.behind_two.load(Ordering::SeqCst)
         }
+        pub fn two_deep(&self) -> usize {
+            self.two_deep.load(Ordering::SeqCst)
+        }
     }
 
     impl Subscriber for Chains {
@@ -91,10 +104,13 @@ mod recorder {
         fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
         fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
         fn event(&self, event: &Event<'_>) {
-            let mut m = Message(String::new(), false);
+            let mut m = Message(String::new(), false, 0);
             event.record(&mut m);
             if m.0 == "chain" && m.1 {
                 self.behind_two.fetch_add(1, Ordering::SeqCst);
+            }
+            if m.0 == "chain" && m.2 >= 2 {
+                self.two_deep.fetch_add(1, Ordering::SeqCst);
             }
             match m.0.as_str() {
                 "chain" => self.chained.fetch_add(1, Ordering::SeqCst),
@@ -149,6 +165,77 @@ fn each_task_behind_a_running_one_is_chained_and_the_results_are_the_graphs() {
     let (chained, launched) = (chains.chained(), chains.launched());
     assert!(chained >= 2, "the tasks behind a running one were chained ({chained} of 4)");
     assert_eq!(launched, chained, "each chained task launched behind its producer's success");
+}
+
+/// A chain on one worker over two alternating slots (as a Task Bench point with two output
+/// generations): each task reads the slot the one before wrote and overwrites the slot the
+/// one two before wrote, so its producers are the two tasks ahead of it, both on this worker,
+/// and it may wait chained two deep.
+#[isolated_test]
+fn a_chain_over_two_slots_waits_two_deep_and_the_results_are_the_graphs() {
+    let chains = recorder::install();
+    let (rig, [block, inc]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("slow_inc", slow_inc)]);
+    let flag = u32_buffer(&rig, 2);
+    let slots = u64_buffer(&rig, 2);
+    let run = rig
+        .submit(|orch| {
+            let mut b = TaskArgs::new();
+            b.untracked(&words_of(&flag))?.output(&u64s(&slots, 0, 1))?.scalar(10_000).scalar(10);
+            orch.submit_sub(&block, b)?;
+            for t in 1..7 {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&slots, (t - 1) % 2, 1))?.output(&u64s(&slots, t % 2, 1))?.scalar(HOLD_MS);
+                orch.submit_sub(&inc, a)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    wait_blocked(&flag);
+    wait_for("two tasks chained behind the blocker", Duration::from_secs(10), || chains.two_deep() >= 1);
+    release(&flag);
+    run.wait().expect("the run succeeds");
+    assert_eq!(read_u64(&slots, 0, 2), vec![16, 15], "six increments from 10, alternating slots");
+    let (chained, launched) = (chains.chained(), chains.launched());
+    assert_eq!(launched, chained, "each chained task launched behind its producer's success");
+}
+
+/// The same chain with its second task failing: the tasks chained behind it, two deep, never
+/// run, and nothing after the failure is written.
+#[isolated_test]
+fn behind_a_failure_a_two_deep_chain_never_runs() {
+    let chains = recorder::install();
+    let (rig, [block, inc, fail]) = Rig::start(
+        subs(1),
+        [("block_on_flag", block_on_flag), ("slow_inc", slow_inc), ("slow_fail", slow_fail)],
+    );
+    let flag = u32_buffer(&rig, 2);
+    let slots = u64_buffer(&rig, 2);
+    slots.write(0, &[0u64, 7]).unwrap();
+    let run = rig
+        .submit(|orch| {
+            let mut b = TaskArgs::new();
+            b.untracked(&words_of(&flag))?.output(&u64s(&slots, 0, 1))?.scalar(10_000).scalar(10);
+            orch.submit_sub(&block, b)?;
+            let mut f = TaskArgs::new();
+            f.input(&u64s(&slots, 0, 1))?.output(&u64s(&slots, 1, 1))?.scalar(HOLD_MS);
+            orch.submit_sub(&fail, f)?;
+            for t in 2..5 {
+                let mut a = TaskArgs::new();
+                a.input(&u64s(&slots, (t - 1) % 2, 1))?.output(&u64s(&slots, t % 2, 1))?.scalar(1);
+                orch.submit_sub(&inc, a)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    wait_blocked(&flag);
+    release(&flag);
+    let err = run.wait().expect_err("the run fails");
+    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "slow failure"]);
+    assert_eq!(read_u64(&slots, 0, 2), vec![10, 7], "nothing behind the failure ran");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (5, 4), "the failure and the three behind it");
+    assert!(chains.two_deep() >= 1, "a task waited two deep behind the failing one");
+    assert_eq!(chains.launched(), 1, "only the failing task launched (behind the blocker)");
 }
 
 #[isolated_test]

@@ -167,21 +167,23 @@ pub(crate) trait Endpoint: Send {
         false
     }
 
-    /// Hands over a task whose one unfinished producer is the task running here (rule 5 of
-    /// `slot`), which the worker starts itself as soon as that one succeeded, without a
-    /// round trip through the scheduler. At most one at a time, only while a task runs; after
-    /// [`poll`](Endpoint::poll) reported the running task's end, the chained one is the
-    /// running task (a worker that did not start it reports [`Outcome::NotRun`]). With
-    /// `after` (another endpoint's [`chain_key`](Endpoint::chain_key)) it also waits for that
-    /// task, as one handed over with [`chain_after`](Endpoint::chain_after) does, and
+    /// Hands over a task whose unfinished producers are tasks handed here before it (rule 5 of
+    /// `slot`), behind the last of them, which the worker starts itself as soon as that one
+    /// succeeded, without a round trip through the scheduler. Only while a task runs, and a
+    /// worker takes as many as it has room for (a SUB worker's mailbox two; an error says it
+    /// has none); after [`poll`](Endpoint::poll) reported the running task's end, the first
+    /// chained one is the running task (a worker that did not start it reports
+    /// [`Outcome::NotRun`]). With `after` (another endpoint's
+    /// [`chain_key`](Endpoint::chain_key); only as the first chained task) it also waits for
+    /// that task, as one handed over with [`chain_after`](Endpoint::chain_after) does, and
     /// [`settle_after`](Endpoint::settle_after) settles that wait, before or after the task
     /// running here ended. An error means nothing was handed over.
     fn chain(&mut self, _dispatch: &Dispatch<'_>, _after: Option<u32>) -> Result<()> {
         Err(crate::error::Error::state("this worker cannot chain a task"))
     }
 
-    /// Asks the worker not to start the chained task (its run was stopped): it reports
-    /// [`Outcome::NotRun`] unless it started it already. Never blocks.
+    /// Asks the worker not to start its chained tasks (their run was stopped): each reports
+    /// [`Outcome::NotRun`] unless it started already. Never blocks.
     fn withdraw_chained(&mut self) {}
 
     /// A key that another endpoint of the same kind ([`chain_after`](Endpoint::chain_after))

@@ -134,11 +134,12 @@ pub(crate) struct Lane {
     prepared: bool,
     /// The endpoint takes chained tasks ([`Endpoint::chains`]: a SUB worker).
     chains: bool,
-    /// The chained task: one of the running task's run whose unfinished producers are the
-    /// running task and at most one task running on another lane (`chained_after`) (CHAINED,
-    /// rule 5 of `slot`); the worker starts it itself once they succeeded, and it is the
-    /// running task once the running one's end was polled.
-    chained: Option<Arc<Slot>>,
+    /// The chained tasks, in order, at most [`CHAIN_DEPTH`]: each of the running task's run,
+    /// whose unfinished producers are tasks ahead of it here (the first: the running task, and
+    /// at most one task running on another lane, `chained_after`) (CHAINED, rule 5 of `slot`).
+    /// The worker starts each itself once the one ahead succeeded; the first is the running
+    /// task once the running one's end was polled.
+    chained: VecDeque<Arc<Slot>>,
     /// The running task is a chained one that did not launch (the task ahead of it failed:
     /// it is still CHAINED): its end, whatever it says, fails it as poisoned by this error.
     unlaunched: Option<Error>,
@@ -169,7 +170,7 @@ impl Lane {
             held: false,
             prepared: false,
             chains,
-            chained: None,
+            chained: VecDeque::new(),
             unlaunched: None,
             after: None,
             chained_after: None,
@@ -274,6 +275,12 @@ impl Partition {
 /// Emptied partitions kept for later runs (one per admitted run is the most ever needed at
 /// once in steady state; a few more cover bursts).
 const SPARE_PARTITIONS: usize = 4;
+
+/// The chained tasks a SUB lane holds behind its running one, at most: as many as its worker's
+/// mailbox has task frames besides the running task's (rule M13 of `ipc::mailbox`). A worker
+/// that has two queued runs out of work every third task, not every second, and so needs the
+/// driver a third less often.
+const CHAIN_DEPTH: usize = 2;
 
 /// The scheduler's state; owned by the role holder.
 pub(crate) struct Scheduler {
@@ -397,11 +404,7 @@ impl Scheduler {
         self.in_flight = self
             .lanes
             .iter()
-            .map(|l| {
-                usize::from(l.busy.is_some())
-                    + usize::from(l.staged.is_some())
-                    + usize::from(l.chained.is_some())
-            })
+            .map(|l| usize::from(l.busy.is_some()) + usize::from(l.staged.is_some()) + l.chained.len())
             .sum();
         self.reserved.iter_mut().for_each(|r| *r = false);
         // A lane waiting for another's task may never be settled now (the panic may have cut
@@ -489,8 +492,12 @@ impl Scheduler {
             if chance {
                 self.withdraw_chains(RunState::build_failed);
             }
+            // Until nothing more chains: a task chained now may have a consumer to chain behind
+            // it (CHAIN_DEPTH), and no later pass would look until something else changed.
             if chance || progress {
-                progress |= self.chain_successors(eng);
+                while self.chain_successors(eng) {
+                    progress = true;
+                }
             }
         }
         let idle = self.lanes.iter().filter(|l| l.idle()).count();
@@ -821,7 +828,7 @@ impl Scheduler {
                     self.settle_waiters(&slot);
                 }
                 let lost = outcome_lost.then(|| self.lanes[i].dead.clone()).flatten();
-                match (self.lanes[i].chained.take(), lost) {
+                match (self.lanes[i].chained.pop_front(), lost) {
                     // The endpoint cannot be trusted to report the chained task's end.
                     (Some(next), Some(why)) => {
                         self.in_flight -= 1;
@@ -829,6 +836,10 @@ impl Scheduler {
                             self.waiting_after -= 1;
                         }
                         self.lose_chained(eng, i, &next, &why);
+                        while let Some(next) = self.lanes[i].chained.pop_front() {
+                            self.in_flight -= 1;
+                            self.lose_chained(eng, i, &next, &why);
+                        }
                         break;
                     }
                     (Some(next), None) => self.promote_chained(i, &slot, next),
@@ -1005,7 +1016,7 @@ impl Scheduler {
             {
                 *settled = true;
                 self.waiting_after -= 1;
-                let next = lane.chained.as_ref().expect("a lane whose chained task waits holds one");
+                let next = lane.chained.front().expect("a lane whose chained task waits holds one");
                 let go = next.run.takes_tasks() && next.unreleased() == 1;
                 lane.settle_after(go);
                 continue;
@@ -1089,12 +1100,16 @@ impl Scheduler {
         for k in 0..self.sub.len() {
             let i = self.sub[k];
             let lane = &self.lanes[i];
-            if !lane.chains
-                || lane.dead.is_some()
-                || (lane.chained.is_some() && self.idle_chaining_lane().is_none())
-            {
+            if !lane.chains || lane.dead.is_some() {
                 continue;
             }
+            if !lane.chained.is_empty() {
+                progress |= self.chain_deeper(eng, i);
+                if self.idle_chaining_lane().is_none() {
+                    continue;
+                }
+            }
+            let lane = &self.lanes[i];
             let Some((ahead, _)) = &lane.busy else { continue };
             if ahead.task().group
                 || ahead.state() != State::Running
@@ -1121,7 +1136,7 @@ impl Scheduler {
                 // Behind it on its worker first; then on an idle worker, to start as soon as
                 // that worker sees it succeed (a consumer of several tasks' outputs whose last
                 // unfinished producer runs elsewhere).
-                if self.lanes[i].chained.is_none() {
+                if self.lanes[i].chained.is_empty() {
                     // Its other unfinished producer, if it has one, must run on another lane.
                     let other = match next.unreleased() {
                         1 => Some(None),
@@ -1152,6 +1167,36 @@ impl Scheduler {
         progress
     }
 
+    /// Chains, on lane `i`, which holds a chained task and has room for one more
+    /// ([`CHAIN_DEPTH`]), a task of the same run behind its last chained task whose unfinished
+    /// producers all run or wait on this lane (a chain of tasks on one worker, each overwriting
+    /// what the task two ahead wrote: its producers are the two tasks ahead of it). Not behind
+    /// a task that waits for another lane's (its wait is settled one task at a time).
+    fn chain_deeper(&mut self, eng: &Engine, i: usize) -> bool {
+        let lane = &self.lanes[i];
+        if lane.chained.len() >= CHAIN_DEPTH || lane.chained_after.is_some() || lane.after.is_some() {
+            return false;
+        }
+        let Some(tail) = lane.chained.back().cloned() else { return false };
+        if !tail.run.takes_tasks() {
+            return false;
+        }
+        for next in tail.consumers() {
+            let sub_single = next.task.as_ref().is_some_and(TaskData::is_sub_single);
+            if !sub_single || !Arc::ptr_eq(&next.run, &tail.run) || next.state() != State::Pending {
+                continue;
+            }
+            let lane = &self.lanes[i];
+            let here = lane.busy.iter().filter(|(s, _)| s.feeds(&next)).count()
+                + lane.chained.iter().filter(|s| s.feeds(&next)).count();
+            let here = here as u32;
+            if next.unreleased() == here && next.chain_behind(here) {
+                return self.chain_on(eng, i, next, None);
+            }
+        }
+        false
+    }
+
     /// For `next`, a consumer of lane `i`'s running task with two unfinished producers: the
     /// other one, if it is the running single task (not a group: a member's end is not the
     /// group's) of another SUB lane that takes chained tasks, with that lane's key for it
@@ -1179,7 +1224,7 @@ impl Scheduler {
     /// waiting for another lane's task (they answer them unrun unless they started already).
     fn withdraw_chains(&mut self, of: impl Fn(&RunState) -> bool) {
         for lane in &mut self.lanes {
-            if lane.chained.as_ref().is_some_and(|s| of(&s.run)) {
+            if lane.chained.iter().any(|s| of(&s.run)) {
                 lane.withdraw_chained();
             }
             if lane.after.is_some() && lane.busy.as_ref().is_some_and(|(s, _)| of(&s.run)) {
@@ -1224,9 +1269,10 @@ impl Scheduler {
         let Some(slot) = self.hand_chained(eng, i, slot, "chain", |e, d| e.chain(d, key)) else {
             return self.lanes[i].dead.is_some();
         };
-        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, worker = %self.lanes[i].name, also_after = other.as_ref().map(|(o, _)| o.index), "chain");
+        let depth = self.lanes[i].chained.len() + 1;
+        tracing::trace!(target: "simpler::scheduler", run_id = slot.run.id, task_index = slot.index, worker = %self.lanes[i].name, depth, also_after = other.as_ref().map(|(o, _)| o.index), "chain");
         let lane = &mut self.lanes[i];
-        lane.chained = Some(slot);
+        lane.chained.push_back(slot);
         if let Some((other, _)) = other {
             lane.chained_after = Some((other, false));
             self.waiting_after += 1;

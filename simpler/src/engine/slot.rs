@@ -30,7 +30,9 @@
 //! 5. A PENDING slot whose one unreleased fanin is a task running on a SUB worker may be
 //!    handed to that worker behind it (CHAINED, [`Slot::chain_behind`]: a CAS under the lock,
 //!    so it races no release); one whose two unreleased fanins are single tasks running on two
-//!    SUB workers, to one of them, to start behind its own once the other's succeeded. A CHAINED slot belongs to the scheduler
+//!    SUB workers, to one of them, to start behind its own once the other's succeeded; one
+//!    whose unreleased fanins are all tasks running or CHAINED on one SUB worker, to that
+//!    worker behind the last of them. A CHAINED slot belongs to the scheduler
 //!    lane that chained it: a release of its last fanin does not queue it (the worker starts
 //!    it itself once the task ahead succeeded) and moves nothing; the lane moves it CHAINED ->
 //!    RUNNING ([`Slot::launch_chained`]) after its last fanin was released, or back to PENDING
@@ -304,7 +306,7 @@ impl Slot {
 
     /// Rule 5: hands this PENDING slot to the lane running a producer of it, when `unreleased`
     /// (1 or 2) fanins are left: that producer (one the caller found this slot in the fanout
-    /// of), and for 2 one more that runs on another SUB worker. True when this call moved it
+    /// of), and for 2 one more that runs on another SUB worker, or ahead of it on the same one. True when this call moved it
     /// PENDING -> CHAINED.
     pub(crate) fn chain_behind(&self, unreleased: u32) -> bool {
         let l = self.lock();

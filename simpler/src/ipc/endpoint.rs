@@ -16,6 +16,7 @@
 //! dies with a staged task fails it naming the chip and saying it was staged and not launched
 //! (the sticky `accepted` word tells a running task that had not launched).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::data::wire::{encode_args, encode_config};
@@ -46,11 +47,12 @@ pub(crate) struct MailboxEndpoint {
     withdrawn: bool,
     /// The child takes chained tasks (a SUB worker: rule M13).
     chains: bool,
-    /// The task frame of the chained task, until the running one's end was polled.
-    chained: Option<usize>,
+    /// The task frames of the chained tasks, in the order posted: the first is the running one
+    /// once the running one's end was polled.
+    chained: VecDeque<usize>,
     /// The task frame of the task that waits for another worker's (M13), until settled.
     waiting: Option<usize>,
-    /// Chaining: the frame the next post goes to (posts alternate, M13).
+    /// Chaining: the frame the next post goes to (posts go to the frames in turn, M13).
     next: usize,
     /// Chaining: the sequence number of the next post (M13).
     seq: u16,
@@ -80,7 +82,7 @@ impl MailboxEndpoint {
             staged: None,
             withdrawn: false,
             chains: false,
-            chained: None,
+            chained: VecDeque::new(),
             waiting: None,
             next: 0,
             seq: 0,
@@ -141,7 +143,7 @@ impl MailboxEndpoint {
         self.posted_to[ix] = self.pid();
         if self.chains {
             self.posted_seq[ix] = self.seq;
-            self.next = 1 - ix;
+            self.next = (ix + 1) % TASK_FRAMES;
             self.seq = self.seq.wrapping_add(1);
         }
         Ok(())
@@ -295,7 +297,7 @@ impl Endpoint for MailboxEndpoint {
         if self.waiting == Some(ix) {
             self.waiting = None;
         }
-        self.active = self.chained.take();
+        self.active = self.chained.pop_front();
         Some(outcome)
     }
 
@@ -304,15 +306,19 @@ impl Endpoint for MailboxEndpoint {
     }
 
     fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
-        // Not behind a task still waiting for a sibling's: its settle would be lost.
-        let Some(active) =
-            self.active.filter(|_| self.chains && self.chained.is_none() && self.waiting.is_none())
-        else {
+        // Not behind a task still waiting for a sibling's (its settle would be lost), only into a
+        // free frame, and with a sibling's key only as the first chained task.
+        if self.active.is_none()
+            || !self.chains
+            || self.chained.len() + 1 >= TASK_FRAMES
+            || self.waiting.is_some()
+            || (after.is_some() && !self.chained.is_empty())
+        {
             return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.label)));
-        };
-        let ix = 1 - active;
+        }
+        let ix = self.next;
         self.post(d, ix, false, true, after.unwrap_or(0))?;
-        self.chained = Some(ix);
+        self.chained.push_back(ix);
         self.waiting = after.map(|_| ix);
         Ok(())
     }
@@ -323,7 +329,7 @@ impl Endpoint for MailboxEndpoint {
     }
 
     fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
-        if !self.chains || self.active.is_some() || self.chained.is_some() {
+        if !self.chains || self.active.is_some() || !self.chained.is_empty() {
             return Err(crate::error::Error::state(format!(
                 "{} cannot take a task to run after another now",
                 self.label
@@ -343,7 +349,7 @@ impl Endpoint for MailboxEndpoint {
     }
 
     fn withdraw_chained(&mut self) {
-        if let Some(ix) = self.chained {
+        for &ix in &self.chained {
             self.region.mailbox(self.index).withdraw_chained(ix);
         }
     }

@@ -360,10 +360,10 @@ struct ManualState {
     late_withdraws: usize,
     /// Times `withdraw` was called.
     withdraws: usize,
-    /// A chaining lane's (as a SUB worker's) task handed over behind the running one, and its
-    /// wait for a task on another lane.
-    chained: Option<(Started, Wait)>,
-    /// `withdraw_chained` was called for the chained task.
+    /// A chaining lane's (as a SUB worker's) tasks handed over behind the running one, in
+    /// order, each with its wait for a task on another lane (the first only).
+    chained: VecDeque<(Started, Wait)>,
+    /// `withdraw_chained` was called for the chained tasks.
     chained_withdrawn: bool,
     /// The running task waits for a task on another lane and has not started (it cannot be
     /// finished until settled).
@@ -377,8 +377,8 @@ pub(crate) struct ManualEndpoint {
     state: Arc<Mutex<ManualState>>,
     /// It takes staged tasks (as a chip with two task frames).
     stages: bool,
-    /// It takes chained tasks (as a SUB worker with two task frames, rule M13 of
-    /// `ipc::mailbox`): it starts one itself when the task ahead of it succeeds and its wait
+    /// It takes chained tasks, up to two (as a SUB worker's mailbox does, rule M13 of
+    /// `ipc::mailbox`): it starts each itself when the task ahead of it succeeds and its wait
     /// for another lane's task, if any, is settled to go.
     chains: bool,
 }
@@ -481,13 +481,21 @@ impl ManualControl {
             let t = st.running.take().expect("ManualControl::finish: no task is running on this lane");
             let ok = matches!(outcome, Outcome::Success);
             st.outcomes.push_back(outcome);
-            if let Some((next, wait)) = st.chained.take() {
-                if ok && !std::mem::take(&mut st.chained_withdrawn) && wait != Wait::NoGo {
+            // Each chained task starts behind its predecessor's success; behind a failure, a
+            // withdraw or a wait settled against it, it and every one behind it are unrun.
+            if let Some((next, wait)) = st.chained.pop_front() {
+                if ok && !st.chained_withdrawn && wait != Wait::NoGo {
                     st.running_waits = if wait == Wait::Go { Wait::None } else { wait };
                     st.running = Some(next);
                 } else {
-                    st.outcomes.push_back(Outcome::NotRun("not run: the task ahead of it failed".into()));
+                    let unrun = 1 + std::mem::take(&mut st.chained).len();
+                    for _ in 0..unrun {
+                        st.outcomes.push_back(Outcome::NotRun("not run: the task ahead of it failed".into()));
+                    }
                 }
+            }
+            if st.chained.is_empty() {
+                st.chained_withdrawn = false;
             }
             t
         };
@@ -497,7 +505,12 @@ impl ManualControl {
 
     /// The task chained behind the running one, with its wait.
     pub(crate) fn chained(&self) -> Option<(Started, Wait)> {
-        self.lock().chained.clone()
+        self.lock().chained.front().cloned()
+    }
+
+    /// The ids of the tasks chained behind the running one, in order.
+    pub(crate) fn chained_ids(&self) -> Vec<u64> {
+        self.lock().chained.iter().map(|(s, _)| s.id()).collect()
     }
 
     /// What the running task waits for before it starts ([`Wait::None`]: it runs).
@@ -537,7 +550,7 @@ impl Endpoint for ManualEndpoint {
             st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
             st.running_waits = Wait::None;
         }
-        if st.chained.take().is_some() {
+        for _ in std::mem::take(&mut st.chained) {
             st.outcomes.push_back(Outcome::EndpointFailure(format!("{} was stopped", self.lane)));
         }
         true
@@ -549,19 +562,25 @@ impl Endpoint for ManualEndpoint {
 
     fn chain(&mut self, d: &Dispatch<'_>, after: Option<u32>) -> Result<()> {
         let mut st = sync::lock(&self.state);
-        if !self.chains || st.running.is_none() || st.chained.is_some() || st.running_waits != Wait::None {
+        let waits =
+            st.running_waits != Wait::None || st.chained.iter().any(|(_, w)| matches!(w, Wait::On(_)));
+        if !self.chains
+            || st.running.is_none()
+            || st.chained.len() >= 2
+            || waits
+            || (after.is_some() && !st.chained.is_empty())
+        {
             return Err(crate::error::Error::state(format!("{} cannot take a chained task now", self.lane)));
         }
         let s = Started::chained(self.lane, d);
         st.history.push(s.clone());
-        st.chained = Some((s, after.map_or(Wait::None, Wait::On)));
-        st.chained_withdrawn = false;
+        st.chained.push_back((s, after.map_or(Wait::None, Wait::On)));
         Ok(())
     }
 
     fn withdraw_chained(&mut self) {
         let mut st = sync::lock(&self.state);
-        if st.chained.is_some() {
+        if !st.chained.is_empty() {
             st.chained_withdrawn = true;
         }
     }
@@ -574,7 +593,7 @@ impl Endpoint for ManualEndpoint {
 
     fn chain_after(&mut self, d: &Dispatch<'_>, key: u32) -> Result<()> {
         let mut st = sync::lock(&self.state);
-        if !self.chains || st.running.is_some() || st.chained.is_some() || !st.outcomes.is_empty() {
+        if !self.chains || st.running.is_some() || !st.chained.is_empty() || !st.outcomes.is_empty() {
             return Err(crate::error::Error::state(format!(
                 "{} cannot take a task to run after another now",
                 self.lane
@@ -600,7 +619,7 @@ impl Endpoint for ManualEndpoint {
             }
             return;
         }
-        if let Some((_, wait @ Wait::On(_))) = &mut st.chained {
+        if let Some((_, wait @ Wait::On(_))) = st.chained.front_mut() {
             *wait = if go { Wait::Go } else { Wait::NoGo };
         }
     }

@@ -232,9 +232,12 @@ impl<'a> Mailbox<'a> {
         true
     }
 
-    /// Takes the next task to run from either task frame (rule M13): a `TASK_READY` frame not
+    /// Takes the next task to run from the task frames (rule M13): a `TASK_READY` frame not
     /// chained first, else a chained one, the one whose sequence number follows `last` (the
-    /// task this child finished last) first. Claims the frame (M3).
+    /// task this child finished last) first. A chained one that does not follow it is taken
+    /// only after the frames are read again: the task that follows may have been posted into a
+    /// frame after that frame was read, and the Acquire load that saw the later post makes the
+    /// earlier one visible. Claims the frame (M3).
     pub(crate) fn next_task(&self, last: Option<u16>) -> Option<TaskRequest<'a>> {
         let rank = |ix: usize| {
             // Acquire (M4): a TASK_READY frame's words are the poster's; the parent never takes
@@ -251,20 +254,10 @@ impl<'a> Mailbox<'a> {
                 2
             })
         };
-        let pick = |r0: Option<u8>, r1: Option<u8>| match (r0, r1) {
-            (Some(a), Some(b)) if b < a => Some((1, b)),
-            (Some(a), _) => Some((0, a)),
-            (None, Some(b)) => Some((1, b)),
-            (None, None) => None,
-        };
-        let (r0, r1) = (rank(0), rank(1));
-        let (mut ix, best) = pick(r0, r1)?;
-        if best == 2 {
-            // A chained task that does not follow the last one: the task ahead of it may have
-            // been posted into the other frame after that frame was read. The Acquire load that
-            // saw this one's TASK_READY makes the earlier post visible: read the other again.
-            let again = if ix == 0 { pick(r0, rank(1)) } else { pick(rank(0), r1) };
-            ix = again.map_or(ix, |(i, _)| i);
+        let best = || (0..super::TASK_FRAMES).filter_map(|ix| rank(ix).map(|r| (r, ix))).min();
+        let (r, mut ix) = best()?;
+        if r == 2 {
+            ix = best().map_or(ix, |(_, i)| i);
         }
         self.task_request_at(ix, false)
     }

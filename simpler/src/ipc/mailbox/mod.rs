@@ -5,9 +5,10 @@
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
 //! sleeps on it; the parent rings it after posting a task, a control request, or shutdown), a
-//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and two **task
-//! frames**: SUB workers and nested Workers use the first only; a chip child that prepares a
-//! successor run's task beside the one it runs uses both (rule M11).
+//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and three **task
+//! frames**: nested Workers use the first only; a chip child that prepares a successor run's
+//! task beside the one it runs uses two (rule M11); a SUB worker all three, for its running
+//! task and up to two chained behind it (rule M13).
 //!
 //! # Layout
 //!
@@ -182,19 +183,24 @@
 //!   replacement (M8) keeps the lease words: the new chip reads them before it reports ready
 //!   and admits them as its high-water marks, so a lease older than its predecessor's is
 //!   refused after a restart too.
-//! * **M13 (chained tasks).** A SUB child takes tasks from both task frames. The parent posts
-//!   a task to run into the frame after the one it posted last (alternating), only into an
+//! * **M13 (chained tasks).** A SUB child takes tasks from all task frames. The parent posts
+//!   a task to run into the frame after the one it posted last (in turn), only into an
 //!   `IDLE` frame, with a sequence number in the high half of `flags` that it increments with
-//!   every post ([`flag_seq`]). While one task is posted and not yet collected, the parent may
-//!   post one more, flagged [`FLAG_CHAINED`]: a task whose unfinished producers are the
-//!   first and at most one task on a sibling (its `after` word, below). The child claims the `TASK_READY` frame that is not chained first, else the
-//!   chained one whose sequence number follows the task it finished last; it runs a chained
+//!   every post ([`flag_seq`]). While tasks are posted and not yet collected, the parent may
+//!   post more, up to one per frame, flagged [`FLAG_CHAINED`]: a task whose unfinished
+//!   producers are tasks posted before it to this child, and for the first chained one at
+//!   most one task on a sibling (its `after` word, below; a task chained behind one that
+//!   carries such a word is not posted). The child claims the `TASK_READY` frame that is not
+//!   chained first, else the chained one whose sequence number follows the task it finished
+//!   last (reading the frames again before it takes one that does not: the post of the one
+//!   that follows was made first, so the Acquire load that saw the later one makes it
+//!   visible); it runs a chained
 //!   task only if it finished that task itself, successfully, and the sticky `withdraw` word
 //!   (M12; the parent sets it when the task's run is stopped) is not [`CHAIN_WITHDRAW`], and otherwise answers
 //!   it `TASK_DONE` with [`ERR_NOT_RUN`](crate::ipc::child::ERR_NOT_RUN) at once. The parent
 //!   never takes a `TASK_READY` frame back, so a frame the child found `TASK_READY` holds the
 //!   same task when it claims it; every chained task is answered, and the parent collects the
-//!   two frames in the order it posted them. To an idle SUB child the parent may also post a
+//!   frames in the order it posted them. To an idle SUB child the parent may also post a
 //!   task to run after a task on a sibling (the frame's `after` word names the sibling's
 //!   mailbox and that task's sequence number, [`after_key`]), and a chained task may carry such
 //!   a word too: the child runs it behind its own task's success, then after the sibling's
@@ -208,9 +214,9 @@
 //!   `done` naming that task decides (success runs it, failure answers it unrun), as does one
 //!   naming the next task that ran behind its success; any other record waits for the word.
 //!   Before it sleeps it sets its bit in the sibling's `waiters` and checks again. The parent
-//!   sets the word once it has seen the sibling's task end, before it posts anything more to
-//!   the sibling; only the task chained behind it was posted before, so no record is taken
-//!   for another task's.
+//!   sets the word once it has seen the sibling's task end, before it posts to the sibling
+//!   anything that is not chained behind that task; a task chained behind it runs only behind
+//!   its success, so no record is taken for another task's.
 //!
 //! # Memory ordering
 //!
