@@ -1307,8 +1307,9 @@ impl<'a> Orchestrator<'a> {
 
         // Step 4: attach.
         let mut live = 0u32;
-        // How many of the tasks it waits for run now on SUB workers (it may be chained behind
-        // one of them, after the other if there are two).
+        // How many of the tasks it waits for run or wait chained now on SUB workers (it may be
+        // chained behind one of them, after the other if there are two, or two deep behind
+        // both on one worker).
         let mut behind_running = 0u32;
         let mut failed: Option<Error> = None;
         let mut lost: Option<Error> = None;
@@ -1325,7 +1326,7 @@ impl<'a> Orchestrator<'a> {
                     live += u32::from(waits);
                     behind_running += u32::from(
                         waits
-                            && p.slot.state() == State::Running
+                            && matches!(p.slot.state(), State::Running | State::Chained)
                             && p.slot.task.as_ref().is_some_and(TaskData::is_sub_single),
                     );
                     if failed.is_none() {

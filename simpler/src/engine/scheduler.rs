@@ -182,7 +182,7 @@ impl Lane {
         self.busy.is_none() && self.dead.is_none() && !self.held
     }
 
-    /// Whether it holds a task: running (and maybe one chained behind it) or staged.
+    /// Whether it holds a task: running (and maybe some chained behind it) or staged.
     fn holds_any(&self) -> bool {
         self.busy.is_some() || self.staged.is_some()
     }
@@ -215,8 +215,8 @@ impl Lane {
         }
     }
 
-    /// Asks its worker not to start its chained task ([`Endpoint::withdraw_chained`]); a
-    /// panic there is logged (the chained task's end, when polled, says what happened).
+    /// Asks its worker not to start its chained tasks ([`Endpoint::withdraw_chained`]); a
+    /// panic there is logged (each chained task's end, when polled, says what happened).
     fn withdraw_chained(&mut self) {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.endpoint.withdraw_chained())) {
             tracing::error!(target: "simpler::scheduler", worker = %self.name, "its endpoint panicked in withdraw_chained: {}", panic_message(&*panic));
@@ -280,7 +280,7 @@ const SPARE_PARTITIONS: usize = 4;
 /// mailbox has task frames besides the running task's (rule M13 of `ipc::mailbox`). A worker
 /// that has two queued runs out of work every third task, not every second, and so needs the
 /// driver a third less often.
-const CHAIN_DEPTH: usize = 2;
+pub(crate) const CHAIN_DEPTH: usize = 2;
 
 /// The scheduler's state; owned by the role holder.
 pub(crate) struct Scheduler {
@@ -492,12 +492,8 @@ impl Scheduler {
             if chance {
                 self.withdraw_chains(RunState::build_failed);
             }
-            // Until nothing more chains: a task chained now may have a consumer to chain behind
-            // it (CHAIN_DEPTH), and no later pass would look until something else changed.
             if chance || progress {
-                while self.chain_successors(eng) {
-                    progress = true;
-                }
+                progress |= self.chain_successors(eng);
             }
         }
         let idle = self.lanes.iter().filter(|l| l.idle()).count();
@@ -1087,11 +1083,12 @@ impl Scheduler {
     }
 
     /// Chains, on each SUB lane that runs a task and holds none chained, a task of the same
-    /// run whose one unfinished producer is the running task (rule 5 of `slot`): the worker
-    /// starts it as soon as the running one succeeds, with no hand-off through this thread (a
-    /// wake-up each way, the most a short task costs). Not while a READY SUB task waits in a
-    /// queue (it goes first), not for a group or a run that was stopped, and not while the
-    /// running task is a chained one that did not launch.
+    /// run whose one unfinished producer is the running task (rule 5 of `slot`), and then
+    /// maybe one more behind it ([`chain_deeper`](Self::chain_deeper), as on a lane that held
+    /// one chained already): the worker starts each as soon as the one ahead succeeds, with no
+    /// hand-off through this thread (a wake-up each way, the most a short task costs). Not
+    /// while a READY SUB task waits in a queue (it goes first), not for a group or a run that
+    /// was stopped, and not while the running task is a chained one that did not launch.
     fn chain_successors(&mut self, eng: &Engine) -> bool {
         if self.parts.iter().any(|(_, p)| !p.sub.is_empty()) {
             return false;
@@ -1105,7 +1102,7 @@ impl Scheduler {
             }
             if !lane.chained.is_empty() {
                 progress |= self.chain_deeper(eng, i);
-                if self.idle_chaining_lane().is_none() {
+                if self.lanes[i].dead.is_some() || self.idle_chaining_lane().is_none() {
                     continue;
                 }
             }
@@ -1145,8 +1142,13 @@ impl Scheduler {
                     };
                     if let Some(other) = other
                         && next.chain_behind(1 + u32::from(other.is_some()))
+                        && self.chain_on(eng, i, next, other)
                     {
-                        progress |= self.chain_on(eng, i, next, other);
+                        progress = true;
+                        // And maybe one behind it, in the same scan.
+                        if self.lanes[i].dead.is_none() {
+                            self.chain_deeper(eng, i);
+                        }
                     }
                     if self.lanes[i].dead.is_some() {
                         break;
@@ -1171,10 +1173,15 @@ impl Scheduler {
     /// ([`CHAIN_DEPTH`]), a task of the same run behind its last chained task whose unfinished
     /// producers all run or wait on this lane (a chain of tasks on one worker, each overwriting
     /// what the task two ahead wrote: its producers are the two tasks ahead of it). Not behind
-    /// a task that waits for another lane's (its wait is settled one task at a time).
+    /// a task that waits for another lane's (its wait is settled one task at a time), nor behind
+    /// a running task that did not launch.
     fn chain_deeper(&mut self, eng: &Engine, i: usize) -> bool {
         let lane = &self.lanes[i];
-        if lane.chained.len() >= CHAIN_DEPTH || lane.chained_after.is_some() || lane.after.is_some() {
+        if lane.chained.len() >= CHAIN_DEPTH
+            || lane.chained_after.is_some()
+            || lane.after.is_some()
+            || lane.unlaunched.is_some()
+        {
             return false;
         }
         let Some(tail) = lane.chained.back().cloned() else { return false };

@@ -279,7 +279,8 @@ fn ring_waiters(region: &MailboxRegion, mut waiters: u64) {
 /// shutting down. The record is read before the parent's word, and decides only when it names
 /// that task, or the task chained behind it that ran behind its success; any other record
 /// leaves the decision to the parent's word (which it sets before it posts to the sibling
-/// again, so no later post's record is mistaken for that task's).
+/// anything not chained behind that task, so no later post's record is mistaken for that
+/// task's).
 fn wait_after(region: &MailboxRegion, index: usize, req: &TaskRequest<'_>) -> Result<(), FrameError> {
     let Some((sibling, seq)) = req.after() else { return Ok(()) };
     if sibling >= region.len() || sibling == index {

@@ -28,9 +28,12 @@ use crate::ipc::mailbox::{
 };
 use crate::sys::process::ExitBoard;
 
+// A SUB worker's mailbox holds as many chained tasks as the scheduler hands it (rule M13).
+const _: () = assert!(crate::engine::scheduler::CHAIN_DEPTH < TASK_FRAMES);
+
 /// Drives one child through its mailbox's task frames: the running task in one, and, for a
-/// chip that can prepare a successor beside it, a staged task in the other (rule M11 of
-/// `ipc::mailbox`).
+/// chip that can prepare a successor beside it, a staged task in another (rule M11 of
+/// `ipc::mailbox`), or for a SUB worker up to two chained tasks in the others (M13).
 pub(crate) struct MailboxEndpoint {
     region: Arc<MailboxRegion>,
     index: usize,
@@ -99,8 +102,8 @@ impl MailboxEndpoint {
         self
     }
 
-    /// This child takes chained tasks (a SUB worker, whose loop reads both task frames: rule
-    /// M13 of `ipc::mailbox`).
+    /// This child takes chained tasks (a SUB worker, whose loop reads all its task frames:
+    /// rule M13 of `ipc::mailbox`).
     pub(crate) fn chaining(mut self, on: bool) -> MailboxEndpoint {
         self.chains = on;
         self

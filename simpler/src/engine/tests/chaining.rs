@@ -219,3 +219,46 @@ fn a_task_that_waits_for_another_lane_is_not_chained_two_deep() {
     rig.wait(&run).unwrap();
     rig.assert_clean();
 }
+
+/// Nothing is chained behind a chained task whose wait for another lane is not settled: 2 is
+/// chained behind 1 and after 4, and 3, which reads only what 2 writes, waits until 2 runs.
+#[test]
+fn nothing_is_chained_behind_a_task_that_waits_for_another_lane() {
+    let rig = Rig::chaining(cfg(0, 2));
+    let (x, y, z) = (whole(buffer(1)), whole(buffer(2)), whole(buffer(3)));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[(&x, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(4, &[(&z, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(2, &[(&x, Tag::Input), (&z, Tag::Input), (&y, Tag::Output)])).unwrap();
+    orch.submit_sub(&rig.host, args(3, &[(&y, Tag::Input)])).unwrap();
+    orch.finish(None);
+    let (w0, w1) = (&rig.sub[0], &rig.sub[1]);
+    rig.drive("task 2 to be chained behind 1, after 4", || {
+        w0.chained().is_some_and(|(s, w)| s.id() == 2 && w == Wait::On(4))
+    });
+    assert!(!rig.drive_briefly(|| w0.chained_ids().len() > 1), "3 was chained behind 2, which waits for 4");
+    w1.finish(Outcome::Success);
+    w0.finish(Outcome::Success);
+    rig.drive("task 3 to be chained behind 2", || w0.chained_ids() == [3]);
+    w0.finish(Outcome::Success);
+    w0.finish(Outcome::Success);
+    rig.wait(&run).unwrap();
+    rig.assert_clean();
+}
+
+/// An endpoint that panics reporting the running task's end cannot be trusted with the two
+/// chained behind it: both fail, the lane leaves service, and the run ends.
+#[test]
+fn a_lost_endpoint_fails_both_chained_tasks() {
+    let rig = Rig::chaining(cfg(0, 1));
+    sync::lock(&rig.faults.poll).insert(1);
+    let run = rig.begin();
+    three_in_a_row(&rig, &run).finish(None);
+    rig.drive("tasks 2 and 3 to be chained", || rig.sub[0].chained_ids() == [2, 3]);
+    rig.sub[0].finish(Outcome::Success);
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
+    assert_eq!(run.stats().unwrap().failed, 3);
+    assert_eq!(rig.in_flight(), 0, "nothing counted in flight after the lane was lost");
+}

@@ -14,7 +14,7 @@
 //!
 //! All `#[repr(C)]`, native endianness, checked at compile time: the tables are in [`layout`]
 //! (region: the parent doorbell, then mailbox `i` at 64 + i × [`MAILBOX_SIZE`](layout::MAILBOX_SIZE); mailbox: child
-//! doorbell, words, base frame, two task frames; frame: state word, error code, request and
+//! doorbell, words, base frame, three task frames; frame: state word, error code, request and
 //! reply fields, payload, error message).
 //!
 //! # Files
@@ -148,8 +148,9 @@
 //!   number of 0, or a task number past `u32`, is no key.
 //!
 //! * **M11 (the two-frame lane).** A chip child that grants a pipeline depth of 2 runs one task
-//!   and holds at most one staged successor, one per task frame: the parent posts a task to run
-//!   (`TASK_READY`) only into the frame that holds no staged task and only while none runs, and
+//!   and holds at most one staged successor, one per task frame (frames 0 and 1; a chip leaves
+//!   frame 2 `IDLE`): the parent posts a task to run (`TASK_READY`) only into the one of the two
+//!   that holds no staged task and only while none runs, and
 //!   a staged one (`PREPARE_READY`) only while none is staged. The child claims a staged frame
 //!   (M3), prepares its task, and publishes `FRAME_STAGED` (Release) keeping the fields; from
 //!   then on the parent changes only the state word, by compare-exchange: `FRAME_STAGED →
@@ -189,8 +190,9 @@
 //!   every post ([`flag_seq`]). While tasks are posted and not yet collected, the parent may
 //!   post more, up to one per frame, flagged [`FLAG_CHAINED`]: a task whose unfinished
 //!   producers are tasks posted before it to this child, and for the first chained one at
-//!   most one task on a sibling (its `after` word, below; a task chained behind one that
-//!   carries such a word is not posted). The child claims the `TASK_READY` frame that is not
+//!   most one task on a sibling (its `after` word, below; nothing is chained behind a task
+//!   whose wait for a sibling is not settled, nor behind a chained task that carries such a
+//!   word). The child claims the `TASK_READY` frame that is not
 //!   chained first, else the chained one whose sequence number follows the task it finished
 //!   last (reading the frames again before it takes one that does not: the post of the one
 //!   that follows was made first, so the Acquire load that saw the later one makes it

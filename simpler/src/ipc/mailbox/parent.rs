@@ -372,7 +372,7 @@ impl Mailbox<'_> {
         self.slot.parent_cpu.store(cpu, Ordering::Relaxed);
     }
 
-    /// Returns both frames to `IDLE` for a new child, after the old one died (rule M8): the
+    /// Returns every frame to `IDLE` for a new child, after the old one died (rule M8): the
     /// caller has seen the old child reaped, keeps every other parent-side party (the scheduler,
     /// which has the lane out of service; control requests) off this mailbox until the new
     /// child reports ready, and has not requested shutdown.
