@@ -30,15 +30,15 @@ fn twice_plus_one(args: &HostArgs<'_>) -> HostResult {
     Ok(())
 }
 
-/// Where `stall` announces that it runs, on the node whose process is `node_pid`.
+/// The marker in which `stall` announces that it runs, on the node whose process is `node_pid`.
 fn stall_marker(node_pid: u32) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("simpler-remote-stall-{node_pid}"))
+    marker_file("remote-stall", node_pid)
 }
 
 /// Announces that it runs (a SUB worker of a node process), then blocks for up to a minute
 /// (the test kills or stops its node meanwhile).
 fn stall(_args: &HostArgs<'_>) -> HostResult {
-    std::fs::write(stall_marker(std::os::unix::process::parent_id()), b"running")?;
+    announce_to_parent("remote-stall", "running")?;
     spin_until(Instant::now() + Duration::from_secs(60), || false);
     Ok(())
 }
@@ -607,12 +607,11 @@ fn a_node_killed_mid_task_fails_the_task_naming_it_and_rejoins_once_restarted() 
     rig.init();
     let h = OrchFn::new("stalled", stalled).handle();
     let marker = stall_marker(node.pid() as u32);
-    let _ = std::fs::remove_file(&marker);
+    let _files = TempFiles::new([marker.clone()]);
     let run = rig
         .submit(|orch| orch.submit_next_level(&h, TaskArgs::new(), CallConfig::default(), 1).map(|_| ()))
         .unwrap();
-    wait_for("the task to run on the node", Duration::from_secs(20), || marker.exists());
-    let _ = std::fs::remove_file(&marker);
+    wait_for_marker(&marker, "the task to run on the node");
     sigkill(node.pid());
     let started = Instant::now();
     let err = run.wait().expect_err("the node died under the task");
@@ -760,7 +759,7 @@ fn root_process() {
 /// on the node.
 fn root_with_a_stalled_task(addr: &NodeAddr) -> KillOnDrop {
     let marker = stall_marker(std::process::id());
-    let _ = std::fs::remove_file(&marker);
+    let _files = TempFiles::new([marker.clone()]);
     let root = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "root_process", "--ignored", "--nocapture", "--test-threads=1"])
@@ -771,7 +770,6 @@ fn root_with_a_stalled_task(addr: &NodeAddr) -> KillOnDrop {
             .unwrap(),
     );
     wait_for("the root's task to run on the node", Duration::from_secs(30), || marker.exists());
-    let _ = std::fs::remove_file(&marker);
     root
 }
 
