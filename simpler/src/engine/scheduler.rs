@@ -983,9 +983,14 @@ impl Scheduler {
         self.lanes[i].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
     }
 
-    /// Why chained task `next` did not run: the task `ahead` of it failed (or, with no failure
-    /// recorded, its run was stopped or ended first).
+    /// Why chained task `next` did not run: its run was stopped (a cancel, a deadline) or its
+    /// orchestration function failed, which is then what the task ahead of it failed of too;
+    /// otherwise the task `ahead` of it failed (or, with no failure recorded, its run ended
+    /// first).
     fn poisoned_behind(ahead: &Slot, next: &Slot) -> Error {
+        if next.run.is_stopped() || next.run.build_failed() {
+            return not_started(next);
+        }
         match ahead.lock().failure.as_ref() {
             Some(e) => Error::new(
                 ErrorKind::Poisoned,

@@ -262,3 +262,25 @@ fn a_lost_endpoint_fails_both_chained_tasks() {
     assert_eq!(run.stats().unwrap().failed, 3);
     assert_eq!(rig.in_flight(), 0, "nothing counted in flight after the lane was lost");
 }
+
+/// A cancelled run's tasks chained two deep each say that they did not run because the run
+/// was cancelled, the second one too (not that the first one failed).
+#[test]
+fn the_chained_tasks_of_a_cancelled_run_say_it_was_cancelled() {
+    let rig = Rig::chaining(cfg(0, 1));
+    let run = rig.begin();
+    three_in_a_row(&rig, &run).finish(None);
+    rig.drive("tasks 2 and 3 to be chained", || rig.sub[0].chained_ids() == [2, 3]);
+    assert!(RunHandle::new(run.clone(), &rig.eng).cancel());
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+    let timeline = run.timeline().expect("captured");
+    for r in timeline.records().iter().filter(|r| r.index > 0) {
+        let e = r.error.as_deref().expect("it did not run");
+        assert!(
+            e.contains("did not run") && e.contains("cancelled") && !e.contains("failed"),
+            "task {}: {e}",
+            r.index
+        );
+    }
+}
