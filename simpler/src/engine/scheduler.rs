@@ -2077,7 +2077,8 @@ impl Scheduler {
                 progress = true;
                 continue;
             }
-            let idle: Vec<usize> =
+            // (No allocation per task: a group of up to eight members fits inline.)
+            let idle: smallvec::SmallVec<[usize; 8]> =
                 self.sub.iter().copied().filter(|&l| self.lanes[l].idle()).take(need).collect();
             if idle.len() < need {
                 break;
