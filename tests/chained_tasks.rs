@@ -44,8 +44,8 @@ fn slow_add2(args: &HostArgs<'_>) -> HostResult {
 }
 
 /// Counts the scheduler's `chain` and `chained task launched` events (trace level), the
-/// chains behind one running task and after another (`also_after`), and those two deep
-/// (`depth` 2: behind a chained task).
+/// chains behind one running task and after another (`also_after`), and those two and three
+/// deep (`depth` 2 and 3: behind one or two chained tasks).
 mod recorder {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,6 +58,7 @@ mod recorder {
         pub launched: Arc<AtomicUsize>,
         pub behind_two: Arc<AtomicUsize>,
         pub two_deep: Arc<AtomicUsize>,
+        pub three_deep: Arc<AtomicUsize>,
     }
 
     /// An event's message, whether it has an `also_after` field, and its `depth`.
@@ -92,6 +93,9 @@ mod recorder {
         pub fn two_deep(&self) -> usize {
             self.two_deep.load(Ordering::SeqCst)
         }
+        pub fn three_deep(&self) -> usize {
+            self.three_deep.load(Ordering::SeqCst)
+        }
     }
 
     impl Subscriber for Chains {
@@ -111,6 +115,9 @@ mod recorder {
             }
             if m.0 == "chain" && m.2 >= 2 {
                 self.two_deep.fetch_add(1, Ordering::SeqCst);
+            }
+            if m.0 == "chain" && m.2 >= 3 {
+                self.three_deep.fetch_add(1, Ordering::SeqCst);
             }
             match m.0.as_str() {
                 "chain" => self.chained.fetch_add(1, Ordering::SeqCst),
@@ -170,9 +177,9 @@ fn each_task_behind_a_running_one_is_chained_and_the_results_are_the_graphs() {
 /// A chain on one worker over two alternating slots (as a Task Bench point with two output
 /// generations): each task reads the slot the one before wrote and overwrites the slot the
 /// one two before wrote, so its producers are the two tasks ahead of it, both on this worker,
-/// and it may wait chained two deep.
+/// and it may wait chained three deep (as many as the mailbox has frames for).
 #[isolated_test]
-fn a_chain_over_two_slots_waits_two_deep_and_the_results_are_the_graphs() {
+fn a_chain_over_two_slots_waits_three_deep_and_the_results_are_the_graphs() {
     let chains = recorder::install();
     let (rig, [block, inc]) = Rig::start(subs(1), [("block_on_flag", block_on_flag), ("slow_inc", slow_inc)]);
     let flag = u32_buffer(&rig, 2);
@@ -191,7 +198,7 @@ fn a_chain_over_two_slots_waits_two_deep_and_the_results_are_the_graphs() {
         })
         .unwrap();
     wait_blocked(&flag);
-    wait_for("two tasks chained behind the blocker", Duration::from_secs(10), || chains.two_deep() >= 1);
+    wait_for("three tasks chained behind the blocker", Duration::from_secs(10), || chains.three_deep() >= 1);
     release(&flag);
     run.wait().expect("the run succeeds");
     assert_eq!(read_u64(&slots, 0, 2), vec![16, 15], "six increments from 10, alternating slots");

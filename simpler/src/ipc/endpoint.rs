@@ -33,7 +33,7 @@ const _: () = assert!(crate::engine::scheduler::CHAIN_DEPTH < TASK_FRAMES);
 
 /// Drives one child through its mailbox's task frames: the running task in one, and, for a
 /// chip that can prepare a successor beside it, a staged task in another (rule M11 of
-/// `ipc::mailbox`), or for a SUB worker up to two chained tasks in the others (M13).
+/// `ipc::mailbox`), or for a SUB worker up to three chained tasks in the others (M13).
 pub(crate) struct MailboxEndpoint {
     region: Arc<MailboxRegion>,
     index: usize,

@@ -377,7 +377,7 @@ pub(crate) struct ManualEndpoint {
     state: Arc<Mutex<ManualState>>,
     /// It takes staged tasks (as a chip with two task frames).
     stages: bool,
-    /// It takes chained tasks, up to two (as a SUB worker's mailbox does, rule M13 of
+    /// It takes chained tasks, up to [`CHAIN_DEPTH`](crate::engine::scheduler::CHAIN_DEPTH) (as a SUB worker's mailbox does, rule M13 of
     /// `ipc::mailbox`): it starts each itself when the task ahead of it succeeds and its wait
     /// for another lane's task, if any, is settled to go.
     chains: bool,
@@ -566,7 +566,7 @@ impl Endpoint for ManualEndpoint {
             st.running_waits != Wait::None || st.chained.iter().any(|(_, w)| matches!(w, Wait::On(_)));
         if !self.chains
             || st.running.is_none()
-            || st.chained.len() >= 2
+            || st.chained.len() >= crate::engine::scheduler::CHAIN_DEPTH
             || waits
             || (after.is_some() && !st.chained.is_empty())
         {

@@ -173,6 +173,36 @@ fn two_tasks_wait_chained_behind_the_running_one_and_the_worker_starts_each() {
     rig.assert_clean();
 }
 
+/// A chain of five on one worker: as many as the mailbox has frames for wait behind the running
+/// one (`CHAIN_DEPTH`, three), chained in one pass; the fifth once the first ended; the
+/// scheduler starts only the first.
+#[test]
+fn a_chain_waits_chain_depth_deep_and_refills_as_each_task_ends() {
+    let rig = Rig::chaining(cfg(0, 1));
+    let run = rig.begin();
+    let bufs: Vec<_> = (1..=5).map(|n| whole(buffer(n))).collect();
+    let mut orch = rig.orch(&run);
+    orch.submit_sub(&rig.host, args(1, &[(&bufs[0], Tag::Output)])).unwrap();
+    for id in 2..=5u64 {
+        let (i, o) = (&bufs[id as usize - 2], &bufs[id as usize - 1]);
+        orch.submit_sub(&rig.host, args(id, &[(i, Tag::Input), (o, Tag::Output)])).unwrap();
+    }
+    orch.finish(None);
+    let sub = &rig.sub[0];
+    assert_eq!(crate::engine::scheduler::CHAIN_DEPTH, 3);
+    rig.drive("tasks 2, 3 and 4 to be chained behind 1", || sub.chained_ids() == [2, 3, 4]);
+    assert!(!rig.drive_briefly(|| sub.chained_ids().len() > 3), "chained deeper than the frames allow");
+    sub.finish(Outcome::Success);
+    rig.drive("task 5 to be chained behind 4", || sub.chained_ids() == [3, 4, 5]);
+    for id in 2..=5 {
+        assert_eq!(sub.running().map(|s| s.id()), Some(id), "the worker started {id} itself");
+        sub.finish(Outcome::Success);
+    }
+    rig.wait(&run).unwrap();
+    assert_eq!(ids(&rig.dispatched()), [1], "the scheduler started only the first");
+    rig.assert_clean();
+}
+
 #[test]
 fn behind_a_failure_both_chained_tasks_are_answered_unrun() {
     let rig = Rig::chaining(cfg(0, 1));

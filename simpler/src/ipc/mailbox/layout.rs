@@ -9,7 +9,7 @@
 //! | Offset | Size | Field |
 //! | ------ | ---- | ----- |
 //! | 0 | 64 | parent [`Doorbell`] (`seq` u32 @0, `sleepers` u32 @4) |
-//! | 64 + i × [`MAILBOX_SIZE`] | [`MAILBOX_SIZE`] = 262 400 | mailbox `i` |
+//! | 64 + i × [`MAILBOX_SIZE`] | [`MAILBOX_SIZE`] = 327 936 | mailbox `i` |
 //!
 //! Mailbox:
 //!
@@ -25,9 +25,8 @@
 //! | 88 | 8 | `waiters` u64: bit `j` set by the child of mailbox `j` < 64 before it sleeps waiting for `done` to move (M13); the child clears them when it records `done`, and rings those children |
 //! | 96 | 32 | reserved (0) |
 //! | 128 + 32 k | 32 | task frame `k`'s words (M12): `generation` u64 @0 and `slot` u32 @16 (the lease of the task's run), `prepared_ns` u64 @8, `flags` u32 @20, `accepted` u32 @24 (sticky), `withdraw` u32 @28 (sticky) |
-//! | 224 | 32 | reserved (0) |
 //! | 256 | 65 536 | base frame (startup + control) |
-//! | 65 792 + 65 536 k | 65 536 | task frame `k` (k = 0, 1, 2) |
+//! | 65 792 + 65 536 k | 65 536 | task frame `k` (k = 0, 1, 2, 3) |
 //!
 //! Frame ([`FRAME_SIZE`] = 64 KiB, 64-byte aligned):
 //!
@@ -77,9 +76,9 @@ pub(super) const MAILBOX_SIZE: usize = size_of::<Slot>();
 pub(super) const SLOTS_OFFSET: usize = size_of::<Doorbell>();
 
 /// Task frames per mailbox: a chip uses two, one for the running task and one for a staged
-/// successor (M11); a SUB worker all three, for the running task and two chained behind it
+/// successor (M11); a SUB worker all four, for the running task and three chained behind it
 /// (M13).
-pub(crate) const TASK_FRAMES: usize = 3;
+pub(crate) const TASK_FRAMES: usize = 4;
 
 /// One 64 KiB frame (see the module docs for the layout and rules M1–M4).
 #[repr(C, align(64))]
@@ -127,7 +126,6 @@ pub(super) struct Slot {
     _reserved: [u32; 8],
     /// The lease, flags and acceptance word of each task frame (rule M12).
     pub(super) words: [TaskWords; TASK_FRAMES],
-    _reserved2: [u32; 8],
     pub(super) base: Frame,
     pub(super) tasks: [Frame; TASK_FRAMES],
 }
@@ -179,7 +177,7 @@ const _: () = {
     assert!(offset_of!(Slot, words) == 128);
     assert!(offset_of!(Slot, base) == 256);
     assert!(offset_of!(Slot, tasks) == 256 + FRAME_SIZE);
-    assert!(MAILBOX_SIZE == 262_400);
+    assert!(MAILBOX_SIZE == 327_936);
     assert!(SLOTS_OFFSET == 64);
     assert!(MAILBOX_SIZE.is_multiple_of(align_of::<Slot>()));
     assert!(SLOTS_OFFSET.is_multiple_of(align_of::<Slot>()));

@@ -5,16 +5,16 @@
 //! it finishes a task or a control request (and may be rung by in-process parties), so one
 //! thread can sleep on it for all its children. Each mailbox holds a child doorbell (the child
 //! sleeps on it; the parent rings it after posting a task, a control request, or shutdown), a
-//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and three **task
+//! sticky shutdown word, the child's pid, a **base frame** (startup and control) and four **task
 //! frames**: nested Workers use the first only; a chip child that prepares a successor run's
-//! task beside the one it runs uses two (rule M11); a SUB worker all three, for its running
-//! task and up to two chained behind it (rule M13).
+//! task beside the one it runs uses two (rule M11); a SUB worker all four, for its running
+//! task and up to three chained behind it (rule M13).
 //!
 //! # Layout
 //!
 //! All `#[repr(C)]`, native endianness, checked at compile time: the tables are in [`layout`]
 //! (region: the parent doorbell, then mailbox `i` at 64 + i × [`MAILBOX_SIZE`](layout::MAILBOX_SIZE); mailbox: child
-//! doorbell, words, base frame, three task frames; frame: state word, error code, request and
+//! doorbell, words, base frame, four task frames; frame: state word, error code, request and
 //! reply fields, payload, error message).
 //!
 //! # Files

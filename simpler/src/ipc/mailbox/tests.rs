@@ -86,7 +86,7 @@ fn echo_child(region: &MailboxRegion, i: usize) -> i32 {
 #[test]
 fn layout_constants() {
     assert_eq!(ARGS_CAPACITY, 63_808);
-    assert_eq!(MAILBOX_SIZE, 262_400);
+    assert_eq!(MAILBOX_SIZE, 327_936);
     let region = MailboxRegion::new(3).unwrap();
     assert_eq!(region.len(), 3);
     for i in 0..3 {
