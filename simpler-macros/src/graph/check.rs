@@ -287,6 +287,9 @@ pub(crate) struct Assert {
     pub(crate) span: Span,
     pub(crate) callee: syn::Expr,
     pub(crate) pos: usize,
+    /// The tensor the argument names, for the message (as a type: the trait's message
+    /// prints it).
+    pub(crate) tensor: String,
     /// Which check: each is a trait bound on `Holds<{ fact }>` whose trait (in
     /// `__private`) carries the error's message, so a false fact is a plain E0277 on the
     /// argument, never a `const` evaluation failure (E0080).
@@ -1100,6 +1103,7 @@ impl Checker<'_> {
                             span: c.span,
                             callee: callee.clone(),
                             pos,
+                            tensor: self.tensors[c.id].name.clone(),
                             check: Check::LoopWrite,
                         });
                     }
@@ -1337,11 +1341,11 @@ impl Checker<'_> {
             // A loop's accumulator: S0113 says it better than S0112.
             let accumulator = accumulated.iter().any(|s| format!("{s:?}") == format!("{span:?}"));
             let t = &self.tensors[id];
-            let callee = lines[m].callee.clone();
+            let (callee, tensor) = (lines[m].callee.clone(), t.name.clone());
             if !t.written {
-                asserts.push(Assert { span, callee, pos, check: Check::Unwritten });
+                asserts.push(Assert { span, callee, pos, tensor, check: Check::Unwritten });
             } else if t.readers.is_empty() && t.writer.is_some() && !accumulator && !other_piece {
-                asserts.push(Assert { span, callee, pos, check: Check::Unread });
+                asserts.push(Assert { span, callee, pos, tensor, check: Check::Unread });
             }
         }
 

@@ -52,6 +52,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             compile_time_edges: plan.compile_time_edges,
             body: Vec::new(),
             replay: Vec::new(),
+            named: std::collections::BTreeSet::new(),
         };
         // Before anything is submitted: the tile counts (a tile that does not divide its
         // tensor is an error here), then the loops' piece counts.
@@ -151,7 +152,21 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         for step in &plan.steps {
             out.step(step);
         }
-        (out.body, out.replay)
+        // The types named after the tensors that signature checks name (S0111-S0113), one per
+        // name in this graph, so that rustc prints them bare (`h`, not `g::h`) unless another
+        // item of the crate has that name; in a module of their own, so that they shadow
+        // nothing the body names (a tensor called `f32`).
+        let mut body = Vec::new();
+        if !out.named.is_empty() {
+            let names = out.named.iter().map(|n| proc_macro2::Ident::new_raw(n, model::hidden()));
+            let tensors = tensor_types();
+            body.push(quote! {
+                #[allow(non_camel_case_types, dead_code)]
+                mod #tensors { #(pub struct #names {})* }
+            });
+        }
+        body.append(&mut out.body);
+        (body, out.replay)
     };
     let fn_params: Vec<TokenStream> = def
         .params
@@ -256,6 +271,12 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
     }
 }
 
+/// The module, in a graph function's body, of the types named after its tensors (for the
+/// messages of the signature checks).
+fn tensor_types() -> syn::Ident {
+    format_ident!("__tensors", span = model::hidden())
+}
+
 struct Gen<'a> {
     root: &'a TokenStream,
     o: &'a syn::Ident,
@@ -268,6 +289,8 @@ struct Gen<'a> {
     compile_time_edges: bool,
     body: Vec<TokenStream>,
     replay: Vec<TokenStream>,
+    /// The tensors signature checks name, as types of their own (declared once each).
+    named: std::collections::BTreeSet<String>,
 }
 
 impl Gen<'_> {
@@ -393,8 +416,13 @@ impl Gen<'_> {
                 respan(quote!(!#root::__private::param_is), a.span),
                 respan(quote!(#root::__private::ParamMode::#mode), a.span),
             );
+            // The tensor's name as a type of its own, which the trait's message prints
+            // ("the tensor `h` holds no value yet"), declared at the top of the body.
+            let tensor = a.tensor.trim_start_matches("r#");
+            self.named.insert(tensor.to_string());
+            let (tensors, name) = (tensor_types(), proc_macro2::Ident::new_raw(tensor, model::hidden()));
             self.body.push(quote_spanned! {a.span=>
-                #bound<{ #is(&#callee::PARAMS, #pos, #mode) }>>();
+                #bound<{ #is(&#callee::PARAMS, #pos, #mode) }>, #tensors::#name>();
             });
         }
         let handle = format_ident!("__t{}", task.index, span = model::hidden());

@@ -159,50 +159,56 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
 /// E0080`.
 pub struct Holds<const FACT: bool>;
 
-/// S0111: a tensor that holds no value does not go to an `InOut` parameter.
+/// S0111: a tensor that holds no value does not go to an `InOut` parameter. `N` is a type
+/// named after the tensor, for the message.
 #[diagnostic::on_unimplemented(
-    message = "this tensor holds no value yet, and the callee's parameter is an `InOut`, which reads it [S0111]",
+    message = "the tensor `{N}` holds no value yet, and the callee's parameter is an `InOut`, which reads it [S0111]",
     label = "not written yet, but read through an `InOut` parameter",
     note = "pass the tensor to an `Out` parameter first; see error S0111 in the book"
 )]
-pub trait InOutHasAValue {}
+pub trait InOutHasAValue<N> {}
 
 #[diagnostic::do_not_recommend]
-impl InOutHasAValue for Holds<true> {}
+impl<N> InOutHasAValue<N> for Holds<true> {}
 
 /// Refuses (S0111) a tensor that holds no value given to an `InOut` parameter: `H` is
-/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::InOut) }>`.
-pub fn inout_has_a_value<H: InOutHasAValue>() {}
+/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::InOut) }>`, `N` a type named after the
+/// tensor.
+pub fn inout_has_a_value<H: InOutHasAValue<N>, N>() {}
 
-/// S0112: a value nothing has read is not overwritten through an `Out` parameter.
+/// S0112: a value nothing has read is not overwritten through an `Out` parameter. `N` is a type
+/// named after the tensor, for the message.
 #[diagnostic::on_unimplemented(
-    message = "this tensor holds a value nothing has read, and the callee's parameter is an `Out`, which would overwrite it, so that value is lost [S0112]",
+    message = "the tensor `{N}` holds a value nothing has read, and the callee's parameter is an `Out`, which would overwrite it, so that value is lost [S0112]",
     label = "overwrites a value nothing has read",
     note = "read the tensor first, or write into a fresh intermediate; see error S0112 in the book"
 )]
-pub trait NoUnreadValueOverwritten {}
+pub trait NoUnreadValueOverwritten<N> {}
 
 #[diagnostic::do_not_recommend]
-impl NoUnreadValueOverwritten for Holds<true> {}
+impl<N> NoUnreadValueOverwritten<N> for Holds<true> {}
 
 /// Refuses (S0112) an `Out` parameter given a tensor whose value nothing has read: `H` is
-/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`.
-pub fn no_unread_value_overwritten<H: NoUnreadValueOverwritten>() {}
+/// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`, `N` a type named after the
+/// tensor.
+pub fn no_unread_value_overwritten<H: NoUnreadValueOverwritten<N>, N>() {}
 
-/// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
+/// S0113: what a loop writes in every iteration does not go to an `Out` parameter. `N` is a
+/// type named after the tensor, for the message.
 #[diagnostic::on_unimplemented(
-    message = "this argument is written in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite the same bytes [S0113]",
+    message = "the tensor `{N}` is written in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite the same bytes [S0113]",
     label = "the same bytes in every iteration, through an `Out` parameter",
     note = "write one piece per iteration (`let parts = y.split(N);`, then `&mut parts[i]` with the loop's `i`), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
 )]
-pub trait LoopWriteNotOut {}
+pub trait LoopWriteNotOut<N> {}
 
 #[diagnostic::do_not_recommend]
-impl LoopWriteNotOut for Holds<true> {}
+impl<N> LoopWriteNotOut<N> for Holds<true> {}
 
 /// Refuses (S0113) an argument written in every iteration of a loop that goes to an `Out`
-/// parameter: `H` is `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`.
-pub fn loop_write_not_out<H: LoopWriteNotOut>() {}
+/// parameter: `H` is `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`, `N` a type
+/// named after the tensor.
+pub fn loop_write_not_out<H: LoopWriteNotOut<N>, N>() {}
 
 /// S0113: a range loop indexes a partition only within its pieces (at its index, or at an
 /// affine function of it).

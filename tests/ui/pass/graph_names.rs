@@ -1,5 +1,7 @@
 // Names the graph must handle: raw identifiers, a parameter named like its function, shape
-// metadata in scalar expressions, a field named like a tensor.
+// metadata in scalar expressions, a field named like a tensor, a tensor named like the type of
+// its elements (the signature checks name tensors as types of their own, for their messages,
+// which must shadow nothing).
 use simpler::{dsl::In, dsl::InOut, dsl::Out, callable, task_graph};
 
 #[callable(sub)]
@@ -37,8 +39,18 @@ task_graph! {
     }
 }
 
+task_graph! {
+    fn prim(x: In<f32>, y: Out<f32>) {
+        let f32 = alloc::<f32>([4]);
+        copy(x, &mut f32).on(sub());
+        scale(&mut f32, 2.0).on(sub());
+        copy(f32, &mut y).on(sub());
+    }
+}
+
 fn main() {
     assert_eq!(r#loop::NAME, "loop");
     assert_eq!(r#loop::graph().graph().node_count(), 4);
     assert_eq!(g::graph().graph().node_count(), 1);
+    assert_eq!(prim::graph().graph().node_count(), 3);
 }
