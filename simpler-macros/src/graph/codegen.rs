@@ -161,7 +161,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
             let names = out.named.iter().map(|n| proc_macro2::Ident::new_raw(n, model::hidden()));
             let tensors = tensor_types();
             body.push(quote! {
-                #[allow(non_camel_case_types, dead_code)]
+                #[allow(non_camel_case_types, dead_code, unreachable_pub, clippy::items_after_statements)]
                 mod #tensors { #(pub struct #names {})* }
             });
         }
