@@ -912,8 +912,11 @@ impl Scheduler {
                 ))
             }
             // A chained task launched here and withdrawn before it started: its run was
-            // stopped, or its orchestration function failed.
-            Ok(Outcome::NotRun(_)) if slot.run.is_stopped() || slot.run.build_failed() => {
+            // stopped, or its orchestration function failed, or it was abandoned (a scheduler
+            // panic: the run is done while its tasks still end).
+            Ok(Outcome::NotRun(_))
+                if slot.run.is_stopped() || slot.run.build_failed() || slot.run.is_done() =>
+            {
                 Err(not_started(slot))
             }
             Ok(Outcome::NotRun(msg)) => Err(Error::new(
@@ -985,12 +988,13 @@ impl Scheduler {
         self.lanes[i].span = (!span.is_disabled()).then(|| (span, std::time::Instant::now()));
     }
 
-    /// Why chained task `next` did not run: its run was stopped (a cancel, a deadline) or its
-    /// orchestration function failed, which is then what the task ahead of it failed of too;
+    /// Why chained task `next` did not run: its run was stopped (a cancel, a deadline), its
+    /// orchestration function failed or it was abandoned (done while its tasks still end),
+    /// which is then what the task ahead of it failed of too;
     /// otherwise the task `ahead` of it failed (or, with no failure recorded, its run ended
     /// first).
     fn poisoned_behind(ahead: &Slot, next: &Slot) -> Error {
-        if next.run.is_stopped() || next.run.build_failed() {
+        if next.run.is_stopped() || next.run.build_failed() || next.run.is_done() {
             return not_started(next);
         }
         match ahead.lock().failure.as_ref() {

@@ -314,3 +314,32 @@ fn the_chained_tasks_of_a_cancelled_run_say_it_was_cancelled() {
         );
     }
 }
+
+/// A scheduler panic during a pass abandons the run; a task chained behind one producer and
+/// after another, told not to start, says that it did not run because of the panic, whichever
+/// producer ends first.
+#[test]
+fn a_chained_task_of_a_run_abandoned_after_a_panic_says_why_it_did_not_run() {
+    for other_first in [true, false] {
+        chained_task_of_an_abandoned_run(other_first);
+    }
+}
+
+fn chained_task_of_an_abandoned_run(other_first: bool) {
+    let rig = Rig::chaining(cfg(0, 2));
+    let run = two_producers(&rig);
+    inject(&rig, Inject::Pass);
+    rig.drive_briefly(|| run.is_done());
+    assert_eq!(rig.sub[0].chained().map(|(_, w)| w), Some(Wait::NoGo), "3 was told not to start");
+    let (first, last) = if other_first { (1, 0) } else { (0, 1) };
+    rig.sub[first].finish(Outcome::Success);
+    rig.drive_briefly(|| false);
+    rig.sub[last].finish(Outcome::Success);
+    let err = rig.wait(&run).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
+    rig.drive("every slot of the run to be released", || rig.eng.window.live() == 0);
+    let timeline = run.timeline().expect("captured");
+    let third = timeline.records().iter().find(|r| r.index == 2).cloned().expect("task 3's record");
+    let e = third.error.expect("it did not run");
+    assert!(e.contains("did not run") && e.contains("panicked"), "{e}");
+}
