@@ -1430,7 +1430,14 @@ fn sized_root(addr: &NodeAddr, sub: u32, chips: u32) -> Worker {
     let mut root = Worker::builder()
         .level(Level::Network1)
         .worker(local)
-        .remote_worker(RemoteWorker::new(addr.clone(), key()).requires(sub, chips))
+        // The sizing tests are not about silence: a node busy making other sessions' Workers
+        // while the whole suite runs on two CPUs once went 2 s (the default) without a
+        // heartbeat heard, which failed an `init` that should have been served or refused.
+        .remote_worker(
+            RemoteWorker::new(addr.clone(), key())
+                .requires(sub, chips)
+                .health_timeout(Duration::from_secs(15)),
+        )
         .build()
         .unwrap();
     root.register_orch(OrchFn::new("say_size", say_size)).unwrap();

@@ -158,7 +158,7 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
         // nothing the body names (a tensor called `f32`).
         let mut body = Vec::new();
         if !out.named.is_empty() {
-            let names = out.named.iter().map(|n| proc_macro2::Ident::new_raw(n, model::hidden()));
+            let names = out.named.iter().map(|n| tensor_type(n));
             let tensors = tensor_types();
             body.push(quote! {
                 #[allow(non_camel_case_types, dead_code, unreachable_pub, clippy::items_after_statements)]
@@ -275,6 +275,16 @@ pub(crate) fn generate(def: GraphDef, plan: &Plan, failed: bool) -> TokenStream 
 /// messages of the signature checks).
 fn tensor_types() -> syn::Ident {
     format_ident!("__tensors", span = model::hidden())
+}
+
+/// The type named after tensor `name` (raw, so that a tensor named like a keyword, `r#type`,
+/// works; one named like a path keyword, which no `let` can bind, gets a name of its own
+/// rather than a macro panic).
+fn tensor_type(name: &str) -> proc_macro2::Ident {
+    match name {
+        "self" | "super" | "crate" | "Self" | "_" => format_ident!("tensor", span = model::hidden()),
+        _ => proc_macro2::Ident::new_raw(name, model::hidden()),
+    }
 }
 
 struct Gen<'a> {
@@ -418,9 +428,8 @@ impl Gen<'_> {
             );
             // The tensor's name as a type of its own, which the trait's message prints
             // ("the tensor `h` holds no value yet"), declared at the top of the body.
-            let tensor = a.tensor.trim_start_matches("r#");
-            self.named.insert(tensor.to_string());
-            let (tensors, name) = (tensor_types(), proc_macro2::Ident::new_raw(tensor, model::hidden()));
+            self.named.insert(a.tensor.clone());
+            let (tensors, name) = (tensor_types(), tensor_type(&a.tensor));
             self.body.push(quote_spanned! {a.span=>
                 #bound<{ #is(&#callee::PARAMS, #pos, #mode) }>, #tensors::#name>();
             });

@@ -914,11 +914,7 @@ impl Scheduler {
             // A chained task launched here and withdrawn before it started: its run was
             // stopped, or its orchestration function failed, or it was abandoned (a scheduler
             // panic: the run is done while its tasks still end).
-            Ok(Outcome::NotRun(_))
-                if slot.run.is_stopped() || slot.run.build_failed() || slot.run.is_done() =>
-            {
-                Err(not_started(slot))
-            }
+            Ok(Outcome::NotRun(_)) if !slot.run.takes_tasks() => Err(not_started(slot)),
             Ok(Outcome::NotRun(msg)) => Err(Error::new(
                 ErrorKind::Poisoned,
                 format!("{} did not run on {lane_name}: {msg}", slot.describe()),
@@ -994,7 +990,7 @@ impl Scheduler {
     /// otherwise the task `ahead` of it failed (or, with no failure recorded, its run ended
     /// first).
     fn poisoned_behind(ahead: &Slot, next: &Slot) -> Error {
-        if next.run.is_stopped() || next.run.build_failed() || next.run.is_done() {
+        if !next.run.takes_tasks() {
             return not_started(next);
         }
         match ahead.lock().failure.as_ref() {
@@ -1112,9 +1108,7 @@ impl Scheduler {
                 continue;
             }
             if !lane.chained.is_empty() {
-                while self.lanes[i].dead.is_none() && self.chain_deeper(eng, i) {
-                    progress = true;
-                }
+                progress |= self.chain_deeper(eng, i);
                 if self.lanes[i].dead.is_some() || self.idle_chaining_lane().is_none() {
                     continue;
                 }
@@ -1158,8 +1152,8 @@ impl Scheduler {
                         && self.chain_on(eng, i, next, other)
                     {
                         progress = true;
-                        // And maybe one behind it, in the same scan.
-                        while self.lanes[i].dead.is_none() && self.chain_deeper(eng, i) {}
+                        // And maybe more behind it, in the same scan.
+                        self.chain_deeper(eng, i);
                     }
                     if self.lanes[i].dead.is_some() {
                         break;
@@ -1180,13 +1174,24 @@ impl Scheduler {
         progress
     }
 
+    /// Fills lane `i`, which holds a chained task, up to [`CHAIN_DEPTH`]: one task after
+    /// another behind its last chained task ([`chain_one_deeper`](Self::chain_one_deeper)),
+    /// while one is found and the lane stays in service. Returns whether anything happened.
+    fn chain_deeper(&mut self, eng: &Engine, i: usize) -> bool {
+        let mut progress = false;
+        while self.lanes[i].dead.is_none() && self.chain_one_deeper(eng, i) {
+            progress = true;
+        }
+        progress
+    }
+
     /// Chains, on lane `i`, which holds a chained task and has room for one more
-    /// ([`CHAIN_DEPTH`]; the callers call it until it chains nothing), a task of the same run behind its last chained task whose unfinished
+    /// ([`CHAIN_DEPTH`]), a task of the same run behind its last chained task whose unfinished
     /// producers all run or wait on this lane (a chain of tasks on one worker, each overwriting
     /// what the task two ahead wrote: its producers are the two tasks ahead of it). Not behind
     /// a task that waits for another lane's (its wait is settled one task at a time), nor behind
     /// a running task that did not launch.
-    fn chain_deeper(&mut self, eng: &Engine, i: usize) -> bool {
+    fn chain_one_deeper(&mut self, eng: &Engine, i: usize) -> bool {
         let lane = &self.lanes[i];
         if lane.chained.len() >= CHAIN_DEPTH
             || lane.chained_after.is_some()

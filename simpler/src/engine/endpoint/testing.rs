@@ -377,9 +377,10 @@ pub(crate) struct ManualEndpoint {
     state: Arc<Mutex<ManualState>>,
     /// It takes staged tasks (as a chip with two task frames).
     stages: bool,
-    /// It takes chained tasks, up to [`CHAIN_DEPTH`](crate::engine::scheduler::CHAIN_DEPTH) (as a SUB worker's mailbox does, rule M13 of
-    /// `ipc::mailbox`): it starts each itself when the task ahead of it succeeds and its wait
-    /// for another lane's task, if any, is settled to go.
+    /// It takes chained tasks, up to [`CHAIN_DEPTH`](crate::engine::scheduler::CHAIN_DEPTH)
+    /// (as a SUB worker's mailbox does, rule M13 of `ipc::mailbox`): it starts each itself when
+    /// the task ahead of it succeeds and its wait for another lane's task, if any, is settled
+    /// to go.
     chains: bool,
 }
 
@@ -511,6 +512,11 @@ impl ManualControl {
     /// The ids of the tasks chained behind the running one, in order.
     pub(crate) fn chained_ids(&self) -> Vec<u64> {
         self.lock().chained.iter().map(|(s, _)| s.id()).collect()
+    }
+
+    /// Ends the test reported with `finish` that the scheduler has not yet polled.
+    pub(crate) fn ends_unpolled(&self) -> usize {
+        self.lock().outcomes.len()
     }
 
     /// What the running task waits for before it starts ([`Wait::None`]: it runs).

@@ -173,28 +173,29 @@ fn two_tasks_wait_chained_behind_the_running_one_and_the_worker_starts_each() {
     rig.assert_clean();
 }
 
-/// A chain of five on one worker: as many as the mailbox has frames for wait behind the running
-/// one (`CHAIN_DEPTH`, three), chained in one pass; the fifth once the first ended; the
-/// scheduler starts only the first.
+/// A chain of `CHAIN_DEPTH + 2` tasks on one worker: as many as the mailbox has frames for wait
+/// behind the running one, chained in one pass; the last once the first ended; the scheduler
+/// starts only the first.
 #[test]
 fn a_chain_waits_chain_depth_deep_and_refills_as_each_task_ends() {
+    let depth = crate::engine::scheduler::CHAIN_DEPTH as u64;
+    let last = depth + 2;
     let rig = Rig::chaining(cfg(0, 1));
     let run = rig.begin();
-    let bufs: Vec<_> = (1..=5).map(|n| whole(buffer(n))).collect();
+    let bufs: Vec<_> = (1..=last).map(|n| whole(buffer(n))).collect();
     let mut orch = rig.orch(&run);
     orch.submit_sub(&rig.host, args(1, &[(&bufs[0], Tag::Output)])).unwrap();
-    for id in 2..=5u64 {
+    for id in 2..=last {
         let (i, o) = (&bufs[id as usize - 2], &bufs[id as usize - 1]);
         orch.submit_sub(&rig.host, args(id, &[(i, Tag::Input), (o, Tag::Output)])).unwrap();
     }
     orch.finish(None);
     let sub = &rig.sub[0];
-    assert_eq!(crate::engine::scheduler::CHAIN_DEPTH, 3);
-    rig.drive("tasks 2, 3 and 4 to be chained behind 1", || sub.chained_ids() == [2, 3, 4]);
-    assert!(!rig.drive_briefly(|| sub.chained_ids().len() > 3), "chained deeper than the frames allow");
+    let behind = |first: u64| (first..first + depth).collect::<Vec<_>>();
+    rig.drive("the lane to fill behind task 1 in one pass", || sub.chained_ids() == behind(2));
     sub.finish(Outcome::Success);
-    rig.drive("task 5 to be chained behind 4", || sub.chained_ids() == [3, 4, 5]);
-    for id in 2..=5 {
+    rig.drive("the last task to be chained once task 1 ended", || sub.chained_ids() == behind(3));
+    for id in 2..=last {
         assert_eq!(sub.running().map(|s| s.id()), Some(id), "the worker started {id} itself");
         sub.finish(Outcome::Success);
     }
@@ -329,11 +330,11 @@ fn chained_task_of_an_abandoned_run(other_first: bool) {
     let rig = Rig::chaining(cfg(0, 2));
     let run = two_producers(&rig);
     inject(&rig, Inject::Pass);
-    rig.drive_briefly(|| run.is_done());
+    rig.drive("the pass to panic and the run to be abandoned", || run.is_done());
     assert_eq!(rig.sub[0].chained().map(|(_, w)| w), Some(Wait::NoGo), "3 was told not to start");
     let (first, last) = if other_first { (1, 0) } else { (0, 1) };
     rig.sub[first].finish(Outcome::Success);
-    rig.drive_briefly(|| false);
+    rig.drive("the first producer's end to be polled", || rig.sub[first].ends_unpolled() == 0);
     rig.sub[last].finish(Outcome::Success);
     let err = rig.wait(&run).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
