@@ -248,13 +248,17 @@ fn behind_a_failure_a_two_deep_chain_never_runs() {
 #[isolated_test]
 fn a_chained_task_behind_a_failure_never_runs_and_its_consumers_are_poisoned() {
     let chains = recorder::install();
-    let (rig, [fail, inc, fill]) =
-        Rig::start(subs(1), [("slow_fail", slow_fail), ("slow_inc", slow_inc), ("fill", fill)]);
+    let (rig, [fail, inc, fill]) = Rig::start(
+        subs(1),
+        [("fail_once_released", fail_once_released), ("slow_inc", slow_inc), ("fill", fill)],
+    );
+    let flag = u32_buffer(&rig, 2);
     let out = u64_buffer(&rig, 3);
     let run = rig
         .submit(|orch| {
+            // It fails once released, after the tasks behind it are submitted (and chained).
             let mut f = TaskArgs::new();
-            f.output(&u64s(&out, 0, 1))?.scalar(HOLD_MS);
+            f.untracked(&words_of(&flag))?.output(&u64s(&out, 0, 1))?.scalar(5);
             orch.submit_sub(&fail, f)?;
             for i in 1..3 {
                 let mut a = TaskArgs::new();
@@ -264,8 +268,9 @@ fn a_chained_task_behind_a_failure_never_runs_and_its_consumers_are_poisoned() {
             Ok(())
         })
         .unwrap();
+    release(&flag);
     let err = run.wait().expect_err("the run fails");
-    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "sub worker 0", "slow failure"]);
+    assert_err(&err, ErrorKind::TaskFailed, &["fail_once_released", "sub worker 0", "boom 5"]);
     assert_eq!(read_u64(&out, 0, 3), vec![0, 0, 0], "nothing behind the failure ran");
     let stats = run.stats().unwrap();
     assert_eq!((stats.tasks, stats.failed), (3, 3), "the failure, the chained task and its consumer");

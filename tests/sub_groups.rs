@@ -95,15 +95,19 @@ fn groups_and_singles_interleave() {
 
 #[isolated_test]
 fn failing_member_fails_the_group_and_poisons_its_consumers() {
-    let (rig, [fail, fill]) = Rig::start(subs(2), [("fail", fail), ("fill", fill)]);
+    let (rig, [fail, fill]) =
+        Rig::start(subs(2), [("fail_once_released", fail_once_released), ("fill", fill)]);
+    let flag = u32_buffer(&rig, 2);
     let data = u64_buffer(&rig, 2);
     let after = u64_buffer(&rig, 1);
     let run = rig
         .submit(|orch| {
+            // The members fail only once released, after every task is submitted: a failure
+            // before that would refuse the later submits (the run has failed).
             let members = (0..2)
                 .map(|i| {
                     let mut a = TaskArgs::new();
-                    a.output(&u64s(&data, i, 1))?.scalar(40 + i as u64);
+                    a.untracked(&words_of(&flag))?.output(&u64s(&data, i, 1))?.scalar(40 + i as u64);
                     Ok(a)
                 })
                 .collect::<simpler::Result<Vec<_>>>()?;
@@ -117,6 +121,7 @@ fn failing_member_fails_the_group_and_poisons_its_consumers() {
             Ok(())
         })
         .unwrap();
+    release(&flag);
     let err = run.wait().expect_err("the group failed");
     assert_err(&err, ErrorKind::TaskFailed, &["fail", "sub worker", "boom 4"]);
     assert_eq!(read_u64(&data, 0, 2), vec![0, 0], "the consumer of the failed group never ran");
