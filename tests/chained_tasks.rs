@@ -341,8 +341,9 @@ fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
     let chains = recorder::install();
     let (rig, [inc, fail, fill, add]) = Rig::start(
         subs(2),
-        [("slow_inc", slow_inc), ("slow_fail", slow_fail), ("fill", fill), ("add2", add2)],
+        [("slow_inc", slow_inc), ("fail_once_released", fail_once_released), ("fill", fill), ("add2", add2)],
     );
+    let flag = u32_buffer(&rig, 2);
     let x = u64_buffer(&rig, 3);
     let out = u64_buffer(&rig, 2);
     x.write(0, &[41u64]).unwrap();
@@ -351,8 +352,10 @@ fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
             let mut slow = TaskArgs::new();
             slow.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(150);
             if slow_fails {
+                // It fails once released, when both consumers are chained: a failure before
+                // they are submitted would refuse their submits (the run has failed).
                 let mut f = TaskArgs::new();
-                f.output(&u64s(&x, 1, 1))?.scalar(150);
+                f.untracked(&words_of(&flag))?.output(&u64s(&x, 1, 1))?.scalar(7);
                 orch.submit_sub(&fail, f)?;
             } else {
                 orch.submit_sub(&inc, slow)?;
@@ -368,6 +371,10 @@ fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
             Ok(())
         })
         .unwrap();
+    if slow_fails {
+        wait_for("both consumers to be chained", Duration::from_secs(10), || chains.chained() == 2);
+        release(&flag);
+    }
     let result = run.wait();
     let stats = run.stats().unwrap();
     Seen {
@@ -391,7 +398,7 @@ fn a_task_waiting_for_a_producer_on_another_worker_is_handed_to_an_idle_one_and_
 fn a_task_handed_to_an_idle_worker_behind_a_failure_never_runs() {
     let Seen { result, out, counts, stats } = two_consumers_of_a_slow_and_a_quick_producer(true);
     let err = result.expect_err("the run fails");
-    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "slow failure"]);
+    assert_err(&err, ErrorKind::TaskFailed, &["fail_once_released", "boom 7"]);
     assert_eq!(out, vec![0, 0], "neither consumer ran");
     assert_eq!(counts, (2, 0), "both were chained, neither launched");
     assert_eq!(stats, (4, 3), "the failure and its two consumers");
@@ -510,18 +517,23 @@ fn a_task_whose_two_producers_run_on_two_workers_is_chained_behind_one_and_after
 /// poisoned, whichever producer ends first (`fail_first`: the failing one).
 fn two_running_producers_one_failing(fail_first: bool) {
     let chains = recorder::install();
-    let (rig, [inc, fail, add]) =
-        Rig::start(subs(2), [("slow_inc", slow_inc), ("slow_fail", slow_fail), ("add2", add2)]);
+    let (rig, [inc, fail, add]) = Rig::start(
+        subs(2),
+        [("slow_inc", slow_inc), ("fail_once_released", fail_once_released), ("add2", add2)],
+    );
+    let flag = u32_buffer(&rig, 2);
     let x = u64_buffer(&rig, 3);
     let out = u64_buffer(&rig, 2);
-    let (fail_ms, ok_ms) = if fail_first { (60, 200) } else { (200, 60) };
+    let ok_ms = if fail_first { 200 } else { 60 };
     let run = rig
         .submit(|orch| {
             let mut ok = TaskArgs::new();
             ok.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(ok_ms);
             orch.submit_sub(&inc, ok)?;
+            // It fails once released, after the consumers are submitted: a failure before
+            // that would refuse their submits (the run has failed).
             let mut f = TaskArgs::new();
-            f.output(&u64s(&x, 2, 1))?.scalar(fail_ms);
+            f.untracked(&words_of(&flag))?.output(&u64s(&x, 2, 1))?.scalar(7);
             orch.submit_sub(&fail, f)?;
             for i in 0..2 {
                 let mut c = TaskArgs::new();
@@ -531,8 +543,16 @@ fn two_running_producers_one_failing(fail_first: bool) {
             Ok(())
         })
         .unwrap();
+    wait_for("a consumer chained behind one producer and after the other", Duration::from_secs(10), || {
+        chains.behind_two() >= 1
+    });
+    if !fail_first {
+        // The producer that succeeds writes its output just before it ends.
+        wait_for("the other producer to succeed", Duration::from_secs(10), || read_u64(&x, 1, 1) == [1]);
+    }
+    release(&flag);
     let err = run.wait().expect_err("the run fails");
-    assert_err(&err, ErrorKind::TaskFailed, &["slow_fail", "slow failure"]);
+    assert_err(&err, ErrorKind::TaskFailed, &["fail_once_released", "boom 7"]);
     assert_eq!(read_u64(&x, 1, 1), vec![1], "the producer that succeeded ran");
     assert_eq!(read_u64(&out, 0, 2), vec![0, 0], "neither consumer ran");
     assert!(chains.behind_two() >= 1, "a consumer was chained behind one producer and after the other");
