@@ -968,14 +968,14 @@ fn fault_session(seed: u64, runs: usize) {
         let result = handle.and_then(|h| h.wait());
         let took = start.elapsed();
         assert!(took < Duration::from_secs(3), "run {run} (seed {seed:#x}) took {took:?}");
-        // A run can end before the SIGKILL aimed at it lands (all its tasks were quick): then the
-        // next run may be the one that meets the dead worker, and it must name that process.
-        let met_last_kill = |e: &simpler::Error| {
-            last_kill.is_some_and(|p: i32| {
-                e.kind() == ErrorKind::WorkerDied && e.to_string().contains(&format!("process {p})"))
-            })
+        let names_death_of = |e: &simpler::Error, p: i32| {
+            e.kind() == ErrorKind::WorkerDied && e.to_string().contains(&format!("process {p})"))
         };
-        let ended_ok = result.is_ok();
+        // A run can end before the SIGKILL aimed at it lands (all its tasks were quick), or
+        // with another error (its deadline): then the next run may be the one that meets the
+        // dead worker, and it must name that process.
+        let met_last_kill = |e: &simpler::Error| last_kill.is_some_and(|p| names_death_of(e, p));
+        let met_own_kill = killed.is_some_and(|p| result.as_ref().is_err_and(|e| names_death_of(e, p)));
         match (fault, result) {
             (0 | 5, Ok(())) => {}
             (_, Err(e)) if met_last_kill(&e) => {}
@@ -995,7 +995,7 @@ fn fault_session(seed: u64, runs: usize) {
             }
             (_, r) => panic!("run {run} (seed {seed:#x}), fault {fault}: {r:?}"),
         }
-        last_kill = killed.filter(|_| ended_ok);
+        last_kill = killed.filter(|_| !met_own_kill);
     }
     // The rig checks the first workers; the replacements must be gone too.
     drop((views, bufs));

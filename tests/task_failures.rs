@@ -4,7 +4,7 @@
 mod common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use simpler::{ErrorKind, TaskArgs};
@@ -83,6 +83,60 @@ fn submit_into_a_failed_run_is_refused() {
     assert_err(&err, ErrorKind::TaskFailed, &["fail_fn", "boom 1"]);
     let refused = refused.unwrap();
     assert_err(&refused, ErrorKind::TaskFailed, &["noop", "refused", "already failed", "boom 1"]);
+}
+
+#[isolated_test]
+fn a_refused_submit_passed_on_fails_nothing_more_and_submit_returns_the_run() {
+    let (rig, [block, fail, fill, noop]) = Rig::start(
+        subs(2),
+        [("block_on_flag", block_on_flag), ("fail_fn", fail), ("fill", fill), ("noop", noop)],
+    );
+    let flag = u32_buffer(&rig, 2);
+    let marks = u64_buffer(&rig, 1);
+    let mut submitted = 0;
+    let run = rig
+        .submit(|orch| {
+            // An independent task that cannot start before the failure: behind a gate on one
+            // worker while the other runs the failing task.
+            let mut g = TaskArgs::new();
+            g.untracked(&words_of(&flag))?.scalar(10_000);
+            let gate = orch.submit_sub(&block, g)?;
+            let mut ind = TaskArgs::new();
+            ind.output(&u64s(&marks, 0, 1))?.scalar(5).add_dep_wait(gate);
+            orch.submit_sub(&fill, ind)?;
+            let mut f = TaskArgs::new();
+            f.scalar(3);
+            orch.submit_sub(&fail, f)?;
+            // Submits until one is refused, and passes its error on as `?` does.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                orch.submit_sub(&noop, TaskArgs::new())?;
+                submitted += 1;
+            }
+            panic!("no submit was refused within 10 s of the failure");
+        })
+        .expect("the refusal passed on is the run's error, not the function's: submit returns the run");
+    release(&flag);
+    let err = run.wait().expect_err("the run failed");
+    assert_err(&err, ErrorKind::TaskFailed, &["fail_fn", "boom 3"]);
+    assert!(!err.message().contains("refused"), "waiting gives the run's first error: {err}");
+    assert_eq!(read_u64(&marks, 0, 1), vec![5], "the independent task, unstarted at the refusal, ran");
+    let stats = run.stats().unwrap();
+    assert_eq!((stats.tasks, stats.failed), (3 + submitted, 1), "only the failure failed");
+
+    // `run` gives the run's first error too.
+    let err = rig
+        .run(|orch| {
+            let mut f = TaskArgs::new();
+            f.scalar(4);
+            orch.submit_sub(&fail, f)?;
+            loop {
+                orch.submit_sub(&noop, TaskArgs::new())?;
+            }
+        })
+        .expect_err("the run failed");
+    assert_err(&err, ErrorKind::TaskFailed, &["fail_fn", "boom 4"]);
+    assert!(!err.message().contains("refused"), "{err}");
 }
 
 #[isolated_test]

@@ -484,6 +484,12 @@ impl Engine {
         // In a worker process, a child of a fork the orchestration function made returned
         // here: it leaves (rule P6 of `sys::process`).
         crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
+        // A refused submit's error passed on adds nothing to the run's own (see
+        // `Orchestrator::ended_by_refusal`): the run ends as one whose function returned Ok.
+        let result = match result {
+            Ok(Err(e)) if orch.ended_by_refusal(&e) => Ok(Ok(())),
+            r => r,
+        };
         match result {
             Ok(Ok(())) => {
                 orch.finish(None);

@@ -126,6 +126,8 @@ pub struct Orchestrator<'a> {
     /// the tensors that task was given. Tasks may name only bytes inside one of them, or this
     /// engine's own intermediates.
     grant: Option<SmallVec<[(crate::data::buffer::Identity, TensorView); 4]>>,
+    /// A submit was refused because the run had failed already (see [`Orchestrator::ended_by_refusal`]).
+    refused: bool,
 }
 
 /// What an Orchestrator keeps for the next run of its engine, so that a run allocates no
@@ -233,6 +235,7 @@ impl<'a> Orchestrator<'a> {
             checked: b.checked,
             checked_generation: generation,
             grant: None,
+            refused: false,
         }
     }
 
@@ -1146,6 +1149,29 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// When the run has failed: the error a submit of `callable` gets, the run's first error
+    /// with the refusal as its context. Noted, so that the orchestration function ending with
+    /// it (as `?` makes it) ends the run's building without failing more than the run's
+    /// failure did ([`ended_by_refusal`](Orchestrator::ended_by_refusal)).
+    fn refusal(&mut self, callable: &CallableHandle) -> Option<Error> {
+        let e = self
+            .run
+            .first_error()?
+            .context(format!("submit of {callable} refused: run {} already failed", self.run.id));
+        self.refused = true;
+        Some(e)
+    }
+
+    /// Whether `e`, the orchestration function's error, is a refused submit's passed on (a
+    /// submit was refused because the run had failed, and `e` is of the run's error's kind):
+    /// the run already has its error, and the function adds none. The run then ends as a
+    /// failed run whose function returned `Ok` does: its tasks that do not depend on the
+    /// failure still run, and waiting for it gives the run's first error. So the outcome does
+    /// not depend on whether the failure came before or after the function's next submit.
+    pub(crate) fn ended_by_refusal(&self, e: &Error) -> bool {
+        self.refused && self.run.first_error().is_some_and(|first| first.kind() == e.kind())
+    }
+
     fn submit(
         &mut self,
         callable: &CallableHandle,
@@ -1154,10 +1180,8 @@ impl<'a> Orchestrator<'a> {
         target: Target,
         group: bool,
     ) -> Result<TaskHandle> {
-        if let Some(e) = self.run.first_error() {
-            return Err(
-                e.context(format!("submit of {callable} refused: run {} already failed", self.run.id))
-            );
+        if let Some(e) = self.refusal(callable) {
+            return Err(e);
         }
         // SUB tasks carry no config (`None`); a next-level config equal to the default is
         // stored as `None` too, so most slots stay small.
@@ -1178,12 +1202,10 @@ impl<'a> Orchestrator<'a> {
         }
         // Step 1.
         self.claim_window().map_err(|e| e.context("submit"))?;
-        if let Some(e) = self.run.first_error() {
+        if let Some(e) = self.refusal(callable) {
             // The run failed while this submit waited for room.
             self.eng.window.release();
-            return Err(
-                e.context(format!("submit of {callable} refused: run {} already failed", self.run.id))
-            );
+            return Err(e);
         }
         // The claim may have driven the scheduler, and a task that completed meanwhile may have
         // been the last to hold an allocation checked live above: check again. (A driver on

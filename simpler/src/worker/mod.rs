@@ -1123,8 +1123,11 @@ impl Worker {
     /// [deadline](crate::RunOptions::deadline) or [`RunHandle::cancel`]).
     ///
     /// If `orch_fn` returns an error, every task of the run that has not started is failed,
-    /// the run settles, and the error is returned. To pass the run arguments and a config, or
-    /// to record its DAG, use [`submit_with`](Worker::submit_with).
+    /// the run settles, and the error is returned; except the error of a submit the run
+    /// refused because it had failed already, passed on (as `?` does): that is the run's own
+    /// error, so it fails nothing more, and the run is returned (waiting for it gives its first
+    /// error). To pass the run arguments and a config, or to record its DAG, use
+    /// [`submit_with`](Worker::submit_with).
     ///
     /// Until someone waits, the Worker's background thread drives the run's tasks, so a thread
     /// that submits one run and at once waits for it pays a wake-up of that thread: use
@@ -1334,7 +1337,9 @@ impl Worker {
 
     /// `submit` then `wait`: builds the run and drives it to completion on this thread.
     ///
-    /// Returns the orchestration function's error, or else the run's first task error. With
+    /// Returns the orchestration function's error, or else the run's first task error (also
+    /// when the function passed on a submit the failed run refused: see
+    /// [`submit`](Worker::submit)). With
     /// arguments and a config for the function, see [`run_with`](Worker::run_with).
     ///
     /// ```no_run
