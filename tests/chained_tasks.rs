@@ -268,6 +268,7 @@ fn a_chained_task_behind_a_failure_never_runs_and_its_consumers_are_poisoned() {
             Ok(())
         })
         .unwrap();
+    wait_for("the task behind the failure to be chained", Duration::from_secs(10), || chains.chained() >= 1);
     release(&flag);
     let err = run.wait().expect_err("the run fails");
     assert_err(&err, ErrorKind::TaskFailed, &["fail_once_released", "sub worker 0", "boom 5"]);

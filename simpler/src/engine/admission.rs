@@ -8,8 +8,9 @@
 //! pipeline as long as `submit_timeout` and the run's deadline allow, by default for ever; the
 //! error names the run ahead), runs the
 //! function on an `Orchestrator` with panics caught and finishes the run; on failure it cancels
-//! the unstarted tasks and drives the run to its end. The Worker, the chip runtime and the
-//! benchmarks call it.
+//! the unstarted tasks and drives the run to its end (a refused submit's error passed on is
+//! not a failure of the function: `Orchestrator::ended_by_refusal`). The Worker, the chip
+//! runtime and the benchmarks call it.
 //!
 //! Async submits ([`Engine::poll_room`], `Worker::submit_async`) never wait in `build_run`: a
 //! poll that finds room takes a place (`Runs::reserved`, counted as an admitted run by every
@@ -421,9 +422,10 @@ impl Engine {
     /// ends the build. `will_wait` announces, once this thread builds, that it will wait on the
     /// run, so the background thread leaves it the scheduler role. `deadline`: the run must end
     /// within this long of this call, or the scheduler stops it (see [`StopCause`]). When `f`
-    /// fails or panics,
-    /// the run's unstarted tasks are cancelled and the run is driven to its end before this
-    /// returns the error or the panic.
+    /// fails or panics, the run's unstarted tasks are cancelled and the run is driven to its
+    /// end before this returns the error or the panic; except when `f`'s error is a refused
+    /// submit's passed on ([`Orchestrator::ended_by_refusal`]), which builds the run as `Ok`
+    /// does.
     ///
     /// The one place a run is built: the Worker, the chip runtime and the benchmarks call it.
     pub(crate) fn build_run<F>(
@@ -481,15 +483,15 @@ impl Engine {
         let _span = run.span.clone().entered();
         let mut orch = Orchestrator::new(self, run.clone());
         let result = catch_unwind(AssertUnwindSafe(|| f(&mut orch)));
-        // In a worker process, a child of a fork the orchestration function made returned
-        // here: it leaves (rule P6 of `sys::process`).
-        crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
         // A refused submit's error passed on adds nothing to the run's own (see
         // `Orchestrator::ended_by_refusal`): the run ends as one whose function returned Ok.
         let result = match result {
             Ok(Err(e)) if orch.ended_by_refusal(&e) => Ok(Ok(())),
             r => r,
         };
+        // In a worker process, a child of a fork the orchestration function made returned
+        // here: it leaves (rule P6 of `sys::process`).
+        crate::sys::process::leave_if_forked_copy(matches!(result, Ok(Ok(()))));
         match result {
             Ok(Ok(())) => {
                 orch.finish(None);

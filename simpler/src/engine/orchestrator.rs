@@ -1163,13 +1163,21 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Whether `e`, the orchestration function's error, is a refused submit's passed on (a
-    /// submit was refused because the run had failed, and `e` is of the run's error's kind):
-    /// the run already has its error, and the function adds none. The run then ends as a
-    /// failed run whose function returned `Ok` does: its tasks that do not depend on the
-    /// failure still run, and waiting for it gives the run's first error. So the outcome does
-    /// not depend on whether the failure came before or after the function's next submit.
+    /// submit was refused because the run had failed, and `e` is of the run's error's kind
+    /// and carries its message, as the refusal and any context added to it do): the run
+    /// already has its error, and the function adds none. The run then ends as a failed run
+    /// whose function returned `Ok` does: its tasks that do not depend on the failure still
+    /// run, and waiting for it gives the run's first error. So the outcome does not depend on
+    /// whether the failure came before or after the function's next submit. Not for a run that
+    /// is done while it is built (abandoned after a scheduler panic, or by `close`): its
+    /// unstarted tasks are failed as for an error of the function's own.
     pub(crate) fn ended_by_refusal(&self, e: &Error) -> bool {
-        self.refused && self.run.first_error().is_some_and(|first| first.kind() == e.kind())
+        self.refused
+            && !self.run.is_done()
+            && self
+                .run
+                .first_error()
+                .is_some_and(|first| first.kind() == e.kind() && e.message().contains(first.message()))
     }
 
     fn submit(

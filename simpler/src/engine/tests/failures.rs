@@ -104,6 +104,53 @@ fn submit_that_waited_while_its_producer_failed_is_refused() {
 }
 
 #[test]
+fn only_a_refused_submits_error_passed_on_ends_the_build_as_ok_does() {
+    // `Orchestrator::ended_by_refusal`: true for the refusal's error, as it is or with context
+    // added; false before any refusal, for an error of the function's own (another kind, or
+    // the run's kind without its message), and for a run that is done (abandoned).
+    let rig = Rig::manual(cfg(1, 0));
+    let x = buffer(1);
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    let own_same_kind = Error::new(ErrorKind::TaskFailed, "the function's own failure");
+    rig.nl[0].finish(Outcome::TaskFailure("boom r".into()));
+    rig.drive("the failure to be drained", || run.first_error().is_some());
+    assert!(!orch.ended_by_refusal(run.first_error().unwrap()), "no submit was refused yet");
+    let refused = err_of(orch.submit_next_level(&rig.chip, args(2, &[]), cc(), 0));
+    assert!(orch.ended_by_refusal(&refused), "{refused}");
+    assert!(orch.ended_by_refusal(&refused.context("step 3")), "context keeps the message");
+    assert!(!orch.ended_by_refusal(&own_same_kind), "the run's kind without its message");
+    assert!(!orch.ended_by_refusal(&Error::invalid("the function's own")), "another kind");
+    orch.finish(None);
+    let err = rig.wait(&run).unwrap_err();
+    assert!(err.message().contains("boom r") && !err.message().contains("refused"), "{err}");
+    rig.assert_clean();
+}
+
+#[test]
+fn a_refusal_passed_on_in_a_run_abandoned_while_built_fails_its_unstarted_tasks() {
+    // A run abandoned during its build (as after a scheduler panic) is done: a refusal passed
+    // on then takes the path of the function's own error, which fails the unstarted tasks.
+    let rig = Rig::manual(cfg(1, 0));
+    let (x, y) = (buffer(1), buffer(2));
+    let run = rig.begin();
+    let mut orch = rig.orch(&run);
+    orch.submit_next_level(&rig.chip, args(1, &[(&whole(x), Tag::Output)]), cc(), 0).unwrap();
+    orch.submit_next_level(&rig.chip, args(2, &[(&whole(x), Tag::Input), (&whole(y), Tag::Output)]), cc(), 0)
+        .unwrap();
+    rig.drive("task 1 to start", || rig.was_dispatched(1));
+    assert!(rig.eng.abandon_run(&run, Error::new(ErrorKind::Internal, "the scheduler panicked")));
+    let refused = err_of(orch.submit_next_level(&rig.chip, args(3, &[]), cc(), 0));
+    assert!(refused.message().contains("refused") && refused.message().contains("panicked"), "{refused}");
+    assert!(!orch.ended_by_refusal(&refused), "the run is done");
+    orch.finish(Some(&refused));
+    let l = run.stats().unwrap();
+    assert_eq!((l.tasks, l.failed), (2, 1), "task 2, unstarted, failed; task 1 still runs");
+    rig.nl[0].finish(Outcome::Success);
+}
+
+#[test]
 fn submit_that_waited_on_the_window_is_refused_once_the_run_failed() {
     // The run fails while a submit waits for the task window. Its producer is consumed during
     // that wait (scope ended), so the tag walk finds no producer: the task must still not land
