@@ -153,11 +153,18 @@ impl<E: Into<Box<dyn StdError + Send + Sync>>> CallableReturn for std::result::R
 /// A fact about a task graph that only the compiler can evaluate (it needs a callee's
 /// `PARAMS` or a named constant), as a type: `Holds<{ fact }>`. A graph states that the fact
 /// holds by calling a function bounded by one of the traits below, each implemented for
-/// `Holds<true>` alone; so a fact that is false is a trait error (E0277) carrying the trait's
+/// `Holds<true>` alone (through [`IsTrue`]); so a fact that is false is a trait error (E0277) carrying the trait's
 /// message, spanned on the user's tokens, and never a `const` evaluation error (E0080), whose
 /// message rustc prefixes with "evaluation panicked" and whose note points at `rustc --explain
 /// E0080`.
 pub struct Holds<const FACT: bool>;
+
+/// Implemented by `Holds<true>` alone. Each trait below is implemented for every type that
+/// implements this one, rather than for `Holds<true>` itself: rustc then has no impl of the
+/// trait to point a failing graph at ("but it is implemented for `Holds<true>`").
+pub trait IsTrue {}
+
+impl IsTrue for Holds<true> {}
 
 /// S0111: a tensor that holds no value does not go to an `InOut` parameter. `N` is a type
 /// named after the tensor, for the message.
@@ -169,7 +176,7 @@ pub struct Holds<const FACT: bool>;
 pub trait InOutHasAValue<N> {}
 
 #[diagnostic::do_not_recommend]
-impl<N> InOutHasAValue<N> for Holds<true> {}
+impl<N, H: IsTrue> InOutHasAValue<N> for H {}
 
 /// Refuses (S0111) a tensor that holds no value given to an `InOut` parameter: `H` is
 /// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::InOut) }>`, `N` a type named after the
@@ -186,7 +193,7 @@ pub fn inout_has_a_value<H: InOutHasAValue<N>, N>() {}
 pub trait NoUnreadValueOverwritten<N> {}
 
 #[diagnostic::do_not_recommend]
-impl<N> NoUnreadValueOverwritten<N> for Holds<true> {}
+impl<N, H: IsTrue> NoUnreadValueOverwritten<N> for H {}
 
 /// Refuses (S0112) an `Out` parameter given a tensor whose value nothing has read: `H` is
 /// `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`, `N` a type named after the
@@ -203,7 +210,7 @@ pub fn no_unread_value_overwritten<H: NoUnreadValueOverwritten<N>, N>() {}
 pub trait LoopWriteNotOut<N> {}
 
 #[diagnostic::do_not_recommend]
-impl<N> LoopWriteNotOut<N> for Holds<true> {}
+impl<N, H: IsTrue> LoopWriteNotOut<N> for H {}
 
 /// Refuses (S0113) an argument written in every iteration of a loop that goes to an `Out`
 /// parameter: `H` is `Holds<{ !param_is(&callee::PARAMS, pos, ParamMode::Out) }>`, `N` a type
@@ -220,7 +227,7 @@ pub fn loop_write_not_out<H: LoopWriteNotOut<N>, N>() {}
 pub trait LoopWithinPieces {}
 
 #[diagnostic::do_not_recommend]
-impl LoopWithinPieces for Holds<true> {}
+impl<H: IsTrue> LoopWithinPieces for H {}
 
 /// Refuses (S0113) a range loop whose last index (at the largest piece it names) is not a
 /// piece of a partition whose count is a constant: `H` is `Holds<{ last < count }>`.
