@@ -43,9 +43,9 @@ fn slow_add2(args: &HostArgs<'_>) -> HostResult {
     add2(args)
 }
 
-/// Counts the scheduler's `chain` and `chained task launched` events (trace level), the
-/// chains behind one running task and after another (`also_after`), and those two and three
-/// deep (`depth` 2 and 3: behind one or two chained tasks).
+/// Counts the scheduler's `chain`, `chained task launched` and `completion` events (trace
+/// level), the chains behind one running task and after another (`also_after`), and those two
+/// and three deep (`depth` 2 and 3: behind one or two chained tasks).
 mod recorder {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,6 +59,7 @@ mod recorder {
         pub behind_two: Arc<AtomicUsize>,
         pub two_deep: Arc<AtomicUsize>,
         pub three_deep: Arc<AtomicUsize>,
+        pub completed: Arc<AtomicUsize>,
     }
 
     /// An event's message, whether it has an `also_after` field, and its `depth`.
@@ -96,6 +97,10 @@ mod recorder {
         pub fn three_deep(&self) -> usize {
             self.three_deep.load(Ordering::SeqCst)
         }
+        /// Tasks whose end the scheduler has taken (succeeded or failed).
+        pub fn completed(&self) -> usize {
+            self.completed.load(Ordering::SeqCst)
+        }
     }
 
     impl Subscriber for Chains {
@@ -122,6 +127,7 @@ mod recorder {
             match m.0.as_str() {
                 "chain" => self.chained.fetch_add(1, Ordering::SeqCst),
                 "chained task launched" => self.launched.fetch_add(1, Ordering::SeqCst),
+                "completion" => self.completed.fetch_add(1, Ordering::SeqCst),
                 _ => 0,
             };
         }
@@ -515,26 +521,26 @@ fn a_task_whose_two_producers_run_on_two_workers_is_chained_behind_one_and_after
 
 /// Two producers on two SUB workers, one of them failing, and two consumers of both, chained
 /// behind one and after the other while both run: neither consumer runs, and each fails
-/// poisoned, whichever producer ends first (`fail_first`: the failing one).
+/// poisoned, whichever producer ends first (`fail_first`: the failing one). Each producer
+/// ends once the test releases it: the first, then, once the scheduler has taken its end, the
+/// other; the failing one only after the consumers are submitted (a failure before that
+/// would refuse their submits: the run has failed).
 fn two_running_producers_one_failing(fail_first: bool) {
     let chains = recorder::install();
-    let (rig, [inc, fail, add]) = Rig::start(
+    let (rig, [ok_fn, fail, add]) = Rig::start(
         subs(2),
-        [("slow_inc", slow_inc), ("fail_once_released", fail_once_released), ("add2", add2)],
+        [("block_on_flag", block_on_flag), ("fail_once_released", fail_once_released), ("add2", add2)],
     );
-    let flag = u32_buffer(&rig, 2);
+    let (ok_flag, fail_flag) = (u32_buffer(&rig, 2), u32_buffer(&rig, 2));
     let x = u64_buffer(&rig, 3);
     let out = u64_buffer(&rig, 2);
-    let ok_ms = if fail_first { 200 } else { 60 };
     let run = rig
         .submit(|orch| {
             let mut ok = TaskArgs::new();
-            ok.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(ok_ms);
-            orch.submit_sub(&inc, ok)?;
-            // It fails once released, after the consumers are submitted: a failure before
-            // that would refuse their submits (the run has failed).
+            ok.untracked(&words_of(&ok_flag))?.output(&u64s(&x, 1, 1))?.scalar(10_000).scalar(1);
+            orch.submit_sub(&ok_fn, ok)?;
             let mut f = TaskArgs::new();
-            f.untracked(&words_of(&flag))?.output(&u64s(&x, 2, 1))?.scalar(7);
+            f.untracked(&words_of(&fail_flag))?.output(&u64s(&x, 2, 1))?.scalar(7);
             orch.submit_sub(&fail, f)?;
             for i in 0..2 {
                 let mut c = TaskArgs::new();
@@ -547,11 +553,10 @@ fn two_running_producers_one_failing(fail_first: bool) {
     wait_for("a consumer chained behind one producer and after the other", Duration::from_secs(10), || {
         chains.behind_two() >= 1
     });
-    if !fail_first {
-        // The producer that succeeds writes its output just before it ends.
-        wait_for("the other producer to succeed", Duration::from_secs(10), || read_u64(&x, 1, 1) == [1]);
-    }
-    release(&flag);
+    let (first, last) = if fail_first { (&fail_flag, &ok_flag) } else { (&ok_flag, &fail_flag) };
+    release(first);
+    wait_for("the first producer's end to be taken", Duration::from_secs(10), || chains.completed() == 1);
+    release(last);
     let err = run.wait().expect_err("the run fails");
     assert_err(&err, ErrorKind::TaskFailed, &["fail_once_released", "boom 7"]);
     assert_eq!(read_u64(&x, 1, 1), vec![1], "the producer that succeeded ran");

@@ -106,8 +106,8 @@ fn submit_that_waited_while_its_producer_failed_is_refused() {
 #[test]
 fn only_a_refused_submits_error_passed_on_ends_the_build_as_ok_does() {
     // `Orchestrator::ended_by_refusal`: true for the refusal's error, as it is or with context
-    // added; false before any refusal, for an error of the function's own (another kind, or
-    // the run's kind without its message), and for a run that is done (abandoned).
+    // added; false before any refusal, and for an error of the function's own (another kind,
+    // or the run's kind without its message). A run that is done: the test below.
     let rig = Rig::manual(cfg(1, 0));
     let x = buffer(1);
     let run = rig.begin();
