@@ -25,7 +25,8 @@
 //! indices must name pieces the partition has (`CountCheck`: here for literals, by rustc for
 //! `const`s, before anything is submitted for `tiles`); a whole or fixed
 //! write must go to an `InOut` parameter (S0113: an accumulator the engine orders; checked by
-//! rustc as a trait bound on `callee::PARAMS`, `__private::LoopWriteNotOut`, so its error is a
+//! rustc as a trait bound on `callee::PARAMS`, `__private::LoopWriteNotOut`, or
+//! `LoopWritePieceNotOut`, which names the partition, for a fixed piece; so its error is a
 //! plain E0277 with the S0113 message on the argument, not a failed `const` evaluation); a
 //! range loop past the pieces of a partition is S0113 too (here, for literals; as a trait
 //! bound, `__private::LoopWithinPieces`, for named constants); a write at another index,
@@ -305,6 +306,9 @@ pub(crate) enum Check {
     Unread,
     /// S0113: what a loop writes in every iteration does not go to an `Out` parameter.
     LoopWrite,
+    /// S0113: the same piece of a partition, written in every iteration (`&mut ys[0]`), does
+    /// not go to an `Out` parameter; the message names the partition.
+    LoopWritePiece,
 }
 
 /// Where a tensor came from.
@@ -1099,13 +1103,13 @@ impl Checker<'_> {
                     Index::Var(..) => {}
                     Index::Whole | Index::Fixed if !asserted => {
                         asserted = true;
-                        asserts.push(Assert {
-                            span: c.span,
-                            callee: callee.clone(),
-                            pos,
-                            tensor: self.tensors[c.id].name.clone(),
-                            check: Check::LoopWrite,
-                        });
+                        // A fixed piece is named by its partition (`ys`), not by the tensor
+                        // it splits, which the loop does not write whole.
+                        let (tensor, check) = match &index {
+                            Index::Fixed => (c.target.ident.to_string(), Check::LoopWritePiece),
+                            _ => (self.tensors[c.id].name.clone(), Check::LoopWrite),
+                        };
+                        asserts.push(Assert { span: c.span, callee: callee.clone(), pos, tensor, check });
                     }
                     Index::Whole | Index::Fixed => {}
                     Index::Other(t) => {

@@ -416,6 +416,7 @@ impl Gen<'_> {
                 Check::Unwritten => (quote!(inout_has_a_value), quote!(InOut)),
                 Check::Unread => (quote!(no_unread_value_overwritten), quote!(Out)),
                 Check::LoopWrite => (quote!(loop_write_not_out), quote!(Out)),
+                Check::LoopWritePiece => (quote!(loop_write_piece_not_out), quote!(Out)),
             };
             // A trait bound whose trait carries the message (S0111, S0112, S0113): a plain
             // compile error with the code, on the argument. Every token on the argument, so

@@ -217,6 +217,23 @@ impl<N, H: IsTrue> LoopWriteNotOut<N> for H {}
 /// named after the tensor.
 pub fn loop_write_not_out<H: LoopWriteNotOut<N>, N>() {}
 
+/// S0113: the same piece of a partition, written in every iteration of a loop (`&mut ys[0]`),
+/// does not go to an `Out` parameter. `N` is a type named after the partition, for the message.
+#[diagnostic::on_unimplemented(
+    message = "this argument writes the same piece of `{N}` in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite it [S0113]",
+    label = "the same piece in every iteration, through an `Out` parameter",
+    note = "index the piece with that loop's own variable (`&mut {N}[i]`, one piece per iteration; not a variable an inner loop or a `let` shadows), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
+)]
+pub trait LoopWritePieceNotOut<N> {}
+
+#[diagnostic::do_not_recommend]
+impl<N, H: IsTrue> LoopWritePieceNotOut<N> for H {}
+
+/// Refuses (S0113) a fixed piece of a partition, written in every iteration of a loop, that
+/// goes to an `Out` parameter: `H` is `Holds<{ !param_is(&callee::PARAMS, pos,
+/// ParamMode::Out) }>`, `N` a type named after the partition.
+pub fn loop_write_piece_not_out<H: LoopWritePieceNotOut<N>, N>() {}
+
 /// S0113: a range loop indexes a partition only within its pieces (at its index, or at an
 /// affine function of it).
 #[diagnostic::on_unimplemented(
