@@ -346,26 +346,31 @@ struct Seen {
 /// worker, to start when it sees the slow one succeed.
 fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
     let chains = recorder::install();
-    let (rig, [inc, fail, fill, add]) = Rig::start(
+    let (rig, [block, fail, fill, add]) = Rig::start(
         subs(2),
-        [("slow_inc", slow_inc), ("fail_once_released", fail_once_released), ("fill", fill), ("add2", add2)],
+        [
+            ("block_on_flag", block_on_flag),
+            ("fail_once_released", fail_once_released),
+            ("fill", fill),
+            ("add2", add2),
+        ],
     );
     let flag = u32_buffer(&rig, 2);
     let x = u64_buffer(&rig, 3);
     let out = u64_buffer(&rig, 2);
-    x.write(0, &[41u64]).unwrap();
     let run = rig
         .submit(|orch| {
+            // The slow producer ends (writing 42, or failing) once released, when both
+            // consumers are chained: were it to end before their submits, they would not be
+            // chained (and a failure would refuse them: the run has failed).
             let mut slow = TaskArgs::new();
-            slow.input(&u64s(&x, 0, 1))?.output(&u64s(&x, 1, 1))?.scalar(150);
+            slow.untracked(&words_of(&flag))?.output(&u64s(&x, 1, 1))?;
             if slow_fails {
-                // It fails once released, when both consumers are chained: a failure before
-                // they are submitted would refuse their submits (the run has failed).
-                let mut f = TaskArgs::new();
-                f.untracked(&words_of(&flag))?.output(&u64s(&x, 1, 1))?.scalar(7);
-                orch.submit_sub(&fail, f)?;
+                slow.scalar(7);
+                orch.submit_sub(&fail, slow)?;
             } else {
-                orch.submit_sub(&inc, slow)?;
+                slow.scalar(10_000).scalar(42);
+                orch.submit_sub(&block, slow)?;
             }
             let mut quick = TaskArgs::new();
             quick.output(&u64s(&x, 2, 1))?.scalar(100);
@@ -378,10 +383,8 @@ fn two_consumers_of_a_slow_and_a_quick_producer(slow_fails: bool) -> Seen {
             Ok(())
         })
         .unwrap();
-    if slow_fails {
-        wait_for("both consumers to be chained", Duration::from_secs(10), || chains.chained() == 2);
-        release(&flag);
-    }
+    wait_for("both consumers to be chained", Duration::from_secs(10), || chains.chained() == 2);
+    release(&flag);
     let result = run.wait();
     let stats = run.stats().unwrap();
     Seen {
