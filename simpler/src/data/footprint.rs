@@ -32,6 +32,13 @@ pub(crate) fn covers(view: &TensorView, old: &TensorView) -> bool {
     overlap(view, old) == Overlap::Covered
 }
 
+/// [`touches`]`(old, view)` and [`covers`]`(view, old)` from one overlap computation: whether
+/// two views share bytes does not depend on their order, only whether one covers the other does.
+pub(crate) fn touches_and_covers(view: &TensorView, old: &TensorView) -> (bool, bool) {
+    let o = overlap(view, old);
+    (o != Overlap::None, o == Overlap::Covered)
+}
+
 impl<W> Footprint<W> {
     /// Whether this footprint names bytes (not a creator's) that overlap `view`.
     pub(crate) fn touches(&self, view: &TensorView) -> bool {

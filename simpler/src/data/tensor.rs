@@ -965,6 +965,27 @@ mod tests {
         assert_eq!(overlap(&odd, &even), Overlap::Partial);
     }
 
+    /// Whether two views share bytes does not depend on their order (the TensorMap computes
+    /// one overlap for both of a writer's questions, `footprint::touches_and_covers`).
+    #[test]
+    fn sharing_bytes_does_not_depend_on_the_order() {
+        let mut views = Vec::new();
+        for off in [0u64, 4, 8, 16, 32, 36] {
+            views.push(f32v(off, &[1], None));
+            views.push(f32v(off, &[4], None));
+            views.push(f32v(off, &[2], Some(&[2])));
+            views.push(f32v(off, &[2, 2], Some(&[4, 1])));
+            views.push(f32v(off, &[2, 1], Some(&[4, 1])));
+            views.push(f32v(off, &[4, 2], Some(&[4, 1])));
+            views.push(f32v(off, &[2, 2], Some(&[8, 2])));
+        }
+        for a in &views {
+            for b in &views {
+                assert_eq!(overlap(a, b) == Overlap::None, overlap(b, a) == Overlap::None, "{a:?} and {b:?}");
+            }
+        }
+    }
+
     fn matrix(rows: u32, cols: u32) -> Tensor {
         let desc = BufferDesc::new(
             Identity::new(1, 1, 1).unwrap(),

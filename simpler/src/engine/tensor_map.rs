@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::data::buffer::Identity;
-use crate::data::footprint::{covers, touches};
+use crate::data::footprint::{touches, touches_and_covers};
 use crate::data::task_args::Tag;
 use crate::data::tensor::TensorView;
 use crate::engine::slot::{Slot, State};
@@ -250,11 +250,11 @@ impl Walk<'_> {
                 if e.who.state() == State::Consumed {
                     return false;
                 }
-                let old = e.view();
-                if touches(old, view) {
+                let (touched, covered) = touches_and_covers(view, e.view());
+                if touched {
                     found.readers.push(e.who.clone());
                 }
-                !covers(view, old)
+                !covered
             });
             scanned(self.owner, looked);
             if many.entries.is_empty() {
@@ -280,11 +280,13 @@ impl Walk<'_> {
                 matches!(e.who.state(), State::Completed | State::Consumed)
             } else {
                 let old = e.view();
-                if touches(old, view) {
+                let (touched, covered) =
+                    if writes { touches_and_covers(view, old) } else { (touches(old, view), false) };
+                if touched {
                     if e.is_reader() { &mut found.readers } else { &mut found.writers }.push(e.who.clone());
                 }
                 // A writer replaces what it covers wholly.
-                writes && covers(view, old)
+                covered
             };
             if drop {
                 list.swap_remove(i);
