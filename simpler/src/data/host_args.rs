@@ -35,10 +35,15 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::data::buffer::Access;
 use crate::data::dtype::{DataType, Element};
 use crate::data::tensor::{Overlap, TensorView, overlap};
 use crate::error::{Error, Result};
+
+/// A task's mapped tensors, inline up to 4: a worker lends one set per task.
+pub(crate) type MappedTensors<'a> = SmallVec<[MappedTensor<'a>; 4]>;
 
 /// One tensor of a task, resolved to an address in this process and valid for `'a` (rule H1).
 #[derive(Debug)]
@@ -234,11 +239,11 @@ const EXCLUSIVE: u8 = 2;
 /// }
 /// ```
 pub struct HostArgs<'a> {
-    tensors: Vec<MappedTensor<'a>>,
-    borrows: Vec<Cell<u8>>,
+    tensors: MappedTensors<'a>,
+    borrows: SmallVec<[Cell<u8>; 8]>,
     /// The packed copy of each strided tensor (rule H6), as a raw block this value owns (made
     /// by `Box::into_raw`, freed in `Drop`), so that the slices lent from it may be mutable.
-    packed: Vec<Option<*mut [u64]>>,
+    packed: SmallVec<[Option<*mut [u64]>; 8]>,
     scalars: &'a [u64],
     worker: u32,
 }
@@ -256,10 +261,11 @@ impl std::fmt::Debug for HostArgs<'_> {
 impl<'a> HostArgs<'a> {
     /// Builds the arguments; checks rule H2 (rule H1 holds for every tensor by construction).
     pub(crate) fn new(
-        tensors: Vec<MappedTensor<'a>>,
+        tensors: impl Into<MappedTensors<'a>>,
         scalars: &'a [u64],
         worker: u32,
     ) -> Result<HostArgs<'a>> {
+        let tensors = tensors.into();
         for i in 0..tensors.len() {
             for j in i + 1..tensors.len() {
                 let (a, b) = (&tensors[i], &tensors[j]);

@@ -37,6 +37,8 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use crate::data::buffer::{Access, Backing, BufferDesc, Identity};
 use crate::data::call_config::{CallConfig, OUTPUT_PREFIX_LEN, RING_DEPTH};
 use crate::data::dtype::DataType;
@@ -126,10 +128,11 @@ pub(crate) struct WireTensor {
 /// Decoded args.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct DecodedArgs {
-    /// The tensors, in argument order.
-    pub(crate) tensors: Vec<WireTensor>,
-    /// The scalars, in argument order.
-    pub(crate) scalars: Vec<u64>,
+    /// The tensors, in argument order (inline up to 4: a worker decodes one set per task, and
+    /// most tasks have few).
+    pub(crate) tensors: SmallVec<[WireTensor; 4]>,
+    /// The scalars, in argument order (inline up to 16).
+    pub(crate) scalars: SmallVec<[u64; 16]>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,7 +468,7 @@ pub(crate) fn decode_args(bytes: &[u8]) -> Result<DecodedArgs> {
     let records_end = HEADER_SIZE + t * TENSOR_RECORD_SIZE;
     let scalars_end = records_end + s * SCALAR_SIZE;
     let (records, _) = bytes[HEADER_SIZE..records_end].as_chunks::<TENSOR_RECORD_SIZE>();
-    let mut tensors = Vec::with_capacity(t);
+    let mut tensors = SmallVec::with_capacity(t);
     for (i, rec) in records.iter().enumerate() {
         tensors.push(read_record(rec).map_err(|e| e.context(format!("tensor record {i}")))?);
     }

@@ -59,7 +59,7 @@ fn check_round_trip(tensors: &[(Tensor, Access)], scalars: &[u64]) {
         assert_eq!(w.desc, t.desc().with_access(*a));
         assert_eq!(w.view, *t.view());
     }
-    assert_eq!(dec.scalars, scalars);
+    assert_eq!(&dec.scalars[..], scalars);
     // Trailing bytes are ignored.
     let mut longer = blob.clone();
     longer.extend_from_slice(&[0xa5; 300]);

@@ -233,7 +233,7 @@ fn decode<'r>(
             }
         }
     }
-    Ok(ChipCall { digest: Digest::from_bytes(req.digest), args, scalars: decoded.scalars, config })
+    Ok(ChipCall { digest: Digest::from_bytes(req.digest), args, scalars: decoded.scalars.into_vec(), config })
 }
 
 /// Whether the run of `req` records what it runs: for a task of a captured parent run (rule M10
