@@ -42,9 +42,6 @@ use crate::data::dtype::{DataType, Element};
 use crate::data::tensor::{Overlap, TensorView, overlap};
 use crate::error::{Error, Result};
 
-/// A task's mapped tensors, inline up to 4: a worker lends one set per task.
-pub(crate) type MappedTensors<'a> = SmallVec<[MappedTensor<'a>; 4]>;
-
 /// One tensor of a task, resolved to an address in this process and valid for `'a` (rule H1).
 #[derive(Debug)]
 pub(crate) struct MappedTensor<'a> {
@@ -239,7 +236,9 @@ const EXCLUSIVE: u8 = 2;
 /// }
 /// ```
 pub struct HostArgs<'a> {
-    tensors: MappedTensors<'a>,
+    // A `Vec`, not a `SmallVec`: a `SmallVec` of a type with a lifetime is invariant in it,
+    // and `HostArgs<'a>` must stay covariant (users pass `&'a HostArgs<'a>` to helpers).
+    tensors: Vec<MappedTensor<'a>>,
     borrows: SmallVec<[Cell<u8>; 8]>,
     /// The packed copy of each strided tensor (rule H6), as a raw block this value owns (made
     /// by `Box::into_raw`, freed in `Drop`), so that the slices lent from it may be mutable.
@@ -261,11 +260,10 @@ impl std::fmt::Debug for HostArgs<'_> {
 impl<'a> HostArgs<'a> {
     /// Builds the arguments; checks rule H2 (rule H1 holds for every tensor by construction).
     pub(crate) fn new(
-        tensors: impl Into<MappedTensors<'a>>,
+        tensors: Vec<MappedTensor<'a>>,
         scalars: &'a [u64],
         worker: u32,
     ) -> Result<HostArgs<'a>> {
-        let tensors = tensors.into();
         for i in 0..tensors.len() {
             for j in i + 1..tensors.len() {
                 let (a, b) = (&tensors[i], &tensors[j]);
@@ -593,6 +591,14 @@ mod tests {
 
     fn f32s(offset: u64, n: u32) -> TensorView {
         TensorView::new(offset, &[n], None, DataType::Float32).unwrap()
+    }
+
+    /// `HostArgs<'a>` is covariant in `'a`: a longer-lived one is accepted where a shorter one
+    /// is asked for (a helper taking `&'a HostArgs<'a>`). A field that made it invariant (a
+    /// `SmallVec` of `MappedTensor<'a>`) fails to compile here.
+    #[expect(dead_code, reason = "a compile-time check")]
+    fn host_args_is_covariant<'s, 'l: 's>(args: HostArgs<'l>) -> HostArgs<'s> {
+        args
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::callable::host::HostFn;
 use crate::callable::identity::{CallableKind, Descriptor, Digest};
 use crate::callable::registry::Registry;
 use crate::data::buffer::Backing;
-use crate::data::host_args::{HostArgs, MappedTensors};
+use crate::data::host_args::HostArgs;
 use crate::data::wire::decode_args;
 use crate::ipc::child::{
     CTRL_REGISTER_FN, CTRL_UNREGISTER, ERR_BAD_FRAME, ERR_TASK, ERR_UNKNOWN_CALLABLE, HostResolver,
@@ -100,7 +100,7 @@ impl Serve for SubChild {
             let device = matches!(t.desc.backing(), Backing::Device { .. });
             self.resolver.resolve(&t.desc).map_err(|m| bad_tensor(i, m, device))?;
         }
-        let mut mapped = MappedTensors::with_capacity(decoded.tensors.len());
+        let mut mapped = Vec::with_capacity(decoded.tensors.len());
         for (i, t) in decoded.tensors.iter().enumerate() {
             let tensor = self.resolver.tensor(&t.desc, t.view, t.desc.access());
             mapped.push(tensor.map_err(|m| bad_tensor(i, m, false))?);
