@@ -1106,7 +1106,7 @@ impl Checker<'_> {
                         // A fixed piece is named by its partition (`ys`), not by the tensor
                         // it splits, which the loop does not write whole.
                         let (tensor, check) = match &index {
-                            Index::Fixed => (c.target.ident.to_string(), Check::LoopWritePiece),
+                            Index::Fixed => (c.target.ident.unraw().to_string(), Check::LoopWritePiece),
                             _ => (self.tensors[c.id].name.clone(), Check::LoopWrite),
                         };
                         asserts.push(Assert { span: c.span, callee: callee.clone(), pos, tensor, check });

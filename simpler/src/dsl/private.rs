@@ -222,7 +222,7 @@ pub fn loop_write_not_out<H: LoopWriteNotOut<N>, N>() {}
 #[diagnostic::on_unimplemented(
     message = "this argument writes the same piece of `{N}` in every iteration of the loop, and the callee's parameter is an `Out`: each iteration would overwrite it [S0113]",
     label = "the same piece in every iteration, through an `Out` parameter",
-    note = "index the piece with that loop's own variable (`&mut {N}[i]`, one piece per iteration; not a variable an inner loop or a `let` shadows), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
+    note = "index the piece with the variable of the innermost loop around this call (`&mut {N}[i]`, one piece per iteration; not an outer loop's, nor one an inner loop or a `let` shadows), or accumulate through an `InOut` parameter, which the loop orders; see error S0113 in the book"
 )]
 pub trait LoopWritePieceNotOut<N> {}
 
