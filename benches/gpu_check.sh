@@ -32,7 +32,13 @@ prepare() {
   mkdir -p "$DIR"
   case $DIR in
     /*) ;;
-    *) grep -qxF "/$DIR/" .git/info/exclude 2>/dev/null || echo "/$DIR/" >>.git/info/exclude ;;
+    *)
+      # (`git rev-parse`: in a worktree `.git` is a file.)
+      local exclude
+      exclude=$(git rev-parse --git-path info/exclude)
+      mkdir -p "$(dirname "$exclude")"
+      grep -qxF "/$DIR/" "$exclude" 2>/dev/null || echo "/$DIR/" >>"$exclude"
+      ;;
   esac
   local stage
   stage=$(mktemp -d)
@@ -48,25 +54,30 @@ prepare() {
   cargo build --locked --message-format=json -p simpler-examples --features opencl \
     --example tiled_matmul --example opencl_vector_add >>"$json"
   # Each executable under a name of its kind: a test suite or an example by its own name, the
-  # library's unit tests as `simpler_lib_tests`, a benchmark as `bench_<name>`.
-  python3 - "$json" "$stage/bin" <<'EOF'
-import json, shutil, sys
-src, out = sys.argv[1], sys.argv[2]
-for line in open(src):
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
-        continue
-    t = m["target"]
-    kind = t["kind"][0]
-    name = {"lib": t["name"] + "_lib_tests", "bench": "bench_" + t["name"]}.get(kind, t["name"])
-    shutil.copy(m["executable"], f"{out}/{name.replace('-', '_')}")
-EOF
-  strip "$stage"/bin/*
+  # library's unit tests as `simpler_lib_tests`, a benchmark as `bench_<name>`. Read from
+  # cargo's artifact messages with sed (no JSON tool needed): `"target":{"kind":["test"],...,
+  # "name":"opencl",...}` and `"executable":"/path"` (null for what is not an executable).
+  local kind name exe n=0
+  while read -r kind name exe; do
+    case $kind in
+      lib) name=${name}_lib_tests ;;
+      bench) name=bench_$name ;;
+    esac
+    cp "$exe" "$stage/bin/${name//-/_}"
+    n=$((n + 1))
+  done < <(grep '"reason":"compiler-artifact"' "$json" | grep '"executable":"' |
+    sed -n 's/.*"target":{"kind":\["\([a-z-]*\)"[^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1 \2 \3/p')
+  local want=$((${#SUITES[@]} + 4))
+  if [ "$n" -ne "$want" ]; then
+    echo "gpu_check: expected $want executables in cargo's messages, found $n" >&2
+    return 1
+  fi
+  # Without debug symbols: a tenth of the size (kept where binutils is missing).
+  if command -v strip >/dev/null; then strip "$stage"/bin/*; fi
+  # The ICD loader, for a machine that has a driver but not the loader. (awk reads all of
+  # ldconfig's output, so that ldconfig never writes to a closed pipe: pipefail would fail.)
   local loader
-  loader=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ {print $NF; exit}')
+  loader=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ && !v {v = $NF} END {print v}')
   if [ -n "$loader" ]; then cp -L "$loader" "$stage/bin/libOpenCL.so.1"; fi
   ls -l "$stage/bin"
   tar -czf "$DIR/gpu_check.tar.gz" -C "$stage" bin
@@ -78,8 +89,11 @@ EOF
 # /etc/OpenCL/vendors names no driver and OCL_ICD_VENDORS is unset, a vendors folder naming
 # every OpenCL driver library found (NVIDIA's, AMD's, Intel's).
 find_opencl() {
-  if ldconfig -p | grep -q 'libOpenCL\.so\.1'; then
-    echo "ICD loader: $(ldconfig -p | awk '/libOpenCL\.so\.1/ {print $NF; exit}')"
+  # (awk reads all of ldconfig's output: one that stopped early would fail the pipe.)
+  local system
+  system=$(ldconfig -p | awk '/libOpenCL\.so\.1/ && !v {v = $NF} END {print v}')
+  if [ -n "$system" ]; then
+    echo "ICD loader: $system"
   else
     export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "ICD loader: the one carried (Debian's ocl-icd)"
@@ -88,8 +102,9 @@ find_opencl() {
     echo "OpenCL drivers: ${OCL_ICD_VENDORS:-$(cat /etc/OpenCL/vendors/*.icd | tr '\n' ' ')}"
     return
   fi
-  local vendors libs n=0
-  vendors=$(mktemp -d)
+  # (Inside the unpacked folder, which goes when the script ends.)
+  local vendors=$UNPACKED/vendors libs n=0
+  mkdir -p "$vendors"
   libs=$({
     ldconfig -p | awk '/libnvidia-opencl\.so|libamdocl|libintelocl|libigdrcl/ {print $NF}'
     find /usr/local/nvidia /usr/lib /usr/lib64 /usr/local/cuda /opt -name 'libnvidia-opencl.so*' 2>/dev/null
