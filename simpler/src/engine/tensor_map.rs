@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::data::buffer::Identity;
-use crate::data::footprint::{touches, touches_and_covers};
+use crate::data::footprint::touches_and_covers;
 use crate::data::task_args::Tag;
 use crate::data::tensor::TensorView;
 use crate::engine::slot::{Slot, State};
@@ -279,14 +279,12 @@ impl Walk<'_> {
                 // does not grow a long list.
                 matches!(e.who.state(), State::Completed | State::Consumed)
             } else {
-                let old = e.view();
-                let (touched, covered) =
-                    if writes { touches_and_covers(view, old) } else { (touches(old, view), false) };
+                let (touched, covered) = touches_and_covers(view, e.view());
                 if touched {
                     if e.is_reader() { &mut found.readers } else { &mut found.writers }.push(e.who.clone());
                 }
                 // A writer replaces what it covers wholly.
-                covered
+                writes && covered
             };
             if drop {
                 list.swap_remove(i);
